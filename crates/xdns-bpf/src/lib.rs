@@ -1,0 +1,1 @@
+//! XDP fast path (owner: xdp work; issue 3).

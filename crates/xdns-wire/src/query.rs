@@ -1,0 +1,3 @@
+//! (owner: engine)
+pub struct Query;
+pub enum ParseError {}

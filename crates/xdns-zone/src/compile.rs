@@ -1,0 +1,1 @@
+//! Compile a lookup result into an [`xdns_wire::Body`] (owner: engine).
