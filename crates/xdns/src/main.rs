@@ -1,1 +1,2 @@
+mod xdp;
 fn main() {}
