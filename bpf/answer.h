@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * answer.h - turn the query into its response in place:
+ *   header | question (untouched) | body (shifted pointers) | OPT
+ * then swap addresses and ports, fix lengths and checksums. The UDP checksum is computed from
+ * pieces: the question's sum (taken while parsing), the body's precomputed sum (byte-swapped
+ * when the body starts at an odd offset) corrected for each fixup, the header and OPT we build.
+ */
+#ifndef XDNS_ANSWER_H
+#define XDNS_ANSWER_H
+
+#include "lookup.h"
+
+#define XDNS_REPLY_TTL 64
+
+/* What goes into the response besides the question. */
+struct xdns_reply {
+	__u64 sum;              /* unfolded checksum of the DNS message being built */
+	__u32 body_at;          /* DNS-relative offset of the body (= end of the question) */
+	__u32 blen;             /* body bytes sent */
+	__u32 dns_out;          /* DNS response length */
+	__u16 delta;            /* qlen - base_len: added to each fixup pointer */
+	__u16 flags;
+	__u16 an, ns, ar;
+};
+
+/* Copy the first r->blen body bytes after the question and shift the fixup pointers. */
+static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, const __u16 *fixups,
+					 __u32 cap, __u32 nfix, struct xdns_reply *r)
+{
+	__u32 blen = r->blen;
+	__u32 i;
+
+	if (blen > cap)
+		return -1;
+	if (blen == 0)
+		return 0;
+	if (bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen))
+		return -1;
+	if (r->delta == 0)
+		return 0;
+	for (i = 0; i < XDNS_MAX_FIXUPS; i++) {
+		__u32 f;
+		__u16 old, new;
+		__u8 w[2];
+
+		if (i >= nfix)
+			break;
+		f = fixups[i];
+		if (f > cap - 2 || f + 2 > blen)
+			continue;
+		old = ((__u16)bytes[f] << 8) | bytes[f + 1];
+		new = old + r->delta;
+		w[0] = new >> 8;
+		w[1] = new & 0xff;
+		if (bpf_xdp_store_bytes(ctx, at + f, w, 2))
+			return -1;
+		r->sum += xdns_csum_replace16(r->body_at + f, old, new);
+	}
+	return 0;
+}
+
+/* Pick the part of the body that fits (DESIGN-NOTES.md, truncation) and the header fields. */
+static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, const struct xdns_answer *a,
+						    struct xdns_reply *r)
+{
+	__u32 limit = 512, optlen = q->has_opt ? XDNS_OPT_LEN : 0;
+	__u16 part;
+
+	if (q->has_opt) {
+		__u32 lim = q->payload < xdns_cfg.edns_payload ? q->payload : xdns_cfg.edns_payload;
+
+		if (lim > limit)
+			limit = lim;
+	}
+	if (q->qlen < a->base_len)
+		return XDNS_PASS_NO_BODY;
+	r->delta = q->qlen - a->base_len;
+	r->body_at = XDNS_HDR_LEN + q->qlen + 4;
+	r->flags = XDNS_F_QR | (q->flags & (XDNS_F_RD | XDNS_F_CD)) | a->flags;
+	r->an = a->ancount;
+	r->ns = a->nscount;
+	r->ar = a->arcount;
+	if (r->body_at + a->len + optlen <= limit) {
+		r->blen = a->len;
+		part = a->csum;
+	} else if (!a->ar_required && r->body_at + a->an_ns_len + optlen <= limit) {
+		r->blen = a->an_ns_len;
+		r->ar = 0;
+		part = a->csum_an_ns;
+	} else {
+		r->blen = 0;
+		r->an = r->ns = r->ar = 0;
+		r->flags |= XDNS_F_TC;
+		part = 0;
+	}
+	if (r->blen && a->class == XDNS_CLASS_USERSPACE)
+		return XDNS_PASS_BODY_LARGE;
+	if (r->blen && r->delta && a->nfixups > XDNS_MAX_FIXUPS)
+		return XDNS_PASS_FIXUPS;
+	r->sum = q->qsum + ((r->body_at & 1) ? xdns_csum_swap(part) : part);
+	r->dns_out = r->body_at + r->blen + optlen;
+	return XDNS_ANSWERED;
+}
+
+/* Write header, body and OPT into the (already resized) frame. */
+static __always_inline int xdns_put_dns(struct xdp_md *ctx, const struct xdns_pkt *pkt, const struct xdns_query *q,
+					const struct xdns_answer_key *key, const struct xdns_answer *a,
+					struct xdns_reply *r)
+{
+	__u32 at = pkt->dns_off + r->body_at;
+	__u8 hdr[XDNS_HDR_LEN];
+	__u8 opt[XDNS_OPT_LEN] = {};
+
+	if (r->blen) {
+		if (a->class == XDNS_CLASS_S) {
+			struct xdns_body_s *b = bpf_map_lookup_elem(&xdns_bodies_s, key);
+
+			if (!b || xdns_put_body(ctx, at, b->bytes, b->fixups, XDNS_CLASS_S_LEN, a->nfixups, r))
+				return -1;
+		} else if (a->class == XDNS_CLASS_M) {
+			struct xdns_body_m *b = bpf_map_lookup_elem(&xdns_bodies_m, key);
+
+			if (!b || xdns_put_body(ctx, at, b->bytes, b->fixups, XDNS_CLASS_M_LEN, a->nfixups, r))
+				return -1;
+		} else {
+			struct xdns_body_l *b = bpf_map_lookup_elem(&xdns_bodies_l, key);
+
+			if (!b || xdns_put_body(ctx, at, b->bytes, b->fixups, XDNS_CLASS_L_LEN, a->nfixups, r))
+				return -1;
+		}
+	}
+	if (q->has_opt) {
+		opt[2] = XDNS_TYPE_OPT;
+		opt[3] = xdns_cfg.edns_payload >> 8;
+		opt[4] = xdns_cfg.edns_payload & 0xff;
+		opt[7] = q->do_bit ? 0x80 : 0;
+		if (bpf_xdp_store_bytes(ctx, at + r->blen, opt, XDNS_OPT_LEN))
+			return -1;
+		r->sum += xdns_csum_buf(opt, XDNS_OPT_LEN, r->body_at + r->blen);
+	}
+	__builtin_memcpy(hdr, &q->id, 2);
+	hdr[2] = r->flags >> 8;
+	hdr[3] = r->flags & 0xff;
+	hdr[4] = 0;
+	hdr[5] = 1;
+	hdr[6] = r->an >> 8;
+	hdr[7] = r->an & 0xff;
+	hdr[8] = r->ns >> 8;
+	hdr[9] = r->ns & 0xff;
+	hdr[10] = r->ar >> 8;
+	hdr[11] = r->ar & 0xff;
+	if (bpf_xdp_store_bytes(ctx, pkt->dns_off, hdr, XDNS_HDR_LEN))
+		return -1;
+	r->sum += xdns_csum_buf(hdr, XDNS_HDR_LEN, 0);
+	return 0;
+}
+
+/* IPv4 options are not echoed: move Ethernet + the fixed IPv4 header forward over them. */
+static __always_inline int xdns_strip_ip_options(struct xdp_md *ctx, struct xdns_pkt *pkt)
+{
+	__u8 head[18 + 20];
+	__u32 n = pkt->l3_off + 20, shift = pkt->ip_hlen - 20;
+
+	if (pkt->ipv6 || shift == 0)
+		return 0;
+	if (n > sizeof(head) || n < 34 || shift > 40)
+		return -1;
+	if (bpf_xdp_load_bytes(ctx, 0, head, n))
+		return -1;
+	if (bpf_xdp_adjust_head(ctx, shift))
+		return -1;
+	if (bpf_xdp_store_bytes(ctx, 0, head, n))
+		return -1;
+	pkt->ip_hlen = 20;
+	pkt->l4_off -= shift;
+	pkt->dns_off -= shift;
+	return 0;
+}
+
+/* Swap MACs, addresses and ports; set lengths; compute the IPv4 and UDP checksums. */
+static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_pkt *pkt, struct xdns_reply *r)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+	__u32 l3 = pkt->l3_off, ulen = sizeof(struct udphdr) + r->dns_out, i;
+	__u8 mac[ETH_ALEN];
+	__u64 s = 0;
+	__u16 port;
+
+	if (l3 != 14 && l3 != 18)
+		return -1;
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+
+	if (!pkt->ipv6) {
+		struct iphdr *ip = data + l3;
+		__u16 *w = (__u16 *)ip;
+		__be32 a;
+
+		udp = (void *)(ip + 1);
+		if ((void *)(udp + 1) > data_end)
+			return -1;
+		a = ip->saddr;
+		ip->saddr = ip->daddr;
+		ip->daddr = a;
+		ip->ihl = 5;
+		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
+		ip->ttl = XDNS_REPLY_TTL;
+		ip->check = 0;
+#pragma unroll
+		for (i = 0; i < 10; i++)
+			s += w[i];
+		ip->check = ~xdns_csum_fold(s);
+		s = xdns_csum_buf((const __u8 *)&ip->saddr, 8, 0);
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+		struct in6_addr a;
+
+		udp = (void *)(ip6 + 1);
+		if ((void *)(udp + 1) > data_end)
+			return -1;
+		a = ip6->saddr;
+		ip6->saddr = ip6->daddr;
+		ip6->daddr = a;
+		ip6->payload_len = bpf_htons(ulen);
+		ip6->hop_limit = XDNS_REPLY_TTL;
+		s = xdns_csum_buf((const __u8 *)&ip6->saddr, 32, 0);
+	}
+	port = udp->source;
+	udp->source = udp->dest;
+	udp->dest = port;
+	udp->len = bpf_htons(ulen);
+	udp->check = 0;
+	/* pseudo header: addresses (above), protocol, UDP length; then the UDP header and DNS. */
+	s += IPPROTO_UDP + ulen;
+	s += bpf_ntohs(udp->source) + bpf_ntohs(udp->dest) + ulen;
+	s += r->sum;
+	port = ~xdns_csum_fold(s);
+	udp->check = bpf_htons(port ? port : 0xffff);
+	return 0;
+}
+
+#endif /* XDNS_ANSWER_H */

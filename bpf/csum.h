@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * csum.h - Internet checksum pieces. Sums are kept unfolded in a u64 as big-endian 16-bit words:
+ * a byte at an even offset is the high half of a word, at an odd offset the low half.
+ */
+#ifndef XDNS_CSUM_H
+#define XDNS_CSUM_H
+
+#include <linux/types.h>
+
+/* Contribution of byte `b` at offset `pos` (parity is what matters). */
+static __always_inline __u64 xdns_csum_byte(__u32 pos, __u8 b)
+{
+	return (pos & 1) ? (__u64)b : ((__u64)b << 8);
+}
+
+/* Fold an unfolded sum to 16 bits (not complemented). */
+static __always_inline __u16 xdns_csum_fold(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/* A folded 16-bit sum computed at an even offset, moved to an odd one: swap its bytes. */
+static __always_inline __u16 xdns_csum_swap(__u16 s)
+{
+	return (__u16)((s << 8) | (s >> 8));
+}
+
+/* Sum of `len` (constant) bytes of a small buffer that starts at offset `pos`. */
+static __always_inline __u64 xdns_csum_buf(const __u8 *buf, __u32 len, __u32 pos)
+{
+	__u64 s = 0;
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < len; i++)
+		s += xdns_csum_byte(pos + i, buf[i]);
+	return s;
+}
+
+/* Replace the 16-bit big-endian value `old` at offset `pos` by `new`: one's-complement diff. */
+static __always_inline __u64 xdns_csum_replace16(__u32 pos, __u16 old, __u16 new)
+{
+	__u64 s = 0;
+
+	s += xdns_csum_byte(pos, new >> 8) + xdns_csum_byte(pos + 1, new & 0xff);
+	s += 0xffff - xdns_csum_byte(pos, old >> 8);
+	s += 0xffff - xdns_csum_byte(pos + 1, old & 0xff);
+	return s;
+}
+
+#endif /* XDNS_CSUM_H */

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/* stats.h - count a verdict and turn it into an XDP action. */
+#ifndef XDNS_STATS_H
+#define XDNS_STATS_H
+
+#include "maps.h"
+
+/* Count `v` on this CPU and return the XDP action it stands for. */
+static __always_inline int xdns_verdict(enum xdns_verdict v)
+{
+	__u32 key = v;
+	__u64 *n = bpf_map_lookup_elem(&xdns_stats, &key);
+
+	if (n)
+		*n += 1;
+	if (v == XDNS_ANSWERED)
+		return XDP_TX;
+	if (v == XDNS_DROP_REWRITE)
+		return XDP_DROP;
+	return XDP_PASS;
+}
+
+#endif /* XDNS_STATS_H */

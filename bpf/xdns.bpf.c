@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/*
+ * xdns.bpf.c - the XDP hook: answer authoritative DNS queries over UDP in the kernel.
+ *
+ * Everything this program does not fully handle goes to userspace (XDP_PASS) with a named
+ * reason counted in xdns_stats; userspace gives the same answer for anything answered here.
+ *
+ * Atomic reload: every key of xdns_nodes/xdns_answers/xdns_bodies_* carries a generation.
+ * Userspace writes the new generation completely, then flips xdns_gen[0], then deletes the old
+ * generation. A packet reads xdns_gen[0] once, so it sees either the old or the new data, whole.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "xdns_abi.h"
+#include "maps.h"
+#include "stats.h"
+#include "parse.h"
+#include "dns.h"
+#include "lookup.h"
+#include "answer.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
+{
+	struct xdns_pkt pkt = {};
+	struct xdns_query q = {};
+	struct xdns_reply r = {};
+	struct xdns_answer_key key = {};
+	struct xdns_answer *a = NULL;
+	struct xdns_scratch *sc;
+	enum xdns_verdict v;
+	__u32 zero = 0, gen, frame;
+	__u32 *genp;
+	__u16 arcount = 0;
+	long grow;
+
+	v = xdns_parse_l2_l4(ctx, &pkt);
+	if (v != XDNS_ANSWERED)
+		return v;
+	v = xdns_parse_header(ctx, &pkt, &q, &arcount);
+	if (v != XDNS_ANSWERED)
+		return v;
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc)
+		return XDNS_PASS_NOT_LOADED;
+	v = xdns_parse_qname(ctx, &pkt, sc, &q);
+	if (v != XDNS_ANSWERED)
+		return v;
+	v = xdns_parse_tail(ctx, &pkt, &q, arcount);
+	if (v != XDNS_ANSWERED)
+		return v;
+
+	genp = bpf_map_lookup_elem(&xdns_gen, &zero);
+	if (!genp || *genp == 0)
+		return XDNS_PASS_NOT_LOADED;
+	gen = *genp;
+	v = xdns_select(sc, &q, gen, &key, &a);
+	if (v != XDNS_ANSWERED)
+		return v;
+	v = xdns_plan(&q, a, &r);
+	if (v != XDNS_ANSWERED)
+		return v;
+
+	frame = ctx->data_end - ctx->data;
+	grow = (long)(pkt.dns_off + r.dns_out) - (long)frame;
+	if (grow && bpf_xdp_adjust_tail(ctx, (int)grow))
+		return XDNS_PASS_TAIL;
+	if (xdns_put_dns(ctx, &pkt, &q, &key, a, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_strip_ip_options(ctx, &pkt))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_l2_l4(ctx, &pkt, &r))
+		return XDNS_DROP_REWRITE;
+	return XDNS_ANSWERED;
+}
+
+SEC("xdp")
+int xdns_xdp(struct xdp_md *ctx)
+{
+	return xdns_verdict(xdns_handle(ctx));
+}

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * xdns_abi.h - the only structs and enums shared by the XDP program and userspace.
+ *
+ * Rust gets every type below from the libbpf-cargo skeleton (BTF), never by copying.
+ * Rules: fixed-width fields, explicit padding, enum values never renumbered or reused.
+ */
+#ifndef XDNS_ABI_H
+#define XDNS_ABI_H
+
+#include <linux/types.h>
+
+/*
+ * Every outcome of the XDP program, counted per CPU in `xdns_stats`.
+ * Names are exported as metric labels: append, never renumber.
+ */
+enum xdns_verdict {
+	XDNS_ANSWERED = 0,            /* XDP_TX: answered from the kernel */
+	XDNS_PASS_NOT_IP = 1,         /* not IPv4/IPv6 (ARP, LLDP, QinQ beyond one tag, ...) */
+	XDNS_PASS_L3_SHORT = 2,       /* Ethernet/IP header truncated or bad IHL/version */
+	XDNS_PASS_IP_FRAGMENT = 3,    /* IPv4 fragment (MF or offset set) */
+	XDNS_PASS_IPV6_EXT = 4,       /* IPv6 with any extension header */
+	XDNS_PASS_NOT_UDP = 5,        /* TCP, ICMP, ... */
+	XDNS_PASS_NOT_OUR_ADDR = 6,   /* UDP to an address/port not in the listen set */
+	XDNS_PASS_UDP_BAD = 7,        /* UDP length disagrees with the IP length */
+	XDNS_PASS_DNS_SHORT = 8,      /* shorter than a DNS header */
+	XDNS_PASS_DNS_RESPONSE = 9,   /* QR=1 */
+	XDNS_PASS_DNS_OPCODE = 10,    /* opcode other than QUERY */
+	XDNS_PASS_DNS_COUNTS = 11,    /* QDCOUNT!=1, ANCOUNT/NSCOUNT!=0 or ARCOUNT>1 */
+	XDNS_PASS_QNAME = 12,         /* label>63, name>255, compression pointer, truncated */
+	XDNS_PASS_QCLASS = 13,        /* class other than IN */
+	XDNS_PASS_QTYPE_META = 14,    /* qtype 41 or 128..254 (AXFR, IXFR, ...) */
+	XDNS_PASS_EDNS_BAD = 15,      /* additional record that is not a well-formed root OPT */
+	XDNS_PASS_EDNS_VERSION = 16,  /* EDNS version > 0: userspace sends BADVERS */
+	XDNS_PASS_TRAILING = 17,      /* bytes after the last record */
+	XDNS_PASS_NO_ZONE = 18,       /* name under no zone we serve */
+	XDNS_PASS_NO_BODY = 19,       /* lookup found no body (stale map or userspace-only body) */
+	XDNS_PASS_BODY_LARGE = 20,    /* body kept in userspace: larger than the largest class */
+	XDNS_PASS_FIXUPS = 21,        /* more fixups than XDNS_MAX_FIXUPS with delta>0 */
+	XDNS_PASS_NOT_LOADED = 22,    /* no active generation yet */
+	XDNS_PASS_TAIL = 23,          /* bpf_xdp_adjust_tail refused to grow the frame */
+	XDNS_DROP_REWRITE = 24,       /* packet half rewritten when a helper failed: dropped */
+	XDNS_VERDICT_MAX = 25,        /* number of verdicts (size of xdns_stats) */
+};
+
+/* Kinds of body key; values never renumbered (see DESIGN-NOTES.md, the answer model). */
+enum xdns_body_kind {
+	XDNS_KIND_TYPE = 1,           /* Type(qtype) at the question name */
+	XDNS_KIND_OTHER = 2,          /* Other at the question name, or at a zone cut */
+	XDNS_KIND_WILDCARD = 3,       /* Wildcard(qtype) at the closest encloser */
+	XDNS_KIND_WILDCARD_OTHER = 4, /* WildcardOther at the closest encloser */
+	XDNS_KIND_NXDOMAIN = 5,       /* NxDomain at the zone apex */
+};
+
+/* Body size classes: each class is one hash map whose value holds that many body bytes. */
+enum xdns_body_class {
+	XDNS_CLASS_S = 0,
+	XDNS_CLASS_M = 1,
+	XDNS_CLASS_L = 2,
+	XDNS_CLASS_USERSPACE = 3,     /* larger than XDNS_CLASS_L_LEN: no bytes in the kernel */
+};
+
+#define XDNS_CLASS_S_LEN 128
+#define XDNS_CLASS_M_LEN 512
+#define XDNS_CLASS_L_LEN 1280
+/* Fixups stored per body; bodies with more are answered in the kernel only when delta is 0. */
+#define XDNS_MAX_FIXUPS 32
+/* Listen addresses the program compares against (the daemon's `listen` list). */
+#define XDNS_MAX_LISTEN 8
+
+/* xdns_node.flags */
+#define XDNS_NODE_APEX 0x1      /* this name is a zone apex */
+#define XDNS_NODE_CUT 0x2       /* at or below a zone cut (cut_hash/cut_len valid) */
+#define XDNS_NODE_WILDCARD 0x4  /* `*.<this name>` exists */
+
+/* Key of `xdns_nodes`: a suffix of the lowercased question name. */
+struct xdns_node_key {
+	__u64 hash;             /* xdns_name_hash() of the lowercased wire name */
+	__u32 gen;              /* data generation (see xdns_gen) */
+	__u32 _pad;
+};
+
+/* Value of `xdns_nodes`: what the lookup needs to know about one existing name. */
+struct xdns_node {
+	__u64 cut_hash;         /* hash of the zone cut at or above this name (XDNS_NODE_CUT) */
+	__u64 apex_hash;        /* hash of the apex of the zone that owns this name */
+	__u16 flags;            /* XDNS_NODE_* */
+	__u8 name_len;          /* wire length of this name: second guard against collisions */
+	__u8 labels;            /* label count, root excluded */
+	__u8 cut_labels;        /* label count of the cut (XDNS_NODE_CUT) */
+	__u8 apex_labels;       /* label count of the apex */
+	__u8 _pad[2];
+};
+
+/* Key of `xdns_answers` and of the body maps: a body key of DESIGN-NOTES.md. */
+struct xdns_answer_key {
+	__u64 hash;             /* hash of the body's base name */
+	__u32 gen;              /* data generation */
+	__u16 qtype;            /* for XDNS_KIND_TYPE / XDNS_KIND_WILDCARD, else 0 */
+	__u8 kind;              /* enum xdns_body_kind */
+	__u8 _pad;
+};
+
+/* Value of `xdns_answers`: the body's header fields and where its bytes live. */
+struct xdns_answer {
+	__u16 flags;            /* AA and RCODE to set in the response header */
+	__u16 ancount;
+	__u16 nscount;
+	__u16 arcount;
+	__u16 len;              /* body length in bytes */
+	__u16 an_ns_len;        /* length of answer+authority (additional follows) */
+	__u16 base_len;         /* wire length of the base name */
+	__u16 csum;             /* folded one's-complement sum of the body, big-endian words */
+	__u16 csum_an_ns;       /* the same over the first an_ns_len bytes */
+	__u16 nfixups;          /* entries in the body's fixups[] (> XDNS_MAX_FIXUPS: see PASS_FIXUPS) */
+	__u8 ar_required;       /* 1: additional section must not be dropped (TC=1 instead) */
+	__u8 class;             /* enum xdns_body_class: which body map holds the bytes */
+	__u8 _pad[2];
+};
+
+/* Bodies: values of `xdns_bodies_{s,m,l}`, keyed like `xdns_answers`. */
+struct xdns_body_s {
+	__u16 fixups[XDNS_MAX_FIXUPS];  /* offsets of compression pointers to shift by delta */
+	__u8 bytes[XDNS_CLASS_S_LEN];
+};
+struct xdns_body_m {
+	__u16 fixups[XDNS_MAX_FIXUPS];
+	__u8 bytes[XDNS_CLASS_M_LEN];
+};
+struct xdns_body_l {
+	__u16 fixups[XDNS_MAX_FIXUPS];
+	__u8 bytes[XDNS_CLASS_L_LEN];
+};
+
+/* One listen address; family 0 = unused slot. Wildcard (0.0.0.0 / ::) matches any address. */
+struct xdns_listen {
+	__u8 addr[16];          /* IPv4 in the first 4 bytes, network order */
+	__u16 port;             /* host order */
+	__u8 family;            /* 4 or 6, 0 = empty */
+	__u8 wildcard;          /* 1: any local address of this family */
+};
+
+/* Load-time configuration (rodata `xdns_cfg`), fixed for the program's lifetime. */
+struct xdns_config {
+	__u64 seed;             /* random per load: seeds xdns_name_hash() */
+	__u16 edns_payload;     /* our EDNS UDP payload size (advertised and cap) */
+	__u16 nlisten;          /* used entries of listen[] */
+	__u32 _pad;
+	struct xdns_listen listen[XDNS_MAX_LISTEN];
+};
+
+#endif /* XDNS_ABI_H */
