@@ -1,0 +1,457 @@
+"""A throw-away network lab for xdns tests, the demo and the benchmark.
+
+    with Lab() as lab:
+        knot = lab.start_knot(ZONES)
+        nsd = lab.start_nsd(ZONES)
+        xdns = lab.start_xdns(ZONES)
+        wire = lab.udp(xdns.addr4, query_bytes)
+
+Layout (all names unique per run: prefix + pid + random suffix):
+
+    [client netns]  veth xc<id>  198.18.X.100/24  2001:db8:X::100/64
+          |
+    [server netns]  veth xs<id>  198.18.X.1/24    2001:db8:X::1/64
+                                 198.18.X.N, 2001:db8:X::N  (one pair per started server)
+
+X is derived from a hash of pid+suffix so parallel labs use different subnets (they live in
+separate namespaces anyway; distinct subnets keep captures and logs unambiguous).
+IPv6 addresses are added with `nodad` so they are usable at once.
+
+The Python process itself stays in the host namespace. Sockets for queries are created inside
+the client namespace (`Lab.client_socket`: setns(2) on the calling thread, socket(), setns
+back); a socket keeps the namespace it was created in.
+
+Teardown (`close`, also run by `__exit__`, atexit and on SIGTERM/SIGINT) kills every process the
+lab started (their whole process group) and deletes both namespaces, which removes the veth pair.
+
+XDP notes for later work: a veth only receives frames sent by XDP (XDP_TX / redirect /
+AF_XDP in native mode, as kxdpgun does on the client side) if its *peer* runs NAPI, i.e. the
+peer has an XDP program attached or GRO enabled. `Lab(gro=True)` (the default) turns GRO on
+for both ends (`ethtool -K <dev> gro on`), which is enough for kxdpgun and for an XDP program
+on the server veth. If an XDP program later needs correct checksums on frames that crossed a
+veth, disable tx checksum offload with `Lab.ethtool(side, "tx", "off")`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import hashlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ZONES_DIR = REPO / "tests" / "zones"
+XDNS_BIN = Path(os.environ.get("XDNS_BIN", REPO / "target" / "release" / "xdns"))
+
+# The default zones: (origin, absolute file).
+DEFAULT_ZONES = [
+    ("example.com.", ZONES_DIR / "example.com.zone"),
+    ("example.net.", ZONES_DIR / "example.net.zone"),
+]
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+_LIVE_LABS: list["Lab"] = []
+
+
+def _cleanup_all() -> None:
+    for lab in list(_LIVE_LABS):
+        lab.close()
+
+
+atexit.register(_cleanup_all)
+
+
+def _on_signal(signum, frame):  # pragma: no cover - exercised manually
+    _cleanup_all()
+    # Re-raise the default behaviour: exit with the conventional code.
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def run(cmd, check=True, **kw) -> subprocess.CompletedProcess:
+    """Run a host command, capturing output; raise with its stderr on failure."""
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} -> {p.returncode}: {p.stderr.strip()}")
+    return p
+
+
+@dataclass
+class Server:
+    """One DNS server started in the server namespace."""
+
+    name: str  # "knot", "nsd", "xdns", ...
+    addr4: str
+    addr6: str
+    proc: subprocess.Popen
+    workdir: Path
+    stderr_path: Path
+    extra: dict = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+class Lab:
+    def __init__(self, prefix: str = "xdl", gro: bool = True, keep_dir: bool = False):
+        suffix = "%06x" % random.getrandbits(24)
+        self.id = f"{os.getpid() % 100000}{suffix}"
+        self.server_ns = f"{prefix}-{self.id}-s"
+        self.client_ns = f"{prefix}-{self.id}-c"
+        # Interface names are limited to 15 bytes.
+        self.server_if = f"xs{self.id}"[:15]
+        self.client_if = f"xc{self.id}"[:15]
+        h = int(hashlib.sha256(self.id.encode()).hexdigest(), 16)
+        x = h % 512  # 198.18.0.0/15 has 512 /24s
+        self.x = x
+        self.net4 = f"198.{18 + x // 256}.{x % 256}"
+        self.net6 = f"2001:db8:{x:x}"
+        self.server_addr4 = f"{self.net4}.1"
+        self.server_addr6 = f"{self.net6}::1"
+        self.client_addr4 = f"{self.net4}.100"
+        self.client_addr6 = f"{self.net6}::100"
+        self.gro = gro
+        self.keep_dir = keep_dir
+        self._next_host = 2
+        self._procs: list[subprocess.Popen] = []
+        self.servers: dict[str, Server] = {}
+        self.dir = Path(tempfile.mkdtemp(prefix=f"xdns-lab-{self.id}-"))
+        self._closed = False
+        self._up = False
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> "Lab":
+        self.up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def up(self) -> None:
+        _LIVE_LABS.append(self)
+        if threading_is_main():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                    signal.signal(sig, _on_signal)
+        try:
+            run(["ip", "netns", "add", self.server_ns])
+            run(["ip", "netns", "add", self.client_ns])
+            run(["ip", "link", "add", self.server_if, "netns", self.server_ns,
+                 "type", "veth", "peer", "name", self.client_if, "netns", self.client_ns])
+            for ns, dev, a4, a6 in (
+                (self.server_ns, self.server_if, self.server_addr4, self.server_addr6),
+                (self.client_ns, self.client_if, self.client_addr4, self.client_addr6),
+            ):
+                self.ns_run(ns, ["ip", "link", "set", "lo", "up"])
+                self.ns_run(ns, ["ip", "addr", "add", f"{a4}/24", "dev", dev])
+                self.ns_run(ns, ["ip", "-6", "addr", "add", f"{a6}/64", "dev", dev, "nodad"])
+                self.ns_run(ns, ["ip", "link", "set", dev, "up"])
+                if self.gro and shutil.which("ethtool"):
+                    self.ns_run(ns, ["ethtool", "-K", dev, "gro", "on"], check=False)
+            self._up = True
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for p in reversed(self._procs):
+            _stop(p)
+        for ns in (self.client_ns, self.server_ns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if self in _LIVE_LABS:
+            _LIVE_LABS.remove(self)
+
+    # ---------------------------------------------------------------- helpers
+    def ns_run(self, ns: str, cmd, check=True, **kw) -> subprocess.CompletedProcess:
+        return run(["ip", "netns", "exec", ns, *map(str, cmd)], check=check, **kw)
+
+    def ethtool(self, side: str, *args: str) -> None:
+        ns, dev = (self.server_ns, self.server_if) if side == "server" else (self.client_ns, self.client_if)
+        self.ns_run(ns, ["ethtool", "-K", dev, *args])
+
+    def _spawn(self, ns: str, cmd, name: str, cwd=None, env=None) -> tuple[subprocess.Popen, Path]:
+        out = self.dir / f"{name}.stdout"
+        err = self.dir / f"{name}.stderr"
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *map(str, cmd)],
+                                 stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                                 cwd=cwd, env=env, start_new_session=True)
+        self._procs.append(p)
+        return p, err
+
+    def server(self, cmd, name: str = "proc", cwd=None, env=None) -> subprocess.Popen:
+        """Start a long-running process in the server namespace (stopped on close)."""
+        return self._spawn(self.server_ns, cmd, name, cwd, env)[0]
+
+    def client(self, cmd, name: str = "proc", cwd=None, env=None) -> subprocess.Popen:
+        """Start a long-running process in the client namespace (stopped on close)."""
+        return self._spawn(self.client_ns, cmd, name, cwd, env)[0]
+
+    def client_run(self, cmd, check=True, **kw) -> subprocess.CompletedProcess:
+        """Run a command to completion in the client namespace."""
+        return self.ns_run(self.client_ns, cmd, check=check, **kw)
+
+    def server_run(self, cmd, check=True, **kw) -> subprocess.CompletedProcess:
+        return self.ns_run(self.server_ns, cmd, check=check, **kw)
+
+    def new_address(self) -> tuple[str, str]:
+        """Add one more IPv4+IPv6 address to the server veth and return them."""
+        n = self._next_host
+        self._next_host += 1
+        a4, a6 = f"{self.net4}.{n}", f"{self.net6}::{n:x}"
+        self.server_run(["ip", "addr", "add", f"{a4}/24", "dev", self.server_if])
+        self.server_run(["ip", "-6", "addr", "add", f"{a6}/64", "dev", self.server_if, "nodad"])
+        return a4, a6
+
+    def client_socket(self, family=socket.AF_INET, type=socket.SOCK_DGRAM) -> socket.socket:
+        """A socket living in the client namespace."""
+        orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(f"/var/run/netns/{self.client_ns}", os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                return socket.socket(family, type)
+            finally:
+                _setns(orig)
+        finally:
+            os.close(orig)
+            os.close(target)
+
+    # ---------------------------------------------------------------- DNS I/O
+    def udp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 2.0) -> bytes | None:
+        """Send one UDP datagram and return the first reply (None on timeout)."""
+        fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        with self.client_socket(fam, socket.SOCK_DGRAM) as s:
+            s.settimeout(timeout)
+            s.sendto(wire, (addr, port))
+            try:
+                data, _ = s.recvfrom(65535)
+                return data
+            except socket.timeout:
+                return None
+
+    def tcp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 3.0) -> bytes | None:
+        """Send one length-prefixed query over TCP and return the reply (None if closed)."""
+        fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        with self.client_socket(fam, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect((addr, port))
+            s.sendall(len(wire).to_bytes(2, "big") + wire)
+            try:
+                hdr = _recv_exact(s, 2)
+                if hdr is None:
+                    return None
+                return _recv_exact(s, int.from_bytes(hdr, "big"))
+            except (socket.timeout, ConnectionResetError):
+                return None
+
+    def wait_answering(self, addr: str, zone: str, proc: subprocess.Popen | None = None,
+                       timeout: float = 20.0) -> None:
+        """Poll with an SOA query until the server gives an authoritative answer."""
+        q = _soa_query(zone)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode} before answering")
+            try:
+                r = self.udp(addr, q, timeout=0.3)
+            except OSError:
+                r = None
+            # NOERROR, AA set, at least one answer
+            if r and len(r) >= 12 and r[:2] == q[:2] and (r[3] & 0x0F) == 0 and (r[2] & 0x04) \
+                    and int.from_bytes(r[6:8], "big") >= 1:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{addr} did not answer SOA {zone} within {timeout}s")
+
+    # ---------------------------------------------------------------- servers
+    def start_knot(self, zones=DEFAULT_ZONES, name: str = "knot") -> Server:
+        a4, a6 = self.new_address()
+        wd = self.dir / name
+        (wd / "db").mkdir(parents=True)
+        zone_cfg = "".join(
+            f'  - domain: {origin}\n    file: "{Path(path).resolve()}"\n' for origin, path in zones)
+        conf = wd / "knot.conf"
+        conf.write_text(f"""# generated by tests/lab/lab.py
+server:
+    rundir: "{wd}"
+    listen: [ {a4}@53, {a6}@53 ]
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+control:
+    listen: "{wd}/knot.sock"
+database:
+    storage: "{wd}/db"
+log:
+  - target: stderr
+    any: info
+template:
+  - id: default
+    storage: "{wd}"
+    semantic-checks: on
+    zonefile-sync: -1
+    zonefile-load: whole
+    journal-content: none
+zone:
+{zone_cfg}""")
+        proc, err = self._spawn(self.server_ns, ["knotd", "-c", conf], name)
+        srv = Server(name, a4, a6, proc, wd, err, {"conf": conf})
+        self._wait_all(srv, zones)
+        self.servers[name] = srv
+        return srv
+
+    def start_nsd(self, zones=DEFAULT_ZONES, name: str = "nsd") -> Server:
+        a4, a6 = self.new_address()
+        wd = self.dir / name
+        wd.mkdir(parents=True)
+        zone_cfg = "".join(
+            f'zone:\n    name: {origin}\n    zonefile: "{Path(path).resolve()}"\n'
+            for origin, path in zones)
+        conf = wd / "nsd.conf"
+        conf.write_text(f"""# generated by tests/lab/lab.py
+server:
+    ip-address: {a4}
+    ip-address: {a6}
+    port: 53
+    username: ""
+    chroot: ""
+    database: ""
+    zonesdir: "{Path(zones[0][1]).resolve().parent}"
+    zonelistfile: "{wd}/zone.list"
+    xfrdfile: "{wd}/xfrd.state"
+    xfrdir: "{wd}"
+    pidfile: "{wd}/nsd.pid"
+    server-count: 1
+    verbosity: 1
+    hide-version: no
+    reuseport: no
+remote-control:
+    control-enable: no
+{zone_cfg}""")
+        # NSD resolves $INCLUDE against its working directory: run it from the zone's directory.
+        cwd = Path(zones[0][1]).resolve().parent
+        proc, err = self._spawn(self.server_ns, ["nsd", "-c", conf, "-d"], name, cwd=cwd)
+        srv = Server(name, a4, a6, proc, wd, err, {"conf": conf})
+        self._wait_all(srv, zones)
+        self.servers[name] = srv
+        return srv
+
+    def write_xdns_config(self, zones=DEFAULT_ZONES, name: str = "xdns", addrs=None,
+                          extra: str = "") -> tuple[Path, str, str]:
+        a4, a6 = addrs if addrs else self.new_address()
+        wd = self.dir / name
+        wd.mkdir(parents=True, exist_ok=True)
+        conf = wd / "xdns.toml"
+        zone_cfg = "".join(
+            f'\n[[zone]]\nname = "{origin}"\nfile = "{Path(path).resolve()}"\n'
+            for origin, path in zones)
+        conf.write_text(
+            f'# generated by tests/lab/lab.py\n'
+            f'listen = ["{a4}:53", "[{a6}]:53"]\n'
+            f'control = "{wd}/control.sock"\n'
+            f'metrics = "{a4}:9153"\n'
+            f'{extra}{zone_cfg}')
+        return conf, a4, a6
+
+    def start_xdns(self, zones=DEFAULT_ZONES, name: str = "xdns", extra: str = "",
+                   wait: bool = True) -> Server:
+        if not XDNS_BIN.exists():
+            raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
+        conf, a4, a6 = self.write_xdns_config(zones, name, extra=extra)
+        env = dict(os.environ, RUST_BACKTRACE="1")
+        proc, err = self._spawn(self.server_ns, [XDNS_BIN, "serve", "--config", conf], name, env=env)
+        srv = Server(name, a4, a6, proc, conf.parent, err,
+                     {"conf": conf, "control": conf.parent / "control.sock"})
+        if wait:
+            self._wait_all(srv, zones)
+        self.servers[name] = srv
+        return srv
+
+    def _wait_all(self, srv: Server, zones) -> None:
+        try:
+            for origin, _ in zones:
+                self.wait_answering(srv.addr4, origin, srv.proc)
+                self.wait_answering(srv.addr6, origin, srv.proc)
+        except (RuntimeError, TimeoutError) as e:
+            raise RuntimeError(f"{srv.name}: {e}\n--- stderr ---\n{srv.stderr()[-3000:]}") from None
+
+    def stop(self, srv: Server, sig=signal.SIGTERM, timeout: float = 10.0) -> int:
+        """Send `sig` to a server and wait for it; returns its exit code."""
+        srv.proc.send_signal(sig)  # ip netns exec execs the command: same pid
+        return srv.proc.wait(timeout=timeout)
+
+
+def threading_is_main() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=5)
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _soa_query(zone: str) -> bytes:
+    qid = random.getrandbits(16)
+    name = b"".join(bytes([len(l)]) + l.encode() for l in zone.rstrip(".").split(".")) + b"\0"
+    return qid.to_bytes(2, "big") + b"\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00" + name + b"\x00\x06\x00\x01"
+
+
+if __name__ == "__main__":  # manual smoke: python3 tests/lab/lab.py
+    with Lab() as lab:
+        k = lab.start_knot()
+        n = lab.start_nsd()
+        print(f"knot {k.addr4} {k.addr6}, nsd {n.addr4} {n.addr6}: both answer")
+        sys.exit(0)
