@@ -1,2 +1,246 @@
+//! `xdns`: an authoritative DNS server with an XDP fast path.
+//!
+//! ```text
+//! xdns serve --config FILE [--listen ADDR]... [--control PATH] [--metrics ADDR]
+//!            [--udp-workers N] [--log-level FILTER]
+//! xdns check --config FILE
+//! xdns stats [--config FILE | --control PATH] [--json]
+//! ```
+//!
+//! Exit status: 0 on success (and after a clean SIGTERM/SIGINT), 1 on any error.
+
+mod config;
+mod control;
+mod fastpath;
+mod metrics;
+mod reload;
+mod server;
+mod stats;
 mod xdp;
-fn main() {}
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use config::{Config, Overrides};
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(name = "xdns", version, about = "Authoritative DNS server with an XDP fast path")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve in the foreground. SIGHUP reloads, SIGTERM/SIGINT stop.
+    Serve(ServeArgs),
+    /// Validate the configuration and load every zone without serving.
+    Check {
+        /// Configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Print a running server's counters.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Configuration file.
+    #[arg(short, long)]
+    config: PathBuf,
+    /// Listen address (UDP and TCP); repeat for several; replaces `listen` from the file.
+    #[arg(long = "listen", value_name = "ADDR")]
+    listen: Vec<SocketAddr>,
+    /// Control socket path; replaces `control`.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Prometheus endpoint address; replaces `metrics`.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+    /// UDP worker threads per listen address (0 = one per core); replaces `udp_workers`.
+    #[arg(long)]
+    udp_workers: Option<usize>,
+    /// Log filter (`info`, `debug`, `xdns=trace`…); replaces `[log] level`. RUST_LOG wins.
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct StatsArgs {
+    /// Take the control socket path from this configuration file.
+    #[arg(short, long, conflicts_with = "control")]
+    config: Option<PathBuf>,
+    /// Control socket path.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Print a JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn print_config_errors(errs: &[config::ConfigError]) {
+    for e in errs {
+        eprintln!("{e}");
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let over = Overrides {
+        listen: args.listen,
+        control: args.control,
+        metrics: args.metrics,
+        udp_workers: args.udp_workers,
+        log_level: args.log_level,
+    };
+    let cfg = match config::load(&args.config, &over) {
+        Ok(c) => c,
+        Err(errs) => {
+            print_config_errors(&errs);
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(&cfg.log.level);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("xdns-rt").build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("xdns: error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(server::run(cfg, over)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("xdns: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Lines printed by `check`: one per zone on success, one per error otherwise.
+fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
+    let mut ok = Vec::new();
+    let mut errors = Vec::new();
+    for src in &cfg.zones {
+        match reload::load_guarded(src) {
+            Ok(zone) => {
+                let info = reload::zone_info(&src.name, &zone);
+                ok.push(format!("{}: serial {}, {} records", info.name, info.serial, info.records));
+            }
+            Err(errs) => errors.extend(errs.iter().map(|e| e.to_string())),
+        }
+    }
+    (ok, errors)
+}
+
+fn check(path: &Path) -> ExitCode {
+    let cfg = match config::load(path, &Overrides::default()) {
+        Ok(c) => c,
+        Err(errs) => {
+            print_config_errors(&errs);
+            return ExitCode::FAILURE;
+        }
+    };
+    let (ok, errors) = check_lines(&cfg);
+    for e in &errors {
+        eprintln!("{e}");
+    }
+    if !errors.is_empty() {
+        return ExitCode::FAILURE;
+    }
+    for line in ok {
+        println!("{line}");
+    }
+    ExitCode::SUCCESS
+}
+
+fn stats(args: StatsArgs) -> ExitCode {
+    let path = match (args.control, args.config) {
+        (Some(p), _) => p,
+        (None, Some(c)) => match config::load(&c, &Overrides::default()) {
+            Ok(cfg) => cfg.control,
+            Err(errs) => {
+                print_config_errors(&errs);
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, None) => PathBuf::from(config::DEFAULT_CONTROL),
+    };
+    match control::stats(&path) {
+        Ok(snap) => {
+            if args.json {
+                match serde_json::to_string_pretty(&snap) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("xdns: error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", snap.to_table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xdns: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(a) => serve(a),
+        Command::Check { config } => check(&config),
+        Command::Stats(a) => stats(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cli_parses() {
+        let table: &[(&[&str], bool)] = &[
+            (&["xdns", "serve", "--config", "a.toml"], true),
+            (&["xdns", "serve", "--config", "a.toml", "--listen", "127.0.0.1:5300", "--listen", "[::1]:5300"], true),
+            (&["xdns", "serve", "--config", "a.toml", "--listen", "nope"], false),
+            (&["xdns", "serve"], false),
+            (&["xdns", "check", "--config", "a.toml"], true),
+            (&["xdns", "stats", "--json"], true),
+            (&["xdns", "stats", "--control", "/x.sock", "--json"], true),
+            (&["xdns", "stats", "--control", "/x.sock", "--config", "a.toml"], false),
+            (&["xdns", "frobnicate"], false),
+        ];
+        for (argv, ok) in table {
+            assert_eq!(Cli::try_parse_from(*argv).is_ok(), *ok, "{argv:?}");
+        }
+        let Cli { command: Command::Serve(s) } =
+            Cli::try_parse_from(["xdns", "serve", "-c", "a.toml", "--udp-workers", "3", "--listen", "127.0.0.1:1"]).unwrap()
+        else {
+            panic!("not serve");
+        };
+        assert_eq!(s.udp_workers, Some(3));
+        assert_eq!(s.listen, vec!["127.0.0.1:1".parse::<SocketAddr>().unwrap()]);
+    }
+}

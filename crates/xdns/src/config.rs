@@ -1,0 +1,530 @@
+//! The daemon's configuration: defaults ← TOML file ← command line.
+//!
+//! Every table rejects unknown keys (`deny_unknown_fields`); every error names the configuration
+//! file and, when it belongs to one, the line (`FILE:LINE: reason`). Relative zone file paths
+//! are resolved against the configuration file's directory. The file is read again on SIGHUP,
+//! with the same command-line overrides applied on top.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+use xdns_zone::ZoneSource;
+
+use crate::xdp::XdpConfig;
+
+/// Default path of the control socket.
+pub const DEFAULT_CONTROL: &str = "/run/xdns/control.sock";
+/// Default advertised EDNS payload size (the DNS flag day 2020 value).
+pub const DEFAULT_EDNS_PAYLOAD: u16 = 1232;
+/// Smallest accepted `edns_payload` (RFC 6891: values below 512 are treated as 512).
+pub const MIN_EDNS_PAYLOAD: u16 = 512;
+/// Largest accepted `edns_payload`; larger values only invite fragmentation.
+pub const MAX_EDNS_PAYLOAD: u16 = 4096;
+
+/// A complete, validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file this configuration was read from (for messages and reloads).
+    pub path: PathBuf,
+    /// UDP and TCP listen addresses.
+    pub listen: Vec<SocketAddr>,
+    /// Path of the Unix control socket used by `xdns stats`.
+    pub control: PathBuf,
+    /// Address of the optional Prometheus `/metrics` endpoint.
+    pub metrics: Option<SocketAddr>,
+    /// EDNS payload size advertised and used as the cap for UDP responses.
+    pub edns_payload: u16,
+    /// UDP worker threads per listen address; 0 = one per core.
+    pub udp_workers: usize,
+    /// TCP settings.
+    pub tcp: TcpConfig,
+    /// Logging settings.
+    pub log: LogConfig,
+    /// XDP fast path settings (owned by the XDP part).
+    pub xdp: XdpConfig,
+    /// Zones to serve, in configuration order, with absolute or config-relative paths resolved.
+    pub zones: Vec<ZoneSource>,
+}
+
+/// `[tcp]` table.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// Close a connection that has been idle (no query read, nothing pending) this long.
+    pub idle_timeout_ms: u64,
+    /// Connections beyond this many are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// Queries read but not yet answered on one connection before reading pauses.
+    pub max_pipelined: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self { idle_timeout_ms: 10_000, max_connections: 1024, max_pipelined: 100 }
+    }
+}
+
+/// `[log]` table.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter: a level (`info`) or directives (`xdns=debug,warn`). RUST_LOG wins.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { level: "info".into() }
+    }
+}
+
+/// Values given on the command line; they override the file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Replaces `listen` when not empty.
+    pub listen: Vec<SocketAddr>,
+    /// Replaces `control`.
+    pub control: Option<PathBuf>,
+    /// Replaces `metrics`.
+    pub metrics: Option<SocketAddr>,
+    /// Replaces `udp_workers`.
+    pub udp_workers: Option<usize>,
+    /// Replaces `[log] level`.
+    pub log_level: Option<String>,
+}
+
+/// One configuration problem, displayed as `FILE:LINE: reason`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The configuration file.
+    pub file: PathBuf,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file.display(), l, self.reason),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The file as written, before defaults and validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<Vec<Spanned<String>>>,
+    control: Option<String>,
+    metrics: Option<Spanned<String>>,
+    edns_payload: Option<Spanned<i64>>,
+    udp_workers: Option<Spanned<i64>>,
+    #[serde(default)]
+    tcp: Option<Spanned<TcpConfig>>,
+    #[serde(default)]
+    log: Option<Spanned<LogConfig>>,
+    #[serde(default)]
+    xdp: XdpConfig,
+    #[serde(default)]
+    zone: Vec<FileZone>,
+}
+
+/// One `[[zone]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileZone {
+    name: Spanned<String>,
+    file: Spanned<String>,
+}
+
+/// 1-based line number of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// Default listen addresses: loopback only, so a bare config never exposes a server.
+fn default_listen() -> Vec<SocketAddr> {
+    vec![
+        SocketAddr::from(([127, 0, 0, 1], 53)),
+        SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 53)),
+    ]
+}
+
+/// Normalise a zone name to lowercase presentation form with a trailing dot; `None` if invalid.
+pub fn normalize_zone_name(name: &str) -> Option<String> {
+    let name = name.trim();
+    if name == "." {
+        return Some(".".into());
+    }
+    let body = name.strip_suffix('.').unwrap_or(name);
+    if body.is_empty() || body.len() > 253 {
+        return None;
+    }
+    for label in body.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return None;
+        }
+        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return None;
+        }
+    }
+    Some(format!("{}.", body.to_ascii_lowercase()))
+}
+
+/// Read and validate `path`, then apply `over`.
+pub fn load(path: &Path, over: &Overrides) -> Result<Config, Vec<ConfigError>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![ConfigError { file: path.to_path_buf(), line: None, reason: format!("cannot read: {e}") }]
+    })?;
+    parse(&text, path, over)
+}
+
+/// Parse and validate configuration `text` that was read from `path`, then apply `over`.
+///
+/// Collects every validation error rather than stopping at the first; a TOML syntax or type
+/// error (including an unknown key) is reported alone because nothing after it is reliable.
+pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<ConfigError>> {
+    let err = |line: Option<usize>, reason: String| ConfigError { file: path.to_path_buf(), line, reason };
+    let file: FileConfig = match toml::from_str(text) {
+        Ok(f) => f,
+        Err(e) => {
+            let line = e.span().map(|s| line_of(text, s.start));
+            return Err(vec![err(line, e.message().trim().to_string())]);
+        }
+    };
+    let span_line = |span: std::ops::Range<usize>| Some(line_of(text, span.start));
+    let mut errors = Vec::new();
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+
+    let mut listen = Vec::new();
+    match &file.listen {
+        None => listen = default_listen(),
+        Some(list) => {
+            for item in list {
+                match item.get_ref().trim().parse::<SocketAddr>() {
+                    Ok(a) if a.port() == 0 => {
+                        errors.push(err(span_line(item.span()), format!("listen address `{}` needs a port other than 0", item.get_ref())))
+                    }
+                    Ok(a) if listen.contains(&a) => {
+                        errors.push(err(span_line(item.span()), format!("listen address `{a}` given twice")))
+                    }
+                    Ok(a) => listen.push(a),
+                    Err(_) => errors.push(err(
+                        span_line(item.span()),
+                        format!("bad listen address `{}` (expected IP:PORT or [IPv6]:PORT)", item.get_ref()),
+                    )),
+                }
+            }
+            if list.is_empty() && over.listen.is_empty() {
+                errors.push(err(None, "`listen` is empty: nothing to serve on".into()));
+            }
+        }
+    }
+
+    let metrics = match &file.metrics {
+        None => None,
+        Some(m) => match m.get_ref().trim().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                errors.push(err(span_line(m.span()), format!("bad metrics address `{}` (expected IP:PORT)", m.get_ref())));
+                None
+            }
+        },
+    };
+
+    let mut edns_payload = DEFAULT_EDNS_PAYLOAD;
+    if let Some(p) = &file.edns_payload {
+        let v = *p.get_ref();
+        if v < i64::from(MIN_EDNS_PAYLOAD) || v > i64::from(MAX_EDNS_PAYLOAD) {
+            errors.push(err(
+                span_line(p.span()),
+                format!("edns_payload {v} out of range {MIN_EDNS_PAYLOAD}..={MAX_EDNS_PAYLOAD}"),
+            ));
+        } else {
+            edns_payload = v as u16;
+        }
+    }
+
+    let mut udp_workers = 0usize;
+    if let Some(w) = &file.udp_workers {
+        let v = *w.get_ref();
+        if !(0..=1024).contains(&v) {
+            errors.push(err(span_line(w.span()), format!("udp_workers {v} out of range 0..=1024")));
+        } else {
+            udp_workers = v as usize;
+        }
+    }
+
+    let tcp = match file.tcp {
+        None => TcpConfig::default(),
+        Some(t) => {
+            let line = span_line(t.span());
+            let t = t.into_inner();
+            if t.idle_timeout_ms == 0 {
+                errors.push(err(line, "[tcp] idle_timeout_ms must be at least 1".into()));
+            }
+            if t.max_connections == 0 {
+                errors.push(err(line, "[tcp] max_connections must be at least 1".into()));
+            }
+            if t.max_pipelined == 0 {
+                errors.push(err(line, "[tcp] max_pipelined must be at least 1".into()));
+            }
+            t
+        }
+    };
+
+    let log = match file.log {
+        None => LogConfig::default(),
+        Some(l) => {
+            let line = span_line(l.span());
+            let l = l.into_inner();
+            if tracing_subscriber::EnvFilter::try_new(&l.level).is_err() {
+                errors.push(err(line, format!("[log] level `{}` is not a valid filter", l.level)));
+            }
+            l
+        }
+    };
+
+    let mut zones: Vec<ZoneSource> = Vec::new();
+    for z in &file.zone {
+        let name = match normalize_zone_name(z.name.get_ref()) {
+            Some(n) => n,
+            None => {
+                errors.push(err(span_line(z.name.span()), format!("bad zone name `{}`", z.name.get_ref())));
+                continue;
+            }
+        };
+        if zones.iter().any(|s| s.name == name) {
+            errors.push(err(span_line(z.name.span()), format!("zone `{name}` configured twice")));
+            continue;
+        }
+        let raw = Path::new(z.file.get_ref());
+        let file = if raw.is_absolute() { raw.to_path_buf() } else { base.join(raw) };
+        if z.file.get_ref().is_empty() {
+            errors.push(err(span_line(z.file.span()), format!("zone `{name}`: empty file name")));
+            continue;
+        }
+        if !file.is_file() {
+            errors.push(err(span_line(z.file.span()), format!("zone `{name}`: file {} not found", file.display())));
+            continue;
+        }
+        zones.push(ZoneSource { name, file });
+    }
+
+    let mut control = file.control.map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL));
+    if control.as_os_str().is_empty() {
+        errors.push(err(None, "`control` must not be empty".into()));
+    }
+
+    if !over.listen.is_empty() {
+        listen = over.listen.clone();
+    }
+    if let Some(c) = &over.control {
+        control = c.clone();
+    }
+    let metrics = over.metrics.or(metrics);
+    if let Some(w) = over.udp_workers {
+        udp_workers = w;
+    }
+    let mut log = log;
+    if let Some(l) = &over.log_level {
+        log.level = l.clone();
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Config {
+        path: path.to_path_buf(),
+        listen,
+        control,
+        metrics,
+        edns_payload,
+        udp_workers,
+        tcp,
+        log,
+        xdp: file.xdp,
+        zones,
+    })
+}
+
+impl Config {
+    /// UDP worker threads per listen address, resolving 0 to the number of cores.
+    pub fn effective_udp_workers(&self) -> usize {
+        if self.udp_workers > 0 {
+            return self.udp_workers;
+        }
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A temp dir holding a zone file `z.zone`, removed on drop.
+    struct Dir(PathBuf);
+    impl Dir {
+        fn new(tag: &str) -> Self {
+            let d = std::env::temp_dir().join(format!("xdns-config-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("z.zone"), "@ 3600 IN SOA a. b. 1 2 3 4 5\n").unwrap();
+            Dir(d)
+        }
+        fn cfg(&self) -> PathBuf {
+            self.0.join("xdns.toml")
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn good_configs() {
+        let d = Dir::new("good");
+        let full = r#"
+listen = ["198.18.0.5:53", "[2001:db8::5]:53"]
+control = "/tmp/x.sock"
+metrics = "198.18.0.5:9153"
+edns_payload = 1400
+udp_workers = 3
+[tcp]
+idle_timeout_ms = 500
+max_connections = 7
+max_pipelined = 9
+[log]
+level = "debug"
+[xdp]
+interfaces = []
+mode = "auto"
+[[zone]]
+name = "Example.COM"
+file = "z.zone"
+"#;
+        let c = parse(full, &d.cfg(), &Overrides::default()).unwrap();
+        assert_eq!(c.listen, vec!["198.18.0.5:53".parse().unwrap(), "[2001:db8::5]:53".parse().unwrap()]);
+        assert_eq!(c.control, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(c.metrics, Some("198.18.0.5:9153".parse().unwrap()));
+        assert_eq!(c.edns_payload, 1400);
+        assert_eq!(c.udp_workers, 3);
+        assert_eq!(c.tcp, TcpConfig { idle_timeout_ms: 500, max_connections: 7, max_pipelined: 9 });
+        assert_eq!(c.log.level, "debug");
+        assert_eq!(c.zones, vec![ZoneSource { name: "example.com.".into(), file: d.0.join("z.zone") }]);
+
+        let empty = parse("", &d.cfg(), &Overrides::default()).unwrap();
+        assert_eq!(empty.listen, default_listen());
+        assert_eq!(empty.control, PathBuf::from(DEFAULT_CONTROL));
+        assert_eq!(empty.edns_payload, DEFAULT_EDNS_PAYLOAD);
+        assert_eq!(empty.tcp, TcpConfig::default());
+        assert!(empty.zones.is_empty());
+        assert_eq!(empty.metrics, None);
+
+        let partial_tcp = parse("[tcp]\nmax_pipelined = 2\n", &d.cfg(), &Overrides::default()).unwrap();
+        assert_eq!(partial_tcp.tcp.max_pipelined, 2);
+        assert_eq!(partial_tcp.tcp.idle_timeout_ms, 10_000);
+    }
+
+    #[test]
+    fn overrides_win() {
+        let d = Dir::new("over");
+        let over = Overrides {
+            listen: vec!["127.0.0.1:5353".parse().unwrap()],
+            control: Some("/tmp/o.sock".into()),
+            metrics: Some("127.0.0.1:9999".parse().unwrap()),
+            udp_workers: Some(1),
+            log_level: Some("warn".into()),
+        };
+        let c = parse("listen = [\"127.0.0.2:53\"]\nudp_workers = 4\n", &d.cfg(), &over).unwrap();
+        assert_eq!(c.listen, over.listen);
+        assert_eq!(c.control, PathBuf::from("/tmp/o.sock"));
+        assert_eq!(c.metrics, over.metrics);
+        assert_eq!(c.udp_workers, 1);
+        assert_eq!(c.log.level, "warn");
+    }
+
+    #[test]
+    fn bad_configs_name_key_and_line() {
+        let d = Dir::new("bad");
+        // (config text, expected line, text the reason must contain)
+        let table: &[(&str, Option<usize>, &str)] = &[
+            ("listen = [\"127.0.0.1:53\"]\nbogus = 1\n", Some(2), "bogus"),
+            ("[tcp]\nidle_timeout_ms = 5\nmax_conns = 3\n", Some(3), "max_conns"),
+            ("[log]\nlevel = \"info\"\ncolour = true\n", Some(3), "colour"),
+            ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nview = 1\n", Some(4), "view"),
+            ("[xdp]\ninterfaces = []\nturbo = true\n", Some(3), "turbo"),
+            ("listen = [\"127.0.0.1:53\",\n  \"not-an-address\"]\n", Some(2), "not-an-address"),
+            ("listen = [\"127.0.0.1\"]\n", Some(1), "127.0.0.1"),
+            ("listen = [\"127.0.0.1:0\"]\n", Some(1), "port"),
+            ("\nmetrics = \"nope\"\n", Some(2), "nope"),
+            ("edns_payload = 100\n", Some(1), "edns_payload"),
+            ("udp_workers = -1\n", Some(1), "udp_workers"),
+            ("[tcp]\nmax_pipelined = 0\n", Some(1), "max_pipelined"),
+            ("[log]\nlevel = \"a=b=c=\"\n", Some(1), "level"),
+            ("\n\n[[zone]]\nname = \"a.\"\nfile = \"missing.zone\"\n", Some(5), "missing.zone"),
+            ("[[zone]]\nname = \"a..b\"\nfile = \"z.zone\"\n", Some(2), "a..b"),
+            ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\n[[zone]]\nname = \"A\"\nfile = \"z.zone\"\n", Some(5), "twice"),
+            ("[[zone]]\nname = \"a.\"\n", Some(1), "file"),
+            ("listen = 5\n", Some(1), "sequence"),
+            ("listen = [\n", Some(1), "array"),
+            ("[xdp]\nmode = \"fast\"\n", Some(2), "fast"),
+        ];
+        for (text, line, needle) in table {
+            let errs = parse(text, &d.cfg(), &Overrides::default()).expect_err(text);
+            let e = &errs[0];
+            assert_eq!(e.file, d.cfg(), "{text}");
+            assert_eq!(e.line, *line, "{text}: {e}");
+            assert!(e.reason.contains(needle), "{text}: {e}");
+            let shown = e.to_string();
+            assert!(shown.starts_with(&format!("{}:", d.cfg().display())), "{shown}");
+        }
+    }
+
+    #[test]
+    fn several_errors_are_all_reported() {
+        let d = Dir::new("many");
+        let text = "listen = [\"x\", \"y\"]\nmetrics = \"z\"\n";
+        let errs = parse(text, &d.cfg(), &Overrides::default()).unwrap_err();
+        assert_eq!(errs.len(), 3);
+        assert_eq!(errs[2].line, Some(2));
+    }
+
+    #[test]
+    fn zone_names() {
+        let table = [
+            ("example.com", Some("example.com.")),
+            ("Example.COM.", Some("example.com.")),
+            (".", Some(".")),
+            ("", None),
+            ("a..b", None),
+            ("bad name", None),
+            (&*"x".repeat(64), None),
+        ];
+        for (input, want) in table {
+            assert_eq!(normalize_zone_name(input).as_deref(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn line_numbers() {
+        assert_eq!(line_of("a\nb\nc", 0), 1);
+        assert_eq!(line_of("a\nb\nc", 2), 2);
+        assert_eq!(line_of("a\nb\nc", 99), 3);
+    }
+
+    #[test]
+    fn unreadable_file() {
+        let errs = load(Path::new("/nonexistent/xdns.toml"), &Overrides::default()).unwrap_err();
+        assert!(errs[0].to_string().starts_with("/nonexistent/xdns.toml: cannot read"));
+    }
+}

@@ -1,0 +1,133 @@
+//! Hosts the [`XdpRuntime`] on a thread of its own.
+//!
+//! The runtime holds kernel objects that need not be `Send`, and its calls may block on map
+//! updates; keeping it on one dedicated thread and talking to it over a channel lets the async
+//! parts of the daemon (reload, stats) use it without caring about either. Dropping the
+//! [`Fastpath`] stops the thread, which drops the runtime and so detaches the program.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use xdns_zone::ZoneSet;
+
+use crate::xdp::{XdpConfig, XdpRuntime};
+
+/// How long a caller waits for the XDP thread before giving up.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+enum Cmd {
+    Reload(Arc<ZoneSet>, mpsc::Sender<anyhow::Result<()>>),
+    Counters(mpsc::Sender<Vec<(String, u64)>>),
+}
+
+/// Handle to the thread that owns the attached XDP program.
+pub struct Fastpath {
+    tx: Option<mpsc::Sender<Cmd>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Fastpath {
+    /// Start the XDP runtime on its own thread. `Ok(None)` when no interface is configured.
+    pub fn start(
+        cfg: &XdpConfig,
+        listen: &[SocketAddr],
+        zones: Arc<ZoneSet>,
+        edns_payload: u16,
+    ) -> anyhow::Result<Option<Self>> {
+        if cfg.interfaces.is_empty() {
+            return Ok(None);
+        }
+        let (started_tx, started_rx) = mpsc::channel::<anyhow::Result<bool>>();
+        let (tx, rx) = mpsc::channel::<Cmd>();
+        let cfg = cfg.clone();
+        let listen = listen.to_vec();
+        let thread = std::thread::Builder::new().name("xdns-xdp".into()).spawn(move || {
+            let mut rt = match XdpRuntime::start(&cfg, &listen, &zones, edns_payload) {
+                Ok(Some(rt)) => {
+                    let _ = started_tx.send(Ok(true));
+                    rt
+                }
+                Ok(None) => {
+                    let _ = started_tx.send(Ok(false));
+                    return;
+                }
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            drop(zones);
+            while let Ok(cmd) = rx.recv() {
+                match cmd {
+                    Cmd::Reload(z, reply) => {
+                        let _ = reply.send(rt.reload(&z));
+                    }
+                    Cmd::Counters(reply) => {
+                        let _ = reply.send(rt.counters());
+                    }
+                }
+            }
+        })?;
+        match started_rx.recv() {
+            Ok(Ok(true)) => Ok(Some(Self { tx: Some(tx), thread: Some(thread) })),
+            Ok(Ok(false)) => {
+                let _ = thread.join();
+                Ok(None)
+            }
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                anyhow::bail!("the XDP thread stopped while starting")
+            }
+        }
+    }
+
+    /// Give the kernel a new zone set (blocking; call from a blocking context).
+    pub fn reload(&self, zones: Arc<ZoneSet>) -> anyhow::Result<()> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Cmd::Reload(zones, reply))?;
+        rx.recv_timeout(CALL_TIMEOUT).map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+    }
+
+    /// Every XDP counter (blocking; call from a blocking context). Empty if the thread is gone.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let (reply, rx) = mpsc::channel();
+        if self.send(Cmd::Counters(reply)).is_err() {
+            return Vec::new();
+        }
+        rx.recv_timeout(CALL_TIMEOUT).unwrap_or_default()
+    }
+
+    fn send(&self, cmd: Cmd) -> anyhow::Result<()> {
+        match &self.tx {
+            Some(tx) => tx.send(cmd).map_err(|_| anyhow::anyhow!("the XDP thread has stopped")),
+            None => anyhow::bail!("the XDP thread has stopped"),
+        }
+    }
+}
+
+impl Drop for Fastpath {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_interfaces_means_no_fastpath() {
+        let r = Fastpath::start(&XdpConfig::default(), &[], Arc::new(ZoneSet::default()), 1232);
+        assert!(matches!(r, Ok(None)));
+    }
+}

@@ -1,0 +1,203 @@
+//! The optional Prometheus endpoint (`metrics = "ADDR:PORT"`): `GET /metrics` answers the same
+//! counters as `xdns stats`, encoded by `prometheus-client` in OpenMetrics text.
+//!
+//! The HTTP side is a deliberately tiny HTTP/1.1 responder: read one request head (bounded in
+//! size and time), answer, close. Families:
+//! `xdns_queries_total{proto,qtype}` (answered), `xdns_received_total{proto}` (all messages),
+//! `xdns_responses_total{rcode}`, `xdns_truncated_total`, `xdns_dropped_total{reason}`,
+//! `xdns_tcp_connections_total{result}`, `xdns_tcp_idle_closed_total`, `xdns_tcp_open`,
+//! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
+//! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
+//! `xdns_xdp_total{counter}`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::server::Shared;
+use crate::stats::Snapshot;
+
+/// Largest request head read.
+const MAX_HEAD: usize = 8192;
+/// Time allowed for a whole request.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+type Labels = Vec<(String, String)>;
+
+fn counter_family(reg: &mut Registry, name: &str, help: &str, rows: impl IntoIterator<Item = (Labels, u64)>) {
+    let fam = Family::<Labels, Counter>::default();
+    for (labels, v) in rows {
+        fam.get_or_create(&labels).inc_by(v);
+    }
+    reg.register(name, help, fam);
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(v);
+    reg.register(name, help, c);
+}
+
+fn gauge_family(reg: &mut Registry, name: &str, help: &str, rows: impl IntoIterator<Item = (Labels, i64)>) {
+    let fam = Family::<Labels, Gauge>::default();
+    for (labels, v) in rows {
+        fam.get_or_create(&labels).set(v);
+    }
+    reg.register(name, help, fam);
+}
+
+fn l1(k: &str, v: &str) -> Labels {
+    vec![(k.to_string(), v.to_string())]
+}
+
+/// Encode `s` as OpenMetrics text.
+pub fn render(s: &Snapshot) -> String {
+    let mut reg = Registry::default();
+    let by_proto_qtype = s.qtypes_by_proto.iter().flat_map(|(proto, m)| {
+        m.iter().map(move |(qt, &n)| (vec![("proto".to_string(), proto.clone()), ("qtype".to_string(), qt.clone())], n))
+    });
+    counter_family(&mut reg, "xdns_queries", "Queries answered, by transport and QTYPE.", by_proto_qtype);
+    counter_family(&mut reg, "xdns_received", "Messages received, by transport.", s.queries.iter().map(|(k, &v)| (l1("proto", k), v)));
+    counter_family(&mut reg, "xdns_responses", "Responses, by RCODE.", s.rcodes.iter().map(|(k, &v)| (l1("rcode", k), v)));
+    counter(&mut reg, "xdns_truncated", "UDP responses sent with TC=1.", s.truncated);
+    counter_family(&mut reg, "xdns_dropped", "Messages not answered, by reason.", s.dropped.iter().map(|(k, &v)| (l1("reason", k), v)));
+    counter_family(
+        &mut reg,
+        "xdns_tcp_connections",
+        "TCP connections, accepted or refused over the limit.",
+        [(l1("result", "accepted"), s.tcp.accepted), (l1("result", "refused"), s.tcp.refused)],
+    );
+    counter(&mut reg, "xdns_tcp_idle_closed", "TCP connections closed by the idle timeout.", s.tcp.idle_closed);
+    let open = Gauge::<i64>::default();
+    open.set(i64::try_from(s.tcp.open).unwrap_or(i64::MAX));
+    reg.register("xdns_tcp_open", "TCP connections open now.", open);
+    counter(&mut reg, "xdns_reloads", "Reloads attempted.", s.reloads.total);
+    counter(&mut reg, "xdns_reload_failures", "Reloads with at least one error.", s.reloads.failed);
+    counter(&mut reg, "xdns_zone_load_failures", "Zones that failed to load on reload.", s.reloads.zones_failed);
+    let up = Gauge::<i64>::default();
+    up.set(i64::try_from(s.uptime_seconds).unwrap_or(i64::MAX));
+    reg.register("xdns_uptime_seconds", "Seconds since start.", up);
+    gauge_family(&mut reg, "xdns_zone_serial", "SOA serial of each zone served.", s.zones.iter().map(|z| (l1("zone", &z.name), i64::from(z.serial))));
+    gauge_family(
+        &mut reg,
+        "xdns_zone_records",
+        "Records in each zone served.",
+        s.zones.iter().map(|z| (l1("zone", &z.name), i64::try_from(z.records).unwrap_or(i64::MAX))),
+    );
+    counter_family(&mut reg, "xdns_xdp", "XDP fast path verdicts.", s.xdp.iter().map(|(k, &v)| (l1("counter", k), v)));
+    let mut out = String::new();
+    if encode(&mut out, &reg).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// Serve `/metrics` until shutdown.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = crate::server::stopped(&mut stop) => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(TIMEOUT, handle(stream, shared)).await;
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+/// The response for a request head: (status line, content type, body).
+fn route(head: &[u8]) -> (&'static str, &'static str, bool) {
+    let line = head.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    match (method, path) {
+        (b"GET", b"/metrics") => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", true),
+        (b"GET", _) => ("404 Not Found", "text/plain", false),
+        _ => ("405 Method Not Allowed", "text/plain", false),
+    }
+}
+
+async fn handle(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_HEAD {
+            break;
+        }
+    }
+    let (status, ctype, ok) = route(&head);
+    let body = if ok {
+        let snap = tokio::task::spawn_blocking(move || shared.snapshot()).await.map_err(std::io::Error::other)?;
+        render(&snap)
+    } else {
+        format!("{status}\n")
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(resp.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{Stats, ZoneInfo};
+    use xdns_zone::{Outcome, Transport};
+
+    #[test]
+    fn renders_counters() {
+        let stats = Stats::new();
+        let sh = stats.shard();
+        sh.record(Transport::Udp, Outcome::Answered { rcode: 3, qtype: 28, truncated: false });
+        sh.record(Transport::Tcp, Outcome::Answered { rcode: 0, qtype: 1, truncated: false });
+        let mut s = stats.snapshot();
+        s.zones.push(ZoneInfo { name: "example.com.".into(), serial: 42, records: 5 });
+        let text = render(&s);
+        for want in [
+            "xdns_queries_total{proto=\"udp\",qtype=\"AAAA\"} 1",
+            "xdns_queries_total{proto=\"tcp\",qtype=\"A\"} 1",
+            "xdns_responses_total{rcode=\"NXDOMAIN\"} 1",
+            "xdns_received_total{proto=\"udp\"} 1",
+            "xdns_dropped_total{reason=\"malformed\"} 0",
+            "xdns_zone_serial{zone=\"example.com.\"} 42",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn routes() {
+        let table: [(&[u8], &str); 5] = [
+            (b"GET /metrics HTTP/1.1\r\n\r\n", "200 OK"),
+            (b"GET /metrics?x=1 HTTP/1.1\r\n\r\n", "200 OK"),
+            (b"GET / HTTP/1.1\r\n\r\n", "404 Not Found"),
+            (b"POST /metrics HTTP/1.1\r\n\r\n", "405 Method Not Allowed"),
+            (b"", "405 Method Not Allowed"),
+        ];
+        for (head, status) in table {
+            assert_eq!(route(head).0, status, "{}", String::from_utf8_lossy(head));
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Loading the served state: every zone of a configuration, aside from what is being served.
+//!
+//! [`build`] loads each configured zone; a zone that fails keeps its previous version (when
+//! there is one) so a broken edit never takes a zone offline. The result is a new [`Served`]
+//! that the server swaps in atomically. A loader panic is caught and reported as an error of
+//! that zone, so a bug in one zone file's handling cannot stop the server.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use xdns_zone::{load_zone, LoadError, RespondConfig, Zone, ZoneSet, ZoneSource};
+
+use crate::config::Config;
+use crate::stats::ZoneInfo;
+
+/// One zone being served, with where it came from.
+#[derive(Clone, Debug)]
+pub struct LoadedZone {
+    /// Name and file from the configuration.
+    pub source: ZoneSource,
+    /// The zone data.
+    pub zone: Arc<Zone>,
+}
+
+/// Everything a query needs, swapped as one unit on reload.
+#[derive(Debug, Default)]
+pub struct Served {
+    /// The zones answered from.
+    pub zones: Arc<ZoneSet>,
+    /// The zones in configuration order, for logs and stats.
+    pub loaded: Vec<LoadedZone>,
+    /// Answer settings.
+    pub respond: RespondConfig,
+}
+
+impl Served {
+    /// Name, serial and record count of every zone served.
+    pub fn zone_infos(&self) -> Vec<ZoneInfo> {
+        self.loaded.iter().map(|l| zone_info(&l.source.name, &l.zone)).collect()
+    }
+}
+
+/// What [`build`] did.
+#[derive(Debug, Default)]
+pub struct BuildReport {
+    /// Zones freshly loaded.
+    pub loaded: usize,
+    /// Every error, from every zone that failed.
+    pub errors: Vec<LoadError>,
+    /// Names of the zones that failed and kept serving their previous version.
+    pub kept_old: Vec<String>,
+    /// Names of the zones that failed and are not served at all.
+    pub missing: Vec<String>,
+}
+
+/// Number of records in a zone.
+pub fn record_count(zone: &Zone) -> u64 {
+    zone.nodes.values().flat_map(|n| n.rrsets.iter()).map(|r| r.rdata.len() as u64).sum()
+}
+
+/// Stats/summary view of one zone.
+pub fn zone_info(name: &str, zone: &Zone) -> ZoneInfo {
+    ZoneInfo { name: name.to_string(), serial: zone.serial, records: record_count(zone) }
+}
+
+/// Load one zone, turning a loader panic into an error.
+pub fn load_guarded(src: &ZoneSource) -> Result<Zone, Vec<LoadError>> {
+    let name = src.name.clone();
+    let progress = move |n: u64| tracing::info!(zone = %name, records = n, "loading");
+    match catch_unwind(AssertUnwindSafe(|| load_zone(src, Some(&progress)))) {
+        Ok(r) => r,
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            Err(vec![LoadError { file: src.file.clone(), line: None, reason: format!("zone loader failed: {what}") }])
+        }
+    }
+}
+
+/// Load every zone of `cfg` (blocking). A zone that fails keeps its version from `old`.
+pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
+    let mut report = BuildReport::default();
+    let mut loaded = Vec::with_capacity(cfg.zones.len());
+    for src in &cfg.zones {
+        match load_guarded(src) {
+            Ok(zone) => {
+                report.loaded += 1;
+                loaded.push(LoadedZone { source: src.clone(), zone: Arc::new(zone) });
+            }
+            Err(errs) => {
+                report.errors.extend(errs);
+                let prev = old.and_then(|o| o.loaded.iter().find(|l| l.source.name == src.name));
+                match prev {
+                    Some(p) => {
+                        report.kept_old.push(src.name.clone());
+                        loaded.push(LoadedZone { source: src.clone(), zone: p.zone.clone() });
+                    }
+                    None => report.missing.push(src.name.clone()),
+                }
+            }
+        }
+    }
+    let mut set = ZoneSet::default();
+    for l in &loaded {
+        set.zones.insert(l.zone.apex.clone(), l.zone.clone());
+    }
+    let served = Served {
+        zones: Arc::new(set),
+        loaded,
+        respond: RespondConfig { edns_payload: cfg.edns_payload },
+    };
+    (served, report)
+}
+
+/// Settings that only take effect after a restart, with the names of those that changed.
+pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if old.listen != new.listen {
+        v.push("listen");
+    }
+    if old.control != new.control {
+        v.push("control");
+    }
+    if old.metrics != new.metrics {
+        v.push("metrics");
+    }
+    if old.udp_workers != new.udp_workers {
+        v.push("udp_workers");
+    }
+    if old.tcp != new.tcp {
+        v.push("tcp");
+    }
+    if old.log != new.log {
+        v.push("log");
+    }
+    if old.xdp != new.xdp {
+        v.push("xdp");
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, Overrides};
+    use bytes::Bytes;
+    use xdns_zone::{Node, Rrset};
+
+    fn zone(serial: u32) -> Zone {
+        let mut nodes = hashbrown::HashMap::new();
+        let rr = |t, n: usize| Rrset { rtype: t, ttl: 60, rdata: (0..n).map(|i| Bytes::from(vec![i as u8])).collect() };
+        nodes.insert(b"\x01a\x00".to_vec().into_boxed_slice(), Node { rrsets: vec![rr(1, 2), rr(6, 1)] });
+        nodes.insert(b"\x01b\x01a\x00".to_vec().into_boxed_slice(), Node { rrsets: vec![rr(28, 3)] });
+        Zone { apex: b"\x01a\x00".to_vec().into_boxed_slice(), nodes, file: "a.zone".into(), serial }
+    }
+
+    #[test]
+    fn counts_records() {
+        let z = zone(9);
+        assert_eq!(record_count(&z), 6);
+        assert_eq!(zone_info("a.", &z), ZoneInfo { name: "a.".into(), serial: 9, records: 6 });
+    }
+
+    #[test]
+    fn failed_zone_keeps_old_version() {
+        let dir = std::env::temp_dir().join(format!("xdns-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.zone"), "this is not a zone file (((\n").unwrap();
+        let cfg = parse("[[zone]]\nname = \"a.\"\nfile = \"a.zone\"\n", &dir.join("x.toml"), &Overrides::default()).unwrap();
+        let old_zone = Arc::new(zone(41));
+        let old = Served {
+            zones: Arc::new(ZoneSet::default()),
+            loaded: vec![LoadedZone { source: cfg.zones[0].clone(), zone: old_zone.clone() }],
+            respond: RespondConfig::default(),
+        };
+        let (new, report) = build(&cfg, Some(&old));
+        assert_eq!(report.loaded, 0);
+        assert!(!report.errors.is_empty());
+        assert_eq!(report.kept_old, vec!["a.".to_string()]);
+        assert!(Arc::ptr_eq(&new.loaded[0].zone, &old_zone));
+        assert!(new.zones.find(b"\x01x\x01a\x00").is_some());
+
+        let (none, report) = build(&cfg, None);
+        assert!(none.loaded.is_empty());
+        assert_eq!(report.missing, vec!["a.".to_string()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn restart_needed_lists_changes() {
+        let p = std::path::Path::new("/tmp/x.toml");
+        let a = parse("listen = [\"127.0.0.1:53\"]\n", p, &Overrides::default()).unwrap();
+        let b = parse("listen = [\"127.0.0.1:54\"]\nedns_payload = 1400\n", p, &Overrides::default()).unwrap();
+        assert_eq!(restart_needed(&a, &b), vec!["listen"]);
+        assert!(restart_needed(&a, &a).is_empty());
+    }
+}

@@ -1,0 +1,223 @@
+//! DNS over TCP (RFC 7766) on tokio: 2-byte length framing, pipelining, idle timeout and a
+//! connection limit.
+//!
+//! Each connection has a reader and a writer. The reader reads framed queries and answers each
+//! as soon as it is read; answers go to the writer through a channel of `max_pipelined` slots,
+//! so a client that sends many queries without reading answers stalls its own reader rather
+//! than growing memory. The writer batches whatever answers are ready into one flush.
+//! A connection with no complete query for `idle_timeout_ms` is closed; so is one whose
+//! answers cannot be written for as long. Answers are never truncated on TCP. Beyond
+//! `max_connections` open connections, new ones are closed as soon as they are accepted.
+//! On shutdown, the listener stops, every reader stops reading, pending answers are written
+//! and the connections close.
+
+use std::io;
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+use xdns_zone::{respond, Outcome, Transport};
+
+use super::{stopped, Shared};
+use crate::config::TcpConfig;
+use crate::stats::{DropKind, Shard};
+
+/// How long shutdown waits for open connections to finish their pending answers.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Create a listening TCP socket (blocking std socket, to be handed to tokio).
+pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(1024)?;
+    Ok(sock.into())
+}
+
+/// Accept and serve connections on `listener` until shutdown, then drain.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    cfg: TcpConfig,
+    limit: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let shard = shared.stats.shard();
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut shutdown) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            r = listener.accept() => match r {
+                Ok((stream, _peer)) => {
+                    let Ok(permit) = limit.clone().try_acquire_owned() else {
+                        shared.stats.tcp_refused.fetch_add(1, Relaxed);
+                        drop(stream);
+                        continue;
+                    };
+                    shared.stats.tcp_accepted.fetch_add(1, Relaxed);
+                    shared.stats.tcp_open.fetch_add(1, Relaxed);
+                    let shared = shared.clone();
+                    let shard = shard.clone();
+                    let cfg = cfg.clone();
+                    let shutdown = shutdown.clone();
+                    conns.spawn(async move {
+                        connection(stream, &shared, &shard, &cfg, shutdown).await;
+                        shared.stats.tcp_open.fetch_sub(1, Relaxed);
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    // Out of descriptors and similar: back off instead of spinning.
+                    tracing::warn!(error = %e, "TCP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await.is_err() {
+        conns.abort_all();
+    }
+}
+
+/// Serve one connection until the client closes it, it idles out, or shutdown.
+async fn connection(stream: TcpStream, shared: &Shared, shard: &Shard, cfg: &TcpConfig, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let idle = Duration::from_millis(cfg.idle_timeout_ms);
+    let (mut rd, wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(cfg.max_pipelined.max(1));
+    let writer = async move {
+        let mut w = BufWriter::new(wr);
+        'outer: while let Some(ans) = rx.recv().await {
+            let mut next = Some(ans);
+            while let Some(a) = next.take() {
+                let frame = async {
+                    w.write_all(&(a.len() as u16).to_be_bytes()).await?;
+                    w.write_all(&a).await
+                };
+                if !matches!(tokio::time::timeout(idle, frame).await, Ok(Ok(()))) {
+                    break 'outer;
+                }
+                next = rx.try_recv().ok();
+            }
+            if !matches!(tokio::time::timeout(idle, w.flush()).await, Ok(Ok(()))) {
+                break;
+            }
+        }
+        let _ = tokio::time::timeout(idle, w.shutdown()).await;
+    };
+    let reader = async move {
+        let mut query = Vec::new();
+        loop {
+            let len = tokio::select! {
+                _ = stopped(&mut shutdown) => break,
+                r = tokio::time::timeout(idle, rd.read_u16()) => match r {
+                    Ok(Ok(l)) => l as usize,
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
+                        break;
+                    }
+                },
+            };
+            query.resize(len, 0);
+            match tokio::time::timeout(idle, rd.read_exact(&mut query)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
+                    break;
+                }
+            }
+            let mut answer = Vec::new();
+            let served = shared.served.load();
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                respond(&served.zones, &query, Transport::Tcp, &served.respond, &mut answer)
+            }));
+            drop(served);
+            match result {
+                Ok(outcome) => {
+                    shard.record(Transport::Tcp, outcome);
+                    if !matches!(outcome, Outcome::Answered { .. }) || answer.is_empty() {
+                        continue;
+                    }
+                    if answer.len() > usize::from(u16::MAX) {
+                        shard.drop(DropKind::TooLarge);
+                        continue;
+                    }
+                    if tx.send(answer).await.is_err() {
+                        break;
+                    }
+                }
+                Err(_) => shard.record_dropped(Transport::Tcp, DropKind::Internal),
+            }
+        }
+        // Dropping `tx` lets the writer finish the pending answers and close.
+    };
+    tokio::join!(reader, writer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn refuses_beyond_limit_and_drains_on_shutdown() {
+        let std_listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        let listener = TcpListener::from_std(std_listener).unwrap();
+        let shared = Arc::new(Shared::new(Default::default()));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let limit = Arc::new(Semaphore::new(1));
+        let cfg = TcpConfig { idle_timeout_ms: 60_000, max_connections: 1, max_pipelined: 4 };
+        let task = tokio::spawn(serve(listener, shared.clone(), cfg, limit, stop_rx));
+
+        let _first = TcpStream::connect(addr).await.unwrap();
+        // Wait until the server has accepted the first connection.
+        for _ in 0..100 {
+            if shared.stats.tcp_open.load(Relaxed) == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf)).await.unwrap().unwrap_or(0);
+        assert_eq!(n, 0, "the connection over the limit must be closed");
+        assert_eq!(shared.stats.tcp_refused.load(Relaxed), 1);
+
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+        assert_eq!(shared.stats.tcp_open.load(Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn idle_connection_is_closed() {
+        let std_listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        let listener = TcpListener::from_std(std_listener).unwrap();
+        let shared = Arc::new(Shared::new(Default::default()));
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let cfg = TcpConfig { idle_timeout_ms: 100, max_connections: 4, max_pipelined: 4 };
+        tokio::spawn(serve(listener, shared.clone(), cfg, Arc::new(Semaphore::new(4)), stop_rx));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 1];
+        let t0 = std::time::Instant::now();
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await.unwrap().unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(t0.elapsed() >= Duration::from_millis(90));
+        assert_eq!(shared.stats.tcp_idle_closed.load(Relaxed), 1);
+    }
+}

@@ -1,0 +1,354 @@
+//! The UDP path: one `SO_REUSEPORT` socket per worker per listen address, each drained by its
+//! own OS thread in a blocking `recvmmsg`/`sendmmsg` loop.
+//!
+//! No allocation and no lock per packet: receive and response buffers are allocated once per
+//! thread, the served state is loaded once per batch (an `arc-swap` guard), and counters go to
+//! the thread's own [`Shard`]. A read timeout on the socket lets the loop notice shutdown.
+//!
+//! Wildcard listen addresses (`0.0.0.0`, `::`) get `IP_PKTINFO` / `IPV6_RECVPKTINFO`, and each
+//! answer is sent from the address the query was sent to (a multi-homed host would otherwise
+//! answer from whatever address the routing table picks, which clients drop). Specific
+//! addresses need none of this and skip the control messages entirely.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use xdns_zone::{respond, Outcome, Transport};
+
+use super::Shared;
+use crate::stats::{DropKind, Shard};
+
+/// Messages per `recvmmsg`/`sendmmsg` call.
+const BATCH: usize = 32;
+/// Largest query accepted; longer datagrams arrive with MSG_TRUNC and are dropped.
+const RX_SIZE: usize = 4096;
+/// Control buffer per message, in u64 words (aligned for `cmsghdr`).
+const CTRL_WORDS: usize = 8;
+/// How often a worker idle in `recvmmsg` checks for shutdown.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Create and bind one worker socket for `addr`.
+pub fn bind(addr: SocketAddr) -> io::Result<Socket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    sock.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    // Best effort: a larger buffer absorbs bursts; the kernel caps it at rmem_max.
+    let _ = sock.set_recv_buffer_size(4 << 20);
+    let _ = sock.set_send_buffer_size(4 << 20);
+    sock.set_read_timeout(Some(POLL))?;
+    if addr.ip().is_unspecified() {
+        set_pktinfo(&sock, addr.is_ipv6())?;
+    }
+    sock.bind(&addr.into())?;
+    Ok(sock)
+}
+
+fn set_pktinfo(sock: &Socket, v6: bool) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    let (level, opt) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    // SAFETY: valid fd, pointer to a c_int that outlives the call, correct length.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            &one as *const libc::c_int as *const libc::c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Start a worker thread serving `sock`.
+pub fn spawn(sock: Socket, wildcard: bool, shared: Arc<Shared>, name: String) -> io::Result<JoinHandle<()>> {
+    let shard = shared.stats.shard();
+    std::thread::Builder::new().name(name).spawn(move || {
+        let mut w = Worker::new(wildcard);
+        w.run(&sock, &shared, &shard);
+    })
+}
+
+/// Where an answer must come from, taken from the query's control message.
+#[derive(Clone, Copy)]
+enum Pktinfo {
+    None,
+    V4(libc::in_pktinfo),
+    V6(libc::in6_pktinfo),
+}
+
+/// Per-thread buffers. The `mmsghdr` pointers are rebuilt before each call, so the struct may
+/// move freely between calls.
+struct Worker {
+    wildcard: bool,
+    rx: Vec<u8>,
+    names: Vec<libc::sockaddr_storage>,
+    rx_ctrl: Vec<[u64; CTRL_WORDS]>,
+    rx_iov: Vec<libc::iovec>,
+    rx_hdr: Vec<libc::mmsghdr>,
+    tx: Vec<Vec<u8>>,
+    /// For each answer slot, the query slot whose address it goes to, and its pktinfo.
+    tx_to: Vec<(usize, Pktinfo)>,
+    tx_ctrl: Vec<[u64; CTRL_WORDS]>,
+    tx_iov: Vec<libc::iovec>,
+    tx_hdr: Vec<libc::mmsghdr>,
+}
+
+impl Worker {
+    fn new(wildcard: bool) -> Self {
+        // SAFETY: these libc structs are plain data for which all-zero bytes are valid.
+        let (ss, iov, hdr) = unsafe { (zeroed::<libc::sockaddr_storage>(), zeroed::<libc::iovec>(), zeroed::<libc::mmsghdr>()) };
+        Self {
+            wildcard,
+            rx: vec![0; BATCH * RX_SIZE],
+            names: vec![ss; BATCH],
+            rx_ctrl: vec![[0; CTRL_WORDS]; BATCH],
+            rx_iov: vec![iov; BATCH],
+            rx_hdr: vec![hdr; BATCH],
+            tx: (0..BATCH).map(|_| Vec::with_capacity(RX_SIZE)).collect(),
+            tx_to: vec![(0, Pktinfo::None); BATCH],
+            tx_ctrl: vec![[0; CTRL_WORDS]; BATCH],
+            tx_iov: vec![iov; BATCH],
+            tx_hdr: vec![hdr; BATCH],
+        }
+    }
+
+    fn run(&mut self, sock: &Socket, shared: &Shared, shard: &Shard) {
+        let fd = sock.as_raw_fd();
+        while !shared.shutdown.load(Ordering::Relaxed) {
+            let n = match self.recv(fd) {
+                Ok(n) => n,
+                Err(e) => {
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {}
+                        _ => {
+                            tracing::warn!(error = %e, "UDP receive failed");
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                    continue;
+                }
+            };
+            let answers = self.answer(n, shared, shard);
+            self.send(fd, answers, shard);
+        }
+    }
+
+    fn recv(&mut self, fd: i32) -> io::Result<usize> {
+        for i in 0..BATCH {
+            self.rx_iov[i] = libc::iovec {
+                // SAFETY: i * RX_SIZE < rx.len(); the slice lives as long as self.
+                iov_base: unsafe { self.rx.as_mut_ptr().add(i * RX_SIZE) } as *mut libc::c_void,
+                iov_len: RX_SIZE,
+            };
+            let h = &mut self.rx_hdr[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut self.rx_iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+            if self.wildcard {
+                h.msg_hdr.msg_control = self.rx_ctrl[i].as_mut_ptr() as *mut libc::c_void;
+                h.msg_hdr.msg_controllen = CTRL_WORDS * 8;
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
+            h.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: every header points into buffers owned by self that outlive the call;
+        // vlen matches the array length.
+        let r = unsafe {
+            libc::recvmmsg(fd, self.rx_hdr.as_mut_ptr(), BATCH as libc::c_uint, libc::MSG_WAITFORONE, std::ptr::null_mut())
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((r as usize).min(BATCH))
+    }
+
+    /// Answer the `n` received messages; returns how many answers are ready in `tx`.
+    fn answer(&mut self, n: usize, shared: &Shared, shard: &Shard) -> usize {
+        let served = shared.served.load();
+        let mut out = 0;
+        for i in 0..n {
+            let hdr = &self.rx_hdr[i];
+            let len = (hdr.msg_len as usize).min(RX_SIZE);
+            if hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                shard.record_dropped(Transport::Udp, DropKind::Malformed);
+                continue;
+            }
+            let pktinfo = if self.wildcard { read_pktinfo(&hdr.msg_hdr) } else { Pktinfo::None };
+            let query = &self.rx[i * RX_SIZE..i * RX_SIZE + len];
+            let buf = &mut self.tx[out];
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                respond(&served.zones, query, Transport::Udp, &served.respond, buf)
+            }));
+            match result {
+                Ok(outcome) => {
+                    shard.record(Transport::Udp, outcome);
+                    if matches!(outcome, Outcome::Answered { .. }) && !buf.is_empty() {
+                        self.tx_to[out] = (i, pktinfo);
+                        out += 1;
+                    }
+                }
+                Err(_) => {
+                    buf.clear();
+                    shard.record_dropped(Transport::Udp, DropKind::Internal);
+                }
+            }
+        }
+        out
+    }
+
+    fn send(&mut self, fd: i32, count: usize, shard: &Shard) {
+        for j in 0..count {
+            let (i, pktinfo) = self.tx_to[j];
+            self.tx_iov[j] = libc::iovec { iov_base: self.tx[j].as_mut_ptr() as *mut libc::c_void, iov_len: self.tx[j].len() };
+            let h = &mut self.tx_hdr[j];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = self.rx_hdr[i].msg_hdr.msg_namelen;
+            h.msg_hdr.msg_iov = &mut self.tx_iov[j];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_flags = 0;
+            let clen = write_pktinfo(&mut self.tx_ctrl[j], pktinfo);
+            if clen > 0 {
+                h.msg_hdr.msg_control = self.tx_ctrl[j].as_mut_ptr() as *mut libc::c_void;
+                h.msg_hdr.msg_controllen = clen;
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
+        }
+        let mut sent = 0;
+        while sent < count {
+            // SAFETY: headers [sent, count) point into buffers owned by self.
+            let r = unsafe {
+                libc::sendmmsg(fd, self.tx_hdr.as_mut_ptr().add(sent), (count - sent) as libc::c_uint, 0)
+            };
+            if r > 0 {
+                sent += r as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // The message at `sent` failed (unreachable peer, buffer full): skip it.
+            shard.drop(DropKind::SendFailed);
+            sent += 1;
+        }
+    }
+}
+
+fn read_pktinfo(msg: &libc::msghdr) -> Pktinfo {
+    // SAFETY: msg was filled by recvmmsg; the CMSG macros stay within msg_controllen, and
+    // the data is read unaligned into plain-data structs.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in_pktinfo);
+                return Pktinfo::V4(p);
+            }
+            if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
+                return Pktinfo::V6(p);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    Pktinfo::None
+}
+
+/// Write the source-address control message for `p` into `buf`; returns its length (0 = none).
+fn write_pktinfo(buf: &mut [u64; CTRL_WORDS], p: Pktinfo) -> usize {
+    let (level, ty, data_len) = match p {
+        Pktinfo::None => return 0,
+        Pktinfo::V4(_) => (libc::IPPROTO_IP, libc::IP_PKTINFO, size_of::<libc::in_pktinfo>()),
+        Pktinfo::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, size_of::<libc::in6_pktinfo>()),
+    };
+    // SAFETY: CMSG_SPACE of these small structs is well under the buffer size (64 bytes);
+    // the header is written at the aligned start and the data just after it.
+    unsafe {
+        let space = libc::CMSG_SPACE(data_len as u32) as usize;
+        if space > CTRL_WORDS * 8 {
+            return 0;
+        }
+        let mut msg: libc::msghdr = zeroed();
+        msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() {
+            return 0;
+        }
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as usize;
+        let d = libc::CMSG_DATA(c);
+        match p {
+            Pktinfo::V4(mut i) => {
+                // Answer from the address the query was sent to.
+                i.ipi_spec_dst = i.ipi_addr;
+                std::ptr::write_unaligned(d as *mut libc::in_pktinfo, i);
+            }
+            Pktinfo::V6(i) => std::ptr::write_unaligned(d as *mut libc::in6_pktinfo, i),
+            Pktinfo::None => {}
+        }
+        space
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pktinfo_round_trip() {
+        // SAFETY: plain-data structs, zero is valid.
+        let mut v4: libc::in_pktinfo = unsafe { zeroed() };
+        v4.ipi_ifindex = 3;
+        v4.ipi_addr.s_addr = u32::from_ne_bytes([198, 18, 0, 5]);
+        let mut buf = [0u64; CTRL_WORDS];
+        let len = write_pktinfo(&mut buf, Pktinfo::V4(v4));
+        assert!(len > 0 && len <= CTRL_WORDS * 8);
+        // SAFETY: as above.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = len;
+        match read_pktinfo(&msg) {
+            Pktinfo::V4(p) => {
+                assert_eq!(p.ipi_ifindex, 3);
+                assert_eq!(p.ipi_spec_dst.s_addr, v4.ipi_addr.s_addr);
+            }
+            _ => panic!("no IPv4 pktinfo read back"),
+        }
+        assert_eq!(write_pktinfo(&mut buf, Pktinfo::None), 0);
+    }
+
+    #[test]
+    fn binds_reuseport_twice() {
+        let a = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = a.local_addr().unwrap().as_socket().unwrap().port();
+        let b = bind(SocketAddr::from(([127, 0, 0, 1], port)));
+        assert!(b.is_ok(), "second SO_REUSEPORT socket on the same port must bind");
+    }
+}

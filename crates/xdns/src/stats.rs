@@ -1,0 +1,430 @@
+//! Server counters: sharded atomics written without locks on the query path, summed on demand
+//! into a [`Snapshot`] that `xdns stats` prints and `/metrics` exports.
+//!
+//! Each UDP worker thread owns a [`Shard`]; TCP shares one. A shard counts queries by transport,
+//! answers by QTYPE (all 65,536 values) and by 12-bit RCODE, truncated answers and drops by
+//! reason. Counters that change rarely (TCP connections, reloads) live in [`Stats`] itself.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use xdns_zone::{DropReason, Outcome, Transport};
+
+/// Why a received message got no response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropKind {
+    /// Not a parsable DNS query (from the engine), or a truncated datagram.
+    Malformed = 0,
+    /// QR=1: a response sent to us.
+    Response = 1,
+    /// The answer could not be sent (socket error).
+    SendFailed = 2,
+    /// The engine failed unexpectedly on this message (a bug; the server keeps running).
+    Internal = 3,
+    /// A TCP answer longer than 65,535 bytes cannot be framed.
+    TooLarge = 4,
+}
+
+impl DropKind {
+    /// Every reason, in counter order.
+    pub const ALL: [DropKind; 5] = [DropKind::Malformed, DropKind::Response, DropKind::SendFailed, DropKind::Internal, DropKind::TooLarge];
+
+    /// Stable name used in JSON and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropKind::Malformed => "malformed",
+            DropKind::Response => "response",
+            DropKind::SendFailed => "send_failed",
+            DropKind::Internal => "internal",
+            DropKind::TooLarge => "too_large",
+        }
+    }
+}
+
+impl From<DropReason> for DropKind {
+    fn from(r: DropReason) -> Self {
+        match r {
+            DropReason::Malformed => DropKind::Malformed,
+            DropReason::Response => DropKind::Response,
+        }
+    }
+}
+
+const N_QTYPE: usize = 1 << 16;
+const N_RCODE: usize = 1 << 12;
+
+/// Counters written by one thread (or by the TCP tasks together).
+pub struct Shard {
+    queries: [AtomicU64; 2],
+    truncated: AtomicU64,
+    dropped: [AtomicU64; DropKind::ALL.len()],
+    qtype: Box<[AtomicU64]>,
+    rcode: Box<[AtomicU64]>,
+}
+
+fn zeroed(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+impl Shard {
+    fn new() -> Self {
+        Self {
+            queries: Default::default(),
+            truncated: AtomicU64::new(0),
+            dropped: Default::default(),
+            qtype: zeroed(2 * N_QTYPE),
+            rcode: zeroed(N_RCODE),
+        }
+    }
+
+    /// Count one received message and what became of it.
+    #[inline]
+    pub fn record(&self, transport: Transport, outcome: Outcome) {
+        let t = match transport {
+            Transport::Udp => 0,
+            Transport::Tcp => 1,
+        };
+        self.queries[t].fetch_add(1, Relaxed);
+        match outcome {
+            Outcome::Answered { rcode, qtype, truncated } => {
+                if let Some(c) = self.qtype.get(t * N_QTYPE + usize::from(qtype)) {
+                    c.fetch_add(1, Relaxed);
+                }
+                if let Some(c) = self.rcode.get(usize::from(rcode)) {
+                    c.fetch_add(1, Relaxed);
+                }
+                if truncated {
+                    self.truncated.fetch_add(1, Relaxed);
+                }
+            }
+            Outcome::Dropped(r) => self.drop(r.into()),
+        }
+    }
+
+    /// Count one dropped message (or answer that could not be sent).
+    #[inline]
+    pub fn drop(&self, reason: DropKind) {
+        self.dropped[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Count a message that failed before the engine saw it (it still counts as a query).
+    #[inline]
+    pub fn record_dropped(&self, transport: Transport, reason: DropKind) {
+        let t = usize::from(transport == Transport::Tcp);
+        self.queries[t].fetch_add(1, Relaxed);
+        self.drop(reason);
+    }
+}
+
+/// All counters of the server.
+pub struct Stats {
+    started: Instant,
+    shards: Mutex<Vec<Arc<Shard>>>,
+    /// TCP connections accepted.
+    pub tcp_accepted: AtomicU64,
+    /// TCP connections closed at once because `max_connections` were open.
+    pub tcp_refused: AtomicU64,
+    /// TCP connections closed by the idle timeout.
+    pub tcp_idle_closed: AtomicU64,
+    /// TCP connections open now.
+    pub tcp_open: AtomicU64,
+    /// Reloads attempted (SIGHUP or control socket).
+    pub reloads: AtomicU64,
+    /// Reloads with at least one error (configuration or zone).
+    pub reload_failures: AtomicU64,
+    /// Zones successfully loaded by reloads.
+    pub zone_loads: AtomicU64,
+    /// Zones that failed to load on reload (the old version kept serving).
+    pub zone_load_failures: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stats {
+    /// Fresh counters; uptime starts now.
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            shards: Mutex::new(Vec::new()),
+            tcp_accepted: AtomicU64::new(0),
+            tcp_refused: AtomicU64::new(0),
+            tcp_idle_closed: AtomicU64::new(0),
+            tcp_open: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+            zone_loads: AtomicU64::new(0),
+            zone_load_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// A new shard for one writer; it stays counted after the writer ends.
+    pub fn shard(&self) -> Arc<Shard> {
+        let s = Arc::new(Shard::new());
+        self.shards.lock().unwrap_or_else(|e| e.into_inner()).push(s.clone());
+        s
+    }
+
+    /// Sum every shard. `zones` and `xdp` are filled in by the caller.
+    pub fn snapshot(&self) -> Snapshot {
+        let shards = self.shards.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut snap = Snapshot { uptime_seconds: self.started.elapsed().as_secs(), ..Default::default() };
+        let mut qtype = vec![0u64; 2 * N_QTYPE];
+        let mut rcode = vec![0u64; N_RCODE];
+        let mut dropped = [0u64; DropKind::ALL.len()];
+        let (mut udp, mut tcp) = (0, 0);
+        for s in &shards {
+            udp += s.queries[0].load(Relaxed);
+            tcp += s.queries[1].load(Relaxed);
+            snap.truncated += s.truncated.load(Relaxed);
+            for (d, c) in dropped.iter_mut().zip(s.dropped.iter()) {
+                *d += c.load(Relaxed);
+            }
+            for (d, c) in qtype.iter_mut().zip(s.qtype.iter()) {
+                *d += c.load(Relaxed);
+            }
+            for (d, c) in rcode.iter_mut().zip(s.rcode.iter()) {
+                *d += c.load(Relaxed);
+            }
+        }
+        snap.queries.insert("udp".into(), udp);
+        snap.queries.insert("tcp".into(), tcp);
+        for (i, &n) in qtype.iter().enumerate() {
+            if n > 0 {
+                let name = qtype_name((i % N_QTYPE) as u16);
+                let proto = if i < N_QTYPE { "udp" } else { "tcp" };
+                *snap.qtypes.entry(name.clone()).or_insert(0) += n;
+                *snap.qtypes_by_proto.entry(proto.into()).or_default().entry(name).or_insert(0) += n;
+            }
+        }
+        for (r, &n) in rcode.iter().enumerate() {
+            if n > 0 {
+                snap.rcodes.insert(rcode_name(r as u16), n);
+            }
+        }
+        for (d, n) in DropKind::ALL.iter().zip(dropped) {
+            snap.dropped.insert(d.name().into(), n);
+        }
+        snap.tcp = TcpSnapshot {
+            accepted: self.tcp_accepted.load(Relaxed),
+            refused: self.tcp_refused.load(Relaxed),
+            idle_closed: self.tcp_idle_closed.load(Relaxed),
+            open: self.tcp_open.load(Relaxed),
+        };
+        snap.reloads = ReloadSnapshot {
+            total: self.reloads.load(Relaxed),
+            failed: self.reload_failures.load(Relaxed),
+            zones_loaded: self.zone_loads.load(Relaxed),
+            zones_failed: self.zone_load_failures.load(Relaxed),
+        };
+        snap
+    }
+}
+
+/// Mnemonic of a QTYPE (`A`, `AAAA`, …, `TYPE65400` when unassigned).
+pub fn qtype_name(t: u16) -> String {
+    domain::base::iana::Rtype::from_int(t).to_string()
+}
+
+/// Mnemonic of a 12-bit RCODE (`NOERROR`, …, `BADVERS`, else `RCODE<n>`).
+pub fn rcode_name(r: u16) -> String {
+    let s = match r {
+        0 => "NOERROR",
+        1 => "FORMERR",
+        2 => "SERVFAIL",
+        3 => "NXDOMAIN",
+        4 => "NOTIMP",
+        5 => "REFUSED",
+        6 => "YXDOMAIN",
+        7 => "YXRRSET",
+        8 => "NXRRSET",
+        9 => "NOTAUTH",
+        10 => "NOTZONE",
+        11 => "DSOTYPENI",
+        16 => "BADVERS",
+        23 => "BADCOOKIE",
+        _ => return format!("RCODE{r}"),
+    };
+    s.to_string()
+}
+
+/// TCP connection counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpSnapshot {
+    /// Connections accepted and served.
+    pub accepted: u64,
+    /// Connections closed at once (over `max_connections`).
+    pub refused: u64,
+    /// Connections closed by the idle timeout.
+    pub idle_closed: u64,
+    /// Connections open now.
+    pub open: u64,
+}
+
+/// Reload counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadSnapshot {
+    /// Reloads attempted.
+    pub total: u64,
+    /// Reloads with at least one error.
+    pub failed: u64,
+    /// Zones loaded by reloads.
+    pub zones_loaded: u64,
+    /// Zones that failed on reload (old version kept).
+    pub zones_failed: u64,
+}
+
+/// One served zone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneInfo {
+    /// Apex in presentation form.
+    pub name: String,
+    /// SOA serial.
+    pub serial: u32,
+    /// Number of records.
+    pub records: u64,
+}
+
+/// Everything `xdns stats --json` prints: a stable JSON object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// Seconds since the server started.
+    pub uptime_seconds: u64,
+    /// Messages received, by transport: `{"udp": n, "tcp": n}`.
+    pub queries: BTreeMap<String, u64>,
+    /// Answers by QTYPE mnemonic.
+    pub qtypes: BTreeMap<String, u64>,
+    /// Answers by transport, then QTYPE mnemonic: `{"udp": {"A": n}, "tcp": {}}`.
+    pub qtypes_by_proto: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Answers by RCODE mnemonic.
+    pub rcodes: BTreeMap<String, u64>,
+    /// UDP answers sent with TC=1.
+    pub truncated: u64,
+    /// Messages not answered, by reason (every reason always present).
+    pub dropped: BTreeMap<String, u64>,
+    /// TCP connection counters.
+    pub tcp: TcpSnapshot,
+    /// Reload counters.
+    pub reloads: ReloadSnapshot,
+    /// Zones served now.
+    pub zones: Vec<ZoneInfo>,
+    /// XDP fast path counters (empty when XDP is off).
+    pub xdp: BTreeMap<String, u64>,
+}
+
+impl Snapshot {
+    /// The human-readable table printed by `xdns stats`.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let mut row = |k: &str, v: &dyn std::fmt::Display| {
+            let _ = writeln!(s, "{k:<32} {v}");
+        };
+        row("uptime_seconds", &self.uptime_seconds);
+        for (k, v) in &self.queries {
+            row(&format!("queries.{k}"), v);
+        }
+        for (k, v) in &self.qtypes {
+            row(&format!("qtype.{k}"), v);
+        }
+        for (k, v) in &self.rcodes {
+            row(&format!("rcode.{k}"), v);
+        }
+        row("truncated", &self.truncated);
+        for (k, v) in &self.dropped {
+            row(&format!("dropped.{k}"), v);
+        }
+        row("tcp.accepted", &self.tcp.accepted);
+        row("tcp.refused", &self.tcp.refused);
+        row("tcp.idle_closed", &self.tcp.idle_closed);
+        row("tcp.open", &self.tcp.open);
+        row("reloads.total", &self.reloads.total);
+        row("reloads.failed", &self.reloads.failed);
+        row("reloads.zones_loaded", &self.reloads.zones_loaded);
+        row("reloads.zones_failed", &self.reloads.zones_failed);
+        for z in &self.zones {
+            row(&format!("zone.{}", z.name), &format!("serial {} records {}", z.serial, z.records));
+        }
+        for (k, v) in &self.xdp {
+            row(&format!("xdp.{k}"), v);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let q = [(1, "A"), (28, "AAAA"), (255, "ANY"), (65400, "TYPE65400"), (0, "TYPE0")];
+        for (t, n) in q {
+            assert_eq!(qtype_name(t), n);
+        }
+        let r = [(0, "NOERROR"), (3, "NXDOMAIN"), (5, "REFUSED"), (16, "BADVERS"), (12, "RCODE12")];
+        for (c, n) in r {
+            assert_eq!(rcode_name(c), n);
+        }
+    }
+
+    #[test]
+    fn shards_sum() {
+        let stats = Stats::new();
+        let a = stats.shard();
+        let b = stats.shard();
+        a.record(Transport::Udp, Outcome::Answered { rcode: 0, qtype: 1, truncated: false });
+        a.record(Transport::Udp, Outcome::Answered { rcode: 3, qtype: 28, truncated: true });
+        b.record(Transport::Tcp, Outcome::Answered { rcode: 16, qtype: 1, truncated: false });
+        b.record(Transport::Udp, Outcome::Dropped(DropReason::Response));
+        b.record_dropped(Transport::Udp, DropKind::Malformed);
+        b.record(Transport::Udp, Outcome::Answered { rcode: 4095, qtype: 65535, truncated: false });
+        stats.tcp_accepted.fetch_add(2, Relaxed);
+        let s = stats.snapshot();
+        assert_eq!(s.queries["udp"], 5);
+        assert_eq!(s.queries["tcp"], 1);
+        assert_eq!(s.qtypes["A"], 2);
+        assert_eq!(s.qtypes["AAAA"], 1);
+        assert_eq!(s.qtypes["TYPE65535"], 1);
+        assert_eq!(s.qtypes_by_proto["udp"]["A"], 1);
+        assert_eq!(s.qtypes_by_proto["tcp"]["A"], 1);
+        assert_eq!(s.rcodes["NOERROR"], 1);
+        assert_eq!(s.rcodes["NXDOMAIN"], 1);
+        assert_eq!(s.rcodes["BADVERS"], 1);
+        assert_eq!(s.rcodes["RCODE4095"], 1);
+        assert_eq!(s.truncated, 1);
+        assert_eq!(s.dropped["response"], 1);
+        assert_eq!(s.dropped["malformed"], 1);
+        assert_eq!(s.dropped["send_failed"], 0);
+        assert_eq!(s.dropped.len(), DropKind::ALL.len());
+        assert_eq!(s.tcp.accepted, 2);
+    }
+
+    #[test]
+    fn json_round_trip_and_table() {
+        let stats = Stats::new();
+        stats.shard().record(Transport::Udp, Outcome::Answered { rcode: 0, qtype: 1, truncated: false });
+        let mut s = stats.snapshot();
+        s.zones.push(ZoneInfo { name: "example.com.".into(), serial: 7, records: 3 });
+        let json = serde_json::to_string(&s).unwrap();
+        let back: Snapshot = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for key in ["uptime_seconds", "queries", "qtypes", "qtypes_by_proto", "rcodes", "truncated", "dropped", "tcp", "reloads", "zones", "xdp"] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+        let t = s.to_table();
+        assert!(t.contains("qtype.A"), "{t}");
+        assert!(t.contains("zone.example.com.") && t.contains("serial 7"), "{t}");
+    }
+}
