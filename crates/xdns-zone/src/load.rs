@@ -1,6 +1,6 @@
 //! Loading RFC 1035 master files into a [`Zone`] (owner: loader).
 //!
-//! CONTRACT (filled in by the loader work):
+//! CONTRACT:
 //! - `load_zone(&ZoneSource, progress)` scans with `domain::zonefile::inplace::Zonefile`,
 //!   follows `$INCLUDE` (relative to the including file's directory), converts every record to
 //!   uncompressed wire RDATA, lowercases owners, builds `Zone::nodes` including empty
@@ -8,25 +8,68 @@
 //! - Errors are collected (not just the first), each naming file, line and reason;
 //!   `Display` is `FILE:LINE: reason`.
 //! - `progress` is called every 100,000 records with the count so far.
+//!
+//! How it works:
+//! - The origin comes from [`ZoneSource::name`]; records without a class are IN, any other
+//!   class is an error.
+//! - `domain` does not say on which line a record was, so a small pre-scanner ([`Spans`])
+//!   splits the original text into entries (honouring quotes, escapes, comments and
+//!   parentheses) and the n-th record `domain` returns is matched with the n-th record entry.
+//!   The same spans place `domain`'s own errors on the line of the failing entry and let the
+//!   scan restart after it, so one bad record does not hide the next one.
+//! - `$INCLUDE FILE [ORIGIN]`: FILE is relative to the including file's directory; without
+//!   ORIGIN the included file starts with the includer's current origin (RFC 1035 §5.1).
+//!   Include loops and nesting deeper than [`MAX_INCLUDE_DEPTH`] are errors.
+//! - RDATA is composed uncompressed by `domain` (names keep their case); RFC 3597 `\#` data is
+//!   kept as written, after checking that it parses for types `domain` knows.
+//! - One TTL per RRset (RFC 2181 §5.2): the smallest wins, with a warning. Duplicate records
+//!   are dropped (RFC 2181 §5).
+//! - RDATA bytes live in shared 64 KiB arenas, so a record costs no allocation of its own.
 
-use std::path::PathBuf;
+use std::collections::HashSet as StdHashSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
-use crate::tree::Zone;
+use bytes::{Bytes, BytesMut};
+use domain::base::iana::{Class, Rtype};
+use domain::base::name::{Name, ToName};
+use domain::base::rdata::ComposeRecordData;
+use domain::rdata::ZoneRecordData;
+use domain::zonefile::inplace::{Entry, Zonefile};
+use hashbrown::HashMap;
+
+use crate::tree::{NameKey, Node, Rrset, Zone};
+use crate::validate::{self, ZoneView};
+
+/// Deepest `$INCLUDE` nesting accepted.
+pub const MAX_INCLUDE_DEPTH: usize = 16;
+/// Errors collected before loading gives up.
+pub const MAX_ERRORS: usize = 100;
+/// Warnings kept (all are logged up to this count; the rest are counted).
+pub const MAX_WARNINGS: usize = 100;
+/// `progress` is called every this many records.
+pub const PROGRESS_EVERY: u64 = 100_000;
+
+const SOA: u16 = 6;
 
 /// Where a zone comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneSource {
     /// The apex in presentation form, e.g. `example.com.`
     pub name: String,
+    /// The master file.
     pub file: PathBuf,
 }
 
 /// A problem found while loading or validating a zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadError {
+    /// The file the problem is in (an included file for problems inside it).
     pub file: PathBuf,
     /// 1-based line, when the problem belongs to a line.
     pub line: Option<usize>,
+    /// What is wrong.
     pub reason: String,
 }
 
@@ -41,11 +84,928 @@ impl std::fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+/// A successfully loaded zone with the warnings found on the way.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The zone, ready for lookups.
+    pub zone: Zone,
+    /// Problems that did not stop the zone from loading (already logged through `tracing`).
+    pub warnings: Vec<LoadError>,
+    /// Number of records read (before duplicates were removed).
+    pub records: u64,
+}
+
 /// Load and validate one zone.
-pub fn load_zone(
+pub fn load_zone(src: &ZoneSource, progress: Option<&dyn Fn(u64)>) -> Result<Zone, Vec<LoadError>> {
+    load_zone_with_warnings(src, progress).map(|l| l.zone)
+}
+
+/// Load and validate one zone, also returning the warnings (for `xdns check`).
+pub fn load_zone_with_warnings(
     src: &ZoneSource,
     progress: Option<&dyn Fn(u64)>,
-) -> Result<Zone, Vec<LoadError>> {
-    let _ = (src, progress);
-    unimplemented!("loader")
+) -> Result<Loaded, Vec<LoadError>> {
+    let origin = match Name::<Bytes>::from_str(&src.name) {
+        Ok(n) => n,
+        Err(e) => {
+            return Err(vec![LoadError {
+                file: src.file.clone(),
+                line: None,
+                reason: format!("bad zone name {:?}: {e}", src.name),
+            }])
+        }
+    };
+    let mut b = Builder::new(name_key(&origin), src.file.clone(), progress);
+    let text = match std::fs::read(&src.file) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(vec![LoadError {
+                file: src.file.clone(),
+                line: None,
+                reason: format!("cannot read zone file: {e}"),
+            }])
+        }
+    };
+    let mut stack = Vec::new();
+    if let Ok(c) = std::fs::canonicalize(&src.file) {
+        stack.push(c);
+    }
+    b.scan_file(&src.file, &text, origin, 0, &mut stack);
+    b.finish()
+}
+
+/// The lowercased wire form of a name.
+pub fn name_key(name: &impl ToName) -> NameKey {
+    let mut v = Vec::with_capacity(name.compose_len() as usize);
+    push_name_key(&mut v, name);
+    v.into_boxed_slice()
+}
+
+/// Appends the lowercased wire form of `name` to `out`.
+fn push_name_key(out: &mut Vec<u8>, name: &impl ToName) {
+    for label in name.iter_labels() {
+        let s = label.as_slice();
+        out.push(s.len() as u8);
+        out.extend(s.iter().map(u8::to_ascii_lowercase));
+    }
+}
+
+/// Parses a presentation-form name (`www.Example.com.`; a missing final dot is implied) into
+/// its lowercased wire form. `None` if it is not a valid name.
+pub fn text_to_key(text: &str) -> Option<NameKey> {
+    Name::<Vec<u8>>::from_str(text).ok().map(|n| name_key(&n))
+}
+
+/// Presentation form of a wire name (`www.example.com.`, root is `.`), escaping `.`, `\`,
+/// `"`, `;`, `(`, `)`, `@`, `$`, space and non-printable bytes (`\DDD`). Malformed input is
+/// shown up to the point where it goes wrong, followed by `<malformed>`.
+pub fn key_to_text(key: &[u8]) -> String {
+    let mut out = String::new();
+    let mut pos = 0usize;
+    loop {
+        let len = match key.get(pos) {
+            Some(&l) => l as usize,
+            None => {
+                out.push_str("<malformed>");
+                return out;
+            }
+        };
+        if len == 0 {
+            if out.is_empty() {
+                out.push('.');
+            }
+            return out;
+        }
+        let label = match key.get(pos + 1..pos + 1 + len) {
+            Some(l) if len <= 63 => l,
+            _ => {
+                out.push_str("<malformed>");
+                return out;
+            }
+        };
+        for &c in label {
+            match c {
+                b'.' | b'\\' | b'"' | b';' | b'(' | b')' | b'@' | b'$' | b' ' => {
+                    out.push('\\');
+                    out.push(c as char);
+                }
+                0x21..=0x7e => out.push(c as char),
+                _ => out.push_str(&format!("\\{c:03}")),
+            }
+        }
+        out.push('.');
+        pos += 1 + len;
+    }
+}
+
+//------------ Entry spans (lines of records) ----------------------------------
+
+/// What kind of entry a span is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpanKind {
+    /// A resource record.
+    Record,
+    /// `$ORIGIN` (consumed inside `domain`).
+    Origin,
+    /// `$TTL` (consumed inside `domain`).
+    Ttl,
+    /// `$INCLUDE` (returned by `domain`).
+    Include,
+    /// Any other `$` directive (an error in `domain`).
+    Other,
+}
+
+/// One entry of a master file: its lines and byte range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    kind: SpanKind,
+    /// Whether the entry starts with white space (inherits the previous owner).
+    indented: bool,
+    /// First and last line (1-based) of the entry.
+    first_line: usize,
+    last_line: usize,
+    /// Byte offsets of the entry's first line start and of the text after its last line.
+    start: usize,
+    end: usize,
+}
+
+/// Splits master-file text into entries the way `domain`'s scanner does.
+struct Spans<'a> {
+    text: &'a [u8],
+    pos: usize,
+    line: usize,
+}
+
+impl<'a> Spans<'a> {
+    fn new(text: &'a [u8], pos: usize, line: usize) -> Self {
+        Spans { text, pos, line }
+    }
+}
+
+impl Iterator for Spans<'_> {
+    type Item = Span;
+
+    fn next(&mut self) -> Option<Span> {
+        let t = self.text;
+        loop {
+            if self.pos >= t.len() {
+                return None;
+            }
+            let start = self.pos;
+            let first_line = self.line;
+            let indented = matches!(t[start], b' ' | b'\t' | b'\r');
+            let mut parens = 0usize;
+            let mut quoted = false;
+            let mut first_tok: Option<usize> = None;
+            let mut pos = start;
+            let mut ended_by_newline = false;
+            while pos < t.len() {
+                let c = t[pos];
+                if quoted {
+                    match c {
+                        b'\\' => {
+                            if t.get(pos + 1) == Some(&b'\n') {
+                                self.line += 1;
+                            }
+                            pos += 2;
+                            continue;
+                        }
+                        b'"' => quoted = false,
+                        b'\n' => self.line += 1,
+                        _ => {}
+                    }
+                    pos += 1;
+                    continue;
+                }
+                match c {
+                    b'\\' => {
+                        first_tok.get_or_insert(pos);
+                        if t.get(pos + 1) == Some(&b'\n') {
+                            self.line += 1;
+                        }
+                        pos += 2;
+                        continue;
+                    }
+                    b'"' => {
+                        first_tok.get_or_insert(pos);
+                        quoted = true;
+                    }
+                    b';' => {
+                        while pos < t.len() && t[pos] != b'\n' {
+                            pos += 1;
+                        }
+                        continue;
+                    }
+                    b'(' => parens += 1,
+                    b')' => parens = parens.saturating_sub(1),
+                    b'\n' => {
+                        self.line += 1;
+                        if parens == 0 {
+                            pos += 1;
+                            ended_by_newline = true;
+                            break;
+                        }
+                    }
+                    b' ' | b'\t' | b'\r' => {}
+                    _ => {
+                        first_tok.get_or_insert(pos);
+                    }
+                }
+                pos += 1;
+            }
+            let end = pos.min(t.len());
+            self.pos = end;
+            let last_line = if ended_by_newline {
+                self.line - 1
+            } else {
+                self.line
+            };
+            let Some(tok) = first_tok else { continue };
+            let kind = if !indented && tok == start && t[tok] == b'$' {
+                let word_end = t[tok..]
+                    .iter()
+                    .position(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n' | b';' | b'('))
+                    .map_or(t.len(), |p| tok + p);
+                let word = &t[tok..word_end];
+                if word.eq_ignore_ascii_case(b"$ORIGIN") {
+                    SpanKind::Origin
+                } else if word.eq_ignore_ascii_case(b"$TTL") {
+                    SpanKind::Ttl
+                } else if word.eq_ignore_ascii_case(b"$INCLUDE") {
+                    SpanKind::Include
+                } else {
+                    SpanKind::Other
+                }
+            } else {
+                SpanKind::Record
+            };
+            return Some(Span {
+                kind,
+                indented,
+                first_line,
+                last_line,
+                start,
+                end,
+            });
+        }
+    }
+}
+
+/// The value of a `$TTL` span, if it is a plain number (all `domain` accepts).
+fn dollar_ttl(text: &[u8], span: &Span) -> Option<u32> {
+    let line = std::str::from_utf8(text.get(span.start..span.end)?).ok()?;
+    let line = line.split(';').next()?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+//------------ Builder ----------------------------------------------------------
+
+/// Where a record came from: index into `Builder::files` and 1-based line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    file: u32,
+    line: u32,
+}
+
+/// A node while loading: the node and, per record in file order, its type and location.
+#[derive(Debug, Default)]
+struct NodeB {
+    node: Node,
+    locs: Vec<(u16, Loc)>,
+}
+
+/// RRsets above this size are deduplicated at the end instead of on insertion.
+const LINEAR_DEDUP_MAX: usize = 32;
+/// Size of the shared RDATA arenas.
+const ARENA: usize = 64 * 1024;
+
+/// Accumulates a zone while its files are scanned.
+struct Builder<'p> {
+    apex: NameKey,
+    main_file: PathBuf,
+    nodes: HashMap<NameKey, NodeB>,
+    files: Vec<PathBuf>,
+    errors: Vec<LoadError>,
+    warnings: Vec<LoadError>,
+    warnings_dropped: u64,
+    records: u64,
+    progress: Option<&'p dyn Fn(u64)>,
+    arena: BytesMut,
+    key_buf: Vec<u8>,
+    /// Whether the error cap was hit.
+    gave_up: bool,
+}
+
+impl<'p> Builder<'p> {
+    fn new(apex: NameKey, main_file: PathBuf, progress: Option<&'p dyn Fn(u64)>) -> Self {
+        Builder {
+            apex,
+            main_file,
+            nodes: HashMap::new(),
+            files: Vec::new(),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+            warnings_dropped: 0,
+            records: 0,
+            progress,
+            arena: BytesMut::new(),
+            key_buf: Vec::with_capacity(256),
+            gave_up: false,
+        }
+    }
+
+    fn error(&mut self, file: &Path, line: Option<usize>, reason: String) {
+        if self.errors.len() >= MAX_ERRORS {
+            if !self.gave_up {
+                self.gave_up = true;
+                self.errors.push(LoadError {
+                    file: file.to_path_buf(),
+                    line,
+                    reason: format!("too many errors ({MAX_ERRORS}), giving up"),
+                });
+            }
+            return;
+        }
+        self.errors.push(LoadError {
+            file: file.to_path_buf(),
+            line,
+            reason,
+        });
+    }
+
+    fn warning(&mut self, w: LoadError) {
+        if self.warnings.len() >= MAX_WARNINGS {
+            self.warnings_dropped += 1;
+            return;
+        }
+        tracing::warn!("{w}");
+        self.warnings.push(w);
+    }
+
+    fn full(&self) -> bool {
+        self.errors.len() > MAX_ERRORS
+    }
+
+    /// Scans one file's text (the main file or an included one) with the given origin.
+    fn scan_file(
+        &mut self,
+        path: &Path,
+        text: &[u8],
+        origin: Name<Bytes>,
+        depth: usize,
+        stack: &mut Vec<PathBuf>,
+    ) {
+        let file_idx = self.files.len() as u32;
+        self.files.push(path.to_path_buf());
+
+        // Where the current scanner starts: byte offset into `text`, line offset, and the
+        // number of synthetic lines prepended (a `$TTL` carried over after an error).
+        let mut chunk_start = 0usize;
+        let mut line_base = 0usize;
+        let mut origin = origin;
+        let mut ttl: Option<u32> = None;
+        let mut spans = Spans::new(text, 0, 1).peekable();
+
+        'chunks: loop {
+            let mut zf = Zonefile::with_capacity(text.len() - chunk_start + 32);
+            let mut synthetic = 0usize;
+            if let Some(t) = ttl {
+                zf.extend_from_slice(format!("$TTL {t}\n").as_bytes());
+                synthetic = 1;
+            }
+            zf.extend_from_slice(&text[chunk_start..]);
+            zf.set_origin(origin.clone());
+            zf.set_default_class(Class::IN);
+
+            loop {
+                if self.full() {
+                    return;
+                }
+                let res = catch_unwind(AssertUnwindSafe(|| zf.next_entry()));
+                let res = match res {
+                    Ok(r) => r,
+                    Err(_) => {
+                        // `domain` panicked on this input: report and stop this file.
+                        let line = spans.peek().map(|s| s.first_line);
+                        self.error(path, line, "zone file scanner failed on this entry".into());
+                        return;
+                    }
+                };
+                match res {
+                    Ok(None) => break 'chunks,
+                    Ok(Some(entry)) => {
+                        // Match the entry with its span, noting $TTL directives on the way.
+                        let mut span = None;
+                        for s in spans.by_ref() {
+                            match s.kind {
+                                SpanKind::Origin => {}
+                                SpanKind::Ttl => ttl = dollar_ttl(text, &s).or(ttl),
+                                _ => {
+                                    span = Some(s);
+                                    break;
+                                }
+                            }
+                        }
+                        let line = span.map(|s| s.first_line);
+                        match entry {
+                            Entry::Record(rec) => {
+                                self.add_record(path, file_idx, line, &rec);
+                            }
+                            Entry::Include {
+                                path: inc,
+                                origin: inc_origin,
+                            } => {
+                                let inc_origin = inc_origin
+                                    .or_else(|| zf.origin().ok())
+                                    .unwrap_or_else(|| origin.clone());
+                                self.include(
+                                    path,
+                                    line,
+                                    &inc.to_string(),
+                                    inc_origin,
+                                    depth,
+                                    stack,
+                                );
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        // `domain` says `line:col: reason`; lines count from the chunk start.
+                        let msg = e.to_string();
+                        let (eline, col, reason) = split_scan_error(&msg);
+                        let eline = eline.map(|l| (l + line_base).saturating_sub(synthetic));
+                        // The failing entry: the last span starting at or before the error
+                        // line; an error in column 1 just after an entry's last line belongs to
+                        // that entry (the scanner read its line feed).
+                        let mut failing: Option<Span> = None;
+                        while let Some(s) = spans.peek().copied() {
+                            let starts_before = match eline {
+                                Some(l) => {
+                                    s.first_line < l
+                                        || (s.first_line == l
+                                            && !(col == Some(1)
+                                                && failing.is_some_and(|f| f.last_line + 1 == l)))
+                                }
+                                None => failing.is_none(),
+                            };
+                            if !starts_before {
+                                break;
+                            }
+                            if s.kind == SpanKind::Ttl {
+                                ttl = dollar_ttl(text, &s).or(ttl);
+                            }
+                            failing = Some(s);
+                            spans.next();
+                        }
+                        let line = match (eline, failing) {
+                            (Some(l), Some(f)) => Some(l.clamp(f.first_line, f.last_line)),
+                            (l, f) => l.or(f.map(|f| f.first_line)),
+                        };
+                        // Columns past the first say where in the entry it went wrong;
+                        // column 1 means the scanner had already left the token.
+                        let reason = match col {
+                            Some(c) if c > 1 && line == eline => format!("{reason} (column {c})"),
+                            _ => reason,
+                        };
+                        self.error(path, line, reason);
+                        // Restart after the failing entry, skipping the indented entries that
+                        // follow it (they would inherit a broken owner).
+                        if let Ok(o) = zf.origin() {
+                            origin = o;
+                        }
+                        if failing.is_none() {
+                            return;
+                        }
+                        while spans.peek().is_some_and(|s| s.indented) {
+                            spans.next();
+                        }
+                        match spans.peek() {
+                            Some(next) => {
+                                chunk_start = next.start;
+                                line_base = next.first_line - 1;
+                            }
+                            None => return,
+                        }
+                        continue 'chunks;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Follows `$INCLUDE`.
+    fn include(
+        &mut self,
+        from: &Path,
+        line: Option<usize>,
+        target: &str,
+        origin: Name<Bytes>,
+        depth: usize,
+        stack: &mut Vec<PathBuf>,
+    ) {
+        let path = match from.parent() {
+            Some(dir) => dir.join(target),
+            None => PathBuf::from(target),
+        };
+        if depth + 1 > MAX_INCLUDE_DEPTH {
+            self.error(
+                from,
+                line,
+                format!("$INCLUDE {target}: nested deeper than {MAX_INCLUDE_DEPTH} levels"),
+            );
+            return;
+        }
+        let canon = match std::fs::canonicalize(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.error(
+                    from,
+                    line,
+                    format!("cannot open $INCLUDE file {}: {e}", path.display()),
+                );
+                return;
+            }
+        };
+        if stack.contains(&canon) {
+            self.error(
+                from,
+                line,
+                format!("$INCLUDE loop: {} is already being read", path.display()),
+            );
+            return;
+        }
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                self.error(
+                    from,
+                    line,
+                    format!("cannot read $INCLUDE file {}: {e}", path.display()),
+                );
+                return;
+            }
+        };
+        stack.push(canon);
+        self.scan_file(&path, &text, origin, depth + 1, stack);
+        stack.pop();
+    }
+
+    /// Adds one scanned record.
+    fn add_record(
+        &mut self,
+        path: &Path,
+        file_idx: u32,
+        line: Option<usize>,
+        rec: &domain::zonefile::inplace::ScannedRecord,
+    ) {
+        self.records += 1;
+        if self.records % PROGRESS_EVERY == 0 {
+            if let Some(p) = self.progress {
+                p(self.records);
+            }
+        }
+        if rec.class() != Class::IN {
+            self.error(
+                path,
+                line,
+                format!("class {} is not supported (only IN)", rec.class()),
+            );
+            return;
+        }
+        let rtype = rec.rtype().to_int();
+        let data = rec.data();
+        if let ZoneRecordData::Unknown(u) = data {
+            if let Err(reason) = check_generic(rec.rtype(), u.data().as_ref()) {
+                self.error(path, line, reason);
+                return;
+            }
+        }
+        // RDATA into the shared arena.
+        if self.arena.capacity() - self.arena.len() < 1024 {
+            self.arena = BytesMut::with_capacity(ARENA);
+        }
+        if data.compose_rdata(&mut self.arena).is_err() {
+            self.arena.clear();
+            self.error(path, line, "cannot encode RDATA".into());
+            return;
+        }
+        if self.arena.len() > 65_535 {
+            self.arena.clear();
+            self.error(path, line, "RDATA longer than 65535 octets".into());
+            return;
+        }
+        let rdata = self.arena.split().freeze();
+
+        // Owner key.
+        let mut key = std::mem::take(&mut self.key_buf);
+        key.clear();
+        push_name_key(&mut key, rec.owner());
+        let loc = Loc {
+            file: file_idx,
+            line: line.unwrap_or(0) as u32,
+        };
+        let ttl = rec.ttl().as_secs();
+        let ok = if let Some(nb) = self.nodes.get_mut(&key[..]) {
+            Some(insert_rr(nb, rtype, ttl, rdata, loc))
+        } else if !validate::in_zone(&self.apex, &key) {
+            let reason = validate::out_of_zone_reason(&key, &self.apex);
+            self.error(path, line, reason);
+            None
+        } else {
+            let mut nb = NodeB::default();
+            let r = insert_rr(&mut nb, rtype, ttl, rdata, loc);
+            self.nodes.insert(key.as_slice().into(), nb);
+            // Empty non-terminals up to the apex (ancestors of an existing node exist).
+            let mut pos = 0usize;
+            while key.len() - pos > self.apex.len() {
+                pos += 1 + key[pos] as usize;
+                if self.nodes.contains_key(&key[pos..]) {
+                    break;
+                }
+                self.nodes.insert(key[pos..].into(), NodeB::default());
+            }
+            Some(r)
+        };
+        if let Some(Inserted::TtlDiffers { old, new }) = ok {
+            let w = LoadError {
+                file: path.to_path_buf(),
+                line,
+                reason: format!(
+                    "TTL {new} differs from TTL {old} of the {} RRset at {}; using {}",
+                    validate::type_name(rtype),
+                    key_to_text(&key),
+                    old.min(new)
+                ),
+            };
+            self.warning(w);
+        }
+        self.key_buf = key;
+    }
+
+    /// Deduplicates big RRsets, validates, and builds the [`Zone`].
+    fn finish(mut self) -> Result<Loaded, Vec<LoadError>> {
+        for nb in self.nodes.values_mut() {
+            for rr in nb.node.rrsets.iter_mut() {
+                if rr.rdata.len() > LINEAR_DEDUP_MAX {
+                    let mut seen: StdHashSet<Bytes> = StdHashSet::with_capacity(rr.rdata.len());
+                    rr.rdata.retain(|d| seen.insert(d.clone()));
+                }
+            }
+        }
+        let findings = validate::validate(&self);
+        for w in findings.warnings {
+            self.warning(w);
+        }
+        if self.warnings_dropped > 0 {
+            tracing::warn!(
+                "{}: {} more warnings not shown",
+                self.main_file.display(),
+                self.warnings_dropped
+            );
+        }
+        let mut errors = std::mem::take(&mut self.errors);
+        if !self.gave_up {
+            for e in findings.errors {
+                if errors.len() >= MAX_ERRORS {
+                    break;
+                }
+                errors.push(e);
+            }
+        }
+        if !errors.is_empty() {
+            // Scan errors come first, validation errors after; show them in file order.
+            let gave_up = if self.gave_up { errors.pop() } else { None };
+            errors.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+            errors.extend(gave_up);
+            return Err(errors);
+        }
+        let serial = self
+            .nodes
+            .get(&self.apex)
+            .and_then(|n| n.node.rrset(SOA))
+            .and_then(|s| s.rdata.first())
+            .and_then(|d| soa_serial(d))
+            .unwrap_or(0);
+        let nodes: HashMap<NameKey, Node> =
+            self.nodes.into_iter().map(|(k, nb)| (k, nb.node)).collect();
+        Ok(Loaded {
+            zone: Zone {
+                apex: self.apex,
+                nodes,
+                file: self.main_file,
+                serial,
+            },
+            warnings: self.warnings,
+            records: self.records,
+        })
+    }
+}
+
+impl ZoneView for Builder<'_> {
+    fn apex(&self) -> &[u8] {
+        &self.apex
+    }
+    fn node(&self, name: &[u8]) -> Option<&Node> {
+        self.nodes.get(name).map(|nb| &nb.node)
+    }
+    fn for_each_node(&self, f: &mut dyn FnMut(&[u8], &Node)) {
+        for (k, nb) in &self.nodes {
+            f(k, &nb.node)
+        }
+    }
+    fn file(&self) -> &Path {
+        &self.main_file
+    }
+    fn locate(&self, name: &[u8], rtype: u16, nth: usize) -> Option<(PathBuf, usize)> {
+        let nb = self.nodes.get(name)?;
+        let (_, loc) = nb.locs.iter().filter(|(t, _)| *t == rtype).nth(nth)?;
+        let file = self.files.get(loc.file as usize)?.clone();
+        (loc.line > 0).then_some((file, loc.line as usize))
+    }
+}
+
+/// What inserting a record did.
+enum Inserted {
+    /// Added or dropped as a duplicate.
+    Ok,
+    /// Added, with a TTL unlike the RRset's.
+    TtlDiffers { old: u32, new: u32 },
+}
+
+/// Inserts one record into a node, keeping RRsets sorted by type.
+fn insert_rr(nb: &mut NodeB, rtype: u16, ttl: u32, rdata: Bytes, loc: Loc) -> Inserted {
+    let rrsets = &mut nb.node.rrsets;
+    match rrsets.binary_search_by_key(&rtype, |r| r.rtype) {
+        Err(i) => {
+            rrsets.insert(
+                i,
+                Rrset {
+                    rtype,
+                    ttl,
+                    rdata: vec![rdata],
+                },
+            );
+            nb.locs.push((rtype, loc));
+            Inserted::Ok
+        }
+        Ok(i) => {
+            let rr = &mut rrsets[i];
+            if rr.rdata.len() <= LINEAR_DEDUP_MAX && rr.rdata.iter().any(|d| d[..] == rdata[..]) {
+                return Inserted::Ok;
+            }
+            rr.rdata.push(rdata);
+            nb.locs.push((rtype, loc));
+            if rr.ttl != ttl {
+                let old = rr.ttl;
+                rr.ttl = old.min(ttl);
+                return Inserted::TtlDiffers { old, new: ttl };
+            }
+            Inserted::Ok
+        }
+    }
+}
+
+/// Checks RFC 3597 generic RDATA of a type `domain` knows by parsing it.
+fn check_generic(rtype: Rtype, data: &[u8]) -> Result<(), String> {
+    use domain::base::rdata::ParseRecordData;
+    let mut parser = domain::dep::octseq::Parser::from_ref(data);
+    match ZoneRecordData::<&[u8], domain::base::name::ParsedName<&[u8]>>::parse_rdata(
+        rtype,
+        &mut parser,
+    ) {
+        Ok(Some(_)) if parser.remaining() == 0 => Ok(()),
+        Ok(None) => Ok(()),
+        _ => Err(format!("RFC 3597 data is not valid {rtype} RDATA")),
+    }
+}
+
+/// The serial from SOA RDATA (two uncompressed names, then five 32-bit numbers).
+fn soa_serial(rdata: &[u8]) -> Option<u32> {
+    let mut pos = 0usize;
+    for _ in 0..2 {
+        loop {
+            let l = *rdata.get(pos)? as usize;
+            pos += 1 + l;
+            if l == 0 {
+                break;
+            }
+        }
+    }
+    let b = rdata.get(pos..pos + 4)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Splits `domain`'s `line:col: reason` into its parts.
+fn split_scan_error(msg: &str) -> (Option<usize>, Option<usize>, String) {
+    let mut it = msg.splitn(3, ':');
+    match (it.next(), it.next(), it.next()) {
+        (Some(l), Some(c), Some(r)) => match (l.parse(), c.parse()) {
+            (Ok(l), Ok(c)) => (Some(l), Some(c), r.trim_start().to_string()),
+            _ => (None, None, msg.to_string()),
+        },
+        _ => (None, None, msg.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_table() {
+        // (text, expected (kind, indented, first_line, last_line))
+        let cases: &[(&str, &[(SpanKind, bool, usize, usize)])] = &[
+            ("a A 1.2.3.4\n", &[(SpanKind::Record, false, 1, 1)]),
+            ("\n; c\n  \na A 1.2.3.4", &[(SpanKind::Record, false, 4, 4)]),
+            (
+                "$TTL 5\n$ORIGIN x.\n$include f\n$foo\n",
+                &[
+                    (SpanKind::Ttl, false, 1, 1),
+                    (SpanKind::Origin, false, 2, 2),
+                    (SpanKind::Include, false, 3, 3),
+                    (SpanKind::Other, false, 4, 4),
+                ],
+            ),
+            (
+                "@ SOA a b ( 1 ; (\n 2\n 3 4 5 )\n  NS a\n",
+                &[
+                    (SpanKind::Record, false, 1, 3),
+                    (SpanKind::Record, true, 4, 4),
+                ],
+            ),
+            (
+                "t TXT \"a ( ; \nb\" \\(\nu A 1.2.3.4\n",
+                &[
+                    (SpanKind::Record, false, 1, 2),
+                    (SpanKind::Record, false, 3, 3),
+                ],
+            ),
+            (
+                "x TXT a\\\nb\ny A 1\n",
+                &[
+                    (SpanKind::Record, false, 1, 2),
+                    (SpanKind::Record, false, 3, 3),
+                ],
+            ),
+        ];
+        for (text, want) in cases {
+            let got: Vec<_> = Spans::new(text.as_bytes(), 0, 1)
+                .map(|s| (s.kind, s.indented, s.first_line, s.last_line))
+                .collect();
+            assert_eq!(&got[..], *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn spans_never_panic_on_odd_input() {
+        for text in ["\\", "\"", "(", ")", "\"\\", "$", "a\\\n", ";"] {
+            let n = Spans::new(text.as_bytes(), 0, 1).count();
+            assert!(n <= 1, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn key_text_round_trip() {
+        let cases = [
+            ("www.Example.COM.", "www.example.com."),
+            (".", "."),
+            ("a\\.b.c.", "a\\.b.c."),
+            ("x\\032y.", "x\\ y."),
+            ("\\000.", "\\000."),
+        ];
+        for (input, shown) in cases {
+            let k = text_to_key(input).expect(input);
+            assert_eq!(key_to_text(&k), shown, "{input}");
+            assert_eq!(text_to_key(shown).as_deref(), Some(&k[..]), "{input}");
+        }
+        assert_eq!(&*text_to_key("A.b").unwrap(), b"\x01a\x01b\x00");
+        assert_eq!(key_to_text(&[3, b'a']), "<malformed>");
+        assert_eq!(key_to_text(&[]), "<malformed>");
+        assert!(text_to_key("a..b").is_none());
+    }
+
+    #[test]
+    fn scan_error_split() {
+        assert_eq!(
+            split_scan_error("7:12: bad symbol: x"),
+            (Some(7), Some(12), "bad symbol: x".to_string())
+        );
+        assert_eq!(split_scan_error("weird"), (None, None, "weird".to_string()));
+    }
+
+    #[test]
+    fn soa_serial_parse() {
+        let mut d = b"\x02ns\x00\x01h\x00".to_vec();
+        d.extend_from_slice(&7u32.to_be_bytes());
+        d.extend_from_slice(&[0; 16]);
+        assert_eq!(soa_serial(&d), Some(7));
+        assert_eq!(soa_serial(b"\x02ns"), None);
+    }
+
+    #[test]
+    fn generic_checked_for_known_types() {
+        assert!(check_generic(Rtype::A, &[1, 2, 3, 4]).is_ok());
+        assert!(check_generic(Rtype::A, &[1, 2, 3]).is_err());
+        assert!(check_generic(Rtype::from_int(65400), &[1]).is_ok());
+    }
 }
