@@ -12,8 +12,9 @@ pub mod name;
 pub mod query;
 pub mod response;
 
-pub use body::Body;
-pub use query::{ParseError, Query};
+pub use body::{Body, BodyError, BodyWriter, Section};
+pub use query::{Edns, ParseError, Query, Question, Status};
+pub use response::{assemble, error_response, AssembleError, Assembled, Limits};
 
 
 /// DNS header length in bytes.
