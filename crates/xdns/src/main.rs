@@ -93,7 +93,27 @@ fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    install_panic_hook();
+}
+
+/// Log panics (a bug in the engine on some input) through `tracing`, rate-limited: the query
+/// path catches them per message, so without a limit one bad packet pattern floods the log.
+fn install_panic_hook() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PANICS: AtomicU64 = AtomicU64::new(0);
+    std::panic::set_hook(Box::new(|info| {
+        let n = PANICS.fetch_add(1, Ordering::Relaxed);
+        if should_log_panic(n) {
+            tracing::error!(count = n + 1, "internal error (panic): {info}");
+        }
+    }));
+}
+
+/// The first 10 panics are logged, then one in 1000.
+fn should_log_panic(n: u64) -> bool {
+    n < 10 || n % 1000 == 0
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
@@ -213,6 +233,13 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn panic_log_rate_limit() {
+        let logged: Vec<u64> = (0..3000).filter(|&n| should_log_panic(n)).collect();
+        assert_eq!(logged.len(), 10 + 2);
+        assert_eq!(logged[10..], [1000, 2000]);
+    }
 
     #[test]
     fn cli_is_consistent() {
