@@ -1,0 +1,177 @@
+"""Operations: `xdns check`, `xdns stats`, SIGHUP reload under load, SIGTERM.
+
+The expected error location of each tests/zones/bad/*.zone is read from its line-2 comment
+(`; expect: line 7`, `; expect: include-error.inc line 3`, `; expect: no line ...`), which the
+zone engineer maintains next to the error itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import dns.message
+import dns.rdatatype
+import pytest
+
+from lab import DEFAULT_ZONES, XDNS_BIN, ZONES_DIR
+
+BAD = sorted((ZONES_DIR / "bad").glob("*.zone"))
+
+
+def xdns_check(conf: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([XDNS_BIN, "check", "--config", conf], capture_output=True, text=True,
+                          timeout=60)
+
+
+def write_conf(tmp: Path, zones, listen="127.0.0.1:0") -> Path:
+    conf = tmp / "xdns.toml"
+    body = f'listen = ["{listen}"]\ncontrol = "{tmp}/control.sock"\n'
+    for origin, path in zones:
+        body += f'\n[[zone]]\nname = "{origin}"\nfile = "{path}"\n'
+    conf.write_text(body)
+    return conf
+
+
+def test_bad_zone_list_is_not_empty():
+    assert len(BAD) >= 5, BAD
+
+
+def test_check_good_config(tmp_path):
+    p = xdns_check(write_conf(tmp_path, DEFAULT_ZONES))
+    assert p.returncode == 0, p.stderr
+    assert "example.com" in p.stdout and "example.net" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("bad", BAD, ids=[b.name for b in BAD])
+def test_check_bad_zone(tmp_path, bad):
+    expect = bad.read_text().splitlines()[1]
+    m = re.match(r";\s*expect:\s*(?:(\S+)\s+)?line (\d+)", expect)
+    p = xdns_check(write_conf(tmp_path, [("example.com.", bad.resolve())]))
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, f"exit {p.returncode}: {out}"
+    if m:
+        fname = m.group(1) or bad.name
+        where = f"{(bad.parent / fname).resolve()}:{m.group(2)}: "
+        assert where in out, f"want '{where}<reason>' ({expect}), got:\n{out}"
+        reason = out.split(where, 1)[1].splitlines()[0]
+        assert reason.strip(), out
+    else:
+        assert "no line" in expect, expect
+        assert f"{bad.resolve()}: " in out, out
+        assert not re.search(re.escape(str(bad.resolve())) + r":\d+:", out), out
+
+
+def test_check_missing_zone_file(tmp_path):
+    p = xdns_check(write_conf(tmp_path, [("example.com.", tmp_path / "nope.zone")]))
+    assert p.returncode == 1 and "nope.zone" in p.stdout + p.stderr
+
+
+def _a_query(name: str) -> bytes:
+    return dns.message.make_query(name, "A").to_wire()
+
+
+def _answer_a(lab, addr, name) -> tuple[str | None, str | None]:
+    """(rcode, first A address) for name, or (None, None) on no reply."""
+    wire = lab.udp(addr, _a_query(name), timeout=2.0)
+    if wire is None:
+        return None, None
+    m = dns.message.from_wire(wire)
+    addrs = [rd.address for rrset in m.answer if rrset.rdtype == dns.rdatatype.A for rd in rrset]
+    return dns.rcode.to_text(m.rcode()), (addrs[0] if addrs else None)
+
+
+import dns.rcode  # noqa: E402
+
+
+def _stats(srv) -> dict:
+    p = subprocess.run([XDNS_BIN, "stats", "--control", srv.extra["control"], "--json"],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_stats_counts_queries(lab):
+    srv = lab.start_xdns(DEFAULT_ZONES, name="xdns-stats")
+    before = _stats(srv)
+    for _ in range(25):
+        assert _answer_a(lab, srv.addr4, "www.example.com.") == ("NOERROR", "198.18.0.10")
+    after = _stats(srv)
+    assert sum(after["queries"].values()) - sum(before["queries"].values()) >= 25, (before, after)
+    assert {z["name"].rstrip(".") for z in after["zones"]} == {"example.com", "example.net"}
+    table = subprocess.run([XDNS_BIN, "stats", "--control", srv.extra["control"]],
+                           capture_output=True, text=True, timeout=10)
+    assert table.returncode == 0 and "example.com" in table.stdout, table
+
+
+def test_reload_under_load_and_broken_reload_and_sigterm(lab, tmp_path):
+    zdir = tmp_path / "zones"
+    zdir.mkdir()
+    for f in ("example.com.zone", "example.com.inc", "example.net.zone"):
+        shutil.copy(ZONES_DIR / f, zdir / f)
+    zone = zdir / "example.com.zone"
+    original = zone.read_text()
+    zones = [("example.com.", zone), ("example.net.", zdir / "example.net.zone")]
+    srv = lab.start_xdns(zones, name="xdns-reload")
+    assert _answer_a(lab, srv.addr4, "www.example.com.") == ("NOERROR", "198.18.0.10")
+
+    counts = {"sent": 0, "answered": 0, "old": 0, "new": 0, "other": []}
+    stop = threading.Event()
+
+    def client():
+        while not stop.is_set():
+            counts["sent"] += 1
+            rcode, a = _answer_a(lab, srv.addr4, "www.example.com.")
+            if rcode is not None:
+                counts["answered"] += 1
+            if a == "198.18.0.10":
+                counts["old"] += 1
+            elif a == "198.18.0.210":
+                counts["new"] += 1
+            else:
+                counts["other"].append((rcode, a))
+
+    t = threading.Thread(target=client, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.5)
+        changed = original.replace("2024060101", "2024060102").replace(
+            "www\t300\tIN\tA\t198.18.0.10", "www\t300\tIN\tA\t198.18.0.210")
+        assert changed.count("198.18.0.210") == 1, "zone layout changed: update this test"
+        zone.write_text(changed)
+        srv.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while counts["new"] < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert counts["new"] >= 50, f"new data never served: {counts}"
+    assert counts["sent"] == counts["answered"], f"lost answers during reload: {counts}"
+    assert not counts["other"], counts["other"][:10]
+    assert counts["old"] > 0, counts
+    assert _answer_a(lab, srv.addr4, "newname.example.com.")[0] == "NXDOMAIN"
+
+    # A broken zone on reload keeps the previous data.
+    zone.write_text(changed + "broken\tIN\tA\t198.18.0.300\n")
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while _stats(srv)["reloads"]["failed"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    st = _stats(srv)
+    assert st["reloads"]["failed"] >= 1, st["reloads"]
+    assert srv.alive()
+    assert _answer_a(lab, srv.addr4, "www.example.com.") == ("NOERROR", "198.18.0.210")
+    assert _answer_a(lab, srv.addr4, "broken.example.com.")[0] == "NXDOMAIN"
+    assert "example.com.zone" in srv.stderr(), srv.stderr()[-2000:]
+    assert any(z["serial"] == 2024060102 for z in st["zones"]), st["zones"]
+
+    # SIGTERM: clean exit 0, control socket removed or at least no panic.
+    assert lab.stop(srv, signal.SIGTERM) == 0, srv.stderr()[-2000:]
+    assert "panicked" not in srv.stderr()
