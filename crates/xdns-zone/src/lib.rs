@@ -10,5 +10,7 @@ pub mod tree;
 pub mod validate;
 
 pub use load::{load_zone, LoadError, ZoneSource};
+pub use compile::{compile, compile_all};
+pub use lookup::{enumerate, select, BodyKey, BodyKind};
 pub use respond::{respond, DropReason, Outcome, RespondConfig, Transport};
 pub use tree::{NameKey, Node, Rrset, Zone, ZoneSet};

@@ -3,12 +3,31 @@
 //! CONTRACT (used by the daemon, the fuzz target and the XDP differential tests):
 //! `respond(zones, query, transport, cfg, out) -> Outcome` writes the complete response into
 //! `out` (cleared first) when the outcome is `Answered`; for `Dropped`, `out` is empty.
+//!
+//! The path: parse ([`xdns_wire::Query::parse`]) → drop (short, QR=1, unreadable question) /
+//! FORMERR (QDCOUNT ≠ 1, more than one OPT, malformed records) / NOTIMP (opcode ≠ QUERY) /
+//! BADVERS (EDNS version > 0, RFC 6891 §6.1.3) / REFUSED (class ≠ IN, no zone, zone transfer
+//! requests) → [`ZoneSet::find`] → [`select`] → [`compile`] → [`assemble`].
+//!
+//! Zone transfers are not served: AXFR over UDP gets NOTIMP (Knot and NSD do the same),
+//! AXFR over TCP and IXFR get REFUSED (Knot and NSD answer NOTAUTH when transfers are not
+//! allowed; REFUSED is what RFC 5936 §4.2 suggests). TSIG records are ignored (no keys).
 
+use crate::compile::compile;
+use crate::lookup::{rtype, select};
 use crate::tree::ZoneSet;
+use xdns_wire::response::{assemble, error_response, rcode, Limits};
+use xdns_wire::{ParseError, Query, Status};
 
+/// The class IN.
+const CLASS_IN: u16 = 1;
+
+/// Transport the message came over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
+    /// UDP: responses are limited by EDNS (or 512 bytes) and truncated.
     Udp,
+    /// TCP: responses up to 65535 bytes, never truncated.
     Tcp,
 }
 
@@ -35,6 +54,7 @@ pub enum Outcome {
     Dropped(DropReason),
 }
 
+/// Why a message got no response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// Shorter than a header, or the header/question could not be parsed.
@@ -43,6 +63,7 @@ pub enum DropReason {
     Response,
 }
 
+/// Answers one message: see the module documentation. Never panics on any input.
 pub fn respond(
     zones: &ZoneSet,
     query: &[u8],
@@ -50,6 +71,49 @@ pub fn respond(
     cfg: &RespondConfig,
     out: &mut Vec<u8>,
 ) -> Outcome {
-    let _ = (zones, query, transport, cfg, out);
-    unimplemented!("engine")
+    out.clear();
+    let q = match Query::parse(query) {
+        Ok(q) => q,
+        Err(ParseError::Response) => return Outcome::Dropped(DropReason::Response),
+        Err(_) => return Outcome::Dropped(DropReason::Malformed),
+    };
+    let qtype = q.question.as_ref().map_or(0, |qq| qq.qtype);
+    let error = |rc: u16, out: &mut Vec<u8>| {
+        let sent = error_response(&q, rc, cfg.edns_payload, out);
+        Outcome::Answered { rcode: sent, qtype, truncated: false }
+    };
+    match q.status {
+        Status::FormErr => return error(rcode::FORMERR, out),
+        Status::NotImp => return error(rcode::NOTIMP, out),
+        Status::Ok => {}
+    }
+    if q.edns.is_some_and(|e| e.version > 0) {
+        return error(rcode::BADVERS, out);
+    }
+    let Some(qq) = q.question.as_ref() else {
+        return error(rcode::FORMERR, out);
+    };
+    if qq.qclass != CLASS_IN {
+        return error(rcode::REFUSED, out);
+    }
+    match (qtype, transport) {
+        (rtype::AXFR, Transport::Udp) => return error(rcode::NOTIMP, out),
+        (rtype::AXFR | rtype::IXFR, _) => return error(rcode::REFUSED, out),
+        _ => {}
+    }
+    let Some(zone) = zones.find(qq.key()) else {
+        return error(rcode::REFUSED, out);
+    };
+    let key = select(zone, qq.key(), qtype, transport);
+    let body = compile(zone, &key);
+    let limits = match transport {
+        Transport::Udp => Limits::udp(q.edns.as_ref(), cfg.edns_payload),
+        Transport::Tcp => Limits::tcp(cfg.edns_payload),
+    };
+    match assemble(&q, &body, &limits, out) {
+        Ok(a) => Outcome::Answered { rcode: a.rcode, qtype, truncated: a.truncated },
+        // Cannot happen for keys from `select` (the base is a suffix of the question); answer
+        // SERVFAIL rather than nothing.
+        Err(_) => error(rcode::SERVFAIL, out),
+    }
 }
