@@ -63,7 +63,8 @@ fn answers_udp_tcp_pipelined_and_counts_them() {
     let st = srv.stats();
     assert_eq!(st["queries"]["udp"], 5, "{st}");
     assert_eq!(st["queries"]["tcp"], 4, "{st}");
-    assert_eq!(st["qtypes"]["A"], 6, "{st}");
+    assert_eq!(st["qtypes"]["A"], 5, "{st}");
+    assert_eq!(st["rcodes"]["NOERROR"], 6, "{st}");
     assert_eq!(st["qtypes"]["TXT"], 2, "{st}");
     assert_eq!(st["qtypes"]["AAAA"], 1, "{st}");
     assert_eq!(st["qtypes_by_proto"]["tcp"]["TXT"], 1, "{st}");
@@ -228,4 +229,24 @@ fn second_server_on_same_control_socket_fails() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(srv.control.exists(), "the running server's socket must survive");
+}
+
+#[test]
+fn ipv6_and_wildcard_listeners_answer_from_the_queried_address() {
+    let dir = TempDir::new("wild");
+    let zone = dir.write("example.com.zone", &zone_text(1, 10));
+    let port = free_port();
+    let v4: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let v6: std::net::SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    let wild4: std::net::SocketAddr = format!("0.0.0.0:{port}").parse().unwrap();
+    let srv = Server::start_on(&dir, &zone, "", v4, &[wild4, v6]);
+    // Sent to 127.0.0.1 on a 0.0.0.0 socket: the answer must come from 127.0.0.1
+    // (the client socket is connected and would ignore any other source).
+    let r = udp(v4, &query(1, "www.example.com.", A, None), T).expect("answer via wildcard socket");
+    assert_eq!(r.a, vec![Ipv4Addr::new(198, 18, 0, 10)]);
+    let r = udp(v6, &query(2, "www.example.com.", A, None), T).expect("answer over IPv6");
+    assert_eq!(r.id, 2);
+    let r = tcp(v6, &query(3, "www.example.com.", A, None));
+    assert_eq!(r.id, 3);
+    drop(srv);
 }

@@ -94,9 +94,16 @@ impl Server {
     pub fn start(dir: &TempDir, zone: &Path, extra: &str) -> Server {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        Self::start_on(dir, zone, extra, addr, &[addr])
+    }
+
+    /// Start listening on `listen`; tests talk to `addr`.
+    pub fn start_on(dir: &TempDir, zone: &Path, extra: &str, addr: SocketAddr, listen: &[SocketAddr]) -> Server {
         let control = dir.path("control.sock");
+        let listen: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
         let cfg = format!(
-            "listen = [\"{addr}\"]\ncontrol = \"{}\"\nudp_workers = 2\n{extra}\n[[zone]]\nname = \"example.com.\"\nfile = \"{}\"\n",
+            "listen = [{}]\ncontrol = \"{}\"\nudp_workers = 2\n{extra}\n[[zone]]\nname = \"example.com.\"\nfile = \"{}\"\n",
+            listen.join(", "),
             control.display(),
             zone.display()
         );
@@ -211,11 +218,14 @@ pub fn parse(bytes: Vec<u8>) -> Answer {
     Answer { id: h.id(), rcode: h.rcode(), aa: h.aa(), tc: h.tc(), a, ancount: counts.ancount() }
 }
 
-/// One UDP exchange (`None` on timeout).
+/// One UDP exchange (`None` on timeout). The socket is connected, so only an answer from
+/// exactly `addr` is accepted.
 pub fn udp(addr: SocketAddr, q: &[u8], timeout: Duration) -> Option<Answer> {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let local = if addr.is_ipv6() { "[::1]:0" } else { "127.0.0.1:0" };
+    let s = UdpSocket::bind(local).unwrap();
     s.set_read_timeout(Some(timeout)).unwrap();
-    s.send_to(q, addr).unwrap();
+    s.connect(addr).unwrap();
+    s.send(q).unwrap();
     let mut buf = vec![0u8; 65535];
     let n = s.recv(&mut buf).ok()?;
     buf.truncate(n);
