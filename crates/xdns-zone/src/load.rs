@@ -27,6 +27,7 @@
 //! - RDATA bytes live in shared 64 KiB arenas, so a record costs no allocation of its own.
 
 use std::collections::HashSet as StdHashSet;
+use std::hash::BuildHasher;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -126,6 +127,8 @@ pub fn load_zone_with_warnings(
             }])
         }
     };
+    // Size the node map once: about one node per line that starts with an owner name.
+    b.nodes.reserve(estimate_owner_lines(&text));
     let mut stack = Vec::new();
     if let Ok(c) = std::fs::canonicalize(&src.file) {
         stack.push(c);
@@ -367,23 +370,28 @@ struct Loc {
     line: u32,
 }
 
-/// A node while loading: the node and, per record in file order, its type and location.
-#[derive(Debug, Default)]
-struct NodeB {
-    node: Node,
-    locs: Vec<(u16, Loc)>,
+/// Where one record came from, found again by owner hash and type (for findings only).
+#[derive(Clone, Copy, Debug)]
+struct RecLoc {
+    /// Hash of the owner key with the node map's hasher.
+    owner_hash: u64,
+    rtype: u16,
+    loc: Loc,
 }
 
 /// RRsets above this size are deduplicated at the end instead of on insertion.
 const LINEAR_DEDUP_MAX: usize = 32;
-/// Size of the shared RDATA arenas.
-const ARENA: usize = 64 * 1024;
+/// Size of the shared RDATA arenas. Above glibc's initial mmap threshold, so freeing one does
+/// not make glibc consolidate every small free chunk (which made dropping a zone slow).
+const ARENA: usize = 256 * 1024;
 
 /// Accumulates a zone while its files are scanned.
 struct Builder<'p> {
     apex: NameKey,
     main_file: PathBuf,
-    nodes: HashMap<NameKey, NodeB>,
+    nodes: HashMap<NameKey, Node>,
+    /// Location of every record kept, in file order.
+    locs: Vec<RecLoc>,
     files: Vec<PathBuf>,
     errors: Vec<LoadError>,
     warnings: Vec<LoadError>,
@@ -402,6 +410,7 @@ impl<'p> Builder<'p> {
             apex,
             main_file,
             nodes: HashMap::new(),
+            locs: Vec::new(),
             files: Vec::new(),
             errors: Vec::new(),
             warnings: Vec::new(),
@@ -705,16 +714,18 @@ impl<'p> Builder<'p> {
             line: line.unwrap_or(0) as u32,
         };
         let ttl = rec.ttl().as_secs();
-        let ok = if let Some(nb) = self.nodes.get_mut(&key[..]) {
-            Some(insert_rr(nb, rtype, ttl, rdata, loc))
+        let ok = if let Some(node) = self.nodes.get_mut(&key[..]) {
+            Some(insert_rr(node, rtype, ttl, rdata))
         } else if !validate::in_zone(&self.apex, &key) {
             let reason = validate::out_of_zone_reason(&key, &self.apex);
             self.error(path, line, reason);
             None
         } else {
-            let mut nb = NodeB::default();
-            let r = insert_rr(&mut nb, rtype, ttl, rdata, loc);
-            self.nodes.insert(key.as_slice().into(), nb);
+            let mut node = Node {
+                rrsets: Vec::with_capacity(1),
+            };
+            let r = insert_rr(&mut node, rtype, ttl, rdata);
+            self.nodes.insert(key.as_slice().into(), node);
             // Empty non-terminals up to the apex (ancestors of an existing node exist).
             let mut pos = 0usize;
             while key.len() - pos > self.apex.len() {
@@ -722,10 +733,18 @@ impl<'p> Builder<'p> {
                 if self.nodes.contains_key(&key[pos..]) {
                     break;
                 }
-                self.nodes.insert(key[pos..].into(), NodeB::default());
+                self.nodes.insert(key[pos..].into(), Node::default());
             }
             Some(r)
         };
+        if matches!(ok, Some(Inserted::Added | Inserted::TtlDiffers { .. })) {
+            let owner_hash = self.nodes.hasher().hash_one(&key[..]);
+            self.locs.push(RecLoc {
+                owner_hash,
+                rtype,
+                loc,
+            });
+        }
         if let Some(Inserted::TtlDiffers { old, new }) = ok {
             let w = LoadError {
                 file: path.to_path_buf(),
@@ -744,8 +763,8 @@ impl<'p> Builder<'p> {
 
     /// Deduplicates big RRsets, validates, and builds the [`Zone`].
     fn finish(mut self) -> Result<Loaded, Vec<LoadError>> {
-        for nb in self.nodes.values_mut() {
-            for rr in nb.node.rrsets.iter_mut() {
+        for node in self.nodes.values_mut() {
+            for rr in node.rrsets.iter_mut() {
                 if rr.rdata.len() > LINEAR_DEDUP_MAX {
                     let mut seen: StdHashSet<Bytes> = StdHashSet::with_capacity(rr.rdata.len());
                     rr.rdata.retain(|d| seen.insert(d.clone()));
@@ -782,16 +801,14 @@ impl<'p> Builder<'p> {
         let serial = self
             .nodes
             .get(&self.apex)
-            .and_then(|n| n.node.rrset(SOA))
+            .and_then(|n| n.rrset(SOA))
             .and_then(|s| s.rdata.first())
             .and_then(|d| soa_serial(d))
             .unwrap_or(0);
-        let nodes: HashMap<NameKey, Node> =
-            self.nodes.into_iter().map(|(k, nb)| (k, nb.node)).collect();
         Ok(Loaded {
             zone: Zone {
                 apex: self.apex,
-                nodes,
+                nodes: self.nodes,
                 file: self.main_file,
                 serial,
             },
@@ -806,19 +823,24 @@ impl ZoneView for Builder<'_> {
         &self.apex
     }
     fn node(&self, name: &[u8]) -> Option<&Node> {
-        self.nodes.get(name).map(|nb| &nb.node)
+        self.nodes.get(name)
     }
     fn for_each_node(&self, f: &mut dyn FnMut(&[u8], &Node)) {
-        for (k, nb) in &self.nodes {
-            f(k, &nb.node)
+        for (k, n) in &self.nodes {
+            f(k, n)
         }
     }
     fn file(&self) -> &Path {
         &self.main_file
     }
     fn locate(&self, name: &[u8], rtype: u16, nth: usize) -> Option<(PathBuf, usize)> {
-        let nb = self.nodes.get(name)?;
-        let (_, loc) = nb.locs.iter().filter(|(t, _)| *t == rtype).nth(nth)?;
+        let h = self.nodes.hasher().hash_one(name);
+        let loc = self
+            .locs
+            .iter()
+            .filter(|l| l.owner_hash == h && l.rtype == rtype)
+            .nth(nth)?
+            .loc;
         let file = self.files.get(loc.file as usize)?.clone();
         (loc.line > 0).then_some((file, loc.line as usize))
     }
@@ -826,15 +848,17 @@ impl ZoneView for Builder<'_> {
 
 /// What inserting a record did.
 enum Inserted {
-    /// Added or dropped as a duplicate.
-    Ok,
+    /// Added.
+    Added,
+    /// Dropped as a duplicate.
+    Duplicate,
     /// Added, with a TTL unlike the RRset's.
     TtlDiffers { old: u32, new: u32 },
 }
 
 /// Inserts one record into a node, keeping RRsets sorted by type.
-fn insert_rr(nb: &mut NodeB, rtype: u16, ttl: u32, rdata: Bytes, loc: Loc) -> Inserted {
-    let rrsets = &mut nb.node.rrsets;
+fn insert_rr(node: &mut Node, rtype: u16, ttl: u32, rdata: Bytes) -> Inserted {
+    let rrsets = &mut node.rrsets;
     match rrsets.binary_search_by_key(&rtype, |r| r.rtype) {
         Err(i) => {
             rrsets.insert(
@@ -845,24 +869,33 @@ fn insert_rr(nb: &mut NodeB, rtype: u16, ttl: u32, rdata: Bytes, loc: Loc) -> In
                     rdata: vec![rdata],
                 },
             );
-            nb.locs.push((rtype, loc));
-            Inserted::Ok
+            Inserted::Added
         }
         Ok(i) => {
             let rr = &mut rrsets[i];
             if rr.rdata.len() <= LINEAR_DEDUP_MAX && rr.rdata.iter().any(|d| d[..] == rdata[..]) {
-                return Inserted::Ok;
+                return Inserted::Duplicate;
             }
             rr.rdata.push(rdata);
-            nb.locs.push((rtype, loc));
             if rr.ttl != ttl {
                 let old = rr.ttl;
                 rr.ttl = old.min(ttl);
                 return Inserted::TtlDiffers { old, new: ttl };
             }
-            Inserted::Ok
+            Inserted::Added
         }
     }
+}
+
+/// Counts lines that start with an owner name (not blank, indented, comment or directive).
+fn estimate_owner_lines(text: &[u8]) -> usize {
+    let starts_owner = |c: u8| !matches!(c, b' ' | b'\t' | b';' | b'$' | b'\n' | b'\r');
+    let first = text.first().is_some_and(|&c| starts_owner(c));
+    let rest = text
+        .windows(2)
+        .filter(|w| w[0] == b'\n' && starts_owner(w[1]))
+        .count();
+    usize::from(first) + rest
 }
 
 /// Checks RFC 3597 generic RDATA of a type `domain` knows by parsing it.
