@@ -77,7 +77,7 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 		return XDNS_PASS_NO_BODY;
 	r->delta = q->qlen - a->base_len;
 	r->body_at = XDNS_HDR_LEN + q->qlen + 4;
-	r->flags = XDNS_F_QR | (q->flags & (XDNS_F_RD | XDNS_F_CD)) | a->flags;
+	r->flags = XDNS_F_QR | (q->flags & (XDNS_F_RD | XDNS_F_CD)) | (a->flags & XDNS_BODY_FLAGS);
 	r->an = a->ancount;
 	r->ns = a->nscount;
 	r->ar = a->arcount;
@@ -148,8 +148,9 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, const struct xdns_pk
 	hdr[7] = r->an & 0xff;
 	hdr[8] = r->ns >> 8;
 	hdr[9] = r->ns & 0xff;
-	hdr[10] = r->ar >> 8;
-	hdr[11] = r->ar & 0xff;
+	/* our OPT record counts in ARCOUNT */
+	hdr[10] = (r->ar + q->has_opt) >> 8;
+	hdr[11] = (r->ar + q->has_opt) & 0xff;
 	if (bpf_xdp_store_bytes(ctx, pkt->dns_off, hdr, XDNS_HDR_LEN))
 		return -1;
 	r->sum += xdns_csum_buf(hdr, XDNS_HDR_LEN, 0);

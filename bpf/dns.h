@@ -16,6 +16,8 @@
 #define XDNS_F_RD 0x0100
 #define XDNS_F_CD 0x0010
 #define XDNS_EDNS_DO 0x8000
+#define XDNS_BODY_FLAGS 0x040F  /* AA and RCODE: the only header bits a body sets */
+#define XDNS_MAX_OPTIONS 8      /* EDNS options walked; more go to userspace */
 
 /* What the query asked, for the lookup and the answer. */
 struct xdns_query {
@@ -53,48 +55,99 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 	return XDNS_ANSWERED;
 }
 
+/* State of the question-name walk (bpf_loop context). */
+struct xdns_qname_walk {
+	__u64 sum;              /* checksum of the original name bytes */
+	__u32 avail;            /* name bytes copied into scratch */
+	__u32 next;             /* offset of the next length octet */
+	__u32 nlab;             /* label starts recorded */
+	__u32 qlen;             /* set (non-zero) once the root label is read */
+	__u32 bad;
+	__u32 _pad;
+};
+
+/* One byte of the question name: check, record label starts, lowercase, sum. */
+static long xdns_qname_step(__u64 index, void *arg)
+{
+	struct xdns_qname_walk *w = arg;
+	struct xdns_scratch *sc;
+	__u32 zero = 0, i = index & 255;
+	__u8 b;
+
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc || i >= w->avail) {
+		w->bad = 1;
+		return 1;
+	}
+	b = sc->name[i];
+	w->sum += xdns_csum_byte(i, b);
+	if (i != w->next) {
+		if (b >= 'A' && b <= 'Z')
+			sc->name[i] = b + ('a' - 'A');
+		return 0;
+	}
+	if (b > 63) {
+		w->bad = 1;
+		return 1;
+	}
+	sc->label_off[w->nlab & 127] = i;
+	w->nlab++;
+	if (b == 0) {
+		w->qlen = i + 1;
+		return 1;
+	}
+	w->next = i + 1 + b;
+	return 0;
+}
+
 /*
  * Question name: copy up to 255 bytes into scratch, check labels (<= 63, no pointers), record
  * where each label starts, lowercase in place and sum the original bytes for the checksum.
+ * A bpf_loop keeps the verifier's work independent of the name length.
  */
 static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							   struct xdns_scratch *sc, struct xdns_query *q)
 {
+	struct xdns_qname_walk w = {};
 	__u32 avail = pkt->dns_len - XDNS_HDR_LEN;
-	__u32 next = 0, nlab = 0, i;
-	__u64 sum = 0;
 
-	if (avail < 1)
+	if (pkt->dns_len <= XDNS_HDR_LEN)
 		return XDNS_PASS_QNAME;
 	if (avail > 255)
 		avail = 255;
+	/* avail is 1..255 here; the mask makes that visible to the verifier */
+	avail = ((avail - 1) & 0xff) + 1;
 	if (bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
+	w.avail = avail;
+	bpf_loop(255, xdns_qname_step, &w, 0);
+	if (w.bad || w.qlen == 0 || w.qlen > 255)
+		return XDNS_PASS_QNAME;
+	q->qlen = w.qlen;
+	q->nlab = w.nlab;
+	q->qsum = w.sum;
+	return XDNS_ANSWERED;
+}
 
-	for (i = 0; i < 255; i++) {
-		__u8 b;
+/*
+ * EDNS options are ignored but must tile the RDATA exactly (code, length, data), as userspace
+ * requires (else FORMERR there). Returns 0 when well formed.
+ */
+static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen)
+{
+	__u32 pos = 0, i;
+	__u8 h[4];
 
-		if (i >= avail)
-			return XDNS_PASS_QNAME;
-		b = sc->name[i];
-		sum += xdns_csum_byte(i, b);
-		if (i == next) {
-			if (b > 63)
-				return XDNS_PASS_QNAME;
-			sc->label_off[nlab & 127] = i;
-			nlab++;
-			if (b == 0) {
-				q->qlen = i + 1;
-				q->nlab = nlab;
-				q->qsum = sum;
-				return XDNS_ANSWERED;
-			}
-			next = i + 1 + b;
-		} else if (b >= 'A' && b <= 'Z') {
-			sc->name[i] = b + ('a' - 'A');
-		}
+	for (i = 0; i < XDNS_MAX_OPTIONS; i++) {
+		if (pos == rdlen)
+			return 0;
+		if (pos + 4 > rdlen)
+			return -1;
+		if (bpf_xdp_load_bytes(ctx, at + pos, h, 4))
+			return -1;
+		pos += 4 + (((__u32)h[2] << 8) | h[3]);
 	}
-	return XDNS_PASS_QNAME;
+	return pos == rdlen ? 0 : -1;
 }
 
 /* Type and class, then the optional OPT record, then nothing. */
@@ -134,9 +187,12 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 		if (opt[6] != 0)
 			return XDNS_PASS_EDNS_VERSION;
 		rdlen = ((__u16)opt[9] << 8) | opt[10];
-		off += XDNS_OPT_LEN + rdlen;
-		if (off > pkt->dns_len)
+		off += XDNS_OPT_LEN;
+		if (off + rdlen > pkt->dns_len)
 			return XDNS_PASS_EDNS_BAD;
+		if (xdns_options_ok(ctx, pkt->dns_off + off, rdlen))
+			return XDNS_PASS_EDNS_BAD;
+		off += rdlen;
 		q->has_opt = 1;
 		q->payload = ((__u16)opt[3] << 8) | opt[4];
 		q->do_bit = (opt[7] & 0x80) ? 1 : 0;

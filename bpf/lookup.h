@@ -17,41 +17,60 @@ struct xdns_encloser {
 	__u32 found;
 };
 
+/* State of the encloser walk (bpf_loop context). */
+struct xdns_encloser_walk {
+	struct xdns_encloser ce;
+	__u64 s;                /* hash state over the bytes consumed so far */
+	__u32 qlen;
+	__s32 next;             /* index in label_off of the next suffix start */
+	__u32 gen;
+	__u32 _pad;
+};
+
+/* Consume name byte qlen-1-k; at a label start look the suffix up in xdns_nodes. */
+static long xdns_encloser_step(__u64 index, void *arg)
+{
+	struct xdns_encloser_walk *w = arg;
+	struct xdns_node_key nk = {};
+	struct xdns_scratch *sc;
+	struct xdns_node *n;
+	__u32 zero = 0, k = index & 255, i;
+
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc || k >= w->qlen)
+		return 1;
+	i = (w->qlen - 1 - k) & 255;
+	w->s = xdns_hash_step(w->s, sc->name[i]);
+	if (w->next < 0 || i != sc->label_off[w->next & 127])
+		return 0;
+	w->next--;
+	nk.hash = xdns_hash_fin(w->s);
+	nk.gen = w->gen;
+	n = bpf_map_lookup_elem(&xdns_nodes, &nk);
+	if (n && n->name_len == k + 1) {
+		w->ce.node = *n;
+		w->ce.hash = nk.hash;
+		w->ce.len = k + 1;
+		w->ce.found = 1;
+	}
+	return 0;
+}
+
 /*
  * Walk the name from the root: one hash pass gives every suffix's hash; each suffix that starts
  * a label is looked up. Every suffix is tried (no early exit): a served child zone may sit below
  * a parent that lacks the names in between.
  */
-static __always_inline void xdns_find_encloser(const struct xdns_scratch *sc, const struct xdns_query *q,
-					       __u32 gen, struct xdns_encloser *ce)
+static __always_inline void xdns_find_encloser(const struct xdns_query *q, __u32 gen, struct xdns_encloser *ce)
 {
-	struct xdns_node_key nk = { .gen = gen };
-	__u64 s = xdns_cfg.seed;
-	__s32 next = (__s32)q->nlab - 1;
-	__u32 k;
+	struct xdns_encloser_walk w = {};
 
-	ce->found = 0;
-	for (k = 0; k < 255; k++) {
-		__u32 i;
-
-		if (k >= q->qlen)
-			break;
-		i = q->qlen - 1 - k;
-		s = xdns_hash_step(s, sc->name[i & 255]);
-		if (next >= 0 && i == sc->label_off[next & 127]) {
-			struct xdns_node *n;
-
-			next--;
-			nk.hash = xdns_hash_fin(s);
-			n = bpf_map_lookup_elem(&xdns_nodes, &nk);
-			if (n && n->name_len == k + 1) {
-				ce->node = *n;
-				ce->hash = nk.hash;
-				ce->len = k + 1;
-				ce->found = 1;
-			}
-		}
-	}
+	w.s = xdns_cfg.seed;
+	w.qlen = q->qlen;
+	w.next = (__s32)q->nlab - 1;
+	w.gen = gen;
+	bpf_loop(255, xdns_encloser_step, &w, 0);
+	*ce = w.ce;
 }
 
 /* Look up one body key; fills `key` on success. */
@@ -69,7 +88,7 @@ static __always_inline struct xdns_answer *xdns_answer_get(struct xdns_answer_ke
  * cut -> Other at the cut; exact -> Other; wildcard child -> Wildcard(qtype) / WildcardOther at
  * the closest encloser; else NxDomain at the apex.
  */
-static __always_inline enum xdns_verdict xdns_select(const struct xdns_scratch *sc, const struct xdns_query *q,
+static __always_inline enum xdns_verdict xdns_select(const struct xdns_query *q,
 						      __u32 gen, struct xdns_answer_key *key,
 						      struct xdns_answer **ans)
 {
@@ -77,7 +96,7 @@ static __always_inline enum xdns_verdict xdns_select(const struct xdns_scratch *
 	struct xdns_answer *a;
 	int exact;
 
-	xdns_find_encloser(sc, q, gen, &ce);
+	xdns_find_encloser(q, gen, &ce);
 	if (!ce.found)
 		return XDNS_PASS_NO_ZONE;
 	exact = ce.len == q->qlen;

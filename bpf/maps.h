@@ -19,6 +19,7 @@ const volatile struct xdns_config xdns_cfg = {};
 /* BTF anchors, never read: they put the ABI enums into the skeleton's generated types. */
 const volatile enum xdns_body_kind xdns_btf_kind = XDNS_KIND_TYPE;
 const volatile enum xdns_body_class xdns_btf_class = XDNS_CLASS_S;
+const volatile enum xdns_verdict xdns_btf_verdict = XDNS_ANSWERED;
 
 /* key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload. */
 struct {
@@ -77,7 +78,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, XDNS_VERDICT_MAX);
-	__type(key, enum xdns_verdict);
+	__type(key, __u32);
 	__type(value, __u64);
 } xdns_stats SEC(".maps");
 

@@ -56,7 +56,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	if (!genp || *genp == 0)
 		return XDNS_PASS_NOT_LOADED;
 	gen = *genp;
-	v = xdns_select(sc, &q, gen, &key, &a);
+	v = xdns_select(&q, gen, &key, &a);
 	if (v != XDNS_ANSWERED)
 		return v;
 	v = xdns_plan(&q, a, &r);

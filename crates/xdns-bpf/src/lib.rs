@@ -1,1 +1,34 @@
-//! XDP fast path (owner: xdp work; issue 3).
+//! The XDP fast path of xdns: the skeleton of `bpf/xdns.bpf.c`, the compiler from zones to
+//! kernel map entries, the map loader with atomic generation flips, and attach/detach.
+//!
+//! Layers, each testable alone:
+//! - [`hash`]: the seeded suffix hash, the same function as `bpf/hash.h`.
+//! - [`data`]: `compile_kernel_data(&ZoneSet)` -> [`data::KernelData`] (names and bodies), and
+//!   its encoding into the ABI structs of `bpf/xdns_abi.h` for one generation.
+//! - [`maps`]: the [`maps::KernelMaps`] trait (real maps or in memory) and the
+//!   [`maps::Loader`] that writes a generation, flips it, and deletes the old one.
+//! - [`select`]: the kernel's lookup re-expressed over in-memory maps, to compare with the
+//!   engine's `select` without root.
+//! - [`runtime`]: load, attach (BPF link), test-run and counters with libbpf.
+
+#[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/xdns.skel.rs"));
+}
+
+/// The ABI types of `bpf/xdns_abi.h`, generated from the program's BTF.
+pub use skel::types;
+
+pub mod data;
+pub mod hash;
+pub mod maps;
+pub mod runtime;
+pub mod select;
+
+include!(concat!(env!("OUT_DIR"), "/verdicts.rs"));
+
+/// Name of verdict `v` (`"answered"`, `"pass_qname"`, ...) as shown by stats and metrics.
+pub fn verdict_name(v: usize) -> Option<String> {
+    let raw = VERDICT_NAMES.get(v)?;
+    Some(raw.trim_start_matches("XDNS_").to_ascii_lowercase())
+}

@@ -1,0 +1,260 @@
+//! From zones to kernel map entries.
+//!
+//! [`KernelData`] is what the kernel needs, independent of hashing and generations: every
+//! name that exists (with its apex, zone cut and wildcard facts) and every body the lookup can
+//! select. [`encode`] turns it into the ABI structs for one generation and seed.
+
+use xdns_wire::Body;
+use xdns_zone::ZoneSet;
+
+use crate::hash::name_hash;
+use crate::types::{
+    xdns_answer, xdns_answer_key, xdns_body_class, xdns_body_kind, xdns_body_l, xdns_body_m,
+    xdns_body_s, xdns_node, xdns_node_key,
+};
+
+/// Body key kinds (DESIGN-NOTES.md); numbered by `enum xdns_body_kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Type(u16),
+    Other,
+    Wildcard(u16),
+    WildcardOther,
+    NxDomain,
+}
+
+impl Kind {
+    /// `(kind, qtype)` as stored in `struct xdns_answer_key`.
+    pub fn abi(self) -> (u8, u16) {
+        let (k, t) = match self {
+            Kind::Type(t) => (xdns_body_kind::XDNS_KIND_TYPE, t),
+            Kind::Other => (xdns_body_kind::XDNS_KIND_OTHER, 0),
+            Kind::Wildcard(t) => (xdns_body_kind::XDNS_KIND_WILDCARD, t),
+            Kind::WildcardOther => (xdns_body_kind::XDNS_KIND_WILDCARD_OTHER, 0),
+            Kind::NxDomain => (xdns_body_kind::XDNS_KIND_NXDOMAIN, 0),
+        };
+        (k.0 as u8, t)
+    }
+}
+
+/// One existing name, as the kernel's lookup sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEntry {
+    /// Lowercased wire name.
+    pub name: Vec<u8>,
+    /// Apex of the zone that answers for this name.
+    pub apex: Vec<u8>,
+    /// The zone cut at or above this name (never the apex), if any.
+    pub cut: Option<Vec<u8>>,
+    /// `*.name` exists.
+    pub wildcard: bool,
+}
+
+/// One selectable body: the body key and the engine's compiled bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerEntry {
+    /// Base name of the body (lowercased wire).
+    pub base: Vec<u8>,
+    pub kind: Kind,
+    pub body: Body,
+}
+
+/// Everything the kernel maps hold for one zone set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelData {
+    pub nodes: Vec<NodeEntry>,
+    pub answers: Vec<AnswerEntry>,
+}
+
+/// Wire length and label count (root excluded) of a valid wire name.
+pub fn name_shape(name: &[u8]) -> (usize, usize) {
+    let (mut i, mut labels) = (0usize, 0usize);
+    while i < name.len() && name[i] != 0 {
+        labels += 1;
+        i += 1 + name[i] as usize;
+    }
+    (name.len(), labels)
+}
+
+/// The parent of a wire name (`None` for the root).
+pub fn parent(name: &[u8]) -> Option<&[u8]> {
+    match name.first() {
+        Some(0) | None => None,
+        Some(&l) => name.get(1 + l as usize..),
+    }
+}
+
+/// The nodes of every zone: a name belongs to the zone with the longest apex above it
+/// (`ZoneSet::find`), exactly as the userspace lookup picks the zone; names a parent zone holds
+/// below a served child zone's apex are left out.
+pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
+    let mut out = Vec::new();
+    for zone in zones.zones.values() {
+        for (name, _) in zone.nodes.iter() {
+            match zones.find(name) {
+                Some(z) if z.apex == zone.apex => {}
+                _ => continue,
+            }
+            // The highest zone cut between the apex (excluded) and the name (included).
+            let mut cut = None;
+            let mut cur: &[u8] = name;
+            while cur != &zone.apex[..] {
+                if zone.nodes.get(cur).is_some_and(|n| n.rrset(2).is_some()) {
+                    cut = Some(cur.to_vec());
+                }
+                match parent(cur) {
+                    Some(p) => cur = p,
+                    None => break,
+                }
+            }
+            let mut wild = b"\x01*".to_vec();
+            wild.extend_from_slice(name);
+            out.push(NodeEntry {
+                name: name.to_vec(),
+                apex: zone.apex.to_vec(),
+                cut,
+                wildcard: zone.nodes.contains_key(&wild[..]),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Folded one's-complement sum of `bytes` as big-endian 16-bit words (odd tail padded).
+pub fn csum16(bytes: &[u8]) -> u16 {
+    let mut s: u64 = 0;
+    for c in bytes.chunks(2) {
+        s += u64::from(c[0]) << 8 | u64::from(*c.get(1).unwrap_or(&0));
+    }
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// Body bytes in the size class that holds them.
+#[derive(Clone)]
+pub enum BodyValue {
+    S(Box<xdns_body_s>),
+    M(Box<xdns_body_m>),
+    L(Box<xdns_body_l>),
+    /// Larger than the largest class: answered by userspace only.
+    Userspace,
+}
+
+/// Largest body the kernel stores (`XDNS_CLASS_L_LEN`).
+pub const MAX_KERNEL_BODY: usize = 1280;
+/// Fixups stored per body (`XDNS_MAX_FIXUPS`).
+pub const MAX_FIXUPS: usize = 32;
+
+fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], body: &Body) {
+    for (d, s) in fixups.iter_mut().zip(&body.fixups) {
+        *d = *s;
+    }
+    bytes[..body.bytes.len()].copy_from_slice(&body.bytes);
+}
+
+/// The answer value and body bytes of one body.
+pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
+    let n = body.bytes.len();
+    let an_ns = usize::from(body.an_ns_len).min(n);
+    let value = if n <= 128 {
+        let mut b = Box::<xdns_body_s>::default();
+        fill(&mut b.fixups, &mut b.bytes, body);
+        BodyValue::S(b)
+    } else if n <= 512 {
+        let mut b = Box::<xdns_body_m>::default();
+        fill(&mut b.fixups, &mut b.bytes, body);
+        BodyValue::M(b)
+    } else if n <= MAX_KERNEL_BODY {
+        let mut b = Box::<xdns_body_l>::default();
+        fill(&mut b.fixups, &mut b.bytes, body);
+        BodyValue::L(b)
+    } else {
+        BodyValue::Userspace
+    };
+    let class = match value {
+        BodyValue::S(_) => xdns_body_class::XDNS_CLASS_S,
+        BodyValue::M(_) => xdns_body_class::XDNS_CLASS_M,
+        BodyValue::L(_) => xdns_body_class::XDNS_CLASS_L,
+        BodyValue::Userspace => xdns_body_class::XDNS_CLASS_USERSPACE,
+    };
+    let a = xdns_answer {
+        flags: body.flags,
+        ancount: body.ancount,
+        nscount: body.nscount,
+        arcount: body.arcount,
+        len: n as u16,
+        an_ns_len: an_ns as u16,
+        base_len: body.base_len,
+        csum: csum16(&body.bytes),
+        csum_an_ns: csum16(&body.bytes[..an_ns]),
+        nfixups: body.fixups.len().min(u16::MAX as usize) as u16,
+        ar_required: u8::from(body.ar_required),
+        class: class.0 as u8,
+        _pad: [0; 2],
+    };
+    (a, value)
+}
+
+/// Map entries of one generation.
+#[derive(Clone, Default)]
+pub struct Encoded {
+    pub nodes: Vec<(xdns_node_key, xdns_node)>,
+    pub answers: Vec<(xdns_answer_key, xdns_answer, BodyValue)>,
+}
+
+/// The key of body (`base`, `kind`) in generation `gen`.
+pub fn answer_key(seed: u64, gen: u32, base: &[u8], kind: Kind) -> xdns_answer_key {
+    let (k, qtype) = kind.abi();
+    xdns_answer_key { hash: name_hash(seed, base), r#gen: gen, qtype, kind: k, _pad: 0 }
+}
+
+/// Encode `data` for generation `gen` with hash seed `seed`.
+pub fn encode(data: &KernelData, seed: u64, gen: u32) -> Encoded {
+    let mut out = Encoded::default();
+    for n in &data.nodes {
+        let (len, labels) = name_shape(&n.name);
+        let (_, apex_labels) = name_shape(&n.apex);
+        let mut v = xdns_node {
+            apex_hash: name_hash(seed, &n.apex),
+            name_len: len as u8,
+            labels: labels as u8,
+            apex_labels: apex_labels as u8,
+            ..Default::default()
+        };
+        if n.name == n.apex {
+            v.flags |= 0x1;
+        }
+        if let Some(cut) = &n.cut {
+            v.flags |= 0x2;
+            v.cut_hash = name_hash(seed, cut);
+            v.cut_labels = name_shape(cut).1 as u8;
+        }
+        if n.wildcard {
+            v.flags |= 0x4;
+        }
+        let k = xdns_node_key { hash: name_hash(seed, &n.name), r#gen: gen, _pad: 0 };
+        out.nodes.push((k, v));
+    }
+    for a in &data.answers {
+        let (v, body) = encode_body(&a.body);
+        out.answers.push((answer_key(seed, gen, &a.base, a.kind), v, body));
+    }
+    out
+}
+
+/// Bytes of kernel map memory one entry of each kind costs (hash-map element header, key and
+/// value rounded to 8; the allocator's own rounding comes on top), for capacity reports.
+pub fn bytes_per_entry() -> [(&'static str, usize); 4] {
+    const ELEM: usize = 48; // struct htab_elem on 64-bit, rounded
+    let r8 = |n: usize| n.div_ceil(8) * 8;
+    let ak = std::mem::size_of::<xdns_answer_key>();
+    [
+        ("node", ELEM + r8(std::mem::size_of::<xdns_node_key>()) + r8(std::mem::size_of::<xdns_node>())),
+        ("answer+body S", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_s>())),
+        ("answer+body M", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_m>())),
+        ("answer+body L", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_l>())),
+    ]
+}

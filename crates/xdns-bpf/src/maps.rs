@@ -1,0 +1,214 @@
+//! Access to the kernel maps behind a small trait, and the generation loader.
+//!
+//! Atomic reload (also described in `bpf/xdns.bpf.c`): every key carries a generation number.
+//! [`Loader::install`] writes the whole new generation (bodies before the answers that point at
+//! them), then flips `xdns_gen[0]` in one map update, then deletes the previous generation.
+//! A packet reads the active generation once, so it sees the old data or the new, never a mix,
+//! and never a missing entry. If writing fails, the partial generation is removed and the old
+//! one stays active.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+
+use crate::data::{encode, BodyValue, Encoded, KernelData};
+use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
+
+/// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
+pub trait KernelMaps {
+    fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()>;
+    fn delete_node(&mut self, key: &xdns_node_key) -> Result<()>;
+    /// Store the body bytes (in their class map), then the answer entry.
+    fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()>;
+    /// Delete the answer entry, then the body bytes of class `class`.
+    fn delete_body(&mut self, key: &xdns_answer_key, class: u8) -> Result<()>;
+    /// Make `gen` the generation packets read (0 = none).
+    fn flip_generation(&mut self, gen: u32) -> Result<()>;
+    fn active_generation(&self) -> Result<u32>;
+    /// Per-verdict packet counts summed over CPUs, indexed by `enum xdns_verdict`.
+    fn counters(&self) -> Result<Vec<u64>>;
+}
+
+/// Keys of one installed generation, kept to delete it later.
+#[derive(Clone, Debug, Default)]
+struct Installed {
+    gen: u32,
+    nodes: Vec<xdns_node_key>,
+    answers: Vec<(xdns_answer_key, u8)>,
+}
+
+/// Writes generations into a [`KernelMaps`].
+#[derive(Debug)]
+pub struct Loader {
+    seed: u64,
+    current: Option<Installed>,
+}
+
+impl Loader {
+    pub fn new(seed: u64) -> Self {
+        Self { seed, current: None }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The active generation (0 before the first install).
+    pub fn generation(&self) -> u32 {
+        self.current.as_ref().map_or(0, |c| c.gen)
+    }
+
+    /// The generation the next install will write.
+    pub fn next_generation(&self) -> u32 {
+        match self.generation().wrapping_add(1) {
+            0 => 1,
+            g => g,
+        }
+    }
+
+    /// Write `data` as a new generation without activating it.
+    pub fn stage(&self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<Staged> {
+        let gen = self.next_generation();
+        let enc = encode(data, self.seed, gen);
+        let mut done = Installed { gen, ..Default::default() };
+        if let Err(e) = write(maps, &enc, &mut done) {
+            remove(maps, &done);
+            return Err(e);
+        }
+        Ok(Staged(done))
+    }
+
+    /// Activate a staged generation and delete the previous one.
+    pub fn commit(&mut self, maps: &mut dyn KernelMaps, staged: Staged) -> Result<()> {
+        if let Err(e) = maps.flip_generation(staged.0.gen) {
+            remove(maps, &staged.0);
+            return Err(e);
+        }
+        if let Some(old) = self.current.replace(staged.0) {
+            remove(maps, &old);
+        }
+        Ok(())
+    }
+
+    /// Stage and commit.
+    pub fn install(&mut self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<()> {
+        let staged = self.stage(maps, data)?;
+        self.commit(maps, staged)
+    }
+}
+
+/// A generation written to the maps but not active yet.
+#[derive(Debug)]
+pub struct Staged(Installed);
+
+fn write(maps: &mut dyn KernelMaps, enc: &Encoded, done: &mut Installed) -> Result<()> {
+    for (k, v) in &enc.nodes {
+        maps.put_node(k, v)?;
+        done.nodes.push(*k);
+    }
+    for (k, a, b) in &enc.answers {
+        maps.put_body(k, a, b)?;
+        done.answers.push((*k, a.class));
+    }
+    Ok(())
+}
+
+fn remove(maps: &mut dyn KernelMaps, gen: &Installed) {
+    for (k, class) in &gen.answers {
+        let _ = maps.delete_body(k, *class);
+    }
+    for k in &gen.nodes {
+        let _ = maps.delete_node(k);
+    }
+}
+
+/// View a plain ABI struct as bytes.
+pub(crate) fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: only used with the `#[repr(C)]` ABI structs generated from `bpf/xdns_abi.h`,
+    // whose padding is explicit (named `_pad` fields), so every byte is initialised; the slice
+    // borrows `v` and has exactly its size.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// In-memory maps: the same keys and values as the kernel, for tests without root.
+#[derive(Default)]
+pub struct MemMaps {
+    pub nodes: HashMap<Vec<u8>, xdns_node>,
+    pub answers: HashMap<Vec<u8>, xdns_answer>,
+    /// Body bytes by answer key (class `XDNS_CLASS_USERSPACE` has none).
+    pub bodies: HashMap<Vec<u8>, (u8, Vec<u8>, Vec<u16>)>,
+    pub gen: u32,
+    pub stats: Vec<u64>,
+    /// Fail the n-th `put_*` call (tests of the failure path).
+    pub fail_after: Option<usize>,
+    puts: usize,
+}
+
+impl MemMaps {
+    fn tick(&mut self) -> Result<()> {
+        self.puts += 1;
+        match self.fail_after {
+            Some(n) if self.puts > n => anyhow::bail!("injected failure"),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn node(&self, key: &xdns_node_key) -> Option<&xdns_node> {
+        self.nodes.get(bytes_of(key))
+    }
+
+    pub fn answer(&self, key: &xdns_answer_key) -> Option<&xdns_answer> {
+        self.answers.get(bytes_of(key))
+    }
+}
+
+impl KernelMaps for MemMaps {
+    fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()> {
+        self.tick()?;
+        self.nodes.insert(bytes_of(key).to_vec(), *node);
+        Ok(())
+    }
+
+    fn delete_node(&mut self, key: &xdns_node_key) -> Result<()> {
+        self.nodes.remove(bytes_of(key));
+        Ok(())
+    }
+
+    fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()> {
+        self.tick()?;
+        let n = usize::from(answer.len);
+        let nf = usize::from(answer.nfixups).min(crate::data::MAX_FIXUPS);
+        let stored = match body {
+            BodyValue::S(b) => Some((b.bytes[..n].to_vec(), b.fixups[..nf].to_vec())),
+            BodyValue::M(b) => Some((b.bytes[..n].to_vec(), b.fixups[..nf].to_vec())),
+            BodyValue::L(b) => Some((b.bytes[..n].to_vec(), b.fixups[..nf].to_vec())),
+            BodyValue::Userspace => None,
+        };
+        if let Some((bytes, fixups)) = stored {
+            self.bodies.insert(bytes_of(key).to_vec(), (answer.class, bytes, fixups));
+        }
+        self.answers.insert(bytes_of(key).to_vec(), *answer);
+        Ok(())
+    }
+
+    fn delete_body(&mut self, key: &xdns_answer_key, _class: u8) -> Result<()> {
+        self.answers.remove(bytes_of(key));
+        self.bodies.remove(bytes_of(key));
+        Ok(())
+    }
+
+    fn flip_generation(&mut self, gen: u32) -> Result<()> {
+        self.gen = gen;
+        Ok(())
+    }
+
+    fn active_generation(&self) -> Result<u32> {
+        Ok(self.gen)
+    }
+
+    fn counters(&self) -> Result<Vec<u64>> {
+        let mut v = self.stats.clone();
+        v.resize(crate::VERDICT_NAMES.len(), 0);
+        Ok(v)
+    }
+}

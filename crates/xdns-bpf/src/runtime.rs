@@ -1,0 +1,294 @@
+//! The loaded program: open, configure rodata, size maps, load (the verifier runs here),
+//! attach with BPF links, install zone data, test-run and read counters.
+
+use std::ffi::CString;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+
+use crate::data::{BodyValue, KernelData};
+use crate::maps::{bytes_of, KernelMaps, Loader};
+use crate::skel::{XdnsSkel, XdnsSkelBuilder};
+use crate::types::{xdns_answer, xdns_answer_key, xdns_body_class, xdns_node, xdns_node_key};
+
+/// How to attach (the `[xdp] mode` of the configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    Native,
+    Generic,
+    /// Let the kernel choose (native when the driver supports it).
+    Auto,
+}
+
+/// Load-time settings (rodata of the program).
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// The daemon's listen addresses (at most 8; wildcard = any local address).
+    pub listen: Vec<SocketAddr>,
+    /// Our EDNS UDP payload size.
+    pub edns_payload: u16,
+    /// Hash seed; `None` = random.
+    pub seed: Option<u64>,
+    /// Map capacities (entries). Hash maps are not preallocated: memory follows the data.
+    pub capacity: Capacity,
+}
+
+/// Entries each map may hold; a reload needs room for two generations.
+#[derive(Clone, Copy, Debug)]
+pub struct Capacity {
+    pub nodes: u32,
+    pub answers: u32,
+    pub bodies_s: u32,
+    pub bodies_m: u32,
+    pub bodies_l: u32,
+}
+
+impl Capacity {
+    /// Room for `data` three times over (old + new generation during a reload, plus growth).
+    pub fn for_data(data: &KernelData) -> Self {
+        let mut c = [0u32; 3];
+        for a in &data.answers {
+            match a.body.bytes.len() {
+                0..=128 => c[0] += 1,
+                129..=512 => c[1] += 1,
+                _ => c[2] += 1,
+            }
+        }
+        let room = |n: usize| ((n as u32).saturating_mul(3)).max(1024);
+        Self {
+            nodes: room(data.nodes.len()),
+            answers: room(data.answers.len()),
+            bodies_s: room(c[0] as usize),
+            bodies_m: room(c[1] as usize),
+            bodies_l: room(c[2] as usize),
+        }
+    }
+}
+
+/// The XDP program with its maps, attachments and loaded data.
+pub struct XdpProgram {
+    skel: XdnsSkel<'static>,
+    loader: Loader,
+    links: Vec<(String, OwnedFd)>,
+}
+
+impl XdpProgram {
+    /// Open and load the program (runs the verifier). No data, not attached.
+    pub fn load(cfg: &LoadConfig) -> Result<Self> {
+        if cfg.listen.len() > 8 {
+            bail!("the XDP program handles at most 8 listen addresses ({} given)", cfg.listen.len());
+        }
+        // The skeleton borrows its object storage for the program's whole life: leak one
+        // small allocation per load (the daemon loads once).
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = XdnsSkelBuilder::default().open(storage).context("opening the XDP object")?;
+        let seed = cfg.seed.unwrap_or_else(rand::random);
+        {
+            let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
+            let c = &mut ro.xdns_cfg;
+            c.seed = seed;
+            c.edns_payload = cfg.edns_payload;
+            c.nlisten = cfg.listen.len() as u16;
+            for (slot, sa) in c.listen.iter_mut().zip(&cfg.listen) {
+                slot.port = sa.port();
+                match sa.ip() {
+                    std::net::IpAddr::V4(a) => {
+                        slot.family = 4;
+                        slot.wildcard = u8::from(a.is_unspecified());
+                        slot.addr[..4].copy_from_slice(&a.octets());
+                    }
+                    std::net::IpAddr::V6(a) => {
+                        slot.family = 6;
+                        slot.wildcard = u8::from(a.is_unspecified());
+                        slot.addr.copy_from_slice(&a.octets());
+                    }
+                }
+            }
+        }
+        let c = cfg.capacity;
+        open.maps.xdns_nodes.set_max_entries(c.nodes)?;
+        open.maps.xdns_answers.set_max_entries(c.answers)?;
+        open.maps.xdns_bodies_s.set_max_entries(c.bodies_s)?;
+        open.maps.xdns_bodies_m.set_max_entries(c.bodies_m)?;
+        open.maps.xdns_bodies_l.set_max_entries(c.bodies_l)?;
+        let skel = open.load().context("loading the XDP program (verifier)")?;
+        Ok(Self { skel, loader: Loader::new(seed), links: Vec::new() })
+    }
+
+    /// The hash seed of this load.
+    pub fn seed(&self) -> u64 {
+        self.loader.seed()
+    }
+
+    /// The active data generation.
+    pub fn generation(&self) -> u32 {
+        self.loader.generation()
+    }
+
+    /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
+    pub fn install(&mut self, data: &KernelData) -> Result<()> {
+        let mut maps = LibbpfMaps { skel: &self.skel };
+        self.loader.install(&mut maps, data)
+    }
+
+    /// Write `data` as a new generation without activating it, then `commit` it: lets tests
+    /// observe the moment of the flip.
+    pub fn stage(&mut self, data: &KernelData) -> Result<crate::maps::Staged> {
+        let mut maps = LibbpfMaps { skel: &self.skel };
+        self.loader.stage(&mut maps, data)
+    }
+
+    pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
+        let mut maps = LibbpfMaps { skel: &self.skel };
+        self.loader.commit(&mut maps, staged)
+    }
+
+    /// Attach to interface `ifname` with a BPF link (closed on drop: detached even if the
+    /// process dies).
+    pub fn attach(&mut self, ifname: &str, mode: AttachMode) -> Result<()> {
+        let cname = CString::new(ifname)?;
+        // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
+        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+        if ifindex == 0 {
+            bail!("no interface {ifname}");
+        }
+        let flags = match mode {
+            AttachMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
+            AttachMode::Generic => libbpf_sys::XDP_FLAGS_SKB_MODE,
+            AttachMode::Auto => 0,
+        };
+        // SAFETY: an all-zero `bpf_link_create_opts` is its documented default; `sz` is set.
+        let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
+        opts.flags = flags;
+        let prog_fd = self.skel.progs.xdns_xdp.as_fd().as_raw_fd();
+        // SAFETY: `prog_fd` is a loaded XDP program owned by `self.skel`, `opts` is initialised
+        // and outlives the call.
+        let fd = unsafe { libbpf_sys::bpf_link_create(prog_fd, ifindex as i32, libbpf_sys::BPF_XDP, &opts) };
+        if fd < 0 {
+            bail!("attaching XDP to {ifname} ({mode:?}): {}", std::io::Error::from_raw_os_error(-fd));
+        }
+        // SAFETY: `fd` is a new link fd returned by the kernel and owned by nobody else.
+        self.links.push((ifname.to_string(), unsafe { OwnedFd::from_raw_fd(fd) }));
+        Ok(())
+    }
+
+    /// Detach from every interface.
+    pub fn detach_all(&mut self) {
+        self.links.clear();
+    }
+
+    /// Every verdict counter summed over CPUs, with its name.
+    pub fn counters(&self) -> Result<Vec<(String, u64)>> {
+        let maps = LibbpfMaps { skel: &self.skel };
+        let v = maps.counters()?;
+        Ok(v.into_iter()
+            .enumerate()
+            .filter_map(|(i, n)| Some((crate::verdict_name(i)?, n)))
+            .collect())
+    }
+
+    /// Run the program once on `packet` (BPF_PROG_TEST_RUN): `(XDP action, output frame)`.
+    pub fn test_run(&self, packet: &[u8]) -> Result<(u32, Vec<u8>)> {
+        let mut out = vec![0u8; 4096];
+        let input = ProgramInput { data_in: Some(packet), data_out: Some(&mut out), ..Default::default() };
+        let res = self.skel.progs.xdns_xdp.test_run(input)?;
+        let n = res.data.map_or(0, |d| d.len());
+        let ret = res.return_value;
+        out.truncate(n);
+        Ok((ret, out))
+    }
+
+    /// Time `repeat` runs of `packet` in the kernel: average nanoseconds per run.
+    pub fn bench(&self, packet: &[u8], repeat: u32) -> Result<u64> {
+        let mut out = vec![0u8; 4096];
+        let input = ProgramInput { data_in: Some(packet), data_out: Some(&mut out), repeat, ..Default::default() };
+        let res = self.skel.progs.xdns_xdp.test_run(input)?;
+        Ok(res.duration.as_nanos() as u64)
+    }
+
+    /// Instructions of the verified program (translated), as `bpftool prog` reports them.
+    pub fn insn_count(&self) -> Result<usize> {
+        let fd = self.skel.progs.xdns_xdp.as_fd().as_raw_fd();
+        // SAFETY: zeroed `bpf_prog_info` is a valid query buffer; the kernel fills at most
+        // `len` bytes of it for the program `fd` we own.
+        let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        // SAFETY: as above; `info` and `len` are valid for writes.
+        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+        if rc != 0 {
+            bail!("bpf_prog_get_info_by_fd: {rc}");
+        }
+        Ok(info.xlated_prog_len as usize / 8)
+    }
+}
+
+/// [`KernelMaps`] over the real maps of a loaded skeleton.
+struct LibbpfMaps<'a> {
+    skel: &'a XdnsSkel<'static>,
+}
+
+impl KernelMaps for LibbpfMaps<'_> {
+    fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()> {
+        self.skel.maps.xdns_nodes.update(bytes_of(key), bytes_of(node), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    fn delete_node(&mut self, key: &xdns_node_key) -> Result<()> {
+        self.skel.maps.xdns_nodes.delete(bytes_of(key))?;
+        Ok(())
+    }
+
+    fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()> {
+        let k = bytes_of(key);
+        let m = &self.skel.maps;
+        match body {
+            BodyValue::S(b) => m.xdns_bodies_s.update(k, bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::M(b) => m.xdns_bodies_m.update(k, bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::L(b) => m.xdns_bodies_l.update(k, bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::Userspace => {}
+        }
+        m.xdns_answers.update(k, bytes_of(answer), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    fn delete_body(&mut self, key: &xdns_answer_key, class: u8) -> Result<()> {
+        let k = bytes_of(key);
+        let m = &self.skel.maps;
+        m.xdns_answers.delete(k)?;
+        match xdns_body_class(u32::from(class)) {
+            xdns_body_class::XDNS_CLASS_S => m.xdns_bodies_s.delete(k)?,
+            xdns_body_class::XDNS_CLASS_M => m.xdns_bodies_m.delete(k)?,
+            xdns_body_class::XDNS_CLASS_L => m.xdns_bodies_l.delete(k)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn flip_generation(&mut self, gen: u32) -> Result<()> {
+        self.skel.maps.xdns_gen.update(&0u32.to_ne_bytes(), &gen.to_ne_bytes(), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    fn active_generation(&self) -> Result<u32> {
+        let v = self.skel.maps.xdns_gen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?;
+        let v = v.context("xdns_gen[0] missing")?;
+        Ok(u32::from_ne_bytes(v[..4].try_into()?))
+    }
+
+    fn counters(&self) -> Result<Vec<u64>> {
+        let n = crate::VERDICT_NAMES.len();
+        let mut out = vec![0u64; n];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let per_cpu = self.skel.maps.xdns_stats.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)?;
+            for cpu in per_cpu.into_iter().flatten() {
+                *slot += u64::from_ne_bytes(cpu[..8].try_into()?);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,63 @@
+//! The kernel's lookup (`bpf/lookup.h`) over [`MemMaps`]: what body would the XDP program
+//! pick? Tests compare it with the engine's `select` for whole query corpora.
+
+use crate::data::{answer_key, Kind};
+use crate::hash::suffix_hashes;
+use crate::maps::MemMaps;
+use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
+
+/// Why the kernel would not answer from its maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// `XDNS_PASS_NO_ZONE`
+    NoZone,
+    /// `XDNS_PASS_NO_BODY`
+    NoBody,
+}
+
+/// The chosen body: its key and answer value.
+#[derive(Clone, Copy, Debug)]
+pub struct Chosen {
+    pub key: xdns_answer_key,
+    pub answer: xdns_answer,
+}
+
+/// Select the body for (lowercased wire `qname`, `qtype`) in generation `gen`.
+pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
+    let mut ce: Option<(u64, usize, xdns_node)> = None;
+    for (off, hash) in suffix_hashes(seed, qname) {
+        let key = xdns_node_key { hash, r#gen: gen, _pad: 0 };
+        if let Some(n) = maps.node(&key) {
+            if usize::from(n.name_len) == qname.len() - off {
+                ce = Some((hash, qname.len() - off, *n));
+            }
+        }
+    }
+    let (hash, len, node) = ce.ok_or(Miss::NoZone)?;
+    let exact = len == qname.len();
+    let get = |hash: u64, kind: Kind| {
+        let (k, t) = kind.abi();
+        let key = xdns_answer_key { hash, r#gen: gen, qtype: t, kind: k, _pad: 0 };
+        maps.answer(&key).map(|a| Chosen { key, answer: *a })
+    };
+    if exact {
+        if let Some(c) = get(hash, Kind::Type(qtype)) {
+            return Ok(c);
+        }
+    }
+    let found = if node.flags & 0x2 != 0 {
+        get(node.cut_hash, Kind::Other)
+    } else if exact {
+        get(hash, Kind::Other)
+    } else if node.flags & 0x4 != 0 {
+        get(hash, Kind::Wildcard(qtype)).or_else(|| get(hash, Kind::WildcardOther))
+    } else {
+        get(node.apex_hash, Kind::NxDomain)
+    };
+    found.ok_or(Miss::NoBody)
+}
+
+/// The answer key the kernel would use for an engine body key, for comparisons.
+pub fn key_of(seed: u64, gen: u32, base: &[u8], kind: Kind) -> xdns_answer_key {
+    answer_key(seed, gen, base, kind)
+}

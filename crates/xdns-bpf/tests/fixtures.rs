@@ -1,0 +1,407 @@
+//! Fixture table for the XDP program (needs root): each row is a description, an input frame
+//! built in code, and the expected verdict with the expected output frame. Run through
+//! BPF_PROG_TEST_RUN; the verdict is read back from the per-CPU counters.
+//!
+//! The zone is made by hand (bodies from `xdns_wire::body::BodyWriter`, the engine's writer);
+//! expected DNS payloads come from `xdns_wire::response::assemble`, the userspace assembler;
+//! expected frames from `common::frame`, which computes its own checksums.
+
+mod common;
+
+use common::*;
+use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
+use xdns_wire::body::{BodyWriter, Section};
+use xdns_wire::query::Query;
+use xdns_wire::response::{assemble, Limits};
+use xdns_wire::Body;
+
+const A: u16 = 1;
+const NS: u16 = 2;
+const CNAME: u16 = 5;
+const SOA: u16 = 6;
+const MX: u16 = 15;
+const TXT: u16 = 16;
+
+fn soa_rdata() -> Vec<u8> {
+    let mut r = wire("ns1.example.com");
+    r.extend(wire("hostmaster.example.com"));
+    for v in [2026112201u32, 7200, 3600, 1209600, 300] {
+        r.extend_from_slice(&v.to_be_bytes());
+    }
+    r
+}
+
+fn negative(base: &str, rcode: u8) -> Body {
+    let mut w = BodyWriter::new(&wire(base)).unwrap();
+    w.set_aa(true);
+    w.set_rcode(rcode);
+    w.set_section(Section::Authority).unwrap();
+    w.write_rr(&wire("example.com"), false, SOA, 300, &soa_rdata()).unwrap();
+    w.finish()
+}
+
+fn a_body(base: &str, owner_is_q: bool) -> Body {
+    let mut w = BodyWriter::new(&wire(base)).unwrap();
+    w.set_aa(true);
+    w.write_rr(&wire(base), owner_is_q, A, 300, &[192, 0, 2, 1]).unwrap();
+    w.finish()
+}
+
+fn txt_body(base: &str, n: usize, each: usize) -> Body {
+    let mut w = BodyWriter::new(&wire(base)).unwrap();
+    w.set_aa(true);
+    for i in 0..n {
+        let mut t = vec![each as u8];
+        t.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, each));
+        w.write_rr(&wire(base), true, TXT, 300, &t).unwrap();
+    }
+    w.finish()
+}
+
+fn referral(cut: &str, glue_txt: usize) -> Body {
+    let mut w = BodyWriter::new(&wire(cut)).unwrap();
+    w.set_section(Section::Authority).unwrap();
+    let ns = format!("ns.{cut}");
+    w.write_rr(&wire(cut), false, NS, 3600, &wire(&ns)).unwrap();
+    w.set_section(Section::Additional).unwrap();
+    w.write_rr(&wire(&ns), false, A, 3600, &[198, 18, 5, 5]).unwrap();
+    if glue_txt > 0 {
+        let mut t = vec![glue_txt as u8];
+        t.extend(std::iter::repeat_n(b'g', glue_txt));
+        for _ in 0..3 {
+            w.write_rr(&wire(&ns), false, TXT, 3600, &t).unwrap();
+        }
+    }
+    w.set_ar_required(true);
+    w.finish()
+}
+
+/// The hand-made zone: (data for the kernel, a lookup from body key to body for the rows).
+fn zone() -> KernelData {
+    let apex = wire("example.com");
+    let node = |n: &str, cut: Option<&str>, wildcard: bool| NodeEntry {
+        name: wire(n),
+        apex: apex.clone(),
+        cut: cut.map(wire),
+        wildcard,
+    };
+    let nodes = vec![
+        node("example.com", None, false),
+        node("www.example.com", None, false),
+        node("alias.example.com", None, false),
+        node("wild.example.com", None, true),
+        node("*.wild.example.com", None, false),
+        node("sub.example.com", Some("sub.example.com"), false),
+        node("ns.sub.example.com", Some("sub.example.com"), false),
+        node("deep.example.com", Some("deep.example.com"), false),
+        node("big.example.com", None, false),
+        node("huge.example.com", None, false),
+        node("mid.example.com", None, false),
+    ];
+    let mut alias = BodyWriter::new(&wire("alias.example.com")).unwrap();
+    alias.set_aa(true);
+    alias.write_rr(&wire("alias.example.com"), true, CNAME, 300, &wire("www.example.com")).unwrap();
+    alias.write_rr(&wire("www.example.com"), false, A, 300, &[192, 0, 2, 1]).unwrap();
+    let mut wild_a = BodyWriter::new(&wire("wild.example.com")).unwrap();
+    wild_a.set_aa(true);
+    wild_a.write_rr(&wire("wild.example.com"), true, A, 60, &[192, 0, 2, 7]).unwrap();
+    wild_a.set_section(Section::Authority).unwrap();
+    wild_a.write_rr(&wire("example.com"), false, NS, 60, &wire("ns1.example.com")).unwrap();
+    let ans = |n: &str, kind: Kind, body: Body| AnswerEntry { base: wire(n), kind, body };
+    let answers = vec![
+        ans("example.com", Kind::Other, negative("example.com", 0)),
+        ans("example.com", Kind::NxDomain, negative("example.com", 3)),
+        ans("www.example.com", Kind::Type(A), a_body("www.example.com", true)),
+        ans("www.example.com", Kind::Other, negative("www.example.com", 0)),
+        ans("alias.example.com", Kind::Type(A), alias.finish()),
+        ans("wild.example.com", Kind::Wildcard(A), wild_a.finish()),
+        ans("wild.example.com", Kind::WildcardOther, negative("wild.example.com", 0)),
+        ans("sub.example.com", Kind::Other, referral("sub.example.com", 0)),
+        ans("deep.example.com", Kind::Other, referral("deep.example.com", 200)),
+        ans("big.example.com", Kind::Type(TXT), txt_body("big.example.com", 3, 200)),
+        ans("huge.example.com", Kind::Type(TXT), txt_body("huge.example.com", 6, 250)),
+        ans("mid.example.com", Kind::Type(TXT), txt_body("mid.example.com", 2, 200)),
+    ];
+    KernelData { nodes, answers }
+}
+
+/// What a row expects.
+enum Want {
+    /// XDP_TX with the answer made of this body.
+    Answer(&'static str, Kind),
+    /// XDP_PASS with this verdict name.
+    Pass(&'static str),
+}
+
+struct Row {
+    what: String,
+    frame: Vec<u8>,
+    net: Net,
+    want: Want,
+}
+
+fn expected_dns(data: &KernelData, dns_query: &[u8], base: &str, kind: Kind) -> Vec<u8> {
+    let body = &data.answers.iter().find(|a| a.base == wire(base) && a.kind == kind).expect("row body").body;
+    let q = Query::parse(dns_query).expect("row query parses");
+    let mut out = Vec::new();
+    assemble(&q, body, &Limits::udp(q.edns.as_ref(), OUR_PAYLOAD), &mut out).expect("assemble");
+    out
+}
+
+fn nets() -> Vec<(&'static str, Net)> {
+    let mut v4opt = Net::v4();
+    v4opt.ip_opts = vec![1, 1, 1, 0]; // NOP NOP NOP EOL
+    let mut v4vlan = Net::v4();
+    v4vlan.vlan = Some((0x8100, 42));
+    let mut v6qinq = Net::v6();
+    v6qinq.vlan = Some((0x88a8, 7));
+    vec![("ipv4", Net::v4()), ("ipv6", Net::v6()), ("ipv4+vlan", v4vlan), ("ipv6+802.1ad", v6qinq), ("ipv4+options", v4opt)]
+}
+
+fn rows() -> Vec<Row> {
+    let mut rows = Vec::new();
+    let edns = |p: u16, d: bool| Opt::new(p, d);
+    // (description, qname, qtype, opt, expected body)
+    let answered: Vec<(&str, &str, u16, Option<Opt>, &'static str, Kind)> = vec![
+        ("exact A", "www.example.com", A, None, "www.example.com", Kind::Type(A)),
+        ("mixed case echoed", "wWw.ExAmple.COM", A, None, "www.example.com", Kind::Type(A)),
+        ("CNAME chain", "alias.example.com", A, edns(1232, false), "alias.example.com", Kind::Type(A)),
+        ("NODATA", "www.example.com", MX, edns(4096, true), "www.example.com", Kind::Other),
+        ("NODATA at apex", "Example.com", TXT, None, "example.com", Kind::Other),
+        ("NXDOMAIN delta>0", "nope.example.com", A, None, "example.com", Kind::NxDomain),
+        ("NXDOMAIN two labels deeper, DO", "a.Nope.example.com", A, edns(1232, true), "example.com", Kind::NxDomain),
+        ("wildcard", "a.b.wild.example.com", A, None, "wild.example.com", Kind::Wildcard(A)),
+        ("wildcard other type", "X.wild.example.com", MX, edns(512, false), "wild.example.com", Kind::WildcardOther),
+        ("referral below cut", "host.sub.example.com", A, None, "sub.example.com", Kind::Other),
+        ("referral at cut", "sub.example.com", NS, edns(1232, false), "sub.example.com", Kind::Other),
+        ("glue name answers as referral", "ns.sub.example.com", A, None, "sub.example.com", Kind::Other),
+        ("ANY is a type of its own: NODATA here", "www.example.com", 255, None, "www.example.com", Kind::Other),
+        ("qtype 0", "www.example.com", 0, None, "www.example.com", Kind::Other),
+        ("TC: big answer, no EDNS", "big.example.com", TXT, None, "big.example.com", Kind::Type(TXT)),
+        ("big answer fits with EDNS", "big.example.com", TXT, edns(1232, false), "big.example.com", Kind::Type(TXT)),
+        ("client payload 100 counts as 512", "big.example.com", TXT, edns(100, false), "big.example.com", Kind::Type(TXT)),
+        ("client payload capped by ours", "huge.example.com", TXT, edns(65000, false), "huge.example.com", Kind::Type(TXT)),
+        ("body beyond the largest class, TC needs no bytes", "huge.example.com", TXT, edns(1232, false), "huge.example.com", Kind::Type(TXT)),
+        ("medium answer, no EDNS fits", "mid.example.com", TXT, None, "mid.example.com", Kind::Type(TXT)),
+        ("required glue does not fit: TC", "x.deep.example.com", A, None, "deep.example.com", Kind::Other),
+        ("required glue fits with EDNS", "x.deep.example.com", A, edns(1232, true), "deep.example.com", Kind::Other),
+    ];
+    let odd = |mut o: Opt, opts: Vec<u8>| {
+        o.options = opts;
+        Some(o)
+    };
+    let with_opts: Vec<(&str, Option<Opt>)> = vec![
+        ("EDNS cookie option ignored", odd(Opt::new(1232, false).unwrap(), vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8])),
+        ("EDNS two options", odd(Opt::new(1232, true).unwrap(), vec![0, 10, 0, 0, 0, 12, 0, 2, 0, 0])),
+    ];
+    for (nname, net) in nets() {
+        for (what, qn, qt, opt, base, kind) in &answered {
+            let q = query(&wire(qn), *qt, opt.clone());
+            rows.push(Row { what: format!("{nname}: {what}"), frame: frame(&net, &q), net: net.clone(), want: Want::Answer(base, *kind) });
+        }
+        for (what, opt) in &with_opts {
+            let q = query(&wire("www.example.com"), A, opt.clone());
+            rows.push(Row { what: format!("{nname}: {what}"), frame: frame(&net, &q), net: net.clone(), want: Want::Answer("www.example.com", Kind::Type(A)) });
+        }
+    }
+
+    // Passed to userspace, with the reason.
+    let v4 = Net::v4();
+    let www = wire("www.example.com");
+    let base_q = query(&www, A, None);
+    let mut pass: Vec<(String, Net, Vec<u8>, &'static str)> = Vec::new();
+    let mut p = |what: &str, net: &Net, dns: Vec<u8>, why: &'static str| pass.push((what.to_string(), net.clone(), dns, why));
+    let mut v1 = Opt::new(1232, false).unwrap();
+    v1.version = 1;
+    p("EDNS version 1 -> BADVERS in userspace", &v4, query(&www, A, Some(v1)), "pass_edns_version");
+    let mut two = query(&www, A, Opt::new(1232, false));
+    two.extend(Opt::new(1232, false).unwrap().bytes());
+    two[11] = 2;
+    p("two OPT records", &v4, two, "pass_dns_counts");
+    p("EDNS option overruns RDATA", &v4, query(&www, A, odd(Opt::new(1232, false).unwrap(), vec![0, 10, 0, 9, 1])), "pass_edns_bad");
+    p("EDNS option header cut", &v4, query(&www, A, odd(Opt::new(1232, false).unwrap(), vec![0, 10, 0])), "pass_edns_bad");
+    p("nine EDNS options (more than walked)", &v4, query(&www, A, odd(Opt::new(1232, false).unwrap(), [0u8, 10, 0, 0].repeat(9))), "pass_edns_bad");
+    let mut nonroot = query(&www, A, Opt::new(1232, false));
+    let at = nonroot.len() - 11;
+    nonroot.splice(at..at + 1, [1u8, b'x', 0]);
+    p("OPT owner not root", &v4, nonroot, "pass_edns_bad");
+    let mut tsig = base_q.clone();
+    tsig[11] = 1;
+    tsig.extend_from_slice(&[0, 0, 250, 0, 255, 0, 0, 0, 0, 0, 0]);
+    p("TSIG instead of OPT", &v4, tsig, "pass_edns_bad");
+    let mut ch = base_q.clone();
+    let n = ch.len();
+    ch[n - 1] = 3;
+    p("class CH", &v4, ch, "pass_qclass");
+    p("AXFR", &v4, query(&www, 252, None), "pass_qtype_meta");
+    p("IXFR", &v4, query(&www, 251, None), "pass_qtype_meta");
+    p("qtype OPT", &v4, query(&www, 41, None), "pass_qtype_meta");
+    p("qtype 128", &v4, query(&www, 128, None), "pass_qtype_meta");
+    let mut qr = base_q.clone();
+    qr[2] |= 0x80;
+    p("QR=1", &v4, qr, "pass_dns_response");
+    let mut notify = base_q.clone();
+    notify[2] |= 4 << 3;
+    p("opcode NOTIFY", &v4, notify, "pass_dns_opcode");
+    let mut qd2 = base_q.clone();
+    qd2[5] = 2;
+    p("QDCOUNT=2", &v4, qd2, "pass_dns_counts");
+    let mut qd0 = base_q.clone();
+    qd0[5] = 0;
+    p("QDCOUNT=0", &v4, qd0, "pass_dns_counts");
+    let mut an1 = base_q.clone();
+    an1[7] = 1;
+    p("ANCOUNT=1", &v4, an1, "pass_dns_counts");
+    let mut ns1 = base_q.clone();
+    ns1[9] = 1;
+    p("NSCOUNT=1", &v4, ns1, "pass_dns_counts");
+    let mut long_label = vec![64u8];
+    long_label.extend([b'a'; 64]);
+    long_label.extend(wire("example.com"));
+    p("label of 64 bytes", &v4, query(&long_label, A, None), "pass_qname");
+    let mut long_name = Vec::new();
+    for _ in 0..4 {
+        long_name.push(63u8);
+        long_name.extend([b'b'; 63]);
+    }
+    long_name.extend(wire("example.com"));
+    p("name over 255 bytes", &v4, query(&long_name, A, None), "pass_qname");
+    let mut ptr = vec![3, b'w', b'w', b'w', 0xc0, 12];
+    ptr.truncate(6);
+    p("compression pointer in question", &v4, query(&ptr, A, None), "pass_qname");
+    let mut trailing = base_q.clone();
+    trailing.push(0);
+    p("one trailing byte", &v4, trailing, "pass_trailing");
+    p("name under no zone", &v4, query(&wire("www.example.org"), A, None), "pass_no_zone");
+    p("root name under no zone", &v4, query(&wire(""), A, None), "pass_no_zone");
+    let mut port = Net::v4();
+    port.dport = 5353;
+    p("other port", &port, base_q.clone(), "pass_not_our_addr");
+    let mut addr = Net::v4();
+    addr.dst = vec![198, 18, 0, 9];
+    p("other IPv4 address", &addr, base_q.clone(), "pass_not_our_addr");
+    let mut addr6 = Net::v6();
+    addr6.dst[15] = 9;
+    p("other IPv6 address", &addr6, base_q.clone(), "pass_not_our_addr");
+    let mut mf = Net::v4();
+    mf.frag = 0x2000;
+    p("IPv4 first fragment (MF)", &mf, base_q.clone(), "pass_ip_fragment");
+    let mut off = Net::v4();
+    off.frag = 0x0010;
+    p("IPv4 later fragment (offset)", &off, base_q.clone(), "pass_ip_fragment");
+    let mut ext = Net::v6();
+    ext.v6_ext = Some(0);
+    p("IPv6 hop-by-hop header", &ext, base_q.clone(), "pass_ipv6_ext");
+    let mut tcp = Net::v4();
+    tcp.proto = 6;
+    p("TCP", &tcp, base_q.clone(), "pass_not_udp");
+    // DNS payload cut at every length: the lengths in IP/UDP stay consistent.
+    let full = query(&www, A, Opt::new(1232, true));
+    for cut in 0..full.len() {
+        let why = match cut {
+            0..=11 => "pass_dns_short",
+            c if c < 12 + www.len() + 4 => "pass_qname",
+            c if c == 12 + www.len() + 4 => "pass_edns_bad",
+            _ => "pass_edns_bad",
+        };
+        p(&format!("DNS cut at {cut}"), &v4, full[..cut].to_vec(), why);
+    }
+    for (what, net, dns, why) in pass {
+        rows.push(Row { what, frame: frame(&net, &dns), net, want: Want::Pass(why) });
+    }
+
+    // The frame cut at every length (headers claim more than is there). BPF_PROG_TEST_RUN
+    // refuses frames shorter than an Ethernet header, so cuts start at 14.
+    let good = frame(&Net::v6(), &base_q);
+    for cut in 14..good.len() {
+        rows.push(Row { what: format!("ipv6 frame cut at {cut}"), frame: good[..cut].to_vec(), net: Net::v6(), want: Want::Pass("pass_l3_short") });
+    }
+    let good = frame(&Net::v4(), &base_q);
+    for cut in 14..good.len() {
+        rows.push(Row { what: format!("ipv4 frame cut at {cut}"), frame: good[..cut].to_vec(), net: Net::v4(), want: Want::Pass("pass_l3_short") });
+    }
+    // UDP length disagreeing with the IP length.
+    let mut bad = frame(&Net::v4(), &base_q);
+    bad[14 + 20 + 5] -= 1;
+    rows.push(Row { what: "UDP length short by one".into(), frame: bad, net: Net::v4(), want: Want::Pass("pass_udp_bad") });
+    // Ethernet padding after a short IPv4 packet is allowed.
+    let mut padded = frame(&Net::v4(), &query(&wire("a.wild.example.com"), A, None));
+    padded.extend([0u8; 6]);
+    rows.push(Row { what: "ipv4 with Ethernet padding".into(), frame: padded, net: Net::v4(), want: Want::Answer("wild.example.com", Kind::Wildcard(A)) });
+    // ARP.
+    let mut arp = frame(&Net::v4(), &base_q);
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    rows.push(Row { what: "ARP".into(), frame: arp, net: Net::v4(), want: Want::Pass("pass_not_ip") });
+    rows
+}
+
+fn counters(p: &xdns_bpf::runtime::XdpProgram) -> Vec<(String, u64)> {
+    p.counters().unwrap()
+}
+
+#[test]
+fn fixture_table() {
+    if !have_root("fixture_table") {
+        return;
+    }
+    let mut prog = load();
+    let data = zone();
+    // Before any data: everything passes as not loaded.
+    let (act, _) = prog.test_run(&frame(&Net::v4(), &query(&wire("www.example.com"), A, None))).unwrap();
+    assert_eq!(act, 2, "XDP_PASS before data is installed");
+    assert_eq!(counters(&prog).iter().find(|(n, _)| n == "pass_not_loaded").unwrap().1, 1);
+    prog.install(&data).unwrap();
+
+    let rows = rows();
+    let mut failures = Vec::new();
+    for row in &rows {
+        let before = counters(&prog);
+        let (act, out) = match prog.test_run(&row.frame) {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{}: test_run failed: {e}", row.what));
+                continue;
+            }
+        };
+        let after = counters(&prog);
+        let moved: Vec<&str> = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| a.1 != b.1)
+            .map(|(_, a)| a.0.as_str())
+            .collect();
+        match &row.want {
+            Want::Pass(why) => {
+                if act != 2 || moved != [*why] || out != row.frame {
+                    failures.push(format!("{}: want XDP_PASS {why}, got action {act} counters {moved:?}", row.what));
+                }
+            }
+            Want::Answer(base, kind) => {
+                let dns_q = dns_of(&row.frame).to_vec();
+                let dns_q = &dns_q[..dns_q.len().min(dns_len(&row.frame))];
+                let want = frame(&row.net.reply(), &expected_dns(&data, dns_q, base, *kind));
+                if act != 3 || moved != ["answered"] {
+                    failures.push(format!("{}: want XDP_TX, got action {act} counters {moved:?}", row.what));
+                } else if !checksums_ok(&out) {
+                    failures.push(format!("{}: checksums do not verify", row.what));
+                } else if out != want {
+                    failures.push(format!("{}: output differs\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
+                }
+            }
+        }
+    }
+    println!("{} fixture rows, {} failures", rows.len(), failures.len());
+    println!("verified program: {} instructions", prog.insn_count().unwrap());
+    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
+}
+
+/// DNS length from the UDP header (frames may carry Ethernet padding).
+fn dns_len(f: &[u8]) -> usize {
+    let total = dns_of(f).len();
+    let l4 = f.len() - total - 8;
+    usize::from(u16::from_be_bytes([f[l4 + 4], f[l4 + 5]])) - 8
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
