@@ -5,7 +5,7 @@
 //! - Positive answers carry no authority NS (Knot; NSD adds the apex NS and their addresses).
 //! - NODATA and NXDOMAIN carry the apex SOA in authority with TTL = min(SOA TTL, SOA MINIMUM)
 //!   (RFC 2308 §3).
-//! - A/AAAA of in-zone targets of NS, MX and SRV answers go to additional, per target in
+//! - A/AAAA of in-zone targets of NS, MX, SRV, SVCB and HTTPS answers go to additional, per target in
 //!   record order, A before AAAA, each target once (Knot; occluded glue included, as Knot does).
 //! - Referrals: AA=0, the cut's NS in authority, A/AAAA of targets inside the zone in
 //!   additional; the additional section is *required* (RFC 9471: truncate rather than drop)
@@ -116,16 +116,19 @@ fn nxdomain(zone: &Zone, w: &mut BodyWriter) -> Result<(), BodyError> {
     soa_authority(zone, w)
 }
 
-/// The target name inside RDATA of NS, MX and SRV, for additional-section processing.
+/// The target name inside RDATA of NS, MX, SRV, SVCB and HTTPS, for additional-section
+/// processing (a root target, "no target" or "the owner itself" in SVCB, adds nothing).
 fn target_of(rtype: u16, rdata: &[u8]) -> Option<&[u8]> {
     let at = match rtype {
         rtype::NS => 0,
-        rtype::MX => 2,
+        rtype::MX | rtype::SVCB | rtype::HTTPS => 2,
         rtype::SRV => 6,
         _ => return None,
     };
     let t = rdata.get(at..)?;
-    (name::is_valid(t) && t != name::ROOT).then_some(t)
+    // SVCB/HTTPS RDATA continues after the name (SvcParams): only the name's bytes count.
+    let len = name::name_len(t).ok()?;
+    (len > 1).then_some(&t[..len])
 }
 
 /// Appends A then AAAA of each in-zone target of `rrset` (each target once).
@@ -140,6 +143,10 @@ fn additional_for(
     let mut required = false;
     for rd in &rrset.rdata {
         let Some(target) = target_of(rrset.rtype, rd) else { continue };
+        let target = match name::name_len(target) {
+            Ok(len) => &target[..len],
+            Err(_) => continue,
+        };
         let key = name::to_key(target);
         if seen.contains(&key) || !name::is_subdomain(&key, &zone.apex) {
             continue;

@@ -44,6 +44,10 @@ pub mod rtype {
     pub const SRV: u16 = 33;
     /// DS
     pub const DS: u16 = 43;
+    /// SVCB
+    pub const SVCB: u16 = 64;
+    /// HTTPS
+    pub const HTTPS: u16 = 65;
     /// IXFR
     pub const IXFR: u16 = 251;
     /// AXFR
