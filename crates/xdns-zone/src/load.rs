@@ -530,7 +530,7 @@ impl<'p> Builder<'p> {
                                 self.include(
                                     path,
                                     line,
-                                    &inc.to_string(),
+                                    &inc,
                                     inc_origin,
                                     depth,
                                     stack,
@@ -668,7 +668,7 @@ impl<'p> Builder<'p> {
         rec: &domain::zonefile::inplace::ScannedRecord,
     ) {
         self.records += 1;
-        if self.records % PROGRESS_EVERY == 0 {
+        if self.records.is_multiple_of(PROGRESS_EVERY) {
             if let Some(p) = self.progress {
                 p(self.records);
             }
@@ -947,7 +947,8 @@ mod tests {
     #[test]
     fn spans_table() {
         // (text, expected (kind, indented, first_line, last_line))
-        let cases: &[(&str, &[(SpanKind, bool, usize, usize)])] = &[
+        type Want = (SpanKind, bool, usize, usize);
+        let cases: &[(&str, &[Want])] = &[
             ("a A 1.2.3.4\n", &[(SpanKind::Record, false, 1, 1)]),
             ("\n; c\n  \na A 1.2.3.4", &[(SpanKind::Record, false, 4, 4)]),
             (
