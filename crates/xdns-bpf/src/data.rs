@@ -66,6 +66,38 @@ pub struct KernelData {
     pub answers: Vec<AnswerEntry>,
 }
 
+impl From<xdns_zone::lookup::BodyKind> for Kind {
+    fn from(k: xdns_zone::lookup::BodyKind) -> Self {
+        use xdns_zone::lookup::BodyKind as B;
+        match k {
+            B::Type(t) => Kind::Type(t),
+            B::Other => Kind::Other,
+            B::Wildcard(t) => Kind::Wildcard(t),
+            B::WildcardOther => Kind::WildcardOther,
+            B::NxDomain => Kind::NxDomain,
+        }
+    }
+}
+
+/// Everything the kernel needs for `zones`: the nodes of [`kernel_nodes`] and, for every key
+/// of the engine's `enumerate`, the engine's compiled body (bytes never re-encoded here).
+/// Keys whose base name belongs to another (child) zone served here are left out, so a
+/// parent's referral never shadows the child's own answers.
+pub fn compile_kernel_data(zones: &ZoneSet) -> KernelData {
+    let mut answers = Vec::new();
+    for zone in zones.zones.values() {
+        for (key, body) in xdns_zone::compile::compile_all(zone) {
+            match zones.find(&key.base) {
+                Some(z) if z.apex == zone.apex => {}
+                _ => continue,
+            }
+            answers.push(AnswerEntry { base: key.base.to_vec(), kind: key.kind.into(), body });
+        }
+    }
+    answers.sort_by(|a, b| (&a.base, a.kind).cmp(&(&b.base, b.kind)));
+    KernelData { nodes: kernel_nodes(zones), answers }
+}
+
 /// Wire length and label count (root excluded) of a valid wire name.
 pub fn name_shape(name: &[u8]) -> (usize, usize) {
     let (mut i, mut labels) = (0usize, 0usize);

@@ -1,0 +1,269 @@
+//! The kernel answers exactly like userspace, over the shared test zones.
+//!
+//! - `select_matches_engine` (no root): the kernel's lookup re-expressed over in-memory maps
+//!   picks the same body key as `xdns_zone::lookup::select` for every query of the corpus.
+//! - `xdp_equals_respond` (root): every corpus query, framed and run through the XDP program,
+//!   gets a DNS payload byte-identical to `xdns_zone::respond` (IDs and case as sent).
+//! - `mutation_fuzz` (root): thousands of seeded mutations of valid queries: never XDP_ABORTED,
+//!   a pass leaves the frame untouched, every XDP_TX reply has valid checksums, parses, and
+//!   equals userspace's answer to the mutated query.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use xdns_bpf::data::{compile_kernel_data, encode, KernelData};
+use xdns_bpf::maps::{KernelMaps, Loader, MemMaps};
+use xdns_bpf::select::{key_of, select};
+use xdns_zone::{load_zone, respond, Outcome, RespondConfig, Transport, ZoneSet, ZoneSource};
+
+fn zones() -> ZoneSet {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
+    let mut set = ZoneSet::default();
+    for (apex, file) in [("example.com.", "example.com.zone"), ("example.net.", "example.net.zone")] {
+        let z = load_zone(&ZoneSource { name: apex.into(), file: dir.join(file) }, None)
+            .unwrap_or_else(|e| panic!("{file}: {e:?}"));
+        set.zones.insert(z.apex.clone(), Arc::new(z));
+    }
+    set
+}
+
+const QTYPES: &[u16] = &[1, 2, 5, 6, 12, 13, 15, 16, 28, 33, 43, 52, 64, 65, 99, 255, 65400, 0];
+
+/// Query names (as sent, mixed case) for every node, below every node, and a few strays.
+fn names(zones: &ZoneSet) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for z in zones.zones.values() {
+        let mut nodes: Vec<&[u8]> = z.nodes.keys().map(|k| &k[..]).collect();
+        nodes.sort();
+        for n in nodes {
+            out.push(n.to_vec());
+            let mut upper = n.to_vec();
+            for (i, b) in upper.iter_mut().enumerate() {
+                if i % 2 == 1 {
+                    *b = b.to_ascii_uppercase();
+                }
+            }
+            out.push(upper);
+            for pre in [&b"\x02nx"[..], b"\x01a\x01B"] {
+                let mut below = pre.to_vec();
+                below.extend_from_slice(n);
+                out.push(below);
+            }
+        }
+    }
+    out.push(wire("www.example.org"));
+    out.push(wire(""));
+    out.push(wire("com"));
+    out
+}
+
+fn lower(n: &[u8]) -> Vec<u8> {
+    n.to_ascii_lowercase()
+}
+
+#[test]
+fn select_matches_engine() {
+    let zones = zones();
+    let data: KernelData = compile_kernel_data(&zones);
+    let mut maps = MemMaps::default();
+    let mut loader = Loader::new(0x1234_5678_9abc_def0);
+    loader.install(&mut maps, &data).unwrap();
+    let gen = maps.active_generation().unwrap();
+    let mut checked = 0;
+    for name in names(&zones) {
+        let key = lower(&name);
+        for &qt in QTYPES {
+            let kernel = select(&maps, loader.seed(), gen, &key, qt);
+            match zones.find(&key) {
+                None => assert!(kernel.is_err(), "{name:?}: kernel answers a name under no zone"),
+                Some(z) => {
+                    let want = xdns_zone::lookup::select(z, &key, qt, Transport::Udp);
+                    let got = kernel.unwrap_or_else(|e| panic!("{name:?}/{qt}: kernel {e:?}, engine {want:?}"));
+                    assert_eq!(
+                        got.key.hash,
+                        key_of(loader.seed(), gen, &want.base, want.kind.into()).hash,
+                        "{name:?}/{qt}: base differs from engine {want:?}"
+                    );
+                    assert_eq!((got.key.kind, got.key.qtype), xdns_bpf::data::Kind::from(want.kind).abi(), "{name:?}/{qt}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    println!("select: {checked} queries agree with the engine");
+    assert!(checked > 1000);
+}
+
+#[test]
+fn memory_per_record() {
+    let data = compile_kernel_data(&zones());
+    let enc = encode(&data, 1, 1);
+    let mut classes = [0usize; 4];
+    for (_, a, _) in &enc.answers {
+        classes[a.class as usize] += 1;
+    }
+    println!("example zones: {} nodes, {} bodies, by class S/M/L/userspace {:?}", enc.nodes.len(), enc.answers.len(), classes);
+    for (what, bytes) in xdns_bpf::data::bytes_per_entry() {
+        println!("  {what}: ~{bytes} bytes of map memory");
+    }
+}
+
+fn respond_udp(zones: &ZoneSet, dns: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match respond(zones, dns, Transport::Udp, &RespondConfig { edns_payload: OUR_PAYLOAD }, &mut out) {
+        Outcome::Answered { .. } => Some(out),
+        Outcome::Dropped(_) => None,
+    }
+}
+
+fn opt_variants() -> Vec<Option<Opt>> {
+    vec![None, Opt::new(1232, false), Opt::new(4096, true), Opt::new(512, true), Opt::new(1400, false)]
+}
+
+#[test]
+fn xdp_equals_respond() {
+    if !have_root("xdp_equals_respond") {
+        return;
+    }
+    let zones = zones();
+    let mut prog = load();
+    prog.install(&compile_kernel_data(&zones)).unwrap();
+    let (mut total, mut answered, mut passed) = (0, 0, Vec::new());
+    let opts = opt_variants();
+    for (i, name) in names(&zones).iter().enumerate() {
+        for (j, &qt) in QTYPES.iter().enumerate() {
+            let opt = opts[(i + j) % opts.len()].clone();
+            let mut dns = query(name, qt, opt);
+            dns[0] = i as u8;
+            dns[1] = j as u8;
+            let net = if (i + j) % 2 == 0 { Net::v4() } else { Net::v6() };
+            let f = frame(&net, &dns);
+            let (act, out) = prog.test_run(&f).unwrap();
+            total += 1;
+            let want = respond_udp(&zones, &dns);
+            match act {
+                3 => {
+                    answered += 1;
+                    assert!(checksums_ok(&out), "{name:?}/{qt}: checksums");
+                    let want = want.unwrap_or_else(|| panic!("{name:?}/{qt}: kernel answered, userspace drops"));
+                    assert_eq!(dns_of(&out), &want[..], "{name:?}/{qt}: kernel and userspace differ");
+                    assert_eq!(out, frame(&net.reply(), &want), "{name:?}/{qt}: frame");
+                }
+                2 => {
+                    assert_eq!(out, f, "pass must not touch the frame");
+                    passed.push(format!("{}/{qt}", xdns_wire::name::to_presentation(name)));
+                }
+                a => panic!("{name:?}/{qt}: XDP action {a}"),
+            }
+        }
+    }
+    println!("differential: {total} queries, {answered} answered in the kernel, {} passed", passed.len());
+    println!("counters: {:?}", prog.counters().unwrap().into_iter().filter(|c| c.1 > 0).collect::<Vec<_>>());
+    // Only names under no zone go to userspace (REFUSED there).
+    for p in &passed {
+        assert!(p.contains("example.org") || p.starts_with("./") || p.starts_with("com./") || p.starts_with("./"), "passed: {p}");
+    }
+}
+
+fn mutate(rng: &mut StdRng, q: &mut Vec<u8>) {
+    match rng.random_range(0..8) {
+        0 => {
+            let i = rng.random_range(0..q.len());
+            q[i] ^= 1 << rng.random_range(0..8);
+        }
+        1 => {
+            let i = rng.random_range(0..q.len());
+            q[i] = rng.random();
+        }
+        2 => {
+            let n = rng.random_range(0..q.len());
+            q.truncate(n);
+        }
+        3 => {
+            let i = rng.random_range(0..=q.len());
+            q.insert(i, rng.random());
+        }
+        4 => {
+            // header flags and counts
+            if q.len() >= 12 {
+                let i = rng.random_range(2..12);
+                q[i] = rng.random();
+            }
+        }
+        5 => {
+            // case and label bytes of the name
+            let i = rng.random_range(12..q.len().max(13));
+            if i < q.len() {
+                q[i] = q[i].to_ascii_uppercase() ^ rng.random_range(0..2) * 0x20;
+            }
+        }
+        6 => {
+            // qtype
+            let at = q.len().saturating_sub(4);
+            let t: u16 = rng.random();
+            if at >= 12 && q.len() >= 4 {
+                q[at..at + 2].copy_from_slice(&t.to_be_bytes());
+            }
+        }
+        _ => {
+            let i = rng.random_range(0..q.len());
+            q.remove(i);
+        }
+    }
+}
+
+#[test]
+fn mutation_fuzz() {
+    if !have_root("mutation_fuzz") {
+        return;
+    }
+    let zones = zones();
+    let mut prog = load();
+    prog.install(&compile_kernel_data(&zones)).unwrap();
+    let mut rng = StdRng::seed_from_u64(0x0d15_ea5e);
+    let names = names(&zones);
+    let opts = opt_variants();
+    let (mut runs, mut tx) = (0, 0);
+    for _ in 0..4000 {
+        let name = &names[rng.random_range(0..names.len())];
+        let qt = QTYPES[rng.random_range(0..QTYPES.len())];
+        let mut dns = query(name, qt, opts[rng.random_range(0..opts.len())].clone());
+        if rng.random_bool(0.3) {
+            // options inside the OPT record
+            let last = dns.len();
+            if dns[11] == 1 {
+                let n = rng.random_range(0..12);
+                dns.extend((0..n).map(|_| rng.random_range(0..3u8)));
+                dns[last - 1] = n as u8;
+            }
+        }
+        for _ in 0..rng.random_range(1..4) {
+            if !dns.is_empty() {
+                mutate(&mut rng, &mut dns);
+            }
+        }
+        let net = if rng.random_bool(0.5) { Net::v4() } else { Net::v6() };
+        let f = frame(&net, &dns);
+        let (act, out) = prog.test_run(&f).unwrap();
+        runs += 1;
+        match act {
+            2 => assert_eq!(out, f, "pass must not touch the frame: {dns:02x?}"),
+            3 => {
+                tx += 1;
+                assert!(checksums_ok(&out), "checksums: {dns:02x?}");
+                let reply = dns_of(&out);
+                domain::base::Message::from_octets(reply.to_vec()).expect("reply parses");
+                let want = respond_udp(&zones, &dns).unwrap_or_else(|| panic!("kernel answered, userspace drops: {dns:02x?}"));
+                assert_eq!(reply, &want[..], "kernel and userspace differ for {dns:02x?}");
+            }
+            a => panic!("XDP action {a} for {dns:02x?}"),
+        }
+    }
+    println!("fuzz: {runs} mutated queries, {tx} answered in the kernel, all equal to userspace");
+    assert!(tx > 100);
+}
