@@ -355,6 +355,10 @@ server:
     verbosity: 1
     hide-version: no
     reuseport: no
+    # Debian's NSD enables response rate limiting by default; benchmarks and floods from one
+    # client would be throttled ("ratelimit block" in the log).
+    rrl-ratelimit: 0
+    rrl-whitelist-ratelimit: 0
 remote-control:
     control-enable: no
 {zone_cfg}""")
