@@ -110,7 +110,7 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     let served = Served {
         zones: Arc::new(set),
         loaded,
-        respond: RespondConfig { edns_payload: cfg.edns_payload },
+        respond: RespondConfig { edns_payload: cfg.edns_payload, ..Default::default() },
     };
     (served, report)
 }
