@@ -197,7 +197,7 @@ pub struct Resolution<'z> {
 }
 
 /// The RRset `want` selects at a node, if any.
-fn matching<'z>(node: &'z Node, want: Want) -> Option<&'z Rrset> {
+fn matching(node: &Node, want: Want) -> Option<&Rrset> {
     match want {
         Want::Type(rtype::ANY) => node.rrsets.iter().min_by_key(|r| r.rtype),
         Want::Type(t) => node.rrset(t),
