@@ -35,29 +35,54 @@ pub enum XdpMode {
 
 /// The attached XDP program and its maps.
 pub struct XdpRuntime {
-    _private: (),
+    prog: xdns_bpf::runtime::XdpProgram,
 }
 
 impl XdpRuntime {
+    /// Load the program (the verifier runs here), fill the maps from `zones`, then attach to
+    /// every interface. Map capacity is three times the initial data (room for the old and the
+    /// new generation during a reload, plus growth); a reload beyond that fails and keeps the
+    /// old data.
     pub fn start(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
         zones: &ZoneSet,
         edns_payload: u16,
     ) -> anyhow::Result<Option<Self>> {
-        let _ = (listen, zones, edns_payload);
+        use anyhow::Context;
+        use xdns_bpf::runtime::{AttachMode, Capacity, LoadConfig, XdpProgram};
+
         if cfg.interfaces.is_empty() {
             return Ok(None);
         }
-        anyhow::bail!("the XDP fast path is not built yet")
+        let data = xdns_bpf::data::compile_kernel_data(zones);
+        let load = LoadConfig {
+            listen: listen.to_vec(),
+            edns_payload,
+            seed: None,
+            capacity: Capacity::for_data(&data),
+        };
+        let mut prog = XdpProgram::load(&load)?;
+        prog.install(&data).context("filling the XDP maps")?;
+        let mode = match cfg.mode {
+            XdpMode::Native => AttachMode::Native,
+            XdpMode::Generic => AttachMode::Generic,
+            XdpMode::Auto => AttachMode::Auto,
+        };
+        for ifname in &cfg.interfaces {
+            prog.attach(ifname, mode)?;
+        }
+        Ok(Some(Self { prog }))
     }
 
+    /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
-        let _ = zones;
-        Ok(())
+        let data = xdns_bpf::data::compile_kernel_data(zones);
+        self.prog.install(&data)
     }
 
+    /// Every verdict counter (`answered`, `pass_<reason>`, `drop_<reason>`) summed over CPUs.
     pub fn counters(&self) -> Vec<(String, u64)> {
-        Vec::new()
+        self.prog.counters().unwrap_or_default()
     }
 }
