@@ -112,6 +112,7 @@ fn install_panic_hook() {
 }
 
 /// The first 10 panics are logged, then one in 1000.
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is newer than our rust-version
 fn should_log_panic(n: u64) -> bool {
     n < 10 || n % 1000 == 0
 }

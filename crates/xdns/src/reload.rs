@@ -80,6 +80,15 @@ pub fn load_guarded(src: &ZoneSource) -> Result<Zone, Vec<LoadError>> {
     }
 }
 
+/// Answer settings from `cfg`, set field by field so settings the engine adds later keep
+/// their defaults.
+#[allow(clippy::field_reassign_with_default)]
+fn respond_config(cfg: &Config) -> RespondConfig {
+    let mut r = RespondConfig::default();
+    r.edns_payload = cfg.edns_payload;
+    r
+}
+
 /// Load every zone of `cfg` (blocking). A zone that fails keeps its version from `old`.
 pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     let mut report = BuildReport::default();
@@ -107,11 +116,7 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     for l in &loaded {
         set.zones.insert(l.zone.apex.clone(), l.zone.clone());
     }
-    let served = Served {
-        zones: Arc::new(set),
-        loaded,
-        respond: RespondConfig { edns_payload: cfg.edns_payload, ..Default::default() },
-    };
+    let served = Served { zones: Arc::new(set), loaded, respond: respond_config(cfg) };
     (served, report)
 }
 
