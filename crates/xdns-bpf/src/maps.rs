@@ -212,3 +212,59 @@ impl KernelMaps for MemMaps {
         Ok(v)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{AnswerEntry, Kind, NodeEntry};
+    use crate::select::select;
+    use xdns_wire::Body;
+
+    const WWW: &[u8] = b"\x03www\x07example\x03com\x00";
+    const APEX: &[u8] = b"\x07example\x03com\x00";
+
+    fn data(tag: u8) -> KernelData {
+        let node = |n: &[u8]| NodeEntry { name: n.to_vec(), apex: APEX.to_vec(), cut: None, wildcard: false };
+        let body = Body { flags: 0x0400, ancount: 1, bytes: vec![tag; 16], an_ns_len: 16, base_len: WWW.len() as u16, ..Default::default() };
+        KernelData {
+            nodes: vec![node(APEX), node(WWW)],
+            answers: vec![AnswerEntry { base: WWW.to_vec(), kind: Kind::Type(1), body }],
+        }
+    }
+
+    fn tag(maps: &MemMaps, seed: u64) -> Option<u8> {
+        let c = select(maps, seed, maps.gen, WWW, 1).ok()?;
+        maps.bodies.get(bytes_of(&c.key)).map(|b| b.1[0])
+    }
+
+    /// Staging writes the new generation beside the old one without changing what packets see;
+    /// commit flips in one step and removes every old entry.
+    #[test]
+    fn stage_commit_flip() {
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(42);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        assert_eq!((maps.gen, tag(&maps, 42)), (1, Some(0xA)));
+        let staged = l.stage(&mut maps, &data(0xB)).unwrap();
+        assert_eq!((maps.gen, tag(&maps, 42)), (1, Some(0xA)), "staged data is invisible");
+        assert_eq!(maps.nodes.len(), 4, "both generations present while staged");
+        l.commit(&mut maps, staged).unwrap();
+        assert_eq!((maps.gen, tag(&maps, 42)), (2, Some(0xB)));
+        assert_eq!((maps.nodes.len(), maps.answers.len(), maps.bodies.len()), (2, 1, 1), "old generation deleted");
+    }
+
+    /// A failed write leaves the old generation active and removes the partial new one.
+    #[test]
+    fn failed_stage_keeps_old() {
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(7);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        maps.fail_after = Some(4);
+        assert!(l.install(&mut maps, &data(0xB)).is_err());
+        maps.fail_after = None;
+        assert_eq!((maps.gen, tag(&maps, 7)), (1, Some(0xA)));
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (2, 1), "partial generation removed");
+        l.install(&mut maps, &data(0xC)).unwrap();
+        assert_eq!(tag(&maps, 7), Some(0xC));
+    }
+}

@@ -203,6 +203,11 @@ impl XdpProgram {
         Ok((ret, out))
     }
 
+    /// The program's fd, for [`test_run_fd`] from another thread.
+    pub fn prog_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.skel.progs.xdns_xdp.as_fd()
+    }
+
     /// Time `repeat` runs of `packet` in the kernel: average nanoseconds per run.
     pub fn bench(&self, packet: &[u8], repeat: u32) -> Result<u64> {
         let mut out = vec![0u8; 4096];
@@ -291,4 +296,25 @@ impl KernelMaps for LibbpfMaps<'_> {
         }
         Ok(out)
     }
+}
+
+/// BPF_PROG_TEST_RUN on a program fd: `(XDP action, output frame)`. Usable from any thread
+/// (the kernel serialises nothing here; map updates may run concurrently).
+pub fn test_run_fd(fd: std::os::fd::BorrowedFd<'_>, packet: &[u8]) -> Result<(u32, Vec<u8>)> {
+    let mut out = vec![0u8; 4096];
+    // SAFETY: a zeroed `bpf_test_run_opts` is the documented default; `sz` is set below.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+    opts.data_in = packet.as_ptr().cast();
+    opts.data_size_in = packet.len() as u32;
+    opts.data_out = out.as_mut_ptr().cast();
+    opts.data_size_out = out.len() as u32;
+    // SAFETY: `fd` is a valid program fd for the call; `data_in`/`data_out` point to live
+    // buffers of the sizes given, which outlive the call.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
+    if rc != 0 {
+        bail!("bpf_prog_test_run_opts: {}", std::io::Error::last_os_error());
+    }
+    out.truncate(opts.data_size_out as usize);
+    Ok((opts.retval, out))
 }
