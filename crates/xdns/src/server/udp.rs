@@ -26,8 +26,10 @@ use xdns_zone::{respond, Outcome, Transport};
 use super::Shared;
 use crate::stats::{DropKind, Shard};
 
-/// Messages per `recvmmsg`/`sendmmsg` call.
+/// Messages per `recvmmsg`/`sendmmsg` call (default; `XDNS_UDP_BATCH` overrides, for benchmarks).
 const BATCH: usize = 32;
+/// Largest batch `XDNS_UDP_BATCH` may ask for.
+const MAX_BATCH: usize = 256;
 /// Largest query accepted; longer datagrams arrive with MSG_TRUNC and are dropped.
 const RX_SIZE: usize = 4096;
 /// Control buffer per message, in u64 words (aligned for `cmsghdr`).
@@ -79,10 +81,16 @@ fn set_pktinfo(sock: &Socket, v6: bool) -> io::Result<()> {
 /// Start a worker thread serving `sock`.
 pub fn spawn(sock: Socket, wildcard: bool, shared: Arc<Shared>, name: String) -> io::Result<JoinHandle<()>> {
     let shard = shared.stats.shard();
+    let batch = batch_size(std::env::var("XDNS_UDP_BATCH").ok().as_deref());
     std::thread::Builder::new().name(name).spawn(move || {
-        let mut w = Worker::new(wildcard);
+        let mut w = Worker::new(wildcard, batch);
         w.run(&sock, &shared, &shard);
     })
+}
+
+/// The batch size from the `XDNS_UDP_BATCH` value, if valid; else [`BATCH`].
+fn batch_size(env: Option<&str>) -> usize {
+    env.and_then(|v| v.trim().parse::<usize>().ok()).filter(|n| (1..=MAX_BATCH).contains(n)).unwrap_or(BATCH)
 }
 
 /// Where an answer must come from, taken from the query's control message.
@@ -97,6 +105,7 @@ enum Pktinfo {
 /// move freely between calls.
 struct Worker {
     wildcard: bool,
+    batch: usize,
     rx: Vec<u8>,
     names: Vec<libc::sockaddr_storage>,
     rx_ctrl: Vec<[u64; CTRL_WORDS]>,
@@ -111,21 +120,22 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(wildcard: bool) -> Self {
+    fn new(wildcard: bool, batch: usize) -> Self {
         // SAFETY: these libc structs are plain data for which all-zero bytes are valid.
         let (ss, iov, hdr) = unsafe { (zeroed::<libc::sockaddr_storage>(), zeroed::<libc::iovec>(), zeroed::<libc::mmsghdr>()) };
         Self {
             wildcard,
-            rx: vec![0; BATCH * RX_SIZE],
-            names: vec![ss; BATCH],
-            rx_ctrl: vec![[0; CTRL_WORDS]; BATCH],
-            rx_iov: vec![iov; BATCH],
-            rx_hdr: vec![hdr; BATCH],
-            tx: (0..BATCH).map(|_| Vec::with_capacity(RX_SIZE)).collect(),
-            tx_to: vec![(0, Pktinfo::None); BATCH],
-            tx_ctrl: vec![[0; CTRL_WORDS]; BATCH],
-            tx_iov: vec![iov; BATCH],
-            tx_hdr: vec![hdr; BATCH],
+            batch,
+            rx: vec![0; batch * RX_SIZE],
+            names: vec![ss; batch],
+            rx_ctrl: vec![[0; CTRL_WORDS]; batch],
+            rx_iov: vec![iov; batch],
+            rx_hdr: vec![hdr; batch],
+            tx: (0..batch).map(|_| Vec::with_capacity(RX_SIZE)).collect(),
+            tx_to: vec![(0, Pktinfo::None); batch],
+            tx_ctrl: vec![[0; CTRL_WORDS]; batch],
+            tx_iov: vec![iov; batch],
+            tx_hdr: vec![hdr; batch],
         }
     }
 
@@ -151,7 +161,7 @@ impl Worker {
     }
 
     fn recv(&mut self, fd: i32) -> io::Result<usize> {
-        for i in 0..BATCH {
+        for i in 0..self.batch {
             self.rx_iov[i] = libc::iovec {
                 // SAFETY: i * RX_SIZE < rx.len(); the slice lives as long as self.
                 iov_base: unsafe { self.rx.as_mut_ptr().add(i * RX_SIZE) } as *mut libc::c_void,
@@ -175,12 +185,12 @@ impl Worker {
         // SAFETY: every header points into buffers owned by self that outlive the call;
         // vlen matches the array length.
         let r = unsafe {
-            libc::recvmmsg(fd, self.rx_hdr.as_mut_ptr(), BATCH as libc::c_uint, libc::MSG_WAITFORONE, std::ptr::null_mut())
+            libc::recvmmsg(fd, self.rx_hdr.as_mut_ptr(), self.batch as libc::c_uint, libc::MSG_WAITFORONE, std::ptr::null_mut())
         };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok((r as usize).min(BATCH))
+        Ok((r as usize).min(self.batch))
     }
 
     /// Answer the `n` received messages; returns how many answers are ready in `tx`.
@@ -342,6 +352,14 @@ mod tests {
             _ => panic!("no IPv4 pktinfo read back"),
         }
         assert_eq!(write_pktinfo(&mut buf, Pktinfo::None), 0);
+    }
+
+    #[test]
+    fn batch_size_from_env() {
+        let table = [(None, BATCH), (Some("1"), 1), (Some(" 64 "), 64), (Some("0"), BATCH), (Some("999"), BATCH), (Some("x"), BATCH)];
+        for (env, want) in table {
+            assert_eq!(batch_size(env), want, "{env:?}");
+        }
     }
 
     #[test]
