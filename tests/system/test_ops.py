@@ -30,7 +30,7 @@ def xdns_check(conf: Path) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-def write_conf(tmp: Path, zones, listen="127.0.0.1:0") -> Path:
+def write_conf(tmp: Path, zones, listen="127.0.0.1:5353") -> Path:
     conf = tmp / "xdns.toml"
     body = f'listen = ["{listen}"]\ncontrol = "{tmp}/control.sock"\n'
     for origin, path in zones:
