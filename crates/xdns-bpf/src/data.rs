@@ -240,7 +240,7 @@ pub struct Encoded {
 /// The key of body (`base`, `kind`) in generation `gen`.
 pub fn answer_key(seed: u64, gen: u32, base: &[u8], kind: Kind) -> xdns_answer_key {
     let (k, qtype) = kind.abi();
-    xdns_answer_key { hash: name_hash(seed, base), r#gen: gen, qtype, kind: k, _pad: 0 }
+    xdns_answer_key { hash: name_hash(seed, base), r#gen, qtype, kind: k, _pad: 0 }
 }
 
 /// Encode `data` for generation `gen` with hash seed `seed`.
@@ -267,7 +267,7 @@ pub fn encode(data: &KernelData, seed: u64, gen: u32) -> Encoded {
         if n.wildcard {
             v.flags |= 0x4;
         }
-        let k = xdns_node_key { hash: name_hash(seed, &n.name), r#gen: gen, _pad: 0 };
+        let k = xdns_node_key { hash: name_hash(seed, &n.name), r#gen, _pad: 0 };
         out.nodes.push((k, v));
     }
     for a in &data.answers {

@@ -208,16 +208,23 @@ impl XdpProgram {
         self.skel.progs.xdns_xdp.as_fd()
     }
 
-    /// Time `repeat` runs of `packet` in the kernel: average nanoseconds per run.
-    pub fn bench(&self, packet: &[u8], repeat: u32) -> Result<u64> {
-        let mut out = vec![0u8; 4096];
-        let input = ProgramInput { data_in: Some(packet), data_out: Some(&mut out), repeat, ..Default::default() };
-        let res = self.skel.progs.xdns_xdp.test_run(input)?;
-        Ok(res.duration.as_nanos() as u64)
+    /// Median kernel-measured nanoseconds of `runs` single runs of `packet`. (Repeated runs
+    /// inside one BPF_PROG_TEST_RUN reuse the rewritten frame, so after the first the program
+    /// would see its own reply; single runs keep every measurement on the real path.)
+    pub fn bench(&self, packet: &[u8], runs: u32) -> Result<u64> {
+        let mut times = Vec::with_capacity(runs as usize);
+        for _ in 0..runs.max(1) {
+            let mut out = vec![0u8; 4096];
+            let input = ProgramInput { data_in: Some(packet), data_out: Some(&mut out), ..Default::default() };
+            let res = self.skel.progs.xdns_xdp.test_run(input)?;
+            times.push(res.duration.as_nanos() as u64);
+        }
+        times.sort_unstable();
+        Ok(times[times.len() / 2])
     }
 
-    /// Instructions of the verified program (translated), as `bpftool prog` reports them.
-    pub fn insn_count(&self) -> Result<usize> {
+    /// `(translated instructions, instructions the verifier processed)` of the loaded program.
+    pub fn insn_count(&self) -> Result<(usize, usize)> {
         let fd = self.skel.progs.xdns_xdp.as_fd().as_raw_fd();
         // SAFETY: zeroed `bpf_prog_info` is a valid query buffer; the kernel fills at most
         // `len` bytes of it for the program `fd` we own.
@@ -228,7 +235,7 @@ impl XdpProgram {
         if rc != 0 {
             bail!("bpf_prog_get_info_by_fd: {rc}");
         }
-        Ok(info.xlated_prog_len as usize / 8)
+        Ok((info.xlated_prog_len as usize / 8, info.verified_insns as usize))
     }
 }
 

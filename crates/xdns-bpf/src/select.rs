@@ -26,7 +26,7 @@ pub struct Chosen {
 pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
     let mut ce: Option<(u64, usize, xdns_node)> = None;
     for (off, hash) in suffix_hashes(seed, qname) {
-        let key = xdns_node_key { hash, r#gen: gen, _pad: 0 };
+        let key = xdns_node_key { hash, r#gen, _pad: 0 };
         if let Some(n) = maps.node(&key) {
             if usize::from(n.name_len) == qname.len() - off {
                 ce = Some((hash, qname.len() - off, *n));
@@ -37,7 +37,7 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
     let exact = len == qname.len();
     let get = |hash: u64, kind: Kind| {
         let (k, t) = kind.abi();
-        let key = xdns_answer_key { hash, r#gen: gen, qtype: t, kind: k, _pad: 0 };
+        let key = xdns_answer_key { hash, r#gen, qtype: t, kind: k, _pad: 0 };
         maps.answer(&key).map(|a| Chosen { key, answer: *a })
     };
     if exact {

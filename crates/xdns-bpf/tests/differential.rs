@@ -199,7 +199,7 @@ fn mutate(rng: &mut StdRng, q: &mut Vec<u8>) {
             // case and label bytes of the name
             let i = rng.random_range(12..q.len().max(13));
             if i < q.len() {
-                q[i] = q[i].to_ascii_uppercase() ^ rng.random_range(0..2) * 0x20;
+                q[i] = q[i].to_ascii_uppercase() ^ (rng.random_range(0..2) * 0x20);
             }
         }
         6 => {
