@@ -233,10 +233,12 @@ def main() -> int:
          "throughput": tp, "load": ld}, indent=2))
     chart(tp, ld, OUT / "bench.png")
     print(f"\nwrote {OUT / 'results.json'} and {OUT / 'bench.png'}")
-    # Sanity, also in smoke mode: every peer answered most of what it was sent.
-    bad = [n for n, r in tp.items() if r["replies"] < 0.5 * r["queries"]]
+    # Sanity: in smoke mode the offered rate is low, so every peer must answer most of it;
+    # the full run overloads the servers on purpose and only needs answers at all.
+    floor = 0.5 if a.smoke else 0.01
+    bad = [n for n, r in tp.items() if r["replies"] < floor * r["queries"]]
     if bad:
-        print(f"bench: peers answering under 50% of queries: {bad}", file=sys.stderr)
+        print(f"bench: peers answering under {floor:.0%} of queries: {bad}", file=sys.stderr)
         return 1
     return 0
 
