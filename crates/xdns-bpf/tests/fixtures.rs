@@ -420,10 +420,63 @@ fn fixture_perf() {
     let rows = rows();
     let arp = rows.iter().find(|r| r.what == "ARP").unwrap();
     println!("perf {:>5} ns/packet  baseline: ARP, passed at the first check", prog.bench(&arp.frame, 2000).unwrap());
+    for what in ["one trailing byte", "name under no zone"] {
+        let r = rows.iter().find(|r| r.what == what).unwrap();
+        println!("perf {:>5} ns/packet  pass: {what}", prog.bench(&r.frame, 2000).unwrap());
+    }
     for row in rows.iter().filter(|r| r.what.starts_with("ipv4: ") || r.what.starts_with("ipv6: ")) {
         if matches!(row.want, Want::Answer(..)) {
             let ns = prog.bench(&row.frame, 2000).unwrap();
             println!("perf {ns:>5} ns/packet  {}", row.what);
         }
     }
+}
+
+/// Bodies the kernel leaves to userspace: larger than the largest size class (reachable when
+/// our EDNS payload exceeds it), and more fixups than stored when delta > 0. Both are still
+/// answered in the kernel when no body byte or no fixup is needed.
+#[test]
+fn userspace_only_bodies() {
+    if !have_root("userspace_only_bodies") {
+        return;
+    }
+    let cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap()],
+        edns_payload: 4096,
+        seed: Some(3),
+        capacity: xdns_bpf::runtime::Capacity { nodes: 64, answers: 64, bodies_s: 64, bodies_m: 64, bodies_l: 64 },
+    };
+    let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
+    let mut data = zone();
+    // 40 MX records under the wildcard: each exchange name points into the base (a fixup).
+    let base = wire("wild.example.com");
+    let mut w = BodyWriter::new(&base).unwrap();
+    w.set_aa(true);
+    for i in 0..40u16 {
+        let mut mx = i.to_be_bytes().to_vec();
+        mx.extend(wire(&format!("m{i}.wild.example.com")));
+        w.write_rr(&base, true, MX, 60, &mx).unwrap();
+    }
+    let many = w.finish();
+    assert!(many.fixups.len() > 32, "{} fixups", many.fixups.len());
+    data.answers.push(AnswerEntry { base: base.clone(), kind: Kind::Wildcard(MX), body: many.clone() });
+    data.answers.push(AnswerEntry { base: wire("many.example.com"), kind: Kind::Type(MX), body: Body { base_len: 18, ..many } });
+    data.nodes.push(NodeEntry { name: wire("many.example.com"), apex: wire("example.com"), cut: None, wildcard: false });
+    prog.install(&data).unwrap();
+    let verdict = |f: &[u8]| {
+        let before = prog.counters().unwrap();
+        let (act, _) = prog.test_run(f).unwrap();
+        let after = prog.counters().unwrap();
+        let moved: Vec<String> = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+        (act, moved.join(","))
+    };
+    let big = Opt::new(4096, false);
+    let huge = frame(&Net::v4(), &query(&wire("huge.example.com"), TXT, big.clone()));
+    assert_eq!(verdict(&huge), (2, "pass_body_large".into()));
+    let huge_tc = frame(&Net::v4(), &query(&wire("huge.example.com"), TXT, None));
+    assert_eq!(verdict(&huge_tc), (3, "answered".into()), "TC=1 needs no body bytes");
+    let wild = frame(&Net::v4(), &query(&wire("x.wild.example.com"), MX, big.clone()));
+    assert_eq!(verdict(&wild), (2, "pass_fixups".into()));
+    let exact = frame(&Net::v4(), &query(&wire("many.example.com"), MX, big));
+    assert_eq!(verdict(&exact), (3, "answered".into()), "delta 0: fixups unused");
 }
