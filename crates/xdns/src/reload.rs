@@ -195,6 +195,46 @@ mod tests {
     }
 
     #[test]
+    fn zones_added_removed_and_failed() {
+        let dir = std::env::temp_dir().join(format!("xdns-reload-set-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let zone = |apex: &str, serial: u32| {
+            format!("$TTL 60\n@ IN SOA ns.{apex}. h.{apex}. {serial} 1 1 1 1\n@ IN NS ns\nns IN A 198.18.0.1\n")
+        };
+        std::fs::write(dir.join("a.zone"), zone("a", 1)).unwrap();
+        std::fs::write(dir.join("b.zone"), zone("b", 2)).unwrap();
+        let cfg_path = dir.join("x.toml");
+        let two = "[[zone]]\nname = \"a.\"\nfile = \"a.zone\"\n[[zone]]\nname = \"b.\"\nfile = \"b.zone\"\n";
+        let cfg = parse(two, &cfg_path, &Overrides::default()).unwrap();
+        let (first, report) = build(&cfg, None);
+        assert_eq!(report.loaded, 2, "{:?}", report.errors);
+        let infos = first.zone_infos();
+        assert_eq!(infos.iter().map(|z| (z.name.as_str(), z.serial, z.records)).collect::<Vec<_>>(), [("a.", 1, 3), ("b.", 2, 3)]);
+        assert!(first.zones.find(b"\x03www\x01b\x00").is_some());
+
+        // b breaks, a is updated, c is added: a new, b old, c new.
+        std::fs::write(dir.join("a.zone"), zone("a", 10)).unwrap();
+        std::fs::write(dir.join("b.zone"), "@ IN SOA broken\n").unwrap();
+        std::fs::write(dir.join("c.zone"), zone("c", 3)).unwrap();
+        let three = format!("{two}[[zone]]\nname = \"c.\"\nfile = \"c.zone\"\n");
+        let cfg = parse(&three, &cfg_path, &Overrides::default()).unwrap();
+        let (second, report) = build(&cfg, Some(&first));
+        assert_eq!(report.loaded, 2);
+        assert_eq!(report.kept_old, vec!["b.".to_string()]);
+        assert!(report.errors.iter().all(|e| e.file == dir.join("b.zone")), "{:?}", report.errors);
+        let serials: Vec<u32> = second.zone_infos().iter().map(|z| z.serial).collect();
+        assert_eq!(serials, [10, 2, 3]);
+
+        // a is removed from the configuration: no longer served.
+        let only_c = "[[zone]]\nname = \"c.\"\nfile = \"c.zone\"\n";
+        let cfg = parse(only_c, &cfg_path, &Overrides::default()).unwrap();
+        let (third, _) = build(&cfg, Some(&second));
+        assert!(third.zones.find(b"\x01a\x00").is_none());
+        assert_eq!(third.zones.zones.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn restart_needed_lists_changes() {
         let p = std::path::Path::new("/tmp/x.toml");
         let a = parse("listen = [\"127.0.0.1:53\"]\n", p, &Overrides::default()).unwrap();

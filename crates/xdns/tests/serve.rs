@@ -188,6 +188,21 @@ fn reload_swaps_zone_without_missing_a_query_and_keeps_old_on_error() {
     let log = srv.log_text();
     assert!(log.contains(&format!("{}:5:", zone.display())), "error must name FILE:LINE: {log}");
 
+    // A broken configuration: nothing changes, the error names the config file and line.
+    let good_cfg = std::fs::read_to_string(&srv.config).unwrap();
+    dir.write("xdns.toml", &format!("{good_cfg}\n[tcp]\nbogus_key = 1\n"));
+    let bad_line = good_cfg.lines().count() + 3;
+    srv.signal(libc::SIGHUP);
+    let t0 = Instant::now();
+    while srv.stats()["reloads"]["failed"] != 2 {
+        assert!(t0.elapsed() < Duration::from_secs(15), "bad config reload not counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = srv.log_text();
+    assert!(log.contains(&format!("{}:{bad_line}: unknown field `bogus_key`", srv.config.display())), "{log}");
+    let r = udp(srv.addr, &query(8, "www.example.com.", A, None), T).expect("answer after bad config");
+    assert_eq!(r.a, vec![Ipv4Addr::new(198, 18, 0, 99)]);
+
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     client.join().unwrap();

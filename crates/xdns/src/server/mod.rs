@@ -201,7 +201,7 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
     };
     let changed = reload::restart_needed(&current, &new_cfg);
     if !changed.is_empty() {
-        tracing::warn!(settings = ?changed, "changed settings need a restart to take effect");
+        tracing::warn!(settings = ?changed, "restart needed: these changed settings keep their running values");
     }
     let old = shared.served.load_full();
     let build_cfg = new_cfg.clone();
