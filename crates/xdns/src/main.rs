@@ -140,7 +140,10 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(server::run(cfg, over)) {
+    let result = rt.block_on(server::run(cfg, over));
+    // A zone load abandoned by a stop during start-up must not hold the exit.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

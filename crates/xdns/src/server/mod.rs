@@ -78,7 +78,13 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
 
     let load_cfg = cfg.clone();
-    let (served, report) = tokio::task::spawn_blocking(move || reload::build(&load_cfg, None)).await?;
+    // Loading a big zone takes a while: a stop request meanwhile ends start-up at once.
+    let load = tokio::task::spawn_blocking(move || reload::build(&load_cfg, None));
+    let (served, report) = tokio::select! {
+        r = load => r?,
+        _ = sigterm.recv() => { tracing::info!("SIGTERM during start-up: stopping"); return Ok(()); }
+        _ = sigint.recv() => { tracing::info!("SIGINT during start-up: stopping"); return Ok(()); }
+    };
     for e in &report.errors {
         tracing::error!("{e}");
     }
