@@ -24,39 +24,79 @@ struct xdns_reply {
 	__u16 an, ns, ar;
 };
 
-/* Copy the first r->blen body bytes after the question and shift the fixup pointers. */
-static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, const __u16 *fixups,
-					 __u32 cap, __u32 nfix, struct xdns_reply *r)
+/* The xdp context, for helpers called from the fixup loop body. */
+struct xdns_fixup_ctx {
+	struct xdp_md *ctx;
+};
+
+/*
+ * Shift one compression pointer of the copied body by delta (bpf_loop body). The old value is
+ * read back from the packet (just copied from the body); state lives in the scratch map.
+ */
+static long xdns_fixup_step(__u64 index, void *arg)
+{
+	struct xdns_fixup_ctx *fc = arg;
+	struct xdns_scratch *sc;
+	__u32 zero = 0, f;
+	__u16 old, new;
+	__u8 w[2];
+
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc || index >= sc->fix_n)
+		return 1;
+	f = sc->fix[index & (XDNS_MAX_FIXUPS - 1)];
+	if (f + 2 > sc->fix_blen)
+		return 0;
+	if (bpf_xdp_load_bytes(fc->ctx, sc->fix_at + f, w, 2)) {
+		sc->fix_err = 1;
+		return 1;
+	}
+	old = ((__u16)w[0] << 8) | w[1];
+	new = old + sc->fix_delta;
+	w[0] = new >> 8;
+	w[1] = new & 0xff;
+	if (bpf_xdp_store_bytes(fc->ctx, sc->fix_at + f, w, 2)) {
+		sc->fix_err = 1;
+		return 1;
+	}
+	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old, new);
+	return 0;
+}
+
+/* Copy the first r->blen body bytes after the question; keep its fixups for the shift pass. */
+static __always_inline int xdns_put_body(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
+					 const __u8 *bytes, const __u16 *fixups, __u32 cap,
+					 const struct xdns_reply *r)
 {
 	__u32 blen = r->blen;
-	__u32 i;
 
-	if (blen > cap)
+	if (blen > cap || blen == 0)
 		return -1;
-	if (blen == 0)
-		return 0;
 	if (bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen))
 		return -1;
-	if (r->delta == 0)
-		return 0;
-	for (i = 0; i < XDNS_MAX_FIXUPS; i++) {
-		__u32 f;
-		__u16 old, new;
-		__u8 w[2];
+	__builtin_memcpy(sc->fix, fixups, sizeof(sc->fix));
+	return 0;
+}
 
-		if (i >= nfix)
-			break;
-		f = fixups[i];
-		if (f > cap - 2 || f + 2 > blen)
-			continue;
-		old = ((__u16)bytes[f] << 8) | bytes[f + 1];
-		new = old + r->delta;
-		w[0] = new >> 8;
-		w[1] = new & 0xff;
-		if (bpf_xdp_store_bytes(ctx, at + f, w, 2))
-			return -1;
-		r->sum += xdns_csum_replace16(r->body_at + f, old, new);
-	}
+/* Shift every fixup pointer of the copied body by delta; adds the checksum change to r->sum. */
+static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at, __u32 nfix,
+					   struct xdns_reply *r)
+{
+	struct xdns_fixup_ctx fc = { .ctx = ctx };
+
+	if (r->delta == 0 || r->blen == 0 || nfix == 0)
+		return 0;
+	sc->fix_n = nfix < XDNS_MAX_FIXUPS ? nfix : XDNS_MAX_FIXUPS;
+	sc->fix_at = at;
+	sc->fix_body_at = r->body_at;
+	sc->fix_blen = r->blen;
+	sc->fix_delta = r->delta;
+	sc->fix_err = 0;
+	sc->fix_sum = 0;
+	bpf_loop(XDNS_MAX_FIXUPS, xdns_fixup_step, &fc, 0);
+	if (sc->fix_err)
+		return -1;
+	r->sum += sc->fix_sum;
 	return 0;
 }
 
@@ -104,9 +144,9 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 }
 
 /* Write header, body and OPT into the (already resized) frame. */
-static __always_inline int xdns_put_dns(struct xdp_md *ctx, const struct xdns_pkt *pkt, const struct xdns_query *q,
-					const struct xdns_answer_key *key, const struct xdns_answer *a,
-					struct xdns_reply *r)
+static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch *sc, const struct xdns_pkt *pkt,
+					const struct xdns_query *q, const struct xdns_answer_key *key,
+					const struct xdns_answer *a, struct xdns_reply *r)
 {
 	__u32 at = pkt->dns_off + r->body_at;
 	__u8 hdr[XDNS_HDR_LEN];
@@ -116,19 +156,21 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, const struct xdns_pk
 		if (a->class == XDNS_CLASS_S) {
 			struct xdns_body_s *b = bpf_map_lookup_elem(&xdns_bodies_s, key);
 
-			if (!b || xdns_put_body(ctx, at, b->bytes, b->fixups, XDNS_CLASS_S_LEN, a->nfixups, r))
+			if (!b || xdns_put_body(ctx, sc, at, b->bytes, b->fixups, XDNS_CLASS_S_LEN, r))
 				return -1;
 		} else if (a->class == XDNS_CLASS_M) {
 			struct xdns_body_m *b = bpf_map_lookup_elem(&xdns_bodies_m, key);
 
-			if (!b || xdns_put_body(ctx, at, b->bytes, b->fixups, XDNS_CLASS_M_LEN, a->nfixups, r))
+			if (!b || xdns_put_body(ctx, sc, at, b->bytes, b->fixups, XDNS_CLASS_M_LEN, r))
 				return -1;
 		} else {
 			struct xdns_body_l *b = bpf_map_lookup_elem(&xdns_bodies_l, key);
 
-			if (!b || xdns_put_body(ctx, at, b->bytes, b->fixups, XDNS_CLASS_L_LEN, a->nfixups, r))
+			if (!b || xdns_put_body(ctx, sc, at, b->bytes, b->fixups, XDNS_CLASS_L_LEN, r))
 				return -1;
 		}
+		if (xdns_put_fixups(ctx, sc, at, a->nfixups, r))
+			return -1;
 	}
 	if (q->has_opt) {
 		opt[2] = XDNS_TYPE_OPT;

@@ -55,61 +55,64 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 	return XDNS_ANSWERED;
 }
 
-/* State of the question-name walk (bpf_loop context). */
-struct xdns_qname_walk {
-	__u64 sum;              /* checksum of the original name bytes */
-	__u32 avail;            /* name bytes copied into scratch */
-	__u32 next;             /* offset of the next length octet */
-	__u32 nlab;             /* label starts recorded */
-	__u32 qlen;             /* set (non-zero) once the root label is read */
-	__u32 bad;
-	__u32 _pad;
-};
-
-/* One byte of the question name: check, record label starts, lowercase, sum. */
-static long xdns_qname_step(__u64 index, void *arg)
+/*
+ * One label of the question name (bpf_loop body, `index` = label number): check its length
+ * octet (<= 63: no compression pointer, no extended label type), record where it starts, then
+ * sum and lowercase its bytes in place. State lives in the scratch map.
+ */
+static long xdns_qname_label(__u64 index, void *arg)
 {
-	struct xdns_qname_walk *w = arg;
 	struct xdns_scratch *sc;
-	__u32 zero = 0, i = index & 255;
-	__u8 b;
+	__u32 zero = 0, pos, len, j;
 
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
-	if (!sc || i >= w->avail) {
-		w->bad = 1;
+	if (!sc)
+		return 1;
+	pos = sc->next;
+	if (pos >= sc->avail || pos > 254) {
+		sc->bad = 1;
 		return 1;
 	}
-	b = sc->name[i];
-	w->sum += xdns_csum_byte(i, b);
-	if (i != w->next) {
+	len = sc->name[pos];
+	sc->sum += xdns_csum_byte(pos, len);
+	if (len > 63) {
+		sc->bad = 1;
+		return 1;
+	}
+	sc->label_off[index & 127] = pos;
+	sc->nlab = (index & 127) + 1;
+	if (len == 0) {
+		sc->qlen = pos + 1;
+		return 1;
+	}
+	if (pos + 1 + len > sc->avail) {
+		sc->bad = 1;
+		return 1;
+	}
+	for (j = 1; j <= 63; j++) {
+		__u32 p = (pos + j) & 255;
+		__u8 b;
+
+		if (j > len)
+			break;
+		b = sc->name[p];
+		sc->sum += xdns_csum_byte(p, b);
 		if (b >= 'A' && b <= 'Z')
-			sc->name[i] = b + ('a' - 'A');
-		return 0;
+			sc->name[p] = b + ('a' - 'A');
 	}
-	if (b > 63) {
-		w->bad = 1;
-		return 1;
-	}
-	sc->label_off[w->nlab & 127] = i;
-	w->nlab++;
-	if (b == 0) {
-		w->qlen = i + 1;
-		return 1;
-	}
-	w->next = i + 1 + b;
+	sc->next = pos + 1 + len;
 	return 0;
 }
 
 /*
  * Question name: copy up to 255 bytes into scratch, check labels (<= 63, no pointers), record
  * where each label starts, lowercase in place and sum the original bytes for the checksum.
- * A bpf_loop keeps the verifier's work independent of the name length.
+ * A bpf_loop over labels keeps the verifier's work independent of the name length.
  */
 static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							   struct xdns_scratch *sc, struct xdns_query *q)
 {
-	struct xdns_qname_walk w = {};
-	__u32 avail = pkt->dns_len - XDNS_HDR_LEN;
+	__u32 avail = pkt->dns_len - XDNS_HDR_LEN, qlen, nlab;
 
 	if (pkt->dns_len <= XDNS_HDR_LEN)
 		return XDNS_PASS_QNAME;
@@ -119,13 +122,20 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 	avail = ((avail - 1) & 0xff) + 1;
 	if (bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
-	w.avail = avail;
-	bpf_loop(255, xdns_qname_step, &w, 0);
-	if (w.bad || w.qlen == 0 || w.qlen > 255)
+	sc->avail = avail;
+	sc->sum = 0;
+	sc->next = 0;
+	sc->nlab = 0;
+	sc->qlen = 0;
+	sc->bad = 0;
+	bpf_loop(128, xdns_qname_label, NULL, 0);
+	qlen = sc->qlen;
+	nlab = sc->nlab;
+	if (sc->bad || qlen == 0 || qlen > 255 || nlab == 0 || nlab > 128)
 		return XDNS_PASS_QNAME;
-	q->qlen = w.qlen;
-	q->nlab = w.nlab;
-	q->qsum = w.sum;
+	q->qlen = qlen;
+	q->nlab = nlab;
+	q->qsum = sc->sum;
 	return XDNS_ANSWERED;
 }
 

@@ -9,68 +9,45 @@
 #include "dns.h"
 #include "hash.h"
 
-/* The closest encloser: the deepest suffix of the question name present in xdns_nodes. */
-struct xdns_encloser {
-	struct xdns_node node;
-	__u64 hash;
-	__u32 len;              /* wire length; == qlen means the name exists */
-	__u32 found;
-};
-
-/* State of the encloser walk (bpf_loop context). */
-struct xdns_encloser_walk {
-	struct xdns_encloser ce;
-	__u64 s;                /* hash state over the bytes consumed so far */
-	__u32 qlen;
-	__s32 next;             /* index in label_off of the next suffix start */
-	__u32 gen;
-	__u32 _pad;
-};
-
-/* Consume name byte qlen-1-k; at a label start look the suffix up in xdns_nodes. */
-static long xdns_encloser_step(__u64 index, void *arg)
+/*
+ * One suffix, from the root up (bpf_loop body, `index` = labels above the root): absorb the
+ * bytes of the next label from its last byte to its length octet, then look the suffix up in
+ * xdns_nodes; the deepest hit is the closest encloser. State lives in the scratch map.
+ */
+static long xdns_encloser_label(__u64 index, void *arg)
 {
-	struct xdns_encloser_walk *w = arg;
 	struct xdns_node_key nk = {};
 	struct xdns_scratch *sc;
 	struct xdns_node *n;
-	__u32 zero = 0, k = index & 255, i;
+	__u32 zero = 0, start, end, span, k;
+	__u64 s;
 
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
-	if (!sc || k >= w->qlen)
+	if (!sc || index >= sc->nlab)
 		return 1;
-	i = (w->qlen - 1 - k) & 255;
-	w->s = xdns_hash_step(w->s, sc->name[i]);
-	if (w->next < 0 || i != sc->label_off[w->next & 127])
-		return 0;
-	w->next--;
-	nk.hash = xdns_hash_fin(w->s);
-	nk.gen = w->gen;
+	start = sc->label_off[(sc->nlab - 1 - index) & 127];
+	end = sc->end;
+	if (start >= end || end > 255)
+		return 1;
+	span = end - start;
+	s = sc->hs;
+	for (k = 0; k < 64; k++) {
+		if (k >= span)
+			break;
+		s = xdns_hash_step(s, sc->name[(end - 1 - k) & 255]);
+	}
+	sc->hs = s;
+	sc->end = start;
+	nk.hash = xdns_hash_fin(s);
+	nk.gen = sc->gen;
 	n = bpf_map_lookup_elem(&xdns_nodes, &nk);
-	if (n && n->name_len == k + 1) {
-		w->ce.node = *n;
-		w->ce.hash = nk.hash;
-		w->ce.len = k + 1;
-		w->ce.found = 1;
+	if (n && n->name_len == sc->qlen - start) {
+		sc->ce = *n;
+		sc->ce_hash = nk.hash;
+		sc->ce_len = sc->qlen - start;
+		sc->ce_found = 1;
 	}
 	return 0;
-}
-
-/*
- * Walk the name from the root: one hash pass gives every suffix's hash; each suffix that starts
- * a label is looked up. Every suffix is tried (no early exit): a served child zone may sit below
- * a parent that lacks the names in between.
- */
-static __always_inline void xdns_find_encloser(const struct xdns_query *q, __u32 gen, struct xdns_encloser *ce)
-{
-	struct xdns_encloser_walk w = {};
-
-	w.s = xdns_cfg.seed;
-	w.qlen = q->qlen;
-	w.next = (__s32)q->nlab - 1;
-	w.gen = gen;
-	bpf_loop(255, xdns_encloser_step, &w, 0);
-	*ce = w.ce;
 }
 
 /* Look up one body key; fills `key` on success. */
@@ -86,38 +63,47 @@ static __always_inline struct xdns_answer *xdns_answer_get(struct xdns_answer_ke
 /*
  * The body for (name, qtype). Order (the engine's select): exact Type(qtype); node at/below a
  * cut -> Other at the cut; exact -> Other; wildcard child -> Wildcard(qtype) / WildcardOther at
- * the closest encloser; else NxDomain at the apex.
+ * the closest encloser; else NxDomain at the apex. Every suffix is looked up (no early exit):
+ * a served child zone may sit below a parent that lacks the names in between.
  */
-static __always_inline enum xdns_verdict xdns_select(const struct xdns_query *q,
+static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, const struct xdns_query *q,
 						      __u32 gen, struct xdns_answer_key *key,
 						      struct xdns_answer **ans)
 {
-	struct xdns_encloser ce;
 	struct xdns_answer *a;
+	struct xdns_node ce;
+	__u64 ce_hash;
 	int exact;
 
-	xdns_find_encloser(q, gen, &ce);
-	if (!ce.found)
+	sc->hs = xdns_cfg.seed;
+	sc->end = q->qlen;
+	sc->gen = gen;
+	sc->ce_found = 0;
+	sc->ce_len = 0;
+	bpf_loop(128, xdns_encloser_label, NULL, 0);
+	if (!sc->ce_found)
 		return XDNS_PASS_NO_ZONE;
-	exact = ce.len == q->qlen;
+	ce = sc->ce;
+	ce_hash = sc->ce_hash;
+	exact = sc->ce_len == q->qlen;
 	key->gen = gen;
 	key->_pad = 0;
 
 	if (exact) {
-		a = xdns_answer_get(key, ce.hash, XDNS_KIND_TYPE, q->qtype);
+		a = xdns_answer_get(key, ce_hash, XDNS_KIND_TYPE, q->qtype);
 		if (a)
 			goto found;
 	}
-	if (ce.node.flags & XDNS_NODE_CUT)
-		a = xdns_answer_get(key, ce.node.cut_hash, XDNS_KIND_OTHER, 0);
+	if (ce.flags & XDNS_NODE_CUT)
+		a = xdns_answer_get(key, ce.cut_hash, XDNS_KIND_OTHER, 0);
 	else if (exact)
-		a = xdns_answer_get(key, ce.hash, XDNS_KIND_OTHER, 0);
-	else if (ce.node.flags & XDNS_NODE_WILDCARD) {
-		a = xdns_answer_get(key, ce.hash, XDNS_KIND_WILDCARD, q->qtype);
+		a = xdns_answer_get(key, ce_hash, XDNS_KIND_OTHER, 0);
+	else if (ce.flags & XDNS_NODE_WILDCARD) {
+		a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 		if (!a)
-			a = xdns_answer_get(key, ce.hash, XDNS_KIND_WILDCARD_OTHER, 0);
+			a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 	} else
-		a = xdns_answer_get(key, ce.node.apex_hash, XDNS_KIND_NXDOMAIN, 0);
+		a = xdns_answer_get(key, ce.apex_hash, XDNS_KIND_NXDOMAIN, 0);
 	if (!a)
 		return XDNS_PASS_NO_BODY;
 found:

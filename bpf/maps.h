@@ -7,10 +7,39 @@
 #include <bpf/bpf_helpers.h>
 #include "xdns_abi.h"
 
-/* Per-CPU working memory of one packet (never shared with userspace). */
+/*
+ * Per-CPU working memory of one packet (never shared with userspace). The bpf_loop walks keep
+ * their state here, not on the stack: values read back from map memory are unknown to the
+ * verifier, so each loop body is verified once instead of once per distinct iteration state.
+ */
 struct xdns_scratch {
 	__u8 name[256];         /* lowercased question name, wire form */
 	__u8 label_off[128];    /* offset of each length byte in name[], the root's last */
+	/* question-name walk */
+	__u64 sum;              /* checksum of the original name bytes */
+	__u32 avail;            /* name bytes copied into name[] */
+	__u32 next;             /* offset of the next length octet */
+	__u32 nlab;             /* label starts recorded */
+	__u32 qlen;             /* set (non-zero) once the root label is read */
+	__u32 bad;
+	/* encloser walk */
+	__u32 end;              /* name[end..qlen) is absorbed into `hs` */
+	__u64 hs;               /* hash state */
+	__u32 gen;              /* generation read for this packet */
+	__u32 ce_found;
+	__u64 ce_hash;
+	__u32 ce_len;           /* wire length of the closest encloser */
+	__u32 _pad;
+	struct xdns_node ce;    /* the closest encloser's node */
+	/* fixup pass */
+	__u16 fix[XDNS_MAX_FIXUPS]; /* the body's fixup offsets */
+	__u32 fix_n;            /* entries of fix[] to apply */
+	__u32 fix_at;           /* frame offset of the body */
+	__u32 fix_body_at;      /* DNS offset of the body (checksum parity) */
+	__u32 fix_blen;         /* body bytes sent */
+	__u32 fix_delta;        /* added to each pointer */
+	__u32 fix_err;
+	__u64 fix_sum;          /* checksum change of all fixups */
 };
 
 /* Load-time configuration: seed, EDNS payload, listen set. Userspace fills it before load. */

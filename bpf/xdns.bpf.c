@@ -56,7 +56,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	if (!genp || *genp == 0)
 		return XDNS_PASS_NOT_LOADED;
 	gen = *genp;
-	v = xdns_select(&q, gen, &key, &a);
+	v = xdns_select(sc, &q, gen, &key, &a);
 	if (v != XDNS_ANSWERED)
 		return v;
 	v = xdns_plan(&q, a, &r);
@@ -67,7 +67,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	grow = (long)(pkt.dns_off + r.dns_out) - (long)frame;
 	if (grow && bpf_xdp_adjust_tail(ctx, (int)grow))
 		return XDNS_PASS_TAIL;
-	if (xdns_put_dns(ctx, &pkt, &q, &key, a, &r))
+	if (xdns_put_dns(ctx, sc, &pkt, &q, &key, a, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, &pkt))
 		return XDNS_DROP_REWRITE;

@@ -420,7 +420,7 @@ fn fixture_perf() {
     let rows = rows();
     let arp = rows.iter().find(|r| r.what == "ARP").unwrap();
     println!("perf {:>5} ns/packet  baseline: ARP, passed at the first check", prog.bench(&arp.frame, 2000).unwrap());
-    for what in ["one trailing byte", "name under no zone"] {
+    for what in ["other port", "QR=1", "label of 64 bytes", "one trailing byte", "name under no zone"] {
         let r = rows.iter().find(|r| r.what == what).unwrap();
         println!("perf {:>5} ns/packet  pass: {what}", prog.bench(&r.frame, 2000).unwrap());
     }
