@@ -13,6 +13,8 @@
 
 #define XDNS_REPLY_TTL 64
 
+_Static_assert((XDNS_MAX_FIXUPS & (XDNS_MAX_FIXUPS - 1)) == 0, "fix[] is indexed with a mask");
+
 /* What goes into the response besides the question. */
 struct xdns_reply {
 	__u64 sum;              /* unfolded checksum of the DNS message being built */

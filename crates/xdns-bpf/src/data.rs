@@ -175,10 +175,14 @@ pub enum BodyValue {
     Userspace,
 }
 
-/// Largest body the kernel stores (`XDNS_CLASS_L_LEN`).
-pub const MAX_KERNEL_BODY: usize = 1280;
-/// Fixups stored per body (`XDNS_MAX_FIXUPS`).
-pub const MAX_FIXUPS: usize = 32;
+/// Fixups stored per body (`XDNS_MAX_FIXUPS`), from the generated layout.
+pub const MAX_FIXUPS: usize = std::mem::offset_of!(xdns_body_s, bytes) / 2;
+/// Body bytes of each size class (`XDNS_CLASS_{S,M,L}_LEN`), from the generated layouts.
+pub const CLASS_S_LEN: usize = std::mem::size_of::<xdns_body_s>() - std::mem::offset_of!(xdns_body_s, bytes);
+pub const CLASS_M_LEN: usize = std::mem::size_of::<xdns_body_m>() - std::mem::offset_of!(xdns_body_m, bytes);
+pub const CLASS_L_LEN: usize = std::mem::size_of::<xdns_body_l>() - std::mem::offset_of!(xdns_body_l, bytes);
+/// Largest body the kernel stores.
+pub const MAX_KERNEL_BODY: usize = CLASS_L_LEN;
 
 fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], body: &Body) {
     for (d, s) in fixups.iter_mut().zip(&body.fixups) {
@@ -191,11 +195,11 @@ fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], bod
 pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
     let n = body.bytes.len();
     let an_ns = usize::from(body.an_ns_len).min(n);
-    let value = if n <= 128 {
+    let value = if n <= CLASS_S_LEN {
         let mut b = Box::<xdns_body_s>::default();
         fill(&mut b.fixups, &mut b.bytes, body);
         BodyValue::S(b)
-    } else if n <= 512 {
+    } else if n <= CLASS_M_LEN {
         let mut b = Box::<xdns_body_m>::default();
         fill(&mut b.fixups, &mut b.bytes, body);
         BodyValue::M(b)
@@ -289,4 +293,23 @@ pub fn bytes_per_entry() -> [(&'static str, usize); 4] {
         ("answer+body M", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_m>())),
         ("answer+body L", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_l>())),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The constants read from the generated layouts match `bpf/xdns_abi.h`.
+    #[test]
+    fn layout_constants() {
+        assert_eq!((MAX_FIXUPS, CLASS_S_LEN, CLASS_M_LEN, CLASS_L_LEN), (32, 128, 512, 1280));
+    }
+
+    /// Checksums of bodies: odd lengths pad with zero, sums fold.
+    #[test]
+    fn csum16_table() {
+        for (bytes, want) in [(&[][..], 0u16), (&[0x12][..], 0x1200), (&[0x12, 0x34, 0x56][..], 0x6834), (&[0xff, 0xff, 0x00, 0x01][..], 0x0001)] {
+            assert_eq!(csum16(bytes), want, "{bytes:02x?}");
+        }
+    }
 }

@@ -53,8 +53,8 @@ impl Capacity {
         let mut c = [0u32; 3];
         for a in &data.answers {
             match a.body.bytes.len() {
-                0..=128 => c[0] += 1,
-                129..=512 => c[1] += 1,
+                n if n <= crate::data::CLASS_S_LEN => c[0] += 1,
+                n if n <= crate::data::CLASS_M_LEN => c[1] += 1,
                 _ => c[2] += 1,
             }
         }
