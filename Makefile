@@ -31,7 +31,8 @@ test: deps test-unit test-system
 test-unit:
 	mkdir -p target; $(CARGO) test --workspace --locked 2>&1 | tee target/cargo-test.log; rc=$${PIPESTATUS[0]}; \
 	  if grep -Eq '^test result:.* [1-9][0-9]* ignored' target/cargo-test.log; then \
-	    echo "make test: ignored cargo tests are failures" >&2; exit 1; fi; exit $$rc
+	    grep -E '^test .* \.\.\. ignored' target/cargo-test.log >&2; \
+	    echo "make test: ignored cargo tests are failures (team rule: no skipped tests)" >&2; exit 1; fi; exit $$rc
 
 # pytest's own exit status covers failures; tests/conftest.py turns skips into failures and
 # the summary check below catches anything that still reports "skipped" or "xfail".
