@@ -145,33 +145,50 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 	return XDNS_ANSWERED;
 }
 
+/* The body bytes of one answer: exactly one pointer is set, the one of its size class. */
+struct xdns_body_ref {
+	struct xdns_body_s *s;
+	struct xdns_body_m *m;
+	struct xdns_body_l *l;
+};
+
+/*
+ * Find the body bytes of `a` before the frame is touched: if a reload deleted them meanwhile,
+ * the packet still goes to userspace intact. (A value found stays valid until the program
+ * returns.) Separate typed pointers let the verifier know each one's size.
+ */
+static __always_inline int xdns_body_get(const struct xdns_answer_key *key, const struct xdns_answer *a,
+					 struct xdns_body_ref *ref)
+{
+	if (a->class == XDNS_CLASS_S)
+		ref->s = bpf_map_lookup_elem(&xdns_bodies_s, key);
+	else if (a->class == XDNS_CLASS_M)
+		ref->m = bpf_map_lookup_elem(&xdns_bodies_m, key);
+	else if (a->class == XDNS_CLASS_L)
+		ref->l = bpf_map_lookup_elem(&xdns_bodies_l, key);
+	return ref->s || ref->m || ref->l ? 0 : -1;
+}
+
 /* Write header, body and OPT into the (already resized) frame. */
 static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch *sc, const struct xdns_pkt *pkt,
-					const struct xdns_query *q, const struct xdns_answer_key *key,
+					const struct xdns_query *q, const struct xdns_body_ref *ref,
 					const struct xdns_answer *a, struct xdns_reply *r)
 {
 	__u32 at = pkt->dns_off + r->body_at;
 	__u8 hdr[XDNS_HDR_LEN];
 	__u8 opt[XDNS_OPT_LEN] = {};
+	int err;
 
 	if (r->blen) {
-		if (a->class == XDNS_CLASS_S) {
-			struct xdns_body_s *b = bpf_map_lookup_elem(&xdns_bodies_s, key);
-
-			if (!b || xdns_put_body(ctx, sc, at, b->bytes, b->fixups, XDNS_CLASS_S_LEN, r))
-				return -1;
-		} else if (a->class == XDNS_CLASS_M) {
-			struct xdns_body_m *b = bpf_map_lookup_elem(&xdns_bodies_m, key);
-
-			if (!b || xdns_put_body(ctx, sc, at, b->bytes, b->fixups, XDNS_CLASS_M_LEN, r))
-				return -1;
-		} else {
-			struct xdns_body_l *b = bpf_map_lookup_elem(&xdns_bodies_l, key);
-
-			if (!b || xdns_put_body(ctx, sc, at, b->bytes, b->fixups, XDNS_CLASS_L_LEN, r))
-				return -1;
-		}
-		if (xdns_put_fixups(ctx, sc, at, a->nfixups, r))
+		if (ref->s)
+			err = xdns_put_body(ctx, sc, at, ref->s->bytes, ref->s->fixups, XDNS_CLASS_S_LEN, r);
+		else if (ref->m)
+			err = xdns_put_body(ctx, sc, at, ref->m->bytes, ref->m->fixups, XDNS_CLASS_M_LEN, r);
+		else if (ref->l)
+			err = xdns_put_body(ctx, sc, at, ref->l->bytes, ref->l->fixups, XDNS_CLASS_L_LEN, r);
+		else
+			err = -1;
+		if (err || xdns_put_fixups(ctx, sc, at, a->nfixups, r))
 			return -1;
 	}
 	if (q->has_opt) {

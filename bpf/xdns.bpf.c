@@ -29,6 +29,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	struct xdns_reply r = {};
 	struct xdns_answer_key key = {};
 	struct xdns_answer *a = NULL;
+	struct xdns_body_ref body = {};
 	struct xdns_scratch *sc;
 	enum xdns_verdict v;
 	__u32 zero = 0, gen, frame;
@@ -63,11 +64,16 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	if (v != XDNS_ANSWERED)
 		return v;
 
+	if (r.blen) {
+		if (xdns_body_get(&key, a, &body))
+			return XDNS_PASS_NO_BODY;
+	}
+
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt.dns_off + r.dns_out) - (long)frame;
 	if (grow && bpf_xdp_adjust_tail(ctx, (int)grow))
 		return XDNS_PASS_TAIL;
-	if (xdns_put_dns(ctx, sc, &pkt, &q, &key, a, &r))
+	if (xdns_put_dns(ctx, sc, &pkt, &q, &body, a, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, &pkt))
 		return XDNS_DROP_REWRITE;

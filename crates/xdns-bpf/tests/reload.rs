@@ -96,3 +96,40 @@ fn reload_under_load() {
     let (_, out) = prog.test_run(&f).unwrap();
     assert_eq!(answered_tag(&out), 60);
 }
+
+/// Install speed of a synthetic zone of 100,000 names with one A body each (root; ignored by
+/// default: `cargo test -p xdns-bpf --test reload -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn install_speed() {
+    if !have_root("install_speed") {
+        return;
+    }
+    let apex = wire("example.com");
+    let n = 100_000u32;
+    let mut data = KernelData {
+        nodes: vec![NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false }],
+        answers: vec![],
+    };
+    for i in 0..n {
+        let name = wire(&format!("h{i}.example.com"));
+        let mut w = BodyWriter::new(&name).unwrap();
+        w.set_aa(true);
+        w.write_rr(&name, true, 1, 300, &i.to_be_bytes()).unwrap();
+        data.nodes.push(NodeEntry { name: name.clone(), apex: apex.clone(), cut: None, wildcard: false });
+        data.answers.push(AnswerEntry { base: name, kind: Kind::Type(1), body: w.finish() });
+    }
+    let cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap()],
+        edns_payload: OUR_PAYLOAD,
+        seed: None,
+        capacity: xdns_bpf::runtime::Capacity::for_data(&data),
+    };
+    let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
+    let t = std::time::Instant::now();
+    prog.install(&data).unwrap();
+    let first = t.elapsed();
+    let t = std::time::Instant::now();
+    prog.install(&data).unwrap();
+    println!("install {n} names: first {first:?}, reload (write new + flip + delete old) {:?}", t.elapsed());
+}
