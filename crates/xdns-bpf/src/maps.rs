@@ -22,6 +22,26 @@ pub trait KernelMaps {
     fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()>;
     /// Delete the answer entry, then the body bytes of class `class`.
     fn delete_body(&mut self, key: &xdns_answer_key, class: u8) -> Result<()>;
+    /// Write many nodes; the default writes them one by one.
+    fn put_nodes(&mut self, entries: &[(xdns_node_key, xdns_node)]) -> Result<()> {
+        entries.iter().try_for_each(|(k, v)| self.put_node(k, v))
+    }
+    /// Write many bodies (all body bytes before any answer entry); default: one by one.
+    fn put_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
+        entries.iter().try_for_each(|(k, a, b)| self.put_body(k, a, b))
+    }
+    /// Delete many nodes, ignoring missing ones; default: one by one.
+    fn delete_nodes(&mut self, keys: &[xdns_node_key]) {
+        for k in keys {
+            let _ = self.delete_node(k);
+        }
+    }
+    /// Delete many bodies `(key, class)`, ignoring missing ones; default: one by one.
+    fn delete_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
+        for (k, c) in keys {
+            let _ = self.delete_body(k, *c);
+        }
+    }
     /// Make `gen` the generation packets read (0 = none).
     fn flip_generation(&mut self, gen: u32) -> Result<()>;
     fn active_generation(&self) -> Result<u32>;
@@ -102,24 +122,17 @@ impl Loader {
 pub struct Staged(Installed);
 
 fn write(maps: &mut dyn KernelMaps, enc: &Encoded, done: &mut Installed) -> Result<()> {
-    for (k, v) in &enc.nodes {
-        maps.put_node(k, v)?;
-        done.nodes.push(*k);
-    }
-    for (k, a, b) in &enc.answers {
-        maps.put_body(k, a, b)?;
-        done.answers.push((*k, a.class));
-    }
+    // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
+    done.nodes.extend(enc.nodes.iter().map(|(k, _)| *k));
+    done.answers.extend(enc.answers.iter().map(|(k, a, _)| (*k, a.class)));
+    maps.put_nodes(&enc.nodes)?;
+    maps.put_bodies(&enc.answers)?;
     Ok(())
 }
 
 fn remove(maps: &mut dyn KernelMaps, gen: &Installed) {
-    for (k, class) in &gen.answers {
-        let _ = maps.delete_body(k, *class);
-    }
-    for k in &gen.nodes {
-        let _ = maps.delete_node(k);
-    }
+    maps.delete_bodies(&gen.answers);
+    maps.delete_nodes(&gen.nodes);
 }
 
 /// View a plain ABI struct as bytes.

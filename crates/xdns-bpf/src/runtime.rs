@@ -203,6 +203,13 @@ impl XdpProgram {
         Ok((ret, out))
     }
 
+    /// Entries in (nodes, answers, bodies S+M+L): what is installed, all generations.
+    pub fn map_entries(&self) -> (usize, usize, usize) {
+        let m = &self.skel.maps;
+        let bodies = m.xdns_bodies_s.keys().count() + m.xdns_bodies_m.keys().count() + m.xdns_bodies_l.keys().count();
+        (m.xdns_nodes.keys().count(), m.xdns_answers.keys().count(), bodies)
+    }
+
     /// The program's fd, for [`test_run_fd`] from another thread.
     pub fn prog_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.skel.progs.xdns_xdp.as_fd()
@@ -281,6 +288,54 @@ impl KernelMaps for LibbpfMaps<'_> {
         Ok(())
     }
 
+    fn put_nodes(&mut self, entries: &[(xdns_node_key, xdns_node)]) -> Result<()> {
+        for chunk in entries.chunks(BATCH) {
+            let (k, v) = flatten(chunk.iter().map(|(k, v)| (bytes_of(k), bytes_of(v))));
+            self.skel.maps.xdns_nodes.update_batch(&k, &v, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    fn put_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
+        let m = &self.skel.maps;
+        for chunk in entries.chunks(BATCH) {
+            let s = chunk.iter().filter_map(|(k, _, b)| match b {
+                BodyValue::S(b) => Some((bytes_of(k), bytes_of(&**b))),
+                _ => None,
+            });
+            batch_update(&m.xdns_bodies_s, s)?;
+            let mm = chunk.iter().filter_map(|(k, _, b)| match b {
+                BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
+                _ => None,
+            });
+            batch_update(&m.xdns_bodies_m, mm)?;
+            let l = chunk.iter().filter_map(|(k, _, b)| match b {
+                BodyValue::L(b) => Some((bytes_of(k), bytes_of(&**b))),
+                _ => None,
+            });
+            batch_update(&m.xdns_bodies_l, l)?;
+            batch_update(&m.xdns_answers, chunk.iter().map(|(k, a, _)| (bytes_of(k), bytes_of(a))))?;
+        }
+        Ok(())
+    }
+
+    fn delete_nodes(&mut self, keys: &[xdns_node_key]) {
+        batch_delete(&self.skel.maps.xdns_nodes, keys.iter().map(bytes_of));
+    }
+
+    fn delete_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
+        let m = &self.skel.maps;
+        batch_delete(&m.xdns_answers, keys.iter().map(|(k, _)| bytes_of(k)));
+        for (class, map) in [
+            (xdns_body_class::XDNS_CLASS_S, &m.xdns_bodies_s),
+            (xdns_body_class::XDNS_CLASS_M, &m.xdns_bodies_m),
+            (xdns_body_class::XDNS_CLASS_L, &m.xdns_bodies_l),
+        ] {
+            let ks = keys.iter().filter(|(_, c)| u32::from(*c) == class.0).map(|(k, _)| bytes_of(k));
+            batch_delete(map, ks);
+        }
+    }
+
     fn flip_generation(&mut self, gen: u32) -> Result<()> {
         self.skel.maps.xdns_gen.update(&0u32.to_ne_bytes(), &gen.to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
@@ -324,4 +379,41 @@ pub fn test_run_fd(fd: std::os::fd::BorrowedFd<'_>, packet: &[u8]) -> Result<(u3
     }
     out.truncate(opts.data_size_out as usize);
     Ok((opts.retval, out))
+}
+
+/// Entries per batch syscall.
+const BATCH: usize = 4096;
+
+/// Concatenated keys and values of a batch.
+fn flatten<'a>(it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> (Vec<u8>, Vec<u8>) {
+    let (mut ks, mut vs) = (Vec::new(), Vec::new());
+    for (k, v) in it {
+        ks.extend_from_slice(k);
+        vs.extend_from_slice(v);
+    }
+    (ks, vs)
+}
+
+/// One BPF_MAP_UPDATE_BATCH for the entries (none: no call).
+fn batch_update<'a>(map: &libbpf_rs::MapMut<'_>, it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<()> {
+    let (k, v) = flatten(it);
+    let n = k.len() / map.key_size() as usize;
+    if n > 0 {
+        map.update_batch(&k, &v, n as u32, MapFlags::ANY, MapFlags::ANY)?;
+    }
+    Ok(())
+}
+
+/// BPF_MAP_DELETE_BATCH in chunks; a chunk that fails (a key already gone) is retried key by
+/// key, ignoring missing keys.
+fn batch_delete<'a>(map: &libbpf_rs::MapMut<'_>, keys: impl Iterator<Item = &'a [u8]>) {
+    let all: Vec<&[u8]> = keys.collect();
+    for chunk in all.chunks(BATCH) {
+        let k: Vec<u8> = chunk.concat();
+        if map.delete_batch(&k, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY).is_err() {
+            for key in chunk {
+                let _ = map.delete(key);
+            }
+        }
+    }
 }

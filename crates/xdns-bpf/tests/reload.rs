@@ -46,12 +46,15 @@ fn flip_is_atomic() {
     prog.install(&zone(0xA)).unwrap();
     let (act, out) = prog.test_run(&f).unwrap();
     assert_eq!((act, answered_tag(&out)), (3, 0xA));
+    assert_eq!(prog.map_entries(), (2, 2, 2));
     let staged = prog.stage(&zone(0xB)).unwrap();
+    assert_eq!(prog.map_entries(), (4, 4, 4), "both generations while staged");
     let (act, out) = prog.test_run(&f).unwrap();
     assert_eq!((act, answered_tag(&out)), (3, 0xA), "generation B written but not flipped");
     prog.commit(staged).unwrap();
     let (act, out) = prog.test_run(&f).unwrap();
     assert_eq!((act, answered_tag(&out)), (3, 0xB), "flipped");
+    assert_eq!(prog.map_entries(), (2, 2, 2), "old generation deleted");
 }
 
 #[test]
@@ -95,6 +98,7 @@ fn reload_under_load() {
     assert!(seen.keys().all(|t| (1..=60).contains(t)));
     let (_, out) = prog.test_run(&f).unwrap();
     assert_eq!(answered_tag(&out), 60);
+    assert_eq!(prog.map_entries(), (2, 2, 2), "only the active generation is left");
 }
 
 /// Install speed of a synthetic zone of 100,000 names with one A body each (root; ignored by
