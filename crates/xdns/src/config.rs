@@ -63,7 +63,11 @@ pub struct TcpConfig {
 
 impl Default for TcpConfig {
     fn default() -> Self {
-        Self { idle_timeout_ms: 10_000, max_connections: 1024, max_pipelined: 100 }
+        Self {
+            idle_timeout_ms: 10_000,
+            max_connections: 1024,
+            max_pipelined: 100,
+        }
     }
 }
 
@@ -77,7 +81,9 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { level: "info".into() }
+        Self {
+            level: "info".into(),
+        }
     }
 }
 
@@ -148,7 +154,11 @@ struct FileZone {
 /// 1-based line number of byte `offset` in `text`.
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
-    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Default listen addresses: loopback only, so a bare config never exposes a server.
@@ -173,7 +183,10 @@ pub fn normalize_zone_name(name: &str) -> Option<String> {
         if label.is_empty() || label.len() > 63 {
             return None;
         }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
             return None;
         }
     }
@@ -183,7 +196,11 @@ pub fn normalize_zone_name(name: &str) -> Option<String> {
 /// Read and validate `path`, then apply `over`.
 pub fn load(path: &Path, over: &Overrides) -> Result<Config, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        vec![ConfigError { file: path.to_path_buf(), line: None, reason: format!("cannot read: {e}") }]
+        vec![ConfigError {
+            file: path.to_path_buf(),
+            line: None,
+            reason: format!("cannot read: {e}"),
+        }]
     })?;
     parse(&text, path, over)
 }
@@ -193,7 +210,11 @@ pub fn load(path: &Path, over: &Overrides) -> Result<Config, Vec<ConfigError>> {
 /// Collects every validation error rather than stopping at the first; a TOML syntax or type
 /// error (including an unknown key) is reported alone because nothing after it is reliable.
 pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<ConfigError>> {
-    let err = |line: Option<usize>, reason: String| ConfigError { file: path.to_path_buf(), line, reason };
+    let err = |line: Option<usize>, reason: String| ConfigError {
+        file: path.to_path_buf(),
+        line,
+        reason,
+    };
     let file: FileConfig = match toml::from_str(text) {
         Ok(f) => f,
         Err(e) => {
@@ -211,16 +232,24 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         Some(list) => {
             for item in list {
                 match item.get_ref().trim().parse::<SocketAddr>() {
-                    Ok(a) if a.port() == 0 => {
-                        errors.push(err(span_line(item.span()), format!("listen address `{}` needs a port other than 0", item.get_ref())))
-                    }
-                    Ok(a) if listen.contains(&a) => {
-                        errors.push(err(span_line(item.span()), format!("listen address `{a}` given twice")))
-                    }
+                    Ok(a) if a.port() == 0 => errors.push(err(
+                        span_line(item.span()),
+                        format!(
+                            "listen address `{}` needs a port other than 0",
+                            item.get_ref()
+                        ),
+                    )),
+                    Ok(a) if listen.contains(&a) => errors.push(err(
+                        span_line(item.span()),
+                        format!("listen address `{a}` given twice"),
+                    )),
                     Ok(a) => listen.push(a),
                     Err(_) => errors.push(err(
                         span_line(item.span()),
-                        format!("bad listen address `{}` (expected IP:PORT or [IPv6]:PORT)", item.get_ref()),
+                        format!(
+                            "bad listen address `{}` (expected IP:PORT or [IPv6]:PORT)",
+                            item.get_ref()
+                        ),
                     )),
                 }
             }
@@ -235,7 +264,10 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         Some(m) => match m.get_ref().trim().parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(_) => {
-                errors.push(err(span_line(m.span()), format!("bad metrics address `{}` (expected IP:PORT)", m.get_ref())));
+                errors.push(err(
+                    span_line(m.span()),
+                    format!("bad metrics address `{}` (expected IP:PORT)", m.get_ref()),
+                ));
                 None
             }
         },
@@ -258,7 +290,10 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
     if let Some(w) = &file.udp_workers {
         let v = *w.get_ref();
         if !(0..=1024).contains(&v) {
-            errors.push(err(span_line(w.span()), format!("udp_workers {v} out of range 0..=1024")));
+            errors.push(err(
+                span_line(w.span()),
+                format!("udp_workers {v} out of range 0..=1024"),
+            ));
         } else {
             udp_workers = v as usize;
         }
@@ -288,7 +323,10 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
             let line = span_line(l.span());
             let l = l.into_inner();
             if tracing_subscriber::EnvFilter::try_new(&l.level).is_err() {
-                errors.push(err(line, format!("[log] level `{}` is not a valid filter", l.level)));
+                errors.push(err(
+                    line,
+                    format!("[log] level `{}` is not a valid filter", l.level),
+                ));
             }
             l
         }
@@ -299,28 +337,47 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         let name = match normalize_zone_name(z.name.get_ref()) {
             Some(n) => n,
             None => {
-                errors.push(err(span_line(z.name.span()), format!("bad zone name `{}`", z.name.get_ref())));
+                errors.push(err(
+                    span_line(z.name.span()),
+                    format!("bad zone name `{}`", z.name.get_ref()),
+                ));
                 continue;
             }
         };
         if zones.iter().any(|s| s.name == name) {
-            errors.push(err(span_line(z.name.span()), format!("zone `{name}` configured twice")));
+            errors.push(err(
+                span_line(z.name.span()),
+                format!("zone `{name}` configured twice"),
+            ));
             continue;
         }
         let raw = Path::new(z.file.get_ref());
-        let file = if raw.is_absolute() { raw.to_path_buf() } else { base.join(raw) };
+        let file = if raw.is_absolute() {
+            raw.to_path_buf()
+        } else {
+            base.join(raw)
+        };
         if z.file.get_ref().is_empty() {
-            errors.push(err(span_line(z.file.span()), format!("zone `{name}`: empty file name")));
+            errors.push(err(
+                span_line(z.file.span()),
+                format!("zone `{name}`: empty file name"),
+            ));
             continue;
         }
         if !file.is_file() {
-            errors.push(err(span_line(z.file.span()), format!("zone `{name}`: file {} not found", file.display())));
+            errors.push(err(
+                span_line(z.file.span()),
+                format!("zone `{name}`: file {} not found", file.display()),
+            ));
             continue;
         }
         zones.push(ZoneSource { name, file });
     }
 
-    let mut control = file.control.map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL));
+    let mut control = file
+        .control
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL));
     if control.as_os_str().is_empty() {
         errors.push(err(None, "`control` must not be empty".into()));
     }
@@ -363,7 +420,9 @@ impl Config {
         if self.udp_workers > 0 {
             return self.udp_workers;
         }
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
     }
 }
 
@@ -413,14 +472,33 @@ name = "Example.COM"
 file = "z.zone"
 "#;
         let c = parse(full, &d.cfg(), &Overrides::default()).unwrap();
-        assert_eq!(c.listen, vec!["198.18.0.5:53".parse().unwrap(), "[2001:db8::5]:53".parse().unwrap()]);
+        assert_eq!(
+            c.listen,
+            vec![
+                "198.18.0.5:53".parse().unwrap(),
+                "[2001:db8::5]:53".parse().unwrap()
+            ]
+        );
         assert_eq!(c.control, PathBuf::from("/tmp/x.sock"));
         assert_eq!(c.metrics, Some("198.18.0.5:9153".parse().unwrap()));
         assert_eq!(c.edns_payload, 1400);
         assert_eq!(c.udp_workers, 3);
-        assert_eq!(c.tcp, TcpConfig { idle_timeout_ms: 500, max_connections: 7, max_pipelined: 9 });
+        assert_eq!(
+            c.tcp,
+            TcpConfig {
+                idle_timeout_ms: 500,
+                max_connections: 7,
+                max_pipelined: 9
+            }
+        );
         assert_eq!(c.log.level, "debug");
-        assert_eq!(c.zones, vec![ZoneSource { name: "example.com.".into(), file: d.0.join("z.zone") }]);
+        assert_eq!(
+            c.zones,
+            vec![ZoneSource {
+                name: "example.com.".into(),
+                file: d.0.join("z.zone")
+            }]
+        );
 
         let empty = parse("", &d.cfg(), &Overrides::default()).unwrap();
         assert_eq!(empty.listen, default_listen());
@@ -430,7 +508,12 @@ file = "z.zone"
         assert!(empty.zones.is_empty());
         assert_eq!(empty.metrics, None);
 
-        let partial_tcp = parse("[tcp]\nmax_pipelined = 2\n", &d.cfg(), &Overrides::default()).unwrap();
+        let partial_tcp = parse(
+            "[tcp]\nmax_pipelined = 2\n",
+            &d.cfg(),
+            &Overrides::default(),
+        )
+        .unwrap();
         assert_eq!(partial_tcp.tcp.max_pipelined, 2);
         assert_eq!(partial_tcp.tcp.idle_timeout_ms, 10_000);
     }
@@ -445,7 +528,12 @@ file = "z.zone"
             udp_workers: Some(1),
             log_level: Some("warn".into()),
         };
-        let c = parse("listen = [\"127.0.0.2:53\"]\nudp_workers = 4\n", &d.cfg(), &over).unwrap();
+        let c = parse(
+            "listen = [\"127.0.0.2:53\"]\nudp_workers = 4\n",
+            &d.cfg(),
+            &over,
+        )
+        .unwrap();
         assert_eq!(c.listen, over.listen);
         assert_eq!(c.control, PathBuf::from("/tmp/o.sock"));
         assert_eq!(c.metrics, over.metrics);
@@ -486,7 +574,10 @@ file = "z.zone"
             assert_eq!(e.line, *line, "{text}: {e}");
             assert!(e.reason.contains(needle), "{text}: {e}");
             let shown = e.to_string();
-            assert!(shown.starts_with(&format!("{}:", d.cfg().display())), "{shown}");
+            assert!(
+                shown.starts_with(&format!("{}:", d.cfg().display())),
+                "{shown}"
+            );
         }
     }
 
@@ -525,6 +616,8 @@ file = "z.zone"
     #[test]
     fn unreadable_file() {
         let errs = load(Path::new("/nonexistent/xdns.toml"), &Overrides::default()).unwrap_err();
-        assert!(errs[0].to_string().starts_with("/nonexistent/xdns.toml: cannot read"));
+        assert!(errs[0]
+            .to_string()
+            .starts_with("/nonexistent/xdns.toml: cannot read"));
     }
 }

@@ -33,7 +33,10 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     }
     if path.exists() {
         if StdUnixStream::connect(path).is_ok() {
-            anyhow::bail!("control socket {} is in use by a running server", path.display());
+            anyhow::bail!(
+                "control socket {} is in use by a running server",
+                path.display()
+            );
         }
         std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
@@ -41,7 +44,12 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 }
 
 /// Serve control requests until shutdown.
-pub async fn serve(listener: UnixListener, shared: Arc<Shared>, reload: mpsc::Sender<Request>, mut stop: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    reload: mpsc::Sender<Request>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = crate::server::stopped(&mut stop) => break,
@@ -62,13 +70,21 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, reload: mpsc::Se
     }
 }
 
-async fn handle(stream: UnixStream, shared: Arc<Shared>, reload: mpsc::Sender<Request>) -> io::Result<()> {
+async fn handle(
+    stream: UnixStream,
+    shared: Arc<Shared>,
+    reload: mpsc::Sender<Request>,
+) -> io::Result<()> {
     let (rd, mut wr) = stream.into_split();
     let mut line = String::new();
-    BufReader::new(rd.take(MAX_COMMAND)).read_line(&mut line).await?;
+    BufReader::new(rd.take(MAX_COMMAND))
+        .read_line(&mut line)
+        .await?;
     let reply = match line.trim() {
         "stats" => {
-            let snap = tokio::task::spawn_blocking(move || shared.snapshot()).await.map_err(io::Error::other)?;
+            let snap = tokio::task::spawn_blocking(move || shared.snapshot())
+                .await
+                .map_err(io::Error::other)?;
             serde_json::to_string(&snap).map_err(io::Error::other)?
         }
         "reload" => match reload.try_send(Request::Reload) {
@@ -84,7 +100,8 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>, reload: mpsc::Sender<Re
 
 /// Send `command` to the server at `path` and return its one-line reply (blocking).
 pub fn request(path: &Path, command: &str) -> anyhow::Result<String> {
-    let mut s = StdUnixStream::connect(path).with_context(|| format!("connecting to {} (is xdns running?)", path.display()))?;
+    let mut s = StdUnixStream::connect(path)
+        .with_context(|| format!("connecting to {} (is xdns running?)", path.display()))?;
     s.set_read_timeout(Some(TIMEOUT))?;
     s.set_write_timeout(Some(TIMEOUT))?;
     s.write_all(command.as_bytes())?;
@@ -115,20 +132,31 @@ mod tests {
         let listener = bind(&path).unwrap();
         assert!(bind(&path).is_err(), "a live socket must not be replaced");
         let shared = Arc::new(Shared::new(Default::default()));
-        shared.stats.tcp_accepted.fetch_add(3, std::sync::atomic::Ordering::Relaxed);
+        shared
+            .stats
+            .tcp_accepted
+            .fetch_add(3, std::sync::atomic::Ordering::Relaxed);
         let (tx, mut rx) = mpsc::channel(1);
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, shared, tx, stop_rx));
 
         let p = path.clone();
-        let snap = tokio::task::spawn_blocking(move || stats(&p)).await.unwrap().unwrap();
+        let snap = tokio::task::spawn_blocking(move || stats(&p))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(snap.tcp.accepted, 3);
         let p = path.clone();
-        let ok = tokio::task::spawn_blocking(move || request(&p, "reload")).await.unwrap().unwrap();
+        let ok = tokio::task::spawn_blocking(move || request(&p, "reload"))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(ok, "ok");
         assert!(matches!(rx.recv().await, Some(Request::Reload)));
         let p = path.clone();
-        let bad = tokio::task::spawn_blocking(move || request(&p, "explode")).await.unwrap();
+        let bad = tokio::task::spawn_blocking(move || request(&p, "explode"))
+            .await
+            .unwrap();
         assert!(bad.unwrap_err().to_string().contains("unknown command"));
 
         stop_tx.send(true).unwrap();
@@ -143,7 +171,10 @@ mod tests {
         let path = dir.join("c.sock");
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         assert!(path.exists());
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let r = rt.block_on(async { bind(&path).map(|_| ()) });
         assert!(r.is_ok(), "{r:?}");
         drop(std::fs::remove_dir_all(&dir));

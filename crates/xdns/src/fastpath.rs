@@ -44,35 +44,40 @@ impl Fastpath {
         let (tx, rx) = mpsc::channel::<Cmd>();
         let cfg = cfg.clone();
         let listen = listen.to_vec();
-        let thread = std::thread::Builder::new().name("xdns-xdp".into()).spawn(move || {
-            let mut rt = match XdpRuntime::start(&cfg, &listen, &zones, edns_payload) {
-                Ok(Some(rt)) => {
-                    let _ = started_tx.send(Ok(true));
-                    rt
-                }
-                Ok(None) => {
-                    let _ = started_tx.send(Ok(false));
-                    return;
-                }
-                Err(e) => {
-                    let _ = started_tx.send(Err(e));
-                    return;
-                }
-            };
-            drop(zones);
-            while let Ok(cmd) = rx.recv() {
-                match cmd {
-                    Cmd::Reload(z, reply) => {
-                        let _ = reply.send(rt.reload(&z));
+        let thread = std::thread::Builder::new()
+            .name("xdns-xdp".into())
+            .spawn(move || {
+                let mut rt = match XdpRuntime::start(&cfg, &listen, &zones, edns_payload) {
+                    Ok(Some(rt)) => {
+                        let _ = started_tx.send(Ok(true));
+                        rt
                     }
-                    Cmd::Counters(reply) => {
-                        let _ = reply.send(rt.counters());
+                    Ok(None) => {
+                        let _ = started_tx.send(Ok(false));
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                        return;
+                    }
+                };
+                drop(zones);
+                while let Ok(cmd) = rx.recv() {
+                    match cmd {
+                        Cmd::Reload(z, reply) => {
+                            let _ = reply.send(rt.reload(&z));
+                        }
+                        Cmd::Counters(reply) => {
+                            let _ = reply.send(rt.counters());
+                        }
                     }
                 }
-            }
-        })?;
+            })?;
         match started_rx.recv() {
-            Ok(Ok(true)) => Ok(Some(Self { tx: Some(tx), thread: Some(thread) })),
+            Ok(Ok(true)) => Ok(Some(Self {
+                tx: Some(tx),
+                thread: Some(thread),
+            })),
             Ok(Ok(false)) => {
                 let _ = thread.join();
                 Ok(None)
@@ -92,7 +97,8 @@ impl Fastpath {
     pub fn reload(&self, zones: Arc<ZoneSet>) -> anyhow::Result<()> {
         let (reply, rx) = mpsc::channel();
         self.send(Cmd::Reload(zones, reply))?;
-        rx.recv_timeout(CALL_TIMEOUT).map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        rx.recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
     }
 
     /// Every XDP counter (blocking; call from a blocking context). Empty if the thread is gone.
@@ -106,7 +112,9 @@ impl Fastpath {
 
     fn send(&self, cmd: Cmd) -> anyhow::Result<()> {
         match &self.tx {
-            Some(tx) => tx.send(cmd).map_err(|_| anyhow::anyhow!("the XDP thread has stopped")),
+            Some(tx) => tx
+                .send(cmd)
+                .map_err(|_| anyhow::anyhow!("the XDP thread has stopped")),
             None => anyhow::bail!("the XDP thread has stopped"),
         }
     }
@@ -127,7 +135,12 @@ mod tests {
 
     #[test]
     fn no_interfaces_means_no_fastpath() {
-        let r = Fastpath::start(&XdpConfig::default(), &[], Arc::new(ZoneSet::default()), 1232);
+        let r = Fastpath::start(
+            &XdpConfig::default(),
+            &[],
+            Arc::new(ZoneSet::default()),
+            1232,
+        );
         assert!(matches!(r, Ok(None)));
     }
 }

@@ -28,7 +28,11 @@ use config::{Config, Overrides};
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(name = "xdns", version, about = "Authoritative DNS server with an XDP fast path")]
+#[command(
+    name = "xdns",
+    version,
+    about = "Authoritative DNS server with an XDP fast path"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -94,7 +98,11 @@ fn init_logging(level: &str) {
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
     install_panic_hook();
 }
 
@@ -133,7 +141,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     init_logging(&cfg.log.level);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("xdns-rt").build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("xdns-rt")
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("xdns: error: cannot start the runtime: {e}");
@@ -161,7 +173,10 @@ fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
         match reload::load_guarded(src) {
             Ok(zone) => {
                 let info = reload::zone_info(&src.name, &zone);
-                ok.push(format!("{}: serial {}, {} records", info.name, info.serial, info.records));
+                ok.push(format!(
+                    "{}: serial {}, {} records",
+                    info.name, info.serial, info.records
+                ));
             }
             Err(errs) => errors.extend(errs.iter().map(|e| e.to_string())),
         }
@@ -254,20 +269,56 @@ mod tests {
     fn cli_parses() {
         let table: &[(&[&str], bool)] = &[
             (&["xdns", "serve", "--config", "a.toml"], true),
-            (&["xdns", "serve", "--config", "a.toml", "--listen", "127.0.0.1:5300", "--listen", "[::1]:5300"], true),
-            (&["xdns", "serve", "--config", "a.toml", "--listen", "nope"], false),
+            (
+                &[
+                    "xdns",
+                    "serve",
+                    "--config",
+                    "a.toml",
+                    "--listen",
+                    "127.0.0.1:5300",
+                    "--listen",
+                    "[::1]:5300",
+                ],
+                true,
+            ),
+            (
+                &["xdns", "serve", "--config", "a.toml", "--listen", "nope"],
+                false,
+            ),
             (&["xdns", "serve"], false),
             (&["xdns", "check", "--config", "a.toml"], true),
             (&["xdns", "stats", "--json"], true),
             (&["xdns", "stats", "--control", "/x.sock", "--json"], true),
-            (&["xdns", "stats", "--control", "/x.sock", "--config", "a.toml"], false),
+            (
+                &[
+                    "xdns",
+                    "stats",
+                    "--control",
+                    "/x.sock",
+                    "--config",
+                    "a.toml",
+                ],
+                false,
+            ),
             (&["xdns", "frobnicate"], false),
         ];
         for (argv, ok) in table {
             assert_eq!(Cli::try_parse_from(*argv).is_ok(), *ok, "{argv:?}");
         }
-        let Cli { command: Command::Serve(s) } =
-            Cli::try_parse_from(["xdns", "serve", "-c", "a.toml", "--udp-workers", "3", "--listen", "127.0.0.1:1"]).unwrap()
+        let Cli {
+            command: Command::Serve(s),
+        } = Cli::try_parse_from([
+            "xdns",
+            "serve",
+            "-c",
+            "a.toml",
+            "--udp-workers",
+            "3",
+            "--listen",
+            "127.0.0.1:1",
+        ])
+        .unwrap()
         else {
             panic!("not serve");
         };

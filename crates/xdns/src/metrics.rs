@@ -32,7 +32,12 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 type Labels = Vec<(String, String)>;
 
-fn counter_family(reg: &mut Registry, name: &str, help: &str, rows: impl IntoIterator<Item = (Labels, u64)>) {
+fn counter_family(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, u64)>,
+) {
     let fam = Family::<Labels, Counter>::default();
     for (labels, v) in rows {
         fam.get_or_create(&labels).inc_by(v);
@@ -46,7 +51,12 @@ fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
     reg.register(name, help, c);
 }
 
-fn gauge_family(reg: &mut Registry, name: &str, help: &str, rows: impl IntoIterator<Item = (Labels, i64)>) {
+fn gauge_family(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, i64)>,
+) {
     let fam = Family::<Labels, Gauge>::default();
     for (labels, v) in rows {
         fam.get_or_create(&labels).set(v);
@@ -62,37 +72,110 @@ fn l1(k: &str, v: &str) -> Labels {
 pub fn render(s: &Snapshot) -> String {
     let mut reg = Registry::default();
     let by_proto_qtype = s.qtypes_by_proto.iter().flat_map(|(proto, m)| {
-        m.iter().map(move |(qt, &n)| (vec![("proto".to_string(), proto.clone()), ("qtype".to_string(), qt.clone())], n))
+        m.iter().map(move |(qt, &n)| {
+            (
+                vec![
+                    ("proto".to_string(), proto.clone()),
+                    ("qtype".to_string(), qt.clone()),
+                ],
+                n,
+            )
+        })
     });
-    counter_family(&mut reg, "xdns_queries", "Queries answered, by transport and QTYPE.", by_proto_qtype);
-    counter_family(&mut reg, "xdns_received", "Messages received, by transport.", s.queries.iter().map(|(k, &v)| (l1("proto", k), v)));
-    counter_family(&mut reg, "xdns_responses", "Responses, by RCODE.", s.rcodes.iter().map(|(k, &v)| (l1("rcode", k), v)));
-    counter(&mut reg, "xdns_truncated", "UDP responses sent with TC=1.", s.truncated);
-    counter_family(&mut reg, "xdns_dropped", "Messages not answered, by reason.", s.dropped.iter().map(|(k, &v)| (l1("reason", k), v)));
+    counter_family(
+        &mut reg,
+        "xdns_queries",
+        "Queries answered, by transport and QTYPE.",
+        by_proto_qtype,
+    );
+    counter_family(
+        &mut reg,
+        "xdns_received",
+        "Messages received, by transport.",
+        s.queries.iter().map(|(k, &v)| (l1("proto", k), v)),
+    );
+    counter_family(
+        &mut reg,
+        "xdns_responses",
+        "Responses, by RCODE.",
+        s.rcodes.iter().map(|(k, &v)| (l1("rcode", k), v)),
+    );
+    counter(
+        &mut reg,
+        "xdns_truncated",
+        "UDP responses sent with TC=1.",
+        s.truncated,
+    );
+    counter_family(
+        &mut reg,
+        "xdns_dropped",
+        "Messages not answered, by reason.",
+        s.dropped.iter().map(|(k, &v)| (l1("reason", k), v)),
+    );
     counter_family(
         &mut reg,
         "xdns_tcp_connections",
         "TCP connections, accepted or refused over the limit.",
-        [(l1("result", "accepted"), s.tcp.accepted), (l1("result", "refused"), s.tcp.refused)],
+        [
+            (l1("result", "accepted"), s.tcp.accepted),
+            (l1("result", "refused"), s.tcp.refused),
+        ],
     );
-    counter(&mut reg, "xdns_tcp_idle_closed", "TCP connections closed by the idle timeout.", s.tcp.idle_closed);
+    counter(
+        &mut reg,
+        "xdns_tcp_idle_closed",
+        "TCP connections closed by the idle timeout.",
+        s.tcp.idle_closed,
+    );
     let open = Gauge::<i64>::default();
     open.set(i64::try_from(s.tcp.open).unwrap_or(i64::MAX));
     reg.register("xdns_tcp_open", "TCP connections open now.", open);
-    counter(&mut reg, "xdns_reloads", "Reloads attempted.", s.reloads.total);
-    counter(&mut reg, "xdns_reload_failures", "Reloads with at least one error.", s.reloads.failed);
-    counter(&mut reg, "xdns_zone_load_failures", "Zones that failed to load on reload.", s.reloads.zones_failed);
+    counter(
+        &mut reg,
+        "xdns_reloads",
+        "Reloads attempted.",
+        s.reloads.total,
+    );
+    counter(
+        &mut reg,
+        "xdns_reload_failures",
+        "Reloads with at least one error.",
+        s.reloads.failed,
+    );
+    counter(
+        &mut reg,
+        "xdns_zone_load_failures",
+        "Zones that failed to load on reload.",
+        s.reloads.zones_failed,
+    );
     let up = Gauge::<i64>::default();
     up.set(i64::try_from(s.uptime_seconds).unwrap_or(i64::MAX));
     reg.register("xdns_uptime_seconds", "Seconds since start.", up);
-    gauge_family(&mut reg, "xdns_zone_serial", "SOA serial of each zone served.", s.zones.iter().map(|z| (l1("zone", &z.name), i64::from(z.serial))));
+    gauge_family(
+        &mut reg,
+        "xdns_zone_serial",
+        "SOA serial of each zone served.",
+        s.zones
+            .iter()
+            .map(|z| (l1("zone", &z.name), i64::from(z.serial))),
+    );
     gauge_family(
         &mut reg,
         "xdns_zone_records",
         "Records in each zone served.",
-        s.zones.iter().map(|z| (l1("zone", &z.name), i64::try_from(z.records).unwrap_or(i64::MAX))),
+        s.zones.iter().map(|z| {
+            (
+                l1("zone", &z.name),
+                i64::try_from(z.records).unwrap_or(i64::MAX),
+            )
+        }),
     );
-    counter_family(&mut reg, "xdns_xdp", "XDP fast path verdicts.", s.xdp.iter().map(|(k, &v)| (l1("counter", k), v)));
+    counter_family(
+        &mut reg,
+        "xdns_xdp",
+        "XDP fast path verdicts.",
+        s.xdp.iter().map(|(k, &v)| (l1("counter", k), v)),
+    );
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {
         out.clear();
@@ -120,12 +203,22 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::
 
 /// The response for a request head: (status line, content type, body).
 fn route(head: &[u8]) -> (&'static str, &'static str, bool) {
-    let line = head.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
     let mut parts = line.split(|&b| b == b' ');
-    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let (method, target) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
     let path = target.split(|&b| b == b'?').next().unwrap_or_default();
     match (method, path) {
-        (b"GET", b"/metrics") => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", true),
+        (b"GET", b"/metrics") => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            true,
+        ),
         (b"GET", _) => ("404 Not Found", "text/plain", false),
         _ => ("405 Method Not Allowed", "text/plain", false),
     }
@@ -146,7 +239,9 @@ async fn handle(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<(
     }
     let (status, ctype, ok) = route(&head);
     let body = if ok {
-        let snap = tokio::task::spawn_blocking(move || shared.snapshot()).await.map_err(std::io::Error::other)?;
+        let snap = tokio::task::spawn_blocking(move || shared.snapshot())
+            .await
+            .map_err(std::io::Error::other)?;
         render(&snap)
     } else {
         format!("{status}\n")
@@ -169,10 +264,28 @@ mod tests {
     fn renders_counters() {
         let stats = Stats::new();
         let sh = stats.shard();
-        sh.record(Transport::Udp, Outcome::Answered { rcode: 3, qtype: 28, truncated: false });
-        sh.record(Transport::Tcp, Outcome::Answered { rcode: 0, qtype: 1, truncated: false });
+        sh.record(
+            Transport::Udp,
+            Outcome::Answered {
+                rcode: 3,
+                qtype: 28,
+                truncated: false,
+            },
+        );
+        sh.record(
+            Transport::Tcp,
+            Outcome::Answered {
+                rcode: 0,
+                qtype: 1,
+                truncated: false,
+            },
+        );
         let mut s = stats.snapshot();
-        s.zones.push(ZoneInfo { name: "example.com.".into(), serial: 42, records: 5 });
+        s.zones.push(ZoneInfo {
+            name: "example.com.".into(),
+            serial: 42,
+            records: 5,
+        });
         let text = render(&s);
         for want in [
             "xdns_queries_total{proto=\"udp\",qtype=\"AAAA\"} 1",

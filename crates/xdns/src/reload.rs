@@ -36,7 +36,10 @@ pub struct Served {
 impl Served {
     /// Name, serial and record count of every zone served.
     pub fn zone_infos(&self) -> Vec<ZoneInfo> {
-        self.loaded.iter().map(|l| zone_info(&l.source.name, &l.zone)).collect()
+        self.loaded
+            .iter()
+            .map(|l| zone_info(&l.source.name, &l.zone))
+            .collect()
     }
 }
 
@@ -55,12 +58,20 @@ pub struct BuildReport {
 
 /// Number of records in a zone.
 pub fn record_count(zone: &Zone) -> u64 {
-    zone.nodes.values().flat_map(|n| n.rrsets.iter()).map(|r| r.rdata.len() as u64).sum()
+    zone.nodes
+        .values()
+        .flat_map(|n| n.rrsets.iter())
+        .map(|r| r.rdata.len() as u64)
+        .sum()
 }
 
 /// Stats/summary view of one zone.
 pub fn zone_info(name: &str, zone: &Zone) -> ZoneInfo {
-    ZoneInfo { name: name.to_string(), serial: zone.serial, records: record_count(zone) }
+    ZoneInfo {
+        name: name.to_string(),
+        serial: zone.serial,
+        records: record_count(zone),
+    }
 }
 
 /// Load one zone, turning a loader panic into an error.
@@ -75,7 +86,11 @@ pub fn load_guarded(src: &ZoneSource) -> Result<Zone, Vec<LoadError>> {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown".into());
-            Err(vec![LoadError { file: src.file.clone(), line: None, reason: format!("zone loader failed: {what}") }])
+            Err(vec![LoadError {
+                file: src.file.clone(),
+                line: None,
+                reason: format!("zone loader failed: {what}"),
+            }])
         }
     }
 }
@@ -97,7 +112,10 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
         match load_guarded(src) {
             Ok(zone) => {
                 report.loaded += 1;
-                loaded.push(LoadedZone { source: src.clone(), zone: Arc::new(zone) });
+                loaded.push(LoadedZone {
+                    source: src.clone(),
+                    zone: Arc::new(zone),
+                });
             }
             Err(errs) => {
                 report.errors.extend(errs);
@@ -105,7 +123,10 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
                 match prev {
                     Some(p) => {
                         report.kept_old.push(src.name.clone());
-                        loaded.push(LoadedZone { source: src.clone(), zone: p.zone.clone() });
+                        loaded.push(LoadedZone {
+                            source: src.clone(),
+                            zone: p.zone.clone(),
+                        });
                     }
                     None => report.missing.push(src.name.clone()),
                 }
@@ -116,7 +137,11 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     for l in &loaded {
         set.zones.insert(l.zone.apex.clone(), l.zone.clone());
     }
-    let served = Served { zones: Arc::new(set), loaded, respond: respond_config(cfg) };
+    let served = Served {
+        zones: Arc::new(set),
+        loaded,
+        respond: respond_config(cfg),
+    };
     (served, report)
 }
 
@@ -156,17 +181,43 @@ mod tests {
 
     fn zone(serial: u32) -> Zone {
         let mut nodes = hashbrown::HashMap::new();
-        let rr = |t, n: usize| Rrset { rtype: t, ttl: 60, rdata: (0..n).map(|i| Bytes::from(vec![i as u8])).collect() };
-        nodes.insert(b"\x01a\x00".to_vec().into_boxed_slice(), Node { rrsets: vec![rr(1, 2), rr(6, 1)] });
-        nodes.insert(b"\x01b\x01a\x00".to_vec().into_boxed_slice(), Node { rrsets: vec![rr(28, 3)] });
-        Zone { apex: b"\x01a\x00".to_vec().into_boxed_slice(), nodes, file: "a.zone".into(), serial }
+        let rr = |t, n: usize| Rrset {
+            rtype: t,
+            ttl: 60,
+            rdata: (0..n).map(|i| Bytes::from(vec![i as u8])).collect(),
+        };
+        nodes.insert(
+            b"\x01a\x00".to_vec().into_boxed_slice(),
+            Node {
+                rrsets: vec![rr(1, 2), rr(6, 1)],
+            },
+        );
+        nodes.insert(
+            b"\x01b\x01a\x00".to_vec().into_boxed_slice(),
+            Node {
+                rrsets: vec![rr(28, 3)],
+            },
+        );
+        Zone {
+            apex: b"\x01a\x00".to_vec().into_boxed_slice(),
+            nodes,
+            file: "a.zone".into(),
+            serial,
+        }
     }
 
     #[test]
     fn counts_records() {
         let z = zone(9);
         assert_eq!(record_count(&z), 6);
-        assert_eq!(zone_info("a.", &z), ZoneInfo { name: "a.".into(), serial: 9, records: 6 });
+        assert_eq!(
+            zone_info("a.", &z),
+            ZoneInfo {
+                name: "a.".into(),
+                serial: 9,
+                records: 6
+            }
+        );
     }
 
     #[test]
@@ -174,11 +225,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xdns-reload-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("a.zone"), "this is not a zone file (((\n").unwrap();
-        let cfg = parse("[[zone]]\nname = \"a.\"\nfile = \"a.zone\"\n", &dir.join("x.toml"), &Overrides::default()).unwrap();
+        let cfg = parse(
+            "[[zone]]\nname = \"a.\"\nfile = \"a.zone\"\n",
+            &dir.join("x.toml"),
+            &Overrides::default(),
+        )
+        .unwrap();
         let old_zone = Arc::new(zone(41));
         let old = Served {
             zones: Arc::new(ZoneSet::default()),
-            loaded: vec![LoadedZone { source: cfg.zones[0].clone(), zone: old_zone.clone() }],
+            loaded: vec![LoadedZone {
+                source: cfg.zones[0].clone(),
+                zone: old_zone.clone(),
+            }],
             respond: RespondConfig::default(),
         };
         let (new, report) = build(&cfg, Some(&old));
@@ -209,7 +268,13 @@ mod tests {
         let (first, report) = build(&cfg, None);
         assert_eq!(report.loaded, 2, "{:?}", report.errors);
         let infos = first.zone_infos();
-        assert_eq!(infos.iter().map(|z| (z.name.as_str(), z.serial, z.records)).collect::<Vec<_>>(), [("a.", 1, 3), ("b.", 2, 3)]);
+        assert_eq!(
+            infos
+                .iter()
+                .map(|z| (z.name.as_str(), z.serial, z.records))
+                .collect::<Vec<_>>(),
+            [("a.", 1, 3), ("b.", 2, 3)]
+        );
         assert!(first.zones.find(b"\x03www\x01b\x00").is_some());
 
         // b breaks, a is updated, c is added: a new, b old, c new.
@@ -221,7 +286,11 @@ mod tests {
         let (second, report) = build(&cfg, Some(&first));
         assert_eq!(report.loaded, 2);
         assert_eq!(report.kept_old, vec!["b.".to_string()]);
-        assert!(report.errors.iter().all(|e| e.file == dir.join("b.zone")), "{:?}", report.errors);
+        assert!(
+            report.errors.iter().all(|e| e.file == dir.join("b.zone")),
+            "{:?}",
+            report.errors
+        );
         let serials: Vec<u32> = second.zone_infos().iter().map(|z| z.serial).collect();
         assert_eq!(serials, [10, 2, 3]);
 
@@ -238,7 +307,12 @@ mod tests {
     fn restart_needed_lists_changes() {
         let p = std::path::Path::new("/tmp/x.toml");
         let a = parse("listen = [\"127.0.0.1:53\"]\n", p, &Overrides::default()).unwrap();
-        let b = parse("listen = [\"127.0.0.1:54\"]\nedns_payload = 1400\n", p, &Overrides::default()).unwrap();
+        let b = parse(
+            "listen = [\"127.0.0.1:54\"]\nedns_payload = 1400\n",
+            p,
+            &Overrides::default(),
+        )
+        .unwrap();
         assert_eq!(restart_needed(&a, &b), vec!["listen"]);
         assert!(restart_needed(&a, &a).is_empty());
     }

@@ -30,7 +30,13 @@ pub enum DropKind {
 
 impl DropKind {
     /// Every reason, in counter order.
-    pub const ALL: [DropKind; 5] = [DropKind::Malformed, DropKind::Response, DropKind::SendFailed, DropKind::Internal, DropKind::TooLarge];
+    pub const ALL: [DropKind; 5] = [
+        DropKind::Malformed,
+        DropKind::Response,
+        DropKind::SendFailed,
+        DropKind::Internal,
+        DropKind::TooLarge,
+    ];
 
     /// Stable name used in JSON and metric labels.
     pub fn name(self) -> &'static str {
@@ -89,7 +95,11 @@ impl Shard {
         };
         self.queries[t].fetch_add(1, Relaxed);
         match outcome {
-            Outcome::Answered { rcode, qtype, truncated } => {
+            Outcome::Answered {
+                rcode,
+                qtype,
+                truncated,
+            } => {
                 if let Some(c) = self.qtype.get(t * N_QTYPE + usize::from(qtype)) {
                     c.fetch_add(1, Relaxed);
                 }
@@ -167,14 +177,24 @@ impl Stats {
     /// A new shard for one writer; it stays counted after the writer ends.
     pub fn shard(&self) -> Arc<Shard> {
         let s = Arc::new(Shard::new());
-        self.shards.lock().unwrap_or_else(|e| e.into_inner()).push(s.clone());
+        self.shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s.clone());
         s
     }
 
     /// Sum every shard. `zones` and `xdp` are filled in by the caller.
     pub fn snapshot(&self) -> Snapshot {
-        let shards = self.shards.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut snap = Snapshot { uptime_seconds: self.started.elapsed().as_secs(), ..Default::default() };
+        let shards = self
+            .shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut snap = Snapshot {
+            uptime_seconds: self.started.elapsed().as_secs(),
+            ..Default::default()
+        };
         let mut qtype = vec![0u64; 2 * N_QTYPE];
         let mut rcode = vec![0u64; N_RCODE];
         let mut dropped = [0u64; DropKind::ALL.len()];
@@ -200,7 +220,12 @@ impl Stats {
                 let name = qtype_name((i % N_QTYPE) as u16);
                 let proto = if i < N_QTYPE { "udp" } else { "tcp" };
                 *snap.qtypes.entry(name.clone()).or_insert(0) += n;
-                *snap.qtypes_by_proto.entry(proto.into()).or_default().entry(name).or_insert(0) += n;
+                *snap
+                    .qtypes_by_proto
+                    .entry(proto.into())
+                    .or_default()
+                    .entry(name)
+                    .or_insert(0) += n;
             }
         }
         for (r, &n) in rcode.iter().enumerate() {
@@ -353,7 +378,10 @@ impl Snapshot {
         row("reloads.zones_loaded", &self.reloads.zones_loaded);
         row("reloads.zones_failed", &self.reloads.zones_failed);
         for z in &self.zones {
-            row(&format!("zone.{}", z.name), &format!("serial {} records {}", z.serial, z.records));
+            row(
+                &format!("zone.{}", z.name),
+                &format!("serial {} records {}", z.serial, z.records),
+            );
         }
         for (k, v) in &self.xdp {
             row(&format!("xdp.{k}"), v);
@@ -368,11 +396,23 @@ mod tests {
 
     #[test]
     fn names() {
-        let q = [(1, "A"), (28, "AAAA"), (255, "ANY"), (65400, "TYPE65400"), (0, "TYPE0")];
+        let q = [
+            (1, "A"),
+            (28, "AAAA"),
+            (255, "ANY"),
+            (65400, "TYPE65400"),
+            (0, "TYPE0"),
+        ];
         for (t, n) in q {
             assert_eq!(qtype_name(t), n);
         }
-        let r = [(0, "NOERROR"), (3, "NXDOMAIN"), (5, "REFUSED"), (16, "BADVERS"), (12, "RCODE12")];
+        let r = [
+            (0, "NOERROR"),
+            (3, "NXDOMAIN"),
+            (5, "REFUSED"),
+            (16, "BADVERS"),
+            (12, "RCODE12"),
+        ];
         for (c, n) in r {
             assert_eq!(rcode_name(c), n);
         }
@@ -383,12 +423,40 @@ mod tests {
         let stats = Stats::new();
         let a = stats.shard();
         let b = stats.shard();
-        a.record(Transport::Udp, Outcome::Answered { rcode: 0, qtype: 1, truncated: false });
-        a.record(Transport::Udp, Outcome::Answered { rcode: 3, qtype: 28, truncated: true });
-        b.record(Transport::Tcp, Outcome::Answered { rcode: 16, qtype: 1, truncated: false });
+        a.record(
+            Transport::Udp,
+            Outcome::Answered {
+                rcode: 0,
+                qtype: 1,
+                truncated: false,
+            },
+        );
+        a.record(
+            Transport::Udp,
+            Outcome::Answered {
+                rcode: 3,
+                qtype: 28,
+                truncated: true,
+            },
+        );
+        b.record(
+            Transport::Tcp,
+            Outcome::Answered {
+                rcode: 16,
+                qtype: 1,
+                truncated: false,
+            },
+        );
         b.record(Transport::Udp, Outcome::Dropped(DropReason::Response));
         b.record_dropped(Transport::Udp, DropKind::Malformed);
-        b.record(Transport::Udp, Outcome::Answered { rcode: 4095, qtype: 65535, truncated: false });
+        b.record(
+            Transport::Udp,
+            Outcome::Answered {
+                rcode: 4095,
+                qtype: 65535,
+                truncated: false,
+            },
+        );
         stats.tcp_accepted.fetch_add(2, Relaxed);
         let s = stats.snapshot();
         assert_eq!(s.queries["udp"], 5);
@@ -413,18 +481,44 @@ mod tests {
     #[test]
     fn json_round_trip_and_table() {
         let stats = Stats::new();
-        stats.shard().record(Transport::Udp, Outcome::Answered { rcode: 0, qtype: 1, truncated: false });
+        stats.shard().record(
+            Transport::Udp,
+            Outcome::Answered {
+                rcode: 0,
+                qtype: 1,
+                truncated: false,
+            },
+        );
         let mut s = stats.snapshot();
-        s.zones.push(ZoneInfo { name: "example.com.".into(), serial: 7, records: 3 });
+        s.zones.push(ZoneInfo {
+            name: "example.com.".into(),
+            serial: 7,
+            records: 3,
+        });
         let json = serde_json::to_string(&s).unwrap();
         let back: Snapshot = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        for key in ["uptime_seconds", "queries", "qtypes", "qtypes_by_proto", "rcodes", "truncated", "dropped", "tcp", "reloads", "zones", "xdp"] {
+        for key in [
+            "uptime_seconds",
+            "queries",
+            "qtypes",
+            "qtypes_by_proto",
+            "rcodes",
+            "truncated",
+            "dropped",
+            "tcp",
+            "reloads",
+            "zones",
+            "xdp",
+        ] {
             assert!(v.get(key).is_some(), "{key}");
         }
         let t = s.to_table();
         assert!(t.contains("qtype.A"), "{t}");
-        assert!(t.contains("zone.example.com.") && t.contains("serial 7"), "{t}");
+        assert!(
+            t.contains("zone.example.com.") && t.contains("serial 7"),
+            "{t}"
+        );
     }
 }

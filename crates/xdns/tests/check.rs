@@ -7,7 +7,11 @@ use std::process::{Command, Output};
 use common::*;
 
 fn check(config: &std::path::Path) -> Output {
-    Command::new(bin()).args(["check", "--config"]).arg(config).output().unwrap()
+    Command::new(bin())
+        .args(["check", "--config"])
+        .arg(config)
+        .output()
+        .unwrap()
 }
 
 fn text(b: &[u8]) -> String {
@@ -29,7 +33,10 @@ fn good_config_prints_zone_summaries() {
     let out = check(&cfg);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("example.com.: serial 2024060101,"), "{stdout}");
+    assert!(
+        stdout.contains("example.com.: serial 2024060101,"),
+        "{stdout}"
+    );
     assert!(stdout.contains("example.net.: serial 7,"), "{stdout}");
     assert!(stdout.contains("records"), "{stdout}");
 }
@@ -38,11 +45,23 @@ fn good_config_prints_zone_summaries() {
 fn relative_zone_paths_follow_the_config_file() {
     let dir = TempDir::new("check-rel");
     dir.write("z.zone", &zone_text(3, 10));
-    let cfg = dir.write("xdns.toml", "[[zone]]\nname = \"example.com.\"\nfile = \"z.zone\"\n");
+    let cfg = dir.write(
+        "xdns.toml",
+        "[[zone]]\nname = \"example.com.\"\nfile = \"z.zone\"\n",
+    );
     // Run from elsewhere: the path must still resolve.
-    let out = Command::new(bin()).current_dir("/").args(["check", "--config"]).arg(&cfg).output().unwrap();
+    let out = Command::new(bin())
+        .current_dir("/")
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("example.com.: serial 3, 5 records"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("example.com.: serial 3, 5 records"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[test]
@@ -50,10 +69,18 @@ fn config_errors_name_file_and_line() {
     let dir = TempDir::new("check-cfg");
     // (config text, line, text the message must contain)
     let table: &[(&str, usize, &str)] = &[
-        ("listen = [\"127.0.0.1:53\"]\nlisten_extra = 1\n", 2, "listen_extra"),
+        (
+            "listen = [\"127.0.0.1:53\"]\nlisten_extra = 1\n",
+            2,
+            "listen_extra",
+        ),
         ("[tcp]\nmax_pipelined = 3\nfoo = 1\n", 3, "foo"),
         ("listen = [\"127.0.0.1:99999\"]\n", 1, "127.0.0.1:99999"),
-        ("[[zone]]\nname = \"example.com.\"\nfile = \"nowhere.zone\"\n", 3, "nowhere.zone"),
+        (
+            "[[zone]]\nname = \"example.com.\"\nfile = \"nowhere.zone\"\n",
+            3,
+            "nowhere.zone",
+        ),
     ];
     for (cfg_text, line, needle) in table {
         let cfg = dir.write("xdns.toml", cfg_text);
@@ -61,7 +88,11 @@ fn config_errors_name_file_and_line() {
         assert_eq!(out.status.code(), Some(1), "{cfg_text}");
         let err = text(&out.stderr);
         let prefix = format!("{}:{}: ", cfg.display(), line);
-        assert!(err.lines().any(|l| l.starts_with(&prefix) && l.contains(needle)), "{cfg_text}: {err}");
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(needle)),
+            "{cfg_text}: {err}"
+        );
     }
 }
 
@@ -86,7 +117,13 @@ fn bad_zones_fail_with_file_and_line() {
         let zone = std::fs::canonicalize(&path).unwrap();
         let expect = std::fs::read_to_string(&zone).unwrap();
         let expect = expect.lines().nth(1).unwrap_or_default().to_string();
-        let cfg = dir.write("xdns.toml", &format!("[[zone]]\nname = \"example.com.\"\nfile = \"{}\"\n", zone.display()));
+        let cfg = dir.write(
+            "xdns.toml",
+            &format!(
+                "[[zone]]\nname = \"example.com.\"\nfile = \"{}\"\n",
+                zone.display()
+            ),
+        );
         let out = check(&cfg);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{}: {err}", zone.display());
@@ -96,10 +133,16 @@ fn bad_zones_fail_with_file_and_line() {
         let want = match words.as_slice() {
             ["expect:", "no", ..] => format!("{}: ", zone.display()),
             ["expect:", "line", n, ..] => format!("{}:{}: ", zone.display(), n),
-            ["expect:", file, "line", n, ..] => format!("{}:{}: ", zone.with_file_name(file).display(), n),
+            ["expect:", file, "line", n, ..] => {
+                format!("{}:{}: ", zone.with_file_name(file).display(), n)
+            }
             _ => format!("{}: ", zone.display()),
         };
-        assert!(err.lines().any(|l| l.starts_with(&want)), "{}: want `{want}…` in {err}", zone.display());
+        assert!(
+            err.lines().any(|l| l.starts_with(&want)),
+            "{}: want `{want}…` in {err}",
+            zone.display()
+        );
     }
     assert!(seen >= 5, "bad zones not found in {}", bad.display());
 }

@@ -32,7 +32,10 @@ fn answers_udp_tcp_pipelined_and_counts_them() {
     let r = udp(srv.addr, &query(2, "nope.example.com.", A, None), T).expect("UDP answer");
     assert_eq!(r.rcode, Rcode::NXDOMAIN);
     let r = udp(srv.addr, &query(3, "big.example.com.", TXT, None), T).expect("UDP answer");
-    assert!(r.tc, "an 800-byte TXT answer must be truncated in 512 bytes");
+    assert!(
+        r.tc,
+        "an 800-byte TXT answer must be truncated in 512 bytes"
+    );
     assert_eq!(r.ancount, 0);
 
     // TCP: the same big answer is never truncated.
@@ -50,7 +53,9 @@ fn answers_udp_tcp_pipelined_and_counts_them() {
         query(12, "www.example.com.", AAAA, None),
     ];
     s.write_all(&tcp_frame(&qs)).unwrap();
-    let mut ids: Vec<u16> = (0..3).map(|_| parse(tcp_read(&mut s).unwrap()).id).collect();
+    let mut ids: Vec<u16> = (0..3)
+        .map(|_| parse(tcp_read(&mut s).unwrap()).id)
+        .collect();
     ids.sort_unstable();
     assert_eq!(ids, vec![10, 11, 12]);
     drop(s);
@@ -77,17 +82,34 @@ fn answers_udp_tcp_pipelined_and_counts_them() {
     assert!(st["uptime_seconds"].is_u64());
 
     // The human table.
-    let out = std::process::Command::new(bin()).args(["stats", "--control"]).arg(&srv.control).output().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["stats", "--control"])
+        .arg(&srv.control)
+        .output()
+        .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    assert!(table.contains("queries.udp") && table.contains("rcode.NXDOMAIN"), "{table}");
+    assert!(
+        table.contains("queries.udp") && table.contains("rcode.NXDOMAIN"),
+        "{table}"
+    );
 
     // `stats --config` finds the socket through the configuration.
-    let out = std::process::Command::new(bin()).args(["stats", "--json", "--config"]).arg(&srv.config).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(bin())
+        .args(["stats", "--json", "--config"])
+        .arg(&srv.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     srv.signal(libc::SIGTERM);
-    let st = srv.wait(Duration::from_secs(10)).expect("xdns did not stop on SIGTERM");
+    let st = srv
+        .wait(Duration::from_secs(10))
+        .expect("xdns did not stop on SIGTERM");
     assert!(st.success(), "exit status {st}");
     assert!(!srv.control.exists(), "control socket left behind");
 }
@@ -100,14 +122,18 @@ fn idle_tcp_connection_is_closed() {
     let mut s = TcpStream::connect(srv.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // One query answered, then silence.
-    s.write_all(&tcp_frame(&[query(1, "www.example.com.", A, None)])).unwrap();
+    s.write_all(&tcp_frame(&[query(1, "www.example.com.", A, None)]))
+        .unwrap();
     assert_eq!(parse(tcp_read(&mut s).unwrap()).id, 1);
     let t0 = Instant::now();
     let mut b = [0u8; 1];
     let n = s.read(&mut b).unwrap_or(0);
     assert_eq!(n, 0, "expected EOF from the idle timeout");
     let waited = t0.elapsed();
-    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(4), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
     assert_eq!(srv.stats()["tcp"]["idle_closed"], 1);
 }
 
@@ -117,7 +143,9 @@ fn sigint_stops_cleanly() {
     let zone = dir.write("example.com.zone", &zone_text(1, 10));
     let mut srv = Server::start(&dir, &zone, "");
     srv.signal(libc::SIGINT);
-    let st = srv.wait(Duration::from_secs(10)).expect("xdns did not stop on SIGINT");
+    let st = srv
+        .wait(Duration::from_secs(10))
+        .expect("xdns did not stop on SIGINT");
     assert!(st.success());
     assert!(!srv.control.exists());
 }
@@ -127,7 +155,11 @@ fn reload_swaps_zone_without_missing_a_query_and_keeps_old_on_error() {
     let dir = TempDir::new("reload");
     let zone = dir.write("example.com.zone", &zone_text(1, 10));
     let mut srv = Server::start(&dir, &zone, "");
-    assert!(srv.log_text().contains("xdns started"), "{}", srv.log_text());
+    assert!(
+        srv.log_text().contains("xdns started"),
+        "{}",
+        srv.log_text()
+    );
 
     // A client that keeps querying and records what it sees.
     let stop = Arc::new(AtomicBool::new(false));
@@ -135,13 +167,22 @@ fn reload_swaps_zone_without_missing_a_query_and_keeps_old_on_error() {
     let seen_new = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicU64::new(0));
     let client = {
-        let (stop, missed, seen_new, answered) = (stop.clone(), missed.clone(), seen_new.clone(), answered.clone());
+        let (stop, missed, seen_new, answered) = (
+            stop.clone(),
+            missed.clone(),
+            seen_new.clone(),
+            answered.clone(),
+        );
         let addr = srv.addr;
         std::thread::spawn(move || {
             let mut id = 0u16;
             while !stop.load(Ordering::Relaxed) {
                 id = id.wrapping_add(1);
-                match udp(addr, &query(id, "www.example.com.", A, Some(1232)), Duration::from_secs(2)) {
+                match udp(
+                    addr,
+                    &query(id, "www.example.com.", A, Some(1232)),
+                    Duration::from_secs(2),
+                ) {
                     Some(r) if r.id == id && r.rcode == Rcode::NOERROR && r.a.len() == 1 => {
                         answered.fetch_add(1, Ordering::Relaxed);
                         if r.a[0] == Ipv4Addr::new(198, 18, 0, 99) {
@@ -161,7 +202,11 @@ fn reload_swaps_zone_without_missing_a_query_and_keeps_old_on_error() {
     srv.signal(libc::SIGHUP);
     let t0 = Instant::now();
     while !seen_new.load(Ordering::Relaxed) {
-        assert!(t0.elapsed() < Duration::from_secs(15), "new zone never answered: {}", srv.log_text());
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "new zone never answered: {}",
+            srv.log_text()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let st = srv.stats();
@@ -180,13 +225,20 @@ fn reload_swaps_zone_without_missing_a_query_and_keeps_old_on_error() {
             assert_eq!(st["zones"][0]["serial"], 2, "old zone must stay: {st}");
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(15), "failed reload not counted: {st}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "failed reload not counted: {st}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let r = udp(srv.addr, &query(7, "www.example.com.", A, None), T).expect("answer after failed reload");
+    let r = udp(srv.addr, &query(7, "www.example.com.", A, None), T)
+        .expect("answer after failed reload");
     assert_eq!(r.a, vec![Ipv4Addr::new(198, 18, 0, 99)]);
     let log = srv.log_text();
-    assert!(log.contains(&format!("{}:5:", zone.display())), "error must name FILE:LINE: {log}");
+    assert!(
+        log.contains(&format!("{}:5:", zone.display())),
+        "error must name FILE:LINE: {log}"
+    );
 
     // A broken configuration: nothing changes, the error names the config file and line.
     let good_cfg = std::fs::read_to_string(&srv.config).unwrap();
@@ -195,22 +247,39 @@ fn reload_swaps_zone_without_missing_a_query_and_keeps_old_on_error() {
     srv.signal(libc::SIGHUP);
     let t0 = Instant::now();
     while srv.stats()["reloads"]["failed"] != 2 {
-        assert!(t0.elapsed() < Duration::from_secs(15), "bad config reload not counted");
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "bad config reload not counted"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = srv.log_text();
-    assert!(log.contains(&format!("{}:{bad_line}: unknown field `bogus_key`", srv.config.display())), "{log}");
-    let r = udp(srv.addr, &query(8, "www.example.com.", A, None), T).expect("answer after bad config");
+    assert!(
+        log.contains(&format!(
+            "{}:{bad_line}: unknown field `bogus_key`",
+            srv.config.display()
+        )),
+        "{log}"
+    );
+    let r =
+        udp(srv.addr, &query(8, "www.example.com.", A, None), T).expect("answer after bad config");
     assert_eq!(r.a, vec![Ipv4Addr::new(198, 18, 0, 99)]);
 
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     client.join().unwrap();
     assert!(answered.load(Ordering::Relaxed) > 10);
-    assert_eq!(missed.load(Ordering::Relaxed), 0, "queries went unanswered during reload");
+    assert_eq!(
+        missed.load(Ordering::Relaxed),
+        0,
+        "queries went unanswered during reload"
+    );
 
     srv.signal(libc::SIGTERM);
-    assert!(srv.wait(Duration::from_secs(10)).expect("no exit").success());
+    assert!(srv
+        .wait(Duration::from_secs(10))
+        .expect("no exit")
+        .success());
     assert!(!srv.control.exists());
 }
 
@@ -223,12 +292,19 @@ fn metrics_endpoint_serves_counters() {
     udp(srv.addr, &query(1, "www.example.com.", A, None), T).expect("answer");
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(T)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
-    assert!(body.contains("xdns_queries_total{proto=\"udp\",qtype=\"A\"} 1"), "{body}");
-    assert!(body.contains("xdns_zone_serial{zone=\"example.com.\"} 5"), "{body}");
+    assert!(
+        body.contains("xdns_queries_total{proto=\"udp\",qtype=\"A\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("xdns_zone_serial{zone=\"example.com.\"} 5"),
+        "{body}"
+    );
 }
 
 #[test]
@@ -237,13 +313,25 @@ fn second_server_on_same_control_socket_fails() {
     let zone = dir.write("example.com.zone", &zone_text(1, 10));
     let srv = Server::start(&dir, &zone, "");
     let out = std::process::Command::new(bin())
-        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--config"])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--config",
+        ])
         .arg(&srv.config)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("in use"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(srv.control.exists(), "the running server's socket must survive");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        srv.control.exists(),
+        "the running server's socket must survive"
+    );
 }
 
 #[test]

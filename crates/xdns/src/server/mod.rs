@@ -51,7 +51,12 @@ impl Shared {
     pub fn snapshot(&self) -> Snapshot {
         let mut s = self.stats.snapshot();
         s.zones = self.served.load().zone_infos();
-        if let Some(fp) = self.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(fp) = self
+            .fastpath
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             s.xdp = fp.counters().into_iter().collect();
         }
         s
@@ -95,9 +100,11 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
 
     let fp_cfg = cfg.clone();
     let zones = shared.served.load().zones.clone();
-    let fp = tokio::task::spawn_blocking(move || Fastpath::start(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload))
-        .await?
-        .context("starting the XDP fast path")?;
+    let fp = tokio::task::spawn_blocking(move || {
+        Fastpath::start(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload)
+    })
+    .await?
+    .context("starting the XDP fast path")?;
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
 
     // Bind everything before serving anything, so a bad address fails start-up cleanly.
@@ -106,12 +113,19 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     let mut tcp_listeners = Vec::new();
     for &addr in &cfg.listen {
         for _ in 0..workers {
-            udp_socks.push((addr, udp::bind(addr).with_context(|| format!("binding UDP {addr}"))?));
+            udp_socks.push((
+                addr,
+                udp::bind(addr).with_context(|| format!("binding UDP {addr}"))?,
+            ));
         }
         tcp_listeners.push(tcp::bind(addr).with_context(|| format!("binding TCP {addr}"))?);
     }
     let metrics_listener = match cfg.metrics {
-        Some(a) => Some(tokio::net::TcpListener::bind(a).await.with_context(|| format!("binding metrics {a}"))?),
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding metrics {a}"))?,
+        ),
         None => None,
     };
 
@@ -119,24 +133,47 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     let mut threads = Vec::new();
     for (n, (addr, sock)) in udp_socks.into_iter().enumerate() {
         let wildcard = addr.ip().is_unspecified();
-        threads.push(udp::spawn(sock, wildcard, shared.clone(), format!("xdns-udp-{n}")).context("starting UDP worker")?);
+        threads.push(
+            udp::spawn(sock, wildcard, shared.clone(), format!("xdns-udp-{n}"))
+                .context("starting UDP worker")?,
+        );
     }
     let limit = Arc::new(Semaphore::new(cfg.tcp.max_connections));
     let mut tasks = Vec::new();
     for l in tcp_listeners {
         let l = tokio::net::TcpListener::from_std(l).context("registering TCP listener")?;
-        tasks.push(tokio::spawn(tcp::serve(l, shared.clone(), cfg.tcp.clone(), limit.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(tcp::serve(
+            l,
+            shared.clone(),
+            cfg.tcp.clone(),
+            limit.clone(),
+            stop_rx.clone(),
+        )));
     }
     if let Some(l) = metrics_listener {
-        tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(metrics::serve(
+            l,
+            shared.clone(),
+            stop_rx.clone(),
+        )));
     }
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
     let control_path = cfg.control.clone();
     let control_listener = control::bind(&control_path)?;
-    tasks.push(tokio::spawn(control::serve(control_listener, shared.clone(), req_tx, stop_rx.clone())));
+    tasks.push(tokio::spawn(control::serve(
+        control_listener,
+        shared.clone(),
+        req_tx,
+        stop_rx.clone(),
+    )));
 
-    let zones: Vec<String> =
-        shared.served.load().zone_infos().iter().map(|z| format!("{} serial {}", z.name, z.serial)).collect();
+    let zones: Vec<String> = shared
+        .served
+        .load()
+        .zone_infos()
+        .iter()
+        .map(|z| format!("{} serial {}", z.name, z.serial))
+        .collect();
     tracing::info!(
         listen = ?cfg.listen,
         udp_workers = workers,
@@ -169,7 +206,11 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     })
     .await;
     remove_control(&control_path);
-    let fp = shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let fp = shared
+        .fastpath
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     let _ = tokio::task::spawn_blocking(move || drop(fp)).await;
     tracing::info!("xdns stopped");
     Ok(())
@@ -211,14 +252,15 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
     }
     let old = shared.served.load_full();
     let build_cfg = new_cfg.clone();
-    let (served, report) = match tokio::task::spawn_blocking(move || reload::build(&build_cfg, Some(&old))).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "reload failed");
-            stats.reload_failures.fetch_add(1, Ordering::Relaxed);
-            return current;
-        }
-    };
+    let (served, report) =
+        match tokio::task::spawn_blocking(move || reload::build(&build_cfg, Some(&old))).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "reload failed");
+                stats.reload_failures.fetch_add(1, Ordering::Relaxed);
+                return current;
+            }
+        };
     for e in &report.errors {
         tracing::error!("{e}");
     }
@@ -229,8 +271,12 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
         tracing::error!(zone = %name, "zone failed to load; not served");
     }
     let failed = (report.kept_old.len() + report.missing.len()) as u64;
-    stats.zone_loads.fetch_add(report.loaded as u64, Ordering::Relaxed);
-    stats.zone_load_failures.fetch_add(failed, Ordering::Relaxed);
+    stats
+        .zone_loads
+        .fetch_add(report.loaded as u64, Ordering::Relaxed);
+    stats
+        .zone_load_failures
+        .fetch_add(failed, Ordering::Relaxed);
     if failed > 0 {
         stats.reload_failures.fetch_add(1, Ordering::Relaxed);
     }
@@ -239,17 +285,33 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
 
     let fp_shared = shared.clone();
     let xdp = tokio::task::spawn_blocking(move || {
-        fp_shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|fp| fp.reload(zones))
+        fp_shared
+            .fastpath
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|fp| fp.reload(zones))
     })
     .await;
     match xdp {
-        Ok(Some(Err(e))) => tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones"),
+        Ok(Some(Err(e))) => {
+            tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones")
+        }
         Err(e) => tracing::error!(error = %e, "XDP reload failed"),
         _ => {}
     }
-    let zones: Vec<String> =
-        shared.served.load().zone_infos().iter().map(|z| format!("{} serial {}", z.name, z.serial)).collect();
+    let zones: Vec<String> = shared
+        .served
+        .load()
+        .zone_infos()
+        .iter()
+        .map(|z| format!("{} serial {}", z.name, z.serial))
+        .collect();
     tracing::info!(zones = ?zones, loaded = report.loaded, failed, "reloaded");
     // Settings that need a restart keep their running values.
-    Config { zones: new_cfg.zones, edns_payload: new_cfg.edns_payload, ..current }
+    Config {
+        zones: new_cfg.zones,
+        edns_payload: new_cfg.edns_payload,
+        ..current
+    }
 }

@@ -87,13 +87,22 @@ pub async fn serve(
         }
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await.is_err() {
+    if tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
         conns.abort_all();
     }
 }
 
 /// Serve one connection until the client closes it, it idles out, or shutdown.
-async fn connection(stream: TcpStream, shared: &Shared, shard: &Shard, cfg: &TcpConfig, mut shutdown: watch::Receiver<bool>) {
+async fn connection(
+    stream: TcpStream,
+    shared: &Shared,
+    shard: &Shard,
+    cfg: &TcpConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let idle = Duration::from_millis(cfg.idle_timeout_ms);
     let (mut rd, wr) = stream.into_split();
@@ -144,7 +153,13 @@ async fn connection(stream: TcpStream, shared: &Shared, shard: &Shard, cfg: &Tcp
             let mut answer = Vec::new();
             let served = shared.served.load();
             let result = catch_unwind(AssertUnwindSafe(|| {
-                respond(&served.zones, &query, Transport::Tcp, &served.respond, &mut answer)
+                respond(
+                    &served.zones,
+                    &query,
+                    Transport::Tcp,
+                    &served.respond,
+                    &mut answer,
+                )
             }));
             drop(served);
             match result {
@@ -181,7 +196,11 @@ mod tests {
         let shared = Arc::new(Shared::new(Default::default()));
         let (stop_tx, stop_rx) = watch::channel(false);
         let limit = Arc::new(Semaphore::new(1));
-        let cfg = TcpConfig { idle_timeout_ms: 60_000, max_connections: 1, max_pipelined: 4 };
+        let cfg = TcpConfig {
+            idle_timeout_ms: 60_000,
+            max_connections: 1,
+            max_pipelined: 4,
+        };
         let task = tokio::spawn(serve(listener, shared.clone(), cfg, limit, stop_rx));
 
         let _first = TcpStream::connect(addr).await.unwrap();
@@ -194,12 +213,18 @@ mod tests {
         }
         let mut second = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 1];
-        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf)).await.unwrap().unwrap_or(0);
+        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
         assert_eq!(n, 0, "the connection over the limit must be closed");
         assert_eq!(shared.stats.tcp_refused.load(Relaxed), 1);
 
         stop_tx.send(true).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(shared.stats.tcp_open.load(Relaxed), 0);
     }
 
@@ -210,12 +235,25 @@ mod tests {
         let listener = TcpListener::from_std(std_listener).unwrap();
         let shared = Arc::new(Shared::new(Default::default()));
         let (_stop_tx, stop_rx) = watch::channel(false);
-        let cfg = TcpConfig { idle_timeout_ms: 100, max_connections: 4, max_pipelined: 4 };
-        tokio::spawn(serve(listener, shared.clone(), cfg, Arc::new(Semaphore::new(4)), stop_rx));
+        let cfg = TcpConfig {
+            idle_timeout_ms: 100,
+            max_connections: 4,
+            max_pipelined: 4,
+        };
+        tokio::spawn(serve(
+            listener,
+            shared.clone(),
+            cfg,
+            Arc::new(Semaphore::new(4)),
+            stop_rx,
+        ));
         let mut c = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 1];
         let t0 = std::time::Instant::now();
-        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await.unwrap().unwrap_or(0);
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
         assert_eq!(n, 0);
         assert!(t0.elapsed() >= Duration::from_millis(90));
         assert_eq!(shared.stats.tcp_idle_closed.load(Relaxed), 1);

@@ -103,7 +103,12 @@ fn set_pktinfo(sock: &Socket, v6: bool) -> io::Result<()> {
 }
 
 /// Start a worker thread serving `sock`.
-pub fn spawn(sock: Socket, wildcard: bool, shared: Arc<Shared>, name: String) -> io::Result<JoinHandle<()>> {
+pub fn spawn(
+    sock: Socket,
+    wildcard: bool,
+    shared: Arc<Shared>,
+    name: String,
+) -> io::Result<JoinHandle<()>> {
     let shard = shared.stats.shard();
     let batch = batch_size(std::env::var("XDNS_UDP_BATCH").ok().as_deref());
     std::thread::Builder::new().name(name).spawn(move || {
@@ -114,7 +119,9 @@ pub fn spawn(sock: Socket, wildcard: bool, shared: Arc<Shared>, name: String) ->
 
 /// The batch size from the `XDNS_UDP_BATCH` value, if valid; else [`BATCH`].
 fn batch_size(env: Option<&str>) -> usize {
-    env.and_then(|v| v.trim().parse::<usize>().ok()).filter(|n| (1..=MAX_BATCH).contains(n)).unwrap_or(BATCH)
+    env.and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=MAX_BATCH).contains(n))
+        .unwrap_or(BATCH)
 }
 
 /// Where an answer must come from, taken from the query's control message.
@@ -146,7 +153,13 @@ struct Worker {
 impl Worker {
     fn new(wildcard: bool, batch: usize) -> Self {
         // SAFETY: these libc structs are plain data for which all-zero bytes are valid.
-        let (ss, iov, hdr) = unsafe { (zeroed::<libc::sockaddr_storage>(), zeroed::<libc::iovec>(), zeroed::<libc::mmsghdr>()) };
+        let (ss, iov, hdr) = unsafe {
+            (
+                zeroed::<libc::sockaddr_storage>(),
+                zeroed::<libc::iovec>(),
+                zeroed::<libc::mmsghdr>(),
+            )
+        };
         Self {
             wildcard,
             batch,
@@ -170,7 +183,9 @@ impl Worker {
                 Ok(n) => n,
                 Err(e) => {
                     match e.kind() {
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {}
+                        io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted => {}
                         _ => {
                             tracing::warn!(error = %e, "UDP receive failed");
                             std::thread::sleep(Duration::from_millis(10));
@@ -209,7 +224,13 @@ impl Worker {
         // SAFETY: every header points into buffers owned by self that outlive the call;
         // vlen matches the array length.
         let r = unsafe {
-            libc::recvmmsg(fd, self.rx_hdr.as_mut_ptr(), self.batch as libc::c_uint, libc::MSG_WAITFORONE, std::ptr::null_mut())
+            libc::recvmmsg(
+                fd,
+                self.rx_hdr.as_mut_ptr(),
+                self.batch as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
         };
         if r < 0 {
             return Err(io::Error::last_os_error());
@@ -228,7 +249,11 @@ impl Worker {
                 shard.record_dropped(Transport::Udp, DropKind::Malformed);
                 continue;
             }
-            let pktinfo = if self.wildcard { read_pktinfo(&hdr.msg_hdr) } else { Pktinfo::None };
+            let pktinfo = if self.wildcard {
+                read_pktinfo(&hdr.msg_hdr)
+            } else {
+                Pktinfo::None
+            };
             let query = &self.rx[i * RX_SIZE..i * RX_SIZE + len];
             let buf = &mut self.tx[out];
             let result = catch_unwind(AssertUnwindSafe(|| {
@@ -254,7 +279,10 @@ impl Worker {
     fn send(&mut self, fd: i32, count: usize, shard: &Shard) {
         for j in 0..count {
             let (i, pktinfo) = self.tx_to[j];
-            self.tx_iov[j] = libc::iovec { iov_base: self.tx[j].as_mut_ptr() as *mut libc::c_void, iov_len: self.tx[j].len() };
+            self.tx_iov[j] = libc::iovec {
+                iov_base: self.tx[j].as_mut_ptr() as *mut libc::c_void,
+                iov_len: self.tx[j].len(),
+            };
             let h = &mut self.tx_hdr[j];
             h.msg_len = 0;
             h.msg_hdr.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
@@ -275,7 +303,12 @@ impl Worker {
         while sent < count {
             // SAFETY: headers [sent, count) point into buffers owned by self.
             let r = unsafe {
-                libc::sendmmsg(fd, self.tx_hdr.as_mut_ptr().add(sent), (count - sent) as libc::c_uint, 0)
+                libc::sendmmsg(
+                    fd,
+                    self.tx_hdr.as_mut_ptr().add(sent),
+                    (count - sent) as libc::c_uint,
+                    0,
+                )
             };
             if r > 0 {
                 sent += r as usize;
@@ -317,8 +350,16 @@ fn read_pktinfo(msg: &libc::msghdr) -> Pktinfo {
 fn write_pktinfo(buf: &mut [u64; CTRL_WORDS], p: Pktinfo) -> usize {
     let (level, ty, data_len) = match p {
         Pktinfo::None => return 0,
-        Pktinfo::V4(_) => (libc::IPPROTO_IP, libc::IP_PKTINFO, size_of::<libc::in_pktinfo>()),
-        Pktinfo::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, size_of::<libc::in6_pktinfo>()),
+        Pktinfo::V4(_) => (
+            libc::IPPROTO_IP,
+            libc::IP_PKTINFO,
+            size_of::<libc::in_pktinfo>(),
+        ),
+        Pktinfo::V6(_) => (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_PKTINFO,
+            size_of::<libc::in6_pktinfo>(),
+        ),
     };
     // SAFETY: CMSG_SPACE of these small structs is well under the buffer size (64 bytes);
     // the header is written at the aligned start and the data just after it.
@@ -380,7 +421,14 @@ mod tests {
 
     #[test]
     fn batch_size_from_env() {
-        let table = [(None, BATCH), (Some("1"), 1), (Some(" 64 "), 64), (Some("0"), BATCH), (Some("999"), BATCH), (Some("x"), BATCH)];
+        let table = [
+            (None, BATCH),
+            (Some("1"), 1),
+            (Some(" 64 "), 64),
+            (Some("0"), BATCH),
+            (Some("999"), BATCH),
+            (Some("x"), BATCH),
+        ];
         for (env, want) in table {
             assert_eq!(batch_size(env), want, "{env:?}");
         }
@@ -404,6 +452,9 @@ mod tests {
         let a = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let port = a.local_addr().unwrap().as_socket().unwrap().port();
         let b = bind(SocketAddr::from(([127, 0, 0, 1], port)));
-        assert!(b.is_ok(), "second SO_REUSEPORT socket on the same port must bind");
+        assert!(
+            b.is_ok(),
+            "second SO_REUSEPORT socket on the same port must bind"
+        );
     }
 }

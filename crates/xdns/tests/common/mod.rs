@@ -98,7 +98,13 @@ impl Server {
     }
 
     /// Start listening on `listen`; tests talk to `addr`.
-    pub fn start_on(dir: &TempDir, zone: &Path, extra: &str, addr: SocketAddr, listen: &[SocketAddr]) -> Server {
+    pub fn start_on(
+        dir: &TempDir,
+        zone: &Path,
+        extra: &str,
+        addr: SocketAddr,
+        listen: &[SocketAddr],
+    ) -> Server {
         let control = dir.path("control.sock");
         let listen: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
         let cfg = format!(
@@ -116,13 +122,23 @@ impl Server {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut s = Server { child, addr, control, config, log };
+        let mut s = Server {
+            child,
+            addr,
+            control,
+            config,
+            log,
+        };
         let t0 = Instant::now();
         while !s.control.exists() {
             if let Ok(Some(st)) = s.child.try_wait() {
                 panic!("xdns exited early ({st}): {}", s.log_text());
             }
-            assert!(t0.elapsed() < Duration::from_secs(20), "xdns did not start: {}", s.log_text());
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "xdns did not start: {}",
+                s.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         s
@@ -154,8 +170,16 @@ impl Server {
 
     /// `xdns stats --control … --json`, parsed.
     pub fn stats(&self) -> serde_json::Value {
-        let out = Command::new(bin()).args(["stats", "--json", "--control"]).arg(&self.control).output().unwrap();
-        assert!(out.status.success(), "stats failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(bin())
+            .args(["stats", "--json", "--control"])
+            .arg(&self.control)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "stats failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 }
@@ -170,7 +194,11 @@ impl Drop for Server {
 /// Encode a presentation name as wire labels.
 pub fn wire_name(name: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    for label in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+    for label in name
+        .trim_end_matches('.')
+        .split('.')
+        .filter(|l| !l.is_empty())
+    {
         out.push(label.len() as u8);
         out.extend_from_slice(label.as_bytes());
     }
@@ -212,16 +240,31 @@ pub fn parse(bytes: Vec<u8>) -> Answer {
     let h = msg.header();
     let counts = msg.header_counts();
     let mut a = Vec::new();
-    for rr in msg.answer().expect("answer section").limit_to::<domain::rdata::A>() {
+    for rr in msg
+        .answer()
+        .expect("answer section")
+        .limit_to::<domain::rdata::A>()
+    {
         a.push(rr.expect("A record").data().addr());
     }
-    Answer { id: h.id(), rcode: h.rcode(), aa: h.aa(), tc: h.tc(), a, ancount: counts.ancount() }
+    Answer {
+        id: h.id(),
+        rcode: h.rcode(),
+        aa: h.aa(),
+        tc: h.tc(),
+        a,
+        ancount: counts.ancount(),
+    }
 }
 
 /// One UDP exchange (`None` on timeout). The socket is connected, so only an answer from
 /// exactly `addr` is accepted.
 pub fn udp(addr: SocketAddr, q: &[u8], timeout: Duration) -> Option<Answer> {
-    let local = if addr.is_ipv6() { "[::1]:0" } else { "127.0.0.1:0" };
+    let local = if addr.is_ipv6() {
+        "[::1]:0"
+    } else {
+        "127.0.0.1:0"
+    };
     let s = UdpSocket::bind(local).unwrap();
     s.set_read_timeout(Some(timeout)).unwrap();
     s.connect(addr).unwrap();
