@@ -353,3 +353,19 @@ fn ipv6_and_wildcard_listeners_answer_from_the_queried_address() {
     assert_eq!(r.id, 3);
     drop(srv);
 }
+
+#[test]
+fn pipelining_beyond_max_pipelined_still_answers_everything() {
+    let dir = TempDir::new("pipeline");
+    let zone = dir.write("example.com.zone", &zone_text(1, 10));
+    let srv = Server::start(&dir, &zone, "[tcp]\nmax_pipelined = 2\n");
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    // 50 queries (the big TXT ones fill the socket buffers faster) in one write.
+    let qs: Vec<Vec<u8>> = (0..50u16).map(|i| query(100 + i, "big.example.com.", TXT, None)).collect();
+    s.write_all(&tcp_frame(&qs)).unwrap();
+    let mut ids: Vec<u16> = (0..50).map(|_| parse(tcp_read(&mut s).unwrap()).id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (100..150).collect::<Vec<u16>>());
+    assert_eq!(srv.stats()["queries"]["tcp"], 50);
+}
