@@ -414,6 +414,26 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
     })
 }
 
+/// Only the control socket path of the configuration at `path` (for `xdns stats`): the rest
+/// of the file is not validated, so a missing zone file does not stop reading counters.
+pub fn control_path(path: &Path) -> Result<PathBuf, ConfigError> {
+    let err = |line: Option<usize>, reason: String| ConfigError {
+        file: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(None, format!("cannot read: {e}")))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map(|s| line_of(&text, s.start));
+        err(line, e.message().trim().to_string())
+    })?;
+    match table.get("control") {
+        None => Ok(PathBuf::from(DEFAULT_CONTROL)),
+        Some(toml::Value::String(s)) if !s.is_empty() => Ok(PathBuf::from(s)),
+        Some(_) => Err(err(None, "`control` must be a non-empty string".into())),
+    }
+}
+
 impl Config {
     /// UDP worker threads per listen address, resolving 0 to the number of cores.
     pub fn effective_udp_workers(&self) -> usize {
@@ -603,6 +623,30 @@ file = "z.zone"
         ];
         for (input, want) in table {
             assert_eq!(normalize_zone_name(input).as_deref(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn control_path_ignores_the_rest() {
+        let d = Dir::new("ctl");
+        let table: &[(&str, Result<&str, &str>)] = &[
+            (
+                "control = \"/tmp/a.sock\"\n[[zone]]\nname = \"x.\"\nfile = \"gone.zone\"\n",
+                Ok("/tmp/a.sock"),
+            ),
+            ("listen = [\"bad\"]\n", Ok(DEFAULT_CONTROL)),
+            ("control = 5\n", Err("non-empty string")),
+            ("control = \n", Err("")),
+        ];
+        for (text, want) in table {
+            std::fs::write(d.cfg(), text).unwrap();
+            match (control_path(&d.cfg()), want) {
+                (Ok(p), Ok(w)) => assert_eq!(p, PathBuf::from(w), "{text}"),
+                (Err(e), Err(w)) => {
+                    assert!(e.reason.contains(w) && e.file == d.cfg(), "{text}: {e}")
+                }
+                (got, _) => panic!("{text}: unexpected {got:?}"),
+            }
         }
     }
 

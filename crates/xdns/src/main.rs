@@ -208,10 +208,10 @@ fn check(path: &Path) -> ExitCode {
 fn stats(args: StatsArgs) -> ExitCode {
     let path = match (args.control, args.config) {
         (Some(p), _) => p,
-        (None, Some(c)) => match config::load(&c, &Overrides::default()) {
-            Ok(cfg) => cfg.control,
-            Err(errs) => {
-                print_config_errors(&errs);
+        (None, Some(c)) => match config::control_path(&c) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("{e}");
                 return ExitCode::FAILURE;
             }
         },
