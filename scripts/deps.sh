@@ -77,7 +77,11 @@ if ! have_rust; then
   deb_rustc=$(apt-cache policy rustc 2>/dev/null | awk '/Candidate:/{print $2}')
   echo "deps.sh: no Rust >= 1.$need_minor found (Debian candidate rustc: ${deb_rustc:-none}, too old)."
   echo "deps.sh: installing rustup (https://sh.rustup.rs)"
-  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  if ! curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; then
+    echo "deps.sh: could not install rustup (no access to sh.rustup.rs?). Install Rust >= 1.$need_minor" \
+         "by other means (e.g. an offline rustup-init, or a newer distribution's rustc/cargo) and re-run." >&2
+    exit 1
+  fi
   export PATH="$HOME/.cargo/bin:$PATH"
   have_rust || { echo "deps.sh: Rust install failed" >&2; exit 1; }
 fi
