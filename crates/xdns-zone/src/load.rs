@@ -133,7 +133,7 @@ pub fn load_zone_with_warnings(
     if let Ok(c) = std::fs::canonicalize(&src.file) {
         stack.push(c);
     }
-    b.scan_file(&src.file, &text, origin, 0, &mut stack);
+    b.scan_file(&src.file, &text, origin, None, 0, &mut stack);
     b.finish()
 }
 
@@ -461,6 +461,7 @@ impl<'p> Builder<'p> {
         path: &Path,
         text: &[u8],
         origin: Name<Bytes>,
+        ttl: Option<u32>,
         depth: usize,
         stack: &mut Vec<PathBuf>,
     ) {
@@ -472,7 +473,7 @@ impl<'p> Builder<'p> {
         let mut chunk_start = 0usize;
         let mut line_base = 0usize;
         let mut origin = origin;
-        let mut ttl: Option<u32> = None;
+        let mut ttl = ttl;
         let mut spans = Spans::new(text, 0, 1).peekable();
 
         'chunks: loop {
@@ -532,6 +533,7 @@ impl<'p> Builder<'p> {
                                     line,
                                     &inc,
                                     inc_origin,
+                                    ttl,
                                     depth,
                                     stack,
                                 );
@@ -602,13 +604,15 @@ impl<'p> Builder<'p> {
         }
     }
 
-    /// Follows `$INCLUDE`.
+    /// Follows `$INCLUDE`. The included file starts with the includer's `$TTL` (as BIND, Knot
+    /// and NSD do); its own `$TTL` and `$ORIGIN` do not leak back (RFC 1035 §5.1).
     fn include(
         &mut self,
         from: &Path,
         line: Option<usize>,
         target: &str,
         origin: Name<Bytes>,
+        ttl: Option<u32>,
         depth: usize,
         stack: &mut Vec<PathBuf>,
     ) {
@@ -655,7 +659,7 @@ impl<'p> Builder<'p> {
             }
         };
         stack.push(canon);
-        self.scan_file(&path, &text, origin, depth + 1, stack);
+        self.scan_file(&path, &text, origin, ttl, depth + 1, stack);
         stack.pop();
     }
 

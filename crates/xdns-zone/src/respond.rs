@@ -6,8 +6,8 @@
 //!
 //! The path: parse ([`xdns_wire::Query::parse`]) → drop (short, QR=1, unreadable question) /
 //! FORMERR (QDCOUNT ≠ 1, more than one OPT, malformed records) / NOTIMP (opcode ≠ QUERY) /
-//! BADVERS (EDNS version > 0, RFC 6891 §6.1.3) / REFUSED (class ≠ IN, no zone, zone transfer
-//! requests) → [`ZoneSet::find`] → [`select`] → [`compile`] → [`assemble`].
+//! BADVERS (EDNS version > 0, RFC 6891 §6.1.3) / REFUSED (class other than IN or ANY, no zone,
+//! zone transfer requests) → [`ZoneSet::find`] → [`select`] → [`compile`] → [`assemble`].
 //!
 //! Zone transfers are not served: AXFR over UDP gets NOTIMP (Knot and NSD do the same),
 //! AXFR over TCP and IXFR get REFUSED (Knot and NSD answer NOTAUTH when transfers are not
@@ -21,6 +21,9 @@ use xdns_wire::{ParseError, Query, Status};
 
 /// The class IN.
 const CLASS_IN: u16 = 1;
+/// QCLASS ANY (RFC 1035 §3.2.5): every zone here is IN, so it is answered as IN (the question
+/// echoed with ANY, AA set), as Knot DNS does; NSD answers the same data without AA.
+const CLASS_ANY: u16 = 255;
 
 /// Transport the message came over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -93,7 +96,7 @@ pub fn respond(
     let Some(qq) = q.question.as_ref() else {
         return error(rcode::FORMERR, out);
     };
-    if qq.qclass != CLASS_IN {
+    if qq.qclass != CLASS_IN && qq.qclass != CLASS_ANY {
         return error(rcode::REFUSED, out);
     }
     match (qtype, transport) {

@@ -175,7 +175,6 @@ fn errors_and_drops() {
         ("opcode NOTIFY", raw(1, 4 << 11, [1, 0, 0, 0], &[WWW, b"\x00\x06\x00\x01"]), Transport::Udp, Some((Rcode::NOTIMP, 4, true, false)), None),
         ("EDNS version 1", raw(1, 0, [1, 0, 0, 1], &[WWW, IN_A, OPT_V1]), Transport::Udp, Some((Rcode::NOERROR, 16, true, true)), None),
         ("class CH", raw(1, 0, [1, 0, 0, 0], &[WWW, b"\x00\x01\x00\x03"]), Transport::Udp, Some((Rcode::REFUSED, 5, true, false)), None),
-        ("class ANY", raw(1, 0, [1, 0, 0, 1], &[WWW, b"\x00\x01\x00\xff", OPT]), Transport::Udp, Some((Rcode::REFUSED, 5, true, true)), None),
         ("not our zone", raw(1, 0, [1, 0, 0, 0], &[b"\x03www\x07example\x03org\x00", IN_A]), Transport::Udp, Some((Rcode::REFUSED, 5, true, false)), None),
         ("root", raw(1, 0, [1, 0, 0, 0], &[b"\x00", IN_A]), Transport::Udp, Some((Rcode::REFUSED, 5, true, false)), None),
         ("AXFR over UDP", raw(1, 0, [1, 0, 0, 0], &[b"\x07example\x03com\x00", b"\x00\xfc\x00\x01"]), Transport::Udp, Some((Rcode::NOTIMP, 4, true, false)), None),
@@ -210,6 +209,20 @@ fn errors_and_drops() {
             assert_eq!(out[12..12 + qlen], msg[12..12 + qlen], "{what}");
         }
     }
+}
+
+#[test]
+fn class_any_answered_as_in() {
+    // QCLASS ANY: the IN data with AA set and the question echoed with class ANY, as Knot does.
+    let z = zone_set();
+    let msg = raw(1, 0, [1, 0, 0, 1], &[WWW, b"\x00\x01\x00\xff", OPT]);
+    let (o, out) = ask(&z, &msg, Transport::Udp);
+    assert!(matches!(o, Outcome::Answered { rcode: 0, .. }), "{o:?}");
+    let m = domain::base::Message::from_octets(out.clone()).unwrap();
+    assert!(m.header().aa());
+    assert_eq!(m.header_counts().ancount(), 1);
+    let qlen = WWW.len() + 4;
+    assert_eq!(out[12..12 + qlen], msg[12..12 + qlen]);
 }
 
 #[test]

@@ -438,6 +438,36 @@ fn include_loops_depth_and_relative_paths() {
 }
 
 #[test]
+fn include_starts_with_the_includers_ttl() {
+    // A record without a TTL in an included file takes the includer's $TTL, not the last
+    // explicit TTL (Knot and NSD agree); a $TTL set inside the include does not leak back.
+    let d = tmpdir("incttl");
+    std::fs::write(
+        d.join("zone.db"),
+        format!("{HEAD}$TTL 700
+$INCLUDE x.inc
+after A 198.18.0.9
+"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("x.inc"),
+        "h1 600 A 198.18.0.7
+h2 A 198.18.0.8
+$TTL 50
+h3 A 198.18.0.6
+",
+    )
+    .unwrap();
+    let z = load_ok("example.com.", d.join("zone.db"));
+    let ttl = |n: &str| z.nodes[&key(n)].rrset(1).unwrap().ttl;
+    assert_eq!(ttl("h1.example.com."), 600);
+    assert_eq!(ttl("h2.example.com."), 700);
+    assert_eq!(ttl("h3.example.com."), 50);
+    assert_eq!(ttl("after.example.com."), 700);
+}
+
+#[test]
 fn progress_is_reported_every_100k_records() {
     let mut text = String::from(HEAD);
     for i in 0..200_000u32 {
