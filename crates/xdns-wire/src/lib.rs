@@ -8,11 +8,13 @@
 //! which is how the kernel and userspace answers stay byte-identical.
 
 pub mod body;
+pub mod cache;
 pub mod name;
 pub mod query;
 pub mod response;
 
 pub use body::{Body, BodyError, BodyWriter, Section};
+pub use cache::{AnswerCache, CacheKey, CachedAnswer, NoCache};
 pub use query::{Edns, ParseError, Query, Question, Status};
 pub use response::{assemble, error_response, AssembleError, Assembled, Limits};
 
