@@ -101,12 +101,12 @@ fn reload_under_load() {
     assert_eq!(prog.map_entries(), (2, 2, 2), "only the active generation is left");
 }
 
-/// Install speed of a synthetic zone of 100,000 names with one A body each (root; ignored by
-/// default: `cargo test -p xdns-bpf --test reload -- --ignored --nocapture`).
+/// A synthetic zone of 100,000 names with one A body each installs, reloads (new generation
+/// written, flipped, old deleted) and answers for its last name; the times are printed for
+/// reading only (performance claims live in the benchmark).
 #[test]
-#[ignore]
-fn install_speed() {
-    if !have_root("install_speed") {
+fn install_and_reload_100k_names() {
+    if !have_root("install_and_reload_100k_names") {
         return;
     }
     let apex = wire("example.com");
@@ -136,4 +136,10 @@ fn install_speed() {
     let t = std::time::Instant::now();
     prog.install(&data).unwrap();
     println!("install {n} names: first {first:?}, reload (write new + flip + delete old) {:?}", t.elapsed());
+    let names = n as usize + 1;
+    assert_eq!(prog.map_entries(), (names, n as usize, n as usize), "only the new generation is left");
+    let last = frame(&Net::v4(), &query(&wire(&format!("h{}.example.com", n - 1)), 1, None));
+    let (act, out) = prog.test_run(&last).unwrap();
+    assert_eq!(act, 3, "XDP_TX");
+    assert_eq!(out[out.len() - 4..], (n - 1).to_be_bytes(), "the A record of the last name");
 }
