@@ -1,0 +1,84 @@
+"""XDP attachment lifecycle of `xdns serve` (issue 3): the program hangs on a BPF link owned
+by the process, so
+
+- a running xdns answers UDP queries from the kernel (the `answered` XDP counter grows);
+- a crashed xdns (SIGKILL) leaves no program behind that could answer stale data: the
+  interface has no XDP program and queries go unanswered (nothing listens any more);
+- a restart attaches again and answers from the kernel;
+- SIGTERM detaches and exits 0.
+
+Runs in a lab of its own: one XDP program per interface, and the shared session lab may carry
+another XDP xdns.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import dns.message
+import dns.rdatatype
+import pytest
+
+from lab import DEFAULT_ZONES, Lab
+
+
+@pytest.fixture(scope="module")
+def xlab():
+    with Lab(prefix="xdl") as lab:
+        yield lab
+
+
+def xdp_prog_id(lab: Lab) -> int | None:
+    """The id of the XDP program on the server veth, or None."""
+    out = subprocess.run(["ip", "-n", lab.server_ns, "-j", "-d", "link", "show", "dev",
+                          lab.server_if], capture_output=True, text=True, check=True).stdout
+    link = json.loads(out)[0]
+    xdp = link.get("xdp") or {}
+    prog = xdp.get("prog") or {}
+    return prog.get("id") or xdp.get("prog_id") or None
+
+
+def ask_a(lab: Lab, addr: str, name: str = "www.example.com.") -> dns.message.Message | None:
+    q = dns.message.make_query(name, "A", use_edns=True)
+    wire = lab.udp(addr, q.to_wire(), timeout=1.0)
+    return dns.message.from_wire(wire) if wire else None
+
+
+def kernel_answered(lab: Lab, srv) -> int:
+    return dict(lab.xdns_stats(srv).get("xdp", {})).get("answered", 0)
+
+
+def assert_answers_from_kernel(lab: Lab, srv) -> None:
+    before = kernel_answered(lab, srv)
+    for _ in range(5):
+        r = ask_a(lab, srv.addr4)
+        assert r is not None, "no answer"
+        assert [rr.to_text() for rr in r.answer] == ["www.example.com. 300 IN A 198.18.0.10"]
+    assert kernel_answered(lab, srv) - before >= 5, "the kernel did not answer"
+
+
+def test_attach_crash_restart_term(xlab):
+    assert xdp_prog_id(xlab) is None, "a fresh veth has no XDP program"
+
+    srv = xlab.start_xdns(DEFAULT_ZONES, name="xdns-life1", xdp="native")
+    first = xdp_prog_id(xlab)
+    assert first is not None, "xdns attached nothing"
+    assert_answers_from_kernel(xlab, srv)
+
+    # Crash: the link dies with the process; no stale program keeps answering.
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(timeout=10)
+    assert xdp_prog_id(xlab) is None, "a killed xdns left its XDP program attached"
+    assert ask_a(xlab, srv.addr4) is None, "something still answers for the killed server"
+
+    # Restart: attached again, answering from the kernel.
+    srv2 = xlab.start_xdns(DEFAULT_ZONES, name="xdns-life2", xdp="native")
+    assert xdp_prog_id(xlab) is not None
+    assert_answers_from_kernel(xlab, srv2)
+
+    # SIGTERM: clean exit, program detached.
+    assert xlab.stop(srv2, signal.SIGTERM) == 0, srv2.stderr()[-2000:]
+    assert xdp_prog_id(xlab) is None, "SIGTERM left the XDP program attached"
+    assert "panicked" not in srv2.stderr()
