@@ -1,7 +1,10 @@
-"""The xdns demo: a throw-away lab, xdns serving tests/zones/example.com.zone, a few kdig
-queries shown in full, then `xdns stats`. Exits 0 only if every answer was right.
+"""The xdns demo: a throw-away lab, xdns serving tests/zones/example.com.zone with its XDP
+program attached to the server's veth, a few kdig queries shown in full (UDP ones answered in
+the kernel, TCP ones by the userspace server), then `xdns stats`. Exits 0 only if every answer
+was right and the kernel answered the UDP queries.
 
-    /usr/bin/python3 scripts/demo.py            # xdns
+    /usr/bin/python3 scripts/demo.py              # xdns with XDP
+    /usr/bin/python3 scripts/demo.py --no-xdp     # xdns, userspace only
     /usr/bin/python3 scripts/demo.py --peer knot  # the same checks against Knot DNS (harness proof)
 """
 
@@ -56,12 +59,19 @@ def check(out: str, status: str, flags: set, patterns: list) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", choices=["xdns", "knot", "nsd"], default="xdns")
+    ap.add_argument("--no-xdp", action="store_true", help="xdns without its XDP program")
     args = ap.parse_args()
+    xdp = args.peer == "xdns" and not args.no_xdp
     failures = 0
     with Lab(prefix="xdl") as lab:
         print(f"lab: server netns {lab.server_ns}, client netns {lab.client_ns}")
-        srv = {"xdns": lab.start_xdns, "knot": lab.start_knot, "nsd": lab.start_nsd}[args.peer](DEFAULT_ZONES)
-        print(f"{args.peer} serving example.com and example.net on {srv.addr4} and {srv.addr6}\n")
+        if args.peer == "xdns":
+            srv = lab.start_xdns(DEFAULT_ZONES, xdp="native" if xdp else None)
+        else:
+            srv = {"knot": lab.start_knot, "nsd": lab.start_nsd}[args.peer](DEFAULT_ZONES)
+        how = f" (XDP program attached to {lab.server_if})" if xdp else ""
+        print(f"{args.peer} serving example.com and example.net on {srv.addr4} and {srv.addr6}{how}\n")
+        xdp_before = lab.xdns_stats(srv).get("xdp", {}) if xdp else {}
         for i, (title, q, status, flags, patterns) in enumerate(QUERIES):
             addr = srv.addr6 if i % 2 else srv.addr4
             cmd = ["kdig", f"@{addr}", "+retry=0", "+timeout=2", *q]
@@ -82,6 +92,17 @@ def main() -> int:
             if p.returncode != 0:
                 print("!!! WRONG: xdns stats failed")
                 failures += 1
+            # Names outside every zone pass to userspace (REFUSED there, or the resolver's).
+            udp = sum(1 for _, q, status, *_ in QUERIES if "+tcp" not in q and status != "REFUSED")
+            if xdp:
+                after = lab.xdns_stats(srv).get("xdp", {})
+                delta = {k: v - xdp_before.get(k, 0) for k, v in after.items() if v > xdp_before.get(k, 0)}
+                answered = delta.pop("answered", 0)
+                print(f"\n{answered} of the {udp} UDP queries for served names were answered in the "
+                      f"kernel (XDP_TX); passed to userspace: {delta or 'none'}")
+                if answered == 0:
+                    print("!!! WRONG: the kernel answered nothing")
+                    failures += 1
             if not srv.alive() or "panicked" in srv.stderr():
                 print("!!! WRONG: xdns died or panicked")
                 failures += 1
