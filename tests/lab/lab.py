@@ -24,12 +24,13 @@ back); a socket keeps the namespace it was created in.
 Teardown (`close`, also run by `__exit__`, atexit and on SIGTERM/SIGINT) kills every process the
 lab started (their whole process group) and deletes both namespaces, which removes the veth pair.
 
-XDP notes for later work: a veth only receives frames sent by XDP (XDP_TX / redirect /
-AF_XDP in native mode, as kxdpgun does on the client side) if its *peer* runs NAPI, i.e. the
-peer has an XDP program attached or GRO enabled. `Lab(gro=True)` (the default) turns GRO on
-for both ends (`ethtool -K <dev> gro on`), which is enough for kxdpgun and for an XDP program
-on the server veth. If an XDP program later needs correct checksums on frames that crossed a
-veth, disable tx checksum offload with `Lab.ethtool(side, "tx", "off")`.
+XDP: `start_xdns(xdp="native")` attaches xdns's program to the server veth. A veth delivers
+frames sent by XDP_TX on its peer only if it has an XDP receive ring, i.e. an XDP program of its
+own: on kernel 6.18, GRO on the receiving veth does *not* do it (`ethtool -K gro on` is a no-op,
+GRO being on already). `client_xdp_pass()` (called by start_xdns when xdp is set) therefore
+attaches a one-line XDP_PASS program, compiled here with clang, to the client veth. kxdpgun
+replaces it with its own program, which also passes what it does not want, so sockets in the
+client namespace keep receiving XDP answers after a kxdpgun run.
 """
 
 from __future__ import annotations
@@ -197,6 +198,20 @@ class Lab:
     def ethtool(self, side: str, *args: str) -> None:
         ns, dev = (self.server_ns, self.server_if) if side == "server" else (self.client_ns, self.client_if)
         self.ns_run(ns, ["ethtool", "-K", dev, *args])
+
+    def client_xdp_pass(self) -> None:
+        """Give the client veth an XDP receive ring (see the module docstring): attach an
+        XDP_PASS program unless some XDP program is attached already."""
+        link = self.client_run(["ip", "link", "show", "dev", self.client_if]).stdout
+        if "prog/xdp" in link:
+            return
+        obj = self.dir / "xdp_pass.o"
+        if not obj.exists():
+            src = self.dir / "xdp_pass.c"
+            src.write_text(_XDP_PASS_C)
+            run(["clang", "-O2", "-target", "bpf", *_bpf_includes(), "-c", src, "-o", obj])
+        self.client_run(["ip", "link", "set", "dev", self.client_if, "xdpdrv", "obj", obj,
+                         "sec", "xdp"])
 
     def _spawn(self, ns: str, cmd, name: str, cwd=None, env=None) -> tuple[subprocess.Popen, Path]:
         out = self.dir / f"{name}.stdout"
@@ -371,8 +386,18 @@ remote-control:
         return srv
 
     def write_xdns_config(self, zones=DEFAULT_ZONES, name: str = "xdns", addrs=None,
-                          extra: str = "") -> tuple[Path, str, str]:
+                          extra: str = "", xdp: str | None = None) -> tuple[Path, str, str]:
+        """Write xdns.toml for a new address pair (or `addrs`).
+
+        `extra` is TOML inserted before the zones (top-level keys first, then tables).
+        `xdp` = "native" | "generic" | "auto" attaches xdns's XDP program to the server veth
+        (`[xdp] interfaces = [server_if]`); None = userspace only. One XDP program per
+        interface: only one XDP xdns (or other XDP peer) can run in a lab at a time.
+        """
         a4, a6 = addrs if addrs else self.new_address()
+        if xdp is not None:
+            extra += f'\n[xdp]\ninterfaces = ["{self.server_if}"]\nmode = "{xdp}"\n'
+
         wd = self.dir / name
         wd.mkdir(parents=True, exist_ok=True)
         conf = wd / "xdns.toml"
@@ -388,18 +413,28 @@ remote-control:
         return conf, a4, a6
 
     def start_xdns(self, zones=DEFAULT_ZONES, name: str = "xdns", extra: str = "",
-                   wait: bool = True) -> Server:
+                   wait: bool = True, xdp: str | None = None) -> Server:
+        """Start `xdns serve`; `xdp` as in `write_xdns_config` (the veth's peer has GRO on by
+        default, so XDP_TX frames reach the client namespace)."""
         if not XDNS_BIN.exists():
             raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
-        conf, a4, a6 = self.write_xdns_config(zones, name, extra=extra)
+        conf, a4, a6 = self.write_xdns_config(zones, name, extra=extra, xdp=xdp)
+        if xdp is not None:
+            self.client_xdp_pass()
         env = dict(os.environ, RUST_BACKTRACE="1")
         proc, err = self._spawn(self.server_ns, [XDNS_BIN, "serve", "--config", conf], name, env=env)
         srv = Server(name, a4, a6, proc, conf.parent, err,
-                     {"conf": conf, "control": conf.parent / "control.sock"})
+                     {"conf": conf, "control": conf.parent / "control.sock", "xdp": xdp})
         if wait:
             self._wait_all(srv, zones)
         self.servers[name] = srv
         return srv
+
+    def xdns_stats(self, srv: Server) -> dict:
+        """`xdns stats --json` of a running xdns (its control socket is a path: any netns)."""
+        import json
+        p = run([XDNS_BIN, "stats", "--control", srv.extra["control"], "--json"], timeout=10)
+        return json.loads(p.stdout)
 
     def _wait_all(self, srv: Server, zones) -> None:
         try:
@@ -413,6 +448,21 @@ remote-control:
         """Send `sig` to a server and wait for it; returns its exit code."""
         srv.proc.send_signal(sig)  # ip netns exec execs the command: same pid
         return srv.proc.wait(timeout=timeout)
+
+
+_XDP_PASS_C = """\
+/* generated by tests/lab/lab.py: gives a veth an XDP receive ring, passes everything */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("xdp") int xdp_pass(struct xdp_md *ctx) { return XDP_PASS; }
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def _bpf_includes() -> list[str]:
+    """clang -target bpf needs the multiarch include dir for <asm/types.h> (Debian)."""
+    machine = subprocess.run(["gcc", "-dumpmachine"], capture_output=True, text=True).stdout.strip()
+    return [f"-I/usr/include/{machine or 'x86_64-linux-gnu'}"]
 
 
 def threading_is_main() -> bool:
