@@ -68,3 +68,165 @@ impl AnswerCache for NoCache {
         Ok(())
     }
 }
+
+impl CachedAnswer {
+    /// The key this answer is stored under.
+    pub fn key(&self) -> CacheKey {
+        CacheKey { qname: self.qname.clone(), qtype: self.qtype, dnssec_ok: self.dnssec_ok }
+    }
+
+    /// May this answer be served at `now_ns`? (Never at or after `expires_at_ns`.)
+    pub fn is_fresh(&self, now_ns: u64) -> bool {
+        now_ns < self.expires_at_ns
+    }
+}
+
+/// Nanoseconds per second.
+const NS_PER_S: u64 = 1_000_000_000;
+
+/// Whole seconds between `stored_at_ns` and `now_ns` (0 if `now_ns` is earlier), saturated to
+/// `u32`: what every TTL of a replayed answer is reduced by (the XDP cache computes the same).
+pub fn elapsed_secs(stored_at_ns: u64, now_ns: u64) -> u32 {
+    (now_ns.saturating_sub(stored_at_ns) / NS_PER_S).min(u64::from(u32::MAX)) as u32
+}
+
+/// Offsets into `body.bytes` of the 4-byte TTL of every record (answer, authority, additional,
+/// in order; ascending). `None` if the bytes do not hold exactly `ancount + nscount + arcount`
+/// well-formed records (owner names may end in compression pointers).
+pub fn ttl_offsets(body: &Body) -> Option<Vec<u16>> {
+    let b = &body.bytes;
+    let n = usize::from(body.ancount) + usize::from(body.nscount) + usize::from(body.arcount);
+    let mut out = Vec::with_capacity(n);
+    let mut pos = 0usize;
+    for _ in 0..n {
+        // owner: labels, then the root or a pointer
+        loop {
+            let l = *b.get(pos)?;
+            match l {
+                0 => {
+                    pos += 1;
+                    break;
+                }
+                1..=63 => pos += 1 + usize::from(l),
+                0xC0..=0xFF => {
+                    b.get(pos + 1)?;
+                    pos += 2;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        // type, class, TTL, RDLENGTH, RDATA
+        let fixed = b.get(pos..pos + 10)?;
+        let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+        out.push(u16::try_from(pos + 4).ok()?);
+        pos += 10 + rdlen;
+        if pos > b.len() {
+            return None;
+        }
+    }
+    (pos == b.len()).then_some(out)
+}
+
+/// `body` with every record's TTL reduced by `secs` (not below 0). `None` as [`ttl_offsets`].
+pub fn aged_body(body: &Body, secs: u32) -> Option<Body> {
+    let mut aged = body.clone();
+    for off in ttl_offsets(body)? {
+        let at = usize::from(off);
+        let ttl = u32::from_be_bytes(aged.bytes[at..at + 4].try_into().ok()?);
+        aged.bytes[at..at + 4].copy_from_slice(&ttl.saturating_sub(secs).to_be_bytes());
+    }
+    Some(aged)
+}
+
+/// The reply to `query` from `answer` at `now_ns`: the bytes the XDP cache sends for a hit
+/// (header with the client's ID, QR, RD and CD copied, RA=1, AA=0, the RCODE; the question as
+/// the client sent it; the body with TTLs aged by [`elapsed_secs`]; OPT as
+/// [`crate::assemble`] writes it; truncated to `limits` by the same rule). Userspace answers
+/// from its own cache with this too, so both paths send the same bytes.
+///
+/// Freshness is the caller's business (see [`CachedAnswer::is_fresh`]); a body whose records
+/// cannot be walked is [`crate::AssembleError::BadFixup`].
+pub fn replay(
+    answer: &CachedAnswer,
+    query: &crate::Query,
+    now_ns: u64,
+    limits: &crate::Limits,
+) -> Result<Vec<u8>, crate::AssembleError> {
+    let body = aged_body(&answer.body, elapsed_secs(answer.stored_at_ns, now_ns))
+        .ok_or(crate::AssembleError::BadFixup)?;
+    let body = Body { flags: body.flags & 0x000F, ..body };
+    let mut out = Vec::new();
+    crate::assemble(query, &body, limits, &mut out)?;
+    out[3] |= 0x80; // RA
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::{BodyWriter, Section};
+    use crate::{Edns, Limits, Query, Question};
+
+    const NAME: &[u8] = b"\x03www\x07example\x03com\x00";
+
+    fn body() -> Body {
+        let mut w = BodyWriter::new(NAME).unwrap();
+        w.write_rr(NAME, true, 5, 300, b"\x03web\x07example\x03com\x00").unwrap();
+        w.write_rr(b"\x03web\x07example\x03com\x00", false, 1, 60, &[198, 18, 0, 7]).unwrap();
+        w.set_section(Section::Authority).unwrap();
+        w.write_rr(b"\x07example\x03com\x00", false, 2, 86400, b"\x02ns\x07example\x03com\x00").unwrap();
+        w.finish()
+    }
+
+    /// TTL offsets: one per record, where the 4-byte TTL sits, whatever the owner's encoding.
+    #[test]
+    fn ttl_offsets_walk_every_record() {
+        let b = body();
+        let offs = ttl_offsets(&b).unwrap();
+        assert_eq!(offs.len(), 3);
+        let ttls: Vec<u32> = offs.iter().map(|&o| u32::from_be_bytes(b.bytes[o as usize..o as usize + 4].try_into().unwrap())).collect();
+        assert_eq!(ttls, [300, 60, 86400]);
+        let mut bad = b.clone();
+        bad.ancount += 1;
+        assert_eq!(ttl_offsets(&bad), None, "a record missing");
+        bad = b.clone();
+        bad.bytes.push(0);
+        assert_eq!(ttl_offsets(&bad), None, "trailing byte");
+        assert_eq!(ttl_offsets(&Body::default()), Some(vec![]));
+    }
+
+    /// Replay ages TTLs by whole seconds (never below 0), sets RA, keeps the client's case.
+    #[test]
+    fn replay_ages_and_sets_ra() {
+        let a = CachedAnswer {
+            qname: NAME.to_vec(),
+            qtype: 1,
+            dnssec_ok: false,
+            body: body(),
+            stored_at_ns: 1_000_000_000,
+            expires_at_ns: 61_000_000_000,
+            prefetch_at_ns: u64::MAX,
+        };
+        let q = Query {
+            id: 7,
+            opcode: 0,
+            rd: true,
+            cd: false,
+            qdcount: 1,
+            question: Question::new(b"\x03WwW\x07example\x03COM\x00", 1, 1),
+            edns: Some(Edns { payload: 1232, dnssec_ok: false, version: 0, ext_rcode: 0 }),
+            status: crate::Status::Ok,
+        };
+        let out = replay(&a, &q, 62_500_000_000, &Limits::udp(q.edns.as_ref(), 1232)).unwrap();
+        assert_eq!(&out[2..4], &[0x81, 0x80], "QR RD RA, AA clear, NOERROR");
+        assert_eq!(&out[12..29], b"\x03WwW\x07example\x03COM\x00");
+        let aged = aged_body(&a.body, 61).unwrap();
+        let offs = ttl_offsets(&aged).unwrap();
+        let ttl = |o: u16| u32::from_be_bytes(aged.bytes[o as usize..o as usize + 4].try_into().unwrap());
+        assert_eq!((ttl(offs[0]), ttl(offs[1]), ttl(offs[2])), (239, 0, 86339));
+        assert!(out.windows(aged.bytes.len()).any(|w| w == &aged.bytes[..]));
+        assert_eq!(elapsed_secs(5, 1), 0);
+        assert!(!a.is_fresh(61_000_000_000) && a.is_fresh(60_999_999_999));
+    }
+}
