@@ -309,8 +309,12 @@ class Lab:
         raise TimeoutError(f"{addr} did not answer SOA {zone} within {timeout}s")
 
     # ---------------------------------------------------------------- servers
-    def start_knot(self, zones=DEFAULT_ZONES, name: str = "knot") -> Server:
+    def start_knot(self, zones=DEFAULT_ZONES, name: str = "knot", xdp: bool = False) -> Server:
+        """Start knotd. `xdp=True` adds Knot's XDP mode on the server veth (`xdp: listen:
+        <veth>@53`): its AF_XDP workers answer UDP port 53 for *every* address of the veth, so
+        no other DNS peer of the lab can be reached over UDP while it runs."""
         a4, a6 = self.new_address()
+        xdp_cfg = f"xdp:\n    listen: {self.server_if}@53\n    udp: on\n" if xdp else ""
         wd = self.dir / name
         (wd / "db").mkdir(parents=True)
         zone_cfg = "".join(
@@ -323,7 +327,7 @@ server:
     udp-workers: 1
     tcp-workers: 1
     background-workers: 1
-control:
+{xdp_cfg}control:
     listen: "{wd}/knot.sock"
 database:
     storage: "{wd}/db"
