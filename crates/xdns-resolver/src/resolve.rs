@@ -1,0 +1,1091 @@
+//! Iterative resolution (RFC 1034 §5.3.3) with the caches of [`crate::store`].
+//!
+//! One client question becomes a chain of *steps*, one per name of its CNAME chain. A step
+//! starts at the longest cut in the zone map (root hints at worst) and follows referrals down.
+//! Each upstream question goes to up to `fanout` servers at once, fastest smoothed RTT first;
+//! the first valid reply wins. A reply is *valid* when it comes from the server asked, with the
+//! ID and the question (0x20 letter case included) as sent, and RCODE NOERROR or NXDOMAIN.
+//! Records are then scrubbed: only owners inside the zone of the server asked (the bailiwick)
+//! are used; glue only for NS names of the referral; a referral must lead strictly downwards.
+//!
+//! Work per client question is capped: `max_queries` upstream queries, `max_glueless` NS names
+//! without glue resolved, a nesting depth of [`MAX_DEPTH`] for those, `max_cname` CNAMEs, and
+//! `resolve_timeout` overall (NXNSAttack, loops).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use xdns_wire::name::{is_subdomain, to_presentation};
+use xdns_wire::{AnswerCache, BodyWriter, CacheKey, CachedAnswer, Section};
+
+use crate::hints::RootHints;
+use crate::msg::{build_query, parse_reply, randomize_case, rtype, Expect, Reply, Rr};
+use crate::net::Network;
+use crate::store::{lock, make_room, Addrs, AnswerStore, Deleg, Entry, Infra, Rtt};
+use crate::Config;
+
+/// Deepest nesting of glueless NS name resolutions.
+pub const MAX_DEPTH: u32 = 4;
+/// Most referrals followed for one name.
+const MAX_REFERRALS: usize = 24;
+/// Glueless NS names tried for one referral before giving up on it.
+const GLUELESS_PER_CUT: usize = 3;
+/// SRTT given to a server never asked (microseconds), randomised a little so that new servers
+/// are spread; like Unbound's 376 ms, low enough that they get tried.
+const INITIAL_SRTT_US: u64 = 200_000;
+/// Ceiling of a smoothed RTT (microseconds).
+const MAX_SRTT_US: u64 = 10_000_000;
+const NS: u64 = 1_000_000_000;
+
+const RCODE_NOERROR: u16 = 0;
+const RCODE_NXDOMAIN: u16 = 3;
+
+/// Where "now" comes from: `CLOCK_MONOTONIC` (the kernel's `bpf_ktime_get_ns` clock), or a
+/// hand-moved clock for tests.
+#[derive(Clone, Debug)]
+pub enum Clock {
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    Monotonic,
+    /// A clock tests move by hand (nanoseconds).
+    Manual(Arc<AtomicU64>),
+}
+
+impl Clock {
+    /// Nanoseconds now.
+    pub fn now_ns(&self) -> u64 {
+        match self {
+            Clock::Monotonic => {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists on Linux.
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+                ts.tv_sec as u64 * NS + ts.tv_nsec as u64
+            }
+            Clock::Manual(t) => t.load(Relaxed),
+        }
+    }
+}
+
+/// Why a question got no answer (the client gets SERVFAIL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveError {
+    /// Every server failed, timed out or was lame.
+    Failed,
+    /// The resolution took longer than `resolve_timeout`.
+    Timeout,
+    /// The work cap (queries, glueless names, depth, CNAMEs) was reached.
+    Budget,
+    /// The question failed recently and its failure is cached (RFC 9520).
+    CachedFailure,
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ResolveError::Failed => "no server answered",
+            ResolveError::Timeout => "resolution timed out",
+            ResolveError::Budget => "work limit reached",
+            ResolveError::CachedFailure => "failure cached",
+        })
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// Resolver counters (monotonic).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Client questions answered from the userspace cache.
+    pub cache_hits: AtomicU64,
+    /// Client questions not in the cache.
+    pub cache_misses: AtomicU64,
+    /// Queries sent upstream (UDP).
+    pub upstream_queries: AtomicU64,
+    /// Upstream queries that got no valid reply in time.
+    pub upstream_timeouts: AtomicU64,
+    /// Upstream replies retried over TCP after TC=1.
+    pub tcp_fallbacks: AtomicU64,
+    /// Datagrams ignored: wrong source, ID, question or letter case.
+    pub rejected_replies: AtomicU64,
+    /// Resolutions that failed (the client got SERVFAIL or a stale answer).
+    pub failures: AtomicU64,
+    /// SERVFAIL answers given.
+    pub servfails: AtomicU64,
+    /// Answers served stale (RFC 8767).
+    pub stale_answers: AtomicU64,
+    /// Questions answered SERVFAIL from the failure cache.
+    pub failure_cache_hits: AtomicU64,
+    /// Names answered NXDOMAIN from a cached NXDOMAIN above them (RFC 8020).
+    pub nxdomain_cut_hits: AtomicU64,
+    /// Refreshes started before expiry (prefetch).
+    pub prefetches: AtomicU64,
+    /// Resolutions stopped by the work cap.
+    pub budget_exceeded: AtomicU64,
+    /// Answers evicted from the full cache.
+    pub evictions: AtomicU64,
+    /// Kernel cache insertions that failed.
+    pub kernel_insert_errors: AtomicU64,
+}
+
+impl Counters {
+    /// Every counter with its stable name (used in `xdns stats` and metric labels).
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let c = |a: &AtomicU64| a.load(Relaxed);
+        vec![
+            ("cache_hits", c(&self.cache_hits)),
+            ("cache_misses", c(&self.cache_misses)),
+            ("upstream_queries", c(&self.upstream_queries)),
+            ("upstream_timeouts", c(&self.upstream_timeouts)),
+            ("tcp_fallbacks", c(&self.tcp_fallbacks)),
+            ("rejected_replies", c(&self.rejected_replies)),
+            ("failures", c(&self.failures)),
+            ("servfails", c(&self.servfails)),
+            ("stale_answers", c(&self.stale_answers)),
+            ("failure_cache_hits", c(&self.failure_cache_hits)),
+            ("nxdomain_cut_hits", c(&self.nxdomain_cut_hits)),
+            ("prefetches", c(&self.prefetches)),
+            ("budget_exceeded", c(&self.budget_exceeded)),
+            ("evictions", c(&self.evictions)),
+            ("kernel_insert_errors", c(&self.kernel_insert_errors)),
+        ]
+    }
+}
+
+/// Result of one resolution: the answer, or why there is none.
+pub type Resolution = Result<Arc<CachedAnswer>, ResolveError>;
+
+/// The resolver. Shared (`Arc`) by the daemon's UDP workers (cache lookups), its tasks
+/// (resolutions) and the prefetcher.
+pub struct Resolver {
+    cfg: Config,
+    net: Arc<dyn Network>,
+    kernel: Arc<dyn AnswerCache>,
+    answers: AnswerStore,
+    infra: Infra,
+    inflight: Mutex<HashMap<CacheKey, Vec<oneshot::Sender<Resolution>>>>,
+    prefetch_tx: mpsc::Sender<CacheKey>,
+    prefetch_rx: Mutex<Option<mpsc::Receiver<CacheKey>>>,
+    clock: Clock,
+    /// Counters.
+    pub counters: Counters,
+}
+
+/// Per client question: the work done so far.
+struct Ctx {
+    queries: u32,
+    glueless: u32,
+    depth: u32,
+    deadline: Instant,
+}
+
+/// What a step (one name of a CNAME chain) found.
+#[derive(Debug)]
+struct Step {
+    rcode: u16,
+    answer: Vec<Rr>,
+    authority: Vec<Rr>,
+    /// The CNAME chain leaves the zone: continue with this name.
+    next: Option<Vec<u8>>,
+}
+
+/// What a reply means for the question.
+#[derive(Debug)]
+enum Class {
+    Answer(Step),
+    NxDomain(Option<Rr>),
+    NoData(Option<Rr>),
+    Referral {
+        zone: Vec<u8>,
+        ns: Vec<Rr>,
+        glue: Vec<Rr>,
+    },
+    Lame,
+}
+
+/// Final records of a question.
+struct Final {
+    rcode: u16,
+    answer: Vec<Rr>,
+    authority: Vec<Rr>,
+}
+
+impl Resolver {
+    /// A resolver starting from `hints`, asking through `net`, installing answers into `kernel`.
+    pub fn new(
+        cfg: Config,
+        hints: &RootHints,
+        net: Arc<dyn Network>,
+        kernel: Arc<dyn AnswerCache>,
+        clock: Clock,
+    ) -> Arc<Self> {
+        let (prefetch_tx, prefetch_rx) = mpsc::channel(1024);
+        let r = Resolver {
+            answers: AnswerStore::new(cfg.cache_entries),
+            infra: Infra::default(),
+            inflight: Mutex::new(HashMap::new()),
+            prefetch_tx,
+            prefetch_rx: Mutex::new(Some(prefetch_rx)),
+            cfg,
+            net,
+            kernel,
+            clock,
+            counters: Counters::default(),
+        };
+        r.set_hints(hints);
+        Arc::new(r)
+    }
+
+    /// Installs root hints (the root cut and its addresses never expire).
+    fn set_hints(&self, hints: &RootHints) {
+        let ns: Vec<Vec<u8>> = hints.servers.iter().map(|(n, _)| n.clone()).collect();
+        lock(&self.infra.zones).insert(
+            vec![0],
+            Deleg {
+                ns,
+                expires_ns: u64::MAX,
+            },
+        );
+        let mut addrs = lock(&self.infra.addrs);
+        for (n, a) in &hints.servers {
+            addrs.insert(
+                n.clone(),
+                Addrs {
+                    ips: a.clone(),
+                    expires_ns: u64::MAX,
+                },
+            );
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Nanoseconds now on the resolver's clock.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Answers in the userspace cache.
+    pub fn cache_len(&self) -> usize {
+        self.answers.len()
+    }
+
+    /// A fresh cached answer for `key` (counted as a hit or a miss). A hit inside the prefetch
+    /// window asks the prefetcher to refresh the entry.
+    pub fn cached(&self, key: &CacheKey) -> Option<Arc<CachedAnswer>> {
+        let now = self.now_ns();
+        match self.answers.get(key) {
+            Some(e) if e.answer.expires_at_ns > now => {
+                self.counters.cache_hits.fetch_add(1, Relaxed);
+                if now >= e.answer.prefetch_at_ns && !lock(&self.inflight).contains_key(key) {
+                    let _ = self.prefetch_tx.try_send(key.clone());
+                }
+                Some(e.answer.clone())
+            }
+            _ => {
+                self.counters.cache_misses.fetch_add(1, Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Resolves `key`: from the cache if fresh, else upstream. Concurrent questions for the
+    /// same key share one resolution.
+    pub async fn resolve(self: &Arc<Self>, key: CacheKey) -> Resolution {
+        let now = self.now_ns();
+        if let Some(e) = self.answers.get(&key) {
+            if e.answer.expires_at_ns > now {
+                return Ok(e.answer.clone());
+            }
+        }
+        self.coalesced(key).await
+    }
+
+    /// Resolves `key` upstream even if it is cached (prefetch).
+    pub async fn refresh(self: &Arc<Self>, key: CacheKey) -> Resolution {
+        self.coalesced(key).await
+    }
+
+    /// Starts the prefetcher: refreshes keys from userspace hits near expiry and, when given,
+    /// from the kernel's ring buffer (`external`). Call once, inside a tokio runtime.
+    pub fn spawn_prefetcher(self: &Arc<Self>, external: Option<mpsc::Receiver<CacheKey>>) {
+        let Some(mut internal) = lock(&self.prefetch_rx).take() else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut external = external;
+            loop {
+                let key = tokio::select! {
+                    k = internal.recv() => k,
+                    Some(k) = async { match external.as_mut() { Some(r) => r.recv().await, None => std::future::pending().await } } => Some(k),
+                };
+                let Some(key) = key else { break };
+                if lock(&this.inflight).contains_key(&key) {
+                    continue;
+                }
+                this.counters.prefetches.fetch_add(1, Relaxed);
+                let t = this.clone();
+                tokio::spawn(async move {
+                    let _ = t.refresh(key).await;
+                });
+            }
+        });
+    }
+
+    async fn coalesced(self: &Arc<Self>, key: CacheKey) -> Resolution {
+        let (tx, rx) = oneshot::channel();
+        let leader = {
+            let mut m = lock(&self.inflight);
+            match m.get_mut(&key) {
+                Some(w) => {
+                    w.push(tx);
+                    false
+                }
+                None => {
+                    m.insert(key.clone(), vec![tx]);
+                    true
+                }
+            }
+        };
+        if leader {
+            // In a task of its own: a client that goes away does not strand the waiters.
+            let this = self.clone();
+            tokio::spawn(async move {
+                let r = this.resolve_uncached(&key).await;
+                let waiters = lock(&this.inflight).remove(&key).unwrap_or_default();
+                for w in waiters {
+                    let _ = w.send(r.clone());
+                }
+            });
+        }
+        rx.await.unwrap_or(Err(ResolveError::Failed))
+    }
+
+    async fn resolve_uncached(self: &Arc<Self>, key: &CacheKey) -> Resolution {
+        let now = self.now_ns();
+        let fkey = (key.qname.clone(), key.qtype);
+        if lock(&self.infra.failures)
+            .get(&fkey)
+            .is_some_and(|&u| u > now)
+        {
+            self.counters.failure_cache_hits.fetch_add(1, Relaxed);
+            return self.stale_or(key, now, ResolveError::CachedFailure);
+        }
+        let mut ctx = Ctx {
+            queries: 0,
+            glueless: 0,
+            depth: 0,
+            deadline: Instant::now() + self.cfg.resolve_timeout,
+        };
+        let r = tokio::time::timeout(
+            self.cfg.resolve_timeout,
+            self.resolve_records(&mut ctx, &key.qname, key.qtype),
+        )
+        .await;
+        let now = self.now_ns();
+        let err = match r {
+            Ok(Ok(f)) => match self.make_answer(key, &f, now) {
+                Some(a) => return Ok(a),
+                None => ResolveError::Failed,
+            },
+            Ok(Err(e)) => e,
+            Err(_) => ResolveError::Timeout,
+        };
+        if err == ResolveError::Budget {
+            self.counters.budget_exceeded.fetch_add(1, Relaxed);
+        }
+        self.counters.failures.fetch_add(1, Relaxed);
+        tracing::debug!(name = %to_presentation(&key.qname), qtype = key.qtype, error = %err, "resolution failed");
+        if self.cfg.failure_ttl > 0 {
+            let mut f = lock(&self.infra.failures);
+            make_room(&mut f, self.cfg.infra_entries, |&u| u <= now);
+            f.insert(fkey, now + u64::from(self.cfg.failure_ttl) * NS);
+        }
+        self.stale_or(key, now, err)
+    }
+
+    /// A stale answer for `key` if one may be served (RFC 8767), else `err`.
+    fn stale_or(&self, key: &CacheKey, now: u64, err: ResolveError) -> Resolution {
+        if self.cfg.stale_ttl > 0 {
+            if let Some(e) = self.answers.get(key) {
+                if e.answer.expires_at_ns > now {
+                    return Ok(e.answer.clone());
+                }
+                if e.stale_until_ns > now {
+                    let ttl = self.cfg.stale_answer_ttl;
+                    let retimed = |v: &[Rr]| {
+                        v.iter()
+                            .map(|r| Rr { ttl, ..r.clone() })
+                            .collect::<Vec<_>>()
+                    };
+                    let f = Final {
+                        rcode: e.rcode,
+                        answer: retimed(&e.answer_rrs),
+                        authority: retimed(&e.authority_rrs),
+                    };
+                    if let Some(body) = self.body(key, &f).map(|(b, _)| b) {
+                        self.counters.stale_answers.fetch_add(1, Relaxed);
+                        return Ok(Arc::new(CachedAnswer {
+                            qname: key.qname.clone(),
+                            qtype: key.qtype,
+                            dnssec_ok: key.dnssec_ok,
+                            body,
+                            stored_at_ns: now,
+                            expires_at_ns: now + u64::from(ttl) * NS,
+                            prefetch_at_ns: u64::MAX,
+                        }));
+                    }
+                }
+            }
+        }
+        Err(err)
+    }
+
+    /// Compiles the body of `f` for `key`; returns it with its smallest TTL.
+    fn body(&self, key: &CacheKey, f: &Final) -> Option<(xdns_wire::Body, u32)> {
+        let mut w = BodyWriter::new(&key.qname).ok()?;
+        w.set_rcode(f.rcode as u8);
+        let mut min_ttl = u32::MAX;
+        for rr in &f.answer {
+            let ttl = rr.ttl.min(self.cfg.max_ttl);
+            min_ttl = min_ttl.min(ttl);
+            w.write_rr(&rr.owner, rr.owner == key.qname, rr.rtype, ttl, &rr.rdata)
+                .ok()?;
+        }
+        w.set_section(Section::Authority).ok()?;
+        for rr in &f.authority {
+            let ttl = rr
+                .soa_negative_ttl()
+                .unwrap_or(rr.ttl)
+                .min(self.cfg.max_negative_ttl);
+            min_ttl = min_ttl.min(ttl);
+            w.write_rr(&rr.owner, rr.owner == key.qname, rr.rtype, ttl, &rr.rdata)
+                .ok()?;
+        }
+        // A negative answer without an SOA is not cached (RFC 2308 §5).
+        Some((w.finish(), if min_ttl == u32::MAX { 0 } else { min_ttl }))
+    }
+
+    /// Builds the answer for `key`, caches it (userspace and kernel) when its TTL allows.
+    fn make_answer(&self, key: &CacheKey, f: &Final, now: u64) -> Option<Arc<CachedAnswer>> {
+        let (body, ttl) = self.body(key, f)?;
+        let expires = now + u64::from(ttl) * NS;
+        let pct = u64::from(self.cfg.prefetch_percent.min(100));
+        let prefetch_at = if pct > 0 && ttl >= self.cfg.prefetch_min_ttl {
+            now + (u64::from(ttl) * NS) / 100 * (100 - pct)
+        } else {
+            u64::MAX
+        };
+        let answer = Arc::new(CachedAnswer {
+            qname: key.qname.clone(),
+            qtype: key.qtype,
+            dnssec_ok: key.dnssec_ok,
+            body,
+            stored_at_ns: now,
+            expires_at_ns: expires,
+            prefetch_at_ns: prefetch_at,
+        });
+        if ttl > 0 {
+            let entry = Arc::new(Entry {
+                answer: answer.clone(),
+                answer_rrs: f.answer.clone(),
+                authority_rrs: f.authority.clone(),
+                rcode: f.rcode,
+                stale_until_ns: expires + u64::from(self.cfg.stale_ttl) * NS,
+            });
+            let evicted = self.answers.insert(entry, now);
+            self.counters.evictions.fetch_add(evicted as u64, Relaxed);
+            if let Err(e) = self.kernel.insert(&answer) {
+                self.counters.kernel_insert_errors.fetch_add(1, Relaxed);
+                tracing::debug!(error = %e, "kernel cache insert failed");
+            }
+            lock(&self.infra.failures).remove(&(key.qname.clone(), key.qtype));
+        }
+        Some(answer)
+    }
+
+    /// The records answering `qname`/`qtype`, following CNAMEs across zones.
+    async fn resolve_records(
+        &self,
+        ctx: &mut Ctx,
+        qname: &[u8],
+        qtype: u16,
+    ) -> Result<Final, ResolveError> {
+        let mut chain: Vec<Rr> = Vec::new();
+        let mut name = qname.to_vec();
+        for _ in 0..=self.cfg.max_cname {
+            let step = self.iterate(ctx, &name, qtype).await?;
+            chain.extend(step.answer);
+            match step.next {
+                Some(next) if !chain.iter().any(|r| r.owner == next) => name = next,
+                Some(_) => return Err(ResolveError::Failed), // CNAME loop
+                None => {
+                    return Ok(Final {
+                        rcode: step.rcode,
+                        answer: chain,
+                        authority: step.authority,
+                    })
+                }
+            }
+        }
+        Err(ResolveError::Budget)
+    }
+
+    /// One name: from the closest known cut down the referrals to an answer.
+    async fn iterate(&self, ctx: &mut Ctx, name: &[u8], qtype: u16) -> Result<Step, ResolveError> {
+        let now = self.now_ns();
+        if let Some((_, until, mut soa)) = self.infra.nx_cut(name, now) {
+            self.counters.nxdomain_cut_hits.fetch_add(1, Relaxed);
+            soa.ttl = ((until - now) / NS) as u32;
+            return Ok(Step {
+                rcode: RCODE_NXDOMAIN,
+                answer: vec![],
+                authority: vec![soa],
+                next: None,
+            });
+        }
+        let forwarding = !self.cfg.forwarders.is_empty();
+        let (mut zone, mut deleg) = if forwarding {
+            (
+                vec![0],
+                Deleg {
+                    ns: vec![],
+                    expires_ns: u64::MAX,
+                },
+            )
+        } else {
+            self.infra
+                .closest_cut(name, now)
+                .ok_or(ResolveError::Failed)?
+        };
+        let mut excluded: Vec<SocketAddr> = Vec::new();
+        for _ in 0..MAX_REFERRALS {
+            let servers = if forwarding {
+                self.cfg
+                    .forwarders
+                    .iter()
+                    .copied()
+                    .filter(|s| !excluded.contains(s))
+                    .collect()
+            } else {
+                self.servers_for(ctx, &zone, &deleg, &excluded).await?
+            };
+            if servers.is_empty() {
+                return Err(ResolveError::Failed);
+            }
+            let (server, reply) = self.ask(ctx, &servers, name, qtype, forwarding).await?;
+            match classify(&reply, name, qtype, &zone, self.cfg.max_cname) {
+                Class::Answer(step) => {
+                    if step.rcode == RCODE_NXDOMAIN {
+                        if let (Some(last), Some(soa)) =
+                            (step.answer.last(), step.authority.first())
+                        {
+                            if let Some(t) = last.target() {
+                                self.note_nxdomain(&t, soa, now);
+                            }
+                        }
+                    }
+                    return Ok(step);
+                }
+                Class::NxDomain(soa) => {
+                    if let Some(soa) = &soa {
+                        self.note_nxdomain(name, soa, now);
+                    }
+                    return Ok(Step {
+                        rcode: RCODE_NXDOMAIN,
+                        answer: vec![],
+                        authority: soa.into_iter().collect(),
+                        next: None,
+                    });
+                }
+                Class::NoData(soa) => {
+                    return Ok(Step {
+                        rcode: RCODE_NOERROR,
+                        answer: vec![],
+                        authority: soa.into_iter().collect(),
+                        next: None,
+                    });
+                }
+                Class::Referral {
+                    zone: child,
+                    ns,
+                    glue,
+                } if !forwarding => {
+                    deleg = self.note_referral(&child, &ns, &glue, now);
+                    zone = child;
+                    excluded.clear();
+                }
+                Class::Referral { .. } | Class::Lame => {
+                    tracing::debug!(%server, zone = %to_presentation(&zone), "lame reply");
+                    excluded.push(server);
+                }
+            }
+        }
+        Err(ResolveError::Budget)
+    }
+
+    fn note_nxdomain(&self, name: &[u8], soa: &Rr, now: u64) {
+        let ttl = soa
+            .soa_negative_ttl()
+            .unwrap_or(0)
+            .min(self.cfg.max_negative_ttl);
+        if ttl == 0 {
+            return;
+        }
+        let mut nx = lock(&self.infra.nx);
+        make_room(&mut nx, self.cfg.infra_entries, |(u, _)| *u <= now);
+        nx.insert(name.to_vec(), (now + u64::from(ttl) * NS, soa.clone()));
+    }
+
+    /// Caches a referral: the child's NS names and their in-bailiwick glue.
+    fn note_referral(&self, child: &[u8], ns: &[Rr], glue: &[Rr], now: u64) -> Deleg {
+        let ttl = ns
+            .iter()
+            .map(|r| r.ttl)
+            .min()
+            .unwrap_or(0)
+            .min(self.cfg.max_ttl);
+        let deleg = Deleg {
+            ns: ns.iter().filter_map(Rr::target).collect(),
+            expires_ns: now + u64::from(ttl.max(1)) * NS,
+        };
+        {
+            let mut z = lock(&self.infra.zones);
+            make_room(&mut z, self.cfg.infra_entries, |d| d.expires_ns <= now);
+            z.insert(child.to_vec(), deleg.clone());
+        }
+        let mut by_name: HashMap<Vec<u8>, Addrs> = HashMap::new();
+        for g in glue {
+            let ip = match (g.rtype, g.rdata.len()) {
+                (rtype::A, 4) => IpAddr::from(<[u8; 4]>::try_from(&g.rdata[..]).expect("4 bytes")),
+                (rtype::AAAA, 16) => {
+                    IpAddr::from(<[u8; 16]>::try_from(&g.rdata[..]).expect("16 bytes"))
+                }
+                _ => continue,
+            };
+            let e = by_name.entry(g.owner.clone()).or_insert(Addrs {
+                ips: vec![],
+                expires_ns: u64::MAX,
+            });
+            e.ips.push(ip);
+            e.expires_ns = e
+                .expires_ns
+                .min(now + u64::from(g.ttl.min(self.cfg.max_ttl).max(1)) * NS);
+        }
+        if !by_name.is_empty() {
+            let mut a = lock(&self.infra.addrs);
+            for (n, v) in by_name {
+                // Root hint addresses are never replaced.
+                if a.get(&n).is_some_and(|x| x.expires_ns == u64::MAX) {
+                    continue;
+                }
+                make_room(&mut a, self.cfg.infra_entries, |x| x.expires_ns <= now);
+                a.insert(n, v);
+            }
+        }
+        deleg
+    }
+
+    fn family_ok(&self, ip: &IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(_) => self.cfg.ipv4,
+            IpAddr::V6(_) => self.cfg.ipv6,
+        }
+    }
+
+    /// Known addresses of `deleg`'s servers, fastest first; resolves glueless NS names when
+    /// none is known.
+    async fn servers_for(
+        &self,
+        ctx: &mut Ctx,
+        zone: &[u8],
+        deleg: &Deleg,
+        excluded: &[SocketAddr],
+    ) -> Result<Vec<SocketAddr>, ResolveError> {
+        let mut out = self.known_addrs(deleg, excluded);
+        if out.is_empty() {
+            let mut names: Vec<Vec<u8>> = deleg
+                .ns
+                .iter()
+                .filter(|n| !is_subdomain(n, zone)) // in-zone names without glue: unreachable
+                .cloned()
+                .collect();
+            names.shuffle(&mut rand::rng());
+            for n in names.into_iter().take(GLUELESS_PER_CUT) {
+                if ctx.glueless >= self.cfg.max_glueless || ctx.depth >= MAX_DEPTH {
+                    return Err(ResolveError::Budget);
+                }
+                ctx.glueless += 1;
+                ctx.depth += 1;
+                let qt = if self.cfg.ipv4 { rtype::A } else { rtype::AAAA };
+                let r = Box::pin(self.resolve_records(ctx, &n, qt)).await;
+                ctx.depth -= 1;
+                if let Ok(f) = r {
+                    let now = self.now_ns();
+                    let mut ips = Vec::new();
+                    let mut ttl = u32::MAX;
+                    for rr in f.answer.iter().filter(|r| r.rtype == qt) {
+                        if let Ok(b) = <[u8; 4]>::try_from(&rr.rdata[..]) {
+                            ips.push(IpAddr::from(b));
+                        } else if let Ok(b) = <[u8; 16]>::try_from(&rr.rdata[..]) {
+                            ips.push(IpAddr::from(b));
+                        }
+                        ttl = ttl.min(rr.ttl);
+                    }
+                    if !ips.is_empty() {
+                        let mut a = lock(&self.infra.addrs);
+                        make_room(&mut a, self.cfg.infra_entries, |x| x.expires_ns <= now);
+                        a.insert(
+                            n.clone(),
+                            Addrs {
+                                ips,
+                                expires_ns: now + u64::from(ttl.clamp(1, self.cfg.max_ttl)) * NS,
+                            },
+                        );
+                        drop(a);
+                        out = self.known_addrs(deleg, excluded);
+                        if !out.is_empty() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn known_addrs(&self, deleg: &Deleg, excluded: &[SocketAddr]) -> Vec<SocketAddr> {
+        let now = self.now_ns();
+        let addrs = lock(&self.infra.addrs);
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for n in &deleg.ns {
+            if let Some(a) = addrs.get(n).filter(|a| a.expires_ns > now) {
+                for ip in &a.ips {
+                    let s = SocketAddr::new(*ip, self.cfg.upstream_port);
+                    if self.family_ok(ip) && !excluded.contains(&s) && !out.contains(&s) {
+                        out.push(s);
+                    }
+                }
+            }
+        }
+        drop(addrs);
+        self.sort_by_rtt(&mut out, now);
+        out
+    }
+
+    /// Orders servers by smoothed RTT; held-down servers go last.
+    fn sort_by_rtt(&self, servers: &mut [SocketAddr], now: u64) {
+        let mut rng = rand::rng();
+        let rtt = lock(&self.infra.rtt);
+        let mut keyed: Vec<(bool, u64, SocketAddr)> = servers
+            .iter()
+            .map(|s| match rtt.get(&s.ip()) {
+                Some(r) => (r.held_until_ns > now, r.srtt_us, *s),
+                None => (false, INITIAL_SRTT_US + rng.random_range(0..20_000), *s),
+            })
+            .collect();
+        drop(rtt);
+        keyed.sort_by_key(|k| (k.0, k.1));
+        for (i, k) in keyed.into_iter().enumerate() {
+            servers[i] = k.2;
+        }
+    }
+
+    fn note_rtt(&self, server: SocketAddr, elapsed: Option<Duration>) {
+        let now = self.now_ns();
+        let mut rtt = lock(&self.infra.rtt);
+        if !rtt.contains_key(&server.ip()) {
+            make_room(&mut rtt, self.cfg.infra_entries, |r| {
+                r.held_until_ns <= now && r.timeouts == 0
+            });
+        }
+        let e = rtt.entry(server.ip()).or_insert(Rtt {
+            srtt_us: INITIAL_SRTT_US,
+            timeouts: 0,
+            held_until_ns: 0,
+        });
+        match elapsed {
+            Some(d) => {
+                let sample = d.as_micros() as u64;
+                e.srtt_us = (e.srtt_us * 7 + sample) / 8;
+                e.timeouts = 0;
+                e.held_until_ns = 0;
+            }
+            None => {
+                e.srtt_us = (e.srtt_us * 2)
+                    .clamp(self.cfg.upstream_timeout.as_micros() as u64, MAX_SRTT_US);
+                e.timeouts += 1;
+                if e.timeouts >= 3 {
+                    // Hold a dead server down, growing with repeated timeouts (at most 60 s).
+                    let secs = (1u64 << (e.timeouts - 3).min(6)).min(60);
+                    e.held_until_ns = now + secs * NS;
+                }
+            }
+        }
+    }
+
+    /// Asks `servers` (fastest first), `fanout` at a time; the first valid reply wins.
+    async fn ask(
+        &self,
+        ctx: &mut Ctx,
+        servers: &[SocketAddr],
+        name: &[u8],
+        qtype: u16,
+        rd: bool,
+    ) -> Result<(SocketAddr, Reply), ResolveError> {
+        let fanout = self.cfg.fanout.max(1);
+        for batch in servers.chunks(fanout) {
+            let left = ctx.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ResolveError::Timeout);
+            }
+            let timeout = self.cfg.upstream_timeout.min(left);
+            let mut set = JoinSet::new();
+            for &server in batch {
+                if ctx.queries >= self.cfg.max_queries {
+                    if set.is_empty() {
+                        return Err(ResolveError::Budget);
+                    }
+                    break;
+                }
+                ctx.queries += 1;
+                self.counters.upstream_queries.fetch_add(1, Relaxed);
+                let net = self.net.clone();
+                let qname = name.to_vec();
+                let payload = self.cfg.edns_payload;
+                set.spawn(async move {
+                    exchange(net, server, qname, qtype, rd, payload, timeout).await
+                });
+            }
+            while let Some(j) = set.join_next().await {
+                let Ok(x) = j else { continue };
+                self.counters
+                    .rejected_replies
+                    .fetch_add(u64::from(x.rejected), Relaxed);
+                if x.tcp {
+                    self.counters.tcp_fallbacks.fetch_add(1, Relaxed);
+                }
+                match x.reply {
+                    Some(reply) => {
+                        self.note_rtt(x.server, Some(x.elapsed));
+                        let rc = reply.rcode();
+                        if rc == RCODE_NOERROR || rc == RCODE_NXDOMAIN {
+                            return Ok((x.server, reply));
+                        }
+                    }
+                    None => {
+                        if x.timed_out {
+                            self.counters.upstream_timeouts.fetch_add(1, Relaxed);
+                        }
+                        self.note_rtt(x.server, None);
+                    }
+                }
+            }
+        }
+        Err(ResolveError::Failed)
+    }
+}
+
+/// What one exchange with one server gave.
+struct Exchanged {
+    server: SocketAddr,
+    reply: Option<Reply>,
+    elapsed: Duration,
+    timed_out: bool,
+    tcp: bool,
+    rejected: u32,
+}
+
+/// One question to one server: random ID, 0x20 case, UDP then TCP on TC=1.
+async fn exchange(
+    net: Arc<dyn Network>,
+    server: SocketAddr,
+    qname: Vec<u8>,
+    qtype: u16,
+    rd: bool,
+    payload: u16,
+    timeout: Duration,
+) -> Exchanged {
+    let (id, cased) = {
+        let mut rng = rand::rng();
+        (rng.random::<u16>(), randomize_case(&qname, &mut rng))
+    };
+    let query = build_query(id, &cased, qtype, rd, payload);
+    let expect = Expect {
+        server,
+        id,
+        qname: cased,
+        qtype,
+        rejected: Default::default(),
+    };
+    let start = Instant::now();
+    let mut out = Exchanged {
+        server,
+        reply: None,
+        elapsed: Duration::ZERO,
+        timed_out: false,
+        tcp: false,
+        rejected: 0,
+    };
+    let r = net.udp(&query, &expect, timeout).await;
+    let mut reply = match r {
+        Ok(bytes) => parse_reply(&bytes),
+        Err(e) => {
+            out.timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+            None
+        }
+    };
+    if reply.as_ref().is_some_and(Reply::truncated) {
+        out.tcp = true;
+        let left = timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(100));
+        reply = match net.tcp(&query, &expect, left).await {
+            Ok(bytes) => parse_reply(&bytes).filter(|r| !r.truncated()),
+            Err(e) => {
+                out.timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+                None
+            }
+        };
+    }
+    out.elapsed = start.elapsed();
+    out.reply = reply;
+    out.rejected = expect.rejected.load(std::sync::atomic::Ordering::Relaxed);
+    out
+}
+
+/// Classifies a reply from a server of `zone` for `name`/`qtype` (records outside `zone` are
+/// ignored: the bailiwick rule).
+fn classify(reply: &Reply, name: &[u8], qtype: u16, zone: &[u8], max_cname: usize) -> Class {
+    let rcode = reply.rcode();
+    if rcode != RCODE_NOERROR && rcode != RCODE_NXDOMAIN {
+        return Class::Lame;
+    }
+    let in_bw = |owner: &[u8]| is_subdomain(owner, zone);
+    let mut cur = name.to_vec();
+    let mut chain: Vec<Rr> = Vec::new();
+    let mut found = false;
+    for _ in 0..=max_cname {
+        let at: Vec<&Rr> = reply
+            .answer
+            .iter()
+            .filter(|r| r.owner == cur && in_bw(&r.owner))
+            .collect();
+        let data: Vec<Rr> = at
+            .iter()
+            .filter(|r| r.rtype == qtype || (qtype == rtype::ANY && r.rtype != rtype::CNAME))
+            .map(|r| (*r).clone())
+            .collect();
+        if !data.is_empty() {
+            chain.extend(data);
+            found = true;
+            break;
+        }
+        if qtype == rtype::CNAME {
+            break;
+        }
+        match at
+            .iter()
+            .find(|r| r.rtype == rtype::CNAME)
+            .and_then(|c| c.target().map(|t| (c, t)))
+        {
+            Some((c, t)) if !chain.iter().any(|r| r.owner == t) => {
+                chain.push((*c).clone());
+                cur = t;
+            }
+            _ => break,
+        }
+    }
+    let soa = reply
+        .authority
+        .iter()
+        .find(|r| r.rtype == rtype::SOA && in_bw(&r.owner) && is_subdomain(&cur, &r.owner))
+        .cloned();
+    if found {
+        return Class::Answer(Step {
+            rcode: RCODE_NOERROR,
+            answer: chain,
+            authority: vec![],
+            next: None,
+        });
+    }
+    if !chain.is_empty() {
+        // The chain stops at `cur` without data.
+        // NXDOMAIN, or NODATA proven by the same zone: the chain ends here.
+        let ends =
+            rcode == RCODE_NXDOMAIN || (soa.is_some() && reply.authoritative() && in_bw(&cur));
+        let step = if ends {
+            Step {
+                rcode,
+                answer: chain,
+                authority: soa.into_iter().collect(),
+                next: None,
+            }
+        } else {
+            Step {
+                rcode,
+                answer: chain,
+                authority: vec![],
+                next: Some(cur),
+            }
+        };
+        return Class::Answer(step);
+    }
+    if rcode == RCODE_NXDOMAIN {
+        return Class::NxDomain(soa);
+    }
+    // A referral: NS records of a zone strictly between the server's zone and the name.
+    let child = reply
+        .authority
+        .iter()
+        .find(|r| {
+            r.rtype == rtype::NS
+                && r.owner != zone
+                && in_bw(&r.owner)
+                && is_subdomain(name, &r.owner)
+        })
+        .map(|r| r.owner.clone());
+    if let Some(child) = child {
+        if reply.answer.is_empty() || !reply.authoritative() {
+            let ns: Vec<Rr> = reply
+                .authority
+                .iter()
+                .filter(|r| r.rtype == rtype::NS && r.owner == child)
+                .cloned()
+                .collect();
+            let names: Vec<Vec<u8>> = ns.iter().filter_map(Rr::target).collect();
+            let glue: Vec<Rr> = reply
+                .additional
+                .iter()
+                .filter(|r| {
+                    (r.rtype == rtype::A || r.rtype == rtype::AAAA)
+                        && in_bw(&r.owner)
+                        && names.contains(&r.owner)
+                })
+                .cloned()
+                .collect();
+            return Class::Referral {
+                zone: child,
+                ns,
+                glue,
+            };
+        }
+    }
+    if soa.is_some() || reply.authoritative() {
+        return Class::NoData(soa);
+    }
+    Class::Lame
+}

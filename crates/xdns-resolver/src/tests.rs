@@ -1,0 +1,630 @@
+//! Resolution against the in-memory tree of [`crate::fake`].
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use xdns_wire::{AnswerCache, CacheKey, CachedAnswer};
+
+use crate::fake::{n, records, Behaviour::*, FakeNet, Zone};
+use crate::msg::{parse_reply, rtype};
+use crate::{Clock, Config, ResolveError, Resolver, RootHints};
+
+const NS: u64 = 1_000_000_000;
+
+/// Records every kernel cache insertion.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<CachedAnswer>>);
+impl AnswerCache for Recorder {
+    fn insert(&self, a: &CachedAnswer) -> Result<(), String> {
+        self.0.lock().unwrap().push(a.clone());
+        Ok(())
+    }
+    fn remove(&self, _: &CacheKey) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn zone(apex: &str, text: &str) -> Zone {
+    Zone {
+        apex: n(apex),
+        records: records(text),
+    }
+}
+
+/// The tree: root (one silent root server), `test.`, `net.`, leaf zones with glue, glueless,
+/// cross-zone CNAMEs, spoofing, truncating and out-of-bailiwick glue.
+fn tree() -> Arc<FakeNet> {
+    let net = FakeNet {
+        poison: vec![6, 6, 6, 6],
+        ..Default::default()
+    };
+    let root = zone(
+        ".",
+        ". 86400 SOA a.root-servers.test. nstld.test. 1 1800 900 604800 86400
+         . 518400 NS a.root-servers.test.
+         . 518400 NS b.root-servers.test.
+         test. 172800 NS ns1.nic.test.
+         test. 172800 NS ns2.nic.test.
+         ns1.nic.test. 172800 A 198.18.1.1
+         ns2.nic.test. 172800 A 198.18.1.2
+         net. 172800 NS ns.nic.net.
+         ns.nic.net. 172800 A 198.18.2.1",
+    );
+    net.add("198.18.0.1", Normal, vec![root.clone()]);
+    net.add("198.18.0.2", Silent, vec![root]);
+    let test = zone(
+        "test.",
+        "test. 900 SOA ns1.nic.test. h.test. 1 1800 900 604800 120
+         test. 172800 NS ns1.nic.test.
+         example.test. 3600 NS ns1.example.test.
+         ns1.example.test. 3600 A 198.18.3.1
+         glueless.test. 3600 NS ns.dns-host.net.
+         spoofed.test. 3600 NS ns.spoofed.test.
+         ns.spoofed.test. 3600 A 198.18.5.1
+         poisoned.test. 3600 NS ns.poisoned.test.
+         ns.poisoned.test. 3600 A 198.18.5.2
+         tc.test. 3600 NS ns.tc.test.
+         ns.tc.test. 3600 A 198.18.6.1
+         evil.test. 3600 NS ns.example.net.
+         ns.example.net. 3600 A 6.6.6.6
+         nxns.test. 3600 NS a.nxns.net.
+         nxns.test. 3600 NS b.nxns.net.
+         nxns.test. 3600 NS c.nxns.net.
+         nxns.test. 3600 NS d.nxns.net.
+         nxns.test. 3600 NS e.nxns.net.
+         nxns.test. 3600 NS f.nxns.net.
+         nxns.test. 3600 NS g.nxns.net.
+         nxns.test. 3600 NS h.nxns.net.",
+    );
+    net.add("198.18.1.1", Normal, vec![test.clone()]);
+    net.add("198.18.1.2", Silent, vec![test]);
+    net.add(
+        "198.18.2.1",
+        Normal,
+        vec![zone(
+            "net.",
+            "net. 900 SOA ns.nic.net. h.net. 1 1800 900 604800 300
+             net. 172800 NS ns.nic.net.
+             dns-host.net. 3600 NS ns.dns-host.net.
+             ns.dns-host.net. 3600 A 198.18.2.2
+             example.net. 3600 NS ns.example.net.
+             ns.example.net. 3600 A 198.18.2.3",
+        )],
+    );
+    net.add(
+        "198.18.2.2",
+        Normal,
+        vec![zone(
+            "dns-host.net.",
+            "dns-host.net. 900 SOA ns.dns-host.net. h.net. 1 1800 900 604800 300
+             ns.dns-host.net. 3600 A 198.18.4.1",
+        )],
+    );
+    net.add(
+        "198.18.2.3",
+        Normal,
+        vec![
+            zone(
+                "example.net.",
+                "example.net. 900 SOA ns.example.net. h.net. 1 1800 900 604800 300
+                 ns.example.net. 3600 A 198.18.2.3
+                 www.example.net. 3600 A 198.18.2.80",
+            ),
+            zone(
+                "evil.test.",
+                "evil.test. 900 SOA ns.example.net. h.net. 1 1800 900 604800 300
+                 www.evil.test. 3600 A 198.18.2.81",
+            ),
+        ],
+    );
+    net.add(
+        "198.18.4.1",
+        Normal,
+        vec![zone(
+            "glueless.test.",
+            "glueless.test. 900 SOA ns.dns-host.net. h.test. 1 1800 900 604800 300
+             www.glueless.test. 3600 A 198.18.4.80",
+        )],
+    );
+    net.add(
+        "198.18.3.1",
+        Normal,
+        vec![zone(
+            "example.test.",
+            "example.test. 300 SOA ns1.example.test. h.example.test. 1 1800 900 604800 60
+             example.test. 3600 NS ns1.example.test.
+             ns1.example.test. 3600 A 198.18.3.1
+             www.example.test. 300 A 198.18.3.80
+             www.example.test. 300 A 198.18.3.81
+             local.example.test. 300 CNAME www.example.test.
+             alias.example.test. 300 CNAME www.glueless.test.
+             far.example.test. 300 CNAME www.example.net.
+             dangle.example.test. 300 CNAME nothere.example.test.
+             a.sub.example.test. 300 TXT x
+             short.example.test. 20 A 198.18.3.82",
+        )],
+    );
+    let leaf = |apex: &str, ip: &str| {
+        zone(
+            apex,
+            &format!(
+                "{apex} 900 SOA ns.{apex} h.test. 1 1800 900 604800 300\nwww.{apex} 3600 A {ip}"
+            ),
+        )
+    };
+    net.add(
+        "198.18.5.1",
+        SpoofThenAnswer,
+        vec![leaf("spoofed.test.", "198.18.5.80")],
+    );
+    net.add(
+        "198.18.5.2",
+        SpoofOnly,
+        vec![leaf("poisoned.test.", "198.18.5.81")],
+    );
+    net.add(
+        "198.18.6.1",
+        Truncate,
+        vec![leaf("tc.test.", "198.18.6.80")],
+    );
+    Arc::new(net)
+}
+
+fn hints() -> RootHints {
+    RootHints::parse(
+        ". 3600000 NS a.root-servers.test.\n\
+         . 3600000 NS b.root-servers.test.\n\
+         a.root-servers.test. 3600000 A 198.18.0.1\n\
+         b.root-servers.test. 3600000 A 198.18.0.2\n",
+        Path::new("hints"),
+    )
+    .unwrap()
+}
+
+struct Setup {
+    net: Arc<FakeNet>,
+    res: Arc<Resolver>,
+    clock: Arc<AtomicU64>,
+    kernel: Arc<Recorder>,
+}
+
+fn setup(cfg: Config) -> Setup {
+    let net = tree();
+    let clock = Arc::new(AtomicU64::new(1_000 * NS));
+    let kernel = Arc::new(Recorder::default());
+    let res = Resolver::new(
+        cfg,
+        &hints(),
+        net.clone(),
+        kernel.clone(),
+        Clock::Manual(clock.clone()),
+    );
+    Setup {
+        net,
+        res,
+        clock,
+        kernel,
+    }
+}
+
+fn cfg() -> Config {
+    Config {
+        upstream_timeout: Duration::from_millis(100),
+        resolve_timeout: Duration::from_secs(3),
+        ..Config::default()
+    }
+}
+
+fn key(name: &str, qtype: u16) -> CacheKey {
+    CacheKey {
+        qname: n(name),
+        qtype,
+        dnssec_ok: false,
+    }
+}
+
+/// The answer as a message (replayed for a plain query) and its parse.
+fn replay(a: &CachedAnswer, now: u64) -> crate::msg::Reply {
+    let mut q = Vec::new();
+    q.extend_from_slice(&[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    q.extend_from_slice(&a.qname);
+    q.extend_from_slice(&a.qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    let q = xdns_wire::Query::parse(&q).unwrap();
+    let out = xdns_wire::cache::replay(a, &q, now, &xdns_wire::Limits::tcp(1232)).unwrap();
+    parse_reply(&out).unwrap()
+}
+
+fn a_records(r: &crate::msg::Reply) -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = r
+        .answer
+        .iter()
+        .filter(|rr| rr.rtype == rtype::A)
+        .map(|rr| IpAddr::from(<[u8; 4]>::try_from(&rr.rdata[..]).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn resolution_table() {
+    // (question, type, rcode, A records in the answer, CNAMEs in the answer, SOA in authority)
+    type Case = (&'static str, u16, u16, &'static [&'static str], usize, bool);
+    let table: &[Case] = &[
+        (
+            "www.example.test.",
+            rtype::A,
+            0,
+            &["198.18.3.80", "198.18.3.81"],
+            0,
+            false,
+        ),
+        (
+            "WWW.Example.TEST.",
+            rtype::A,
+            0,
+            &["198.18.3.80", "198.18.3.81"],
+            0,
+            false,
+        ),
+        (
+            "www.glueless.test.",
+            rtype::A,
+            0,
+            &["198.18.4.80"],
+            0,
+            false,
+        ),
+        (
+            "local.example.test.",
+            rtype::A,
+            0,
+            &["198.18.3.80", "198.18.3.81"],
+            1,
+            false,
+        ),
+        (
+            "alias.example.test.",
+            rtype::A,
+            0,
+            &["198.18.4.80"],
+            1,
+            false,
+        ),
+        ("far.example.test.", rtype::A, 0, &["198.18.2.80"], 1, false),
+        ("dangle.example.test.", rtype::A, 3, &[], 1, true),
+        ("nx.example.test.", rtype::A, 3, &[], 0, true),
+        ("nothing.test.", rtype::A, 3, &[], 0, true),
+        ("nothing.", rtype::A, 3, &[], 0, true),
+        ("www.example.test.", rtype::AAAA, 0, &[], 0, true),
+        ("sub.example.test.", rtype::A, 0, &[], 0, true),
+        ("www.spoofed.test.", rtype::A, 0, &["198.18.5.80"], 0, false),
+        ("www.tc.test.", rtype::A, 0, &["198.18.6.80"], 0, false),
+        ("www.evil.test.", rtype::A, 0, &["198.18.2.81"], 0, false),
+    ];
+    for (name, qtype, rcode, addrs, cnames, soa) in table {
+        let s = setup(cfg());
+        let k = CacheKey {
+            qname: n(name),
+            qtype: *qtype,
+            dnssec_ok: false,
+        };
+        let a = s
+            .res
+            .resolve(k.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(a.qname, n(name), "{name}: key lowercased");
+        let r = replay(&a, s.clock.load(Relaxed));
+        assert_eq!(r.rcode(), *rcode, "{name}");
+        let want: Vec<IpAddr> = addrs.iter().map(|a| a.parse().unwrap()).collect();
+        assert_eq!(a_records(&r), want, "{name}");
+        assert_eq!(
+            r.answer
+                .iter()
+                .filter(|rr| rr.rtype == rtype::CNAME)
+                .count(),
+            *cnames,
+            "{name}"
+        );
+        assert_eq!(
+            r.authority.iter().any(|rr| rr.rtype == rtype::SOA),
+            *soa,
+            "{name}"
+        );
+        assert!(r.flags & 0x0080 != 0, "{name}: RA");
+        assert!(r.flags & 0x0400 == 0, "{name}: AA clear");
+        // Nothing from the forged replies or the out-of-bailiwick glue was used.
+        assert_eq!(s.net.count("6.6.6.6"), 0, "{name}");
+        assert!(
+            !a_records(&r).contains(&"6.6.6.6".parse().unwrap()),
+            "{name}"
+        );
+        // The same answer went to the kernel cache.
+        let k2 = s.kernel.0.lock().unwrap();
+        assert!(
+            k2.iter()
+                .any(|x| x.qname == a.qname && x.qtype == *qtype && x.body == a.body),
+            "{name}"
+        );
+        if *name == "www.spoofed.test." {
+            assert!(
+                s.res.counters.rejected_replies.load(Relaxed) >= 4,
+                "{name}: forged replies counted"
+            );
+        }
+        if *name == "www.tc.test." {
+            assert_eq!(s.res.counters.tcp_fallbacks.load(Relaxed), 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn negative_ttl_is_min_of_soa_ttl_and_minimum() {
+    let s = setup(cfg());
+    let a = s
+        .res
+        .resolve(key("nx.example.test.", rtype::A))
+        .await
+        .unwrap();
+    // SOA TTL 300, MINIMUM 60.
+    assert_eq!(a.expires_at_ns - a.stored_at_ns, 60 * NS);
+    let r = replay(&a, a.stored_at_ns);
+    assert_eq!(r.authority[0].ttl, 60);
+    assert_eq!(a.body.flags, 3, "RCODE only, AA clear");
+}
+
+#[tokio::test]
+async fn poisoning_attempt_fails_and_failure_is_cached() {
+    let s = setup(cfg());
+    let e = s
+        .res
+        .resolve(key("www.poisoned.test.", rtype::A))
+        .await
+        .unwrap_err();
+    assert_eq!(e, ResolveError::Failed);
+    assert!(s.res.counters.rejected_replies.load(Relaxed) >= 5);
+    let before = s.net.total.load(Relaxed);
+    let e = s
+        .res
+        .resolve(key("www.poisoned.test.", rtype::A))
+        .await
+        .unwrap_err();
+    assert_eq!(e, ResolveError::CachedFailure);
+    assert_eq!(
+        s.net.total.load(Relaxed),
+        before,
+        "failure cache: no new queries"
+    );
+    // After failure_ttl, it is tried again.
+    s.clock.fetch_add(6 * NS, Relaxed);
+    let _ = s.res.resolve(key("www.poisoned.test.", rtype::A)).await;
+    assert!(s.net.total.load(Relaxed) > before);
+}
+
+#[tokio::test]
+async fn cache_hits_and_ttl_decrease() {
+    let s = setup(cfg());
+    let k = key("www.example.test.", rtype::A);
+    assert!(s.res.cached(&k).is_none());
+    let a = s.res.resolve(k.clone()).await.unwrap();
+    let before = s.net.total.load(Relaxed);
+    s.clock.fetch_add(100 * NS + NS / 2, Relaxed);
+    let hit = s.res.cached(&k).expect("cached");
+    assert_eq!(hit.body, a.body);
+    let r = replay(&hit, s.clock.load(Relaxed));
+    assert!(r.answer.iter().all(|rr| rr.ttl == 200), "{:?}", r.answer);
+    let _ = s.res.resolve(k.clone()).await.unwrap();
+    assert_eq!(s.net.total.load(Relaxed), before, "served from cache");
+    // A second name in the same zone starts at the cached cut: one query only.
+    let _ = s
+        .res
+        .resolve(key("local.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(s.net.total.load(Relaxed), before + 1);
+    // Expired: asked again.
+    s.clock.fetch_add(300 * NS, Relaxed);
+    assert!(s.res.cached(&k).is_none());
+    assert_eq!(s.res.counters.cache_hits.load(Relaxed), 1);
+    assert_eq!(s.res.counters.cache_misses.load(Relaxed), 2);
+}
+
+#[tokio::test]
+async fn nxdomain_cut_answers_names_below() {
+    let s = setup(cfg());
+    s.res
+        .resolve(key("nx.example.test.", rtype::A))
+        .await
+        .unwrap();
+    let before = s.net.total.load(Relaxed);
+    let a = s
+        .res
+        .resolve(key("deep.below.nx.example.test.", 16))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.net.total.load(Relaxed),
+        before,
+        "RFC 8020: no query below an NXDOMAIN"
+    );
+    assert_eq!(replay(&a, s.clock.load(Relaxed)).rcode(), 3);
+    assert_eq!(s.res.counters.nxdomain_cut_hits.load(Relaxed), 1);
+}
+
+#[tokio::test]
+async fn serve_stale_when_authorities_are_silent() {
+    let s = setup(cfg());
+    let k = key("www.example.test.", rtype::A);
+    s.res.resolve(k.clone()).await.unwrap();
+    // Expire, and silence the leaf server.
+    s.clock.fetch_add(400 * NS, Relaxed);
+    s.net
+        .servers
+        .lock()
+        .unwrap()
+        .get_mut(&"198.18.3.1".parse().unwrap())
+        .unwrap()
+        .behaviour = Silent;
+    let a = s.res.resolve(k.clone()).await.unwrap();
+    let r = replay(&a, s.clock.load(Relaxed));
+    assert_eq!(a_records(&r).len(), 2);
+    assert!(r.answer.iter().all(|rr| rr.ttl == 30), "{:?}", r.answer);
+    assert_eq!(s.res.counters.stale_answers.load(Relaxed), 1);
+    assert!(s.res.counters.upstream_timeouts.load(Relaxed) >= 1);
+    // Past the stale window: SERVFAIL.
+    s.clock.fetch_add(2 * 86_400 * NS, Relaxed);
+    assert!(s.res.resolve(k).await.is_err());
+}
+
+#[tokio::test]
+async fn silent_server_fails_over_and_is_ranked_last() {
+    let s = setup(Config { fanout: 1, ..cfg() });
+    for i in 0..4 {
+        s.res
+            .resolve(key(&format!("n{i}.nothing{i}.test."), rtype::A))
+            .await
+            .unwrap();
+    }
+    // The silent TLD server was tried at most a few times, the live one every time.
+    assert!(
+        s.net.count("198.18.1.2") <= 3,
+        "{}",
+        s.net.count("198.18.1.2")
+    );
+    assert!(s.net.count("198.18.1.1") >= 1);
+}
+
+#[tokio::test]
+async fn redundant_queries_take_the_first_reply() {
+    // fanout 2: the silent root server does not delay resolution.
+    let s = setup(Config {
+        fanout: 2,
+        upstream_timeout: Duration::from_secs(2),
+        ..cfg()
+    });
+    let t0 = std::time::Instant::now();
+    s.res
+        .resolve(key("www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(s.net.count("198.18.0.1") >= 1);
+}
+
+#[tokio::test]
+async fn nxns_work_is_capped() {
+    let s = setup(Config {
+        max_queries: 20,
+        max_glueless: 4,
+        ..cfg()
+    });
+    let e = s
+        .res
+        .resolve(key("www.nxns.test.", rtype::A))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ResolveError::Budget | ResolveError::Failed),
+        "{e}"
+    );
+    assert!(
+        s.net.total.load(Relaxed) <= 20,
+        "{}",
+        s.net.total.load(Relaxed)
+    );
+}
+
+#[tokio::test]
+async fn concurrent_questions_share_one_resolution() {
+    let s = setup(cfg());
+    let k = key("www.glueless.test.", rtype::A);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let r = s.res.clone();
+        let k = k.clone();
+        set.spawn(async move { r.resolve(k).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.unwrap().unwrap();
+    }
+    // As many queries as one resolution alone.
+    let one = setup(cfg());
+    one.res.resolve(k).await.unwrap();
+    assert!(s.net.total.load(Relaxed) <= one.net.total.load(Relaxed));
+}
+
+#[tokio::test]
+async fn prefetch_refreshes_hot_entries() {
+    let s = setup(cfg());
+    s.res.spawn_prefetcher(None);
+    let k = key("www.example.test.", rtype::A);
+    s.res.resolve(k.clone()).await.unwrap();
+    let inserted = s.kernel.0.lock().unwrap().len();
+    // TTL 300, window 10 %: at 280 s a hit asks for a refresh.
+    s.clock.fetch_add(280 * NS, Relaxed);
+    assert!(s.res.cached(&k).is_some());
+    for _ in 0..100 {
+        if s.kernel.0.lock().unwrap().len() > inserted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(s.res.counters.prefetches.load(Relaxed), 1);
+    let fresh = s.res.cached(&k).unwrap();
+    assert_eq!(fresh.stored_at_ns, s.clock.load(Relaxed), "refreshed entry");
+    // Kernel prefetch requests arrive through a channel too.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let s2 = setup(cfg());
+    s2.res.spawn_prefetcher(Some(rx));
+    tx.send(key("www.glueless.test.", rtype::A)).await.unwrap();
+    for _ in 0..100 {
+        if s2
+            .res
+            .cached(&key("www.glueless.test.", rtype::A))
+            .is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(s2.res.counters.prefetches.load(Relaxed), 1);
+}
+
+#[tokio::test]
+async fn cache_is_bounded() {
+    let s = setup(Config {
+        cache_entries: 32,
+        ..cfg()
+    });
+    for i in 0..100 {
+        s.res
+            .resolve(key(&format!("x{i}.example.test."), rtype::A))
+            .await
+            .unwrap();
+    }
+    assert!(s.res.cache_len() <= 32 + 16, "{}", s.res.cache_len());
+    assert!(s.res.counters.evictions.load(Relaxed) > 0);
+}
+
+#[tokio::test]
+async fn forwarders_are_asked_with_rd() {
+    let s = setup(Config {
+        forwarders: vec!["198.18.3.1:53".parse().unwrap()],
+        ..cfg()
+    });
+    let a = s
+        .res
+        .resolve(key("www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(a_records(&replay(&a, 0)).len(), 2);
+    assert_eq!(s.net.total.load(Relaxed), 1);
+}
