@@ -169,28 +169,14 @@ static __always_inline int xdns_body_get(const struct xdns_answer_key *key, cons
 	return ref->s || ref->m || ref->l ? 0 : -1;
 }
 
-/* Write header, body and OPT into the (already resized) frame. */
-static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch *sc, const struct xdns_pkt *pkt,
-					const struct xdns_query *q, const struct xdns_body_ref *ref,
-					const struct xdns_answer *a, struct xdns_reply *r)
+/* Write OPT (after the r->blen body bytes at DNS offset r->body_at) and the header. */
+static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_pkt *pkt,
+					 const struct xdns_query *q, struct xdns_reply *r)
 {
 	__u32 at = pkt->dns_off + r->body_at;
 	__u8 hdr[XDNS_HDR_LEN];
 	__u8 opt[XDNS_OPT_LEN] = {};
-	int err;
 
-	if (r->blen) {
-		if (ref->s)
-			err = xdns_put_body(ctx, sc, at, ref->s->bytes, ref->s->fixups, XDNS_CLASS_S_LEN, r);
-		else if (ref->m)
-			err = xdns_put_body(ctx, sc, at, ref->m->bytes, ref->m->fixups, XDNS_CLASS_M_LEN, r);
-		else if (ref->l)
-			err = xdns_put_body(ctx, sc, at, ref->l->bytes, ref->l->fixups, XDNS_CLASS_L_LEN, r);
-		else
-			err = -1;
-		if (err || xdns_put_fixups(ctx, sc, at, a->nfixups, r))
-			return -1;
-	}
 	if (q->has_opt) {
 		opt[2] = XDNS_TYPE_OPT;
 		opt[3] = xdns_cfg.edns_payload >> 8;
@@ -216,6 +202,29 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 		return -1;
 	r->sum += xdns_csum_buf(hdr, XDNS_HDR_LEN, 0);
 	return 0;
+}
+
+/* Write header, body and OPT into the (already resized) frame. */
+static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch *sc, const struct xdns_pkt *pkt,
+					const struct xdns_query *q, const struct xdns_body_ref *ref,
+					const struct xdns_answer *a, struct xdns_reply *r)
+{
+	__u32 at = pkt->dns_off + r->body_at;
+	int err;
+
+	if (r->blen) {
+		if (ref->s)
+			err = xdns_put_body(ctx, sc, at, ref->s->bytes, ref->s->fixups, XDNS_CLASS_S_LEN, r);
+		else if (ref->m)
+			err = xdns_put_body(ctx, sc, at, ref->m->bytes, ref->m->fixups, XDNS_CLASS_M_LEN, r);
+		else if (ref->l)
+			err = xdns_put_body(ctx, sc, at, ref->l->bytes, ref->l->fixups, XDNS_CLASS_L_LEN, r);
+		else
+			err = -1;
+		if (err || xdns_put_fixups(ctx, sc, at, a->nfixups, r))
+			return -1;
+	}
+	return xdns_put_head(ctx, pkt, q, r);
 }
 
 /* IPv4 options are not echoed: move Ethernet + the fixed IPv4 header forward over them. */

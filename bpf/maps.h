@@ -40,6 +40,13 @@ struct xdns_scratch {
 	__u32 fix_delta;        /* added to each pointer */
 	__u32 fix_err;
 	__u64 fix_sum;          /* checksum change of all fixups */
+	/* cache stage: TTL pass (uses fix_at, fix_body_at, fix_blen, fix_err, fix_sum) */
+	__u16 ttl[XDNS_CACHE_MAX_RRS]; /* body offsets of the TTLs to rewrite */
+	__u32 ttl_n;            /* entries of ttl[] */
+	__u32 ttl_sub;          /* whole seconds since the entry was stored */
+	/* cache stage: name comparison */
+	__u32 cmp_words;        /* 8-byte words of the name to compare */
+	__u32 cmp_diff;         /* non-zero once a word differs */
 };
 
 /* Load-time configuration: seed, EDNS payload, listen set. Userspace fills it before load. */
@@ -49,6 +56,7 @@ const volatile struct xdns_config xdns_cfg = {};
 const volatile enum xdns_body_kind xdns_btf_kind = XDNS_KIND_TYPE;
 const volatile enum xdns_body_class xdns_btf_class = XDNS_CLASS_S;
 const volatile enum xdns_verdict xdns_btf_verdict = XDNS_ANSWERED;
+const volatile struct xdns_cache_event xdns_btf_cache_event = {};
 
 /* key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload. */
 struct {
@@ -118,5 +126,44 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xdns_scratch);
 } xdns_scratch SEC(".maps");
+
+/* (name hash, qtype, DO, name length) -> struct xdns_cache_s (body <= 128 B); the resolver writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, struct xdns_cache_key);
+	__type(value, struct xdns_cache_s);
+} xdns_cache_s SEC(".maps");
+
+/* (name hash, qtype, DO, name length) -> struct xdns_cache_m (body <= 512 B); the resolver writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct xdns_cache_key);
+	__type(value, struct xdns_cache_m);
+} xdns_cache_m SEC(".maps");
+
+/* (name hash, qtype, DO, name length) -> struct xdns_cache_l (body <= 1280 B); the resolver writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct xdns_cache_key);
+	__type(value, struct xdns_cache_l);
+} xdns_cache_l SEC(".maps");
+
+/* struct xdns_cache_event records (refresh requests); the program writes, the resolver reads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} xdns_cache_events SEC(".maps");
+
+/* struct xdns_allow_key (client prefix) -> u8 1: who may use the resolver; userspace writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, struct xdns_allow_key);
+	__type(value, __u8);
+} xdns_allow SEC(".maps");
 
 #endif /* XDNS_MAPS_H */

@@ -13,7 +13,7 @@ static __always_inline int xdns_verdict(enum xdns_verdict v)
 
 	if (n)
 		*n += 1;
-	if (v == XDNS_ANSWERED)
+	if (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED)
 		return XDP_TX;
 	if (v == XDNS_DROP_REWRITE)
 		return XDP_DROP;

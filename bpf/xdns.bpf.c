@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 /*
- * xdns.bpf.c - the XDP hook: answer authoritative DNS queries over UDP in the kernel.
+ * xdns.bpf.c - the XDP hook: answer authoritative DNS queries over UDP in the kernel, and,
+ * when the resolver is on, names under no served zone from the resolver's cache (cache.h).
  *
  * Everything this program does not fully handle goes to userspace (XDP_PASS) with a named
  * reason counted in xdns_stats; userspace gives the same answer for anything answered here.
@@ -19,6 +20,7 @@
 #include "dns.h"
 #include "lookup.h"
 #include "answer.h"
+#include "cache.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -58,6 +60,8 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 		return XDNS_PASS_NOT_LOADED;
 	gen = *genp;
 	v = xdns_select(sc, &q, gen, &key, &a);
+	if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
+		return xdns_cache_answer(ctx, sc, &pkt, &q);
 	if (v != XDNS_ANSWERED)
 		return v;
 	v = xdns_plan(&q, a, &r);

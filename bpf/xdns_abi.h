@@ -40,7 +40,14 @@ enum xdns_verdict {
 	XDNS_PASS_NOT_LOADED = 22,    /* no active generation yet */
 	XDNS_PASS_TAIL = 23,          /* bpf_xdp_adjust_tail refused to grow the frame */
 	XDNS_DROP_REWRITE = 24,       /* packet half rewritten when a helper failed: dropped */
-	XDNS_VERDICT_MAX = 25,        /* number of verdicts (size of xdns_stats) */
+	/* resolver cache stage (only when xdns_cfg.resolver is set; names under no served zone) */
+	XDNS_CACHE_ANSWERED = 25,     /* XDP_TX: answered from the resolver's answer cache */
+	XDNS_PASS_CACHE_MISS = 26,    /* not in the cache (or a hash collision): userspace resolves */
+	XDNS_PASS_CACHE_EXPIRED = 27, /* in the cache but expired: never served, userspace resolves */
+	XDNS_PASS_NOT_ALLOWED = 28,   /* client outside the resolver's allow list (userspace: REFUSED) */
+	XDNS_PASS_RD0 = 29,           /* RD=0 for a name under no served zone: userspace's policy */
+	XDNS_PASS_CACHE_CD = 30,      /* CD=1: checking disabled, userspace answers */
+	XDNS_VERDICT_MAX = 31,        /* number of verdicts (size of xdns_stats); not a verdict */
 };
 
 /* Kinds of body key; values never renumbered (see DESIGN-NOTES.md, the answer model). */
@@ -145,8 +152,69 @@ struct xdns_config {
 	__u64 seed;             /* random per load: seeds xdns_name_hash() */
 	__u16 edns_payload;     /* our EDNS UDP payload size (advertised and cap) */
 	__u16 nlisten;          /* used entries of listen[] */
-	__u32 _pad;
+	__u8 resolver;          /* 1: cache stage on (names under no served zone, see cache.h) */
+	__u8 _pad[3];
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
+};
+
+/*
+ * Resolver answer cache (bpf/cache.h). Keys are exact question names: the body was compiled
+ * against the name itself (delta 0, no fixups). Userspace writes, the program reads; one LRU map
+ * per body size class, a key lives in at most one of them.
+ */
+#define XDNS_CACHE_MAX_RRS 64   /* records per cached body whose TTLs the kernel rewrites */
+
+/* Key of `xdns_cache_{s,m,l}`. */
+struct xdns_cache_key {
+	__u64 hash;             /* xdns_name_hash() of the lowercased question name */
+	__u16 qtype;
+	__u8 do_bit;            /* the query's EDNS DO bit (0 without EDNS) */
+	__u8 name_len;          /* wire length of the name */
+	__u32 _pad;
+};
+
+/* Common head of every cache value. */
+struct xdns_cache_meta {
+	__u64 stored_ns;        /* CLOCK_MONOTONIC time the TTLs in the body were exact */
+	__u64 expires_ns;       /* never served at or after this time */
+	__u64 prefetch_ns;      /* a hit at or after this time sends one refresh event */
+	__u64 prefetch_sent;    /* 0 -> 1 (compare-and-swap) by the hit that sends the event */
+	struct xdns_answer ans; /* flags = RCODE, counts, lengths, checksums; base_len = name_len */
+	__u16 nttl;             /* entries of ttl_off[] */
+	__u8 _pad[6];
+	__u8 name[256];         /* the lowercased question name, zero padded (collision check) */
+	__u16 ttl_off[XDNS_CACHE_MAX_RRS]; /* body offset of each record's TTL, ascending */
+};
+
+/* Values of `xdns_cache_{s,m,l}`: the head and the body bytes of that size class. */
+struct xdns_cache_s {
+	struct xdns_cache_meta m;
+	__u8 bytes[XDNS_CLASS_S_LEN];
+};
+struct xdns_cache_m {
+	struct xdns_cache_meta m;
+	__u8 bytes[XDNS_CLASS_M_LEN];
+};
+struct xdns_cache_l {
+	struct xdns_cache_meta m;
+	__u8 bytes[XDNS_CLASS_L_LEN];
+};
+
+/* Record of `xdns_cache_events` (ring buffer): refresh this key before it expires. */
+struct xdns_cache_event {
+	__u8 name[256];         /* lowercased question name, zero padded */
+	__u16 qtype;
+	__u8 do_bit;
+	__u8 name_len;
+	__u32 _pad;
+};
+
+/* Key of `xdns_allow` (LPM trie): the family byte first, so IPv4 and IPv6 never overlap. */
+struct xdns_allow_key {
+	__u32 prefixlen;        /* 8 (the family byte) + the address prefix length */
+	__u8 family;            /* 4 or 6 */
+	__u8 addr[16];          /* IPv4 in the first 4 bytes */
+	__u8 _pad[3];
 };
 
 #endif /* XDNS_ABI_H */

@@ -10,6 +10,8 @@
 //! - [`select`]: the kernel's lookup re-expressed over in-memory maps, to compare with the
 //!   engine's `select` without root.
 //! - [`runtime`]: load, attach (BPF link), test-run and counters with libbpf.
+//! - [`cache`]: the resolver's answer cache in the kernel ([`cache::KernelCache`], an
+//!   `xdns_wire::AnswerCache`), its refresh events ([`cache::PrefetchEvents`]) and allow list.
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
 mod skel {
@@ -19,6 +21,7 @@ mod skel {
 /// The ABI types of `bpf/xdns_abi.h`, generated from the program's BTF.
 pub use skel::types;
 
+pub mod cache;
 pub mod data;
 pub mod hash;
 pub mod maps;

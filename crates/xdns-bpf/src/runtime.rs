@@ -35,6 +35,20 @@ pub struct LoadConfig {
     pub seed: Option<u64>,
     /// Map capacities (entries). Hash maps are not preallocated: memory follows the data.
     pub capacity: Capacity,
+    /// The resolver's cache stage (`bpf/cache.h`); `None` = off: names under no served zone
+    /// pass as `pass_no_zone`, exactly the authoritative-only program.
+    pub resolver: Option<ResolverStage>,
+}
+
+/// Load-time settings of the cache stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolverStage {
+    /// Clients that may be answered from the cache (`addr/len`); others pass
+    /// (`pass_not_allowed`) for userspace to refuse. Changeable later with
+    /// [`XdpProgram::set_allow`].
+    pub allow: Vec<(std::net::IpAddr, u8)>,
+    /// Entries of the three LRU maps (preallocated).
+    pub capacity: crate::cache::CacheCapacity,
 }
 
 /// Entries each map may hold; a reload needs room for two generations.
@@ -109,6 +123,15 @@ impl XdpProgram {
                 }
             }
         }
+        {
+            let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
+            ro.xdns_cfg.resolver = u8::from(cfg.resolver.is_some());
+        }
+        // LRU maps are preallocated: the smallest useful size when the stage is off.
+        let cc = cfg.resolver.as_ref().map_or(crate::cache::CacheCapacity { s: 64, m: 64, l: 64 }, |r| r.capacity);
+        open.maps.xdns_cache_s.set_max_entries(cc.s.max(64))?;
+        open.maps.xdns_cache_m.set_max_entries(cc.m.max(64))?;
+        open.maps.xdns_cache_l.set_max_entries(cc.l.max(64))?;
         let c = cfg.capacity;
         open.maps.xdns_nodes.set_max_entries(c.nodes)?;
         open.maps.xdns_answers.set_max_entries(c.answers)?;
@@ -116,7 +139,52 @@ impl XdpProgram {
         open.maps.xdns_bodies_m.set_max_entries(c.bodies_m)?;
         open.maps.xdns_bodies_l.set_max_entries(c.bodies_l)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
-        Ok(Self { skel, loader: Loader::new(seed), links: Vec::new() })
+        let prog = Self { skel, loader: Loader::new(seed), links: Vec::new() };
+        if let Some(r) = &cfg.resolver {
+            prog.set_allow(&r.allow)?;
+        }
+        Ok(prog)
+    }
+
+    /// Is the cache stage on (`LoadConfig::resolver`)?
+    pub fn resolver_enabled(&self) -> bool {
+        self.skel.maps.rodata_data.as_deref().is_some_and(|ro| ro.xdns_cfg.resolver != 0)
+    }
+
+    /// A handle on the cache maps (duplicated fds: `Send + Sync`, usable from any thread, valid
+    /// after the program is dropped). Entries written while the stage is off are never read.
+    pub fn cache(&self) -> Result<crate::cache::KernelCache> {
+        let m = &self.skel.maps;
+        let fds = [
+            m.xdns_cache_s.as_fd().try_clone_to_owned()?,
+            m.xdns_cache_m.as_fd().try_clone_to_owned()?,
+            m.xdns_cache_l.as_fd().try_clone_to_owned()?,
+        ];
+        Ok(crate::cache::KernelCache::new(self.seed(), fds))
+    }
+
+    /// Start a reader of the refresh events (one per entry hit in its prefetch window).
+    /// Usually called once; each reader consumes events, so two readers split them.
+    pub fn prefetch_events(&self) -> Result<crate::cache::PrefetchEvents> {
+        crate::cache::PrefetchEvents::start(self.skel.maps.xdns_cache_events.as_fd().try_clone_to_owned()?)
+    }
+
+    /// Replace the resolver's allow list (prefixes `addr/len`): new prefixes are added before
+    /// stale ones are removed, so a client in both lists is never refused in between.
+    pub fn set_allow(&self, allow: &[(std::net::IpAddr, u8)]) -> Result<()> {
+        let map = &self.skel.maps.xdns_allow;
+        let mut want = Vec::new();
+        for (a, l) in allow {
+            want.push(bytes_of(&crate::cache::allow_key(*a, *l)?).to_vec());
+        }
+        for k in &want {
+            map.update(k, &[1u8], MapFlags::ANY).context("writing the allow list")?;
+        }
+        let stale: Vec<Vec<u8>> = map.keys().filter(|k| !want.contains(k)).collect();
+        for k in stale {
+            let _ = map.delete(&k);
+        }
+        Ok(())
     }
 
     /// The hash seed of this load.

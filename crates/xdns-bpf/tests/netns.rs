@@ -92,6 +92,7 @@ fn kdig_answered_by_the_kernel() {
         edns_payload: OUR_PAYLOAD,
         seed: None,
         capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_s: 16, bodies_m: 16, bodies_l: 16 },
+        resolver: None,
     };
     peer_cfg.seed = Some(1);
     let peer = in_netns(&cli, || {

@@ -128,6 +128,7 @@ fn install_and_reload_100k_names() {
         edns_payload: OUR_PAYLOAD,
         seed: None,
         capacity: xdns_bpf::runtime::Capacity::for_data(&data),
+        resolver: None,
     };
     let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
     let t = std::time::Instant::now();

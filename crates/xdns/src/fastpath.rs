@@ -18,10 +18,23 @@ use crate::xdp::{XdpConfig, XdpRuntime};
 /// How long a caller waits for the XDP thread before giving up.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+#[allow(dead_code)] // Cache and SetAllow: used once the resolver is wired in (issue 4)
 enum Cmd {
     Reload(Arc<ZoneSet>, mpsc::Sender<anyhow::Result<()>>),
     Counters(mpsc::Sender<Vec<(String, u64)>>),
+    Cache(mpsc::Sender<anyhow::Result<Option<CacheHandles>>>),
+    SetAllow(
+        Vec<(std::net::IpAddr, u8)>,
+        mpsc::Sender<anyhow::Result<()>>,
+    ),
 }
+
+/// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
+/// its refresh events (keys to resolve again before they expire).
+pub type CacheHandles = (
+    xdns_bpf::cache::KernelCache,
+    xdns_bpf::cache::PrefetchEvents,
+);
 
 /// Handle to the thread that owns the attached XDP program.
 pub struct Fastpath {
@@ -70,6 +83,12 @@ impl Fastpath {
                         Cmd::Counters(reply) => {
                             let _ = reply.send(rt.counters());
                         }
+                        Cmd::Cache(reply) => {
+                            let _ = reply.send(rt.cache());
+                        }
+                        Cmd::SetAllow(allow, reply) => {
+                            let _ = reply.send(rt.set_allow(&allow));
+                        }
                     }
                 }
             })?;
@@ -108,6 +127,26 @@ impl Fastpath {
             return Vec::new();
         }
         rx.recv_timeout(CALL_TIMEOUT).unwrap_or_default()
+    }
+
+    /// The kernel answer cache and its refresh-event reader (blocking). `Ok(None)` when the
+    /// cache stage is off (`XdpConfig::resolver` unset). Call once: the event reader is the one
+    /// consumer of the ring buffer.
+    #[allow(dead_code)] // called by the resolver wiring (issue 4)
+    pub fn cache(&self) -> anyhow::Result<Option<CacheHandles>> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Cmd::Cache(reply))?;
+        rx.recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+    }
+
+    /// Replace the resolver's allow list in the kernel (blocking).
+    #[allow(dead_code)] // called by the resolver wiring (issue 4)
+    pub fn set_allow(&self, allow: Vec<(std::net::IpAddr, u8)>) -> anyhow::Result<()> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Cmd::SetAllow(allow, reply))?;
+        rx.recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
     }
 
     fn send(&self, cmd: Cmd) -> anyhow::Result<()> {

@@ -5,6 +5,8 @@
 //!   the kernel maps from `zones`; returns `Ok(None)` when no interface is configured.
 //! - `reload` swaps the kernel's data atomically for a new zone set.
 //! - `counters` returns every verdict counter summed over CPUs, for `xdns stats` and `/metrics`.
+//! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
+//!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
 //! - Dropping the runtime detaches the program.
 
 use std::net::SocketAddr;
@@ -22,6 +24,11 @@ pub struct XdpConfig {
     /// native | generic | auto
     #[serde(default)]
     pub mode: XdpMode,
+    /// The resolver's kernel answer cache (`bpf/cache.h`), set by the daemon from the
+    /// `[resolver]` section (not read from `[xdp]`): `None` = authoritative only. With it, names
+    /// under no served zone are answered from the cache for clients in `allow`.
+    #[serde(skip)]
+    pub resolver: Option<xdns_bpf::runtime::ResolverStage>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -61,6 +68,7 @@ impl XdpRuntime {
             edns_payload,
             seed: None,
             capacity: Capacity::for_data(&data),
+            resolver: cfg.resolver.clone(),
         };
         let mut prog = XdpProgram::load(&load)?;
         prog.install(&data).context("filling the XDP maps")?;
@@ -79,6 +87,27 @@ impl XdpRuntime {
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
         let data = xdns_bpf::data::compile_kernel_data(zones);
         self.prog.install(&data)
+    }
+
+    /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
+    /// when the cache stage is off (`XdpConfig::resolver` unset).
+    pub fn cache(
+        &self,
+    ) -> anyhow::Result<
+        Option<(
+            xdns_bpf::cache::KernelCache,
+            xdns_bpf::cache::PrefetchEvents,
+        )>,
+    > {
+        if !self.prog.resolver_enabled() {
+            return Ok(None);
+        }
+        Ok(Some((self.prog.cache()?, self.prog.prefetch_events()?)))
+    }
+
+    /// Replace the resolver's allow list (e.g. after a reload of `[resolver] allow`).
+    pub fn set_allow(&self, allow: &[(std::net::IpAddr, u8)]) -> anyhow::Result<()> {
+        self.prog.set_allow(allow)
     }
 
     /// Every verdict counter (`answered`, `pass_<reason>`, `drop_<reason>`) summed over CPUs.

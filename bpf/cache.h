@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * cache.h - the resolver's answer cache: a name under no served zone, asked with RD=1 and CD=0
+ * by a client in `xdns_allow`, is answered from `xdns_cache_{s,m,l}` while the entry lives:
+ *   header (client's ID, QR, RD, RA, RCODE) | question (as sent) | body (TTLs aged) | OPT
+ * exactly as xdns_wire::cache::replay builds it in userspace. Everything else passes.
+ *
+ * The key holds the full-name hash (a by-product of the encloser walk) and the name length; the
+ * value holds the name itself, compared before use, so a hash collision is a miss, never a
+ * wrong answer. Bodies are compiled against the question name: no fixups (delta is 0).
+ */
+#ifndef XDNS_CACHE_H
+#define XDNS_CACHE_H
+
+#include "answer.h"
+
+#define XDNS_F_AA 0x0400
+#define XDNS_F_RA 0x0080
+#define XDNS_NS_PER_S 1000000000ULL
+
+_Static_assert((XDNS_CACHE_MAX_RRS & (XDNS_CACHE_MAX_RRS - 1)) == 0, "ttl[] is indexed with a mask");
+
+/* The cache entry found for a query: exactly one pointer is set, the one of its size class. */
+struct xdns_cache_ref {
+	struct xdns_cache_s *s;
+	struct xdns_cache_m *m;
+	struct xdns_cache_l *l;
+};
+
+/* Argument of the comparison loop: the entry's head. */
+struct xdns_cache_cmp_ctx {
+	const struct xdns_cache_meta *mt;
+};
+
+/*
+ * Compare 8-byte word `index` of the question name (scratch) with the entry's (bpf_loop body).
+ * The entry's name is zero padded; the last word of the question is masked to its length.
+ */
+static long xdns_cache_cmp_word(__u64 index, void *arg)
+{
+	struct xdns_cache_cmp_ctx *c = arg;
+	struct xdns_scratch *sc;
+	__u32 zero = 0, off, left;
+	__u64 a, b, mask = ~0ULL;
+
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc || index >= sc->cmp_words || index >= 32)
+		return 1;
+	off = (index & 31) * 8;
+	left = sc->qlen - off;
+	if (left < 8)
+		mask = (1ULL << (left * 8)) - 1;        /* little-endian loads: low bytes first */
+	__builtin_memcpy(&a, &sc->name[off], 8);
+	__builtin_memcpy(&b, &c->mt->name[off], 8);
+	if ((a & mask) != b) {
+		sc->cmp_diff = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Is the entry's name the question name? (sc->qlen is the question's wire length.) */
+static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
+{
+	struct xdns_cache_cmp_ctx c = { .mt = mt };
+
+	sc->cmp_words = (sc->qlen + 7) / 8;
+	sc->cmp_diff = 0;
+	bpf_loop(32, xdns_cache_cmp_word, &c, 0);
+	return !sc->cmp_diff;
+}
+
+/*
+ * Age one record's TTL (bpf_loop body, `index` = record): read it back from the packet (just
+ * copied from the entry), subtract the elapsed seconds (not below 0), write it, and add the
+ * checksum change. Offsets are ascending: the first beyond the bytes sent ends the pass.
+ */
+static long xdns_ttl_step(__u64 index, void *arg)
+{
+	struct xdns_fixup_ctx *fc = arg;
+	struct xdns_scratch *sc;
+	__u32 zero = 0, f, old, new;
+	__u8 w[4];
+
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc || index >= sc->ttl_n)
+		return 1;
+	f = sc->ttl[index & (XDNS_CACHE_MAX_RRS - 1)];
+	if (f + 4 > sc->fix_blen)
+		return 1;
+	if (bpf_xdp_load_bytes(fc->ctx, sc->fix_at + f, w, 4)) {
+		sc->fix_err = 1;
+		return 1;
+	}
+	old = ((__u32)w[0] << 24) | ((__u32)w[1] << 16) | ((__u32)w[2] << 8) | w[3];
+	new = old > sc->ttl_sub ? old - sc->ttl_sub : 0;
+	w[0] = new >> 24;
+	w[1] = (new >> 16) & 0xff;
+	w[2] = (new >> 8) & 0xff;
+	w[3] = new & 0xff;
+	if (bpf_xdp_store_bytes(fc->ctx, sc->fix_at + f, w, 4)) {
+		sc->fix_err = 1;
+		return 1;
+	}
+	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old >> 16, new >> 16);
+	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f + 2, old & 0xffff, new & 0xffff);
+	return 0;
+}
+
+/* Rewrite the TTLs of the records sent; adds the checksum change to r->sum. */
+static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
+					 const struct xdns_cache_meta *mt, __u32 sub, struct xdns_reply *r)
+{
+	struct xdns_fixup_ctx fc = { .ctx = ctx };
+	__u32 n = mt->nttl;
+
+	if (sub == 0 || r->blen == 0 || n == 0)
+		return 0;
+	__builtin_memcpy(sc->ttl, mt->ttl_off, sizeof(sc->ttl));
+	sc->ttl_n = n < XDNS_CACHE_MAX_RRS ? n : XDNS_CACHE_MAX_RRS;
+	sc->ttl_sub = sub;
+	sc->fix_at = at;
+	sc->fix_body_at = r->body_at;
+	sc->fix_blen = r->blen;
+	sc->fix_err = 0;
+	sc->fix_sum = 0;
+	bpf_loop(XDNS_CACHE_MAX_RRS, xdns_ttl_step, &fc, 0);
+	if (sc->fix_err)
+		return -1;
+	r->sum += sc->fix_sum;
+	return 0;
+}
+
+/* Copy the first r->blen body bytes of the entry after the question. */
+static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, const struct xdns_cache_ref *ref,
+					       const struct xdns_reply *r)
+{
+	__u32 blen = r->blen;
+
+	if (blen == 0)
+		return 0;
+	if (ref->s) {
+		if (blen > XDNS_CLASS_S_LEN)
+			return -1;
+		return bpf_xdp_store_bytes(ctx, at, ref->s->bytes, blen) ? -1 : 0;
+	}
+	if (ref->m) {
+		if (blen > XDNS_CLASS_M_LEN)
+			return -1;
+		return bpf_xdp_store_bytes(ctx, at, ref->m->bytes, blen) ? -1 : 0;
+	}
+	if (ref->l) {
+		if (blen > XDNS_CLASS_L_LEN)
+			return -1;
+		return bpf_xdp_store_bytes(ctx, at, ref->l->bytes, blen) ? -1 : 0;
+	}
+	return -1;
+}
+
+/* Is the client (source address) in the allow list? */
+static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct xdns_pkt *pkt)
+{
+	struct xdns_allow_key k = {};
+
+	if (pkt->ipv6) {
+		if (bpf_xdp_load_bytes(ctx, pkt->l3_off + 8, k.addr, 16))
+			return 0;
+		k.family = 6;
+		k.prefixlen = 8 + 128;
+	} else {
+		if (bpf_xdp_load_bytes(ctx, pkt->l3_off + 12, k.addr, 4))
+			return 0;
+		k.family = 4;
+		k.prefixlen = 8 + 32;
+	}
+	return bpf_map_lookup_elem(&xdns_allow, &k) != NULL;
+}
+
+/* One refresh event per entry: the first hit at or after prefetch_ns wins the flag. */
+static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, const struct xdns_cache_key *key,
+						__u64 now)
+{
+	struct xdns_cache_event *ev;
+
+	if (now < mt->prefetch_ns || mt->prefetch_sent)
+		return;
+	if (__sync_val_compare_and_swap(&mt->prefetch_sent, 0, 1) != 0)
+		return;
+	ev = bpf_ringbuf_reserve(&xdns_cache_events, sizeof(*ev), 0);
+	if (!ev) {
+		mt->prefetch_sent = 0;  /* ring full: a later hit tries again */
+		return;
+	}
+	__builtin_memcpy(ev->name, mt->name, sizeof(ev->name));
+	ev->qtype = key->qtype;
+	ev->do_bit = key->do_bit;
+	ev->name_len = key->name_len;
+	ev->_pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+/*
+ * The cache stage, for a query whose name is under no served zone (the encloser walk left
+ * the whole name's hash state in sc->hs). Returns XDNS_CACHE_ANSWERED with the frame rewritten,
+ * or a pass reason with the frame untouched (XDNS_DROP_REWRITE if a helper failed halfway).
+ */
+static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, struct xdns_scratch *sc,
+							    struct xdns_pkt *pkt, const struct xdns_query *q)
+{
+	struct xdns_cache_key key = {};
+	struct xdns_cache_ref ref = {};
+	struct xdns_cache_meta *mt;
+	struct xdns_reply r = {};
+	enum xdns_verdict v;
+	__u64 now, el;
+	__u32 frame, sub;
+	long grow;
+
+	if (!xdns_cache_allowed(ctx, pkt))
+		return XDNS_PASS_NOT_ALLOWED;
+	if (!(q->flags & XDNS_F_RD))
+		return XDNS_PASS_RD0;
+	if (q->flags & XDNS_F_CD)
+		return XDNS_PASS_CACHE_CD;
+	if (sc->end != 0 || q->qlen > 255)
+		return XDNS_PASS_CACHE_MISS;
+	key.hash = xdns_hash_fin(sc->hs);
+	key.qtype = q->qtype;
+	key.do_bit = q->do_bit;
+	key.name_len = q->qlen;
+
+	ref.s = bpf_map_lookup_elem(&xdns_cache_s, &key);
+	if (ref.s) {
+		mt = &ref.s->m;
+	} else {
+		ref.m = bpf_map_lookup_elem(&xdns_cache_m, &key);
+		if (ref.m) {
+			mt = &ref.m->m;
+		} else {
+			ref.l = bpf_map_lookup_elem(&xdns_cache_l, &key);
+			if (!ref.l)
+				return XDNS_PASS_CACHE_MISS;
+			mt = &ref.l->m;
+		}
+	}
+	if (mt->ans.base_len != q->qlen || !xdns_cache_same_name(sc, mt))
+		return XDNS_PASS_CACHE_MISS;
+	now = bpf_ktime_get_ns();
+	if (now >= mt->expires_ns)
+		return XDNS_PASS_CACHE_EXPIRED;
+	el = now > mt->stored_ns ? (now - mt->stored_ns) / XDNS_NS_PER_S : 0;
+	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
+
+	v = xdns_plan(q, &mt->ans, &r);
+	if (v != XDNS_ANSWERED)
+		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
+	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;
+	xdns_cache_prefetch(mt, &key, now);
+
+	frame = ctx->data_end - ctx->data;
+	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
+	if (grow && bpf_xdp_adjust_tail(ctx, (int)grow))
+		return XDNS_PASS_TAIL;
+	if (xdns_cache_put_body(ctx, pkt->dns_off + r.body_at, &ref, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, sub, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_head(ctx, pkt, q, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_strip_ip_options(ctx, pkt))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_l2_l4(ctx, pkt, &r))
+		return XDNS_DROP_REWRITE;
+	return XDNS_CACHE_ANSWERED;
+}
+
+#endif /* XDNS_CACHE_H */

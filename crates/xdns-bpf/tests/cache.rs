@@ -1,0 +1,433 @@
+//! The resolver's answer cache in XDP (needs root): fixture rows run through
+//! BPF_PROG_TEST_RUN, each an input frame, the expected verdict and the exact output frame.
+//!
+//! Expected replies come from `xdns_wire::cache::replay`, the userspace reference (the
+//! differential check: kernel bytes == userspace bytes), at the time of the run; entries are
+//! stored "in the past" (`stored_at_ns` = now - N.5 s) so the kernel's whole-second ageing is
+//! unambiguous. Checksums are recomputed independently by `common::checksums_ok`.
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use common::*;
+use xdns_bpf::cache::{CacheCapacity, KernelCache};
+use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
+use xdns_bpf::runtime::{Capacity, LoadConfig, ResolverStage, XdpProgram};
+use xdns_wire::body::{BodyWriter, Section};
+use xdns_wire::cache::replay;
+use xdns_wire::query::Query;
+use xdns_wire::response::Limits;
+use xdns_wire::{AnswerCache, Body, CacheKey, CachedAnswer};
+
+const A: u16 = 1;
+const NS: u16 = 2;
+const CNAME: u16 = 5;
+const SOA: u16 = 6;
+const TXT: u16 = 16;
+const AAAA: u16 = 28;
+const S: u64 = 1_000_000_000;
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * S + ts.tv_nsec as u64
+}
+
+/// The allow list of the rows: the lab's client prefixes (198.18.0.0/15, 2001:db8::/32);
+/// 203.0.113.0/24 and 2001:db9::/32 are outside.
+fn allow() -> Vec<(IpAddr, u8)> {
+    vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)]
+}
+
+fn load_resolver(seed: u64) -> XdpProgram {
+    let cfg = LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(seed),
+        capacity: Capacity { nodes: 256, answers: 256, bodies_s: 256, bodies_m: 256, bodies_l: 256 },
+        resolver: Some(ResolverStage { allow: allow(), capacity: CacheCapacity { s: 1024, m: 256, l: 128 } }),
+    };
+    XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)")
+}
+
+/// A served zone, example.com, with www A: names under it are answered authoritatively.
+fn zone() -> KernelData {
+    let apex = wire("example.com");
+    let www = wire("www.example.com");
+    let mut w = BodyWriter::new(&www).unwrap();
+    w.set_aa(true);
+    w.write_rr(&www, true, A, 300, &[192, 0, 2, 1]).unwrap();
+    KernelData {
+        nodes: vec![
+            NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false },
+            NodeEntry { name: www.clone(), apex, cut: None, wildcard: false },
+        ],
+        answers: vec![AnswerEntry { base: www, kind: Kind::Type(A), body: w.finish() }],
+    }
+}
+
+fn soa() -> Vec<u8> {
+    let mut r = wire("ns1.example.org");
+    r.extend(wire("hostmaster.example.org"));
+    for v in [2026112201u32, 7200, 3600, 1209600, 300] {
+        r.extend_from_slice(&v.to_be_bytes());
+    }
+    r
+}
+
+/// Bodies the resolver would cache, compiled against the (lowercased) question name.
+fn body_a(name: &str, ttl: u32, addr: [u8; 4]) -> Body {
+    let n = wire(name);
+    let mut w = BodyWriter::new(&n).unwrap();
+    w.write_rr(&n, true, A, ttl, &addr).unwrap();
+    w.finish()
+}
+
+/// CNAME to another zone, then its A, an NS in authority and glue in additional: pointers
+/// into the body, four TTLs.
+fn body_chain(name: &str) -> Body {
+    let n = wire(name);
+    let target = wire("web.cdn.example.net");
+    let mut w = BodyWriter::new(&n).unwrap();
+    w.write_rr(&n, true, CNAME, 3600, &target).unwrap();
+    w.write_rr(&target, false, A, 20, &[198, 18, 9, 9]).unwrap();
+    w.set_section(Section::Authority).unwrap();
+    w.write_rr(&wire("cdn.example.net"), false, NS, 86400, &wire("ns.cdn.example.net")).unwrap();
+    w.set_section(Section::Additional).unwrap();
+    w.write_rr(&wire("ns.cdn.example.net"), false, A, 86400, &[198, 18, 9, 1]).unwrap();
+    w.finish()
+}
+
+fn body_negative(name: &str, rcode: u8) -> Body {
+    let mut w = BodyWriter::new(&wire(name)).unwrap();
+    w.set_rcode(rcode);
+    w.set_section(Section::Authority).unwrap();
+    w.write_rr(&wire("example.org"), false, SOA, 300, &soa()).unwrap();
+    w.finish()
+}
+
+fn body_txt(name: &str, n: usize, each: usize, additional: usize) -> Body {
+    let q = wire(name);
+    let mut w = BodyWriter::new(&q).unwrap();
+    let txt = |c: u8, len: usize| {
+        let mut t = vec![len as u8];
+        t.extend(std::iter::repeat_n(c, len));
+        t
+    };
+    for i in 0..n {
+        w.write_rr(&q, true, TXT, 600, &txt(b'a' + i as u8, each)).unwrap();
+    }
+    if additional > 0 {
+        w.set_section(Section::Additional).unwrap();
+        w.write_rr(&q, true, TXT, 600, &txt(b'z', additional)).unwrap();
+    }
+    w.finish()
+}
+
+fn entry(name: &str, qtype: u16, dnssec_ok: bool, body: Body, age_s: u64, ttl_s: u64) -> CachedAnswer {
+    let now = now_ns();
+    let stored = now - age_s * S - S / 2;
+    CachedAnswer {
+        qname: wire(&name.to_ascii_lowercase()),
+        qtype,
+        dnssec_ok,
+        body,
+        stored_at_ns: stored,
+        expires_at_ns: stored + ttl_s * S,
+        prefetch_at_ns: u64::MAX,
+    }
+}
+
+/// What a row expects.
+enum Want {
+    /// XDP_TX, `cache_answered`, the reply `replay` builds from this entry.
+    Cached(usize),
+    /// XDP_TX, `answered` (the authoritative path).
+    Auth,
+    /// XDP_PASS with this reason, frame untouched.
+    Pass(&'static str),
+}
+
+struct Row {
+    what: String,
+    net: Net,
+    dns: Vec<u8>,
+    want: Want,
+}
+
+fn verdict(prog: &XdpProgram, f: &[u8]) -> (u32, Vec<u8>, Vec<String>) {
+    let before = prog.counters().unwrap();
+    let (act, out) = prog.test_run(f).unwrap();
+    let after = prog.counters().unwrap();
+    let moved = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+    (act, out, moved)
+}
+
+fn with_flags(mut dns: Vec<u8>, set: u8, clear: u8) -> Vec<u8> {
+    dns[2] = (dns[2] | set) & !clear;
+    dns
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The cache rows: hits over IPv4/IPv6 (+VLAN, +IP options), mixed case, aged TTLs at both
+/// body parities, negative answers, DO-keyed entries, EDNS echo, truncation, and every pass
+/// reason of the stage. Expected bytes: `xdns_wire::cache::replay`.
+#[test]
+fn cache_fixture_table() {
+    if !have_root("cache_fixture_table") {
+        return;
+    }
+    let mut prog = load_resolver(0x5eed_cafe);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+
+    let entries = vec![
+        /* 0 */ entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300),
+        /* 1 */ entry("ab.example.org", A, false, body_a("ab.example.org", 300, [198, 18, 1, 2]), 7, 300),
+        /* 2 */ entry("alias.example.org", A, false, body_chain("alias.example.org"), 3, 20),
+        /* 3 */ entry("nx.example.org", A, false, body_negative("nx.example.org", 3), 40, 300),
+        /* 4 */ entry("host.example.org", AAAA, false, body_negative("host.example.org", 0), 0, 300),
+        /* 5 */ entry("sig.example.org", A, false, body_a("sig.example.org", 300, [198, 18, 2, 0]), 1, 300),
+        /* 6 */ entry("sig.example.org", A, true, body_txt("sig.example.org", 1, 40, 0), 1, 300),
+        /* 7 */ entry("big.example.org", TXT, false, body_txt("big.example.org", 3, 200, 0), 2, 600),
+        /* 8 */ entry("glue.example.org", TXT, false, body_txt("glue.example.org", 2, 200, 200), 2, 600),
+        /* 9 */ entry("old.example.org", A, false, body_a("old.example.org", 30, [198, 18, 3, 3]), 31, 30),
+        /* 10 */ entry("www.example.com", A, false, body_a("www.example.com", 300, [203, 0, 113, 66]), 0, 300),
+        /* 11 */ entry("zero.example.org", A, false, body_a("zero.example.org", 5, [198, 18, 4, 4]), 9, 60),
+    ];
+    for e in &entries {
+        let r = cache.try_insert(e).unwrap();
+        assert_eq!(r, Ok(()), "{:?} cached in the kernel", e.qname);
+    }
+    assert_eq!(cache.entries().iter().sum::<usize>(), entries.len());
+
+    let q = |n: &str, t: u16, o: Option<Opt>| query(&wire(n), t, o);
+    let mut rows: Vec<Row> = Vec::new();
+    let mut v4opt = Net::v4();
+    v4opt.ip_opts = vec![1, 1, 1, 0];
+    let mut v4vlan = Net::v4();
+    v4vlan.vlan = Some((0x8100, 42));
+    let mut v6qinq = Net::v6();
+    v6qinq.vlan = Some((0x88a8, 7));
+    let nets = [("ipv4", Net::v4()), ("ipv6", Net::v6()), ("ipv4+vlan", v4vlan), ("ipv6+802.1ad", v6qinq), ("ipv4+options", v4opt)];
+    type Hit = (&'static str, &'static str, u16, Option<Opt>, usize);
+    let hits: Vec<Hit> = vec![
+        ("hit, TTL aged 100 s, odd body offset", "host.example.org", A, None, 0),
+        ("hit, even body offset", "ab.example.org", A, None, 1),
+        ("mixed case echoed", "HoSt.ExAmPlE.oRg", A, None, 0),
+        ("CNAME chain, four TTLs aged, EDNS", "alias.example.org", A, Opt::new(1232, false), 2),
+        ("NXDOMAIN", "nx.example.org", A, None, 3),
+        ("NXDOMAIN with EDNS DO=0", "Nx.example.org", A, Opt::new(4096, false), 3),
+        ("NODATA", "host.example.org", AAAA, Opt::new(1232, false), 4),
+        ("DO=0 entry without EDNS", "sig.example.org", A, None, 5),
+        ("DO=0 entry with EDNS", "sig.example.org", A, Opt::new(1232, false), 5),
+        ("DO=1 entry", "sig.example.org", A, Opt::new(1232, true), 6),
+        ("EDNS payload capped by ours", "big.example.org", TXT, Opt::new(65000, false), 7),
+        ("too large without EDNS: TC=1", "big.example.org", TXT, None, 7),
+        ("client payload 100 counts as 512: TC=1", "big.example.org", TXT, Opt::new(100, false), 7),
+        ("additional dropped without EDNS", "glue.example.org", TXT, None, 8),
+        ("TTL below the age saturates at 0", "zero.example.org", A, None, 11),
+    ];
+    for (nn, net) in &nets {
+        for (what, name, t, o, i) in &hits {
+            rows.push(Row { what: format!("{nn}: {what}"), net: net.clone(), dns: q(name, *t, o.clone()), want: Want::Cached(*i) });
+        }
+    }
+    let v4 = Net::v4();
+    let v6 = Net::v6();
+    let mut p = |what: &str, net: &Net, dns: Vec<u8>, want: Want| rows.push(Row { what: what.into(), net: net.clone(), dns, want });
+    p("miss", &v4, q("none.example.org", A, None), Want::Pass("pass_cache_miss"));
+    p("other type is another key", &v4, q("ab.example.org", TXT, None), Want::Pass("pass_cache_miss"));
+    p("expired entry never served", &v4, q("old.example.org", A, None), Want::Pass("pass_cache_expired"));
+    p("RD=0", &v4, with_flags(q("host.example.org", A, None), 0, 0x01), Want::Pass("pass_rd0"));
+    p("CD=1", &v6, with_flags(q("host.example.org", A, None), 0x00, 0).iter().enumerate().map(|(i, b)| if i == 3 { b | 0x10 } else { *b }).collect(), Want::Pass("pass_cache_cd"));
+    let mut outside4 = Net::v4();
+    outside4.src = vec![203, 0, 113, 5];
+    p("IPv4 client outside the allow list", &outside4, q("host.example.org", A, None), Want::Pass("pass_not_allowed"));
+    let mut outside6 = Net::v6();
+    outside6.src = "2001:db9::5".parse::<std::net::Ipv6Addr>().unwrap().octets().to_vec();
+    p("IPv6 client outside the allow list", &outside6, q("host.example.org", A, None), Want::Pass("pass_not_allowed"));
+    let mut mapped = Net::v6();
+    mapped.src = "::ffff:198.18.0.2".parse::<std::net::Ipv6Addr>().unwrap().octets().to_vec();
+    p("IPv4-mapped IPv6 source is an IPv6 client, outside", &mapped, q("host.example.org", A, None), Want::Pass("pass_not_allowed"));
+    p("served zone wins over the cache", &v4, q("www.example.com", A, None), Want::Auth);
+    p("served zone without that body: never a cache lookup", &v4, q("nope.example.com", A, None), Want::Pass("pass_no_body"));
+    p("malformed query still passes before the cache", &v4, with_flags(q("host.example.org", A, None), 0x80, 0), Want::Pass("pass_dns_response"));
+
+    let limits = |q: &Query| Limits::udp(q.edns.as_ref(), OUR_PAYLOAD);
+    let mut failures = Vec::new();
+    for row in &rows {
+        let f = frame(&row.net, &row.dns);
+        let t = now_ns();
+        let (act, out, moved) = verdict(&prog, &f);
+        match &row.want {
+            Want::Pass(why) => {
+                if act != 2 || moved != [*why] || out != f {
+                    failures.push(format!("{}: want XDP_PASS {why}, got action {act} counters {moved:?}", row.what));
+                }
+            }
+            Want::Auth => {
+                if act != 3 || moved != ["answered"] || !checksums_ok(&out) {
+                    failures.push(format!("{}: want XDP_TX answered, got action {act} counters {moved:?}", row.what));
+                } else if dns_of(&out)[3] & 0x80 != 0 || dns_of(&out)[2] & 0x04 == 0 {
+                    failures.push(format!("{}: authoritative answer must have AA=1 RA=0", row.what));
+                }
+            }
+            Want::Cached(i) => {
+                let qq = Query::parse(&row.dns).unwrap();
+                let dns = replay(&entries[*i], &qq, t, &limits(&qq)).unwrap();
+                let want = frame(&row.net.reply(), &dns);
+                if act != 3 || moved != ["cache_answered"] {
+                    failures.push(format!("{}: want XDP_TX cache_answered, got action {act} counters {moved:?}", row.what));
+                } else if !checksums_ok(&out) {
+                    failures.push(format!("{}: checksums do not verify\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
+                } else if out != want {
+                    failures.push(format!("{}: output differs\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
+                }
+            }
+        }
+    }
+    println!("{} cache rows, {} failures", rows.len(), failures.len());
+    let (insns, verified) = prog.insn_count().unwrap();
+    println!("verified program with the resolver stage: {insns} instructions, {verified} processed by the verifier");
+    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
+}
+
+/// Spot checks on the bytes themselves (independent of `replay`): RA=1, AA=0, the client's ID,
+/// the TTL reduced by the whole seconds elapsed, TC=1 with no records when too large.
+#[test]
+fn cache_reply_fields() {
+    if !have_root("cache_reply_fields") {
+        return;
+    }
+    let mut prog = load_resolver(77);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
+    cache.insert(&entry("big.example.org", TXT, false, body_txt("big.example.org", 3, 200, 0), 0, 600)).unwrap();
+    let (act, out, _) = verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None)));
+    assert_eq!(act, 3);
+    let dns = dns_of(&out);
+    assert_eq!(&dns[..4], &[0xbe, 0xef, 0x81, 0x80], "ID, QR RD RA, AA=0, NOERROR");
+    assert_eq!(&dns[4..12], &[0, 1, 0, 1, 0, 0, 0, 0]);
+    let ttl = u32::from_be_bytes(dns[dns.len() - 10..dns.len() - 6].try_into().unwrap());
+    assert_eq!(ttl, 200, "300 s TTL stored 100.5 s ago");
+    let (act, out, _) = verdict(&prog, &frame(&Net::v6(), &query(&wire("big.example.org"), TXT, None)));
+    assert_eq!(act, 3);
+    let dns = dns_of(&out);
+    assert_eq!(&dns[2..4], &[0x83, 0x80], "TC=1");
+    assert_eq!(&dns[4..12], &[0, 1, 0, 0, 0, 0, 0, 0], "no records");
+}
+
+/// Replacing and removing entries; a key lives in one size class; an answer the kernel cannot
+/// hold removes the older entry; DO=0 and DO=1 are distinct keys.
+#[test]
+fn cache_insert_replace_remove() {
+    if !have_root("cache_insert_replace_remove") {
+        return;
+    }
+    let mut prog = load_resolver(5);
+    prog.install(&zone()).unwrap();
+    let cache: KernelCache = prog.cache().unwrap();
+    let f = frame(&Net::v4(), &query(&wire("k.example.org"), TXT, Opt::new(1232, false)));
+    let small = entry("k.example.org", TXT, false, body_txt("k.example.org", 1, 10, 0), 0, 300);
+    let large = entry("k.example.org", TXT, false, body_txt("k.example.org", 4, 200, 0), 0, 300);
+    cache.insert(&small).unwrap();
+    assert_eq!(cache.entries(), [1, 0, 0]);
+    cache.insert(&large).unwrap();
+    assert_eq!(cache.entries(), [0, 0, 1], "moved to class L, S copy deleted");
+    let (act, out, _) = verdict(&prog, &f);
+    assert_eq!(act, 3);
+    assert!(dns_of(&out).len() > 800);
+    // DO=1 is another key: does not touch the DO=0 entry.
+    cache.insert(&CachedAnswer { dnssec_ok: true, ..small.clone() }).unwrap();
+    assert_eq!(cache.entries(), [1, 0, 1]);
+    // Too large for the kernel: the old entry goes, userspace answers.
+    let huge = entry("k.example.org", TXT, false, body_txt("k.example.org", 6, 250, 0), 0, 300);
+    assert!(cache.try_insert(&huge).unwrap().is_err());
+    assert_eq!(cache.entries(), [1, 0, 0]);
+    assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"]);
+    cache.remove(&CacheKey { qname: wire("K.example.org"), qtype: TXT, dnssec_ok: true }).unwrap();
+    assert_eq!(cache.entries(), [0, 0, 0]);
+    // The handle outlives the program (its own map fds) and is Send + Sync.
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    send_sync(&cache);
+    drop(prog);
+    cache.insert(&small).unwrap();
+}
+
+/// Proactive refresh: hits inside the prefetch window send exactly one event per entry, with
+/// the key; hits before the window send none; a re-inserted entry may send again.
+#[test]
+fn cache_prefetch_events() {
+    if !have_root("cache_prefetch_events") {
+        return;
+    }
+    let mut prog = load_resolver(11);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    let events = prog.prefetch_events().unwrap();
+    let mut hot = entry("hot.example.org", A, true, body_a("hot.example.org", 60, [198, 18, 7, 7]), 50, 60);
+    hot.prefetch_at_ns = hot.stored_at_ns + 45 * S;
+    let mut cold = entry("cold.example.org", A, false, body_a("cold.example.org", 60, [198, 18, 7, 8]), 10, 60);
+    cold.prefetch_at_ns = cold.stored_at_ns + 45 * S;
+    cache.insert(&hot).unwrap();
+    cache.insert(&cold).unwrap();
+    let hot_q = frame(&Net::v4(), &query(&wire("HOT.example.org"), A, Opt::new(1232, true)));
+    let cold_q = frame(&Net::v6(), &query(&wire("cold.example.org"), A, None));
+    for _ in 0..5 {
+        assert_eq!(verdict(&prog, &hot_q).2, ["cache_answered"]);
+        assert_eq!(verdict(&prog, &cold_q).2, ["cache_answered"]);
+    }
+    let first = events.recv_timeout(Duration::from_secs(2));
+    assert_eq!(first, Some(CacheKey { qname: wire("hot.example.org"), qtype: A, dnssec_ok: true }));
+    assert_eq!(events.recv_timeout(Duration::from_millis(400)), None, "one event per entry, none for cold");
+    // A refreshed entry (the resolver re-inserts it) can ask again once its window comes.
+    cache.insert(&hot).unwrap();
+    verdict(&prog, &hot_q);
+    verdict(&prog, &hot_q);
+    assert_eq!(events.recv_timeout(Duration::from_secs(2)).map(|k| k.qtype), Some(A));
+    assert_eq!(events.recv_timeout(Duration::from_millis(300)), None);
+}
+
+/// With the stage off (the authoritative-only program) cache entries are never served and
+/// names under no zone pass as before.
+#[test]
+fn resolver_off_ignores_cache() {
+    if !have_root("resolver_off_ignores_cache") {
+        return;
+    }
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    assert!(!prog.resolver_enabled());
+    let cache = prog.cache().unwrap();
+    cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+    let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None)));
+    assert_eq!((act, moved), (2, vec!["pass_no_zone".to_string()]));
+    let (insns, verified) = prog.insn_count().unwrap();
+    println!("verified program without the resolver stage: {insns} instructions, {verified} processed by the verifier");
+}
+
+/// Allow list changes at run time: a client added later is answered, one removed passes.
+#[test]
+fn cache_allow_list_update() {
+    if !have_root("cache_allow_list_update") {
+        return;
+    }
+    let mut prog = load_resolver(3);
+    prog.install(&zone()).unwrap();
+    prog.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+    let mut net = Net::v4();
+    net.src = vec![203, 0, 113, 5];
+    let f = frame(&net, &query(&wire("host.example.org"), A, None));
+    assert_eq!(verdict(&prog, &f).2, ["pass_not_allowed"]);
+    prog.set_allow(&[("203.0.113.0".parse().unwrap(), 24)]).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["cache_answered"]);
+    assert_eq!(verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None))).2, ["pass_not_allowed"]);
+}
