@@ -17,6 +17,8 @@
 #define XDNS_F_AA 0x0400
 #define XDNS_F_RA 0x0080
 #define XDNS_NS_PER_S 1000000000ULL
+/* Keep the compiler from moving loads of the entry across this point. */
+#define xdns_barrier() asm volatile("" ::: "memory")
 
 _Static_assert((XDNS_CACHE_MAX_RRS & (XDNS_CACHE_MAX_RRS - 1)) == 0, "ttl[] is indexed with a mask");
 
@@ -212,7 +214,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	struct xdns_cache_meta *mt;
 	struct xdns_reply r = {};
 	enum xdns_verdict v;
-	__u64 now, el;
+	__u64 now, el, tag_end;
 	__u32 frame, sub;
 	long grow;
 
@@ -232,17 +234,21 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	ref.s = bpf_map_lookup_elem(&xdns_cache_s, &key);
 	if (ref.s) {
 		mt = &ref.s->m;
+		tag_end = ref.s->tag_end;
 	} else {
 		ref.m = bpf_map_lookup_elem(&xdns_cache_m, &key);
 		if (ref.m) {
 			mt = &ref.m->m;
+			tag_end = ref.m->tag_end;
 		} else {
 			ref.l = bpf_map_lookup_elem(&xdns_cache_l, &key);
 			if (!ref.l)
 				return XDNS_PASS_CACHE_MISS;
 			mt = &ref.l->m;
+			tag_end = ref.l->tag_end;
 		}
 	}
+	xdns_barrier();
 	if (mt->ans.base_len != q->qlen || !xdns_cache_same_name(sc, mt))
 		return XDNS_PASS_CACHE_MISS;
 	now = bpf_ktime_get_ns();
@@ -255,6 +261,9 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	if (v != XDNS_ANSWERED)
 		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
 	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;
+	xdns_barrier();
+	if (mt->tag != tag_end)
+		return XDNS_PASS_CACHE_RACE;
 	xdns_cache_prefetch(mt, &key, now);
 
 	frame = ctx->data_end - ctx->data;
@@ -265,6 +274,10 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		return XDNS_DROP_REWRITE;
 	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, sub, &r))
 		return XDNS_DROP_REWRITE;
+	/* every read of the entry is done: was it the same entry throughout? */
+	xdns_barrier();
+	if (mt->tag != tag_end)
+		return XDNS_DROP_CACHE_RACE;
 	if (xdns_put_head(ctx, pkt, q, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, pkt))

@@ -15,7 +15,7 @@ static __always_inline int xdns_verdict(enum xdns_verdict v)
 		*n += 1;
 	if (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED)
 		return XDP_TX;
-	if (v == XDNS_DROP_REWRITE)
+	if (v == XDNS_DROP_REWRITE || v == XDNS_DROP_CACHE_RACE)
 		return XDP_DROP;
 	return XDP_PASS;
 }

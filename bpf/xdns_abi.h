@@ -47,7 +47,9 @@ enum xdns_verdict {
 	XDNS_PASS_NOT_ALLOWED = 28,   /* client outside the resolver's allow list (userspace: REFUSED) */
 	XDNS_PASS_RD0 = 29,           /* RD=0 for a name under no served zone: userspace's policy */
 	XDNS_PASS_CACHE_CD = 30,      /* CD=1: checking disabled, userspace answers */
-	XDNS_VERDICT_MAX = 31,        /* number of verdicts (size of xdns_stats); not a verdict */
+	XDNS_PASS_CACHE_RACE = 31,    /* entry replaced while read, seen before the frame changed */
+	XDNS_DROP_CACHE_RACE = 32,    /* entry replaced while copied into the frame: dropped */
+	XDNS_VERDICT_MAX = 33,        /* number of verdicts (size of xdns_stats); not a verdict */
 };
 
 /* Kinds of body key; values never renumbered (see DESIGN-NOTES.md, the answer model). */
@@ -173,8 +175,14 @@ struct xdns_cache_key {
 	__u32 _pad;
 };
 
-/* Common head of every cache value. */
+/*
+ * Common head of every cache value. LRU maps are preallocated and the kernel recycles a
+ * replaced element at once, possibly while a CPU still reads it; so every write carries a
+ * fresh `tag` (first field) repeated in `tag_end` (last field of the value). The program reads
+ * tag_end first and tag last: a difference means the element changed meanwhile.
+ */
 struct xdns_cache_meta {
+	__u64 tag;              /* unique per write, never 0; equals the value's tag_end */
 	__u64 stored_ns;        /* CLOCK_MONOTONIC time the TTLs in the body were exact */
 	__u64 expires_ns;       /* never served at or after this time */
 	__u64 prefetch_ns;      /* a hit at or after this time sends one refresh event */
@@ -190,14 +198,17 @@ struct xdns_cache_meta {
 struct xdns_cache_s {
 	struct xdns_cache_meta m;
 	__u8 bytes[XDNS_CLASS_S_LEN];
+	__u64 tag_end;          /* = m.tag */
 };
 struct xdns_cache_m {
 	struct xdns_cache_meta m;
 	__u8 bytes[XDNS_CLASS_M_LEN];
+	__u64 tag_end;          /* = m.tag */
 };
 struct xdns_cache_l {
 	struct xdns_cache_meta m;
 	__u8 bytes[XDNS_CLASS_L_LEN];
+	__u64 tag_end;          /* = m.tag */
 };
 
 /* Record of `xdns_cache_events` (ring buffer): refresh this key before it expires. */

@@ -88,6 +88,12 @@ impl CacheValue {
     }
 }
 
+/// A tag no other write of this process used (never 0): see `struct xdns_cache_meta`.
+fn next_tag() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Lowercase (A-Z only, like the kernel) a valid uncompressed wire name, `None` if invalid.
 fn lower_name(name: &[u8]) -> Option<Vec<u8>> {
     if !xdns_wire::name::is_valid(name) || name.len() > 255 {
@@ -141,7 +147,9 @@ pub fn encode_entry(seed: u64, answer: &CachedAnswer) -> Result<(xdns_cache_key,
     }
     let key = cache_key(seed, &name, answer.qtype, answer.dnssec_ok).ok_or(NotCached::BadName)?;
     let an_ns = usize::from(body.an_ns_len).min(n);
+    let tag = next_tag();
     let mut meta = xdns_cache_meta {
+        tag,
         stored_ns: answer.stored_at_ns,
         expires_ns: answer.expires_at_ns,
         prefetch_ns: answer.prefetch_at_ns,
@@ -168,17 +176,17 @@ pub fn encode_entry(seed: u64, answer: &CachedAnswer) -> Result<(xdns_cache_key,
     meta.ttl_off[..ttls.len()].copy_from_slice(&ttls);
     let value = if n <= crate::data::CLASS_S_LEN {
         meta.ans.class = xdns_body_class::XDNS_CLASS_S.0 as u8;
-        let mut v = Box::new(xdns_cache_s { m: meta, ..Default::default() });
+        let mut v = Box::new(xdns_cache_s { m: meta, tag_end: tag, ..Default::default() });
         v.bytes[..n].copy_from_slice(&body.bytes);
         CacheValue::S(v)
     } else if n <= crate::data::CLASS_M_LEN {
         meta.ans.class = xdns_body_class::XDNS_CLASS_M.0 as u8;
-        let mut v = Box::new(xdns_cache_m { m: meta, ..Default::default() });
+        let mut v = Box::new(xdns_cache_m { m: meta, tag_end: tag, ..Default::default() });
         v.bytes[..n].copy_from_slice(&body.bytes);
         CacheValue::M(v)
     } else {
         meta.ans.class = xdns_body_class::XDNS_CLASS_L.0 as u8;
-        let mut v = Box::new(xdns_cache_l { m: meta, ..Default::default() });
+        let mut v = Box::new(xdns_cache_l { m: meta, tag_end: tag, ..Default::default() });
         v.bytes[..n].copy_from_slice(&body.bytes);
         CacheValue::L(v)
     };
@@ -230,6 +238,19 @@ impl KernelCache {
             return Ok(());
         }
         errno_result(rc, "deleting a cache entry")
+    }
+
+    /// Write raw value bytes for `key` into class `class` (0 = S, 1 = M, 2 = L): tests use it
+    /// to stage entries the encoder never makes (a torn write: `tag != tag_end`).
+    #[doc(hidden)]
+    pub fn put_raw(&self, class: usize, key: &xdns_cache_key, value: &[u8]) -> Result<(), String> {
+        let fd = self.inner.maps.get(class).ok_or("no such class")?.as_raw_fd();
+        // SAFETY: as in `try_insert`; the kernel reads exactly the map's value size, so `value`
+        // must be that long (checked by the caller's use of the ABI structs).
+        let rc = unsafe {
+            libbpf_sys::bpf_map_update_elem(fd, (key as *const xdns_cache_key).cast(), value.as_ptr().cast(), u64::from(libbpf_sys::BPF_ANY))
+        };
+        errno_result(rc, "writing a raw cache entry")
     }
 
     /// Insert, telling why an answer stays in userspace (`Ok(Err(_))`; any old entry removed).
@@ -497,6 +518,10 @@ mod tests {
         assert_eq!(&v.m.name[..NAME.len()], NAME);
         assert_eq!((v.m.nttl, v.m.ttl_off[0], v.m.ans.base_len, v.m.ans.flags), (1, 6, 17, 0));
         assert_eq!(MAX_RRS, 64);
+        assert!(v.m.tag != 0 && v.tag_end == v.m.tag);
+        let (_, v3) = encode_entry(9, &upper).unwrap();
+        let CacheValue::S(v3) = v3 else { panic!("class") };
+        assert_ne!(v3.m.tag, v.m.tag, "every write has its own tag");
     }
 
     #[test]

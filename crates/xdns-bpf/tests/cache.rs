@@ -414,6 +414,31 @@ fn resolver_off_ignores_cache() {
     println!("verified program without the resolver stage: {insns} instructions, {verified} processed by the verifier");
 }
 
+/// An element recycled by the kernel while a CPU reads it shows as `tag != tag_end`: the
+/// program never sends it (here caught before the frame changes).
+#[test]
+fn cache_torn_entry_never_served() {
+    if !have_root("cache_torn_entry_never_served") {
+        return;
+    }
+    let mut prog = load_resolver(21);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    let e = entry("torn.example.org", A, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
+    let (key, value) = xdns_bpf::cache::encode_entry(21, &e).unwrap();
+    let xdns_bpf::cache::CacheValue::S(mut v) = value else { panic!("class S") };
+    v.tag_end ^= 1;
+    // SAFETY: the generated ABI struct is plain bytes (explicit padding).
+    let bytes = unsafe { std::slice::from_raw_parts((&*v as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*v)) };
+    cache.put_raw(0, &key, bytes).unwrap();
+    let f = frame(&Net::v4(), &query(&wire("torn.example.org"), A, None));
+    let (act, out, moved) = verdict(&prog, &f);
+    assert_eq!((act, moved), (2, vec!["pass_cache_race".to_string()]));
+    assert_eq!(out, f);
+    cache.insert(&e).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["cache_answered"]);
+}
+
 /// Allow list changes at run time: a client added later is answered, one removed passes.
 #[test]
 fn cache_allow_list_update() {
