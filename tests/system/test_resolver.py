@@ -1,0 +1,354 @@
+"""Resolver comparison: Unbound, Knot Resolver, PowerDNS Recursor (and xdns) on the lab tree.
+
+The tree (tests/lab/tree.py) is served by Knot DNS, NSD, a blackhole and a spoofer; every
+resolver gets the same root hints. For every case of resolver_corpus.CASES and every resolver,
+over UDP and over TCP (IPv4 from the client namespace):
+
+1. the resolver's caches are emptied (tree.flush), then every case is asked once (the first,
+   cold ask; all cases at once, as a client population would) and then once more (the cached
+   ask);
+2. both answers must match what the tree says (the corpus): rcode, the answer section as a set
+   of RRs (TTLs and RRset order ignored; names case-insensitive), and for negative answers the
+   SOA owner in the authority section (the negative proof, RFC 2308). RA must be set and the
+   question must come back exactly as sent (letter case included).
+
+Where a peer answers differently from the tree's truth, DEVIATIONS documents it, and xdns
+follows the corpus (the behaviour chosen for xdns). A deviation that no longer happens fails as
+stale, so the table stays true. `test_ttl_expiry` checks that cached positive and negative
+answers from the short-TTL zone are dropped when their TTL runs out (no stale data).
+
+xdns: XDNS_RESOLVER_READY below is the one switch. While it is False, xdns is left out of the
+parametrization (no test is generated for it, so nothing skips or fails); the lead flips it to
+True when the resolver in crates/xdns-resolver works, and every test here then runs against
+xdns as well, with the same expectations.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+
+import dns.flags
+import dns.message
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+import resolver_corpus as corpus
+from lab import Lab
+from tree import RESOLVER_TRAITS, STARTERS, Tree, flush
+
+# The xdns resolver is being written; its [resolver] config section does not exist yet, so
+# `xdns serve` rejects the config start_xdns_resolver writes. While this is False xdns is NOT in
+# RESOLVERS (and so not in any parametrization): CI treats skips and failures alike, and the
+# peers' tests must stay green meanwhile. Flip to True when the resolver lands.
+XDNS_RESOLVER_READY = False
+
+PEERS = ["unbound", "kresd", "pdns"]
+RESOLVERS = PEERS + (["xdns"] if XDNS_RESOLVER_READY else [])
+TRANSPORTS = ["udp", "tcp"]
+ASKS = ["first", "cached"]
+
+# Where a peer does not give the tree's answer: (resolver, case id) -> (alternatives, why,
+# always). Each alternative is a dict of the summary fields that differ from the corpus; the
+# peer's answer must be the corpus answer or one of them. `always` = the peer never gives the
+# corpus answer (then an entry that stops matching fails as stale); False = it depends on
+# which server the peer happens to ask first. xdns has no entries: it gives the corpus answer.
+DEVIATIONS: dict[tuple[str, str], tuple[list[dict], str, bool]] = {
+    # Unbound's use-caps-for-id: a reply whose case differs is not dropped; Unbound re-asks
+    # every server of the zone without 0x20 ("caps fallback") and returns SERVFAIL when their
+    # answers differ, which they do here (the spoofer's forgery arrives first). Safe, but the
+    # name is unavailable while one server forges. kresd drops the forged reply and takes the
+    # genuine one (or another server's): xdns follows kresd, as the issue asks (ignore it,
+    # still answer from a good server).
+    ("unbound", "case-spoof-a"): ([{"rcode": "SERVFAIL", "answer": [], "soa": None}],
+                                  "0x20 mismatch -> caps fallback -> SERVFAIL", False),
+}
+# Not a deviation but a missing feature, so its cases are not run against it: PowerDNS
+# Recursor 4.8 has no 0x20 (RESOLVER_TRAITS["pdns"]["checks_0x20"] is False); against the
+# case-spoof zone it caches the forged answer whenever it asks the spoofer first.
+
+# Names in RDATA of these types are compared case-insensitively.
+NAME_TYPES = {dns.rdatatype.from_text(t) for t in ("NS", "CNAME", "MX", "PTR", "SOA", "SRV")}
+
+QUERY_TIMEOUT = 8.0  # seconds; the slowest peer's failover away from the blackhole is ~1.5 s
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def tree_lab():
+    with Lab(prefix="xdl") as lab:
+        tree = Tree(lab).start()
+        yield lab, tree
+
+
+class _Resolvers:
+    """Resolvers started on demand, one per kind (xdns: one per transport, it has no flush)."""
+
+    def __init__(self, lab, tree):
+        self.lab, self.tree = lab, tree
+        self.started: dict[str, object] = {}
+
+    def get(self, kind: str, instance: str = ""):
+        key = f"{kind}{'-' + instance if instance else ''}"
+        if key not in self.started:
+            self.started[key] = STARTERS[kind](self.lab, self.tree, name=key)
+        return self.started[key]
+
+    def fresh(self, kind: str, transport: str):
+        """A resolver with empty caches, for a run of the corpus over `transport`."""
+        if kind == "xdns":
+            return self.get(kind, transport)
+        srv = self.get(kind)
+        flush(self.lab, srv)
+        return srv
+
+
+@pytest.fixture(scope="module")
+def resolvers(tree_lab):
+    lab, tree = tree_lab
+    r = _Resolvers(lab, tree)
+    yield r
+    for srv in r.started.values():
+        assert srv.alive(), f"{srv.name} exited with {srv.proc.returncode}:\n{srv.stderr()[-3000:]}"
+        if srv.extra["kind"] == "xdns":
+            assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+
+
+def ask(lab, addr: str, qname: str, qtype: str, transport: str) -> dns.message.Message | None:
+    q = dns.message.make_query(qname, qtype, use_edns=0, payload=1232)
+    wire = (lab.udp if transport == "udp" else lab.tcp)(addr, q.to_wire(), timeout=QUERY_TIMEOUT)
+    if wire is None:
+        return None
+    m = dns.message.from_wire(wire)
+    m.sent = q  # keep the query for the echo checks
+    return m
+
+
+_RESULTS: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
+
+
+@pytest.fixture(scope="module")
+def results(tree_lab, resolvers):
+    """results(kind, transport) -> {case id: {"first": msg, "cached": msg}}, computed once."""
+    lab, _ = tree_lab
+
+    def get(kind: str, transport: str):
+        key = (kind, transport)
+        if key not in _RESULTS:
+            srv = resolvers.fresh(kind, transport)
+            cases = [c for c in corpus.CASES if _applies(kind, c)]
+            out = {c.id: {} for c in cases}
+            with cf.ThreadPoolExecutor(max_workers=12) as ex:
+                for a in ASKS:
+                    futs = {c.id: ex.submit(ask, lab, srv.addr4, c.qname, c.qtype, transport)
+                            for c in cases}
+                    for cid, f in futs.items():
+                        out[cid][a] = f.result()
+            _RESULTS[key] = out
+        return _RESULTS[key]
+
+    yield get
+    _RESULTS.clear()
+
+
+def _applies(kind: str, case: corpus.Case) -> bool:
+    return all(RESOLVER_TRAITS[kind].get(t) for t in case.needs)
+
+
+# ------------------------------------------------------------------ comparison
+
+
+def _rr_texts(rrset) -> list[str]:
+    out = []
+    for rd in rrset:
+        text = rd.to_text()
+        if rrset.rdtype in NAME_TYPES:
+            text = text.lower()
+        out.append(f"{rrset.name.to_text().lower()} {dns.rdatatype.to_text(rrset.rdtype)} {text}")
+    return out
+
+
+def summarize(m: dns.message.Message | None) -> dict:
+    """What the comparison looks at: rcode, answer RRs (no TTL), and the negative proof."""
+    if m is None:
+        return {"rcode": "no response"}
+    answer = sorted(t for rrset in m.answer for t in _rr_texts(rrset))
+    rcode = dns.rcode.to_text(m.rcode())
+    qtype = m.question[0].rdtype if m.question else None
+    final = {rrset.rdtype for rrset in m.answer}
+    negative = rcode == "NXDOMAIN" or (rcode == "NOERROR" and qtype not in final)
+    soa = None
+    if negative:
+        owners = sorted({rrset.name.to_text().lower() for rrset in m.authority
+                         if rrset.rdtype == dns.rdatatype.SOA})
+        soa = owners[0] if len(owners) == 1 else (owners or None)
+    return {"rcode": rcode, "answer": answer, "soa": soa}
+
+
+def truth(case: corpus.Case) -> dict:
+    """The corpus expectation in summarize()'s shape."""
+    return {"rcode": case.rcode, "answer": sorted(_norm(a) for a in case.answer), "soa": case.soa}
+
+
+def allowed(kind: str, case: corpus.Case) -> list[dict]:
+    """The corpus answer, then the documented alternatives of this peer."""
+    exp = truth(case)
+    out = [exp]
+    for alt in DEVIATIONS.get((kind, case.id), ([], "", False))[0]:
+        out.append(dict(exp, **alt))
+    return out
+
+
+def _norm(rr: str) -> str:
+    owner, rtype, rdata = rr.split(" ", 2)
+    if dns.rdatatype.from_text(rtype) in NAME_TYPES:
+        rdata = rdata.lower()
+    return f"{owner.lower()} {rtype.upper()} {rdata}"
+
+
+def _params():
+    out = []
+    for kind in RESOLVERS:
+        for transport in TRANSPORTS:
+            for c in corpus.CASES:
+                if _applies(kind, c):
+                    out.append(pytest.param(kind, transport, c, id=f"{kind}-{transport}-{c.id}"))
+    return out
+
+
+# ------------------------------------------------------------------ tests
+
+
+@pytest.mark.parametrize("kind,transport,case", _params())
+def test_answer(results, kind, transport, case):
+    res = results(kind, transport)[case.id]
+    exp = allowed(kind, case)
+    for a in ASKS:
+        m = res[a]
+        got = summarize(m)
+        if got != exp[0] and got in exp[1:]:
+            continue  # documented in DEVIATIONS
+        assert got == exp[0], f"{kind} over {transport}, {a} ask of {case.qname} {case.qtype}" \
+                           f"{' (' + case.note + ')' if case.note else ''}:\n{m}"
+        # The header and the echoed question, exactly as sent (0x20 case of the client kept).
+        assert m.id == m.sent.id
+        assert m.flags & dns.flags.QR and m.flags & dns.flags.RA and m.flags & dns.flags.RD, m
+        assert [(q.name.to_text(), q.rdtype) for q in m.question] == \
+               [(q.name.to_text(), q.rdtype) for q in m.sent.question], f"question not echoed:\n{m}"
+
+
+def test_deviations_are_not_stale(results):
+    """Each DEVIATIONS entry marked `always` still describes what its peer does."""
+    stale = []
+    for (kind, cid), (_alts, _why, always) in DEVIATIONS.items():
+        if kind not in RESOLVERS or not always:
+            continue
+        case = corpus.BY_ID[cid]
+        for transport in TRANSPORTS:
+            if summarize(results(kind, transport)[cid]["first"]) == truth(case):
+                stale.append((kind, cid, transport))
+    assert not stale, f"DEVIATIONS entries no longer needed: {stale}"
+
+
+@pytest.mark.parametrize("kind", RESOLVERS)
+def test_ttl_expiry(tree_lab, resolvers, kind):
+    """short.lab. has TTL 2 s (negative TTL too). A cached answer is served until it expires;
+    the first ask after expiry is resolved again and returns the changed data, never the old."""
+    lab, tree = tree_lab
+    srv = resolvers.get(kind, "ttl" if kind == "xdns" else "")
+    pos = f"flip-{kind}.short.lab."
+    neg = f"born-{kind}.short.lab."
+    tree.set_record(pos, "A", "198.19.70.1")
+    tree.set_record(neg, "A")  # make sure it does not exist
+
+    def a(name):
+        m = ask(lab, srv.addr4, name, "A", "udp")
+        assert m is not None, f"{kind}: no answer for {name}"
+        return m
+
+    m1, n1 = a(pos), a(neg)
+    t0 = time.monotonic()
+    assert summarize(m1)["answer"] == [f"{pos} A 198.19.70.1"], m1
+    assert dns.rcode.to_text(n1.rcode()) == "NXDOMAIN", n1
+    # Change both names at the authority.
+    tree.set_record(pos, "A", "198.19.70.2")
+    tree.set_record(neg, "A", "198.19.70.3")
+    m2, n2 = a(pos), a(neg)
+    if time.monotonic() - t0 < 1.5:  # still inside the TTL: the cache answers, with TTL <= 2
+        assert summarize(m2)["answer"] == [f"{pos} A 198.19.70.1"], f"{kind}: not cached:\n{m2}"
+        assert m2.answer[0].ttl <= 2, m2
+        assert dns.rcode.to_text(n2.rcode()) == "NXDOMAIN", f"{kind}: NXDOMAIN not cached:\n{n2}"
+    # After expiry: fresh data (not the cached answer, and not stale data served).
+    time.sleep(max(0.0, t0 + 2 + 1.2 - time.monotonic()))
+    m3, n3 = a(pos), a(neg)
+    assert summarize(m3)["answer"] == [f"{pos} A 198.19.70.2"], f"{kind}: stale after expiry:\n{m3}"
+    assert summarize(n3) == {"rcode": "NOERROR", "answer": [f"{neg} A 198.19.70.3"], "soa": None}, \
+        f"{kind}: negative answer outlived its TTL:\n{n3}"
+
+
+# ------------------------------------------------------------------ the test bed itself
+
+
+def _collect(lab, addr: str, wire: bytes, window: float) -> list[tuple[tuple, bytes]]:
+    """Send one UDP query from the client namespace; every datagram received within `window`."""
+    import socket
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    out = []
+    with lab.client_socket(fam, socket.SOCK_DGRAM) as s:
+        s.sendto(wire, (addr, 53))
+        deadline = time.monotonic() + window
+        while (left := deadline - time.monotonic()) > 0:
+            s.settimeout(left)
+            try:
+                data, peer = s.recvfrom(65535)
+            except TimeoutError:
+                break
+            out.append((peer[:2], data))
+    return out
+
+
+@pytest.mark.parametrize("family", ["4", "6"])
+def test_spoofer_forges_then_answers(tree_lab, family):
+    """The spoofer really attacks: for www.spoof.lab. A it sends a forged reply with a wrong ID,
+    one from another port, one from another address, one for another question (all with the
+    poison address), and then the genuine answer; case-spoof.lab. gets a case-swapped forgery."""
+    from tree import POISON_A
+    lab, tree = tree_lab
+    i = 0 if family == "4" else 1
+    sp, sp2 = tree.addr("spoofer")[i], tree.addr("spoof2")[i]
+    q = dns.message.make_query("www.spoof.lab.", "A")
+    got = _collect(lab, sp, q.to_wire(), 1.0)
+    kinds = []
+    for (addr, port), data in got:
+        m = dns.message.from_wire(data)
+        poisoned = POISON_A in [rd.to_text() for rr in m.answer for rd in rr]
+        if not poisoned:
+            assert (addr, port, m.id) == (sp, 53, q.id) and m.question == q.question, m
+            kinds.append("genuine")
+        elif m.id != q.id:
+            kinds.append("id")
+        elif port != 53:
+            kinds.append("port")
+        elif addr == sp2:
+            kinds.append("addr")
+        elif m.question[0].name != q.question[0].name:
+            kinds.append("question")
+    assert kinds == ["id", "port", "addr", "question", "genuine"], got
+
+    q = dns.message.make_query("www.case-spoof.lab.", "A")
+    got = [dns.message.from_wire(d) for _, d in _collect(lab, sp, q.to_wire(), 1.0)]
+    assert [m.question[0].name.to_text() for m in got] == ["WWW.CASE-SPOOF.LAB.", "www.case-spoof.lab."]
+    assert [rd.to_text() for rd in got[0].answer[0]] == [POISON_A]
+    assert [rd.to_text() for rd in got[1].answer[0]] == ["198.19.82.1"]
+
+
+def test_blackhole_is_silent(tree_lab):
+    """The unresponsive server in slow.lab.'s NS set takes queries and never answers."""
+    lab, tree = tree_lab
+    q = dns.message.make_query("www.slow.lab.", "A").to_wire()
+    for addr in tree.addr("blackhole"):
+        assert _collect(lab, addr, q, 0.5) == []
+        assert lab.tcp(addr, q, timeout=0.5) is None
