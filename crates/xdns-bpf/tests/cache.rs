@@ -456,3 +456,34 @@ fn cache_allow_list_update() {
     assert_eq!(verdict(&prog, &f).2, ["cache_answered"]);
     assert_eq!(verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None))).2, ["pass_not_allowed"]);
 }
+
+/// Perf mode (root): median kernel ns of single runs for a cache hit (one TTL, four TTLs), an
+/// authoritative answer and a miss of the same program, against ARP passed at the first check.
+/// Timing is printed, not asserted. Also prints kernel memory per cached answer.
+#[test]
+fn cache_perf() {
+    if !have_root("cache_perf") {
+        return;
+    }
+    let mut prog = load_resolver(99);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
+    cache.insert(&entry("alias.example.org", A, false, body_chain("alias.example.org"), 3, 20)).unwrap();
+    let mut arp = frame(&Net::v4(), &query(&wire("host.example.org"), A, None));
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    let rows: Vec<(&str, Vec<u8>)> = vec![
+        ("baseline: ARP, passed at the first check", arp),
+        ("authoritative A (served zone)", frame(&Net::v4(), &query(&wire("www.example.com"), A, None))),
+        ("cache hit A, one TTL aged", frame(&Net::v4(), &query(&wire("host.example.org"), A, None))),
+        ("cache hit CNAME chain, four TTLs aged, EDNS", frame(&Net::v4(), &query(&wire("alias.example.org"), A, Opt::new(1232, false)))),
+        ("cache hit over IPv6", frame(&Net::v6(), &query(&wire("host.example.org"), A, None))),
+        ("cache miss (pass)", frame(&Net::v4(), &query(&wire("none.example.org"), A, None))),
+    ];
+    for (what, f) in &rows {
+        println!("perf {:>5} ns/packet  {what}", prog.bench(f, 2000).unwrap());
+    }
+    for (what, bytes) in xdns_bpf::cache::bytes_per_entry() {
+        println!("  {what}: ~{bytes} bytes of map memory per cached answer");
+    }
+}
