@@ -487,3 +487,104 @@ fn cache_perf() {
         println!("  {what}: ~{bytes} bytes of map memory per cached answer");
     }
 }
+
+/// Mutation fuzz of the cache stage (root): cache-hit queries mutated (flags, counts, case,
+/// name bytes, EDNS, truncation). Every XDP_PASS leaves the frame untouched; every reply is a
+/// well-formed answer to a well-formed query: an authoritative one (served zone) or exactly
+/// `replay` of the fresh entry with the query's lowercased (name, type, DO).
+/// `XDNS_FUZZ_SEED=<n>` explores other sequences.
+#[test]
+fn cache_mutation_fuzz() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    if !have_root("cache_mutation_fuzz") {
+        return;
+    }
+    let mut prog = load_resolver(0xf00d);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    let entries = vec![
+        entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300),
+        entry("host.example.org", A, true, body_a("host.example.org", 200, [198, 18, 1, 2]), 10, 300),
+        entry("host.example.org", AAAA, false, body_negative("host.example.org", 0), 0, 300),
+        entry("hosu.example.org", A, false, body_a("hosu.example.org", 300, [198, 18, 1, 3]), 5, 300),
+        entry("alias.example.org", A, false, body_chain("alias.example.org"), 3, 20),
+        entry("nx.example.org", A, false, body_negative("nx.example.org", 3), 40, 300),
+        entry("big.example.org", TXT, false, body_txt("big.example.org", 3, 200, 0), 2, 600),
+        entry("glue.example.org", TXT, true, body_txt("glue.example.org", 2, 200, 200), 2, 600),
+        entry("old.example.org", A, false, body_a("old.example.org", 30, [198, 18, 3, 3]), 31, 30),
+        entry("a.b.c.d.e.f.g.h.example.org", A, false, body_a("a.b.c.d.e.f.g.h.example.org", 99, [198, 18, 5, 5]), 0, 99),
+    ];
+    for e in &entries {
+        cache.insert(e).unwrap();
+    }
+    let names = ["host.example.org", "HOST.Example.ORG", "hosu.example.org", "alias.example.org", "nx.example.org", "big.example.org", "glue.example.org", "old.example.org", "a.b.c.d.e.f.g.h.example.org", "www.example.com"];
+    let qtypes = [A, AAAA, TXT];
+    let opts = [None, Opt::new(1232, false), Opt::new(1232, true), Opt::new(512, true), Opt::new(4096, false)];
+    let seed = std::env::var("XDNS_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0xcace);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut runs, mut hits, mut auth) = (0, 0, 0);
+    for _ in 0..4000 {
+        let mut dns = query(&wire(names[rng.random_range(0..names.len())]), qtypes[rng.random_range(0..qtypes.len())], opts[rng.random_range(0..opts.len())].clone());
+        let rounds = if rng.random_bool(0.4) { 0 } else { rng.random_range(1..4) };
+        for _ in 0..rounds {
+            if dns.is_empty() {
+                break;
+            }
+            match rng.random_range(0..6) {
+                0 => {
+                    let i = rng.random_range(0..dns.len());
+                    dns[i] ^= 1 << rng.random_range(0..8);
+                }
+                1 if dns.len() > 3 => dns[rng.random_range(2..4)] ^= 1 << rng.random_range(0..8),
+                2 => {
+                    let n = rng.random_range(0..dns.len());
+                    dns.truncate(n);
+                }
+                3 => {
+                    let i = rng.random_range(12..dns.len().max(13));
+                    if i < dns.len() {
+                        dns[i] = dns[i].to_ascii_uppercase() ^ (rng.random_range(0..2) * 0x20);
+                    }
+                }
+                4 if dns.len() > 12 => dns[rng.random_range(4..12)] = rng.random_range(0..3),
+                _ => {
+                    let i = rng.random_range(0..=dns.len());
+                    dns.insert(i, rng.random());
+                }
+            }
+        }
+        let net = if rng.random_bool(0.5) { Net::v4() } else { Net::v6() };
+        let f = frame(&net, &dns);
+        let t0 = now_ns();
+        let (act, out) = prog.test_run(&f).unwrap();
+        let t1 = now_ns();
+        runs += 1;
+        match act {
+            2 => assert_eq!(out, f, "pass must not touch the frame: {dns:02x?}"),
+            3 => {
+                assert!(checksums_ok(&out), "checksums: {dns:02x?}");
+                let reply = dns_of(&out);
+                let q = Query::parse(&dns).unwrap_or_else(|e| panic!("answered a query userspace drops ({e}): {dns:02x?}"));
+                assert_eq!(q.status, xdns_wire::Status::Ok, "answered a malformed query: {dns:02x?}");
+                if reply[2] & 0x04 != 0 {
+                    auth += 1; // AA: the served zone's answer (checked by the authoritative tests)
+                    continue;
+                }
+                let qq = q.question.as_ref().unwrap();
+                assert!(q.rd && !q.cd, "cache answer needs RD=1 CD=0: {dns:02x?}");
+                let key = CacheKey { qname: qq.qname().to_ascii_lowercase(), qtype: qq.qtype, dnssec_ok: q.edns.as_ref().is_some_and(|e| e.dnssec_ok) };
+                let e = entries.iter().find(|e| e.key() == key).unwrap_or_else(|| panic!("answered {key:?} from no entry: {dns:02x?}"));
+                assert!(e.is_fresh(t0), "served an expired entry: {dns:02x?}");
+                let limits = Limits::udp(q.edns.as_ref(), OUR_PAYLOAD);
+                let want0 = replay(e, &q, t0, &limits).unwrap();
+                let want1 = replay(e, &q, t1, &limits).unwrap();
+                assert!(reply == &want0[..] || reply == &want1[..], "kernel and replay differ for {dns:02x?}\n got  {}\n want {}", hex(reply), hex(&want0));
+                hits += 1;
+            }
+            a => panic!("XDP action {a} for {dns:02x?}"),
+        }
+    }
+    println!("cache fuzz: {runs} mutated queries, {hits} cache answers equal to replay, {auth} authoritative");
+    assert!(hits > 300, "{hits} cache answers");
+}
