@@ -89,7 +89,7 @@ class Target:
         return self.server.alive() if self.server else True
 
 
-def start_noop(lab: Lab) -> Target:
+def start_noop(lab: Lab, tag: str) -> Target:
     obj = lab.dir / "noop_xdp.o"
     if not obj.exists():
         run(["clang", "-O2", "-g", "-Wall", "-Werror", "-target", "bpf", *_bpf_includes(),
@@ -100,26 +100,23 @@ def start_noop(lab: Lab) -> Target:
     return Target("noop-xdp", lab.server_addr4)
 
 
-def start_daemon(name: str, start) -> callable:
-    def f(lab: Lab) -> Target:
-        srv = start(lab)
+def daemon(name: str, start) -> callable:
+    """A peer that is a process: start(lab, workdir_name) -> lab.Server."""
+    def f(lab: Lab, tag: str) -> Target:
+        srv = start(lab, f"{name}-{tag}")
         return Target(name, srv.addr4, srv, xdns=name.startswith("xdns"))
     return f
 
 
-def _knot_xdp(lab: Lab):
-    lab.client_xdp_pass()  # Knot answers through AF_XDP TX; the stack path needs no ring, but
-    return lab.start_knot(DEFAULT_ZONES, name="knot-xdp", xdp=True)  # kxdpgun does
-
-
-# name -> how to start it in a lab. Order is the table's row order.
+# name -> start(lab, tag) (tag makes work directories unique per round). Order is the table's
+# row order. Only one XDP peer can be attached at a time; each is stopped before the next.
 PEERS: list[tuple[str, callable]] = [
-    ("xdns-xdp", start_daemon("xdns-xdp", lambda lab: lab.start_xdns(DEFAULT_ZONES, name="xdns-xdp",
-                                                                     xdp="native"))),
-    ("xdns", start_daemon("xdns", lambda lab: lab.start_xdns(DEFAULT_ZONES))),
-    ("knot-xdp", start_daemon("knot-xdp", _knot_xdp)),
-    ("knot", start_daemon("knot", lambda lab: lab.start_knot(DEFAULT_ZONES))),
-    ("nsd", start_daemon("nsd", lambda lab: lab.start_nsd(DEFAULT_ZONES))),
+    ("xdns-xdp", daemon("xdns-xdp", lambda lab, n: lab.start_xdns(DEFAULT_ZONES, name=n,
+                                                                  xdp="native"))),
+    ("xdns", daemon("xdns", lambda lab, n: lab.start_xdns(DEFAULT_ZONES, name=n))),
+    ("knot-xdp", daemon("knot-xdp", lambda lab, n: lab.start_knot(DEFAULT_ZONES, name=n, xdp=True))),
+    ("knot", daemon("knot", lambda lab, n: lab.start_knot(DEFAULT_ZONES, name=n))),
+    ("nsd", daemon("nsd", lambda lab, n: lab.start_nsd(DEFAULT_ZONES, name=n))),
     ("noop-xdp", start_noop),
 ]
 REFERENCE = "xdns"  # userspace ratios: xdns vs knot, nsd (as before the XDP peers)
@@ -168,13 +165,10 @@ def threaded_napi(lab: Lab, side: str, cpu: int) -> int:
     A veth has NAPI only while an XDP program is attached to it."""
     ns, dev = (lab.server_ns, lab.server_if) if side == "server" else (lab.client_ns, lab.client_if)
     lab.ns_run(ns, ["sh", "-c", f"echo 1 > /sys/class/net/{dev}/threaded"], check=False)
-    n = 0
-    for line in run(["ps", "-eo", "pid=,comm="]).stdout.splitlines():
-        pid, _, comm = line.strip().partition(" ")
-        if comm.strip().startswith(f"napi/{dev}-"):
-            subprocess.run(["taskset", "-p", "-c", str(cpu), pid], capture_output=True)
-            n += 1
-    return n
+    pids = napi_pids(lab, dev)
+    for pid in pids:
+        subprocess.run(["taskset", "-p", "-c", str(cpu), str(pid)], capture_output=True)
+    return len(pids)
 
 
 def prog_info(prog_id: int) -> dict:
@@ -216,77 +210,130 @@ class BpfStats:
 
 
 # ------------------------------------------------------------------ throughput
-def kxdpgun(lab: Lab, addr: str, qfile: Path, duration: float, qps: int) -> dict:
-    cmd = ["taskset", "-c", str(CLIENT_CPU), "kxdpgun", "-t", str(duration), "-Q", str(qps),
-           "-b", "10", "-i", qfile, addr]
-    p = lab.client_run(cmd, check=False, timeout=duration + 30)
-    out = p.stdout + p.stderr
+def kxdpgun(lab: Lab, addr: str, qfile: Path, duration: float, qps: int,
+            server_pids: list[int]) -> dict:
+    """One kxdpgun run. Also samples, in the middle of it (25% to 85% of the duration, away
+    from start-up and drain), the CPU used by the server side: the daemon's threads and the
+    server veth's NAPI thread (where an XDP program runs), as a share of one CPU. The machine
+    is shared, so whole-CPU counters would include other people's work."""
+    cmd = ["ip", "netns", "exec", lab.client_ns, "taskset", "-c", str(CLIENT_CPU), "kxdpgun",
+           "-t", str(duration), "-Q", str(qps), "-b", "10", "-i", str(qfile), addr]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    time.sleep(0.25 * duration)
+    s0, w0 = cpu_ticks(server_pids), time.monotonic()
+    time.sleep(max(0.0, t0 + 0.85 * duration - time.monotonic()))
+    s1, w1 = cpu_ticks(server_pids), time.monotonic()
+    try:
+        out, _ = p.communicate(timeout=duration + 30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
     q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", out)
     r = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", out)
     if p.returncode != 0 or not q or not r:
         raise RuntimeError(f"kxdpgun failed ({p.returncode}):\n{out}")
     return {"queries": int(q.group(1)), "qps_sent": int(q.group(2)),
             "replies": int(r.group(1)), "replies_per_s": int(r.group(2)),
-            "mode": "native" if "native mode" in out else "generic" if "generic" in out else "?"}
+            "mode": "native" if "native mode" in out else "generic" if "generic" in out else "?",
+            # A server side well under 100% busy means the generator side is the limit.
+            "server_cpu_busy": (s1 - s0) / os.sysconf("SC_CLK_TCK") / max(1e-9, w1 - w0)}
 
 
-def measure(lab: Lab, tgt: Target, qfile: Path, duration: float, qps: int, rounds: int) -> dict:
+def napi_pids(lab: Lab, dev: str) -> list[int]:
+    out = []
+    for line in run(["ps", "-eo", "pid=,comm="]).stdout.splitlines():
+        pid, _, comm = line.strip().partition(" ")
+        if comm.strip().startswith(f"napi/{dev}-"):
+            out.append(int(pid))
+    return out
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    """utime + stime (clock ticks) of processes, all their threads included."""
+    total = 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, IndexError):
+            continue
+        total += int(f[11]) + int(f[12])  # fields 14 and 15 of stat(5)
+    return total
+
+
+def measure(lab: Lab, tgt: Target, qfile: Path, duration: float, qps: int) -> dict:
+    """One kxdpgun run against a started peer, with its XDP program's run time and, for xdns,
+    its XDP verdict counters over the run."""
     if tgt.pid():
         pin(tgt.pid(), SERVER_CPU)
     prog_id = xdp_prog_id(lab)
     if prog_id:
         threaded_napi(lab, "server", SERVER_CPU)
+    lab.client_xdp_pass()  # kxdpgun's program replaces it; in case it took it away
+    threaded_napi(lab, "client", CLIENT_CPU)
     before = prog_info(prog_id) if prog_id else {}
     xdp_before = lab.xdns_stats(tgt.server).get("xdp", {}) if tgt.xdns else {}
-    runs = []
-    for _ in range(rounds):
-        lab.client_xdp_pass()  # in case kxdpgun took its program away
-        threaded_napi(lab, "client", CLIENT_CPU)
-        runs.append(kxdpgun(lab, tgt.addr4, qfile, duration, qps))
-    res = sorted(runs, key=lambda r: r["replies_per_s"])[len(runs) // 2]  # median
-    res["runs"] = [r["replies_per_s"] for r in runs]
+    server_pids = ([tgt.pid()] if tgt.pid() else []) + napi_pids(lab, lab.server_if)
+    res = kxdpgun(lab, tgt.addr4, qfile, duration, qps, server_pids)
     if not tgt.alive():
         raise RuntimeError(f"{tgt.name} died during the run:\n{tgt.server.stderr()[-2000:]}")
     if prog_id:
         after = prog_info(prog_id)
-        cnt = after.get("run_cnt", 0) - before.get("run_cnt", 0)
-        ns = after.get("run_time_ns", 0) - before.get("run_time_ns", 0)
         res["xdp_prog"] = after.get("name")
-        res["kernel_ns_per_pkt"] = ns / cnt if cnt else None
-        res["kernel_pkts"] = cnt
+        res["prog_cnt"] = after.get("run_cnt", 0) - before.get("run_cnt", 0)
+        res["prog_ns"] = after.get("run_time_ns", 0) - before.get("run_time_ns", 0)
     if tgt.xdns:
         xdp_after = lab.xdns_stats(tgt.server).get("xdp", {})
-        delta = {k: v - xdp_before.get(k, 0) for k, v in xdp_after.items()}
         if xdp_after:
-            total_q = sum(r["queries"] for r in runs)
-            res["xdp_answered_share"] = delta.get("answered", 0) / total_q if total_q else 0
-            res["xdp_pass"] = {k: v for k, v in delta.items() if v and k != "answered"}
+            res["xdp_delta"] = {k: v - xdp_before.get(k, 0) for k, v in xdp_after.items()}
             res["map_memory"] = xdns_memory(lab, tgt.server)
     return res
 
 
+def combine(runs: list[dict]) -> dict:
+    """Median run by replies/s, plus in-kernel cost and XDP verdicts summed over all runs."""
+    res = dict(sorted(runs, key=lambda r: r["replies_per_s"])[len(runs) // 2])
+    res["runs"] = [r["replies_per_s"] for r in runs]
+    cnt = sum(r.get("prog_cnt", 0) for r in runs)
+    if cnt:
+        res["kernel_pkts"] = cnt
+        res["kernel_ns_per_pkt"] = sum(r.get("prog_ns", 0) for r in runs) / cnt
+    deltas = [r["xdp_delta"] for r in runs if "xdp_delta" in r]
+    if deltas:
+        total = {k: sum(d.get(k, 0) for d in deltas) for k in deltas[0]}
+        # Of the packets that reached the program (the rest were lost on the way, when the
+        # generator offers more than the lab carries).
+        seen = sum(total.values())
+        res["xdp_answered_share"] = total.get("answered", 0) / seen if seen else 0
+        res["xdp_pass"] = {k: v for k, v in total.items() if v and k != "answered"}
+    for k in ("prog_cnt", "prog_ns", "xdp_delta"):
+        res.pop(k, None)
+    return res
+
+
 def throughput(duration: float, qps: int, rounds: int) -> dict:
-    results = {}
+    """Every peer once per round, rounds interleaved, so that a background load that comes
+    and goes (the machine is shared) hits all peers alike; the median run is kept."""
+    runs: dict[str, list[dict]] = {name: [] for name, _ in PEERS}
     with Lab(prefix="xdl") as lab, BpfStats():
         qfile = lab.dir / "queries.txt"
         query_mix(qfile)
-        for name, start in PEERS:
-            tgt = start(lab)
-            try:
-                r = measure(lab, tgt, qfile, duration, qps, rounds)
-                results[name] = r
+        for rnd in range(rounds):
+            for name, start in PEERS:
+                tgt = start(lab, f"r{rnd}")
+                try:
+                    r = measure(lab, tgt, qfile, duration, qps)
+                finally:
+                    if tgt.server is not None and tgt.server.alive():
+                        lab.stop(tgt.server)
+                    detach_xdp(lab)
+                runs[name].append(r)
                 extra = ""
-                if r.get("kernel_ns_per_pkt") is not None:
-                    extra += f", {r['kernel_ns_per_pkt']:.0f} ns/pkt in {r['xdp_prog']}"
-                if "xdp_answered_share" in r:
-                    extra += f", {100 * r['xdp_answered_share']:.1f}% answered by XDP"
+                if r.get("prog_cnt"):
+                    extra += f", {r['prog_ns'] / r['prog_cnt']:.0f} ns/pkt in {r['xdp_prog']}"
                 print(f"  {name:10} {r['replies_per_s']:>10} replies/s (sent {r['qps_sent']}/s, "
-                      f"runs {r['runs']}, {r['mode']} kxdpgun{extra})", flush=True)
-            finally:
-                if tgt.server is not None and tgt.server.alive():
-                    lab.stop(tgt.server)
-                detach_xdp(lab)
-    return results
+                      f"server side {100 * r['server_cpu_busy']:.0f}% of a CPU{extra})", flush=True)
+    return {name: combine(rs) for name, rs in runs.items()}
 
 
 def time_v(cmd, cwd=None) -> dict:
@@ -385,16 +432,19 @@ def summary(tp: dict, mem: dict) -> dict:
 def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
     print("\n== replies per second (same query mix; server side on one CPU, generator on the other)")
     ref = tp.get(REFERENCE, {}).get("replies_per_s", 0)
-    print(f"{'peer':10} {'replies/s':>11} {'reply %':>8} {'kernel ns/pkt':>14} {'XDP answered':>13} "
-          f"{REFERENCE + '/peer':>11}")
+    print(f"{'peer':10} {'replies/s':>11} {'reply %':>8} {'srv CPU':>8} {'kernel ns/pkt':>14} "
+          f"{'XDP answered':>13} {REFERENCE + '/peer':>11}")
     for name, r in tp.items():
         pct = 100.0 * r["replies"] / r["queries"] if r["queries"] else 0
         ns = r.get("kernel_ns_per_pkt")
         share = r.get("xdp_answered_share")
-        print(f"{name:10} {r['replies_per_s']:>11} {pct:>7.1f}% "
+        print(f"{name:10} {r['replies_per_s']:>11} {pct:>7.1f}% {100 * r['server_cpu_busy']:>7.0f}% "
               f"{(f'{ns:.0f}' if ns is not None else '-'):>14} "
               f"{(f'{100 * share:.1f}%' if share is not None else '-'):>13} "
               f"{ratio(ref, r['replies_per_s']):>11}")
+    print("(reply %: replies / queries sent; srv CPU: CPU used by the daemon and the server veth's"
+          " NAPI thread,\n in % of one CPU; XDP answered: share of the packets reaching xdns's"
+          " program that it answered itself)")
     sm = summary(tp, mem)
     print("\n== issue 3 goals (reported, not asserted)")
     print(f"xdns-xdp / knot-xdp replies/s      {goal(sm['xdns_xdp_vs_knot_xdp'], GOAL_VS_KNOT_XDP)}")
