@@ -13,6 +13,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use xdns_zone::ZoneSource;
 
+use crate::recursion::{FileResolver, ResolverSettings};
 use crate::xdp::XdpConfig;
 
 /// Default path of the control socket.
@@ -47,6 +48,8 @@ pub struct Config {
     pub xdp: XdpConfig,
     /// Zones to serve, in configuration order, with absolute or config-relative paths resolved.
     pub zones: Vec<ZoneSource>,
+    /// The recursive resolver (`[resolver]`); `None` = authoritative only.
+    pub resolver: Option<ResolverSettings>,
 }
 
 /// `[tcp]` table.
@@ -141,6 +144,8 @@ struct FileConfig {
     xdp: XdpConfig,
     #[serde(default)]
     zone: Vec<FileZone>,
+    #[serde(default)]
+    resolver: Option<Spanned<FileResolver>>,
 }
 
 /// One `[[zone]]` entry.
@@ -374,6 +379,12 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         zones.push(ZoneSource { name, file });
     }
 
+    let resolver = file.resolver.as_ref().and_then(|r| {
+        let line_fn = |s: std::ops::Range<usize>| span_line(s);
+        let r = r.get_ref();
+        crate::recursion::parse_section(r, &base, &err, &line_fn, &mut errors)
+    });
+
     let mut control = file
         .control
         .map(PathBuf::from)
@@ -411,6 +422,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         log,
         xdp: file.xdp,
         zones,
+        resolver,
     })
 }
 

@@ -13,6 +13,7 @@ mod config;
 mod control;
 mod fastpath;
 mod metrics;
+mod recursion;
 mod reload;
 mod server;
 mod stats;
@@ -178,6 +179,16 @@ fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
                     info.name, info.serial, info.records
                 ));
             }
+            Err(errs) => errors.extend(errs.iter().map(|e| e.to_string())),
+        }
+    }
+    if let Some(rs) = &cfg.resolver {
+        match xdns_resolver::RootHints::load(&rs.root_hints) {
+            Ok(h) => ok.push(format!(
+                "resolver: root hints {}, {} servers",
+                rs.root_hints.display(),
+                h.servers.len()
+            )),
             Err(errs) => errors.extend(errs.iter().map(|e| e.to_string())),
         }
     }

@@ -8,7 +8,7 @@
 //! `xdns_tcp_connections_total{result}`, `xdns_tcp_idle_closed_total`, `xdns_tcp_open`,
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
-//! `xdns_xdp_total{counter}`.
+//! `xdns_xdp_total{counter}`, `xdns_resolver_total{counter}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,6 +175,12 @@ pub fn render(s: &Snapshot) -> String {
         "xdns_xdp",
         "XDP fast path verdicts.",
         s.xdp.iter().map(|(k, &v)| (l1("counter", k), v)),
+    );
+    counter_family(
+        &mut reg,
+        "xdns_resolver",
+        "Resolver counters (cache hits/misses, upstream queries, timeouts, SERVFAILs, ...).",
+        s.resolver.iter().map(|(k, &v)| (l1("counter", k), v)),
     );
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {

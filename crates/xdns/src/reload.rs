@@ -169,6 +169,10 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.xdp != new.xdp {
         v.push("xdp");
     }
+    // The resolver and its caches live across reloads; its settings need a restart.
+    if old.resolver != new.resolver {
+        v.push("resolver");
+    }
     v
 }
 

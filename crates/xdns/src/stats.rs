@@ -345,6 +345,10 @@ pub struct Snapshot {
     pub zones: Vec<ZoneInfo>,
     /// XDP fast path counters (empty when XDP is off).
     pub xdp: BTreeMap<String, u64>,
+    /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
+    /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
+    #[serde(default)]
+    pub resolver: BTreeMap<String, u64>,
 }
 
 impl Snapshot {
@@ -385,6 +389,9 @@ impl Snapshot {
         }
         for (k, v) in &self.xdp {
             row(&format!("xdp.{k}"), v);
+        }
+        for (k, v) in &self.resolver {
+            row(&format!("resolver.{k}"), v);
         }
         s
     }

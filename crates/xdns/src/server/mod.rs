@@ -11,7 +11,7 @@ pub mod udp;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::config::{self, Config, Overrides};
 use crate::fastpath::Fastpath;
+use crate::recursion::{self, Recursion};
 use crate::reload::{self, Served};
 use crate::stats::{Snapshot, Stats};
 use crate::{control, metrics};
@@ -34,6 +35,8 @@ pub struct Shared {
     pub shutdown: AtomicBool,
     /// The XDP fast path, when attached.
     pub fastpath: Mutex<Option<Fastpath>>,
+    /// The recursive resolver, when `[resolver]` is configured (set before workers start).
+    pub recursion: OnceLock<Arc<Recursion>>,
 }
 
 impl Shared {
@@ -44,6 +47,7 @@ impl Shared {
             stats: Stats::new(),
             shutdown: AtomicBool::new(false),
             fastpath: Mutex::new(None),
+            recursion: OnceLock::new(),
         }
     }
 
@@ -58,6 +62,17 @@ impl Shared {
             .as_ref()
         {
             s.xdp = fp.counters().into_iter().collect();
+        }
+        if let Some(r) = self.recursion.get() {
+            s.resolver = r
+                .resolver
+                .counters
+                .snapshot()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            s.resolver
+                .insert("cache_entries".into(), r.resolver.cache_len() as u64);
         }
         s
     }
@@ -130,6 +145,31 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     };
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    if let Some(rs) = &cfg.resolver {
+        let rs2 = rs.clone();
+        // The kernel answer cache is not wired yet: userspace caches only.
+        let kernel: Arc<dyn xdns_wire::AnswerCache> = Arc::new(xdns_wire::NoCache);
+        let resolver = tokio::task::spawn_blocking(move || recursion::build_resolver(&rs2, kernel))
+            .await?
+            .context("starting the resolver")?;
+        resolver.spawn_prefetcher(None);
+        let (tx, rx) = mpsc::channel(rs.max_pending);
+        let rec = Arc::new(Recursion {
+            resolver,
+            allow: rs.allow.clone(),
+            pending: tx,
+            shard: shared.stats.shard(),
+        });
+        let _ = shared.recursion.set(rec.clone());
+        tasks.push(tokio::spawn(recursion::serve_udp_pending(
+            rx,
+            shared.clone(),
+            rec,
+            stop_rx.clone(),
+            rs.max_pending,
+        )));
+    }
     let mut threads = Vec::new();
     for (n, (addr, sock)) in udp_socks.into_iter().enumerate() {
         let wildcard = addr.ip().is_unspecified();
@@ -139,7 +179,6 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         );
     }
     let limit = Arc::new(Semaphore::new(cfg.tcp.max_connections));
-    let mut tasks = Vec::new();
     for l in tcp_listeners {
         let l = tokio::net::TcpListener::from_std(l).context("registering TCP listener")?;
         tasks.push(tokio::spawn(tcp::serve(
@@ -181,6 +220,7 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         metrics = ?cfg.metrics,
         xdp = shared.fastpath.lock().map(|f| f.is_some()).unwrap_or(false),
         zones = ?zones,
+        resolver = cfg.resolver.is_some(),
         "xdns started"
     );
 

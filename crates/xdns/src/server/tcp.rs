@@ -26,6 +26,7 @@ use xdns_zone::{respond, Outcome, Transport};
 
 use super::{stopped, Shared};
 use crate::config::TcpConfig;
+use crate::recursion::{self, Route};
 use crate::stats::{DropKind, Shard};
 
 /// How long shutdown waits for open connections to finish their pending answers.
@@ -60,7 +61,7 @@ pub async fn serve(
             _ = stopped(&mut shutdown) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             r = listener.accept() => match r {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
                         shared.stats.tcp_refused.fetch_add(1, Relaxed);
                         drop(stream);
@@ -73,7 +74,7 @@ pub async fn serve(
                     let cfg = cfg.clone();
                     let shutdown = shutdown.clone();
                     conns.spawn(async move {
-                        connection(stream, &shared, &shard, &cfg, shutdown).await;
+                        connection(stream, peer, &shared, &shard, &cfg, shutdown).await;
                         shared.stats.tcp_open.fetch_sub(1, Relaxed);
                         drop(permit);
                     });
@@ -98,6 +99,7 @@ pub async fn serve(
 /// Serve one connection until the client closes it, it idles out, or shutdown.
 async fn connection(
     stream: TcpStream,
+    peer: SocketAddr,
     shared: &Shared,
     shard: &Shard,
     cfg: &TcpConfig,
@@ -127,6 +129,7 @@ async fn connection(
         }
         let _ = tokio::time::timeout(idle, w.shutdown()).await;
     };
+    let resolving = Arc::new(Semaphore::new(cfg.max_pipelined.max(1)));
     let reader = async move {
         let mut query = Vec::new();
         loop {
@@ -152,16 +155,57 @@ async fn connection(
             }
             let mut answer = Vec::new();
             let served = shared.served.load();
+            let recursion = shared.recursion.get();
             let result = catch_unwind(AssertUnwindSafe(|| {
-                respond(
+                if let Some(rec) = recursion {
+                    let payload = served.respond.edns_payload;
+                    match recursion::route(
+                        rec,
+                        &served.zones,
+                        &query,
+                        peer.ip(),
+                        Transport::Tcp,
+                        payload,
+                        &mut answer,
+                    ) {
+                        Route::Authoritative => {}
+                        Route::Answered(o) => return Ok(o),
+                        Route::Resolve(q, key) => return Err((q, key)),
+                    }
+                }
+                Ok(respond(
                     &served.zones,
                     &query,
                     Transport::Tcp,
                     &served.respond,
                     &mut answer,
-                )
+                ))
             }));
             drop(served);
+            // A recursive miss: resolved in a task of its own, answered when ready (RFC 7766
+            // allows answers out of order); at most `max_pipelined` at once per connection.
+            let result = match result {
+                Ok(Err((q, key))) => {
+                    let (Some(rec), Ok(permit)) =
+                        (recursion.cloned(), resolving.clone().acquire_owned().await)
+                    else {
+                        break;
+                    };
+                    let tx = tx.clone();
+                    let payload = shared.served.load().respond.edns_payload;
+                    tokio::spawn(async move {
+                        let (answer, outcome) =
+                            recursion::resolve_and_answer(&rec, &q, key, Transport::Tcp, payload)
+                                .await;
+                        rec.shard.record(Transport::Tcp, outcome);
+                        let _ = tx.send(answer).await;
+                        drop(permit);
+                    });
+                    continue;
+                }
+                Ok(Ok(o)) => Ok(o),
+                Err(e) => Err(e),
+            };
             match result {
                 Ok(outcome) => {
                     shard.record(Transport::Tcp, outcome);

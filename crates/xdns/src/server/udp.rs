@@ -12,7 +12,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -21,9 +21,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
+use xdns_wire::{CacheKey, Query};
 use xdns_zone::{respond, Outcome, Transport};
 
 use super::Shared;
+use crate::recursion::{self, Recursion, Route};
 use crate::stats::{DropKind, Shard};
 
 /// Messages per `recvmmsg`/`sendmmsg` call (default; `XDNS_UDP_BATCH` overrides, for benchmarks).
@@ -111,10 +113,73 @@ pub fn spawn(
 ) -> io::Result<JoinHandle<()>> {
     let shard = shared.stats.shard();
     let batch = batch_size(std::env::var("XDNS_UDP_BATCH").ok().as_deref());
+    let sock = Arc::new(sock);
     std::thread::Builder::new().name(name).spawn(move || {
         let mut w = Worker::new(wildcard, batch);
+        w.recursion = shared.recursion.get().cloned();
         w.run(&sock, &shared, &shard);
     })
+}
+
+/// A query waiting for the resolver, with everything needed to answer it later from the same
+/// socket to the same address (and from the same local address, for wildcard listeners).
+pub struct Pending {
+    sock: Arc<Socket>,
+    name: libc::sockaddr_storage,
+    namelen: libc::socklen_t,
+    pktinfo: Pktinfo,
+    /// The query.
+    pub query: Box<Query>,
+    /// Its cache key.
+    pub key: CacheKey,
+}
+
+impl Pending {
+    /// Sends `answer` to the client (non-blocking: a full socket buffer drops it).
+    pub fn send(&mut self, answer: &mut [u8]) -> io::Result<()> {
+        let mut iov = libc::iovec {
+            iov_base: answer.as_mut_ptr() as *mut libc::c_void,
+            iov_len: answer.len(),
+        };
+        let mut ctrl = [0u64; CTRL_WORDS];
+        let clen = write_pktinfo(&mut ctrl, self.pktinfo);
+        // SAFETY: msghdr is plain data; every pointer set below points to locals or fields that
+        // outlive the sendmsg call.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_name = &mut self.name as *mut _ as *mut libc::c_void;
+        msg.msg_namelen = self.namelen;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if clen > 0 {
+            msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = clen;
+        }
+        // SAFETY: valid fd owned by the Arc'd socket; msg is fully initialised above.
+        let r = unsafe { libc::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// The client's IP address from a `recvmmsg` source address.
+fn peer_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
 }
 
 /// The batch size from the `XDNS_UDP_BATCH` value, if valid; else [`BATCH`].
@@ -148,6 +213,8 @@ struct Worker {
     tx_ctrl: Vec<[u64; CTRL_WORDS]>,
     tx_iov: Vec<libc::iovec>,
     tx_hdr: Vec<libc::mmsghdr>,
+    /// The resolver, when `[resolver]` is configured.
+    recursion: Option<Arc<Recursion>>,
 }
 
 impl Worker {
@@ -173,10 +240,11 @@ impl Worker {
             tx_ctrl: vec![[0; CTRL_WORDS]; batch],
             tx_iov: vec![iov; batch],
             tx_hdr: vec![hdr; batch],
+            recursion: None,
         }
     }
 
-    fn run(&mut self, sock: &Socket, shared: &Shared, shard: &Shard) {
+    fn run(&mut self, sock: &Arc<Socket>, shared: &Shared, shard: &Shard) {
         let fd = sock.as_raw_fd();
         while !shared.shutdown.load(Ordering::Relaxed) {
             let n = match self.recv(fd) {
@@ -194,7 +262,7 @@ impl Worker {
                     continue;
                 }
             };
-            let answers = self.answer(n, shared, shard);
+            let answers = self.answer(n, sock, shared, shard);
             self.send(fd, answers, shard);
         }
     }
@@ -239,7 +307,7 @@ impl Worker {
     }
 
     /// Answer the `n` received messages; returns how many answers are ready in `tx`.
-    fn answer(&mut self, n: usize, shared: &Shared, shard: &Shard) -> usize {
+    fn answer(&mut self, n: usize, sock: &Arc<Socket>, shared: &Shared, shard: &Shard) -> usize {
         let served = shared.served.load();
         let mut out = 0;
         for i in 0..n {
@@ -256,11 +324,66 @@ impl Worker {
             };
             let query = &self.rx[i * RX_SIZE..i * RX_SIZE + len];
             let buf = &mut self.tx[out];
+            let name = &self.names[i];
+            let namelen = hdr.msg_hdr.msg_namelen;
+            let recursion = self.recursion.as_deref();
             let result = catch_unwind(AssertUnwindSafe(|| {
-                respond(&served.zones, query, Transport::Udp, &served.respond, buf)
+                if let (Some(rec), Some(peer)) = (recursion, peer_ip(name)) {
+                    let payload = served.respond.edns_payload;
+                    match recursion::route(
+                        rec,
+                        &served.zones,
+                        query,
+                        peer,
+                        Transport::Udp,
+                        payload,
+                        buf,
+                    ) {
+                        Route::Authoritative => {}
+                        Route::Answered(o) => return Some(o),
+                        Route::Resolve(q, key) => {
+                            let p = Pending {
+                                sock: sock.clone(),
+                                name: *name,
+                                namelen,
+                                pktinfo,
+                                query: q,
+                                key,
+                            };
+                            if let Err(e) = rec.pending.try_send(p) {
+                                // Too many waiting (or stopping): SERVFAIL now rather than
+                                // queueing without bound.
+                                let p = e.into_inner();
+                                rec.resolver
+                                    .counters
+                                    .servfails
+                                    .fetch_add(1, Ordering::Relaxed);
+                                return Some(recursion::answer(
+                                    &p.query,
+                                    Err(()),
+                                    0,
+                                    Transport::Udp,
+                                    payload,
+                                    buf,
+                                ));
+                            }
+                            // Answered later by a resolver task.
+                            buf.clear();
+                            return None;
+                        }
+                    }
+                }
+                Some(respond(
+                    &served.zones,
+                    query,
+                    Transport::Udp,
+                    &served.respond,
+                    buf,
+                ))
             }));
             match result {
-                Ok(outcome) => {
+                Ok(None) => {}
+                Ok(Some(outcome)) => {
                     shard.record(Transport::Udp, outcome);
                     if matches!(outcome, Outcome::Answered { .. }) && !buf.is_empty() {
                         self.tx_to[out] = (i, pktinfo);

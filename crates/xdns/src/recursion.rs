@@ -1,0 +1,484 @@
+//! The recursive side of the daemon: the `[resolver]` section, who may ask, and the route of a
+//! query that no served zone covers.
+//!
+//! A query goes to the resolver when it is a well-formed QUERY for class IN (not a zone
+//! transfer) whose name lies under no served zone: names inside served zones are answered
+//! authoritatively to everyone, as without a resolver. For those queries:
+//! - a client outside `allow` gets REFUSED;
+//! - a fresh cached answer is sent at once, built with [`xdns_wire::cache::replay`] from the
+//!   same [`xdns_wire::CachedAnswer`] the kernel cache replays (so the bytes are the kernel's
+//!   but for TTLs), RA=1;
+//! - RD=0 and not cached: REFUSED (Knot Resolver's default; Unbound would send a referral
+//!   from its cache, which xdns does not build);
+//! - otherwise the query waits for the resolver: UDP workers hand it to a tokio task through a
+//!   bounded channel (never blocking), and the answer leaves later from the same socket to the
+//!   same address; TCP connections resolve in a task and send when ready. A failed resolution
+//!   is answered SERVFAIL (RA=1).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+use xdns_resolver::Resolver;
+use xdns_wire::response::{error_response, rcode, Limits};
+use xdns_wire::{CacheKey, Query, Status};
+use xdns_zone::{Outcome, Transport, ZoneSet};
+
+use crate::config::ConfigError;
+use crate::stats::Shard;
+
+/// `[resolver]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileResolver {
+    root_hints: Spanned<String>,
+    allow: Option<Vec<Spanned<String>>>,
+    cache_entries: Option<Spanned<i64>>,
+    prefetch_percent: Option<Spanned<i64>>,
+    fanout: Option<Spanned<i64>>,
+    upstream_timeout_ms: Option<Spanned<i64>>,
+    resolve_timeout_ms: Option<Spanned<i64>>,
+    max_upstream_queries: Option<Spanned<i64>>,
+    max_glueless: Option<Spanned<i64>>,
+    max_ttl: Option<Spanned<i64>>,
+    max_negative_ttl: Option<Spanned<i64>>,
+    stale_ttl: Option<Spanned<i64>>,
+    failure_ttl: Option<Spanned<i64>>,
+    upstream_port: Option<Spanned<i64>>,
+    ipv4: Option<bool>,
+    ipv6: Option<bool>,
+    forwarders: Option<Vec<Spanned<String>>>,
+    max_pending: Option<Spanned<i64>>,
+}
+
+/// An address prefix of `allow`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl Prefix {
+    /// Parses `ADDR/LEN` or a bare address (a host prefix).
+    pub fn parse(s: &str) -> Option<Prefix> {
+        let s = s.trim();
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            Some(l) => l.parse::<u8>().ok().filter(|&l| l <= max)?,
+            None => max,
+        };
+        Some(Prefix { addr, len })
+    }
+
+    /// True if `ip` lies inside the prefix (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(p), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                u32::from(p) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(p), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                u128::from(p) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The validated `[resolver]` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolverSettings {
+    /// Root hints file (absolute, or resolved against the configuration's directory).
+    pub root_hints: PathBuf,
+    /// Clients allowed to recurse.
+    pub allow: Vec<Prefix>,
+    /// Queries waiting for the resolver (UDP) before new ones get SERVFAIL at once.
+    pub max_pending: usize,
+    /// The resolver's own settings.
+    pub resolver: xdns_resolver::Config,
+}
+
+/// Validates the `[resolver]` section; errors are pushed to `errors`.
+pub fn parse_section(
+    r: &FileResolver,
+    base: &Path,
+    err: &dyn Fn(Option<usize>, String) -> ConfigError,
+    line: &dyn Fn(std::ops::Range<usize>) -> Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) -> Option<ResolverSettings> {
+    let n_before = errors.len();
+    let mut cfg = xdns_resolver::Config::default();
+    let raw = Path::new(r.root_hints.get_ref());
+    let root_hints = if raw.is_absolute() {
+        raw.to_path_buf()
+    } else {
+        base.join(raw)
+    };
+    if r.root_hints.get_ref().is_empty() {
+        errors.push(err(
+            line(r.root_hints.span()),
+            "[resolver] root_hints: empty file name".into(),
+        ));
+    } else if !root_hints.is_file() {
+        errors.push(err(
+            line(r.root_hints.span()),
+            format!(
+                "[resolver] root_hints: file {} not found",
+                root_hints.display()
+            ),
+        ));
+    }
+    let mut allow = Vec::new();
+    match &r.allow {
+        None => {
+            allow.push(Prefix::parse("127.0.0.0/8").expect("prefix"));
+            allow.push(Prefix::parse("::1/128").expect("prefix"));
+        }
+        Some(list) => {
+            for a in list {
+                match Prefix::parse(a.get_ref()) {
+                    Some(p) => allow.push(p),
+                    None => errors.push(err(
+                        line(a.span()),
+                        format!(
+                            "[resolver] allow: bad prefix `{}` (expected ADDR/LEN)",
+                            a.get_ref()
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+    let mut int = |v: &Option<Spanned<i64>>, key: &str, lo: i64, hi: i64| -> Option<i64> {
+        let v = v.as_ref()?;
+        let x = *v.get_ref();
+        if x < lo || x > hi {
+            errors.push(err(
+                line(v.span()),
+                format!("[resolver] {key} {x} out of range {lo}..={hi}"),
+            ));
+            return None;
+        }
+        Some(x)
+    };
+    if let Some(v) = int(&r.cache_entries, "cache_entries", 1, 100_000_000) {
+        cfg.cache_entries = v as usize;
+    }
+    if let Some(v) = int(&r.prefetch_percent, "prefetch_percent", 0, 50) {
+        cfg.prefetch_percent = v as u8;
+    }
+    if let Some(v) = int(&r.fanout, "fanout", 1, 8) {
+        cfg.fanout = v as usize;
+    }
+    if let Some(v) = int(&r.upstream_timeout_ms, "upstream_timeout_ms", 10, 60_000) {
+        cfg.upstream_timeout = Duration::from_millis(v as u64);
+    }
+    if let Some(v) = int(&r.resolve_timeout_ms, "resolve_timeout_ms", 100, 120_000) {
+        cfg.resolve_timeout = Duration::from_millis(v as u64);
+    }
+    if let Some(v) = int(&r.max_upstream_queries, "max_upstream_queries", 1, 1000) {
+        cfg.max_queries = v as u32;
+    }
+    if let Some(v) = int(&r.max_glueless, "max_glueless", 0, 100) {
+        cfg.max_glueless = v as u32;
+    }
+    if let Some(v) = int(&r.max_ttl, "max_ttl", 1, 604_800) {
+        cfg.max_ttl = v as u32;
+    }
+    if let Some(v) = int(&r.max_negative_ttl, "max_negative_ttl", 0, 86_400) {
+        cfg.max_negative_ttl = v as u32;
+    }
+    if let Some(v) = int(&r.stale_ttl, "stale_ttl", 0, 604_800) {
+        cfg.stale_ttl = v as u32;
+    }
+    if let Some(v) = int(&r.failure_ttl, "failure_ttl", 0, 300) {
+        cfg.failure_ttl = v as u32;
+    }
+    if let Some(v) = int(&r.upstream_port, "upstream_port", 1, 65_535) {
+        cfg.upstream_port = v as u16;
+    }
+    let max_pending = int(&r.max_pending, "max_pending", 1, 1_000_000).unwrap_or(10_000) as usize;
+    cfg.ipv4 = r.ipv4.unwrap_or(true);
+    cfg.ipv6 = r.ipv6.unwrap_or(true);
+    if !cfg.ipv4 && !cfg.ipv6 {
+        errors.push(err(
+            None,
+            "[resolver] ipv4 and ipv6 are both false: no server can be asked".into(),
+        ));
+    }
+    for f in r.forwarders.iter().flatten() {
+        let s = f.get_ref().trim();
+        let a = s
+            .parse::<SocketAddr>()
+            .ok()
+            .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)));
+        match a {
+            Some(a) => cfg.forwarders.push(a),
+            None => errors.push(err(
+                line(f.span()),
+                format!("[resolver] forwarders: bad address `{s}` (expected IP or IP:PORT)"),
+            )),
+        }
+    }
+    if errors.len() > n_before {
+        return None;
+    }
+    Some(ResolverSettings {
+        root_hints,
+        allow,
+        max_pending,
+        resolver: cfg,
+    })
+}
+
+/// The resolver as the server uses it.
+pub struct Recursion {
+    /// The resolver.
+    pub resolver: Arc<Resolver>,
+    /// Clients allowed to recurse.
+    pub allow: Vec<Prefix>,
+    /// Where UDP workers hand queries that must wait for a resolution.
+    pub pending: tokio::sync::mpsc::Sender<crate::server::udp::Pending>,
+    /// Counters of answers sent by resolver tasks.
+    pub shard: Arc<Shard>,
+}
+
+impl Recursion {
+    /// True if `ip` may recurse.
+    pub fn allowed(&self, ip: IpAddr) -> bool {
+        self.allow.iter().any(|p| p.contains(ip))
+    }
+}
+
+/// Where a message goes.
+pub enum Route {
+    /// To the authoritative engine (`xdns_zone::respond`), as without a resolver.
+    Authoritative,
+    /// Answered here; the response is in `out`.
+    Answered(Outcome),
+    /// Must wait for the resolver.
+    Resolve(Box<Query>, CacheKey),
+}
+
+/// Decides the route of `msg` from `peer`; writes the answer into `out` when it can be given
+/// at once (REFUSED, a cache hit).
+pub fn route(
+    rec: &Recursion,
+    zones: &ZoneSet,
+    msg: &[u8],
+    peer: IpAddr,
+    transport: Transport,
+    edns_payload: u16,
+    out: &mut Vec<u8>,
+) -> Route {
+    let Ok(q) = Query::parse(msg) else {
+        return Route::Authoritative;
+    };
+    if q.status != Status::Ok || q.edns.is_some_and(|e| e.version > 0) {
+        return Route::Authoritative;
+    }
+    let Some(qq) = q.question.as_ref() else {
+        return Route::Authoritative;
+    };
+    // IN only; zone transfers (AXFR 252, IXFR 251) and meta types stay with the engine.
+    if qq.qclass != 1 || matches!(qq.qtype, 251 | 252) || zones.find(qq.key()).is_some() {
+        return Route::Authoritative;
+    }
+    let qtype = qq.qtype;
+    if !rec.allowed(peer) {
+        let rc = error_response(&q, rcode::REFUSED, edns_payload, out);
+        return Route::Answered(Outcome::Answered {
+            rcode: rc,
+            qtype,
+            truncated: false,
+        });
+    }
+    let key = CacheKey {
+        qname: qq.key().to_vec(),
+        qtype,
+        dnssec_ok: q.edns.is_some_and(|e| e.dnssec_ok),
+    };
+    if let Some(a) = rec.resolver.cached(&key) {
+        let outcome = answer(
+            &q,
+            Ok(&a),
+            rec.resolver.now_ns(),
+            transport,
+            edns_payload,
+            out,
+        );
+        return Route::Answered(outcome);
+    }
+    if !q.rd {
+        let rc = error_response(&q, rcode::REFUSED, edns_payload, out);
+        return Route::Answered(Outcome::Answered {
+            rcode: rc,
+            qtype,
+            truncated: false,
+        });
+    }
+    Route::Resolve(Box::new(q), key)
+}
+
+/// Writes the reply to `q` from a resolution result into `out`: the replayed answer, or
+/// SERVFAIL. RA=1 either way.
+pub fn answer(
+    q: &Query,
+    r: Result<&xdns_wire::CachedAnswer, ()>,
+    now_ns: u64,
+    transport: Transport,
+    edns_payload: u16,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let qtype = q.question.as_ref().map_or(0, |qq| qq.qtype);
+    let limits = match transport {
+        Transport::Udp => Limits::udp(q.edns.as_ref(), edns_payload),
+        Transport::Tcp => Limits::tcp(edns_payload),
+    };
+    if let Ok(a) = r {
+        if let Ok(bytes) = xdns_wire::cache::replay(a, q, now_ns, &limits) {
+            *out = bytes;
+            let rc = u16::from(out[3] & 0x0F);
+            let truncated = out[2] & 0x02 != 0;
+            return Outcome::Answered {
+                rcode: rc,
+                qtype,
+                truncated,
+            };
+        }
+    }
+    let rc = error_response(q, rcode::SERVFAIL, edns_payload, out);
+    if out.len() > 3 {
+        out[3] |= 0x80;
+    }
+    Outcome::Answered {
+        rcode: rc,
+        qtype,
+        truncated: false,
+    }
+}
+
+/// Resolves `key` for `q` and writes the reply into a new buffer (SERVFAIL on failure).
+pub async fn resolve_and_answer(
+    rec: &Recursion,
+    q: &Query,
+    key: CacheKey,
+    transport: Transport,
+    edns_payload: u16,
+) -> (Vec<u8>, Outcome) {
+    let r = rec.resolver.resolve(key).await;
+    let mut out = Vec::new();
+    let outcome = match &r {
+        Ok(a) => answer(
+            q,
+            Ok(a),
+            rec.resolver.now_ns(),
+            transport,
+            edns_payload,
+            &mut out,
+        ),
+        Err(_) => {
+            rec.resolver
+                .counters
+                .servfails
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            answer(q, Err(()), 0, transport, edns_payload, &mut out)
+        }
+    };
+    (out, outcome)
+}
+
+/// Answers the UDP queries the workers queued, each in a task of its own, at most `max`
+/// at a time (beyond that the channel fills and workers answer SERVFAIL at once).
+pub async fn serve_udp_pending(
+    mut rx: tokio::sync::mpsc::Receiver<crate::server::udp::Pending>,
+    shared: Arc<crate::server::Shared>,
+    rec: Arc<Recursion>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    max: usize,
+) {
+    let limit = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    loop {
+        let p = tokio::select! {
+            _ = crate::server::stopped(&mut stop) => break,
+            p = rx.recv() => match p { Some(p) => p, None => break },
+        };
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            break;
+        };
+        let rec = rec.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut p = p;
+            let payload = shared.served.load().respond.edns_payload;
+            let (mut out, outcome) =
+                resolve_and_answer(&rec, &p.query, p.key.clone(), Transport::Udp, payload).await;
+            rec.shard.record(Transport::Udp, outcome);
+            if p.send(&mut out).is_err() {
+                Shard::drop(&rec.shard, crate::stats::DropKind::SendFailed);
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Builds the resolver from the `[resolver]` settings (blocking: reads the root hints).
+pub fn build_resolver(
+    rs: &ResolverSettings,
+    kernel: Arc<dyn xdns_wire::AnswerCache>,
+) -> anyhow::Result<Arc<Resolver>> {
+    let hints = xdns_resolver::RootHints::load(&rs.root_hints).map_err(|errs| {
+        let lines: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        anyhow::anyhow!("{}", lines.join("\n"))
+    })?;
+    Ok(Resolver::new(
+        rs.resolver.clone(),
+        &hints,
+        Arc::new(xdns_resolver::SystemNetwork),
+        kernel,
+        xdns_resolver::Clock::Monotonic,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        let table: &[(&str, &str, bool)] = &[
+            ("198.18.0.0/15", "198.19.255.1", true),
+            ("198.18.0.0/15", "198.20.0.1", false),
+            ("198.18.0.0/15", "::ffff:198.18.0.1", true),
+            ("127.0.0.1", "127.0.0.1", true),
+            ("127.0.0.1", "127.0.0.2", false),
+            ("0.0.0.0/0", "8.8.8.8", true),
+            ("::/0", "2001:db8::1", true),
+            ("::/0", "10.0.0.1", false),
+            ("2001:db8::/32", "2001:db8:1::1", true),
+            ("2001:db8::/32", "2001:db9::1", false),
+        ];
+        for (p, ip, want) in table {
+            let pre = Prefix::parse(p).unwrap();
+            assert_eq!(pre.contains(ip.parse().unwrap()), *want, "{p} {ip}");
+        }
+        for bad in ["x", "10.0.0.0/33", "::/129", "10.0.0.0/", ""] {
+            assert!(Prefix::parse(bad).is_none(), "{bad}");
+        }
+    }
+}
