@@ -78,6 +78,11 @@ impl Prefix {
         Some(Prefix { addr, len })
     }
 
+    /// Address and length.
+    pub fn parts(&self) -> (IpAddr, u8) {
+        (self.addr, self.len)
+    }
+
     /// True if `ip` lies inside the prefix (IPv4-mapped IPv6 addresses count as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {

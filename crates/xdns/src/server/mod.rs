@@ -113,7 +113,14 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     }
     let shared = Arc::new(Shared::new(served));
 
-    let fp_cfg = cfg.clone();
+    let mut fp_cfg = cfg.clone();
+    if let Some(rs) = &cfg.resolver {
+        // The kernel answer cache stage, for the same clients the resolver serves.
+        fp_cfg.xdp.resolver = Some(xdns_bpf::runtime::ResolverStage {
+            allow: rs.allow.iter().map(|p| p.parts()).collect(),
+            capacity: Default::default(),
+        });
+    }
     let zones = shared.served.load().zones.clone();
     let fp = tokio::task::spawn_blocking(move || {
         Fastpath::start(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload)
@@ -148,12 +155,44 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     if let Some(rs) = &cfg.resolver {
         let rs2 = rs.clone();
-        // The kernel answer cache is not wired yet: userspace caches only.
-        let kernel: Arc<dyn xdns_wire::AnswerCache> = Arc::new(xdns_wire::NoCache);
-        let resolver = tokio::task::spawn_blocking(move || recursion::build_resolver(&rs2, kernel))
-            .await?
-            .context("starting the resolver")?;
-        resolver.spawn_prefetcher(None);
+        let sh = shared.clone();
+        let (resolver, events) = tokio::task::spawn_blocking(move || {
+            // With XDP attached, answers also go to the kernel cache, and its refresh events
+            // feed the prefetcher; without, userspace caches only.
+            let handles = match sh
+                .fastpath
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                Some(fp) => fp.cache()?,
+                None => None,
+            };
+            let (kernel, events): (Arc<dyn xdns_wire::AnswerCache>, _) = match handles {
+                Some((k, ev)) => (Arc::new(k), Some(ev)),
+                None => (Arc::new(xdns_wire::NoCache), None),
+            };
+            recursion::build_resolver(&rs2, kernel).map(|r| (r, events))
+        })
+        .await?
+        .context("starting the resolver")?;
+        let kernel_rx = events.map(|ev| {
+            let (tx, rx) = mpsc::channel(4096);
+            let sh = shared.clone();
+            let _ = std::thread::Builder::new()
+                .name("xdns-prefetch-fwd".into())
+                .spawn(move || {
+                    while !sh.shutdown.load(Ordering::Relaxed) {
+                        if let Some(k) = ev.recv_timeout(std::time::Duration::from_millis(200)) {
+                            // Full: this refresh is skipped; the entry is fetched on its next miss.
+                            let _ = tx.try_send(k);
+                        }
+                    }
+                });
+            rx
+        });
+        tracing::info!(kernel_cache = kernel_rx.is_some(), "resolver ready");
+        resolver.spawn_prefetcher(kernel_rx);
         let (tx, rx) = mpsc::channel(rs.max_pending);
         let rec = Arc::new(Recursion {
             resolver,
