@@ -23,20 +23,22 @@ fn ok(args: &[&str]) {
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// Two namespaces and a veth pair; removed on drop.
+/// Two namespaces and a veth pair (`xd<tag>0` server side, `xd<tag>1` client side); removed on
+/// drop. `tag` keeps tests of one process apart.
 struct Lab {
     srv: String,
     cli: String,
 }
 
 impl Lab {
-    fn new() -> Self {
+    fn new(tag: char) -> Self {
         let id = std::process::id();
-        let lab = Lab { srv: format!("xdnsT{id}s"), cli: format!("xdnsT{id}c") };
+        let lab = Lab { srv: format!("xdns{tag}{id}s"), cli: format!("xdns{tag}{id}c") };
+        let (d0, d1) = (format!("xd{tag}0"), format!("xd{tag}1"));
         ok(&["ip", "netns", "add", &lab.srv]);
         ok(&["ip", "netns", "add", &lab.cli]);
-        ok(&["ip", "link", "add", "xdT0", "netns", &lab.srv, "type", "veth", "peer", "name", "xdT1", "netns", &lab.cli]);
-        for (ns, dev, v4, v6) in [(&lab.srv, "xdT0", "198.18.0.1/24", "2001:db8::1/64"), (&lab.cli, "xdT1", "198.18.0.2/24", "2001:db8::2/64")] {
+        ok(&["ip", "link", "add", &d0, "netns", &lab.srv, "type", "veth", "peer", "name", &d1, "netns", &lab.cli]);
+        for (ns, dev, v4, v6) in [(&lab.srv, &d0, "198.18.0.1/24", "2001:db8::1/64"), (&lab.cli, &d1, "198.18.0.2/24", "2001:db8::2/64")] {
             ok(&["ip", "-n", ns, "addr", "add", v4, "dev", dev]);
             ok(&["ip", "-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
             ok(&["ip", "-n", ns, "link", "set", dev, "up"]);
@@ -81,7 +83,7 @@ fn kdig_answered_by_the_kernel() {
     zones.zones.insert(z.apex.clone(), Arc::new(z));
     let data = compile_kernel_data(&zones);
 
-    let lab = Lab::new();
+    let lab = Lab::new('T');
     let srv = lab.srv.clone();
     let cli = lab.cli.clone();
     // veth hands XDP_TX frames to the peer only if the peer has an XDP receive ring: attach the
@@ -127,6 +129,135 @@ fn kdig_answered_by_the_kernel() {
         assert!(outputs[2].contains("NXDOMAIN"), "NXDOMAIN: {}", outputs[2]);
         assert!(outputs[3].contains("TC"), "truncated without EDNS: {}", outputs[3]);
         assert!(answered >= 4, "answered {answered}");
+        prog.detach_all();
+    });
+    drop(peer);
+    drop(lab);
+}
+
+/// The resolver cache over a real veth (root): entries inserted through `KernelCache` are
+/// answered by XDP to `kdig` (nothing listens on port 53) with RA set and TTLs aged; a hit in
+/// the prefetch window reaches the `PrefetchEvents` reader; RD=0 gets no answer from XDP.
+/// (Over veth, a frame's tailroom depends on how the sender's skb was allocated: a reply much
+/// longer than its query can fail to grow (`pass_tail`) and fall to userspace; the IPv6 row
+/// asks for a short answer.)
+#[test]
+fn kdig_answered_from_the_cache() {
+    use std::time::Duration;
+    use xdns_wire::body::{BodyWriter, Section};
+    use xdns_wire::{AnswerCache, CacheKey, CachedAnswer};
+    if !have_root("kdig_answered_from_the_cache") {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
+    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
+    let mut zones = ZoneSet::default();
+    zones.zones.insert(z.apex.clone(), Arc::new(z));
+    let data = compile_kernel_data(&zones);
+    let now = {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let s = 1_000_000_000u64;
+    let cached = |name: &str, qtype: u16, body: xdns_wire::Body, age: u64, ttl: u64| CachedAnswer {
+        qname: wire(name),
+        qtype,
+        dnssec_ok: false,
+        body,
+        stored_at_ns: now - age * s - s / 4,
+        expires_at_ns: now - age * s - s / 4 + ttl * s,
+        prefetch_at_ns: u64::MAX,
+    };
+    let a_body = |name: &str, ttl: u32, addr: [u8; 4]| {
+        let mut w = BodyWriter::new(&wire(name)).unwrap();
+        w.write_rr(&wire(name), true, 1, ttl, &addr).unwrap();
+        w.finish()
+    };
+    let mut nx = BodyWriter::new(&wire("nx.example.org")).unwrap();
+    nx.set_rcode(3);
+    nx.set_section(Section::Authority).unwrap();
+    let mut soa = wire("ns1.example.org");
+    soa.extend(wire("hostmaster.example.org"));
+    soa.extend([0u8; 20]);
+    nx.write_rr(&wire("example.org"), false, 6, 900, &soa).unwrap();
+    let mut hot = cached("hot.example.org", 1, a_body("hot.example.org", 60, [198, 18, 7, 7]), 50, 60);
+    hot.prefetch_at_ns = hot.stored_at_ns + 45 * s;
+    let entries = vec![
+        cached("cached.example.org", 1, a_body("cached.example.org", 300, [198, 18, 1, 1]), 10, 300),
+        cached("nx.example.org", 28, nx.finish(), 100, 900),
+        hot,
+    ];
+
+    let lab = Lab::new('C');
+    let srv = lab.srv.clone();
+    let cli = lab.cli.clone();
+    let peer_cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec![],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(1),
+        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_s: 16, bodies_m: 16, bodies_l: 16 },
+        resolver: None,
+    };
+    let peer = in_netns(&cli, || {
+        let mut p = xdns_bpf::runtime::XdpProgram::load(&peer_cfg).unwrap();
+        p.attach("xdC1", AttachMode::Native).unwrap();
+        p
+    });
+    in_netns(&srv, move || {
+        let cfg = xdns_bpf::runtime::LoadConfig {
+            listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
+            edns_payload: OUR_PAYLOAD,
+            seed: None,
+            capacity: xdns_bpf::runtime::Capacity { nodes: 4096, answers: 4096, bodies_s: 4096, bodies_m: 4096, bodies_l: 1024 },
+            resolver: Some(xdns_bpf::runtime::ResolverStage {
+                allow: vec![xdns_bpf::cache::parse_prefix("198.18.0.0/15").unwrap(), xdns_bpf::cache::parse_prefix("2001:db8::/32").unwrap()],
+                capacity: xdns_bpf::cache::CacheCapacity { s: 1024, m: 256, l: 64 },
+            }),
+        };
+        let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
+        prog.install(&data).unwrap();
+        let cache = prog.cache().unwrap();
+        let events = prog.prefetch_events().unwrap();
+        for e in &entries {
+            cache.insert(e).unwrap();
+        }
+        prog.attach("xdC0", AttachMode::Native).expect("native XDP on veth");
+        let mut outputs = Vec::new();
+        for (server, q) in [
+            ("2001:db8::1", vec!["Cached.Example.org", "A"]),
+            ("198.18.0.1", vec!["nx.example.org", "AAAA"]),
+            ("198.18.0.1", vec!["+norecurse", "cached.example.org", "A"]),
+            ("198.18.0.1", vec!["hot.example.org", "A"]),
+            ("198.18.0.1", vec!["www.example.com", "A"]),
+        ] {
+            let at = format!("@{server}");
+            let mut args = vec!["ip", "netns", "exec", cli.as_str(), "kdig", at.as_str(), "+timeout=1", "+retry=0"];
+            args.extend(q.iter().copied());
+            let o = sh(&args);
+            outputs.push(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
+        }
+        let c = prog.counters().unwrap();
+        println!("{}", outputs.join("\n----\n"));
+        println!("counters: {:?}", c.iter().filter(|x| x.1 > 0).collect::<Vec<_>>());
+        let count = |n: &str| c.iter().find(|x| x.0 == n).map_or(0, |x| x.1);
+        let ttl = outputs[0]
+            .lines()
+            .find(|l| l.contains("198.18.1.1"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|t| t.parse::<u32>().ok());
+        assert!(matches!(ttl, Some(288..=290)), "TTL aged by ~10 s: {}", outputs[0]);
+        assert!(outputs[0].contains("qr rd ra"), "RA set, AA clear: {}", outputs[0]);
+        assert!(outputs[1].contains("NXDOMAIN"), "negative entry: {}", outputs[1]);
+        assert!(!outputs[2].contains("198.18.1.1"), "RD=0 is not answered by XDP: {}", outputs[2]);
+        assert!(outputs[4].contains("aa"), "served zone answered authoritatively: {}", outputs[4]);
+        assert_eq!(count("cache_answered"), 3);
+        assert_eq!(count("pass_rd0"), 1);
+        assert!(count("answered") >= 1);
+        let ev = events.recv_timeout(Duration::from_secs(2));
+        assert_eq!(ev, Some(CacheKey { qname: wire("hot.example.org"), qtype: 1, dnssec_ok: false }));
+        cache.remove(&ev.unwrap()).unwrap();
         prog.detach_all();
     });
     drop(peer);
