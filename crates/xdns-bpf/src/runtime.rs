@@ -148,7 +148,7 @@ impl XdpProgram {
 
     /// Is the cache stage on (`LoadConfig::resolver`)?
     pub fn resolver_enabled(&self) -> bool {
-        self.skel.maps.rodata_data.as_deref().is_some_and(|ro| ro.xdns_cfg.resolver != 0)
+        self.skel.maps.rodata_data.is_some_and(|ro| ro.xdns_cfg.resolver != 0)
     }
 
     /// A handle on the cache maps (duplicated fds: `Send + Sync`, usable from any thread, valid
