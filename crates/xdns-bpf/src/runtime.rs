@@ -132,6 +132,10 @@ impl XdpProgram {
         open.maps.xdns_cache_s.set_max_entries(cc.s.max(64))?;
         open.maps.xdns_cache_m.set_max_entries(cc.m.max(64))?;
         open.maps.xdns_cache_l.set_max_entries(cc.l.max(64))?;
+        if cfg.resolver.is_none() {
+            // no events without the stage: one page instead of 256 KiB
+            open.maps.xdns_cache_events.set_max_entries(4096)?;
+        }
         let c = cfg.capacity;
         open.maps.xdns_nodes.set_max_entries(c.nodes)?;
         open.maps.xdns_answers.set_max_entries(c.answers)?;
