@@ -267,6 +267,22 @@ impl Resolver {
         }
     }
 
+    /// Empties every cache: answers (also removed from the kernel cache), delegations and
+    /// server addresses learnt (the root hints stay), NXDOMAIN cuts, failures and RTTs. Returns
+    /// the number of answers removed.
+    pub fn flush(&self) -> usize {
+        let keys = self.answers.clear();
+        for k in &keys {
+            let _ = self.kernel.remove(k);
+        }
+        lock(&self.infra.zones).retain(|_, d| d.expires_ns == u64::MAX);
+        lock(&self.infra.addrs).retain(|_, a| a.expires_ns == u64::MAX);
+        lock(&self.infra.nx).clear();
+        lock(&self.infra.failures).clear();
+        lock(&self.infra.rtt).clear();
+        keys.len()
+    }
+
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.cfg

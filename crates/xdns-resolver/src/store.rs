@@ -81,6 +81,15 @@ impl AnswerStore {
         lock(self.shard(key)).remove(key);
     }
 
+    /// Removes every entry; returns their keys.
+    pub fn clear(&self) -> Vec<CacheKey> {
+        let mut keys = Vec::new();
+        for s in &self.shards {
+            keys.extend(lock(s).drain().map(|(k, _)| k));
+        }
+        keys
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()

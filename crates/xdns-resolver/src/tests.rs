@@ -599,6 +599,24 @@ async fn prefetch_refreshes_hot_entries() {
 }
 
 #[tokio::test]
+async fn flush_empties_the_caches() {
+    let s = setup(cfg());
+    let k = key("www.glueless.test.", rtype::A);
+    s.res.resolve(k.clone()).await.unwrap();
+    let cold = s.net.total.load(Relaxed);
+    assert_eq!(s.res.flush(), 1);
+    assert!(s.res.cached(&k).is_none());
+    s.res.resolve(k).await.unwrap();
+    // A cold resolution again, from the root hints.
+    assert!(
+        s.net.total.load(Relaxed) >= 2 * cold - 2,
+        "{} {}",
+        cold,
+        s.net.total.load(Relaxed)
+    );
+}
+
+#[tokio::test]
 async fn cache_is_bounded() {
     let s = setup(Config {
         cache_entries: 32,

@@ -1,8 +1,9 @@
 //! The Unix control socket: `xdns stats` and reload requests.
 //!
-//! Protocol: the client sends one command line (`stats` or `reload`), the server answers with
-//! one line and closes. `stats` answers the [`Snapshot`] as JSON; `reload` answers `ok` once the
-//! reload has been queued; anything else answers `error: …`.
+//! Protocol: the client sends one command line (`stats`, `reload` or `flush`), the server
+//! answers with one line and closes. `stats` answers the [`Snapshot`] as JSON; `reload` answers
+//! `ok` once the reload has been queued; `flush` empties the resolver's caches and answers
+//! `ok N` (N answers removed); anything else answers `error: …`.
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -90,6 +91,10 @@ async fn handle(
         "reload" => match reload.try_send(Request::Reload) {
             Ok(()) => "ok".to_string(),
             Err(_) => "error: a reload is already queued".to_string(),
+        },
+        "flush" => match shared.recursion.get() {
+            Some(r) => format!("ok {}", r.resolver.flush()),
+            None => "error: no resolver configured".to_string(),
         },
         other => format!("error: unknown command `{}`", other.escape_debug()),
     };

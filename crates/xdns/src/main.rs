@@ -51,6 +51,19 @@ enum Command {
     },
     /// Print a running server's counters.
     Stats(StatsArgs),
+    /// Empty a running server's resolver caches (answers, delegations, negative answers,
+    /// failures, server RTTs; the root hints stay).
+    Flush(FlushArgs),
+}
+
+#[derive(Debug, Args)]
+struct FlushArgs {
+    /// Take the control socket path from this configuration file.
+    #[arg(short, long, conflicts_with = "control")]
+    config: Option<PathBuf>,
+    /// Control socket path.
+    #[arg(long)]
+    control: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -250,12 +263,37 @@ fn stats(args: StatsArgs) -> ExitCode {
     }
 }
 
+fn flush(args: FlushArgs) -> ExitCode {
+    let path = match (args.control, args.config) {
+        (Some(p), _) => p,
+        (None, Some(c)) => match config::control_path(&c) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, None) => PathBuf::from(config::DEFAULT_CONTROL),
+    };
+    match control::request(&path, "flush") {
+        Ok(reply) => {
+            println!("{reply}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xdns: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(a) => serve(a),
         Command::Check { config } => check(&config),
         Command::Stats(a) => stats(a),
+        Command::Flush(a) => flush(a),
     }
 }
 

@@ -214,6 +214,25 @@ fn resolves_caches_and_keeps_authoritative_zones() {
         1
     );
     assert_eq!(auth.queries.load(Relaxed), before);
+    // `xdns flush` empties it.
+    let out = Command::new(bin())
+        .args(["flush", "--control"])
+        .arg(&s.control)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("ok "), "{stdout}");
+    let a = parse(udp_raw(
+        s.addr,
+        &rd(query(17, "www.example.test.", 1, None)),
+    ));
+    assert_eq!(a.a.len(), 1);
+    assert!(auth.queries.load(Relaxed) > before);
 }
 
 #[test]
