@@ -46,7 +46,7 @@ XDNS_RESOLVER_READY = False
 
 PEERS = ["unbound", "kresd", "pdns"]
 RESOLVERS = PEERS + (["xdns"] if XDNS_RESOLVER_READY else [])
-TRANSPORTS = ["udp", "tcp"]
+TRANSPORTS = ["udp", "tcp", "udp6"]  # client to resolver; "udp6" = UDP over IPv6
 ASKS = ["first", "cached"]
 
 # Where a peer does not give the tree's answer: (resolver, case id) -> (alternatives, why,
@@ -119,7 +119,7 @@ def resolvers(tree_lab):
 
 def ask(lab, addr: str, qname: str, qtype: str, transport: str) -> dns.message.Message | None:
     q = dns.message.make_query(qname, qtype, use_edns=0, payload=1232)
-    wire = (lab.udp if transport == "udp" else lab.tcp)(addr, q.to_wire(), timeout=QUERY_TIMEOUT)
+    wire = (lab.tcp if transport.startswith("tcp") else lab.udp)(addr, q.to_wire(), timeout=QUERY_TIMEOUT)
     if wire is None:
         return None
     m = dns.message.from_wire(wire)
@@ -143,7 +143,8 @@ def results(tree_lab, resolvers):
             out = {c.id: {} for c in cases}
             with cf.ThreadPoolExecutor(max_workers=12) as ex:
                 for a in ASKS:
-                    futs = {c.id: ex.submit(ask, lab, srv.addr4, c.qname, c.qtype, transport)
+                    addr = srv.addr6 if transport.endswith("6") else srv.addr4
+                    futs = {c.id: ex.submit(ask, lab, addr, c.qname, c.qtype, transport)
                             for c in cases}
                     for cid, f in futs.items():
                         out[cid][a] = f.result()
