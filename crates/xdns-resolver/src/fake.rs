@@ -29,6 +29,8 @@ pub enum Behaviour {
     SpoofOnly,
     /// UDP replies have TC=1 and no records; TCP answers.
     Truncate,
+    /// FORMERR to queries with an OPT record (a server from before EDNS).
+    NoEdns,
 }
 
 /// A zone: apex and records.
@@ -225,7 +227,10 @@ impl FakeNet {
         let id = u16::from_be_bytes([query[0], query[1]]);
         let (flags, s) =
             authority(&server, &key, expect.qtype).unwrap_or((5, [vec![], vec![], vec![]]));
-        let real = if server.behaviour == Behaviour::Truncate && !tcp {
+        let has_opt = query.get(11).is_some_and(|&c| c > 0);
+        let real = if server.behaviour == Behaviour::NoEdns && has_opt {
+            message(id, 1, &qname_sent, expect.qtype, [&[], &[], &[]])
+        } else if server.behaviour == Behaviour::Truncate && !tcp {
             message(
                 id,
                 0x0200 | (flags & 0x0400),
@@ -301,7 +306,7 @@ impl Network for FakeNet {
                         return Ok(real);
                     }
                 }
-                Behaviour::Normal | Behaviour::Truncate => {
+                Behaviour::Normal | Behaviour::Truncate | Behaviour::NoEdns => {
                     if expect.matches(expect.server, &real) {
                         return Ok(real);
                     }

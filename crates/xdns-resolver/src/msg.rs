@@ -204,15 +204,18 @@ pub fn randomize_case(key: &[u8], rng: &mut impl Rng) -> Vec<u8> {
 }
 
 /// A query: RD=0 (iterative) or RD=1 (to a forwarder), one question, an OPT record advertising
-/// `payload` (no DO, no options).
+/// `payload` (no DO, no options); `payload` 0 = no OPT record.
 pub fn build_query(id: u16, qname: &[u8], qtype: u16, rd: bool, payload: u16) -> Vec<u8> {
     let mut m = Vec::with_capacity(12 + qname.len() + 4 + 11);
     m.extend_from_slice(&id.to_be_bytes());
     m.extend_from_slice(&(if rd { 0x0100u16 } else { 0 }).to_be_bytes());
-    m.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 1]);
+    m.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(payload > 0)]);
     m.extend_from_slice(qname);
     m.extend_from_slice(&qtype.to_be_bytes());
     m.extend_from_slice(&CLASS_IN.to_be_bytes());
+    if payload == 0 {
+        return m;
+    }
     m.extend_from_slice(&[0, 0, 41]);
     m.extend_from_slice(&payload.to_be_bytes());
     m.extend_from_slice(&[0, 0, 0, 0, 0, 0]);

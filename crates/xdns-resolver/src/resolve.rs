@@ -957,6 +957,7 @@ async fn exchange(
         rejected: 0,
     };
     let r = net.udp(&query, &expect, timeout).await;
+    let mut query = query;
     let mut reply = match r {
         Ok(bytes) => parse_reply(&bytes),
         Err(e) => {
@@ -964,6 +965,18 @@ async fn exchange(
             None
         }
     };
+    // FORMERR to a query with OPT: a server that predates EDNS (RFC 6891 §7); ask once more
+    // without it (same ID and question).
+    if reply.as_ref().is_some_and(|r| r.rcode() == 1) {
+        query = build_query(id, &expect.qname, qtype, rd, 0);
+        let left = timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(100));
+        reply = match net.udp(&query, &expect, left).await {
+            Ok(bytes) => parse_reply(&bytes),
+            Err(_) => None,
+        };
+    }
     if reply.as_ref().is_some_and(Reply::truncated) {
         out.tcp = true;
         let left = timeout

@@ -68,6 +68,8 @@ fn tree() -> Arc<FakeNet> {
          ns.poisoned.test. 3600 A 198.18.5.2
          tc.test. 3600 NS ns.tc.test.
          ns.tc.test. 3600 A 198.18.6.1
+         old.test. 3600 NS ns.old.test.
+         ns.old.test. 3600 A 198.18.6.2
          evil.test. 3600 NS ns.example.net.
          ns.example.net. 3600 A 6.6.6.6
          nxns.test. 3600 NS a.nxns.net.
@@ -170,6 +172,7 @@ fn tree() -> Arc<FakeNet> {
         Truncate,
         vec![leaf("tc.test.", "198.18.6.80")],
     );
+    net.add("198.18.6.2", NoEdns, vec![leaf("old.test.", "198.18.6.81")]);
     Arc::new(net)
 }
 
@@ -303,6 +306,7 @@ async fn resolution_table() {
         ("sub.example.test.", rtype::A, 0, &[], 0, true),
         ("www.spoofed.test.", rtype::A, 0, &["198.18.5.80"], 0, false),
         ("www.tc.test.", rtype::A, 0, &["198.18.6.80"], 0, false),
+        ("www.old.test.", rtype::A, 0, &["198.18.6.81"], 0, false),
         ("www.evil.test.", rtype::A, 0, &["198.18.2.81"], 0, false),
     ];
     for (name, qtype, rcode, addrs, cnames, soa) in table {
