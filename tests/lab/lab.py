@@ -417,7 +417,7 @@ remote-control:
         return conf, a4, a6
 
     def start_xdns(self, zones=DEFAULT_ZONES, name: str = "xdns", extra: str = "",
-                   wait: bool = True, xdp: str | None = None) -> Server:
+                   wait: bool = True, xdp: str | None = None, timeout: float = 20.0) -> Server:
         """Start `xdns serve`; `xdp` as in `write_xdns_config` (the veth's peer has GRO on by
         default, so XDP_TX frames reach the client namespace)."""
         if not XDNS_BIN.exists():
@@ -430,7 +430,7 @@ remote-control:
         srv = Server(name, a4, a6, proc, conf.parent, err,
                      {"conf": conf, "control": conf.parent / "control.sock", "xdp": xdp})
         if wait:
-            self._wait_all(srv, zones)
+            self._wait_all(srv, zones, timeout)
         self.servers[name] = srv
         return srv
 
@@ -440,11 +440,11 @@ remote-control:
         p = run([XDNS_BIN, "stats", "--control", srv.extra["control"], "--json"], timeout=10)
         return json.loads(p.stdout)
 
-    def _wait_all(self, srv: Server, zones) -> None:
+    def _wait_all(self, srv: Server, zones, timeout: float = 20.0) -> None:
         try:
             for origin, _ in zones:
-                self.wait_answering(srv.addr4, origin, srv.proc)
-                self.wait_answering(srv.addr6, origin, srv.proc)
+                self.wait_answering(srv.addr4, origin, srv.proc, timeout)
+                self.wait_answering(srv.addr6, origin, srv.proc, timeout)
         except (RuntimeError, TimeoutError) as e:
             raise RuntimeError(f"{srv.name}: {e}\n--- stderr ---\n{srv.stderr()[-3000:]}") from None
 
