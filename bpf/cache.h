@@ -76,13 +76,17 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
  * Age one record's TTL (bpf_loop body, `index` = record): read it back from the packet (just
  * copied from the entry), subtract the elapsed seconds (not below 0), write it, and add the
  * checksum change. Offsets are ascending: the first beyond the bytes sent ends the pass.
+ * Direct packet access (no helper call per TTL); a TTL outside the linear part of a
+ * multi-buffer frame uses the load/store helpers.
  */
 static long xdns_ttl_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
+	struct xdp_md *ctx = fc->ctx;
 	struct xdns_scratch *sc;
-	__u32 zero = 0, f, old, new;
+	__u32 zero = 0, f, at, old, new;
 	__u8 w[4];
+	__u8 *p;
 
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->ttl_n)
@@ -90,19 +94,31 @@ static long xdns_ttl_step(__u64 index, void *arg)
 	f = sc->ttl[index & (XDNS_CACHE_MAX_RRS - 1)];
 	if (f + 4 > sc->fix_blen)
 		return 1;
-	if (bpf_xdp_load_bytes(fc->ctx, sc->fix_at + f, w, 4)) {
-		sc->fix_err = 1;
-		return 1;
-	}
-	old = ((__u32)w[0] << 24) | ((__u32)w[1] << 16) | ((__u32)w[2] << 8) | w[3];
-	new = old > sc->ttl_sub ? old - sc->ttl_sub : 0;
-	w[0] = new >> 24;
-	w[1] = (new >> 16) & 0xff;
-	w[2] = (new >> 8) & 0xff;
-	w[3] = new & 0xff;
-	if (bpf_xdp_store_bytes(fc->ctx, sc->fix_at + f, w, 4)) {
-		sc->fix_err = 1;
-		return 1;
+	at = sc->fix_at + f;
+	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
+	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
+	if (at <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
+		old = ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+		new = old > sc->ttl_sub ? old - sc->ttl_sub : 0;
+		p[0] = new >> 24;
+		p[1] = (new >> 16) & 0xff;
+		p[2] = (new >> 8) & 0xff;
+		p[3] = new & 0xff;
+	} else {
+		if (bpf_xdp_load_bytes(ctx, at, w, 4)) {
+			sc->fix_err = 1;
+			return 1;
+		}
+		old = ((__u32)w[0] << 24) | ((__u32)w[1] << 16) | ((__u32)w[2] << 8) | w[3];
+		new = old > sc->ttl_sub ? old - sc->ttl_sub : 0;
+		w[0] = new >> 24;
+		w[1] = (new >> 16) & 0xff;
+		w[2] = (new >> 8) & 0xff;
+		w[3] = new & 0xff;
+		if (bpf_xdp_store_bytes(ctx, at, w, 4)) {
+			sc->fix_err = 1;
+			return 1;
+		}
 	}
 	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old >> 16, new >> 16);
 	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f + 2, old & 0xffff, new & 0xffff);

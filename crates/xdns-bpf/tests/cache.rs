@@ -457,7 +457,7 @@ fn cache_allow_list_update() {
     assert_eq!(verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None))).2, ["pass_not_allowed"]);
 }
 
-/// Perf mode (root): median kernel ns of single runs for a cache hit (one TTL, four TTLs), an
+/// Perf mode (root): kernel ns of single runs for a cache hit (one TTL, four TTLs), an
 /// authoritative answer and a miss of the same program, against ARP passed at the first check.
 /// Timing is printed, not asserted. Also prints kernel memory per cached answer.
 #[test]
@@ -480,8 +480,16 @@ fn cache_perf() {
         ("cache hit over IPv6", frame(&Net::v6(), &query(&wire("host.example.org"), A, None))),
         ("cache miss (pass)", frame(&Net::v4(), &query(&wire("none.example.org"), A, None))),
     ];
-    for (what, f) in &rows {
-        println!("perf {:>5} ns/packet  {what}", prog.bench(f, 2000).unwrap());
+    // The best median of 9 rounds of 1000 single runs, rounds interleaved: on a shared machine
+    // background load inflates medians, rarely the best of them.
+    let mut best = vec![u64::MAX; rows.len()];
+    for _ in 0..9 {
+        for (i, (_, f)) in rows.iter().enumerate() {
+            best[i] = best[i].min(prog.bench(f, 1000).unwrap());
+        }
+    }
+    for (i, (what, _)) in rows.iter().enumerate() {
+        println!("perf {:>5} ns/packet  {what}", best[i]);
     }
     for (what, bytes) in xdns_bpf::cache::bytes_per_entry() {
         println!("  {what}: ~{bytes} bytes of map memory per cached answer");
