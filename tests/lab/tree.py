@@ -650,8 +650,8 @@ refresh-on-ttl-perc={10 if prefetch else 0}
     return srv
 
 
-def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", extra: str = "",
-                        wait: bool = True, xdp: str | None = None):
+def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: bool = False,
+                        extra: str = "", wait: bool = True, xdp: str | None = None):
     """xdns as a pure resolver (no zones):
 
         listen = ["198.18.X.N:53", "[2001:db8:X::N]:53"]
@@ -659,13 +659,16 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", extra: str
         root_hints = "<lab dir>/tree/root.hints"
         allow = ["198.18.0.0/15", "2001:db8::/32"]
 
-    `extra` is more TOML inside [resolver] (cache size, prefetch...), `xdp` as in
+    plus `prefetch_percent = 0` unless `prefetch` (prefetch off, as for the peers). The hints
+    path is absolute (xdns resolves a relative one against the config file's directory).
+    `extra` is more TOML inside [resolver] (fanout, timeouts, cache size...), `xdp` as in
     Lab.write_xdns_config."""
     from lab import XDNS_BIN
     if not XDNS_BIN.exists():
         raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
     resolver = (f'\n[resolver]\nroot_hints = "{tree.root_hints}"\n'
-                f'allow = ["198.18.0.0/15", "2001:db8::/32"]\n{extra}\n')
+                f'allow = ["198.18.0.0/15", "2001:db8::/32"]\n'
+                f'prefetch_percent = {10 if prefetch else 0}\n{extra}\n')
     kw = {"xdp": xdp} if xdp is not None else {}
     conf, a4, a6 = lab.write_xdns_config([], name, extra=resolver, **kw)
     env = dict(os.environ, RUST_BACKTRACE="1")
@@ -683,9 +686,9 @@ STARTERS = {"unbound": start_unbound, "kresd": start_kresd, "pdns": start_pdns,
 
 def flush(lab, srv) -> None:
     """Empty the resolver's caches (records, negative answers), so the next query is a cold
-    resolution again. Server state: Unbound forgets it too (flush_infra); kresd and PowerDNS
-    Recursor 4.8 keep what they learnt about servers (RTTs, the silent blackhole), having no
-    command to drop it."""
+    resolution again. Server state: Unbound and xdns forget it too (flush_infra; `xdns flush`);
+    kresd and PowerDNS Recursor 4.8 keep what they learnt about servers (RTTs, the silent
+    blackhole), having no command to drop it."""
     kind = srv.extra["kind"]
     wd = srv.workdir
     if kind == "unbound":
@@ -704,8 +707,13 @@ def flush(lab, srv) -> None:
         if p.returncode != 0:
             raise RuntimeError(f"rec_control wipe-cache: {p.stdout}{p.stderr}")
     elif kind == "xdns":
-        # The resolver engineer owns the control command; until it exists, restart.
-        raise NotImplementedError("xdns: no cache flush command yet")
+        # `xdns flush`: answers, delegations, addresses, NXDOMAIN cuts, failures and RTTs
+        # (the root hints stay), in userspace and in the kernel cache.
+        from lab import XDNS_BIN
+        p = subprocess.run([XDNS_BIN, "flush", "--control", srv.extra["control"]],
+                           capture_output=True, text=True, timeout=10)
+        if p.returncode != 0:
+            raise RuntimeError(f"xdns flush: {p.stdout}{p.stderr}")
     else:
         raise KeyError(kind)
 

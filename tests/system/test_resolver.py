@@ -85,22 +85,19 @@ def tree_lab():
 
 
 class _Resolvers:
-    """Resolvers started on demand, one per kind (xdns: one per transport, it has no flush)."""
+    """Resolvers started on demand, one per kind, flushed between runs of the corpus."""
 
     def __init__(self, lab, tree):
         self.lab, self.tree = lab, tree
         self.started: dict[str, object] = {}
 
-    def get(self, kind: str, instance: str = ""):
-        key = f"{kind}{'-' + instance if instance else ''}"
-        if key not in self.started:
-            self.started[key] = STARTERS[kind](self.lab, self.tree, name=key)
-        return self.started[key]
+    def get(self, kind: str):
+        if kind not in self.started:
+            self.started[kind] = STARTERS[kind](self.lab, self.tree, name=kind)
+        return self.started[kind]
 
     def fresh(self, kind: str, transport: str):
         """A resolver with empty caches, for a run of the corpus over `transport`."""
-        if kind == "xdns":
-            return self.get(kind, transport)
         srv = self.get(kind)
         flush(self.lab, srv)
         return srv
@@ -259,7 +256,7 @@ def test_ttl_expiry(tree_lab, resolvers, kind):
     """short.lab. has TTL 2 s (negative TTL too). A cached answer is served until it expires;
     the first ask after expiry is resolved again and returns the changed data, never the old."""
     lab, tree = tree_lab
-    srv = resolvers.get(kind, "ttl" if kind == "xdns" else "")
+    srv = resolvers.get(kind)
     pos = f"flip-{kind}.short.lab."
     neg = f"born-{kind}.short.lab."
     tree.set_record(pos, "A", "198.19.70.1")
