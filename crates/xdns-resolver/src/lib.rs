@@ -45,8 +45,14 @@ pub struct Config {
     pub prefetch_percent: u8,
     /// Answers with a TTL below this are never prefetched (seconds).
     pub prefetch_min_ttl: u32,
-    /// Servers asked at once for each upstream question.
+    /// Servers asked for each upstream question before waiting for their replies; the first
+    /// valid reply wins.
     pub fanout: usize,
+    /// The k-th of those servers is asked `k * fanout_delay` after the first unless a valid
+    /// reply came meanwhile (zero: all at once). A short delay keeps redundant queries from
+    /// costing anything when the fastest server answers at once, and still fails over in
+    /// milliseconds when it is silent.
+    pub fanout_delay: Duration,
     /// Time to wait for one upstream reply.
     pub upstream_timeout: Duration,
     /// Time allowed for one whole resolution.
@@ -88,6 +94,7 @@ impl Default for Config {
             prefetch_percent: 10,
             prefetch_min_ttl: 10,
             fanout: 2,
+            fanout_delay: Duration::from_millis(20),
             upstream_timeout: Duration::from_millis(800),
             resolve_timeout: Duration::from_secs(4),
             max_queries: 48,

@@ -177,7 +177,7 @@ pub struct Resolver {
     prefetch_rx: Mutex<Option<mpsc::Receiver<CacheKey>>>,
     clock: Clock,
     /// Counters.
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
 }
 
 /// Per client question: the work done so far.
@@ -239,7 +239,7 @@ impl Resolver {
             net,
             kernel,
             clock,
-            counters: Counters::default(),
+            counters: Arc::new(Counters::default()),
         };
         r.set_hints(hints);
         Arc::new(r)
@@ -870,7 +870,12 @@ impl Resolver {
             }
             let timeout = self.cfg.upstream_timeout.min(left);
             let mut set = JoinSet::new();
-            for &server in batch {
+            let batch_start = Instant::now();
+            // Servers of the batch still waited for, with when they were (to be) asked.
+            let mut waiting: Vec<(SocketAddr, Instant)> = Vec::new();
+            for (k, &server) in batch.iter().enumerate() {
+                // Counted when planned: a staggered query that is never sent still counts
+                // against the budget (conservative).
                 if ctx.queries >= self.cfg.max_queries {
                     if set.is_empty() {
                         return Err(ResolveError::Budget);
@@ -878,11 +883,19 @@ impl Resolver {
                     break;
                 }
                 ctx.queries += 1;
-                self.counters.upstream_queries.fetch_add(1, Relaxed);
                 let net = self.net.clone();
                 let qname = name.to_vec();
                 let payload = self.cfg.edns_payload;
+                let counters = self.counters.clone();
+                // The k-th server of the batch is asked k * fanout_delay later, unless a valid
+                // reply came first (the task is then dropped before sending).
+                let delay = self.cfg.fanout_delay * k as u32;
+                waiting.push((server, batch_start + delay));
                 set.spawn(async move {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    counters.upstream_queries.fetch_add(1, Relaxed);
                     exchange(net, server, qname, qtype, rd, payload, timeout).await
                 });
             }
@@ -894,11 +907,20 @@ impl Resolver {
                 if x.tcp {
                     self.counters.tcp_fallbacks.fetch_add(1, Relaxed);
                 }
+                waiting.retain(|(s, _)| *s != x.server);
                 match x.reply {
                     Some(reply) => {
                         self.note_rtt(x.server, Some(x.elapsed));
                         let rc = reply.rcode();
                         if rc == RCODE_NOERROR || rc == RCODE_NXDOMAIN {
+                            // Servers asked but not answering yet are at least this slow: a
+                            // sample, so a silent server asked first does not stay first.
+                            let now = Instant::now();
+                            for (s, asked) in &waiting {
+                                if *asked < now {
+                                    self.note_rtt(*s, Some(now - *asked));
+                                }
+                            }
                             return Ok((x.server, reply));
                         }
                     }

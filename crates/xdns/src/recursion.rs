@@ -39,6 +39,7 @@ pub struct FileResolver {
     cache_entries: Option<Spanned<i64>>,
     prefetch_percent: Option<Spanned<i64>>,
     fanout: Option<Spanned<i64>>,
+    fanout_delay_ms: Option<Spanned<i64>>,
     upstream_timeout_ms: Option<Spanned<i64>>,
     resolve_timeout_ms: Option<Spanned<i64>>,
     max_upstream_queries: Option<Spanned<i64>>,
@@ -189,6 +190,9 @@ pub fn parse_section(
     }
     if let Some(v) = int(&r.fanout, "fanout", 1, 8) {
         cfg.fanout = v as usize;
+    }
+    if let Some(v) = int(&r.fanout_delay_ms, "fanout_delay_ms", 0, 10_000) {
+        cfg.fanout_delay = Duration::from_millis(v as u64);
     }
     if let Some(v) = int(&r.upstream_timeout_ms, "upstream_timeout_ms", 10, 60_000) {
         cfg.upstream_timeout = Duration::from_millis(v as u64);
