@@ -227,6 +227,39 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 	return xdns_put_head(ctx, pkt, q, r);
 }
 
+/*
+ * Make the frame `grow` bytes longer (or shorter). The tail is tried first: no copy. Where the
+ * driver leaves too little tailroom (veth and generic XDP hand over skb data with only
+ * allocation slack behind it) the head grows into the XDP headroom instead, up to
+ * XDNS_HEAD_GROW bytes and the tail for the rest, and the headers and question (the first
+ * `keep` bytes, all that is still read) move to the new start, so every offset in `pkt` stays
+ * valid. Returns 0 when resized, 1 when the frame is unchanged (pass it on), -1 when the frame
+ * changed and the move failed (drop).
+ */
+static __always_inline int xdns_resize(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 keep, long grow)
+{
+	__u32 head;
+
+	if (grow == 0)
+		return 0;
+	if (!bpf_xdp_adjust_tail(ctx, (int)grow))
+		return 0;
+	if (grow < 0 || keep == 0 || keep > XDNS_MOVE_MAX)
+		return 1;
+	head = grow < XDNS_HEAD_GROW ? (__u32)grow : XDNS_HEAD_GROW;
+	if (bpf_xdp_adjust_head(ctx, -(int)head))
+		return 1;
+	if ((__u32)grow > head && bpf_xdp_adjust_tail(ctx, (int)((__u32)grow - head))) {
+		/* give the headroom back: nothing was moved yet */
+		return bpf_xdp_adjust_head(ctx, (int)head) ? -1 : 1;
+	}
+	if (bpf_xdp_load_bytes(ctx, head, sc->move, keep))
+		return -1;
+	if (bpf_xdp_store_bytes(ctx, 0, sc->move, keep))
+		return -1;
+	return 0;
+}
+
 /* IPv4 options are not echoed: move Ethernet + the fixed IPv4 header forward over them. */
 static __always_inline int xdns_strip_ip_options(struct xdp_md *ctx, struct xdns_pkt *pkt)
 {

@@ -233,6 +233,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	__u64 now, el, tag_end;
 	__u32 frame, sub;
 	long grow;
+	int moved;
 
 	if (!xdns_cache_allowed(ctx, pkt))
 		return XDNS_PASS_NOT_ALLOWED;
@@ -284,8 +285,9 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
-	if (grow && bpf_xdp_adjust_tail(ctx, (int)grow))
-		return XDNS_PASS_TAIL;
+	moved = xdns_resize(ctx, sc, pkt->dns_off + r.body_at, grow);
+	if (moved)
+		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
 	if (xdns_cache_put_body(ctx, pkt->dns_off + r.body_at, &ref, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, sub, &r))

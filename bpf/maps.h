@@ -7,6 +7,13 @@
 #include <bpf/bpf_helpers.h>
 #include "xdns_abi.h"
 
+/* Bytes moved when the head grows: Ethernet + VLAN + IPv4 with options + UDP + DNS header +
+ * the longest question (18 + 60 + 8 + 12 + 255 + 4 = 357) fit. */
+#define XDNS_MOVE_MAX 512
+/* Headroom taken at most when the tail cannot grow: native XDP guarantees 256 bytes, less the
+ * struct xdp_frame the kernel may keep there. */
+#define XDNS_HEAD_GROW 192
+
 /*
  * Per-CPU working memory of one packet (never shared with userspace). The bpf_loop walks keep
  * their state here, not on the stack: values read back from map memory are unknown to the
@@ -47,6 +54,8 @@ struct xdns_scratch {
 	/* cache stage: name comparison */
 	__u32 cmp_words;        /* 8-byte words of the name to compare */
 	__u32 cmp_diff;         /* non-zero once a word differs */
+	/* frame resize: headers and question moved when the head grows (xdns_resize) */
+	__u8 move[XDNS_MOVE_MAX];
 };
 
 /* Load-time configuration: seed, EDNS payload, listen set. Userspace fills it before load. */

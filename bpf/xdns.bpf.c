@@ -38,6 +38,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	__u32 *genp;
 	__u16 arcount = 0;
 	long grow;
+	int moved;
 
 	v = xdns_parse_l2_l4(ctx, &pkt);
 	if (v != XDNS_ANSWERED)
@@ -75,8 +76,9 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt.dns_off + r.dns_out) - (long)frame;
-	if (grow && bpf_xdp_adjust_tail(ctx, (int)grow))
-		return XDNS_PASS_TAIL;
+	moved = xdns_resize(ctx, sc, pkt.dns_off + r.body_at, grow);
+	if (moved)
+		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
 	if (xdns_put_dns(ctx, sc, &pkt, &q, &body, a, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, &pkt))

@@ -100,8 +100,8 @@ def main() -> int:
                 answered = delta.pop("answered", 0)
                 print(f"\n{answered} of the {udp} UDP queries for served names were answered in the "
                       f"kernel (XDP_TX); passed to userspace: {delta or 'none'}")
-                if answered == 0:
-                    print("!!! WRONG: the kernel answered nothing")
+                if answered < udp:
+                    print("!!! WRONG: the kernel did not answer every UDP query for a served name")
                     failures += 1
             if not srv.alive() or "panicked" in srv.stderr():
                 print("!!! WRONG: xdns died or panicked")

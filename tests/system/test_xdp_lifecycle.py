@@ -5,7 +5,9 @@ by the process, so
 - a crashed xdns (SIGKILL) leaves no program behind that could answer stale data: the
   interface has no XDP program and queries go unanswered (nothing listens any more);
 - a restart attaches again and answers from the kernel;
-- SIGTERM detaches and exits 0.
+- SIGTERM detaches and exits 0;
+- answers much longer than their queries are still answered in the kernel over veth, where
+  the frame has almost no tailroom: the program grows the head instead (xdns_resize).
 
 Runs in a lab of its own: one XDP program per interface, and the shared session lab may carry
 another XDP xdns.
@@ -18,6 +20,7 @@ import signal
 import subprocess
 
 import dns.message
+import dns.rcode
 import dns.rdatatype
 import pytest
 
@@ -82,3 +85,27 @@ def test_attach_crash_restart_term(xlab):
     assert xlab.stop(srv2, signal.SIGTERM) == 0, srv2.stderr()[-2000:]
     assert xdp_prog_id(xlab) is None, "SIGTERM left the XDP program attached"
     assert "panicked" not in srv2.stderr()
+
+
+def test_long_answers_grow_the_head_over_veth(xlab):
+    """Queries sent from a socket reach the server veth as skb data with only allocation slack
+    behind it; answers up to ~190 bytes longer than the query must still come from the kernel.
+    Names of every length from 1 to 63 extra bytes cover every alignment of that slack."""
+    srv = xlab.start_xdns(DEFAULT_ZONES, name="xdns-grow", xdp="native")
+    cases = []
+    for n in range(1, 64):
+        cases.append((f"{'n' * n}.example.com.", "A", True, dns.rcode.NXDOMAIN))   # + SOA
+        cases.append((f"{'w' * n}.wild.example.com.", "TXT", False, dns.rcode.NOERROR))
+    cases += [("example.com.", "MX", True, dns.rcode.NOERROR),
+              ("txt.example.com.", "TXT", True, dns.rcode.NOERROR),
+              ("www.example.com.", "HTTPS", False, dns.rcode.NOERROR)]
+    before = kernel_answered(xlab, srv)
+    for name, rtype, edns, rcode in cases:
+        q = dns.message.make_query(name, rtype, use_edns=edns)
+        wire = xlab.udp(srv.addr4, q.to_wire(), timeout=1.0)
+        assert wire is not None, f"{name} {rtype}: no answer"
+        r = dns.message.from_wire(wire)
+        assert r.rcode() == rcode, f"{name} {rtype}: {dns.rcode.to_text(r.rcode())}"
+        assert len(wire) - len(q.to_wire()) > 16, "the answer should be longer than the query"
+    assert kernel_answered(xlab, srv) - before == len(cases), xlab.xdns_stats(srv)["xdp"]
+    assert xlab.stop(srv) == 0
