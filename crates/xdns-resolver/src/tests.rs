@@ -694,3 +694,187 @@ async fn forwarders_are_asked_with_rd() {
     assert_eq!(a_records(&replay(&a, 0)).len(), 2);
     assert_eq!(s.net.total.load(Relaxed), 1);
 }
+
+/// The real network on loopback: one authority serving the whole tree below `.` on 127.0.0.1
+/// and ::1 (same port), forging a reply from another port before each genuine one, and
+/// answering TC=1 over UDP for `tc.` names (then honestly over TCP).
+mod system_network {
+    use super::*;
+    use crate::fake::{authority, message, Behaviour, Server};
+    use crate::SystemNetwork;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn server() -> Server {
+        Server {
+            zones: vec![zone(
+                ".",
+                ". 86400 SOA a.root. h.root. 1 1800 900 604800 60
+                 www.example. 300 A 198.18.9.1
+                 www.tc.example. 300 A 198.18.9.2",
+            )],
+            behaviour: Behaviour::Normal,
+        }
+    }
+
+    fn reply(q: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        let r = crate::msg::parse_reply(&{
+            let mut m = q.to_vec();
+            m[2] |= 0x80;
+            m
+        })?;
+        let key = r.qname.to_ascii_lowercase();
+        let id = u16::from_be_bytes([q[0], q[1]]);
+        if !tcp && key.starts_with(b"\x03www\x02tc") {
+            return Some(message(id, 0x0600, &r.qname, r.qtype, [&[], &[], &[]]));
+        }
+        let (flags, s) = authority(&server(), &key, r.qtype)?;
+        Some(message(id, flags, &r.qname, r.qtype, [&s[0], &s[1], &s[2]]))
+    }
+
+    fn forged(q: &[u8]) -> Vec<u8> {
+        let mut m = q.to_vec();
+        m[2] |= 0x80;
+        let r = crate::msg::parse_reply(&m).unwrap();
+        let id = u16::from_be_bytes([q[0], q[1]]);
+        let poison = vec![(
+            r.qname.to_ascii_lowercase(),
+            r.qtype,
+            86400,
+            vec![6, 6, 6, 6],
+        )];
+        message(id, 0x0400, &r.qname, r.qtype, [&poison, &[], &[]])
+    }
+
+    /// Starts the authority on `ip` (UDP and TCP, same port); returns the port.
+    async fn start(ip: &str, port: u16) -> u16 {
+        let udp = tokio::net::UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), port))
+            .await
+            .unwrap();
+        let port = udp.local_addr().unwrap().port();
+        let forger = tokio::net::UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), 0))
+            .await
+            .unwrap();
+        let tcp = tokio::net::TcpListener::bind((ip.parse::<IpAddr>().unwrap(), port))
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            loop {
+                let Ok((n, from)) = udp.recv_from(&mut buf).await else {
+                    return;
+                };
+                if let Some(r) = reply(&buf[..n], false) {
+                    // Forged: a poisoned answer with the right ID and question, from
+                    // another port.
+                    let f = forged(&buf[..n]);
+                    let _ = forger.send_to(&f, from).await;
+                    let _ = udp.send_to(&r, from).await;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = tcp.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let Ok(len) = s.read_u16().await else { return };
+                    let mut q = vec![0u8; len as usize];
+                    if s.read_exact(&mut q).await.is_err() {
+                        return;
+                    }
+                    if let Some(r) = reply(&q, true) {
+                        let _ = s.write_all(&(r.len() as u16).to_be_bytes()).await;
+                        let _ = s.write_all(&r).await;
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    async fn run(hints_text: &str, port: u16, ipv4: bool, ipv6: bool) {
+        let hints = RootHints::parse(hints_text, Path::new("hints")).unwrap();
+        let res = Resolver::new(
+            Config {
+                upstream_port: port,
+                ipv4,
+                ipv6,
+                ..cfg()
+            },
+            &hints,
+            Arc::new(SystemNetwork),
+            Arc::new(xdns_wire::NoCache),
+            Clock::Monotonic,
+        );
+        let a = res.resolve(key("WWW.example.", rtype::A)).await.unwrap();
+        let r = replay(&a, a.stored_at_ns);
+        assert_eq!(a_records(&r), vec!["198.18.9.1".parse::<IpAddr>().unwrap()]);
+        // The reply from the other port was never even seen (connected socket) or was
+        // rejected; the genuine one was taken.
+        let a = res.resolve(key("www.tc.example.", rtype::A)).await.unwrap();
+        assert_eq!(
+            a_records(&replay(&a, a.stored_at_ns)),
+            vec!["198.18.9.2".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(res.counters.tcp_fallbacks.load(Relaxed), 1);
+        let a = res.resolve(key("nx.example.", rtype::A)).await.unwrap();
+        assert_eq!(replay(&a, a.stored_at_ns).rcode(), 3);
+    }
+
+    #[tokio::test]
+    async fn ipv4_udp_tcp_fallback_and_wrong_port_ignored() {
+        let port = start("127.0.0.1", 0).await;
+        run(". 1 NS a.root.\na.root. 1 A 127.0.0.1\n", port, true, true).await;
+    }
+
+    #[tokio::test]
+    async fn ipv6_upstream() {
+        if std::net::UdpSocket::bind("[::1]:0").is_err() {
+            return; // no IPv6 loopback here
+        }
+        let port = start("::1", 0).await;
+        run(
+            ". 1 NS a.root.\na.root. 1 AAAA ::1\na.root. 1 A 127.0.0.1\n",
+            port,
+            false,
+            true,
+        )
+        .await;
+    }
+}
+
+/// Replies mutated at random never make the parser or the resolution panic.
+#[test]
+fn parse_reply_survives_mutations() {
+    use rand::Rng;
+    let base = crate::fake::message(
+        7,
+        0x0400,
+        &n("www.example.test."),
+        1,
+        [
+            &records("www.example.test. 300 CNAME a.example.test.\na.example.test. 300 A 1.2.3.4"),
+            &records("example.test. 300 SOA a.example.test. h.example.test. 1 2 3 4 5"),
+            &records("ns.example.test. 300 A 1.2.3.5"),
+        ],
+    );
+    let mut rng = rand::rng();
+    for _ in 0..20_000 {
+        let mut m = base.clone();
+        for _ in 0..rng.random_range(1..6) {
+            let at = rng.random_range(0..m.len());
+            m[at] = rng.random();
+        }
+        if rng.random_bool(0.2) {
+            m.truncate(rng.random_range(0..m.len()));
+        }
+        if let Some(r) = parse_reply(&m) {
+            let _ = r.rcode();
+            for rr in r.answer.iter().chain(&r.authority) {
+                let _ = rr.target();
+                let _ = rr.soa_negative_ttl();
+            }
+        }
+    }
+}
