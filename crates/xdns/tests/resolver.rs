@@ -236,6 +236,45 @@ fn resolves_caches_and_keeps_authoritative_zones() {
 }
 
 #[test]
+fn wildcard_listener_answers_from_the_queried_address_and_tcp_pipelines() {
+    let auth = FakeAuthority::start();
+    let dir = TempDir::new("res-wild");
+    dir.write("z.zone", &zone_text(1, 10));
+    dir.write("root.hints", HINTS);
+    let port = free_port();
+    let listen: SocketAddr = format!("0.0.0.0:{port}").parse().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let s = Server::start_on(
+        &dir,
+        &dir.path("z.zone"),
+        &format!(
+            "[resolver]\nroot_hints = \"root.hints\"\nupstream_port = {}\n",
+            auth.port
+        ),
+        addr,
+        &[listen],
+    );
+    // Connected client socket: only a reply from exactly 127.0.0.1:port is received.
+    let a = parse(udp_raw(s.addr, &rd(query(1, "www.example.test.", 1, None))));
+    assert_eq!(a.a.len(), 1);
+    // TCP: a recursive miss and an authoritative answer pipelined on one connection; both
+    // come back (the authoritative one may come first).
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    use std::io::Write;
+    c.write_all(&tcp_frame(&[
+        rd(query(21, "new.example.test.", 1, None)),
+        rd(query(22, "www.example.com.", 1, None)),
+    ]))
+    .unwrap();
+    let mut ids: Vec<u16> = (0..2)
+        .map(|_| parse(tcp_read(&mut c).unwrap()).id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec![21, 22]);
+}
+
+#[test]
 fn clients_outside_allow_are_refused_but_zones_answered() {
     let auth = FakeAuthority::start();
     let dir = TempDir::new("res-allow");
