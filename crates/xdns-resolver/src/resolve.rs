@@ -29,7 +29,7 @@ use xdns_wire::{AnswerCache, BodyWriter, CacheKey, CachedAnswer, Section};
 use crate::hints::RootHints;
 use crate::msg::{build_query, parse_reply, randomize_case, rtype, Expect, Reply, Rr};
 use crate::net::Network;
-use crate::store::{lock, make_room, Addrs, AnswerStore, Deleg, Entry, Infra, Rtt};
+use crate::store::{lock, make_room, Addrs, AnswerStore, Deleg, Entry, Infra, KeyRef, Rtt};
 use crate::Config;
 
 /// Deepest nesting of glueless NS name resolutions.
@@ -301,12 +301,21 @@ impl Resolver {
     /// A fresh cached answer for `key` (counted as a hit or a miss). A hit inside the prefetch
     /// window asks the prefetcher to refresh the entry.
     pub fn cached(&self, key: &CacheKey) -> Option<Arc<CachedAnswer>> {
+        self.cached_ref(&KeyRef {
+            qname: &key.qname,
+            qtype: key.qtype,
+            dnssec_ok: key.dnssec_ok,
+        })
+    }
+
+    /// [`Resolver::cached`] with a borrowed key (no allocation on a hit).
+    pub fn cached_ref(&self, key: &KeyRef<'_>) -> Option<Arc<CachedAnswer>> {
         let now = self.now_ns();
-        match self.answers.get(key) {
+        match self.answers.get_ref(key) {
             Some(e) if e.answer.expires_at_ns > now => {
                 self.counters.cache_hits.fetch_add(1, Relaxed);
                 if now >= e.answer.prefetch_at_ns && !lock(&self.inflight).contains_key(key) {
-                    let _ = self.prefetch_tx.try_send(key.clone());
+                    let _ = self.prefetch_tx.try_send(key.to_owned_key());
                 }
                 Some(e.answer.clone())
             }

@@ -37,6 +37,35 @@ pub struct Entry {
 
 const SHARDS: usize = 16;
 
+/// A borrowed [`CacheKey`] for lookups without allocating. Hashes exactly like `CacheKey`
+/// (same fields, same order; a `Vec<u8>` hashes as its slice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KeyRef<'a> {
+    /// Lowercased wire name.
+    pub qname: &'a [u8],
+    /// Type.
+    pub qtype: u16,
+    /// DO bit.
+    pub dnssec_ok: bool,
+}
+
+impl hashbrown::Equivalent<CacheKey> for KeyRef<'_> {
+    fn equivalent(&self, k: &CacheKey) -> bool {
+        self.qname == k.qname.as_slice() && self.qtype == k.qtype && self.dnssec_ok == k.dnssec_ok
+    }
+}
+
+impl KeyRef<'_> {
+    /// The owned key.
+    pub fn to_owned_key(&self) -> CacheKey {
+        CacheKey {
+            qname: self.qname.to_vec(),
+            qtype: self.qtype,
+            dnssec_ok: self.dnssec_ok,
+        }
+    }
+}
+
 /// The answer cache, sharded by key hash.
 pub struct AnswerStore {
     shards: Vec<Mutex<HashMap<CacheKey, Arc<Entry>>>>,
@@ -55,12 +84,29 @@ impl AnswerStore {
     }
 
     fn shard(&self, key: &CacheKey) -> &Mutex<HashMap<CacheKey, Arc<Entry>>> {
+        self.shard_ref(&KeyRef {
+            qname: &key.qname,
+            qtype: key.qtype,
+            dnssec_ok: key.dnssec_ok,
+        })
+    }
+
+    fn shard_ref(&self, key: &KeyRef<'_>) -> &Mutex<HashMap<CacheKey, Arc<Entry>>> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
     /// The entry for `key`, fresh or stale.
     pub fn get(&self, key: &CacheKey) -> Option<Arc<Entry>> {
-        lock(self.shard(key)).get(key).cloned()
+        self.get_ref(&KeyRef {
+            qname: &key.qname,
+            qtype: key.qtype,
+            dnssec_ok: key.dnssec_ok,
+        })
+    }
+
+    /// The entry for a borrowed key, fresh or stale.
+    pub fn get_ref(&self, key: &KeyRef<'_>) -> Option<Arc<Entry>> {
+        lock(self.shard_ref(key)).get(key).cloned()
     }
 
     /// Installs `entry` under its key; returns the number of entries evicted to make room.
@@ -207,6 +253,51 @@ impl Infra {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn borrowed_keys_find_owned_ones() {
+        let store = AnswerStore::new(100);
+        for (i, name) in [&b"\x01a\x00"[..], b"\x03www\x07example\x00", b"\x00"]
+            .iter()
+            .enumerate()
+        {
+            let answer = Arc::new(CachedAnswer {
+                qname: name.to_vec(),
+                qtype: i as u16,
+                dnssec_ok: i == 1,
+                body: Default::default(),
+                stored_at_ns: 0,
+                expires_at_ns: 1,
+                prefetch_at_ns: 1,
+            });
+            store.insert(
+                Arc::new(Entry {
+                    answer,
+                    answer_rrs: vec![],
+                    authority_rrs: vec![],
+                    rcode: 0,
+                    stale_until_ns: 1,
+                }),
+                0,
+            );
+            let k = KeyRef {
+                qname: name,
+                qtype: i as u16,
+                dnssec_ok: i == 1,
+            };
+            assert!(store.get_ref(&k).is_some(), "{i}");
+            assert!(store.get(&k.to_owned_key()).is_some(), "{i}");
+            assert!(
+                store
+                    .get_ref(&KeyRef {
+                        dnssec_ok: i != 1,
+                        ..k
+                    })
+                    .is_none(),
+                "{i}"
+            );
+        }
+    }
 
     #[test]
     fn make_room_bounds_the_map() {

@@ -162,6 +162,82 @@ pub fn replay(
     Ok(out)
 }
 
+/// [`replay`] into a buffer the caller keeps (no allocation when `out` has room): the same
+/// bytes, with the TTLs aged in place in the assembled message. Returns what [`crate::assemble`]
+/// reports. On error `out` is empty.
+pub fn replay_into(
+    answer: &CachedAnswer,
+    query: &crate::Query,
+    now_ns: u64,
+    limits: &crate::Limits,
+    out: &mut Vec<u8>,
+) -> Result<crate::Assembled, crate::AssembleError> {
+    if answer.body.flags & !0x000F != 0 {
+        // Not a resolver body (AA or other bits set): take the general path.
+        *out = replay(answer, query, now_ns, limits)?;
+        let rcode = u16::from(out[3] & 0x0F);
+        let truncated = out[2] & 0x02 != 0;
+        return Ok(crate::Assembled {
+            rcode,
+            truncated,
+            additional_dropped: false,
+        });
+    }
+    let a = crate::assemble(query, &answer.body, limits, out)?;
+    out[3] |= 0x80; // RA
+    let secs = elapsed_secs(answer.stored_at_ns, now_ns);
+    if secs > 0 && age_in_place(out, secs).is_none() {
+        out.clear();
+        return Err(crate::AssembleError::BadFixup);
+    }
+    Ok(a)
+}
+
+/// Reduces the TTL of every record of the message `m` (not OPT) by `secs`, not below 0.
+fn age_in_place(m: &mut [u8], secs: u32) -> Option<()> {
+    let count = |i: usize| usize::from(u16::from_be_bytes([m[i], m[i + 1]]));
+    if m.len() < crate::HEADER_LEN || count(4) > 1 {
+        return None;
+    }
+    let n = count(6) + count(8) + count(10);
+    let mut pos = crate::HEADER_LEN;
+    // The question: an uncompressed name, type, class.
+    if count(4) == 1 {
+        pos += crate::name::name_len(m.get(pos..)?).ok()? + 4;
+    }
+    for _ in 0..n {
+        loop {
+            let l = *m.get(pos)?;
+            match l {
+                0 => {
+                    pos += 1;
+                    break;
+                }
+                1..=63 => pos += 1 + usize::from(l),
+                0xC0..=0xFF => {
+                    m.get(pos + 1)?;
+                    pos += 2;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        let fixed = m.get(pos..pos + 10)?;
+        let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
+        let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+        if rtype != crate::query::TYPE_OPT {
+            let at = pos + 4;
+            let ttl = u32::from_be_bytes(m[at..at + 4].try_into().ok()?);
+            m[at..at + 4].copy_from_slice(&ttl.saturating_sub(secs).to_be_bytes());
+        }
+        pos += 10 + rdlen;
+        if pos > m.len() {
+            return None;
+        }
+    }
+    (pos == m.len()).then_some(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +253,59 @@ mod tests {
         w.set_section(Section::Authority).unwrap();
         w.write_rr(b"\x07example\x03com\x00", false, 2, 86400, b"\x02ns\x07example\x03com\x00").unwrap();
         w.finish()
+    }
+
+    /// replay_into gives replay's bytes, for every age, with and without EDNS and truncation.
+    #[test]
+    fn replay_into_equals_replay() {
+        let edns = Some(Edns {
+            payload: 1232,
+            dnssec_ok: false,
+            version: 0,
+            ext_rcode: 0,
+        });
+        let mut out = Vec::with_capacity(512);
+        for e in [None, edns] {
+            let q = Query {
+                id: 9,
+                opcode: 0,
+                rd: true,
+                cd: false,
+                qdcount: 1,
+                question: Question::new(b"\x03WwW\x07example\x03COM\x00", 1, 1),
+                edns: e,
+                status: crate::Status::Ok,
+            };
+            let a = CachedAnswer {
+                qname: NAME.to_vec(),
+                qtype: 1,
+                dnssec_ok: false,
+                body: body(),
+                stored_at_ns: 5 * NS_PER_S,
+                expires_at_ns: 65 * NS_PER_S,
+                prefetch_at_ns: u64::MAX,
+            };
+            for limits in [
+                Limits::tcp(1232),
+                Limits {
+                    max_len: 60,
+                    our_payload: 1232,
+                },
+            ] {
+                for now in [
+                    0,
+                    5 * NS_PER_S,
+                    6 * NS_PER_S - 1,
+                    7 * NS_PER_S,
+                    100 * NS_PER_S,
+                    u64::MAX,
+                ] {
+                    let want = replay(&a, &q, now, &limits).unwrap();
+                    replay_into(&a, &q, now, &limits, &mut out).unwrap();
+                    assert_eq!(out, want, "now {now} limit {}", limits.max_len);
+                }
+            }
+        }
     }
 
     /// TTL offsets: one per record, where the 4-byte TTL sits, whatever the owner's encoding.

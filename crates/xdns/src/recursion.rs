@@ -317,12 +317,12 @@ pub fn route(
             truncated: false,
         });
     }
-    let key = CacheKey {
-        qname: qq.key().to_vec(),
+    let key = xdns_resolver::KeyRef {
+        qname: qq.key(),
         qtype,
         dnssec_ok: q.edns.is_some_and(|e| e.dnssec_ok),
     };
-    if let Some(a) = rec.resolver.cached(&key) {
+    if let Some(a) = rec.resolver.cached_ref(&key) {
         let outcome = answer(
             &q,
             Ok(&a),
@@ -341,6 +341,7 @@ pub fn route(
             truncated: false,
         });
     }
+    let key = key.to_owned_key();
     Route::Resolve(Box::new(q), key)
 }
 
@@ -360,14 +361,12 @@ pub fn answer(
         Transport::Tcp => Limits::tcp(edns_payload),
     };
     if let Ok(a) = r {
-        if let Ok(bytes) = xdns_wire::cache::replay(a, q, now_ns, &limits) {
-            *out = bytes;
-            let rc = u16::from(out[3] & 0x0F);
-            let truncated = out[2] & 0x02 != 0;
+        // The kernel's bytes (xdns_wire::cache::replay), built in the caller's buffer.
+        if let Ok(x) = xdns_wire::cache::replay_into(a, q, now_ns, &limits, out) {
             return Outcome::Answered {
-                rcode: rc,
+                rcode: x.rcode,
                 qtype,
-                truncated,
+                truncated: x.truncated,
             };
         }
     }
