@@ -119,6 +119,16 @@ pub struct ResolverSettings {
     pub resolver: xdns_resolver::Config,
 }
 
+impl ResolverSettings {
+    /// True if only `allow` differs (it can change without a restart).
+    pub fn same_but_allow(&self, other: &ResolverSettings) -> bool {
+        ResolverSettings {
+            allow: other.allow.clone(),
+            ..self.clone()
+        } == *other
+    }
+}
+
 /// Validates the `[resolver]` section; errors are pushed to `errors`.
 pub fn parse_section(
     r: &FileResolver,
@@ -259,8 +269,8 @@ pub fn parse_section(
 pub struct Recursion {
     /// The resolver.
     pub resolver: Arc<Resolver>,
-    /// Clients allowed to recurse.
-    pub allow: Vec<Prefix>,
+    /// Clients allowed to recurse (replaced on reload).
+    pub allow: arc_swap::ArcSwap<Vec<Prefix>>,
     /// Where UDP workers hand queries that must wait for a resolution.
     pub pending: tokio::sync::mpsc::Sender<crate::server::udp::Pending>,
     /// Counters of answers sent by resolver tasks.
@@ -270,7 +280,7 @@ pub struct Recursion {
 impl Recursion {
     /// True if `ip` may recurse.
     pub fn allowed(&self, ip: IpAddr) -> bool {
-        self.allow.iter().any(|p| p.contains(ip))
+        self.allow.load().iter().any(|p| p.contains(ip))
     }
 }
 

@@ -169,8 +169,13 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.xdp != new.xdp {
         v.push("xdp");
     }
-    // The resolver and its caches live across reloads; its settings need a restart.
-    if old.resolver != new.resolver {
+    // The resolver and its caches live across reloads; its settings but `allow` need a restart.
+    let same = match (&old.resolver, &new.resolver) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.same_but_allow(b),
+        _ => false,
+    };
+    if !same {
         v.push("resolver");
     }
     v

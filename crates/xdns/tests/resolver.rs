@@ -292,6 +292,23 @@ fn clients_outside_allow_are_refused_but_zones_answered() {
     let a = parse(udp_raw(s.addr, &rd(query(3, "www.example.com.", 1, None))));
     assert_eq!(a.rcode, Rcode::NOERROR);
     assert!(a.aa);
+    // A reload that allows 127.0.0.0/8 applies at once, without a restart.
+    let text = std::fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("198.18.0.0/15", "127.0.0.0/8");
+    dir.write("xdns.toml", &text);
+    s.signal(libc::SIGHUP);
+    let t0 = std::time::Instant::now();
+    loop {
+        let a = parse(udp_raw(s.addr, &rd(query(4, "www.example.test.", 1, None))));
+        if a.rcode == Rcode::NOERROR {
+            assert_eq!(a.a.len(), 1);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "allow not reloaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!s.log_text().contains("restart needed"), "{}", s.log_text());
 }
 
 #[test]

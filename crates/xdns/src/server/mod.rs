@@ -196,7 +196,7 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         let (tx, rx) = mpsc::channel(rs.max_pending);
         let rec = Arc::new(Recursion {
             resolver,
-            allow: rs.allow.clone(),
+            allow: ArcSwap::from_pointee(rs.allow.clone()),
             pending: tx,
             shard: shared.stats.shard(),
         });
@@ -388,9 +388,39 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
         .collect();
     tracing::info!(zones = ?zones, loaded = report.loaded, failed, "reloaded");
     // Settings that need a restart keep their running values.
+    // `[resolver] allow` applies at once (userspace and the kernel cache stage).
+    let mut resolver = current.resolver.clone();
+    if let (Some(cur), Some(new), Some(rec)) = (
+        resolver.as_mut(),
+        new_cfg.resolver.as_ref(),
+        shared.recursion.get(),
+    ) {
+        if cur.allow != new.allow {
+            rec.allow.store(Arc::new(new.allow.clone()));
+            cur.allow = new.allow.clone();
+            let allow: Vec<_> = new.allow.iter().map(|p| p.parts()).collect();
+            let fp_shared = shared.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                fp_shared
+                    .fastpath
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map(|fp| fp.set_allow(allow))
+            })
+            .await;
+            match r {
+                Ok(Some(Err(e))) => tracing::error!(error = %e, "XDP allow list not updated"),
+                Err(e) => tracing::error!(error = %e, "XDP allow list not updated"),
+                _ => {}
+            }
+            tracing::info!(allow = ?new.allow, "resolver allow list replaced");
+        }
+    }
     Config {
         zones: new_cfg.zones,
         edns_payload: new_cfg.edns_payload,
+        resolver,
         ..current
     }
 }
