@@ -462,7 +462,7 @@ remote-control:
 # Every starter takes the lab and the tree, gets a fresh address pair, writes its config into
 # lab.dir/<name>/, starts the daemon in the server namespace, waits until it resolves
 # www.good.lab. A for the client namespace (RA set, the right address), and returns a
-# lab.Server whose extra["kind"] is "unbound" | "kresd" | "pdns" | "xdns".
+# lab.Server whose extra["kind"] is "unbound" | "kresd" | "pdns" | "xdns" (also for xdns with XDP).
 #
 # Common choices, the same for every peer so their answers can be compared:
 # - no DNSSEC validation (the tree is unsigned; no trust anchor anywhere);
@@ -482,6 +482,7 @@ RESOLVER_TRAITS = {
     "kresd": {"checks_0x20": True},
     "pdns": {"checks_0x20": False},
     "xdns": {"checks_0x20": True},
+    "xdns-xdp": {"checks_0x20": True},
 }
 
 
@@ -680,8 +681,19 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
     return srv
 
 
+def start_xdns_xdp_resolver(lab, tree: Tree, name: str = "xdns-xdp", **kw):
+    """start_xdns_resolver with its XDP program on the server veth (native mode): cache hits
+    are answered in the kernel. One XDP program per interface: one such resolver per lab.
+
+    Turns tx checksum offload off on the client veth first: with it on, queries cross the veth
+    with a partial (pseudo-header only) UDP checksum, which a real NIC would never deliver, and
+    an XDP reply that updates the query's checksum incrementally would inherit the error."""
+    lab.ethtool("client", "tx", "off")
+    return start_xdns_resolver(lab, tree, name=name, xdp="native", **kw)
+
+
 STARTERS = {"unbound": start_unbound, "kresd": start_kresd, "pdns": start_pdns,
-            "xdns": start_xdns_resolver}
+            "xdns": start_xdns_resolver, "xdns-xdp": start_xdns_xdp_resolver}
 
 
 def flush(lab, srv) -> None:
@@ -706,7 +718,7 @@ def flush(lab, srv) -> None:
                            capture_output=True, text=True, timeout=10)
         if p.returncode != 0:
             raise RuntimeError(f"rec_control wipe-cache: {p.stdout}{p.stderr}")
-    elif kind == "xdns":
+    elif kind in ("xdns", "xdns-xdp"):
         # `xdns flush`: answers, delegations, addresses, NXDOMAIN cuts, failures and RTTs
         # (the root hints stay), in userspace and in the kernel cache.
         from lab import XDNS_BIN
