@@ -609,7 +609,19 @@ impl Resolver {
                 self.servers_for(ctx, &zone, &deleg, &excluded).await?
             };
             if servers.is_empty() {
-                return Err(ResolveError::Failed);
+                // No address known for this cut (its glue expired before its NS records, or
+                // was never given): forget the cut and ask the parent again, which refers
+                // with fresh glue.
+                if forwarding || zone == [0] || !excluded.is_empty() {
+                    return Err(ResolveError::Failed);
+                }
+                lock(&self.infra.zones).remove(&zone);
+                let parent = xdns_wire::name::parent(&zone).unwrap_or(&[0]).to_vec();
+                (zone, deleg) = self
+                    .infra
+                    .closest_cut(&parent, self.now_ns())
+                    .ok_or(ResolveError::Failed)?;
+                continue;
             }
             let (server, reply) = self.ask(ctx, &servers, name, qtype, forwarding).await?;
             match classify(&reply, name, qtype, &zone, self.cfg.max_cname) {

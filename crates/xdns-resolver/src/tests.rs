@@ -70,6 +70,8 @@ fn tree() -> Arc<FakeNet> {
          ns.tc.test. 3600 A 198.18.6.1
          old.test. 3600 NS ns.old.test.
          ns.old.test. 3600 A 198.18.6.2
+         shortglue.test. 3600 NS ns.shortglue.test.
+         ns.shortglue.test. 60 A 198.18.6.3
          evil.test. 3600 NS ns.example.net.
          ns.example.net. 3600 A 6.6.6.6
          nxns.test. 3600 NS a.nxns.net.
@@ -173,6 +175,11 @@ fn tree() -> Arc<FakeNet> {
         vec![leaf("tc.test.", "198.18.6.80")],
     );
     net.add("198.18.6.2", NoEdns, vec![leaf("old.test.", "198.18.6.81")]);
+    net.add(
+        "198.18.6.3",
+        Normal,
+        vec![leaf("shortglue.test.", "198.18.6.82")],
+    );
     Arc::new(net)
 }
 
@@ -558,6 +565,29 @@ async fn staggered_fanout_asks_the_next_server_only_when_needed() {
             .unwrap();
     }
     assert_eq!(s.net.count("198.18.0.2"), 3);
+}
+
+#[tokio::test]
+async fn glue_expiring_before_its_ns_records_is_fetched_again() {
+    let s = setup(cfg());
+    s.res
+        .resolve(key("www.shortglue.test.", rtype::A))
+        .await
+        .unwrap();
+    // The NS records (3600 s) are still cached, their glue (60 s) is not.
+    s.clock.fetch_add(120 * NS, Relaxed);
+    let before = s.net.count("198.18.1.1");
+    let a = s
+        .res
+        .resolve(key("other.shortglue.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(replay(&a, s.clock.load(Relaxed)).rcode(), 3);
+    assert_eq!(
+        s.net.count("198.18.1.1"),
+        before + 1,
+        "asked test. again for the glue"
+    );
 }
 
 #[tokio::test]
