@@ -5,11 +5,12 @@
 //! transfer) whose name lies under no served zone: names inside served zones are answered
 //! authoritatively to everyone, as without a resolver. For those queries:
 //! - a client outside `allow` gets REFUSED;
+//! - RD=0: REFUSED with RA=1, cached or not: no cache snooping. Unbound does exactly this for
+//!   clients under `access-control: allow` (checked in the lab), Knot Resolver too
+//!   (`refuse_nord`); the XDP cache stage passes RD=0 to userspace;
 //! - a fresh cached answer is sent at once, built with [`xdns_wire::cache::replay`] from the
 //!   same [`xdns_wire::CachedAnswer`] the kernel cache replays (so the bytes are the kernel's
 //!   but for TTLs), RA=1;
-//! - RD=0 and not cached: REFUSED (Knot Resolver's default; Unbound would send a referral
-//!   from its cache, which xdns does not build);
 //! - otherwise the query waits for the resolver: UDP workers hand it to a tokio task through a
 //!   bounded channel (never blocking), and the answer leaves later from the same socket to the
 //!   same address; TCP connections resolve in a task and send when ready. A failed resolution
@@ -327,6 +328,17 @@ pub fn route(
             truncated: false,
         });
     }
+    if !q.rd {
+        let rc = error_response(&q, rcode::REFUSED, edns_payload, out);
+        if out.len() > 3 {
+            out[3] |= 0x80; // RA, as Unbound sends it
+        }
+        return Route::Answered(Outcome::Answered {
+            rcode: rc,
+            qtype,
+            truncated: false,
+        });
+    }
     let key = xdns_resolver::KeyRef {
         qname: qq.key(),
         qtype,
@@ -342,14 +354,6 @@ pub fn route(
             out,
         );
         return Route::Answered(outcome);
-    }
-    if !q.rd {
-        let rc = error_response(&q, rcode::REFUSED, edns_payload, out);
-        return Route::Answered(Outcome::Answered {
-            rcode: rc,
-            qtype,
-            truncated: false,
-        });
     }
     let key = key.to_owned_key();
     Route::Resolve(Box::new(q), key)

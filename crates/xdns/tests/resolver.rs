@@ -151,15 +151,19 @@ fn resolves_caches_and_keeps_authoritative_zones() {
     );
     let asked = auth.queries.load(Relaxed);
     assert!(asked >= 1);
-    // Cached: no new upstream query, over UDP and TCP, with RD=0 too.
+    // Cached: no new upstream query, over UDP and TCP.
     for q in [
         rd(query(8, "www.example.test.", 1, None)),
-        query(9, "WWW.example.test.", 1, None),
+        rd(query(9, "WWW.example.test.", 1, None)),
     ] {
         let a = parse(udp_raw(s.addr, &q));
         assert_eq!(a.a.len(), 1);
         assert_eq!(a.id, u16::from_be_bytes([q[0], q[1]]));
     }
+    // RD=0, even cached: REFUSED with RA (as Unbound).
+    let raw = udp_raw(s.addr, &query(19, "www.example.test.", 1, None));
+    assert!(raw[3] & 0x80 != 0, "RA");
+    assert_eq!(parse(raw).rcode, Rcode::REFUSED);
     let t = tcp(s.addr, &rd(query(10, "www.example.test.", 1, None)));
     assert_eq!(t.a.len(), 1);
     assert_eq!(auth.queries.load(Relaxed), asked);
