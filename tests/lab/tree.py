@@ -642,6 +642,8 @@ pdns-distributes-queries=no
 reuseport=no
 qname-minimization=yes
 refresh-on-ttl-perc={10 if prefetch else 0}
+# no security polling (it would ask the lab's root for secpoll.powerdns.com)
+security-poll-suffix=
 {extra}
 """)
     proc = lab.server(["pdns_recursor", f"--config-dir={wd}"], name=name, cwd=wd)
@@ -749,7 +751,12 @@ def _kresd_control(srv, cmd: str, timeout: float = 5.0) -> str:
 
 
 def stop(lab, srv, timeout: float = 10.0) -> int:
-    """SIGTERM and wait: every peer exits cleanly on it."""
+    """Stop a resolver cleanly and return its exit code (0 for each of them). Recursor 4.8
+    does not trap SIGTERM (it would die with -15): it is asked to `quit-nicely` instead."""
+    if srv.extra["kind"] == "pdns" and srv.alive():
+        subprocess.run(["rec_control", f"--socket-dir={srv.workdir}", "quit-nicely"],
+                       capture_output=True, timeout=timeout)
+        return srv.proc.wait(timeout=timeout)
     return lab.stop(srv, timeout=timeout)
 
 

@@ -36,7 +36,7 @@ import pytest
 
 import resolver_corpus as corpus
 from lab import Lab
-from tree import RESOLVER_TRAITS, STARTERS, Tree, flush
+from tree import RESOLVER_TRAITS, STARTERS, Tree, flush, stop
 
 # The xdns resolver is being written; its [resolver] config section does not exist yet, so
 # `xdns serve` rejects the config start_xdns_resolver writes. While this is False xdns is NOT in
@@ -124,6 +124,7 @@ def resolvers(tree_lab):
         assert srv.alive(), f"{srv.name} exited with {srv.proc.returncode}:\n{srv.stderr()[-3000:]}"
         if srv.extra["kind"] == "xdns":
             assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert stop(lab, srv) == 0, f"{srv.name} did not stop cleanly:\n{srv.stderr()[-3000:]}"
 
 
 def ask(lab, addr: str, qname: str, qtype: str, transport: str) -> dns.message.Message | None:
