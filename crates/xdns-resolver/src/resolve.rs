@@ -2,8 +2,10 @@
 //!
 //! One client question becomes a chain of *steps*, one per name of its CNAME chain. A step
 //! starts at the longest cut in the zone map (root hints at worst) and follows referrals down.
-//! Each upstream question goes to up to `fanout` servers at once, fastest smoothed RTT first;
-//! the first valid reply wins. A reply is *valid* when it comes from the server asked, with the
+//! Each upstream question goes to up to `fanout` servers, fastest smoothed RTT first, the k-th
+//! one `k * fanout_delay` after the first unless a valid reply came meanwhile (0 = all at
+//! once); the first valid reply wins and servers still silent get an RTT sample. A cut with no
+//! known server address (glue expired before its NS records) is dropped and its parent asked. A reply is *valid* when it comes from the server asked, with the
 //! ID and the question (0x20 letter case included) as sent, and RCODE NOERROR or NXDOMAIN.
 //! Records are then scrubbed: only owners inside the zone of the server asked (the bailiwick)
 //! are used; glue only for NS names of the referral; a referral must lead strictly downwards.
