@@ -1,7 +1,7 @@
 """xdns benchmark: replies/s of xdns (XDP and userspace) against Knot DNS (XDP and UDP), NSD
 and a no-op XDP program; in-kernel ns/packet; BPF map memory per record; zone load time.
 
-    make bench          # full run (a few minutes plus the 1M-record load tests)
+    make bench          # full run (about 15 minutes: 6 peers x 5 rounds x 10 s, 1M-record loads)
     make bench-smoke    # a few seconds per peer, tiny zone; checks the harness only (CI)
     /usr/bin/python3 bench/bench.py [--smoke] [--peers xdns-xdp,noop-xdp] [--duration S]
                                     [--qps N] [--rounds N] [--records N]
@@ -227,19 +227,24 @@ class BpfStats:
 
 # ------------------------------------------------------------------ throughput
 def kxdpgun(lab: Lab, addr: str, qfile: Path, duration: float, qps: int,
-            server_pids: list[int]) -> dict:
+            server_pids: list[int], prog_id: int | None = None) -> dict:
     """One kxdpgun run. Also samples, in the middle of it (25% to 85% of the duration, away
     from start-up and drain), the CPU used by the server side: the daemon's threads and the
     server veth's NAPI thread (where an XDP program runs), as a share of one CPU. The machine
-    is shared, so whole-CPU counters would include other people's work."""
+    is shared, so whole-CPU counters would include other people's work. With an XDP program
+    on the server veth, the packets it ran on in the same window give the server-side CPU
+    per packet (program, veth NAPI and, for Knot, its AF_XDP workers)."""
     cmd = ["ip", "netns", "exec", lab.client_ns, "taskset", "-c", str(CLIENT_CPU), "kxdpgun",
            "-t", str(duration), "-Q", str(qps), "-b", "10", "-i", str(qfile), addr]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.monotonic()
     time.sleep(0.25 * duration)
     s0, w0 = cpu_ticks(server_pids), time.monotonic()
+    n0 = prog_info(prog_id).get("run_cnt", 0) if prog_id else 0
     time.sleep(max(0.0, t0 + 0.85 * duration - time.monotonic()))
     s1, w1 = cpu_ticks(server_pids), time.monotonic()
+    n1 = prog_info(prog_id).get("run_cnt", 0) if prog_id else 0
+    cpu_s = (s1 - s0) / os.sysconf("SC_CLK_TCK")
     try:
         out, _ = p.communicate(timeout=duration + 30)
     except subprocess.TimeoutExpired:
@@ -253,7 +258,8 @@ def kxdpgun(lab: Lab, addr: str, qfile: Path, duration: float, qps: int,
             "replies": int(r.group(1)), "replies_per_s": int(r.group(2)),
             "mode": "native" if "native mode" in out else "generic" if "generic" in out else "?",
             # A server side well under 100% busy means the generator side is the limit.
-            "server_cpu_busy": (s1 - s0) / os.sysconf("SC_CLK_TCK") / max(1e-9, w1 - w0)}
+            "server_cpu_busy": cpu_s / max(1e-9, w1 - w0),
+            "server_ns_per_pkt": cpu_s * 1e9 / (n1 - n0) if n1 > n0 and cpu_s > 0 else None}
 
 
 def napi_pids(lab: Lab, dev: str) -> list[int]:
@@ -304,7 +310,7 @@ def measure(lab: Lab, tgt: Target, qfile: Path, duration: float, qps: int) -> di
     before = prog_info(prog_id) if prog_id else {}
     xdp_before = lab.xdns_stats(tgt.server).get("xdp", {}) if tgt.xdns else {}
     server_pids = (group_pids(tgt.pid()) if tgt.pid() else []) + napi_pids(lab, lab.server_if)
-    res = kxdpgun(lab, tgt.addr4, qfile, duration, qps, server_pids)
+    res = kxdpgun(lab, tgt.addr4, qfile, duration, qps, server_pids, prog_id)
     if not tgt.alive():
         raise RuntimeError(f"{tgt.name} died during the run:\n{tgt.server.stderr()[-2000:]}")
     if prog_id:
@@ -328,6 +334,8 @@ def combine(runs: list[dict]) -> dict:
     # generator were not the limit (it is, for the XDP peers, on a 2-CPU lab).
     eff = sorted(r["replies_per_s"] / r["server_cpu_busy"] for r in runs if r["server_cpu_busy"] > 0.02)
     res["replies_per_server_cpu_s"] = eff[len(eff) // 2] if eff else None
+    sn = sorted(r["server_ns_per_pkt"] for r in runs if r.get("server_ns_per_pkt"))
+    res["server_ns_per_pkt"] = sn[len(sn) // 2] if sn else None
     cnt = sum(r.get("prog_cnt", 0) for r in runs)
     if cnt:
         res["kernel_pkts"] = cnt
@@ -448,6 +456,9 @@ def summary(tp: dict, mem: dict) -> dict:
     """The issue's headline ratios, as numbers (None where a peer is missing)."""
     rps = {n: r["replies_per_s"] for n, r in tp.items()}
     eff = {n: r.get("replies_per_server_cpu_s") for n, r in tp.items()}
+    # Server-side capacity of the XDP peers: packets per second of one server CPU.
+    cap = {n: 1e9 / r["server_ns_per_pkt"] if r.get("server_ns_per_pkt") else None
+           for n, r in tp.items()}
     ns = {n: r.get("kernel_ns_per_pkt") for n, r in tp.items()}
 
     def div(a, b):
@@ -458,6 +469,8 @@ def summary(tp: dict, mem: dict) -> dict:
         "xdns_xdp_vs_xdns_userspace": div(rps.get("xdns-xdp"), rps.get("xdns")),
         "per_cpu_xdns_xdp_vs_knot_xdp": div(eff.get("xdns-xdp"), eff.get("knot-xdp")),
         "per_cpu_xdns_xdp_vs_ceiling": div(eff.get("xdns-xdp"), eff.get("noop-xdp")),
+        "capacity_xdns_xdp_vs_knot_xdp": div(cap.get("xdns-xdp"), cap.get("knot-xdp")),
+        "capacity_xdns_xdp_vs_ceiling": div(cap.get("xdns-xdp"), cap.get("noop-xdp")),
         "xdns_ns_vs_noop_ns": div(ns.get("xdns-xdp"), ns.get("noop-xdp")),
         "xdns_ns_per_pkt": ns.get("xdns-xdp"),
         "noop_ns_per_pkt": ns.get("noop-xdp"),
@@ -470,21 +483,23 @@ def summary(tp: dict, mem: dict) -> dict:
 def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
     print("\n== replies per second (same query mix; server side on one CPU, generator on the other)")
     ref = tp.get(REFERENCE, {}).get("replies_per_s", 0)
-    print(f"{'peer':10} {'replies/s':>11} {'reply %':>8} {'srv CPU':>8} {'per srv CPU-s':>14} "
-          f"{'kernel ns/pkt':>14} {'XDP answered':>13} {REFERENCE + '/peer':>11}")
+    print(f"{'peer':10} {'replies/s':>10} {'reply %':>8} {'srv CPU':>8} {'per srv CPU-s':>14} "
+          f"{'srv ns/pkt':>11} {'kernel ns/pkt':>14} {'XDP answered':>13} {REFERENCE + '/peer':>10}")
     for name, r in tp.items():
         pct = 100.0 * r["replies"] / r["queries"] if r["queries"] else 0
         ns = r.get("kernel_ns_per_pkt")
         share = r.get("xdp_answered_share")
         e = r.get("replies_per_server_cpu_s")
-        print(f"{name:10} {r['replies_per_s']:>11} {pct:>7.1f}% {100 * r['server_cpu_busy']:>7.0f}% "
-              f"{(f'{e:.0f}' if e else '-'):>14} "
+        sn = r.get("server_ns_per_pkt")
+        print(f"{name:10} {r['replies_per_s']:>10} {pct:>7.1f}% {100 * r['server_cpu_busy']:>7.0f}% "
+              f"{(f'{e:.0f}' if e else '-'):>14} {(f'{sn:.0f}' if sn else '-'):>11} "
               f"{(f'{ns:.0f}' if ns is not None else '-'):>14} "
               f"{(f'{100 * share:.1f}%' if share is not None else '-'):>13} "
-              f"{ratio(ref, r['replies_per_s']):>11}")
+              f"{ratio(ref, r['replies_per_s']):>10}")
     print("(median of the rounds. reply %: replies / queries sent; srv CPU: CPU used by the daemon"
           " and the\n server veth's NAPI thread, in % of one CPU; per srv CPU-s: replies/s divided by"
-          " srv CPU;\n XDP answered: share of the packets reaching xdns's program it answered itself)")
+          " srv CPU;\n srv ns/pkt: that server CPU per packet the XDP program ran on; XDP answered:"
+          " share of the\n packets reaching xdns's program it answered itself)")
     sm = summary(tp, mem)
     print("\n== issue 3 goals (reported, not asserted)")
     print(f"xdns-xdp / knot-xdp, replies/s              {goal(sm['xdns_xdp_vs_knot_xdp'], GOAL_VS_KNOT_XDP)}")
@@ -493,6 +508,10 @@ def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
     print(f"xdns-xdp / noop-xdp (ceiling), replies/s    {goal(sm['xdns_xdp_vs_ceiling'], GOAL_VS_CEILING)}")
     print(f"  same, replies per server CPU-second         "
           f"{goal(sm['per_cpu_xdns_xdp_vs_ceiling'], GOAL_VS_CEILING)}")
+    print(f"server capacity (1/srv ns/pkt) vs knot-xdp  "
+          f"{goal(sm['capacity_xdns_xdp_vs_knot_xdp'], GOAL_VS_KNOT_XDP)}")
+    print(f"server capacity (1/srv ns/pkt) vs ceiling   "
+          f"{goal(sm['capacity_xdns_xdp_vs_ceiling'], GOAL_VS_CEILING)}")
     print(f"xdns ns/pkt / noop ns/pkt (in kernel)       "
           f"{goal(sm['xdns_ns_vs_noop_ns'], GOAL_NS_VS_NOOP, higher_is_better=False)}")
     print(f"xdns-xdp / xdns userspace, replies/s        {ratio(sm['xdns_xdp_vs_xdns_userspace'], 1)}")
@@ -591,7 +610,7 @@ def main() -> int:
     a = ap.parse_args()
     duration = a.duration or (2 if a.smoke else 10)
     qps = a.qps or (20_000 if a.smoke else 4_000_000)
-    rounds = a.rounds or (1 if a.smoke else 3)
+    rounds = a.rounds or (1 if a.smoke else 5)
     records = a.records or (20_000 if a.smoke else 1_000_000)
     if a.peers:
         keep = a.peers.split(",")
