@@ -459,6 +459,31 @@ pub async fn serve_udp_pending(
     }
 }
 
+/// Raises the soft limit of open files to the hard limit: every upstream query has a socket of
+/// its own, so thousands of concurrent resolutions need thousands of descriptors (the usual
+/// soft limit is 1024). Returns the limit now in force.
+pub fn raise_nofile_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointer to an rlimit for the duration of the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 0;
+    }
+    if r.rlim_cur < r.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: r.rlim_max,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: as above; raising the soft limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return want.rlim_cur;
+        }
+    }
+    r.rlim_cur
+}
+
 /// Builds the resolver from the `[resolver]` settings (blocking: reads the root hints).
 pub fn build_resolver(
     rs: &ResolverSettings,

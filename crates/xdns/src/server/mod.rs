@@ -191,7 +191,12 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
                 });
             rx
         });
-        tracing::info!(kernel_cache = kernel_rx.is_some(), "resolver ready");
+        let nofile = recursion::raise_nofile_limit();
+        tracing::info!(
+            kernel_cache = kernel_rx.is_some(),
+            open_files = nofile,
+            "resolver ready"
+        );
         resolver.spawn_prefetcher(kernel_rx);
         let (tx, rx) = mpsc::channel(rs.max_pending);
         let rec = Arc::new(Recursion {
