@@ -17,6 +17,14 @@ follows the corpus (the behaviour chosen for xdns). A deviation that no longer h
 stale, so the table stays true. `test_ttl_expiry` checks that cached positive and negative
 answers from the short-TTL zone are dropped when their TTL runs out (no stale data).
 
+What the peers (Unbound 1.17.1, Knot Resolver 5.6.0, PowerDNS Recursor 4.8.8) do on this
+tree: they agree on rcode, answer data and the negative proof for every case here, over every
+transport, first and cached ask, except the 0x20 attack (DEVIATIONS below; Recursor has no
+0x20). Not compared, and different: Unbound alone puts the NS names' addresses in the
+additional section of an NS answer (kresd and Recursor leave it empty); all three send the SOA
+of a negative answer with TTL min(SOA TTL, MINIMUM), aged in the cache (RFC 2308 section 3,
+5), which xdns should do too; TTLs are not compared (they age), test_ttl_expiry checks expiry.
+
 xdns: XDNS_RESOLVER_READY below is the one switch. While it is False, xdns is left out of the
 parametrization (no test is generated for it, so nothing skips or fails); the lead flips it to
 True when the resolver in crates/xdns-resolver works, and every test here then runs against
