@@ -93,7 +93,7 @@ impl Default for Config {
             cache_entries: 100_000,
             infra_entries: 10_000,
             prefetch_percent: 10,
-            prefetch_min_ttl: 10,
+            prefetch_min_ttl: 2,
             fanout: 2,
             fanout_delay: Duration::from_millis(20),
             upstream_timeout: Duration::from_millis(800),

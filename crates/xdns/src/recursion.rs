@@ -39,6 +39,7 @@ pub struct FileResolver {
     allow: Option<Vec<Spanned<String>>>,
     cache_entries: Option<Spanned<i64>>,
     prefetch_percent: Option<Spanned<i64>>,
+    prefetch_min_ttl: Option<Spanned<i64>>,
     fanout: Option<Spanned<i64>>,
     fanout_delay_ms: Option<Spanned<i64>>,
     upstream_timeout_ms: Option<Spanned<i64>>,
@@ -198,6 +199,9 @@ pub fn parse_section(
     }
     if let Some(v) = int(&r.prefetch_percent, "prefetch_percent", 0, 50) {
         cfg.prefetch_percent = v as u8;
+    }
+    if let Some(v) = int(&r.prefetch_min_ttl, "prefetch_min_ttl", 0, 86_400) {
+        cfg.prefetch_min_ttl = v as u32;
     }
     if let Some(v) = int(&r.fanout, "fanout", 1, 8) {
         cfg.fanout = v as usize;
