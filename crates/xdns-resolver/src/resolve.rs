@@ -1077,6 +1077,17 @@ fn classify(reply: &Reply, name: &[u8], qtype: u16, zone: &[u8], max_cname: usiz
             .and_then(|c| c.target().map(|t| (c, t)))
         {
             Some((c, t)) if !chain.iter().any(|r| r.owner == t) => {
+                // A DNAME above `cur` that synthesised this CNAME goes first (RFC 6672 §3.4).
+                for d in reply.answer.iter().filter(|r| {
+                    r.rtype == rtype::DNAME
+                        && r.owner != cur
+                        && in_bw(&r.owner)
+                        && is_subdomain(&cur, &r.owner)
+                }) {
+                    if !chain.contains(d) {
+                        chain.push(d.clone());
+                    }
+                }
                 chain.push((*c).clone());
                 cur = t;
             }
@@ -1162,4 +1173,112 @@ fn classify(reply: &Reply, name: &[u8], qtype: u16, zone: &[u8], max_cname: usiz
         return Class::NoData(soa);
     }
     Class::Lame
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rr(owner: &str, rtype: u16, rdata: Vec<u8>) -> Rr {
+        Rr {
+            owner: xdns_wire::name::from_presentation(owner).unwrap(),
+            rtype,
+            ttl: 300,
+            rdata,
+        }
+    }
+
+    fn n(s: &str) -> Vec<u8> {
+        xdns_wire::name::from_presentation(s).unwrap()
+    }
+
+    /// A DNAME answer: the DNAME, then the synthesised CNAME, then the data; a DNAME from
+    /// outside the server's zone is dropped with the rest of the out-of-bailiwick data.
+    #[test]
+    fn dname_comes_with_its_cname() {
+        let reply = Reply {
+            flags: 0x8400,
+            answer: vec![
+                rr("old.example.", rtype::DNAME, n("new.example.")),
+                rr("www.old.example.", rtype::CNAME, n("www.new.example.")),
+                rr("www.new.example.", rtype::A, vec![198, 18, 0, 1]),
+                rr("evil.", rtype::DNAME, n("x.")),
+            ],
+            ..Reply::default()
+        };
+        let Class::Answer(step) =
+            classify(&reply, &n("www.old.example."), rtype::A, &n("example."), 8)
+        else {
+            panic!("not an answer");
+        };
+        let types: Vec<u16> = step.answer.iter().map(|r| r.rtype).collect();
+        assert_eq!(types, vec![rtype::DNAME, rtype::CNAME, rtype::A]);
+        assert_eq!(step.next, None);
+    }
+
+    /// Referrals: downward only, glue only for the referral's NS names inside the zone asked.
+    #[test]
+    fn referral_table() {
+        let glue = |o: &str| rr(o, rtype::A, vec![198, 18, 0, 9]);
+        // (zone asked, NS owner, NS target, glue owners, referral?, glue kept)
+        let table: &[(&str, &str, &str, &[&str], bool, usize)] = &[
+            (
+                "test.",
+                "example.test.",
+                "ns.example.test.",
+                &["ns.example.test."],
+                true,
+                1,
+            ),
+            (
+                "test.",
+                "example.test.",
+                "ns.example.net.",
+                &["ns.example.net."],
+                true,
+                0,
+            ),
+            (
+                "test.",
+                "example.test.",
+                "ns.example.test.",
+                &["other.test."],
+                true,
+                0,
+            ),
+            (
+                "example.test.",
+                "test.",
+                "ns.test.",
+                &["ns.test."],
+                false,
+                0,
+            ),
+            (
+                "example.test.",
+                "example.test.",
+                "ns.example.test.",
+                &[],
+                false,
+                0,
+            ),
+            ("test.", "other.test.", "ns.other.test.", &[], false, 0),
+        ];
+        for (zone, owner, target, glues, is_ref, kept) in table {
+            let reply = Reply {
+                flags: 0x8000,
+                authority: vec![rr(owner, rtype::NS, n(target))],
+                additional: glues.iter().map(|g| glue(g)).collect(),
+                ..Reply::default()
+            };
+            match classify(&reply, &n("www.example.test."), rtype::A, &n(zone), 8) {
+                Class::Referral { zone: z, glue, .. } => {
+                    assert!(is_ref, "{zone} {owner}");
+                    assert_eq!(z, n(owner));
+                    assert_eq!(glue.len(), *kept, "{zone} {owner} {glues:?}");
+                }
+                other => assert!(!is_ref, "{zone} {owner}: {other:?}"),
+            }
+        }
+    }
 }
