@@ -1221,7 +1221,15 @@ mod tests {
     fn referral_table() {
         let glue = |o: &str| rr(o, rtype::A, vec![198, 18, 0, 9]);
         // (zone asked, NS owner, NS target, glue owners, referral?, glue kept)
-        let table: &[(&str, &str, &str, &[&str], bool, usize)] = &[
+        type Case = (
+            &'static str,
+            &'static str,
+            &'static str,
+            &'static [&'static str],
+            bool,
+            usize,
+        );
+        let table: &[Case] = &[
             (
                 "test.",
                 "example.test.",
