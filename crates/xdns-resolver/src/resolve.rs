@@ -876,6 +876,20 @@ impl Resolver {
         }
     }
 
+    /// `server` has not answered after `waited`: a lower bound of its RTT. Only ever raises
+    /// its SRTT (and keeps its timeout count), so a silent server is not rewarded for having
+    /// been asked late.
+    fn note_slow(&self, server: SocketAddr, waited: Duration) {
+        let mut rtt = lock(&self.infra.rtt);
+        let e = rtt.entry(server.ip()).or_insert(Rtt {
+            srtt_us: INITIAL_SRTT_US,
+            timeouts: 0,
+            held_until_ns: 0,
+        });
+        let blended = (e.srtt_us * 7 + waited.as_micros() as u64) / 8;
+        e.srtt_us = e.srtt_us.max(blended).min(MAX_SRTT_US);
+    }
+
     /// Asks `servers` (fastest first), `fanout` at a time; the first valid reply wins.
     async fn ask(
         &self,
@@ -941,7 +955,7 @@ impl Resolver {
                             let now = Instant::now();
                             for (s, asked) in &waiting {
                                 if *asked < now {
-                                    self.note_rtt(*s, Some(now - *asked));
+                                    self.note_slow(*s, now - *asked);
                                 }
                             }
                             return Ok((x.server, reply));
