@@ -73,6 +73,10 @@ pub struct Config {
     pub stale_ttl: u32,
     /// TTL of a stale answer (RFC 8767 recommends 30).
     pub stale_answer_ttl: u32,
+    /// With a stale answer at hand, a resolution taking longer than this is answered stale
+    /// while it goes on (RFC 8767's client response timer, 1.8 s recommended); zero = only
+    /// when the resolution fails.
+    pub stale_answer_after: Duration,
     /// How long a failed resolution answers SERVFAIL without trying again (seconds).
     pub failure_ttl: u32,
     /// Destination port of iterative queries (53; tests use other ports).
@@ -105,6 +109,7 @@ impl Default for Config {
             max_negative_ttl: 3_600,
             stale_ttl: 86_400,
             stale_answer_ttl: 30,
+            stale_answer_after: Duration::from_millis(1800),
             failure_ttl: 5,
             upstream_port: 53,
             edns_payload: 1232,

@@ -332,12 +332,27 @@ impl Resolver {
     /// same key share one resolution.
     pub async fn resolve(self: &Arc<Self>, key: CacheKey) -> Resolution {
         let now = self.now_ns();
+        let mut stale = false;
         if let Some(e) = self.answers.get(&key) {
             if e.answer.expires_at_ns > now {
                 return Ok(e.answer.clone());
             }
+            stale = self.cfg.stale_ttl > 0 && e.stale_until_ns > now;
         }
-        self.coalesced(key).await
+        // RFC 8767 §5 client response timer: with stale data at hand, a resolution that takes
+        // longer than `stale_answer_after` is answered stale; it goes on in the background and
+        // refreshes the cache when it finishes.
+        if stale && !self.cfg.stale_answer_after.is_zero() {
+            let resolution = self.coalesced(key.clone());
+            tokio::select! {
+                r = resolution => r,
+                _ = tokio::time::sleep(self.cfg.stale_answer_after) => {
+                    self.stale_or(&key, self.now_ns(), ResolveError::Timeout)
+                }
+            }
+        } else {
+            self.coalesced(key).await
+        }
     }
 
     /// Resolves `key` upstream even if it is cached (prefetch).

@@ -492,6 +492,43 @@ async fn serve_stale_when_authorities_are_silent() {
 }
 
 #[tokio::test]
+async fn stale_answer_after_the_client_response_timer() {
+    let s = setup(Config {
+        upstream_timeout: Duration::from_secs(2),
+        resolve_timeout: Duration::from_secs(3),
+        stale_answer_after: Duration::from_millis(200),
+        ..cfg()
+    });
+    let k = key("www.example.test.", rtype::A);
+    s.res.resolve(k.clone()).await.unwrap();
+    s.clock.fetch_add(400 * NS, Relaxed);
+    s.net
+        .servers
+        .lock()
+        .unwrap()
+        .get_mut(&"198.18.3.1".parse().unwrap())
+        .unwrap()
+        .behaviour = Silent;
+    let t0 = std::time::Instant::now();
+    let a = s.res.resolve(k.clone()).await.unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        t0.elapsed()
+    );
+    let r = replay(&a, s.clock.load(Relaxed));
+    assert!(r.answer.iter().all(|rr| rr.ttl == 30), "{:?}", r.answer);
+    // No stale data: the timer does not apply, the question waits for the resolution.
+    let t0 = std::time::Instant::now();
+    let _ = s.res.resolve(key("new.example.test.", rtype::A)).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn silent_server_fails_over_and_is_ranked_last() {
     let s = setup(Config { fanout: 1, ..cfg() });
     for i in 0..4 {

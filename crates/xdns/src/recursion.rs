@@ -49,6 +49,7 @@ pub struct FileResolver {
     max_ttl: Option<Spanned<i64>>,
     max_negative_ttl: Option<Spanned<i64>>,
     stale_ttl: Option<Spanned<i64>>,
+    stale_answer_after_ms: Option<Spanned<i64>>,
     failure_ttl: Option<Spanned<i64>>,
     upstream_port: Option<Spanned<i64>>,
     ipv4: Option<bool>,
@@ -229,6 +230,14 @@ pub fn parse_section(
     }
     if let Some(v) = int(&r.stale_ttl, "stale_ttl", 0, 604_800) {
         cfg.stale_ttl = v as u32;
+    }
+    if let Some(v) = int(
+        &r.stale_answer_after_ms,
+        "stale_answer_after_ms",
+        0,
+        120_000,
+    ) {
+        cfg.stale_answer_after = Duration::from_millis(v as u64);
     }
     if let Some(v) = int(&r.failure_ttl, "failure_ttl", 0, 300) {
         cfg.failure_ttl = v as u32;
