@@ -674,6 +674,8 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
                 f'prefetch_percent = {10 if prefetch else 0}\n{extra}\n')
     kw = {"xdp": xdp} if xdp is not None else {}
     conf, a4, a6 = lab.write_xdns_config([], name, extra=resolver, **kw)
+    if xdp is not None:
+        lab.client_xdp_pass()  # XDP_TX frames reach the client veth only with an XDP ring there
     env = dict(os.environ, RUST_BACKTRACE="1")
     proc = lab.server([XDNS_BIN, "serve", "--config", conf], name=name, env=env)
     srv = _mk_server(lab, "xdns", name, a4, a6, proc, conf.parent,
@@ -685,12 +687,7 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
 
 def start_xdns_xdp_resolver(lab, tree: Tree, name: str = "xdns-xdp", **kw):
     """start_xdns_resolver with its XDP program on the server veth (native mode): cache hits
-    are answered in the kernel. One XDP program per interface: one such resolver per lab.
-
-    Turns tx checksum offload off on the client veth first: with it on, queries cross the veth
-    with a partial (pseudo-header only) UDP checksum, which a real NIC would never deliver, and
-    an XDP reply that updates the query's checksum incrementally would inherit the error."""
-    lab.ethtool("client", "tx", "off")
+    are answered in the kernel. One XDP program per interface: one such resolver per lab."""
     return start_xdns_resolver(lab, tree, name=name, xdp="native", **kw)
 
 

@@ -25,10 +25,9 @@ additional section of an NS answer (kresd and Recursor leave it empty); all thre
 of a negative answer with TTL min(SOA TTL, MINIMUM), aged in the cache (RFC 2308 section 3,
 5), which xdns should do too; TTLs are not compared (they age), test_ttl_expiry checks expiry.
 
-xdns: XDNS_RESOLVER_READY below is the one switch. While it is False, xdns is left out of the
-parametrization (no test is generated for it, so nothing skips or fails); the lead flips it to
-True when the resolver in crates/xdns-resolver works, and every test here then runs against
-xdns as well, with the same expectations.
+xdns runs every test here with the same expectations, twice: userspace only ("xdns") and with
+its XDP cache stage on the server veth ("xdns-xdp"), where the cached UDP asks are answered by
+the kernel.
 """
 
 from __future__ import annotations
@@ -46,19 +45,11 @@ import resolver_corpus as corpus
 from lab import Lab
 from tree import RESOLVER_TRAITS, STARTERS, Tree, flush, stop
 
-# The xdns resolver is being written; its [resolver] config section does not exist yet, so
-# `xdns serve` rejects the config start_xdns_resolver writes. While this is False xdns is NOT in
-# RESOLVERS (and so not in any parametrization): CI treats skips and failures alike, and the
-# peers' tests must stay green meanwhile. Flip to True when the resolver lands.
-XDNS_RESOLVER_READY = False
-
 PEERS = ["unbound", "kresd", "pdns"]
 # "xdns": userspace only; "xdns-xdp": XDP cache stage on the server veth, so the cached asks
-# over UDP are answered by the kernel and compared with the same expectations. (At 7a5a520
-# "xdns" passes everything here; "xdns-xdp" does not: its kernel cache replies carry a wrong
-# UDP checksum and never reach the client, see the resolver test bed's commit message.)
+# over UDP are answered by the kernel and compared with the same expectations.
 XDNS_KINDS = ["xdns", "xdns-xdp"]
-RESOLVERS = PEERS + (XDNS_KINDS if XDNS_RESOLVER_READY else [])
+RESOLVERS = PEERS + XDNS_KINDS
 TRANSPORTS = ["udp", "tcp", "udp6"]  # client to resolver; "udp6" = UDP over IPv6
 ASKS = ["first", "cached"]
 
@@ -308,20 +299,18 @@ def test_ttl_expiry(tree_lab, resolvers, kind):
         f"{kind}: negative answer outlived its TTL:\n{n3}"
 
 
-if XDNS_RESOLVER_READY:  # defined only then: an empty parametrization would count as a skip
-
-    @pytest.mark.parametrize("kind", XDNS_KINDS)
-    def test_xdns_counters(tree_lab, resolvers, results, kind):
-        """The attacks reached xdns and were refused (`rejected_replies`: wrong ID or question;
-        wrong port/address never pass its connected sockets), and with XDP the cached asks
-        were answered by the kernel (`xdp.cache_answered`)."""
-        lab, _ = tree_lab
-        for transport in TRANSPORTS:
-            results(kind, transport)
-        stats = lab.xdns_stats(resolvers.get(kind))
-        assert stats["resolver"]["rejected_replies"] > 0, stats["resolver"]
-        if kind == "xdns-xdp":
-            assert stats["xdp"]["cache_answered"] > 0, stats["xdp"]
+@pytest.mark.parametrize("kind", XDNS_KINDS)
+def test_xdns_counters(tree_lab, resolvers, results, kind):
+    """The attacks reached xdns and were refused (`rejected_replies`: wrong ID or question;
+    wrong port/address never pass its connected sockets), and with XDP the cached asks were
+    answered by the kernel (`xdp.cache_answered`)."""
+    lab, _ = tree_lab
+    for transport in TRANSPORTS:
+        results(kind, transport)
+    stats = lab.xdns_stats(resolvers.get(kind))
+    assert stats["resolver"]["rejected_replies"] > 0, stats["resolver"]
+    if kind == "xdns-xdp":
+        assert stats["xdp"]["cache_answered"] > 0, stats["xdp"]
 
 
 # ------------------------------------------------------------------ the test bed itself
