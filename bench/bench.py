@@ -448,7 +448,7 @@ def goal(value: float | None, target: float, higher_is_better: bool = True) -> s
     if value is None:
         return "n/a"
     met = value >= target if higher_is_better else value <= target
-    return f"{value:.2f}x (goal {'>=' if higher_is_better else '<='} {target}x: " \
+    return f"{value:.3g}x (goal {'>=' if higher_is_better else '<='} {target}x: " \
            f"{'met' if met else 'NOT met'})"
 
 
@@ -559,7 +559,8 @@ def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
         ax1.text(i, v, f"{v:,.0f}k", ha="center", va="bottom", fontsize=8)
         cpu = tp[n].get("server_cpu_busy")
         if cpu is not None and v > 0:
-            ax1.text(i, 0, f"server\n{100 * cpu:.0f}% CPU", ha="center", va="bottom", fontsize=7)
+            ax1.text(i, 0, f"server\n{100 * cpu:.0f}% CPU", ha="center", va="bottom", fontsize=7,
+                     color="white" if color(n) in ("dimgray", "tab:green", "tab:orange") else "black")
     if "noop-xdp" in tp:
         ceil = tp["noop-xdp"]["replies_per_s"] / 1e3
         ax1.axhline(ceil, color="tab:green", ls="--", lw=1, label="no-op XDP (lab ceiling)")
@@ -576,13 +577,23 @@ def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
 
     kn = [n for n in names if tp[n].get("kernel_ns_per_pkt") is not None]
     kv = [tp[n]["kernel_ns_per_pkt"] for n in kn]
-    ax3.bar(kn, kv, color=[color(n) for n in kn])
-    ax3.set_title("in-kernel ns/packet\n(bpf_stats; knot-xdp: redirect only)")
-    for i, v in enumerate(kv):
-        ax3.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+    sv = [tp[n].get("server_ns_per_pkt") or 0 for n in kn]
+    xs = range(len(kn))
+    ax3.bar([x - 0.2 for x in xs], kv, width=0.4, color=[color(n) for n in kn],
+            label="in the XDP program (bpf_stats)")
+    ax3.bar([x + 0.2 for x in xs], sv, width=0.4, color=[color(n) for n in kn], alpha=0.45,
+            hatch="//", label="whole server side (CPU / packets)")
+    ax3.set_xticks(list(xs), kn)
+    ax3.set_title("ns per packet, XDP peers\n(knot-xdp's program only redirects)")
+    for x, v in zip(xs, kv):
+        ax3.text(x - 0.2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+    for x, v in zip(xs, sv):
+        if v:
+            ax3.text(x + 0.2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
     ax3.tick_params(axis="x", labelrotation=15)
+    ax3.legend(loc="upper left", fontsize=7)
     if kv:
-        ax3.set_ylim(0, max(kv) * 1.2)
+        ax3.set_ylim(0, max(kv + sv) * 1.35)
 
     lnames = list(ld)
     ax2.bar(lnames, [ld[n]["seconds"] for n in lnames], color="tab:blue")
@@ -593,7 +604,7 @@ def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
     if sm.get("map_bytes_per_record"):
         ax2.text(0.01, 0.97, f"xdns BPF maps: {sm['map_bytes_per_record']:.0f} B/record",
                  transform=ax2.transAxes, va="top", fontsize=9)
-    ax2.tick_params(axis="x", labelrotation=20)
+    ax2.tick_params(axis="x", labelrotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
