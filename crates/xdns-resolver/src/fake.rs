@@ -54,6 +54,8 @@ pub struct FakeNet {
     /// Queries received per server address.
     pub queries: Mutex<HashMap<IpAddr, u64>>,
     pub total: AtomicU64,
+    /// Every question asked: (server, lowercased name, type).
+    pub seen: Mutex<Vec<(IpAddr, Vec<u8>, u16)>>,
     /// Extra forged datagram to deliver: the poisoned A record data.
     pub poison: Vec<u8>,
 }
@@ -210,7 +212,8 @@ impl FakeNet {
             .unwrap_or(0)
     }
 
-    fn note(&self, ip: IpAddr) {
+    fn note(&self, ip: IpAddr, expect: &Expect) {
+        lock(&self.seen).push((ip, expect.qname.to_ascii_lowercase(), expect.qtype));
         self.total.fetch_add(1, Relaxed);
         *lock(&self.queries).entry(ip).or_insert(0) += 1;
     }
@@ -283,7 +286,7 @@ impl Network for FakeNet {
         timeout: Duration,
     ) -> BoxFut<'a, io::Result<Vec<u8>>> {
         Box::pin(async move {
-            self.note(expect.server.ip());
+            self.note(expect.server.ip(), expect);
             let Some((b, forged, real)) = self.answer(query, expect, false) else {
                 tokio::time::sleep(timeout).await;
                 return Err(io::ErrorKind::TimedOut.into());
@@ -324,7 +327,7 @@ impl Network for FakeNet {
         timeout: Duration,
     ) -> BoxFut<'a, io::Result<Vec<u8>>> {
         Box::pin(async move {
-            self.note(expect.server.ip());
+            self.note(expect.server.ip(), expect);
             match self.answer(query, expect, true) {
                 Some((Behaviour::Normal | Behaviour::Truncate, _, real))
                     if expect.matches_message(&real) =>

@@ -87,6 +87,9 @@ pub struct Config {
     pub ipv4: bool,
     /// Ask IPv6 server addresses.
     pub ipv6: bool,
+    /// QNAME minimisation (RFC 9156, relaxed mode): each server is asked only for the next
+    /// label below its zone (type A) until the cut above the name is found.
+    pub qname_minimisation: bool,
     /// When not empty: send every question with RD=1 to these instead of iterating.
     pub forwarders: Vec<SocketAddr>,
 }
@@ -115,6 +118,7 @@ impl Default for Config {
             edns_payload: 1232,
             ipv4: true,
             ipv6: true,
+            qname_minimisation: true,
             forwarders: Vec::new(),
         }
     }

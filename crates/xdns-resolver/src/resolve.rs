@@ -38,6 +38,8 @@ use crate::Config;
 pub const MAX_DEPTH: u32 = 4;
 /// Most referrals followed for one name.
 const MAX_REFERRALS: usize = 24;
+/// Most minimised queries for one name (RFC 9156 §2.3 MAX_MINIMISE_COUNT).
+const MAX_MINIMISE: usize = 10;
 /// Glueless NS names tried for one referral before giving up on it.
 const GLUELESS_PER_CUT: usize = 3;
 /// SRTT given to a server never asked (microseconds), randomised a little so that new servers
@@ -614,7 +616,13 @@ impl Resolver {
                 .ok_or(ResolveError::Failed)?
         };
         let mut excluded: Vec<SocketAddr> = Vec::new();
-        for _ in 0..MAX_REFERRALS {
+        // QNAME minimisation (RFC 9156, relaxed): labels of the last minimised name asked in
+        // the current zone (0: none yet), and whether to send the full name from now on.
+        let minimise = self.cfg.qname_minimisation && !forwarding;
+        let mut asked_labels = 0usize;
+        let mut full = false;
+        let mut minimised = 0usize;
+        for _ in 0..MAX_REFERRALS + MAX_MINIMISE {
             let servers = if forwarding {
                 self.cfg
                     .forwarders
@@ -638,6 +646,39 @@ impl Resolver {
                     .infra
                     .closest_cut(&parent, self.now_ns())
                     .ok_or(ResolveError::Failed)?;
+                continue;
+            }
+            let name_labels = xdns_wire::name::label_count(name);
+            let next_labels = asked_labels.max(xdns_wire::name::label_count(&zone)) + 1;
+            if minimised >= MAX_MINIMISE {
+                full = true;
+            }
+            if minimise && !full && next_labels < name_labels {
+                minimised += 1;
+                // Ask for the next label below the cut only, type A (RFC 9156 §2.1).
+                let qn = suffix_with_labels(name, next_labels);
+                let (server, reply) = self.ask(ctx, &servers, qn, rtype::A, false).await?;
+                match classify(&reply, qn, rtype::A, &zone, self.cfg.max_cname) {
+                    Class::Referral {
+                        zone: child,
+                        ns,
+                        glue,
+                    } => {
+                        deleg = self.note_referral(&child, &ns, &glue, now);
+                        zone = child;
+                        excluded.clear();
+                        asked_labels = 0;
+                    }
+                    // The name exists here and is no cut (data, CNAME or an empty
+                    // non-terminal): one label more.
+                    Class::Answer(_) | Class::NoData(_) => asked_labels = next_labels,
+                    // NXDOMAIN above the name, a lame or odd reply: relaxed mode asks the
+                    // full name instead (an NXDOMAIN is then proven for the name itself).
+                    Class::NxDomain(_) | Class::Lame => {
+                        tracing::debug!(%server, zone = %to_presentation(&zone), "minimised query: asking the full name");
+                        full = true;
+                    }
+                }
                 continue;
             }
             let (server, reply) = self.ask(ctx, &servers, name, qtype, forwarding).await?;
@@ -681,6 +722,8 @@ impl Resolver {
                     deleg = self.note_referral(&child, &ns, &glue, now);
                     zone = child;
                     excluded.clear();
+                    asked_labels = 0;
+                    full = false;
                 }
                 Class::Referral { .. } | Class::Lame => {
                     tracing::debug!(%server, zone = %to_presentation(&zone), "lame reply");
@@ -987,6 +1030,13 @@ impl Resolver {
         }
         Err(ResolveError::Failed)
     }
+}
+
+/// The suffix of `name` with `labels` labels (root not counted).
+fn suffix_with_labels(name: &[u8], labels: usize) -> &[u8] {
+    let offs: Vec<usize> = xdns_wire::name::suffix_offsets(name).collect();
+    let total = offs.len().saturating_sub(1);
+    &name[offs[total.saturating_sub(labels)]..]
 }
 
 /// What one exchange with one server gave.

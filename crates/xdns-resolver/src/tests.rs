@@ -222,6 +222,7 @@ fn setup(cfg: Config) -> Setup {
 
 fn cfg() -> Config {
     Config {
+        qname_minimisation: false,
         upstream_timeout: Duration::from_millis(100),
         resolve_timeout: Duration::from_secs(3),
         ..Config::default()
@@ -316,8 +317,14 @@ async fn resolution_table() {
         ("www.old.test.", rtype::A, 0, &["198.18.6.81"], 0, false),
         ("www.evil.test.", rtype::A, 0, &["198.18.2.81"], 0, false),
     ];
-    for (name, qtype, rcode, addrs, cnames, soa) in table {
-        let s = setup(cfg());
+    for (minimise, (name, qtype, rcode, addrs, cnames, soa)) in [false, true]
+        .iter()
+        .flat_map(|m| table.iter().map(move |c| (*m, c)))
+    {
+        let s = setup(Config {
+            qname_minimisation: minimise,
+            ..cfg()
+        });
         let k = CacheKey {
             qname: n(name),
             qtype: *qtype,
@@ -327,7 +334,7 @@ async fn resolution_table() {
             .res
             .resolve(k.clone())
             .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            .unwrap_or_else(|e| panic!("{name} (minimise {minimise}): {e}"));
         assert_eq!(a.qname, n(name), "{name}: key lowercased");
         let r = replay(&a, s.clock.load(Relaxed));
         assert_eq!(r.rcode(), *rcode, "{name}");
@@ -371,6 +378,47 @@ async fn resolution_table() {
             assert_eq!(s.res.counters.tcp_fallbacks.load(Relaxed), 1);
         }
     }
+}
+
+#[tokio::test]
+async fn qname_minimisation_shows_each_server_one_label_more() {
+    let s = setup(Config {
+        qname_minimisation: true,
+        ..cfg()
+    });
+    let a = s
+        .res
+        .resolve(key("a.b.c.www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(replay(&a, s.clock.load(Relaxed)).rcode(), 3);
+    let seen = s.net.seen.lock().unwrap().clone();
+    let root: Vec<_> = seen
+        .iter()
+        .filter(|(ip, _, _)| ip.to_string() == "198.18.0.1")
+        .map(|(_, n, t)| (xdns_wire::name::to_presentation(n), *t))
+        .collect();
+    assert_eq!(root, vec![("test.".to_string(), rtype::A)]);
+    let tld: Vec<_> = seen
+        .iter()
+        .filter(|(ip, _, _)| ip.to_string() == "198.18.1.1")
+        .map(|(_, n, _)| xdns_wire::name::to_presentation(n))
+        .collect();
+    assert_eq!(tld, vec!["example.test.".to_string()]);
+    // The leaf: www exists (data), c.www does not: the full name is then asked (relaxed).
+    let leaf: Vec<_> = seen
+        .iter()
+        .filter(|(ip, _, _)| ip.to_string() == "198.18.3.1")
+        .map(|(_, n, _)| xdns_wire::name::to_presentation(n))
+        .collect();
+    assert_eq!(
+        leaf,
+        vec![
+            "www.example.test.",
+            "c.www.example.test.",
+            "a.b.c.www.example.test."
+        ]
+    );
 }
 
 #[tokio::test]

@@ -54,6 +54,7 @@ pub struct FileResolver {
     upstream_port: Option<Spanned<i64>>,
     ipv4: Option<bool>,
     ipv6: Option<bool>,
+    qname_minimisation: Option<bool>,
     forwarders: Option<Vec<Spanned<String>>>,
     max_pending: Option<Spanned<i64>>,
 }
@@ -248,6 +249,7 @@ pub fn parse_section(
     let max_pending = int(&r.max_pending, "max_pending", 1, 1_000_000).unwrap_or(10_000) as usize;
     cfg.ipv4 = r.ipv4.unwrap_or(true);
     cfg.ipv6 = r.ipv6.unwrap_or(true);
+    cfg.qname_minimisation = r.qname_minimisation.unwrap_or(cfg.qname_minimisation);
     if !cfg.ipv4 && !cfg.ipv6 {
         errors.push(err(
             None,
