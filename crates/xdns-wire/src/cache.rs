@@ -99,33 +99,47 @@ pub fn ttl_offsets(body: &Body) -> Option<Vec<u16>> {
     let mut out = Vec::with_capacity(n);
     let mut pos = 0usize;
     for _ in 0..n {
-        // owner: labels, then the root or a pointer
-        loop {
-            let l = *b.get(pos)?;
-            match l {
-                0 => {
-                    pos += 1;
-                    break;
-                }
-                1..=63 => pos += 1 + usize::from(l),
-                0xC0..=0xFF => {
-                    b.get(pos + 1)?;
-                    pos += 2;
-                    break;
-                }
-                _ => return None,
-            }
-        }
-        // type, class, TTL, RDLENGTH, RDATA
-        let fixed = b.get(pos..pos + 10)?;
-        let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
-        out.push(u16::try_from(pos + 4).ok()?);
-        pos += 10 + rdlen;
-        if pos > b.len() {
-            return None;
-        }
+        let rr = next_record(b, pos)?;
+        out.push(u16::try_from(rr.ttl_at).ok()?);
+        pos = rr.end;
     }
     (pos == b.len()).then_some(out)
+}
+
+/// Where one record's fields are, as [`next_record`] finds them.
+struct RecordAt {
+    /// Offset of the 4-byte TTL.
+    ttl_at: usize,
+    /// The record's type.
+    rtype: u16,
+    /// Offset just after the RDATA.
+    end: usize,
+}
+
+/// The record starting at `pos` in `m` (its owner may end in a compression pointer, which is not
+/// followed), or `None` if it does not fit in `m` or its owner is not a name.
+fn next_record(m: &[u8], mut pos: usize) -> Option<RecordAt> {
+    loop {
+        let l = *m.get(pos)?;
+        match l {
+            0 => {
+                pos += 1;
+                break;
+            }
+            1..=63 => pos += 1 + usize::from(l),
+            0xC0..=0xFF => {
+                m.get(pos + 1)?;
+                pos += 2;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    // type, class, TTL, RDLENGTH, RDATA
+    let fixed = m.get(pos..pos + 10)?;
+    let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
+    let end = pos + 10 + usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+    (end <= m.len()).then_some(RecordAt { ttl_at: pos + 4, rtype, end })
 }
 
 /// `body` with every record's TTL reduced by `secs` (not below 0). `None` as [`ttl_offsets`].
@@ -206,34 +220,13 @@ fn age_in_place(m: &mut [u8], secs: u32) -> Option<()> {
         pos += crate::name::name_len(m.get(pos..)?).ok()? + 4;
     }
     for _ in 0..n {
-        loop {
-            let l = *m.get(pos)?;
-            match l {
-                0 => {
-                    pos += 1;
-                    break;
-                }
-                1..=63 => pos += 1 + usize::from(l),
-                0xC0..=0xFF => {
-                    m.get(pos + 1)?;
-                    pos += 2;
-                    break;
-                }
-                _ => return None,
-            }
-        }
-        let fixed = m.get(pos..pos + 10)?;
-        let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
-        let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
-        if rtype != crate::query::TYPE_OPT {
-            let at = pos + 4;
+        let rr = next_record(m, pos)?;
+        if rr.rtype != crate::query::TYPE_OPT {
+            let at = rr.ttl_at;
             let ttl = u32::from_be_bytes(m[at..at + 4].try_into().ok()?);
             m[at..at + 4].copy_from_slice(&ttl.saturating_sub(secs).to_be_bytes());
         }
-        pos += 10 + rdlen;
-        if pos > m.len() {
-            return None;
-        }
+        pos = rr.end;
     }
     (pos == m.len()).then_some(())
 }

@@ -133,8 +133,15 @@ pub fn load_zone_with_warnings(
     if let Ok(c) = std::fs::canonicalize(&src.file) {
         stack.push(c);
     }
-    b.scan_file(&src.file, &text, origin, None, 0, &mut stack);
+    b.scan_file(&src.file, &text, Start { origin, ttl: None }, 0, &mut stack);
     b.finish()
+}
+
+/// What a zone file starts with: its origin and the `$TTL` in force (an included file inherits
+/// the includer's).
+struct Start {
+    origin: Name<Bytes>,
+    ttl: Option<u32>,
 }
 
 /// The lowercased wire form of a name.
@@ -455,16 +462,16 @@ impl<'p> Builder<'p> {
         self.errors.len() > MAX_ERRORS
     }
 
-    /// Scans one file's text (the main file or an included one) with the given origin.
+    /// Scans one file's text (the main file or an included one) from `start`.
     fn scan_file(
         &mut self,
         path: &Path,
         text: &[u8],
-        origin: Name<Bytes>,
-        ttl: Option<u32>,
+        start: Start,
         depth: usize,
         stack: &mut Vec<PathBuf>,
     ) {
+        let Start { origin, ttl } = start;
         let file_idx = self.files.len() as u32;
         self.files.push(path.to_path_buf());
 
@@ -528,15 +535,8 @@ impl<'p> Builder<'p> {
                                 let inc_origin = inc_origin
                                     .or_else(|| zf.origin().ok())
                                     .unwrap_or_else(|| origin.clone());
-                                self.include(
-                                    path,
-                                    line,
-                                    &inc,
-                                    inc_origin,
-                                    ttl,
-                                    depth,
-                                    stack,
-                                );
+                                let start = Start { origin: inc_origin, ttl };
+                                self.include(path, line, &inc, start, depth, stack);
                             }
                         }
                     }
@@ -611,8 +611,7 @@ impl<'p> Builder<'p> {
         from: &Path,
         line: Option<usize>,
         target: &str,
-        origin: Name<Bytes>,
-        ttl: Option<u32>,
+        start: Start,
         depth: usize,
         stack: &mut Vec<PathBuf>,
     ) {
@@ -659,7 +658,7 @@ impl<'p> Builder<'p> {
             }
         };
         stack.push(canon);
-        self.scan_file(&path, &text, origin, ttl, depth + 1, stack);
+        self.scan_file(&path, &text, start, depth + 1, stack);
         stack.pop();
     }
 

@@ -53,17 +53,29 @@ enum Command {
     Stats(StatsArgs),
     /// Empty a running server's resolver caches (answers, delegations, negative answers,
     /// failures, server RTTs; the root hints stay).
-    Flush(FlushArgs),
+    Flush(ControlArgs),
 }
 
+/// How to find a running server's control socket.
 #[derive(Debug, Args)]
-struct FlushArgs {
+struct ControlArgs {
     /// Take the control socket path from this configuration file.
     #[arg(short, long, conflicts_with = "control")]
     config: Option<PathBuf>,
     /// Control socket path.
     #[arg(long)]
     control: Option<PathBuf>,
+}
+
+impl ControlArgs {
+    /// The socket path: `--control`, else the configuration's `control`, else the default.
+    fn path(&self) -> Result<PathBuf, config::ConfigError> {
+        match (&self.control, &self.config) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, Some(c)) => config::control_path(c),
+            (None, None) => Ok(PathBuf::from(config::DEFAULT_CONTROL)),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -90,12 +102,8 @@ struct ServeArgs {
 
 #[derive(Debug, Args)]
 struct StatsArgs {
-    /// Take the control socket path from this configuration file.
-    #[arg(short, long, conflicts_with = "control")]
-    config: Option<PathBuf>,
-    /// Control socket path.
-    #[arg(long)]
-    control: Option<PathBuf>,
+    #[command(flatten)]
+    socket: ControlArgs,
     /// Print a JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -230,16 +238,12 @@ fn check(path: &Path) -> ExitCode {
 }
 
 fn stats(args: StatsArgs) -> ExitCode {
-    let path = match (args.control, args.config) {
-        (Some(p), _) => p,
-        (None, Some(c)) => match config::control_path(&c) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        (None, None) => PathBuf::from(config::DEFAULT_CONTROL),
+    let path = match args.socket.path() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
     };
     match control::stats(&path) {
         Ok(snap) => {
@@ -263,17 +267,13 @@ fn stats(args: StatsArgs) -> ExitCode {
     }
 }
 
-fn flush(args: FlushArgs) -> ExitCode {
-    let path = match (args.control, args.config) {
-        (Some(p), _) => p,
-        (None, Some(c)) => match config::control_path(&c) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        (None, None) => PathBuf::from(config::DEFAULT_CONTROL),
+fn flush(args: ControlArgs) -> ExitCode {
+    let path = match args.path() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
     };
     match control::request(&path, "flush") {
         Ok(reply) => {
