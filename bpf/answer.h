@@ -34,14 +34,18 @@ struct xdns_fixup_ctx {
 /*
  * Shift one compression pointer of the copied body by delta (bpf_loop body). The old value is
  * read back from the packet (just copied from the body); state lives in the scratch map.
+ * Direct packet access (no helper call per pointer); a pointer outside the linear part of a
+ * multi-buffer frame uses the load/store helpers.
  */
 static long xdns_fixup_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
+	struct xdp_md *ctx = fc->ctx;
 	struct xdns_scratch *sc;
-	__u32 zero = 0, f;
+	__u32 zero = 0, f, at;
 	__u16 old, new;
 	__u8 w[2];
+	__u8 *p;
 
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->fix_n)
@@ -49,17 +53,27 @@ static long xdns_fixup_step(__u64 index, void *arg)
 	f = sc->fix[index & (XDNS_MAX_FIXUPS - 1)];
 	if (f + 2 > sc->fix_blen)
 		return 0;
-	if (bpf_xdp_load_bytes(fc->ctx, sc->fix_at + f, w, 2)) {
-		sc->fix_err = 1;
-		return 1;
-	}
-	old = ((__u16)w[0] << 8) | w[1];
-	new = old + sc->fix_delta;
-	w[0] = new >> 8;
-	w[1] = new & 0xff;
-	if (bpf_xdp_store_bytes(fc->ctx, sc->fix_at + f, w, 2)) {
-		sc->fix_err = 1;
-		return 1;
+	at = sc->fix_at + f;
+	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
+	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
+	if (at <= 0x3fff && (void *)(p + 2) <= (void *)(long)ctx->data_end) {
+		old = ((__u16)p[0] << 8) | p[1];
+		new = old + sc->fix_delta;
+		p[0] = new >> 8;
+		p[1] = new & 0xff;
+	} else {
+		if (bpf_xdp_load_bytes(ctx, at, w, 2)) {
+			sc->fix_err = 1;
+			return 1;
+		}
+		old = ((__u16)w[0] << 8) | w[1];
+		new = old + sc->fix_delta;
+		w[0] = new >> 8;
+		w[1] = new & 0xff;
+		if (bpf_xdp_store_bytes(ctx, at, w, 2)) {
+			sc->fix_err = 1;
+			return 1;
+		}
 	}
 	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old, new);
 	return 0;
@@ -169,23 +183,47 @@ static __always_inline int xdns_body_get(const struct xdns_answer_key *key, cons
 	return ref->s || ref->m || ref->l ? 0 : -1;
 }
 
-/* Write OPT (after the r->blen body bytes at DNS offset r->body_at) and the header. */
+/*
+ * Write OPT (after the r->blen body bytes at DNS offset r->body_at) and the header, by direct
+ * packet access (the frame is linear: the program is not multi-buffer).
+ */
 static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 					 const struct xdns_query *q, struct xdns_reply *r)
 {
-	__u32 at = pkt->dns_off + r->body_at;
-	__u8 hdr[XDNS_HDR_LEN];
-	__u8 opt[XDNS_OPT_LEN] = {};
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 at = pkt->dns_off + r->body_at + r->blen;
+	__u16 ar = r->ar + q->has_opt;         /* our OPT record counts in ARCOUNT */
+	__u8 *hdr, *opt;
 
 	if (q->has_opt) {
+		if (at > 0x3fff)
+			return -1;
+		opt = data + at;
+		if ((void *)(opt + XDNS_OPT_LEN) > data_end)
+			return -1;
+		opt[0] = 0;
+		opt[1] = 0;
 		opt[2] = XDNS_TYPE_OPT;
 		opt[3] = xdns_cfg.edns_payload >> 8;
 		opt[4] = xdns_cfg.edns_payload & 0xff;
+		opt[5] = 0;
+		opt[6] = 0;
 		opt[7] = q->do_bit ? 0x80 : 0;
-		if (bpf_xdp_store_bytes(ctx, at + r->blen, opt, XDNS_OPT_LEN))
-			return -1;
-		r->sum += xdns_csum_buf(opt, XDNS_OPT_LEN, r->body_at + r->blen);
+		opt[8] = 0;
+		opt[9] = 0;
+		opt[10] = 0;
+		/* only bytes 2..4 and 7 can be non-zero */
+		r->sum += xdns_csum_byte(r->body_at + r->blen + 2, XDNS_TYPE_OPT) +
+			  xdns_csum_byte(r->body_at + r->blen + 3, xdns_cfg.edns_payload >> 8) +
+			  xdns_csum_byte(r->body_at + r->blen + 4, xdns_cfg.edns_payload & 0xff) +
+			  xdns_csum_byte(r->body_at + r->blen + 7, opt[7]);
 	}
+	if (pkt->dns_off > XDNS_DNS_OFF_MAX)
+		return -1;
+	hdr = data + pkt->dns_off;
+	if ((void *)(hdr + XDNS_HDR_LEN) > data_end)
+		return -1;
 	__builtin_memcpy(hdr, &q->id, 2);
 	hdr[2] = r->flags >> 8;
 	hdr[3] = r->flags & 0xff;
@@ -195,12 +233,10 @@ static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_p
 	hdr[7] = r->an & 0xff;
 	hdr[8] = r->ns >> 8;
 	hdr[9] = r->ns & 0xff;
-	/* our OPT record counts in ARCOUNT */
-	hdr[10] = (r->ar + q->has_opt) >> 8;
-	hdr[11] = (r->ar + q->has_opt) & 0xff;
-	if (bpf_xdp_store_bytes(ctx, pkt->dns_off, hdr, XDNS_HDR_LEN))
-		return -1;
-	r->sum += xdns_csum_buf(hdr, XDNS_HDR_LEN, 0);
+	hdr[10] = ar >> 8;
+	hdr[11] = ar & 0xff;
+	/* header words: ID, flags, QDCOUNT, ANCOUNT, NSCOUNT, ARCOUNT (big-endian, even offsets) */
+	r->sum += bpf_ntohs(q->id) + r->flags + 1 + r->an + r->ns + ar;
 	return 0;
 }
 

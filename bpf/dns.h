@@ -18,6 +18,8 @@
 #define XDNS_EDNS_DO 0x8000
 #define XDNS_BODY_FLAGS 0x040F  /* AA and RCODE: the only header bits a body sets */
 #define XDNS_MAX_OPTIONS 8      /* EDNS options walked; more go to userspace */
+/* Largest DNS offset: Ethernet + VLAN + IPv4 with options + UDP (18 + 60 + 8 = 86). */
+#define XDNS_DNS_OFF_MAX 128
 
 /* What the query asked, for the lookup and the answer. */
 struct xdns_query {
@@ -33,15 +35,19 @@ struct xdns_query {
 	__u8 _pad[2];
 };
 
-/* Header: a query we may answer? */
+/* Header: a query we may answer? (Direct packet access: the header is in the linear part.) */
 static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							    struct xdns_query *q, __u16 *arcount)
 {
-	__u16 h[6];
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 off = pkt->dns_off;
+	__u16 *h;
 
-	if (pkt->dns_len < XDNS_HDR_LEN)
+	if (pkt->dns_len < XDNS_HDR_LEN || off > XDNS_DNS_OFF_MAX)
 		return XDNS_PASS_DNS_SHORT;
-	if (bpf_xdp_load_bytes(ctx, pkt->dns_off, h, sizeof(h)))
+	h = data + off;
+	if ((void *)(h + 6) > data_end)
 		return XDNS_PASS_DNS_SHORT;
 	q->id = h[0];
 	q->flags = bpf_ntohs(h[1]);
@@ -141,41 +147,55 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 
 /*
  * EDNS options are ignored but must tile the RDATA exactly (code, length, data), as userspace
- * requires (else FORMERR there). Returns 0 when well formed.
+ * requires (else FORMERR there). `at` is the frame offset of the RDATA. Returns 0 when well
+ * formed.
  */
 static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen)
 {
-	__u32 pos = 0, i;
-	__u8 h[4];
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 pos = 0, i, o;
+	__u8 *h;
 
 	for (i = 0; i < XDNS_MAX_OPTIONS; i++) {
 		if (pos == rdlen)
 			return 0;
 		if (pos + 4 > rdlen)
 			return -1;
-		if (bpf_xdp_load_bytes(ctx, at + pos, h, 4))
+		o = at + pos;
+		if (o > 0x3fff)
+			return -1;
+		h = data + o;
+		if ((void *)(h + 4) > data_end)
 			return -1;
 		pos += 4 + (((__u32)h[2] << 8) | h[3]);
 	}
 	return pos == rdlen ? 0 : -1;
 }
 
-/* Type and class, then the optional OPT record, then nothing. */
+/* Type and class, then the optional OPT record, then nothing. (Direct packet access.) */
 static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							  struct xdns_query *q, __u16 arcount)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 	__u32 off = XDNS_HDR_LEN + q->qlen;     /* DNS-relative */
-	__u8 tc[4];
-	__u8 opt[XDNS_OPT_LEN];
+	__u32 at = pkt->dns_off;
+	__u8 *tc, *opt;
 	__u16 qclass;
 
-	if (off + 4 > pkt->dns_len)
+	if (off + 4 > pkt->dns_len || at > XDNS_DNS_OFF_MAX || off > XDNS_HDR_LEN + 255)
 		return XDNS_PASS_QNAME;
-	if (bpf_xdp_load_bytes(ctx, pkt->dns_off + off, tc, 4))
+	tc = data + at + off;
+	if ((void *)(tc + 4) > data_end)
 		return XDNS_PASS_QNAME;
 	q->qtype = ((__u16)tc[0] << 8) | tc[1];
 	qclass = ((__u16)tc[2] << 8) | tc[3];
-	q->qsum += xdns_csum_buf(tc, 4, q->qlen);
+	/* type and class start right after the name: at DNS offset 12 + qlen (parity of qlen) */
+	if (q->qlen & 1)
+		q->qsum += xdns_csum_swap(q->qtype) + xdns_csum_swap(qclass);
+	else
+		q->qsum += (__u32)q->qtype + qclass;
 	if (qclass != XDNS_CLASS_IN)
 		return XDNS_PASS_QCLASS;
 	if (q->qtype == XDNS_TYPE_OPT || (q->qtype >= 128 && q->qtype <= 254))
@@ -190,22 +210,23 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 
 		if (off + XDNS_OPT_LEN > pkt->dns_len)
 			return XDNS_PASS_EDNS_BAD;
-		if (bpf_xdp_load_bytes(ctx, pkt->dns_off + off, opt, XDNS_OPT_LEN))
+		opt = data + at + off;
+		if ((void *)(opt + XDNS_OPT_LEN) > data_end)
 			return XDNS_PASS_EDNS_BAD;
 		if (opt[0] != 0 || opt[1] != 0 || opt[2] != XDNS_TYPE_OPT)
 			return XDNS_PASS_EDNS_BAD;
 		if (opt[6] != 0)
 			return XDNS_PASS_EDNS_VERSION;
 		rdlen = ((__u16)opt[9] << 8) | opt[10];
+		q->payload = ((__u16)opt[3] << 8) | opt[4];
+		q->do_bit = (opt[7] & 0x80) ? 1 : 0;
 		off += XDNS_OPT_LEN;
 		if (off + rdlen > pkt->dns_len)
 			return XDNS_PASS_EDNS_BAD;
-		if (xdns_options_ok(ctx, pkt->dns_off + off, rdlen))
+		if (xdns_options_ok(ctx, at + off, rdlen))
 			return XDNS_PASS_EDNS_BAD;
 		off += rdlen;
 		q->has_opt = 1;
-		q->payload = ((__u16)opt[3] << 8) | opt[4];
-		q->do_bit = (opt[7] & 0x80) ? 1 : 0;
 	}
 	if (off != pkt->dns_len)
 		return XDNS_PASS_TRAILING;

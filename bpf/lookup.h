@@ -10,15 +10,14 @@
 #include "hash.h"
 
 /*
- * One suffix, from the root up (bpf_loop body, `index` = labels above the root): absorb the
- * bytes of the next label from its last byte to its length octet, then look the suffix up in
- * xdns_nodes; the deepest hit is the closest encloser. State lives in the scratch map.
+ * Hash one more suffix, from the root up (bpf_loop body, `index` = labels above the root):
+ * absorb the bytes of the next label from its last byte to its length octet and keep the
+ * suffix's hash in sc->sfx[]. No lookups here: the exact-name fast path needs only the last
+ * (whole-name) hash, the encloser walk reads the others. State lives in the scratch map.
  */
-static long xdns_encloser_label(__u64 index, void *arg)
+static long xdns_hash_label(__u64 index, void *arg)
 {
-	struct xdns_node_key nk = {};
 	struct xdns_scratch *sc;
-	struct xdns_node *n;
 	__u32 zero = 0, start, end, span, k;
 	__u64 s;
 
@@ -38,7 +37,29 @@ static long xdns_encloser_label(__u64 index, void *arg)
 	}
 	sc->hs = s;
 	sc->end = start;
-	nk.hash = xdns_hash_fin(s);
+	sc->sfx[index & 127] = xdns_hash_fin(s);
+	sc->nsfx = (index & 127) + 1;
+	return 0;
+}
+
+/*
+ * Closest encloser, deepest suffix first (bpf_loop body, `index` = labels removed from the
+ * question): the first suffix found in xdns_nodes (with the right length) is the deepest
+ * existing one, so the walk stops there. State lives in the scratch map.
+ */
+static long xdns_encloser_label(__u64 index, void *arg)
+{
+	struct xdns_node_key nk = {};
+	struct xdns_scratch *sc;
+	struct xdns_node *n;
+	__u32 zero = 0, i, start;
+
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	if (!sc || index >= sc->nsfx || sc->nsfx > 128 || sc->nsfx > sc->nlab)
+		return 1;
+	i = (sc->nsfx - 1 - index) & 127;      /* sfx[] index: labels above the root */
+	start = sc->label_off[(sc->nlab - 1 - i) & 127];
+	nk.hash = sc->sfx[i];
 	nk.gen = sc->gen;
 	n = bpf_map_lookup_elem(&xdns_nodes, &nk);
 	if (n && n->name_len == sc->qlen - start) {
@@ -46,6 +67,7 @@ static long xdns_encloser_label(__u64 index, void *arg)
 		sc->ce_hash = nk.hash;
 		sc->ce_len = sc->qlen - start;
 		sc->ce_found = 1;
+		return 1;
 	}
 	return 0;
 }
@@ -63,8 +85,15 @@ static __always_inline struct xdns_answer *xdns_answer_get(struct xdns_answer_ke
 /*
  * The body for (name, qtype). Order (the engine's select): exact Type(qtype); node at/below a
  * cut -> Other at the cut; exact -> Other; wildcard child -> Wildcard(qtype) / WildcardOther at
- * the closest encloser; else NxDomain at the apex. Every suffix is looked up (no early exit):
- * a served child zone may sit below a parent that lacks the names in between.
+ * the closest encloser; else NxDomain at the apex.
+ *
+ * Fast path: Type(qtype) at the whole name is looked up first, straight from the whole-name
+ * hash. Such a body exists only where the name itself is a node, and there it is the engine's
+ * first choice, so a hit (whose base length equals the question's: the collision guard the
+ * node walk has in name_len) is the answer without the walk. Otherwise the walk looks the
+ * suffixes up deepest first and stops at the first that exists (the closest encloser; a
+ * served child zone may sit below a parent that lacks the names in between, so no suffix is
+ * assumed missing because a shorter one is).
  */
 static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, const struct xdns_query *q,
 						      __u32 gen, struct xdns_answer_key *key,
@@ -73,27 +102,32 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	struct xdns_answer *a;
 	struct xdns_node ce;
 	__u64 ce_hash;
+	__u32 nsfx;
 	int exact;
 
 	sc->hs = xdns_cfg.seed;
 	sc->end = q->qlen;
 	sc->gen = gen;
+	sc->nsfx = 0;
 	sc->ce_found = 0;
 	sc->ce_len = 0;
+	bpf_loop(128, xdns_hash_label, NULL, 0);
+	nsfx = sc->nsfx;
+	key->gen = gen;
+	key->_pad = 0;
+	if (sc->end == 0 && nsfx > 0 && nsfx <= 128) {
+		a = xdns_answer_get(key, sc->sfx[(nsfx - 1) & 127], XDNS_KIND_TYPE, q->qtype);
+		if (a && a->base_len == q->qlen)
+			goto found;
+	}
 	bpf_loop(128, xdns_encloser_label, NULL, 0);
 	if (!sc->ce_found)
 		return XDNS_PASS_NO_ZONE;
 	ce = sc->ce;
 	ce_hash = sc->ce_hash;
 	exact = sc->ce_len == q->qlen;
-	key->gen = gen;
-	key->_pad = 0;
 
-	if (exact) {
-		a = xdns_answer_get(key, ce_hash, XDNS_KIND_TYPE, q->qtype);
-		if (a)
-			goto found;
-	}
+	/* exact Type(qtype) was the fast path's lookup */
 	if (ce.flags & XDNS_NODE_CUT)
 		a = xdns_answer_get(key, ce.cut_hash, XDNS_KIND_OTHER, 0);
 	else if (exact)

@@ -29,7 +29,9 @@ struct xdns_scratch {
 	__u32 nlab;             /* label starts recorded */
 	__u32 qlen;             /* set (non-zero) once the root label is read */
 	__u32 bad;
-	/* encloser walk */
+	/* suffix hashes and encloser walk */
+	__u64 sfx[128];         /* hash of the suffix with index+1 labels (index 0: the root) */
+	__u32 nsfx;             /* entries of sfx[] */
 	__u32 end;              /* name[end..qlen) is absorbed into `hs` */
 	__u64 hs;               /* hash state */
 	__u32 gen;              /* generation read for this packet */

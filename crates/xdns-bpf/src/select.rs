@@ -22,29 +22,35 @@ pub struct Chosen {
     pub answer: xdns_answer,
 }
 
-/// Select the body for (lowercased wire `qname`, `qtype`) in generation `gen`.
+/// Select the body for (lowercased wire `qname`, `qtype`) in generation `gen`: the
+/// exact-name fast path (Type(qtype) at the whole name, base length checked), then the
+/// closest encloser deepest suffix first, then the engine's order.
 pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
-    let mut ce: Option<(u64, usize, xdns_node)> = None;
-    for (off, hash) in suffix_hashes(seed, qname) {
-        let key = xdns_node_key { hash, r#gen, _pad: 0 };
-        if let Some(n) = maps.node(&key) {
-            if usize::from(n.name_len) == qname.len() - off {
-                ce = Some((hash, qname.len() - off, *n));
-            }
-        }
-    }
-    let (hash, len, node) = ce.ok_or(Miss::NoZone)?;
-    let exact = len == qname.len();
     let get = |hash: u64, kind: Kind| {
         let (k, t) = kind.abi();
         let key = xdns_answer_key { hash, r#gen, qtype: t, kind: k, _pad: 0 };
         maps.answer(&key).map(|a| Chosen { key, answer: *a })
     };
-    if exact {
-        if let Some(c) = get(hash, Kind::Type(qtype)) {
-            return Ok(c);
+    let suffixes = suffix_hashes(seed, qname);
+    if let Some(&(0, whole)) = suffixes.last() {
+        if let Some(c) = get(whole, Kind::Type(qtype)) {
+            if usize::from(c.answer.base_len) == qname.len() {
+                return Ok(c);
+            }
         }
     }
+    let mut ce: Option<(u64, usize, xdns_node)> = None;
+    for &(off, hash) in suffixes.iter().rev() {
+        let key = xdns_node_key { hash, r#gen, _pad: 0 };
+        if let Some(n) = maps.node(&key) {
+            if usize::from(n.name_len) == qname.len() - off {
+                ce = Some((hash, qname.len() - off, *n));
+                break;
+            }
+        }
+    }
+    let (hash, len, node) = ce.ok_or(Miss::NoZone)?;
+    let exact = len == qname.len();
     let found = if node.flags & 0x2 != 0 {
         get(node.cut_hash, Kind::Other)
     } else if exact {
