@@ -175,19 +175,30 @@ static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, con
 	return -1;
 }
 
-/* Is the client (source address) in the allow list? */
+/* Is the client (source address) in the allow list? (Direct packet access to the address.) */
 static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct xdns_pkt *pkt)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_allow_key k = {};
+	__u32 l3 = pkt->l3_off;
 
+	if (l3 != 14 && l3 != 18)
+		return 0;
 	if (pkt->ipv6) {
-		if (bpf_xdp_load_bytes(ctx, pkt->l3_off + 8, k.addr, 16))
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > data_end)
 			return 0;
+		__builtin_memcpy(k.addr, &ip6->saddr, 16);
 		k.family = 6;
 		k.prefixlen = 8 + 128;
 	} else {
-		if (bpf_xdp_load_bytes(ctx, pkt->l3_off + 12, k.addr, 4))
+		struct iphdr *ip = data + l3;
+
+		if ((void *)(ip + 1) > data_end)
 			return 0;
+		__builtin_memcpy(k.addr, &ip->saddr, 4);
 		k.family = 4;
 		k.prefixlen = 8 + 32;
 	}
