@@ -2,8 +2,12 @@ SHELL := /bin/bash
 # xdns top-level targets. Everything needs root (apt, network namespaces, XDP).
 #   make demo        install deps, build, run the demo in a throw-away netns lab
 #   make test        install deps, build, cargo tests + system tests (skips count as failures)
-#   make bench       full benchmark: xdns vs Knot DNS vs NSD, chart in bench/out/bench.png
-#   make bench-smoke a few seconds per peer, no performance assertions (CI)
+#   make bench       full benchmark: xdns vs Knot DNS vs NSD, chart in bench/out/bench.png,
+#                    then bench-resolver
+#   make bench-smoke a few seconds per peer, no performance assertions (CI); also bench-resolver-smoke
+#   make bench-resolver        resolver benchmark: xdns vs Unbound, Knot Resolver, PowerDNS
+#                              Recursor on the lab tree, chart in bench/out/resolver.png
+#   make bench-resolver-smoke  the same in about a minute, checks the harness only
 #   make deps        only install packages and build
 # The system Python is used on purpose: its apt modules (dnspython, pytest, matplotlib)
 # are what deps.sh installs; a pyenv/venv python3 earlier in PATH lacks them.
@@ -13,7 +17,8 @@ CARGO   ?= cargo
 PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
-.PHONY: all deps build demo test test-unit test-system bench bench-smoke clean-lab
+.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver \
+	bench-resolver-smoke clean-lab
 
 all: build
 
@@ -41,11 +46,17 @@ test-system:
 	  if tail -n 1 target/pytest.log | grep -Eq 'skipped|xfail|xpassed|no tests ran'; then \
 	    echo "make test: skipped/xfail tests are failures" >&2; exit 1; fi; exit $$rc
 
-bench: deps
+bench: deps bench-resolver
 	$(PYTHON) bench/bench.py
 
-bench-smoke: build
+bench-smoke: build bench-resolver-smoke
 	$(PYTHON) bench/bench.py --smoke
+
+bench-resolver: deps
+	$(PYTHON) bench/resolver.py
+
+bench-resolver-smoke: build
+	$(PYTHON) bench/resolver.py --smoke
 
 # Remove namespaces left behind by a killed run (only lab-made ones: prefix xdl-).
 clean-lab:
