@@ -16,6 +16,7 @@ use xdns_wire::response::{assemble, Limits};
 use xdns_wire::Body;
 
 const A: u16 = 1;
+const AAAA: u16 = 28;
 const NS: u16 = 2;
 const CNAME: u16 = 5;
 const SOA: u16 = 6;
@@ -107,12 +108,19 @@ fn zone() -> KernelData {
     wild_a.write_rr(&wire("wild.example.com"), true, A, 60, &[192, 0, 2, 7]).unwrap();
     wild_a.set_section(Section::Authority).unwrap();
     wild_a.write_rr(&wire("example.com"), false, NS, 60, &wire("ns1.example.com")).unwrap();
+    let mut www_aaaa = BodyWriter::new(&wire("www.example.com")).unwrap();
+    www_aaaa.set_aa(true);
+    www_aaaa.write_rr(&wire("www.example.com"), true, AAAA, 300, &[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]).unwrap();
     let ans = |n: &str, kind: Kind, body: Body| AnswerEntry { base: wire(n), kind, body };
     let answers = vec![
         ans("example.com", Kind::Other, negative("example.com", 0)),
         ans("example.com", Kind::NxDomain, negative("example.com", 3)),
         ans("www.example.com", Kind::Type(A), a_body("www.example.com", true)),
         ans("www.example.com", Kind::Other, negative("www.example.com", 0)),
+        ans("www.example.com", Kind::Type(AAAA), www_aaaa.finish()),
+        // A forged whole-name key for a name that is no node: what a hash collision with
+        // another name's answer looks like (its base length is www's, not the question's).
+        ans("fake.example.com", Kind::Type(A), a_body("www.example.com", true)),
         ans("alias.example.com", Kind::Type(A), alias.finish()),
         ans("wild.example.com", Kind::Wildcard(A), wild_a.finish()),
         ans("wild.example.com", Kind::WildcardOther, negative("wild.example.com", 0)),
@@ -166,6 +174,9 @@ fn rows() -> Vec<Row> {
     let answered: Vec<Answered> = vec![
         ("exact A", "www.example.com", A, None, "www.example.com", Kind::Type(A)),
         ("mixed case echoed", "wWw.ExAmple.COM", A, None, "www.example.com", Kind::Type(A)),
+        ("fast path: exact AAAA, DO", "WWW.example.com", AAAA, edns(1232, true), "www.example.com", Kind::Type(AAAA)),
+        ("fast path miss: walk to the exact node, NODATA", "www.example.com", TXT, None, "www.example.com", Kind::Other),
+        ("fast path: colliding key of another length -> walk, NXDOMAIN", "fake.example.com", A, None, "example.com", Kind::NxDomain),
         ("CNAME chain", "alias.example.com", A, edns(1232, false), "alias.example.com", Kind::Type(A)),
         ("NODATA", "www.example.com", MX, edns(4096, true), "www.example.com", Kind::Other),
         ("NODATA at apex", "Example.com", TXT, None, "example.com", Kind::Other),
