@@ -167,18 +167,19 @@ struct xdns_body_ref {
 };
 
 /*
- * Find the body bytes of `a` before the frame is touched: if a reload deleted them meanwhile,
- * the packet still goes to userspace intact. (A value found stays valid until the program
- * returns.) Separate typed pointers let the verifier know each one's size.
+ * Find the body bytes of `a` before the frame is touched: class S bytes are in `a` itself;
+ * M and L are looked up, and if a reload deleted them meanwhile, the packet still goes to
+ * userspace intact. (A value found stays valid until the program returns.) Separate typed
+ * pointers let the verifier know each one's size.
  */
-static __always_inline int xdns_body_get(const struct xdns_answer_key *key, const struct xdns_answer *a,
+static __always_inline int xdns_body_get(const struct xdns_answer_key *key, struct xdns_answer_s *a,
 					 struct xdns_body_ref *ref)
 {
-	if (a->class == XDNS_CLASS_S)
-		ref->s = bpf_map_lookup_elem(&xdns_bodies_s, key);
-	else if (a->class == XDNS_CLASS_M)
+	if (a->ans.class == XDNS_CLASS_S)
+		ref->s = &a->body;
+	else if (a->ans.class == XDNS_CLASS_M)
 		ref->m = bpf_map_lookup_elem(&xdns_bodies_m, key);
-	else if (a->class == XDNS_CLASS_L)
+	else if (a->ans.class == XDNS_CLASS_L)
 		ref->l = bpf_map_lookup_elem(&xdns_bodies_l, key);
 	return ref->s || ref->m || ref->l ? 0 : -1;
 }

@@ -73,7 +73,7 @@ static long xdns_encloser_label(__u64 index, void *arg)
 }
 
 /* Look up one body key; fills `key` on success. */
-static __always_inline struct xdns_answer *xdns_answer_get(struct xdns_answer_key *key, __u64 hash, __u8 kind,
+static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_key *key, __u64 hash, __u8 kind,
 							   __u16 qtype)
 {
 	key->hash = hash;
@@ -97,9 +97,9 @@ static __always_inline struct xdns_answer *xdns_answer_get(struct xdns_answer_ke
  */
 static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, const struct xdns_query *q,
 						      __u32 gen, struct xdns_answer_key *key,
-						      struct xdns_answer **ans)
+						      struct xdns_answer_s **ans)
 {
-	struct xdns_answer *a;
+	struct xdns_answer_s *a;
 	struct xdns_node ce;
 	__u64 ce_hash;
 	__u32 nsfx;
@@ -117,7 +117,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	key->_pad = 0;
 	if (sc->end == 0 && nsfx > 0 && nsfx <= 128) {
 		a = xdns_answer_get(key, sc->sfx[(nsfx - 1) & 127], XDNS_KIND_TYPE, q->qtype);
-		if (a && a->base_len == q->qlen)
+		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}
 	bpf_loop(128, xdns_encloser_label, NULL, 0);

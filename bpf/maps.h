@@ -86,23 +86,15 @@ struct {
 	__type(value, struct xdns_node);
 } xdns_nodes SEC(".maps");
 
-/* (base hash, gen, kind, qtype) -> struct xdns_answer (header fields, body class); userspace writes. */
+/* (base hash, gen, kind, qtype) -> struct xdns_answer_s (header fields, body class, class S
+ * bytes inline); userspace writes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 131072);
 	__type(key, struct xdns_answer_key);
-	__type(value, struct xdns_answer);
+	__type(value, struct xdns_answer_s);
 } xdns_answers SEC(".maps");
-
-/* answer key -> body bytes of at most XDNS_CLASS_S_LEN; userspace writes. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 131072);
-	__type(key, struct xdns_answer_key);
-	__type(value, struct xdns_body_s);
-} xdns_bodies_s SEC(".maps");
 
 /* answer key -> body bytes of at most XDNS_CLASS_M_LEN; userspace writes. */
 struct {

@@ -30,7 +30,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	struct xdns_query q = {};
 	struct xdns_reply r = {};
 	struct xdns_answer_key key = {};
-	struct xdns_answer *a = NULL;
+	struct xdns_answer_s *a = NULL;
 	struct xdns_body_ref body = {};
 	struct xdns_scratch *sc;
 	enum xdns_verdict v;
@@ -65,7 +65,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 		return xdns_cache_answer(ctx, sc, &pkt, &q);
 	if (v != XDNS_ANSWERED)
 		return v;
-	v = xdns_plan(&q, a, &r);
+	v = xdns_plan(&q, &a->ans, &r);
 	if (v != XDNS_ANSWERED)
 		return v;
 
@@ -79,7 +79,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	moved = xdns_resize(ctx, sc, pkt.dns_off + r.body_at, grow);
 	if (moved)
 		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
-	if (xdns_put_dns(ctx, sc, &pkt, &q, &body, a, &r))
+	if (xdns_put_dns(ctx, sc, &pkt, &q, &body, &a->ans, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, &pkt))
 		return XDNS_DROP_REWRITE;

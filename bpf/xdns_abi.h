@@ -101,7 +101,7 @@ struct xdns_node {
 	__u8 _pad[2];
 };
 
-/* Key of `xdns_answers` and of the body maps: a body key of DESIGN-NOTES.md. */
+/* Key of `xdns_answers` and of the body maps M and L: a body key of DESIGN-NOTES.md. */
 struct xdns_answer_key {
 	__u64 hash;             /* hash of the body's base name */
 	__u32 gen;              /* data generation */
@@ -110,7 +110,7 @@ struct xdns_answer_key {
 	__u8 _pad;
 };
 
-/* Value of `xdns_answers`: the body's header fields and where its bytes live. */
+/* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */
 struct xdns_answer {
 	__u16 flags;            /* AA and RCODE to set in the response header */
 	__u16 ancount;
@@ -127,10 +127,19 @@ struct xdns_answer {
 	__u8 _pad[2];
 };
 
-/* Bodies: values of `xdns_bodies_{s,m,l}`, keyed like `xdns_answers`. */
+/* Bodies: class S inline in `xdns_answer_s`; M and L values of `xdns_bodies_{m,l}`, keyed like `xdns_answers`. */
 struct xdns_body_s {
 	__u16 fixups[XDNS_MAX_FIXUPS];  /* offsets of compression pointers to shift by delta */
 	__u8 bytes[XDNS_CLASS_S_LEN];
+};
+/*
+ * Value of `xdns_answers`: the header fields and, for class S, the body itself, so the most
+ * common answers take one lookup. Classes M and L keep their bytes in `xdns_bodies_{m,l}`
+ * (`body` unused, zero); class USERSPACE has none in the kernel.
+ */
+struct xdns_answer_s {
+	struct xdns_answer ans;
+	struct xdns_body_s body;
 };
 struct xdns_body_m {
 	__u16 fixups[XDNS_MAX_FIXUPS];

@@ -9,8 +9,8 @@ use xdns_zone::ZoneSet;
 
 use crate::hash::name_hash;
 use crate::types::{
-    xdns_answer, xdns_answer_key, xdns_body_class, xdns_body_kind, xdns_body_l, xdns_body_m,
-    xdns_body_s, xdns_node, xdns_node_key,
+    xdns_answer, xdns_answer_key, xdns_answer_s, xdns_body_class, xdns_body_kind, xdns_body_l,
+    xdns_body_m, xdns_body_s, xdns_node, xdns_node_key,
 };
 
 /// Body key kinds (DESIGN-NOTES.md); numbered by `enum xdns_body_kind`.
@@ -234,6 +234,16 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
     (a, value)
 }
 
+/// The `xdns_answers` value of one body: its header and, for class S, the bytes inline.
+pub fn answer_value(answer: &xdns_answer, body: &BodyValue) -> Box<xdns_answer_s> {
+    let mut v = Box::<xdns_answer_s>::default();
+    v.ans = *answer;
+    if let BodyValue::S(b) = body {
+        v.body = **b;
+    }
+    v
+}
+
 /// Map entries of one generation.
 #[derive(Clone, Default)]
 pub struct Encoded {
@@ -289,9 +299,10 @@ pub fn bytes_per_entry() -> [(&'static str, usize); 4] {
     let ak = std::mem::size_of::<xdns_answer_key>();
     [
         ("node", ELEM + r8(std::mem::size_of::<xdns_node_key>()) + r8(std::mem::size_of::<xdns_node>())),
-        ("answer+body S", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_s>())),
-        ("answer+body M", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_m>())),
-        ("answer+body L", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer>()) + r8(std::mem::size_of::<xdns_body_l>())),
+        // class S bodies live inline in the answer value; M and L have a body entry besides
+        ("answer+body S", ELEM + r8(ak) + r8(std::mem::size_of::<xdns_answer_s>())),
+        ("answer+body M", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer_s>()) + r8(std::mem::size_of::<xdns_body_m>())),
+        ("answer+body L", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer_s>()) + r8(std::mem::size_of::<xdns_body_l>())),
     ]
 }
 

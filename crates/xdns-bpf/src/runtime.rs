@@ -13,7 +13,8 @@ use libbpf_rs::{MapCore, MapFlags, ProgramInput};
 use crate::data::{BodyValue, KernelData};
 use crate::maps::{bytes_of, KernelMaps, Loader};
 use crate::skel::{XdnsSkel, XdnsSkelBuilder};
-use crate::types::{xdns_answer, xdns_answer_key, xdns_body_class, xdns_node, xdns_node_key};
+use crate::data::answer_value;
+use crate::types::{xdns_answer, xdns_answer_key, xdns_answer_s, xdns_body_class, xdns_node, xdns_node_key};
 
 /// How to attach (the `[xdp] mode` of the configuration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,8 +56,8 @@ pub struct ResolverStage {
 #[derive(Clone, Copy, Debug)]
 pub struct Capacity {
     pub nodes: u32,
+    /// Answers (header + class S body inline).
     pub answers: u32,
-    pub bodies_s: u32,
     pub bodies_m: u32,
     pub bodies_l: u32,
 }
@@ -76,7 +77,6 @@ impl Capacity {
         Self {
             nodes: room(data.nodes.len()),
             answers: room(data.answers.len()),
-            bodies_s: room(c[0] as usize),
             bodies_m: room(c[1] as usize),
             bodies_l: room(c[2] as usize),
         }
@@ -139,7 +139,6 @@ impl XdpProgram {
         let c = cfg.capacity;
         open.maps.xdns_nodes.set_max_entries(c.nodes)?;
         open.maps.xdns_answers.set_max_entries(c.answers)?;
-        open.maps.xdns_bodies_s.set_max_entries(c.bodies_s)?;
         open.maps.xdns_bodies_m.set_max_entries(c.bodies_m)?;
         open.maps.xdns_bodies_l.set_max_entries(c.bodies_l)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
@@ -275,10 +274,18 @@ impl XdpProgram {
         Ok((ret, out))
     }
 
-    /// Entries in (nodes, answers, bodies S+M+L): what is installed, all generations.
+    /// Entries in (nodes, answers, bodies S+M+L): what is installed, all generations. Class S
+    /// bodies are the answers of class S (inline in their `xdns_answers` value).
     pub fn map_entries(&self) -> (usize, usize, usize) {
         let m = &self.skel.maps;
-        let bodies = m.xdns_bodies_s.keys().count() + m.xdns_bodies_m.keys().count() + m.xdns_bodies_l.keys().count();
+        let class_at = std::mem::offset_of!(xdns_answer_s, ans) + std::mem::offset_of!(xdns_answer, class);
+        let inline_s = m
+            .xdns_answers
+            .keys()
+            .filter_map(|k| m.xdns_answers.lookup(&k, MapFlags::ANY).ok().flatten())
+            .filter(|v| v.get(class_at).is_some_and(|&c| u32::from(c) == xdns_body_class::XDNS_CLASS_S.0))
+            .count();
+        let bodies = inline_s + m.xdns_bodies_m.keys().count() + m.xdns_bodies_l.keys().count();
         (m.xdns_nodes.keys().count(), m.xdns_answers.keys().count(), bodies)
     }
 
@@ -338,12 +345,11 @@ impl KernelMaps for LibbpfMaps<'_> {
         let k = bytes_of(key);
         let m = &self.skel.maps;
         match body {
-            BodyValue::S(b) => m.xdns_bodies_s.update(k, bytes_of(&**b), MapFlags::ANY)?,
             BodyValue::M(b) => m.xdns_bodies_m.update(k, bytes_of(&**b), MapFlags::ANY)?,
             BodyValue::L(b) => m.xdns_bodies_l.update(k, bytes_of(&**b), MapFlags::ANY)?,
-            BodyValue::Userspace => {}
+            BodyValue::S(_) | BodyValue::Userspace => {}
         }
-        m.xdns_answers.update(k, bytes_of(answer), MapFlags::ANY)?;
+        m.xdns_answers.update(k, bytes_of(&*answer_value(answer, body)), MapFlags::ANY)?;
         Ok(())
     }
 
@@ -352,7 +358,6 @@ impl KernelMaps for LibbpfMaps<'_> {
         let m = &self.skel.maps;
         m.xdns_answers.delete(k)?;
         match xdns_body_class(u32::from(class)) {
-            xdns_body_class::XDNS_CLASS_S => m.xdns_bodies_s.delete(k)?,
             xdns_body_class::XDNS_CLASS_M => m.xdns_bodies_m.delete(k)?,
             xdns_body_class::XDNS_CLASS_L => m.xdns_bodies_l.delete(k)?,
             _ => {}
@@ -371,11 +376,6 @@ impl KernelMaps for LibbpfMaps<'_> {
     fn put_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
         let m = &self.skel.maps;
         for chunk in entries.chunks(BATCH) {
-            let s = chunk.iter().filter_map(|(k, _, b)| match b {
-                BodyValue::S(b) => Some((bytes_of(k), bytes_of(&**b))),
-                _ => None,
-            });
-            batch_update(&m.xdns_bodies_s, s)?;
             let mm = chunk.iter().filter_map(|(k, _, b)| match b {
                 BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
                 _ => None,
@@ -386,7 +386,8 @@ impl KernelMaps for LibbpfMaps<'_> {
                 _ => None,
             });
             batch_update(&m.xdns_bodies_l, l)?;
-            batch_update(&m.xdns_answers, chunk.iter().map(|(k, a, _)| (bytes_of(k), bytes_of(a))))?;
+            let values: Vec<Box<xdns_answer_s>> = chunk.iter().map(|(_, a, b)| answer_value(a, b)).collect();
+            batch_update(&m.xdns_answers, chunk.iter().zip(&values).map(|((k, _, _), v)| (bytes_of(k), bytes_of(&**v))))?;
         }
         Ok(())
     }
@@ -399,7 +400,6 @@ impl KernelMaps for LibbpfMaps<'_> {
         let m = &self.skel.maps;
         batch_delete(&m.xdns_answers, keys.iter().map(|(k, _)| bytes_of(k)));
         for (class, map) in [
-            (xdns_body_class::XDNS_CLASS_S, &m.xdns_bodies_s),
             (xdns_body_class::XDNS_CLASS_M, &m.xdns_bodies_m),
             (xdns_body_class::XDNS_CLASS_L, &m.xdns_bodies_l),
         ] {

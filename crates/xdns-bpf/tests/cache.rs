@@ -47,7 +47,7 @@ fn load_resolver(seed: u64) -> XdpProgram {
         listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
         edns_payload: OUR_PAYLOAD,
         seed: Some(seed),
-        capacity: Capacity { nodes: 256, answers: 256, bodies_s: 256, bodies_m: 256, bodies_l: 256 },
+        capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256 },
         resolver: Some(ResolverStage { allow: allow(), capacity: CacheCapacity { s: 1024, m: 256, l: 128 } }),
     };
     XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)")
