@@ -58,6 +58,8 @@ static long xdns_encloser_label(__u64 index, void *arg)
 	if (!sc || index >= sc->nsfx || sc->nsfx > 128 || sc->nsfx > sc->nlab)
 		return 1;
 	i = (sc->nsfx - 1 - index) & 127;      /* sfx[] index: labels above the root */
+	if (i < sc->floor)                      /* shallower than every node: none is there */
+		return 1;
 	start = sc->label_off[(sc->nlab - 1 - i) & 127];
 	nk.hash = sc->sfx[i];
 	nk.gen = sc->gen;
@@ -93,7 +95,9 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_
  * node walk has in name_len) is the answer without the walk. Otherwise the walk looks the
  * suffixes up deepest first and stops at the first that exists (the closest encloser; a
  * served child zone may sit below a parent that lacks the names in between, so no suffix is
- * assumed missing because a shorter one is).
+ * assumed missing because a shorter one is). Suffixes with fewer labels than the label floor
+ * (xdns_gen[1], the shallowest node's) are not looked up: a name under no zone costs only
+ * the lookups of its labels below the shallowest apex.
  */
 static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, const struct xdns_query *q,
 						      __u32 gen, struct xdns_answer_key *key,
@@ -115,7 +119,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	nsfx = sc->nsfx;
 	key->gen = gen;
 	key->_pad = 0;
-	if (sc->end == 0 && nsfx > 0 && nsfx <= 128) {
+	if (sc->end == 0 && nsfx > 0 && nsfx <= 128 && nsfx - 1 >= sc->floor) {
 		a = xdns_answer_get(key, sc->sfx[(nsfx - 1) & 127], XDNS_KIND_TYPE, q->qtype);
 		if (a && a->ans.base_len == q->qlen)
 			goto found;

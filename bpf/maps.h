@@ -35,6 +35,7 @@ struct xdns_scratch {
 	__u32 end;              /* name[end..qlen) is absorbed into `hs` */
 	__u64 hs;               /* hash state */
 	__u32 gen;              /* generation read for this packet */
+	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
 	__u32 ce_found;
 	__u64 ce_hash;
 	__u32 ce_len;           /* wire length of the closest encloser */
@@ -69,10 +70,15 @@ const volatile enum xdns_body_class xdns_btf_class = XDNS_CLASS_S;
 const volatile enum xdns_verdict xdns_btf_verdict = XDNS_ANSWERED;
 const volatile struct xdns_cache_event xdns_btf_cache_event = {};
 
-/* key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload. */
+/*
+ * key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload.
+ * key 1 -> label floor (u32): no node of any generation a packet may read has fewer labels
+ * (root excluded); shorter suffixes are not looked up. Userspace lowers it before staging a
+ * generation with shallower names and raises it only once the old generation is gone.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } xdns_gen SEC(".maps");

@@ -44,6 +44,9 @@ pub trait KernelMaps {
     }
     /// Make `gen` the generation packets read (0 = none).
     fn flip_generation(&mut self, gen: u32) -> Result<()>;
+    /// Set the label floor (`xdns_gen[1]`): no node of any generation packets may read has
+    /// fewer labels, so the kernel does not look shorter suffixes up.
+    fn set_label_floor(&mut self, floor: u32) -> Result<()>;
     fn active_generation(&self) -> Result<u32>;
     /// Per-verdict packet counts summed over CPUs, indexed by `enum xdns_verdict`.
     fn counters(&self) -> Result<Vec<u64>>;
@@ -53,9 +56,14 @@ pub trait KernelMaps {
 #[derive(Clone, Debug, Default)]
 struct Installed {
     gen: u32,
+    /// Fewest labels of any node of this generation ([`NO_NODES_FLOOR`] when it has none).
+    floor: u32,
     nodes: Vec<xdns_node_key>,
     answers: Vec<(xdns_answer_key, u8)>,
 }
+
+/// Label floor of a generation without nodes: every name is under no zone.
+pub const NO_NODES_FLOOR: u32 = 255;
 
 /// Writes generations into a [`KernelMaps`].
 #[derive(Debug)]
@@ -90,7 +98,11 @@ impl Loader {
     pub fn stage(&self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<Staged> {
         let gen = self.next_generation();
         let enc = encode(data, self.seed, gen);
-        let mut done = Installed { gen, ..Default::default() };
+        let floor = enc.nodes.iter().map(|(_, n)| u32::from(n.labels)).min().unwrap_or(NO_NODES_FLOOR);
+        // Lower the floor before any new node is visible; it is raised only in `commit`, once
+        // the old generation is gone, so it never exceeds a readable generation's own.
+        maps.set_label_floor(self.current.as_ref().map_or(floor, |c| c.floor.min(floor)))?;
+        let mut done = Installed { gen, floor, ..Default::default() };
         if let Err(e) = write(maps, &enc, &mut done) {
             remove(maps, &done);
             return Err(e);
@@ -104,9 +116,13 @@ impl Loader {
             remove(maps, &staged.0);
             return Err(e);
         }
+        let floor = staged.0.floor;
         if let Some(old) = self.current.replace(staged.0) {
             remove(maps, &old);
         }
+        // Only the new generation is readable now. If this write fails the floor stays lower:
+        // slower lookups, same answers.
+        let _ = maps.set_label_floor(floor);
         Ok(())
     }
 
@@ -151,6 +167,8 @@ pub struct MemMaps {
     /// Body bytes by answer key (class `XDNS_CLASS_USERSPACE` has none).
     pub bodies: HashMap<Vec<u8>, (u8, Vec<u8>, Vec<u16>)>,
     pub gen: u32,
+    /// `xdns_gen[1]`, the label floor.
+    pub floor: u32,
     pub stats: Vec<u64>,
     /// Fail the n-th `put_*` call (tests of the failure path).
     pub fail_after: Option<usize>,
@@ -215,6 +233,11 @@ impl KernelMaps for MemMaps {
         Ok(())
     }
 
+    fn set_label_floor(&mut self, floor: u32) -> Result<()> {
+        self.floor = floor;
+        Ok(())
+    }
+
     fn active_generation(&self) -> Result<u32> {
         Ok(self.gen)
     }
@@ -264,6 +287,29 @@ mod tests {
         l.commit(&mut maps, staged).unwrap();
         assert_eq!((maps.gen, tag(&maps, 42)), (2, Some(0xB)));
         assert_eq!((maps.nodes.len(), maps.answers.len(), maps.bodies.len()), (2, 1, 1), "old generation deleted");
+    }
+
+    /// The label floor never exceeds the fewest labels of a generation packets may read: it
+    /// drops before a shallower generation is staged and rises only after the commit.
+    #[test]
+    fn label_floor_follows_generations() {
+        const ROOT: &[u8] = b"\x00";
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(5);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        assert_eq!(maps.floor, 2, "example.com");
+        let mut root_zone = data(0xB);
+        root_zone.nodes.push(NodeEntry { name: ROOT.to_vec(), apex: ROOT.to_vec(), cut: None, wildcard: false });
+        let staged = l.stage(&mut maps, &root_zone).unwrap();
+        assert_eq!((maps.gen, maps.floor), (1, 0), "lowered while the old generation is active");
+        l.commit(&mut maps, staged).unwrap();
+        assert_eq!(maps.floor, 0);
+        let staged = l.stage(&mut maps, &data(0xC)).unwrap();
+        assert_eq!(maps.floor, 0, "not raised while the root zone is readable");
+        l.commit(&mut maps, staged).unwrap();
+        assert_eq!((maps.floor, tag(&maps, 5)), (2, Some(0xC)), "raised after the commit");
+        l.install(&mut maps, &KernelData::default()).unwrap();
+        assert_eq!(maps.floor, NO_NODES_FLOOR, "no nodes: every name is under no zone");
     }
 
     /// A failed write leaves the old generation active and removes the partial new one.

@@ -413,6 +413,11 @@ impl KernelMaps for LibbpfMaps<'_> {
         Ok(())
     }
 
+    fn set_label_floor(&mut self, floor: u32) -> Result<()> {
+        self.skel.maps.xdns_gen.update(&1u32.to_ne_bytes(), &floor.to_ne_bytes(), MapFlags::ANY)?;
+        Ok(())
+    }
+
     fn active_generation(&self) -> Result<u32> {
         let v = self.skel.maps.xdns_gen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?;
         let v = v.context("xdns_gen[0] missing")?;

@@ -24,7 +24,8 @@ pub struct Chosen {
 
 /// Select the body for (lowercased wire `qname`, `qtype`) in generation `gen`: the
 /// exact-name fast path (Type(qtype) at the whole name, base length checked), then the
-/// closest encloser deepest suffix first, then the engine's order.
+/// closest encloser deepest suffix first (none with fewer labels than the label floor), then
+/// the engine's order.
 pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
     let get = |hash: u64, kind: Kind| {
         let (k, t) = kind.abi();
@@ -32,7 +33,9 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
         maps.answer(&key).map(|a| Chosen { key, answer: *a })
     };
     let suffixes = suffix_hashes(seed, qname);
-    if let Some(&(0, whole)) = suffixes.last() {
+    // suffixes[j] has j labels; those below the label floor are not looked up
+    let floor = maps.floor as usize;
+    if let (Some(&(0, whole)), true) = (suffixes.last(), suffixes.len() > floor) {
         if let Some(c) = get(whole, Kind::Type(qtype)) {
             if usize::from(c.answer.base_len) == qname.len() {
                 return Ok(c);
@@ -40,7 +43,7 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
         }
     }
     let mut ce: Option<(u64, usize, xdns_node)> = None;
-    for &(off, hash) in suffixes.iter().rev() {
+    for &(off, hash) in suffixes.iter().skip(floor).rev() {
         let key = xdns_node_key { hash, r#gen, _pad: 0 };
         if let Some(n) = maps.node(&key) {
             if usize::from(n.name_len) == qname.len() - off {
