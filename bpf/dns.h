@@ -63,13 +63,15 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 
 /*
  * One label of the question name (bpf_loop body, `index` = label number): check its length
- * octet (<= 63: no compression pointer, no extended label type), record where it starts, then
- * sum and lowercase its bytes in place. State lives in the scratch map.
+ * octet (<= 63: no compression pointer, no extended label type), record where it starts and
+ * hop to the next label. The bytes themselves are summed and lowercased by the hash pass
+ * (lookup.h), which reads each byte once anyway. State lives in the scratch map.
  */
 static long xdns_qname_label(__u64 index, void *arg)
 {
 	struct xdns_scratch *sc;
-	__u32 zero = 0, pos, len, j;
+	__u32 zero = 0;
+	__u64 pos, len;
 
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc)
@@ -80,7 +82,6 @@ static long xdns_qname_label(__u64 index, void *arg)
 		return 1;
 	}
 	len = sc->name[pos];
-	sc->sum += xdns_csum_byte(pos, len);
 	if (len > 63) {
 		sc->bad = 1;
 		return 1;
@@ -95,25 +96,15 @@ static long xdns_qname_label(__u64 index, void *arg)
 		sc->bad = 1;
 		return 1;
 	}
-	for (j = 1; j <= 63; j++) {
-		__u32 p = (pos + j) & 255;
-		__u8 b;
-
-		if (j > len)
-			break;
-		b = sc->name[p];
-		sc->sum += xdns_csum_byte(p, b);
-		if (b >= 'A' && b <= 'Z')
-			sc->name[p] = b + ('a' - 'A');
-	}
 	sc->next = pos + 1 + len;
 	return 0;
 }
 
 /*
- * Question name: copy up to 255 bytes into scratch, check labels (<= 63, no pointers), record
- * where each label starts, lowercase in place and sum the original bytes for the checksum.
- * A bpf_loop over labels keeps the verifier's work independent of the name length.
+ * Question name: copy up to 255 bytes into scratch, check labels (<= 63, no pointers) and
+ * record where each label starts. A bpf_loop over labels keeps the verifier's work independent
+ * of the name length. Lowercasing and the checksum of the original bytes come with the hash
+ * pass (xdns_hash_label): q->qsum gets sc->sum after it.
  */
 static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							   struct xdns_scratch *sc, struct xdns_query *q)
@@ -129,7 +120,6 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 	if (bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
 	sc->avail = avail;
-	sc->sum = 0;
 	sc->next = 0;
 	sc->nlab = 0;
 	sc->qlen = 0;
@@ -141,7 +131,7 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 		return XDNS_PASS_QNAME;
 	q->qlen = qlen;
 	q->nlab = nlab;
-	q->qsum = sc->sum;
+	q->qsum = 0;
 	return XDNS_ANSWERED;
 }
 

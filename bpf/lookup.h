@@ -12,14 +12,16 @@
 /*
  * Hash one more suffix, from the root up (bpf_loop body, `index` = labels above the root):
  * absorb the bytes of the next label from its last byte to its length octet and keep the
- * suffix's hash in sc->sfx[]. No lookups here: the exact-name fast path needs only the last
+ * suffix's hash in sc->sfx[]. Each byte is read once: its original value goes into the
+ * question's checksum, its lowercase form back into name[] and into the hash (length octets
+ * are <= 63, never letters). No lookups here: the exact-name fast path needs only the last
  * (whole-name) hash, the encloser walk reads the others. State lives in the scratch map.
  */
 static long xdns_hash_label(__u64 index, void *arg)
 {
 	struct xdns_scratch *sc;
-	__u32 zero = 0, start, end, span, k;
-	__u64 s;
+	__u32 zero = 0;
+	__u64 start, end, span, k, s, sum, p, b;
 
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->nlab)
@@ -30,12 +32,21 @@ static long xdns_hash_label(__u64 index, void *arg)
 		return 1;
 	span = end - start;
 	s = sc->hs;
+	sum = sc->sum;
 	for (k = 0; k < 64; k++) {
 		if (k >= span)
 			break;
-		s = xdns_hash_step(s, sc->name[(end - 1 - k) & 255]);
+		p = (end - 1 - k) & 255;
+		b = sc->name[p];
+		sum += b << ((~p & 1) << 3);    /* even offset: high half of a word */
+		if (b - 'A' < 26) {
+			b += 'a' - 'A';
+			sc->name[p] = b;
+		}
+		s = xdns_hash_step(s, b);
 	}
 	sc->hs = s;
+	sc->sum = sum;
 	sc->end = start;
 	sc->sfx[index & 127] = xdns_hash_fin(s);
 	sc->nsfx = (index & 127) + 1;
@@ -110,6 +121,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	int exact;
 
 	sc->hs = xdns_cfg.seed;
+	sc->sum = 0;
 	sc->end = q->qlen;
 	sc->gen = gen;
 	sc->nsfx = 0;
