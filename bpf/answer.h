@@ -29,6 +29,7 @@ struct xdns_reply {
 /* The xdp context, for helpers called from the fixup loop body. */
 struct xdns_fixup_ctx {
 	struct xdp_md *ctx;
+	struct xdns_scratch *sc;        /* looked up once by the program */
 };
 
 /*
@@ -41,13 +42,12 @@ static long xdns_fixup_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
 	struct xdp_md *ctx = fc->ctx;
-	struct xdns_scratch *sc;
-	__u32 zero = 0, f, at;
+	struct xdns_scratch *sc = fc->sc;
+	__u32 f, at;
 	__u16 old, new;
 	__u8 w[2];
 	__u8 *p;
 
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->fix_n)
 		return 1;
 	f = sc->fix[index & (XDNS_MAX_FIXUPS - 1)];
@@ -98,7 +98,7 @@ static __always_inline int xdns_put_body(struct xdp_md *ctx, struct xdns_scratch
 static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at, __u32 nfix,
 					   struct xdns_reply *r)
 {
-	struct xdns_fixup_ctx fc = { .ctx = ctx };
+	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc };
 
 	if (r->delta == 0 || r->blen == 0 || nfix == 0)
 		return 0;

@@ -32,6 +32,7 @@ struct xdns_cache_ref {
 /* Argument of the comparison loop: the entry's head. */
 struct xdns_cache_cmp_ctx {
 	const struct xdns_cache_meta *mt;
+	struct xdns_scratch *sc;        /* looked up once by the program */
 };
 
 /*
@@ -41,11 +42,10 @@ struct xdns_cache_cmp_ctx {
 static long xdns_cache_cmp_word(__u64 index, void *arg)
 {
 	struct xdns_cache_cmp_ctx *c = arg;
-	struct xdns_scratch *sc;
-	__u32 zero = 0, off, left;
+	struct xdns_scratch *sc = c->sc;
+	__u32 off, left;
 	__u64 a, b, mask = ~0ULL;
 
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->cmp_words || index >= 32)
 		return 1;
 	off = (index & 31) * 8;
@@ -64,7 +64,7 @@ static long xdns_cache_cmp_word(__u64 index, void *arg)
 /* Is the entry's name the question name? (sc->qlen is the question's wire length.) */
 static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
 {
-	struct xdns_cache_cmp_ctx c = { .mt = mt };
+	struct xdns_cache_cmp_ctx c = { .mt = mt, .sc = sc };
 
 	sc->cmp_words = (sc->qlen + 7) / 8;
 	sc->cmp_diff = 0;
@@ -83,12 +83,11 @@ static long xdns_ttl_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
 	struct xdp_md *ctx = fc->ctx;
-	struct xdns_scratch *sc;
-	__u32 zero = 0, f, at, old, new;
+	struct xdns_scratch *sc = fc->sc;
+	__u32 f, at, old, new;
 	__u8 w[4];
 	__u8 *p;
 
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->ttl_n)
 		return 1;
 	f = sc->ttl[index & (XDNS_CACHE_MAX_RRS - 1)];
@@ -129,7 +128,7 @@ static long xdns_ttl_step(__u64 index, void *arg)
 static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
 					 const struct xdns_cache_meta *mt, __u32 sub, struct xdns_reply *r)
 {
-	struct xdns_fixup_ctx fc = { .ctx = ctx };
+	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc };
 	__u32 n = mt->nttl;
 
 	if (sub == 0 || r->blen == 0 || n == 0)

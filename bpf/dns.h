@@ -69,11 +69,9 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
  */
 static long xdns_qname_label(__u64 index, void *arg)
 {
-	struct xdns_scratch *sc;
-	__u32 zero = 0;
+	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
 	__u64 pos, len;
 
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc)
 		return 1;
 	pos = sc->next;
@@ -109,6 +107,7 @@ static long xdns_qname_label(__u64 index, void *arg)
 static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							   struct xdns_scratch *sc, struct xdns_query *q)
 {
+	struct xdns_walk_ctx wc = { .sc = sc };
 	__u32 avail = pkt->dns_len - XDNS_HDR_LEN, qlen, nlab;
 
 	if (pkt->dns_len <= XDNS_HDR_LEN)
@@ -124,7 +123,7 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 	sc->nlab = 0;
 	sc->qlen = 0;
 	sc->bad = 0;
-	bpf_loop(128, xdns_qname_label, NULL, 0);
+	bpf_loop(128, xdns_qname_label, &wc, 0);
 	qlen = sc->qlen;
 	nlab = sc->nlab;
 	if (sc->bad || qlen == 0 || qlen > 255 || nlab == 0 || nlab > 128)

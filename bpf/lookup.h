@@ -19,11 +19,9 @@
  */
 static long xdns_hash_label(__u64 index, void *arg)
 {
-	struct xdns_scratch *sc;
-	__u32 zero = 0;
+	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
 	__u64 start, end, span, k, s, sum, p, b;
 
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->nlab)
 		return 1;
 	start = sc->label_off[(sc->nlab - 1 - index) & 127];
@@ -61,11 +59,10 @@ static long xdns_hash_label(__u64 index, void *arg)
 static long xdns_encloser_label(__u64 index, void *arg)
 {
 	struct xdns_node_key nk = {};
-	struct xdns_scratch *sc;
+	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
 	struct xdns_node *n;
-	__u32 zero = 0, i, start;
+	__u32 i, start;
 
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 	if (!sc || index >= sc->nsfx || sc->nsfx > 128 || sc->nsfx > sc->nlab)
 		return 1;
 	i = (sc->nsfx - 1 - index) & 127;      /* sfx[] index: labels above the root */
@@ -114,6 +111,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 						      __u32 gen, struct xdns_answer_key *key,
 						      struct xdns_answer_s **ans)
 {
+	struct xdns_walk_ctx wc = { .sc = sc };
 	struct xdns_answer_s *a;
 	struct xdns_node ce;
 	__u64 ce_hash;
@@ -127,7 +125,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	sc->nsfx = 0;
 	sc->ce_found = 0;
 	sc->ce_len = 0;
-	bpf_loop(128, xdns_hash_label, NULL, 0);
+	bpf_loop(128, xdns_hash_label, &wc, 0);
 	nsfx = sc->nsfx;
 	key->gen = gen;
 	key->_pad = 0;
@@ -136,7 +134,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}
-	bpf_loop(128, xdns_encloser_label, NULL, 0);
+	bpf_loop(128, xdns_encloser_label, &wc, 0);
 	if (!sc->ce_found)
 		return XDNS_PASS_NO_ZONE;
 	ce = sc->ce;

@@ -61,6 +61,15 @@ struct xdns_scratch {
 	__u8 move[XDNS_MOVE_MAX];
 };
 
+/*
+ * Argument of the name walks' bpf_loop bodies: the packet's scratch, looked up once by the
+ * program (a pointer spilled to the caller's stack keeps its type for the verifier), instead
+ * of one map lookup per iteration.
+ */
+struct xdns_walk_ctx {
+	struct xdns_scratch *sc;
+};
+
 /* Load-time configuration: seed, EDNS payload, listen set. Userspace fills it before load. */
 const volatile struct xdns_config xdns_cfg = {};
 
