@@ -174,13 +174,19 @@ static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, con
 	return -1;
 }
 
-/* Is the client (source address) in the allow list? (Direct packet access to the address.) */
+/*
+ * Is the client (source address) in the allow list? (Direct packet access to the address.)
+ * A list of at most XDNS_ALLOW_INLINE prefixes is compared inline (`xdns_allow_inline`, a few
+ * instructions per prefix); a longer one takes the LPM trie lookup.
+ */
 static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct xdns_pkt *pkt)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_allow_key k = {};
-	__u32 l3 = pkt->l3_off;
+	struct xdns_allow_table *t;
+	__u32 l3 = pkt->l3_off, zero = 0, slot, i;
+	__u64 a0, a1;
 
 	if (l3 != 14 && l3 != 18)
 		return 0;
@@ -200,6 +206,25 @@ static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct x
 		__builtin_memcpy(k.addr, &ip->saddr, 4);
 		k.family = 4;
 		k.prefixlen = 8 + 32;
+	}
+	t = bpf_map_lookup_elem(&xdns_allow_inline, &zero);
+	slot = t ? t->n : 0;
+	if (slot == 1 || slot == 2) {
+		t = bpf_map_lookup_elem(&xdns_allow_inline, &slot);
+		if (t && t->n <= XDNS_ALLOW_INLINE) {
+			__builtin_memcpy(&a0, &k.addr[0], 8);
+			__builtin_memcpy(&a1, &k.addr[8], 8);
+			for (i = 0; i < XDNS_ALLOW_INLINE; i++) {
+				const struct xdns_allow_prefix *e = &t->p[i];
+
+				if (i >= t->n)
+					break;
+				if (e->family == k.family && (a0 & e->mask[0]) == e->addr[0] &&
+				    (a1 & e->mask[1]) == e->addr[1])
+					return 1;
+			}
+			return 0;
+		}
 	}
 	return bpf_map_lookup_elem(&xdns_allow, &k) != NULL;
 }

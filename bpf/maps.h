@@ -184,4 +184,16 @@ struct {
 	__type(value, __u8);
 } xdns_allow SEC(".maps");
 
+/*
+ * key 0 -> .n = the active slot (1 or 2; 0 = none yet: the trie decides); keys 1, 2 -> the
+ * allow list as a table of at most XDNS_ALLOW_INLINE prefixes (.n larger: the trie decides).
+ * Userspace writes the inactive slot, then flips key 0.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct xdns_allow_table);
+} xdns_allow_inline SEC(".maps");
+
 #endif /* XDNS_MAPS_H */

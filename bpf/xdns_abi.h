@@ -237,4 +237,25 @@ struct xdns_allow_key {
 	__u8 _pad[3];
 };
 
+/*
+ * The allow list as a short table (`xdns_allow_inline`), checked by a few compares instead of
+ * the trie's lookup when it has at most XDNS_ALLOW_INLINE prefixes.
+ */
+#define XDNS_ALLOW_INLINE 8
+
+/* One prefix: the 16 address bytes of `xdns_allow_key.addr` read as two native-endian u64. */
+struct xdns_allow_prefix {
+	__u64 addr[2];          /* the prefix, already masked */
+	__u64 mask[2];          /* prefix-length mask over the same bytes */
+	__u8 family;            /* 4 or 6 */
+	__u8 _pad[7];
+};
+
+/* Value of `xdns_allow_inline`: slot 0 holds only the active slot number in `n`. */
+struct xdns_allow_table {
+	__u32 n;                /* entries of p[]; > XDNS_ALLOW_INLINE: use the `xdns_allow` trie */
+	__u32 _pad;
+	struct xdns_allow_prefix p[XDNS_ALLOW_INLINE];
+};
+
 #endif /* XDNS_ABI_H */

@@ -21,7 +21,7 @@ use crate::data::csum16;
 use crate::hash::name_hash;
 use crate::maps::bytes_of;
 use crate::types::{
-    xdns_allow_key, xdns_answer, xdns_body_class, xdns_cache_event, xdns_cache_key, xdns_cache_l, xdns_cache_m,
+    xdns_allow_key, xdns_allow_table, xdns_answer, xdns_body_class, xdns_cache_event, xdns_cache_key, xdns_cache_l, xdns_cache_m,
     xdns_cache_meta, xdns_cache_s,
 };
 
@@ -323,6 +323,34 @@ impl AnswerCache for KernelCache {
         }
         Ok(())
     }
+}
+
+/// The short-list form of the allow list (`xdns_allow_inline`): each trie key as prefix and
+/// mask over its 16 address bytes; more than `XDNS_ALLOW_INLINE` prefixes leave the decision
+/// to the trie (`n` = the count, above the table's size).
+pub fn allow_table(keys: &[xdns_allow_key]) -> Box<xdns_allow_table> {
+    let mut t = Box::<xdns_allow_table>::default();
+    t.n = keys.len() as u32;
+    if keys.len() > t.p.len() {
+        return t;
+    }
+    for (e, k) in t.p.iter_mut().zip(keys) {
+        let bits = k.prefixlen.saturating_sub(8).min(128) as usize; // the family byte comes first
+        let mut mask = [0u8; 16];
+        for (i, m) in mask.iter_mut().enumerate() {
+            let left = bits.saturating_sub(i * 8).min(8);
+            *m = if left == 0 { 0 } else { 0xffu8 << (8 - left) };
+        }
+        let half = |b: &[u8; 16], i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        let mut addr = k.addr;
+        for (a, m) in addr.iter_mut().zip(&mask) {
+            *a &= m;
+        }
+        e.addr = [half(&addr, 0), half(&addr, 1)];
+        e.mask = [half(&mask, 0), half(&mask, 1)];
+        e.family = k.family;
+    }
+    t
 }
 
 /// The key of the `xdns_allow` trie for prefix `addr/len`: the family byte, then the address

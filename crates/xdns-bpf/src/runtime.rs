@@ -173,12 +173,17 @@ impl XdpProgram {
     }
 
     /// Replace the resolver's allow list (prefixes `addr/len`): new prefixes are added before
-    /// stale ones are removed, so a client in both lists is never refused in between.
+    /// stale ones are removed, so a client in both lists is never refused in between. Then the
+    /// short-list table (`xdns_allow_inline`, what the program checks first) is written to its
+    /// inactive slot and switched to in one update.
     pub fn set_allow(&self, allow: &[(std::net::IpAddr, u8)]) -> Result<()> {
         let map = &self.skel.maps.xdns_allow;
         let mut want = Vec::new();
+        let mut keys = Vec::new();
         for (a, l) in allow {
-            want.push(bytes_of(&crate::cache::allow_key(*a, *l)?).to_vec());
+            let k = crate::cache::allow_key(*a, *l)?;
+            want.push(bytes_of(&k).to_vec());
+            keys.push(k);
         }
         for k in &want {
             map.update(k, &[1u8], MapFlags::ANY).context("writing the allow list")?;
@@ -187,6 +192,16 @@ impl XdpProgram {
         for k in stale {
             let _ = map.delete(&k);
         }
+        let inline = &self.skel.maps.xdns_allow_inline;
+        let table = crate::cache::allow_table(&keys);
+        let active = inline
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .and_then(|v| v.get(..4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])))
+            .unwrap_or(0);
+        let next: u32 = if active == 1 { 2 } else { 1 };
+        inline.update(&next.to_ne_bytes(), bytes_of(&*table), MapFlags::ANY).context("writing the allow table")?;
+        let sel = crate::types::xdns_allow_table { n: next, ..Default::default() };
+        inline.update(&0u32.to_ne_bytes(), bytes_of(&sel), MapFlags::ANY).context("switching the allow table")?;
         Ok(())
     }
 

@@ -457,6 +457,62 @@ fn cache_allow_list_update() {
     assert_eq!(verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None))).2, ["pass_not_allowed"]);
 }
 
+/// The short-list table (at most 8 prefixes, compared inline) and the trie (longer lists)
+/// decide alike: prefix edges for IPv4 and IPv6 (a /33 and a /127), families kept apart.
+#[test]
+fn cache_allow_table_and_trie_agree() {
+    if !have_root("cache_allow_table_and_trie_agree") {
+        return;
+    }
+    let mut prog = load_resolver(4);
+    prog.install(&zone()).unwrap();
+    prog.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+    let short: Vec<(IpAddr, u8)> = vec![
+        ("203.0.113.128".parse().unwrap(), 25),
+        ("2001:db8:8000::".parse().unwrap(), 33),
+        ("2001:db8::a".parse().unwrap(), 127),
+        ("192.0.2.7".parse().unwrap(), 32),
+    ];
+    let mut long = short.clone();
+    for i in 0..8u8 {
+        long.push((IpAddr::from([10, i, 0, 0]), 16));
+    }
+    let cases: Vec<(IpAddr, bool)> = vec![
+        ("203.0.113.128".parse().unwrap(), true),
+        ("203.0.113.255".parse().unwrap(), true),
+        ("203.0.113.127".parse().unwrap(), false),
+        ("2001:db8:8000::5".parse().unwrap(), true),
+        ("2001:db8:ffff:ffff::1".parse().unwrap(), true),
+        ("2001:db8:7fff::1".parse().unwrap(), false),
+        ("2001:db8::b".parse().unwrap(), true),
+        ("2001:db8::c".parse().unwrap(), false),
+        ("192.0.2.7".parse().unwrap(), true),
+        ("192.0.2.6".parse().unwrap(), false),
+        ("::ffff:192.0.2.7".parse().unwrap(), false),
+        ("198.18.0.5".parse().unwrap(), false),
+    ];
+    for (list, what) in [(&short, "table"), (&long, "trie"), (&short, "table again")] {
+        prog.set_allow(list).unwrap();
+        for (client, allowed) in &cases {
+            let net = match client {
+                IpAddr::V4(a) => {
+                    let mut n = Net::v4();
+                    n.src = a.octets().to_vec();
+                    n
+                }
+                IpAddr::V6(a) => {
+                    let mut n = Net::v6();
+                    n.src = a.octets().to_vec();
+                    n
+                }
+            };
+            let f = frame(&net, &query(&wire("host.example.org"), A, None));
+            let want = if *allowed { "cache_answered" } else { "pass_not_allowed" };
+            assert_eq!(verdict(&prog, &f).2, [want], "{what}: client {client}");
+        }
+    }
+}
+
 /// Perf mode (root): kernel ns of single runs for a cache hit (one TTL, four TTLs), an
 /// authoritative answer and a miss of the same program, against ARP passed at the first check.
 /// Timing is printed, not asserted. Also prints kernel memory per cached answer.
