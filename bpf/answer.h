@@ -79,6 +79,46 @@ static long xdns_fixup_step(__u64 index, void *arg)
 	return 0;
 }
 
+/*
+ * Copy a class S body (8 <= blen <= XDNS_CLASS_S_LEN) by direct packet access, eight bytes at
+ * a time; when blen is not a multiple of 8, the last word is the body's last eight bytes
+ * (overlapping the word before). Nothing is written past the body. Returns 1 when the helper
+ * must copy (shorter body, or the frame is shorter than expected).
+ */
+static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 blen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *dst, *last;
+	__u32 t;
+	__u64 w;
+	int i;
+
+	if (at > 0x3fff || blen < 8 || blen > XDNS_CLASS_S_LEN)
+		return 1;
+	dst = data + at;
+#pragma unroll
+	for (i = 0; i < XDNS_CLASS_S_LEN / 8; i++) {
+		if (i * 8 + 8 > blen)
+			break;
+		if ((void *)(dst + i * 8 + 8) > data_end)
+			return 1;
+		__builtin_memcpy(&w, bytes + i * 8, 8);
+		__builtin_memcpy(dst + i * 8, &w, 8);
+	}
+	if (blen & 7) {
+		t = (blen - 8) & (XDNS_CLASS_S_LEN - 1);
+		if (t > XDNS_CLASS_S_LEN - 8)
+			return 1;
+		last = dst + t;
+		if ((void *)(last + 8) > data_end)
+			return 1;
+		__builtin_memcpy(&w, bytes + t, 8);
+		__builtin_memcpy(last, &w, 8);
+	}
+	return 0;
+}
+
 /* Copy the first r->blen body bytes after the question; keep its fixups for the shift pass. */
 static __always_inline int xdns_put_body(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
 					 const __u8 *bytes, const __u16 *fixups, __u32 cap,
@@ -88,7 +128,9 @@ static __always_inline int xdns_put_body(struct xdp_md *ctx, struct xdns_scratch
 
 	if (blen > cap || blen == 0)
 		return -1;
-	if (bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen))
+	if (cap == XDNS_CLASS_S_LEN && !xdns_copy_small(ctx, at, bytes, blen)) {
+		/* copied */
+	} else if (bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen))
 		return -1;
 	__builtin_memcpy(sc->fix, fixups, sizeof(sc->fix));
 	return 0;
