@@ -159,6 +159,8 @@ static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, con
 	if (ref->s) {
 		if (blen > XDNS_CLASS_S_LEN)
 			return -1;
+		if (!xdns_copy_small(ctx, at, ref->s->bytes, blen))
+			return 0;
 		return bpf_xdp_store_bytes(ctx, at, ref->s->bytes, blen) ? -1 : 0;
 	}
 	if (ref->m) {
