@@ -99,6 +99,45 @@ static long xdns_qname_label(__u64 index, void *arg)
 }
 
 /*
+ * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access,
+ * eight at a time, the last word ending exactly at `avail` (overlapping the one before).
+ * Returns 1 when the helper must copy instead (shorter, or not in the linear frame).
+ */
+static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, struct xdns_scratch *sc, __u32 avail)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *src, *last;
+	__u32 t;
+	__u64 w;
+	int i;
+
+	if (dns_off > XDNS_DNS_OFF_MAX || avail < 8 || avail > 255)
+		return 1;
+	src = data + dns_off + XDNS_HDR_LEN;
+#pragma unroll
+	for (i = 0; i < 31; i++) {
+		if (i * 8 + 8 > avail)
+			break;
+		if ((void *)(src + i * 8 + 8) > data_end)
+			return 1;
+		__builtin_memcpy(&w, src + i * 8, 8);
+		__builtin_memcpy(&sc->name[i * 8], &w, 8);
+	}
+	if (avail & 7) {
+		t = (avail - 8) & 255;
+		if (t > 247)
+			return 1;
+		last = src + t;
+		if ((void *)(last + 8) > data_end)
+			return 1;
+		__builtin_memcpy(&w, last, 8);
+		__builtin_memcpy(&sc->name[t], &w, 8);
+	}
+	return 0;
+}
+
+/*
  * Question name: copy up to 255 bytes into scratch, check labels (<= 63, no pointers) and
  * record where each label starts. A bpf_loop over labels keeps the verifier's work independent
  * of the name length. Lowercasing and the checksum of the original bytes come with the hash
@@ -116,7 +155,8 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 		avail = 255;
 	/* avail is 1..255 here; the mask makes that visible to the verifier */
 	avail = ((avail - 1) & 0xff) + 1;
-	if (bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
+	if (xdns_name_copy(ctx, pkt->dns_off, sc, avail) &&
+	    bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
 	sc->avail = avail;
 	sc->next = 0;
