@@ -62,7 +62,7 @@ impl XdpRuntime {
         if cfg.interfaces.is_empty() {
             return Ok(None);
         }
-        let data = xdns_bpf::data::compile_kernel_data(zones);
+        let data = compile_logged(zones);
         let load = LoadConfig {
             listen: listen.to_vec(),
             edns_payload,
@@ -71,7 +71,7 @@ impl XdpRuntime {
             resolver: cfg.resolver.clone(),
         };
         let mut prog = XdpProgram::load(&load)?;
-        prog.install(&data).context("filling the XDP maps")?;
+        install_logged(&mut prog, &data).context("filling the XDP maps")?;
         let mode = match cfg.mode {
             XdpMode::Native => AttachMode::Native,
             XdpMode::Generic => AttachMode::Generic,
@@ -85,8 +85,8 @@ impl XdpRuntime {
 
     /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
-        let data = xdns_bpf::data::compile_kernel_data(zones);
-        self.prog.install(&data)
+        let data = compile_logged(zones);
+        install_logged(&mut self.prog, &data)
     }
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
@@ -114,4 +114,33 @@ impl XdpRuntime {
     pub fn counters(&self) -> Vec<(String, u64)> {
         self.prog.counters().unwrap_or_default()
     }
+}
+
+/// The kernel's data for `zones`, with its size and the time it took in the log: for a large
+/// zone set this and the map fill take seconds, which an operator should see, not guess.
+fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
+    let t = std::time::Instant::now();
+    tracing::info!("XDP: compiling answers for the kernel");
+    let data = xdns_bpf::data::compile_kernel_data(zones);
+    tracing::info!(
+        names = data.nodes.len(),
+        answers = data.answers.len(),
+        seconds = t.elapsed().as_secs_f32(),
+        "XDP: answers compiled"
+    );
+    data
+}
+
+/// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
+fn install_logged(
+    prog: &mut xdns_bpf::runtime::XdpProgram,
+    data: &xdns_bpf::data::KernelData,
+) -> anyhow::Result<()> {
+    let t = std::time::Instant::now();
+    prog.install(data)?;
+    tracing::info!(
+        seconds = t.elapsed().as_secs_f32(),
+        "XDP: kernel maps filled, new data active"
+    );
+    Ok(())
 }
