@@ -205,6 +205,11 @@ impl FakeNet {
         lock(&self.servers).insert(ip.parse().unwrap(), Server { zones, behaviour });
     }
 
+    /// Changes how the server at `ip` behaves from now on (e.g. falls silent).
+    pub fn set_behaviour(&self, ip: &str, behaviour: Behaviour) {
+        lock(&self.servers).get_mut(&ip.parse().unwrap()).unwrap().behaviour = behaviour;
+    }
+
     pub fn count(&self, ip: &str) -> u64 {
         lock(&self.queries)
             .get(&ip.parse::<IpAddr>().unwrap())

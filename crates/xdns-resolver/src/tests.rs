@@ -521,13 +521,7 @@ async fn serve_stale_when_authorities_are_silent() {
     s.res.resolve(k.clone()).await.unwrap();
     // Expire, and silence the leaf server.
     s.clock.fetch_add(400 * NS, Relaxed);
-    s.net
-        .servers
-        .lock()
-        .unwrap()
-        .get_mut(&"198.18.3.1".parse().unwrap())
-        .unwrap()
-        .behaviour = Silent;
+    s.net.set_behaviour("198.18.3.1", Silent);
     let a = s.res.resolve(k.clone()).await.unwrap();
     let r = replay(&a, s.clock.load(Relaxed));
     assert_eq!(a_records(&r).len(), 2);
@@ -550,13 +544,7 @@ async fn stale_answer_after_the_client_response_timer() {
     let k = key("www.example.test.", rtype::A);
     s.res.resolve(k.clone()).await.unwrap();
     s.clock.fetch_add(400 * NS, Relaxed);
-    s.net
-        .servers
-        .lock()
-        .unwrap()
-        .get_mut(&"198.18.3.1".parse().unwrap())
-        .unwrap()
-        .behaviour = Silent;
+    s.net.set_behaviour("198.18.3.1", Silent);
     let t0 = std::time::Instant::now();
     let a = s.res.resolve(k.clone()).await.unwrap();
     assert!(
