@@ -536,6 +536,34 @@ def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
     return sm
 
 
+def peer_color(name: str) -> str:
+    """Chart colour of a peer: xdns orange (XDP) or light orange, the no-op ceiling green,
+    the other XDP peers dark grey, the rest light grey (bench.py and resolver.py alike)."""
+    if name == "noop-xdp":
+        return "tab:green"
+    if name.startswith("xdns"):
+        return "tab:orange" if name.endswith("xdp") else "navajowhite"
+    return "dimgray" if name.endswith("xdp") else "silver"
+
+
+def ns_per_packet_bars(ax, tp: dict, names: list) -> tuple[list, list]:
+    """Paired bars per XDP peer: ns in the XDP program (bpf_stats) and ns of the whole server
+    side (CPU / packets), labelled; returns both series for the caller's axis limits."""
+    kv = [tp[n]["kernel_ns_per_pkt"] for n in names]
+    sv = [tp[n].get("server_ns_per_pkt") or 0 for n in names]
+    xs = range(len(names))
+    colors = [peer_color(n) for n in names]
+    ax.bar([x - 0.2 for x in xs], kv, width=0.4, color=colors, label="in the XDP program (bpf_stats)")
+    ax.bar([x + 0.2 for x in xs], sv, width=0.4, color=colors, alpha=0.45, hatch="//",
+           label="whole server side (CPU / packets)")
+    ax.set_xticks(list(xs), names)
+    for x, v, w in zip(xs, kv, sv):
+        ax.text(x - 0.2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        if w:
+            ax.text(x + 0.2, w, f"{w:.0f}", ha="center", va="bottom", fontsize=8)
+    return kv, sv
+
+
 def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -546,12 +574,7 @@ def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
     names = list(tp)
     vals = [tp[n]["replies_per_s"] / 1e3 for n in names]
 
-    def color(n):
-        if n == "noop-xdp":
-            return "tab:green"
-        if n.startswith("xdns"):
-            return "tab:orange" if n.endswith("xdp") else "navajowhite"
-        return "dimgray" if n.endswith("xdp") else "silver"
+    color = peer_color
     ax1.bar(names, vals, color=[color(n) for n in names])
     ax1.set_title("UDP replies/s (kxdpgun, server side on 1 CPU)")
     ax1.set_ylabel("thousand replies/s")
@@ -575,21 +598,9 @@ def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
     ax1.tick_params(axis="x", labelrotation=15)
     ax1.set_ylim(0, max(vals + [0.001]) * 1.25)
 
-    kn = [n for n in names if tp[n].get("kernel_ns_per_pkt") is not None]
-    kv = [tp[n]["kernel_ns_per_pkt"] for n in kn]
-    sv = [tp[n].get("server_ns_per_pkt") or 0 for n in kn]
-    xs = range(len(kn))
-    ax3.bar([x - 0.2 for x in xs], kv, width=0.4, color=[color(n) for n in kn],
-            label="in the XDP program (bpf_stats)")
-    ax3.bar([x + 0.2 for x in xs], sv, width=0.4, color=[color(n) for n in kn], alpha=0.45,
-            hatch="//", label="whole server side (CPU / packets)")
-    ax3.set_xticks(list(xs), kn)
+    kv, sv = ns_per_packet_bars(ax3, tp, [n for n in names
+                                          if tp[n].get("kernel_ns_per_pkt") is not None])
     ax3.set_title("ns per packet, XDP peers\n(knot-xdp's program only redirects)")
-    for x, v in zip(xs, kv):
-        ax3.text(x - 0.2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
-    for x, v in zip(xs, sv):
-        if v:
-            ax3.text(x + 0.2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
     ax3.tick_params(axis="x", labelrotation=15)
     ax3.legend(loc="upper left", fontsize=7)
     if kv:

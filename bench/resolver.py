@@ -479,8 +479,7 @@ def chart(tp: dict, cold: dict, pf: dict, sm: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.8), gridspec_kw={"width_ratios": [3, 1.5, 2.6, 2.2]})
     ax1, ax2, ax3, ax4 = axes
 
-    def color(n):
-        return {"noop-xdp": "tab:green", "xdns-xdp": "tab:orange", "xdns": "navajowhite"}.get(n, "silver")
+    color = B.peer_color
     if tp:
         names = list(tp)
         vals = [tp[n]["replies_per_s"] / 1e3 for n in names]
@@ -519,19 +518,8 @@ def chart(tp: dict, cold: dict, pf: dict, sm: dict, path: Path) -> None:
     ax1.set_title("cache-hit UDP replies/s (kxdpgun; server side on 1 CPU)")
     ax1.set_ylabel("thousand replies/s")
 
-    kn = [n for n in ("xdns-xdp", "noop-xdp") if tp.get(n, {}).get("kernel_ns_per_pkt")]
-    kv = [tp[n]["kernel_ns_per_pkt"] for n in kn]
-    sv = [tp[n].get("server_ns_per_pkt") or 0 for n in kn]
-    xs = range(len(kn))
-    ax2.bar([x - 0.2 for x in xs], kv, width=0.4, color=[color(n) for n in kn],
-            label="in the XDP program (bpf_stats)")
-    ax2.bar([x + 0.2 for x in xs], sv, width=0.4, color=[color(n) for n in kn], alpha=0.45,
-            hatch="//", label="whole server side (CPU / packets)")
-    ax2.set_xticks(list(xs), kn)
-    for x, v, w in zip(xs, kv, sv):
-        ax2.text(x - 0.2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
-        if w:
-            ax2.text(x + 0.2, w, f"{w:.0f}", ha="center", va="bottom", fontsize=8)
+    kv, sv = B.ns_per_packet_bars(ax2, tp, [n for n in ("xdns-xdp", "noop-xdp")
+                                            if tp.get(n, {}).get("kernel_ns_per_pkt")])
     if sm.get("kernel_ns_vs_noop"):
         ax2.text(0.03, 0.80, f"in kernel:\n{sm['kernel_ns_vs_noop']:.2f}x no-op",
                  transform=ax2.transAxes, va="top", fontsize=8)
