@@ -56,6 +56,15 @@ impl Drop for Lab {
 }
 
 /// Run `f` on a thread that has entered network namespace `ns` (setns is per thread).
+/// The kernel data of tests/zones/example.com.zone.
+fn example_com_kernel_data() -> xdns_bpf::data::KernelData {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
+    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
+    let mut zones = ZoneSet::default();
+    zones.zones.insert(z.apex.clone(), Arc::new(z));
+    compile_kernel_data(&zones)
+}
+
 fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     let path = format!("/run/netns/{ns}");
     std::thread::scope(|s| {
@@ -77,11 +86,7 @@ fn kdig_answered_by_the_kernel() {
     if !have_root("kdig_answered_by_the_kernel") {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
-    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
-    let mut zones = ZoneSet::default();
-    zones.zones.insert(z.apex.clone(), Arc::new(z));
-    let data = compile_kernel_data(&zones);
+    let data = example_com_kernel_data();
 
     let lab = Lab::new('T');
     let srv = lab.srv.clone();
@@ -138,9 +143,9 @@ fn kdig_answered_by_the_kernel() {
 /// The resolver cache over a real veth (root): entries inserted through `KernelCache` are
 /// answered by XDP to `kdig` (nothing listens on port 53) with RA set and TTLs aged; a hit in
 /// the prefetch window reaches the `PrefetchEvents` reader; RD=0 gets no answer from XDP.
-/// (Over veth, a frame's tailroom depends on how the sender's skb was allocated: a reply much
-/// longer than its query can fail to grow (`pass_tail`) and fall to userspace; the IPv6 row
-/// asks for a short answer.)
+/// (Over veth, a frame's tailroom depends on how the sender's skb was allocated; the program
+/// grows the head instead, up to XDNS_HEAD_GROW bytes, so a reply much longer than that can
+/// still fall to userspace (`pass_tail`); the IPv6 row asks for a short answer.)
 #[test]
 fn kdig_answered_from_the_cache() {
     use std::time::Duration;
@@ -149,11 +154,7 @@ fn kdig_answered_from_the_cache() {
     if !have_root("kdig_answered_from_the_cache") {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
-    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
-    let mut zones = ZoneSet::default();
-    zones.zones.insert(z.apex.clone(), Arc::new(z));
-    let data = compile_kernel_data(&zones);
+    let data = example_com_kernel_data();
     let now = {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
