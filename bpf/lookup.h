@@ -94,7 +94,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_
 
 /*
  * The body for (name, qtype). Order (the engine's select): exact Type(qtype); node at/below a
- * cut -> Other at the cut; exact -> Other; wildcard child -> Wildcard(qtype) / WildcardOther at
+ * cut -> Other at the cut; exact -> Other (the apex's, rebased, when the node says its own
+ * would be the same bytes: XDNS_NODE_NODATA_APEX); wildcard child -> Wildcard(qtype) / WildcardOther at
  * the closest encloser; else NxDomain at the apex.
  *
  * Fast path: Type(qtype) at the whole name is looked up first, straight from the whole-name
@@ -145,7 +146,8 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	if (ce.flags & XDNS_NODE_CUT)
 		a = xdns_answer_get(key, ce.cut_hash, XDNS_KIND_OTHER, 0);
 	else if (exact)
-		a = xdns_answer_get(key, ce_hash, XDNS_KIND_OTHER, 0);
+		a = xdns_answer_get(key, (ce.flags & XDNS_NODE_NODATA_APEX) ? ce.apex_hash : ce_hash,
+				    XDNS_KIND_OTHER, 0);
 	else if (ce.flags & XDNS_NODE_WILDCARD) {
 		a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 		if (!a)

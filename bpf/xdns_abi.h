@@ -81,6 +81,8 @@ enum xdns_body_class {
 #define XDNS_NODE_APEX 0x1      /* this name is a zone apex */
 #define XDNS_NODE_CUT 0x2       /* at or below a zone cut (cut_hash/cut_len valid) */
 #define XDNS_NODE_WILDCARD 0x4  /* `*.<this name>` exists */
+#define XDNS_NODE_NODATA_APEX 0x8 /* this name's Other body is its apex's, rebased by delta:
+                                   * the exact lookup of Other uses apex_hash (no per-name copy) */
 
 /* Key of `xdns_nodes`: a suffix of the lowercased question name. */
 struct xdns_node_key {
