@@ -182,8 +182,20 @@ pub fn authority(server: &Server, qname: &[u8], qtype: u16) -> Option<(u16, [Vec
             .map(|r| (*r).clone())
             .collect();
         if !data.is_empty() {
+            // Addresses of NS names in the zone go in the additional section (priming).
+            let extra: Vec<Rec> = if qtype == rtype::NS {
+                recs.iter()
+                    .filter(|r| {
+                        (r.1 == rtype::A || r.1 == rtype::AAAA)
+                            && data.iter().any(|d| d.3.to_ascii_lowercase() == r.0)
+                    })
+                    .cloned()
+                    .collect()
+            } else {
+                vec![]
+            };
             answer.extend(data);
-            return Some((0x0400, [answer, vec![], vec![]]));
+            return Some((0x0400, [answer, vec![], extra]));
         }
         if let Some(c) = at.iter().find(|r| r.1 == rtype::CNAME) {
             answer.push((*c).clone());

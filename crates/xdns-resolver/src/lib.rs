@@ -17,7 +17,8 @@
 //!   exactly as sent.
 //! - [`net`]: the network behind a trait ([`net::Network`]); [`net::SystemNetwork`] uses a fresh
 //!   socket (random port) per query.
-//! - [`hints`]: root hints files.
+//! - [`hints`]: root hints files; root priming (RFC 8109, [`Resolver::prime`]) replaces them
+//!   with the root servers' own NS set and addresses.
 //! - [`store`]: bounded caches.
 
 pub mod hints;
@@ -92,6 +93,11 @@ pub struct Config {
     pub qname_minimisation: bool,
     /// When not empty: send every question with RD=1 to these instead of iterating.
     pub forwarders: Vec<SocketAddr>,
+    /// Root priming (RFC 8109): before the first resolution, and again whenever the root NS
+    /// set's TTL runs out, ask the root servers for `. NS` and use the NS set and addresses of
+    /// the answer instead of the hints (the hints stay the fallback). Off: the hints are used
+    /// as they are.
+    pub prime_root: bool,
 }
 
 impl Default for Config {
@@ -120,6 +126,7 @@ impl Default for Config {
             ipv6: true,
             qname_minimisation: true,
             forwarders: Vec::new(),
+            prime_root: true,
         }
     }
 }

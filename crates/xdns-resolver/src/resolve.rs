@@ -15,7 +15,7 @@
 //! `resolve_timeout` overall (NXNSAttack, loops).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +42,12 @@ const MAX_REFERRALS: usize = 24;
 const MAX_MINIMISE: usize = 10;
 /// Glueless NS names tried for one referral before giving up on it.
 const GLUELESS_PER_CUT: usize = 3;
+/// Shortest life of a primed root NS set (seconds): a tiny TTL does not make every resolution
+/// prime again.
+const PRIME_MIN_TTL: u32 = 10;
+/// After a failed priming, the hints are used this long before priming is tried again
+/// (seconds).
+const PRIME_RETRY: u64 = 30;
 /// SRTT given to a server never asked (microseconds), randomised a little so that new servers
 /// are spread; like Unbound's 376 ms, low enough that they get tried.
 const INITIAL_SRTT_US: u64 = 200_000;
@@ -139,6 +145,10 @@ pub struct Counters {
     pub evictions: AtomicU64,
     /// Kernel cache insertions that failed.
     pub kernel_insert_errors: AtomicU64,
+    /// Root primings that replaced the root NS set (RFC 8109).
+    pub primings: AtomicU64,
+    /// Root primings that failed (the hints are used).
+    pub priming_failures: AtomicU64,
 }
 
 impl Counters {
@@ -161,9 +171,14 @@ impl Counters {
             ("budget_exceeded", c(&self.budget_exceeded)),
             ("evictions", c(&self.evictions)),
             ("kernel_insert_errors", c(&self.kernel_insert_errors)),
+            ("primings", c(&self.primings)),
+            ("priming_failures", c(&self.priming_failures)),
         ]
     }
 }
+
+/// Root servers: NS names (lowercased wire) with their addresses.
+pub type RootSet = Vec<(Vec<u8>, Vec<IpAddr>)>;
 
 /// Result of one resolution: the answer, or why there is none.
 pub type Resolution = Result<Arc<CachedAnswer>, ResolveError>;
@@ -180,8 +195,26 @@ pub struct Resolver {
     prefetch_tx: mpsc::Sender<CacheKey>,
     prefetch_rx: Mutex<Option<mpsc::Receiver<CacheKey>>>,
     clock: Clock,
+    hints: RootHints,
+    priming: Mutex<Priming>,
+    /// Held while a priming runs: questions waiting for the first one queue here.
+    priming_lock: tokio::sync::Mutex<()>,
+    /// A background re-priming has been spawned and has not finished.
+    repriming: AtomicBool,
     /// Counters.
     pub counters: Arc<Counters>,
+}
+
+/// Root priming state (RFC 8109).
+#[derive(Debug)]
+struct Priming {
+    /// Ask the root servers for `. NS` at or after this time (`u64::MAX`: never).
+    due_ns: u64,
+    /// A priming has finished (well or not): later ones run in the background while
+    /// questions go on with the root set in use.
+    settled: bool,
+    /// The root set in use came from priming (else: the hints).
+    primed: bool,
 }
 
 /// Per client question: the work done so far.
@@ -233,6 +266,7 @@ impl Resolver {
         clock: Clock,
     ) -> Arc<Self> {
         let (prefetch_tx, prefetch_rx) = mpsc::channel(1024);
+        let cfg_prime = cfg.prime_root && cfg.forwarders.is_empty();
         let r = Resolver {
             answers: AnswerStore::new(cfg.cache_entries),
             infra: Infra::default(),
@@ -243,15 +277,25 @@ impl Resolver {
             net,
             kernel,
             clock,
+            priming: Mutex::new(Priming {
+                due_ns: if cfg_prime { 0 } else { u64::MAX },
+                settled: false,
+                primed: false,
+            }),
+            priming_lock: tokio::sync::Mutex::new(()),
+            repriming: AtomicBool::new(false),
+            hints: hints.clone(),
             counters: Arc::new(Counters::default()),
         };
-        r.set_hints(hints);
+        r.install_root(&hints.servers);
         Arc::new(r)
     }
 
-    /// Installs root hints (the root cut and its addresses never expire).
-    fn set_hints(&self, hints: &RootHints) {
-        let ns: Vec<Vec<u8>> = hints.servers.iter().map(|(n, _)| n.clone()).collect();
+    /// Makes `servers` (NS name, addresses) the root set: the root cut and those addresses are
+    /// pinned (never expire, never replaced by referral glue, kept by [`Resolver::flush`]);
+    /// the previous root set's addresses go.
+    fn install_root(&self, servers: &[(Vec<u8>, Vec<IpAddr>)]) {
+        let ns: Vec<Vec<u8>> = servers.iter().map(|(n, _)| n.clone()).collect();
         lock(&self.infra.zones).insert(
             vec![0],
             Deleg {
@@ -260,7 +304,8 @@ impl Resolver {
             },
         );
         let mut addrs = lock(&self.infra.addrs);
-        for (n, a) in &hints.servers {
+        addrs.retain(|_, a| a.expires_ns != u64::MAX);
+        for (n, a) in servers {
             addrs.insert(
                 n.clone(),
                 Addrs {
@@ -271,9 +316,147 @@ impl Resolver {
         }
     }
 
+    /// The root servers in use (NS name, addresses): the hints, or the primed set.
+    pub fn root_servers(&self) -> RootSet {
+        let ns = lock(&self.infra.zones)
+            .get(&[0u8][..])
+            .map(|d| d.ns.clone())
+            .unwrap_or_default();
+        let addrs = lock(&self.infra.addrs);
+        ns.into_iter()
+            .map(|n| {
+                let ips = addrs.get(&n).map(|a| a.ips.clone()).unwrap_or_default();
+                (n, ips)
+            })
+            .collect()
+    }
+
+    /// True if the root set in use came from priming (false: the hints).
+    pub fn root_primed(&self) -> bool {
+        lock(&self.priming).primed
+    }
+
+    /// Primes now (RFC 8109): asks the root servers in use, then any other hint address, for
+    /// `. NS`, and makes the NS set of the first authoritative answer, with the addresses of
+    /// those names from the same answer, the root set until the smallest of their TTLs runs
+    /// out (then the next question primes again, in the background). When no server gives
+    /// such an answer, the hints are used and priming is tried again after [`PRIME_RETRY`]
+    /// seconds. Logs one line either way; returns true on success.
+    pub async fn prime(self: &Arc<Self>) -> bool {
+        let _running = self.priming_lock.lock().await;
+        self.prime_locked().await
+    }
+
+    /// Primes when it is due (with `prime_root`: at the first call, then when the root set's
+    /// TTL has run out): the first time, the caller waits for it (one priming for all the
+    /// questions waiting); later, it runs in the background. Every resolution calls it; the
+    /// daemon also calls it at start.
+    pub async fn prime_when_due(self: &Arc<Self>) {
+        let (due, settled) = {
+            let p = lock(&self.priming);
+            (p.due_ns <= self.now_ns(), p.settled)
+        };
+        if !due {
+            return;
+        }
+        if !settled {
+            let _running = self.priming_lock.lock().await;
+            if lock(&self.priming).due_ns <= self.now_ns() {
+                self.prime_locked().await;
+            }
+            return;
+        }
+        if self.repriming.swap(true, Relaxed) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            {
+                let _running = this.priming_lock.lock().await;
+                if lock(&this.priming).due_ns <= this.now_ns() {
+                    this.prime_locked().await;
+                }
+            }
+            this.repriming.store(false, Relaxed);
+        });
+    }
+
+    /// One priming (the caller holds `priming_lock`).
+    async fn prime_locked(&self) -> bool {
+        let mut ctx = Ctx {
+            queries: 0,
+            glueless: 0,
+            depth: 0,
+            deadline: Instant::now() + self.cfg.resolve_timeout,
+        };
+        let root = Deleg {
+            ns: self.root_servers().into_iter().map(|(n, _)| n).collect(),
+            expires_ns: u64::MAX,
+        };
+        let mut servers = self.known_addrs(&root, &[]);
+        for ip in self.hints.servers.iter().flat_map(|(_, a)| a) {
+            let s = SocketAddr::new(*ip, self.cfg.upstream_port);
+            if self.family_ok(ip) && !servers.contains(&s) {
+                servers.push(s);
+            }
+        }
+        let mut why = String::from("no root server address");
+        let mut found = None;
+        while !servers.is_empty() {
+            match self.ask(&mut ctx, &servers, &[0], rtype::NS, false).await {
+                Ok((server, reply)) => match root_set(&reply, |ip| self.family_ok(ip)) {
+                    Some(set) => {
+                        found = Some((server, set));
+                        break;
+                    }
+                    None => {
+                        why = format!("{server} gave no authoritative root NS set with addresses");
+                        servers.retain(|s| *s != server);
+                    }
+                },
+                Err(e) => {
+                    why = e.to_string();
+                    break;
+                }
+            }
+        }
+        let now = self.now_ns();
+        let mut p = lock(&self.priming);
+        p.settled = true;
+        match found {
+            Some((server, (set, ttl))) => {
+                let ttl = ttl.min(self.cfg.max_ttl).max(PRIME_MIN_TTL);
+                self.install_root(&set);
+                p.due_ns = now + u64::from(ttl) * NS;
+                p.primed = true;
+                self.counters.primings.fetch_add(1, Relaxed);
+                let names: Vec<String> = set.iter().map(|(n, _)| to_presentation(n)).collect();
+                let addrs: usize = set.iter().map(|(_, a)| a.len()).sum();
+                tracing::info!(
+                    %server,
+                    ttl,
+                    "root priming: {} root servers ({}), {addrs} addresses",
+                    set.len(),
+                    names.join(" ")
+                );
+                true
+            }
+            None => {
+                self.install_root(&self.hints.servers);
+                p.due_ns = now + PRIME_RETRY * NS;
+                p.primed = false;
+                self.counters.priming_failures.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    "root priming failed ({why}): using the root hints, next try in {PRIME_RETRY} s"
+                );
+                false
+            }
+        }
+    }
+
     /// Empties every cache: answers (also removed from the kernel cache), delegations and
-    /// server addresses learnt (the root hints stay), NXDOMAIN cuts, failures and RTTs. Returns
-    /// the number of answers removed.
+    /// server addresses learnt (the root set stays: the hints or the primed set), NXDOMAIN
+    /// cuts, failures and RTTs. Returns the number of answers removed.
     pub fn flush(&self) -> usize {
         let keys = self.answers.clear();
         for k in &keys {
@@ -419,6 +602,7 @@ impl Resolver {
     }
 
     async fn resolve_uncached(self: &Arc<Self>, key: &CacheKey) -> Resolution {
+        self.prime_when_due().await;
         let now = self.now_ns();
         let fkey = (key.qname.clone(), key.qtype);
         if lock(&self.infra.failures)
@@ -1120,6 +1304,48 @@ async fn exchange(
     out
 }
 
+/// The root set of a priming reply (RFC 8109 §3): the NS names of `.` in the answer of an
+/// authoritative NOERROR reply, each with the A/AAAA records of that name from the additional
+/// section (addresses of other names are ignored), and the smallest TTL of those records.
+/// `None` when there is no such NS set or none of its names has an address `usable` accepts.
+fn root_set(reply: &Reply, usable: impl Fn(&IpAddr) -> bool) -> Option<(RootSet, u32)> {
+    if reply.rcode() != RCODE_NOERROR || !reply.authoritative() {
+        return None;
+    }
+    let mut ttl = u32::MAX;
+    let mut set: RootSet = Vec::new();
+    for r in reply
+        .answer
+        .iter()
+        .filter(|r| r.rtype == rtype::NS && r.owner == [0])
+    {
+        if let Some(t) = r.target() {
+            ttl = ttl.min(r.ttl);
+            if !set.iter().any(|(n, _)| *n == t) {
+                set.push((t, Vec::new()));
+            }
+        }
+    }
+    for r in &reply.additional {
+        let ip = match (r.rtype, r.rdata.len()) {
+            (rtype::A, 4) => IpAddr::from(<[u8; 4]>::try_from(&r.rdata[..]).expect("4 bytes")),
+            (rtype::AAAA, 16) => {
+                IpAddr::from(<[u8; 16]>::try_from(&r.rdata[..]).expect("16 bytes"))
+            }
+            _ => continue,
+        };
+        if let Some((_, ips)) = set.iter_mut().find(|(n, _)| *n == r.owner) {
+            if !ips.contains(&ip) {
+                ips.push(ip);
+                ttl = ttl.min(r.ttl);
+            }
+        }
+    }
+    set.iter()
+        .any(|(_, ips)| ips.iter().any(&usable))
+        .then_some((set, ttl))
+}
+
 /// Classifies a reply from a server of `zone` for `name`/`qtype` (records outside `zone` are
 /// ignored: the bailiwick rule).
 fn classify(reply: &Reply, name: &[u8], qtype: u16, zone: &[u8], max_cname: usize) -> Class {
@@ -1293,6 +1519,58 @@ mod tests {
         let types: Vec<u16> = step.answer.iter().map(|r| r.rtype).collect();
         assert_eq!(types, vec![rtype::DNAME, rtype::CNAME, rtype::A]);
         assert_eq!(step.next, None);
+    }
+
+    /// Priming answers: only an authoritative NOERROR with NS at `.` counts; only addresses of
+    /// those NS names are kept; the smallest TTL of what is kept is the set's life.
+    #[test]
+    fn root_set_of_a_priming_reply() {
+        let a = |o: &str, ip: u8, ttl: u32| Rr {
+            ttl,
+            ..rr(o, rtype::A, vec![198, 18, 0, ip])
+        };
+        let good = Reply {
+            flags: 0x8400,
+            answer: vec![
+                rr(".", rtype::NS, n("A.root.")),
+                rr(".", rtype::NS, n("b.root.")),
+                rr("x.", rtype::NS, n("c.root.")),
+            ],
+            additional: vec![
+                a("a.root.", 1, 500),
+                a("c.root.", 3, 5),
+                a("b.root.", 2, 400),
+            ],
+            ..Reply::default()
+        };
+        let (set, ttl) = root_set(&good, |_| true).unwrap();
+        assert_eq!(
+            set,
+            vec![
+                (n("a.root."), vec![IpAddr::from([198, 18, 0, 1])]),
+                (n("b.root."), vec![IpAddr::from([198, 18, 0, 2])]),
+            ]
+        );
+        assert_eq!(ttl, 300, "NS TTL 300 < glue 400");
+        assert!(
+            root_set(&good, |ip| ip.is_ipv6()).is_none(),
+            "no usable address"
+        );
+        let not_aa = Reply {
+            flags: 0x8000,
+            ..good.clone()
+        };
+        assert!(root_set(&not_aa, |_| true).is_none());
+        let nx = Reply {
+            flags: 0x8403,
+            ..good.clone()
+        };
+        assert!(root_set(&nx, |_| true).is_none());
+        let no_glue = Reply {
+            additional: vec![a("c.root.", 3, 5)],
+            ..good
+        };
+        assert!(root_set(&no_glue, |_| true).is_none());
     }
 
     /// Referrals: downward only, glue only for the referral's NS names inside the zone asked.

@@ -220,8 +220,11 @@ fn setup(cfg: Config) -> Setup {
     }
 }
 
+/// Without root priming (the tests below count queries from the hints on; priming has tests
+/// of its own).
 fn cfg() -> Config {
     Config {
+        prime_root: false,
         qname_minimisation: false,
         upstream_timeout: Duration::from_millis(100),
         resolve_timeout: Duration::from_secs(3),
@@ -980,4 +983,224 @@ fn parse_reply_survives_mutations() {
             }
         }
     }
+}
+
+/// The root zone as the root servers serve it for priming: `.` NS a and b.root-servers.test
+/// (TTL `ttl`) with addresses: a at 198.18.0.1, b at `b`; the delegations of `tree`'s root.
+fn primed_root(b: &str, ttl: u32) -> Zone {
+    zone(
+        ".",
+        &format!(
+            ". 86400 SOA a.root-servers.test. nstld.test. 1 1800 900 604800 86400
+             . {ttl} NS a.root-servers.test.
+             . {ttl} NS b.root-servers.test.
+             a.root-servers.test. {ttl} A 198.18.0.1
+             b.root-servers.test. {ttl} A {b}
+             other.root-servers.test. {ttl} A 198.18.0.66
+             test. 172800 NS ns1.nic.test.
+             test. 172800 NS ns2.nic.test.
+             ns1.nic.test. 172800 A 198.18.1.1
+             ns2.nic.test. 172800 A 198.18.1.2
+             net. 172800 NS ns.nic.net.
+             ns.nic.net. 172800 A 198.18.2.1"
+        ),
+    )
+}
+
+/// `. NS` questions the fake network saw.
+fn priming_queries(net: &FakeNet) -> usize {
+    net.seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, name, t)| name == &[0] && *t == rtype::NS)
+        .count()
+}
+
+fn root_addrs(res: &Resolver, name: &str) -> Vec<IpAddr> {
+    res.root_servers()
+        .into_iter()
+        .find(|(n_, _)| *n_ == n(name))
+        .map(|(_, a)| a)
+        .unwrap_or_default()
+}
+
+/// RFC 8109: the first question waits for the priming, whose answer moves b.root-servers.test
+/// from its hinted address (198.18.0.2, silent: stale) to 198.18.0.3; from then on the root is
+/// asked there, never at the stale address. Addresses of names outside the NS set are not used.
+#[tokio::test]
+async fn priming_replaces_a_stale_hint_address() {
+    let s = setup(Config {
+        prime_root: true,
+        ..cfg()
+    });
+    let root = primed_root("198.18.0.3", 518_400);
+    s.net.add("198.18.0.1", Normal, vec![root.clone()]);
+    s.net.add("198.18.0.3", Normal, vec![root]);
+    assert_eq!(
+        root_addrs(&s.res, "b.root-servers.test."),
+        vec!["198.18.0.2".parse::<IpAddr>().unwrap()]
+    );
+    s.res
+        .resolve(key("www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    let first = s.net.seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        (first.1, first.2),
+        (vec![0], rtype::NS),
+        "priming came first"
+    );
+    assert!(s.res.root_primed());
+    assert_eq!(s.res.counters.primings.load(Relaxed), 1);
+    let asked = priming_queries(&s.net); // 2 when the silent address was asked first
+    assert!((1..=2).contains(&asked), "{asked}");
+    assert_eq!(
+        root_addrs(&s.res, "b.root-servers.test."),
+        vec!["198.18.0.3".parse::<IpAddr>().unwrap()]
+    );
+    assert_eq!(
+        root_addrs(&s.res, "a.root-servers.test."),
+        vec!["198.18.0.1".parse::<IpAddr>().unwrap()]
+    );
+    assert!(s
+        .res
+        .root_servers()
+        .iter()
+        .all(|(n_, _)| *n_ != n("other.root-servers.test.")));
+    // a falls silent: b answers at its primed address; the stale one is not asked again, also
+    // after a flush (the primed root set stays, like the hints did).
+    s.net.set_behaviour("198.18.0.1", Silent);
+    let stale = s.net.count("198.18.0.2");
+    assert_eq!(s.res.flush(), 1);
+    s.res
+        .resolve(key("www.glueless.test.", rtype::A))
+        .await
+        .unwrap();
+    assert!(s.net.count("198.18.0.3") >= 1);
+    assert_eq!(s.net.count("198.18.0.2"), stale);
+    assert_eq!(s.net.count("198.18.0.66"), 0);
+    assert_eq!(
+        priming_queries(&s.net),
+        asked,
+        "no second priming before the TTL runs out"
+    );
+}
+
+/// When priming fails (root servers silent, or an answer without addresses for the NS names),
+/// the hints are used and the question is answered; priming is tried again 30 s later.
+#[tokio::test]
+async fn priming_failure_falls_back_to_hints() {
+    // The tree's own root zone has no addresses for its NS names: not a usable priming answer.
+    let s = setup(Config {
+        prime_root: true,
+        ..cfg()
+    });
+    assert!(!s.res.prime().await);
+    assert!(!s.res.root_primed());
+    assert_eq!(s.res.counters.priming_failures.load(Relaxed), 1);
+    assert_eq!(s.res.root_servers(), hints().servers);
+    let asked = priming_queries(&s.net);
+    s.res
+        .resolve(key("www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(
+        priming_queries(&s.net),
+        asked,
+        "the failure is not retried at once"
+    );
+
+    // Every root server silent at start: the first question waits for the failed priming,
+    // then goes on with the hints (a answers again by then).
+    let s = setup(Config {
+        prime_root: true,
+        ..cfg()
+    });
+    let root = primed_root("198.18.0.3", 518_400);
+    s.net.add("198.18.0.1", Silent, vec![root.clone()]);
+    s.net.add("198.18.0.3", Normal, vec![root]);
+    assert!(!s.res.prime().await);
+    assert_eq!(s.res.root_servers(), hints().servers);
+    s.net.set_behaviour("198.18.0.1", Normal);
+    s.res
+        .resolve(key("www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert!(!s.res.root_primed());
+    // 30 s later the next question primes again (in the background), and it works now.
+    s.clock.fetch_add(31 * NS, Relaxed);
+    s.res
+        .resolve(key("x.example.test.", rtype::A))
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if s.res.root_primed() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(s.res.root_primed());
+    assert_eq!(
+        root_addrs(&s.res, "b.root-servers.test."),
+        vec!["198.18.0.3".parse::<IpAddr>().unwrap()]
+    );
+}
+
+/// The primed set lives as long as its TTL (600 s here): questions before then do not prime;
+/// the first question after primes again in the background (it is answered without waiting)
+/// and the new answer's addresses replace the old ones.
+#[tokio::test]
+async fn priming_again_when_the_root_ns_ttl_runs_out() {
+    let s = setup(Config {
+        prime_root: true,
+        ..cfg()
+    });
+    let v1 = primed_root("198.18.0.3", 600);
+    for ip in ["198.18.0.1", "198.18.0.3"] {
+        s.net.add(ip, Normal, vec![v1.clone()]);
+    }
+    s.res
+        .resolve(key("www.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(s.res.counters.primings.load(Relaxed), 1);
+    let asked = priming_queries(&s.net);
+    s.clock.fetch_add(599 * NS, Relaxed);
+    s.res
+        .resolve(key("x1.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert_eq!(priming_queries(&s.net), asked, "TTL not run out yet");
+    // The root zone now puts b at 198.18.0.4.
+    let v2 = primed_root("198.18.0.4", 600);
+    for ip in ["198.18.0.1", "198.18.0.3", "198.18.0.4"] {
+        s.net.add(ip, Normal, vec![v2.clone()]);
+    }
+    s.clock.fetch_add(2 * NS, Relaxed);
+    s.res
+        .resolve(key("x2.example.test.", rtype::A))
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if s.res.counters.primings.load(Relaxed) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(s.res.counters.primings.load(Relaxed), 2);
+    let asked = priming_queries(&s.net);
+    assert_eq!(
+        root_addrs(&s.res, "b.root-servers.test."),
+        vec!["198.18.0.4".parse::<IpAddr>().unwrap()]
+    );
+    // And the new set lives another 600 s.
+    s.clock.fetch_add(300 * NS, Relaxed);
+    s.res
+        .resolve(key("x3.example.test.", rtype::A))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(priming_queries(&s.net), asked);
+    assert_eq!(s.res.counters.primings.load(Relaxed), 2);
 }

@@ -508,13 +508,21 @@ pub fn build_resolver(
         let lines: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
         anyhow::anyhow!("{}", lines.join("\n"))
     })?;
-    Ok(Resolver::new(
+    let res = Resolver::new(
         rs.resolver.clone(),
         &hints,
         Arc::new(xdns_resolver::SystemNetwork),
         kernel,
         xdns_resolver::Clock::Monotonic,
-    ))
+    );
+    // Root priming (RFC 8109) at start, in the background: questions that come meanwhile wait
+    // for it, and it logs one line. Called on a blocking thread of the runtime, or elsewhere
+    // (then the first question primes).
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let r = res.clone();
+        rt.spawn(async move { r.prime_when_due().await });
+    }
+    Ok(res)
 }
 
 #[cfg(test)]
