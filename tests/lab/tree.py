@@ -643,7 +643,8 @@ security-poll-suffix=
 
 
 def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: bool = False,
-                        extra: str = "", wait: bool = True, xdp: str | None = None):
+                        extra: str = "", wait: bool = True, xdp: str | None = None,
+                        root_hints: Path | None = None):
     """xdns as a pure resolver (no zones):
 
         listen = ["198.18.X.N:53", "[2001:db8:X::N]:53"]
@@ -654,11 +655,11 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
     plus `prefetch_percent = 0` unless `prefetch` (prefetch off, as for the peers). The hints
     path is absolute (xdns resolves a relative one against the config file's directory).
     `extra` is more TOML inside [resolver] (fanout, timeouts, cache size...), `xdp` as in
-    Lab.write_xdns_config."""
+    Lab.write_xdns_config, `root_hints` another hints file than the tree's."""
     from lab import XDNS_BIN
     if not XDNS_BIN.exists():
         raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
-    resolver = (f'\n[resolver]\nroot_hints = "{tree.root_hints}"\n'
+    resolver = (f'\n[resolver]\nroot_hints = "{root_hints or tree.root_hints}"\n'
                 f'allow = ["198.18.0.0/15", "2001:db8::/32"]\n'
                 f'prefetch_percent = {10 if prefetch else 0}\n{extra}\n')
     kw = {"xdp": xdp} if xdp is not None else {}

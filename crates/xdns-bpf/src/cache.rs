@@ -288,24 +288,61 @@ impl KernelCache {
     /// Entries in each map (S, M, L), all keys walked: for tests and reports.
     pub fn entries(&self) -> [usize; 3] {
         let mut out = [0; 3];
-        for (i, fd) in self.inner.maps.iter().enumerate() {
-            let mut key = xdns_cache_key::default();
-            let mut next = xdns_cache_key::default();
-            let mut first = true;
-            loop {
-                let prev: *const libc::c_void = if first { std::ptr::null() } else { (&key as *const xdns_cache_key).cast() };
-                // SAFETY: `fd` is a map fd we own; `prev` is null or a valid key; `next` is
-                // valid for writes of one key.
-                let rc = unsafe { libbpf_sys::bpf_map_get_next_key(fd.as_raw_fd(), prev, (&mut next as *mut xdns_cache_key).cast()) };
-                if rc != 0 {
-                    break;
-                }
-                out[i] += 1;
-                key = next;
-                first = false;
-            }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.keys(i).len();
         }
         out
+    }
+
+    /// Every key of class `class` (0 = S, 1 = M, 2 = L), walked with `bpf_map_get_next_key`.
+    /// Bounded by the map's size (an LRU map never holds more), so a walk restarted by a
+    /// concurrent delete cannot go on forever.
+    fn keys(&self, class: usize) -> Vec<xdns_cache_key> {
+        let fd = self.inner.maps[class].as_raw_fd();
+        let mut info = libbpf_sys::bpf_map_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
+        // SAFETY: `fd` is a map fd we own; `info` is valid for writes of `len` bytes.
+        let rc = unsafe { libbpf_sys::bpf_obj_get_info_by_fd(fd, (&mut info as *mut libbpf_sys::bpf_map_info).cast(), &mut len) };
+        let max = if rc == 0 { info.max_entries as usize } else { usize::MAX };
+        let mut out = Vec::new();
+        let mut next = xdns_cache_key::default();
+        while out.len() < max {
+            let prev: *const libc::c_void = match out.last() {
+                None => std::ptr::null(),
+                Some(k) => (k as *const xdns_cache_key).cast(),
+            };
+            // SAFETY: `fd` is a map fd we own; `prev` is null or a valid key; `next` is valid
+            // for writes of one key.
+            let rc = unsafe { libbpf_sys::bpf_map_get_next_key(fd, prev, (&mut next as *mut xdns_cache_key).cast()) };
+            if rc != 0 {
+                break;
+            }
+            out.push(next);
+        }
+        out
+    }
+
+    /// Deletes every entry of the three maps, whoever wrote it (`xdns flush`: the userspace
+    /// cache may have dropped answers the kernel LRU still serves). Keys are collected first,
+    /// then deleted; the walk is repeated while it finds entries (at most 4 times: entries
+    /// written meanwhile are fresh answers of a running resolution). Returns how many were
+    /// deleted.
+    pub fn clear(&self) -> Result<usize, String> {
+        let mut n = 0;
+        for _ in 0..4 {
+            let mut found = 0;
+            for class in 0..3 {
+                for key in self.keys(class) {
+                    found += 1;
+                    self.delete(class, &key)?;
+                }
+            }
+            n += found;
+            if found == 0 {
+                break;
+            }
+        }
+        Ok(n)
     }
 }
 
@@ -322,6 +359,10 @@ impl AnswerCache for KernelCache {
             self.delete(class, &k)?;
         }
         Ok(())
+    }
+
+    fn clear(&self) -> Result<usize, String> {
+        KernelCache::clear(self)
     }
 }
 

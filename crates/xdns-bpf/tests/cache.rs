@@ -652,3 +652,38 @@ fn cache_mutation_fuzz() {
     println!("cache fuzz: {runs} mutated queries, {hits} cache answers equal to replay, {auth} authoritative");
     assert!(hits > 300, "{hits} cache answers");
 }
+
+/// `xdns flush` empties the kernel cache whole: entries of every class, whether or not the
+/// resolver still holds them (here nothing in userspace knows them), through the
+/// `AnswerCache` trait object the resolver has. Every question then misses in XDP.
+#[test]
+fn cache_clear_deletes_every_entry() {
+    if !have_root("cache_clear_deletes_every_entry") {
+        return;
+    }
+    let mut prog = load_resolver(21);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    let mut frames = Vec::new();
+    for i in 0..300 {
+        let name = format!("h{i}.example.org");
+        let (qtype, body) = match i % 10 {
+            0 => (TXT, body_txt(&name, 4, 200, 0)), // class L
+            1 | 2 => (TXT, body_txt(&name, 2, 100, 0)), // class M
+            _ => (A, body_a(&name, 300, [198, 18, 4, i as u8])),
+        };
+        cache.insert(&entry(&name, qtype, i % 3 == 0, body, 1, 300)).unwrap();
+        frames.push(frame(&Net::v4(), &query(&wire(&name), qtype, Opt::new(1232, i % 3 == 0))));
+    }
+    assert_eq!(cache.entries(), [210, 60, 30]);
+    for f in &frames {
+        assert_eq!(verdict(&prog, f).2, ["cache_answered"]);
+    }
+    let dynamic: std::sync::Arc<dyn AnswerCache> = std::sync::Arc::new(cache.clone());
+    assert_eq!(dynamic.clear().unwrap(), 300);
+    assert_eq!(cache.entries(), [0, 0, 0]);
+    for f in &frames {
+        assert_eq!(verdict(&prog, f).2, ["pass_cache_miss"]);
+    }
+    assert_eq!(cache.clear().unwrap(), 0, "nothing left");
+}

@@ -430,14 +430,19 @@ impl Resolver {
                 p.due_ns = now + u64::from(ttl) * NS;
                 p.primed = true;
                 self.counters.primings.fetch_add(1, Relaxed);
-                let names: Vec<String> = set.iter().map(|(n, _)| to_presentation(n)).collect();
-                let addrs: usize = set.iter().map(|(_, a)| a.len()).sum();
+                let servers: Vec<String> = set
+                    .iter()
+                    .map(|(n, a)| {
+                        let a: Vec<String> = a.iter().map(IpAddr::to_string).collect();
+                        format!("{} {}", to_presentation(n), a.join(" "))
+                    })
+                    .collect();
                 tracing::info!(
                     %server,
                     ttl,
-                    "root priming: {} root servers ({}), {addrs} addresses",
+                    "root priming: {} root servers: {}",
                     set.len(),
-                    names.join(" ")
+                    servers.join(", ")
                 );
                 true
             }
@@ -454,13 +459,27 @@ impl Resolver {
         }
     }
 
-    /// Empties every cache: answers (also removed from the kernel cache), delegations and
-    /// server addresses learnt (the root set stays: the hints or the primed set), NXDOMAIN
-    /// cuts, failures and RTTs. Returns the number of answers removed.
+    /// Empties every cache: answers, delegations and server addresses learnt (the root set
+    /// stays: the hints or the primed set), NXDOMAIN cuts, failures and RTTs. The kernel cache
+    /// is emptied whole ([`AnswerCache::clear`]), also of answers the userspace cache has
+    /// already dropped (evicted, expired); a kernel cache that cannot be cleared gets the
+    /// userspace keys removed one by one. Returns the number of userspace answers removed.
     pub fn flush(&self) -> usize {
         let keys = self.answers.clear();
-        for k in &keys {
-            let _ = self.kernel.remove(k);
+        match self.kernel.clear() {
+            Ok(n) => {
+                tracing::info!(
+                    answers = keys.len(),
+                    kernel_entries = n,
+                    "resolver caches flushed"
+                )
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "kernel cache not cleared whole: removing known keys");
+                for k in &keys {
+                    let _ = self.kernel.remove(k);
+                }
+            }
         }
         lock(&self.infra.zones).retain(|_, d| d.expires_ns == u64::MAX);
         lock(&self.infra.addrs).retain(|_, a| a.expires_ns == u64::MAX);

@@ -54,6 +54,12 @@ pub trait AnswerCache: Send + Sync {
     fn insert(&self, answer: &CachedAnswer) -> Result<(), String>;
     /// Removes the answer for `key`, if any.
     fn remove(&self, key: &CacheKey) -> Result<(), String>;
+    /// Removes every answer, also those the caller no longer knows of (`xdns flush`);
+    /// returns how many were removed. By default unsupported: the caller then removes the
+    /// keys it knows one by one.
+    fn clear(&self) -> Result<usize, String> {
+        Err("clearing is not supported".into())
+    }
 }
 
 /// An [`AnswerCache`] that stores nothing (no XDP attached).
@@ -66,6 +72,9 @@ impl AnswerCache for NoCache {
     }
     fn remove(&self, _: &CacheKey) -> Result<(), String> {
         Ok(())
+    }
+    fn clear(&self) -> Result<usize, String> {
+        Ok(0)
     }
 }
 
