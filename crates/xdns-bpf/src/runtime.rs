@@ -509,3 +509,93 @@ fn batch_delete<'a>(map: &libbpf_rs::MapMut<'_>, keys: impl Iterator<Item = &'a 
         }
     }
 }
+
+/// Link hand-over for a restart without a gap (`xdns serve --takeover`): the running process
+/// passes duplicates of its link fds to the new one, which points each link at its own
+/// program with one `BPF_LINK_UPDATE` (the kernel swaps the program atomically: every packet
+/// runs either the old or the new program, none finds the interface bare).
+impl XdpProgram {
+    /// Duplicates of the link fds, with their interface names, to hand to a new process.
+    /// A link lives while any process holds a fd to it; closing ours later detaches nothing.
+    pub fn link_fds(&self) -> Result<Vec<(String, OwnedFd)>> {
+        self.links
+            .iter()
+            .map(|(name, fd)| Ok((name.clone(), fd.try_clone().context("duplicating a link fd")?)))
+            .collect()
+    }
+
+    /// Take over `link`, an XDP link on `ifname` made by another process: checked to be an
+    /// XDP link on that interface, then switched to this program atomically and kept like a
+    /// link of our own (closed on drop; the link dies with its last fd).
+    pub fn adopt_link(&mut self, ifname: &str, link: OwnedFd) -> Result<()> {
+        let want = ifindex(ifname)?;
+        let (kind, ifindex) = link_info(link.as_fd())?;
+        if kind != libbpf_sys::BPF_LINK_TYPE_XDP || ifindex != want {
+            bail!("the link handed over for {ifname} is not an XDP link on it (type {kind}, ifindex {ifindex})");
+        }
+        update_link(link.as_fd(), self.skel.progs.xdns_xdp.as_fd()).with_context(|| format!("replacing the XDP program on {ifname}"))?;
+        self.links.push((ifname.to_string(), link));
+        Ok(())
+    }
+
+    /// Point every link of ours at our program again: a hand-over that was abandoned after
+    /// the new process switched some links to its program gives them back.
+    pub fn reclaim_links(&self) -> Result<()> {
+        for (ifname, fd) in &self.links {
+            update_link(fd.as_fd(), self.skel.progs.xdns_xdp.as_fd()).with_context(|| format!("reclaiming the XDP link on {ifname}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Detach an XDP link now, whoever else holds a fd to it (`BPF_LINK_DETACH`): needed before
+/// attaching in another mode, which the kernel refuses while a program of either mode is on.
+pub fn detach_link(link: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: `link` is a valid fd for the duration of the call.
+    let rc = unsafe { libbpf_sys::bpf_link_detach(link.as_raw_fd()) };
+    if rc < 0 {
+        bail!("detaching an XDP link: {}", std::io::Error::from_raw_os_error(-rc));
+    }
+    Ok(())
+}
+
+/// `(link type, XDP ifindex)` of a link fd (the ifindex means something only for XDP links).
+pub fn link_info(link: std::os::fd::BorrowedFd<'_>) -> Result<(u32, u32)> {
+    // SAFETY: a zeroed `bpf_link_info` is a valid query buffer; the kernel fills at most `len`
+    // bytes of it.
+    let mut info: libbpf_sys::bpf_link_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_link_info>() as u32;
+    // SAFETY: `link` is a valid fd; `info` and `len` are valid for writes during the call.
+    let rc = unsafe { libbpf_sys::bpf_link_get_info_by_fd(link.as_raw_fd(), &mut info, &mut len) };
+    if rc < 0 {
+        bail!("reading a BPF link's info: {}", std::io::Error::from_raw_os_error(-rc));
+    }
+    // SAFETY: every variant of the union is plain integers; `xdp.ifindex` is what the kernel
+    // wrote for an XDP link and meaningless (but initialised) otherwise.
+    let ifindex = unsafe { info.__bindgen_anon_1.xdp.ifindex };
+    Ok((info.type_, ifindex))
+}
+
+/// Replace the program inside `link` with `prog` (one atomic `BPF_LINK_UPDATE`).
+fn update_link(link: std::os::fd::BorrowedFd<'_>, prog: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: an all-zero `bpf_link_update_opts` is its documented default; `sz` is set.
+    let mut opts: libbpf_sys::bpf_link_update_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_update_opts>() as _;
+    // SAFETY: both fds are valid for the call; `opts` is initialised and outlives it.
+    let rc = unsafe { libbpf_sys::bpf_link_update(link.as_raw_fd(), prog.as_raw_fd(), &opts) };
+    if rc < 0 {
+        bail!("BPF_LINK_UPDATE: {}", std::io::Error::from_raw_os_error(-rc));
+    }
+    Ok(())
+}
+
+/// The index of interface `ifname`.
+fn ifindex(ifname: &str) -> Result<u32> {
+    let cname = CString::new(ifname)?;
+    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
+    let i = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if i == 0 {
+        bail!("no interface {ifname}");
+    }
+    Ok(i)
+}
