@@ -8,8 +8,9 @@
 //! A connection with no complete query for `idle_timeout_ms` is closed; so is one whose
 //! answers cannot be written for as long. Answers are never truncated on TCP. Beyond
 //! `max_connections` open connections, new ones are closed as soon as they are accepted.
-//! On shutdown, the listener stops, every reader stops reading, pending answers are written
-//! and the connections close.
+//! On shutdown (SIGTERM, or a new process taking over the listener), the listener stops;
+//! each reader answers what is already arriving and stops once its connection has been quiet
+//! for 200 ms; pending answers are written and the connections close (at most 5 s later).
 
 use std::io;
 use std::net::SocketAddr;
@@ -31,6 +32,8 @@ use crate::stats::{DropKind, Shard};
 
 /// How long shutdown waits for open connections to finish their pending answers.
 const DRAIN: Duration = Duration::from_secs(5);
+/// Once stopping, how long a connection waits for one more query before it closes.
+const LINGER: Duration = Duration::from_millis(200);
 
 /// Create a listening TCP socket (blocking std socket, to be handed to tokio).
 pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -132,17 +135,35 @@ async fn connection(
     let resolving = Arc::new(Semaphore::new(cfg.max_pipelined.max(1)));
     let reader = async move {
         let mut query = Vec::new();
+        let mut draining = *shutdown.borrow();
         loop {
-            let len = tokio::select! {
-                _ = stopped(&mut shutdown) => break,
-                r = tokio::time::timeout(idle, rd.read_u16()) => match r {
-                    Ok(Ok(l)) => l as usize,
-                    Ok(Err(_)) => break,
-                    Err(_) => {
-                        shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
-                        break;
-                    }
-                },
+            // Wait for the next query without reading it (cancel-safe): a stop while a length
+            // prefix is half read must not lose its first byte. Once stopping, queries that
+            // arrive within `LINGER` are still answered (one already on its way when a
+            // takeover or SIGTERM lands must not be dropped), then the connection closes.
+            let wait = if draining { LINGER } else { idle };
+            let mut first = [0u8; 1];
+            let ready = tokio::select! {
+                _ = stopped(&mut shutdown), if !draining => { draining = true; continue; }
+                r = tokio::time::timeout(wait, rd.peek(&mut first)) => r,
+            };
+            match ready {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => break,
+                Err(_) if draining => break,
+                Err(_) => {
+                    shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
+                    break;
+                }
+            }
+            let len = match tokio::time::timeout(wait, rd.read_u16()).await {
+                Ok(Ok(l)) => l as usize,
+                Ok(Err(_)) => break,
+                Err(_) if draining => break,
+                Err(_) => {
+                    shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
+                    break;
+                }
             };
             query.resize(len, 0);
             match tokio::time::timeout(idle, rd.read_exact(&mut query)).await {
@@ -270,6 +291,63 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(shared.stats.tcp_open.load(Relaxed), 0);
+    }
+
+    /// A query that arrives just after shutdown began (a takeover or SIGTERM) on an open
+    /// connection is still answered; the quiet connection then closes.
+    #[tokio::test]
+    async fn query_arriving_while_stopping_is_answered() {
+        let std_listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        let listener = TcpListener::from_std(std_listener).unwrap();
+        let shared = Arc::new(Shared::new(Default::default()));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let cfg = TcpConfig {
+            idle_timeout_ms: 60_000,
+            max_connections: 4,
+            max_pipelined: 4,
+        };
+        let task = tokio::spawn(serve(
+            listener,
+            shared.clone(),
+            cfg,
+            Arc::new(Semaphore::new(4)),
+            stop_rx,
+        ));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        for _ in 0..100 {
+            if shared.stats.tcp_open.load(Relaxed) == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop_tx.send(true).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // One byte of the length first: a stop between the two must not lose it.
+        let q = [
+            0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'w', b'w', b'w', 0, 0, 1, 0, 1,
+        ];
+        c.write_all(&[0]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.write_all(&[q.len() as u8]).await.unwrap();
+        c.write_all(&q).await.unwrap();
+        let len = tokio::time::timeout(Duration::from_secs(5), c.read_u16())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut a = vec![0; len as usize];
+        c.read_exact(&mut a).await.unwrap();
+        assert_eq!(a[..2], [0x12, 0x34], "the answer to our query");
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0, "closed once quiet");
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[tokio::test]
