@@ -3,11 +3,12 @@
 //! Protocol: the client sends one command line (`stats`, `reload` or `flush`), the server
 //! answers with one line and closes. `stats` answers the [`Snapshot`] as JSON; `reload` answers
 //! `ok` once the reload has been queued; `flush` empties the resolver's caches and answers
-//! `ok N` (N answers removed); anything else answers `error: …`.
+//! `ok N` (N answers removed); anything else answers `error: …`. `takeover` (a new
+//! `xdns serve --takeover`) is a short dialogue that passes fds: see [`crate::takeover`].
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream as StdUnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,9 +59,7 @@ pub async fn serve(
                 Ok((stream, _)) => {
                     let shared = shared.clone();
                     let reload = reload.clone();
-                    tokio::spawn(async move {
-                        let _ = tokio::time::timeout(TIMEOUT, handle(stream, shared, reload)).await;
-                    });
+                    tokio::spawn(handle(stream, shared, reload));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "control accept failed");
@@ -71,16 +70,31 @@ pub async fn serve(
     }
 }
 
-async fn handle(
-    stream: UnixStream,
+/// One connection: a command line, then its answer within [`TIMEOUT`]; a `takeover` runs
+/// under its own timeouts.
+async fn handle(stream: UnixStream, shared: Arc<Shared>, reload: mpsc::Sender<Request>) {
+    let (rd, wr) = stream.into_split();
+    let mut reader = BufReader::new(rd.take(MAX_COMMAND));
+    let mut line = String::new();
+    match tokio::time::timeout(TIMEOUT, reader.read_line(&mut line)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    if line.trim() == crate::takeover::COMMAND {
+        if let Err(e) = crate::takeover::serve(reader, wr, shared, reload).await {
+            tracing::warn!(error = %e, "takeover connection failed");
+        }
+        return;
+    }
+    let _ = tokio::time::timeout(TIMEOUT, answer(line, wr, shared, reload)).await;
+}
+
+async fn answer(
+    line: String,
+    mut wr: tokio::net::unix::OwnedWriteHalf,
     shared: Arc<Shared>,
     reload: mpsc::Sender<Request>,
 ) -> io::Result<()> {
-    let (rd, mut wr) = stream.into_split();
-    let mut line = String::new();
-    BufReader::new(rd.take(MAX_COMMAND))
-        .read_line(&mut line)
-        .await?;
     let reply = match line.trim() {
         "stats" => {
             let snap = tokio::task::spawn_blocking(move || shared.snapshot())
@@ -101,6 +115,34 @@ async fn handle(
     wr.write_all(reply.as_bytes()).await?;
     wr.write_all(b"\n").await?;
     wr.shutdown().await
+}
+
+/// Bind a control socket beside `path` (same directory), to be moved over `path` with
+/// [`install`] once this process owns the service: a takeover must not cut the running server
+/// off from its clients before it has handed over.
+pub fn bind_aside(path: &Path) -> anyhow::Result<(UnixListener, PathBuf)> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.new", std::process::id()));
+    let aside = PathBuf::from(name);
+    let _ = std::fs::remove_file(&aside);
+    let l = UnixListener::bind(&aside)
+        .with_context(|| format!("binding control socket {}", aside.display()))?;
+    Ok((l, aside))
+}
+
+/// Move the socket bound by [`bind_aside`] over `path` (one `rename`: clients find either
+/// the old server's socket or this one, never none).
+pub fn install(aside: &Path, path: &Path) -> anyhow::Result<()> {
+    std::fs::rename(aside, path)
+        .with_context(|| format!("moving {} to {}", aside.display(), path.display()))
+}
+
+/// The identity (device, inode) of the socket file at `path`.
+pub fn socket_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Send `command` to the server at `path` and return its one-line reply (blocking).

@@ -3,7 +3,8 @@
 //! The runtime holds kernel objects that need not be `Send`, and its calls may block on map
 //! updates; keeping it on one dedicated thread and talking to it over a channel lets the async
 //! parts of the daemon (reload, stats) use it without caring about either. Dropping the
-//! [`Fastpath`] stops the thread, which drops the runtime and so detaches the program.
+//! [`Fastpath`] stops the thread, which drops the runtime and closes its links: that detaches
+//! the program unless a new process took the links over (then they live on with its program).
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use xdns_zone::ZoneSet;
 
-use crate::xdp::{XdpConfig, XdpRuntime};
+use crate::xdp::{InheritedLink, XdpConfig, XdpRuntime};
 
 /// How long a caller waits for the XDP thread before giving up.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -21,6 +22,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 #[allow(dead_code)] // Cache and SetAllow: used once the resolver is wired in (issue 4)
 enum Cmd {
     Reload(Arc<ZoneSet>, mpsc::Sender<anyhow::Result<()>>),
+    Attach(Vec<InheritedLink>, mpsc::Sender<anyhow::Result<()>>),
+    Links(mpsc::Sender<anyhow::Result<Vec<InheritedLink>>>),
+    Reclaim(mpsc::Sender<anyhow::Result<()>>),
     Counters(mpsc::Sender<Vec<(String, u64)>>),
     Cache(mpsc::Sender<anyhow::Result<Option<CacheHandles>>>),
     SetAllow(
@@ -43,8 +47,9 @@ pub struct Fastpath {
 }
 
 impl Fastpath {
-    /// Start the XDP runtime on its own thread. `Ok(None)` when no interface is configured.
-    pub fn start(
+    /// Load the program and fill its maps on a thread of its own, not attached yet
+    /// ([`Self::attach`]). `Ok(None)` when no interface is configured.
+    pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
         zones: Arc<ZoneSet>,
@@ -60,7 +65,7 @@ impl Fastpath {
         let thread = std::thread::Builder::new()
             .name("xdns-xdp".into())
             .spawn(move || {
-                let mut rt = match XdpRuntime::start(&cfg, &listen, &zones, edns_payload) {
+                let mut rt = match XdpRuntime::load(&cfg, &listen, &zones, edns_payload) {
                     Ok(Some(rt)) => {
                         let _ = started_tx.send(Ok(true));
                         rt
@@ -79,6 +84,15 @@ impl Fastpath {
                     match cmd {
                         Cmd::Reload(z, reply) => {
                             let _ = reply.send(rt.reload(&z));
+                        }
+                        Cmd::Attach(links, reply) => {
+                            let _ = reply.send(rt.attach(links));
+                        }
+                        Cmd::Links(reply) => {
+                            let _ = reply.send(rt.link_fds());
+                        }
+                        Cmd::Reclaim(reply) => {
+                            let _ = reply.send(rt.reclaim_links());
                         }
                         Cmd::Counters(reply) => {
                             let _ = reply.send(rt.counters());
@@ -116,6 +130,31 @@ impl Fastpath {
     pub fn reload(&self, zones: Arc<ZoneSet>) -> anyhow::Result<()> {
         let (reply, rx) = mpsc::channel();
         self.send(Cmd::Reload(zones, reply))?;
+        rx.recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+    }
+
+    /// Attach to the configured interfaces, taking over `inherited` links where they match
+    /// (blocking).
+    pub fn attach(&self, inherited: Vec<InheritedLink>) -> anyhow::Result<()> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Cmd::Attach(inherited, reply))?;
+        rx.recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+    }
+
+    /// Duplicates of the attached links, to hand to a new process (blocking).
+    pub fn links(&self) -> anyhow::Result<Vec<InheritedLink>> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Cmd::Links(reply))?;
+        rx.recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+    }
+
+    /// Point the links at this process's program again (blocking).
+    pub fn reclaim_links(&self) -> anyhow::Result<()> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Cmd::Reclaim(reply))?;
         rx.recv_timeout(CALL_TIMEOUT)
             .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
     }
@@ -174,7 +213,7 @@ mod tests {
 
     #[test]
     fn no_interfaces_means_no_fastpath() {
-        let r = Fastpath::start(
+        let r = Fastpath::load(
             &XdpConfig::default(),
             &[],
             Arc::new(ZoneSet::default()),

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! xdns serve --config FILE [--listen ADDR]... [--control PATH] [--metrics ADDR]
-//!            [--udp-workers N] [--log-level FILTER]
+//!            [--udp-workers N] [--log-level FILTER] [--takeover]
 //! xdns check --config FILE
 //! xdns stats [--config FILE | --control PATH] [--json]
 //! ```
@@ -17,6 +17,7 @@ mod recursion;
 mod reload;
 mod server;
 mod stats;
+mod takeover;
 mod xdp;
 
 use std::net::SocketAddr;
@@ -41,7 +42,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve in the foreground. SIGHUP reloads, SIGTERM/SIGINT stop.
+    /// Serve in the foreground. SIGHUP reloads, SIGTERM/SIGINT stop; `--takeover` replaces a
+    /// running server without losing a query.
     Serve(ServeArgs),
     /// Validate the configuration and load every zone without serving.
     Check {
@@ -98,6 +100,12 @@ struct ServeArgs {
     /// Log filter (`info`, `debug`, `xdns=trace`…); replaces `[log] level`. RUST_LOG wins.
     #[arg(long)]
     log_level: Option<String>,
+    /// Restart without losing queries: load the configuration and zones, then take the
+    /// listening sockets and XDP links of the server running on the control socket, which
+    /// then exits. A configuration or zone error leaves that server serving. With no server
+    /// running, start normally.
+    #[arg(long)]
+    takeover: bool,
 }
 
 #[derive(Debug, Args)]
@@ -174,7 +182,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(server::run(cfg, over));
+    let result = rt.block_on(server::run(cfg, over, args.takeover));
     // A zone load abandoned by a stop during start-up must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {

@@ -1,8 +1,10 @@
 //! Glue between the daemon and the XDP fast path (owner: XDP work, issue 3).
 //!
 //! CONTRACT used by the daemon (`serve`, `reload`, `stats`):
-//! - `XdpRuntime::start` attaches the program (BPF link) to every configured interface and fills
-//!   the kernel maps from `zones`; returns `Ok(None)` when no interface is configured.
+//! - `XdpRuntime::load` loads the program and fills the kernel maps from `zones`; returns
+//!   `Ok(None)` when no interface is configured. `attach` then attaches it (BPF link) to every
+//!   configured interface, or, on a takeover, switches the links handed over by the previous
+//!   process to this program (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set.
 //! - `counters` returns every verdict counter summed over CPUs, for `xdns stats` and `/metrics`.
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
@@ -11,7 +13,7 @@
 
 use std::net::SocketAddr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use xdns_zone::ZoneSet;
 
 /// `[xdp]` section of the configuration.
@@ -31,7 +33,7 @@ pub struct XdpConfig {
     pub resolver: Option<xdns_bpf::runtime::ResolverStage>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum XdpMode {
     Native,
@@ -40,24 +42,35 @@ pub enum XdpMode {
     Auto,
 }
 
+/// An XDP link of the previous process, handed over on a takeover.
+#[derive(Debug)]
+pub struct InheritedLink {
+    pub interface: String,
+    /// The mode it was attached in (a link cannot change mode).
+    pub mode: XdpMode,
+    pub fd: std::os::fd::OwnedFd,
+}
+
 /// The attached XDP program and its maps.
 pub struct XdpRuntime {
     prog: xdns_bpf::runtime::XdpProgram,
+    interfaces: Vec<String>,
+    mode: XdpMode,
 }
 
 impl XdpRuntime {
-    /// Load the program (the verifier runs here), fill the maps from `zones`, then attach to
-    /// every interface. Map capacity is three times the initial data (room for the old and the
-    /// new generation during a reload, plus growth); a reload beyond that fails and keeps the
-    /// old data.
-    pub fn start(
+    /// Load the program (the verifier runs here) and fill the maps from `zones`; not attached
+    /// yet ([`Self::attach`]). Map capacity is three times the initial data (room for the old
+    /// and the new generation during a reload, plus growth); a reload beyond that fails and
+    /// keeps the old data.
+    pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
         zones: &ZoneSet,
         edns_payload: u16,
     ) -> anyhow::Result<Option<Self>> {
         use anyhow::Context;
-        use xdns_bpf::runtime::{AttachMode, Capacity, LoadConfig, XdpProgram};
+        use xdns_bpf::runtime::{Capacity, LoadConfig, XdpProgram};
 
         if cfg.interfaces.is_empty() {
             return Ok(None);
@@ -72,15 +85,66 @@ impl XdpRuntime {
         };
         let mut prog = XdpProgram::load(&load)?;
         install_logged(&mut prog, &data).context("filling the XDP maps")?;
-        let mode = match cfg.mode {
+        Ok(Some(Self {
+            prog,
+            interfaces: cfg.interfaces.clone(),
+            mode: cfg.mode,
+        }))
+    }
+
+    /// Attach to every configured interface. A link in `inherited` for that interface and
+    /// mode gets this program swapped in atomically (no moment without a program); one of
+    /// another mode is detached first (queries meanwhile reach the userspace sockets). Links
+    /// for interfaces no longer configured are only closed here: they go when the previous
+    /// process, their last holder, exits.
+    pub fn attach(&mut self, inherited: Vec<InheritedLink>) -> anyhow::Result<()> {
+        use xdns_bpf::runtime::AttachMode;
+        let mode = match self.mode {
             XdpMode::Native => AttachMode::Native,
             XdpMode::Generic => AttachMode::Generic,
             XdpMode::Auto => AttachMode::Auto,
         };
-        for ifname in &cfg.interfaces {
-            prog.attach(ifname, mode)?;
+        let mut inherited = inherited;
+        for ifname in &self.interfaces {
+            match inherited.iter().position(|l| &l.interface == ifname) {
+                Some(i) => {
+                    let link = inherited.swap_remove(i);
+                    if link.mode == self.mode {
+                        self.prog.adopt_link(ifname, link.fd)?;
+                        tracing::info!(interface = %ifname, "XDP: program replaced inside the inherited link");
+                        continue;
+                    }
+                    xdns_bpf::runtime::detach_link(std::os::fd::AsFd::as_fd(&link.fd))?;
+                    tracing::warn!(interface = %ifname, from = ?link.mode, to = ?self.mode,
+                        "XDP: mode changed: inherited link detached, attaching again (userspace answers meanwhile)");
+                    self.prog.attach(ifname, mode)?;
+                }
+                None => self.prog.attach(ifname, mode)?,
+            }
         }
-        Ok(Some(Self { prog }))
+        for link in inherited {
+            tracing::info!(interface = %link.interface, "XDP: interface no longer configured; detached when the previous process exits");
+        }
+        Ok(())
+    }
+
+    /// Duplicates of our links, for a new process taking over.
+    pub fn link_fds(&self) -> anyhow::Result<Vec<InheritedLink>> {
+        Ok(self
+            .prog
+            .link_fds()?
+            .into_iter()
+            .map(|(interface, fd)| InheritedLink {
+                interface,
+                mode: self.mode,
+                fd,
+            })
+            .collect())
+    }
+
+    /// Point our links at our program again (after an abandoned takeover).
+    pub fn reclaim_links(&self) -> anyhow::Result<()> {
+        self.prog.reclaim_links()
     }
 
     /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).

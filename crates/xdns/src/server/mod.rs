@@ -1,14 +1,19 @@
 //! `xdns serve`: binds every listener, runs the UDP worker threads and the tokio tasks (TCP,
 //! control socket, metrics), and handles signals.
 //!
-//! Start-up order: load zones → start XDP → bind UDP, TCP, metrics → start workers → bind the
-//! control socket (its existence means "ready") → log one start line. SIGHUP (or `reload` on
-//! the control socket) rebuilds the zones aside and swaps them in; SIGTERM/SIGINT stop
-//! accepting, let in-flight work finish, remove the control socket and return.
+//! Start-up order: load zones → load the XDP program and fill its maps → (`--takeover`: take
+//! the running server's sockets and XDP links) → bind UDP, TCP, metrics (what was not
+//! inherited) → attach XDP (or swap it inside the inherited links) → bind the control socket
+//! → start workers → (takeover: tell the old process to stop, move the control socket over
+//! the path) → log one start line. SIGHUP (or `reload` on the control socket) rebuilds the
+//! zones aside and swaps them in; SIGTERM/SIGINT, or a completed takeover by a new process,
+//! stop accepting, let in-flight work finish, remove the control socket (unless it is the new
+//! process's by now) and return.
 
 pub mod tcp;
 pub mod udp;
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,6 +28,7 @@ use crate::fastpath::Fastpath;
 use crate::recursion::{self, Recursion};
 use crate::reload::{self, Served};
 use crate::stats::{Snapshot, Stats};
+use crate::takeover::{self, Role};
 use crate::{control, metrics};
 
 /// State shared by every thread and task.
@@ -37,6 +43,8 @@ pub struct Shared {
     pub fastpath: Mutex<Option<Fastpath>>,
     /// The recursive resolver, when `[resolver]` is configured (set before workers start).
     pub recursion: OnceLock<Arc<Recursion>>,
+    /// Listening sockets kept for a new process taking over.
+    pub takeover: takeover::State,
 }
 
 impl Shared {
@@ -48,6 +56,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             fastpath: Mutex::new(None),
             recursion: OnceLock::new(),
+            takeover: Default::default(),
         }
     }
 
@@ -88,10 +97,15 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
 pub enum Request {
     /// Reload configuration and zones, like SIGHUP.
     Reload,
+    /// A new process (`pid`) took the sockets and XDP links over and serves: stop.
+    HandedOver { pid: u32 },
 }
 
-/// Run the server until SIGTERM/SIGINT. `over` is re-applied on every reload.
-pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
+/// Run the server until SIGTERM/SIGINT, or until a new process has taken over. `over` is
+/// re-applied on every reload. With `takeover`, a server answering on the control socket hands
+/// its sockets and XDP links to this one once it is ready to serve (see [`crate::takeover`]);
+/// with none answering, this one starts fresh.
+pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result<()> {
     // Register signal handlers first: a SIGHUP during start-up must not kill us.
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -111,6 +125,13 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     for name in &report.missing {
         tracing::error!(zone = %name, "zone not loaded; not served");
     }
+    if takeover && !report.missing.is_empty() {
+        // The running server serves these zones: replacing it would lose them.
+        anyhow::bail!(
+            "takeover abandoned: {} zone(s) failed to load; the running server keeps serving",
+            report.missing.len()
+        );
+    }
     let shared = Arc::new(Shared::new(served));
 
     let mut fp_cfg = cfg.clone();
@@ -123,33 +144,94 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
     }
     let zones = shared.served.load().zones.clone();
     let fp = tokio::task::spawn_blocking(move || {
-        Fastpath::start(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload)
+        Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload)
     })
     .await?
-    .context("starting the XDP fast path")?;
+    .context("loading the XDP fast path")?;
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
 
+    // Everything that can fail on this host's state has been done: ask for the sockets.
+    let mut session = None;
+    if takeover {
+        let path = cfg.control.clone();
+        session = tokio::task::spawn_blocking(move || takeover::request(&path))
+            .await?
+            .context("takeover")?;
+        match &session {
+            Some(s) => tracing::info!(
+                pid = s.pid,
+                udp = s.inherited.udp.len(),
+                tcp = s.inherited.tcp.len(),
+                xdp_links = s.inherited.xdp.len(),
+                "takeover: received the running server's sockets and XDP links"
+            ),
+            None => tracing::info!(
+                control = %cfg.control.display(),
+                "takeover: no server answers on the control socket; starting fresh"
+            ),
+        }
+    }
+    let mut inherited = session
+        .as_mut()
+        .map(|s| std::mem::take(&mut s.inherited))
+        .unwrap_or_default();
+
     // Bind everything before serving anything, so a bad address fails start-up cleanly.
+    // Inherited sockets are used as they are, all of them: closing one would drop what is
+    // queued in it. Fewer than `udp_workers` for an address: more are bound beside them.
     let workers = cfg.effective_udp_workers();
     let mut udp_socks = Vec::new();
     let mut tcp_listeners = Vec::new();
     for &addr in &cfg.listen {
-        for _ in 0..workers {
-            udp_socks.push((
-                addr,
-                udp::bind(addr).with_context(|| format!("binding UDP {addr}"))?,
-            ));
+        let mut socks: Vec<socket2::Socket> = inherited
+            .take_udp(addr)
+            .into_iter()
+            .map(socket2::Socket::from)
+            .collect();
+        while socks.len() < workers {
+            socks.push(udp::bind(addr).with_context(|| format!("binding UDP {addr}"))?);
         }
-        tcp_listeners.push(tcp::bind(addr).with_context(|| format!("binding TCP {addr}"))?);
+        udp_socks.extend(socks.into_iter().map(|s| (addr, s)));
+        let tcp = match inherited.take_tcp(addr) {
+            Some(fd) => std::net::TcpListener::from(fd),
+            None => tcp::bind(addr).with_context(|| format!("binding TCP {addr}"))?,
+        };
+        tcp.set_nonblocking(true)?;
+        tcp_listeners.push((addr, tcp));
     }
     let metrics_listener = match cfg.metrics {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
+        Some(a) => Some(match inherited.take_metrics(a) {
+            Some(fd) => {
+                let l = std::net::TcpListener::from(fd);
+                l.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(l).context("registering metrics listener")?
+            }
+            None => tokio::net::TcpListener::bind(a)
                 .await
                 .with_context(|| format!("binding metrics {a}"))?,
-        ),
+        }),
         None => None,
     };
+    let links = std::mem::take(&mut inherited.xdp);
+    let dropped = inherited.leftover();
+    if !dropped.is_empty() {
+        tracing::info!(addrs = ?dropped, "takeover: these addresses are no longer configured; they close when the old process exits");
+    }
+    drop(inherited);
+    // Duplicates of every listening socket, for a later takeover of this process.
+    for (addr, s) in &udp_socks {
+        shared
+            .takeover
+            .offer(Role::Udp { addr: *addr }, s.as_fd())?;
+    }
+    for (addr, l) in &tcp_listeners {
+        shared
+            .takeover
+            .offer(Role::Tcp { addr: *addr }, l.as_fd())?;
+    }
+    if let (Some(addr), Some(l)) = (cfg.metrics, &metrics_listener) {
+        shared.takeover.offer(Role::Metrics { addr }, l.as_fd())?;
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -214,6 +296,30 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
             rs.max_pending,
         )));
     }
+    // The kernel path: on a takeover, the program is swapped inside the inherited links.
+    let fp_shared = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        match fp_shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(fp) => fp.attach(links),
+            None => {
+                if !links.is_empty() {
+                    tracing::info!("XDP not configured: the inherited links are detached when the old process exits");
+                }
+                Ok(())
+            }
+        }
+    })
+    .await?
+    .context("attaching the XDP program")?;
+    let control_path = cfg.control.clone();
+    let (control_listener, aside) = match &session {
+        Some(_) => {
+            let (l, aside) = control::bind_aside(&control_path)?;
+            (l, Some(aside))
+        }
+        None => (control::bind(&control_path)?, None),
+    };
+
     let mut threads = Vec::new();
     for (n, (addr, sock)) in udp_socks.into_iter().enumerate() {
         let wildcard = addr.ip().is_unspecified();
@@ -223,7 +329,7 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         );
     }
     let limit = Arc::new(Semaphore::new(cfg.tcp.max_connections));
-    for l in tcp_listeners {
+    for (_, l) in tcp_listeners {
         let l = tokio::net::TcpListener::from_std(l).context("registering TCP listener")?;
         tasks.push(tokio::spawn(tcp::serve(
             l,
@@ -241,14 +347,32 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         )));
     }
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
-    let control_path = cfg.control.clone();
-    let control_listener = control::bind(&control_path)?;
     tasks.push(tokio::spawn(control::serve(
         control_listener,
         shared.clone(),
         req_tx,
         stop_rx.clone(),
     )));
+
+    // Both processes serve now. The old one stops once it has our word; until its `ok`, a
+    // failure here leaves it serving (it takes its XDP links back when we are gone).
+    let mut taken_from = None;
+    if let (Some(s), Some(aside)) = (session, &aside) {
+        let pid = s.pid;
+        let committed = tokio::task::spawn_blocking(move || s.commit()).await?;
+        let committed = committed.and_then(|()| control::install(aside, &control_path));
+        if let Err(e) = committed {
+            let _ = std::fs::remove_file(aside);
+            stop(&shared, stop_tx, tasks, threads).await;
+            return Err(e.context("takeover abandoned; the running server keeps serving"));
+        }
+        tracing::info!(
+            pid,
+            "takeover: the old process is stopping; control socket moved here"
+        );
+        taken_from = Some(pid);
+    }
+    let control_id = control::socket_id(&control_path);
 
     let zones: Vec<String> = shared
         .served
@@ -265,19 +389,56 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         xdp = shared.fastpath.lock().map(|f| f.is_some()).unwrap_or(false),
         zones = ?zones,
         resolver = cfg.resolver.is_some(),
+        taken_over_from = ?taken_from,
         "xdns started"
     );
 
     let mut current = cfg;
+    let mut handed_to = None;
     loop {
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = sighup.recv() => { current = do_reload(&shared, current, &over).await; }
-            Some(Request::Reload) = req_rx.recv() => { current = do_reload(&shared, current, &over).await; }
+            Some(req) = req_rx.recv() => match req {
+                Request::Reload => { current = do_reload(&shared, current, &over).await; }
+                Request::HandedOver { pid } => {
+                    tracing::info!(pid, "takeover: the new process serves; stopping without detaching XDP");
+                    handed_to = Some(pid);
+                    break;
+                }
+            },
         }
     }
 
+    stop(&shared, stop_tx, tasks, threads).await;
+    // After a takeover the path holds the new process's socket: leave it.
+    if control_id.is_some() && control::socket_id(&control_path) == control_id {
+        remove_control(&control_path);
+    }
+    // Closing our link fds detaches nothing the new process holds too.
+    let fp = shared
+        .fastpath
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let _ = tokio::task::spawn_blocking(move || drop(fp)).await;
+    match handed_to {
+        Some(pid) => tracing::info!(pid, "xdns stopped; handed over"),
+        None => tracing::info!("xdns stopped"),
+    }
+    Ok(())
+}
+
+/// Stop serving: close the duplicates kept for a takeover, stop reading, let in-flight work
+/// finish (UDP workers answer what they received, TCP connections drain) and wait for it.
+async fn stop(
+    shared: &Arc<Shared>,
+    stop_tx: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+) {
+    shared.takeover.withdraw();
     shared.shutdown.store(true, Ordering::Relaxed);
     let _ = stop_tx.send(true);
     for t in tasks {
@@ -289,15 +450,6 @@ pub async fn run(cfg: Config, over: Overrides) -> anyhow::Result<()> {
         }
     })
     .await;
-    remove_control(&control_path);
-    let fp = shared
-        .fastpath
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    let _ = tokio::task::spawn_blocking(move || drop(fp)).await;
-    tracing::info!("xdns stopped");
-    Ok(())
 }
 
 fn remove_control(path: &PathBuf) {
