@@ -3,8 +3,18 @@
 //! [`KernelData`] is what the kernel needs, independent of hashing and generations: every
 //! name that exists (with its apex, zone cut and wildcard facts) and every body the lookup can
 //! select. [`encode`] turns it into the ABI structs for one generation and seed.
+//!
+//! Shared NODATA bodies: most names answer "no such type" with the apex SOA only, the same
+//! bytes as the apex's own `Other` body once its compression pointers are shifted by the
+//! difference in name length, which is what the kernel does for NXDOMAIN bodies anyway. So
+//! [`compile_kernel_data`] leaves a name's `Other` body out when it is exactly the apex's,
+//! rebased ([`same_when_rebased`]), and [`encode`] marks every node without an `Other` body of
+//! its own `XDNS_NODE_NODATA_APEX`: the kernel then looks `Other` up at the apex.
+
+use std::collections::{HashMap, HashSet};
 
 use xdns_wire::Body;
+use xdns_zone::lookup::{BodyKey, BodyKind};
 use xdns_zone::ZoneSet;
 
 use crate::hash::name_hash;
@@ -36,6 +46,13 @@ impl Kind {
         (k.0 as u8, t)
     }
 }
+
+/// `xdns_node.flags` bits (`XDNS_NODE_*` of `bpf/xdns_abi.h`; `#define`s are not in the BTF).
+pub const NODE_APEX: u16 = 0x1;
+pub const NODE_CUT: u16 = 0x2;
+pub const NODE_WILDCARD: u16 = 0x4;
+/// The node's `Other` body is its apex's, rebased (no entry of its own).
+pub const NODE_NODATA_APEX: u16 = 0x8;
 
 /// One existing name, as the kernel's lookup sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,20 +99,109 @@ impl From<xdns_zone::lookup::BodyKind> for Kind {
 /// Everything the kernel needs for `zones`: the nodes of [`kernel_nodes`] and, for every key
 /// of the engine's `enumerate`, the engine's compiled body (bytes never re-encoded here).
 /// Keys whose base name belongs to another (child) zone served here are left out, so a
-/// parent's referral never shadows the child's own answers.
+/// parent's referral never shadows the child's own answers. A name's `Other` body that is
+/// the apex's `Other` body rebased ([`same_when_rebased`]) is left out too: the kernel
+/// answers it from the apex's (see the module documentation).
+///
+/// Order: zones by apex, then the engine's `enumerate` order (names sorted), so the same zones
+/// always give the same data without sorting every body.
 pub fn compile_kernel_data(zones: &ZoneSet) -> KernelData {
     let mut answers = Vec::new();
-    for zone in zones.zones.values() {
-        for (key, body) in xdns_zone::compile::compile_all(zone) {
-            match zones.find(&key.base) {
-                Some(z) if z.apex == zone.apex => {}
-                _ => continue,
-            }
-            answers.push(AnswerEntry { base: key.base.to_vec(), kind: key.kind.into(), body });
-        }
+    for zone in zones_in_order(zones) {
+        compile_zone(zones, zone, |base, kind, body| answers.push(AnswerEntry { base, kind, body }));
     }
-    answers.sort_by(|a, b| (&a.base, a.kind).cmp(&(&b.base, b.kind)));
     KernelData { nodes: kernel_nodes(zones), answers }
+}
+
+/// The served zones, sorted by apex.
+fn zones_in_order(zones: &ZoneSet) -> Vec<&xdns_zone::Zone> {
+    let mut v: Vec<&xdns_zone::Zone> = zones.zones.values().map(|z| &**z).collect();
+    v.sort_unstable_by(|a, b| a.apex.cmp(&b.apex));
+    v
+}
+
+/// Is `name` (a name of `zone`) answered by `zone`, i.e. not by a served child zone below it
+/// (`ZoneSet::find` picks the longest apex)? Without a served zone below `zone`'s apex, every
+/// name of it is, and no lookup is needed.
+fn owned_by<'a>(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> impl Fn(&[u8]) -> bool + 'a {
+    let has_child = zones.zones.keys().any(|a| a.len() > zone.apex.len() && xdns_wire::name::is_subdomain(a, &zone.apex));
+    move |name: &[u8]| !has_child || zones.find(name).is_some_and(|z| z.apex == zone.apex)
+}
+
+/// The bodies of one zone of `zones` the kernel stores, in the engine's `enumerate` order,
+/// handed to `out` one by one (nothing is collected here): keys of names of another served
+/// zone and shareable `Other` bodies (see [`compile_kernel_data`]) are skipped.
+/// Returns how many `Other` bodies were shared.
+pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut(Vec<u8>, Kind, Body)) -> usize {
+    let apex_key = BodyKey { base: zone.apex.clone(), kind: BodyKind::Other };
+    let mut apex = Rebased::new(xdns_zone::compile::compile(zone, &apex_key));
+    let mut shared = 0;
+    let owned = owned_by(zones, zone);
+    for (key, body) in xdns_zone::compile::compile_all(zone) {
+        if !owned(&key.base) {
+            continue;
+        }
+        if key.kind == BodyKind::Other && key.base != zone.apex && apex.matches(&body) {
+            shared += 1;
+            continue;
+        }
+        out(key.base.into_vec(), key.kind.into(), body);
+    }
+    shared
+}
+
+/// Would the kernel send exactly `own` when it answers with `shared` (compiled against a
+/// base name `own.base_len - shared.base_len` bytes shorter) instead? It adds that delta to
+/// every pointer listed in `fixups` and copies everything else: so the header fields, the
+/// length and the fixup offsets must be equal, the bytes equal once shifted, and the fixups
+/// few enough for the kernel to apply them (else it passes a shifted body to userspace).
+pub fn same_when_rebased(shared: &Body, own: &Body) -> bool {
+    let Some(delta) = own.base_len.checked_sub(shared.base_len) else { return false };
+    heads_match(shared, own) && rebase(shared, delta).as_deref().is_some_and(|b| b == &own.bytes[..])
+}
+
+/// Everything but the bytes and the base length agrees, and the kernel can apply the fixups.
+fn heads_match(shared: &Body, own: &Body) -> bool {
+    (shared.flags, shared.ancount, shared.nscount, shared.arcount, shared.an_ns_len, shared.ar_required)
+        == (own.flags, own.ancount, own.nscount, own.arcount, own.an_ns_len, own.ar_required)
+        && shared.bytes.len() == own.bytes.len()
+        && shared.fixups == own.fixups
+        && shared.fixups.len() <= MAX_FIXUPS
+}
+
+/// `body`'s bytes with every fixup pointer shifted by `delta`, as the kernel writes them
+/// (`None` if a fixup lies outside the body).
+fn rebase(body: &Body, delta: u16) -> Option<Vec<u8>> {
+    let mut b = body.bytes.clone();
+    for &f in &body.fixups {
+        let p = b.get_mut(usize::from(f)..usize::from(f) + 2)?;
+        let v = u16::from_be_bytes([p[0], p[1]]).wrapping_add(delta);
+        p.copy_from_slice(&v.to_be_bytes());
+    }
+    Some(b)
+}
+
+/// The apex's `Other` body and its rebased bytes for each delta met so far.
+struct Rebased {
+    body: Body,
+    by_delta: HashMap<u16, Option<Vec<u8>>>,
+}
+
+impl Rebased {
+    fn new(body: Body) -> Self {
+        Self { body, by_delta: HashMap::new() }
+    }
+
+    /// [`same_when_rebased`] against the apex's body, rebasing once per delta.
+    fn matches(&mut self, own: &Body) -> bool {
+        let Some(delta) = own.base_len.checked_sub(self.body.base_len) else { return false };
+        if !heads_match(&self.body, own) {
+            return false;
+        }
+        let body = &self.body;
+        let bytes = self.by_delta.entry(delta).or_insert_with(|| rebase(body, delta));
+        bytes.as_deref().is_some_and(|b| b == &own.bytes[..])
+    }
 }
 
 /// Wire length and label count (root excluded) of a valid wire name.
@@ -118,19 +224,21 @@ pub fn parent(name: &[u8]) -> Option<&[u8]> {
 
 /// The nodes of every zone: a name belongs to the zone with the longest apex above it
 /// (`ZoneSet::find`), exactly as the userspace lookup picks the zone; names a parent zone holds
-/// below a served child zone's apex are left out.
+/// below a served child zone's apex are left out. Zones by apex, names sorted.
 pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
     let mut out = Vec::new();
-    for zone in zones.zones.values() {
-        for (name, _) in zone.nodes.iter() {
-            match zones.find(name) {
-                Some(z) if z.apex == zone.apex => {}
-                _ => continue,
-            }
+    for zone in zones_in_order(zones) {
+        let owned = owned_by(zones, zone);
+        let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).filter(|n| owned(n)).collect();
+        names.sort_unstable();
+        // Without a delegation in the zone no name is at or below a cut: no walk up.
+        let has_cut = zone.nodes.iter().any(|(n, node)| n[..] != zone.apex[..] && node.rrset(2).is_some());
+        out.reserve(names.len());
+        for name in names {
             // The highest zone cut between the apex (excluded) and the name (included).
             let mut cut = None;
             let mut cur: &[u8] = name;
-            while cur != &zone.apex[..] {
+            while has_cut && cur != &zone.apex[..] {
                 if zone.nodes.get(cur).is_some_and(|n| n.rrset(2).is_some()) {
                     cut = Some(cur.to_vec());
                 }
@@ -139,7 +247,8 @@ pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
                     None => break,
                 }
             }
-            let mut wild = b"\x01*".to_vec();
+            let mut wild = Vec::with_capacity(name.len() + 2);
+            wild.extend_from_slice(b"\x01*");
             wild.extend_from_slice(name);
             out.push(NodeEntry {
                 name: name.to_vec(),
@@ -149,7 +258,6 @@ pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
             });
         }
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
 
@@ -257,38 +365,57 @@ pub fn answer_key(seed: u64, gen: u32, base: &[u8], kind: Kind) -> xdns_answer_k
     xdns_answer_key { hash: name_hash(seed, base), r#gen, qtype, kind: k, _pad: 0 }
 }
 
-/// Encode `data` for generation `gen` with hash seed `seed`.
+/// Names that have an `Other` body of their own in `answers`; a node not among them (and
+/// neither apex nor cut) gets `XDNS_NODE_NODATA_APEX`.
+pub fn own_other<'a>(answers: impl IntoIterator<Item = &'a AnswerEntry>) -> HashSet<&'a [u8]> {
+    answers.into_iter().filter(|a| a.kind == Kind::Other).map(|a| &a.base[..]).collect()
+}
+
+/// The `xdns_nodes` entry of `n` in generation `gen`. `own_other`: does `n` have an `Other`
+/// body of its own? A node that is neither apex nor cut and has none answers NODATA with its
+/// apex's (`XDNS_NODE_NODATA_APEX`; when the apex has none either, the kernel passes, as it
+/// would without the flag).
+pub fn encode_node(n: &NodeEntry, own_other: bool, seed: u64, gen: u32) -> (xdns_node_key, xdns_node) {
+    let (len, labels) = name_shape(&n.name);
+    let (_, apex_labels) = name_shape(&n.apex);
+    let mut v = xdns_node {
+        apex_hash: name_hash(seed, &n.apex),
+        name_len: len as u8,
+        labels: labels as u8,
+        apex_labels: apex_labels as u8,
+        ..Default::default()
+    };
+    if n.name == n.apex {
+        v.flags |= NODE_APEX;
+    }
+    if let Some(cut) = &n.cut {
+        v.flags |= NODE_CUT;
+        v.cut_hash = name_hash(seed, cut);
+        v.cut_labels = name_shape(cut).1 as u8;
+    }
+    if n.wildcard {
+        v.flags |= NODE_WILDCARD;
+    }
+    if v.flags & (NODE_APEX | NODE_CUT) == 0 && !own_other {
+        v.flags |= NODE_NODATA_APEX;
+    }
+    (xdns_node_key { hash: name_hash(seed, &n.name), r#gen, _pad: 0 }, v)
+}
+
+/// The map entry of one body: key, answer value and body bytes.
+pub fn encode_answer(a: &AnswerEntry, seed: u64, gen: u32) -> (xdns_answer_key, xdns_answer, BodyValue) {
+    let (v, body) = encode_body(&a.body);
+    (answer_key(seed, gen, &a.base, a.kind), v, body)
+}
+
+/// Encode `data` for generation `gen` with hash seed `seed` (all at once; the loader encodes
+/// chunk by chunk with [`encode_node`] and [`encode_answer`]).
 pub fn encode(data: &KernelData, seed: u64, gen: u32) -> Encoded {
-    let mut out = Encoded::default();
-    for n in &data.nodes {
-        let (len, labels) = name_shape(&n.name);
-        let (_, apex_labels) = name_shape(&n.apex);
-        let mut v = xdns_node {
-            apex_hash: name_hash(seed, &n.apex),
-            name_len: len as u8,
-            labels: labels as u8,
-            apex_labels: apex_labels as u8,
-            ..Default::default()
-        };
-        if n.name == n.apex {
-            v.flags |= 0x1;
-        }
-        if let Some(cut) = &n.cut {
-            v.flags |= 0x2;
-            v.cut_hash = name_hash(seed, cut);
-            v.cut_labels = name_shape(cut).1 as u8;
-        }
-        if n.wildcard {
-            v.flags |= 0x4;
-        }
-        let k = xdns_node_key { hash: name_hash(seed, &n.name), r#gen, _pad: 0 };
-        out.nodes.push((k, v));
+    let own = own_other(&data.answers);
+    Encoded {
+        nodes: data.nodes.iter().map(|n| encode_node(n, own.contains(&n.name[..]), seed, gen)).collect(),
+        answers: data.answers.iter().map(|a| encode_answer(a, seed, gen)).collect(),
     }
-    for a in &data.answers {
-        let (v, body) = encode_body(&a.body);
-        out.answers.push((answer_key(seed, gen, &a.base, a.kind), v, body));
-    }
-    out
 }
 
 /// Bytes of kernel map memory one entry of each kind costs (hash-map element header, key and

@@ -1,7 +1,7 @@
 //! The kernel's lookup (`bpf/lookup.h`) over [`MemMaps`]: what body would the XDP program
 //! pick? Tests compare it with the engine's `select` for whole query corpora.
 
-use crate::data::{answer_key, Kind};
+use crate::data::{answer_key, Kind, NODE_CUT, NODE_NODATA_APEX, NODE_WILDCARD};
 use crate::hash::suffix_hashes;
 use crate::maps::MemMaps;
 use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
@@ -25,7 +25,8 @@ pub struct Chosen {
 /// Select the body for (lowercased wire `qname`, `qtype`) in generation `gen`: the
 /// exact-name fast path (Type(qtype) at the whole name, base length checked), then the
 /// closest encloser deepest suffix first (none with fewer labels than the label floor), then
-/// the engine's order.
+/// the engine's order (an exact node marked `XDNS_NODE_NODATA_APEX` takes `Other` from its
+/// apex).
 pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
     let get = |hash: u64, kind: Kind| {
         let (k, t) = kind.abi();
@@ -54,11 +55,11 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
     }
     let (hash, len, node) = ce.ok_or(Miss::NoZone)?;
     let exact = len == qname.len();
-    let found = if node.flags & 0x2 != 0 {
+    let found = if node.flags & NODE_CUT != 0 {
         get(node.cut_hash, Kind::Other)
     } else if exact {
-        get(hash, Kind::Other)
-    } else if node.flags & 0x4 != 0 {
+        get(if node.flags & NODE_NODATA_APEX != 0 { node.apex_hash } else { hash }, Kind::Other)
+    } else if node.flags & NODE_WILDCARD != 0 {
         get(hash, Kind::Wildcard(qtype)).or_else(|| get(hash, Kind::WildcardOther))
     } else {
         get(node.apex_hash, Kind::NxDomain)

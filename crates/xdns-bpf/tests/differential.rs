@@ -8,6 +8,9 @@
 //!   one time in ten): never XDP_ABORTED,
 //!   a pass leaves the frame untouched, every XDP_TX reply has valid checksums, parses, and
 //!   equals userspace's answer to the mutated query.
+//! - `nodata_shared_select` (no root) / `nodata_shared_xdp` (root): a NODATA for a name whose
+//!   `Other` body is the apex's rebased is answered from the apex's body (no entry of its
+//!   own), one whose body differs keeps its own; both equal userspace byte for byte.
 
 mod common;
 
@@ -17,7 +20,7 @@ use std::sync::Arc;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use xdns_bpf::data::{compile_kernel_data, encode, KernelData};
+use xdns_bpf::data::{compile_kernel_data, encode, same_when_rebased, KernelData, Kind, NODE_NODATA_APEX};
 use xdns_bpf::maps::{KernelMaps, Loader, MemMaps};
 use xdns_bpf::select::{key_of, select};
 use xdns_zone::{load_zone, respond, Outcome, RespondConfig, Transport, ZoneSet, ZoneSource};
@@ -127,6 +130,19 @@ fn compare_select(zones: &ZoneSet) -> usize {
                 Some(z) => {
                     let want = xdns_zone::lookup::select(z, &key, qt, Transport::Udp);
                     let got = kernel.unwrap_or_else(|e| panic!("{name:?}/{qt}: kernel {e:?}, engine {want:?}"));
+                    if want.kind == xdns_zone::BodyKind::Other
+                        && want.base != z.apex
+                        && got.key.hash == key_of(loader.seed(), gen, &z.apex, Kind::Other).hash
+                    {
+                        // a shared NODATA body: the apex's, which must be this name's rebased
+                        let apex = xdns_zone::BodyKey { base: z.apex.clone(), kind: xdns_zone::BodyKind::Other };
+                        assert!(
+                            same_when_rebased(&xdns_zone::compile(z, &apex), &xdns_zone::compile(z, &want)),
+                            "{name:?}/{qt}: the apex's Other body is not this name's"
+                        );
+                        checked += 1;
+                        continue;
+                    }
                     assert_eq!(
                         got.key.hash,
                         key_of(loader.seed(), gen, &want.base, want.kind.into()).hash,
@@ -139,6 +155,81 @@ fn compare_select(zones: &ZoneSet) -> usize {
         }
     }
     checked
+}
+
+/// A zone where most names share the apex's NODATA body and some cannot: `ns1` (the SOA's
+/// MNAME, compressed against the question name itself), `alias` (a CNAME: its Other body is
+/// the chain), the cut `sub` (a referral) and the apex itself.
+fn nodata_zones() -> ZoneSet {
+    let dir = std::env::temp_dir().join(format!("xdns-bpf-nodata-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("t.zone"),
+        "$TTL 300\n@ SOA ns1 hostmaster 1 2 3 4 60\n@ NS ns1\nns1 A 198.18.0.1\nwww A 198.18.0.2\n\
+         a.very.deep.name AAAA 2001:db8::1\nalias CNAME www\nsub NS ns.sub\nns.sub A 198.18.0.3\n\
+         *.w TXT \"w\"\n",
+    )
+    .unwrap();
+    let mut set = ZoneSet::default();
+    let z = load_zone(&ZoneSource { name: "nodata.test.".into(), file: dir.join("t.zone") }, None).unwrap_or_else(|e| panic!("{e:?}"));
+    set.zones.insert(z.apex.clone(), Arc::new(z));
+    std::fs::remove_dir_all(&dir).unwrap();
+    set
+}
+
+/// Which nodes share the apex's NODATA body, in the data and in the encoded node flags.
+#[test]
+fn nodata_shared_select() {
+    let zones = nodata_zones();
+    let data = compile_kernel_data(&zones);
+    let has_other = |n: &str| data.answers.iter().any(|a| a.base == wire(n) && a.kind == Kind::Other);
+    let enc = encode(&data, 7, 1);
+    let flag = |n: &str| {
+        let i = data.nodes.iter().position(|x| x.name == wire(n)).unwrap_or_else(|| panic!("node {n}"));
+        enc.nodes[i].1.flags & NODE_NODATA_APEX != 0
+    };
+    for n in ["www.nodata.test", "a.very.deep.name.nodata.test", "w.nodata.test"] {
+        assert!(!has_other(n) && flag(n), "{n}: shares the apex's body");
+    }
+    for n in ["nodata.test", "ns1.nodata.test", "alias.nodata.test", "sub.nodata.test", "ns.sub.nodata.test"] {
+        assert!(!flag(n), "{n}: keeps its own");
+    }
+    for n in ["nodata.test", "ns1.nodata.test", "alias.nodata.test", "sub.nodata.test"] {
+        assert!(has_other(n), "{n}: own Other body");
+    }
+    assert!(compare_select(&zones) > 100);
+}
+
+/// The kernel answers a NODATA for a non-apex name from the shared (apex) body, byte for
+/// byte as userspace, over IPv4 and IPv6, with and without EDNS, in mixed case; and names
+/// whose body is not shareable from their own.
+#[test]
+fn nodata_shared_xdp() {
+    if !have_root("nodata_shared_xdp") {
+        return;
+    }
+    let zones = nodata_zones();
+    let mut prog = load();
+    prog.install(&compile_kernel_data(&zones)).unwrap();
+    let names = ["wWw.nodata.test", "a.VERY.deep.name.nodata.test", "w.nodata.test", "NS1.nodata.test", "nodata.test", "alias.nodata.test"];
+    let mut n = 0;
+    for (i, name) in names.iter().enumerate() {
+        for (j, opt) in [None, Opt::new(1232, false), Opt::new(4096, true)].into_iter().enumerate() {
+            let dns = query(&wire(name), 16 + (i as u16 % 2) * 83, opt); // TXT or SPF(99)
+            let net = if (i + j) % 2 == 0 { Net::v4() } else { Net::v6() };
+            let (act, out) = prog.test_run(&frame(&net, &dns)).unwrap();
+            assert_eq!(act, 3, "{name}: answered in the kernel");
+            assert!(checksums_ok(&out), "{name}: checksums");
+            let want = respond_udp(&zones, &dns).unwrap();
+            assert_eq!(dns_of(&out), &want[..], "{name}: kernel and userspace differ");
+            let rcode_aa = (want[2] & 0x04 != 0, want[3] & 0x0f);
+            if *name != "alias.nodata.test" {
+                assert_eq!((rcode_aa, want[6..8].to_vec(), want[8..10].to_vec()), ((true, 0), vec![0, 0], vec![0, 1]), "{name}: a NODATA");
+            }
+            n += 1;
+        }
+    }
+    assert_eq!(n, 18);
 }
 
 #[test]
