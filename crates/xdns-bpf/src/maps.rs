@@ -6,12 +6,16 @@
 //! A packet reads the active generation once, so it sees the old data or the new, never a mix,
 //! and never a missing entry. If writing fails, the partial generation is removed and the old
 //! one stays active.
+//!
+//! Entries are encoded and written a chunk at a time ([`CHUNK`]; the real maps write each
+//! chunk with one `BPF_MAP_UPDATE_BATCH` per map), so the ABI form of a whole generation never
+//! sits in memory; only the keys are kept, to delete the generation later (batched too).
 
 use std::collections::HashMap;
 
 use anyhow::Result;
 
-use crate::data::{encode, BodyValue, Encoded, KernelData};
+use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
@@ -97,13 +101,12 @@ impl Loader {
     /// Write `data` as a new generation without activating it.
     pub fn stage(&self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<Staged> {
         let gen = self.next_generation();
-        let enc = encode(data, self.seed, gen);
-        let floor = enc.nodes.iter().map(|(_, n)| u32::from(n.labels)).min().unwrap_or(NO_NODES_FLOOR);
+        let floor = data.nodes.iter().map(|n| name_shape(&n.name).1 as u32).min().unwrap_or(NO_NODES_FLOOR);
         // Lower the floor before any new node is visible; it is raised only in `commit`, once
         // the old generation is gone, so it never exceeds a readable generation's own.
         maps.set_label_floor(self.current.as_ref().map_or(floor, |c| c.floor.min(floor)))?;
         let mut done = Installed { gen, floor, ..Default::default() };
-        if let Err(e) = write(maps, &enc, &mut done) {
+        if let Err(e) = write(maps, data, self.seed, &mut done) {
             remove(maps, &done);
             return Err(e);
         }
@@ -137,12 +140,25 @@ impl Loader {
 #[derive(Debug)]
 pub struct Staged(Installed);
 
-fn write(maps: &mut dyn KernelMaps, enc: &Encoded, done: &mut Installed) -> Result<()> {
-    // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
-    done.nodes.extend(enc.nodes.iter().map(|(k, _)| *k));
-    done.answers.extend(enc.answers.iter().map(|(k, a, _)| (*k, a.class)));
-    maps.put_nodes(&enc.nodes)?;
-    maps.put_bodies(&enc.answers)?;
+/// Entries encoded and written per step (one batch syscall per map and chunk).
+pub const CHUNK: usize = 4096;
+
+fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Installed) -> Result<()> {
+    let gen = done.gen;
+    let own = own_other(&data.answers);
+    done.nodes.reserve_exact(data.nodes.len());
+    done.answers.reserve_exact(data.answers.len());
+    for chunk in data.nodes.chunks(CHUNK) {
+        let enc: Vec<_> = chunk.iter().map(|n| encode_node(n, own.contains(&n.name[..]), seed, gen)).collect();
+        // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
+        done.nodes.extend(enc.iter().map(|(k, _)| *k));
+        maps.put_nodes(&enc)?;
+    }
+    for chunk in data.answers.chunks(CHUNK) {
+        let enc: Vec<_> = chunk.iter().map(|a| encode_answer(a, seed, gen)).collect();
+        done.answers.extend(enc.iter().map(|(k, a, _)| (*k, a.class)));
+        maps.put_bodies(&enc)?;
+    }
     Ok(())
 }
 
