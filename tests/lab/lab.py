@@ -410,6 +410,30 @@ remote-control:
         self.servers[name] = srv
         return srv
 
+    def xdns_takeover(self, srv: Server, name: str, conf: Path | None = None,
+                      wait: bool = True, timeout: float = 20.0) -> Server:
+        """Start `xdns serve --takeover` on `srv`'s configuration (or `conf`, which must use the
+        same control socket) under process name `name`. With `wait`, return once the old
+        process has exited (the new one then serves alone). The new Server keeps srv's
+        addresses."""
+        conf = conf or srv.extra["conf"]
+        env = dict(os.environ, RUST_BACKTRACE="1")
+        proc, err = self._spawn(self.server_ns, [XDNS_BIN, "serve", "--config", conf,
+                                                 "--takeover"], name, env=env)
+        new = Server(name, srv.addr4, srv.addr6, proc, srv.workdir, err,
+                     dict(srv.extra, conf=conf))
+        if wait:
+            try:
+                srv.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{srv.name} did not exit after a takeover by {name}\n"
+                                   f"--- {name} stderr ---\n{new.stderr()[-3000:]}") from None
+            if not new.alive():
+                raise RuntimeError(f"{name} exited with {proc.returncode} after taking over\n"
+                                   f"--- stderr ---\n{new.stderr()[-3000:]}")
+        self.servers[name] = new
+        return new
+
     def xdns_stats(self, srv: Server) -> dict:
         """`xdns stats --json` of a running xdns (its control socket is a path: any netns)."""
         import json
