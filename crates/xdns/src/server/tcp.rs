@@ -10,7 +10,8 @@
 //! `max_connections` open connections, new ones are closed as soon as they are accepted.
 //! On shutdown (SIGTERM, or a new process taking over the listener), the listener stops;
 //! each reader answers what is already arriving and stops once its connection has been quiet
-//! for 200 ms; pending answers are written and the connections close (at most 5 s later).
+//! for 200 ms (at most 1 s after the stop); pending answers are written and the connections
+//! close (all within 5 s).
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,6 +35,9 @@ use crate::stats::{DropKind, Shard};
 const DRAIN: Duration = Duration::from_secs(5);
 /// Once stopping, how long a connection waits for one more query before it closes.
 const LINGER: Duration = Duration::from_millis(200);
+/// Once stopping, how long a connection that keeps sending queries is still read: then it is
+/// closed after its answers, and its client sends the rest elsewhere (RFC 7766 6.2.1).
+const LAST_READ: Duration = Duration::from_secs(1);
 
 /// Create a listening TCP socket (blocking std socket, to be handed to tokio).
 pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -135,22 +139,32 @@ async fn connection(
     let resolving = Arc::new(Semaphore::new(cfg.max_pipelined.max(1)));
     let reader = async move {
         let mut query = Vec::new();
-        let mut draining = *shutdown.borrow();
+        let mut draining = (*shutdown.borrow()).then(tokio::time::Instant::now);
         loop {
             // Wait for the next query without reading it (cancel-safe): a stop while a length
             // prefix is half read must not lose its first byte. Once stopping, queries that
             // arrive within `LINGER` are still answered (one already on its way when a
-            // takeover or SIGTERM lands must not be dropped), then the connection closes.
-            let wait = if draining { LINGER } else { idle };
+            // takeover or SIGTERM lands must not be dropped), for at most `LAST_READ`; then
+            // the connection closes once its answers are written.
+            let wait = match draining {
+                Some(since) => match LAST_READ.checked_sub(since.elapsed()) {
+                    Some(left) => left.min(LINGER),
+                    None => break,
+                },
+                None => idle,
+            };
             let mut first = [0u8; 1];
             let ready = tokio::select! {
-                _ = stopped(&mut shutdown), if !draining => { draining = true; continue; }
+                _ = stopped(&mut shutdown), if draining.is_none() => {
+                    draining = Some(tokio::time::Instant::now());
+                    continue;
+                }
                 r = tokio::time::timeout(wait, rd.peek(&mut first)) => r,
             };
             match ready {
                 Ok(Ok(n)) if n > 0 => {}
                 Ok(_) => break,
-                Err(_) if draining => break,
+                Err(_) if draining.is_some() => break,
                 Err(_) => {
                     shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
                     break;
@@ -159,7 +173,7 @@ async fn connection(
             let len = match tokio::time::timeout(wait, rd.read_u16()).await {
                 Ok(Ok(l)) => l as usize,
                 Ok(Err(_)) => break,
-                Err(_) if draining => break,
+                Err(_) if draining.is_some() => break,
                 Err(_) => {
                     shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
                     break;
