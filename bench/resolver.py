@@ -43,11 +43,18 @@ Four measurements, in this order:
 
 4. Hit ratio of a hot set across TTL expiry: the names tree.MEDIUM_HOT (TTL 12 s) are asked
    round-robin at HOT_RATE per second for 2 TTLs + 3 s after one warming ask each, against
-   xdns-xdp and Unbound at the same time, once with prefetch off and once on (xdns
-   `prefetch_percent = 10`, Unbound `prefetch: yes`). A hit is an ask the resolver answered
-   from its cache without an upstream resolution, by its own counters: xdns
-   `resolver.cache_misses` (kernel hits are `xdp.cache_answered`), Unbound
-   `total.num.cachemiss`. Each ask's latency is recorded too (p99, max).
+   xdns-xdp, Unbound, Knot Resolver and PowerDNS Recursor at the same time (one poller thread
+   each), once with their prefetch knobs off and once on: xdns `prefetch_percent = 10`,
+   Unbound `prefetch: yes`, kresd the `predict` module (refreshes records asked near their
+   expiry, and learns what to ask ahead), Recursor `refresh-on-ttl-perc=10`. A miss is an ask that waited
+   for an upstream resolution, by the resolver's own counters: xdns `resolver.cache_misses`
+   (kernel hits are `xdp.cache_answered`), Unbound `total.num.cachemiss`, kresd client
+   requests (`request.udp` + `request.tcp`) not counted in `answer.cached` (the `stats`
+   module is loaded for this), Recursor upstream queries (`all-outqueries`) not made by its
+   refresh task (`almost-expired-run`), at most its `packetcache-misses`: with the hot set's
+   delegation cached, each miss and each refresh is one upstream query. Refreshes: xdns `resolver.prefetches`, Unbound `total.num.prefetch`,
+   kresd `request.internal` (its own requests: prefetch and other refreshes), Recursor
+   `almost-expired-run`. Each ask's latency is recorded too (p99, max).
 
 Goals of issue 4, reported next to the numbers and never asserted: xdns-xdp cache-hit
 replies/s >= 2.5x Unbound's, >= 0.8x the ceiling; kernel ns per hit <= 3.5x the no-op's;
@@ -126,7 +133,9 @@ HOT_RATE = 40  # asks per second over the hot set of part 4 (all names together)
 
 THROUGHPUT_PEERS = ["xdns-xdp", "xdns", "unbound", "kresd", "pdns", "noop-xdp"]
 RESOLVERS = ["xdns-xdp", "xdns", "unbound", "kresd", "pdns"]  # parts 3 (cold latency)
-PREFETCH_PEERS = ["xdns-xdp", "unbound"]  # part 4
+PREFETCH_PEERS = ["xdns-xdp", "unbound", "kresd", "pdns"]  # part 4
+# Starter options of part 4 by peer (besides prefetch on/off): kresd needs its stats module.
+PREFETCH_EXTRA = {"kresd": {"extra": "modules.load('stats')"}}
 
 
 def start_resolver(lab: Lab, tree: T.Tree, kind: str, name: str, **kw):
@@ -183,6 +192,45 @@ def unbound_counters(srv) -> dict:
     out = {}
     for line in p.stdout.splitlines():
         k, _, v = line.partition("=")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            pass
+    return out
+
+
+def kresd_counters(srv) -> dict:
+    """kresd's `stats.list()` (the stats module must be loaded), as {name: value}."""
+    import re
+    ctl = srv.workdir / "control" / str(srv.proc.pid)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5.0)
+        s.connect(str(ctl))
+        s.sendall(b"stats.list()\n")
+        txt = b""
+        # The reply is a Lua table printed over several writes (a prompt may come first).
+        while b"}" not in txt:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            txt += chunk
+    txt = txt.decode(errors="replace")
+    out = {m.group(1): float(m.group(2))
+           for m in re.finditer(r"\['([\w.]+)'\] = ([-+\d.e]+)", txt)}
+    if "answer.total" not in out:
+        raise RuntimeError(f"kresd stats.list(): {txt[:500]}")
+    return out
+
+
+def pdns_counters(srv) -> dict:
+    """`rec_control get-all` of PowerDNS Recursor, as {name: value}."""
+    p = subprocess.run(["rec_control", f"--socket-dir={srv.workdir}", "get-all"],
+                       capture_output=True, text=True, timeout=10)
+    if p.returncode != 0:
+        raise RuntimeError(f"rec_control get-all: {p.stdout}{p.stderr}")
+    out = {}
+    for line in p.stdout.splitlines():
+        k, _, v = line.partition("\t")
         try:
             out[k] = float(v)
         except ValueError:
@@ -319,16 +367,39 @@ def poll_hot(lab: Lab, addr: str, names: list[str], seconds: float, rate: float,
 
 
 def counters(lab: Lab, kind: str, srv) -> dict:
-    """(asks the resolver saw, misses that waited for an upstream resolution, prefetches)."""
+    """The resolver's own counters (monotonic; part 4 takes differences): "misses" (asks that
+    waited for an upstream resolution, or what comes closest: see the module doc) and
+    "prefetches" (refreshes it started itself); xdns also "kernel_hits"."""
     if kind.startswith("xdns"):
         s = lab.xdns_stats(srv)
         r = s["resolver"]
         kernel = s.get("xdp", {}).get("cache_answered", 0)
         return {"hits": r["cache_hits"] + kernel, "kernel_hits": kernel,
                 "misses": r["cache_misses"], "prefetches": r["prefetches"]}
+    if kind == "kresd":
+        c = kresd_counters(srv)
+        client = c.get("request.udp", 0) + c.get("request.tcp", 0)
+        return {"client": client, "cached": c.get("answer.cached", 0),
+                "prefetches": c.get("request.internal", 0)}
+    if kind == "pdns":
+        c = pdns_counters(srv)
+        return {"cache_misses": c.get("cache-misses", 0),
+                "packetcache_misses": c.get("packetcache-misses", 0),
+                "outqueries": c.get("all-outqueries", 0),
+                "prefetches": c.get("almost-expired-run", 0)}
     c = unbound_counters(srv)
     return {"hits": c.get("total.num.cachehits", 0), "misses": c.get("total.num.cachemiss", 0),
             "prefetches": c.get("total.num.prefetch", 0)}
+
+
+def misses_of(kind: str, d: dict) -> int:
+    """Misses from a difference of `counters`."""
+    if kind == "kresd":
+        return max(0, int(d["client"] - d["cached"]))
+    if kind == "pdns":
+        # Each miss and each refresh is one upstream query here (the delegation stays cached).
+        return max(0, int(min(d["outqueries"] - d["prefetches"], d["packetcache_misses"])))
+    return int(d["misses"])
 
 
 def prefetch_ratio(lab: Lab, tree: T.Tree, kinds: list[str], names: list[str], ttl: int,
@@ -336,8 +407,10 @@ def prefetch_ratio(lab: Lab, tree: T.Tree, kinds: list[str], names: list[str], t
     out = {}
     for prefetch in (False, True):
         label = "on" if prefetch else "off"
-        servers = {k: start_resolver(lab, tree, k, f"{k}-prefetch-{label}", prefetch=prefetch)
-                   for k in kinds}
+        servers = {}
+        for k in kinds:
+            servers[k] = start_resolver(lab, tree, k, f"{k}-prefetch-{label}", prefetch=prefetch,
+                                        **PREFETCH_EXTRA.get(k, {}))
         try:
             for k, srv in servers.items():
                 for n in names:  # the one miss per name before the window starts
@@ -362,12 +435,13 @@ def prefetch_ratio(lab: Lab, tree: T.Tree, kinds: list[str], names: list[str], t
             log = logs[k]
             ms = [x[2] for x in log if x[2] is not None]
             asks = len(log)
-            misses = int(d["misses"])
+            misses = misses_of(k, d)
             out[f"{k}/{label}"] = {
                 "resolver": k, "prefetch": prefetch, "asks": asks,
                 "answered": sum(1 for x in log if x[3]), "misses": misses,
                 "hit_ratio": 1 - misses / asks if asks else None,
                 "prefetches": int(d["prefetches"]), "kernel_hits": d.get("kernel_hits"),
+                "counters": d,
                 "p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99), "max_ms": max(ms) if ms else None,
                 "timeline": [(round(t, 3), round(x, 3) if x is not None else None)
                              for t, _, x, _ in log]}
@@ -476,7 +550,7 @@ def chart(tp: dict, cold: dict, pf: dict, sm: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4.8), gridspec_kw={"width_ratios": [3, 1.5, 2.6, 2.2]})
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": [3, 1.5, 2.6, 3.6]})
     ax1, ax2, ax3, ax4 = axes
 
     color = B.peer_color
@@ -554,10 +628,10 @@ def chart(tp: dict, cold: dict, pf: dict, sm: dict, path: Path) -> None:
             b.set_hatch("" if r["prefetch"] else "//")
             ax4.text(b.get_x() + b.get_width() / 2, b.get_height(),
                      f"{r['misses']} of {r['asks']}\n{100 * r['hit_ratio']:.2f}% hits",
-                     ha="center", va="bottom", fontsize=8)
+                     ha="center", va="bottom", fontsize=7)
         ax4.set_ylim(0, max(miss + [1]) * 1.5)
         ax4.set_ylabel("asks that waited for upstream")
-        ax4.tick_params(axis="x", labelsize=8)
+        ax4.tick_params(axis="x", labelsize=7)
     ax4.set_title("hot set across TTL expiry: misses")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
