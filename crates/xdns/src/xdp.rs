@@ -83,7 +83,9 @@ impl XdpRuntime {
             capacity: Capacity::for_data(&data),
             resolver: cfg.resolver.clone(),
         };
+        let t = std::time::Instant::now();
         let mut prog = XdpProgram::load(&load)?;
+        tracing::info!(seconds = t.elapsed().as_secs_f32(), "XDP: program loaded (verifier), maps created");
         install_logged(&mut prog, &data).context("filling the XDP maps")?;
         Ok(Some(Self {
             prog,
@@ -184,15 +186,34 @@ impl XdpRuntime {
 /// zone set this and the map fill take seconds, which an operator should see, not guess.
 fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
     let t = std::time::Instant::now();
-    tracing::info!("XDP: compiling answers for the kernel");
+    tracing::info!(rss_mib = rss_mib(), "XDP: compiling answers for the kernel");
     let data = xdns_bpf::data::compile_kernel_data(zones);
+    // names answering NODATA from their apex's body (XDNS_NODE_NODATA_APEX), not their own
+    let own = xdns_bpf::data::own_other(&data.answers);
+    let shared = data
+        .nodes
+        .iter()
+        .filter(|n| n.name != n.apex && n.cut.is_none() && !own.contains(&n.name[..]))
+        .count();
     tracing::info!(
         names = data.nodes.len(),
         answers = data.answers.len(),
+        shared_nodata = shared,
         seconds = t.elapsed().as_secs_f32(),
+        rss_mib = rss_mib(),
         "XDP: answers compiled"
     );
     data
+}
+
+/// Resident memory of this process in MiB (`VmRSS`), for the phase logs; 0 if unknown.
+fn rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
 }
 
 /// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
@@ -204,7 +225,8 @@ fn install_logged(
     prog.install(data)?;
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
-        "XDP: kernel maps filled, new data active"
+        rss_mib = rss_mib(),
+        "XDP: kernel maps filled (batched, chunk by chunk), new data active"
     );
     Ok(())
 }
