@@ -5,6 +5,7 @@ and a no-op XDP program; in-kernel ns/packet; BPF map memory per record; zone lo
     make bench-smoke    # a few seconds per peer, tiny zone; checks the harness only (CI)
     /usr/bin/python3 bench/bench.py [--smoke] [--peers xdns-xdp,noop-xdp] [--duration S]
                                     [--qps N] [--rounds N] [--records N]
+    /usr/bin/python3 bench/bench.py --load-only [--records N] [--peers xdns-xdp,knot]
 
 Needs root, clang (for the no-op program), kxdpgun, knotd (with XDP), nsd, bpftool, 2 CPUs.
 
@@ -48,6 +49,8 @@ generated load zone served with XDP.
 Load: a generated zone (bench/genzone.py, 1,000,000 records; 20,000 in smoke mode) is loaded by
 `xdns check` and `nsd-checkzone` under /usr/bin/time -v (wall time, peak RSS), and by xdns serve
 (userspace and XDP) and knotd from start until the zone answers (peak RSS from VmHWM).
+For xdns with XDP the daemon's phase log lines (`XDP: ...`: compile, map fill, seconds) are
+printed too. `--load-only` runs just this part (results in bench/out/load.json).
 
 Goals reported, not asserted: xdns-xdp >= 2x knot-xdp, >= 0.9x noop-xdp (the ceiling), and
 in-kernel ns/packet <= 3x noop-xdp's. Smoke mode asserts only that every peer answers.
@@ -427,6 +430,10 @@ def load(records: int, peers: set) -> tuple[dict, dict]:
                 lab, lambda l: l.start_xdns(zones, name="xdns-load-xdp", xdp="native",
                                             timeout=600))
             mem = xdns_memory(lab, srv)
+            phases = [ln.strip() for ln in srv.stderr().splitlines() if "XDP:" in ln]
+            res["xdns serve (XDP)"]["phases"] = phases
+            for ln in phases:
+                print(f"  xdns-xdp log: {ln[-160:]}", flush=True)
             lab.stop(srv)
         if "knot" in peers:
             res["knotd"], srv = serve_until_loaded(lab, lambda l: l.start_knot(zones, name="knot-load"))
@@ -629,6 +636,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, help="kxdpgun runs per peer (median kept)")
     ap.add_argument("--records", type=int, help="records in the load-test zone")
     ap.add_argument("--peers", help="comma-separated subset of: " + ",".join(n for n, _ in PEERS))
+    ap.add_argument("--load-only", action="store_true",
+                    help="only the zone load measurement (time, peak RSS, map memory)")
     a = ap.parse_args()
     duration = a.duration or (2 if a.smoke else 10)
     qps = a.qps or (20_000 if a.smoke else 4_000_000)
@@ -645,6 +654,12 @@ def main() -> int:
         print("bench: needs 2 CPUs (generator and server pinned apart)", file=sys.stderr)
         return 1
     OUT.mkdir(exist_ok=True)
+    if a.load_only:
+        print(f"== load: {records} records")
+        ld, mem = load(records, {n for n, _ in PEERS})
+        (OUT / "load.json").write_text(json.dumps(
+            {"records": records, "load": ld, "map_memory": mem}, indent=2))
+        return 0
     print(f"== throughput: {duration}s x {rounds} per peer at {qps} q/s offered")
     tp = throughput(duration, qps, rounds)
     (OUT / "results.json").write_text(json.dumps({"partial": True, "throughput": tp}, indent=2))
