@@ -328,6 +328,34 @@ mod tests {
         assert_eq!(maps.floor, NO_NODES_FLOOR, "no nodes: every name is under no zone");
     }
 
+    /// A generation larger than one chunk is written completely, and a failure in a later
+    /// chunk removes the earlier chunks too; the old generation stays active throughout.
+    #[test]
+    fn chunked_write_and_cleanup() {
+        let big = |tag: u8| {
+            let mut d = data(tag);
+            for i in 0..(2 * CHUNK + 7) {
+                let name = [&[6u8][..], format!("n{i:05}").as_bytes(), APEX].concat();
+                d.nodes.push(NodeEntry { name: name.clone(), apex: APEX.to_vec(), cut: None, wildcard: false });
+                let body = Body { flags: 0x0400, bytes: vec![tag; 4], an_ns_len: 4, base_len: name.len() as u16, ..Default::default() };
+                d.answers.push(AnswerEntry { base: name, kind: Kind::Type(1), body });
+            }
+            d
+        };
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(9);
+        l.install(&mut maps, &big(0xA)).unwrap();
+        let n = 2 * CHUNK + 9;
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1));
+        maps.fail_after = Some(maps.puts + n + CHUNK + 3); // in the second answer chunk
+        assert!(l.install(&mut maps, &big(0xB)).is_err());
+        maps.fail_after = None;
+        assert_eq!((maps.gen, tag(&maps, 9)), (1, Some(0xA)));
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1), "every chunk of the failed generation removed");
+        l.install(&mut maps, &big(0xC)).unwrap();
+        assert_eq!((maps.gen, tag(&maps, 9), maps.nodes.len()), (2, Some(0xC), n), "old generation deleted");
+    }
+
     /// A failed write leaves the old generation active and removes the partial new one.
     #[test]
     fn failed_stage_keeps_old() {
