@@ -431,7 +431,9 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
 }
 
 /// Stop serving: close the duplicates kept for a takeover, stop reading, let in-flight work
-/// finish (UDP workers answer what they received, TCP connections drain) and wait for it.
+/// finish and wait for it. UDP workers go first (each answers what it received), while the
+/// resolver still takes the cache misses they hand it; then the tasks (TCP connections drain);
+/// then recursive resolutions under way get a moment to answer.
 async fn stop(
     shared: &Arc<Shared>,
     stop_tx: watch::Sender<bool>,
@@ -440,17 +442,34 @@ async fn stop(
 ) {
     shared.takeover.withdraw();
     shared.shutdown.store(true, Ordering::Relaxed);
-    let _ = stop_tx.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
     let _ = tokio::task::spawn_blocking(move || {
         for t in threads {
             let _ = t.join();
         }
     })
     .await;
+    let t = std::time::Instant::now();
+    if let Some(rec) = shared.recursion.get() {
+        // Misses handed over by the workers, not yet taken by the resolver's task.
+        while rec.pending.capacity() < rec.pending.max_capacity() && t.elapsed() < RESOLVING_GRACE {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    // Resolutions under way hold the resolver (one clone each; the OnceLock holds the last),
+    // and the runtime drops them on return.
+    if let Some(rec) = shared.recursion.get() {
+        while Arc::strong_count(rec) > 1 && t.elapsed() < RESOLVING_GRACE {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }
+
+/// How long a stop waits for recursive resolutions under way.
+const RESOLVING_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn remove_control(path: &PathBuf) {
     if let Err(e) = std::fs::remove_file(path) {
