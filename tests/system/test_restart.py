@@ -415,18 +415,19 @@ def test_sigkill_after_takeover_leaves_no_xdp_program(rlab):
 
 
 def test_takeover_of_a_resolver_under_load(rlab):
-    """A caching resolver: cache hits and fresh cache misses (resolutions under way at the
-    hand-over) are all answered. Userspace only: the XDP hand-over is covered above."""
-    from tree import Tree, start_xdns_resolver
+    """A caching resolver with its kernel cache stage: cache hits (kernel and userspace) and
+    fresh cache misses (resolutions under way at the hand-over) are all answered."""
+    from tree import Tree, start_xdns_xdp_resolver
     lab = rlab
     tree = Tree(lab).start()
-    srv = start_xdns_resolver(lab, tree, name="xdns-res0")
+    srv = start_xdns_xdp_resolver(lab, tree, name="xdns-res0")
     queries = [("www.good.lab.", "A"), ("good.lab.", "MX"), ("www.good.lab.", "AAAA")]
     expected = expected_answers(lab, srv.addr4, queries, ttl=False)
     with Load(lab, srv.addr4, srv.addr6, expected, nx_suffix="good.lab.") as load:
         time.sleep(1.0)
         for i in (1, 2):
             srv, _ = takeover(lab, srv, f"xdns-res{i}", load)
+            assert len(xdp_prog_ids(lab)) == 1
             time.sleep(0.7)
     load.assert_clean()
     print(f"resolver: 2 restarts; load {load.sent} all answered")
