@@ -91,7 +91,6 @@ static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const _
 	void *data_end = (void *)(long)ctx->data_end;
 	__u8 *dst, *last;
 	__u32 t;
-	__u64 w;
 	int i;
 
 	if (at > 0x3fff || blen < 8 || blen > XDNS_CLASS_S_LEN)
@@ -103,8 +102,7 @@ static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const _
 			break;
 		if ((void *)(dst + i * 8 + 8) > data_end)
 			return 1;
-		__builtin_memcpy(&w, bytes + i * 8, 8);
-		__builtin_memcpy(dst + i * 8, &w, 8);
+		xdns_st64(dst + i * 8, xdns_ld64(bytes + i * 8));
 	}
 	if (blen & 7) {
 		t = (blen - 8) & (XDNS_CLASS_S_LEN - 1);
@@ -113,8 +111,7 @@ static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const _
 		last = dst + t;
 		if ((void *)(last + 8) > data_end)
 			return 1;
-		__builtin_memcpy(&w, bytes + t, 8);
-		__builtin_memcpy(last, &w, 8);
+		xdns_st64(last, xdns_ld64(bytes + t));
 	}
 	return 0;
 }
@@ -307,36 +304,78 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 }
 
 /*
+ * Move the first `keep` bytes of the frame `head` bytes down (to the new start after the head
+ * grew), by direct packet access, eight bytes at a time upwards (safe: the destination is
+ * below the source). The last word is read before anything is written and stored last, so a
+ * `keep` that is not a multiple of 8 needs no byte loop. Returns -1 when the frame is shorter
+ * than expected (nothing the caller can undo: drop).
+ */
+static __always_inline int xdns_move_down(struct xdp_md *ctx, __u32 head, __u32 keep)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *src, *dst = data;
+	__u64 last;
+	__u32 i, k8;
+
+	if (head > XDNS_HEAD_GROW || keep < 8 || keep > XDNS_MOVE_MAX)
+		return -1;
+	src = data + head;
+	k8 = keep - 8;
+	asm volatile("" : "+r"(k8));    /* one variable offset, no negative constant after it */
+	if ((void *)(src + k8 + 8) > data_end)
+		return -1;
+	last = xdns_ld64(src + k8);
+#pragma unroll
+	for (i = 0; i < XDNS_MOVE_MAX / 8; i++) {
+		if (i * 8 + 8 > keep)
+			break;
+		if ((void *)(src + i * 8 + 8) > data_end || (void *)(dst + i * 8 + 8) > data_end)
+			return -1;
+		xdns_st64(dst + i * 8, xdns_ld64(src + i * 8));
+	}
+	if ((void *)(dst + k8 + 8) > data_end)
+		return -1;
+	xdns_st64(dst + k8, last);
+	return 0;
+}
+
+/*
  * Make the frame `grow` bytes longer (or shorter). The tail is tried first: no copy. Where the
  * driver leaves too little tailroom (veth and generic XDP hand over skb data with only
  * allocation slack behind it) the head grows into the XDP headroom instead, up to
  * XDNS_HEAD_GROW bytes and the tail for the rest, and the headers and question (the first
  * `keep` bytes, all that is still read) move to the new start, so every offset in `pkt` stays
- * valid. Returns 0 when resized, 1 when the frame is unchanged (pass it on), -1 when the frame
- * changed and the move failed (drop).
+ * valid. An interface whose tail refused to grow is remembered (per CPU): its next replies try
+ * the head first, saving the failing call. Returns 0 when resized, 1 when the frame is
+ * unchanged (pass it on), -1 when the frame changed and the move failed (drop).
  */
 static __always_inline int xdns_resize(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 keep, long grow)
 {
-	__u32 head;
+	__u32 head, ifindex = ctx->ingress_ifindex;
+	int head_first;
 
 	if (grow == 0)
 		return 0;
-	if (!bpf_xdp_adjust_tail(ctx, (int)grow))
-		return 0;
+	head_first = grow > 0 && grow <= XDNS_HEAD_GROW && sc->tail_short_ifindex == ifindex && ifindex;
+	if (!head_first) {
+		if (!bpf_xdp_adjust_tail(ctx, (int)grow))
+			return 0;
+		if (grow > 0)
+			sc->tail_short_ifindex = ifindex;
+	}
 	if (grow < 0 || keep == 0 || keep > XDNS_MOVE_MAX)
 		return 1;
 	head = grow < XDNS_HEAD_GROW ? (__u32)grow : XDNS_HEAD_GROW;
-	if (bpf_xdp_adjust_head(ctx, -(int)head))
-		return 1;
+	if (bpf_xdp_adjust_head(ctx, -(int)head)) {
+		/* no headroom either: the tail may still grow (a hint can be stale) */
+		return head_first && !bpf_xdp_adjust_tail(ctx, (int)grow) ? 0 : 1;
+	}
 	if ((__u32)grow > head && bpf_xdp_adjust_tail(ctx, (int)((__u32)grow - head))) {
 		/* give the headroom back: nothing was moved yet */
 		return bpf_xdp_adjust_head(ctx, (int)head) ? -1 : 1;
 	}
-	if (bpf_xdp_load_bytes(ctx, head, sc->move, keep))
-		return -1;
-	if (bpf_xdp_store_bytes(ctx, 0, sc->move, keep))
-		return -1;
-	return 0;
+	return xdns_move_down(ctx, head, keep);
 }
 
 /* IPv4 options are not echoed: move Ethernet + the fixed IPv4 header forward over them. */

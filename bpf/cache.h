@@ -52,8 +52,8 @@ static long xdns_cache_cmp_word(__u64 index, void *arg)
 	left = sc->qlen - off;
 	if (left < 8)
 		mask = (1ULL << (left * 8)) - 1;        /* little-endian loads: low bytes first */
-	__builtin_memcpy(&a, &sc->name[off], 8);
-	__builtin_memcpy(&b, &c->mt->name[off], 8);
+	a = xdns_ld64(&sc->lname[off]);
+	b = xdns_ld64(&c->mt->name[off]);
 	if ((a & mask) != b) {
 		sc->cmp_diff = 1;
 		return 1;
@@ -256,7 +256,7 @@ static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, cons
 
 /*
  * The cache stage, for a query whose name is under no served zone (the encloser walk left
- * the whole name's hash state in sc->hs). Returns XDNS_CACHE_ANSWERED with the frame rewritten,
+ * the whole name's hash in sc->sfx[]). Returns XDNS_CACHE_ANSWERED with the frame rewritten,
  * or a pass reason with the frame untouched (XDNS_DROP_REWRITE if a helper failed halfway).
  */
 static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, struct xdns_scratch *sc,
@@ -278,9 +278,9 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		return XDNS_PASS_RD0;
 	if (q->flags & XDNS_F_CD)
 		return XDNS_PASS_CACHE_CD;
-	if (sc->end != 0 || q->qlen > 255)
+	if (sc->nsfx != q->nlab || q->nlab == 0 || q->nlab > 128 || q->qlen > 255)
 		return XDNS_PASS_CACHE_MISS;
-	key.hash = xdns_hash_fin(sc->hs);
+	key.hash = sc->sfx[(q->nlab - 1) & 127];        /* the whole name's */
 	key.qtype = q->qtype;
 	key.do_bit = q->do_bit;
 	key.name_len = q->qlen;

@@ -5,6 +5,8 @@
 
 #include "parse.h"
 #include "csum.h"
+#include "hash.h"
+#include "word.h"
 
 #define XDNS_HDR_LEN 12
 #define XDNS_OPT_LEN 11         /* root owner, type, class, ttl, rdlength */
@@ -62,39 +64,85 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 }
 
 /*
- * One label of the question name (bpf_loop body, `index` = label number): check its length
- * octet (<= 63: no compression pointer, no extended label type), record where it starts and
- * hop to the next label. The bytes themselves are summed and lowercased by the hash pass
- * (lookup.h), which reads each byte once anyway. State lives in the scratch map.
+ * The words of one label (n = its length octet and bytes, 2..64) at name[pos]: eight bytes at
+ * a time, the last word masked to the label. The original words go into the checksum
+ * (`lanes`), the lowercased ones into the label hash (hash.h) and, for the cache stage, into
+ * `lname`. Returns the label hash.
  */
-static long xdns_qname_label(__u64 index, void *arg)
+static __always_inline __u64 xdns_label_words(struct xdns_scratch *sc, __u32 pos, __u32 n, __u64 *lanes)
 {
-	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
-	__u64 pos, len;
+	__u64 w, lw, h = xdns_cfg.seed;
+	__u32 j, off, left;
 
-	if (!sc)
-		return 1;
-	pos = sc->next;
-	if (pos >= sc->avail || pos > 254) {
-		sc->bad = 1;
-		return 1;
+#pragma unroll
+	for (j = 0; j < 8; j++) {
+		if (j * 8 >= n)
+			break;
+		off = (pos + j * 8) & 0xff;
+		w = xdns_ld64(&sc->name[off]);
+		left = n - j * 8;
+		if (left < 8)
+			w &= (1ULL << (left * 8)) - 1;  /* little-endian: the label's bytes are low */
+		*lanes += (w & 0xffffffff) + (w >> 32);
+		lw = xdns_lower8(w);
+		h = xdns_hash_step(h, lw);
+		if (xdns_cfg.resolver)
+			xdns_st64(&sc->lname[off], lw);
 	}
-	len = sc->name[pos];
-	if (len > 63) {
-		sc->bad = 1;
+	return h;
+}
+
+/*
+ * Label `index` of the question name: its length octet (<= 63: no compression pointer, no
+ * extended label type) and that it fits, its offset, its words (checksum by the parity of the
+ * label's offset, hash). Returns 1 after the root label or a bad one (qlen stays 0 then).
+ * State lives in the scratch map: values read back from it are unknown to the verifier, so
+ * this is verified once per place it is inlined, whatever the label lengths.
+ */
+static __always_inline int xdns_qname_label(struct xdns_scratch *sc, __u32 index)
+{
+	__u64 lanes = 0;
+	__u32 pos, len;
+
+	pos = *(volatile __u32 *)&sc->next;
+	if (pos >= sc->avail || pos > 254 || index > 127)
 		return 1;
-	}
+	len = sc->name[pos & 0xff];
+	if (len > 63 || pos + 1 + len > sc->avail)
+		return 1;
 	sc->label_off[index & 127] = pos;
-	sc->nlab = (index & 127) + 1;
 	if (len == 0) {
+		sc->lh[index & 127] = xdns_hash_step(xdns_cfg.seed, 0);
+		if (xdns_cfg.resolver)
+			sc->lname[pos & 0xff] = 0;
 		sc->qlen = pos + 1;
-		return 1;
-	}
-	if (pos + 1 + len > sc->avail) {
-		sc->bad = 1;
+		sc->nlab = (index & 127) + 1;
 		return 1;
 	}
 	sc->next = pos + 1 + len;
+	sc->lh[index & 127] = xdns_label_words(sc, pos, len + 1, &lanes);
+	sc->sum[pos & 1] += lanes;
+	return 0;
+}
+
+/*
+ * XDNS_LABELS_PER_CALL labels of the question name (bpf_loop body, `index` = turn): a call
+ * per label would cost more than the label's work where returns go through a mitigation
+ * thunk, and most names have at most four labels with the root.
+ */
+#define XDNS_LABELS_PER_CALL 4
+static long xdns_qname_labels(__u64 index, void *arg)
+{
+	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
+	__u32 k;
+
+	if (!sc)
+		return 1;
+#pragma unroll
+	for (k = 0; k < XDNS_LABELS_PER_CALL; k++) {
+		if (xdns_qname_label(sc, index * XDNS_LABELS_PER_CALL + k))
+			return 1;
+	}
 	return 0;
 }
 
@@ -109,7 +157,6 @@ static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, str
 	void *data_end = (void *)(long)ctx->data_end;
 	__u8 *src, *last;
 	__u32 t;
-	__u64 w;
 	int i;
 
 	if (dns_off > XDNS_DNS_OFF_MAX || avail < 8 || avail > 255)
@@ -121,8 +168,7 @@ static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, str
 			break;
 		if ((void *)(src + i * 8 + 8) > data_end)
 			return 1;
-		__builtin_memcpy(&w, src + i * 8, 8);
-		__builtin_memcpy(&sc->name[i * 8], &w, 8);
+		xdns_st64(&sc->name[i * 8], xdns_ld64(src + i * 8));
 	}
 	if (avail & 7) {
 		t = (avail - 8) & 255;
@@ -131,17 +177,15 @@ static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, str
 		last = src + t;
 		if ((void *)(last + 8) > data_end)
 			return 1;
-		__builtin_memcpy(&w, last, 8);
-		__builtin_memcpy(&sc->name[t], &w, 8);
+		xdns_st64(&sc->name[t], xdns_ld64(last));
 	}
 	return 0;
 }
 
 /*
- * Question name: copy up to 255 bytes into scratch, check labels (<= 63, no pointers) and
- * record where each label starts. A bpf_loop over labels keeps the verifier's work independent
- * of the name length. Lowercasing and the checksum of the original bytes come with the hash
- * pass (xdns_hash_label): q->qsum gets sc->sum after it.
+ * Question name: copy up to 255 bytes into scratch, then walk its labels (a bpf_loop, which
+ * keeps the verifier's work independent of the name length): check them, record where each
+ * starts, hash each (lowercased) and sum the original bytes into q->qsum.
  */
 static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							   struct xdns_scratch *sc, struct xdns_query *q)
@@ -158,19 +202,25 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 	if (xdns_name_copy(ctx, pkt->dns_off, sc, avail) &&
 	    bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
-	sc->avail = avail;
-	sc->next = 0;
-	sc->nlab = 0;
 	sc->qlen = 0;
-	sc->bad = 0;
-	bpf_loop(128, xdns_qname_label, &wc, 0);
-	qlen = sc->qlen;
-	nlab = sc->nlab;
-	if (sc->bad || qlen == 0 || qlen > 255 || nlab == 0 || nlab > 128)
+	sc->nlab = 0;
+	sc->next = 0;
+	sc->avail = avail;
+	sc->sum[0] = 0;
+	sc->sum[1] = 0;
+	bpf_loop(128 / XDNS_LABELS_PER_CALL, xdns_qname_labels, &wc, 0);
+	qlen = *(volatile __u32 *)&sc->qlen;
+	nlab = *(volatile __u32 *)&sc->nlab;
+	if (qlen == 0 || qlen > 255 || nlab == 0 || nlab > 128)
 		return XDNS_PASS_QNAME;
 	q->qlen = qlen;
 	q->nlab = nlab;
-	q->qsum = 0;
+	/*
+	 * Words loaded little-endian at an even offset hold the big-endian 16-bit words byte
+	 * swapped; at an odd offset they hold them as they count (the byte at the odd offset is a
+	 * low half). The name starts at DNS offset 12 (even).
+	 */
+	q->qsum = xdns_csum_swap(xdns_csum_fold(sc->sum[0])) + xdns_csum_fold(sc->sum[1]);
 	return XDNS_ANSWERED;
 }
 

@@ -2,23 +2,28 @@
 /*
  * hash.h - the seeded name hash, mirrored by crates/xdns-bpf/src/hash.rs.
  *
- * A name is hashed byte by byte from its LAST byte (the root) towards its first, so the state
- * after consuming the byte at a label's length octet is the hash of that suffix: one pass gives
- * the hash of every suffix. Shared test vectors: crates/xdns-bpf/tests/hash_vectors.txt.
+ * Two levels, so the label walk (first label first) and the suffix chain (root first) each
+ * read a name once, eight bytes at a time:
+ *   label hash  h(L) = words of (length octet, label bytes) as little-endian u64, the last
+ *                      zero padded, absorbed in order into `seed`;
+ *   suffix hash H    = the label hashes of the suffix absorbed root first into `seed ^ SUFFIX`,
+ *                      then finalised: every suffix's hash falls out of one pass.
+ * Labels are lowercased before hashing. Shared test vectors: crates/xdns-bpf/tests/hash_vectors.txt.
  */
 #ifndef XDNS_HASH_H
 #define XDNS_HASH_H
 
 #include <linux/types.h>
 
-#define XDNS_HASH_MUL 0x100000001b3ULL
+#define XDNS_HASH_MUL 0x9e3779b97f4a7c15ULL
+#define XDNS_HASH_SUFFIX 0x5bd1e9955bd1e995ULL
 
-/* Absorb one (already lowercased) byte. */
-static __always_inline __u64 xdns_hash_step(__u64 s, __u8 b)
+/* Absorb one 64-bit word (a label word, or a label hash). */
+static __always_inline __u64 xdns_hash_step(__u64 s, __u64 w)
 {
-	s ^= b;
+	s ^= w;
 	s *= XDNS_HASH_MUL;
-	s ^= s >> 29;
+	s ^= s >> 32;
 	return s;
 }
 
@@ -31,6 +36,19 @@ static __always_inline __u64 xdns_hash_fin(__u64 s)
 	s *= 0xc4ceb9fe1a85ec53ULL;
 	s ^= s >> 33;
 	return s;
+}
+
+/*
+ * ASCII lowercase of eight bytes at once: a byte 'A'..'Z' gains 0x20, every other byte (length
+ * octets are <= 63, bytes >= 0x80 included) is kept. Per byte, with x7 its low seven bits:
+ * x7 + 0x3f carries into bit 7 iff x7 >= 'A', x7 + 0x25 iff x7 > 'Z'; no carry crosses bytes.
+ */
+static __always_inline __u64 xdns_lower8(__u64 w)
+{
+	__u64 hi = 0x8080808080808080ULL, x7 = w & ~hi;
+	__u64 ge_a = x7 + 0x3f3f3f3f3f3f3f3fULL, gt_z = x7 + 0x2525252525252525ULL;
+
+	return w | (((ge_a & ~gt_z & ~w) & hi) >> 2);
 }
 
 #endif /* XDNS_HASH_H */

@@ -10,45 +10,25 @@
 #include "hash.h"
 
 /*
- * Hash one more suffix, from the root up (bpf_loop body, `index` = labels above the root):
- * absorb the bytes of the next label from its last byte to its length octet and keep the
- * suffix's hash in sc->sfx[]. Each byte is read once: its original value goes into the
- * question's checksum, its lowercase form back into name[] and into the hash (length octets
- * are <= 63, never letters). No lookups here: the exact-name fast path needs only the last
- * (whole-name) hash, the encloser walk reads the others. State lives in the scratch map.
+ * The hash of every suffix, root first (hash.h): sfx[i] has i + 1 labels, the root included,
+ * from the label hashes the name walk left (sc->nlab of them). A bounded loop; its bound is
+ * read from the scratch map on every turn, so no register the rest of the program uses learns
+ * the label count at each exit (which would make the verifier walk everything after the loop
+ * once per label count).
  */
-static long xdns_hash_label(__u64 index, void *arg)
+static __always_inline void xdns_suffix_hashes(struct xdns_scratch *sc)
 {
-	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
-	__u64 start, end, span, k, s, sum, p, b;
+	volatile __u32 *nlab = &sc->nlab;
+	__u64 s = xdns_cfg.seed ^ XDNS_HASH_SUFFIX;
+	__u32 i;
 
-	if (!sc || index >= sc->nlab)
-		return 1;
-	start = sc->label_off[(sc->nlab - 1 - index) & 127];
-	end = sc->end;
-	if (start >= end || end > 255)
-		return 1;
-	span = end - start;
-	s = sc->hs;
-	sum = sc->sum;
-	for (k = 0; k < 64; k++) {
-		if (k >= span)
+	for (i = 0; i < 128; i++) {
+		if (i >= *nlab)
 			break;
-		p = (end - 1 - k) & 255;
-		b = sc->name[p];
-		sum += b << ((~p & 1) << 3);    /* even offset: high half of a word */
-		if (b - 'A' < 26) {
-			b += 'a' - 'A';
-			sc->name[p] = b;
-		}
-		s = xdns_hash_step(s, b);
+		s = xdns_hash_step(s, sc->lh[(*nlab - 1 - i) & 127]);
+		sc->sfx[i] = xdns_hash_fin(s);
 	}
-	sc->hs = s;
-	sc->sum = sum;
-	sc->end = start;
-	sc->sfx[index & 127] = xdns_hash_fin(s);
-	sc->nsfx = (index & 127) + 1;
-	return 0;
+	sc->nsfx = i;
 }
 
 /*
@@ -119,19 +99,17 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	__u32 nsfx;
 	int exact;
 
-	sc->hs = xdns_cfg.seed;
-	sc->sum = 0;
-	sc->end = q->qlen;
 	sc->gen = gen;
-	sc->nsfx = 0;
 	sc->ce_found = 0;
 	sc->ce_len = 0;
-	bpf_loop(128, xdns_hash_label, &wc, 0);
-	nsfx = sc->nsfx;
+	xdns_suffix_hashes(sc);
+	nsfx = *(volatile __u32 *)&sc->nsfx;
 	key->gen = gen;
 	key->_pad = 0;
-	if (sc->end == 0 && nsfx > 0 && nsfx <= 128 && nsfx - 1 >= sc->floor) {
-		a = xdns_answer_get(key, sc->sfx[(nsfx - 1) & 127], XDNS_KIND_TYPE, q->qtype);
+	if (nsfx > 0 && nsfx <= 128 && nsfx - 1 >= sc->floor) {
+		nsfx -= 1;
+		asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
+		a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
 		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}

@@ -20,20 +20,20 @@
  * verifier, so each loop body is verified once instead of once per distinct iteration state.
  */
 struct xdns_scratch {
-	__u8 name[256];         /* lowercased question name, wire form */
+	__u8 name[256];         /* the question name as sent (and the bytes after it), wire form */
 	__u8 label_off[128];    /* offset of each length byte in name[], the root's last */
 	/* question-name walk */
-	__u64 sum;              /* checksum of the original name bytes */
+	__u64 lh[128];          /* hash of each label (hash.h), first label first */
+	__u8 lname[256 + 8];    /* lowercased name, zero padded (cache stage only; +8: last word) */
+	__u64 sum[2];           /* name words summed by the parity of their offset (dns.h) */
 	__u32 avail;            /* name bytes copied into name[] */
 	__u32 next;             /* offset of the next length octet */
-	__u32 nlab;             /* label starts recorded */
-	__u32 qlen;             /* set (non-zero) once the root label is read */
-	__u32 bad;
+	__u32 nlab;             /* labels, the root included (set with qlen once the root is read) */
+	__u32 qlen;             /* wire length of the name (0: not a valid name) */
 	/* suffix hashes and encloser walk */
 	__u64 sfx[128];         /* hash of the suffix with index+1 labels (index 0: the root) */
 	__u32 nsfx;             /* entries of sfx[] */
-	__u32 end;              /* name[end..qlen) is absorbed into `hs` */
-	__u64 hs;               /* hash state */
+	__u32 _pad0;
 	__u32 gen;              /* generation read for this packet */
 	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
 	__u32 ce_found;
@@ -57,8 +57,9 @@ struct xdns_scratch {
 	/* cache stage: name comparison */
 	__u32 cmp_words;        /* 8-byte words of the name to compare */
 	__u32 cmp_diff;         /* non-zero once a word differs */
-	/* frame resize: headers and question moved when the head grows (xdns_resize) */
-	__u8 move[XDNS_MOVE_MAX];
+	/* frame resize (xdns_resize) */
+	__u32 tail_short_ifindex; /* last interface whose tail would not grow: try the head first */
+	__u32 _pad1;
 };
 
 /*

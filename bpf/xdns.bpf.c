@@ -63,7 +63,6 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	genp = bpf_map_lookup_elem(&xdns_gen, &one);
 	sc->floor = genp ? *genp : 0;
 	v = xdns_select(sc, &q, gen, &key, &a);
-	q.qsum += sc->sum;      /* the name's bytes, summed by the hash pass */
 	if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
 		return xdns_cache_answer(ctx, sc, &pkt, &q);
 	if (v != XDNS_ANSWERED)

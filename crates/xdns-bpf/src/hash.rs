@@ -1,14 +1,18 @@
 //! The seeded name hash of `bpf/hash.h`.
 //!
-//! The name is absorbed from its last byte to its first, so the state after the length octet
-//! of a label is the hash of the suffix that starts there; `fin` turns a state into a key.
+//! Two levels: each label (its length octet and bytes, read as little-endian 64-bit words, the
+//! last zero padded) is hashed on its own into `seed`; the label hashes of a suffix are then
+//! absorbed root first into `seed ^ SUFFIX` and finalised. The kernel hashes labels as its
+//! label walk meets them (first label first) and chains them root first afterwards, so every
+//! suffix's hash costs one step more than the next shorter one's.
 
-const MUL: u64 = 0x0000_0100_0000_01b3;
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+const SUFFIX: u64 = 0x5bd1_e995_5bd1_e995;
 
 #[inline]
-fn step(s: u64, b: u8) -> u64 {
-    let s = (s ^ u64::from(b)).wrapping_mul(MUL);
-    s ^ (s >> 29)
+fn step(s: u64, w: u64) -> u64 {
+    let s = (s ^ w).wrapping_mul(MUL);
+    s ^ (s >> 32)
 }
 
 #[inline]
@@ -20,31 +24,44 @@ fn fin(mut s: u64) -> u64 {
     s ^ (s >> 33)
 }
 
+/// Hash of one label, `label` = its length octet and bytes (already lowercased).
+fn label_hash(seed: u64, label: &[u8]) -> u64 {
+    label.chunks(8).fold(seed, |h, c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        step(h, u64::from_le_bytes(w))
+    })
+}
+
+/// `(offset, label hash)` of every label of a valid uncompressed wire name, first label first.
+fn labels(seed: u64, name: &[u8]) -> Vec<(usize, u64)> {
+    let mut out = Vec::with_capacity(8);
+    let mut i = 0usize;
+    while i < name.len() {
+        let end = (i + 1 + name[i] as usize).min(name.len());
+        out.push((i, label_hash(seed, &name[i..end])));
+        i = end;
+    }
+    out
+}
+
 /// Hash of one lowercased wire name (`\x03www\x07example\x03com\x00`).
 pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
-    fin(name.iter().rev().fold(seed, |s, &b| step(s, b)))
+    fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))
 }
 
 /// Hash of every suffix that starts a label, from the root up: `(offset, hash)`.
 /// The name must be a valid uncompressed wire name.
 pub fn suffix_hashes(seed: u64, name: &[u8]) -> Vec<(usize, u64)> {
-    let mut starts = Vec::new();
-    let mut i = 0usize;
-    while i < name.len() {
-        starts.push(i);
-        i += 1 + name[i] as usize;
-    }
-    let mut out = Vec::with_capacity(starts.len());
-    let mut s = seed;
-    let mut next = starts.len();
-    for i in (0..name.len()).rev() {
-        s = step(s, name[i]);
-        if next > 0 && starts[next - 1] == i {
-            next -= 1;
-            out.push((i, fin(s)));
-        }
-    }
-    out
+    let mut s = seed ^ SUFFIX;
+    labels(seed, name)
+        .iter()
+        .rev()
+        .map(|&(off, h)| {
+            s = step(s, h);
+            (off, fin(s))
+        })
+        .collect()
 }
 
 #[cfg(test)]
