@@ -344,6 +344,8 @@ mod tests {
                 false,
             ),
             (&["xdns", "serve"], false),
+            (&["xdns", "serve", "-c", "a.toml", "--takeover"], true),
+            (&["xdns", "serve", "-c", "a.toml", "--takeover=yes"], false),
             (&["xdns", "check", "--config", "a.toml"], true),
             (&["xdns", "stats", "--json"], true),
             (&["xdns", "stats", "--control", "/x.sock", "--json"], true),
