@@ -33,12 +33,12 @@ struct xdns_fixup_ctx {
 };
 
 /*
- * Shift one compression pointer of the copied body by delta (bpf_loop body). The old value is
+ * Shift one compression pointer of the copied body by delta (step of a batched bpf_loop body). The old value is
  * read back from the packet (just copied from the body); state lives in the scratch map.
  * Direct packet access (no helper call per pointer); a pointer outside the linear part of a
  * multi-buffer frame uses the load/store helpers.
  */
-static long xdns_fixup_step(__u64 index, void *arg)
+static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
 	struct xdp_md *ctx = fc->ctx;
@@ -78,6 +78,8 @@ static long xdns_fixup_step(__u64 index, void *arg)
 	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old, new);
 	return 0;
 }
+
+XDNS_BATCHED(xdns_fixup_steps, xdns_fixup_step)
 
 /*
  * Copy a class S body (8 <= blen <= XDNS_CLASS_S_LEN) by direct packet access, eight bytes at
@@ -148,7 +150,7 @@ static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scrat
 	sc->fix_delta = r->delta;
 	sc->fix_err = 0;
 	sc->fix_sum = 0;
-	bpf_loop(XDNS_MAX_FIXUPS, xdns_fixup_step, &fc, 0);
+	bpf_loop(XDNS_TURNS(XDNS_MAX_FIXUPS), xdns_fixup_steps, &fc, 0);
 	if (sc->fix_err)
 		return -1;
 	r->sum += sc->fix_sum;

@@ -36,10 +36,11 @@ struct xdns_cache_cmp_ctx {
 };
 
 /*
- * Compare 8-byte word `index` of the question name (scratch) with the entry's (bpf_loop body).
+ * Compare 8-byte word `index` of the question name (scratch) with the entry's (step of a
+ * batched bpf_loop body).
  * The entry's name is zero padded; the last word of the question is masked to its length.
  */
-static long xdns_cache_cmp_word(__u64 index, void *arg)
+static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 {
 	struct xdns_cache_cmp_ctx *c = arg;
 	struct xdns_scratch *sc = c->sc;
@@ -61,6 +62,8 @@ static long xdns_cache_cmp_word(__u64 index, void *arg)
 	return 0;
 }
 
+XDNS_BATCHED(xdns_cache_cmp_words, xdns_cache_cmp_word)
+
 /* Is the entry's name the question name? (sc->qlen is the question's wire length.) */
 static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
 {
@@ -68,18 +71,18 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 
 	sc->cmp_words = (sc->qlen + 7) / 8;
 	sc->cmp_diff = 0;
-	bpf_loop(32, xdns_cache_cmp_word, &c, 0);
+	bpf_loop(XDNS_TURNS(32), xdns_cache_cmp_words, &c, 0);
 	return !sc->cmp_diff;
 }
 
 /*
- * Age one record's TTL (bpf_loop body, `index` = record): read it back from the packet (just
+ * Age one record's TTL (step of a batched bpf_loop body, `index` = record): read it back from the packet (just
  * copied from the entry), subtract the elapsed seconds (not below 0), write it, and add the
  * checksum change. Offsets are ascending: the first beyond the bytes sent ends the pass.
  * Direct packet access (no helper call per TTL); a TTL outside the linear part of a
  * multi-buffer frame uses the load/store helpers.
  */
-static long xdns_ttl_step(__u64 index, void *arg)
+static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
 	struct xdp_md *ctx = fc->ctx;
@@ -124,6 +127,8 @@ static long xdns_ttl_step(__u64 index, void *arg)
 	return 0;
 }
 
+XDNS_BATCHED(xdns_ttl_steps, xdns_ttl_step)
+
 /* Rewrite the TTLs of the records sent; adds the checksum change to r->sum. */
 static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
 					 const struct xdns_cache_meta *mt, __u32 sub, struct xdns_reply *r)
@@ -141,7 +146,7 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 	sc->fix_blen = r->blen;
 	sc->fix_err = 0;
 	sc->fix_sum = 0;
-	bpf_loop(XDNS_CACHE_MAX_RRS, xdns_ttl_step, &fc, 0);
+	bpf_loop(XDNS_TURNS(XDNS_CACHE_MAX_RRS), xdns_ttl_steps, &fc, 0);
 	if (sc->fix_err)
 		return -1;
 	r->sum += sc->fix_sum;

@@ -96,14 +96,18 @@ static __always_inline __u64 xdns_label_words(struct xdns_scratch *sc, __u32 pos
  * Label `index` of the question name: its length octet (<= 63: no compression pointer, no
  * extended label type) and that it fits, its offset, its words (checksum by the parity of the
  * label's offset, hash). Returns 1 after the root label or a bad one (qlen stays 0 then).
- * State lives in the scratch map: values read back from it are unknown to the verifier, so
- * this is verified once per place it is inlined, whatever the label lengths.
+ * (Step of a batched bpf_loop body, maps.h.) State lives in the scratch map: values read back
+ * from it are unknown to the verifier, so this is verified once per place it is inlined,
+ * whatever the label lengths.
  */
-static __always_inline int xdns_qname_label(struct xdns_scratch *sc, __u32 index)
+static __always_inline long xdns_qname_label(__u64 index, void *arg)
 {
+	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
 	__u64 lanes = 0;
 	__u32 pos, len;
 
+	if (!sc)
+		return 1;
 	pos = *(volatile __u32 *)&sc->next;
 	if (pos >= sc->avail || pos > 254 || index > 127)
 		return 1;
@@ -125,26 +129,7 @@ static __always_inline int xdns_qname_label(struct xdns_scratch *sc, __u32 index
 	return 0;
 }
 
-/*
- * XDNS_LABELS_PER_CALL labels of the question name (bpf_loop body, `index` = turn): a call
- * per label would cost more than the label's work where returns go through a mitigation
- * thunk, and most names have at most four labels with the root.
- */
-#define XDNS_LABELS_PER_CALL 4
-static long xdns_qname_labels(__u64 index, void *arg)
-{
-	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
-	__u32 k;
-
-	if (!sc)
-		return 1;
-#pragma unroll
-	for (k = 0; k < XDNS_LABELS_PER_CALL; k++) {
-		if (xdns_qname_label(sc, index * XDNS_LABELS_PER_CALL + k))
-			return 1;
-	}
-	return 0;
-}
+XDNS_BATCHED(xdns_qname_labels, xdns_qname_label)
 
 /*
  * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access,
@@ -208,7 +193,7 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 	sc->avail = avail;
 	sc->sum[0] = 0;
 	sc->sum[1] = 0;
-	bpf_loop(128 / XDNS_LABELS_PER_CALL, xdns_qname_labels, &wc, 0);
+	bpf_loop(XDNS_TURNS(128), xdns_qname_labels, &wc, 0);
 	qlen = *(volatile __u32 *)&sc->qlen;
 	nlab = *(volatile __u32 *)&sc->nlab;
 	if (qlen == 0 || qlen > 255 || nlab == 0 || nlab > 128)

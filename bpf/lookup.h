@@ -32,11 +32,11 @@ static __always_inline void xdns_suffix_hashes(struct xdns_scratch *sc)
 }
 
 /*
- * Closest encloser, deepest suffix first (bpf_loop body, `index` = labels removed from the
+ * Closest encloser, deepest suffix first (step of a batched bpf_loop body, `index` = labels removed from the
  * question): the first suffix found in xdns_nodes (with the right length) is the deepest
  * existing one, so the walk stops there. State lives in the scratch map.
  */
-static long xdns_encloser_label(__u64 index, void *arg)
+static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 {
 	struct xdns_node_key nk = {};
 	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
@@ -61,6 +61,8 @@ static long xdns_encloser_label(__u64 index, void *arg)
 	}
 	return 0;
 }
+
+XDNS_BATCHED(xdns_encloser_labels, xdns_encloser_label)
 
 /* Look up one body key; fills `key` on success. */
 static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_key *key, __u64 hash, __u8 kind,
@@ -113,7 +115,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}
-	bpf_loop(128, xdns_encloser_label, &wc, 0);
+	bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
 	if (!sc->ce_found)
 		return XDNS_PASS_NO_ZONE;
 	ce = sc->ce;

@@ -63,6 +63,26 @@ struct xdns_scratch {
 };
 
 /*
+ * Steps per bpf_loop call. On CPUs whose returns go through a mitigation thunk (SRSO "safe
+ * RET" here) a callback call costs more than one step of any walk below (a label, a fixup, a
+ * TTL, a name word), and most walks take at most four steps: each callback runs up to this
+ * many steps, inlined, and bpf_loop gets the step bound divided by it.
+ * XDNS_BATCHED(name, step) defines the callback `name` from an always-inline
+ * `long step(__u64 index, void *arg)` that returns non-zero to stop (at or past its bound too).
+ */
+#define XDNS_STEPS_PER_CALL 4
+#define XDNS_BATCHED(name, step)                                                        \
+	static long name(__u64 turn, void *arg)                                         \
+	{                                                                               \
+		__u32 k;                                                                \
+		_Pragma("unroll") for (k = 0; k < XDNS_STEPS_PER_CALL; k++)             \
+			if (step(turn * XDNS_STEPS_PER_CALL + k, arg))                  \
+				return 1;                                               \
+		return 0;                                                               \
+	}
+#define XDNS_TURNS(steps) (((steps) + XDNS_STEPS_PER_CALL - 1) / XDNS_STEPS_PER_CALL)
+
+/*
  * Argument of the name walks' bpf_loop bodies: the packet's scratch, looked up once by the
  * program (a pointer spilled to the caller's stack keeps its type for the verifier), instead
  * of one map lookup per iteration.
