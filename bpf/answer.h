@@ -441,7 +441,7 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 		for (i = 0; i < 10; i++)
 			s += w[i];
 		ip->check = ~xdns_csum_fold(s);
-		s = xdns_csum_buf((const __u8 *)&ip->saddr, 8, 0);
+		s = xdns_csum_words(&ip->saddr, 1);
 	} else {
 		struct ipv6hdr *ip6 = data + l3;
 		struct in6_addr a;
@@ -454,7 +454,7 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 		ip6->daddr = a;
 		ip6->payload_len = bpf_htons(ulen);
 		ip6->hop_limit = XDNS_REPLY_TTL;
-		s = xdns_csum_buf((const __u8 *)&ip6->saddr, 32, 0);
+		s = xdns_csum_words(&ip6->saddr, 4);
 	}
 	port = udp->source;
 	udp->source = udp->dest;

@@ -31,16 +31,21 @@ static __always_inline __u16 xdns_csum_swap(__u16 s)
 	return (__u16)((s << 8) | (s >> 8));
 }
 
-/* Sum of `len` (constant) bytes of a small buffer that starts at offset `pos`. */
-static __always_inline __u64 xdns_csum_buf(const __u8 *buf, __u32 len, __u32 pos)
+/*
+ * Sum of `n` (constant) 8-byte words at `p`, which sits at an even offset: little-endian words
+ * hold the big-endian 16-bit words byte swapped, so the folded lane sum is swapped back.
+ */
+static __always_inline __u64 xdns_csum_words(const void *p, __u32 n)
 {
-	__u64 s = 0;
+	__u64 s = 0, w;
 	__u32 i;
 
 #pragma unroll
-	for (i = 0; i < len; i++)
-		s += xdns_csum_byte(pos + i, buf[i]);
-	return s;
+	for (i = 0; i < n; i++) {
+		w = *(const __u64 *)((const __u8 *)p + i * 8);
+		s += (w & 0xffffffff) + (w >> 32);
+	}
+	return xdns_csum_swap(xdns_csum_fold(s));
 }
 
 /* Replace the 16-bit big-endian value `old` at offset `pos` by `new`: one's-complement diff. */

@@ -11,6 +11,7 @@
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include "maps.h"
+#include "word.h"
 
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
@@ -29,14 +30,23 @@ struct xdns_pkt {
 	__u8 _pad[3];
 };
 
-/* Is (addr, port) in the listen set? `addr` is 4 or 16 bytes in network order. */
+/*
+ * Is (addr, port) in the listen set? `addr` is 4 or 16 bytes in network order, compared as
+ * words (the listen addresses are zero after the first 4 bytes of an IPv4 address).
+ */
 static __always_inline int xdns_listening(const __u8 *addr, __u8 family, __u16 port)
 {
-	int i, j;
+	__u64 a0, a1 = 0;
+	int i;
 
+	if (family == 4)
+		a0 = *(const __u32 *)addr;
+	else {
+		a0 = xdns_ld64(addr);
+		a1 = xdns_ld64(addr + 8);
+	}
 	for (i = 0; i < XDNS_MAX_LISTEN; i++) {
 		const volatile struct xdns_listen *l = &xdns_cfg.listen[i];
-		int same = 1;
 
 		if (i >= xdns_cfg.nlisten)
 			break;
@@ -44,11 +54,8 @@ static __always_inline int xdns_listening(const __u8 *addr, __u8 family, __u16 p
 			continue;
 		if (l->wildcard)
 			return 1;
-		for (j = 0; j < 16; j++) {
-			if (j < (family == 4 ? 4 : 16) && l->addr[j] != addr[j])
-				same = 0;
-		}
-		if (same)
+		if ((family == 4 ? (__u64) * (const volatile __u32 *)l->addr : xdns_ld64((const void *)l->addr)) == a0 &&
+		    (family == 4 || xdns_ld64((const void *)&l->addr[8]) == a1))
 			return 1;
 	}
 	return 0;
