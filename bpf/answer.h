@@ -26,15 +26,17 @@ struct xdns_reply {
 	__u16 an, ns, ar;
 };
 
-/* The xdp context, for helpers called from the fixup loop body. */
+/* Argument of the fixup and TTL walks. */
 struct xdns_fixup_ctx {
 	struct xdp_md *ctx;
 	struct xdns_scratch *sc;        /* looked up once by the program */
+	const __u16 *offs;              /* the body's fixup (or TTL) offsets, read in place */
 };
 
 /*
- * Shift one compression pointer of the copied body by delta (step of a batched bpf_loop body). The old value is
- * read back from the packet (just copied from the body); state lives in the scratch map.
+ * Shift one compression pointer of the copied body by delta (step of a batched bpf_loop body).
+ * The offset is read from the body's entry in place, the old value back from the packet (just
+ * copied from the body); state lives in the scratch map.
  * Direct packet access (no helper call per pointer); a pointer outside the linear part of a
  * multi-buffer frame uses the load/store helpers.
  */
@@ -50,7 +52,7 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 
 	if (!sc || index >= sc->fix_n)
 		return 1;
-	f = sc->fix[index & (XDNS_MAX_FIXUPS - 1)];
+	f = fc->offs[index & (XDNS_MAX_FIXUPS - 1)];
 	if (f + 2 > sc->fix_blen)
 		return 0;
 	at = sc->fix_at + f;
@@ -118,9 +120,8 @@ static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const _
 	return 0;
 }
 
-/* Copy the first r->blen body bytes after the question; keep its fixups for the shift pass. */
-static __always_inline int xdns_put_body(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
-					 const __u8 *bytes, const __u16 *fixups, __u32 cap,
+/* Copy the first r->blen body bytes after the question. */
+static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 cap,
 					 const struct xdns_reply *r)
 {
 	__u32 blen = r->blen;
@@ -131,15 +132,14 @@ static __always_inline int xdns_put_body(struct xdp_md *ctx, struct xdns_scratch
 		/* copied */
 	} else if (bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen))
 		return -1;
-	__builtin_memcpy(sc->fix, fixups, sizeof(sc->fix));
 	return 0;
 }
 
 /* Shift every fixup pointer of the copied body by delta; adds the checksum change to r->sum. */
-static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at, __u32 nfix,
-					   struct xdns_reply *r)
+static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
+					   const __u16 *fixups, __u32 nfix, struct xdns_reply *r)
 {
-	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc };
+	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc, .offs = fixups };
 
 	if (r->delta == 0 || r->blen == 0 || nfix == 0)
 		return 0;
@@ -291,15 +291,20 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 	int err;
 
 	if (r->blen) {
-		if (ref->s)
-			err = xdns_put_body(ctx, sc, at, ref->s->bytes, ref->s->fixups, XDNS_CLASS_S_LEN, r);
-		else if (ref->m)
-			err = xdns_put_body(ctx, sc, at, ref->m->bytes, ref->m->fixups, XDNS_CLASS_M_LEN, r);
-		else if (ref->l)
-			err = xdns_put_body(ctx, sc, at, ref->l->bytes, ref->l->fixups, XDNS_CLASS_L_LEN, r);
-		else
-			err = -1;
-		if (err || xdns_put_fixups(ctx, sc, at, a->nfixups, r))
+		const __u16 *fixups;
+
+		if (ref->s) {
+			err = xdns_put_body(ctx, at, ref->s->bytes, XDNS_CLASS_S_LEN, r);
+			fixups = ref->s->fixups;
+		} else if (ref->m) {
+			err = xdns_put_body(ctx, at, ref->m->bytes, XDNS_CLASS_M_LEN, r);
+			fixups = ref->m->fixups;
+		} else if (ref->l) {
+			err = xdns_put_body(ctx, at, ref->l->bytes, XDNS_CLASS_L_LEN, r);
+			fixups = ref->l->fixups;
+		} else
+			return -1;
+		if (err || xdns_put_fixups(ctx, sc, at, fixups, a->nfixups, r))
 			return -1;
 	}
 	return xdns_put_head(ctx, pkt, q, r);

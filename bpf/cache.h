@@ -17,6 +17,8 @@
 #define XDNS_F_AA 0x0400
 #define XDNS_F_RA 0x0080
 #define XDNS_NS_PER_S 1000000000ULL
+/* More than one tick at any HZ Linux runs with (10 ms at HZ=100). */
+#define XDNS_COARSE_SLACK_NS 20000000ULL
 /* Keep the compiler from moving loads of the entry across this point. */
 #define xdns_barrier() asm volatile("" ::: "memory")
 
@@ -93,7 +95,7 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 
 	if (!sc || index >= sc->ttl_n)
 		return 1;
-	f = sc->ttl[index & (XDNS_CACHE_MAX_RRS - 1)];
+	f = fc->offs[index & (XDNS_CACHE_MAX_RRS - 1)];
 	if (f + 4 > sc->fix_blen)
 		return 1;
 	at = sc->fix_at + f;
@@ -133,12 +135,11 @@ XDNS_BATCHED(xdns_ttl_steps, xdns_ttl_step)
 static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
 					 const struct xdns_cache_meta *mt, __u32 sub, struct xdns_reply *r)
 {
-	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc };
+	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc, .offs = mt->ttl_off };
 	__u32 n = mt->nttl;
 
 	if (sub == 0 || r->blen == 0 || n == 0)
 		return 0;
-	__builtin_memcpy(sc->ttl, mt->ttl_off, sizeof(sc->ttl));
 	sc->ttl_n = n < XDNS_CACHE_MAX_RRS ? n : XDNS_CACHE_MAX_RRS;
 	sc->ttl_sub = sub;
 	sc->fix_at = at;
@@ -310,8 +311,13 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	xdns_barrier();
 	if (mt->ans.base_len != q->qlen || !xdns_cache_same_name(sc, mt))
 		return XDNS_PASS_CACHE_MISS;
-	now = bpf_ktime_get_ns();
-	if (now >= mt->expires_ns)
+	/*
+	 * The coarse clock (CLOCK_MONOTONIC as of the last tick, a few ns to read instead of
+	 * ~50 in a guest) lags by at most a tick: an entry counts as expired XDNS_COARSE_SLACK_NS
+	 * early, so it is never served late; TTLs age at most a tick late.
+	 */
+	now = bpf_ktime_get_coarse_ns();
+	if (now + XDNS_COARSE_SLACK_NS >= mt->expires_ns)
 		return XDNS_PASS_CACHE_EXPIRED;
 	el = now > mt->stored_ns ? (now - mt->stored_ns) / XDNS_NS_PER_S : 0;
 	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;

@@ -42,7 +42,6 @@ struct xdns_scratch {
 	__u32 _pad;
 	struct xdns_node ce;    /* the closest encloser's node */
 	/* fixup pass */
-	__u16 fix[XDNS_MAX_FIXUPS]; /* the body's fixup offsets */
 	__u32 fix_n;            /* entries of fix[] to apply */
 	__u32 fix_at;           /* frame offset of the body */
 	__u32 fix_body_at;      /* DNS offset of the body (checksum parity) */
@@ -51,7 +50,6 @@ struct xdns_scratch {
 	__u32 fix_err;
 	__u64 fix_sum;          /* checksum change of all fixups */
 	/* cache stage: TTL pass (uses fix_at, fix_body_at, fix_blen, fix_err, fix_sum) */
-	__u16 ttl[XDNS_CACHE_MAX_RRS]; /* body offsets of the TTLs to rewrite */
 	__u32 ttl_n;            /* entries of ttl[] */
 	__u32 ttl_sub;          /* whole seconds since the entry was stored */
 	/* cache stage: name comparison */
