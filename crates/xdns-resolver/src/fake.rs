@@ -56,6 +56,8 @@ pub struct FakeNet {
     pub total: AtomicU64,
     /// Every question asked: (server, lowercased name, type).
     pub seen: Mutex<Vec<(IpAddr, Vec<u8>, u16)>>,
+    /// The tokio task each question was sent from (`None`: outside a task).
+    pub tasks: Mutex<Vec<Option<tokio::task::Id>>>,
     /// Extra forged datagram to deliver: the poisoned A record data.
     pub poison: Vec<u8>,
 }
@@ -231,6 +233,7 @@ impl FakeNet {
 
     fn note(&self, ip: IpAddr, expect: &Expect) {
         lock(&self.seen).push((ip, expect.qname.to_ascii_lowercase(), expect.qtype));
+        lock(&self.tasks).push(tokio::task::try_id());
         self.total.fetch_add(1, Relaxed);
         *lock(&self.queries).entry(ip).or_insert(0) += 1;
     }

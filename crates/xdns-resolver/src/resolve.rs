@@ -14,16 +14,18 @@
 //! without glue resolved, a nesting depth of [`MAX_DEPTH`] for those, `max_cname` CNAMEs, and
 //! `resolve_timeout` overall (NXNSAttack, loops).
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use hashbrown::HashMap;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use xdns_wire::name::{is_subdomain, to_presentation};
 use xdns_wire::{AnswerCache, BodyWriter, CacheKey, CachedAnswer, Section};
@@ -1167,7 +1169,11 @@ impl Resolver {
                 return Err(ResolveError::Timeout);
             }
             let timeout = self.cfg.upstream_timeout.min(left);
-            let mut set = JoinSet::new();
+            // The exchanges run inside this task (no task spawned per upstream query): a
+            // reply wakes the resolution itself, which sends its next query at once. A task
+            // per query cost a spawn and a hand-off per reply: in the lab, ~20 of the ~75 us
+            // between a reply and the next query of a cold resolution.
+            let mut set = Race::default();
             let batch_start = Instant::now();
             // Servers of the batch still waited for, with when they were (to be) asked.
             let mut waiting: Vec<(SocketAddr, Instant)> = Vec::new();
@@ -1186,10 +1192,10 @@ impl Resolver {
                 let payload = self.cfg.edns_payload;
                 let counters = self.counters.clone();
                 // The k-th server of the batch is asked k * fanout_delay later, unless a valid
-                // reply came first (the task is then dropped before sending).
+                // reply came first (the exchange is then dropped before sending).
                 let delay = self.cfg.fanout_delay * k as u32;
                 waiting.push((server, batch_start + delay));
-                set.spawn(async move {
+                set.push(async move {
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
@@ -1197,8 +1203,7 @@ impl Resolver {
                     exchange(net, server, qname, qtype, rd, payload, timeout).await
                 });
             }
-            while let Some(j) = set.join_next().await {
-                let Ok(x) = j else { continue };
+            while let Some(x) = set.next().await {
                 self.counters
                     .rejected_replies
                     .fetch_add(u64::from(x.rejected), Relaxed);
@@ -1240,6 +1245,56 @@ fn suffix_with_labels(name: &[u8], labels: usize) -> &[u8] {
     let offs: Vec<usize> = xdns_wire::name::suffix_offsets(name).collect();
     let total = offs.len().saturating_sub(1);
     &name[offs[total.saturating_sub(labels)]..]
+}
+
+/// Futures polled by the task that awaits [`Race::next`], each output returned as soon as it
+/// is ready (a small `FuturesUnordered` for the few exchanges of one upstream question). Each
+/// wake polls every future still running, so all of them start (send) together even when one
+/// is ready at once. Dropping it drops the futures still running: an exchange not sent yet
+/// never is.
+struct Race<F: Future> {
+    futs: Vec<Option<Pin<Box<F>>>>,
+    /// Outputs ready but not yet returned, in order of completion.
+    ready: std::collections::VecDeque<F::Output>,
+}
+
+impl<F: Future> Default for Race<F> {
+    fn default() -> Self {
+        Race {
+            futs: Vec::new(),
+            ready: Default::default(),
+        }
+    }
+}
+
+impl<F: Future> Race<F> {
+    fn push(&mut self, f: F) {
+        self.futs.push(Some(Box::pin(f)));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ready.is_empty() && self.futs.iter().all(Option::is_none)
+    }
+
+    /// The next output, in order of completion; `None` when every future has finished.
+    async fn next(&mut self) -> Option<F::Output> {
+        std::future::poll_fn(|cx| {
+            for slot in &mut self.futs {
+                if let Some(f) = slot {
+                    if let Poll::Ready(v) = f.as_mut().poll(cx) {
+                        *slot = None;
+                        self.ready.push_back(v);
+                    }
+                }
+            }
+            match self.ready.pop_front() {
+                Some(v) => Poll::Ready(Some(v)),
+                None if self.futs.iter().all(Option::is_none) => Poll::Ready(None),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
 }
 
 /// What one exchange with one server gave.

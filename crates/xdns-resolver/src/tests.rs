@@ -424,6 +424,68 @@ async fn qname_minimisation_shows_each_server_one_label_more() {
     );
 }
 
+/// A cold CNAME chain across zones (example.test. -> glueless.test., whose server is named in
+/// net.) takes one upstream round per zone cut it needs and no more: the target continues from
+/// the cached `test.` cut (not from the root), the glueless NS name from the root's `net.`, and
+/// each round is one query (the staggered second server is never asked when the first answers
+/// at once). Every query is sent from the resolution's own task: no task is spawned per
+/// upstream query, so a reply wakes the resolution directly (the spawn and its hand-off were
+/// about a fifth of each round of a cold resolution in the lab).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_cname_chain_across_zones_takes_one_round_per_cut() {
+    let s = setup(Config {
+        qname_minimisation: true,
+        fanout: 2,
+        fanout_delay: Duration::from_millis(500),
+        upstream_timeout: Duration::from_secs(2),
+        ..cfg()
+    });
+    // Both servers of the root and of test. answer: the order they are tried in is random.
+    s.net.set_behaviour("198.18.0.2", Normal);
+    s.net.set_behaviour("198.18.1.2", Normal);
+    let t0 = std::time::Instant::now();
+    let a = s
+        .res
+        .resolve(key("alias.example.test.", rtype::A))
+        .await
+        .unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
+    let r = replay(&a, s.clock.load(Relaxed));
+    assert_eq!(a_records(&r), vec![IpAddr::from([198, 18, 4, 80])]);
+    let asked: Vec<String> = s
+        .net
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, n, _)| xdns_wire::name::to_presentation(n))
+        .collect();
+    assert_eq!(
+        asked,
+        vec![
+            "test.",               // root
+            "example.test.",       // test.
+            "alias.example.test.", // example.test.: CNAME www.glueless.test.
+            "glueless.test.",      // test. (cached cut): NS ns.dns-host.net., no glue
+            "net.",                // root, for the NS name
+            "dns-host.net.",       // net.: glue for ns.dns-host.net.
+            "ns.dns-host.net.",    // dns-host.net.: its authoritative address
+            "www.glueless.test.",  // glueless.test.
+        ]
+    );
+    assert_eq!(s.res.counters.upstream_queries.load(Relaxed), 8);
+    let tasks = s.net.tasks.lock().unwrap().clone();
+    assert!(tasks[0].is_some());
+    assert!(
+        tasks.iter().all(|t| *t == tasks[0]),
+        "queries sent from several tasks: {tasks:?}"
+    );
+}
+
 #[tokio::test]
 async fn negative_ttl_is_min_of_soa_ttl_and_minimum() {
     let s = setup(cfg());
