@@ -105,4 +105,7 @@ def test_without_prefetch_the_hot_name_misses(tree_lab):
     n, res, xdp = run(lab, tree, prefetch=False)
     assert res["prefetches"] == 0, res
     assert res["cache_misses"] >= 2, f"{n} asks over two expiries, no miss: {res}"
-    assert xdp["cache_answered"] >= n - res["cache_misses"] - xdp.get("pass_cache_race", 0), xdp
+    # Every other ask answered by the kernel, except the few in an entry's last 20 ms, which
+    # the kernel leaves to userspace (pass_cache_expired: its coarse clock may lag a tick).
+    assert xdp["cache_answered"] >= (n - res["cache_misses"] - xdp.get("pass_cache_race", 0)
+                                     - xdp.get("pass_cache_expired", 0)), xdp
