@@ -184,19 +184,24 @@ def warm(lab: Lab, addr: str, name: str) -> None:
             check_reply(m, rcode, f"{name}: {qname} {qtype}")
 
 
-def unbound_counters(srv) -> dict:
-    p = subprocess.run(["unbound-control", "-c", srv.extra["conf"], "stats_noreset"],
-                       capture_output=True, text=True, timeout=10)
+def command_counters(cmd: list, sep: str) -> dict:
+    """A control command's `name<sep>value` lines, as {name: value} (other lines skipped)."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     if p.returncode != 0:
-        raise RuntimeError(f"unbound-control stats_noreset: {p.stdout}{p.stderr}")
+        raise RuntimeError(f"{' '.join(cmd)}: {p.stdout}{p.stderr}")
     out = {}
     for line in p.stdout.splitlines():
-        k, _, v = line.partition("=")
+        k, _, v = line.partition(sep)
         try:
             out[k] = float(v)
         except ValueError:
             pass
     return out
+
+
+def unbound_counters(srv) -> dict:
+    """`unbound-control stats_noreset`, as {name: value}."""
+    return command_counters(["unbound-control", "-c", srv.extra["conf"], "stats_noreset"], "=")
 
 
 def kresd_counters(srv) -> dict:
@@ -224,18 +229,7 @@ def kresd_counters(srv) -> dict:
 
 def pdns_counters(srv) -> dict:
     """`rec_control get-all` of PowerDNS Recursor, as {name: value}."""
-    p = subprocess.run(["rec_control", f"--socket-dir={srv.workdir}", "get-all"],
-                       capture_output=True, text=True, timeout=10)
-    if p.returncode != 0:
-        raise RuntimeError(f"rec_control get-all: {p.stdout}{p.stderr}")
-    out = {}
-    for line in p.stdout.splitlines():
-        k, _, v = line.partition("\t")
-        try:
-            out[k] = float(v)
-        except ValueError:
-            pass
-    return out
+    return command_counters(["rec_control", f"--socket-dir={srv.workdir}", "get-all"], "\t")
 
 
 def pct(xs: list[float], p: float) -> float | None:

@@ -737,6 +737,23 @@ def _kresd_control(srv, cmd: str, timeout: float = 5.0) -> str:
         return out.decode(errors="replace")
 
 
+def ask_a(lab, addr: str, name: str, address: str, timeout: float = 3.0):
+    """Ask `name` A (RD, EDNS) from the client and check a recursive NOERROR answer holding
+    exactly `address`; returns the dns.message.Message."""
+    import dns.flags
+    import dns.message
+    import dns.rcode
+
+    q = dns.message.make_query(name, "A", use_edns=0, payload=1232)
+    wire = lab.udp(addr, q.to_wire(), timeout=timeout)
+    assert wire is not None, f"no answer for {name}"
+    m = dns.message.from_wire(wire)
+    assert m.id == q.id and m.flags & dns.flags.RA, m
+    assert m.rcode() == dns.rcode.NOERROR, m
+    assert [rd.to_text() for rr in m.answer for rd in rr] == [address], m
+    return m
+
+
 def stop(lab, srv, timeout: float = 10.0) -> int:
     """Stop a resolver cleanly and return its exit code (0 for each of them). Recursor 4.8
     does not trap SIGTERM (it would die with -15): it is asked to `quit-nicely` instead."""

@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import time
 
-import dns.flags
 import dns.message
-import dns.rcode
 import pytest
 
 from lab import Lab
-from tree import SHORT_TTL, Tree, start_xdns_xdp_resolver, stop
+from tree import SHORT_TTL, Tree, ask_a, start_xdns_xdp_resolver, stop
 
 NAME = "www.short.lab."
 ADDRESS = "198.19.70.1"
@@ -44,13 +42,7 @@ def tree_lab():
 
 
 def ask(lab, addr: str) -> dns.message.Message:
-    q = dns.message.make_query(NAME, "A", use_edns=0, payload=1232)
-    wire = lab.udp(addr, q.to_wire(), timeout=2.0)
-    assert wire is not None, f"no answer for {NAME}"
-    m = dns.message.from_wire(wire)
-    assert m.id == q.id and m.flags & dns.flags.RA, m
-    assert m.rcode() == dns.rcode.NOERROR, m
-    assert [rd.to_text() for rr in m.answer for rd in rr] == [ADDRESS], m
+    m = ask_a(lab, addr, NAME, ADDRESS, timeout=2.0)
     assert 0 <= m.answer[0].ttl <= SHORT_TTL, m
     return m
 

@@ -267,29 +267,37 @@ async fn connection(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn refuses_beyond_limit_and_drains_on_shutdown() {
+    /// A server on a loopback port: its address, shared state, stop switch and task.
+    fn start(
+        max_connections: usize,
+        idle_timeout_ms: u64,
+    ) -> (SocketAddr, Arc<Shared>, watch::Sender<bool>, tokio::task::JoinHandle<()>) {
         let std_listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = std_listener.local_addr().unwrap();
         let listener = TcpListener::from_std(std_listener).unwrap();
         let shared = Arc::new(Shared::new(Default::default()));
         let (stop_tx, stop_rx) = watch::channel(false);
-        let limit = Arc::new(Semaphore::new(1));
-        let cfg = TcpConfig {
-            idle_timeout_ms: 60_000,
-            max_connections: 1,
-            max_pipelined: 4,
-        };
+        let cfg = TcpConfig { idle_timeout_ms, max_connections, max_pipelined: 4 };
+        let limit = Arc::new(Semaphore::new(max_connections));
         let task = tokio::spawn(serve(listener, shared.clone(), cfg, limit, stop_rx));
+        (addr, shared, stop_tx, task)
+    }
 
-        let _first = TcpStream::connect(addr).await.unwrap();
-        // Wait until the server has accepted the first connection.
+    /// Wait until the server has accepted `n` connections.
+    async fn wait_open(shared: &Shared, n: u64) {
         for _ in 0..100 {
-            if shared.stats.tcp_open.load(Relaxed) == 1 {
+            if shared.stats.tcp_open.load(Relaxed) == n {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn refuses_beyond_limit_and_drains_on_shutdown() {
+        let (addr, shared, stop_tx, task) = start(1, 60_000);
+        let _first = TcpStream::connect(addr).await.unwrap();
+        wait_open(&shared, 1).await;
         let mut second = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 1];
         let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
@@ -311,30 +319,9 @@ mod tests {
     /// connection is still answered; the quiet connection then closes.
     #[tokio::test]
     async fn query_arriving_while_stopping_is_answered() {
-        let std_listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = std_listener.local_addr().unwrap();
-        let listener = TcpListener::from_std(std_listener).unwrap();
-        let shared = Arc::new(Shared::new(Default::default()));
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let cfg = TcpConfig {
-            idle_timeout_ms: 60_000,
-            max_connections: 4,
-            max_pipelined: 4,
-        };
-        let task = tokio::spawn(serve(
-            listener,
-            shared.clone(),
-            cfg,
-            Arc::new(Semaphore::new(4)),
-            stop_rx,
-        ));
+        let (addr, shared, stop_tx, task) = start(4, 60_000);
         let mut c = TcpStream::connect(addr).await.unwrap();
-        for _ in 0..100 {
-            if shared.stats.tcp_open.load(Relaxed) == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_open(&shared, 1).await;
         stop_tx.send(true).unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         // One byte of the length first: a stop between the two must not lose it.
@@ -366,23 +353,7 @@ mod tests {
 
     #[tokio::test]
     async fn idle_connection_is_closed() {
-        let std_listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = std_listener.local_addr().unwrap();
-        let listener = TcpListener::from_std(std_listener).unwrap();
-        let shared = Arc::new(Shared::new(Default::default()));
-        let (_stop_tx, stop_rx) = watch::channel(false);
-        let cfg = TcpConfig {
-            idle_timeout_ms: 100,
-            max_connections: 4,
-            max_pipelined: 4,
-        };
-        tokio::spawn(serve(
-            listener,
-            shared.clone(),
-            cfg,
-            Arc::new(Semaphore::new(4)),
-            stop_rx,
-        ));
+        let (addr, shared, _stop_tx, _task) = start(4, 100);
         let mut c = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 1];
         let t0 = std::time::Instant::now();
