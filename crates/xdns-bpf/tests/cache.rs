@@ -687,3 +687,22 @@ fn cache_clear_deletes_every_entry() {
     }
     assert_eq!(cache.clear().unwrap(), 0, "nothing left");
 }
+
+/// The kernel reads the coarse clock, which lags by up to a tick, so it stops serving an entry
+/// 20 ms before its expiry: an entry expiring 15 ms from now passes as expired at once, while
+/// the same answer expiring in a second is served (the control).
+#[test]
+fn cache_entry_in_its_last_20_ms_is_not_served() {
+    if !have_root("cache_entry_in_its_last_20_ms_is_not_served") {
+        return;
+    }
+    let mut prog = load_resolver(22);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    for (name, left_ms, want) in [("ending.example.org", 15, "pass_cache_expired"), ("later.example.org", 1000, "cache_answered")] {
+        let e = entry(name, A, false, body_a(name, 300, [198, 18, 5, 5]), 0, 300);
+        cache.insert(&CachedAnswer { expires_at_ns: now_ns() + left_ms * 1_000_000, ..e }).unwrap();
+        let f = frame(&Net::v4(), &query(&wire(name), A, None));
+        assert_eq!(verdict(&prog, &f).2, [want], "{name}, {left_ms} ms left");
+    }
+}
