@@ -39,6 +39,17 @@ static __always_inline __u64 xdns_hash_fin(__u64 s)
 }
 
 /*
+ * Presence filter position of a key (lookup.h): bit (x & 63) of word (x >> 6) of the
+ * generation's half, x = hash + tag * MUL. Tags: XDNS_FILTER_NODE for a node, 1 + qtype for a
+ * Type(qtype) answer.
+ */
+#define XDNS_FILTER_NODE 0
+static __always_inline __u64 xdns_filter_pos(__u64 hash, __u32 tag)
+{
+	return hash + (__u64)tag * XDNS_HASH_MUL;
+}
+
+/*
  * ASCII lowercase of eight bytes at once: a byte 'A'..'Z' gains 0x20, every other byte (length
  * octets are <= 63, bytes >= 0x80 included) is kept. Per byte, with x7 its low seven bits:
  * x7 + 0x3f carries into bit 7 iff x7 >= 'A', x7 + 0x25 iff x7 > 'Z'; no carry crosses bytes.

@@ -10,6 +10,21 @@
 #include "hash.h"
 
 /*
+ * May the key (hash, tag) exist in generation `gen`? False when its presence-filter bit is
+ * clear (maps.h xdns_filter): then the hash-map lookup, a call and a jhash, is skipped. The
+ * array lookup is inlined. No word (cannot happen: the index is masked) means maybe.
+ */
+static __always_inline int xdns_filter_maybe(__u64 hash, __u32 tag, __u32 gen)
+{
+	__u64 x = xdns_filter_pos(hash, tag);
+	__u32 mask = xdns_cfg.filter_mask;
+	__u32 i = (gen & 1) * (mask + 1) + ((__u32)(x >> 6) & mask);
+	__u64 *w = bpf_map_lookup_elem(&xdns_filter, &i);
+
+	return !w || ((*w >> (x & 63)) & 1);
+}
+
+/*
  * The hash of every suffix, root first (hash.h): sfx[i] has i + 1 labels, the root included,
  * from the label hashes the name walk left (sc->nlab of them). A bounded loop; its bound is
  * read from the scratch map on every turn, so no register the rest of the program uses learns
@@ -48,6 +63,8 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 	i = (sc->nsfx - 1 - index) & 127;      /* sfx[] index: labels above the root */
 	if (i < sc->floor)                      /* shallower than every node: none is there */
 		return 1;
+	if (!xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_NODE, sc->gen))
+		return 0;
 	start = sc->label_off[(sc->nlab - 1 - i) & 127];
 	nk.hash = sc->sfx[i];
 	nk.gen = sc->gen;
@@ -86,7 +103,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_
  * node walk has in name_len) is the answer without the walk. Otherwise the walk looks the
  * suffixes up deepest first and stops at the first that exists (the closest encloser; a
  * served child zone may sit below a parent that lacks the names in between, so no suffix is
- * assumed missing because a shorter one is). Suffixes with fewer labels than the label floor
+ * assumed missing because a shorter one is). Keys whose presence-filter bit is clear are not
+ * looked up at all (xdns_filter_maybe): a miss costs a few instructions. Suffixes with fewer labels than the label floor
  * (xdns_gen[1], the shallowest node's) are not looked up: a name under no zone costs only
  * the lookups of its labels below the shallowest apex.
  */
@@ -111,9 +129,11 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	if (nsfx > 0 && nsfx <= 128 && nsfx - 1 >= sc->floor) {
 		nsfx -= 1;
 		asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
-		a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
-		if (a && a->ans.base_len == q->qlen)
-			goto found;
+		if (xdns_filter_maybe(sc->sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
+			a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
+			if (a && a->ans.base_len == q->qlen)
+				goto found;
+		}
 	}
 	bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
 	if (!sc->ce_found)

@@ -111,6 +111,20 @@ struct {
 	__type(value, __u32);
 } xdns_gen SEC(".maps");
 
+/*
+ * Presence filter: two halves of (xdns_cfg.filter_mask + 1) words, half gen & 1 for
+ * generation gen. One bit per node and per Type(qtype) answer of the generation (hash.h,
+ * xdns_filter_pos); a clear bit means the key is absent and its hash lookup is skipped.
+ * Userspace sizes the map before load and writes the staged generation's half before the
+ * flip. An array lookup is inlined by the verifier (no call).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 128);
+	__type(key, __u32);
+	__type(value, __u64);
+} xdns_filter SEC(".maps");
+
 /* (name hash, gen) -> struct xdns_node for every name that exists; userspace writes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

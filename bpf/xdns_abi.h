@@ -167,6 +167,8 @@ struct xdns_config {
 	__u16 nlisten;          /* used entries of listen[] */
 	__u8 resolver;          /* 1: cache stage on (names under no served zone, see cache.h) */
 	__u8 _pad[3];
+	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
+	__u32 _pad2;
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
 };
 

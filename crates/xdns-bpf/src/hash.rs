@@ -45,6 +45,15 @@ fn labels(seed: u64, name: &[u8]) -> Vec<(usize, u64)> {
     out
 }
 
+/// Presence-filter tag of a node (`XDNS_FILTER_NODE`); a `Type(qtype)` answer's is `1 + qtype`.
+pub const FILTER_NODE: u32 = 0;
+
+/// Where the presence filter keeps the bit of key (`hash`, `tag`) (`xdns_filter_pos`, hash.h):
+/// bit `x & 63` of word `(x >> 6) & mask` of the generation's half.
+pub fn filter_pos(hash: u64, tag: u32) -> u64 {
+    hash.wrapping_add(u64::from(tag).wrapping_mul(MUL))
+}
+
 /// Hash of one lowercased wire name (`\x03www\x07example\x03com\x00`).
 pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
     fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))

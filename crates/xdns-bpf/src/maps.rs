@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use anyhow::Result;
 
 use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
-use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
+use crate::hash::{filter_pos, FILTER_NODE};
+use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
 pub trait KernelMaps {
@@ -46,6 +47,10 @@ pub trait KernelMaps {
             let _ = self.delete_body(k, *c);
         }
     }
+    /// Words in each half of the presence filter (a power of two).
+    fn filter_words(&self) -> usize;
+    /// Write `filter` as generation `gen`'s half (`gen & 1`) of the presence filter.
+    fn put_filter(&mut self, gen: u32, filter: &Filter) -> Result<()>;
     /// Make `gen` the generation packets read (0 = none).
     fn flip_generation(&mut self, gen: u32) -> Result<()>;
     /// Set the label floor (`xdns_gen[1]`): no node of any generation packets may read has
@@ -64,6 +69,56 @@ struct Installed {
     floor: u32,
     nodes: Vec<xdns_node_key>,
     answers: Vec<(xdns_answer_key, u8)>,
+}
+
+/// The presence filter of one generation (`xdns_filter`, maps.h): one bit per node and per
+/// `Type(qtype)` answer. The kernel looks a key up only when its bit is set, so a missing
+/// name or type costs no hash-map lookup; a bit set by another key (a false positive) costs
+/// the lookup it would have cost anyway. Never a false negative: every key of the
+/// generation is inserted before it becomes active.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Filter {
+    words: Vec<u64>,
+}
+
+impl Filter {
+    /// An empty filter of `words` words (a power of two).
+    pub fn new(words: usize) -> Self {
+        assert!(words.is_power_of_two(), "filter words must be a power of two, not {words}");
+        Self { words: vec![0; words] }
+    }
+
+    fn at(&self, hash: u64, tag: u32) -> (usize, u64) {
+        let x = filter_pos(hash, tag);
+        ((x >> 6) as usize & (self.words.len() - 1), 1 << (x & 63))
+    }
+
+    pub fn insert(&mut self, hash: u64, tag: u32) {
+        let (w, bit) = self.at(hash, tag);
+        self.words[w] |= bit;
+    }
+
+    /// Is the bit of (`hash`, `tag`) set?
+    pub fn maybe(&self, hash: u64, tag: u32) -> bool {
+        let (w, bit) = self.at(hash, tag);
+        self.words[w] & bit != 0
+    }
+
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// Share of bits set: about the false-positive rate of a lookup.
+    pub fn load(&self) -> f64 {
+        let set: u32 = self.words.iter().map(|w| w.count_ones()).sum();
+        f64::from(set) / (self.words.len() * 64) as f64
+    }
+}
+
+/// The presence-filter tag of an answer key, if the kernel consults the filter for it
+/// (`Type(qtype)`, the exact-name fast path: `1 + qtype`).
+pub fn answer_filter_tag(key: &xdns_answer_key) -> Option<u32> {
+    (u32::from(key.kind) == xdns_body_kind::XDNS_KIND_TYPE.0).then(|| 1 + u32::from(key.qtype))
 }
 
 /// Label floor of a generation without nodes: every name is under no zone.
@@ -90,10 +145,12 @@ impl Loader {
         self.current.as_ref().map_or(0, |c| c.gen)
     }
 
-    /// The generation the next install will write.
+    /// The generation the next install will write. Never 0 (nothing loaded), and always of
+    /// the other parity than the active one: generations alternate between the two halves of
+    /// the presence filter (after u32::MAX comes 2).
     pub fn next_generation(&self) -> u32 {
         match self.generation().wrapping_add(1) {
-            0 => 1,
+            0 => 2,
             g => g,
         }
     }
@@ -146,20 +203,28 @@ pub const CHUNK: usize = 4096;
 fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Installed) -> Result<()> {
     let gen = done.gen;
     let own = own_other(&data.answers);
+    let mut filter = Filter::new(maps.filter_words());
     done.nodes.reserve_exact(data.nodes.len());
     done.answers.reserve_exact(data.answers.len());
     for chunk in data.nodes.chunks(CHUNK) {
         let enc: Vec<_> = chunk.iter().map(|n| encode_node(n, own.contains(&n.name[..]), seed, gen)).collect();
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
         done.nodes.extend(enc.iter().map(|(k, _)| *k));
+        enc.iter().for_each(|(k, _)| filter.insert(k.hash, FILTER_NODE));
         maps.put_nodes(&enc)?;
     }
     for chunk in data.answers.chunks(CHUNK) {
         let enc: Vec<_> = chunk.iter().map(|a| encode_answer(a, seed, gen)).collect();
         done.answers.extend(enc.iter().map(|(k, a, _)| (*k, a.class)));
+        for (k, _, _) in &enc {
+            if let Some(tag) = answer_filter_tag(k) {
+                filter.insert(k.hash, tag);
+            }
+        }
         maps.put_bodies(&enc)?;
     }
-    Ok(())
+    // The other half is the active generation's: this one is read only after the flip.
+    maps.put_filter(gen, &filter)
 }
 
 fn remove(maps: &mut dyn KernelMaps, gen: &Installed) {
@@ -185,6 +250,10 @@ pub struct MemMaps {
     pub gen: u32,
     /// `xdns_gen[1]`, the label floor.
     pub floor: u32,
+    /// The presence filter's halves (`None`: never written, every key may exist).
+    pub filter: [Option<Filter>; 2],
+    /// Words per filter half (0: 64).
+    pub filter_words: usize,
     pub stats: Vec<u64>,
     /// Fail the n-th `put_*` call (tests of the failure path).
     pub fail_after: Option<usize>,
@@ -206,6 +275,11 @@ impl MemMaps {
 
     pub fn answer(&self, key: &xdns_answer_key) -> Option<&xdns_answer> {
         self.answers.get(bytes_of(key))
+    }
+
+    /// The kernel's filter test (`xdns_filter_maybe`): may (`hash`, `tag`) exist in `gen`?
+    pub fn maybe(&self, gen: u32, hash: u64, tag: u32) -> bool {
+        self.filter[(gen & 1) as usize].as_ref().is_none_or(|f| f.maybe(hash, tag))
     }
 }
 
@@ -241,6 +315,16 @@ impl KernelMaps for MemMaps {
     fn delete_body(&mut self, key: &xdns_answer_key, _class: u8) -> Result<()> {
         self.answers.remove(bytes_of(key));
         self.bodies.remove(bytes_of(key));
+        Ok(())
+    }
+
+    fn filter_words(&self) -> usize {
+        if self.filter_words == 0 { 64 } else { self.filter_words }
+    }
+
+    fn put_filter(&mut self, gen: u32, filter: &Filter) -> Result<()> {
+        self.tick()?;
+        self.filter[(gen & 1) as usize] = Some(filter.clone());
         Ok(())
     }
 
@@ -369,5 +453,29 @@ mod tests {
         assert_eq!((maps.nodes.len(), maps.answers.len()), (2, 1), "partial generation removed");
         l.install(&mut maps, &data(0xC)).unwrap();
         assert_eq!(tag(&maps, 7), Some(0xC));
+    }
+
+    /// Each generation's presence filter goes to the half of its parity: staging never touches
+    /// the active generation's half, the new half holds the new keys, and the lookup twin
+    /// (select.rs, like the kernel) finds nothing once a half is emptied. After u32::MAX
+    /// comes 2, so parities still alternate.
+    #[test]
+    fn filter_halves_alternate() {
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(3);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        let active = maps.filter[1].clone().expect("generation 1 writes half 1");
+        assert!(maps.filter[0].is_none());
+        let staged = l.stage(&mut maps, &data(0xB)).unwrap();
+        assert_eq!(maps.filter[1].as_ref(), Some(&active), "staging leaves the active half alone");
+        l.commit(&mut maps, staged).unwrap();
+        assert_eq!(tag(&maps, 3), Some(0xB));
+        let www = crate::hash::name_hash(3, WWW);
+        assert!(maps.maybe(2, www, FILTER_NODE) && maps.maybe(2, www, 1 + 1), "node and Type(A) of www");
+        assert!(maps.filter[0].as_ref().unwrap().load() < 0.1);
+        maps.filter[0] = Some(Filter::new(64));
+        assert_eq!(select(&maps, 3, maps.gen, WWW, 1).err(), Some(crate::select::Miss::NoZone));
+        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }) };
+        assert_eq!(wrapped.next_generation(), 2);
     }
 }

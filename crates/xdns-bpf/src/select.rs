@@ -2,7 +2,7 @@
 //! pick? Tests compare it with the engine's `select` for whole query corpora.
 
 use crate::data::{answer_key, Kind, NODE_CUT, NODE_NODATA_APEX, NODE_WILDCARD};
-use crate::hash::suffix_hashes;
+use crate::hash::{suffix_hashes, FILTER_NODE};
 use crate::maps::MemMaps;
 use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
 
@@ -24,7 +24,8 @@ pub struct Chosen {
 
 /// Select the body for (lowercased wire `qname`, `qtype`) in generation `gen`: the
 /// exact-name fast path (Type(qtype) at the whole name, base length checked), then the
-/// closest encloser deepest suffix first (none with fewer labels than the label floor), then
+/// closest encloser deepest suffix first (none with fewer labels than the label floor), each
+/// lookup only when its presence-filter bit is set, then
 /// the engine's order (an exact node marked `XDNS_NODE_NODATA_APEX` takes `Other` from its
 /// apex).
 pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
@@ -37,14 +38,19 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
     // suffixes[j] has j labels; those below the label floor are not looked up
     let floor = maps.floor as usize;
     if let (Some(&(0, whole)), true) = (suffixes.last(), suffixes.len() > floor) {
-        if let Some(c) = get(whole, Kind::Type(qtype)) {
-            if usize::from(c.answer.base_len) == qname.len() {
-                return Ok(c);
+        if maps.maybe(r#gen, whole, 1 + u32::from(qtype)) {
+            if let Some(c) = get(whole, Kind::Type(qtype)) {
+                if usize::from(c.answer.base_len) == qname.len() {
+                    return Ok(c);
+                }
             }
         }
     }
     let mut ce: Option<(u64, usize, xdns_node)> = None;
     for &(off, hash) in suffixes.iter().skip(floor).rev() {
+        if !maps.maybe(r#gen, hash, FILTER_NODE) {
+            continue;
+        }
         let key = xdns_node_key { hash, r#gen, _pad: 0 };
         if let Some(n) = maps.node(&key) {
             if usize::from(n.name_len) == qname.len() - off {

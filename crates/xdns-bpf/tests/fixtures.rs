@@ -492,3 +492,37 @@ fn userspace_only_bodies() {
     let exact = frame(&Net::v4(), &query(&wire("many.example.com"), MX, big));
     assert_eq!(verdict(&exact), (3, "answered".into()), "delta 0: fixups unused");
 }
+
+/// The program looks a node or a `Type(qtype)` answer up only when its presence-filter bit is
+/// set: with the active generation's half emptied, names that exist pass as under no zone
+/// (the fast path and the encloser walk both skipped them); the next install writes a full
+/// filter into the other half and they answer again.
+#[test]
+fn presence_filter_is_consulted() {
+    if !have_root("presence_filter_is_consulted") {
+        return;
+    }
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let verdict = |prog: &xdns_bpf::runtime::XdpProgram, name: &str, qtype: u16| {
+        let before = prog.counters().unwrap();
+        let (act, _) = prog.test_run(&frame(&Net::v4(), &query(&wire(name), qtype, None))).unwrap();
+        let after = prog.counters().unwrap();
+        let moved: Vec<String> = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+        (act, moved.join(","))
+    };
+    let asks = [("www.example.com", A), ("nx.example.com", A), ("x.wild.example.com", A)];
+    for (name, qtype) in asks {
+        assert_eq!(verdict(&prog, name, qtype), (3, "answered".into()), "{name}");
+    }
+    let gen = prog.generation();
+    prog.put_filter(gen, &xdns_bpf::maps::Filter::new(prog.filter_words())).unwrap();
+    for (name, qtype) in asks {
+        assert_eq!(verdict(&prog, name, qtype), (2, "pass_no_zone".into()), "{name}: filter empty");
+    }
+    prog.install(&zone()).unwrap();
+    assert_ne!((prog.generation() ^ gen) & 1, 0, "generations alternate halves");
+    for (name, qtype) in asks {
+        assert_eq!(verdict(&prog, name, qtype), (3, "answered".into()), "{name} after a reload");
+    }
+}
