@@ -64,7 +64,7 @@ static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 	return 0;
 }
 
-XDNS_BATCHED(xdns_cache_cmp_words, xdns_cache_cmp_word)
+XDNS_BATCHED_REST(xdns_cache_cmp_words, xdns_cache_cmp_word, 4)
 
 /* Is the entry's name the question name? (sc->qlen is the question's wire length.) */
 static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
@@ -73,7 +73,8 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 
 	sc->cmp_words = (sc->qlen + 7) / 8;
 	sc->cmp_diff = 0;
-	bpf_loop(XDNS_TURNS(32), xdns_cache_cmp_words, &c, 0);
+	if (!XDNS_INLINE_FIRST(xdns_cache_cmp_word, &c, 4))
+		bpf_loop(XDNS_TURNS(32 - 4), xdns_cache_cmp_words, &c, 0);
 	return !sc->cmp_diff;
 }
 

@@ -126,14 +126,15 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	nsfx = *(volatile __u32 *)&sc->nsfx;
 	key->gen = gen;
 	key->_pad = 0;
-	if (nsfx > 0 && nsfx <= 128 && nsfx - 1 >= sc->floor) {
-		nsfx -= 1;
-		asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
-		if (xdns_filter_maybe(sc->sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
-			a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
-			if (a && a->ans.base_len == q->qlen)
-				goto found;
-		}
+	/* every suffix shallower than the label floor (a resolver without zones: every query) */
+	if (nsfx == 0 || nsfx > 128 || nsfx - 1 < sc->floor)
+		return XDNS_PASS_NO_ZONE;
+	nsfx -= 1;
+	asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
+	if (xdns_filter_maybe(sc->sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
+		a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
+		if (a && a->ans.base_len == q->qlen)
+			goto found;
 	}
 	bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
 	if (!sc->ce_found)
