@@ -16,6 +16,9 @@ a few while the kernel keeps them all. Then:
 Before the fix, flush removed only the keys userspace still held, and NAMES - N asks were
 still answered by the kernel from the flushed cache.
 
+`xdns flush NAME` forgets one name (its kernel entries too, found by walking the LRU maps),
+`--subtree` every name below it: checked the same way, one miss per flushed name.
+
 Priming (RFC 8109): a hints file whose b.root-servers.lab. points at the blackhole (a stale
 address: nothing answers there). xdns primes at start from a.root-servers.lab. and logs one
 line naming the root set it took from the answer: root2's real addresses, not the stale ones.
@@ -55,10 +58,10 @@ def ask_all(lab, srv) -> tuple[dict, dict]:
     return res, xdp
 
 
-def flush(srv) -> str:
+def flush(srv, *args: str) -> str:
     import subprocess
     from lab import XDNS_BIN
-    p = subprocess.run([XDNS_BIN, "flush", "--control", srv.extra["control"]],
+    p = subprocess.run([XDNS_BIN, "flush", "--control", srv.extra["control"], *args],
                        capture_output=True, text=True, timeout=10)
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout.strip()
@@ -84,6 +87,37 @@ def test_flush_empties_the_kernel_cache_whole(tree_lab):
         assert "resolver caches flushed" in srv.stderr(), srv.stderr()[-3000:]
         assert srv.alive(), srv.stderr()[-3000:]
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+    finally:
+        rc = stop(lab, srv)
+    assert rc == 0, f"xdns did not stop cleanly:\n{srv.stderr()[-3000:]}"
+
+
+def test_flush_by_name_and_subtree(tree_lab):
+    """`xdns flush NAME` deletes that name's kernel entries, also those userspace dropped, and
+    nothing else; `--subtree` every name below. Then each name misses in XDP exactly once."""
+    lab, tree = tree_lab
+    srv = start_xdns_xdp_resolver(lab, tree, name="xdns-flushname", extra="cache_entries = 8")
+    try:
+        ask_all(lab, srv)
+        res, xdp = ask_all(lab, srv)
+        assert xdp["cache_answered"] == len(NAMES), xdp
+        one = NAMES[0]  # asked first: most likely gone from the 16-entry userspace cache
+        assert flush(srv, one) in ("ok 0", "ok 1")
+        res, xdp = ask_all(lab, srv)
+        assert xdp.get("pass_cache_miss", 0) == 1, f"only {one} was flushed: {xdp}"
+        assert xdp["cache_answered"] == len(NAMES) - 1, xdp
+        assert res["cache_misses"] == 1, res
+        assert flush(srv, "wild.example.", "--subtree").startswith("ok ")
+        res, xdp = ask_all(lab, srv)
+        assert xdp.get("cache_answered", 0) == 0, f"the kernel answered below a flushed subtree: {xdp}"
+        assert res["cache_misses"] == len(NAMES), res
+        assert "resolver cache flushed for a name" in srv.stderr(), srv.stderr()[-3000:]
+        import subprocess
+        from lab import XDNS_BIN
+        bad = subprocess.run([XDNS_BIN, "flush", "--control", srv.extra["control"], "a..b"],
+                             capture_output=True, text=True, timeout=10)
+        assert bad.returncode != 0 and "not a domain name" in bad.stderr, bad.stdout + bad.stderr
+        assert srv.alive(), srv.stderr()[-3000:]
     finally:
         rc = stop(lab, srv)
     assert rc == 0, f"xdns did not stop cleanly:\n{srv.stderr()[-3000:]}"

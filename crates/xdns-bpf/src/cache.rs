@@ -322,6 +322,40 @@ impl KernelCache {
         out
     }
 
+    /// Deletes the entries whose question name (lowercased wire form) `matches`, every type
+    /// and DO bit, whoever wrote them (`xdns flush NAME`: the kernel may hold answers the
+    /// userspace cache has dropped). Walks every key and reads its entry's name. Returns how
+    /// many were deleted.
+    pub fn remove_names(&self, matches: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
+        let sizes = [
+            std::mem::size_of::<xdns_cache_s>(),
+            std::mem::size_of::<xdns_cache_m>(),
+            std::mem::size_of::<xdns_cache_l>(),
+        ];
+        let at = std::mem::offset_of!(xdns_cache_meta, name); // meta leads every class
+        let mut n = 0;
+        for (class, size) in sizes.into_iter().enumerate() {
+            let fd = self.inner.maps[class].as_raw_fd();
+            let mut value = vec![0u8; size];
+            for key in self.keys(class) {
+                // SAFETY: `fd` is the LRU map of this class; `key` is one of its keys and
+                // `value` has room for one of its values.
+                let rc = unsafe {
+                    libbpf_sys::bpf_map_lookup_elem(fd, (&key as *const xdns_cache_key).cast(), value.as_mut_ptr().cast())
+                };
+                if rc != 0 {
+                    continue; // gone meanwhile
+                }
+                let name = &value[at..at + usize::from(key.name_len).min(255)];
+                if matches(name) {
+                    self.delete(class, &key)?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// Deletes every entry of the three maps, whoever wrote it (`xdns flush`: the userspace
     /// cache may have dropped answers the kernel LRU still serves). Keys are collected first,
     /// then deleted; the walk is repeated while it finds entries (at most 4 times: entries
@@ -363,6 +397,10 @@ impl AnswerCache for KernelCache {
 
     fn clear(&self) -> Result<usize, String> {
         KernelCache::clear(self)
+    }
+
+    fn remove_names(&self, matches: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
+        KernelCache::remove_names(self, matches)
     }
 }
 

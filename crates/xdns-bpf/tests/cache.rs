@@ -699,6 +699,40 @@ fn cache_clear_deletes_every_entry() {
     assert_eq!(cache.clear().unwrap(), 0, "nothing left");
 }
 
+/// `remove_names` (`xdns flush NAME`) deletes every entry of the names it matches, in all three
+/// size classes and both DO bits, by the name stored in the entry; the others keep answering.
+#[test]
+fn cache_remove_names_deletes_only_those_names() {
+    if !have_root("cache_remove_names_deletes_only_those_names") {
+        return;
+    }
+    let mut prog = load_resolver(22);
+    prog.install(&zone()).unwrap();
+    let cache = prog.cache().unwrap();
+    let mut frames = Vec::new();
+    for (name, qtype, body) in [
+        ("gone.example.org", A, body_a("gone.example.org", 300, [198, 18, 5, 1])),
+        ("gone.example.org", TXT, body_txt("gone.example.org", 4, 200, 0)), // class L
+        ("a.gone.example.org", A, body_a("a.gone.example.org", 300, [198, 18, 5, 2])),
+        ("kept.example.org", A, body_a("kept.example.org", 300, [198, 18, 5, 3])),
+    ] {
+        for dnssec_ok in [false, true] {
+            cache.insert(&entry(name, qtype, dnssec_ok, body.clone(), 1, 300)).unwrap();
+            frames.push((name, frame(&Net::v4(), &query(&wire(name), qtype, Opt::new(1232, dnssec_ok)))));
+        }
+    }
+    let gone = wire("gone.example.org");
+    let dynamic: std::sync::Arc<dyn AnswerCache> = std::sync::Arc::new(cache.clone());
+    assert_eq!(dynamic.remove_names(&|n| n == gone.as_slice()).unwrap(), 4);
+    for (name, f) in &frames {
+        let want = if *name == "gone.example.org" { "pass_cache_miss" } else { "cache_answered" };
+        assert_eq!(verdict(&prog, f).2, [want], "{name}");
+    }
+    let below = |n: &[u8]| n.ends_with(&gone);
+    assert_eq!(cache.remove_names(&below).unwrap(), 2, "the name below, both DO bits");
+    assert_eq!(cache.entries().iter().sum::<usize>(), 2, "kept.example.org, both DO bits");
+}
+
 /// The kernel reads the coarse clock, which lags by up to a tick, so it stops serving an entry
 /// 20 ms before its expiry: an entry expiring 15 ms from now passes as expired at once, while
 /// the same answer expiring in a second is served (the control).

@@ -491,6 +491,38 @@ impl Resolver {
         keys.len()
     }
 
+    /// Forgets what is cached for one name (`xdns flush NAME`; with `subtree`, for it and
+    /// every name below it, `--subtree`), `name` a lowercased wire name: its answers of every
+    /// type, in userspace and in the kernel (also entries userspace had already dropped); the
+    /// zone cut, server addresses and SERVFAIL records at those names; and the NXDOMAIN
+    /// records at, above (an NXDOMAIN cut, RFC 8020, would still deny the name) and, with
+    /// `subtree`, below it. The root hints and server RTTs stay. Returns how many answers
+    /// userspace held.
+    pub fn flush_name(&self, name: &[u8], subtree: bool) -> usize {
+        let hit = |n: &[u8]| if subtree { is_subdomain(n, name) } else { n == name };
+        let keys = self.answers.remove_where(|k| hit(&k.qname));
+        match self.kernel.remove_names(&hit) {
+            Ok(n) => tracing::info!(
+                name = %to_presentation(name),
+                subtree,
+                answers = keys.len(),
+                kernel_entries = n,
+                "resolver cache flushed for a name"
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "kernel cache not searched: removing known keys");
+                for k in &keys {
+                    let _ = self.kernel.remove(k);
+                }
+            }
+        }
+        lock(&self.infra.zones).retain(|z, d| d.expires_ns == u64::MAX || !hit(z));
+        lock(&self.infra.addrs).retain(|n, a| a.expires_ns == u64::MAX || !hit(n));
+        lock(&self.infra.nx).retain(|n, _| !hit(n) && !is_subdomain(name, n));
+        lock(&self.infra.failures).retain(|(n, _), _| !hit(n));
+        keys.len()
+    }
+
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.cfg

@@ -136,6 +136,21 @@ impl AnswerStore {
         keys
     }
 
+    /// Removes every entry whose key `matches`; returns their keys.
+    pub fn remove_where(&self, matches: impl Fn(&CacheKey) -> bool) -> Vec<CacheKey> {
+        let mut keys = Vec::new();
+        for s in &self.shards {
+            lock(s).retain(|k, _| {
+                let hit = matches(k);
+                if hit {
+                    keys.push(k.clone());
+                }
+                !hit
+            });
+        }
+        keys
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()

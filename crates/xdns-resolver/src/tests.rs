@@ -579,6 +579,35 @@ async fn nxdomain_cut_answers_names_below() {
     assert_eq!(s.res.counters.nxdomain_cut_hits.load(Relaxed), 1);
 }
 
+/// `xdns flush NAME`: one name's answers of every type go, other names stay; an NXDOMAIN
+/// cut above the name goes too (it would still deny the name); `--subtree` takes every
+/// name below as well.
+#[tokio::test]
+async fn flush_name_forgets_one_name_or_a_subtree() {
+    let s = setup(cfg());
+    let www_a = key("www.example.test.", rtype::A);
+    let www_txt = key("www.example.test.", 16);
+    let x1 = key("x1.example.test.", rtype::A);
+    for k in [&www_a, &www_txt, &x1] {
+        s.res.resolve(k.clone()).await.unwrap();
+    }
+    s.res.resolve(key("nx.example.test.", rtype::A)).await.unwrap();
+    assert_eq!(s.res.flush_name(&www_a.qname, false), 2, "A and TXT of www");
+    assert!(s.res.cached(&www_a).is_none() && s.res.cached(&www_txt).is_none());
+    assert!(s.res.cached(&x1).is_some(), "another name stays");
+    // Flushing a name below the NXDOMAIN drops the cut: the next ask goes upstream.
+    let below = key("deep.nx.example.test.", rtype::A);
+    assert_eq!(s.res.flush_name(&below.qname, false), 0);
+    let before = s.net.total.load(Relaxed);
+    s.res.resolve(below).await.unwrap();
+    assert!(s.net.total.load(Relaxed) > before, "the NXDOMAIN cut above was forgotten");
+    let apex = key("example.test.", rtype::A);
+    assert_eq!(s.res.flush_name(&apex.qname, false), 0, "nothing cached at the apex itself");
+    assert!(s.res.cached(&x1).is_some(), "a name flush is not a subtree flush");
+    assert!(s.res.flush_name(&apex.qname, true) >= 1);
+    assert!(s.res.cached(&x1).is_none(), "--subtree takes the names below");
+}
+
 #[tokio::test]
 async fn serve_stale_when_authorities_are_silent() {
     let s = setup(cfg());

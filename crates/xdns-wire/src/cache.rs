@@ -60,6 +60,12 @@ pub trait AnswerCache: Send + Sync {
     fn clear(&self) -> Result<usize, String> {
         Err("clearing is not supported".into())
     }
+    /// Removes the answers whose question name (lowercased wire form) `matches`, also those
+    /// the caller no longer knows of (`xdns flush NAME`); returns how many were removed. By
+    /// default unsupported, as [`AnswerCache::clear`].
+    fn remove_names(&self, _matches: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
+        Err("removing by name is not supported".into())
+    }
 }
 
 /// An [`AnswerCache`] that stores nothing (no XDP attached).
@@ -74,6 +80,9 @@ impl AnswerCache for NoCache {
         Ok(())
     }
     fn clear(&self) -> Result<usize, String> {
+        Ok(0)
+    }
+    fn remove_names(&self, _: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
         Ok(0)
     }
 }

@@ -1,9 +1,11 @@
 //! The Unix control socket: `xdns stats` and reload requests.
 //!
-//! Protocol: the client sends one command line (`stats`, `reload` or `flush`), the server
-//! answers with one line and closes. `stats` answers the [`Snapshot`] as JSON; `reload` answers
-//! `ok` once the reload has been queued; `flush` empties the resolver's caches and answers
-//! `ok N` (N answers removed); anything else answers `error: …`. `takeover` (a new
+//! Protocol: the client sends one command line (`stats`, `reload`, `flush`, `flush name NAME`
+//! or `flush subtree NAME`), the server answers with one line and closes. `stats` answers the
+//! [`Snapshot`] as JSON; `reload` answers `ok` once the reload has been queued; `flush`
+//! empties the resolver's caches, `flush name` forgets one name, `flush subtree` a name and
+//! everything below it, each answering `ok N` (N answers removed); anything else answers
+//! `error: …`. `takeover` (a new
 //! `xdns serve --takeover`) is a short dialogue that passes fds: see [`crate::takeover`].
 
 use std::io::{self, Read, Write};
@@ -110,11 +112,30 @@ async fn answer(
             Some(r) => format!("ok {}", r.resolver.flush()),
             None => "error: no resolver configured".to_string(),
         },
+        cmd if cmd.starts_with("flush ") => flush_name(&shared, cmd),
         other => format!("error: unknown command `{}`", other.escape_debug()),
     };
     wr.write_all(reply.as_bytes()).await?;
     wr.write_all(b"\n").await?;
     wr.shutdown().await
+}
+
+/// `flush name NAME` / `flush subtree NAME`: the reply line.
+fn flush_name(shared: &Shared, cmd: &str) -> String {
+    let mut words = cmd.split_ascii_whitespace().skip(1);
+    let (subtree, text) = match (words.next(), words.next(), words.next()) {
+        (Some("name"), Some(n), None) => (false, n),
+        (Some("subtree"), Some(n), None) => (true, n),
+        _ => return format!("error: usage: flush [name|subtree NAME], not `{}`", cmd.escape_debug()),
+    };
+    let name = match xdns_wire::name::from_presentation(text) {
+        Ok(n) => xdns_wire::name::to_key(&n),
+        Err(e) => return format!("error: `{}` is not a domain name: {e}", text.escape_debug()),
+    };
+    match shared.recursion.get() {
+        Some(r) => format!("ok {}", r.resolver.flush_name(&name, subtree)),
+        None => "error: no resolver configured".to_string(),
+    }
 }
 
 /// Bind a control socket beside `path` (same directory), to be moved over `path` with

@@ -54,8 +54,21 @@ enum Command {
     /// Print a running server's counters.
     Stats(StatsArgs),
     /// Empty a running server's resolver caches (answers, delegations, negative answers,
-    /// failures, server RTTs; the root hints stay).
-    Flush(ControlArgs),
+    /// failures, server RTTs; the root hints stay), or only what is cached for one name.
+    Flush(FlushArgs),
+}
+
+/// Arguments of `xdns flush`.
+#[derive(Debug, Args)]
+struct FlushArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// Forget only this name: its answers of every type (kernel cache included), its zone
+    /// cut, server addresses and cached failures, and NXDOMAIN records at or above it.
+    name: Option<String>,
+    /// With NAME: also every name below it.
+    #[arg(long, requires = "name")]
+    subtree: bool,
 }
 
 /// How to find a running server's control socket.
@@ -275,15 +288,24 @@ fn stats(args: StatsArgs) -> ExitCode {
     }
 }
 
-fn flush(args: ControlArgs) -> ExitCode {
-    let path = match args.path() {
+fn flush(args: FlushArgs) -> ExitCode {
+    let path = match args.control.path() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    match control::request(&path, "flush") {
+    let cmd = match (&args.name, args.subtree) {
+        (None, _) => "flush".to_string(),
+        (Some(n), false) => format!("flush name {n}"),
+        (Some(n), true) => format!("flush subtree {n}"),
+    };
+    match control::request(&path, &cmd) {
+        Ok(reply) if reply.starts_with("error") => {
+            eprintln!("xdns: {reply}");
+            ExitCode::FAILURE
+        }
         Ok(reply) => {
             println!("{reply}");
             ExitCode::SUCCESS
