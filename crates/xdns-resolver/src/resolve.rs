@@ -188,7 +188,8 @@ pub type Resolution = Result<Arc<CachedAnswer>, ResolveError>;
 /// The resolver. Shared (`Arc`) by the daemon's UDP workers (cache lookups), its tasks
 /// (resolutions) and the prefetcher.
 pub struct Resolver {
-    cfg: Config,
+    /// Replaced whole by [`Resolver::reconfigure`]; each use reads the current one.
+    cfg: arc_swap::ArcSwap<Config>,
     net: Arc<dyn Network>,
     kernel: Arc<dyn AnswerCache>,
     answers: AnswerStore,
@@ -275,7 +276,7 @@ impl Resolver {
             inflight: Mutex::new(HashMap::new()),
             prefetch_tx,
             prefetch_rx: Mutex::new(Some(prefetch_rx)),
-            cfg,
+            cfg: arc_swap::ArcSwap::from_pointee(cfg),
             net,
             kernel,
             clock,
@@ -389,7 +390,7 @@ impl Resolver {
             queries: 0,
             glueless: 0,
             depth: 0,
-            deadline: Instant::now() + self.cfg.resolve_timeout,
+            deadline: Instant::now() + self.cfg.load().resolve_timeout,
         };
         let root = Deleg {
             ns: self.root_servers().into_iter().map(|(n, _)| n).collect(),
@@ -397,7 +398,7 @@ impl Resolver {
         };
         let mut servers = self.known_addrs(&root, &[]);
         for ip in self.hints.servers.iter().flat_map(|(_, a)| a) {
-            let s = SocketAddr::new(*ip, self.cfg.upstream_port);
+            let s = SocketAddr::new(*ip, self.cfg.load().upstream_port);
             if self.family_ok(ip) && !servers.contains(&s) {
                 servers.push(s);
             }
@@ -427,7 +428,7 @@ impl Resolver {
         p.settled = true;
         match found {
             Some((server, (set, ttl))) => {
-                let ttl = ttl.min(self.cfg.max_ttl).max(PRIME_MIN_TTL);
+                let ttl = ttl.min(self.cfg.load().max_ttl).max(PRIME_MIN_TTL);
                 self.install_root(&set);
                 p.due_ns = now + u64::from(ttl) * NS;
                 p.primed = true;
@@ -523,9 +524,54 @@ impl Resolver {
         keys.len()
     }
 
-    /// The settings.
-    pub fn config(&self) -> &Config {
-        &self.cfg
+    /// The settings in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.cfg.load_full()
+    }
+
+    /// Settings a running resolver cannot take: the sizes of its caches, the address
+    /// families it asks, root priming and forwarding (both decide how it starts); names of
+    /// those that differ between `a` and `b`.
+    pub fn fixed_settings_changed(a: &Config, b: &Config) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if a.cache_entries != b.cache_entries {
+            v.push("cache_entries");
+        }
+        if a.infra_entries != b.infra_entries {
+            v.push("infra_entries");
+        }
+        if (a.ipv4, a.ipv6) != (b.ipv4, b.ipv6) {
+            v.push("ipv4/ipv6");
+        }
+        if a.prime_root != b.prime_root {
+            v.push("prime_root");
+        }
+        if a.forwarders != b.forwarders {
+            v.push("forwarders");
+        }
+        v
+    }
+
+    /// Takes new settings at once (SIGHUP): timeouts, fan-out, prefetch window, work limits,
+    /// TTL caps, serve-stale, QNAME minimisation. The caches stay. Settings listed by
+    /// [`Resolver::fixed_settings_changed`] keep their running values; their names are
+    /// returned.
+    pub fn reconfigure(&self, new: &Config) -> Vec<&'static str> {
+        let cur = self.cfg.load_full();
+        let fixed = Self::fixed_settings_changed(&cur, new);
+        let next = Config {
+            cache_entries: cur.cache_entries,
+            infra_entries: cur.infra_entries,
+            ipv4: cur.ipv4,
+            ipv6: cur.ipv6,
+            prime_root: cur.prime_root,
+            forwarders: cur.forwarders.clone(),
+            ..new.clone()
+        };
+        if next != *cur {
+            self.cfg.store(Arc::new(next));
+        }
+        fixed
     }
 
     /// Nanoseconds now on the resolver's clock.
@@ -575,16 +621,16 @@ impl Resolver {
             if e.answer.expires_at_ns > now {
                 return Ok(e.answer.clone());
             }
-            stale = self.cfg.stale_ttl > 0 && e.stale_until_ns > now;
+            stale = self.cfg.load().stale_ttl > 0 && e.stale_until_ns > now;
         }
         // RFC 8767 §5 client response timer: with stale data at hand, a resolution that takes
         // longer than `stale_answer_after` is answered stale; it goes on in the background and
         // refreshes the cache when it finishes.
-        if stale && !self.cfg.stale_answer_after.is_zero() {
+        if stale && !self.cfg.load().stale_answer_after.is_zero() {
             let resolution = self.coalesced(key.clone());
             tokio::select! {
                 r = resolution => r,
-                _ = tokio::time::sleep(self.cfg.stale_answer_after) => {
+                _ = tokio::time::sleep(self.cfg.load().stale_answer_after) => {
                     self.stale_or(&key, self.now_ns(), ResolveError::Timeout)
                 }
             }
@@ -669,10 +715,10 @@ impl Resolver {
             queries: 0,
             glueless: 0,
             depth: 0,
-            deadline: Instant::now() + self.cfg.resolve_timeout,
+            deadline: Instant::now() + self.cfg.load().resolve_timeout,
         };
         let r = tokio::time::timeout(
-            self.cfg.resolve_timeout,
+            self.cfg.load().resolve_timeout,
             self.resolve_records(&mut ctx, &key.qname, key.qtype),
         )
         .await;
@@ -690,23 +736,23 @@ impl Resolver {
         }
         self.counters.failures.fetch_add(1, Relaxed);
         tracing::debug!(name = %to_presentation(&key.qname), qtype = key.qtype, error = %err, "resolution failed");
-        if self.cfg.failure_ttl > 0 {
+        if self.cfg.load().failure_ttl > 0 {
             let mut f = lock(&self.infra.failures);
-            make_room(&mut f, self.cfg.infra_entries, |&u| u <= now);
-            f.insert(fkey, now + u64::from(self.cfg.failure_ttl) * NS);
+            make_room(&mut f, self.cfg.load().infra_entries, |&u| u <= now);
+            f.insert(fkey, now + u64::from(self.cfg.load().failure_ttl) * NS);
         }
         self.stale_or(key, now, err)
     }
 
     /// A stale answer for `key` if one may be served (RFC 8767), else `err`.
     fn stale_or(&self, key: &CacheKey, now: u64, err: ResolveError) -> Resolution {
-        if self.cfg.stale_ttl > 0 {
+        if self.cfg.load().stale_ttl > 0 {
             if let Some(e) = self.answers.get(key) {
                 if e.answer.expires_at_ns > now {
                     return Ok(e.answer.clone());
                 }
                 if e.stale_until_ns > now {
-                    let ttl = self.cfg.stale_answer_ttl;
+                    let ttl = self.cfg.load().stale_answer_ttl;
                     let retimed = |v: &[Rr]| {
                         v.iter()
                             .map(|r| Rr { ttl, ..r.clone() })
@@ -741,7 +787,7 @@ impl Resolver {
         w.set_rcode(f.rcode as u8);
         let mut min_ttl = u32::MAX;
         for rr in &f.answer {
-            let ttl = rr.ttl.min(self.cfg.max_ttl);
+            let ttl = rr.ttl.min(self.cfg.load().max_ttl);
             min_ttl = min_ttl.min(ttl);
             w.write_rr(&rr.owner, rr.owner == key.qname, rr.rtype, ttl, &rr.rdata)
                 .ok()?;
@@ -751,7 +797,7 @@ impl Resolver {
             let ttl = rr
                 .soa_negative_ttl()
                 .unwrap_or(rr.ttl)
-                .min(self.cfg.max_negative_ttl);
+                .min(self.cfg.load().max_negative_ttl);
             min_ttl = min_ttl.min(ttl);
             w.write_rr(&rr.owner, rr.owner == key.qname, rr.rtype, ttl, &rr.rdata)
                 .ok()?;
@@ -764,8 +810,8 @@ impl Resolver {
     fn make_answer(&self, key: &CacheKey, f: &Final, now: u64) -> Option<Arc<CachedAnswer>> {
         let (body, ttl) = self.body(key, f)?;
         let expires = now + u64::from(ttl) * NS;
-        let pct = u64::from(self.cfg.prefetch_percent.min(100));
-        let prefetch_at = if pct > 0 && ttl >= self.cfg.prefetch_min_ttl {
+        let pct = u64::from(self.cfg.load().prefetch_percent.min(100));
+        let prefetch_at = if pct > 0 && ttl >= self.cfg.load().prefetch_min_ttl {
             now + (u64::from(ttl) * NS) / 100 * (100 - pct)
         } else {
             u64::MAX
@@ -785,7 +831,7 @@ impl Resolver {
                 answer_rrs: f.answer.clone(),
                 authority_rrs: f.authority.clone(),
                 rcode: f.rcode,
-                stale_until_ns: expires + u64::from(self.cfg.stale_ttl) * NS,
+                stale_until_ns: expires + u64::from(self.cfg.load().stale_ttl) * NS,
             });
             let evicted = self.answers.insert(entry, now);
             self.counters.evictions.fetch_add(evicted as u64, Relaxed);
@@ -807,7 +853,7 @@ impl Resolver {
     ) -> Result<Final, ResolveError> {
         let mut chain: Vec<Rr> = Vec::new();
         let mut name = qname.to_vec();
-        for _ in 0..=self.cfg.max_cname {
+        for _ in 0..=self.cfg.load().max_cname {
             let step = self.iterate(ctx, &name, qtype).await?;
             chain.extend(step.answer);
             match step.next {
@@ -838,7 +884,7 @@ impl Resolver {
                 next: None,
             });
         }
-        let forwarding = !self.cfg.forwarders.is_empty();
+        let forwarding = !self.cfg.load().forwarders.is_empty();
         let (mut zone, mut deleg) = if forwarding {
             (
                 vec![0],
@@ -855,13 +901,13 @@ impl Resolver {
         let mut excluded: Vec<SocketAddr> = Vec::new();
         // QNAME minimisation (RFC 9156, relaxed): labels of the last minimised name asked in
         // the current zone (0: none yet), and whether to send the full name from now on.
-        let minimise = self.cfg.qname_minimisation && !forwarding;
+        let minimise = self.cfg.load().qname_minimisation && !forwarding;
         let mut asked_labels = 0usize;
         let mut full = false;
         let mut minimised = 0usize;
         for _ in 0..MAX_REFERRALS + MAX_MINIMISE {
             let servers = if forwarding {
-                self.cfg
+                self.cfg.load()
                     .forwarders
                     .iter()
                     .copied()
@@ -895,7 +941,7 @@ impl Resolver {
                 // Ask for the next label below the cut only, type A (RFC 9156 §2.1).
                 let qn = suffix_with_labels(name, next_labels);
                 let (server, reply) = self.ask(ctx, &servers, qn, rtype::A, false).await?;
-                match classify(&reply, qn, rtype::A, &zone, self.cfg.max_cname) {
+                match classify(&reply, qn, rtype::A, &zone, self.cfg.load().max_cname) {
                     Class::Referral {
                         zone: child,
                         ns,
@@ -919,7 +965,7 @@ impl Resolver {
                 continue;
             }
             let (server, reply) = self.ask(ctx, &servers, name, qtype, forwarding).await?;
-            match classify(&reply, name, qtype, &zone, self.cfg.max_cname) {
+            match classify(&reply, name, qtype, &zone, self.cfg.load().max_cname) {
                 Class::Answer(step) => {
                     if step.rcode == RCODE_NXDOMAIN {
                         if let (Some(last), Some(soa)) =
@@ -975,12 +1021,12 @@ impl Resolver {
         let ttl = soa
             .soa_negative_ttl()
             .unwrap_or(0)
-            .min(self.cfg.max_negative_ttl);
+            .min(self.cfg.load().max_negative_ttl);
         if ttl == 0 {
             return;
         }
         let mut nx = lock(&self.infra.nx);
-        make_room(&mut nx, self.cfg.infra_entries, |(u, _)| *u <= now);
+        make_room(&mut nx, self.cfg.load().infra_entries, |(u, _)| *u <= now);
         nx.insert(name.to_vec(), (now + u64::from(ttl) * NS, soa.clone()));
     }
 
@@ -991,14 +1037,14 @@ impl Resolver {
             .map(|r| r.ttl)
             .min()
             .unwrap_or(0)
-            .min(self.cfg.max_ttl);
+            .min(self.cfg.load().max_ttl);
         let deleg = Deleg {
             ns: ns.iter().filter_map(Rr::target).collect(),
             expires_ns: now + u64::from(ttl.max(1)) * NS,
         };
         {
             let mut z = lock(&self.infra.zones);
-            make_room(&mut z, self.cfg.infra_entries, |d| d.expires_ns <= now);
+            make_room(&mut z, self.cfg.load().infra_entries, |d| d.expires_ns <= now);
             z.insert(child.to_vec(), deleg.clone());
         }
         let mut by_name: HashMap<Vec<u8>, Addrs> = HashMap::new();
@@ -1017,7 +1063,7 @@ impl Resolver {
             e.ips.push(ip);
             e.expires_ns = e
                 .expires_ns
-                .min(now + u64::from(g.ttl.min(self.cfg.max_ttl).max(1)) * NS);
+                .min(now + u64::from(g.ttl.min(self.cfg.load().max_ttl).max(1)) * NS);
         }
         if !by_name.is_empty() {
             let mut a = lock(&self.infra.addrs);
@@ -1026,7 +1072,7 @@ impl Resolver {
                 if a.get(&n).is_some_and(|x| x.expires_ns == u64::MAX) {
                     continue;
                 }
-                make_room(&mut a, self.cfg.infra_entries, |x| x.expires_ns <= now);
+                make_room(&mut a, self.cfg.load().infra_entries, |x| x.expires_ns <= now);
                 a.insert(n, v);
             }
         }
@@ -1035,8 +1081,8 @@ impl Resolver {
 
     fn family_ok(&self, ip: &IpAddr) -> bool {
         match ip {
-            IpAddr::V4(_) => self.cfg.ipv4,
-            IpAddr::V6(_) => self.cfg.ipv6,
+            IpAddr::V4(_) => self.cfg.load().ipv4,
+            IpAddr::V6(_) => self.cfg.load().ipv6,
         }
     }
 
@@ -1059,12 +1105,12 @@ impl Resolver {
                 .collect();
             names.shuffle(&mut rand::rng());
             for n in names.into_iter().take(GLUELESS_PER_CUT) {
-                if ctx.glueless >= self.cfg.max_glueless || ctx.depth >= MAX_DEPTH {
+                if ctx.glueless >= self.cfg.load().max_glueless || ctx.depth >= MAX_DEPTH {
                     return Err(ResolveError::Budget);
                 }
                 ctx.glueless += 1;
                 ctx.depth += 1;
-                let qt = if self.cfg.ipv4 { rtype::A } else { rtype::AAAA };
+                let qt = if self.cfg.load().ipv4 { rtype::A } else { rtype::AAAA };
                 let r = Box::pin(self.resolve_records(ctx, &n, qt)).await;
                 ctx.depth -= 1;
                 if let Ok(f) = r {
@@ -1081,12 +1127,12 @@ impl Resolver {
                     }
                     if !ips.is_empty() {
                         let mut a = lock(&self.infra.addrs);
-                        make_room(&mut a, self.cfg.infra_entries, |x| x.expires_ns <= now);
+                        make_room(&mut a, self.cfg.load().infra_entries, |x| x.expires_ns <= now);
                         a.insert(
                             n.clone(),
                             Addrs {
                                 ips,
-                                expires_ns: now + u64::from(ttl.clamp(1, self.cfg.max_ttl)) * NS,
+                                expires_ns: now + u64::from(ttl.clamp(1, self.cfg.load().max_ttl)) * NS,
                             },
                         );
                         drop(a);
@@ -1108,7 +1154,7 @@ impl Resolver {
         for n in &deleg.ns {
             if let Some(a) = addrs.get(n).filter(|a| a.expires_ns > now) {
                 for ip in &a.ips {
-                    let s = SocketAddr::new(*ip, self.cfg.upstream_port);
+                    let s = SocketAddr::new(*ip, self.cfg.load().upstream_port);
                     if self.family_ok(ip) && !excluded.contains(&s) && !out.contains(&s) {
                         out.push(s);
                     }
@@ -1142,7 +1188,7 @@ impl Resolver {
         let now = self.now_ns();
         let mut rtt = lock(&self.infra.rtt);
         if !rtt.contains_key(&server.ip()) {
-            make_room(&mut rtt, self.cfg.infra_entries, |r| {
+            make_room(&mut rtt, self.cfg.load().infra_entries, |r| {
                 r.held_until_ns <= now && r.timeouts == 0
             });
         }
@@ -1160,7 +1206,7 @@ impl Resolver {
             }
             None => {
                 e.srtt_us = (e.srtt_us * 2)
-                    .clamp(self.cfg.upstream_timeout.as_micros() as u64, MAX_SRTT_US);
+                    .clamp(self.cfg.load().upstream_timeout.as_micros() as u64, MAX_SRTT_US);
                 e.timeouts += 1;
                 if e.timeouts >= 3 {
                     // Hold a dead server down, growing with repeated timeouts (at most 60 s).
@@ -1194,13 +1240,13 @@ impl Resolver {
         qtype: u16,
         rd: bool,
     ) -> Result<(SocketAddr, Reply), ResolveError> {
-        let fanout = self.cfg.fanout.max(1);
+        let fanout = self.cfg.load().fanout.max(1);
         for batch in servers.chunks(fanout) {
             let left = ctx.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ResolveError::Timeout);
             }
-            let timeout = self.cfg.upstream_timeout.min(left);
+            let timeout = self.cfg.load().upstream_timeout.min(left);
             // The exchanges run inside this task (no task spawned per upstream query): a
             // reply wakes the resolution itself, which sends its next query at once. A task
             // per query cost a spawn and a hand-off per reply: in the lab, ~20 of the ~75 us
@@ -1212,7 +1258,7 @@ impl Resolver {
             for (k, &server) in batch.iter().enumerate() {
                 // Counted when planned: a staggered query that is never sent still counts
                 // against the budget (conservative).
-                if ctx.queries >= self.cfg.max_queries {
+                if ctx.queries >= self.cfg.load().max_queries {
                     if set.is_empty() {
                         return Err(ResolveError::Budget);
                     }
@@ -1221,11 +1267,11 @@ impl Resolver {
                 ctx.queries += 1;
                 let net = self.net.clone();
                 let qname = name.to_vec();
-                let payload = self.cfg.edns_payload;
+                let payload = self.cfg.load().edns_payload;
                 let counters = self.counters.clone();
                 // The k-th server of the batch is asked k * fanout_delay later, unless a valid
                 // reply came first (the exchange is then dropped before sending).
-                let delay = self.cfg.fanout_delay * k as u32;
+                let delay = self.cfg.load().fanout_delay * k as u32;
                 waiting.push((server, batch_start + delay));
                 set.push(async move {
                     if !delay.is_zero() {

@@ -124,12 +124,21 @@ pub struct ResolverSettings {
 }
 
 impl ResolverSettings {
-    /// True if only `allow` differs (it can change without a restart).
-    pub fn same_but_allow(&self, other: &ResolverSettings) -> bool {
-        ResolverSettings {
-            allow: other.allow.clone(),
-            ..self.clone()
-        } == *other
+    /// The settings that differ and need a restart (`xdns serve --takeover` applies them
+    /// without losing a query): the root hints file, `max_pending`, and the resolver's fixed
+    /// settings ([`Resolver::fixed_settings_changed`]). `allow` and the rest apply on reload.
+    pub fn restart_fields(&self, other: &ResolverSettings) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.root_hints != other.root_hints {
+            v.push("resolver.root_hints".to_string());
+        }
+        if self.max_pending != other.max_pending {
+            v.push("resolver.max_pending".to_string());
+        }
+        for f in Resolver::fixed_settings_changed(&self.resolver, &other.resolver) {
+            v.push(format!("resolver.{f}"));
+        }
+        v
     }
 }
 

@@ -145,38 +145,28 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     (served, report)
 }
 
-/// Settings that only take effect after a restart, with the names of those that changed.
-pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut v = Vec::new();
-    if old.listen != new.listen {
-        v.push("listen");
-    }
-    if old.control != new.control {
-        v.push("control");
-    }
-    if old.metrics != new.metrics {
-        v.push("metrics");
-    }
-    if old.udp_workers != new.udp_workers {
-        v.push("udp_workers");
-    }
-    if old.tcp != new.tcp {
-        v.push("tcp");
-    }
-    if old.log != new.log {
-        v.push("log");
-    }
-    if old.xdp != new.xdp {
-        v.push("xdp");
-    }
-    // The resolver and its caches live across reloads; its settings but `allow` need a restart.
-    let same = match (&old.resolver, &new.resolver) {
-        (None, None) => true,
-        (Some(a), Some(b)) => a.same_but_allow(b),
-        _ => false,
+/// Settings that only take effect after a restart (or `xdns serve --takeover`), with the
+/// names of those that changed.
+pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    let mut differs = |changed: bool, name: &str| {
+        if changed {
+            v.push(name.to_string());
+        }
     };
-    if !same {
-        v.push("resolver");
+    differs(old.listen != new.listen, "listen");
+    differs(old.control != new.control, "control");
+    differs(old.metrics != new.metrics, "metrics");
+    differs(old.udp_workers != new.udp_workers, "udp_workers");
+    differs(old.tcp != new.tcp, "tcp");
+    differs(old.log != new.log, "log");
+    differs(old.xdp != new.xdp, "xdp");
+    // The resolver and its caches live across reloads: `allow` and its tunables apply at
+    // once, turning it on or off and its fixed settings need a restart.
+    match (&old.resolver, &new.resolver) {
+        (None, None) => {}
+        (Some(a), Some(b)) => v.extend(a.restart_fields(b)),
+        _ => v.push("resolver".to_string()),
     }
     v
 }
@@ -324,5 +314,34 @@ mod tests {
         .unwrap();
         assert_eq!(restart_needed(&a, &b), vec!["listen"]);
         assert!(restart_needed(&a, &a).is_empty());
+    }
+
+    /// `[resolver]`: tunables and `allow` apply on reload; sizes, priming, forwarding and
+    /// the hints file are named as needing a restart.
+    #[test]
+    fn resolver_settings_split_live_and_restart() {
+        let dir = std::env::temp_dir().join(format!("xdns-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for hints in ["root.hints", "other.hints"] {
+            std::fs::write(dir.join(hints), ". 3600000 NS a.root.\na.root. 3600000 A 198.18.0.1\n").unwrap();
+        }
+        let p = dir.join("x.toml");
+        let conf = |extra: &str| {
+            let text = format!("listen = [\"127.0.0.1:53\"]\n[resolver]\nroot_hints = \"root.hints\"\n{extra}");
+            parse(&text, &p, &Overrides::default()).unwrap()
+        };
+        let a = conf("");
+        let live = conf("allow = [\"198.18.0.0/15\"]\nfanout = 3\nupstream_timeout_ms = 900\nprefetch_percent = 20\n");
+        assert!(restart_needed(&a, &live).is_empty(), "{:?}", restart_needed(&a, &live));
+        let fixed = conf("cache_entries = 100\nipv6 = false\n");
+        assert_eq!(restart_needed(&a, &fixed), vec!["resolver.cache_entries", "resolver.ipv4/ipv6"]);
+        let hints = parse(
+            "listen = [\"127.0.0.1:53\"]\n[resolver]\nroot_hints = \"other.hints\"\n",
+            &p,
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(restart_needed(&a, &hints), vec!["resolver.root_hints"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

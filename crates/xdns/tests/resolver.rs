@@ -239,6 +239,43 @@ fn resolves_caches_and_keeps_authoritative_zones() {
     assert!(auth.queries.load(Relaxed) > before);
 }
 
+/// SIGHUP applies the resolver's tunables at once and keeps its cache: with `upstream_port`
+/// pointed at a port nobody answers, a new name gets SERVFAIL (after the new, short timeouts)
+/// while a cached one is still answered; a fixed setting (`cache_entries`) is only reported.
+#[test]
+fn reload_applies_resolver_settings_and_keeps_the_cache() {
+    let auth = FakeAuthority::start();
+    let dir = TempDir::new("res-reload");
+    let base = "[resolver]\nroot_hints = \"root.hints\"\nallow = [\"127.0.0.0/8\"]\n";
+    let s = start(&dir, &format!("{base}upstream_port = {}\n", auth.port));
+    let a = parse(udp_raw(s.addr, &rd(query(1, "www.example.test.", 1, None))));
+    assert_eq!(a.a.len(), 1);
+    let text = std::fs::read_to_string(&s.config).unwrap().replace(
+        &format!("upstream_port = {}\n", auth.port),
+        &format!(
+            "upstream_port = {}\nupstream_timeout_ms = 100\nresolve_timeout_ms = 400\ncache_entries = 5000\n",
+            free_port()
+        ),
+    );
+    std::fs::write(&s.config, text).unwrap();
+    s.signal(libc::SIGHUP);
+    let t0 = std::time::Instant::now();
+    while !s.log_text().contains("resolver settings replaced") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", s.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let asked = auth.queries.load(Relaxed);
+    let a = parse(udp_raw(s.addr, &rd(query(2, "www.example.test.", 1, None))));
+    assert_eq!(a.a.len(), 1, "the cache survived the reload");
+    let t0 = std::time::Instant::now();
+    let a = parse(udp_raw(s.addr, &rd(query(3, "new.example.test.", 1, None))));
+    assert_eq!(a.rcode, Rcode::SERVFAIL, "asked the new port");
+    assert!(t0.elapsed() < Duration::from_secs(2), "the new timeouts: {:?}", t0.elapsed());
+    assert_eq!(auth.queries.load(Relaxed), asked, "nothing went to the old port");
+    let log = s.log_text();
+    assert!(log.contains("resolver.cache_entries"), "fixed settings reported: {log}");
+}
+
 #[test]
 fn wildcard_listener_answers_from_the_queried_address_and_tcp_pipelines() {
     let auth = FakeAuthority::start();

@@ -564,7 +564,8 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
         .collect();
     tracing::info!(zones = ?zones, loaded = report.loaded, failed, "reloaded");
     // Settings that need a restart keep their running values.
-    // `[resolver] allow` applies at once (userspace and the kernel cache stage).
+    // `[resolver] allow` applies at once (userspace and the kernel cache stage), and so do
+    // the resolver's tunables.
     let mut resolver = current.resolver.clone();
     if let (Some(cur), Some(new), Some(rec)) = (
         resolver.as_mut(),
@@ -592,6 +593,15 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
             }
             tracing::info!(allow = ?new.allow, "resolver allow list replaced");
         }
+        // Timeouts, fan-out, prefetch, limits, TTL caps: at once, caches kept. What needs a
+        // restart was reported above and keeps its running value.
+        let before = rec.resolver.config();
+        rec.resolver.reconfigure(&new.resolver);
+        let now = rec.resolver.config();
+        if now != before {
+            tracing::info!(settings = ?now, "resolver settings replaced");
+        }
+        cur.resolver = (*now).clone();
     }
     Config {
         zones: new_cfg.zones,
