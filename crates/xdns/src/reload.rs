@@ -320,7 +320,8 @@ mod tests {
     /// the hints file are named as needing a restart.
     #[test]
     fn resolver_settings_split_live_and_restart() {
-        let dir = std::env::temp_dir().join(format!("xdns-reload-{}", std::process::id()));
+        // A directory of its own: the tests run in parallel and this one removes it.
+        let dir = std::env::temp_dir().join(format!("xdns-reload-resolver-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for hints in ["root.hints", "other.hints"] {
             std::fs::write(dir.join(hints), ". 3600000 NS a.root.\na.root. 3600000 A 198.18.0.1\n").unwrap();
