@@ -141,6 +141,23 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 
 	if (sub == 0 || r->blen == 0 || n == 0)
 		return 0;
+	if (n == 1) {
+		/* one record (the usual A/AAAA answer): inline, no loop, direct access only */
+		__u32 f = mt->ttl_off[0], at1 = at + f, old, new;
+		__u8 *p = (__u8 *)(long)ctx->data + (at1 & 0x3fff);
+
+		if (f + 4 <= r->blen && at1 <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
+			old = ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+			new = old > sub ? old - sub : 0;
+			p[0] = new >> 24;
+			p[1] = (new >> 16) & 0xff;
+			p[2] = (new >> 8) & 0xff;
+			p[3] = new & 0xff;
+			r->sum += xdns_csum_replace16(r->body_at + f, old >> 16, new >> 16);
+			r->sum += xdns_csum_replace16(r->body_at + f + 2, old & 0xffff, new & 0xffff);
+			return 0;
+		}
+	}
 	sc->ttl_n = n < XDNS_CACHE_MAX_RRS ? n : XDNS_CACHE_MAX_RRS;
 	sc->ttl_sub = sub;
 	sc->fix_at = at;
