@@ -158,14 +158,6 @@ struct Row {
     want: Want,
 }
 
-fn verdict(prog: &XdpProgram, f: &[u8]) -> (u32, Vec<u8>, Vec<String>) {
-    let before = prog.counters().unwrap();
-    let (act, out) = prog.test_run(f).unwrap();
-    let after = prog.counters().unwrap();
-    let moved = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
-    (act, out, moved)
-}
-
 fn with_flags(mut dns: Vec<u8>, set: u8, clear: u8) -> Vec<u8> {
     dns[2] = (dns[2] | set) & !clear;
     dns

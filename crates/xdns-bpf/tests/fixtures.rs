@@ -475,22 +475,19 @@ fn userspace_only_bodies() {
     data.answers.push(AnswerEntry { base: wire("many.example.com"), kind: Kind::Type(MX), body: Body { base_len: 18, ..many } });
     data.nodes.push(NodeEntry { name: wire("many.example.com"), apex: wire("example.com"), cut: None, wildcard: false });
     prog.install(&data).unwrap();
-    let verdict = |f: &[u8]| {
-        let before = prog.counters().unwrap();
-        let (act, _) = prog.test_run(f).unwrap();
-        let after = prog.counters().unwrap();
-        let moved: Vec<String> = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+    let outcome = |f: &[u8]| {
+        let (act, _, moved) = verdict(&prog, f);
         (act, moved.join(","))
     };
     let big = Opt::new(4096, false);
     let huge = frame(&Net::v4(), &query(&wire("huge.example.com"), TXT, big.clone()));
-    assert_eq!(verdict(&huge), (2, "pass_body_large".into()));
+    assert_eq!(outcome(&huge), (2, "pass_body_large".into()));
     let huge_tc = frame(&Net::v4(), &query(&wire("huge.example.com"), TXT, None));
-    assert_eq!(verdict(&huge_tc), (3, "answered".into()), "TC=1 needs no body bytes");
+    assert_eq!(outcome(&huge_tc), (3, "answered".into()), "TC=1 needs no body bytes");
     let wild = frame(&Net::v4(), &query(&wire("x.wild.example.com"), MX, big.clone()));
-    assert_eq!(verdict(&wild), (2, "pass_fixups".into()));
+    assert_eq!(outcome(&wild), (2, "pass_fixups".into()));
     let exact = frame(&Net::v4(), &query(&wire("many.example.com"), MX, big));
-    assert_eq!(verdict(&exact), (3, "answered".into()), "delta 0: fixups unused");
+    assert_eq!(outcome(&exact), (3, "answered".into()), "delta 0: fixups unused");
 }
 
 /// The program looks a node or a `Type(qtype)` answer up only when its presence-filter bit is
@@ -504,25 +501,22 @@ fn presence_filter_is_consulted() {
     }
     let mut prog = load();
     prog.install(&zone()).unwrap();
-    let verdict = |prog: &xdns_bpf::runtime::XdpProgram, name: &str, qtype: u16| {
-        let before = prog.counters().unwrap();
-        let (act, _) = prog.test_run(&frame(&Net::v4(), &query(&wire(name), qtype, None))).unwrap();
-        let after = prog.counters().unwrap();
-        let moved: Vec<String> = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+    let ask = |prog: &xdns_bpf::runtime::XdpProgram, name: &str, qtype: u16| {
+        let (act, _, moved) = verdict(prog, &frame(&Net::v4(), &query(&wire(name), qtype, None)));
         (act, moved.join(","))
     };
     let asks = [("www.example.com", A), ("nx.example.com", A), ("x.wild.example.com", A)];
     for (name, qtype) in asks {
-        assert_eq!(verdict(&prog, name, qtype), (3, "answered".into()), "{name}");
+        assert_eq!(ask(&prog, name, qtype), (3, "answered".into()), "{name}");
     }
     let gen = prog.generation();
     prog.put_filter(gen, &xdns_bpf::maps::Filter::new(prog.filter_words())).unwrap();
     for (name, qtype) in asks {
-        assert_eq!(verdict(&prog, name, qtype), (2, "pass_no_zone".into()), "{name}: filter empty");
+        assert_eq!(ask(&prog, name, qtype), (2, "pass_no_zone".into()), "{name}: filter empty");
     }
     prog.install(&zone()).unwrap();
     assert_ne!((prog.generation() ^ gen) & 1, 0, "generations alternate halves");
     for (name, qtype) in asks {
-        assert_eq!(verdict(&prog, name, qtype), (3, "answered".into()), "{name} after a reload");
+        assert_eq!(ask(&prog, name, qtype), (3, "answered".into()), "{name} after a reload");
     }
 }

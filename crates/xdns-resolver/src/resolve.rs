@@ -469,20 +469,8 @@ impl Resolver {
     /// userspace keys removed one by one. Returns the number of userspace answers removed.
     pub fn flush(&self) -> usize {
         let keys = self.answers.clear();
-        match self.kernel.clear() {
-            Ok(n) => {
-                tracing::info!(
-                    answers = keys.len(),
-                    kernel_entries = n,
-                    "resolver caches flushed"
-                )
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "kernel cache not cleared whole: removing known keys");
-                for k in &keys {
-                    let _ = self.kernel.remove(k);
-                }
-            }
+        if let Some(n) = self.kernel_flushed(self.kernel.clear(), &keys) {
+            tracing::info!(answers = keys.len(), kernel_entries = n, "resolver caches flushed");
         }
         lock(&self.infra.zones).retain(|_, d| d.expires_ns == u64::MAX);
         lock(&self.infra.addrs).retain(|_, a| a.expires_ns == u64::MAX);
@@ -490,6 +478,21 @@ impl Resolver {
         lock(&self.infra.failures).clear();
         lock(&self.infra.rtt).clear();
         keys.len()
+    }
+
+    /// The kernel side of a flush: `walked` is what the kernel cache's own walk deleted; if
+    /// it could not walk its maps, the keys userspace held are removed one by one (`None`).
+    fn kernel_flushed(&self, walked: Result<usize, String>, keys: &[CacheKey]) -> Option<usize> {
+        match walked {
+            Ok(n) => Some(n),
+            Err(e) => {
+                tracing::debug!(error = %e, "kernel cache not walked: removing the known keys");
+                for k in keys {
+                    let _ = self.kernel.remove(k);
+                }
+                None
+            }
+        }
     }
 
     /// Forgets what is cached for one name (`xdns flush NAME`; with `subtree`, for it and
@@ -502,20 +505,14 @@ impl Resolver {
     pub fn flush_name(&self, name: &[u8], subtree: bool) -> usize {
         let hit = |n: &[u8]| if subtree { is_subdomain(n, name) } else { n == name };
         let keys = self.answers.remove_where(|k| hit(&k.qname));
-        match self.kernel.remove_names(&hit) {
-            Ok(n) => tracing::info!(
+        if let Some(n) = self.kernel_flushed(self.kernel.remove_names(&hit), &keys) {
+            tracing::info!(
                 name = %to_presentation(name),
                 subtree,
                 answers = keys.len(),
                 kernel_entries = n,
                 "resolver cache flushed for a name"
-            ),
-            Err(e) => {
-                tracing::debug!(error = %e, "kernel cache not searched: removing known keys");
-                for k in &keys {
-                    let _ = self.kernel.remove(k);
-                }
-            }
+            );
         }
         lock(&self.infra.zones).retain(|z, d| d.expires_ns == u64::MAX || !hit(z));
         lock(&self.infra.addrs).retain(|n, a| a.expires_ns == u64::MAX || !hit(n));

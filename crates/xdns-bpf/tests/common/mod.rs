@@ -265,3 +265,12 @@ pub fn query(qname: &[u8], qtype: u16, opt: Option<Opt>) -> Vec<u8> {
     }
     m
 }
+
+/// Run `f` once: (XDP action, output frame, names of the verdict counters that moved).
+pub fn verdict(prog: &XdpProgram, f: &[u8]) -> (u32, Vec<u8>, Vec<String>) {
+    let before = prog.counters().unwrap();
+    let (act, out) = prog.test_run(f).unwrap();
+    let after = prog.counters().unwrap();
+    let moved = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+    (act, out, moved)
+}
