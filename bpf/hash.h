@@ -41,9 +41,14 @@ static __always_inline __u64 xdns_hash_fin(__u64 s)
 /*
  * Presence filter position of a key (lookup.h): bit (x & 63) of word (x >> 6) of the
  * generation's half, x = hash + tag * MUL. Tags: XDNS_FILTER_NODE for a node, 1 + qtype for a
- * Type(qtype) answer.
+ * Type(qtype) answer, XDNS_FILTER_APEX_NX and XDNS_FILTER_WILDCARD for the node kinds below.
  */
 #define XDNS_FILTER_NODE 0
+/* A node whose deepest-encloser answer needs no node: an apex (no wildcard child, not at a
+ * cut): NXDOMAIN at its own hash; a node with a wildcard child (not at a cut): Wildcard at
+ * its own hash. Set beside XDNS_FILTER_NODE (lookup.h). */
+#define XDNS_FILTER_APEX_NX 0x10001
+#define XDNS_FILTER_WILDCARD 0x10002
 static __always_inline __u64 xdns_filter_pos(__u64 hash, __u32 tag)
 {
 	return hash + (__u64)tag * XDNS_HASH_MUL;

@@ -37,6 +37,9 @@ struct xdns_scratch {
 	__u32 gen;              /* generation read for this packet */
 	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
 	__u32 ce_found;
+	__u32 direct;           /* the walk stopped at a suffix flagged APEX_NX / WILDCARD (lookup.h) */
+	__u32 no_direct;        /* that guess failed: walk again looking nodes up */
+	__u32 _pad2;
 	__u64 ce_hash;
 	__u32 ce_len;           /* wire length of the closest encloser */
 	__u32 _pad;

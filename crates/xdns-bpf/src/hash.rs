@@ -47,6 +47,11 @@ fn labels(seed: u64, name: &[u8]) -> Vec<(usize, u64)> {
 
 /// Presence-filter tag of a node (`XDNS_FILTER_NODE`); a `Type(qtype)` answer's is `1 + qtype`.
 pub const FILTER_NODE: u32 = 0;
+/// Tag of an apex without a wildcard child, not at a cut: NXDOMAIN below it is its own
+/// `NxDomain` body (`XDNS_FILTER_APEX_NX`).
+pub const FILTER_APEX_NX: u32 = 0x10001;
+/// Tag of a node with a wildcard child, not at a cut (`XDNS_FILTER_WILDCARD`).
+pub const FILTER_WILDCARD: u32 = 0x10002;
 
 /// Where the presence filter keeps the bit of key (`hash`, `tag`) (`xdns_filter_pos`, hash.h):
 /// bit `x & 63` of word `(x >> 6) & mask` of the generation's half.

@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use anyhow::Result;
 
 use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
-use crate::hash::{filter_pos, FILTER_NODE};
+use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
+use crate::hash::{filter_pos, FILTER_APEX_NX, FILTER_NODE, FILTER_WILDCARD};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
@@ -104,6 +105,12 @@ impl Filter {
         self.words[w] & bit != 0
     }
 
+    /// A filter of these words (their count a power of two), e.g. read back from the map.
+    pub fn from_words(words: Vec<u64>) -> Self {
+        assert!(words.len().is_power_of_two(), "filter words must be a power of two, not {}", words.len());
+        Self { words }
+    }
+
     pub fn words(&self) -> &[u64] {
         &self.words
     }
@@ -119,6 +126,21 @@ impl Filter {
 /// (`Type(qtype)`, the exact-name fast path: `1 + qtype`).
 pub fn answer_filter_tag(key: &xdns_answer_key) -> Option<u32> {
     (u32::from(key.kind) == xdns_body_kind::XDNS_KIND_TYPE.0).then(|| 1 + u32::from(key.qtype))
+}
+
+/// The second presence-filter tag of a node whose answers below it need no node lookup
+/// (lookup.h): an apex without a wildcard child, not at a cut (`FILTER_APEX_NX`), or a
+/// node with a wildcard child, not at a cut (`FILTER_WILDCARD`).
+pub fn node_filter_tag(n: &xdns_node) -> Option<u32> {
+    if n.flags & NODE_CUT != 0 {
+        None
+    } else if n.flags & NODE_WILDCARD != 0 {
+        Some(FILTER_WILDCARD)
+    } else if n.flags & NODE_APEX != 0 {
+        Some(FILTER_APEX_NX)
+    } else {
+        None
+    }
 }
 
 /// Label floor of a generation without nodes: every name is under no zone.
@@ -210,7 +232,12 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         let enc: Vec<_> = chunk.iter().map(|n| encode_node(n, own.contains(&n.name[..]), seed, gen)).collect();
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
         done.nodes.extend(enc.iter().map(|(k, _)| *k));
-        enc.iter().for_each(|(k, _)| filter.insert(k.hash, FILTER_NODE));
+        enc.iter().for_each(|(k, n)| {
+            filter.insert(k.hash, FILTER_NODE);
+            if let Some(tag) = node_filter_tag(n) {
+                filter.insert(k.hash, tag);
+            }
+        });
         maps.put_nodes(&enc)?;
     }
     for chunk in data.answers.chunks(CHUNK) {

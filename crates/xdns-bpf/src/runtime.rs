@@ -250,6 +250,20 @@ impl XdpProgram {
         LibbpfMaps { skel: &self.skel }.put_filter(gen, filter)
     }
 
+    /// Read generation `gen`'s half of the presence filter back (tests).
+    #[doc(hidden)]
+    pub fn filter(&self, gen: u32) -> Result<crate::maps::Filter> {
+        let n = self.filter_words() as u32;
+        let map = &self.skel.maps.xdns_filter;
+        let words = ((gen & 1) * n..(gen & 1) * n + n)
+            .map(|i| {
+                let v = map.lookup(&i.to_ne_bytes(), MapFlags::ANY)?.context("filter word missing")?;
+                Ok(u64::from_ne_bytes(v[..8].try_into()?))
+            })
+            .collect::<Result<Vec<u64>>>()?;
+        Ok(crate::maps::Filter::from_words(words))
+    }
+
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
         let mut maps = LibbpfMaps { skel: &self.skel };
         self.loader.commit(&mut maps, staged)

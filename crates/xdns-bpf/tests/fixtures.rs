@@ -520,3 +520,34 @@ fn presence_filter_is_consulted() {
         assert_eq!(ask(&prog, name, qtype), (3, "answered".into()), "{name} after a reload");
     }
 }
+
+/// Presence-filter false positives never change an answer: bits set for a node that is not
+/// an apex (flagged as one), for a name that does not exist (flagged as an apex), and for a
+/// wildcard parent's absent child leave every reply byte for byte as it was; the direct
+/// guesses miss or fail their length check and the walk looks the nodes up.
+#[test]
+fn presence_filter_false_positives_fall_back() {
+    use xdns_bpf::hash::{name_hash, FILTER_APEX_NX, FILTER_NODE, FILTER_WILDCARD};
+    if !have_root("presence_filter_false_positives_fall_back") {
+        return;
+    }
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let asks = [("nx.www.example.com", A), ("a.nx.example.com", A), ("x.wild.example.com", A), ("y.x.wild.example.com", MX)];
+    let frames: Vec<Vec<u8>> = asks.iter().map(|(n, t)| frame(&Net::v4(), &query(&wire(n), *t, None))).collect();
+    let before: Vec<_> = frames.iter().map(|f| verdict(&prog, f)).collect();
+    assert!(before.iter().all(|(act, _, moved)| *act == 3 && moved == &["answered"]), "{before:?}");
+    let gen = prog.generation();
+    let mut filter = prog.filter(gen).unwrap();
+    let hash = |n: &str| name_hash(prog.seed(), &wire(n));
+    filter.insert(hash("www.example.com"), FILTER_APEX_NX);
+    filter.insert(hash("nx.example.com"), FILTER_NODE);
+    filter.insert(hash("nx.example.com"), FILTER_APEX_NX);
+    filter.insert(hash("x.wild.example.com"), FILTER_NODE);
+    filter.insert(hash("x.wild.example.com"), FILTER_WILDCARD);
+    prog.put_filter(gen, &filter).unwrap();
+    let after: Vec<_> = frames.iter().map(|f| verdict(&prog, f)).collect();
+    for ((ask, b), a) in asks.iter().zip(&before).zip(&after) {
+        assert_eq!(a, b, "{ask:?}: a false positive changed the reply");
+    }
+}
