@@ -14,7 +14,6 @@
 
 #include "answer.h"
 
-#define XDNS_F_AA 0x0400
 #define XDNS_F_RA 0x0080
 #define XDNS_NS_PER_S 1000000000ULL
 /* More than one tick at any HZ Linux runs with (10 ms at HZ=100). */

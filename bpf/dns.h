@@ -14,6 +14,7 @@
 #define XDNS_CLASS_IN 1
 #define XDNS_F_QR 0x8000
 #define XDNS_F_OPCODE 0x7800
+#define XDNS_F_AA 0x0400
 #define XDNS_F_TC 0x0200
 #define XDNS_F_RD 0x0100
 #define XDNS_F_CD 0x0010

@@ -49,6 +49,9 @@ static __always_inline __u64 xdns_hash_fin(__u64 s)
  * its own hash. Set beside XDNS_FILTER_NODE (lookup.h). */
 #define XDNS_FILTER_APEX_NX 0x10001
 #define XDNS_FILTER_WILDCARD 0x10002
+/* A zone cut itself (delegation point): the referral is its Other body, at its own hash, for
+ * the cut and every name below it that has no node of its own. */
+#define XDNS_FILTER_CUT 0x10003
 static __always_inline __u64 xdns_filter_pos(__u64 hash, __u32 tag)
 {
 	return hash + (__u64)tag * XDNS_HASH_MUL;

@@ -66,9 +66,13 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 	if (!xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_NODE, sc->gen))
 		return 0;
 	start = sc->label_off[(sc->nlab - 1 - i) & 127];
-	if (start > 0 && !sc->no_direct) {
+	if (!sc->no_direct) {
 		/* the deepest suffix that may exist, flagged: its body without its node */
-		if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_APEX_NX, sc->gen))
+		if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_CUT, sc->gen))
+			sc->direct = XDNS_KIND_OTHER;
+		else if (start == 0)
+			;       /* the name itself: NODATA or more, the node decides */
+		else if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_APEX_NX, sc->gen))
 			sc->direct = XDNS_KIND_NXDOMAIN;
 		else if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_WILDCARD, sc->gen))
 			sc->direct = XDNS_KIND_WILDCARD;
@@ -153,21 +157,27 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
 	if (sc->direct) {
 		/*
-		 * The deepest suffix whose node bit is set is flagged as an apex (NXDOMAIN at its
-		 * own hash) or a wildcard parent (Wildcard at its own hash), not at a cut: the body
-		 * is the answer, found without the node. A body of that kind whose base has the
-		 * suffix's length exists only at such a node; anything else (filter false
-		 * positives) walks again with node lookups.
+		 * The deepest suffix whose node bit is set is flagged as a zone cut (the referral:
+		 * Other at its own hash, for the cut itself too), an apex (NXDOMAIN at its own hash)
+		 * or a wildcard parent (Wildcard at its own hash), not at a cut: the body is the
+		 * answer, found without the node. A body of that kind whose base has the
+		 * suffix's length exists only at such a node (Other bodies are at every node, but
+		 * only a cut's has AA=0); anything else (filter false positives) walks again with
+		 * node lookups.
 		 */
 		ce_hash = sc->ce_hash;
-		if (sc->direct == XDNS_KIND_NXDOMAIN) {
+		if (sc->direct == XDNS_KIND_OTHER) {
+			a = xdns_answer_get(key, ce_hash, XDNS_KIND_OTHER, 0);
+		} else if (sc->direct == XDNS_KIND_NXDOMAIN) {
 			a = xdns_answer_get(key, ce_hash, XDNS_KIND_NXDOMAIN, 0);
 		} else {
 			a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 			if (!a)
 				a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 		}
-		if (a && a->ans.base_len == sc->ce_len)
+		/* only a cut's Other body, the referral, is not authoritative */
+		if (a && a->ans.base_len == sc->ce_len &&
+		    (sc->direct != XDNS_KIND_OTHER || !(a->ans.flags & XDNS_F_AA)))
 			goto found;
 		sc->direct = 0;
 		sc->no_direct = 1;

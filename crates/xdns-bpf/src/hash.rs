@@ -52,6 +52,9 @@ pub const FILTER_NODE: u32 = 0;
 pub const FILTER_APEX_NX: u32 = 0x10001;
 /// Tag of a node with a wildcard child, not at a cut (`XDNS_FILTER_WILDCARD`).
 pub const FILTER_WILDCARD: u32 = 0x10002;
+/// Tag of a zone cut itself: its referral (`Other`) answers for it and the names below it
+/// (`XDNS_FILTER_CUT`).
+pub const FILTER_CUT: u32 = 0x10003;
 
 /// Where the presence filter keeps the bit of key (`hash`, `tag`) (`xdns_filter_pos`, hash.h):
 /// bit `x & 63` of word `(x >> 6) & mask` of the generation's half.

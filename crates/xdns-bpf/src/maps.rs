@@ -17,7 +17,7 @@ use anyhow::Result;
 
 use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
-use crate::hash::{filter_pos, FILTER_APEX_NX, FILTER_NODE, FILTER_WILDCARD};
+use crate::hash::{filter_pos, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
@@ -128,12 +128,12 @@ pub fn answer_filter_tag(key: &xdns_answer_key) -> Option<u32> {
     (u32::from(key.kind) == xdns_body_kind::XDNS_KIND_TYPE.0).then(|| 1 + u32::from(key.qtype))
 }
 
-/// The second presence-filter tag of a node whose answers below it need no node lookup
-/// (lookup.h): an apex without a wildcard child, not at a cut (`FILTER_APEX_NX`), or a
-/// node with a wildcard child, not at a cut (`FILTER_WILDCARD`).
-pub fn node_filter_tag(n: &xdns_node) -> Option<u32> {
+/// The second presence-filter tag of a node (hash `hash`) whose answers need no node lookup
+/// (lookup.h): a zone cut itself (`FILTER_CUT`), an apex without a wildcard child, not at a
+/// cut (`FILTER_APEX_NX`), or a node with a wildcard child, not at a cut (`FILTER_WILDCARD`).
+pub fn node_filter_tag(hash: u64, n: &xdns_node) -> Option<u32> {
     if n.flags & NODE_CUT != 0 {
-        None
+        (n.cut_hash == hash).then_some(FILTER_CUT)
     } else if n.flags & NODE_WILDCARD != 0 {
         Some(FILTER_WILDCARD)
     } else if n.flags & NODE_APEX != 0 {
@@ -234,7 +234,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         done.nodes.extend(enc.iter().map(|(k, _)| *k));
         enc.iter().for_each(|(k, n)| {
             filter.insert(k.hash, FILTER_NODE);
-            if let Some(tag) = node_filter_tag(n) {
+            if let Some(tag) = node_filter_tag(k.hash, n) {
                 filter.insert(k.hash, tag);
             }
         });

@@ -2,7 +2,7 @@
 //! pick? Tests compare it with the engine's `select` for whole query corpora.
 
 use crate::data::{answer_key, Kind, NODE_CUT, NODE_NODATA_APEX, NODE_WILDCARD};
-use crate::hash::{suffix_hashes, FILTER_APEX_NX, FILTER_NODE, FILTER_WILDCARD};
+use crate::hash::{suffix_hashes, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
 use crate::maps::MemMaps;
 use crate::types::{xdns_answer, xdns_answer_key, xdns_node, xdns_node_key};
 
@@ -46,11 +46,17 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
             }
         }
     }
-    // The deepest suffix that may exist, when flagged, answers without its node: NXDOMAIN at
-    // an apex, Wildcard at a wildcard parent (the base length guards as in the fast path).
+    // The deepest suffix that may exist, when flagged, answers without its node: the referral
+    // at a cut (the cut itself too), NXDOMAIN at an apex, Wildcard at a wildcard parent (the
+    // base length guards as in the fast path).
     let deepest = suffixes.iter().skip(floor).rev().find(|&&(_, h)| maps.maybe(r#gen, h, FILTER_NODE));
-    if let Some(&(off, hash)) = deepest.filter(|&&(off, _)| off > 0) {
-        let direct = if maps.maybe(r#gen, hash, FILTER_APEX_NX) {
+    if let Some(&(off, hash)) = deepest {
+        let direct = if maps.maybe(r#gen, hash, FILTER_CUT) {
+            // every node may have an Other body; only a cut's, the referral, is not authoritative
+            get(hash, Kind::Other).filter(|c| c.answer.flags & 0x0400 == 0)
+        } else if off == 0 {
+            None
+        } else if maps.maybe(r#gen, hash, FILTER_APEX_NX) {
             get(hash, Kind::NxDomain)
         } else if maps.maybe(r#gen, hash, FILTER_WILDCARD) {
             get(hash, Kind::Wildcard(qtype)).or_else(|| get(hash, Kind::WildcardOther))

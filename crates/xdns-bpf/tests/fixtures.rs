@@ -527,13 +527,21 @@ fn presence_filter_is_consulted() {
 /// guesses miss or fail their length check and the walk looks the nodes up.
 #[test]
 fn presence_filter_false_positives_fall_back() {
-    use xdns_bpf::hash::{name_hash, FILTER_APEX_NX, FILTER_NODE, FILTER_WILDCARD};
+    use xdns_bpf::hash::{name_hash, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
     if !have_root("presence_filter_false_positives_fall_back") {
         return;
     }
     let mut prog = load();
     prog.install(&zone()).unwrap();
-    let asks = [("nx.www.example.com", A), ("a.nx.example.com", A), ("x.wild.example.com", A), ("y.x.wild.example.com", MX)];
+    let asks = [
+        ("nx.www.example.com", A),
+        ("a.nx.example.com", A),
+        ("x.wild.example.com", A),
+        ("y.x.wild.example.com", MX),
+        ("mx.www.example.com", MX),
+        ("host.sub.example.com", A),
+        ("sub.example.com", A),
+    ];
     let frames: Vec<Vec<u8>> = asks.iter().map(|(n, t)| frame(&Net::v4(), &query(&wire(n), *t, None))).collect();
     let before: Vec<_> = frames.iter().map(|f| verdict(&prog, f)).collect();
     assert!(before.iter().all(|(act, _, moved)| *act == 3 && moved == &["answered"]), "{before:?}");
@@ -545,6 +553,10 @@ fn presence_filter_false_positives_fall_back() {
     filter.insert(hash("nx.example.com"), FILTER_APEX_NX);
     filter.insert(hash("x.wild.example.com"), FILTER_NODE);
     filter.insert(hash("x.wild.example.com"), FILTER_WILDCARD);
+    // www has its own Other (NODATA) body: flagged as a cut, its AA=1 must send it back
+    filter.insert(hash("www.example.com"), FILTER_CUT);
+    filter.insert(hash("mx.www.example.com"), FILTER_NODE);
+    filter.insert(hash("mx.www.example.com"), FILTER_CUT);
     prog.put_filter(gen, &filter).unwrap();
     let after: Vec<_> = frames.iter().map(|f| verdict(&prog, f)).collect();
     for ((ask, b), a) in asks.iter().zip(&before).zip(&after) {
