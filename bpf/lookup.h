@@ -120,9 +120,10 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_
  * suffixes up deepest first and stops at the first that exists (the closest encloser; a
  * served child zone may sit below a parent that lacks the names in between, so no suffix is
  * assumed missing because a shorter one is). Keys whose presence-filter bit is clear are not
- * looked up at all (xdns_filter_maybe): a miss costs a few instructions. Suffixes with fewer labels than the label floor
- * (xdns_gen[1], the shallowest node's) are not looked up: a name under no zone costs only
- * the lookups of its labels below the shallowest apex.
+ * looked up at all (xdns_filter_maybe): a miss costs a few instructions. Suffixes with fewer
+ * labels than the label floor (xdns_gen[1], the shallowest node's) are not looked up: a name
+ * under no zone costs no lookup. A flagged deepest suffix (a cut, an apex, a wildcard
+ * parent) gives its body without its node (below).
  */
 static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, const struct xdns_query *q,
 						      __u32 gen, struct xdns_answer_key *key,

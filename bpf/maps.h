@@ -37,7 +37,7 @@ struct xdns_scratch {
 	__u32 gen;              /* generation read for this packet */
 	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
 	__u32 ce_found;
-	__u32 direct;           /* the walk stopped at a suffix flagged APEX_NX / WILDCARD (lookup.h) */
+	__u32 direct;           /* body kind: the walk stopped at a flagged suffix (lookup.h) */
 	__u32 no_direct;        /* that guess failed: walk again looking nodes up */
 	__u32 _pad2;
 	__u64 ce_hash;
@@ -72,15 +72,7 @@ struct xdns_scratch {
  * `long step(__u64 index, void *arg)` that returns non-zero to stop (at or past its bound too).
  */
 #define XDNS_STEPS_PER_CALL 4
-#define XDNS_BATCHED(name, step)                                                        \
-	static long name(__u64 turn, void *arg)                                         \
-	{                                                                               \
-		__u32 k;                                                                \
-		_Pragma("unroll") for (k = 0; k < XDNS_STEPS_PER_CALL; k++)             \
-			if (step(turn * XDNS_STEPS_PER_CALL + k, arg))                  \
-				return 1;                                               \
-		return 0;                                                               \
-	}
+#define XDNS_BATCHED(name, step) XDNS_BATCHED_REST(name, step, 0)
 #define XDNS_TURNS(steps) (((steps) + XDNS_STEPS_PER_CALL - 1) / XDNS_STEPS_PER_CALL)
 
 /*
@@ -90,7 +82,7 @@ struct xdns_scratch {
  * XDNS_BATCHED_REST(name, step, n), continues from step n under bpf_loop with
  * XDNS_TURNS(steps - n) turns. No call at all for a short walk. Each inlined step is verified
  * in the caller's states: keep n small (even one general TTL step took the cache program from
- 697k to 919k processed instructions; cache.h inlines only a lean single-TTL case).
+ * 697k to 919k processed instructions; cache.h inlines only a lean single-TTL case).
  */
 #define XDNS_INLINE_FIRST(step, arg, n)                                                 \
 	({                                                                              \

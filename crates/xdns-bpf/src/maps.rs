@@ -73,10 +73,11 @@ struct Installed {
 }
 
 /// The presence filter of one generation (`xdns_filter`, maps.h): one bit per node and per
-/// `Type(qtype)` answer. The kernel looks a key up only when its bit is set, so a missing
-/// name or type costs no hash-map lookup; a bit set by another key (a false positive) costs
-/// the lookup it would have cost anyway. Never a false negative: every key of the
-/// generation is inserted before it becomes active.
+/// `Type(qtype)` answer, and one more per node of the kinds [`node_filter_tag`] names (their
+/// bodies are looked up without the node). The kernel looks a key up only when its bit is
+/// set, so a missing name or type costs no hash-map lookup; a bit set by another key (a false
+/// positive) costs the lookup it would have cost anyway. Never a false negative: every key
+/// of the generation is inserted before it becomes active.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Filter {
     words: Vec<u64>,
@@ -85,8 +86,7 @@ pub struct Filter {
 impl Filter {
     /// An empty filter of `words` words (a power of two).
     pub fn new(words: usize) -> Self {
-        assert!(words.is_power_of_two(), "filter words must be a power of two, not {words}");
-        Self { words: vec![0; words] }
+        Self::from_words(vec![0; words])
     }
 
     fn at(&self, hash: u64, tag: u32) -> (usize, u64) {
