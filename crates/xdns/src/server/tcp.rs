@@ -293,17 +293,22 @@ mod tests {
         }
     }
 
+    /// Bytes read from `c` before it closes or 5 s pass: 0 when the server closed it.
+    async fn read_until_closed(c: &mut TcpStream) -> usize {
+        let mut buf = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    }
+
     #[tokio::test]
     async fn refuses_beyond_limit_and_drains_on_shutdown() {
         let (addr, shared, stop_tx, task) = start(1, 60_000);
         let _first = TcpStream::connect(addr).await.unwrap();
         wait_open(&shared, 1).await;
         let mut second = TcpStream::connect(addr).await.unwrap();
-        let mut buf = [0u8; 1];
-        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap_or(0);
+        let n = read_until_closed(&mut second).await;
         assert_eq!(n, 0, "the connection over the limit must be closed");
         assert_eq!(shared.stats.tcp_refused.load(Relaxed), 1);
 
@@ -339,11 +344,7 @@ mod tests {
         let mut a = vec![0; len as usize];
         c.read_exact(&mut a).await.unwrap();
         assert_eq!(a[..2], [0x12, 0x34], "the answer to our query");
-        let mut buf = [0u8; 1];
-        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap_or(0);
+        let n = read_until_closed(&mut c).await;
         assert_eq!(n, 0, "closed once quiet");
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
@@ -355,12 +356,8 @@ mod tests {
     async fn idle_connection_is_closed() {
         let (addr, shared, _stop_tx, _task) = start(4, 100);
         let mut c = TcpStream::connect(addr).await.unwrap();
-        let mut buf = [0u8; 1];
         let t0 = std::time::Instant::now();
-        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap_or(0);
+        let n = read_until_closed(&mut c).await;
         assert_eq!(n, 0);
         assert!(t0.elapsed() >= Duration::from_millis(90));
         assert_eq!(shared.stats.tcp_idle_closed.load(Relaxed), 1);
