@@ -42,6 +42,7 @@ fn allow() -> Vec<(IpAddr, u8)> {
     vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)]
 }
 
+/// The program with the cache stage, the lab's allow list and `zone()` installed.
 fn load_resolver(seed: u64) -> XdpProgram {
     let cfg = LoadConfig {
         listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
@@ -50,7 +51,9 @@ fn load_resolver(seed: u64) -> XdpProgram {
         capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256 },
         resolver: Some(ResolverStage { allow: allow(), capacity: CacheCapacity { s: 1024, m: 256, l: 128 } }),
     };
-    XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)")
+    let mut prog = XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)");
+    prog.install(&zone()).unwrap();
+    prog
 }
 
 /// A served zone, example.com, with www A: names under it are answered authoritatively.
@@ -175,8 +178,7 @@ fn cache_fixture_table() {
     if !have_root("cache_fixture_table") {
         return;
     }
-    let mut prog = load_resolver(0x5eed_cafe);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(0x5eed_cafe);
     let cache = prog.cache().unwrap();
 
     let entries = vec![
@@ -298,8 +300,7 @@ fn cache_reply_fields() {
     if !have_root("cache_reply_fields") {
         return;
     }
-    let mut prog = load_resolver(77);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(77);
     let cache = prog.cache().unwrap();
     cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
     cache.insert(&entry("big.example.org", TXT, false, body_txt("big.example.org", 3, 200, 0), 0, 600)).unwrap();
@@ -324,8 +325,7 @@ fn cache_insert_replace_remove() {
     if !have_root("cache_insert_replace_remove") {
         return;
     }
-    let mut prog = load_resolver(5);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(5);
     let cache: KernelCache = prog.cache().unwrap();
     let f = frame(&Net::v4(), &query(&wire("k.example.org"), TXT, Opt::new(1232, false)));
     let small = entry("k.example.org", TXT, false, body_txt("k.example.org", 1, 10, 0), 0, 300);
@@ -361,8 +361,7 @@ fn cache_prefetch_events() {
     if !have_root("cache_prefetch_events") {
         return;
     }
-    let mut prog = load_resolver(11);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(11);
     let cache = prog.cache().unwrap();
     let events = prog.prefetch_events().unwrap();
     let mut hot = entry("hot.example.org", A, true, body_a("hot.example.org", 60, [198, 18, 7, 7]), 50, 60);
@@ -413,8 +412,7 @@ fn cache_torn_entry_never_served() {
     if !have_root("cache_torn_entry_never_served") {
         return;
     }
-    let mut prog = load_resolver(21);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(21);
     let cache = prog.cache().unwrap();
     let e = entry("torn.example.org", A, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
     let (key, value) = xdns_bpf::cache::encode_entry(21, &e).unwrap();
@@ -437,8 +435,7 @@ fn cache_allow_list_update() {
     if !have_root("cache_allow_list_update") {
         return;
     }
-    let mut prog = load_resolver(3);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(3);
     prog.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
     let mut net = Net::v4();
     net.src = vec![203, 0, 113, 5];
@@ -456,8 +453,7 @@ fn cache_allow_table_and_trie_agree() {
     if !have_root("cache_allow_table_and_trie_agree") {
         return;
     }
-    let mut prog = load_resolver(4);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(4);
     prog.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
     let short: Vec<(IpAddr, u8)> = vec![
         ("203.0.113.128".parse().unwrap(), 25),
@@ -514,7 +510,6 @@ fn cache_perf() {
         return;
     }
     let mut prog = load_resolver(99);
-    prog.install(&zone()).unwrap();
     let cache = prog.cache().unwrap();
     cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
     cache.insert(&entry("alias.example.org", A, false, body_chain("alias.example.org"), 3, 20)).unwrap();
@@ -567,8 +562,7 @@ fn cache_mutation_fuzz() {
     if !have_root("cache_mutation_fuzz") {
         return;
     }
-    let mut prog = load_resolver(0xf00d);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(0xf00d);
     let cache = prog.cache().unwrap();
     let entries = vec![
         entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300),
@@ -664,8 +658,7 @@ fn cache_clear_deletes_every_entry() {
     if !have_root("cache_clear_deletes_every_entry") {
         return;
     }
-    let mut prog = load_resolver(21);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(21);
     let cache = prog.cache().unwrap();
     let mut frames = Vec::new();
     for i in 0..300 {
@@ -698,8 +691,7 @@ fn cache_remove_names_deletes_only_those_names() {
     if !have_root("cache_remove_names_deletes_only_those_names") {
         return;
     }
-    let mut prog = load_resolver(22);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(22);
     let cache = prog.cache().unwrap();
     let mut frames = Vec::new();
     for (name, qtype, body) in [
@@ -733,8 +725,7 @@ fn cache_entry_in_its_last_20_ms_is_not_served() {
     if !have_root("cache_entry_in_its_last_20_ms_is_not_served") {
         return;
     }
-    let mut prog = load_resolver(22);
-    prog.install(&zone()).unwrap();
+    let prog = load_resolver(22);
     let cache = prog.cache().unwrap();
     for (name, left_ms, want) in [("ending.example.org", 15, "pass_cache_expired"), ("later.example.org", 1000, "cache_answered")] {
         let e = entry(name, A, false, body_a(name, 300, [198, 18, 5, 5]), 0, 300);
