@@ -112,10 +112,7 @@ where
         .and_then(|c| c.pid())
         .map_or(0, |p| p as u32);
     if shared.takeover.busy.swap(true, Ordering::AcqRel) {
-        send_fds(wr.as_ref(), &[]).await?;
-        wr.write_all(b"error: a takeover is already under way\n")
-            .await?;
-        return wr.shutdown().await;
+        return refuse(wr, "a takeover is already under way").await;
     }
     let mut roles = Vec::new();
     let mut fds = Vec::new();
@@ -135,10 +132,7 @@ where
         Err(e) => {
             shared.takeover.busy.store(false, Ordering::Release);
             tracing::error!(error = %e, "takeover refused: cannot duplicate the XDP links");
-            send_fds(wr.as_ref(), &[]).await?;
-            wr.write_all(format!("error: XDP links: {e:#}\n").as_bytes())
-                .await?;
-            return wr.shutdown().await;
+            return refuse(wr, &format!("XDP links: {e:#}")).await;
         }
     };
     let nlinks = links.len();
@@ -200,6 +194,14 @@ where
     }
     shared.takeover.busy.store(false, Ordering::Release);
     let _ = wr.write_all(b"error: takeover abandoned\n").await;
+    wr.shutdown().await
+}
+
+/// Answer a takeover that cannot start: an empty fd message (what the client reads first),
+/// then one `error: …` line.
+async fn refuse(mut wr: tokio::net::unix::OwnedWriteHalf, why: &str) -> io::Result<()> {
+    send_fds(wr.as_ref(), &[]).await?;
+    wr.write_all(format!("error: {why}\n").as_bytes()).await?;
     wr.shutdown().await
 }
 
