@@ -371,6 +371,12 @@ pub fn own_other<'a>(answers: impl IntoIterator<Item = &'a AnswerEntry>) -> Hash
     answers.into_iter().filter(|a| a.kind == Kind::Other).map(|a| &a.base[..]).collect()
 }
 
+/// Does `n` answer NODATA with its apex's body (`XDNS_NODE_NODATA_APEX`)? Yes when it is
+/// neither apex nor at a cut and has no `Other` body of its own (`own_other`).
+pub fn shares_apex_nodata(n: &NodeEntry, own_other: bool) -> bool {
+    n.name != n.apex && n.cut.is_none() && !own_other
+}
+
 /// The `xdns_nodes` entry of `n` in generation `gen`. `own_other`: does `n` have an `Other`
 /// body of its own? A node that is neither apex nor cut and has none answers NODATA with its
 /// apex's (`XDNS_NODE_NODATA_APEX`; when the apex has none either, the kernel passes, as it
@@ -396,7 +402,7 @@ pub fn encode_node(n: &NodeEntry, own_other: bool, seed: u64, gen: u32) -> (xdns
     if n.wildcard {
         v.flags |= NODE_WILDCARD;
     }
-    if v.flags & (NODE_APEX | NODE_CUT) == 0 && !own_other {
+    if shares_apex_nodata(n, own_other) {
         v.flags |= NODE_NODATA_APEX;
     }
     (xdns_node_key { hash: name_hash(seed, &n.name), r#gen, _pad: 0 }, v)

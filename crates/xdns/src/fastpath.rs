@@ -128,35 +128,23 @@ impl Fastpath {
 
     /// Give the kernel a new zone set (blocking; call from a blocking context).
     pub fn reload(&self, zones: Arc<ZoneSet>) -> anyhow::Result<()> {
-        let (reply, rx) = mpsc::channel();
-        self.send(Cmd::Reload(zones, reply))?;
-        rx.recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        self.call(|reply| Cmd::Reload(zones, reply))
     }
 
     /// Attach to the configured interfaces, taking over `inherited` links where they match
     /// (blocking).
     pub fn attach(&self, inherited: Vec<InheritedLink>) -> anyhow::Result<()> {
-        let (reply, rx) = mpsc::channel();
-        self.send(Cmd::Attach(inherited, reply))?;
-        rx.recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        self.call(|reply| Cmd::Attach(inherited, reply))
     }
 
     /// Duplicates of the attached links, to hand to a new process (blocking).
     pub fn links(&self) -> anyhow::Result<Vec<InheritedLink>> {
-        let (reply, rx) = mpsc::channel();
-        self.send(Cmd::Links(reply))?;
-        rx.recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        self.call(Cmd::Links)
     }
 
     /// Point the links at this process's program again (blocking).
     pub fn reclaim_links(&self) -> anyhow::Result<()> {
-        let (reply, rx) = mpsc::channel();
-        self.send(Cmd::Reclaim(reply))?;
-        rx.recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        self.call(Cmd::Reclaim)
     }
 
     /// Every XDP counter (blocking; call from a blocking context). Empty if the thread is gone.
@@ -171,19 +159,19 @@ impl Fastpath {
     /// The kernel answer cache and its refresh-event reader (blocking). `Ok(None)` when the
     /// cache stage is off (`XdpConfig::resolver` unset). Call once: the event reader is the one
     /// consumer of the ring buffer.
-    #[allow(dead_code)] // called by the resolver wiring (issue 4)
     pub fn cache(&self) -> anyhow::Result<Option<CacheHandles>> {
-        let (reply, rx) = mpsc::channel();
-        self.send(Cmd::Cache(reply))?;
-        rx.recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        self.call(Cmd::Cache)
     }
 
     /// Replace the resolver's allow list in the kernel (blocking).
-    #[allow(dead_code)] // called by the resolver wiring (issue 4)
     pub fn set_allow(&self, allow: Vec<(std::net::IpAddr, u8)>) -> anyhow::Result<()> {
+        self.call(|reply| Cmd::SetAllow(allow, reply))
+    }
+
+    /// Send the command `make` builds around a reply channel, and wait for the reply.
+    fn call<T>(&self, make: impl FnOnce(mpsc::Sender<anyhow::Result<T>>) -> Cmd) -> anyhow::Result<T> {
         let (reply, rx) = mpsc::channel();
-        self.send(Cmd::SetAllow(allow, reply))?;
+        self.send(make(reply))?;
         rx.recv_timeout(CALL_TIMEOUT)
             .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
     }

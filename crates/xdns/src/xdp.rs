@@ -193,7 +193,7 @@ fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
     let shared = data
         .nodes
         .iter()
-        .filter(|n| n.name != n.apex && n.cut.is_none() && !own.contains(&n.name[..]))
+        .filter(|n| xdns_bpf::data::shares_apex_nodata(n, own.contains(&n.name[..])))
         .count();
     tracing::info!(
         names = data.nodes.len(),
