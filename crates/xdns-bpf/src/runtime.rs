@@ -272,12 +272,7 @@ impl XdpProgram {
     /// Attach to interface `ifname` with a BPF link (closed on drop: detached even if the
     /// process dies).
     pub fn attach(&mut self, ifname: &str, mode: AttachMode) -> Result<()> {
-        let cname = CString::new(ifname)?;
-        // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-        if ifindex == 0 {
-            bail!("no interface {ifname}");
-        }
+        let ifindex = ifindex(ifname)?;
         let flags = match mode {
             AttachMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
             AttachMode::Generic => libbpf_sys::XDP_FLAGS_SKB_MODE,
