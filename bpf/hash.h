@@ -58,6 +58,16 @@ static __always_inline __u64 xdns_filter_pos(__u64 hash, __u32 tag)
 }
 
 /*
+ * Answer-table position of a key (xdns_abi.h): the bucket is the result masked to the half.
+ * The name hash is final (fmix64), so its high half is spread; the kind and type move it
+ * elsewhere for each body of the same name.
+ */
+static __always_inline __u32 xdns_table_pos(__u64 hash, __u32 kind, __u32 qtype)
+{
+	return (__u32)((hash ^ ((__u64)(kind << 16 | qtype) * XDNS_HASH_MUL)) >> 32);
+}
+
+/*
  * ASCII lowercase of eight bytes at once: a byte 'A'..'Z' gains 0x20, every other byte (length
  * octets are <= 63, bytes >= 0x80 included) is kept. Per byte, with x7 its low seven bits:
  * x7 + 0x3f carries into bit 7 iff x7 >= 'A', x7 + 0x25 iff x7 > 'Z'; no carry crosses bytes.

@@ -36,6 +36,8 @@ struct xdns_scratch {
 	__u32 _pad0;
 	__u32 gen;              /* generation read for this packet */
 	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
+	__u32 complete;         /* the answer table holds every answer of gen (xdns_gen[2 + gen & 1]) */
+	__u32 _pad3;
 	__u32 ce_found;
 	__u32 direct;           /* body kind: the walk stopped at a flagged suffix (lookup.h) */
 	__u32 no_direct;        /* that guess failed: walk again looking nodes up */
@@ -126,10 +128,13 @@ const volatile struct xdns_cache_event xdns_btf_cache_event = {};
  * key 1 -> label floor (u32): no node of any generation a packet may read has fewer labels
  * (root excluded); shorter suffixes are not looked up. Userspace lowers it before staging a
  * generation with shallower names and raises it only once the old generation is gone.
+ * keys 2, 3 -> 1 when every answer of the generation of parity key - 2 is in the answer
+ * table (then a key the table lacks does not exist: no hash-map lookup), else 0. Written
+ * with that half of the table, before the flip.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 4);
 	__type(key, __u32);
 	__type(value, __u32);
 } xdns_gen SEC(".maps");
@@ -147,6 +152,27 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } xdns_filter SEC(".maps");
+
+/*
+ * Answer table (xdns_abi.h): bucket index -> struct xdns_bucket, two halves of
+ * (xdns_cfg.table_mask + 1) buckets; value index -> struct xdns_answer_s, two halves of
+ * xdns_cfg.table_vals, then one spill value per CPU (lookup.h, xdns_answer_get). Userspace
+ * sizes both before load and writes the staged generation's halves (the index whole) before
+ * the flip. Array lookups are inlined (no call).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct xdns_bucket);
+} xdns_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct xdns_answer_s);
+} xdns_vals SEC(".maps");
 
 /* (name hash, gen) -> struct xdns_node for every name that exists; userspace writes. */
 struct {

@@ -112,6 +112,27 @@ struct xdns_answer_key {
 	__u8 _pad;
 };
 
+/*
+ * Answer table (lookup.h, xdns_table_get): the answers of a generation indexed by open
+ * addressing in array maps, so that finding one is two inlined array reads instead of a
+ * hash-map call. xdns_index has two halves (generation parity) of table_mask + 1 buckets of
+ * XDNS_TABLE_WAYS entries; xdns_vals two halves of table_vals values. The bucket of a key is
+ * xdns_table_pos(hash, kind, qtype) & table_mask (hash.h); an entry is the key when its hash
+ * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). Every answer is in
+ * xdns_answers too; the ones that found no free entry or value are only there.
+ */
+#define XDNS_TABLE_WAYS 4
+#define XDNS_TABLE_META(kind, qtype, gen) \
+	((__u32)(qtype) | (__u32)(kind) << 16 | (0x80u | ((__u32)(gen) & 0x7f)) << 24)
+struct xdns_table_entry {
+	__u64 hash;             /* the answer key's hash */
+	__u32 meta;             /* XDNS_TABLE_META of the key; 0: empty */
+	__u32 idx;              /* its value in the generation's half of xdns_vals */
+};
+struct xdns_bucket {
+	struct xdns_table_entry e[XDNS_TABLE_WAYS];
+};
+
 /* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */
 struct xdns_answer {
 	__u16 flags;            /* AA and RCODE to set in the response header */
@@ -168,6 +189,8 @@ struct xdns_config {
 	__u8 resolver;          /* 1: cache stage on (names under no served zone, see cache.h) */
 	__u8 _pad[3];
 	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
+	__u32 table_mask;       /* buckets per half of xdns_index, less one (a power of two less one) */
+	__u32 table_vals;       /* values per half of xdns_vals (0: no answer table) */
 	__u32 _pad2;
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
 };

@@ -62,6 +62,18 @@ pub fn filter_pos(hash: u64, tag: u32) -> u64 {
     hash.wrapping_add(u64::from(tag).wrapping_mul(MUL))
 }
 
+/// Answer-table position of key (`hash`, `kind`, `qtype`) (`xdns_table_pos`, hash.h): its
+/// bucket is this masked to the half.
+pub fn table_pos(hash: u64, kind: u8, qtype: u16) -> u32 {
+    let k = u64::from(kind) << 16 | u64::from(qtype);
+    ((hash ^ k.wrapping_mul(MUL)) >> 32) as u32
+}
+
+/// The `meta` word of a table entry (`XDNS_TABLE_META`, xdns_abi.h); never 0 (an empty entry).
+pub fn table_meta(kind: u8, qtype: u16, gen: u32) -> u32 {
+    u32::from(qtype) | u32::from(kind) << 16 | (0x80 | (gen & 0x7f)) << 24
+}
+
 /// Hash of one lowercased wire name (`\x03www\x07example\x03com\x00`).
 pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
     fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))

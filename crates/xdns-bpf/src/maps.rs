@@ -17,8 +17,8 @@ use anyhow::Result;
 
 use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
-use crate::hash::{filter_pos, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
-use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_node, xdns_node_key};
+use crate::hash::{filter_pos, table_meta, table_pos, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
+use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
 pub trait KernelMaps {
@@ -52,6 +52,13 @@ pub trait KernelMaps {
     fn filter_words(&self) -> usize;
     /// Write `filter` as generation `gen`'s half (`gen & 1`) of the presence filter.
     fn put_filter(&mut self, gen: u32, filter: &Filter) -> Result<()>;
+    /// Buckets and values in each half of the answer table (`(0, 0)`: no table).
+    fn table_shape(&self) -> (usize, usize);
+    /// Write answer values at their indices into generation `gen`'s half of the table.
+    fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()>;
+    /// Write generation `gen`'s half of the table index, whole, and whether it holds every
+    /// answer of the generation (then the kernel takes a key it lacks as absent).
+    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()>;
     /// Make `gen` the generation packets read (0 = none).
     fn flip_generation(&mut self, gen: u32) -> Result<()>;
     /// Set the label floor (`xdns_gen[1]`): no node of any generation packets may read has
@@ -70,6 +77,8 @@ struct Installed {
     floor: u32,
     nodes: Vec<xdns_node_key>,
     answers: Vec<(xdns_answer_key, u8)>,
+    /// Answers in the answer table, and answers left out of it (found in the hash map).
+    table: (usize, usize),
 }
 
 /// The presence filter of one generation (`xdns_filter`, maps.h): one bit per node and per
@@ -122,6 +131,71 @@ impl Filter {
     }
 }
 
+/// The answer table of one generation as it is written (`xdns_index`/`xdns_vals`, maps.h):
+/// each key goes to a free entry of its bucket (four per bucket) and takes the next value
+/// index. A key whose bucket is full, or that comes after the values run out, is not in the
+/// table (the kernel finds it in `xdns_answers`, where every answer is); a generation whose
+/// every key found room is `complete`.
+pub struct Table {
+    buckets: Vec<xdns_bucket>,
+    vals: u32,
+    used: u32,
+    left_out: usize,
+}
+
+impl Table {
+    /// An empty table of `buckets` buckets (a power of two, or 0: no table) and `vals` values.
+    pub fn new(buckets: usize, vals: usize) -> Self {
+        assert!(buckets == 0 || buckets.is_power_of_two(), "table buckets must be a power of two, not {buckets}");
+        Self { buckets: vec![xdns_bucket::default(); buckets], vals: vals as u32, used: 0, left_out: 0 }
+    }
+
+    fn bucket_of(&self, key: &xdns_answer_key) -> usize {
+        table_pos(key.hash, key.kind, key.qtype) as usize & (self.buckets.len() - 1)
+    }
+
+    /// Place `key`; its value index, or `None` when there is no room for it.
+    pub fn place(&mut self, key: &xdns_answer_key) -> Option<u32> {
+        if self.buckets.is_empty() || self.used >= self.vals {
+            self.left_out += 1;
+            return None;
+        }
+        let b = self.bucket_of(key);
+        let Some(e) = self.buckets[b].e.iter_mut().find(|e| e.meta == 0) else {
+            self.left_out += 1;
+            return None;
+        };
+        e.hash = key.hash;
+        e.meta = table_meta(key.kind, key.qtype, key.gen);
+        e.idx = self.used;
+        self.used += 1;
+        Some(e.idx)
+    }
+
+    /// The value index of `key`, as the kernel finds it (`xdns_table_get`).
+    pub fn get(&self, key: &xdns_answer_key) -> Option<u32> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let meta = table_meta(key.kind, key.qtype, key.gen);
+        self.buckets[self.bucket_of(key)].e.iter().find(|e| e.hash == key.hash && e.meta == meta).map(|e| e.idx)
+    }
+
+    /// Did every key placed find room?
+    pub fn complete(&self) -> bool {
+        self.left_out == 0
+    }
+
+    /// Keys placed and keys left out.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.used as usize, self.left_out)
+    }
+
+    pub fn buckets(&self) -> &[xdns_bucket] {
+        &self.buckets
+    }
+}
+
 /// The presence-filter tag of an answer key, if the kernel consults the filter for it
 /// (`Type(qtype)`, the exact-name fast path: `1 + qtype`).
 pub fn answer_filter_tag(key: &xdns_answer_key) -> Option<u32> {
@@ -165,6 +239,12 @@ impl Loader {
     /// The active generation (0 before the first install).
     pub fn generation(&self) -> u32 {
         self.current.as_ref().map_or(0, |c| c.gen)
+    }
+
+    /// Of the active generation's answers: how many are in the answer table, and how many
+    /// found no room there (each of those costs the kernel a hash-map lookup).
+    pub fn table_counts(&self) -> (usize, usize) {
+        self.current.as_ref().map_or((0, 0), |c| c.table)
     }
 
     /// The generation the next install will write. Never 0 (nothing loaded), and always of
@@ -226,6 +306,8 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     let gen = done.gen;
     let own = own_other(&data.answers);
     let mut filter = Filter::new(maps.filter_words());
+    let (buckets, vals) = maps.table_shape();
+    let mut table = Table::new(buckets, vals);
     done.nodes.reserve_exact(data.nodes.len());
     done.answers.reserve_exact(data.answers.len());
     for chunk in data.nodes.chunks(CHUNK) {
@@ -243,14 +325,21 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     for chunk in data.answers.chunks(CHUNK) {
         let enc: Vec<_> = chunk.iter().map(|a| encode_answer(a, seed, gen)).collect();
         done.answers.extend(enc.iter().map(|(k, a, _)| (*k, a.class)));
-        for (k, _, _) in &enc {
+        let mut placed = Vec::new();
+        for (k, a, b) in &enc {
             if let Some(tag) = answer_filter_tag(k) {
                 filter.insert(k.hash, tag);
             }
+            if let Some(i) = table.place(k) {
+                placed.push((i, a, b));
+            }
         }
         maps.put_bodies(&enc)?;
+        maps.put_table_values(gen, &placed)?;
     }
-    // The other half is the active generation's: this one is read only after the flip.
+    // The other halves are the active generation's: these are read only after the flip.
+    maps.put_table_index(gen, table.buckets(), table.complete())?;
+    done.table = table.counts();
     maps.put_filter(gen, &filter)
 }
 
@@ -281,6 +370,10 @@ pub struct MemMaps {
     pub filter: [Option<Filter>; 2],
     /// Words per filter half (0: 64).
     pub filter_words: usize,
+    /// Answer-table shape per half (buckets, values); (0, 0): no table.
+    pub table_shape: (usize, usize),
+    /// The answer table's halves: index and completeness as written, values by index.
+    pub table: [(Vec<xdns_bucket>, bool, HashMap<u32, xdns_answer>); 2],
     pub stats: Vec<u64>,
     /// Fail the n-th `put_*` call (tests of the failure path).
     pub fail_after: Option<usize>,
@@ -352,6 +445,25 @@ impl KernelMaps for MemMaps {
     fn put_filter(&mut self, gen: u32, filter: &Filter) -> Result<()> {
         self.tick()?;
         self.filter[(gen & 1) as usize] = Some(filter.clone());
+        Ok(())
+    }
+
+    fn table_shape(&self) -> (usize, usize) {
+        self.table_shape
+    }
+
+    fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
+        self.tick()?;
+        let half = &mut self.table[(gen & 1) as usize].2;
+        half.extend(values.iter().map(|(i, a, _)| (*i, **a)));
+        Ok(())
+    }
+
+    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
+        self.tick()?;
+        let half = &mut self.table[(gen & 1) as usize];
+        half.0 = index.to_vec();
+        half.1 = complete;
         Ok(())
     }
 
@@ -504,5 +616,67 @@ mod tests {
         assert_eq!(select(&maps, 3, maps.gen, WWW, 1).err(), Some(crate::select::Miss::NoZone));
         let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }) };
         assert_eq!(wrapped.next_generation(), 2);
+    }
+
+    fn akey(hash: u64, qtype: u16, gen: u32) -> xdns_answer_key {
+        xdns_answer_key { hash, gen, qtype, kind: xdns_body_kind::XDNS_KIND_TYPE.0 as u8, ..Default::default() }
+    }
+
+    /// The answer table finds what it placed, for that generation only; a key whose bucket
+    /// has no free entry, or that comes after the last value, is left out and the table is
+    /// then incomplete.
+    #[test]
+    fn table_places_until_full() {
+        let mut t = Table::new(4, 6);
+        let keys: Vec<_> = (0..6u64).map(|i| akey(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1, 7)).collect();
+        let idx: Vec<_> = keys.iter().map(|k| t.place(k)).collect();
+        assert_eq!(idx, (0..6).map(Some).collect::<Vec<_>>());
+        for (k, i) in keys.iter().zip(&idx) {
+            assert_eq!(t.get(k), *i);
+            assert_eq!(t.get(&akey(k.hash, 1, 9)), None, "another generation");
+            assert_eq!(t.get(&akey(k.hash, 28, 7)), None, "another type");
+        }
+        assert!(t.complete());
+        assert_eq!(t.place(&akey(99, 1, 7)), None, "no value left");
+        assert!(!t.complete());
+        assert_eq!(t.counts(), (6, 1));
+
+        // five keys of one bucket: the fifth finds no entry
+        let mut t = Table::new(2, 100);
+        let same: Vec<_> = (0..1000u64).map(|h| akey(h << 32, 1, 1)).filter(|k| t.bucket_of(k) == 0).take(5).collect();
+        assert_eq!(same.len(), 5);
+        let placed: Vec<_> = same.iter().map(|k| t.place(k)).collect();
+        assert_eq!(placed, vec![Some(0), Some(1), Some(2), Some(3), None]);
+        assert_eq!(t.get(&same[4]), None);
+        assert!(!t.complete());
+    }
+
+    /// Installs write the staged generation's half of the table (values, then the index with
+    /// its completeness); the active half is left alone.
+    #[test]
+    fn table_halves_follow_generations() {
+        let mut maps = MemMaps { table_shape: (8, 16), ..Default::default() };
+        let mut l = Loader::new(3);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        let www = crate::hash::name_hash(3, WWW);
+        let find = |maps: &MemMaps, gen: u32| {
+            let (index, complete, vals) = &maps.table[(gen & 1) as usize];
+            let t = Table { buckets: index.clone(), vals: 16, used: 0, left_out: 0 };
+            (t.get(&akey(www, 1, gen)).and_then(|i| vals.get(&i).copied()), *complete)
+        };
+        let (a, complete) = find(&maps, 1);
+        assert!(complete);
+        assert_eq!(a.map(|a| a.len), Some(16));
+        let raw = |b: &[xdns_bucket]| b.iter().flat_map(|b| bytes_of(b).to_vec()).collect::<Vec<u8>>();
+        let before = raw(&maps.table[1].0);
+        let staged = l.stage(&mut maps, &data(0xB)).unwrap();
+        assert_eq!(raw(&maps.table[1].0), before, "staging leaves the active half alone");
+        l.commit(&mut maps, staged).unwrap();
+        assert!(find(&maps, 2).0.is_some());
+
+        // no room: every answer left out, the half marked incomplete
+        let mut maps = MemMaps { table_shape: (1, 0), ..Default::default() };
+        Loader::new(3).install(&mut maps, &data(0xA)).unwrap();
+        assert!(!maps.table[1].1);
     }
 }

@@ -14,7 +14,7 @@ use crate::data::{BodyValue, KernelData};
 use crate::maps::{bytes_of, KernelMaps, Loader};
 use crate::skel::{XdnsSkel, XdnsSkelBuilder};
 use crate::data::answer_value;
-use crate::types::{xdns_answer, xdns_answer_key, xdns_answer_s, xdns_body_class, xdns_node, xdns_node_key};
+use crate::types::{xdns_answer, xdns_answer_key, xdns_answer_s, xdns_body_class, xdns_bucket, xdns_node, xdns_node_key};
 
 /// How to attach (the `[xdp] mode` of the configuration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +89,24 @@ impl Capacity {
         let keys = u64::from(self.nodes) + u64::from(self.answers);
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
+
+    /// Values per half of the answer table: room for every answer the maps can hold, a
+    /// power of two between 1024 and [`TABLE_MAX_VALS`]. Preallocated (arrays): two halves
+    /// of 216 bytes per value and 32 per value for the index.
+    pub fn table_vals(&self) -> usize {
+        (self.answers as usize).next_power_of_two().clamp(1024, TABLE_MAX_VALS)
+    }
+
+    /// Buckets per half of the answer table's index: four entries each, twice as many
+    /// entries as values, so a full table is half full.
+    pub fn table_buckets(&self) -> usize {
+        self.table_vals() / 2
+    }
 }
+
+/// Most values per half of the answer table (about 57 MiB per half with its index); answers
+/// beyond it are found in `xdns_answers` (a hash-map lookup each).
+pub const TABLE_MAX_VALS: usize = 1 << 18;
 
 /// The XDP program with its maps, attachments and loaded data.
 pub struct XdpProgram {
@@ -135,6 +152,8 @@ impl XdpProgram {
             let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
             ro.xdns_cfg.resolver = u8::from(cfg.resolver.is_some());
             ro.xdns_cfg.filter_mask = (cfg.capacity.filter_words() - 1) as u32;
+            ro.xdns_cfg.table_mask = (cfg.capacity.table_buckets() - 1) as u32;
+            ro.xdns_cfg.table_vals = cfg.capacity.table_vals() as u32;
         }
         // LRU maps are preallocated: the smallest useful size when the stage is off.
         let cc = cfg.resolver.as_ref().map_or(crate::cache::CacheCapacity { s: 64, m: 64, l: 64 }, |r| r.capacity);
@@ -151,6 +170,10 @@ impl XdpProgram {
         open.maps.xdns_bodies_m.set_max_entries(c.bodies_m)?;
         open.maps.xdns_bodies_l.set_max_entries(c.bodies_l)?;
         open.maps.xdns_filter.set_max_entries(2 * c.filter_words() as u32)?;
+        open.maps.xdns_index.set_max_entries(2 * c.table_buckets() as u32)?;
+        // two halves, then a spill value per CPU (lookup.h)
+        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
+        open.maps.xdns_vals.set_max_entries(2 * c.table_vals() as u32 + cpus)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
         let prog = Self { skel, loader: Loader::new(seed), links: Vec::new() };
         if let Some(r) = &cfg.resolver {
@@ -225,6 +248,12 @@ impl XdpProgram {
         self.loader.generation()
     }
 
+    /// Of the active generation's answers: how many are in the answer table, and how many
+    /// are only in the `xdns_answers` hash map (no room in the table).
+    pub fn table_counts(&self) -> (usize, usize) {
+        self.loader.table_counts()
+    }
+
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
         let mut maps = LibbpfMaps { skel: &self.skel };
@@ -262,6 +291,30 @@ impl XdpProgram {
             })
             .collect::<Result<Vec<u64>>>()?;
         Ok(crate::maps::Filter::from_words(words))
+    }
+
+    /// Buckets and values per half of the answer table.
+    pub fn table_shape(&self) -> (usize, usize) {
+        LibbpfMaps { skel: &self.skel }.table_shape()
+    }
+
+    /// Overwrite generation `gen`'s half of the answer table's index and its completeness
+    /// flag (tests: show that the program consults them).
+    #[doc(hidden)]
+    pub fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
+        LibbpfMaps { skel: &self.skel }.put_table_index(gen, index, complete)
+    }
+
+    /// Delete every entry of the `xdns_answers` hash map (tests: answers must then come from
+    /// the answer table). Returns how many there were.
+    #[doc(hidden)]
+    pub fn clear_answer_map(&mut self) -> Result<usize> {
+        let map = &self.skel.maps.xdns_answers;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        for k in &keys {
+            map.delete(k)?;
+        }
+        Ok(keys.len())
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
@@ -471,6 +524,38 @@ impl KernelMaps for LibbpfMaps<'_> {
             let map = &self.skel.maps.xdns_filter;
             map.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
         }
+        Ok(())
+    }
+
+    fn table_shape(&self) -> (usize, usize) {
+        self.skel.maps.rodata_data.as_ref().map_or((0, 0), |ro| {
+            (ro.xdns_cfg.table_mask as usize + 1, ro.xdns_cfg.table_vals as usize)
+        })
+    }
+
+    fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
+        let base = (gen & 1) * self.table_shape().1 as u32;
+        for chunk in values.chunks(BATCH) {
+            let keys: Vec<[u8; 4]> = chunk.iter().map(|(i, _, _)| (base + i).to_ne_bytes()).collect();
+            let vals: Vec<Box<xdns_answer_s>> = chunk.iter().map(|(_, a, b)| answer_value(a, b)).collect();
+            batch_update(&self.skel.maps.xdns_vals, keys.iter().zip(&vals).map(|(k, v)| (&k[..], bytes_of(&**v))))?;
+        }
+        Ok(())
+    }
+
+    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
+        let (buckets, _) = self.table_shape();
+        if index.len() != buckets {
+            bail!("answer table index of {} buckets for a map half of {buckets}", index.len());
+        }
+        let base = (gen & 1) * buckets as u32;
+        for (n, chunk) in index.chunks(BATCH).enumerate() {
+            let first = base + (n * BATCH) as u32;
+            let keys: Vec<[u8; 4]> = (first..first + chunk.len() as u32).map(u32::to_ne_bytes).collect();
+            batch_update(&self.skel.maps.xdns_index, keys.iter().zip(chunk).map(|(k, b)| (&k[..], bytes_of(b))))?;
+        }
+        let slot = 2 + (gen & 1);
+        self.skel.maps.xdns_gen.update(&slot.to_ne_bytes(), &u32::from(complete).to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
     }
 

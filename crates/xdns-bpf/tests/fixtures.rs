@@ -521,6 +521,53 @@ fn presence_filter_is_consulted() {
     }
 }
 
+/// Answers come from the answer table (xdns_abi.h): with the `xdns_answers` hash map
+/// emptied every kind of answer is still sent, byte for byte as before. With the table's
+/// index emptied and marked incomplete they come from the hash map again (copied to the
+/// CPU's spill value); marked complete, the program believes the empty table and passes.
+#[test]
+fn answer_table_is_consulted() {
+    if !have_root("answer_table_is_consulted") {
+        return;
+    }
+    let asks = [
+        ("www.example.com", A),
+        ("WwW.ExAmPlE.cOm", AAAA),
+        ("mx.www.example.com", MX),
+        ("www.example.com", MX),
+        ("nx.example.com", A),
+        ("a.nx.example.com", A),
+        ("x.wild.example.com", A),
+        ("y.x.wild.example.com", MX),
+        ("host.sub.example.com", A),
+        ("sub.example.com", A),
+    ];
+    let frames: Vec<Vec<u8>> = asks.iter().map(|(n, t)| frame(&Net::v4(), &query(&wire(n), *t, None))).collect();
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let want: Vec<_> = frames.iter().map(|f| verdict(&prog, f)).collect();
+    assert!(want.iter().all(|(act, _, moved)| *act == 3 && moved == &["answered"]), "{want:?}");
+
+    assert!(prog.clear_answer_map().unwrap() > 0);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(verdict(&prog, f), want[i], "{:?} from the table alone", asks[i]);
+    }
+
+    prog.install(&zone()).unwrap();
+    let gen = prog.generation();
+    let (buckets, _) = prog.table_shape();
+    let empty = vec![xdns_bpf::types::xdns_bucket::default(); buckets];
+    prog.put_table_index(gen, &empty, false).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(verdict(&prog, f), want[i], "{:?} from the hash map", asks[i]);
+    }
+    prog.put_table_index(gen, &empty, true).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let (act, _, moved) = verdict(&prog, f);
+        assert_eq!((act, moved.join(",")), (2, "pass_no_body".into()), "{:?}: an empty complete table", asks[i]);
+    }
+}
+
 /// Presence-filter false positives never change an answer: bits set for a node that is not
 /// an apex (flagged as one), for a name that does not exist (flagged as an apex), and for a
 /// wildcard parent's absent child leave every reply byte for byte as it was; the direct

@@ -223,9 +223,12 @@ fn install_logged(
 ) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
     prog.install(data)?;
+    let (in_table, left_out) = prog.table_counts();
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
         rss_mib = rss_mib(),
+        answers_in_table = in_table,
+        answers_left_out = left_out,
         "XDP: kernel maps filled (batched, chunk by chunk), new data active"
     );
     Ok(())
