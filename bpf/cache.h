@@ -350,7 +350,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
-	moved = xdns_resize(ctx, sc, pkt->dns_off + r.body_at, grow);
+	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);
 	if (moved)
 		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
 	if (xdns_cache_put_body(ctx, pkt->dns_off + r.body_at, &ref, &r))

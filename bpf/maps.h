@@ -60,9 +60,6 @@ struct xdns_scratch {
 	/* cache stage: name comparison */
 	__u32 cmp_words;        /* 8-byte words of the name to compare */
 	__u32 cmp_diff;         /* non-zero once a word differs */
-	/* frame resize (xdns_resize) */
-	__u32 tail_short_ifindex; /* last interface whose tail would not grow: try the head first */
-	__u32 _pad1;
 };
 
 /*

@@ -81,7 +81,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt.dns_off + r.dns_out) - (long)frame;
-	moved = xdns_resize(ctx, sc, pkt.dns_off + r.body_at, grow);
+	moved = xdns_resize(ctx, pkt.dns_off + r.body_at, grow);
 	if (moved)
 		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
 	if (xdns_put_dns(ctx, sc, &pkt, &q, &body, &a->ans, &r))
