@@ -60,6 +60,8 @@ pub struct Capacity {
     pub answers: u32,
     pub bodies_m: u32,
     pub bodies_l: u32,
+    /// Answer values per half of the answer table (preallocated; 0: as many as `answers`).
+    pub table_vals: u32,
 }
 
 impl Capacity {
@@ -79,6 +81,8 @@ impl Capacity {
             answers: room(data.answers.len()),
             bodies_m: room(c[1] as usize),
             bodies_l: room(c[2] as usize),
+            // twice the first zone set's: a reload may grow it that much and still find room
+            table_vals: (data.answers.len() * 2) as u32,
         }
     }
 
@@ -90,11 +94,12 @@ impl Capacity {
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
 
-    /// Values per half of the answer table: room for every answer the maps can hold, a
-    /// power of two between 1024 and [`TABLE_MAX_VALS`]. Preallocated (arrays): two halves
-    /// of 216 bytes per value and 32 per value for the index.
+    /// Values per half of the answer table: `table_vals` (or `answers`) rounded up to a power
+    /// of two between 64 and [`TABLE_MAX_VALS`]. Preallocated (arrays): two halves of 216
+    /// bytes per value and 32 per value for the index.
     pub fn table_vals(&self) -> usize {
-        (self.answers as usize).next_power_of_two().clamp(1024, TABLE_MAX_VALS)
+        let want = if self.table_vals == 0 { self.answers } else { self.table_vals };
+        (want as usize).next_power_of_two().clamp(64, TABLE_MAX_VALS)
     }
 
     /// Buckets per half of the answer table's index: four entries each, twice as many

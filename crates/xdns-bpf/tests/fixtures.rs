@@ -455,7 +455,7 @@ fn userspace_only_bodies() {
         listen: vec!["198.18.0.1:53".parse().unwrap()],
         edns_payload: 4096,
         seed: Some(3),
-        capacity: xdns_bpf::runtime::Capacity { nodes: 64, answers: 64, bodies_m: 64, bodies_l: 64 },
+        capacity: xdns_bpf::runtime::Capacity { nodes: 64, answers: 64, bodies_m: 64, bodies_l: 64, table_vals: 0 },
         resolver: None,
     };
     let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();

@@ -62,7 +62,9 @@ impl XdpRuntime {
     /// Load the program (the verifier runs here) and fill the maps from `zones`; not attached
     /// yet ([`Self::attach`]). Map capacity is three times the initial data (room for the old
     /// and the new generation during a reload, plus growth); a reload beyond that fails and
-    /// keeps the old data.
+    /// keeps the old data. The answer table holds twice the initial answers (up to 2^18); a
+    /// reload with more answers keeps the rest in the hash map (`answers_left_out` in the
+    /// log), slower but the same answers, until a restart sizes it again.
     pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],

@@ -31,7 +31,7 @@ pub fn load() -> XdpProgram {
         listen,
         edns_payload: OUR_PAYLOAD,
         seed: Some(0x5eed_0123_4567_89ab),
-        capacity: Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024 },
+        capacity: Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0 },
         resolver: None,
     };
     XdpProgram::load(&cfg).expect("load (verifier)")
