@@ -408,7 +408,7 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
-	__u32 l3 = pkt->l3_off, ulen = sizeof(struct udphdr) + r->dns_out, i;
+	__u32 l3 = pkt->l3_off, ulen = sizeof(struct udphdr) + r->dns_out;
 	__u8 mac[ETH_ALEN];
 	__u64 s = 0;
 	__u16 port;
@@ -424,23 +424,29 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	if (!pkt->ipv6) {
 		struct iphdr *ip = data + l3;
 		__u16 *w = (__u16 *)ip;
-		__be32 a;
+		__u32 a, b;
 
 		udp = (void *)(ip + 1);
 		if ((void *)(udp + 1) > data_end)
 			return -1;
+		/*
+		 * Both checksums from values read before any header byte is written: summing the
+		 * header back from memory loaded 16-bit words over bytes just stored with other
+		 * widths, and each such load waits for those stores to retire. Words as they sit in
+		 * memory (csum.h): version 4 and IHL 5 with the TOS, length, ID, fragment field, TTL
+		 * and protocol, the addresses (swapping them changes no sum).
+		 */
 		a = ip->saddr;
-		ip->saddr = ip->daddr;
+		b = ip->daddr;
+		s = ((w[0] & bpf_htons(0x00ff)) | bpf_htons(0x4500)) + bpf_htons(sizeof(*ip) + ulen) + w[2] + w[3] +
+		    bpf_htons((XDNS_REPLY_TTL << 8) | IPPROTO_UDP) + (a & 0xffff) + (a >> 16) + (b & 0xffff) + (b >> 16);
+		ip->saddr = b;
 		ip->daddr = a;
 		ip->ihl = 5;
 		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
 		ip->ttl = XDNS_REPLY_TTL;
-		ip->check = 0;
-#pragma unroll
-		for (i = 0; i < 10; i++)
-			s += w[i];
 		ip->check = ~xdns_csum_fold(s);
-		s = xdns_csum_words(&ip->saddr, 1);
+		s = xdns_csum_swap(xdns_csum_fold((__u64)a + b));
 	} else {
 		struct ipv6hdr *ip6 = data + l3;
 		struct in6_addr a;
