@@ -221,9 +221,9 @@ def xdns_run(lab, xdns):
     """The corpus through xdns (once per xdns variant), with its XDP counters around it."""
     before = lab.xdns_stats(xdns)["xdp"]
     answers = collect(lab, {"xdns": xdns})
-    after = lab.xdns_stats(xdns)["xdp"]
-    return {"answers": answers, "xdp_before": before, "xdp_after": after,
-            "xdp": xdns.extra.get("xdp")}
+    stats = lab.xdns_stats(xdns)
+    return {"answers": answers, "xdp_before": before, "xdp_after": stats["xdp"],
+            "xdp_table": stats.get("xdp_table"), "xdp": xdns.extra.get("xdp")}
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,11 @@ def test_xdp_answers_most_of_the_udp_corpus(xdns_run):
     receive buffers have room). Those count as "found" but not "answered"."""
     if xdns_run["xdp"] is None:
         assert xdns_run["xdp_after"] == {}, xdns_run["xdp_after"]
+        assert xdns_run["xdp_table"] == {}, xdns_run["xdp_table"]
         return
+    # every answer of the test zones fits the answer table (no hash-map lookups)
+    table = xdns_run["xdp_table"]
+    assert table["answers_in_table"] > 0 and table["answers_left_out"] == 0, table
     delta = {k: v - xdns_run["xdp_before"].get(k, 0) for k, v in xdns_run["xdp_after"].items()}
     udp_queries = sum(1 for t in TRANSPORTS if t.startswith("udp")) * len(corpus.CASES)
     answered = delta.get("answered", 0)

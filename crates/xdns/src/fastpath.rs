@@ -25,12 +25,22 @@ enum Cmd {
     Attach(Vec<InheritedLink>, mpsc::Sender<anyhow::Result<()>>),
     Links(mpsc::Sender<anyhow::Result<Vec<InheritedLink>>>),
     Reclaim(mpsc::Sender<anyhow::Result<()>>),
-    Counters(mpsc::Sender<Vec<(String, u64)>>),
+    Counters(mpsc::Sender<XdpCounters>),
     Cache(mpsc::Sender<anyhow::Result<Option<CacheHandles>>>),
     SetAllow(
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
     ),
+}
+
+/// What the XDP thread reports for `xdns stats` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct XdpCounters {
+    /// Packets per verdict, summed over CPUs.
+    pub verdicts: Vec<(String, u64)>,
+    /// Answers of the active data in the answer table, and answers only in the slower hash
+    /// map (no room in the table).
+    pub table: (usize, usize),
 }
 
 /// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
@@ -95,7 +105,10 @@ impl Fastpath {
                             let _ = reply.send(rt.reclaim_links());
                         }
                         Cmd::Counters(reply) => {
-                            let _ = reply.send(rt.counters());
+                            let _ = reply.send(XdpCounters {
+                                verdicts: rt.counters(),
+                                table: rt.table_counts(),
+                            });
                         }
                         Cmd::Cache(reply) => {
                             let _ = reply.send(rt.cache());
@@ -148,10 +161,10 @@ impl Fastpath {
     }
 
     /// Every XDP counter (blocking; call from a blocking context). Empty if the thread is gone.
-    pub fn counters(&self) -> Vec<(String, u64)> {
+    pub fn counters(&self) -> XdpCounters {
         let (reply, rx) = mpsc::channel();
         if self.send(Cmd::Counters(reply)).is_err() {
-            return Vec::new();
+            return XdpCounters::default();
         }
         rx.recv_timeout(CALL_TIMEOUT).unwrap_or_default()
     }

@@ -8,7 +8,7 @@
 //! `xdns_tcp_connections_total{result}`, `xdns_tcp_idle_closed_total`, `xdns_tcp_open`,
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
-//! `xdns_xdp_total{counter}`, `xdns_resolver_total{counter}`.
+//! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_resolver_total{counter}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,6 +176,15 @@ pub fn render(s: &Snapshot) -> String {
         "XDP fast path verdicts.",
         s.xdp.iter().map(|(k, &v)| (l1("counter", k), v)),
     );
+    gauge_family(
+        &mut reg,
+        "xdns_xdp_table_answers",
+        "Answers of the active zone data in the XDP answer table (in_table) and only in the slower hash map (left_out).",
+        s.xdp_table.iter().map(|(k, &v)| {
+            let state = k.strip_prefix("answers_").unwrap_or(k);
+            (l1("state", state), i64::try_from(v).unwrap_or(i64::MAX))
+        }),
+    );
     counter_family(
         &mut reg,
         "xdns_resolver",
@@ -292,8 +301,12 @@ mod tests {
             serial: 42,
             records: 5,
         });
+        s.xdp_table.insert("answers_in_table".into(), 7);
+        s.xdp_table.insert("answers_left_out".into(), 0);
         let text = render(&s);
         for want in [
+            "xdns_xdp_table_answers{state=\"in_table\"} 7",
+            "xdns_xdp_table_answers{state=\"left_out\"} 0",
             "xdns_queries_total{proto=\"udp\",qtype=\"AAAA\"} 1",
             "xdns_queries_total{proto=\"tcp\",qtype=\"A\"} 1",
             "xdns_responses_total{rcode=\"NXDOMAIN\"} 1",

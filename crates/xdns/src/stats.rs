@@ -345,6 +345,11 @@ pub struct Snapshot {
     pub zones: Vec<ZoneInfo>,
     /// XDP fast path counters (empty when XDP is off).
     pub xdp: BTreeMap<String, u64>,
+    /// The XDP answer table (empty when XDP is off): `answers_in_table`, and
+    /// `answers_left_out`, answers found only through the slower hash map (no room in the
+    /// table; a restart sizes it for the zones of the day).
+    #[serde(default)]
+    pub xdp_table: BTreeMap<String, u64>,
     /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
     /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
     #[serde(default)]
@@ -389,6 +394,9 @@ impl Snapshot {
         }
         for (k, v) in &self.xdp {
             row(&format!("xdp.{k}"), v);
+        }
+        for (k, v) in &self.xdp_table {
+            row(&format!("xdp_table.{k}"), v);
         }
         for (k, v) in &self.resolver {
             row(&format!("resolver.{k}"), v);

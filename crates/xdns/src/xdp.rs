@@ -182,6 +182,11 @@ impl XdpRuntime {
     pub fn counters(&self) -> Vec<(String, u64)> {
         self.prog.counters().unwrap_or_default()
     }
+
+    /// Answers of the active data in the answer table, and answers only in the hash map.
+    pub fn table_counts(&self) -> (usize, usize) {
+        self.prog.table_counts()
+    }
 }
 
 /// The kernel's data for `zones`, with its size and the time it took in the log: for a large

@@ -70,7 +70,12 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            s.xdp = fp.counters().into_iter().collect();
+            let c = fp.counters();
+            s.xdp = c.verdicts.into_iter().collect();
+            s.xdp_table = [("answers_in_table", c.table.0), ("answers_left_out", c.table.1)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v as u64))
+                .collect();
         }
         if let Some(r) = self.recursion.get() {
             s.resolver = r
