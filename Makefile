@@ -5,6 +5,8 @@ SHELL := /bin/bash
 #   make bench       full benchmark: xdns vs Knot DNS vs NSD, chart in bench/out/bench.png,
 #                    then bench-resolver
 #   make bench-smoke a few seconds per peer, no performance assertions (CI); also bench-resolver-smoke
+#   make profile     perf profile of the XDP program under load, by bpf/ source line
+#                    (profile-resolver: the same for cache hits)
 #   make bench-resolver        resolver benchmark: xdns vs Unbound, Knot Resolver, PowerDNS
 #                              Recursor on the lab tree, chart in bench/out/resolver.png
 #   make bench-resolver-smoke  the same in about a minute, checks the harness only
@@ -18,7 +20,7 @@ PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
 .PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver \
-	bench-resolver-smoke clean-lab
+	bench-resolver-smoke profile profile-resolver clean-lab
 
 all: build
 
@@ -54,6 +56,15 @@ bench-smoke: build bench-resolver-smoke
 
 bench-resolver: deps
 	$(PYTHON) bench/resolver.py
+
+# Where the XDP program's time goes under kxdpgun load: perf samples by bpf/ source line.
+profile: build
+	command -v perf >/dev/null || apt-get install -y --no-install-recommends linux-perf
+	$(PYTHON) bench/profile.py
+
+profile-resolver: build
+	command -v perf >/dev/null || apt-get install -y --no-install-recommends linux-perf
+	$(PYTHON) bench/profile.py --resolver
 
 bench-resolver-smoke: build
 	$(PYTHON) bench/resolver.py --smoke
