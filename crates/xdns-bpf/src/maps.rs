@@ -372,12 +372,22 @@ pub struct MemMaps {
     pub filter_words: usize,
     /// Answer-table shape per half (buckets, values); (0, 0): no table.
     pub table_shape: (usize, usize),
-    /// The answer table's halves: index and completeness as written, values by index.
-    pub table: [(Vec<xdns_bucket>, bool, HashMap<u32, xdns_answer>); 2],
+    /// The answer table's halves as written.
+    pub table: [MemTable; 2],
     pub stats: Vec<u64>,
     /// Fail the n-th `put_*` call (tests of the failure path).
     pub fail_after: Option<usize>,
     puts: usize,
+}
+
+/// One half of the answer table in [`MemMaps`].
+#[derive(Default)]
+pub struct MemTable {
+    pub index: Vec<xdns_bucket>,
+    /// Does the half hold every answer of its generation?
+    pub complete: bool,
+    /// Answer values by index.
+    pub vals: HashMap<u32, xdns_answer>,
 }
 
 impl MemMaps {
@@ -454,7 +464,7 @@ impl KernelMaps for MemMaps {
 
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
         self.tick()?;
-        let half = &mut self.table[(gen & 1) as usize].2;
+        let half = &mut self.table[(gen & 1) as usize].vals;
         half.extend(values.iter().map(|(i, a, _)| (*i, **a)));
         Ok(())
     }
@@ -462,8 +472,8 @@ impl KernelMaps for MemMaps {
     fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
         self.tick()?;
         let half = &mut self.table[(gen & 1) as usize];
-        half.0 = index.to_vec();
-        half.1 = complete;
+        half.index = index.to_vec();
+        half.complete = complete;
         Ok(())
     }
 
@@ -660,23 +670,23 @@ mod tests {
         l.install(&mut maps, &data(0xA)).unwrap();
         let www = crate::hash::name_hash(3, WWW);
         let find = |maps: &MemMaps, gen: u32| {
-            let (index, complete, vals) = &maps.table[(gen & 1) as usize];
-            let t = Table { buckets: index.clone(), vals: 16, used: 0, left_out: 0 };
-            (t.get(&akey(www, 1, gen)).and_then(|i| vals.get(&i).copied()), *complete)
+            let half = &maps.table[(gen & 1) as usize];
+            let t = Table { buckets: half.index.clone(), vals: 16, used: 0, left_out: 0 };
+            (t.get(&akey(www, 1, gen)).and_then(|i| half.vals.get(&i).copied()), half.complete)
         };
         let (a, complete) = find(&maps, 1);
         assert!(complete);
         assert_eq!(a.map(|a| a.len), Some(16));
         let raw = |b: &[xdns_bucket]| b.iter().flat_map(|b| bytes_of(b).to_vec()).collect::<Vec<u8>>();
-        let before = raw(&maps.table[1].0);
+        let before = raw(&maps.table[1].index);
         let staged = l.stage(&mut maps, &data(0xB)).unwrap();
-        assert_eq!(raw(&maps.table[1].0), before, "staging leaves the active half alone");
+        assert_eq!(raw(&maps.table[1].index), before, "staging leaves the active half alone");
         l.commit(&mut maps, staged).unwrap();
         assert!(find(&maps, 2).0.is_some());
 
         // no room: every answer left out, the half marked incomplete
         let mut maps = MemMaps { table_shape: (1, 0), ..Default::default() };
         Loader::new(3).install(&mut maps, &data(0xA)).unwrap();
-        assert!(!maps.table[1].1);
+        assert!(!maps.table[1].complete);
     }
 }

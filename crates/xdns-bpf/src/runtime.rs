@@ -109,7 +109,7 @@ impl Capacity {
     }
 }
 
-/// Most values per half of the answer table (about 57 MiB per half with its index); answers
+/// Most values per half of the answer table (about 62 MiB per half with its index); answers
 /// beyond it are found in `xdns_answers` (a hash-map lookup each).
 pub const TABLE_MAX_VALS: usize = 1 << 18;
 
