@@ -98,67 +98,57 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 XDNS_BATCHED(xdns_encloser_labels, xdns_encloser_label)
 
 /*
- * The answer of key (hash, kind, qtype) in generation `gen` from the answer table
- * (xdns_abi.h), or NULL: one bucket of four entries, then the value. Both array lookups are
+ * Look up one body key (`key` gets it: the M and L body maps are keyed by it) in the answer
+ * table (xdns_abi.h): one bucket of four entries, then the value. Both are array lookups,
  * inlined, so this costs no call (a hash-map lookup costs a call and a jhash).
  *
  * The entries are compared without a branch (the matching one's idx + 1 is or-ed in; at
  * most one matches): this is inlined at every lookup of xdns_select, and a branch per entry
  * there doubled the verifier's work. The empty asm keeps clang from turning x | -x back into
  * a comparison (a branch in BPF).
+ *
+ * A miss is final unless the bucket lost a key (XDNS_TABLE_SPILLED): then the hash map is
+ * asked, and an answer found there is copied to this CPU's spill value of xdns_vals (after
+ * both halves), so that every answer reaches the rest of the program as a pointer into the
+ * same map: the verifier then walks the reply code once, not once per map an answer may come
+ * from (that doubled its work). The bit is tested where it is read, not kept in a variable:
+ * a known 0 or 1 carried along split the verifier's states further down.
  */
-static __always_inline struct xdns_answer_s *xdns_table_get(__u64 hash, __u32 kind, __u32 qtype, __u32 gen)
+static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_key *key, __u64 hash, __u8 kind,
+							   __u16 qtype)
 {
-	__u32 meta = XDNS_TABLE_META(kind, qtype, gen), half = gen & 1, b, v;
+	__u32 meta = XDNS_TABLE_META(kind, qtype, key->gen), half = key->gen & 1, b, v;
+	struct xdns_answer_s *a, *h;
 	struct xdns_bucket *bk;
 	__u64 found = 0, x, nx;
 	int i;
 
-	if (!xdns_cfg.table_vals)
-		return NULL;
-	b = half * (xdns_cfg.table_mask + 1) + (xdns_table_pos(hash, kind, qtype) & xdns_cfg.table_mask);
-	bk = bpf_map_lookup_elem(&xdns_index, &b);
-	if (!bk)
-		return NULL;
-#pragma unroll
-	for (i = 0; i < XDNS_TABLE_WAYS; i++) {
-		x = (bk->e[i].hash ^ hash) | (bk->e[i].meta ^ meta);
-		nx = -x;
-		asm volatile("" : "+r"(nx));
-		/* (x | -x) >> 63 is 0 for the match, 1 otherwise */
-		found |= (((x | nx) >> 63) - 1) & ((__u64)bk->e[i].idx + 1);
-	}
-	if (!found)
-		return NULL;
-	v = half * xdns_cfg.table_vals + (__u32)(found - 1);
-	return bpf_map_lookup_elem(&xdns_vals, &v);
-}
-
-/*
- * Look up one body key (`key` gets it: the M and L body maps are keyed by it): the answer
- * table first; the hash map only when the table does not hold every answer of the
- * generation (sc->complete clear). An answer found there is copied to this CPU's spill
- * value of xdns_vals (after both halves), so that every answer reaches the rest of the
- * program as a pointer into the same map: the verifier then walks the reply code once, not
- * once per map an answer may come from (that doubled its work).
- */
-static __always_inline struct xdns_answer_s *xdns_answer_get(const struct xdns_scratch *sc, struct xdns_answer_key *key,
-							   __u64 hash, __u8 kind, __u16 qtype)
-{
-	struct xdns_answer_s *a, *h;
-	__u32 spill;
-
 	key->hash = hash;
 	key->kind = kind;
 	key->qtype = qtype;
-	a = xdns_table_get(hash, kind, qtype, key->gen);
-	if (a || sc->complete)
-		return a;
+	b = half * (xdns_cfg.table_mask + 1) + (xdns_table_pos(hash, kind, qtype) & xdns_cfg.table_mask);
+	bk = bpf_map_lookup_elem(&xdns_index, &b);
+	if (bk) {
+#pragma unroll
+		for (i = 0; i < XDNS_TABLE_WAYS; i++) {
+			x = (bk->e[i].hash ^ hash) | (bk->e[i].meta ^ meta);
+			nx = -x;
+			asm volatile("" : "+r"(nx));
+			/* (x | -x) >> 63 is 0 for the match, 1 otherwise */
+			found |= (((x | nx) >> 63) - 1) & ((__u64)(bk->e[i].idx & XDNS_TABLE_IDX) + 1);
+		}
+		if (found) {
+			v = half * xdns_cfg.table_vals + (__u32)(found - 1);
+			return bpf_map_lookup_elem(&xdns_vals, &v);
+		}
+		if (!(bk->e[0].idx & XDNS_TABLE_SPILLED))
+			return NULL;
+	}
 	h = bpf_map_lookup_elem(&xdns_answers, key);
 	if (!h)
 		return NULL;
-	spill = 2 * xdns_cfg.table_vals + bpf_get_smp_processor_id();
-	a = bpf_map_lookup_elem(&xdns_vals, &spill);
+	v = 2 * xdns_cfg.table_vals + bpf_get_smp_processor_id();
+	a = bpf_map_lookup_elem(&xdns_vals, &v);
 	if (a)
 		__builtin_memcpy(a, h, sizeof(*a));
 	return a;
@@ -206,7 +196,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	nsfx -= 1;
 	asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
 	if (xdns_filter_maybe(sc->sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
-		a = xdns_answer_get(sc, key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
+		a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
 		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}
@@ -225,13 +215,13 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		 */
 		ce_hash = sc->ce_hash;
 		if (sc->direct == XDNS_KIND_OTHER) {
-			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_OTHER, 0);
+			a = xdns_answer_get(key, ce_hash, XDNS_KIND_OTHER, 0);
 		} else if (sc->direct == XDNS_KIND_NXDOMAIN) {
-			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_NXDOMAIN, 0);
+			a = xdns_answer_get(key, ce_hash, XDNS_KIND_NXDOMAIN, 0);
 		} else {
-			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
+			a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 			if (!a)
-				a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
+				a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 		}
 		/* only a cut's Other body, the referral, is not authoritative */
 		if (a && a->ans.base_len == sc->ce_len &&
@@ -249,16 +239,16 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 
 	/* exact Type(qtype) was the fast path's lookup */
 	if (ce.flags & XDNS_NODE_CUT)
-		a = xdns_answer_get(sc, key, ce.cut_hash, XDNS_KIND_OTHER, 0);
+		a = xdns_answer_get(key, ce.cut_hash, XDNS_KIND_OTHER, 0);
 	else if (exact)
-		a = xdns_answer_get(sc, key, (ce.flags & XDNS_NODE_NODATA_APEX) ? ce.apex_hash : ce_hash,
+		a = xdns_answer_get(key, (ce.flags & XDNS_NODE_NODATA_APEX) ? ce.apex_hash : ce_hash,
 				    XDNS_KIND_OTHER, 0);
 	else if (ce.flags & XDNS_NODE_WILDCARD) {
-		a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
+		a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 		if (!a)
-			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
+			a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 	} else
-		a = xdns_answer_get(sc, key, ce.apex_hash, XDNS_KIND_NXDOMAIN, 0);
+		a = xdns_answer_get(key, ce.apex_hash, XDNS_KIND_NXDOMAIN, 0);
 	if (!a)
 		return XDNS_PASS_NO_BODY;
 found:

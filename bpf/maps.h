@@ -36,8 +36,6 @@ struct xdns_scratch {
 	__u32 _pad0;
 	__u32 gen;              /* generation read for this packet */
 	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
-	__u32 complete;         /* the answer table holds every answer of gen (xdns_gen[2 + gen & 1]) */
-	__u32 _pad3;
 	__u32 ce_found;
 	__u32 direct;           /* body kind: the walk stopped at a flagged suffix (lookup.h) */
 	__u32 no_direct;        /* that guess failed: walk again looking nodes up */
@@ -125,13 +123,10 @@ const volatile struct xdns_cache_event xdns_btf_cache_event = {};
  * key 1 -> label floor (u32): no node of any generation a packet may read has fewer labels
  * (root excluded); shorter suffixes are not looked up. Userspace lowers it before staging a
  * generation with shallower names and raises it only once the old generation is gone.
- * keys 2, 3 -> 1 when every answer of the generation of parity key - 2 is in the answer
- * table (then a key the table lacks does not exist: no hash-map lookup), else 0. Written
- * with that half of the table, before the flip.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 4);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } xdns_gen SEC(".maps");

@@ -34,7 +34,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	struct xdns_body_ref body = {};
 	struct xdns_scratch *sc;
 	enum xdns_verdict v;
-	__u32 zero = 0, one = 1, half, gen, frame;
+	__u32 zero = 0, one = 1, gen, frame;
 	__u32 *genp;
 	__u16 arcount = 0;
 	long grow;
@@ -62,9 +62,6 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	gen = *genp;
 	genp = bpf_map_lookup_elem(&xdns_gen, &one);
 	sc->floor = genp ? *genp : 0;
-	half = 2 + (gen & 1);
-	genp = bpf_map_lookup_elem(&xdns_gen, &half);
-	sc->complete = genp ? *genp : 0;
 	v = xdns_select(sc, &q, gen, &key, &a);
 	if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
 		return xdns_cache_answer(ctx, sc, &pkt, &q);

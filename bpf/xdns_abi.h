@@ -119,9 +119,13 @@ struct xdns_answer_key {
  * XDNS_TABLE_WAYS entries; xdns_vals two halves of table_vals values. The bucket of a key is
  * xdns_table_pos(hash, kind, qtype) & table_mask (hash.h); an entry is the key when its hash
  * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). Every answer is in
- * xdns_answers too; the ones that found no free entry or value are only there.
+ * xdns_answers too; the ones that found no free entry or value are only there, and their
+ * bucket's first entry carries XDNS_TABLE_SPILLED in its idx: only a miss in such a bucket
+ * looks in the hash map.
  */
 #define XDNS_TABLE_WAYS 4
+#define XDNS_TABLE_SPILLED 0x80000000u  /* e[0].idx: a key of this bucket is not in the table */
+#define XDNS_TABLE_IDX 0x7fffffffu
 #define XDNS_TABLE_META(kind, qtype, gen) \
 	((__u32)(qtype) | (__u32)(kind) << 16 | (0x80u | ((__u32)(gen) & 0x7f)) << 24)
 struct xdns_table_entry {

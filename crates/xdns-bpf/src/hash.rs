@@ -69,6 +69,10 @@ pub fn table_pos(hash: u64, kind: u8, qtype: u16) -> u32 {
     ((hash ^ k.wrapping_mul(MUL)) >> 32) as u32
 }
 
+/// Bit of a bucket's first entry's `idx` (`XDNS_TABLE_SPILLED`): a key of this bucket is not
+/// in the table, so a miss there must look in the hash map.
+pub const TABLE_SPILLED: u32 = 0x8000_0000;
+
 /// The `meta` word of a table entry (`XDNS_TABLE_META`, xdns_abi.h); never 0 (an empty entry).
 pub fn table_meta(kind: u8, qtype: u16, gen: u32) -> u32 {
     u32::from(qtype) | u32::from(kind) << 16 | (0x80 | (gen & 0x7f)) << 24

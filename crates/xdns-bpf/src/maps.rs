@@ -17,7 +17,7 @@ use anyhow::Result;
 
 use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
-use crate::hash::{filter_pos, table_meta, table_pos, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
+use crate::hash::{filter_pos, table_meta, table_pos, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
@@ -56,9 +56,8 @@ pub trait KernelMaps {
     fn table_shape(&self) -> (usize, usize);
     /// Write answer values at their indices into generation `gen`'s half of the table.
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()>;
-    /// Write generation `gen`'s half of the table index, whole, and whether it holds every
-    /// answer of the generation (then the kernel takes a key it lacks as absent).
-    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()>;
+    /// Write generation `gen`'s half of the table index, whole.
+    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()>;
     /// Make `gen` the generation packets read (0 = none).
     fn flip_generation(&mut self, gen: u32) -> Result<()>;
     /// Set the label floor (`xdns_gen[1]`): no node of any generation packets may read has
@@ -134,8 +133,8 @@ impl Filter {
 /// The answer table of one generation as it is written (`xdns_index`/`xdns_vals`, maps.h):
 /// each key goes to a free entry of its bucket (four per bucket) and takes the next value
 /// index. A key whose bucket is full, or that comes after the values run out, is not in the
-/// table (the kernel finds it in `xdns_answers`, where every answer is); a generation whose
-/// every key found room is `complete`.
+/// table (the kernel finds it in `xdns_answers`, where every answer is), and its bucket is
+/// marked [`TABLE_SPILLED`]: a miss in any other bucket means the key does not exist.
 pub struct Table {
     buckets: Vec<xdns_bucket>,
     vals: u32,
@@ -156,20 +155,23 @@ impl Table {
 
     /// Place `key`; its value index, or `None` when there is no room for it.
     pub fn place(&mut self, key: &xdns_answer_key) -> Option<u32> {
-        if self.buckets.is_empty() || self.used >= self.vals {
+        if self.buckets.is_empty() {
             self.left_out += 1;
             return None;
         }
         let b = self.bucket_of(key);
-        let Some(e) = self.buckets[b].e.iter_mut().find(|e| e.meta == 0) else {
+        let free = self.buckets[b].e.iter().position(|e| e.meta == 0);
+        let (Some(i), true) = (free, self.used < self.vals) else {
+            self.buckets[b].e[0].idx |= TABLE_SPILLED;
             self.left_out += 1;
             return None;
         };
+        let e = &mut self.buckets[b].e[i];
         e.hash = key.hash;
         e.meta = table_meta(key.kind, key.qtype, key.gen);
-        e.idx = self.used;
+        e.idx = self.used;  // the first key of a bucket: no key of it was left out yet
         self.used += 1;
-        Some(e.idx)
+        Some(self.used - 1)
     }
 
     /// The value index of `key`, as the kernel finds it (`xdns_table_get`).
@@ -178,12 +180,13 @@ impl Table {
             return None;
         }
         let meta = table_meta(key.kind, key.qtype, key.gen);
-        self.buckets[self.bucket_of(key)].e.iter().find(|e| e.hash == key.hash && e.meta == meta).map(|e| e.idx)
+        let bucket = &self.buckets[self.bucket_of(key)];
+        bucket.e.iter().find(|e| e.hash == key.hash && e.meta == meta).map(|e| e.idx & !TABLE_SPILLED)
     }
 
-    /// Did every key placed find room?
-    pub fn complete(&self) -> bool {
-        self.left_out == 0
+    /// Was a key of `key`'s bucket left out (so a miss there must ask the hash map)?
+    pub fn spilled(&self, key: &xdns_answer_key) -> bool {
+        self.buckets.is_empty() || self.buckets[self.bucket_of(key)].e[0].idx & TABLE_SPILLED != 0
     }
 
     /// Keys placed and keys left out.
@@ -338,7 +341,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         maps.put_table_values(gen, &placed)?;
     }
     // The other halves are the active generation's: these are read only after the flip.
-    maps.put_table_index(gen, table.buckets(), table.complete())?;
+    maps.put_table_index(gen, table.buckets())?;
     done.table = table.counts();
     maps.put_filter(gen, &filter)
 }
@@ -384,8 +387,6 @@ pub struct MemMaps {
 #[derive(Default)]
 pub struct MemTable {
     pub index: Vec<xdns_bucket>,
-    /// Does the half hold every answer of its generation?
-    pub complete: bool,
     /// Answer values by index.
     pub vals: HashMap<u32, xdns_answer>,
 }
@@ -469,11 +470,9 @@ impl KernelMaps for MemMaps {
         Ok(())
     }
 
-    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
+    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()> {
         self.tick()?;
-        let half = &mut self.table[(gen & 1) as usize];
-        half.index = index.to_vec();
-        half.complete = complete;
+        self.table[(gen & 1) as usize].index = index.to_vec();
         Ok(())
     }
 
@@ -633,8 +632,8 @@ mod tests {
     }
 
     /// The answer table finds what it placed, for that generation only; a key whose bucket
-    /// has no free entry, or that comes after the last value, is left out and the table is
-    /// then incomplete.
+    /// has no free entry, or that comes after the last value, is left out and marks its
+    /// bucket spilled (only there does a miss ask the hash map); other buckets stay clean.
     #[test]
     fn table_places_until_full() {
         let mut t = Table::new(4, 6);
@@ -645,48 +644,62 @@ mod tests {
             assert_eq!(t.get(k), *i);
             assert_eq!(t.get(&akey(k.hash, 1, 9)), None, "another generation");
             assert_eq!(t.get(&akey(k.hash, 28, 7)), None, "another type");
+            assert!(!t.spilled(k));
         }
-        assert!(t.complete());
-        assert_eq!(t.place(&akey(99, 1, 7)), None, "no value left");
-        assert!(!t.complete());
+        let late = akey(99, 1, 7);
+        assert_eq!(t.place(&late), None, "no value left");
+        assert!(t.spilled(&late));
         assert_eq!(t.counts(), (6, 1));
+        for (k, i) in keys.iter().zip(&idx) {
+            assert_eq!(t.get(k), *i, "the spilled mark keeps the indices");
+        }
 
-        // five keys of one bucket: the fifth finds no entry
+        // five keys of one bucket: the fifth finds no entry, and only that bucket is spilled
         let mut t = Table::new(2, 100);
-        let same: Vec<_> = (0..1000u64).map(|h| akey(h << 32, 1, 1)).filter(|k| t.bucket_of(k) == 0).take(5).collect();
-        assert_eq!(same.len(), 5);
+        let in_bucket = |t: &Table, b: usize| {
+            (0..1000u64).map(|h| akey(h << 32, 1, 1)).filter(|k| t.bucket_of(k) == b).take(5).collect::<Vec<_>>()
+        };
+        let (same, other) = (in_bucket(&t, 0), in_bucket(&t, 1));
+        assert_eq!((same.len(), other.len()), (5, 5));
         let placed: Vec<_> = same.iter().map(|k| t.place(k)).collect();
         assert_eq!(placed, vec![Some(0), Some(1), Some(2), Some(3), None]);
         assert_eq!(t.get(&same[4]), None);
-        assert!(!t.complete());
+        assert_eq!(t.get(&same[0]), Some(0));
+        assert!(t.spilled(&same[4]) && !t.spilled(&other[0]));
     }
 
-    /// Installs write the staged generation's half of the table (values, then the index with
-    /// its completeness); the active half is left alone.
+    /// Installs write the staged generation's half of the table (values, then the index);
+    /// the active half is left alone.
     #[test]
     fn table_halves_follow_generations() {
         let mut maps = MemMaps { table_shape: (8, 16), ..Default::default() };
         let mut l = Loader::new(3);
         l.install(&mut maps, &data(0xA)).unwrap();
         let www = crate::hash::name_hash(3, WWW);
-        let find = |maps: &MemMaps, gen: u32| {
-            let half = &maps.table[(gen & 1) as usize];
-            let t = Table { buckets: half.index.clone(), vals: 16, used: 0, left_out: 0 };
-            (t.get(&akey(www, 1, gen)).and_then(|i| half.vals.get(&i).copied()), half.complete)
+        let table = |maps: &MemMaps, gen: u32| Table {
+            buckets: maps.table[(gen & 1) as usize].index.clone(),
+            vals: 16,
+            used: 0,
+            left_out: 0,
         };
-        let (a, complete) = find(&maps, 1);
-        assert!(complete);
-        assert_eq!(a.map(|a| a.len), Some(16));
+        let find = |maps: &MemMaps, gen: u32| {
+            let i = table(maps, gen).get(&akey(www, 1, gen))?;
+            maps.table[(gen & 1) as usize].vals.get(&i).copied()
+        };
+        assert_eq!(find(&maps, 1).map(|a| a.len), Some(16));
+        assert!(!table(&maps, 1).spilled(&akey(www, 1, 1)));
         let raw = |b: &[xdns_bucket]| b.iter().flat_map(|b| bytes_of(b).to_vec()).collect::<Vec<u8>>();
         let before = raw(&maps.table[1].index);
         let staged = l.stage(&mut maps, &data(0xB)).unwrap();
         assert_eq!(raw(&maps.table[1].index), before, "staging leaves the active half alone");
         l.commit(&mut maps, staged).unwrap();
-        assert!(find(&maps, 2).0.is_some());
+        assert!(find(&maps, 2).is_some());
 
-        // no room: every answer left out, the half marked incomplete
+        // no room: the answer is left out and its bucket spilled
         let mut maps = MemMaps { table_shape: (1, 0), ..Default::default() };
-        Loader::new(3).install(&mut maps, &data(0xA)).unwrap();
-        assert!(!maps.table[1].complete);
+        let mut l = Loader::new(3);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        assert!(table(&maps, 1).spilled(&akey(www, 1, 1)));
+        assert_eq!(l.table_counts(), (0, 1));
     }
 }

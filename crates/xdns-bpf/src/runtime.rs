@@ -303,11 +303,11 @@ impl XdpProgram {
         LibbpfMaps { skel: &self.skel }.table_shape()
     }
 
-    /// Overwrite generation `gen`'s half of the answer table's index and its completeness
-    /// flag (tests: show that the program consults them).
+    /// Overwrite generation `gen`'s half of the answer table's index (tests: show that the
+    /// program consults it).
     #[doc(hidden)]
-    pub fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
-        LibbpfMaps { skel: &self.skel }.put_table_index(gen, index, complete)
+    pub fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()> {
+        LibbpfMaps { skel: &self.skel }.put_table_index(gen, index)
     }
 
     /// Delete every entry of the `xdns_answers` hash map (tests: answers must then come from
@@ -548,7 +548,7 @@ impl KernelMaps for LibbpfMaps<'_> {
         Ok(())
     }
 
-    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket], complete: bool) -> Result<()> {
+    fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()> {
         let (buckets, _) = self.table_shape();
         if index.len() != buckets {
             bail!("answer table index of {} buckets for a map half of {buckets}", index.len());
@@ -559,8 +559,6 @@ impl KernelMaps for LibbpfMaps<'_> {
             let keys: Vec<[u8; 4]> = (first..first + chunk.len() as u32).map(u32::to_ne_bytes).collect();
             batch_update(&self.skel.maps.xdns_index, keys.iter().zip(chunk).map(|(k, b)| (&k[..], bytes_of(b))))?;
         }
-        let slot = 2 + (gen & 1);
-        self.skel.maps.xdns_gen.update(&slot.to_ne_bytes(), &u32::from(complete).to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
     }
 
