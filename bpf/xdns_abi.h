@@ -113,7 +113,7 @@ struct xdns_answer_key {
 };
 
 /*
- * Answer table (lookup.h, xdns_table_get): the answers of a generation indexed by open
+ * Answer table (lookup.h, xdns_answer_get): the answers of a generation indexed by open
  * addressing in array maps, so that finding one is two inlined array reads instead of a
  * hash-map call. xdns_index has two halves (generation parity) of table_mask + 1 buckets of
  * XDNS_TABLE_WAYS entries; xdns_vals two halves of table_vals values. The bucket of a key is

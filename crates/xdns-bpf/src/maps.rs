@@ -169,12 +169,14 @@ impl Table {
         let e = &mut self.buckets[b].e[i];
         e.hash = key.hash;
         e.meta = table_meta(key.kind, key.qtype, key.gen);
-        e.idx = self.used;  // the first key of a bucket: no key of it was left out yet
+        // plain: the spilled bit lives in e[0], set only once the bucket is full or the values
+        // ran out, so never before an entry of it is written here
+        e.idx = self.used;
         self.used += 1;
         Some(self.used - 1)
     }
 
-    /// The value index of `key`, as the kernel finds it (`xdns_table_get`).
+    /// The value index of `key`, as the kernel finds it (`xdns_answer_get`).
     pub fn get(&self, key: &xdns_answer_key) -> Option<u32> {
         if self.buckets.is_empty() {
             return None;
