@@ -194,7 +194,8 @@ struct xdns_config {
 	__u8 _pad[3];
 	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
 	__u32 table_mask;       /* buckets per half of xdns_index, less one (a power of two less one) */
-	__u32 table_vals;       /* values per half of xdns_vals (0: no answer table) */
+	__u32 table_vals;       /* values per half of xdns_vals: a power of two, at least 64 (the kernel
+	                         * takes an empty table as authoritative: there is always one) */
 	__u32 _pad2;
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
 };
