@@ -301,9 +301,20 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
             rs.max_pending,
         )));
     }
+    // The control socket exists before anything answers (the kernel path answers as soon as it
+    // is attached), so whoever sees answers can also ask `xdns stats`.
+    let control_path = cfg.control.clone();
+    let (control_listener, aside) = match &session {
+        Some(_) => {
+            let (l, aside) = control::bind_aside(&control_path)?;
+            (l, Some(aside))
+        }
+        None => (control::bind(&control_path)?, None),
+    };
+
     // The kernel path: on a takeover, the program is swapped inside the inherited links.
     let fp_shared = shared.clone();
-    tokio::task::spawn_blocking(move || {
+    let attached = tokio::task::spawn_blocking(move || {
         match fp_shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(fp) => fp.attach(links),
             None => {
@@ -315,16 +326,11 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         }
     })
     .await?
-    .context("attaching the XDP program")?;
-    let control_path = cfg.control.clone();
-    let (control_listener, aside) = match &session {
-        Some(_) => {
-            let (l, aside) = control::bind_aside(&control_path)?;
-            (l, Some(aside))
-        }
-        None => (control::bind(&control_path)?, None),
-    };
-
+    .context("attaching the XDP program");
+    if let Err(e) = attached {
+        let _ = std::fs::remove_file(aside.as_deref().unwrap_or(&control_path));
+        return Err(e);
+    }
     let mut threads = Vec::new();
     for (n, (addr, sock)) in udp_socks.into_iter().enumerate() {
         let wildcard = addr.ip().is_unspecified();
