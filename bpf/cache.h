@@ -5,9 +5,9 @@
  *   header (client's ID, QR, RD, RA, RCODE) | question (as sent) | body (TTLs aged) | OPT
  * exactly as xdns_wire::cache::replay builds it in userspace. Everything else passes.
  *
- * The key holds the full-name hash (a by-product of the encloser walk) and the name length; the
- * value holds the name itself, compared before use, so a hash collision is a miss, never a
- * wrong answer. Bodies are compiled against the question name: no fixups (delta is 0).
+ * The key holds the full-name hash (a by-product of the encloser walk), the type, the DO bit
+ * and the name length; the value holds them all, the name itself included, compared before
+ * use, so a hash collision or an entry being rewritten is a miss, never a wrong answer. Bodies are compiled against the question name: no fixups (delta is 0).
  */
 #ifndef XDNS_CACHE_H
 #define XDNS_CACHE_H
@@ -278,6 +278,42 @@ static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, cons
 }
 
 /*
+ * The entry of `key` (xdns_abi.h): its bucket's four entries compared without a branch (as in
+ * lookup.h's xdns_answer_get), then the value in the array of its size class. Sets the one
+ * pointer of `ref` for that class; returns 0 on a miss. Both are array lookups, inlined.
+ */
+static __always_inline int xdns_cache_find(const struct xdns_cache_key *key, struct xdns_cache_ref *ref)
+{
+	__u32 meta = XDNS_CACHE_META(key->qtype, key->do_bit, key->name_len), b, slot;
+	struct xdns_cache_bucket *bk;
+	__u64 found = 0, x, nx;
+	int i;
+
+	b = xdns_cache_pos(key->hash, key->qtype, key->do_bit) & xdns_cfg.cache_mask;
+	bk = bpf_map_lookup_elem(&xdns_cache_idx, &b);
+	if (!bk)
+		return 0;
+#pragma unroll
+	for (i = 0; i < XDNS_CACHE_WAYS; i++) {
+		x = (bk->e[i].hash ^ key->hash) | (bk->e[i].meta ^ meta);
+		nx = -x;
+		asm volatile("" : "+r"(nx));
+		found |= (((x | nx) >> 63) - 1) & ((__u64)bk->e[i].ref + 1);
+	}
+	if (!found)
+		return 0;
+	found -= 1;
+	slot = (__u32)found & XDNS_CACHE_SLOT;
+	if ((found >> 30) == 0)
+		ref->s = bpf_map_lookup_elem(&xdns_cache_s, &slot);
+	else if ((found >> 30) == 1)
+		ref->m = bpf_map_lookup_elem(&xdns_cache_m, &slot);
+	else
+		ref->l = bpf_map_lookup_elem(&xdns_cache_l, &slot);
+	return 1;
+}
+
+/*
  * The cache stage, for a query whose name is under no served zone (the encloser walk left
  * the whole name's hash in sc->sfx[]). Returns XDNS_CACHE_ANSWERED with the frame rewritten,
  * or a pass reason with the frame untouched (XDNS_DROP_REWRITE if a helper failed halfway).
@@ -308,25 +344,24 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	key.do_bit = q->do_bit;
 	key.name_len = q->qlen;
 
-	ref.s = bpf_map_lookup_elem(&xdns_cache_s, &key);
+	if (!xdns_cache_find(&key, &ref))
+		return XDNS_PASS_CACHE_MISS;
 	if (ref.s) {
 		mt = &ref.s->m;
 		tag_end = ref.s->tag_end;
+	} else if (ref.m) {
+		mt = &ref.m->m;
+		tag_end = ref.m->tag_end;
+	} else if (ref.l) {
+		mt = &ref.l->m;
+		tag_end = ref.l->tag_end;
 	} else {
-		ref.m = bpf_map_lookup_elem(&xdns_cache_m, &key);
-		if (ref.m) {
-			mt = &ref.m->m;
-			tag_end = ref.m->tag_end;
-		} else {
-			ref.l = bpf_map_lookup_elem(&xdns_cache_l, &key);
-			if (!ref.l)
-				return XDNS_PASS_CACHE_MISS;
-			mt = &ref.l->m;
-			tag_end = ref.l->tag_end;
-		}
+		return XDNS_PASS_CACHE_MISS;
 	}
 	xdns_barrier();
-	if (mt->ans.base_len != q->qlen || !xdns_cache_same_name(sc, mt))
+	/* a value being written (tag_end 0 or stale) fails the tag check below */
+	if (tag_end == 0 || mt->qtype != q->qtype || mt->do_bit != q->do_bit || mt->ans.base_len != q->qlen ||
+	    !xdns_cache_same_name(sc, mt))
 		return XDNS_PASS_CACHE_MISS;
 	/*
 	 * The coarse clock (CLOCK_MONOTONIC as of the last tick, a few ns to read instead of

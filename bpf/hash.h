@@ -67,6 +67,12 @@ static __always_inline __u32 xdns_table_pos(__u64 hash, __u32 kind, __u32 qtype)
 	return (__u32)((hash ^ ((__u64)(kind << 16 | qtype) * XDNS_HASH_MUL)) >> 32);
 }
 
+/* Cache bucket of a key (xdns_abi.h): like xdns_table_pos, with the DO bit beside the type. */
+static __always_inline __u32 xdns_cache_pos(__u64 hash, __u32 qtype, __u32 do_bit)
+{
+	return (__u32)((hash ^ ((__u64)((do_bit & 1) << 16 | qtype) * XDNS_HASH_MUL)) >> 32);
+}
+
 /*
  * ASCII lowercase of eight bytes at once: a byte 'A'..'Z' gains 0x20, every other byte (length
  * octets are <= 63, bytes >= 0x80 included) is kept. Per byte, with x7 its low seven bits:

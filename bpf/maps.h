@@ -117,6 +117,7 @@ const volatile enum xdns_body_kind xdns_btf_kind = XDNS_KIND_TYPE;
 const volatile enum xdns_body_class xdns_btf_class = XDNS_CLASS_S;
 const volatile enum xdns_verdict xdns_btf_verdict = XDNS_ANSWERED;
 const volatile struct xdns_cache_event xdns_btf_cache_event = {};
+const volatile struct xdns_cache_key xdns_btf_cache_key = {};
 
 /*
  * key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload.
@@ -219,27 +220,42 @@ struct {
 	__type(value, struct xdns_scratch);
 } xdns_scratch SEC(".maps");
 
-/* (name hash, qtype, DO, name length) -> struct xdns_cache_s (body <= 128 B); the resolver writes. */
+/*
+ * The resolver's answer cache (xdns_abi.h): bucket number -> struct xdns_cache_bucket, and
+ * per size class slot -> value. Array maps the resolver writes through mmap; sizes set at load.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 32768);
-	__type(key, struct xdns_cache_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdns_cache_bucket);
+} xdns_cache_idx SEC(".maps");
+
+/* slot -> struct xdns_cache_s (body <= 128 B); the resolver writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
 	__type(value, struct xdns_cache_s);
 } xdns_cache_s SEC(".maps");
 
-/* (name hash, qtype, DO, name length) -> struct xdns_cache_m (body <= 512 B); the resolver writes. */
+/* slot -> struct xdns_cache_m (body <= 512 B); the resolver writes. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct xdns_cache_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
 	__type(value, struct xdns_cache_m);
 } xdns_cache_m SEC(".maps");
 
-/* (name hash, qtype, DO, name length) -> struct xdns_cache_l (body <= 1280 B); the resolver writes. */
+/* slot -> struct xdns_cache_l (body <= 1280 B); the resolver writes. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 2048);
-	__type(key, struct xdns_cache_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
 	__type(value, struct xdns_cache_l);
 } xdns_cache_l SEC(".maps");
 

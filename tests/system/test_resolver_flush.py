@@ -2,7 +2,7 @@
 
 xdns runs as a resolver on the lab tree (tests/lab/tree.py) with its XDP program on the server
 veth and a userspace cache of `cache_entries = 8` (16 shards of one entry: at most 16 answers),
-far below the kernel LRU's 32768 + 8192 + 2048 entries. NAMES distinct wildcard names (TTL
+far below the kernel cache's 32768 + 8192 + 2048 entries. NAMES distinct wildcard names (TTL
 300 s) are each resolved once: every answer goes to both caches, and userspace evicts all but
 a few while the kernel keeps them all. Then:
 
@@ -16,7 +16,7 @@ a few while the kernel keeps them all. Then:
 Before the fix, flush removed only the keys userspace still held, and NAMES - N asks were
 still answered by the kernel from the flushed cache.
 
-`xdns flush NAME` forgets one name (its kernel entries too, found by walking the LRU maps),
+`xdns flush NAME` forgets one name (its kernel entries too),
 `--subtree` every name below it: checked the same way, one miss per flushed name.
 
 Priming (RFC 8109): a hints file whose b.root-servers.lab. points at the blackhole (a stale

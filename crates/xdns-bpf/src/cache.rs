@@ -1,16 +1,18 @@
-//! The resolver's answer cache in the kernel (`bpf/cache.h`): [`KernelCache`] writes and
-//! deletes entries of the `xdns_cache_{s,m,l}` LRU maps (it implements
+//! The resolver's answer cache in the kernel (`bpf/cache.h`): [`KernelCache`] places, writes
+//! and deletes entries of the set-associative `xdns_cache_idx` + `xdns_cache_{s,m,l}` arrays,
+//! through mmap (it implements
 //! [`xdns_wire::AnswerCache`]), [`PrefetchEvents`] reads the refresh requests XDP sends through
 //! the `xdns_cache_events` ring buffer, and [`allow_key`] builds keys of the `xdns_allow` trie.
 //!
-//! Both hold duplicated map file descriptors, not the skeleton: they are `Send + Sync` and keep
-//! the maps alive on their own.
+//! Neither holds the skeleton: `KernelCache` holds mappings of the arrays, `PrefetchEvents` a
+//! duplicated map fd. Both are `Send + Sync` and keep their maps alive on their own.
 
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -21,8 +23,8 @@ use crate::data::csum16;
 use crate::hash::name_hash;
 use crate::maps::bytes_of;
 use crate::types::{
-    xdns_allow_key, xdns_allow_table, xdns_answer, xdns_body_class, xdns_cache_event, xdns_cache_key, xdns_cache_l, xdns_cache_m,
-    xdns_cache_meta, xdns_cache_s,
+    xdns_allow_key, xdns_allow_table, xdns_answer, xdns_body_class, xdns_cache_bucket, xdns_cache_entry, xdns_cache_event,
+    xdns_cache_key, xdns_cache_l, xdns_cache_m, xdns_cache_meta, xdns_cache_s,
 };
 
 /// Records per cached body whose TTLs the kernel rewrites (`XDNS_CACHE_MAX_RRS`), from the
@@ -30,7 +32,8 @@ use crate::types::{
 pub const MAX_RRS: usize =
     (std::mem::size_of::<xdns_cache_meta>() - std::mem::offset_of!(xdns_cache_meta, ttl_off)) / 2;
 
-/// Entries of each cache map (LRU maps are preallocated: memory is `entries * bytes_per_entry`).
+/// Values of each size class (array maps, allocated at load: memory is `entries *
+/// bytes_per_entry`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheCapacity {
     /// Bodies of at most 128 bytes.
@@ -42,22 +45,31 @@ pub struct CacheCapacity {
 }
 
 impl Default for CacheCapacity {
-    /// 32768 + 8192 + 2048 entries, about 34 MiB of kernel memory (see [`bytes_per_entry`]).
+    /// 32768 + 8192 + 2048 entries, about 32 MiB of kernel memory (see [`bytes_per_entry`]).
     fn default() -> Self {
         Self { s: 32768, m: 8192, l: 2048 }
     }
 }
 
-/// Kernel memory of one cached answer in each class: LRU element header (`struct htab_elem`,
-/// ≈48 B with its LRU node), key and value rounded to 8.
+impl CacheCapacity {
+    /// Buckets of the index (`xdns_cache_idx`): twice as many entries as values, rounded up
+    /// to a power of two, so a full cache leaves the index at most half full.
+    pub fn buckets(&self) -> u32 {
+        let vals = u64::from(self.s) + u64::from(self.m) + u64::from(self.l);
+        let entries = (2 * vals).next_power_of_two().max(64);
+        (entries / WAYS as u64).min(1 << 28) as u32
+    }
+}
+
+/// Kernel memory of one cached answer in each class: the value rounded to 8, and its share of
+/// the index (two entries of 16 bytes).
 pub fn bytes_per_entry() -> [(&'static str, usize); 3] {
-    const ELEM: usize = 48;
     let r8 = |n: usize| n.div_ceil(8) * 8;
-    let k = r8(std::mem::size_of::<xdns_cache_key>());
+    let idx = 2 * ENTRY;
     [
-        ("cache S", ELEM + k + r8(std::mem::size_of::<xdns_cache_s>())),
-        ("cache M", ELEM + k + r8(std::mem::size_of::<xdns_cache_m>())),
-        ("cache L", ELEM + k + r8(std::mem::size_of::<xdns_cache_l>())),
+        ("cache S", idx + r8(std::mem::size_of::<xdns_cache_s>())),
+        ("cache M", idx + r8(std::mem::size_of::<xdns_cache_m>())),
+        ("cache L", idx + r8(std::mem::size_of::<xdns_cache_l>())),
     ]
 }
 
@@ -170,6 +182,8 @@ pub fn encode_entry(seed: u64, answer: &CachedAnswer) -> Result<(xdns_cache_key,
             _pad: [0; 2],
         },
         nttl: ttls.len() as u16,
+        qtype: key.qtype,
+        do_bit: key.do_bit,
         ..Default::default()
     };
     meta.name[..name.len()].copy_from_slice(&name);
@@ -193,14 +207,130 @@ pub fn encode_entry(seed: u64, answer: &CachedAnswer) -> Result<(xdns_cache_key,
     Ok((key, value))
 }
 
-struct Inner {
-    seed: u64,
-    /// `xdns_cache_s`, `_m`, `_l`.
-    maps: [OwnedFd; 3],
+/// One array map's values, mapped into this process (`BPF_F_MMAPABLE`): `count` values of
+/// `stride` bytes (the value size rounded up to 8, as the kernel lays them out).
+struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+    stride: usize,
+    count: u32,
 }
 
-/// The kernel answer cache: writes the LRU maps of a loaded program. Cheap to clone, `Send +
-/// Sync`; keeps the maps alive (not the program) while it exists.
+// SAFETY: the mapping is plain shared memory owned by this value; every write to it goes
+// through `KernelCache`, under its mutex.
+unsafe impl Send for Mapped {}
+// SAFETY: as above; shared references only read it (names, for `remove_names`).
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    fn new(fd: BorrowedFd<'_>, value_size: usize) -> Result<Self, String> {
+        let mut info = libbpf_sys::bpf_map_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
+        // SAFETY: `fd` is a map fd; `info` is valid for writes of `len` bytes.
+        let rc = unsafe { libbpf_sys::bpf_obj_get_info_by_fd(fd.as_raw_fd(), (&mut info as *mut libbpf_sys::bpf_map_info).cast(), &mut len) };
+        errno_result(rc, "reading a cache map's size")?;
+        let stride = value_size.div_ceil(8) * 8;
+        if info.value_size as usize != value_size {
+            return Err(format!("cache map value size {} != {value_size}", info.value_size));
+        }
+        let bytes = stride * info.max_entries as usize;
+        // SAFETY: mapping a BPF_F_MMAPABLE array map fd shared, at offset 0, no longer than its
+        // values (the kernel rounds the area up to a page and refuses a longer mapping).
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!("mapping a cache map: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Self { ptr: ptr.cast(), len: bytes, stride, count: info.max_entries })
+    }
+
+    /// Address of value `i` (< count).
+    fn at(&self, i: u32) -> *mut u8 {
+        assert!(i < self.count);
+        // SAFETY: in bounds: i < count and the mapping holds count * stride bytes.
+        unsafe { self.ptr.add(i as usize * self.stride) }
+    }
+
+    fn u64_at(&self, i: u32, off: usize) -> &AtomicU64 {
+        assert!(off.is_multiple_of(8) && off + 8 <= self.stride);
+        // SAFETY: aligned (values start at multiples of 8 in a page-aligned mapping), in bounds,
+        // and the memory lives as long as `self`.
+        unsafe { &*(self.at(i).add(off) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, i: u32, off: usize) -> &AtomicU32 {
+        assert!(off.is_multiple_of(4) && off + 4 <= self.stride);
+        // SAFETY: as in `u64_at`.
+        unsafe { &*(self.at(i).add(off) as *const AtomicU32) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `new` mapped; no reference into it outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A key as the index holds it: (hash, XDNS_CACHE_META).
+type Id = (u64, u32);
+
+fn key_id(k: &xdns_cache_key) -> Id {
+    let meta = u32::from(k.qtype) | u32::from(k.do_bit & 1) << 16 | u32::from(k.name_len) << 17 | 1 << 25;
+    (k.hash, meta)
+}
+
+fn cache_pos(k: &xdns_cache_key) -> u32 {
+    crate::hash::cache_pos(k.hash, k.qtype, k.do_bit & 1 != 0)
+}
+
+/// Where an entry sits.
+#[derive(Clone, Copy)]
+struct Placed {
+    class: usize,
+    slot: u32,
+    bucket: u32,
+    way: usize,
+    expires: u64,
+}
+
+/// The resolver's view of the kernel cache: what sits where, what is free.
+struct State {
+    placed: HashMap<Id, Placed>,
+    /// The index as written: each bucket's keys, `None` where a way is free.
+    ways: Vec<[Option<Id>; WAYS]>,
+    free: [Vec<u32>; 3],
+    /// Per class, entries by expiry: a full class makes room by its soonest expiring entry.
+    by_expiry: [BTreeSet<(u64, Id)>; 3],
+}
+
+const BUCKET: usize = std::mem::size_of::<xdns_cache_bucket>();
+const ENTRY: usize = std::mem::size_of::<xdns_cache_entry>();
+/// Entries per bucket (`XDNS_CACHE_WAYS`).
+const WAYS: usize = BUCKET / ENTRY;
+/// Slot bits of an entry's `ref` (`XDNS_CACHE_SLOT`); the size class is above them.
+const SLOT: u32 = 0x3fff_ffff;
+
+struct Inner {
+    seed: u64,
+    idx: Mapped,
+    /// `xdns_cache_s`, `_m`, `_l`.
+    vals: [Mapped; 3],
+    /// Offset of `tag_end` in each class's value.
+    tag_end: [usize; 3],
+    state: Mutex<State>,
+}
+
+/// The kernel answer cache: writes the array maps of a loaded program through mmap (see
+/// `bpf/xdns_abi.h`). Cheap to clone, `Send + Sync`; every clone shares the placement state,
+/// so a program has one (`XdpProgram::cache`). Keeps the maps alive (not the program).
+///
+/// Set-associative: a key may sit in the XDNS_CACHE_WAYS entries of its bucket and in any free
+/// slot of its size class. When both have room nothing is evicted; otherwise the entry that
+/// expires soonest (of the bucket, or of the class) makes room. The program never sees a value
+/// half written: values are rewritten under a sequence lock (`tag`, `tag_end`), index entries
+/// are unpublished before they change, and a value carries its whole key.
 ///
 /// [`AnswerCache::insert`] of an answer the kernel cannot hold ([`NotCached`]) removes any older
 /// entry for its key and returns `Ok`: userspace answers it.
@@ -224,58 +354,154 @@ fn errno_result(rc: i32, what: &str) -> Result<(), String> {
 }
 
 impl KernelCache {
-    /// Over the three cache map fds (S, M, L) of a program loaded with hash seed `seed`.
-    pub fn new(seed: u64, maps: [OwnedFd; 3]) -> Self {
-        Self { inner: Arc::new(Inner { seed, maps }) }
-    }
-
-    fn delete(&self, class: usize, key: &xdns_cache_key) -> Result<(), String> {
-        let fd = self.inner.maps[class].as_raw_fd();
-        // SAFETY: `fd` is a hash map fd we own whose key size is `size_of::<xdns_cache_key>()`;
-        // the key pointer is valid for that many bytes during the call.
-        let rc = unsafe { libbpf_sys::bpf_map_delete_elem(fd, (key as *const xdns_cache_key).cast()) };
-        if rc == -libc::ENOENT {
-            return Ok(());
+    /// Over the index and the three value maps (S, M, L) of a program loaded with hash seed
+    /// `seed`; the index's size must be the program's `cache_mask + 1` buckets.
+    pub fn new(seed: u64, idx: BorrowedFd<'_>, vals: [BorrowedFd<'_>; 3]) -> Result<Self, String> {
+        let idx = Mapped::new(idx, BUCKET)?;
+        if !idx.count.is_power_of_two() {
+            return Err(format!("cache index of {} buckets: not a power of two", idx.count));
         }
-        errno_result(rc, "deleting a cache entry")
+        let vals = [
+            Mapped::new(vals[0], std::mem::size_of::<xdns_cache_s>())?,
+            Mapped::new(vals[1], std::mem::size_of::<xdns_cache_m>())?,
+            Mapped::new(vals[2], std::mem::size_of::<xdns_cache_l>())?,
+        ];
+        let free = [0, 1, 2].map(|c| (0..vals[c].count).rev().collect::<Vec<u32>>());
+        let state = State {
+            placed: HashMap::new(),
+            ways: vec![[None; WAYS]; idx.count as usize],
+            free,
+            by_expiry: Default::default(),
+        };
+        let tag_end = [
+            std::mem::offset_of!(xdns_cache_s, tag_end),
+            std::mem::offset_of!(xdns_cache_m, tag_end),
+            std::mem::offset_of!(xdns_cache_l, tag_end),
+        ];
+        let cache = Self { inner: Arc::new(Inner { seed, idx, vals, tag_end, state: Mutex::new(state) }) };
+        // A fresh map is zeroed, but say so: nothing is published, no value is whole.
+        for b in 0..cache.inner.idx.count {
+            for w in 0..WAYS {
+                cache.unpublish(b, w);
+            }
+        }
+        Ok(cache)
     }
 
-    /// Write raw value bytes for `key` into class `class` (0 = S, 1 = M, 2 = L): tests use it
-    /// to stage entries the encoder never makes (a torn write: `tag != tag_end`).
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Clear index entry (b, w): hash and meta 0, which matches no key.
+    fn unpublish(&self, b: u32, w: usize) {
+        let idx = &self.inner.idx;
+        idx.u64_at(b, w * ENTRY).store(0, Ordering::Release);
+        idx.u32_at(b, w * ENTRY + 8).store(0, Ordering::Release);
+    }
+
+    /// Point index entry (b, w) at `(class, slot)` for key `id`. The hash goes last: until
+    /// then the entry matches no key (it was unpublished), and a reader that sees a mix of
+    /// old and new fields finds a value whose key differs, a miss.
+    fn publish(&self, b: u32, w: usize, id: Id, class: usize, slot: u32) {
+        let idx = &self.inner.idx;
+        let r = (class as u32) << 30 | (slot & SLOT);
+        idx.u32_at(b, w * ENTRY + 12).store(r, Ordering::Relaxed);
+        idx.u32_at(b, w * ENTRY + 8).store(id.1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        idx.u64_at(b, w * ENTRY).store(id.0, Ordering::Release);
+    }
+
+    /// Write `value` (a whole value of `class`, `tag` first and `tag_end` last) into `slot`
+    /// under the sequence lock: tag 0, the bytes between, tag_end, then tag. With `raw`, the
+    /// bytes are written as they are, tags included (tests stage torn values so).
+    fn write_value(&self, class: usize, slot: u32, value: &[u8], raw: bool) {
+        let m = &self.inner.vals[class];
+        let end = self.inner.tag_end[class];
+        assert_eq!(value.len(), end + 8);
+        let tag = u64::from_ne_bytes(value[..8].try_into().expect("8 bytes"));
+        let tag_end = u64::from_ne_bytes(value[end..].try_into().expect("8 bytes"));
+        m.u64_at(slot, 0).store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+        // SAFETY: bytes 8..end of the slot's value, in bounds (value.len() = end + 8 <= stride);
+        // the program only reads them (and the tags tell it whether they were whole), the one
+        // word it writes (prefetch_sent) is a flag this write may reset.
+        unsafe { std::ptr::copy_nonoverlapping(value[8..end].as_ptr(), m.at(slot).add(8), end - 8) };
+        m.u64_at(slot, end).store(tag_end, Ordering::Relaxed);
+        fence(Ordering::Release);
+        m.u64_at(slot, 0).store(if raw { tag } else { tag_end }, Ordering::Release);
+    }
+
+    /// Forget `id`: unpublish its index entry, spoil its value's tag, free its slot.
+    fn drop_entry(&self, st: &mut State, id: Id) -> bool {
+        let Some(p) = st.placed.remove(&id) else {
+            return false;
+        };
+        self.unpublish(p.bucket, p.way);
+        st.ways[p.bucket as usize][p.way] = None;
+        self.inner.vals[p.class].u64_at(p.slot, 0).store(0, Ordering::Release);
+        st.free[p.class].push(p.slot);
+        st.by_expiry[p.class].remove(&(p.expires, id));
+        true
+    }
+
+    /// Place `value` (class `class`) for `key`, evicting what must make room.
+    fn place(&self, key: &xdns_cache_key, class: usize, value: &[u8], expires: u64, raw: bool) {
+        let id = key_id(key);
+        let mut st = self.state();
+        let st = &mut *st;
+        if let Some(p) = st.placed.get(&id).copied() {
+            if p.class == class {
+                self.write_value(class, p.slot, value, raw);
+                st.by_expiry[class].remove(&(p.expires, id));
+                st.by_expiry[class].insert((expires, id));
+                st.placed.insert(id, Placed { expires, ..p });
+                return;
+            }
+            self.drop_entry(st, id);
+        }
+        let b = cache_pos(key) & (self.inner.idx.count - 1);
+        let way = match st.ways[b as usize].iter().position(Option::is_none) {
+            Some(w) => w,
+            None => {
+                let (w, victim) = st.ways[b as usize]
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(w, v)| v.map(|v| (w, v)))
+                    .min_by_key(|(_, v)| st.placed.get(v).map_or(0, |p| p.expires))
+                    .expect("a full bucket");
+                self.drop_entry(st, victim);
+                w
+            }
+        };
+        if st.free[class].is_empty() {
+            let &(_, victim) = st.by_expiry[class].first().expect("a full class has entries");
+            self.drop_entry(st, victim);
+        }
+        let slot = st.free[class].pop().expect("a free slot");
+        self.write_value(class, slot, value, raw);
+        self.publish(b, way, id, class, slot);
+        st.ways[b as usize][way] = Some(id);
+        st.placed.insert(id, Placed { class, slot, bucket: b, way, expires });
+        st.by_expiry[class].insert((expires, id));
+    }
+
+    /// Write raw value bytes for `key` into class `class` (0 = S, 1 = M, 2 = L), tags as
+    /// given: tests use it to stage entries the encoder never makes (a torn write: `tag !=
+    /// tag_end`).
     #[doc(hidden)]
     pub fn put_raw(&self, class: usize, key: &xdns_cache_key, value: &[u8]) -> Result<(), String> {
-        let fd = self.inner.maps.get(class).ok_or("no such class")?.as_raw_fd();
-        // SAFETY: as in `try_insert`; the kernel reads exactly the map's value size, so `value`
-        // must be that long (checked by the caller's use of the ABI structs).
-        let rc = unsafe {
-            libbpf_sys::bpf_map_update_elem(fd, (key as *const xdns_cache_key).cast(), value.as_ptr().cast(), u64::from(libbpf_sys::BPF_ANY))
-        };
-        errno_result(rc, "writing a raw cache entry")
+        if class > 2 || value.len() != self.inner.tag_end[class] + 8 {
+            return Err("no such class, or not one of its values".into());
+        }
+        self.place(key, class, value, u64::MAX, true);
+        Ok(())
     }
 
     /// Insert, telling why an answer stays in userspace (`Ok(Err(_))`; any old entry removed).
     pub fn try_insert(&self, answer: &CachedAnswer) -> Result<Result<(), NotCached>, String> {
         match encode_entry(self.inner.seed, answer) {
             Ok((key, value)) => {
-                let class = value.class();
-                let fd = self.inner.maps[class].as_raw_fd();
-                let v = value.bytes();
-                // SAFETY: `fd` is the LRU map of this value's class; key and value pointers are
-                // valid for the map's key and value sizes (the generated ABI structs) during
-                // the call.
-                let rc = unsafe {
-                    libbpf_sys::bpf_map_update_elem(
-                        fd,
-                        (&key as *const xdns_cache_key).cast(),
-                        v.as_ptr().cast(),
-                        u64::from(libbpf_sys::BPF_ANY),
-                    )
-                };
-                errno_result(rc, "writing a cache entry")?;
-                // A key lives in one class: drop what an earlier answer left in another.
-                for other in (0..3).filter(|&c| c != class) {
-                    self.delete(other, &key)?;
-                }
+                self.place(&key, value.class(), value.bytes(), answer.expires_at_ns, false);
                 Ok(Ok(()))
             }
             Err(why) => {
@@ -285,98 +511,50 @@ impl KernelCache {
         }
     }
 
-    /// Entries in each map (S, M, L), all keys walked: for tests and reports.
+    /// Entries in each class (S, M, L).
     pub fn entries(&self) -> [usize; 3] {
-        let mut out = [0; 3];
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = self.keys(i).len();
-        }
-        out
-    }
-
-    /// Every key of class `class` (0 = S, 1 = M, 2 = L), walked with `bpf_map_get_next_key`.
-    /// Bounded by the map's size (an LRU map never holds more), so a walk restarted by a
-    /// concurrent delete cannot go on forever.
-    fn keys(&self, class: usize) -> Vec<xdns_cache_key> {
-        let fd = self.inner.maps[class].as_raw_fd();
-        let mut info = libbpf_sys::bpf_map_info::default();
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
-        // SAFETY: `fd` is a map fd we own; `info` is valid for writes of `len` bytes.
-        let rc = unsafe { libbpf_sys::bpf_obj_get_info_by_fd(fd, (&mut info as *mut libbpf_sys::bpf_map_info).cast(), &mut len) };
-        let max = if rc == 0 { info.max_entries as usize } else { usize::MAX };
-        let mut out = Vec::new();
-        let mut next = xdns_cache_key::default();
-        while out.len() < max {
-            let prev: *const libc::c_void = match out.last() {
-                None => std::ptr::null(),
-                Some(k) => (k as *const xdns_cache_key).cast(),
-            };
-            // SAFETY: `fd` is a map fd we own; `prev` is null or a valid key; `next` is valid
-            // for writes of one key.
-            let rc = unsafe { libbpf_sys::bpf_map_get_next_key(fd, prev, (&mut next as *mut xdns_cache_key).cast()) };
-            if rc != 0 {
-                break;
-            }
-            out.push(next);
-        }
-        out
+        let st = self.state();
+        [0, 1, 2].map(|c| self.inner.vals[c].count as usize - st.free[c].len())
     }
 
     /// Deletes the entries whose question name (lowercased wire form) `matches`, every type
-    /// and DO bit, whoever wrote them (`xdns flush NAME`: the kernel may hold answers the
-    /// userspace cache has dropped). Walks every key and reads its entry's name. Returns how
-    /// many were deleted.
+    /// and DO bit (`xdns flush NAME`: the kernel may hold answers the userspace cache has
+    /// dropped). Returns how many were deleted.
     pub fn remove_names(&self, matches: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
-        let sizes = [
-            std::mem::size_of::<xdns_cache_s>(),
-            std::mem::size_of::<xdns_cache_m>(),
-            std::mem::size_of::<xdns_cache_l>(),
-        ];
         let at = std::mem::offset_of!(xdns_cache_meta, name); // meta leads every class
-        let mut n = 0;
-        for (class, size) in sizes.into_iter().enumerate() {
-            let fd = self.inner.maps[class].as_raw_fd();
-            let mut value = vec![0u8; size];
-            for key in self.keys(class) {
-                // SAFETY: `fd` is the LRU map of this class; `key` is one of its keys and
-                // `value` has room for one of its values.
-                let rc = unsafe {
-                    libbpf_sys::bpf_map_lookup_elem(fd, (&key as *const xdns_cache_key).cast(), value.as_mut_ptr().cast())
-                };
-                if rc != 0 {
-                    continue; // gone meanwhile
-                }
-                let name = &value[at..at + usize::from(key.name_len).min(255)];
-                if matches(name) {
-                    self.delete(class, &key)?;
-                    n += 1;
-                }
+        let mut st = self.state();
+        let st = &mut *st;
+        let mut doomed = Vec::new();
+        for (id, p) in &st.placed {
+            let len = ((id.1 >> 17) & 0xff) as usize;
+            // SAFETY: the name bytes of a value we wrote, in bounds (meta leads the value and
+            // holds 256 name bytes); only we write them, under the lock we hold.
+            let name = unsafe { std::slice::from_raw_parts(self.inner.vals[p.class].at(p.slot).add(at), len) };
+            if matches(name) {
+                doomed.push(*id);
             }
         }
-        Ok(n)
+        for id in &doomed {
+            self.drop_entry(st, *id);
+        }
+        Ok(doomed.len())
     }
 
-    /// Deletes every entry of the three maps, whoever wrote it (`xdns flush`: the userspace
-    /// cache may have dropped answers the kernel LRU still serves). Keys are collected first,
-    /// then deleted; the walk is repeated while it finds entries (at most 4 times: entries
-    /// written meanwhile are fresh answers of a running resolution). Returns how many were
-    /// deleted.
+    /// Deletes every entry (`xdns flush`: the userspace cache may have dropped answers the
+    /// kernel still serves). Returns how many were deleted.
     pub fn clear(&self) -> Result<usize, String> {
-        let mut n = 0;
-        for _ in 0..4 {
-            let mut found = 0;
-            for class in 0..3 {
-                for key in self.keys(class) {
-                    found += 1;
-                    self.delete(class, &key)?;
-                }
-            }
-            n += found;
-            if found == 0 {
-                break;
-            }
+        let mut st = self.state();
+        let st = &mut *st;
+        let all: Vec<Id> = st.placed.keys().copied().collect();
+        for id in &all {
+            self.drop_entry(st, *id);
         }
-        Ok(n)
+        Ok(all.len())
+    }
+
+    fn remove_key(&self, k: &xdns_cache_key) {
+        let mut st = self.state();
+        self.drop_entry(&mut st, key_id(k));
     }
 }
 
@@ -386,11 +564,8 @@ impl AnswerCache for KernelCache {
     }
 
     fn remove(&self, key: &CacheKey) -> Result<(), String> {
-        let Some(k) = cache_key(self.inner.seed, &key.qname, key.qtype, key.dnssec_ok) else {
-            return Ok(());
-        };
-        for class in 0..3 {
-            self.delete(class, &k)?;
+        if let Some(k) = cache_key(self.inner.seed, &key.qname, key.qtype, key.dnssec_ok) {
+            self.remove_key(&k);
         }
         Ok(())
     }

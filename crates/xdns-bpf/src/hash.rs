@@ -69,6 +69,13 @@ pub fn table_pos(hash: u64, kind: u8, qtype: u16) -> u32 {
     ((hash ^ k.wrapping_mul(MUL)) >> 32) as u32
 }
 
+/// Resolver-cache bucket of key (`hash`, `qtype`, DO) (`xdns_cache_pos`, hash.h), before the
+/// mask.
+pub fn cache_pos(hash: u64, qtype: u16, dnssec_ok: bool) -> u32 {
+    let k = u64::from(dnssec_ok) << 16 | u64::from(qtype);
+    ((hash ^ k.wrapping_mul(MUL)) >> 32) as u32
+}
+
 /// Bit of a bucket's first entry's `idx` (`XDNS_TABLE_SPILLED`): a key of this bucket is not
 /// in the table, so a miss there must look in the hash map.
 pub const TABLE_SPILLED: u32 = 0x8000_0000;

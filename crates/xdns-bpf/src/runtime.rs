@@ -48,7 +48,7 @@ pub struct ResolverStage {
     /// (`pass_not_allowed`) for userspace to refuse. Changeable later with
     /// [`XdpProgram::set_allow`].
     pub allow: Vec<(std::net::IpAddr, u8)>,
-    /// Entries of the three LRU maps (preallocated).
+    /// Values of the three size classes (arrays, allocated at load).
     pub capacity: crate::cache::CacheCapacity,
 }
 
@@ -118,6 +118,8 @@ pub struct XdpProgram {
     skel: XdnsSkel<'static>,
     loader: Loader,
     links: Vec<(String, OwnedFd)>,
+    /// The cache writer, made on first use: its clones share one placement state.
+    cache: std::sync::OnceLock<crate::cache::KernelCache>,
 }
 
 impl XdpProgram {
@@ -153,18 +155,21 @@ impl XdpProgram {
                 }
             }
         }
+        // The cache's arrays are allocated at load: the smallest size when the stage is off.
+        let cc = cfg.resolver.as_ref().map_or(crate::cache::CacheCapacity { s: 64, m: 64, l: 64 }, |r| r.capacity);
+        let cc = crate::cache::CacheCapacity { s: cc.s.max(64), m: cc.m.max(64), l: cc.l.max(64) };
         {
             let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
             ro.xdns_cfg.resolver = u8::from(cfg.resolver.is_some());
             ro.xdns_cfg.filter_mask = (cfg.capacity.filter_words() - 1) as u32;
             ro.xdns_cfg.table_mask = (cfg.capacity.table_buckets() - 1) as u32;
             ro.xdns_cfg.table_vals = cfg.capacity.table_vals() as u32;
+            ro.xdns_cfg.cache_mask = cc.buckets() - 1;
         }
-        // LRU maps are preallocated: the smallest useful size when the stage is off.
-        let cc = cfg.resolver.as_ref().map_or(crate::cache::CacheCapacity { s: 64, m: 64, l: 64 }, |r| r.capacity);
-        open.maps.xdns_cache_s.set_max_entries(cc.s.max(64))?;
-        open.maps.xdns_cache_m.set_max_entries(cc.m.max(64))?;
-        open.maps.xdns_cache_l.set_max_entries(cc.l.max(64))?;
+        open.maps.xdns_cache_idx.set_max_entries(cc.buckets())?;
+        open.maps.xdns_cache_s.set_max_entries(cc.s)?;
+        open.maps.xdns_cache_m.set_max_entries(cc.m)?;
+        open.maps.xdns_cache_l.set_max_entries(cc.l)?;
         if cfg.resolver.is_none() {
             // no events without the stage: one page instead of 256 KiB
             open.maps.xdns_cache_events.set_max_entries(4096)?;
@@ -180,7 +185,7 @@ impl XdpProgram {
         let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
         open.maps.xdns_vals.set_max_entries(2 * c.table_vals() as u32 + cpus)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
-        let prog = Self { skel, loader: Loader::new(seed), links: Vec::new() };
+        let prog = Self { skel, loader: Loader::new(seed), links: Vec::new(), cache: std::sync::OnceLock::new() };
         if let Some(r) = &cfg.resolver {
             prog.set_allow(&r.allow)?;
         }
@@ -192,16 +197,22 @@ impl XdpProgram {
         self.skel.maps.rodata_data.is_some_and(|ro| ro.xdns_cfg.resolver != 0)
     }
 
-    /// A handle on the cache maps (duplicated fds: `Send + Sync`, usable from any thread, valid
-    /// after the program is dropped). Entries written while the stage is off are never read.
+    /// The writer of the cache maps (`Send + Sync`, usable from any thread; its mappings keep
+    /// the maps alive after the program is dropped). Every call returns a clone of the same
+    /// writer. Entries written while the stage is off are never read.
     pub fn cache(&self) -> Result<crate::cache::KernelCache> {
+        if let Some(c) = self.cache.get() {
+            return Ok(c.clone());
+        }
         let m = &self.skel.maps;
-        let fds = [
-            m.xdns_cache_s.as_fd().try_clone_to_owned()?,
-            m.xdns_cache_m.as_fd().try_clone_to_owned()?,
-            m.xdns_cache_l.as_fd().try_clone_to_owned()?,
-        ];
-        Ok(crate::cache::KernelCache::new(self.seed(), fds))
+        let c = crate::cache::KernelCache::new(
+            self.seed(),
+            m.xdns_cache_idx.as_fd(),
+            [m.xdns_cache_s.as_fd(), m.xdns_cache_m.as_fd(), m.xdns_cache_l.as_fd()],
+        )
+        .map_err(anyhow::Error::msg)?;
+        // Two first callers at once: one state wins, the other's mappings are dropped unused.
+        Ok(self.cache.get_or_init(|| c).clone())
     }
 
     /// Start a reader of the refresh events (one per entry hit in its prefetch window).

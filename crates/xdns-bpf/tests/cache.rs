@@ -304,8 +304,8 @@ fn cache_reply_fields() {
     let cache = prog.cache().unwrap();
     cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
     cache.insert(&entry("big.example.org", TXT, false, body_txt("big.example.org", 3, 200, 0), 0, 600)).unwrap();
-    let (act, out, _) = verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None)));
-    assert_eq!(act, 3);
+    let (act, out, why) = verdict(&prog, &frame(&Net::v4(), &query(&wire("host.example.org"), A, None)));
+    assert_eq!(act, 3, "{why:?}");
     let dns = dns_of(&out);
     assert_eq!(&dns[..4], &[0xbe, 0xef, 0x81, 0x80], "ID, QR RD RA, AA=0, NOERROR");
     assert_eq!(&dns[4..12], &[0, 1, 0, 1, 0, 0, 0, 0]);
@@ -316,6 +316,71 @@ fn cache_reply_fields() {
     let dns = dns_of(&out);
     assert_eq!(&dns[2..4], &[0x83, 0x80], "TC=1");
     assert_eq!(&dns[4..12], &[0, 1, 0, 0, 0, 0, 0, 0], "no records");
+}
+
+/// The cache is set-associative (xdns_abi.h): a full bucket (four keys) and a full size class
+/// each make room by their soonest-expiring entry, and what stays is still served. Five names
+/// of one bucket are found by hashing candidates with the program's seed.
+#[test]
+fn cache_full_bucket_and_class_evict_soonest_expiring() {
+    if !have_root("cache_full_bucket_and_class_evict_soonest_expiring") {
+        return;
+    }
+    let seed = 17;
+    let prog = load_resolver(seed);
+    let cache = prog.cache().unwrap();
+    let buckets = CacheCapacity { s: 1024, m: 256, l: 128 }.buckets();
+    let bucket = |name: &str| {
+        let k = xdns_bpf::cache::cache_key(seed, &wire(name), A, false).unwrap();
+        xdns_bpf::hash::cache_pos(k.hash, A, false) & (buckets - 1)
+    };
+    let mut by_bucket: std::collections::HashMap<u32, Vec<String>> = Default::default();
+    let same = (0..100_000)
+        .find_map(|i| {
+            let name = format!("n{i}.example.org");
+            let v = by_bucket.entry(bucket(&name)).or_default();
+            v.push(name);
+            (v.len() == 5).then(|| v.clone())
+        })
+        .expect("five names of one bucket");
+    let ask = |name: &str| verdict(&prog, &frame(&Net::v4(), &query(&wire(name), A, None))).2;
+    // Expiring in 300, 200, 400, 500 s: then a fifth evicts the one of 200 s.
+    for (name, ttl) in same.iter().zip([300, 200, 400, 500]) {
+        cache.insert(&entry(name, A, false, body_a(name, 60, [198, 18, 1, 1]), 0, ttl)).unwrap();
+    }
+    for name in &same[..4] {
+        assert_eq!(ask(name), ["cache_answered"], "{name}");
+    }
+    cache.insert(&entry(&same[4], A, false, body_a(&same[4], 60, [198, 18, 1, 2]), 0, 600)).unwrap();
+    assert_eq!(cache.entries(), [4, 0, 0]);
+    assert_eq!(ask(&same[1]), ["pass_cache_miss"], "the soonest-expiring entry of the bucket went");
+    for name in [&same[0], &same[2], &same[3], &same[4]] {
+        assert_eq!(ask(name), ["cache_answered"], "{name}");
+    }
+    cache.clear().unwrap();
+
+    // Class S holds 1024 values: 1100 names with rising TTLs. Each insert first takes a way
+    // of its bucket (a full one loses its soonest-expiring key), then a slot (a full class
+    // loses its soonest-expiring key): the model below, against what the program serves.
+    let names: Vec<String> = (0..1100).map(|i| format!("c{i}.example.org")).collect();
+    let mut model: Vec<(u32, usize)> = Vec::new(); // (bucket, index = expiry order)
+    for (i, name) in names.iter().enumerate() {
+        cache.insert(&entry(name, A, false, body_a(name, 60, [198, 18, 2, 1]), 0, 1000 + i as u64)).unwrap();
+        let b = bucket(name);
+        if model.iter().filter(|m| m.0 == b).count() == 4 {
+            let soonest = model.iter().filter(|m| m.0 == b).map(|m| m.1).min().unwrap();
+            model.retain(|m| m.1 != soonest);
+        }
+        if model.len() == 1024 {
+            model.remove(0); // rising TTLs: the first is the soonest
+        }
+        model.push((b, i));
+    }
+    assert_eq!(cache.entries(), [1024, 0, 0]);
+    let served: Vec<usize> = (0..names.len()).filter(|&i| ask(&names[i]) == ["cache_answered"]).collect();
+    let want: Vec<usize> = model.iter().map(|m| m.1).collect();
+    assert_eq!(served, want);
+    assert!(served.len() == 1024 && served[0] > 0, "the soonest-expiring made room");
 }
 
 /// Replacing and removing entries; a key lives in one size class; an answer the kernel cannot
@@ -405,8 +470,9 @@ fn resolver_off_ignores_cache() {
     println!("verified program without the resolver stage: {insns} instructions, {verified} processed by the verifier");
 }
 
-/// An element recycled by the kernel while a CPU reads it shows as `tag != tag_end`: the
-/// program never sends it (here caught before the frame changes).
+/// A value rewritten while a CPU reads it shows as `tag != tag_end` (or tag 0, the writer's
+/// first step): the program never sends it (here caught before the frame changes). A value
+/// whose key differs from the index entry's (a stale index entry) is a miss.
 #[test]
 fn cache_torn_entry_never_served() {
     if !have_root("cache_torn_entry_never_served") {
@@ -417,7 +483,7 @@ fn cache_torn_entry_never_served() {
     let e = entry("torn.example.org", A, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
     let (key, value) = xdns_bpf::cache::encode_entry(21, &e).unwrap();
     let xdns_bpf::cache::CacheValue::S(mut v) = value else { panic!("class S") };
-    v.tag_end ^= 1;
+    v.tag_end = v.m.tag + 1; // not 0: that is the other case below
     // SAFETY: the generated ABI struct is plain bytes (explicit padding).
     let bytes = unsafe { std::slice::from_raw_parts((&*v as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*v)) };
     cache.put_raw(0, &key, bytes).unwrap();
@@ -425,6 +491,26 @@ fn cache_torn_entry_never_served() {
     let (act, out, moved) = verdict(&prog, &f);
     assert_eq!((act, moved), (2, vec!["pass_cache_race".to_string()]));
     assert_eq!(out, f);
+    v.m.tag = 0;
+    v.tag_end = 0;
+    // SAFETY: as above.
+    let bytes = unsafe { std::slice::from_raw_parts((&*v as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*v)) };
+    cache.put_raw(0, &key, bytes).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"], "tags 0: never written whole");
+    let (_, other) = xdns_bpf::cache::encode_entry(21, &entry("tore.example.org", A, false, body_a("tore.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+    let xdns_bpf::cache::CacheValue::S(o) = other else { panic!("class S") };
+    // SAFETY: as above.
+    let bytes = unsafe { std::slice::from_raw_parts((&*o as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*o)) };
+    cache.put_raw(0, &key, bytes).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"], "another name's value under this key");
+    let mut t = entry("torn.example.org", TXT, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
+    t.qtype = TXT;
+    let (_, other) = xdns_bpf::cache::encode_entry(21, &t).unwrap();
+    let xdns_bpf::cache::CacheValue::S(o) = other else { panic!("class S") };
+    // SAFETY: as above.
+    let bytes = unsafe { std::slice::from_raw_parts((&*o as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*o)) };
+    cache.put_raw(0, &key, bytes).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"], "another type's value under this key");
     cache.insert(&e).unwrap();
     assert_eq!(verdict(&prog, &f).2, ["cache_answered"]);
 }

@@ -1,4 +1,4 @@
-//! Userspace caches: answers (the source of truth; the kernel LRU only accelerates), the zone
+//! Userspace caches: answers (the source of truth; the kernel cache only accelerates), the zone
 //! map (delegations), server addresses, NXDOMAIN cuts, failures and server RTTs.
 //!
 //! Every map is bounded. When a map is full, entries past their (stale) lifetime go first, then
