@@ -73,13 +73,17 @@ def test_flush_empties_the_kernel_cache_whole(tree_lab):
     try:
         res, xdp = ask_all(lab, srv)  # resolved: into both caches, userspace evicts
         assert res["cache_misses"] == len(NAMES), res
-        assert lab.xdns_stats(srv)["resolver"]["cache_entries"] <= 16
+        stats = lab.xdns_stats(srv)["resolver"]
+        assert stats["cache_entries"] <= 16
+        assert stats["kernel_cache_entries"] >= len(NAMES), stats
+        assert stats["kernel_cache_evictions"] == 0, stats
         res, xdp = ask_all(lab, srv)  # all in the kernel, most no longer in userspace
         assert xdp["cache_answered"] == len(NAMES), xdp
         assert res["cache_misses"] == 0, res
         out = flush(srv)
         assert out.startswith("ok "), out
         assert int(out.split()[1]) <= 16, f"{out}: userspace held more than its bound"
+        assert lab.xdns_stats(srv)["resolver"]["kernel_cache_entries"] == 0
         res, xdp = ask_all(lab, srv)
         assert xdp.get("cache_answered", 0) == 0, f"the kernel answered from a flushed cache: {xdp}"
         assert xdp.get("pass_cache_miss", 0) == len(NAMES), xdp

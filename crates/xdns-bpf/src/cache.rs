@@ -320,6 +320,8 @@ struct Inner {
     /// Offset of `tag_end` in each class's value.
     tag_end: [usize; 3],
     state: Mutex<State>,
+    /// Entries given up to make room (a full bucket or a full class).
+    evictions: AtomicU64,
 }
 
 /// The kernel answer cache: writes the array maps of a loaded program through mmap (see
@@ -378,7 +380,7 @@ impl KernelCache {
             std::mem::offset_of!(xdns_cache_m, tag_end),
             std::mem::offset_of!(xdns_cache_l, tag_end),
         ];
-        let cache = Self { inner: Arc::new(Inner { seed, idx, vals, tag_end, state: Mutex::new(state) }) };
+        let cache = Self { inner: Arc::new(Inner { seed, idx, vals, tag_end, state: Mutex::new(state), evictions: AtomicU64::new(0) }) };
         // A fresh map is zeroed, but say so: nothing is published, no value is whole.
         for b in 0..cache.inner.idx.count {
             for w in 0..WAYS {
@@ -470,12 +472,14 @@ impl KernelCache {
                     .min_by_key(|(_, v)| st.placed.get(v).map_or(0, |p| p.expires))
                     .expect("a full bucket");
                 self.drop_entry(st, victim);
+                self.inner.evictions.fetch_add(1, Ordering::Relaxed);
                 w
             }
         };
         if st.free[class].is_empty() {
             let &(_, victim) = st.by_expiry[class].first().expect("a full class has entries");
             self.drop_entry(st, victim);
+            self.inner.evictions.fetch_add(1, Ordering::Relaxed);
         }
         let slot = st.free[class].pop().expect("a free slot");
         self.write_value(class, slot, value, raw);
@@ -509,6 +513,11 @@ impl KernelCache {
                 Ok(Err(why))
             }
         }
+    }
+
+    /// Entries given up to make room since the start (a full bucket or a full class).
+    pub fn evictions(&self) -> u64 {
+        self.inner.evictions.load(Ordering::Relaxed)
     }
 
     /// Entries in each class (S, M, L).
@@ -576,6 +585,14 @@ impl AnswerCache for KernelCache {
 
     fn remove_names(&self, matches: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
         KernelCache::remove_names(self, matches)
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let [s, m, l] = self.entries().map(|n| n as u64);
+        vec![
+            ("kernel_cache_entries", s + m + l),
+            ("kernel_cache_evictions", self.evictions()),
+        ]
     }
 }
 

@@ -353,6 +353,7 @@ fn cache_full_bucket_and_class_evict_soonest_expiring() {
     }
     cache.insert(&entry(&same[4], A, false, body_a(&same[4], 60, [198, 18, 1, 2]), 0, 600)).unwrap();
     assert_eq!(cache.entries(), [4, 0, 0]);
+    assert_eq!(cache.evictions(), 1);
     assert_eq!(ask(&same[1]), ["pass_cache_miss"], "the soonest-expiring entry of the bucket went");
     for name in [&same[0], &same[2], &same[3], &same[4]] {
         assert_eq!(ask(name), ["cache_answered"], "{name}");
@@ -364,15 +365,18 @@ fn cache_full_bucket_and_class_evict_soonest_expiring() {
     // loses its soonest-expiring key): the model below, against what the program serves.
     let names: Vec<String> = (0..1100).map(|i| format!("c{i}.example.org")).collect();
     let mut model: Vec<(u32, usize)> = Vec::new(); // (bucket, index = expiry order)
+    let mut evicted = 1; // the bucket's above
     for (i, name) in names.iter().enumerate() {
         cache.insert(&entry(name, A, false, body_a(name, 60, [198, 18, 2, 1]), 0, 1000 + i as u64)).unwrap();
         let b = bucket(name);
         if model.iter().filter(|m| m.0 == b).count() == 4 {
             let soonest = model.iter().filter(|m| m.0 == b).map(|m| m.1).min().unwrap();
             model.retain(|m| m.1 != soonest);
+            evicted += 1;
         }
         if model.len() == 1024 {
             model.remove(0); // rising TTLs: the first is the soonest
+            evicted += 1;
         }
         model.push((b, i));
     }
@@ -380,6 +384,7 @@ fn cache_full_bucket_and_class_evict_soonest_expiring() {
     let served: Vec<usize> = (0..names.len()).filter(|&i| ask(&names[i]) == ["cache_answered"]).collect();
     let want: Vec<usize> = model.iter().map(|m| m.1).collect();
     assert_eq!(served, want);
+    assert_eq!(cache.evictions(), evicted, "clear() and removals are not evictions");
     assert!(served.len() == 1024 && served[0] > 0, "the soonest-expiring made room");
 }
 

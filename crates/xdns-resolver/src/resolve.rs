@@ -581,6 +581,11 @@ impl Resolver {
         self.answers.len()
     }
 
+    /// The kernel cache's own gauges and counters ([`AnswerCache::stats`]).
+    pub fn kernel_cache_stats(&self) -> Vec<(&'static str, u64)> {
+        self.kernel.stats()
+    }
+
     /// A fresh cached answer for `key` (counted as a hit or a miss). A hit inside the prefetch
     /// window asks the prefetcher to refresh the entry.
     pub fn cached(&self, key: &CacheKey) -> Option<Arc<CachedAnswer>> {

@@ -66,6 +66,10 @@ pub trait AnswerCache: Send + Sync {
     fn remove_names(&self, _matches: &dyn Fn(&[u8]) -> bool) -> Result<usize, String> {
         Err("removing by name is not supported".into())
     }
+    /// Its own gauges and counters, named for `xdns stats` (none by default).
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// An [`AnswerCache`] that stores nothing (no XDP attached).

@@ -87,6 +87,9 @@ impl Shared {
                 .collect();
             s.resolver
                 .insert("cache_entries".into(), r.resolver.cache_len() as u64);
+            for (k, v) in r.resolver.kernel_cache_stats() {
+                s.resolver.insert(k.into(), v);
+            }
         }
         s
     }
