@@ -380,7 +380,8 @@ impl KernelCache {
             std::mem::offset_of!(xdns_cache_m, tag_end),
             std::mem::offset_of!(xdns_cache_l, tag_end),
         ];
-        let cache = Self { inner: Arc::new(Inner { seed, idx, vals, tag_end, state: Mutex::new(state), evictions: AtomicU64::new(0) }) };
+        let inner = Inner { seed, idx, vals, tag_end, state: Mutex::new(state), evictions: AtomicU64::new(0) };
+        let cache = Self { inner: Arc::new(inner) };
         // A fresh map is zeroed, but say so: nothing is published, no value is whole.
         for b in 0..cache.inner.idx.count {
             for w in 0..WAYS {
