@@ -168,16 +168,11 @@ static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, str
 	return 0;
 }
 
-/*
- * Question name: copy up to 255 bytes into scratch, then walk its labels (a bpf_loop, which
- * keeps the verifier's work independent of the name length): check them, record where each
- * starts, hash each (lowercased) and sum the original bytes into q->qsum.
- */
-static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, const struct xdns_pkt *pkt,
-							   struct xdns_scratch *sc, struct xdns_query *q)
+/* The bytes after the DNS header, up to 255 (the name and what follows it), into sc->name. */
+static __always_inline enum xdns_verdict xdns_name_fetch(struct xdp_md *ctx, const struct xdns_pkt *pkt,
+							  struct xdns_scratch *sc)
 {
-	struct xdns_walk_ctx wc = { .sc = sc };
-	__u32 avail = pkt->dns_len - XDNS_HDR_LEN, qlen, nlab;
+	__u32 avail = pkt->dns_len - XDNS_HDR_LEN;
 
 	if (pkt->dns_len <= XDNS_HDR_LEN)
 		return XDNS_PASS_QNAME;
@@ -188,10 +183,23 @@ static __always_inline enum xdns_verdict xdns_parse_qname(struct xdp_md *ctx, co
 	if (xdns_name_copy(ctx, pkt->dns_off, sc, avail) &&
 	    bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
+	sc->avail = avail;
+	return XDNS_ANSWERED;
+}
+
+/*
+ * Question name (fetched into scratch): walk its labels (a bpf_loop, which keeps the
+ * verifier's work independent of the name length): check them, record where each starts,
+ * hash each (lowercased) and sum the original bytes into q->qsum.
+ */
+static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc, struct xdns_query *q)
+{
+	struct xdns_walk_ctx wc = { .sc = sc };
+	__u32 qlen, nlab;
+
 	sc->qlen = 0;
 	sc->nlab = 0;
 	sc->next = 0;
-	sc->avail = avail;
 	sc->sum[0] = 0;
 	sc->sum[1] = 0;
 	bpf_loop(XDNS_TURNS(128), xdns_qname_labels, &wc, 0);

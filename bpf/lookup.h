@@ -114,8 +114,8 @@ XDNS_BATCHED(xdns_encloser_labels, xdns_encloser_label)
  * from (that doubled its work). The bit is tested where it is read, not kept in a variable:
  * a known 0 or 1 carried along split the verifier's states further down.
  */
-static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_key *key, __u64 hash, __u8 kind,
-							   __u16 qtype)
+static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch *sc, struct xdns_answer_key *key,
+							   __u64 hash, __u8 kind, __u16 qtype)
 {
 	__u32 meta = XDNS_TABLE_META(kind, qtype, key->gen), half = key->gen & 1, b, v;
 	struct xdns_answer_s *a, *h;
@@ -139,6 +139,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_
 		}
 		if (found) {
 			v = half * xdns_cfg.table_vals + (__u32)(found - 1);
+			sc->last_v = v;
+			sc->last_table = 1;
 			return bpf_map_lookup_elem(&xdns_vals, &v);
 		}
 		if (!(bk->e[0].idx & XDNS_TABLE_SPILLED))
@@ -148,6 +150,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_answer_
 	if (!h)
 		return NULL;
 	v = 2 * xdns_cfg.table_vals + bpf_get_smp_processor_id();
+	sc->last_v = v;
+	sc->last_table = 0;
 	a = bpf_map_lookup_elem(&xdns_vals, &v);
 	if (a)
 		__builtin_memcpy(a, h, sizeof(*a));
@@ -196,7 +200,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	nsfx -= 1;
 	asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
 	if (xdns_filter_maybe(sc->sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
-		a = xdns_answer_get(key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
+		a = xdns_answer_get(sc, key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
 		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}
@@ -215,13 +219,13 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		 */
 		ce_hash = sc->ce_hash;
 		if (sc->direct == XDNS_KIND_OTHER) {
-			a = xdns_answer_get(key, ce_hash, XDNS_KIND_OTHER, 0);
+			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_OTHER, 0);
 		} else if (sc->direct == XDNS_KIND_NXDOMAIN) {
-			a = xdns_answer_get(key, ce_hash, XDNS_KIND_NXDOMAIN, 0);
+			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_NXDOMAIN, 0);
 		} else {
-			a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
+			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 			if (!a)
-				a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
+				a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 		}
 		/* only a cut's Other body, the referral, is not authoritative */
 		if (a && a->ans.base_len == sc->ce_len &&
@@ -239,16 +243,16 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 
 	/* exact Type(qtype) was the fast path's lookup */
 	if (ce.flags & XDNS_NODE_CUT)
-		a = xdns_answer_get(key, ce.cut_hash, XDNS_KIND_OTHER, 0);
+		a = xdns_answer_get(sc, key, ce.cut_hash, XDNS_KIND_OTHER, 0);
 	else if (exact)
-		a = xdns_answer_get(key, (ce.flags & XDNS_NODE_NODATA_APEX) ? ce.apex_hash : ce_hash,
+		a = xdns_answer_get(sc, key, (ce.flags & XDNS_NODE_NODATA_APEX) ? ce.apex_hash : ce_hash,
 				    XDNS_KIND_OTHER, 0);
 	else if (ce.flags & XDNS_NODE_WILDCARD) {
-		a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
+		a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
 		if (!a)
-			a = xdns_answer_get(key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
+			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 	} else
-		a = xdns_answer_get(key, ce.apex_hash, XDNS_KIND_NXDOMAIN, 0);
+		a = xdns_answer_get(sc, key, ce.apex_hash, XDNS_KIND_NXDOMAIN, 0);
 	if (!a)
 		return XDNS_PASS_NO_BODY;
 found:

@@ -58,6 +58,16 @@ struct xdns_scratch {
 	/* cache stage: name comparison */
 	__u32 cmp_words;        /* 8-byte words of the name to compare */
 	__u32 cmp_diff;         /* non-zero once a word differs */
+	/* question memo (memo.h) */
+	__u32 last_v;           /* xdns_vals index of the last answer found (the spill value's too) */
+	__u32 last_table;       /* 1 when that answer came from the table (0: the hash map) */
+	__u64 memo_hash;        /* of this packet's question (0: not memoisable) */
+	__u64 memo_sum;         /* the name bytes' checksum (xdns_query.qsum before type and class) */
+	struct xdns_answer_key memo_key; /* the answer's key: memo hit -> program, program -> learn */
+	__u32 memo_hdr;         /* query flags << 16 | ARCOUNT */
+	__u32 memo_qlen;        /* name length, memo hit -> program, program -> learn */
+	__u32 memo_nlab;        /* label count, likewise */
+	__u32 _pad4;
 };
 
 /*
@@ -211,6 +221,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } xdns_stats SEC(".maps");
+
+/* slot -> struct xdns_memo, per CPU: questions recently answered (memo.h); the program only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XDNS_MEMO_SLOTS);
+	__type(key, __u32);
+	__type(value, struct xdns_memo);
+} xdns_memo SEC(".maps");
 
 /* key 0 -> struct xdns_scratch, per CPU; the program only. */
 struct {

@@ -137,6 +137,30 @@ struct xdns_bucket {
 	struct xdns_table_entry e[XDNS_TABLE_WAYS];
 };
 
+/*
+ * Question memo (memo.h): per CPU, the questions recently answered from the table, by their
+ * bytes as sent, with what the name walk and the lookup found for them, so that the next
+ * identical question skips both. A slot is keyed by xdns_memo_hash of the question bytes
+ * (the header's flags and ARCOUNT, the name, type, class and OPT as sent) and holds them all,
+ * compared before use: a collision is a miss.
+ */
+#define XDNS_MEMO_SLOTS 1024            /* per CPU, a power of two */
+#define XDNS_MEMO_MAX_Q 64              /* longest question kept (bytes after the header) */
+struct xdns_memo {
+	__u64 hash;             /* of the question (memo.h); 0: empty */
+	__u64 seen;             /* hash of a question seen once here: learnt when seen again */
+	__u64 qsum;             /* xdns_query.qsum of the question */
+	struct xdns_answer_key key; /* the answer's key (M and L bodies are looked up by it) */
+	__u32 gen;              /* generation the answer belongs to */
+	__u32 v;                /* the answer's index in xdns_vals */
+	__u32 hdr;              /* query flags << 16 | ARCOUNT */
+	__u16 avail;            /* bytes of name[] that are the question */
+	__u16 qlen;             /* wire length of the question name */
+	__u16 nlab;             /* its labels, the root included */
+	__u8 _pad[6];
+	__u8 name[XDNS_MEMO_MAX_Q]; /* the bytes after the DNS header as sent (first avail count) */
+};
+
 /* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */
 struct xdns_answer {
 	__u16 flags;            /* AA and RCODE to set in the response header */

@@ -321,6 +321,35 @@ impl XdpProgram {
         LibbpfMaps { skel: &self.skel }.put_table_index(gen, index)
     }
 
+    /// Rewrite every used slot of the question memo (`bpf/memo.h`), on every CPU, with `f`
+    /// (tests: show that the program consults it). Returns how many slots were used.
+    #[doc(hidden)]
+    pub fn rewrite_memo(&mut self, f: &dyn Fn(&mut crate::types::xdns_memo)) -> Result<usize> {
+        let map = &self.skel.maps.xdns_memo;
+        let size = std::mem::size_of::<crate::types::xdns_memo>();
+        let mut used = 0;
+        for slot in 0..map.max_entries() {
+            let key = slot.to_ne_bytes();
+            let Some(mut cpus) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+            let mut changed = false;
+            for v in cpus.iter_mut() {
+                // SAFETY: the value is one `xdns_memo` (the map's value type, plain bytes with
+                // explicit padding); read unaligned from the byte buffer, written back whole.
+                let mut m: crate::types::xdns_memo = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+                if m.hash != 0 {
+                    f(&mut m);
+                    v[..size].copy_from_slice(crate::maps::bytes_of(&m));
+                    used += 1;
+                    changed = true;
+                }
+            }
+            if changed {
+                map.update_percpu(&key, &cpus, MapFlags::ANY)?;
+            }
+        }
+        Ok(used)
+    }
+
     /// Delete every entry of the `xdns_answers` hash map (tests: answers must then come from
     /// the answer table). Returns how many there were.
     #[doc(hidden)]

@@ -398,6 +398,15 @@ fn fixture_table() {
                     failures.push(format!("{}: checksums do not verify", row.what));
                 } else if out != want {
                     failures.push(format!("{}: output differs\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
+                } else {
+                    // Seen twice, a short question is kept in the memo (memo.h); the third ask
+                    // is answered from it: the same bytes.
+                    for n in 2..=3 {
+                        match prog.test_run(&row.frame) {
+                            Ok((3, again)) if again == want => {}
+                            r => failures.push(format!("{}: ask {n} differs: {r:?}", row.what)),
+                        }
+                    }
                 }
             }
         }
@@ -417,6 +426,33 @@ fn dns_len(f: &[u8]) -> usize {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The question memo (memo.h) is consulted: a question asked twice is kept, and the third ask
+/// takes the memo's answer index without walking or looking up. Pointing every kept entry at
+/// a value that does not exist turns those asks into `pass_no_body`; a longer question (not
+/// kept) and a new generation (the entries stop matching) answer from the full path again.
+#[test]
+fn question_memo_is_consulted() {
+    if !have_root("question_memo_is_consulted") {
+        return;
+    }
+    let mut prog = load();
+    let data = zone();
+    prog.install(&data).unwrap();
+    let short = frame(&Net::v4(), &query(&wire("www.example.com"), A, None));
+    let long = frame(&Net::v4(), &query(&wire(&format!("{}.example.com", "x".repeat(60))), A, None));
+    let ask = |prog: &xdns_bpf::runtime::XdpProgram, f: &[u8]| verdict(prog, f).2;
+    for _ in 0..2 {
+        assert_eq!(ask(&prog, &short), ["answered"]);
+        assert_eq!(ask(&prog, &long), ["answered"]);
+    }
+    let used = prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap();
+    assert!(used >= 1, "the short question is kept after two asks");
+    assert_eq!(ask(&prog, &short), ["pass_no_body"], "the memo's (broken) index was used");
+    assert_eq!(ask(&prog, &long), ["answered"], "a question over 64 bytes is never kept");
+    prog.install(&data).unwrap();
+    assert_eq!(ask(&prog, &short), ["answered"], "a new generation: the old entries no longer match");
 }
 
 /// Perf mode of the table (root): the answered rows of IPv4 and IPv6, each the median of 2000
