@@ -130,7 +130,10 @@ impl Server {
             log,
         };
         let t0 = Instant::now();
-        while !s.control.exists() {
+        // Started: the control socket is bound before the kernel path is attached (so it
+        // exists before anything can answer), and "xdns started" is logged once every
+        // listener serves.
+        while !(s.control.exists() && s.log_text().contains("xdns started")) {
             if let Ok(Some(st)) = s.child.try_wait() {
                 panic!("xdns exited early ({st}): {}", s.log_text());
             }
