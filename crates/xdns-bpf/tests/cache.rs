@@ -487,34 +487,31 @@ fn cache_torn_entry_never_served() {
     let cache = prog.cache().unwrap();
     let e = entry("torn.example.org", A, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
     let (key, value) = xdns_bpf::cache::encode_entry(21, &e).unwrap();
+    // Class S values staged under `key` as they are, tags included.
+    let put = |v: &xdns_bpf::types::xdns_cache_s| {
+        // SAFETY: the generated ABI struct is plain bytes (explicit padding), read whole.
+        let bytes = unsafe { std::slice::from_raw_parts((v as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(v)) };
+        cache.put_raw(0, &key, bytes).unwrap();
+    };
+    let class_s = |name: &str, qtype: u16| {
+        let (_, v) = xdns_bpf::cache::encode_entry(21, &entry(name, qtype, false, body_a(name, 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+        let xdns_bpf::cache::CacheValue::S(v) = v else { panic!("class S") };
+        v
+    };
     let xdns_bpf::cache::CacheValue::S(mut v) = value else { panic!("class S") };
     v.tag_end = v.m.tag + 1; // not 0: that is the other case below
-    // SAFETY: the generated ABI struct is plain bytes (explicit padding).
-    let bytes = unsafe { std::slice::from_raw_parts((&*v as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*v)) };
-    cache.put_raw(0, &key, bytes).unwrap();
+    put(&v);
     let f = frame(&Net::v4(), &query(&wire("torn.example.org"), A, None));
     let (act, out, moved) = verdict(&prog, &f);
     assert_eq!((act, moved), (2, vec!["pass_cache_race".to_string()]));
     assert_eq!(out, f);
     v.m.tag = 0;
     v.tag_end = 0;
-    // SAFETY: as above.
-    let bytes = unsafe { std::slice::from_raw_parts((&*v as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*v)) };
-    cache.put_raw(0, &key, bytes).unwrap();
+    put(&v);
     assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"], "tags 0: never written whole");
-    let (_, other) = xdns_bpf::cache::encode_entry(21, &entry("tore.example.org", A, false, body_a("tore.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
-    let xdns_bpf::cache::CacheValue::S(o) = other else { panic!("class S") };
-    // SAFETY: as above.
-    let bytes = unsafe { std::slice::from_raw_parts((&*o as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*o)) };
-    cache.put_raw(0, &key, bytes).unwrap();
+    put(&class_s("tore.example.org", A));
     assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"], "another name's value under this key");
-    let mut t = entry("torn.example.org", TXT, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
-    t.qtype = TXT;
-    let (_, other) = xdns_bpf::cache::encode_entry(21, &t).unwrap();
-    let xdns_bpf::cache::CacheValue::S(o) = other else { panic!("class S") };
-    // SAFETY: as above.
-    let bytes = unsafe { std::slice::from_raw_parts((&*o as *const xdns_bpf::types::xdns_cache_s).cast::<u8>(), std::mem::size_of_val(&*o)) };
-    cache.put_raw(0, &key, bytes).unwrap();
+    put(&class_s("torn.example.org", TXT));
     assert_eq!(verdict(&prog, &f).2, ["pass_cache_miss"], "another type's value under this key");
     cache.insert(&e).unwrap();
     assert_eq!(verdict(&prog, &f).2, ["cache_answered"]);
