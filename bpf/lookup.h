@@ -114,6 +114,11 @@ XDNS_BATCHED(xdns_encloser_labels, xdns_encloser_label)
  * from (that doubled its work). The bit is tested where it is read, not kept in a variable:
  * a known 0 or 1 carried along split the verifier's states further down.
  */
+/*
+ * Every answer found also leaves its xdns_vals index in sc->last_v (and whether it came from
+ * the table in sc->last_table): the program reads the answer of xdns_select and of a memo hit
+ * through one lookup by that index, and the memo keeps it (memo.h).
+ */
 static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch *sc, struct xdns_answer_key *key,
 							   __u64 hash, __u8 kind, __u16 qtype)
 {

@@ -64,10 +64,8 @@ struct xdns_scratch {
 	__u64 memo_hash;        /* of this packet's question (0: not memoisable) */
 	__u64 memo_sum;         /* the name bytes' checksum (xdns_query.qsum before type and class) */
 	struct xdns_answer_key memo_key; /* the answer's key: memo hit -> program, program -> learn */
-	__u32 memo_hdr;         /* query flags << 16 | ARCOUNT */
-	__u32 memo_qlen;        /* name length, memo hit -> program, program -> learn */
-	__u32 memo_nlab;        /* label count, likewise */
-	__u32 _pad4;
+	__u32 memo_qlen;        /* on a memo hit: the name's length ... */
+	__u32 memo_nlab;        /* ... and label count (memo_sum: its checksum) */
 };
 
 /*

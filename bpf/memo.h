@@ -89,12 +89,13 @@ __attribute__((noinline)) int xdns_memo_probe(struct xdns_scratch *sc, __u32 hdr
 }
 
 /*
- * After the full path found the answer of sc->last_v for the question (a table hit only:
- * the spill value is per CPU and rewritten by every spilled lookup), with memo_qlen, memo_nlab,
- * memo_sum and memo_key set by the program: note the question the first time, keep it the
- * second.
+ * After the full path found the answer of sc->last_v (key sc->memo_key) for the question (a
+ * table hit only: the spill value is per CPU and rewritten by every spilled lookup), whose
+ * name has `qlen` bytes, `nlab` labels and the checksum `name_sum` (before type and class):
+ * note the question the first time, keep it the second.
  */
-__attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 hdr)
+__attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 hdr, __u32 qlen, __u32 nlab,
+					      __u64 name_sum)
 {
 	struct xdns_memo *m;
 	__u32 slot;
@@ -115,14 +116,14 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 hdr
 		return 0;
 	}
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
-	m->qsum = sc->memo_sum;
+	m->qsum = name_sum;
 	m->key = sc->memo_key;
 	m->gen = sc->memo_key.gen;
 	m->v = sc->last_v;
 	m->hdr = hdr;
 	m->avail = sc->avail;
-	m->qlen = sc->memo_qlen;
-	m->nlab = sc->memo_nlab;
+	m->qlen = qlen;
+	m->nlab = nlab;
 #pragma clang loop unroll(full)
 	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
 		xdns_st64(&m->name[i * 8], xdns_ld64(&sc->name[i * 8]));

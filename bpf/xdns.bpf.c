@@ -37,6 +37,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	enum xdns_verdict v;
 	__u32 zero = 0, one = 1, gen, frame, vi, hdr;
 	__u32 *genp;
+	__u64 name_sum = 0;
 	__u16 arcount = 0;
 	int memo;
 	long grow;
@@ -75,9 +76,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 		v = xdns_qname_walk(sc, &q);
 		if (v != XDNS_ANSWERED)
 			return v;
-		sc->memo_qlen = q.qlen;
-		sc->memo_nlab = q.nlab;
-		sc->memo_sum = q.qsum;
+		name_sum = q.qsum;      /* before type and class join it: what a memo keeps */
 	}
 	v = xdns_parse_tail(ctx, &pkt, &q, arcount);
 	if (v != XDNS_ANSWERED)
@@ -98,7 +97,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 			return v;
 		if (!xdns_cfg.resolver) {
 			sc->memo_key = key;
-			xdns_memo_learn(sc, hdr);
+			xdns_memo_learn(sc, hdr, q.qlen, q.nlab, name_sum);
 		}
 		vi = sc->last_v;
 	}
