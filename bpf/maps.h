@@ -66,6 +66,8 @@ struct xdns_scratch {
 	struct xdns_answer_key memo_key; /* the answer's key: memo hit -> program, program -> learn */
 	__u32 memo_qlen;        /* on a memo hit: the name's length ... */
 	__u32 memo_nlab;        /* ... and label count (memo_sum: its checksum) */
+	__u64 memo_hits;        /* questions answered through the memo, on this CPU (userspace reads) */
+	__u64 memo_kept;        /* questions written into it, on this CPU (userspace reads) */
 };
 
 /*

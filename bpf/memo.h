@@ -124,6 +124,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 hdr
 	m->avail = sc->avail;
 	m->qlen = qlen;
 	m->nlab = nlab;
+	sc->memo_kept++;
 #pragma clang loop unroll(full)
 	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
 		xdns_st64(&m->name[i * 8], xdns_ld64(&sc->name[i * 8]));

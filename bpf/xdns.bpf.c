@@ -87,6 +87,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	if (memo >= 0) {
 		key = sc->memo_key;
 		vi = (__u32)memo;
+		sc->memo_hits++;
 	} else {
 		genp = bpf_map_lookup_elem(&xdns_gen, &one);
 		sc->floor = genp ? *genp : 0;

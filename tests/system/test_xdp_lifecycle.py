@@ -109,3 +109,20 @@ def test_long_answers_grow_the_head_over_veth(xlab):
         assert len(wire) - len(q.to_wire()) > 16, "the answer should be longer than the query"
     assert kernel_answered(xlab, srv) - before == len(cases), xlab.xdns_stats(srv)["xdp"]
     assert xlab.stop(srv) == 0
+
+
+def test_repeated_question_is_answered_through_the_memo(xlab):
+    """A question asked again byte for byte is answered through the per-CPU question memo
+    (bpf/memo.h): kept at its second ask on a CPU, used from the third. Ten asks over two CPUs
+    put at least five on one of them: at least three memo hits, each a correct answer, and
+    `xdns stats` shows them (`xdp_memo`)."""
+    srv = xlab.start_xdns(DEFAULT_ZONES, name="xdns-memo", xdp="native")
+    before = xlab.xdns_stats(srv)["xdp_memo"]  # the lab's readiness queries may be kept
+    for _ in range(10):
+        r = ask_a(xlab, srv.addr4)
+        assert r is not None and r.rcode() == dns.rcode.NOERROR and r.answer, r
+    after = xlab.xdns_stats(srv)["xdp_memo"]
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+    assert delta["hits"] >= 3, (before, after)
+    assert 1 <= delta["kept"] <= 2, (before, after)
+    assert xlab.stop(srv) == 0

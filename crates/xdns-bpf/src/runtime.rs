@@ -270,6 +270,16 @@ impl XdpProgram {
         self.loader.table_counts()
     }
 
+    /// The question memo's counters summed over CPUs (`bpf/memo.h`): questions answered
+    /// through it, and questions written into it.
+    pub fn memo_counts(&self) -> Result<(u64, u64)> {
+        use crate::types::xdns_scratch;
+        let cpus = self.skel.maps.xdns_scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        let field = |v: &[u8], at: usize| v.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+        let (hits, kept) = (std::mem::offset_of!(xdns_scratch, memo_hits), std::mem::offset_of!(xdns_scratch, memo_kept));
+        Ok(cpus.iter().fold((0, 0), |(h, k), v| (h + field(v, hits), k + field(v, kept))))
+    }
+
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
         let mut maps = LibbpfMaps { skel: &self.skel };

@@ -447,9 +447,11 @@ fn question_memo_is_consulted() {
         assert_eq!(ask(&prog, &short), ["answered"]);
         assert_eq!(ask(&prog, &long), ["answered"]);
     }
+    assert_eq!(prog.memo_counts().unwrap(), (0, 1), "kept at the second ask, not yet used");
     let used = prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap();
     assert!(used >= 1, "the short question is kept after two asks");
     assert_eq!(ask(&prog, &short), ["pass_no_body"], "the memo's (broken) index was used");
+    assert_eq!(prog.memo_counts().unwrap(), (1, 1));
     assert_eq!(ask(&prog, &long), ["answered"], "a question over 64 bytes is never kept");
     prog.install(&data).unwrap();
     assert_eq!(ask(&prog, &short), ["answered"], "a new generation: the old entries no longer match");

@@ -41,6 +41,8 @@ pub struct XdpCounters {
     /// Answers of the active data in the answer table, and answers only in the slower hash
     /// map (no room in the table).
     pub table: (usize, usize),
+    /// The question memo: questions answered through it, and questions written into it.
+    pub memo: (u64, u64),
 }
 
 /// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
@@ -108,6 +110,7 @@ impl Fastpath {
                             let _ = reply.send(XdpCounters {
                                 verdicts: rt.counters(),
                                 table: rt.table_counts(),
+                                memo: rt.memo_counts(),
                             });
                         }
                         Cmd::Cache(reply) => {

@@ -8,7 +8,8 @@
 //! `xdns_tcp_connections_total{result}`, `xdns_tcp_idle_closed_total`, `xdns_tcp_open`,
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
-//! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_resolver_total{counter}`.
+//! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_memo_total{counter}`,
+//! `xdns_resolver_total{counter}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,6 +188,12 @@ pub fn render(s: &Snapshot) -> String {
     );
     counter_family(
         &mut reg,
+        "xdns_xdp_memo",
+        "XDP question memo: questions answered through it (hits) and written into it (kept).",
+        s.xdp_memo.iter().map(|(k, &v)| (l1("counter", k), v)),
+    );
+    counter_family(
+        &mut reg,
         "xdns_resolver",
         "Resolver counters (cache hits/misses, upstream queries, timeouts, SERVFAILs, ...).",
         s.resolver.iter().map(|(k, &v)| (l1("counter", k), v)),
@@ -303,8 +310,10 @@ mod tests {
         });
         s.xdp_table.insert("answers_in_table".into(), 7);
         s.xdp_table.insert("answers_left_out".into(), 0);
+        s.xdp_memo.insert("hits".into(), 11);
         let text = render(&s);
         for want in [
+            "xdns_xdp_memo_total{counter=\"hits\"} 11",
             "xdns_xdp_table_answers{state=\"in_table\"} 7",
             "xdns_xdp_table_answers{state=\"left_out\"} 0",
             "xdns_queries_total{proto=\"udp\",qtype=\"AAAA\"} 1",

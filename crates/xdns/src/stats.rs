@@ -350,6 +350,10 @@ pub struct Snapshot {
     /// table; a restart sizes it for the zones of the day).
     #[serde(default)]
     pub xdp_table: BTreeMap<String, u64>,
+    /// The XDP question memo (empty when XDP is off): `hits`, questions answered through it
+    /// (no name walk, no lookup), and `kept`, questions written into it.
+    #[serde(default)]
+    pub xdp_memo: BTreeMap<String, u64>,
     /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
     /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
     #[serde(default)]
@@ -397,6 +401,9 @@ impl Snapshot {
         }
         for (k, v) in &self.xdp_table {
             row(&format!("xdp_table.{k}"), v);
+        }
+        for (k, v) in &self.xdp_memo {
+            row(&format!("xdp_memo.{k}"), v);
         }
         for (k, v) in &self.resolver {
             row(&format!("resolver.{k}"), v);

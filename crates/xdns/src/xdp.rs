@@ -187,6 +187,11 @@ impl XdpRuntime {
     pub fn table_counts(&self) -> (usize, usize) {
         self.prog.table_counts()
     }
+
+    /// The question memo: questions answered through it, and questions written into it.
+    pub fn memo_counts(&self) -> (u64, u64) {
+        self.prog.memo_counts().unwrap_or_default()
+    }
 }
 
 /// The kernel's data for `zones`, with its size and the time it took in the log: for a large

@@ -76,6 +76,10 @@ impl Shared {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v as u64))
                 .collect();
+            s.xdp_memo = [("hits", c.memo.0), ("kept", c.memo.1)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
         }
         if let Some(r) = self.recursion.get() {
             s.resolver = r
