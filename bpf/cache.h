@@ -7,7 +7,8 @@
  *
  * The key holds the full-name hash (a by-product of the encloser walk), the type, the DO bit
  * and the name length; the value holds them all, the name itself included, compared before
- * use, so a hash collision or an entry being rewritten is a miss, never a wrong answer. Bodies are compiled against the question name: no fixups (delta is 0).
+ * use, so a hash collision or an entry being rewritten is a miss, never a wrong answer.
+ * Bodies are compiled against the question name: no fixups (delta is 0).
  */
 #ifndef XDNS_CACHE_H
 #define XDNS_CACHE_H
@@ -278,28 +279,21 @@ static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, cons
 }
 
 /*
- * The entry of `key` (xdns_abi.h): its bucket's four entries compared without a branch (as in
- * lookup.h's xdns_answer_get), then the value in the array of its size class. Sets the one
+ * The entry of `key` (xdns_abi.h): its bucket's four entries compared without a branch
+ * (xdns_ways_match), then the value in the array of its size class. Sets the one
  * pointer of `ref` for that class; returns 0 on a miss. Both are array lookups, inlined.
  */
 static __always_inline int xdns_cache_find(const struct xdns_cache_key *key, struct xdns_cache_ref *ref)
 {
 	__u32 meta = XDNS_CACHE_META(key->qtype, key->do_bit, key->name_len), b, slot;
 	struct xdns_cache_bucket *bk;
-	__u64 found = 0, x, nx;
-	int i;
+	__u64 found;
 
 	b = xdns_cache_pos(key->hash, key->qtype, key->do_bit) & xdns_cfg.cache_mask;
 	bk = bpf_map_lookup_elem(&xdns_cache_idx, &b);
 	if (!bk)
 		return 0;
-#pragma unroll
-	for (i = 0; i < XDNS_CACHE_WAYS; i++) {
-		x = (bk->e[i].hash ^ key->hash) | (bk->e[i].meta ^ meta);
-		nx = -x;
-		asm volatile("" : "+r"(nx));
-		found |= (((x | nx) >> 63) - 1) & ((__u64)bk->e[i].ref + 1);
-	}
+	found = xdns_ways_match(bk->e, key->hash, meta, ~0u);
 	if (!found)
 		return 0;
 	found -= 1;

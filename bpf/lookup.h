@@ -98,14 +98,33 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 XDNS_BATCHED(xdns_encloser_labels, xdns_encloser_label)
 
 /*
+ * idx + 1 of the entry of a four-way bucket (the answer table's or the resolver cache's,
+ * xdns_abi.h) whose hash and meta are the key's, idx masked by `idx_mask`; 0 when none is.
+ * The entries are compared without a branch (the matching one's idx + 1 is or-ed in; at most
+ * one matches): this is inlined at every lookup, and a branch per entry doubled the verifier's
+ * work. The empty asm keeps clang from turning x | -x back into a comparison (a branch in BPF).
+ */
+static __always_inline __u64 xdns_ways_match(const struct xdns_table_entry *e, __u64 hash, __u32 meta,
+					     __u32 idx_mask)
+{
+	__u64 found = 0, x, nx;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < XDNS_TABLE_WAYS; i++) {
+		x = (e[i].hash ^ hash) | (e[i].meta ^ meta);
+		nx = -x;
+		asm volatile("" : "+r"(nx));
+		/* (x | -x) >> 63 is 0 for the match, 1 otherwise */
+		found |= (((x | nx) >> 63) - 1) & ((__u64)(e[i].idx & idx_mask) + 1);
+	}
+	return found;
+}
+
+/*
  * Look up one body key (`key` gets it: the M and L body maps are keyed by it) in the answer
  * table (xdns_abi.h): one bucket of four entries, then the value. Both are array lookups,
  * inlined, so this costs no call (a hash-map lookup costs a call and a jhash).
- *
- * The entries are compared without a branch (the matching one's idx + 1 is or-ed in; at
- * most one matches): this is inlined at every lookup of xdns_select, and a branch per entry
- * there doubled the verifier's work. The empty asm keeps clang from turning x | -x back into
- * a comparison (a branch in BPF).
  *
  * A miss is final unless the bucket lost a key (XDNS_TABLE_SPILLED): then the hash map is
  * asked, and an answer found there is copied to this CPU's spill value of xdns_vals (after
@@ -125,8 +144,7 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	__u32 meta = XDNS_TABLE_META(kind, qtype, key->gen), half = key->gen & 1, b, v;
 	struct xdns_answer_s *a, *h;
 	struct xdns_bucket *bk;
-	__u64 found = 0, x, nx;
-	int i;
+	__u64 found;
 
 	key->hash = hash;
 	key->kind = kind;
@@ -134,14 +152,7 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	b = half * (xdns_cfg.table_mask + 1) + (xdns_table_pos(hash, kind, qtype) & xdns_cfg.table_mask);
 	bk = bpf_map_lookup_elem(&xdns_index, &b);
 	if (bk) {
-#pragma unroll
-		for (i = 0; i < XDNS_TABLE_WAYS; i++) {
-			x = (bk->e[i].hash ^ hash) | (bk->e[i].meta ^ meta);
-			nx = -x;
-			asm volatile("" : "+r"(nx));
-			/* (x | -x) >> 63 is 0 for the match, 1 otherwise */
-			found |= (((x | nx) >> 63) - 1) & ((__u64)(bk->e[i].idx & XDNS_TABLE_IDX) + 1);
-		}
+		found = xdns_ways_match(bk->e, hash, meta, XDNS_TABLE_IDX);
 		if (found) {
 			v = half * xdns_cfg.table_vals + (__u32)(found - 1);
 			sc->last_v = v;

@@ -10,8 +10,8 @@
  * memo keeps what they found (name length, label count, name checksum, the answer's key and
  * its index in xdns_vals) and the program goes straight to the reply. Everything after the
  * lookup (truncation, EDNS, fixups, header, checksums) runs as before, from the same answer
- * value, so a memo hit sends the same bytes as the full path (fixtures.rs checks every row
- * twice).
+ * value, so a memo hit sends the same bytes as the full path (fixtures.rs asks every row
+ * three times).
  *
  * Per CPU (`xdns_memo`, XDNS_MEMO_SLOTS direct-mapped slots): a CPU reads and writes only its
  * own slots, and one XDP run finishes before the next starts on that CPU, so no entry is ever
@@ -37,6 +37,14 @@ static __always_inline __u64 xdns_memo_word(const __u8 *name, int i, __u32 avail
 	return w;
 }
 
+/* This CPU's memo slot of a question hash. */
+static __always_inline struct xdns_memo *xdns_memo_slot(__u64 h)
+{
+	__u32 slot = (__u32)(h >> 32) & (XDNS_MEMO_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&xdns_memo, &slot);
+}
+
 /*
  * The two steps below are global functions (BPF subprograms the verifier checks once, alone,
  * whatever their callers' states): inlined, their word-by-word conditions multiplied the
@@ -52,7 +60,7 @@ static __always_inline __u64 xdns_memo_word(const __u8 *name, int i, __u32 avail
 __attribute__((noinline)) int xdns_memo_probe(struct xdns_scratch *sc, __u32 hdr, __u32 gen)
 {
 	struct xdns_memo *m;
-	__u32 avail, slot;
+	__u32 avail;
 	__u64 h, diff = 0;
 	int i;
 
@@ -71,8 +79,7 @@ __attribute__((noinline)) int xdns_memo_probe(struct xdns_scratch *sc, __u32 hdr
 	h = xdns_hash_fin(h);
 	h = h ? h : 1;
 	sc->memo_hash = h;
-	slot = (__u32)(h >> 32) & (XDNS_MEMO_SLOTS - 1);
-	m = bpf_map_lookup_elem(&xdns_memo, &slot);
+	m = xdns_memo_slot(h);
 	if (!m || m->hash != h || m->gen != gen || m->hdr != hdr || m->avail != avail)
 		return -1;
 #pragma clang loop unroll(full)
@@ -98,17 +105,15 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 hdr
 					      __u64 name_sum)
 {
 	struct xdns_memo *m;
-	__u32 slot;
 	__u64 h;
 	int i;
 
 	if (!sc)
 		return 0;
-	h = sc->memo_hash;
-	if (h == 0 || !sc->last_table || sc->avail > XDNS_MEMO_MAX_Q)
+	h = sc->memo_hash;      /* 0: the probe found the question too long to keep */
+	if (h == 0 || !sc->last_table)
 		return 0;
-	slot = (__u32)(h >> 32) & (XDNS_MEMO_SLOTS - 1);
-	m = bpf_map_lookup_elem(&xdns_memo, &slot);
+	m = xdns_memo_slot(h);
 	if (!m || m->hash == h)
 		return 0;
 	if (m->seen != h) {

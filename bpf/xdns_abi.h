@@ -128,10 +128,12 @@ struct xdns_answer_key {
 #define XDNS_TABLE_IDX 0x7fffffffu
 #define XDNS_TABLE_META(kind, qtype, gen) \
 	((__u32)(qtype) | (__u32)(kind) << 16 | (0x80u | ((__u32)(gen) & 0x7f)) << 24)
+/* An entry of a four-way bucket: the answer table's, and the resolver cache's below. */
 struct xdns_table_entry {
-	__u64 hash;             /* the answer key's hash */
-	__u32 meta;             /* XDNS_TABLE_META of the key; 0: empty */
-	__u32 idx;              /* its value in the generation's half of xdns_vals */
+	__u64 hash;             /* the key's hash */
+	__u32 meta;             /* XDNS_TABLE_META (XDNS_CACHE_META) of the key; 0: empty */
+	__u32 idx;              /* its value: in the generation's half of xdns_vals (its size
+	                         * class << 30 | its slot in that class's cache array) */
 };
 struct xdns_bucket {
 	struct xdns_table_entry e[XDNS_TABLE_WAYS];
@@ -230,27 +232,21 @@ struct xdns_config {
  *
  * Set-associative, in array maps the resolver writes through mmap (no syscall per write), read
  * by the program with inlined array lookups: no call, no jhash, no bucket walk (the LRU hash
- * maps this replaced cost about 10 ns more per hit and 50 more per miss, bpf/README.md). `xdns_cache_idx` holds
- * cache_mask + 1 buckets of XDNS_CACHE_WAYS entries; the bucket of a key is
+ * maps this replaced cost about 10 ns more per hit and 50 more per miss, bpf/README.md).
+ * `xdns_cache_idx` holds cache_mask + 1 buckets of XDNS_CACHE_WAYS entries; the bucket of a key is
  * xdns_cache_pos(hash, qtype, do) & cache_mask (hash.h). An entry is the key when its hash is
- * the key's and its meta is XDNS_CACHE_META(qtype, do, name length); its `ref` names the value:
+ * the key's and its meta is XDNS_CACHE_META(qtype, do, name length); its `idx` names the value:
  * the size class (top two bits) and the slot in that class's array `xdns_cache_{s,m,l}`. The
  * value repeats the whole key (name, type, DO), so an entry read while the resolver rewrites
- * it (a stale `ref`, a torn entry) is a miss, never a wrong answer.
+ * it (a stale `idx`, a torn entry) is a miss, never a wrong answer.
  */
 #define XDNS_CACHE_MAX_RRS 64   /* records per cached body whose TTLs the kernel rewrites */
-#define XDNS_CACHE_WAYS 4
+#define XDNS_CACHE_WAYS XDNS_TABLE_WAYS /* the same buckets (xdns_ways_match) */
 #define XDNS_CACHE_META(qtype, do_bit, name_len) \
 	((__u32)(qtype) | ((__u32)(do_bit) & 1) << 16 | ((__u32)(name_len) & 0xff) << 17 | 1u << 25)
-#define XDNS_CACHE_REF(class, slot) ((__u32)(class) << 30 | ((__u32)(slot) & XDNS_CACHE_SLOT))
-#define XDNS_CACHE_SLOT 0x3fffffffu
-struct xdns_cache_entry {
-	__u64 hash;             /* the key's hash; 0 with meta 0: empty */
-	__u32 meta;             /* XDNS_CACHE_META of the key (never 0) */
-	__u32 ref;              /* XDNS_CACHE_REF(size class 0..2, slot) of its value */
-};
+#define XDNS_CACHE_SLOT 0x3fffffffu /* slot bits of an entry's idx; the size class is above */
 struct xdns_cache_bucket {
-	struct xdns_cache_entry e[XDNS_CACHE_WAYS];
+	struct xdns_table_entry e[XDNS_CACHE_WAYS];
 };
 
 /* A cache key: the refresh events carry it, the resolver places entries by it. */

@@ -23,7 +23,7 @@ use crate::data::csum16;
 use crate::hash::name_hash;
 use crate::maps::bytes_of;
 use crate::types::{
-    xdns_allow_key, xdns_allow_table, xdns_answer, xdns_body_class, xdns_cache_bucket, xdns_cache_entry, xdns_cache_event,
+    xdns_allow_key, xdns_allow_table, xdns_answer, xdns_body_class, xdns_cache_bucket, xdns_cache_event,
     xdns_cache_key, xdns_cache_l, xdns_cache_m, xdns_cache_meta, xdns_cache_s,
 };
 
@@ -306,7 +306,7 @@ struct State {
 }
 
 const BUCKET: usize = std::mem::size_of::<xdns_cache_bucket>();
-const ENTRY: usize = std::mem::size_of::<xdns_cache_entry>();
+const ENTRY: usize = std::mem::size_of::<crate::types::xdns_table_entry>();
 /// Entries per bucket (`XDNS_CACHE_WAYS`).
 const WAYS: usize = BUCKET / ENTRY;
 /// Slot bits of an entry's `ref` (`XDNS_CACHE_SLOT`); the size class is above them.
@@ -381,14 +381,8 @@ impl KernelCache {
             std::mem::offset_of!(xdns_cache_l, tag_end),
         ];
         let inner = Inner { seed, idx, vals, tag_end, state: Mutex::new(state), evictions: AtomicU64::new(0) };
-        let cache = Self { inner: Arc::new(inner) };
-        // A fresh map is zeroed, but say so: nothing is published, no value is whole.
-        for b in 0..cache.inner.idx.count {
-            for w in 0..WAYS {
-                cache.unpublish(b, w);
-            }
-        }
-        Ok(cache)
+        // The kernel zeroes new maps: no entry is published, no value is whole (tag 0).
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
