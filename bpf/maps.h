@@ -222,9 +222,16 @@ struct {
 	__type(value, __u64);
 } xdns_stats SEC(".maps");
 
-/* slot -> struct xdns_memo, per CPU: questions recently answered (memo.h); the program only. */
+/*
+ * CPU * XDNS_MEMO_SLOTS + slot -> struct xdns_memo: questions recently answered (memo.h); the
+ * program only. Each CPU has its own run of slots, as a per-CPU array would give, but in one
+ * plain array: a per-CPU array's lookup first loads the slot's own per-CPU pointer (a second,
+ * dependent cache miss on every probe). Mmapable for the page-aligned values (a slot is two
+ * whole cache lines). Userspace sets max_entries to possible CPUs * XDNS_MEMO_SLOTS.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, XDNS_MEMO_SLOTS);
 	__type(key, __u32);
 	__type(value, struct xdns_memo);

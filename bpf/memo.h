@@ -13,8 +13,8 @@
  * value, so a memo hit sends the same bytes as the full path (fixtures.rs asks every row
  * three times).
  *
- * Per CPU (`xdns_memo`, XDNS_MEMO_SLOTS direct-mapped slots): a CPU reads and writes only its
- * own slots, and one XDP run finishes before the next starts on that CPU, so no entry is ever
+ * Per CPU (`xdns_memo`, XDNS_MEMO_SLOTS direct-mapped slots for each CPU): a CPU reads and
+ * writes only its own slots, and one XDP run finishes before the next starts on that CPU, so no entry is ever
  * read half written. A question is learnt the second time it is seen in its slot (`seen`), so
  * a flood of names asked once (random subdomains) costs a hash and a compare per query and
  * writes nothing. Only answers from the answer table are kept (not those copied from the hash
@@ -37,10 +37,10 @@ static __always_inline __u64 xdns_memo_word(const __u8 *name, int i, __u32 avail
 	return w;
 }
 
-/* This CPU's memo slot of a question hash. */
+/* This CPU's memo slot of a question hash (the CPU's id is inlined by the verifier). */
 static __always_inline struct xdns_memo *xdns_memo_slot(__u64 h)
 {
-	__u32 slot = (__u32)(h >> 32) & (XDNS_MEMO_SLOTS - 1);
+	__u32 slot = bpf_get_smp_processor_id() * XDNS_MEMO_SLOTS + ((__u32)(h >> 32) & (XDNS_MEMO_SLOTS - 1));
 
 	return bpf_map_lookup_elem(&xdns_memo, &slot);
 }

@@ -184,6 +184,9 @@ impl XdpProgram {
         // two halves, then a spill value per CPU (lookup.h)
         let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
         open.maps.xdns_vals.set_max_entries(2 * c.table_vals() as u32 + cpus)?;
+        // a run of memo slots per CPU (maps.h): the object's max_entries is XDNS_MEMO_SLOTS
+        let slots = open.maps.xdns_memo.max_entries();
+        open.maps.xdns_memo.set_max_entries(cpus * slots)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
         let prog = Self { skel, loader: Loader::new(seed), links: Vec::new(), cache: std::sync::OnceLock::new() };
         if let Some(r) = &cfg.resolver {
@@ -331,7 +334,7 @@ impl XdpProgram {
         LibbpfMaps { skel: &self.skel }.put_table_index(gen, index)
     }
 
-    /// Rewrite every used slot of the question memo (`bpf/memo.h`), on every CPU, with `f`
+    /// Rewrite every used slot of the question memo (`bpf/memo.h`), of every CPU, with `f`
     /// (tests: show that the program consults it). Returns how many slots were used.
     #[doc(hidden)]
     pub fn rewrite_memo(&mut self, f: &dyn Fn(&mut crate::types::xdns_memo)) -> Result<usize> {
@@ -340,21 +343,15 @@ impl XdpProgram {
         let mut used = 0;
         for slot in 0..map.max_entries() {
             let key = slot.to_ne_bytes();
-            let Some(mut cpus) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
-            let mut changed = false;
-            for v in cpus.iter_mut() {
-                // SAFETY: the value is one `xdns_memo` (the map's value type, plain bytes with
-                // explicit padding); read unaligned from the byte buffer, written back whole.
-                let mut m: crate::types::xdns_memo = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
-                if m.hash != 0 {
-                    f(&mut m);
-                    v[..size].copy_from_slice(crate::maps::bytes_of(&m));
-                    used += 1;
-                    changed = true;
-                }
-            }
-            if changed {
-                map.update_percpu(&key, &cpus, MapFlags::ANY)?;
+            let Some(mut v) = map.lookup(&key, MapFlags::ANY)? else { continue };
+            // SAFETY: the value is one `xdns_memo` (the map's value type, plain bytes with
+            // explicit padding); read unaligned from the byte buffer, written back whole.
+            let mut m: crate::types::xdns_memo = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+            if m.hash != 0 {
+                f(&mut m);
+                v[..size].copy_from_slice(crate::maps::bytes_of(&m));
+                map.update(&key, &v, MapFlags::ANY)?;
+                used += 1;
             }
         }
         Ok(used)
