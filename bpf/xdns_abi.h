@@ -146,7 +146,7 @@ struct xdns_bucket {
  * (the header's flags and ARCOUNT, the name, type, class and OPT as sent) and holds them all,
  * compared before use: a collision is a miss.
  */
-#define XDNS_MEMO_SLOTS 1024            /* per CPU, a power of two */
+#define XDNS_MEMO_SLOTS 4096            /* per CPU, a power of two: 2048 sets of 2 ways */
 #define XDNS_MEMO_MAX_Q 64              /* longest question kept (bytes after the header) */
 struct xdns_memo {
 	__u64 hash;             /* of the question (memo.h); 0: empty */

@@ -334,6 +334,13 @@ impl XdpProgram {
         LibbpfMaps { skel: &self.skel }.put_table_index(gen, index)
     }
 
+    /// Sets (of two slots) of each CPU's run of the question memo (`bpf/memo.h`).
+    #[doc(hidden)]
+    pub fn memo_sets(&self) -> Result<u32> {
+        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
+        Ok(self.skel.maps.xdns_memo.max_entries() / cpus / 2)
+    }
+
     /// Rewrite every used slot of the question memo (`bpf/memo.h`), of every CPU, with `f`
     /// (tests: show that the program consults it). Returns how many slots were used.
     #[doc(hidden)]

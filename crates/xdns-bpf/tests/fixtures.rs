@@ -457,6 +457,47 @@ fn question_memo_is_consulted() {
     assert_eq!(ask(&prog, &short), ["answered"], "a new generation: the old entries no longer match");
 }
 
+/// The memo's sets have two ways: two questions of one set are both kept and both served
+/// from it (a direct-mapped memo would keep one); a third of that set takes one of their ways.
+/// The questions are found with `memo_hash`, the model of the kernel's hash.
+#[test]
+fn question_memo_keeps_two_questions_per_set() {
+    if !have_root("question_memo_keeps_two_questions_per_set") {
+        return;
+    }
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let sets = u64::from(prog.memo_sets().unwrap());
+    assert!(sets.is_power_of_two() && sets >= 2, "{sets} sets");
+    let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
+    let set_of = |q: &[u8]| {
+        let hdr = u32::from(u16::from_be_bytes([q[2], q[3]])) << 16 | u32::from(u16::from_be_bytes([q[10], q[11]]));
+        (xdns_bpf::hash::memo_hash(prog.seed(), hdr, &q[12..]) >> 32) & (sets - 1)
+    };
+    let want = set_of(&packet(0));
+    let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(3).collect();
+    let frames: Vec<Vec<u8>> = same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect();
+    let ask = |prog: &xdns_bpf::runtime::XdpProgram, f: &[u8]| verdict(prog, f).2;
+    for f in &frames[..2] {
+        for _ in 0..2 {
+            assert_eq!(ask(&prog, f), ["answered"]);
+        }
+    }
+    assert_eq!(prog.memo_counts().unwrap(), (0, 2), "both kept, in one set");
+    assert_eq!(prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap(), 2);
+    for f in &frames[..2] {
+        assert_eq!(ask(&prog, f), ["pass_no_body"], "served from the memo's (broken) index");
+    }
+    for _ in 0..2 {
+        assert_eq!(ask(&prog, &frames[2]), ["answered"]);
+    }
+    assert_eq!(prog.memo_counts().unwrap(), (2, 3), "the third question of the set is kept");
+    assert_eq!(ask(&prog, &frames[2]), ["answered"], "from its own, whole entry");
+    assert_eq!(prog.memo_counts().unwrap(), (3, 3));
+    let broken = frames[..2].iter().filter(|f| ask(&prog, f) == ["pass_no_body"]).count();
+    assert_eq!(broken, 1, "it took exactly one of the two ways");
+}
+
 /// Perf mode of the table (root): the answered rows of IPv4 and IPv6, each the median of 2000
 /// single kernel runs; prints nanoseconds per packet. Timing is not asserted.
 #[test]
