@@ -35,7 +35,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	struct xdns_body_ref body = {};
 	struct xdns_scratch *sc;
 	enum xdns_verdict v;
-	__u32 zero = 0, one = 1, gen, frame, vi, hdr;
+	__u32 zero = 0, one = 1, gen, frame, vi;
 	__u32 *genp;
 	__u64 name_sum = 0;
 	__u16 arcount = 0;
@@ -58,15 +58,14 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	/* one read of the generation per packet: the memo and the lookup use the same */
 	genp = bpf_map_lookup_elem(&xdns_gen, &zero);
 	gen = genp ? *genp : 0;
-	hdr = (__u32)q.flags << 16 | arcount;
 	/*
 	 * The memo serves authoritative-only programs: with the cache stage, a name under no zone
 	 * (most of a resolver's traffic) would pay the probe and still walk (measured: +50 ns per
 	 * cache hit); the verifier drops the memo there (xdns_cfg is read-only data).
 	 */
-	memo = xdns_cfg.resolver ? -1 : xdns_memo_probe(sc, hdr, gen);
+	memo = xdns_cfg.resolver ? -1 : xdns_memo_probe(sc, gen);
 	if (memo >= 0) {
-		/* asked before on this CPU, byte for byte, under this generation */
+		/* name, type and class asked before on this CPU, byte for byte, under this generation */
 		q.qlen = *(volatile __u32 *)&sc->memo_qlen;
 		q.nlab = *(volatile __u32 *)&sc->memo_nlab;
 		q.qsum = sc->memo_sum;
@@ -85,8 +84,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 		return XDNS_PASS_NOT_LOADED;
 
 	if (memo >= 0) {
-		key = sc->memo_key;
-		vi = (__u32)memo;
+		vi = (__u32)memo;       /* a class S answer: its body needs no key */
 		sc->memo_hits++;
 	} else {
 		genp = bpf_map_lookup_elem(&xdns_gen, &one);
@@ -96,10 +94,8 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 			return xdns_cache_answer(ctx, sc, &pkt, &q);
 		if (v != XDNS_ANSWERED)
 			return v;
-		if (!xdns_cfg.resolver) {
-			sc->memo_key = key;
-			xdns_memo_learn(sc, hdr, q.qlen, q.nlab, name_sum);
-		}
+		if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S)
+			xdns_memo_learn(sc, q.qlen, q.nlab, name_sum);
 		vi = sc->last_v;
 	}
 	/* one source for the answer of both paths: the verifier walks the reply code once */

@@ -141,26 +141,22 @@ struct xdns_bucket {
 
 /*
  * Question memo (memo.h): per CPU, the questions recently answered from the table, by their
- * bytes as sent, with what the name walk and the lookup found for them, so that the next
- * identical question skips both. A slot is keyed by xdns_memo_hash of the question bytes
- * (the header's flags and ARCOUNT, the name, type, class and OPT as sent) and holds them all,
- * compared before use: a collision is a miss.
+ * name, type and class as sent, with what the name walk and the lookup found for them, so
+ * that the next identical question skips both. A slot is one cache line, keyed by a hash of
+ * the generation and the question's first bytes; it holds the name, type and class, compared
+ * before use: a collision is a miss.
  */
 #define XDNS_MEMO_SLOTS 4096            /* per CPU, a power of two: 2048 sets of 2 ways */
-#define XDNS_MEMO_MAX_Q 64              /* longest question kept (bytes after the header) */
+#define XDNS_MEMO_MAX_Q 40              /* longest name + type + class kept (bytes) */
 struct xdns_memo {
-	__u64 hash;             /* of the question (memo.h); 0: empty */
-	__u64 seen;             /* hash of a question seen once here: learnt when seen again */
-	__u64 qsum;             /* xdns_query.qsum of the question */
-	struct xdns_answer_key key; /* the answer's key (M and L bodies are looked up by it) */
-	__u32 gen;              /* generation the answer belongs to */
-	__u32 v;                /* the answer's index in xdns_vals */
-	__u32 hdr;              /* query flags << 16 | ARCOUNT */
-	__u16 avail;            /* bytes of name[] that are the question */
-	__u16 qlen;             /* wire length of the question name */
-	__u16 nlab;             /* its labels, the root included */
-	__u8 _pad[6];
-	__u8 name[XDNS_MEMO_MAX_Q]; /* the bytes after the DNS header as sent (first avail count) */
+	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
+	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
+	__u32 qsum;             /* checksum of the name bytes (xdns_query.qsum), folded to 32 bits */
+	__u32 seen;             /* first way of a set: low half of the hash of a question seen once */
+	__u8 qlen;              /* wire length of the name (name[] holds qlen + 4 bytes) */
+	__u8 nlab;              /* its labels, the root included */
+	__u8 _pad[2];
+	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent */
 };
 
 /* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */

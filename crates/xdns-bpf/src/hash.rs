@@ -90,12 +90,11 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
     fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))
 }
 
-/// Hash of a question in the XDP memo (`bpf/memo.h`): `hdr` = the query's flags << 16 |
-/// ARCOUNT, `question` = the bytes after the DNS header. Its length and first 24 bytes enter;
-/// the memo's set is `(hash >> 32) % sets`.
-pub fn memo_hash(seed: u64, hdr: u32, question: &[u8]) -> u64 {
-    let head = u64::from(hdr) << 32 | question.len() as u64;
-    let h = question.chunks(8).take(3).fold(step(seed ^ 0x6d65_6d6f, head), |h, c| {
+/// Hash of a question in the XDP memo (`bpf/memo.h`) under data generation `gen`: `question`
+/// = the bytes after the DNS header (at most 255). Its first 24 bytes enter; the memo's set is
+/// `(hash >> 32) % sets`.
+pub fn memo_hash(seed: u64, gen: u32, question: &[u8]) -> u64 {
+    let h = question.chunks(8).take(3).fold(step(seed ^ 0x6d65_6d6f, u64::from(gen)), |h, c| {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
         step(h, u64::from_le_bytes(w))

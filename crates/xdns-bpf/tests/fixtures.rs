@@ -452,7 +452,7 @@ fn question_memo_is_consulted() {
     assert!(used >= 1, "the short question is kept after two asks");
     assert_eq!(ask(&prog, &short), ["pass_no_body"], "the memo's (broken) index was used");
     assert_eq!(prog.memo_counts().unwrap(), (1, 1));
-    assert_eq!(ask(&prog, &long), ["answered"], "a question over 64 bytes is never kept");
+    assert_eq!(ask(&prog, &long), ["answered"], "a name over 36 bytes is never kept");
     prog.install(&data).unwrap();
     assert_eq!(ask(&prog, &short), ["answered"], "a new generation: the old entries no longer match");
 }
@@ -470,10 +470,8 @@ fn question_memo_keeps_two_questions_per_set() {
     let sets = u64::from(prog.memo_sets().unwrap());
     assert!(sets.is_power_of_two() && sets >= 2, "{sets} sets");
     let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
-    let set_of = |q: &[u8]| {
-        let hdr = u32::from(u16::from_be_bytes([q[2], q[3]])) << 16 | u32::from(u16::from_be_bytes([q[10], q[11]]));
-        (xdns_bpf::hash::memo_hash(prog.seed(), hdr, &q[12..]) >> 32) & (sets - 1)
-    };
+    let gen = prog.generation();
+    let set_of = |q: &[u8]| (xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]) >> 32) & (sets - 1);
     let want = set_of(&packet(0));
     let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(3).collect();
     let frames: Vec<Vec<u8>> = same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect();
@@ -496,6 +494,47 @@ fn question_memo_keeps_two_questions_per_set() {
     assert_eq!(prog.memo_counts().unwrap(), (3, 3));
     let broken = frames[..2].iter().filter(|f| ask(&prog, f) == ["pass_no_body"]).count();
     assert_eq!(broken, 1, "it took exactly one of the two ways");
+}
+
+/// The memo keeps a name, type and class, not the OPT record or the header: kept from a query
+/// without EDNS, the same question with EDNS (DO, another payload, a cookie) or without RD is
+/// answered from the memo with exactly the bytes the full path (an empty memo) gives. The
+/// name is long enough (26 bytes with type and class) that its hash sees no OPT byte, so all
+/// of them probe the same slot.
+#[test]
+fn question_memo_answer_follows_the_packets_edns_and_flags() {
+    if !have_root("question_memo_answer_follows_the_packets_edns_and_flags") {
+        return;
+    }
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let mut fresh = load();
+    fresh.install(&zone()).unwrap();
+    let name = wire("A.b.wild.example.com");
+    let plain = frame(&Net::v4(), &query(&name, A, None));
+    for _ in 0..2 {
+        assert_eq!(verdict(&prog, &plain).2, ["answered"]);
+    }
+    assert_eq!(prog.memo_counts().unwrap(), (0, 1));
+    let mut cookie = Opt::new(1232, false).unwrap();
+    cookie.options = vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8];
+    let mut no_rd = query(&name, A, Opt::new(4096, true));
+    no_rd[2] &= !0x01;
+    let variants = [
+        ("EDNS, DO", query(&name, A, Opt::new(1232, true))),
+        ("EDNS, payload 512", query(&name, A, Opt::new(512, false))),
+        ("EDNS cookie", query(&name, A, Some(cookie))),
+        ("RD=0, EDNS", no_rd),
+    ];
+    for (i, (what, q)) in variants.iter().enumerate() {
+        let f = frame(&Net::v4(), q);
+        let (act, out, moved) = verdict(&prog, &f);
+        assert_eq!(moved, ["answered"], "{what}");
+        assert_eq!(prog.memo_counts().unwrap().0, i as u64 + 1, "{what}: answered from the memo");
+        let (want_act, want, _) = verdict(&fresh, &f);
+        assert_eq!((act, hex(&out)), (want_act, hex(&want)), "{what}: the same bytes as the full path");
+        fresh.install(&zone()).unwrap(); // a new generation: the fresh program never memo-hits
+    }
 }
 
 /// Perf mode of the table (root): the answered rows of IPv4 and IPv6, each the median of 2000
