@@ -225,8 +225,8 @@ struct {
  * CPU * XDNS_MEMO_SLOTS + slot -> struct xdns_memo: questions recently answered (memo.h); the
  * program only. Each CPU has its own run of slots, as a per-CPU array would give, but in one
  * plain array: a per-CPU array's lookup first loads the slot's own per-CPU pointer (a second,
- * dependent cache miss on every probe). Mmapable for the page-aligned values (a slot is two
- * whole cache lines). Userspace sets max_entries to possible CPUs * XDNS_MEMO_SLOTS.
+ * dependent cache miss on every probe). Mmapable for the page-aligned values (a slot is one
+ * whole cache line). Userspace sets max_entries to possible CPUs * XDNS_MEMO_SLOTS.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
