@@ -14,10 +14,11 @@
 #define XDNS_CACHE_H
 
 #include "answer.h"
+#include "memo.h"
 
 #define XDNS_F_RA 0x0080
 #define XDNS_NS_PER_S 1000000000ULL
-/* More than one tick at any HZ Linux runs with (10 ms at HZ=100). */
+/* Two ticks at the lowest HZ Linux runs with (10 ms at HZ=100): see xdns_cache_now. */
 #define XDNS_COARSE_SLACK_NS 20000000ULL
 /* Keep the compiler from moving loads of the entry across this point. */
 #define xdns_barrier() asm volatile("" ::: "memory")
@@ -38,8 +39,8 @@ struct xdns_cache_cmp_ctx {
 };
 
 /*
- * Compare 8-byte word `index` of the question name (scratch) with the entry's (step of a
- * batched bpf_loop body).
+ * Compare 8-byte word `index` of the question name (scratch, as sent), lowercased, with the
+ * entry's, and sum it as sent into cmp_sum (step of a batched bpf_loop body).
  * The entry's name is zero padded; the last word of the question is masked to its length.
  */
 static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
@@ -55,9 +56,10 @@ static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 	left = sc->qlen - off;
 	if (left < 8)
 		mask = (1ULL << (left * 8)) - 1;        /* little-endian loads: low bytes first */
-	a = xdns_ld64(&sc->lname[off]);
+	a = xdns_ld64(&sc->name[off]) & mask;
 	b = xdns_ld64(&c->mt->name[off]);
-	if ((a & mask) != b) {
+	sc->cmp_sum += (a & 0xffffffff) + (a >> 32);
+	if (xdns_lower8(a) != b) {
 		sc->cmp_diff = 1;
 		return 1;
 	}
@@ -66,13 +68,19 @@ static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 
 XDNS_BATCHED_REST(xdns_cache_cmp_words, xdns_cache_cmp_word, 4)
 
-/* Is the entry's name the question name? (sc->qlen is the question's wire length.) */
+/*
+ * Is the entry's name the question name, letter case aside? (sc->qlen is the question's wire
+ * length.) Length octets (<= 63) are never letters, so equal bytes mean the same labels: a
+ * question equal to a (valid) entry name is that name. Also sums the name as sent into
+ * sc->cmp_sum (the name's checksum, for a question that came through a hint).
+ */
 static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
 {
 	struct xdns_cache_cmp_ctx c = { .mt = mt, .sc = sc };
 
 	sc->cmp_words = (sc->qlen + 7) / 8;
 	sc->cmp_diff = 0;
+	sc->cmp_sum = 0;
 	if (!XDNS_INLINE_FIRST(xdns_cache_cmp_word, &c, 4))
 		bpf_loop(XDNS_TURNS(32 - 4), xdns_cache_cmp_words, &c, 0);
 	return !sc->cmp_diff;
@@ -256,8 +264,7 @@ static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct x
 }
 
 /* One refresh event per entry: the first hit at or after prefetch_ns wins the flag. */
-static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, const struct xdns_cache_key *key,
-						__u64 now)
+static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, const struct xdns_query *q, __u64 now)
 {
 	struct xdns_cache_event *ev;
 
@@ -271,46 +278,79 @@ static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, cons
 		return;
 	}
 	__builtin_memcpy(ev->name, mt->name, sizeof(ev->name));
-	ev->qtype = key->qtype;
-	ev->do_bit = key->do_bit;
-	ev->name_len = key->name_len;
+	ev->qtype = q->qtype;
+	ev->do_bit = q->do_bit;
+	ev->name_len = q->qlen;
 	ev->_pad = 0;
 	bpf_ringbuf_submit(ev, 0);
 }
 
 /*
  * The entry of `key` (xdns_abi.h): its bucket's four entries compared without a branch
- * (xdns_ways_match), then the value in the array of its size class. Sets the one
- * pointer of `ref` for that class; returns 0 on a miss. Both are array lookups, inlined.
+ * (xdns_ways_match). Returns its index (size class above XDNS_CACHE_SLOT, slot below), or
+ * XDNS_HINT_NONE on a miss.
  */
-static __always_inline int xdns_cache_find(const struct xdns_cache_key *key, struct xdns_cache_ref *ref)
+static __always_inline __u32 xdns_cache_find(const struct xdns_cache_key *key)
 {
-	__u32 meta = XDNS_CACHE_META(key->qtype, key->do_bit, key->name_len), b, slot;
+	__u32 meta = XDNS_CACHE_META(key->qtype, key->do_bit, key->name_len), b;
 	struct xdns_cache_bucket *bk;
 	__u64 found;
 
 	b = xdns_cache_pos(key->hash, key->qtype, key->do_bit) & xdns_cfg.cache_mask;
 	bk = bpf_map_lookup_elem(&xdns_cache_idx, &b);
 	if (!bk)
-		return 0;
+		return XDNS_HINT_NONE;
 	found = xdns_ways_match(bk->e, key->hash, meta, ~0u);
-	if (!found)
-		return 0;
-	found -= 1;
-	slot = (__u32)found & XDNS_CACHE_SLOT;
-	if ((found >> 30) == 0)
-		ref->s = bpf_map_lookup_elem(&xdns_cache_s, &slot);
-	else if ((found >> 30) == 1)
-		ref->m = bpf_map_lookup_elem(&xdns_cache_m, &slot);
-	else
-		ref->l = bpf_map_lookup_elem(&xdns_cache_l, &slot);
-	return 1;
+	return found ? (__u32)(found - 1) : XDNS_HINT_NONE;
 }
 
 /*
- * The cache stage, for a query whose name is under no served zone (the encloser walk left
- * the whole name's hash in sc->sfx[]). Returns XDNS_CACHE_ANSWERED with the frame rewritten,
- * or a pass reason with the frame untouched (XDNS_DROP_REWRITE if a helper failed halfway).
+ * The value of entry index `idx` in the array of its size class: sets the one pointer of
+ * `ref` for that class (array lookups, inlined).
+ */
+static __always_inline void xdns_cache_value(__u32 idx, struct xdns_cache_ref *ref)
+{
+	__u32 slot = idx & XDNS_CACHE_SLOT;
+
+	if ((idx >> 30) == 0)
+		ref->s = bpf_map_lookup_elem(&xdns_cache_s, &slot);
+	else if ((idx >> 30) == 1)
+		ref->m = bpf_map_lookup_elem(&xdns_cache_m, &slot);
+	else
+		ref->l = bpf_map_lookup_elem(&xdns_cache_l, &slot);
+}
+
+/*
+ * CLOCK_MONOTONIC as of the last tick (the coarse clock, a few ns to read instead of ~50 in a
+ * guest), read once per tick on each CPU: it changes only at a tick, and the tick advances
+ * jiffies first (an inlined load). A value read between the two updates of one tick is kept
+ * until the next, so it lags by less than two ticks: an entry counts as expired
+ * XDNS_COARSE_SLACK_NS early, so it is never served late; TTLs age at most that late.
+ */
+static __always_inline __u64 xdns_cache_now(struct xdns_scratch *sc)
+{
+	__u64 j = bpf_jiffies64();
+
+	if (j != sc->clock_jiffies) {
+		sc->clock_ns = bpf_ktime_get_coarse_ns();
+		sc->clock_jiffies = j;
+	}
+	return sc->clock_ns;
+}
+
+/* Did a hint (memo.h) lead to this packet's entry? (Read afresh: see xdns_cache_answer.) */
+static __always_inline int xdns_cache_hinted(struct xdns_scratch *sc)
+{
+	return *(volatile __u32 *)&sc->hint_ref != XDNS_HINT_NONE;
+}
+
+/*
+ * The cache stage, for a query whose name is under no served zone: either the encloser walk
+ * found that and left the whole name's hash in sc->sfx[], or a hint (memo.h) names the entry
+ * (sc->hint_ref), and then the walk did not run: q->qsum holds the type and class only, and
+ * the name's sum comes from the comparison. Returns XDNS_CACHE_ANSWERED with the frame
+ * rewritten, or a pass reason with the frame untouched (XDNS_DROP_REWRITE if a helper failed
+ * halfway).
  */
 static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, struct xdns_scratch *sc,
 							    struct xdns_pkt *pkt, const struct xdns_query *q)
@@ -321,7 +361,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	struct xdns_reply r = {};
 	enum xdns_verdict v;
 	__u64 now, el, tag_end;
-	__u32 frame, sub;
+	__u32 frame, sub, idx;
 	long grow;
 	int moved;
 
@@ -331,15 +371,25 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		return XDNS_PASS_RD0;
 	if (q->flags & XDNS_F_CD)
 		return XDNS_PASS_CACHE_CD;
-	if (sc->nsfx != q->nlab || q->nlab == 0 || q->nlab > 128 || q->qlen > 255)
+	if (q->nlab == 0 || q->nlab > 128 || q->qlen > 255)
 		return XDNS_PASS_CACHE_MISS;
-	key.hash = sc->sfx[(q->nlab - 1) & 127];        /* the whole name's */
-	key.qtype = q->qtype;
-	key.do_bit = q->do_bit;
-	key.name_len = q->qlen;
-
-	if (!xdns_cache_find(&key, &ref))
-		return XDNS_PASS_CACHE_MISS;
+	/*
+	 * Whether a hint led here is read from the scratch map each time it matters, never kept:
+	 * a value kept would split the verifier's walk of everything below in two.
+	 */
+	idx = sc->hint_ref;
+	if (idx == XDNS_HINT_NONE) {
+		if (sc->nsfx != q->nlab)
+			return XDNS_PASS_CACHE_MISS;
+		key.hash = sc->sfx[(q->nlab - 1) & 127];        /* the whole name's */
+		key.qtype = q->qtype;
+		key.do_bit = q->do_bit;
+		key.name_len = q->qlen;
+		idx = xdns_cache_find(&key);
+		if (idx == XDNS_HINT_NONE)
+			return XDNS_PASS_CACHE_MISS;
+	}
+	xdns_cache_value(idx, &ref);
 	if (ref.s) {
 		mt = &ref.s->m;
 		tag_end = ref.s->tag_end;
@@ -355,14 +405,15 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	xdns_barrier();
 	/* a value being written (tag_end 0 or stale) fails the tag check below */
 	if (tag_end == 0 || mt->qtype != q->qtype || mt->do_bit != q->do_bit || mt->ans.base_len != q->qlen ||
-	    !xdns_cache_same_name(sc, mt))
+	    !xdns_cache_same_name(sc, mt)) {
+		if (xdns_cache_hinted(sc))
+			xdns_hint_forget(sc);
 		return XDNS_PASS_CACHE_MISS;
-	/*
-	 * The coarse clock (CLOCK_MONOTONIC as of the last tick, a few ns to read instead of
-	 * ~50 in a guest) lags by at most a tick: an entry counts as expired XDNS_COARSE_SLACK_NS
-	 * early, so it is never served late; TTLs age at most a tick late.
-	 */
-	now = bpf_ktime_get_coarse_ns();
+	}
+	if (!xdns_cache_hinted(sc))
+		xdns_hint_learn(sc, idx, q->qlen, q->nlab);
+	/* less than two ticks late: entries expire XDNS_COARSE_SLACK_NS early, never late */
+	now = xdns_cache_now(sc);
 	if (now + XDNS_COARSE_SLACK_NS >= mt->expires_ns)
 		return XDNS_PASS_CACHE_EXPIRED;
 	el = now > mt->stored_ns ? (now - mt->stored_ns) / XDNS_NS_PER_S : 0;
@@ -372,10 +423,13 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	if (v != XDNS_ANSWERED)
 		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
 	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;
+	/* through a hint: the name's sum (it starts at DNS offset 12, even: dns.h's sum[0]) */
+	if (xdns_cache_hinted(sc))
+		r.sum += xdns_csum_swap(xdns_csum_fold(sc->cmp_sum));
 	xdns_barrier();
 	if (mt->tag != tag_end)
 		return XDNS_PASS_CACHE_RACE;
-	xdns_cache_prefetch(mt, &key, now);
+	xdns_cache_prefetch(mt, q, now);
 
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
@@ -396,6 +450,8 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		return XDNS_DROP_REWRITE;
 	if (xdns_put_l2_l4(ctx, pkt, &r))
 		return XDNS_DROP_REWRITE;
+	if (xdns_cache_hinted(sc))
+		sc->memo_hits++;        /* userspace reports hint hits as memo hits */
 	return XDNS_CACHE_ANSWERED;
 }
 

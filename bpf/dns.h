@@ -67,8 +67,7 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 /*
  * The words of one label (n = its length octet and bytes, 2..64) at name[pos]: eight bytes at
  * a time, the last word masked to the label. The original words go into the checksum
- * (`lanes`), the lowercased ones into the label hash (hash.h) and, for the cache stage, into
- * `lname`. Returns the label hash.
+ * (`lanes`), the lowercased ones into the label hash (hash.h). Returns the label hash.
  */
 static __always_inline __u64 xdns_label_words(struct xdns_scratch *sc, __u32 pos, __u32 n, __u64 *lanes)
 {
@@ -87,8 +86,6 @@ static __always_inline __u64 xdns_label_words(struct xdns_scratch *sc, __u32 pos
 		*lanes += (w & 0xffffffff) + (w >> 32);
 		lw = xdns_lower8(w);
 		h = xdns_hash_step(h, lw);
-		if (xdns_cfg.resolver)
-			xdns_st64(&sc->lname[off], lw);
 	}
 	return h;
 }
@@ -118,8 +115,6 @@ static __always_inline long xdns_qname_label(__u64 index, void *arg)
 	sc->label_off[index & 127] = pos;
 	if (len == 0) {
 		sc->lh[index & 127] = xdns_hash_step(xdns_cfg.seed, 0);
-		if (xdns_cfg.resolver)
-			sc->lname[pos & 0xff] = 0;
 		sc->qlen = pos + 1;
 		sc->nlab = (index & 127) + 1;
 		return 1;

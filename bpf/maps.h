@@ -24,7 +24,6 @@ struct xdns_scratch {
 	__u8 label_off[128];    /* offset of each length byte in name[], the root's last */
 	/* question-name walk */
 	__u64 lh[128];          /* hash of each label (hash.h), first label first */
-	__u8 lname[256 + 8];    /* lowercased name, zero padded (cache stage only; +8: last word) */
 	__u64 sum[2];           /* name words summed by the parity of their offset (dns.h) */
 	__u32 avail;            /* name bytes copied into name[] */
 	__u32 next;             /* offset of the next length octet */
@@ -58,6 +57,13 @@ struct xdns_scratch {
 	/* cache stage: name comparison */
 	__u32 cmp_words;        /* 8-byte words of the name to compare */
 	__u32 cmp_diff;         /* non-zero once a word differs */
+	__u64 cmp_sum;          /* the compared name words as sent, summed (dns.h: as sum[0]) */
+	/* cache stage: the coarse clock, and the jiffies when it was read (cache.h) */
+	__u64 clock_ns;
+	__u64 clock_jiffies;
+	/* cache hints (memo.h) */
+	__u32 hint_ref;         /* the hinted entry (XDNS_HINT_NONE: none) */
+	__u32 hint_slot;        /* the hint's slot in xdns_memo */
 	/* question memo (memo.h) */
 	__u32 last_v;           /* xdns_vals index of the last answer found (the spill value's too) */
 	__u32 last_table;       /* 1 when that answer came from the table (0: the hash map) */

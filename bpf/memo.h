@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * memo.h - the question memo: a question whose name, type and class were answered before,
- * byte for byte, skips the name walk and the lookup.
+ * byte for byte, skips the name walk and the lookup. (A resolver program keeps cache hints
+ * in the same slots instead: see the end of this file.)
  *
  * Authoritative traffic repeats itself: the same few questions, from the same resolvers. The
  * walk reads only the name, and the lookup only what the walk found and the type: for a
@@ -65,6 +66,32 @@ static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
 }
 
 /*
+ * The slot hash of this packet's question under generation `gen` (never 0), also left in
+ * sc->memo_hash for the learning step; 0 when there is nothing to hash. It covers the
+ * generation and the first 24 bytes (a short name's type, class and OPT among them: the same
+ * question with another OPT may take another slot, never a wrong one).
+ */
+static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail, __u32 gen)
+{
+	__u64 h;
+	int i;
+
+	if (avail == 0 || avail > 255 || gen == 0) {
+		sc->memo_hash = 0;
+		return 0;
+	}
+	h = xdns_hash_step(xdns_cfg.seed ^ 0x6d656d6fULL, gen);
+#pragma clang loop unroll(full)
+	for (i = 0; i < 3; i++)
+		if ((__u32)i * 8 < avail)
+			h = xdns_hash_step(h, xdns_memo_word(sc->name, i, avail));
+	h = xdns_hash_fin(h);
+	h = h ? h : 1;
+	sc->memo_hash = h;
+	return h;
+}
+
+/*
  * The two steps below are global functions (BPF subprograms the verifier checks once, alone,
  * whatever their callers' states): inlined, their word-by-word conditions multiplied the
  * states of the whole program past the verifier's limit (and, inlined now that they fit, they
@@ -75,9 +102,6 @@ static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
  * Is this packet's question (sc->name, sc->avail bytes) in this CPU's memo under generation
  * `gen`? Returns the answer's xdns_vals index, with memo_qlen, memo_nlab and memo_sum set as
  * the walk would have found them; or -1, with memo_hash set for xdns_memo_learn.
- *
- * The hash covers the generation and the first 24 bytes (a short name's type, class and OPT
- * among them: the same question with another OPT may take another slot, never a wrong one).
  */
 __attribute__((noinline)) int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 {
@@ -89,18 +113,9 @@ __attribute__((noinline)) int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen
 	if (!sc)
 		return -1;
 	avail = sc->avail;
-	if (avail == 0 || avail > 255 || gen == 0) {
-		sc->memo_hash = 0;
+	h = xdns_memo_key(sc, avail, gen);
+	if (!h)
 		return -1;
-	}
-	h = xdns_hash_step(xdns_cfg.seed ^ 0x6d656d6fULL, gen);
-#pragma clang loop unroll(full)
-	for (i = 0; i < 3; i++)
-		if ((__u32)i * 8 < avail)
-			h = xdns_hash_step(h, xdns_memo_word(sc->name, i, avail));
-	h = xdns_hash_fin(h);
-	h = h ? h : 1;
-	sc->memo_hash = h;
 	set = xdns_memo_set(h);
 	m = xdns_memo_at(set);
 	if (!m)
@@ -170,6 +185,142 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
 		xdns_st64(&m->name[i * 8], xdns_memo_word(sc->name, i, n));
 	m->hash = h;
+	return 0;
+}
+
+/*
+ * Cache hints (resolver programs, which have no question memo: the same slots, another use).
+ *
+ * A resolver's cache hit costs the name walk and the encloser lookup only to learn that the
+ * name is under no served zone and to hash it for the cache key. A hint keeps, for a
+ * question (its first bytes and the generation, hashed as above), its type and DO bit (in
+ * `seen`), the cache entry the full path found for it: slot and size class (`v`), the name's
+ * length and labels.
+ * The next such question goes straight to that entry, which the cache stage checks as it
+ * checks every entry (cache.h: type, DO bit, name compared case-insensitively, tag, expiry),
+ * so a hint can be stale, never wrong: a collision or a reused entry is a miss, and the hint
+ * is forgotten. Zones: a hint is learnt only after the walk found the name under no zone of
+ * this generation, and the generation is part of its hash; a reload, which alone changes the
+ * zones, leaves every older hint unmatched. No name bytes are kept, so any name length works.
+ */
+#define XDNS_HINT_NONE 0xffffffffu
+
+/*
+ * Type and DO bit of the question whose name has `qlen` bytes, read from sc->name (the OPT
+ * record right after the question, if any), as a hint keeps them.
+ */
+static __always_inline __u32 xdns_hint_kind(const struct xdns_scratch *sc, __u32 qlen, __u32 avail)
+{
+	__u32 t, o;
+
+	if (qlen == 0 || qlen > 240 || qlen + 4 > avail)
+		return XDNS_HINT_NONE;
+	asm volatile("" : "+r"(qlen));  /* keep the masks below: the verifier needs them */
+	o = qlen + 4;
+	t = ((__u32)sc->name[qlen & 0xff] << 8) | sc->name[(qlen + 1) & 0xff];
+	/* OPT: root owner, type 41, class, extended RCODE, version, flags (DO: the top bit) */
+	if (o + 11 <= avail && sc->name[o & 0xff] == 0 && sc->name[(o + 1) & 0xff] == 0 &&
+	    sc->name[(o + 2) & 0xff] == XDNS_TYPE_OPT && (sc->name[(o + 7) & 0xff] & 0x80))
+		t |= 1 << 16;
+	return t;
+}
+
+/*
+ * A hint for this packet's question? Returns 0 with sc->hint_ref (the entry), memo_qlen and
+ * memo_nlab set; else -1, with sc->hint_ref = XDNS_HINT_NONE and memo_hash set for
+ * xdns_hint_learn. Of the set's two ways, the one whose type and DO bit are the packet's
+ * (read at the kept name length) is taken: A and AAAA of one long name share a hash.
+ */
+__attribute__((noinline)) int xdns_hint_probe(struct xdns_scratch *sc, __u32 gen)
+{
+	struct xdns_memo *m;
+	__u32 avail, set, qlen, t;
+	__u64 h;
+	int i;
+
+	if (!sc)
+		return -1;
+	sc->hint_ref = XDNS_HINT_NONE;
+	avail = sc->avail;
+	h = xdns_memo_key(sc, avail, gen);
+	if (!h)
+		return -1;
+	set = xdns_memo_set(h);
+#pragma clang loop unroll(full)
+	for (i = 0; i < 2; i++) {
+		m = xdns_memo_at(set + i);
+		if (!m || m->hash != h)
+			continue;
+		qlen = m->qlen;
+		t = xdns_hint_kind(sc, qlen, avail);
+		if (t == XDNS_HINT_NONE || t != m->seen)
+			continue;
+		sc->hint_slot = set + i;
+		sc->hint_ref = m->v;
+		sc->memo_qlen = qlen;
+		sc->memo_nlab = m->nlab;
+		return 0;
+	}
+	return -1;
+}
+
+/*
+ * The full path found entry `ref` (an index as xdns_cache_find returns it) for this packet's
+ * question, a name of `qlen` bytes and `nlab` labels under no zone: keep it as the hint of
+ * (question, type, DO bit), in the way that already holds that triple, else an empty way,
+ * else the two in turn.
+ */
+__attribute__((noinline)) int xdns_hint_learn(struct xdns_scratch *sc, __u32 ref, __u32 qlen, __u32 nlab)
+{
+	struct xdns_memo *m, *m0, *m1;
+	__u32 set, kind;
+	__u64 h;
+
+	if (!sc)
+		return 0;
+	h = sc->memo_hash;      /* 0: the probe found nothing to hash */
+	if (h == 0 || nlab == 0 || nlab > 128 || ref == XDNS_HINT_NONE)
+		return 0;
+	kind = xdns_hint_kind(sc, qlen, sc->avail);
+	if (kind == XDNS_HINT_NONE)
+		return 0;
+	set = xdns_memo_set(h);
+	m0 = xdns_memo_at(set);
+	m1 = xdns_memo_at(set + 1);
+	if (!m0 || !m1)
+		return 0;
+	if (m0->hash == h && m0->seen == kind)
+		m = m0;
+	else if (m1->hash == h && m1->seen == kind)
+		m = m1;
+	else if (m0->hash == 0)
+		m = m0;
+	else if (m1->hash == 0)
+		m = m1;
+	else
+		m = (sc->memo_kept & 1) ? m1 : m0;
+	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
+	m->v = ref;
+	m->qlen = qlen;
+	m->nlab = nlab;
+	m->seen = kind;
+	m->hash = h;
+	sc->memo_kept++;
+	return 0;
+}
+
+/* The hint of this packet led to an entry that is not its question's: forget it. */
+__attribute__((noinline)) int xdns_hint_forget(struct xdns_scratch *sc)
+{
+	struct xdns_memo *m;
+	__u32 slot;
+
+	if (!sc)
+		return 0;
+	slot = sc->hint_slot;
+	m = xdns_memo_at(slot);
+	if (m && m->hash == sc->memo_hash)
+		m->hash = 0;
 	return 0;
 }
 

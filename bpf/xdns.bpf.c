@@ -59,18 +59,24 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	genp = bpf_map_lookup_elem(&xdns_gen, &zero);
 	gen = genp ? *genp : 0;
 	/*
-	 * The memo serves authoritative-only programs: with the cache stage, a name under no zone
-	 * (most of a resolver's traffic) would pay the probe and still walk (measured: +50 ns per
-	 * cache hit); the verifier drops the memo there (xdns_cfg is read-only data).
+	 * The memo serves authoritative-only programs; a resolver program keeps cache hints in
+	 * its slots instead (memo.h). The verifier drops the other (xdns_cfg is read-only data).
+	 * Either way `memo` >= 0 is a hit.
 	 */
-	memo = xdns_cfg.resolver ? -1 : xdns_memo_probe(sc, gen);
+	memo = xdns_cfg.resolver ? xdns_hint_probe(sc, gen) : xdns_memo_probe(sc, gen);
 	if (memo >= 0) {
-		/* name, type and class asked before on this CPU, byte for byte, under this generation */
+		/*
+		 * Memo: name, type and class asked before on this CPU, byte for byte, under this
+		 * generation. Hint: a name under no zone of this generation, whose cache entry the
+		 * stage checks (the name's sum comes from there).
+		 */
 		q.qlen = *(volatile __u32 *)&sc->memo_qlen;
 		q.nlab = *(volatile __u32 *)&sc->memo_nlab;
-		q.qsum = sc->memo_sum;
+		q.qsum = xdns_cfg.resolver ? 0 : sc->memo_sum;
 		if (q.qlen == 0 || q.qlen > 255 || q.nlab == 0 || q.nlab > 128)
 			return XDNS_PASS_QNAME;
+		if (xdns_cfg.resolver)
+			sc->qlen = q.qlen;      /* what the cache stage compares */
 	} else {
 		v = xdns_qname_walk(sc, &q);
 		if (v != XDNS_ANSWERED)
@@ -83,13 +89,18 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	if (gen == 0)
 		return XDNS_PASS_NOT_LOADED;
 
-	if (memo >= 0) {
+	if (memo >= 0 && !xdns_cfg.resolver) {
 		vi = (__u32)memo;       /* a class S answer: its body needs no key */
 		sc->memo_hits++;
 	} else {
-		genp = bpf_map_lookup_elem(&xdns_gen, &one);
-		sc->floor = genp ? *genp : 0;
-		v = xdns_select(sc, &q, gen, &key, &a);
+		if (memo >= 0) {
+			v = XDNS_PASS_NO_ZONE;  /* a hint: kept for such names only */
+		} else {
+			genp = bpf_map_lookup_elem(&xdns_gen, &one);
+			sc->floor = genp ? *genp : 0;
+			v = xdns_select(sc, &q, gen, &key, &a);
+		}
+		/* one call site: the verifier walks the stage once for both ways in */
 		if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
 			return xdns_cache_answer(ctx, sc, &pkt, &q);
 		if (v != XDNS_ANSWERED)

@@ -144,7 +144,8 @@ struct xdns_bucket {
  * name, type and class as sent, with what the name walk and the lookup found for them, so
  * that the next identical question skips both. A slot is one cache line, keyed by a hash of
  * the generation and the question's first bytes; it holds the name, type and class, compared
- * before use: a collision is a miss.
+ * before use: a collision is a miss. A resolver program, which has no memo, keeps cache hints
+ * in the same slots instead (memo.h): hash, `v` (the cache entry), qlen, nlab and `seen`.
  */
 #define XDNS_MEMO_SLOTS 4096            /* per CPU, a power of two: 2048 sets of 2 ways */
 #define XDNS_MEMO_MAX_Q 40              /* longest name + type + class kept (bytes) */
@@ -152,11 +153,12 @@ struct xdns_memo {
 	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
 	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
 	__u32 qsum;             /* checksum of the name bytes (xdns_query.qsum), folded to 32 bits */
-	__u32 seen;             /* first way of a set: low half of the hash of a question seen once */
+	__u32 seen;             /* first way of a set: low half of the hash of a question seen once
+				 * (cache hint: the question's type | its DO bit << 16) */
 	__u8 qlen;              /* wire length of the name (name[] holds qlen + 4 bytes) */
 	__u8 nlab;              /* its labels, the root included */
 	__u8 _pad[2];
-	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent */
+	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent (cache hint: unused) */
 };
 
 /* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */
@@ -258,7 +260,8 @@ struct xdns_cache_key {
  * Common head of every cache value. The resolver rewrites values in place while the program
  * may read them, as a sequence lock: it sets `tag` to 0, writes the value, sets `tag_end`, then
  * `tag` to the same fresh number (crates/xdns-bpf/src/cache.rs). The program reads tag_end
- * first and tag last: an entry is whole only when both are equal and not 0.
+ * first and tag last: an entry is whole only when both are equal and not 0. A deleted entry
+ * has both 0 (the program may reach its slot through a cache hint, bpf/memo.h).
  */
 struct xdns_cache_meta {
 	__u64 tag;              /* unique per write, never 0 once written; equals the value's tag_end */

@@ -428,14 +428,18 @@ impl KernelCache {
         m.u64_at(slot, 0).store(if raw { tag } else { tag_end }, Ordering::Release);
     }
 
-    /// Forget `id`: unpublish its index entry, spoil its value's tag, free its slot.
+    /// Forget `id`: unpublish its index entry, spoil its value's tags, free its slot. Both
+    /// tags: a reader holding the slot from a hint (`bpf/memo.h`), not from the index, sees
+    /// `tag_end` 0 and counts a miss.
     fn drop_entry(&self, st: &mut State, id: Id) -> bool {
         let Some(p) = st.placed.remove(&id) else {
             return false;
         };
         self.unpublish(p.bucket, p.way);
         st.ways[p.bucket as usize][p.way] = None;
-        self.inner.vals[p.class].u64_at(p.slot, 0).store(0, Ordering::Release);
+        let vals = &self.inner.vals[p.class];
+        vals.u64_at(p.slot, 0).store(0, Ordering::Release);
+        vals.u64_at(p.slot, self.inner.tag_end[p.class]).store(0, Ordering::Release);
         st.free[p.class].push(p.slot);
         st.by_expiry[p.class].remove(&(p.expires, id));
         true

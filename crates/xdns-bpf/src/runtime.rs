@@ -274,7 +274,8 @@ impl XdpProgram {
     }
 
     /// The question memo's counters summed over CPUs (`bpf/memo.h`): questions answered
-    /// through it, and questions written into it.
+    /// through it, and questions written into it (a resolver program: cache hits through a
+    /// hint, and hints written).
     pub fn memo_counts(&self) -> Result<(u64, u64)> {
         use crate::types::xdns_scratch;
         let cpus = self.skel.maps.xdns_scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();

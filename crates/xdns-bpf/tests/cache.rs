@@ -277,12 +277,19 @@ fn cache_fixture_table() {
                 let qq = Query::parse(&row.dns).unwrap();
                 let dns = replay(&entries[*i], &qq, t, &limits(&qq)).unwrap();
                 let want = frame(&row.net.reply(), &dns);
+                // asked again: this time through the hint the first ask left (bpf/memo.h)
+                let hits = prog.memo_counts().unwrap().0;
+                let (act2, out2, moved2) = verdict(&prog, &f);
                 if act != 3 || moved != ["cache_answered"] {
                     failures.push(format!("{}: want XDP_TX cache_answered, got action {act} counters {moved:?}", row.what));
                 } else if !checksums_ok(&out) {
                     failures.push(format!("{}: checksums do not verify\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
                 } else if out != want {
                     failures.push(format!("{}: output differs\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
+                } else if act2 != 3 || moved2 != ["cache_answered"] || prog.memo_counts().unwrap().0 != hits + 1 {
+                    failures.push(format!("{}: second ask not answered through a hint: {moved2:?}", row.what));
+                } else if out2 != want {
+                    failures.push(format!("{}: through a hint, output differs\n got  {}\n want {}", row.what, hex(&out2), hex(&want)));
                 }
             }
         }
@@ -291,6 +298,65 @@ fn cache_fixture_table() {
     let (insns, verified) = prog.insn_count().unwrap();
     println!("verified program with the resolver stage: {insns} instructions, {verified} processed by the verifier");
     assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
+}
+
+/// Cache hints (`bpf/memo.h`): a question answered from the cache leaves a hint, and the next
+/// ask goes through it, skipping the name walk. A hint is only a shortcut: a deleted or
+/// replaced entry is a miss (and the hint is forgotten), another letter case or type finds its
+/// own entry, and a reload that serves the name's zone makes the answer authoritative again.
+#[test]
+fn cache_hints_are_never_wrong() {
+    if !have_root("cache_hints_are_never_wrong") {
+        return;
+    }
+    let mut prog = load_resolver(23);
+    let cache = prog.cache().unwrap();
+    let ask = |prog: &XdpProgram, name: &str, t: u16| {
+        let f = frame(&Net::v4(), &query(&wire(name), t, Opt::new(1232, false)));
+        let (act, out, moved) = verdict(prog, &f);
+        (act, moved.join(","), out, prog.memo_counts().unwrap())
+    };
+    let h = entry("h.example.org", A, false, body_a("h.example.org", 300, [198, 18, 7, 1]), 0, 300);
+    cache.insert(&h).unwrap();
+    let (_, moved, first, counts) = ask(&prog, "h.example.org", A);
+    assert_eq!((moved, counts), ("cache_answered".to_string(), (0, 1)), "walked, hint kept");
+    let (_, moved, again, counts) = ask(&prog, "h.example.org", A);
+    assert_eq!((moved, counts), ("cache_answered".to_string(), (1, 1)), "through the hint");
+    assert_eq!(hex(&again), hex(&first));
+
+    // another letter case, another type: their own way in, never the hint of h A
+    let (_, moved, out, counts) = ask(&prog, "H.Example.ORG", A);
+    assert_eq!((moved, counts.0), ("cache_answered".to_string(), 1), "mixed case walks");
+    assert_eq!(dns_of(&out)[12..12 + 15], wire("H.Example.ORG")[..], "its case echoed");
+    assert_eq!(ask(&prog, "h.example.org", AAAA).1, "pass_cache_miss");
+
+    // deleted: a miss (not a torn read), then the hint is gone; put back, it is learnt again
+    cache.remove(&CacheKey { qname: wire("h.example.org"), qtype: A, dnssec_ok: false }).unwrap();
+    let (_, moved, _, counts) = ask(&prog, "h.example.org", A);
+    assert_eq!((moved, counts.0), ("pass_cache_miss".to_string(), 1));
+    let other = entry("o.example.org", A, false, body_a("o.example.org", 300, [198, 18, 7, 2]), 0, 300);
+    cache.insert(&other).unwrap(); // may take h's old slot: a hint there would lead to o
+    cache.insert(&h).unwrap();
+    let kept = prog.memo_counts().unwrap().1;
+    let (_, moved, out, counts) = ask(&prog, "h.example.org", A);
+    assert_eq!((moved, counts), ("cache_answered".to_string(), (1, kept + 1)), "walked and learnt again");
+    assert_eq!(hex(&out), hex(&first));
+    assert_eq!(ask(&prog, "h.example.org", A).3 .0, 2, "through the new hint");
+
+    // a reload that serves example.org: the hinted name is now answered authoritatively
+    let apex = wire("example.org");
+    let name = wire("h.example.org");
+    let mut w = BodyWriter::new(&name).unwrap();
+    w.set_aa(true);
+    w.write_rr(&name, true, A, 60, &[192, 0, 2, 99]).unwrap();
+    let mut data = zone();
+    data.nodes.push(NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false });
+    data.nodes.push(NodeEntry { name: name.clone(), apex, cut: None, wildcard: false });
+    data.answers.push(AnswerEntry { base: name, kind: Kind::Type(A), body: w.finish() });
+    prog.install(&data).unwrap();
+    let (act, moved, out, counts) = ask(&prog, "h.example.org", A);
+    assert_eq!((act, moved, counts.0), (3, "answered".to_string(), 2), "the zone's answer, not the cache's");
+    assert_eq!(dns_of(&out)[2] & 0x04, 0x04, "AA=1");
 }
 
 /// Spot checks on the bytes themselves (independent of `replay`): RA=1, AA=0, the client's ID,

@@ -189,7 +189,7 @@ pub fn render(s: &Snapshot) -> String {
     counter_family(
         &mut reg,
         "xdns_xdp_memo",
-        "XDP question memo: questions answered through it (hits) and written into it (kept).",
+        "XDP question memo (resolver: cache hints): questions answered through it (hits) and written into it (kept).",
         s.xdp_memo.iter().map(|(k, &v)| (l1("counter", k), v)),
     );
     counter_family(

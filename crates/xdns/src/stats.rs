@@ -351,7 +351,8 @@ pub struct Snapshot {
     #[serde(default)]
     pub xdp_table: BTreeMap<String, u64>,
     /// The XDP question memo (empty when XDP is off): `hits`, questions answered through it
-    /// (no name walk, no lookup), and `kept`, questions written into it.
+    /// (no name walk, no lookup), and `kept`, questions written into it. With the resolver,
+    /// the same slots hold cache hints: cache hits found through a hint, hints written.
     #[serde(default)]
     pub xdp_memo: BTreeMap<String, u64>,
     /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream

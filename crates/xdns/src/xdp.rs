@@ -87,7 +87,9 @@ impl XdpRuntime {
         };
         let t = std::time::Instant::now();
         let mut prog = XdpProgram::load(&load)?;
-        tracing::info!(seconds = t.elapsed().as_secs_f32(), "XDP: program loaded (verifier), maps created");
+        // how close the program is to the verifier's limit of 1M instructions processed
+        let verified = prog.insn_count().map_or(0, |(_, v)| v);
+        tracing::info!(seconds = t.elapsed().as_secs_f32(), verified, "XDP: program loaded (verifier), maps created");
         install_logged(&mut prog, &data).context("filling the XDP maps")?;
         Ok(Some(Self {
             prog,
