@@ -236,7 +236,7 @@ static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_p
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 at = pkt->dns_off + r->body_at + r->blen;
 	__u16 ar = r->ar + q->has_opt;         /* our OPT record counts in ARCOUNT */
-	__u8 *hdr, *opt;
+	__u8 *hdr, *opt, dob;
 
 	if (q->has_opt) {
 		if (at > 0x3fff)
@@ -244,39 +244,29 @@ static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_p
 		opt = data + at;
 		if ((void *)(opt + XDNS_OPT_LEN) > data_end)
 			return -1;
-		opt[0] = 0;
-		opt[1] = 0;
-		opt[2] = XDNS_TYPE_OPT;
-		opt[3] = xdns_cfg.edns_payload >> 8;
-		opt[4] = xdns_cfg.edns_payload & 0xff;
-		opt[5] = 0;
-		opt[6] = 0;
-		opt[7] = q->do_bit ? 0x80 : 0;
-		opt[8] = 0;
-		opt[9] = 0;
-		opt[10] = 0;
+		/*
+		 * root, type OPT, class = our payload, TTL = 0, 0, DO, 0, RDLENGTH 0: bytes 0..7 as
+		 * one little-endian word, then 7..10 (byte 7 again) as another
+		 */
+		dob = q->do_bit ? 0x80 : 0;
+		xdns_st64(opt, ((__u64)XDNS_TYPE_OPT << 16) | ((__u64)(xdns_cfg.edns_payload >> 8) << 24) |
+				       ((__u64)(xdns_cfg.edns_payload & 0xff) << 32) | ((__u64)dob << 56));
+		*(__u32 *)(opt + 7) = dob;
 		/* only bytes 2..4 and 7 can be non-zero */
 		r->sum += xdns_csum_byte(r->body_at + r->blen + 2, XDNS_TYPE_OPT) +
 			  xdns_csum_byte(r->body_at + r->blen + 3, xdns_cfg.edns_payload >> 8) +
 			  xdns_csum_byte(r->body_at + r->blen + 4, xdns_cfg.edns_payload & 0xff) +
-			  xdns_csum_byte(r->body_at + r->blen + 7, opt[7]);
+			  xdns_csum_byte(r->body_at + r->blen + 7, dob);
 	}
 	if (pkt->dns_off > XDNS_DNS_OFF_MAX)
 		return -1;
 	hdr = data + pkt->dns_off;
 	if ((void *)(hdr + XDNS_HDR_LEN) > data_end)
 		return -1;
-	__builtin_memcpy(hdr, &q->id, 2);
-	hdr[2] = r->flags >> 8;
-	hdr[3] = r->flags & 0xff;
-	hdr[4] = 0;
-	hdr[5] = 1;
-	hdr[6] = r->an >> 8;
-	hdr[7] = r->an & 0xff;
-	hdr[8] = r->ns >> 8;
-	hdr[9] = r->ns & 0xff;
-	hdr[10] = ar >> 8;
-	hdr[11] = ar & 0xff;
+	/* the ID is the query's, in place; then flags and the four counts, big-endian */
+	*(__u16 *)(hdr + 2) = bpf_htons(r->flags);
+	xdns_st64(hdr + 4, (__u64)bpf_htons(1) | ((__u64)bpf_htons(r->an) << 16) | ((__u64)bpf_htons(r->ns) << 32) |
+				   ((__u64)bpf_htons(ar) << 48));
 	/* header words: ID, flags, QDCOUNT, ANCOUNT, NSCOUNT, ARCOUNT (big-endian, even offsets) */
 	r->sum += bpf_ntohs(q->id) + r->flags + 1 + r->an + r->ns + ar;
 	return 0;
@@ -409,17 +399,21 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
 	__u32 l3 = pkt->l3_off, ulen = sizeof(struct udphdr) + r->dns_out;
-	__u8 mac[ETH_ALEN];
-	__u64 s = 0;
+	__u64 s = 0, w, dst;
 	__u16 port;
 
 	if (l3 != 14 && l3 != 18)
 		return -1;
 	if ((void *)(eth + 1) > data_end)
 		return -1;
-	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	/*
+	 * Swap the MACs (bytes 0..5 and 6..11) with one 8-byte and one 4-byte word each way,
+	 * little-endian: the old source becomes bytes 0..5, the old destination bytes 6..11.
+	 */
+	w = xdns_ld64(eth);
+	dst = w & 0xffffffffffffULL;
+	xdns_st64(eth, (w >> 48) | ((__u64)*(__u32 *)((__u8 *)eth + 8) << 16) | (dst << 48));
+	*(__u32 *)((__u8 *)eth + 8) = (__u32)(dst >> 16);
 
 	if (!pkt->ipv6) {
 		struct iphdr *ip = data + l3;
