@@ -91,6 +91,17 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 	return h;
 }
 
+/* The way of a set a new entry takes: an empty one, else the two in turn. */
+static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scratch *sc, struct xdns_memo *m0,
+							  struct xdns_memo *m1)
+{
+	if (m0->hash == 0)
+		return m0;
+	if (m1->hash == 0)
+		return m1;
+	return (sc->memo_kept & 1) ? m1 : m0;
+}
+
 /*
  * The two steps below are global functions (BPF subprograms the verifier checks once, alone,
  * whatever their callers' states): inlined, their word-by-word conditions multiplied the
@@ -167,12 +178,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 		m0->seen = (__u32)h;
 		return 0;
 	}
-	if (m0->hash == 0)
-		m = m0;
-	else if (m1->hash == 0)
-		m = m1;
-	else
-		m = (sc->memo_kept & 1) ? m1 : m0;
+	m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	name_sum = (name_sum & 0xffffffff) + (name_sum >> 32);
 	name_sum = (name_sum & 0xffffffff) + (name_sum >> 32);
@@ -293,12 +299,8 @@ __attribute__((noinline)) int xdns_hint_learn(struct xdns_scratch *sc, __u32 ref
 		m = m0;
 	else if (m1->hash == h && m1->seen == kind)
 		m = m1;
-	else if (m0->hash == 0)
-		m = m0;
-	else if (m1->hash == 0)
-		m = m1;
 	else
-		m = (sc->memo_kept & 1) ? m1 : m0;
+		m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	m->v = ref;
 	m->qlen = qlen;
