@@ -374,8 +374,9 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	if (q->nlab == 0 || q->nlab > 128 || q->qlen > 255)
 		return XDNS_PASS_CACHE_MISS;
 	/*
-	 * Whether a hint led here is read from the scratch map each time it matters, never kept:
-	 * a value kept would split the verifier's walk of everything below in two.
+	 * Whether a hint led here is read from the scratch map each time it matters, not kept in
+	 * a variable, so that nothing the verifier tracks tells the two ways in apart once the
+	 * entry is found.
 	 */
 	idx = sc->hint_ref;
 	if (idx == XDNS_HINT_NONE) {
