@@ -207,7 +207,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
  * so a hint can be stale, never wrong: a collision or a reused entry is a miss, and the hint
  * is forgotten. Zones: a hint is learnt only after the walk found the name under no zone of
  * this generation, and the generation is part of its hash; a reload, which alone changes the
- * zones, leaves every older hint unmatched. No name bytes are kept, so any name length works.
+ * zones, leaves every older hint unmatched. No name bytes are kept: names of up to 240 bytes.
  */
 #define XDNS_HINT_NONE 0xffffffffu
 
