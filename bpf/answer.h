@@ -399,8 +399,7 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
 	__u32 l3 = pkt->l3_off, ulen = sizeof(struct udphdr) + r->dns_out;
-	__u8 mac[ETH_ALEN];
-	__u64 s = 0;
+	__u64 s = 0, macs, dst;
 	__u16 port;
 
 	if (l3 != 14 && l3 != 18)
@@ -408,13 +407,16 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	if ((void *)(eth + 1) > data_end)
 		return -1;
 	/*
-	 * Through the stack: swapping them in registers (one 8- and one 4-byte word each way)
-	 * took 2% less of a cache hit's samples but, with clang 14, 42k more verifier
-	 * instructions (911k of the 1M limit with the cache stage).
+	 * Swap the MACs (bytes 0..5 and 6..11) with one 8-byte and one 4-byte word each way,
+	 * little-endian: the old source becomes bytes 0..5, the old destination bytes 6..11.
+	 * Through the stack (three 6-byte copies) the verifier processed 42k fewer instructions
+	 * (804k instead of 846k with the cache stage), but the swap took 2% of a memo hit's time
+	 * (bench/ab.py).
 	 */
-	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	macs = xdns_ld64(eth);
+	dst = macs & 0xffffffffffffULL;
+	xdns_st64(eth, (macs >> 48) | ((__u64) * (__u32 *)((__u8 *)eth + 8) << 16) | (dst << 48));
+	*(__u32 *)((__u8 *)eth + 8) = (__u32)(dst >> 16);
 
 	if (!pkt->ipv6) {
 		struct iphdr *ip = data + l3;
