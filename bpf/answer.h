@@ -34,9 +34,11 @@ struct xdns_fixup_ctx {
 };
 
 /*
- * Shift one compression pointer of the copied body by delta (step of a batched bpf_loop body).
- * The offset is read from the body's entry in place, the old value back from the packet (just
- * copied from the body); state lives in the scratch map.
+ * Shift one compression pointer of the copied body by delta (a step of the fixup walk, which
+ * starts at pointer sc->fix_from). The offset is read from the body's entry in place, the old
+ * value back from the packet (just copied from the body); state lives in the scratch map. The
+ * checksum needs no work per pointer (csum.h, xdns_csum_grown): the step counts the pointers
+ * it shifted (fix_done), those at odd DNS offsets apart (fix_odd).
  * Direct packet access (no helper call per pointer); a pointer outside the linear part of a
  * multi-buffer frame uses the load/store helpers.
  */
@@ -46,11 +48,14 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 	struct xdp_md *ctx = fc->ctx;
 	struct xdns_scratch *sc = fc->sc;
 	__u32 f, at;
-	__u16 old, new;
+	__u16 new;
 	__u8 w[2];
 	__u8 *p;
 
-	if (!sc || index >= sc->fix_n)
+	if (!sc)
+		return 1;
+	index += sc->fix_from;
+	if (index >= sc->fix_n)
 		return 1;
 	f = fc->offs[index & (XDNS_MAX_FIXUPS - 1)];
 	if (f + 2 > sc->fix_blen)
@@ -59,8 +64,7 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at <= 0x3fff && (void *)(p + 2) <= (void *)(long)ctx->data_end) {
-		old = ((__u16)p[0] << 8) | p[1];
-		new = old + sc->fix_delta;
+		new = (((__u16)p[0] << 8) | p[1]) + sc->fix_delta;
 		p[0] = new >> 8;
 		p[1] = new & 0xff;
 	} else {
@@ -68,8 +72,7 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 			sc->fix_err = 1;
 			return 1;
 		}
-		old = ((__u16)w[0] << 8) | w[1];
-		new = old + sc->fix_delta;
+		new = (((__u16)w[0] << 8) | w[1]) + sc->fix_delta;
 		w[0] = new >> 8;
 		w[1] = new & 0xff;
 		if (bpf_xdp_store_bytes(ctx, at, w, 2)) {
@@ -77,11 +80,40 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 			return 1;
 		}
 	}
-	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old, new);
+	sc->fix_done++;
+	sc->fix_odd += (sc->fix_body_at + f) & 1;
 	return 0;
 }
 
 XDNS_BATCHED(xdns_fixup_steps, xdns_fixup_step)
+
+/*
+ * Pointer `index` by direct packet access only (the inlined steps of xdns_put_fixups): 0 when
+ * shifted or beyond the bytes sent, 1 past the last pointer, -1 when the walk must take it.
+ */
+static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scratch *sc, const __u16 *offs,
+					     __u32 index)
+{
+	__u32 f, at;
+	__u16 new;
+	__u8 *p;
+
+	if (index >= sc->fix_n)
+		return 1;
+	f = offs[index & (XDNS_MAX_FIXUPS - 1)];
+	if (f + 2 > sc->fix_blen)
+		return 0;
+	at = sc->fix_at + f;
+	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
+	if (at > 0x3fff || (void *)(p + 2) > (void *)(long)ctx->data_end)
+		return -1;
+	new = (((__u16)p[0] << 8) | p[1]) + sc->fix_delta;
+	p[0] = new >> 8;
+	p[1] = new & 0xff;
+	sc->fix_done++;
+	sc->fix_odd += (sc->fix_body_at + f) & 1;
+	return 0;
+}
 
 /*
  * Copy a class S body (8 <= blen <= XDNS_CLASS_S_LEN) by direct packet access, eight bytes at
@@ -135,11 +167,19 @@ static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u
 	return 0;
 }
 
-/* Shift every fixup pointer of the copied body by delta; adds the checksum change to r->sum. */
+/*
+ * Shift every fixup pointer of the copied body by delta; adds the checksum change to r->sum.
+ * The first XDNS_FIXUPS_INLINE pointers are shifted inline: an NXDOMAIN body usually has
+ * three (the SOA's owner and its two names), and the walk's callback cost a call, whose
+ * return is dear here (README.md, "Calls are dear"). The walk takes the rest, if any.
+ */
+#define XDNS_FIXUPS_INLINE 3
 static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
 					   const __u16 *fixups, __u32 nfix, struct xdns_reply *r)
 {
 	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc, .offs = fixups };
+	__u32 k;
+	int rc = 0;
 
 	if (r->delta == 0 || r->blen == 0 || nfix == 0)
 		return 0;
@@ -149,11 +189,21 @@ static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scrat
 	sc->fix_blen = r->blen;
 	sc->fix_delta = r->delta;
 	sc->fix_err = 0;
-	sc->fix_sum = 0;
-	bpf_loop(XDNS_TURNS(XDNS_MAX_FIXUPS), xdns_fixup_steps, &fc, 0);
-	if (sc->fix_err)
-		return -1;
-	r->sum += sc->fix_sum;
+	sc->fix_done = 0;
+	sc->fix_odd = 0;
+#pragma unroll
+	for (k = 0; k < XDNS_FIXUPS_INLINE; k++) {
+		rc = xdns_fixup_direct(ctx, sc, fixups, k);
+		if (rc)
+			break;
+	}
+	if (rc != 1 && sc->fix_n > k) {
+		sc->fix_from = k;
+		bpf_loop(XDNS_TURNS(XDNS_MAX_FIXUPS), xdns_fixup_steps, &fc, 0);
+		if (sc->fix_err)
+			return -1;
+	}
+	r->sum += xdns_csum_grown((__u64)r->delta * (sc->fix_done - sc->fix_odd), (__u64)r->delta * sc->fix_odd);
 	return 0;
 }
 

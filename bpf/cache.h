@@ -88,8 +88,10 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 
 /*
  * Age one record's TTL (step of a batched bpf_loop body, `index` = record): read it back from the packet (just
- * copied from the entry), subtract the elapsed seconds (not below 0), write it, and add the
- * checksum change. Offsets are ascending: the first beyond the bytes sent ends the pass.
+ * copied from the entry), subtract the elapsed seconds (not below 0), write it, and add what
+ * it lost to ttl_even or ttl_odd by the parity of its DNS offset: the pass turns those into
+ * the checksum change at the end (csum.h, xdns_csum_shrunk). Offsets are ascending: the
+ * first beyond the bytes sent ends the pass.
  * Direct packet access (no helper call per TTL); a TTL outside the linear part of a
  * multi-buffer frame uses the load/store helpers.
  */
@@ -133,8 +135,10 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 			return 1;
 		}
 	}
-	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f, old >> 16, new >> 16);
-	sc->fix_sum += xdns_csum_replace16(sc->fix_body_at + f + 2, old & 0xffff, new & 0xffff);
+	if ((sc->fix_body_at + f) & 1)
+		sc->ttl_odd += old - new;
+	else
+		sc->ttl_even += old - new;
 	return 0;
 }
 
@@ -161,8 +165,7 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 			p[1] = (new >> 16) & 0xff;
 			p[2] = (new >> 8) & 0xff;
 			p[3] = new & 0xff;
-			r->sum += xdns_csum_replace16(r->body_at + f, old >> 16, new >> 16);
-			r->sum += xdns_csum_replace16(r->body_at + f + 2, old & 0xffff, new & 0xffff);
+			r->sum += (r->body_at + f) & 1 ? xdns_csum_shrunk(0, old - new) : xdns_csum_shrunk(old - new, 0);
 			return 0;
 		}
 	}
@@ -172,11 +175,12 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 	sc->fix_body_at = r->body_at;
 	sc->fix_blen = r->blen;
 	sc->fix_err = 0;
-	sc->fix_sum = 0;
+	sc->ttl_even = 0;
+	sc->ttl_odd = 0;
 	bpf_loop(XDNS_TURNS(XDNS_CACHE_MAX_RRS), xdns_ttl_steps, &fc, 0);
 	if (sc->fix_err)
 		return -1;
-	r->sum += sc->fix_sum;
+	r->sum += xdns_csum_shrunk(sc->ttl_even, sc->ttl_odd);
 	return 0;
 }
 

@@ -48,15 +48,22 @@ static __always_inline __u64 xdns_csum_words(const void *p, __u32 n)
 	return xdns_csum_swap(xdns_csum_fold(s));
 }
 
-/* Replace the 16-bit big-endian value `old` at offset `pos` by `new`: one's-complement diff. */
-static __always_inline __u64 xdns_csum_replace16(__u32 pos, __u16 old, __u16 new)
+/*
+ * Checksum change of big-endian fields (of any width) that grew by `d_even` in total at even
+ * offsets and by `d_odd` at odd ones, none of them wrapping: a field's 16-bit words sum to its
+ * value modulo 0xffff (where 2^16 is 1), and a field at an odd offset straddles the words,
+ * which multiplies that by 2^8 (a byte swap). So a pass that adds the same amount to many
+ * fields only counts them by parity.
+ */
+static __always_inline __u64 xdns_csum_grown(__u64 d_even, __u64 d_odd)
 {
-	__u64 s = 0;
+	return d_even + (d_odd << 8);
+}
 
-	s += xdns_csum_byte(pos, new >> 8) + xdns_csum_byte(pos + 1, new & 0xff);
-	s += 0xffff - xdns_csum_byte(pos, old >> 8);
-	s += 0xffff - xdns_csum_byte(pos + 1, old & 0xff);
-	return s;
+/* The same for fields that shrank: the one's complement of that growth. */
+static __always_inline __u64 xdns_csum_shrunk(__u64 d_even, __u64 d_odd)
+{
+	return 0xffff - xdns_csum_fold(d_even + (d_odd << 8));
 }
 
 #endif /* XDNS_CSUM_H */

@@ -50,10 +50,15 @@ struct xdns_scratch {
 	__u32 fix_blen;         /* body bytes sent */
 	__u32 fix_delta;        /* added to each pointer */
 	__u32 fix_err;
-	__u64 fix_sum;          /* checksum change of all fixups */
-	/* cache stage: TTL pass (uses fix_at, fix_body_at, fix_blen, fix_err, fix_sum) */
+	__u32 fix_from;         /* first pointer the walk shifts (the ones before were inlined) */
+	__u32 fix_done;         /* pointers shifted (csum.h, xdns_csum_grown) */
+	__u32 fix_odd;          /* ... of them at odd DNS offsets */
+	__u32 _pad3;
+	/* cache stage: TTL pass (uses fix_at, fix_body_at, fix_blen, fix_err) */
 	__u32 ttl_n;            /* entries of ttl[] */
 	__u32 ttl_sub;          /* whole seconds since the entry was stored */
+	__u64 ttl_even;         /* seconds taken off TTLs at even DNS offsets (csum.h) */
+	__u64 ttl_odd;          /* ... at odd ones */
 	/* cache stage: name comparison */
 	__u32 cmp_words;        /* 8-byte words of the name to compare */
 	__u32 cmp_diff;         /* non-zero once a word differs */
