@@ -215,56 +215,63 @@ static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, con
 /*
  * Is the client (source address) in the allow list? (Direct packet access to the address.)
  * A list of at most XDNS_ALLOW_INLINE prefixes is compared inline (`xdns_allow_inline`, a few
- * instructions per prefix); a longer one takes the LPM trie lookup.
+ * instructions per prefix) with the address in registers; a longer one takes the LPM trie
+ * lookup, whose key is built only then.
  */
 static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct xdns_pkt *pkt)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct xdns_allow_key k = {};
 	struct xdns_allow_table *t;
 	__u32 l3 = pkt->l3_off, zero = 0, slot, i;
-	__u64 a0, a1;
+	__u64 a0, a1 = 0;
+	__u8 family;
 
 	if (l3 != 14 && l3 != 18)
 		return 0;
+	/* the address as xdns_allow_key.addr holds it, read as two native-endian words */
 	if (pkt->ipv6) {
 		struct ipv6hdr *ip6 = data + l3;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return 0;
-		__builtin_memcpy(k.addr, &ip6->saddr, 16);
-		k.family = 6;
-		k.prefixlen = 8 + 128;
+		a0 = xdns_ld64(&ip6->saddr);
+		a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+		family = 6;
 	} else {
 		struct iphdr *ip = data + l3;
 
 		if ((void *)(ip + 1) > data_end)
 			return 0;
-		__builtin_memcpy(k.addr, &ip->saddr, 4);
-		k.family = 4;
-		k.prefixlen = 8 + 32;
+		a0 = ip->saddr;         /* bytes 4..7 of the key's address are zero */
+		family = 4;
 	}
 	t = bpf_map_lookup_elem(&xdns_allow_inline, &zero);
 	slot = t ? t->n : 0;
 	if (slot == 1 || slot == 2) {
 		t = bpf_map_lookup_elem(&xdns_allow_inline, &slot);
 		if (t && t->n <= XDNS_ALLOW_INLINE) {
-			__builtin_memcpy(&a0, &k.addr[0], 8);
-			__builtin_memcpy(&a1, &k.addr[8], 8);
 			for (i = 0; i < XDNS_ALLOW_INLINE; i++) {
 				const struct xdns_allow_prefix *e = &t->p[i];
 
 				if (i >= t->n)
 					break;
-				if (e->family == k.family && (a0 & e->mask[0]) == e->addr[0] &&
+				if (e->family == family && (a0 & e->mask[0]) == e->addr[0] &&
 				    (a1 & e->mask[1]) == e->addr[1])
 					return 1;
 			}
 			return 0;
 		}
 	}
-	return bpf_map_lookup_elem(&xdns_allow, &k) != NULL;
+	{
+		struct xdns_allow_key k = {};
+
+		k.family = family;
+		k.prefixlen = 8 + (family == 6 ? 128 : 32);
+		__builtin_memcpy(&k.addr[0], &a0, 8);
+		__builtin_memcpy(&k.addr[8], &a1, 8);
+		return bpf_map_lookup_elem(&xdns_allow, &k) != NULL;
+	}
 }
 
 /* One refresh event per entry: the first hit at or after prefetch_ns wins the flag. */
