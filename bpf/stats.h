@@ -5,14 +5,10 @@
 
 #include "maps.h"
 
-/* Count `v` on this CPU and return the XDP action it stands for. */
-static __always_inline int xdns_verdict(enum xdns_verdict v)
+/* Count `v` on this CPU (in its scratch value) and return the XDP action it stands for. */
+static __always_inline int xdns_verdict(struct xdns_scratch *sc, enum xdns_verdict v)
 {
-	__u32 key = v;
-	__u64 *n = bpf_map_lookup_elem(&xdns_stats, &key);
-
-	if (n)
-		*n += 1;
+	sc->verdicts[v & (XDNS_VERDICT_SLOTS - 1)]++;
 	if (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED)
 		return XDP_TX;
 	if (v == XDNS_DROP_REWRITE || v == XDNS_DROP_CACHE_RACE)

@@ -4,7 +4,7 @@
  * when the resolver is on, names under no served zone from the resolver's cache (cache.h).
  *
  * Everything this program does not fully handle goes to userspace (XDP_PASS) with a named
- * reason counted in xdns_stats; userspace gives the same answer for anything answered here.
+ * reason counted per CPU (stats.h); userspace gives the same answer for anything answered here.
  *
  * Atomic reload: every key of xdns_nodes/xdns_answers/xdns_bodies_* carries a generation.
  * Userspace writes the new generation completely, then flips xdns_gen[0], then deletes the old
@@ -25,7 +25,7 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
+static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct xdns_scratch *sc)
 {
 	struct xdns_pkt pkt = {};
 	struct xdns_query q = {};
@@ -33,7 +33,6 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	struct xdns_answer_key key = {};
 	struct xdns_answer_s *a = NULL;
 	struct xdns_body_ref body = {};
-	struct xdns_scratch *sc;
 	enum xdns_verdict v;
 	__u32 zero = 0, one = 1, gen, frame, vi;
 	__u32 *genp;
@@ -49,9 +48,6 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 	v = xdns_parse_header(ctx, &pkt, &q, &arcount);
 	if (v != XDNS_ANSWERED)
 		return v;
-	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
-	if (!sc)
-		return XDNS_PASS_NOT_LOADED;
 	v = xdns_name_fetch(ctx, &pkt, sc);
 	if (v != XDNS_ANSWERED)
 		return v;
@@ -139,5 +135,10 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx)
 SEC("xdp")
 int xdns_xdp(struct xdp_md *ctx)
 {
-	return xdns_verdict(xdns_handle(ctx));
+	__u32 zero = 0;
+	struct xdns_scratch *sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+
+	if (!sc)
+		return XDP_PASS;        /* never: key 0 of an array map always exists */
+	return xdns_verdict(sc, xdns_handle(ctx, sc));
 }

@@ -11,7 +11,7 @@
 #include <linux/types.h>
 
 /*
- * Every outcome of the XDP program, counted per CPU in `xdns_stats`.
+ * Every outcome of the XDP program, counted per CPU in the scratch map's `verdicts`.
  * Names are exported as metric labels: append, never renumber.
  */
 enum xdns_verdict {
@@ -49,8 +49,9 @@ enum xdns_verdict {
 	XDNS_PASS_CACHE_CD = 30,      /* CD=1: checking disabled, userspace answers */
 	XDNS_PASS_CACHE_RACE = 31,    /* entry replaced while read, seen before the frame changed */
 	XDNS_DROP_CACHE_RACE = 32,    /* entry replaced while copied into the frame: dropped */
-	XDNS_VERDICT_MAX = 33,        /* number of verdicts (size of xdns_stats); not a verdict */
+	XDNS_VERDICT_MAX = 33,        /* number of verdicts; not a verdict */
 };
+#define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 
 /* Kinds of body key; values never renumbered (see DESIGN-NOTES.md, the answer model). */
 enum xdns_body_kind {

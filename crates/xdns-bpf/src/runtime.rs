@@ -633,13 +633,17 @@ impl KernelMaps for LibbpfMaps<'_> {
         Ok(u32::from_ne_bytes(v[..4].try_into()?))
     }
 
+    /// The verdict counters (`bpf/stats.h`: `verdicts` in each CPU's scratch value), summed.
     fn counters(&self) -> Result<Vec<u64>> {
+        use crate::types::xdns_scratch;
         let n = crate::VERDICT_NAMES.len();
+        let at = std::mem::offset_of!(xdns_scratch, verdicts);
         let mut out = vec![0u64; n];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let per_cpu = self.skel.maps.xdns_stats.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)?;
-            for cpu in per_cpu.into_iter().flatten() {
-                *slot += u64::from_ne_bytes(cpu[..8].try_into()?);
+        let cpus = self.skel.maps.xdns_scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        for cpu in &cpus {
+            for (i, slot) in out.iter_mut().enumerate() {
+                let b = cpu.get(at + 8 * i..at + 8 * i + 8).context("scratch value shorter than its counters")?;
+                *slot += u64::from_ne_bytes(b.try_into()?);
             }
         }
         Ok(out)
