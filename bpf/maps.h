@@ -15,7 +15,7 @@
 #define XDNS_HEAD_GROW 192
 
 /*
- * Per-CPU working memory of one packet (never shared with userspace). The bpf_loop walks keep
+ * Per-CPU working memory of one packet (userspace reads only its counters at the end). The bpf_loop walks keep
  * their state here, not on the stack: values read back from map memory are unknown to the
  * verifier, so each loop body is verified once instead of once per distinct iteration state.
  */
@@ -230,7 +230,6 @@ struct {
 	__type(key, struct xdns_answer_key);
 	__type(value, struct xdns_body_l);
 } xdns_bodies_l SEC(".maps");
-
 
 /*
  * CPU * XDNS_MEMO_SLOTS + slot -> struct xdns_memo: questions recently answered (memo.h); the
