@@ -34,62 +34,13 @@ struct xdns_fixup_ctx {
 };
 
 /*
- * Shift one compression pointer of the copied body by delta (a step of the fixup walk, which
- * starts at pointer sc->fix_from). The offset is read from the body's entry in place, the old
- * value back from the packet (just copied from the body); state lives in the scratch map. The
- * checksum needs no work per pointer (csum.h, xdns_csum_grown): the step counts the pointers
- * it shifted (fix_done), those at odd DNS offsets apart (fix_odd).
- * Direct packet access (no helper call per pointer); a pointer outside the linear part of a
- * multi-buffer frame uses the load/store helpers.
- */
-static __always_inline long xdns_fixup_step(__u64 index, void *arg)
-{
-	struct xdns_fixup_ctx *fc = arg;
-	struct xdp_md *ctx = fc->ctx;
-	struct xdns_scratch *sc = fc->sc;
-	__u32 f, at;
-	__u16 new;
-	__u8 w[2];
-	__u8 *p;
-
-	if (!sc)
-		return 1;
-	index += sc->fix_from;
-	if (index >= sc->fix_n)
-		return 1;
-	f = fc->offs[index & (XDNS_MAX_FIXUPS - 1)];
-	if (f + 2 > sc->fix_blen)
-		return 0;
-	at = sc->fix_at + f;
-	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
-	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
-	if (at <= 0x3fff && (void *)(p + 2) <= (void *)(long)ctx->data_end) {
-		new = (((__u16)p[0] << 8) | p[1]) + sc->fix_delta;
-		p[0] = new >> 8;
-		p[1] = new & 0xff;
-	} else {
-		if (bpf_xdp_load_bytes(ctx, at, w, 2)) {
-			sc->fix_err = 1;
-			return 1;
-		}
-		new = (((__u16)w[0] << 8) | w[1]) + sc->fix_delta;
-		w[0] = new >> 8;
-		w[1] = new & 0xff;
-		if (bpf_xdp_store_bytes(ctx, at, w, 2)) {
-			sc->fix_err = 1;
-			return 1;
-		}
-	}
-	sc->fix_done++;
-	sc->fix_odd += (sc->fix_body_at + f) & 1;
-	return 0;
-}
-
-XDNS_BATCHED(xdns_fixup_steps, xdns_fixup_step)
-
-/*
- * Pointer `index` by direct packet access only (the inlined steps of xdns_put_fixups): 0 when
- * shifted or beyond the bytes sent, 1 past the last pointer, -1 when the walk must take it.
+ * Shift compression pointer `index` of the copied body by delta, by direct packet access: 0
+ * when shifted or beyond the bytes sent, 1 past the last pointer, -1 when it lies outside the
+ * linear part of a multi-buffer frame (xdns_fixup_step then uses the load/store helpers). The
+ * offset is read from the body's entry in place, the old value back from the packet (just
+ * copied from the body); state lives in the scratch map. The checksum needs no work per
+ * pointer (csum.h, xdns_csum_grown): the steps count the pointers they shifted (fix_done),
+ * those at odd DNS offsets apart (fix_odd).
  */
 static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scratch *sc, const __u16 *offs,
 					     __u32 index)
@@ -104,6 +55,7 @@ static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scr
 	if (f + 2 > sc->fix_blen)
 		return 0;
 	at = sc->fix_at + f;
+	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at > 0x3fff || (void *)(p + 2) > (void *)(long)ctx->data_end)
 		return -1;
@@ -114,6 +66,43 @@ static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scr
 	sc->fix_odd += (sc->fix_body_at + f) & 1;
 	return 0;
 }
+
+/* A step of the fixup walk: pointer sc->fix_from + index, by the helpers where it must. */
+static __always_inline long xdns_fixup_step(__u64 index, void *arg)
+{
+	struct xdns_fixup_ctx *fc = arg;
+	struct xdp_md *ctx = fc->ctx;
+	struct xdns_scratch *sc = fc->sc;
+	__u32 f, at;
+	__u16 new;
+	__u8 w[2];
+	int rc;
+
+	if (!sc)
+		return 1;
+	index += sc->fix_from;
+	rc = xdns_fixup_direct(ctx, sc, fc->offs, index);
+	if (rc >= 0)
+		return rc;
+	f = fc->offs[index & (XDNS_MAX_FIXUPS - 1)];
+	at = sc->fix_at + f;
+	if (bpf_xdp_load_bytes(ctx, at, w, 2)) {
+		sc->fix_err = 1;
+		return 1;
+	}
+	new = (((__u16)w[0] << 8) | w[1]) + sc->fix_delta;
+	w[0] = new >> 8;
+	w[1] = new & 0xff;
+	if (bpf_xdp_store_bytes(ctx, at, w, 2)) {
+		sc->fix_err = 1;
+		return 1;
+	}
+	sc->fix_done++;
+	sc->fix_odd += (sc->fix_body_at + f) & 1;
+	return 0;
+}
+
+XDNS_BATCHED(xdns_fixup_steps, xdns_fixup_step)
 
 /*
  * Copy a class S body (8 <= blen <= XDNS_CLASS_S_LEN) by direct packet access, eight bytes at

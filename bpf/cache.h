@@ -86,10 +86,23 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 	return !sc->cmp_diff;
 }
 
+/* Lower the big-endian TTL at p by sub seconds, not below 0; returns the seconds taken off. */
+static __always_inline __u32 xdns_ttl_lower(__u8 *p, __u32 sub)
+{
+	__u32 old = ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+	__u32 new = old > sub ? old - sub : 0;
+
+	p[0] = new >> 24;
+	p[1] = (new >> 16) & 0xff;
+	p[2] = (new >> 8) & 0xff;
+	p[3] = new & 0xff;
+	return old - new;
+}
+
 /*
- * Age one record's TTL (step of a batched bpf_loop body, `index` = record): read it back from the packet (just
- * copied from the entry), subtract the elapsed seconds (not below 0), write it, and add what
- * it lost to ttl_even or ttl_odd by the parity of its DNS offset: the pass turns those into
+ * Age one record's TTL (step of a batched bpf_loop body, `index` = record): read it back from
+ * the packet (just copied from the entry), lower it by the elapsed seconds, and add what it
+ * lost to ttl_even or ttl_odd by the parity of its DNS offset: the pass turns those into
  * the checksum change at the end (csum.h, xdns_csum_shrunk). Offsets are ascending: the
  * first beyond the bytes sent ends the pass.
  * Direct packet access (no helper call per TTL); a TTL outside the linear part of a
@@ -100,7 +113,7 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 	struct xdns_fixup_ctx *fc = arg;
 	struct xdp_md *ctx = fc->ctx;
 	struct xdns_scratch *sc = fc->sc;
-	__u32 f, at, old, new;
+	__u32 f, at, lost;
 	__u8 w[4];
 	__u8 *p;
 
@@ -113,32 +126,22 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
-		old = ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
-		new = old > sc->ttl_sub ? old - sc->ttl_sub : 0;
-		p[0] = new >> 24;
-		p[1] = (new >> 16) & 0xff;
-		p[2] = (new >> 8) & 0xff;
-		p[3] = new & 0xff;
+		lost = xdns_ttl_lower(p, sc->ttl_sub);
 	} else {
 		if (bpf_xdp_load_bytes(ctx, at, w, 4)) {
 			sc->fix_err = 1;
 			return 1;
 		}
-		old = ((__u32)w[0] << 24) | ((__u32)w[1] << 16) | ((__u32)w[2] << 8) | w[3];
-		new = old > sc->ttl_sub ? old - sc->ttl_sub : 0;
-		w[0] = new >> 24;
-		w[1] = (new >> 16) & 0xff;
-		w[2] = (new >> 8) & 0xff;
-		w[3] = new & 0xff;
+		lost = xdns_ttl_lower(w, sc->ttl_sub);
 		if (bpf_xdp_store_bytes(ctx, at, w, 4)) {
 			sc->fix_err = 1;
 			return 1;
 		}
 	}
 	if ((sc->fix_body_at + f) & 1)
-		sc->ttl_odd += old - new;
+		sc->ttl_odd += lost;
 	else
-		sc->ttl_even += old - new;
+		sc->ttl_even += lost;
 	return 0;
 }
 
@@ -155,17 +158,12 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 		return 0;
 	if (n == 1) {
 		/* one record (the usual A/AAAA answer): inline, no loop, direct access only */
-		__u32 f = mt->ttl_off[0], at1 = at + f, old, new;
+		__u32 f = mt->ttl_off[0], at1 = at + f, lost;
 		__u8 *p = (__u8 *)(long)ctx->data + (at1 & 0x3fff);
 
 		if (f + 4 <= r->blen && at1 <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
-			old = ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
-			new = old > sub ? old - sub : 0;
-			p[0] = new >> 24;
-			p[1] = (new >> 16) & 0xff;
-			p[2] = (new >> 8) & 0xff;
-			p[3] = new & 0xff;
-			r->sum += (r->body_at + f) & 1 ? xdns_csum_shrunk(0, old - new) : xdns_csum_shrunk(old - new, 0);
+			lost = xdns_ttl_lower(p, sub);
+			r->sum += (r->body_at + f) & 1 ? xdns_csum_shrunk(0, lost) : xdns_csum_shrunk(lost, 0);
 			return 0;
 		}
 	}
