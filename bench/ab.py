@@ -56,7 +56,7 @@ def prog_counters(prog_id: int) -> tuple[int, int]:
 def one_round(labs: list, builds: list[str], qfiles: list[Path], trees: list, tag: str,
               seconds: float, qps: int) -> list[float]:
     """Both builds at once, builds[i] in labs[i]; ns per packet of each."""
-    targets = []
+    targets, gens = [], []
     try:
         for lab, build, tree in zip(labs, builds, trees):
             targets.append(start(lab, build, tag, tree))
@@ -81,6 +81,10 @@ def one_round(labs: list, builds: list[str], qfiles: list[Path], trees: list, ta
             if g.returncode != 0:
                 raise RuntimeError(f"kxdpgun failed ({g.returncode}):\n{out}")
     finally:
+        for g in gens:  # a failed round leaves no generator sending into the next
+            if g.poll() is None:
+                g.kill()
+                g.wait()
         for lab, tgt in zip(labs, targets):
             if tgt.server is not None and tgt.server.alive():
                 lab.stop(tgt.server)
@@ -119,7 +123,10 @@ def main() -> int:
         qfiles = []
         for lab in labs:
             qf = lab.dir / "queries.txt"
-            R.query_file(qf) if a.resolver else B.query_mix(qf)
+            if a.resolver:
+                R.query_file(qf)
+            else:
+                B.query_mix(qf)
             qfiles.append(qf)
         for rnd in range(a.rounds):
             order = [0, 1] if rnd % 2 == 0 else [1, 0]  # order[i]: the build in labs[i]

@@ -15,9 +15,10 @@
 #define XDNS_HEAD_GROW 192
 
 /*
- * Per-CPU working memory of one packet (userspace reads only its counters at the end). The bpf_loop walks keep
- * their state here, not on the stack: values read back from map memory are unknown to the
- * verifier, so each loop body is verified once instead of once per distinct iteration state.
+ * Per-CPU working memory of one packet; userspace reads only the counters at its end. The
+ * bpf_loop walks keep their state here, not on the stack: values read back from map memory
+ * are unknown to the verifier, so each loop body is verified once instead of once per
+ * distinct iteration state.
  */
 struct xdns_scratch {
 	__u8 name[256];         /* the question name as sent (and the bytes after it), wire form */
