@@ -657,7 +657,8 @@ fn cache_allow_table_and_trie_agree() {
 
 /// Perf mode (root): kernel ns of single runs for a cache hit (one TTL, four TTLs), an
 /// authoritative answer and a miss of the same program, against ARP passed at the first check.
-/// Timing is printed, not asserted. Also prints kernel memory per cached answer.
+/// Timing is printed, not asserted; each row's verdict is checked before it is timed. Also
+/// prints kernel memory per cached answer.
 #[test]
 fn cache_perf() {
     if !have_root("cache_perf") {
@@ -677,6 +678,18 @@ fn cache_perf() {
         ("cache hit over IPv6", frame(&Net::v6(), &query(&wire("host.example.org"), A, None))),
         ("cache miss (pass)", frame(&Net::v4(), &query(&wire("none.example.org"), A, None))),
     ];
+    let check = |prog: &XdpProgram, what: &str, f: &[u8]| {
+        let want = match what {
+            w if w.starts_with("baseline") => "pass_not_ip",
+            w if w.starts_with("authoritative") => "answered",
+            w if w.starts_with("cache hit") => "cache_answered",
+            _ => "pass_cache_miss",
+        };
+        assert_eq!(verdict(prog, f).2, [want], "{what}: the row to be timed");
+    };
+    for (what, f) in &rows {
+        check(&prog, what, f);
+    }
     // The best median of 9 rounds of 1000 single runs, rounds interleaved: on a shared machine
     // background load inflates medians, rarely the best of them.
     let mut best = vec![u64::MAX; rows.len()];
@@ -690,6 +703,9 @@ fn cache_perf() {
     }
     // A resolver without served zones: no name reaches the label floor, no encloser walk.
     prog.install(&xdns_bpf::data::KernelData::default()).unwrap();
+    for (what, f) in rows.iter().filter(|(w, _)| w.starts_with("cache hit")) {
+        check(&prog, what, f);
+    }
     let mut best = vec![u64::MAX; rows.len()];
     for _ in 0..9 {
         for (i, (_, f)) in rows.iter().enumerate().filter(|(_, (w, _))| w.starts_with("cache hit")) {

@@ -241,8 +241,18 @@ fn memory_per_record() {
         classes[a.class as usize] += 1;
     }
     println!("example zones: {} nodes, {} bodies, by class S/M/L/userspace {:?}", enc.nodes.len(), enc.answers.len(), classes);
-    for (what, bytes) in xdns_bpf::data::bytes_per_entry() {
+    assert_eq!((enc.nodes.len(), enc.answers.len()), (data.nodes.len(), data.answers.len()), "every entry encoded");
+    assert_eq!(classes[3], 0, "every body of the example zones fits a kernel size class");
+    assert!(classes[1] > 0 && classes[2] > 0, "the example zones exercise the M and L classes: {classes:?}");
+    let sizes = xdns_bpf::data::bytes_per_entry();
+    for (what, bytes) in sizes {
         println!("  {what}: ~{bytes} bytes of map memory");
+    }
+    // An estimate below the bytes an entry holds would understate the memory report.
+    let body = [0, xdns_bpf::data::CLASS_S_LEN, xdns_bpf::data::CLASS_M_LEN, xdns_bpf::data::CLASS_L_LEN];
+    for (i, (what, bytes)) in sizes.iter().enumerate() {
+        assert!(*bytes > body[i], "{what}: {bytes} B cannot hold a {} B body", body[i]);
+        assert!(i < 2 || *bytes > sizes[i - 1].1, "{what}: not above the class below");
     }
 }
 
