@@ -380,6 +380,8 @@ class Lab:
                      {"conf": conf, "control": conf.parent / "control.sock", "xdp": xdp})
         if wait:
             self._wait_all(srv, zones, timeout)
+            if xdp is not None:
+                self.wait_xdp_data(srv, timeout)
         self.servers[name] = srv
         return srv
 
@@ -404,6 +406,7 @@ class Lab:
             if not new.alive():
                 raise RuntimeError(f"{name} exited with {proc.returncode} after taking over\n"
                                    f"--- stderr ---\n{new.stderr()[-3000:]}")
+            self.wait_xdp_data(new, timeout)
         self.servers[name] = new
         return new
 
@@ -412,6 +415,17 @@ class Lab:
         import json
         p = run([XDNS_BIN, "stats", "--control", srv.extra["control"], "--json"], timeout=10)
         return json.loads(p.stdout)
+
+    def wait_xdp_data(self, srv: Server, timeout: float = 20.0) -> None:
+        """Return once a running xdns with XDP on has its zone data in the kernel maps (at
+        once with XDP off). A fresh start attaches the program first and fills the maps while
+        userspace answers: answering alone does not mean the kernel does."""
+        deadline = time.monotonic() + timeout
+        while not self.xdns_stats(srv).get("xdp_data_active", True):
+            if time.monotonic() > deadline or not srv.alive():
+                raise RuntimeError(f"{srv.name}: XDP data not active after {timeout} s\n"
+                                   f"--- stderr ---\n{srv.stderr()[-3000:]}")
+            time.sleep(0.05)
 
     def _wait_all(self, srv: Server, zones, timeout: float = 20.0) -> None:
         try:

@@ -650,6 +650,8 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
                      {"conf": conf, "control": conf.parent / "control.sock", "xdp": xdp})
     if wait:
         wait_resolving(lab, srv)
+        if xdp is not None:
+            lab.wait_xdp_data(srv)
     return srv
 
 

@@ -6,6 +6,9 @@ by the process, so
   interface has no XDP program and queries go unanswered (nothing listens any more);
 - a restart attaches again and answers from the kernel;
 - SIGTERM detaches and exits 0;
+- a fresh start attaches before it fills the kernel maps (userspace answers meanwhile) and
+  says when the data is in (`xdp_data_active`); a takeover fills first, so the previous
+  program answers until the new one has its data;
 - answers much longer than their queries are still answered in the kernel over veth, where
   the frame has almost no tailroom: the program grows the head instead (xdns_resize).
 
@@ -85,6 +88,23 @@ def test_attach_crash_restart_term(xlab):
     assert xlab.stop(srv2, signal.SIGTERM) == 0, srv2.stderr()[-2000:]
     assert xdp_prog_id(xlab) is None, "SIGTERM left the XDP program attached"
     assert "panicked" not in srv2.stderr()
+
+
+def test_fresh_start_fills_after_attaching_takeover_before(xlab):
+    srv = xlab.start_xdns(DEFAULT_ZONES, name="xdns-fill1", xdp="native")  # waits for the data
+    assert xlab.xdns_stats(srv)["xdp_data_active"] is True
+    log = srv.stderr()
+    attached, filled = log.find("XDP: attached"), log.find("XDP: kernel maps filled")
+    assert 0 <= attached < filled, f"a fresh start should attach, then fill:\n{log[-3000:]}"
+    assert_answers_from_kernel(xlab, srv)
+
+    new = xlab.xdns_takeover(srv, "xdns-fill2")
+    log = new.stderr()
+    filled, swapped = log.find("XDP: kernel maps filled"), log.find("XDP: program replaced inside")
+    assert 0 <= filled < swapped, f"a takeover should fill, then swap the program in:\n{log[-3000:]}"
+    assert xlab.xdns_stats(new)["xdp_data_active"] is True
+    assert_answers_from_kernel(xlab, new)
+    assert xlab.stop(new) == 0, new.stderr()[-2000:]
 
 
 def test_long_answers_grow_the_head_over_veth(xlab):

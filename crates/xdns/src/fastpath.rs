@@ -43,6 +43,9 @@ pub struct XdpCounters {
     pub table: (usize, usize),
     /// The question memo: questions answered through it, and questions written into it.
     pub memo: (u64, u64),
+    /// Zone data is in the kernel maps (false while a fresh start fills them, or after that
+    /// fill failed: the program then passes every query to userspace).
+    pub data_active: bool,
 }
 
 /// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
@@ -59,13 +62,16 @@ pub struct Fastpath {
 }
 
 impl Fastpath {
-    /// Load the program and fill its maps on a thread of its own, not attached yet
-    /// ([`Self::attach`]). `Ok(None)` when no interface is configured.
+    /// Load the program on a thread of its own, not attached yet ([`Self::attach`]). With
+    /// `fill`, its maps are filled before this returns (a takeover: everything that can fail
+    /// is done before the running server is asked for its sockets); without, `attach` fills
+    /// them after attaching. `Ok(None)` when no interface is configured.
     pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
         zones: Arc<ZoneSet>,
         edns_payload: u16,
+        fill: bool,
     ) -> anyhow::Result<Option<Self>> {
         if cfg.interfaces.is_empty() {
             return Ok(None);
@@ -77,7 +83,11 @@ impl Fastpath {
         let thread = std::thread::Builder::new()
             .name("xdns-xdp".into())
             .spawn(move || {
-                let mut rt = match XdpRuntime::load(&cfg, &listen, &zones, edns_payload) {
+                let loaded = XdpRuntime::load(&cfg, &listen, &zones, edns_payload).and_then(|rt| match rt {
+                    Some(mut rt) if fill => rt.fill().map(|()| Some(rt)),
+                    rt => Ok(rt),
+                });
+                let mut rt = match loaded {
                     Ok(Some(rt)) => {
                         let _ = started_tx.send(Ok(true));
                         rt
@@ -98,7 +108,19 @@ impl Fastpath {
                             let _ = reply.send(rt.reload(&z));
                         }
                         Cmd::Attach(links, reply) => {
-                            let _ = reply.send(rt.attach(links));
+                            // A takeover filled the maps at load: the previous program answers
+                            // until ours, complete, is swapped in. A fresh start attaches
+                            // without data: the program passes every query to the userspace
+                            // sockets (already bound), which answer while the maps fill here.
+                            // A failed fill leaves it so, logged; a reload tries again.
+                            let attached = rt.attach(links);
+                            let ok = attached.is_ok();
+                            let _ = reply.send(attached);
+                            if ok {
+                                if let Err(e) = rt.fill() {
+                                    tracing::error!("{e:#}; the kernel passes every query to userspace until a reload succeeds");
+                                }
+                            }
                         }
                         Cmd::Links(reply) => {
                             let _ = reply.send(rt.link_fds());
@@ -111,6 +133,7 @@ impl Fastpath {
                                 verdicts: rt.counters(),
                                 table: rt.table_counts(),
                                 memo: rt.memo_counts(),
+                                data_active: rt.data_active(),
                             });
                         }
                         Cmd::Cache(reply) => {
@@ -148,7 +171,8 @@ impl Fastpath {
     }
 
     /// Attach to the configured interfaces, taking over `inherited` links where they match
-    /// (blocking).
+    /// (blocking), then fill the maps if [`Self::load`] did not. Returns once attached;
+    /// `data_active` in the counters tells when the data is in.
     pub fn attach(&self, inherited: Vec<InheritedLink>) -> anyhow::Result<()> {
         self.call(|reply| Cmd::Attach(inherited, reply))
     }
@@ -222,6 +246,7 @@ mod tests {
             &[],
             Arc::new(ZoneSet::default()),
             1232,
+            false,
         );
         assert!(matches!(r, Ok(None)));
     }

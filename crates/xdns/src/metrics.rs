@@ -9,7 +9,7 @@
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
 //! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_memo_total{counter}`,
-//! `xdns_resolver_total{counter}`.
+//! `xdns_xdp_data_active` (with XDP on), `xdns_resolver_total{counter}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,6 +186,15 @@ pub fn render(s: &Snapshot) -> String {
             (l1("state", state), i64::try_from(v).unwrap_or(i64::MAX))
         }),
     );
+    if let Some(active) = s.xdp_data_active {
+        let g = Gauge::<i64>::default();
+        g.set(i64::from(active));
+        reg.register(
+            "xdns_xdp_data_active",
+            "1 when zone data is in the XDP maps; 0 while a fresh start fills them (the kernel passes every query to userspace meanwhile).",
+            g,
+        );
+    }
     counter_family(
         &mut reg,
         "xdns_xdp_memo",
@@ -311,8 +320,10 @@ mod tests {
         s.xdp_table.insert("answers_in_table".into(), 7);
         s.xdp_table.insert("answers_left_out".into(), 0);
         s.xdp_memo.insert("hits".into(), 11);
+        s.xdp_data_active = Some(true);
         let text = render(&s);
         for want in [
+            "xdns_xdp_data_active 1",
             "xdns_xdp_memo_total{counter=\"hits\"} 11",
             "xdns_xdp_table_answers{state=\"in_table\"} 7",
             "xdns_xdp_table_answers{state=\"left_out\"} 0",

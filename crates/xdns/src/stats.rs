@@ -355,6 +355,12 @@ pub struct Snapshot {
     /// the same slots hold cache hints: cache hits found through a hint, hints written.
     #[serde(default)]
     pub xdp_memo: BTreeMap<String, u64>,
+    /// With XDP on: whether zone data is in the kernel maps. A fresh start attaches the
+    /// program first and fills the maps while userspace answers; until then (or after that
+    /// fill failed, until a reload succeeds) the program passes every query
+    /// (`xdp.pass_not_loaded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_data_active: Option<bool>,
     /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
     /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
     #[serde(default)]
@@ -405,6 +411,9 @@ impl Snapshot {
         }
         for (k, v) in &self.xdp_memo {
             row(&format!("xdp_memo.{k}"), v);
+        }
+        if let Some(active) = self.xdp_data_active {
+            row("xdp_data.active", &u8::from(active));
         }
         for (k, v) in &self.resolver {
             row(&format!("resolver.{k}"), v);

@@ -1,10 +1,14 @@
 //! Glue between the daemon and the XDP fast path (owner: XDP work, issue 3).
 //!
 //! CONTRACT used by the daemon (`serve`, `reload`, `stats`):
-//! - `XdpRuntime::load` loads the program and fills the kernel maps from `zones`; returns
-//!   `Ok(None)` when no interface is configured. `attach` then attaches it (BPF link) to every
-//!   configured interface, or, on a takeover, switches the links handed over by the previous
-//!   process to this program (`link_fds` is the other side of that hand-over).
+//! - `XdpRuntime::load` compiles the kernel's data from `zones` and loads the program (the
+//!   verifier runs here); returns `Ok(None)` when no interface is configured. The maps are
+//!   filled by `fill`, before `attach` on a takeover (the previous program answers until
+//!   ours has its data) and after it on a fresh start (the program passes every query to
+//!   the userspace sockets until then, as it does before any data: `pass_not_loaded`).
+//! - `attach` attaches the program (BPF link) to every configured interface, or, on a
+//!   takeover, switches the links handed over by the previous process to this program
+//!   (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set.
 //! - `counters` returns every verdict counter summed over CPUs, for `xdns stats` and `/metrics`.
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
@@ -56,22 +60,27 @@ pub struct XdpRuntime {
     prog: xdns_bpf::runtime::XdpProgram,
     interfaces: Vec<String>,
     mode: XdpMode,
+    /// Compiled at load, not in the maps yet ([`Self::fill`]).
+    pending: Option<xdns_bpf::data::KernelData>,
+    /// Zone data is in the maps: the program answers (false until the first fill or reload
+    /// succeeds; it passes every query meanwhile).
+    data_active: bool,
 }
 
 impl XdpRuntime {
-    /// Load the program (the verifier runs here) and fill the maps from `zones`; not attached
-    /// yet ([`Self::attach`]). Map capacity is three times the initial data (room for the old
-    /// and the new generation during a reload, plus growth); a reload beyond that fails and
-    /// keeps the old data. The answer table holds twice the initial answers (up to 2^18); a
-    /// reload with more answers keeps the rest in the hash map (`answers_left_out` in the
-    /// log), slower but the same answers, until a restart sizes it again.
+    /// Compile the kernel's data for `zones` and load the program (the verifier runs here);
+    /// neither filled ([`Self::fill`]) nor attached ([`Self::attach`]) yet. Map capacity is
+    /// three times the initial data (room for the old and the new generation during a
+    /// reload, plus growth); a reload beyond that fails and keeps the old data. The answer
+    /// table holds twice the initial answers (up to 2^18); a reload with more answers keeps
+    /// the rest in the hash map (`answers_left_out` in the log), slower but the same answers,
+    /// until a restart sizes it again.
     pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
         zones: &ZoneSet,
         edns_payload: u16,
     ) -> anyhow::Result<Option<Self>> {
-        use anyhow::Context;
         use xdns_bpf::runtime::{Capacity, LoadConfig, XdpProgram};
 
         if cfg.interfaces.is_empty() {
@@ -86,16 +95,34 @@ impl XdpRuntime {
             resolver: cfg.resolver.clone(),
         };
         let t = std::time::Instant::now();
-        let mut prog = XdpProgram::load(&load)?;
+        let prog = XdpProgram::load(&load)?;
         // how close the program is to the verifier's limit of 1M instructions processed
         let verified = prog.insn_count().map_or(0, |(_, v)| v);
         tracing::info!(seconds = t.elapsed().as_secs_f32(), verified, "XDP: program loaded (verifier), maps created");
-        install_logged(&mut prog, &data).context("filling the XDP maps")?;
         Ok(Some(Self {
             prog,
             interfaces: cfg.interfaces.clone(),
             mode: cfg.mode,
+            pending: Some(data),
+            data_active: false,
         }))
+    }
+
+    /// Fill the maps with the data compiled at load (nothing if a reload came first). For a
+    /// large zone set this takes seconds: a fresh start attaches first and fills after, so
+    /// that the userspace sockets answer meanwhile.
+    pub fn fill(&mut self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        if let Some(data) = self.pending.take() {
+            install_logged(&mut self.prog, &data).context("filling the XDP maps")?;
+            self.data_active = true;
+        }
+        Ok(())
+    }
+
+    /// Zone data is in the maps (see [`Self::fill`]).
+    pub fn data_active(&self) -> bool {
+        self.data_active
     }
 
     /// Attach to every configured interface. A link in `inherited` for that interface and
@@ -125,7 +152,10 @@ impl XdpRuntime {
                         "XDP: mode changed: inherited link detached, attaching again (userspace answers meanwhile)");
                     self.prog.attach(ifname, mode)?;
                 }
-                None => self.prog.attach(ifname, mode)?,
+                None => {
+                    self.prog.attach(ifname, mode)?;
+                    tracing::info!(interface = %ifname, mode = ?self.mode, data = self.data_active, "XDP: attached");
+                }
             }
         }
         for link in inherited {
@@ -155,8 +185,11 @@ impl XdpRuntime {
 
     /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
+        self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
-        install_logged(&mut self.prog, &data)
+        install_logged(&mut self.prog, &data)?;
+        self.data_active = true;
+        Ok(())
     }
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`

@@ -80,6 +80,7 @@ impl Shared {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
+            s.xdp_data_active = Some(c.data_active);
         }
         if let Some(r) = self.recursion.get() {
             s.resolver = r
@@ -156,7 +157,9 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     }
     let zones = shared.served.load().zones.clone();
     let fp = tokio::task::spawn_blocking(move || {
-        Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload)
+        // A fresh start fills the maps after attaching, while userspace answers (a large
+        // zone set takes seconds); a takeover fills them first, before it asks for sockets.
+        Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload, takeover)
     })
     .await?
     .context("loading the XDP fast path")?;
