@@ -421,7 +421,12 @@ class Lab:
         once with XDP off). A fresh start attaches the program first and fills the maps while
         userspace answers: answering alone does not mean the kernel does."""
         deadline = time.monotonic() + timeout
-        while not self.xdns_stats(srv).get("xdp_data_active", True):
+        while True:
+            try:
+                if self.xdns_stats(srv).get("xdp_data_active", True):
+                    return
+            except subprocess.TimeoutExpired:
+                pass  # the XDP thread answers counters only once a large fill is done
             if time.monotonic() > deadline or not srv.alive():
                 raise RuntimeError(f"{srv.name}: XDP data not active after {timeout} s\n"
                                    f"--- stderr ---\n{srv.stderr()[-3000:]}")
