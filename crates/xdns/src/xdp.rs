@@ -62,9 +62,6 @@ pub struct XdpRuntime {
     mode: XdpMode,
     /// Compiled at load, not in the maps yet ([`Self::fill`]).
     pending: Option<xdns_bpf::data::KernelData>,
-    /// Zone data is in the maps: the program answers (false until the first fill or reload
-    /// succeeds; it passes every query meanwhile).
-    data_active: bool,
 }
 
 impl XdpRuntime {
@@ -104,7 +101,6 @@ impl XdpRuntime {
             interfaces: cfg.interfaces.clone(),
             mode: cfg.mode,
             pending: Some(data),
-            data_active: false,
         }))
     }
 
@@ -115,14 +111,14 @@ impl XdpRuntime {
         use anyhow::Context;
         if let Some(data) = self.pending.take() {
             install_logged(&mut self.prog, &data).context("filling the XDP maps")?;
-            self.data_active = true;
         }
         Ok(())
     }
 
-    /// Zone data is in the maps (see [`Self::fill`]).
+    /// Zone data is in the maps: a generation is active (none until the first fill or reload
+    /// succeeds; the program passes every query meanwhile).
     pub fn data_active(&self) -> bool {
-        self.data_active
+        self.prog.generation() != 0
     }
 
     /// Attach to every configured interface. A link in `inherited` for that interface and
@@ -154,7 +150,7 @@ impl XdpRuntime {
                 }
                 None => {
                     self.prog.attach(ifname, mode)?;
-                    tracing::info!(interface = %ifname, mode = ?self.mode, data = self.data_active, "XDP: attached");
+                    tracing::info!(interface = %ifname, mode = ?self.mode, data = self.data_active(), "XDP: attached");
                 }
             }
         }
@@ -187,9 +183,7 @@ impl XdpRuntime {
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
         self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
-        install_logged(&mut self.prog, &data)?;
-        self.data_active = true;
-        Ok(())
+        install_logged(&mut self.prog, &data)
     }
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
