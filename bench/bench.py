@@ -394,17 +394,20 @@ def time_v(cmd, cwd=None) -> dict:
     return {"seconds": h * 3600 + m * 60 + s, "peak_mib": int(rss.group(1)) / 1024}
 
 
+def peak_mib(pid: int) -> float:
+    """Peak resident memory of a running process so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def serve_until_loaded(lab: Lab, start) -> tuple[dict, object]:
     """Start a server and time it until the zone answers; returns (result, server) with the
     server still running (the caller stops it)."""
     t0 = time.monotonic()
     srv = start(lab)  # returns once the zone answers SOA
-    secs = time.monotonic() - t0
-    hwm = 0
-    for line in Path(f"/proc/{srv.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1])
-    return {"seconds": secs, "peak_mib": hwm / 1024}, srv
+    return {"seconds": time.monotonic() - t0, "peak_mib": peak_mib(srv.proc.pid)}, srv
 
 
 def load(records: int, peers: set) -> tuple[dict, dict]:
@@ -436,11 +439,11 @@ def load(records: int, peers: set) -> tuple[dict, dict]:
                 t0 = time.monotonic()
                 s = l.start_xdns(zones, name="xdns-load-xdp", xdp="native", wait=False)
                 l.wait_answering(s.addr4, origin, s.proc, timeout=600)
-                answering["seconds"] = time.monotonic() - t0
+                answering.update(seconds=time.monotonic() - t0, peak_mib=peak_mib(s.proc.pid))
                 l.wait_xdp_data(s, timeout=600)
                 return s
             res["xdns serve (XDP)"], srv = serve_until_loaded(lab, start_xdp)
-            res["xdns serve (XDP), answering"] = dict(res["xdns serve (XDP)"], **answering)
+            res["xdns serve (XDP), answering"] = answering
             mem = xdns_memory(lab, srv)
             phases = [ln.strip() for ln in srv.stderr().splitlines() if "XDP:" in ln]
             res["xdns serve (XDP)"]["phases"] = phases
