@@ -422,11 +422,8 @@ class Lab:
         userspace answers: answering alone does not mean the kernel does."""
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                if self.xdns_stats(srv).get("xdp_data_active", True):
-                    return
-            except subprocess.TimeoutExpired:
-                pass  # the XDP thread answers counters only once a large fill is done
+            if self.xdns_stats(srv).get("xdp_data_active", True):
+                return
             if time.monotonic() > deadline or not srv.alive():
                 raise RuntimeError(f"{srv.name}: XDP data not active after {timeout} s\n"
                                    f"--- stderr ---\n{srv.stderr()[-3000:]}")

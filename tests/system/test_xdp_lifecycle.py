@@ -9,6 +9,8 @@ by the process, so
 - a fresh start attaches before it fills the kernel maps (userspace answers meanwhile) and
   says when the data is in (`xdp_data_active`); a takeover fills first, so the previous
   program answers until the new one has its data;
+- `xdns stats` answers while the XDP thread fills or reloads the maps, and reports the
+  generation that packets read at that moment;
 - answers much longer than their queries are still answered in the kernel over veth, where
   the frame has almost no tailroom: the program grows the head instead (xdns_resize).
 
@@ -21,6 +23,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import dns.message
 import dns.rcode
@@ -28,6 +33,8 @@ import dns.rdatatype
 import pytest
 
 from lab import DEFAULT_ZONES, Lab
+
+GENZONE = Path(__file__).resolve().parents[2] / "bench" / "genzone.py"
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +112,47 @@ def test_fresh_start_fills_after_attaching_takeover_before(xlab):
     assert xlab.xdns_stats(new)["xdp_data_active"] is True
     assert_answers_from_kernel(xlab, new)
     assert xlab.stop(new) == 0, new.stderr()[-2000:]
+
+
+def wait_log(srv, text: str, count: int = 1, timeout: float = 90.0) -> None:
+    """Wait until `text` appears `count` times in srv's log."""
+    deadline = time.monotonic() + timeout
+    while srv.stderr().count(text) < count:
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert time.monotonic() < deadline, f"no {count}x {text!r} in:\n{srv.stderr()[-3000:]}"
+        time.sleep(0.02)
+
+
+def test_stats_answer_while_the_maps_fill_and_reload(xlab):
+    """Counters are read from the kernel maps, not asked of the XDP thread, which spends
+    seconds filling the maps of a large zone set. So `xdns stats` answers during a fresh
+    start's fill (no data active yet: userspace answers) and during a reload (the old data is
+    still active), instead of waiting for either to end."""
+    big = xlab.dir / "fill.bench.test.zone"
+    with open(big, "w") as f:
+        subprocess.run([sys.executable, GENZONE, "--records", "300000", "--origin", "bench.test."],
+                       stdout=f, check=True)
+    zones = DEFAULT_ZONES + [("bench.test.", big)]
+    srv = xlab.start_xdns(zones, name="xdns-fillstats", xdp="native", wait=False)
+    filled = "XDP: kernel maps filled"
+
+    wait_log(srv, "XDP: attached")
+    assert filled not in srv.stderr(), "the fill ended before stats could be asked: use a larger zone"
+    early = xlab.xdns_stats(srv)
+    assert filled not in srv.stderr(), "stats answered only once the fill had ended"
+    assert early["xdp_data_active"] is False, early
+    assert "answered" in dict(early["xdp"]), early
+    xlab.wait_xdp_data(srv, timeout=90)
+
+    srv.proc.send_signal(signal.SIGHUP)
+    wait_log(srv, "XDP: compiling answers", count=2)
+    assert srv.stderr().count(filled) == 1, "the reload ended before stats could be asked"
+    during = xlab.xdns_stats(srv)
+    assert srv.stderr().count(filled) == 1, "stats answered only once the reload had ended"
+    assert during["xdp_data_active"] is True, "the old data answers until the new is complete"
+    wait_log(srv, filled, count=2)
+    assert_answers_from_kernel(xlab, srv)
+    assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
 
 
 def test_long_answers_grow_the_head_over_veth(xlab):

@@ -277,11 +277,17 @@ impl XdpProgram {
     /// through it, and questions written into it (a resolver program: cache hits through a
     /// hint, and hints written).
     pub fn memo_counts(&self) -> Result<(u64, u64)> {
-        use crate::types::xdns_scratch;
-        let cpus = self.skel.maps.xdns_scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        let field = |v: &[u8], at: usize| v.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
-        let (hits, kept) = (std::mem::offset_of!(xdns_scratch, memo_hits), std::mem::offset_of!(xdns_scratch, memo_kept));
-        Ok(cpus.iter().fold((0, 0), |(h, k), v| (h + field(v, hits), k + field(v, kept))))
+        memo_counters(&self.skel.maps.xdns_scratch)
+    }
+
+    /// A reader of the counters and the active generation for another thread
+    /// ([`StatusReader`]).
+    pub fn status_reader(&self) -> Result<StatusReader> {
+        let m = &self.skel.maps;
+        Ok(StatusReader {
+            scratch: libbpf_rs::MapHandle::try_from(&m.xdns_scratch).context("duplicating the scratch map's fd")?,
+            gen: libbpf_rs::MapHandle::try_from(&m.xdns_gen).context("duplicating the generation map's fd")?,
+        })
     }
 
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
@@ -414,12 +420,7 @@ impl XdpProgram {
 
     /// Every verdict counter summed over CPUs, with its name.
     pub fn counters(&self) -> Result<Vec<(String, u64)>> {
-        let maps = LibbpfMaps { skel: &self.skel };
-        let v = maps.counters()?;
-        Ok(v.into_iter()
-            .enumerate()
-            .filter_map(|(i, n)| Some((crate::verdict_name(i)?, n)))
-            .collect())
+        Ok(named_verdicts(verdict_counters(&self.skel.maps.xdns_scratch)?))
     }
 
     /// Run the program once on `packet` (BPF_PROG_TEST_RUN): `(XDP action, output frame)`.
@@ -628,26 +629,82 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn active_generation(&self) -> Result<u32> {
-        let v = self.skel.maps.xdns_gen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?;
-        let v = v.context("xdns_gen[0] missing")?;
-        Ok(u32::from_ne_bytes(v[..4].try_into()?))
+        read_generation(&self.skel.maps.xdns_gen)
     }
 
-    /// The verdict counters (`bpf/stats.h`: `verdicts` in each CPU's scratch value), summed.
     fn counters(&self) -> Result<Vec<u64>> {
-        use crate::types::xdns_scratch;
-        let n = crate::VERDICT_NAMES.len();
-        let at = std::mem::offset_of!(xdns_scratch, verdicts);
-        let mut out = vec![0u64; n];
-        let cpus = self.skel.maps.xdns_scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        for cpu in &cpus {
-            for (i, slot) in out.iter_mut().enumerate() {
-                let b = cpu.get(at + 8 * i..at + 8 * i + 8).context("scratch value shorter than its counters")?;
-                *slot += u64::from_ne_bytes(b.try_into()?);
-            }
-        }
-        Ok(out)
+        verdict_counters(&self.skel.maps.xdns_scratch)
     }
+}
+
+/// The counters and the active generation, read through duplicates of their maps' fds: from
+/// any thread, while the program's owner is busy (filling or reloading the maps) or not.
+/// The reads take no lock: each counter is a CPU's own u64, the generation one u32 the loader
+/// flips when a new generation is complete.
+pub struct StatusReader {
+    scratch: libbpf_rs::MapHandle,
+    gen: libbpf_rs::MapHandle,
+}
+
+impl StatusReader {
+    /// Every verdict counter summed over CPUs, by name (as [`XdpProgram::counters`]).
+    pub fn counters(&self) -> Result<Vec<(String, u64)>> {
+        Ok(named_verdicts(verdict_counters(&self.scratch)?))
+    }
+
+    /// The question memo's counters (as [`XdpProgram::memo_counts`]).
+    pub fn memo_counts(&self) -> Result<(u64, u64)> {
+        memo_counters(&self.scratch)
+    }
+
+    /// The generation packets read (`xdns_gen[0]`; 0 until the first install completes).
+    pub fn generation(&self) -> Result<u32> {
+        read_generation(&self.gen)
+    }
+}
+
+/// `xdns_gen[0]`: the generation packets read.
+fn read_generation(gen: &impl MapCore) -> Result<u32> {
+    let v = gen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?;
+    let v = v.context("xdns_gen[0] missing")?;
+    Ok(u32::from_ne_bytes(v.get(..4).context("xdns_gen value shorter than 4 bytes")?.try_into()?))
+}
+
+/// Each CPU's scratch value (one per CPU), for the counters at its end.
+fn scratch_values(scratch: &impl MapCore) -> Result<Vec<Vec<u8>>> {
+    Ok(scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default())
+}
+
+/// The verdict counters (`bpf/stats.h`: `verdicts` in each CPU's scratch value), summed,
+/// indexed by `enum xdns_verdict`.
+fn verdict_counters(scratch: &impl MapCore) -> Result<Vec<u64>> {
+    use crate::types::xdns_scratch;
+    let n = crate::VERDICT_NAMES.len();
+    let at = std::mem::offset_of!(xdns_scratch, verdicts);
+    let mut out = vec![0u64; n];
+    for cpu in &scratch_values(scratch)? {
+        for (i, slot) in out.iter_mut().enumerate() {
+            let b = cpu.get(at + 8 * i..at + 8 * i + 8).context("scratch value shorter than its counters")?;
+            *slot += u64::from_ne_bytes(b.try_into()?);
+        }
+    }
+    Ok(out)
+}
+
+/// Counters indexed by verdict, named (`answered`, `pass_<reason>`, ...).
+fn named_verdicts(v: Vec<u64>) -> Vec<(String, u64)> {
+    v.into_iter()
+        .enumerate()
+        .filter_map(|(i, n)| Some((crate::verdict_name(i)?, n)))
+        .collect()
+}
+
+/// The memo's hit and kept counters summed over CPUs (`memo_hits`, `memo_kept` in scratch).
+fn memo_counters(scratch: &impl MapCore) -> Result<(u64, u64)> {
+    use crate::types::xdns_scratch;
+    let field = |v: &[u8], at: usize| v.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+    let (hits, kept) = (std::mem::offset_of!(xdns_scratch, memo_hits), std::mem::offset_of!(xdns_scratch, memo_kept));
+    Ok(scratch_values(scratch)?.iter().fold((0, 0), |(h, k), v| (h + field(v, hits), k + field(v, kept))))
 }
 
 /// BPF_PROG_TEST_RUN on a program fd: `(XDP action, output frame)`. Usable from any thread

@@ -5,10 +5,14 @@
 //! parts of the daemon (reload, stats) use it without caring about either. Dropping the
 //! [`Fastpath`] stops the thread, which drops the runtime and closes its links: that detaches
 //! the program unless a new process took the links over (then they live on with its program).
+//!
+//! Counters are not asked of the thread: a fill or reload of a large zone set keeps it busy
+//! for seconds, and `xdns stats` and `/metrics` must answer meanwhile. [`XdpStatus`] reads
+//! them from the kernel maps directly (duplicated fds), from any thread.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -16,7 +20,9 @@ use xdns_zone::ZoneSet;
 
 use crate::xdp::{InheritedLink, XdpConfig, XdpRuntime};
 
-/// How long a caller waits for the XDP thread before giving up.
+/// How long a caller waits for the XDP thread before giving up, except for a reload, which
+/// waits for its end however long the fill takes: a reload reported failed while it goes on
+/// and succeeds would mislead the operator.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[allow(dead_code)] // Cache and SetAllow: used once the resolver is wired in (issue 4)
@@ -25,7 +31,6 @@ enum Cmd {
     Attach(Vec<InheritedLink>, mpsc::Sender<anyhow::Result<()>>),
     Links(mpsc::Sender<anyhow::Result<Vec<InheritedLink>>>),
     Reclaim(mpsc::Sender<anyhow::Result<()>>),
-    Counters(mpsc::Sender<XdpCounters>),
     Cache(mpsc::Sender<anyhow::Result<Option<CacheHandles>>>),
     SetAllow(
         Vec<(std::net::IpAddr, u8)>,
@@ -33,7 +38,7 @@ enum Cmd {
     ),
 }
 
-/// What the XDP thread reports for `xdns stats` and `/metrics`.
+/// What `xdns stats` and `/metrics` show of the fast path.
 #[derive(Debug, Default)]
 pub struct XdpCounters {
     /// Packets per verdict, summed over CPUs.
@@ -48,6 +53,31 @@ pub struct XdpCounters {
     pub data_active: bool,
 }
 
+/// The fast path's counters, readable from any thread without waiting for the XDP thread.
+pub struct XdpStatus {
+    reader: xdns_bpf::runtime::StatusReader,
+    /// The answer table's counts for the active data: userspace state of the loader, which
+    /// the XDP thread publishes here after each fill or reload.
+    table: Mutex<(usize, usize)>,
+}
+
+impl XdpStatus {
+    /// Every counter, read now. A failed map read (none expected while the maps exist) gives
+    /// that part's default.
+    pub fn counters(&self) -> XdpCounters {
+        XdpCounters {
+            verdicts: self.reader.counters().unwrap_or_default(),
+            table: *self.table.lock().unwrap_or_else(|e| e.into_inner()),
+            memo: self.reader.memo_counts().unwrap_or_default(),
+            data_active: self.reader.generation().is_ok_and(|g| g != 0),
+        }
+    }
+
+    fn publish_table(&self, rt: &XdpRuntime) {
+        *self.table.lock().unwrap_or_else(|e| e.into_inner()) = rt.table_counts();
+    }
+}
+
 /// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
 /// its refresh events (keys to resolve again before they expire).
 pub type CacheHandles = (
@@ -59,6 +89,7 @@ pub type CacheHandles = (
 pub struct Fastpath {
     tx: Option<mpsc::Sender<Cmd>>,
     thread: Option<JoinHandle<()>>,
+    status: Arc<XdpStatus>,
 }
 
 impl Fastpath {
@@ -76,7 +107,7 @@ impl Fastpath {
         if cfg.interfaces.is_empty() {
             return Ok(None);
         }
-        let (started_tx, started_rx) = mpsc::channel::<anyhow::Result<bool>>();
+        let (started_tx, started_rx) = mpsc::channel::<anyhow::Result<Option<Arc<XdpStatus>>>>();
         let (tx, rx) = mpsc::channel::<Cmd>();
         let cfg = cfg.clone();
         let listen = listen.to_vec();
@@ -87,13 +118,23 @@ impl Fastpath {
                     Some(mut rt) if fill => rt.fill().map(|()| Some(rt)),
                     rt => Ok(rt),
                 });
-                let mut rt = match loaded {
-                    Ok(Some(rt)) => {
-                        let _ = started_tx.send(Ok(true));
-                        rt
+                let status = loaded.and_then(|rt| match rt {
+                    Some(rt) => {
+                        let status = XdpStatus {
+                            reader: rt.status_reader()?,
+                            table: Mutex::new(rt.table_counts()),
+                        };
+                        Ok(Some((rt, Arc::new(status))))
+                    }
+                    None => Ok(None),
+                });
+                let (mut rt, status) = match status {
+                    Ok(Some((rt, status))) => {
+                        let _ = started_tx.send(Ok(Some(status.clone())));
+                        (rt, status)
                     }
                     Ok(None) => {
-                        let _ = started_tx.send(Ok(false));
+                        let _ = started_tx.send(Ok(None));
                         return;
                     }
                     Err(e) => {
@@ -105,7 +146,9 @@ impl Fastpath {
                 while let Ok(cmd) = rx.recv() {
                     match cmd {
                         Cmd::Reload(z, reply) => {
-                            let _ = reply.send(rt.reload(&z));
+                            let done = rt.reload(&z);
+                            status.publish_table(&rt);
+                            let _ = reply.send(done);
                         }
                         Cmd::Attach(links, reply) => {
                             // A takeover filled the maps at load: the previous program answers
@@ -120,6 +163,7 @@ impl Fastpath {
                                 if let Err(e) = rt.fill() {
                                     tracing::error!("{e:#}; the kernel passes every query to userspace until a reload succeeds");
                                 }
+                                status.publish_table(&rt);
                             }
                         }
                         Cmd::Links(reply) => {
@@ -127,14 +171,6 @@ impl Fastpath {
                         }
                         Cmd::Reclaim(reply) => {
                             let _ = reply.send(rt.reclaim_links());
-                        }
-                        Cmd::Counters(reply) => {
-                            let _ = reply.send(XdpCounters {
-                                verdicts: rt.counters(),
-                                table: rt.table_counts(),
-                                memo: rt.memo_counts(),
-                                data_active: rt.data_active(),
-                            });
                         }
                         Cmd::Cache(reply) => {
                             let _ = reply.send(rt.cache());
@@ -146,11 +182,12 @@ impl Fastpath {
                 }
             })?;
         match started_rx.recv() {
-            Ok(Ok(true)) => Ok(Some(Self {
+            Ok(Ok(Some(status))) => Ok(Some(Self {
                 tx: Some(tx),
                 thread: Some(thread),
+                status,
             })),
-            Ok(Ok(false)) => {
+            Ok(Ok(None)) => {
                 let _ = thread.join();
                 Ok(None)
             }
@@ -165,9 +202,10 @@ impl Fastpath {
         }
     }
 
-    /// Give the kernel a new zone set (blocking; call from a blocking context).
+    /// Give the kernel a new zone set (blocking until the new data is active or the reload
+    /// failed, however long that takes; call from a blocking context).
     pub fn reload(&self, zones: Arc<ZoneSet>) -> anyhow::Result<()> {
-        self.call(|reply| Cmd::Reload(zones, reply))
+        self.call_within(None, |reply| Cmd::Reload(zones, reply))
     }
 
     /// Attach to the configured interfaces, taking over `inherited` links where they match
@@ -187,13 +225,9 @@ impl Fastpath {
         self.call(Cmd::Reclaim)
     }
 
-    /// Every XDP counter (blocking; call from a blocking context). Empty if the thread is gone.
-    pub fn counters(&self) -> XdpCounters {
-        let (reply, rx) = mpsc::channel();
-        if self.send(Cmd::Counters(reply)).is_err() {
-            return XdpCounters::default();
-        }
-        rx.recv_timeout(CALL_TIMEOUT).unwrap_or_default()
+    /// The counters' reader, for any thread, whatever the XDP thread is doing.
+    pub fn status(&self) -> Arc<XdpStatus> {
+        self.status.clone()
     }
 
     /// The kernel answer cache and its refresh-event reader (blocking). `Ok(None)` when the
@@ -208,12 +242,28 @@ impl Fastpath {
         self.call(|reply| Cmd::SetAllow(allow, reply))
     }
 
-    /// Send the command `make` builds around a reply channel, and wait for the reply.
+    /// Send the command `make` builds around a reply channel, and wait for the reply up to
+    /// [`CALL_TIMEOUT`].
     fn call<T>(&self, make: impl FnOnce(mpsc::Sender<anyhow::Result<T>>) -> Cmd) -> anyhow::Result<T> {
+        self.call_within(Some(CALL_TIMEOUT), make)
+    }
+
+    /// As [`Self::call`], waiting up to `timeout` (`None`: until the thread replies or stops).
+    fn call_within<T>(
+        &self,
+        timeout: Option<Duration>,
+        make: impl FnOnce(mpsc::Sender<anyhow::Result<T>>) -> Cmd,
+    ) -> anyhow::Result<T> {
         let (reply, rx) = mpsc::channel();
         self.send(make(reply))?;
-        rx.recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?
+        match timeout {
+            Some(t) => rx
+                .recv_timeout(t)
+                .map_err(|_| anyhow::anyhow!("the XDP thread did not answer"))?,
+            None => rx
+                .recv()
+                .map_err(|_| anyhow::anyhow!("the XDP thread stopped before answering"))?,
+        }
     }
 
     fn send(&self, cmd: Cmd) -> anyhow::Result<()> {

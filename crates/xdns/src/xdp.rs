@@ -10,7 +10,8 @@
 //!   takeover, switches the links handed over by the previous process to this program
 //!   (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set.
-//! - `counters` returns every verdict counter summed over CPUs, for `xdns stats` and `/metrics`.
+//! - `status_reader` reads the verdict and memo counters and the active generation from
+//!   another thread, for `xdns stats` and `/metrics`, even while a fill or reload runs.
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
 //!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
 //! - Dropping the runtime detaches the program.
@@ -207,19 +208,15 @@ impl XdpRuntime {
         self.prog.set_allow(allow)
     }
 
-    /// Every verdict counter (`answered`, `pass_<reason>`, `drop_<reason>`) summed over CPUs.
-    pub fn counters(&self) -> Vec<(String, u64)> {
-        self.prog.counters().unwrap_or_default()
+    /// A reader of the verdict and memo counters and of the active generation, for other
+    /// threads: it does not wait while this runtime fills or reloads the maps.
+    pub fn status_reader(&self) -> anyhow::Result<xdns_bpf::runtime::StatusReader> {
+        self.prog.status_reader()
     }
 
     /// Answers of the active data in the answer table, and answers only in the hash map.
     pub fn table_counts(&self) -> (usize, usize) {
         self.prog.table_counts()
-    }
-
-    /// The question memo: questions answered through it, and questions written into it.
-    pub fn memo_counts(&self) -> (u64, u64) {
-        self.prog.memo_counts().unwrap_or_default()
     }
 }
 

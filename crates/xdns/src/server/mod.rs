@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::config::{self, Config, Overrides};
-use crate::fastpath::Fastpath;
+use crate::fastpath::{Fastpath, XdpStatus};
 use crate::recursion::{self, Recursion};
 use crate::reload::{self, Served};
 use crate::stats::{Snapshot, Stats};
@@ -39,8 +39,11 @@ pub struct Shared {
     pub stats: Stats,
     /// Set once on shutdown; UDP workers poll it.
     pub shutdown: AtomicBool,
-    /// The XDP fast path, when attached.
+    /// The XDP fast path, when attached. Its calls may block for as long as a reload's fill:
+    /// counters are read through `xdp_status` instead.
     pub fastpath: Mutex<Option<Fastpath>>,
+    /// The fast path's counters (`Fastpath::status`), set and cleared with `fastpath`.
+    pub xdp_status: ArcSwapOption<XdpStatus>,
     /// The recursive resolver, when `[resolver]` is configured (set before workers start).
     pub recursion: OnceLock<Arc<Recursion>>,
     /// Listening sockets kept for a new process taking over.
@@ -55,22 +58,19 @@ impl Shared {
             stats: Stats::new(),
             shutdown: AtomicBool::new(false),
             fastpath: Mutex::new(None),
+            xdp_status: ArcSwapOption::empty(),
             recursion: OnceLock::new(),
             takeover: Default::default(),
         }
     }
 
-    /// All counters, the zones served and the XDP counters (blocking: asks the XDP thread).
+    /// All counters, the zones served and the XDP counters (a few map reads; it does not
+    /// wait for a reload).
     pub fn snapshot(&self) -> Snapshot {
         let mut s = self.stats.snapshot();
         s.zones = self.served.load().zone_infos();
-        if let Some(fp) = self
-            .fastpath
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            let c = fp.counters();
+        if let Some(status) = self.xdp_status.load_full() {
+            let c = status.counters();
             s.xdp = c.verdicts.into_iter().collect();
             s.xdp_table = [("answers_in_table", c.table.0), ("answers_left_out", c.table.1)]
                 .into_iter()
@@ -163,6 +163,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     })
     .await?
     .context("loading the XDP fast path")?;
+    shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
 
     // Everything that can fail on this host's state has been done: ask for the sockets.
@@ -438,6 +439,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         remove_control(&control_path);
     }
     // Closing our link fds detaches nothing the new process holds too.
+    shared.xdp_status.store(None);
     let fp = shared
         .fastpath
         .lock()
