@@ -11,6 +11,8 @@ by the process, so
   program answers until the new one has its data;
 - `xdns stats` answers while the XDP thread fills or reloads the maps, and reports the
   generation that packets read at that moment;
+- `xdns stats` and the log say how each interface runs the program (what `mode = "auto"`
+  chose), also after a takeover;
 - answers much longer than their queries are still answered in the kernel over veth, where
   the frame has almost no tailroom: the program grows the head instead (xdns_resize).
 
@@ -32,7 +34,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from lab import DEFAULT_ZONES, Lab
+from lab import DEFAULT_ZONES, XDNS_BIN, Lab
 
 GENZONE = Path(__file__).resolve().parents[2] / "bench" / "genzone.py"
 
@@ -110,6 +112,7 @@ def test_fresh_start_fills_after_attaching_takeover_before(xlab):
     filled, swapped = log.find("XDP: kernel maps filled"), log.find("XDP: program replaced inside")
     assert 0 <= filled < swapped, f"a takeover should fill, then swap the program in:\n{log[-3000:]}"
     assert xlab.xdns_stats(new)["xdp_data_active"] is True
+    assert xlab.xdns_stats(new)["xdp_attached"] == {xlab.server_if: "native"}, "the new program runs"
     assert_answers_from_kernel(xlab, new)
     assert xlab.stop(new) == 0, new.stderr()[-2000:]
 
@@ -153,6 +156,24 @@ def test_stats_answer_while_the_maps_fill_and_reload(xlab):
     wait_log(srv, filled, count=2)
     assert_answers_from_kernel(xlab, srv)
     assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
+
+
+def test_stats_say_how_the_interface_runs_the_program(xlab):
+    """With `mode = "auto"` the kernel chooses between the driver (native) and the much slower
+    skb path (generic); `xdns stats` and the attach log say which it chose, asked of the
+    kernel. veth has native XDP; `generic` is reported as such."""
+    for mode, want in [("auto", "native"), ("generic", "generic")]:
+        srv = xlab.start_xdns(DEFAULT_ZONES, name=f"xdns-mode-{mode}", xdp=mode)
+        stats = xlab.xdns_stats(srv)
+        assert stats["xdp_attached"] == {xlab.server_if: want}, stats.get("xdp_attached")
+        line = next(ln for ln in srv.stderr().splitlines() if "XDP: attached" in ln)
+        assert f"running={want}" in line.replace('"', ""), line
+        if want == "native":
+            assert_answers_from_kernel(xlab, srv)
+        table = subprocess.run([str(XDNS_BIN), "stats", "--control", str(srv.extra["control"])],
+                               capture_output=True, text=True, timeout=10).stdout
+        assert any(r.split() == [f"xdp_attached.{xlab.server_if}", want] for r in table.splitlines()), table
+        assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
 
 
 def test_long_answers_grow_the_head_over_veth(xlab):

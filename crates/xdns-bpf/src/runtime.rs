@@ -287,6 +287,7 @@ impl XdpProgram {
         Ok(StatusReader {
             scratch: libbpf_rs::MapHandle::try_from(&m.xdns_scratch).context("duplicating the scratch map's fd")?,
             gen: libbpf_rs::MapHandle::try_from(&m.xdns_gen).context("duplicating the generation map's fd")?,
+            prog_id: self.prog_id()?,
         })
     }
 
@@ -471,6 +472,21 @@ impl XdpProgram {
 
     /// `(translated instructions, instructions the verifier processed)` of the loaded program.
     pub fn insn_count(&self) -> Result<(usize, usize)> {
+        let info = self.info()?;
+        Ok((info.xlated_prog_len as usize / 8, info.verified_insns as usize))
+    }
+
+    /// The program's id (as `bpftool prog show` and `ip link` print it).
+    pub fn prog_id(&self) -> Result<u32> {
+        Ok(self.info()?.id)
+    }
+
+    /// How interface `ifname` runs this program (see [`xdp_attached_as`]).
+    pub fn attached_as(&self, ifname: &str) -> Result<Option<&'static str>> {
+        xdp_attached_as(ifname, self.prog_id()?)
+    }
+
+    fn info(&self) -> Result<libbpf_sys::bpf_prog_info> {
         let fd = self.skel.progs.xdns_xdp.as_fd().as_raw_fd();
         // SAFETY: zeroed `bpf_prog_info` is a valid query buffer; the kernel fills at most
         // `len` bytes of it for the program `fd` we own.
@@ -481,7 +497,7 @@ impl XdpProgram {
         if rc != 0 {
             bail!("bpf_prog_get_info_by_fd: {rc}");
         }
-        Ok((info.xlated_prog_len as usize / 8, info.verified_insns as usize))
+        Ok(info)
     }
 }
 
@@ -637,13 +653,15 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 }
 
-/// The counters and the active generation, read through duplicates of their maps' fds: from
-/// any thread, while the program's owner is busy (filling or reloading the maps) or not.
+/// The counters, the active generation and how interfaces run the program, read through
+/// duplicates of the maps' fds and by program id: from any thread, while the program's owner
+/// is busy (filling or reloading the maps) or not.
 /// The reads take no lock: each counter is a CPU's own u64, the generation one u32 the loader
 /// flips when a new generation is complete.
 pub struct StatusReader {
     scratch: libbpf_rs::MapHandle,
     gen: libbpf_rs::MapHandle,
+    prog_id: u32,
 }
 
 impl StatusReader {
@@ -661,6 +679,36 @@ impl StatusReader {
     pub fn generation(&self) -> Result<u32> {
         read_generation(&self.gen)
     }
+
+    /// How interface `ifname` runs the program, asked of the kernel now
+    /// ([`xdp_attached_as`]).
+    pub fn attached_as(&self, ifname: &str) -> Result<Option<&'static str>> {
+        xdp_attached_as(ifname, self.prog_id)
+    }
+}
+
+/// How interface `ifname` runs program `prog_id`, asked of the kernel (`bpf_xdp_query`, a
+/// netlink request): "native" (in the driver), "generic" (on the skb path, after the
+/// kernel allocated a socket buffer: several times slower) or "offload" (on the NIC). This is
+/// what `mode = "auto"` chose. `None` when the interface runs another program or none (a
+/// takeover handed the link to a new process, or the link was detached).
+pub fn xdp_attached_as(ifname: &str, prog_id: u32) -> Result<Option<&'static str>> {
+    let index = ifindex(ifname)?;
+    // SAFETY: an all-zero `bpf_xdp_query_opts` is its documented default; `sz` is set.
+    let mut opts: libbpf_sys::bpf_xdp_query_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_sys::bpf_xdp_query_opts>() as _;
+    // SAFETY: `opts` is initialised, sized, and valid for writes during the call.
+    let rc = unsafe { libbpf_sys::bpf_xdp_query(index as i32, 0, &mut opts) };
+    if rc != 0 {
+        bail!("querying XDP on {ifname}: {}", std::io::Error::from_raw_os_error(-rc));
+    }
+    Ok(match prog_id {
+        0 => None,
+        id if opts.drv_prog_id == id => Some("native"),
+        id if opts.skb_prog_id == id => Some("generic"),
+        id if opts.hw_prog_id == id => Some("offload"),
+        _ => None,
+    })
 }
 
 /// `xdns_gen[0]`: the generation packets read.

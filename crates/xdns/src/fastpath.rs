@@ -51,11 +51,17 @@ pub struct XdpCounters {
     /// Zone data is in the kernel maps (false while a fresh start fills them, or after that
     /// fill failed: the program then passes every query to userspace).
     pub data_active: bool,
+    /// Each configured interface and how it runs the program now: "native", "generic",
+    /// "offload", or "none" (not this program: a takeover handed the link on, or the
+    /// interface is gone).
+    pub attached: Vec<(String, &'static str)>,
 }
 
 /// The fast path's counters, readable from any thread without waiting for the XDP thread.
 pub struct XdpStatus {
     reader: xdns_bpf::runtime::StatusReader,
+    /// The configured interfaces.
+    interfaces: Vec<String>,
     /// The answer table's counts for the active data: userspace state of the loader, which
     /// the XDP thread publishes here after each fill or reload.
     table: Mutex<(usize, usize)>,
@@ -70,6 +76,11 @@ impl XdpStatus {
             table: *self.table.lock().unwrap_or_else(|e| e.into_inner()),
             memo: self.reader.memo_counts().unwrap_or_default(),
             data_active: self.reader.generation().is_ok_and(|g| g != 0),
+            attached: self
+                .interfaces
+                .iter()
+                .map(|i| (i.clone(), self.reader.attached_as(i).ok().flatten().unwrap_or("none")))
+                .collect(),
         }
     }
 
@@ -122,6 +133,7 @@ impl Fastpath {
                     Some(rt) => {
                         let status = XdpStatus {
                             reader: rt.status_reader()?,
+                            interfaces: cfg.interfaces.clone(),
                             table: Mutex::new(rt.table_counts()),
                         };
                         Ok(Some((rt, Arc::new(status))))

@@ -9,7 +9,8 @@
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
 //! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_memo_total{counter}`,
-//! `xdns_xdp_data_active` (with XDP on), `xdns_resolver_total{counter}`.
+//! `xdns_xdp_data_active` and `xdns_xdp_attached{interface,mode}` (with XDP on),
+//! `xdns_resolver_total{counter}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,6 +196,15 @@ pub fn render(s: &Snapshot) -> String {
             g,
         );
     }
+    gauge_family(
+        &mut reg,
+        "xdns_xdp_attached",
+        "1 for each configured interface, labelled with how it runs the XDP program: native, generic (skb path), offload, or none.",
+        s.xdp_attached.iter().map(|(i, how)| {
+            let labels = vec![("interface".to_string(), i.clone()), ("mode".to_string(), how.clone())];
+            (labels, 1)
+        }),
+    );
     counter_family(
         &mut reg,
         "xdns_xdp_memo",
@@ -321,9 +331,11 @@ mod tests {
         s.xdp_table.insert("answers_left_out".into(), 0);
         s.xdp_memo.insert("hits".into(), 11);
         s.xdp_data_active = Some(true);
+        s.xdp_attached.insert("s0".into(), "native".into());
         let text = render(&s);
         for want in [
             "xdns_xdp_data_active 1",
+            "xdns_xdp_attached{interface=\"s0\",mode=\"native\"} 1",
             "xdns_xdp_memo_total{counter=\"hits\"} 11",
             "xdns_xdp_table_answers{state=\"in_table\"} 7",
             "xdns_xdp_table_answers{state=\"left_out\"} 0",

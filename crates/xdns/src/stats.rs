@@ -361,6 +361,12 @@ pub struct Snapshot {
     /// (`xdp.pass_not_loaded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xdp_data_active: Option<bool>,
+    /// With XDP on: each configured interface and how it runs the program, asked of the
+    /// kernel at the call: `native`, `generic` (the skb path: much slower; what `mode =
+    /// "auto"` falls back to without driver support), `offload`, or `none` (not this
+    /// process's program).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xdp_attached: BTreeMap<String, String>,
     /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
     /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
     #[serde(default)]
@@ -414,6 +420,9 @@ impl Snapshot {
         }
         if let Some(active) = self.xdp_data_active {
             row("xdp_data.active", &u8::from(active));
+        }
+        for (k, v) in &self.xdp_attached {
+            row(&format!("xdp_attached.{k}"), v);
         }
         for (k, v) in &self.resolver {
             row(&format!("resolver.{k}"), v);

@@ -141,7 +141,8 @@ impl XdpRuntime {
                     let link = inherited.swap_remove(i);
                     if link.mode == self.mode {
                         self.prog.adopt_link(ifname, link.fd)?;
-                        tracing::info!(interface = %ifname, "XDP: program replaced inside the inherited link");
+                        tracing::info!(interface = %ifname, running = self.attached_as(ifname),
+                            "XDP: program replaced inside the inherited link");
                         continue;
                     }
                     xdns_bpf::runtime::detach_link(std::os::fd::AsFd::as_fd(&link.fd))?;
@@ -151,7 +152,8 @@ impl XdpRuntime {
                 }
                 None => {
                     self.prog.attach(ifname, mode)?;
-                    tracing::info!(interface = %ifname, mode = ?self.mode, data = self.data_active(), "XDP: attached");
+                    tracing::info!(interface = %ifname, mode = ?self.mode, running = self.attached_as(ifname),
+                        data = self.data_active(), "XDP: attached");
                 }
             }
         }
@@ -159,6 +161,12 @@ impl XdpRuntime {
             tracing::info!(interface = %link.interface, "XDP: interface no longer configured; detached when the previous process exits");
         }
         Ok(())
+    }
+
+    /// How `ifname` runs our program: native, generic or offload ("none": not ours, or the
+    /// query failed), for the log. With `mode = "auto"` this is what the kernel chose.
+    fn attached_as(&self, ifname: &str) -> &'static str {
+        self.prog.attached_as(ifname).ok().flatten().unwrap_or("none")
     }
 
     /// Duplicates of our links, for a new process taking over.

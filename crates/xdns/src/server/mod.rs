@@ -81,6 +81,11 @@ impl Shared {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
             s.xdp_data_active = Some(c.data_active);
+            s.xdp_attached = c
+                .attached
+                .into_iter()
+                .map(|(i, how)| (i, how.to_string()))
+                .collect();
         }
         if let Some(r) = self.recursion.get() {
             s.resolver = r
