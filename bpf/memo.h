@@ -25,9 +25,11 @@
  * Per CPU (`xdns_memo`, XDNS_MEMO_SLOTS slots for each CPU, in sets of two ways): a CPU reads
  * and writes only its own slots, and one XDP run finishes before the next starts on that CPU,
  * so no entry is ever read half written. A question is learnt the second time it is seen in
- * its set (`seen`, in the set's first way), so a flood of names asked once (random subdomains)
- * costs a hash and a compare per query and writes nothing. It takes an empty way, else the two
- * ways are replaced in turn.
+ * its set, so a flood of names asked once (random subdomains) costs a hash and a compare per
+ * query and writes only a sighting. A set remembers its last two first sightings (`seen` of
+ * each way, the newer in the first): two questions of one set asked in turn are both learnt
+ * (with one sighting per set, each erased the other's and neither was ever kept). A new
+ * entry takes an empty way, else the two ways are replaced in turn.
  *
  * Why two ways and 4096 slots: a miss costs far more than its walk alone, because the walk's
  * code and data are no longer warm. On the benchmark's mix (about 510 distinct questions),
@@ -177,7 +179,9 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 	m1 = xdns_memo_at(set + 1);
 	if (!m0 || !m1 || m0->hash == h || m1->hash == h)
 		return 0;
-	if (m0->seen != (__u32)h) {     /* the set's sighting lives in its first way */
+	if (m0->seen != (__u32)h && m1->seen != (__u32)h) {
+		/* a first sighting: the set keeps its last two, the newer in its first way */
+		m1->seen = m0->seen;
 		m0->seen = (__u32)h;
 		return 0;
 	}

@@ -154,8 +154,9 @@ struct xdns_memo {
 	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
 	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
 	__u32 qsum;             /* checksum of the name bytes (xdns_query.qsum), folded to 32 bits */
-	__u32 seen;             /* first way of a set: low half of the hash of a question seen once
-				 * (cache hint: the question's type | its DO bit << 16) */
+	__u32 seen;             /* low half of the hash of a question seen once in this set: the
+				 * latest in the first way, the one before in the second (cache
+				 * hint: the question's type | its DO bit << 16) */
 	__u8 qlen;              /* wire length of the name (name[] holds qlen + 4 bytes) */
 	__u8 nlab;              /* its labels, the root included */
 	__u8 _pad[2];

@@ -496,6 +496,35 @@ fn question_memo_keeps_two_questions_per_set() {
     assert_eq!(broken, 1, "it took exactly one of the two ways");
 }
 
+/// Two questions of one set asked in turn (A, B, A, B, ...) are both learnt: a set remembers
+/// its last two first sightings, so neither erases the other's before its second ask. (With
+/// one sighting per set they replaced each other forever and neither was ever kept.)
+#[test]
+fn question_memo_learns_two_questions_asked_in_turn() {
+    if !have_root("question_memo_learns_two_questions_asked_in_turn") {
+        return;
+    }
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let sets = u64::from(prog.memo_sets().unwrap());
+    let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
+    let gen = prog.generation();
+    let set_of = |q: &[u8]| (xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]) >> 32) & (sets - 1);
+    let want = set_of(&packet(0));
+    let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(2).collect();
+    let frames: Vec<Vec<u8>> = same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect();
+    for _ in 0..2 {
+        for f in &frames {
+            assert_eq!(verdict(&prog, f).2, ["answered"]);
+        }
+    }
+    assert_eq!(prog.memo_counts().unwrap(), (0, 2), "both kept at their second ask");
+    for f in &frames {
+        assert_eq!(verdict(&prog, f).2, ["answered"]);
+    }
+    assert_eq!(prog.memo_counts().unwrap(), (2, 2), "both answered through the memo");
+}
+
 /// The memo keeps a name, type and class, not the OPT record or the header: kept from a query
 /// without EDNS, the same question with EDNS (DO, another payload, a cookie) or without RD is
 /// answered from the memo with exactly the bytes the full path (an empty memo) gives. The
