@@ -11,6 +11,7 @@ by the process, so
   program answers until the new one has its data;
 - `xdns stats` answers while the XDP thread fills or reloads the maps, and reports the
   generation that packets read at that moment;
+- SIGTERM during that fill or reload stops at once: the write gives up at its next chunk;
 - `xdns stats` and the log say how each interface runs the program (what `mode = "auto"`
   chose), also after a takeover;
 - answers much longer than their queries are still answered in the kernel over veth, where
@@ -131,12 +132,7 @@ def test_stats_answer_while_the_maps_fill_and_reload(xlab):
     seconds filling the maps of a large zone set. So `xdns stats` answers during a fresh
     start's fill (no data active yet: userspace answers) and during a reload (the old data is
     still active), instead of waiting for either to end."""
-    big = xlab.dir / "fill.bench.test.zone"
-    with open(big, "w") as f:
-        subprocess.run([sys.executable, GENZONE, "--records", "300000", "--origin", "bench.test."],
-                       stdout=f, check=True)
-    zones = DEFAULT_ZONES + [("bench.test.", big)]
-    srv = xlab.start_xdns(zones, name="xdns-fillstats", xdp="native", wait=False)
+    srv = xlab.start_xdns(big_zones(xlab), name="xdns-fillstats", xdp="native", wait=False)
     filled = "XDP: kernel maps filled"
 
     wait_log(srv, "XDP: attached")
@@ -156,6 +152,38 @@ def test_stats_answer_while_the_maps_fill_and_reload(xlab):
     wait_log(srv, filled, count=2)
     assert_answers_from_kernel(xlab, srv)
     assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
+
+
+def big_zones(xlab) -> list:
+    """The test zones and a generated one of 300k records (its XDP fill takes over a second)."""
+    big = xlab.dir / "fill.bench.test.zone"
+    if not big.exists():
+        with open(big, "w") as f:
+            subprocess.run([sys.executable, GENZONE, "--records", "300000", "--origin", "bench.test."],
+                           stdout=f, check=True)
+    return DEFAULT_ZONES + [("bench.test.", big)]
+
+
+def test_sigterm_abandons_a_fill_or_reload_under_way(xlab):
+    """Stopping need not wait for the kernel maps to fill: the data would go with them. SIGTERM
+    during a fresh start's fill, and during a reload, exits cleanly with the write abandoned."""
+    filled = "XDP: kernel maps filled"
+    srv = xlab.start_xdns(big_zones(xlab), name="xdns-abandon1", xdp="native", wait=False)
+    wait_log(srv, "XDP: attached")
+    assert filled not in srv.stderr(), "the fill ended before SIGTERM could be sent: use a larger zone"
+    assert xlab.stop(srv, signal.SIGTERM) == 0, srv.stderr()[-2000:]
+    log = srv.stderr()
+    assert "XDP: filling the maps abandoned: stopping" in log and filled not in log, log[-3000:]
+
+    srv = xlab.start_xdns(big_zones(xlab), name="xdns-abandon2", xdp="native", timeout=90)
+    srv.proc.send_signal(signal.SIGHUP)
+    wait_log(srv, "XDP: compiling answers", count=2)
+    assert srv.stderr().count(filled) == 1, "the reload ended before SIGTERM could be sent"
+    assert xlab.stop(srv, signal.SIGTERM) == 0, srv.stderr()[-2000:]
+    log = srv.stderr()
+    assert "SIGTERM during a reload: stopping" in log, log[-3000:]
+    assert "XDP: reload abandoned: stopping" in log and log.count(filled) == 1, log[-3000:]
+    assert "panicked" not in log and "ERROR" not in log, log[-3000:]
 
 
 def test_stats_say_how_the_interface_runs_the_program(xlab):

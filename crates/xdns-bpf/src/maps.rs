@@ -66,7 +66,26 @@ pub trait KernelMaps {
     fn active_generation(&self) -> Result<u32>;
     /// Per-verdict packet counts summed over CPUs, indexed by `enum xdns_verdict`.
     fn counters(&self) -> Result<Vec<u64>>;
+    /// The owner is stopping: an install under way gives up at its next chunk
+    /// ([`Abandoned`]) and leaves what it wrote, which goes with the maps.
+    fn abandoned(&self) -> bool {
+        false
+    }
 }
+
+/// An install given up because its owner is stopping ([`KernelMaps::abandoned`]). Unlike a
+/// failed install, what it wrote is not deleted: deleting takes as long as writing, and the
+/// maps go with the process. The active generation is untouched.
+#[derive(Debug)]
+pub struct Abandoned;
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopping: the kernel data being written was abandoned")
+    }
+}
+
+impl std::error::Error for Abandoned {}
 
 /// Keys of one installed generation, kept to delete it later.
 #[derive(Clone, Debug, Default)]
@@ -271,7 +290,9 @@ impl Loader {
         maps.set_label_floor(self.current.as_ref().map_or(floor, |c| c.floor.min(floor)))?;
         let mut done = Installed { gen, floor, ..Default::default() };
         if let Err(e) = write(maps, data, self.seed, &mut done) {
-            remove(maps, &done);
+            if !e.is::<Abandoned>() {
+                remove(maps, &done);
+            }
             return Err(e);
         }
         Ok(Staged(done))
@@ -316,6 +337,9 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     done.nodes.reserve_exact(data.nodes.len());
     done.answers.reserve_exact(data.answers.len());
     for chunk in data.nodes.chunks(CHUNK) {
+        if maps.abandoned() {
+            return Err(Abandoned.into());
+        }
         let enc: Vec<_> = chunk.iter().map(|n| encode_node(n, own.contains(&n.name[..]), seed, gen)).collect();
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
         done.nodes.extend(enc.iter().map(|(k, _)| *k));
@@ -328,6 +352,9 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         maps.put_nodes(&enc)?;
     }
     for chunk in data.answers.chunks(CHUNK) {
+        if maps.abandoned() {
+            return Err(Abandoned.into());
+        }
         let enc: Vec<_> = chunk.iter().map(|a| encode_answer(a, seed, gen)).collect();
         done.answers.extend(enc.iter().map(|(k, a, _)| (*k, a.class)));
         let mut placed = Vec::new();
@@ -382,6 +409,8 @@ pub struct MemMaps {
     pub stats: Vec<u64>,
     /// Fail the n-th `put_*` call (tests of the failure path).
     pub fail_after: Option<usize>,
+    /// Report the owner as stopping after this many `put_*` calls ([`KernelMaps::abandoned`]).
+    pub abandon_after: Option<usize>,
     puts: usize,
 }
 
@@ -417,6 +446,10 @@ impl MemMaps {
 }
 
 impl KernelMaps for MemMaps {
+    fn abandoned(&self) -> bool {
+        self.abandon_after.is_some_and(|n| self.puts >= n)
+    }
+
     fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()> {
         self.tick()?;
         self.nodes.insert(bytes_of(key).to_vec(), *node);
@@ -562,20 +595,22 @@ mod tests {
         assert_eq!(maps.floor, NO_NODES_FLOOR, "no nodes: every name is under no zone");
     }
 
+    /// `data(tag)` with 2 * CHUNK + 7 more names, each with an A answer: three chunks each.
+    fn big(tag: u8) -> KernelData {
+        let mut d = data(tag);
+        for i in 0..(2 * CHUNK + 7) {
+            let name = [&[6u8][..], format!("n{i:05}").as_bytes(), APEX].concat();
+            d.nodes.push(NodeEntry { name: name.clone(), apex: APEX.to_vec(), cut: None, wildcard: false });
+            let body = Body { flags: 0x0400, bytes: vec![tag; 4], an_ns_len: 4, base_len: name.len() as u16, ..Default::default() };
+            d.answers.push(AnswerEntry { base: name, kind: Kind::Type(1), body });
+        }
+        d
+    }
+
     /// A generation larger than one chunk is written completely, and a failure in a later
     /// chunk removes the earlier chunks too; the old generation stays active throughout.
     #[test]
     fn chunked_write_and_cleanup() {
-        let big = |tag: u8| {
-            let mut d = data(tag);
-            for i in 0..(2 * CHUNK + 7) {
-                let name = [&[6u8][..], format!("n{i:05}").as_bytes(), APEX].concat();
-                d.nodes.push(NodeEntry { name: name.clone(), apex: APEX.to_vec(), cut: None, wildcard: false });
-                let body = Body { flags: 0x0400, bytes: vec![tag; 4], an_ns_len: 4, base_len: name.len() as u16, ..Default::default() };
-                d.answers.push(AnswerEntry { base: name, kind: Kind::Type(1), body });
-            }
-            d
-        };
         let mut maps = MemMaps::default();
         let mut l = Loader::new(9);
         l.install(&mut maps, &big(0xA)).unwrap();
@@ -588,6 +623,28 @@ mod tests {
         assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1), "every chunk of the failed generation removed");
         l.install(&mut maps, &big(0xC)).unwrap();
         assert_eq!((maps.gen, tag(&maps, 9), maps.nodes.len()), (2, Some(0xC), n), "old generation deleted");
+    }
+
+    /// An install whose owner stops gives up at the next chunk: the old generation stays
+    /// active, and the chunk written stays too (deleting would take as long as writing; the
+    /// maps go with the process). So does a first install, with no generation active.
+    #[test]
+    fn abandoned_install_stops_between_chunks() {
+        let n = 2 * CHUNK + 9;
+        let mut maps = MemMaps { abandon_after: Some(1), ..Default::default() };
+        let e = Loader::new(9).install(&mut maps, &big(0xA)).unwrap_err();
+        assert!(e.is::<Abandoned>(), "{e:#}");
+        assert_eq!((maps.gen, maps.nodes.len(), maps.answers.len()), (0, CHUNK, 0), "nothing active, one chunk left");
+
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(9);
+        l.install(&mut maps, &big(0xA)).unwrap();
+        maps.abandon_after = Some(maps.puts + 1);
+        let e = l.install(&mut maps, &big(0xB)).unwrap_err();
+        assert!(e.is::<Abandoned>(), "{e:#}");
+        assert_eq!((maps.gen, tag(&maps, 9)), (1, Some(0xA)), "the old generation answers");
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (n + CHUNK, n - 1), "one chunk of nodes, kept");
+        assert_eq!(l.generation(), 1);
     }
 
     /// A failed write leaves the old generation active and removes the partial new one.

@@ -5,6 +5,8 @@ use std::ffi::CString;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -120,6 +122,8 @@ pub struct XdpProgram {
     links: Vec<(String, OwnedFd)>,
     /// The cache writer, made on first use: its clones share one placement state.
     cache: std::sync::OnceLock<crate::cache::KernelCache>,
+    /// Set when the process stops: a fill or reload under way gives up ([`Self::abandon_handle`]).
+    abandon: Arc<AtomicBool>,
 }
 
 impl XdpProgram {
@@ -188,7 +192,13 @@ impl XdpProgram {
         let slots = open.maps.xdns_memo.max_entries();
         open.maps.xdns_memo.set_max_entries(cpus * slots)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
-        let prog = Self { skel, loader: Loader::new(seed), links: Vec::new(), cache: std::sync::OnceLock::new() };
+        let prog = Self {
+            skel,
+            loader: Loader::new(seed),
+            links: Vec::new(),
+            cache: std::sync::OnceLock::new(),
+            abandon: Arc::new(AtomicBool::new(false)),
+        };
         if let Some(r) = &cfg.resolver {
             prog.set_allow(&r.allow)?;
         }
@@ -291,29 +301,42 @@ impl XdpProgram {
         })
     }
 
+    /// The maps, as the loader writes them.
+    fn maps(&self) -> LibbpfMaps<'_> {
+        LibbpfMaps { skel: &self.skel, abandon: &self.abandon }
+    }
+
+    /// A flag that makes an install under way (a fill or reload, on another thread) give up
+    /// at its next chunk with [`crate::maps::Abandoned`], for a process that is stopping: the
+    /// generation it was writing is left in the maps, which go with the program. The active
+    /// data is untouched, so packets are answered as before until the program goes.
+    pub fn abandon_handle(&self) -> Arc<AtomicBool> {
+        self.abandon.clone()
+    }
+
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon };
         self.loader.install(&mut maps, data)
     }
 
     /// Write `data` as a new generation without activating it, then `commit` it: lets tests
     /// observe the moment of the flip.
     pub fn stage(&mut self, data: &KernelData) -> Result<crate::maps::Staged> {
-        let mut maps = LibbpfMaps { skel: &self.skel };
+        let mut maps = self.maps();
         self.loader.stage(&mut maps, data)
     }
 
     /// Words per half of the presence filter (`xdns_filter`).
     pub fn filter_words(&self) -> usize {
-        LibbpfMaps { skel: &self.skel }.filter_words()
+        self.maps().filter_words()
     }
 
     /// Overwrite generation `gen`'s half of the presence filter. Installs write it; tests use
     /// this to show that the program consults it.
     #[doc(hidden)]
     pub fn put_filter(&mut self, gen: u32, filter: &crate::maps::Filter) -> Result<()> {
-        LibbpfMaps { skel: &self.skel }.put_filter(gen, filter)
+        self.maps().put_filter(gen, filter)
     }
 
     /// Read generation `gen`'s half of the presence filter back (tests).
@@ -332,14 +355,14 @@ impl XdpProgram {
 
     /// Buckets and values per half of the answer table.
     pub fn table_shape(&self) -> (usize, usize) {
-        LibbpfMaps { skel: &self.skel }.table_shape()
+        self.maps().table_shape()
     }
 
     /// Overwrite generation `gen`'s half of the answer table's index (tests: show that the
     /// program consults it).
     #[doc(hidden)]
     pub fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()> {
-        LibbpfMaps { skel: &self.skel }.put_table_index(gen, index)
+        self.maps().put_table_index(gen, index)
     }
 
     /// Sets (of two slots) of each CPU's run of the question memo (`bpf/memo.h`).
@@ -385,7 +408,7 @@ impl XdpProgram {
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon };
         self.loader.commit(&mut maps, staged)
     }
 
@@ -504,9 +527,15 @@ impl XdpProgram {
 /// [`KernelMaps`] over the real maps of a loaded skeleton.
 struct LibbpfMaps<'a> {
     skel: &'a XdnsSkel<'static>,
+    /// [`XdpProgram::abandon_handle`].
+    abandon: &'a AtomicBool,
 }
 
 impl KernelMaps for LibbpfMaps<'_> {
+    fn abandoned(&self) -> bool {
+        self.abandon.load(Ordering::Relaxed)
+    }
+
     fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()> {
         self.skel.maps.xdns_nodes.update(bytes_of(key), bytes_of(node), MapFlags::ANY)?;
         Ok(())

@@ -12,6 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -57,9 +58,12 @@ pub struct XdpCounters {
     pub attached: Vec<(String, &'static str)>,
 }
 
-/// The fast path's counters, readable from any thread without waiting for the XDP thread.
+/// What any thread may use of the fast path without waiting for the XDP thread: its counters,
+/// and telling it that the process stops.
 pub struct XdpStatus {
     reader: xdns_bpf::runtime::StatusReader,
+    /// `XdpProgram::abandon_handle`: set, a fill or reload under way gives up.
+    abandon: Arc<AtomicBool>,
     /// The configured interfaces.
     interfaces: Vec<String>,
     /// The answer table's counts for the active data: userspace state of the loader, which
@@ -82,6 +86,13 @@ impl XdpStatus {
                 .map(|i| (i.clone(), self.reader.attached_as(i).ok().flatten().unwrap_or("none")))
                 .collect(),
         }
+    }
+
+    /// The process stops: a fill or reload of the kernel maps under way gives up at its next
+    /// chunk (its data would go with the maps), so that stopping need not wait for it. The
+    /// active data keeps answering until the program goes.
+    pub fn abandon_writes(&self) {
+        self.abandon.store(true, Ordering::Relaxed);
     }
 
     fn publish_table(&self, rt: &XdpRuntime) {
@@ -133,6 +144,7 @@ impl Fastpath {
                     Some(rt) => {
                         let status = XdpStatus {
                             reader: rt.status_reader()?,
+                            abandon: rt.abandon_handle(),
                             interfaces: cfg.interfaces.clone(),
                             table: Mutex::new(rt.table_counts()),
                         };
@@ -159,6 +171,9 @@ impl Fastpath {
                     match cmd {
                         Cmd::Reload(z, reply) => {
                             let done = rt.reload(&z);
+                            if done.as_ref().is_err_and(abandoned) {
+                                tracing::info!("XDP: reload abandoned: stopping");
+                            }
                             status.publish_table(&rt);
                             let _ = reply.send(done);
                         }
@@ -172,8 +187,12 @@ impl Fastpath {
                             let ok = attached.is_ok();
                             let _ = reply.send(attached);
                             if ok {
-                                if let Err(e) = rt.fill() {
-                                    tracing::error!("{e:#}; the kernel passes every query to userspace until a reload succeeds");
+                                match rt.fill() {
+                                    Err(e) if abandoned(&e) => tracing::info!("XDP: filling the maps abandoned: stopping"),
+                                    Err(e) => tracing::error!(
+                                        "{e:#}; the kernel passes every query to userspace until a reload succeeds"
+                                    ),
+                                    Ok(()) => {}
                                 }
                                 status.publish_table(&rt);
                             }
@@ -288,8 +307,15 @@ impl Fastpath {
     }
 }
 
+/// An install given up because the process stops (`XdpStatus::abandon_writes`).
+fn abandoned(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<xdns_bpf::maps::Abandoned>())
+}
+
 impl Drop for Fastpath {
     fn drop(&mut self) {
+        // a fill under way (a fresh start's) gives up: the thread is joined below
+        self.status.abandon_writes();
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();

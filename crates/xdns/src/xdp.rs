@@ -222,6 +222,11 @@ impl XdpRuntime {
         self.prog.status_reader()
     }
 
+    /// Set it and a fill or reload under way gives up (`xdns_bpf::maps::Abandoned`).
+    pub fn abandon_handle(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.prog.abandon_handle()
+    }
+
     /// Answers of the active data in the answer table, and answers only in the hash map.
     pub fn table_counts(&self) -> (usize, usize) {
         self.prog.table_counts()

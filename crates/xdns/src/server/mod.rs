@@ -423,21 +423,35 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     let mut current = cfg;
     let mut handed_to = None;
     loop {
-        tokio::select! {
+        let reload = tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
-            _ = sighup.recv() => { current = do_reload(&shared, current, &over).await; }
+            _ = sighup.recv() => true,
             Some(req) = req_rx.recv() => match req {
-                Request::Reload => { current = do_reload(&shared, current, &over).await; }
+                Request::Reload => true,
                 Request::HandedOver { pid } => {
                     tracing::info!(pid, "takeover: the new process serves; stopping without detaching XDP");
                     handed_to = Some(pid);
                     break;
                 }
             },
+        };
+        if reload {
+            // A stop request during a reload (seconds for a large zone set) ends it where it
+            // waits: stopping discards its result anyway, and the XDP fill gives up below.
+            tokio::select! {
+                c = do_reload(&shared, current.clone(), &over) => current = c,
+                _ = sigterm.recv() => { tracing::info!("SIGTERM during a reload: stopping"); break; }
+                _ = sigint.recv() => { tracing::info!("SIGINT during a reload: stopping"); break; }
+            }
         }
     }
 
+    // A fill or reload of the kernel maps under way gives up at its next chunk: its data
+    // would be thrown away with the maps, and it holds the fast path until it ends.
+    if let Some(status) = shared.xdp_status.load_full() {
+        status.abandon_writes();
+    }
     stop(&shared, stop_tx, tasks, threads).await;
     // After a takeover the path holds the new process's socket: leave it.
     if control_id.is_some() && control::socket_id(&control_path) == control_id {
@@ -445,12 +459,13 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     }
     // Closing our link fds detaches nothing the new process holds too.
     shared.xdp_status.store(None);
-    let fp = shared
-        .fastpath
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    let _ = tokio::task::spawn_blocking(move || drop(fp)).await;
+    let sh = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        // waits for an abandoned reload to let go of the fast path (one chunk)
+        let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(fp);
+    })
+    .await;
     match handed_to {
         Some(pid) => tracing::info!(pid, "xdns stopped; handed over"),
         None => tracing::info!("xdns stopped"),
