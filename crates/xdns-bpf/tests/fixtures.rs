@@ -457,9 +457,21 @@ fn question_memo_is_consulted() {
     assert_eq!(ask(&prog, &short), ["answered"], "a new generation: the old entries no longer match");
 }
 
+/// Frames of `n` distinct questions (A of h<i>.wild.example.com) whose memo slots share one set
+/// of this CPU's memo, found with `memo_hash`, the model of the kernel's hash.
+fn same_set_frames(prog: &xdns_bpf::runtime::XdpProgram, n: usize) -> Vec<Vec<u8>> {
+    let sets = u64::from(prog.memo_sets().unwrap());
+    assert!(sets.is_power_of_two() && sets >= 2, "{sets} sets");
+    let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
+    let gen = prog.generation();
+    let set_of = |q: &[u8]| (xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]) >> 32) & (sets - 1);
+    let want = set_of(&packet(0));
+    let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(n).collect();
+    same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect()
+}
+
 /// The memo's sets have two ways: two questions of one set are both kept and both served
 /// from it (a direct-mapped memo would keep one); a third of that set takes one of their ways.
-/// The questions are found with `memo_hash`, the model of the kernel's hash.
 #[test]
 fn question_memo_keeps_two_questions_per_set() {
     if !have_root("question_memo_keeps_two_questions_per_set") {
@@ -467,14 +479,7 @@ fn question_memo_keeps_two_questions_per_set() {
     }
     let mut prog = load();
     prog.install(&zone()).unwrap();
-    let sets = u64::from(prog.memo_sets().unwrap());
-    assert!(sets.is_power_of_two() && sets >= 2, "{sets} sets");
-    let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
-    let gen = prog.generation();
-    let set_of = |q: &[u8]| (xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]) >> 32) & (sets - 1);
-    let want = set_of(&packet(0));
-    let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(3).collect();
-    let frames: Vec<Vec<u8>> = same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect();
+    let frames = same_set_frames(&prog, 3);
     let ask = |prog: &xdns_bpf::runtime::XdpProgram, f: &[u8]| verdict(prog, f).2;
     for f in &frames[..2] {
         for _ in 0..2 {
@@ -506,13 +511,7 @@ fn question_memo_learns_two_questions_asked_in_turn() {
     }
     let mut prog = load();
     prog.install(&zone()).unwrap();
-    let sets = u64::from(prog.memo_sets().unwrap());
-    let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
-    let gen = prog.generation();
-    let set_of = |q: &[u8]| (xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]) >> 32) & (sets - 1);
-    let want = set_of(&packet(0));
-    let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(2).collect();
-    let frames: Vec<Vec<u8>> = same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect();
+    let frames = same_set_frames(&prog, 2);
     for _ in 0..2 {
         for f in &frames {
             assert_eq!(verdict(&prog, f).2, ["answered"]);
