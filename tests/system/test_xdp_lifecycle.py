@@ -189,7 +189,8 @@ def test_sigterm_abandons_a_fill_or_reload_under_way(xlab):
 def test_stats_say_how_the_interface_runs_the_program(xlab):
     """With `mode = "auto"` the kernel chooses between the driver (native) and the much slower
     skb path (generic); `xdns stats` and the attach log say which it chose, asked of the
-    kernel. veth has native XDP; `generic` is reported as such."""
+    kernel. veth has native XDP; `generic` is reported as such; loopback has none, so `auto`
+    runs generic there, and the log warns."""
     for mode, want in [("auto", "native"), ("generic", "generic")]:
         srv = xlab.start_xdns(DEFAULT_ZONES, name=f"xdns-mode-{mode}", xdp=mode)
         stats = xlab.xdns_stats(srv)
@@ -202,6 +203,13 @@ def test_stats_say_how_the_interface_runs_the_program(xlab):
                                capture_output=True, text=True, timeout=10).stdout
         assert any(r.split() == [f"xdp_attached.{xlab.server_if}", want] for r in table.splitlines()), table
         assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
+    # loopback has no native XDP: `auto` falls back to generic, with a warning
+    srv = xlab.start_xdns(DEFAULT_ZONES, name="xdns-mode-lo",
+                          extra='\n[xdp]\ninterfaces = ["lo"]\nmode = "auto"\n')
+    xlab.wait_xdp_data(srv)
+    assert xlab.xdns_stats(srv)["xdp_attached"] == {"lo": "generic"}
+    assert "the driver has no native XDP" in srv.stderr(), srv.stderr()[-2000:]
+    assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
 
 
 def test_long_answers_grow_the_head_over_veth(xlab):

@@ -152,8 +152,12 @@ impl XdpRuntime {
                 }
                 None => {
                     self.prog.attach(ifname, mode)?;
-                    tracing::info!(interface = %ifname, mode = ?self.mode, running = self.attached_as(ifname),
-                        data = self.data_active(), "XDP: attached");
+                    let running = self.attached_as(ifname);
+                    tracing::info!(interface = %ifname, mode = ?self.mode, running, data = self.data_active(), "XDP: attached");
+                    if self.mode == XdpMode::Auto && running == "generic" {
+                        tracing::warn!(interface = %ifname,
+                            "XDP: the driver has no native XDP; the program runs on the skb path (generic), several times slower");
+                    }
                 }
             }
         }
