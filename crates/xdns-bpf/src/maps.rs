@@ -64,8 +64,6 @@ pub trait KernelMaps {
     /// fewer labels, so the kernel does not look shorter suffixes up.
     fn set_label_floor(&mut self, floor: u32) -> Result<()>;
     fn active_generation(&self) -> Result<u32>;
-    /// Per-verdict packet counts summed over CPUs, indexed by `enum xdns_verdict`.
-    fn counters(&self) -> Result<Vec<u64>>;
     /// The owner is stopping: an install under way gives up at its next chunk
     /// ([`Abandoned`]) and leaves what it wrote, which goes with the maps.
     fn abandoned(&self) -> bool {
@@ -406,7 +404,6 @@ pub struct MemMaps {
     pub table_shape: (usize, usize),
     /// The answer table's halves as written.
     pub table: [MemTable; 2],
-    pub stats: Vec<u64>,
     /// Fail the n-th `put_*` call (tests of the failure path).
     pub fail_after: Option<usize>,
     /// Report the owner as stopping after this many `put_*` calls ([`KernelMaps::abandoned`]).
@@ -523,12 +520,6 @@ impl KernelMaps for MemMaps {
 
     fn active_generation(&self) -> Result<u32> {
         Ok(self.gen)
-    }
-
-    fn counters(&self) -> Result<Vec<u64>> {
-        let mut v = self.stats.clone();
-        v.resize(crate::VERDICT_NAMES.len(), 0);
-        Ok(v)
     }
 }
 

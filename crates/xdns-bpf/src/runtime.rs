@@ -676,10 +676,6 @@ impl KernelMaps for LibbpfMaps<'_> {
     fn active_generation(&self) -> Result<u32> {
         read_generation(&self.skel.maps.xdns_gen)
     }
-
-    fn counters(&self) -> Result<Vec<u64>> {
-        verdict_counters(&self.skel.maps.xdns_scratch)
-    }
 }
 
 /// The counters, the active generation and how interfaces run the program, read through

@@ -10,8 +10,10 @@
 //!   takeover, switches the links handed over by the previous process to this program
 //!   (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set.
-//! - `status_reader` reads the verdict and memo counters and the active generation from
-//!   another thread, for `xdns stats` and `/metrics`, even while a fill or reload runs.
+//! - `status_reader` reads the verdict and memo counters, the active generation and how each
+//!   interface runs the program from another thread, for `xdns stats` and `/metrics`, even
+//!   while a fill or reload runs; `abandon_handle` makes such a fill or reload give up (a
+//!   process that stops).
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
 //!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
 //! - Dropping the runtime detaches the program.
