@@ -12,6 +12,7 @@ by the process, so
 - `xdns stats` answers while the XDP thread fills or reloads the maps, and reports the
   generation that packets read at that moment;
 - SIGTERM during that fill or reload stops at once: the write gives up at its next chunk;
+  SIGTERM to a new process still loading for a takeover leaves the running server serving;
 - `xdns stats` and the log say how each interface runs the program (what `mode = "auto"`
   chose), also after a takeover;
 - answers much longer than their queries are still answered in the kernel over veth, where
@@ -184,6 +185,24 @@ def test_sigterm_abandons_a_fill_or_reload_under_way(xlab):
     assert "SIGTERM during a reload: stopping" in log, log[-3000:]
     assert "XDP: reload abandoned: stopping" in log and log.count(filled) == 1, log[-3000:]
     assert "panicked" not in log and "ERROR" not in log, log[-3000:]
+
+
+def test_sigterm_during_a_takeovers_start_keeps_the_running_server(xlab):
+    """A stop request to a new process while it loads (here: filling its kernel maps, which a
+    takeover does before it asks for the sockets) ends it before it takes anything over, and
+    the running server keeps serving. (Before, the new process took over, then stopped:
+    nobody served.)"""
+    srv = xlab.start_xdns(big_zones(xlab), name="xdns-tkstop1", xdp="native", timeout=90)
+    new = xlab.xdns_takeover(srv, "xdns-tkstop2", wait=False)
+    wait_log(new, "XDP: program loaded (verifier)")
+    assert "kernel maps filled" not in new.stderr(), "the fill ended before SIGTERM could be sent"
+    assert xlab.stop(new, signal.SIGTERM, timeout=60) == 0, new.stderr()[-2000:]
+    log = new.stderr()
+    assert "SIGTERM during start-up: stopping" in log, log[-3000:]
+    assert "takeover: received" not in log, log[-3000:]
+    assert srv.alive(), "the running server stopped:\n" + srv.stderr()[-2000:]
+    assert_answers_from_kernel(xlab, srv)
+    assert xlab.stop(srv) == 0, srv.stderr()[-2000:]
 
 
 def test_stats_say_how_the_interface_runs_the_program(xlab):

@@ -161,13 +161,18 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         });
     }
     let zones = shared.served.load().zones.clone();
-    let fp = tokio::task::spawn_blocking(move || {
+    let load = tokio::task::spawn_blocking(move || {
         // A fresh start fills the maps after attaching, while userspace answers (a large
         // zone set takes seconds); a takeover fills them first, before it asks for sockets.
         Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload, takeover)
-    })
-    .await?
-    .context("loading the XDP fast path")?;
+    });
+    // A stop request meanwhile ends start-up before anything is taken over from a running
+    // server, which keeps serving.
+    let fp = tokio::select! {
+        r = load => r?.context("loading the XDP fast path")?,
+        _ = sigterm.recv() => { tracing::info!("SIGTERM during start-up: stopping"); return Ok(()); }
+        _ = sigint.recv() => { tracing::info!("SIGINT during start-up: stopping"); return Ok(()); }
+    };
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
 
@@ -385,6 +390,21 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     // failure here leaves it serving (it takes its XDP links back when we are gone).
     let mut taken_from = None;
     if let (Some(s), Some(aside)) = (session, &aside) {
+        // A stop asked during start-up abandons the takeover: committing, then stopping,
+        // would leave nobody serving.
+        let stop_asked = tokio::select! {
+            biased;
+            _ = sigterm.recv() => Some("SIGTERM"),
+            _ = sigint.recv() => Some("SIGINT"),
+            _ = std::future::ready(()) => None,
+        };
+        if let Some(sig) = stop_asked {
+            drop(s); // the running server, told nothing, takes its XDP links back at once
+            let _ = std::fs::remove_file(aside);
+            stop(&shared, stop_tx, tasks, threads).await;
+            tracing::info!("{sig} during start-up: takeover abandoned; the running server keeps serving");
+            return Ok(());
+        }
         let pid = s.pid;
         let committed = tokio::task::spawn_blocking(move || s.commit()).await?;
         let committed = committed.and_then(|()| control::install(aside, &control_path));
