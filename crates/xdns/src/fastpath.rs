@@ -26,7 +26,6 @@ use crate::xdp::{InheritedLink, XdpConfig, XdpRuntime};
 /// and succeeds would mislead the operator.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-#[allow(dead_code)] // Cache and SetAllow: used once the resolver is wired in (issue 4)
 enum Cmd {
     Reload(Arc<ZoneSet>, mpsc::Sender<anyhow::Result<()>>),
     Attach(Vec<InheritedLink>, mpsc::Sender<anyhow::Result<()>>),
@@ -136,23 +135,22 @@ impl Fastpath {
         let thread = std::thread::Builder::new()
             .name("xdns-xdp".into())
             .spawn(move || {
-                let loaded = XdpRuntime::load(&cfg, &listen, &zones, edns_payload).and_then(|rt| match rt {
-                    Some(mut rt) if fill => rt.fill().map(|()| Some(rt)),
-                    rt => Ok(rt),
-                });
-                let status = loaded.and_then(|rt| match rt {
-                    Some(rt) => {
-                        let status = XdpStatus {
-                            reader: rt.status_reader()?,
-                            abandon: rt.abandon_handle(),
-                            interfaces: cfg.interfaces.clone(),
-                            table: Mutex::new(rt.table_counts()),
-                        };
-                        Ok(Some((rt, Arc::new(status))))
+                let start = || -> anyhow::Result<Option<(XdpRuntime, Arc<XdpStatus>)>> {
+                    let Some(mut rt) = XdpRuntime::load(&cfg, &listen, &zones, edns_payload)? else {
+                        return Ok(None);
+                    };
+                    if fill {
+                        rt.fill()?;
                     }
-                    None => Ok(None),
-                });
-                let (mut rt, status) = match status {
+                    let status = XdpStatus {
+                        reader: rt.status_reader()?,
+                        abandon: rt.abandon_handle(),
+                        interfaces: cfg.interfaces.clone(),
+                        table: Mutex::new(rt.table_counts()),
+                    };
+                    Ok(Some((rt, Arc::new(status))))
+                };
+                let (mut rt, status) = match start() {
                     Ok(Some((rt, status))) => {
                         let _ = started_tx.send(Ok(Some(status.clone())));
                         (rt, status)

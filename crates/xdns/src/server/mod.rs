@@ -42,7 +42,8 @@ pub struct Shared {
     /// The XDP fast path, when attached. Its calls may block for as long as a reload's fill:
     /// counters are read through `xdp_status` instead.
     pub fastpath: Mutex<Option<Fastpath>>,
-    /// The fast path's counters (`Fastpath::status`), set and cleared with `fastpath`.
+    /// What the fast path offers without its lock (`Fastpath::status`): counters, and telling
+    /// a fill or reload under way to give up at shutdown. Set and cleared with `fastpath`.
     pub xdp_status: ArcSwapOption<XdpStatus>,
     /// The recursive resolver, when `[resolver]` is configured (set before workers start).
     pub recursion: OnceLock<Arc<Recursion>>,
