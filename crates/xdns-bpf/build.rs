@@ -15,11 +15,15 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let skel = out.join("xdns.skel.rs");
 
+    // -mcpu=v2: the jump forms of BPF v2 (JLT, JLE, ...) spare the negated branches of v1 (156
+    // fewer instructions, 10k fewer verifier steps). v3 (32-bit ALU) would spare the
+    // zero-extending shift pairs too, but the verifier's states multiply past its 1M limit.
     SkeletonBuilder::new()
         .source(&src)
         .clang_args([
             "-I/usr/include/x86_64-linux-gnu",
             "-O2",
+            "-mcpu=v2",
             "-g",
             "-Wall",
             "-Werror",
