@@ -53,13 +53,17 @@ static __always_inline __u64 xdns_memo_word(const __u8 *name, int i, __u32 n)
 	return w;
 }
 
+/* The set is the hash's top bits: after a multiply, the only bits every input bit reaches. */
+#define XDNS_MEMO_SET_SHIFT (64 - __builtin_ctz(XDNS_MEMO_SLOTS / 2))
+_Static_assert((XDNS_MEMO_SLOTS & (XDNS_MEMO_SLOTS - 1)) == 0, "memo sets are indexed by hash bits");
+
 /*
  * The first of the two slots (ways) of a question hash's set, in this CPU's run of slots
  * (the CPU's id is inlined by the verifier).
  */
 static __always_inline __u32 xdns_memo_set(__u64 h)
 {
-	return bpf_get_smp_processor_id() * XDNS_MEMO_SLOTS + (((__u32)(h >> 32) & (XDNS_MEMO_SLOTS / 2 - 1)) << 1);
+	return bpf_get_smp_processor_id() * XDNS_MEMO_SLOTS + ((__u32)(h >> XDNS_MEMO_SET_SHIFT) << 1);
 }
 
 static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
@@ -87,7 +91,7 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 	for (i = 0; i < 3; i++)
 		if ((__u32)i * 8 < avail)
 			h = xdns_hash_step(h, xdns_memo_word(sc->name, i, avail));
-	h = xdns_hash_fin(h);
+	/* no final avalanche: the set comes from the top bits (xdns_memo_set) */
 	h = h ? h : 1;
 	sc->memo_hash = h;
 	return h;
@@ -122,7 +126,7 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
 static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 {
 	struct xdns_memo *m;
-	__u32 avail, set, n;
+	__u32 avail, set, n, t;
 	__u64 h, diff = 0;
 	int i;
 
@@ -144,10 +148,22 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 	n = (__u32)m->qlen + 4;
 	if (n > avail || n > XDNS_MEMO_MAX_Q)
 		return -1;
+	/*
+	 * The slot's bytes past n are zero (xdns_memo_learn); the packet's are whatever follows
+	 * the question. Whole words, then the last eight bytes ending at n (overlapping): no mask.
+	 */
+	if (n < 8) {
+		diff = xdns_memo_word(sc->name, 0, n) ^ xdns_ld64(m->name);
+	} else {
 #pragma clang loop unroll(full)
-	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
-		if ((__u32)i * 8 < n)
-			diff |= xdns_memo_word(sc->name, i, n) ^ xdns_memo_word(m->name, i, n);
+		for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
+			if ((__u32)i * 8 + 8 <= n)
+				diff |= xdns_ld64(&sc->name[i * 8]) ^ xdns_ld64(&m->name[i * 8]);
+		t = (n - 8) & 63;
+		if (t > XDNS_MEMO_MAX_Q - 8)
+			return -1;
+		diff |= xdns_ld64(&sc->name[t]) ^ xdns_ld64(&m->name[t]);
+	}
 	if (diff)
 		return -1;
 	sc->memo_qlen = m->qlen;

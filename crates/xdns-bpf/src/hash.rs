@@ -91,18 +91,25 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
 }
 
 /// Hash of a question in the XDP memo (`bpf/memo.h`) under data generation `gen`: `question`
-/// = the bytes after the DNS header (at most 255). Its first 24 bytes enter; the memo's set is
-/// `(hash >> 32) % sets`.
+/// = the bytes after the DNS header (at most 255). Its first 24 bytes enter, with no final
+/// avalanche: the set is taken from the top bits (`memo_set`).
 pub fn memo_hash(seed: u64, gen: u32, question: &[u8]) -> u64 {
     let h = question.chunks(8).take(3).fold(step(seed ^ 0x6d65_6d6f, u64::from(gen)), |h, c| {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
         step(h, u64::from_le_bytes(w))
     });
-    match fin(h) {
+    match h {
         0 => 1,
         h => h,
     }
+}
+
+/// The memo set (of `sets`, a power of two) of a question hash: its top bits, as
+/// `xdns_memo_set` takes them.
+pub fn memo_set(hash: u64, sets: u32) -> u32 {
+    debug_assert!(sets.is_power_of_two() && sets >= 2);
+    (hash >> (64 - sets.trailing_zeros())) as u32
 }
 
 /// Hash of every suffix that starts a label, from the root up: `(offset, hash)`.

@@ -460,11 +460,11 @@ fn question_memo_is_consulted() {
 /// Frames of `n` distinct questions (A of h<i>.wild.example.com) whose memo slots share one set
 /// of this CPU's memo, found with `memo_hash`, the model of the kernel's hash.
 fn same_set_frames(prog: &xdns_bpf::runtime::XdpProgram, n: usize) -> Vec<Vec<u8>> {
-    let sets = u64::from(prog.memo_sets().unwrap());
+    let sets = prog.memo_sets().unwrap();
     assert!(sets.is_power_of_two() && sets >= 2, "{sets} sets");
     let packet = |i: u32| query(&wire(&format!("h{i}.wild.example.com")), A, None);
     let gen = prog.generation();
-    let set_of = |q: &[u8]| (xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]) >> 32) & (sets - 1);
+    let set_of = |q: &[u8]| xdns_bpf::hash::memo_set(xdns_bpf::hash::memo_hash(prog.seed(), gen, &q[12..]), sets);
     let want = set_of(&packet(0));
     let same: Vec<u32> = (0..).filter(|&i| set_of(&packet(i)) == want).take(n).collect();
     same.iter().map(|&i| frame(&Net::v4(), &packet(i))).collect()
