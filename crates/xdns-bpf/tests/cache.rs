@@ -303,7 +303,8 @@ fn cache_fixture_table() {
 /// Cache hints (`bpf/memo.h`): a question answered from the cache leaves a hint, and the next
 /// ask goes through it, skipping the name walk. A hint is only a shortcut: a deleted or
 /// replaced entry is a miss (and the hint is forgotten), another letter case or type finds its
-/// own entry, and a reload that serves the name's zone makes the answer authoritative again.
+/// own entry, a reload that serves the name's zone makes the answer authoritative again, and a
+/// question that shares a hint with another case of its name gets its own bytes and checksum.
 #[test]
 fn cache_hints_are_never_wrong() {
     if !have_root("cache_hints_are_never_wrong") {
@@ -357,6 +358,19 @@ fn cache_hints_are_never_wrong() {
     let (act, moved, out, counts) = ask(&prog, "h.example.org", A);
     assert_eq!((act, moved, counts.0), (3, "answered".to_string(), 2), "the zone's answer, not the cache's");
     assert_eq!(dns_of(&out)[2] & 0x04, 0x04, "AA=1");
+
+    // a hint is found by the question's first 24 bytes only: a name whose letter case differs
+    // past them takes the same hint, and its reply (case, checksum) is still its own
+    let long = "a-first-label-past-24-bytes.example.net";
+    let l = entry(long, A, false, body_a(long, 300, [198, 18, 7, 3]), 0, 300);
+    cache.insert(&l).unwrap();
+    assert_eq!(ask(&prog, long, A).1, "cache_answered");
+    let hinted = prog.memo_counts().unwrap().0;
+    let shout = "a-first-label-past-24-bytes.EXAMPLE.NET";
+    let (_, moved, out, counts) = ask(&prog, shout, A);
+    assert_eq!((moved, counts.0), ("cache_answered".to_string(), hinted + 1), "through the hint");
+    assert_eq!(dns_of(&out)[12..12 + shout.len() + 2], wire(shout)[..], "its own case");
+    assert!(checksums_ok(&out), "its own checksum: {}", hex(&out));
 }
 
 /// Spot checks on the bytes themselves (independent of `replay`): RA=1, AA=0, the client's ID,
