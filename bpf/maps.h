@@ -101,23 +101,13 @@ _Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed wi
 #define XDNS_TURNS(steps) (((steps) + XDNS_STEPS_PER_CALL - 1) / XDNS_STEPS_PER_CALL)
 
 /*
- * The same walk with its first `n` steps inlined in the caller, for walks that are usually
- * that short (a cached name's words, its TTLs): XDNS_INLINE_FIRST(step, arg, n) runs them and
- * is non-zero when the walk stopped there; else `name`, defined by
- * XDNS_BATCHED_REST(name, step, n), continues from step n under bpf_loop with
- * XDNS_TURNS(steps - n) turns. No call at all for a short walk. Each inlined step is verified
- * in the caller's states: keep n small (even one general TTL step took the cache program from
- * 697k to 919k processed instructions; cache.h inlines only a lean single-TTL case).
+ * The same walk from step `n` on, for a walk whose first `n` steps the caller runs inline
+ * because it is usually that short (cache.h, a cached name's words): XDNS_BATCHED_REST(name,
+ * step, n) defines `name`, to run under bpf_loop with XDNS_TURNS(steps - n) turns. No call at
+ * all for a short walk. Inlined steps are verified in the caller's states: keep them lean
+ * (one general TTL step took the cache program from 697k to 919k processed instructions;
+ * cache.h inlines only a lean single-TTL case).
  */
-#define XDNS_INLINE_FIRST(step, arg, n)                                                 \
-	({                                                                              \
-		long _stop = 0;                                                         \
-		__u32 _k;                                                               \
-		_Pragma("unroll") for (_k = 0; _k < (n); _k++)                          \
-			if (!_stop && step(_k, arg))                                    \
-				_stop = 1;                                              \
-		_stop;                                                                  \
-	})
 #define XDNS_BATCHED_REST(name, step, n)                                                \
 	static long name(__u64 turn, void *arg)                                         \
 	{                                                                               \
