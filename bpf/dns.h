@@ -257,9 +257,14 @@ static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 r
 	return pos == rdlen ? 0 : -1;
 }
 
-/* Type and class, then the optional OPT record, then nothing. (Direct packet access.) */
+/*
+ * Type and class, then the optional OPT record, then nothing. (Direct packet access.)
+ * `known_tc`: a memo hit, whose question (type and class included) is byte for byte one that
+ * passed here before, and whose q->qsum already holds them (memo.h): only the OPT record and
+ * the end are read.
+ */
 static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, const struct xdns_pkt *pkt,
-							  struct xdns_query *q, __u16 arcount)
+							  struct xdns_query *q, __u16 arcount, int known_tc)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -270,20 +275,22 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 
 	if (off + 4 > pkt->dns_len || at > XDNS_DNS_OFF_MAX || off > XDNS_HDR_LEN + 255)
 		return XDNS_PASS_QNAME;
-	tc = data + at + off;
-	if ((void *)(tc + 4) > data_end)
-		return XDNS_PASS_QNAME;
-	q->qtype = ((__u16)tc[0] << 8) | tc[1];
-	qclass = ((__u16)tc[2] << 8) | tc[3];
-	/* type and class start right after the name: at DNS offset 12 + qlen (parity of qlen) */
-	if (q->qlen & 1)
-		q->qsum += xdns_csum_swap(q->qtype) + xdns_csum_swap(qclass);
-	else
-		q->qsum += (__u32)q->qtype + qclass;
-	if (qclass != XDNS_CLASS_IN)
-		return XDNS_PASS_QCLASS;
-	if (q->qtype == XDNS_TYPE_OPT || (q->qtype >= 128 && q->qtype <= 254))
-		return XDNS_PASS_QTYPE_META;
+	if (!known_tc) {
+		tc = data + at + off;
+		if ((void *)(tc + 4) > data_end)
+			return XDNS_PASS_QNAME;
+		q->qtype = ((__u16)tc[0] << 8) | tc[1];
+		qclass = ((__u16)tc[2] << 8) | tc[3];
+		/* right after the name: at DNS offset 12 + qlen (the parity of qlen) */
+		if (q->qlen & 1)
+			q->qsum += xdns_csum_swap(q->qtype) + xdns_csum_swap(qclass);
+		else
+			q->qsum += (__u32)q->qtype + qclass;
+		if (qclass != XDNS_CLASS_IN)
+			return XDNS_PASS_QCLASS;
+		if (q->qtype == XDNS_TYPE_OPT || (q->qtype >= 128 && q->qtype <= 254))
+			return XDNS_PASS_QTYPE_META;
+	}
 	off += 4;
 
 	q->has_opt = 0;

@@ -74,7 +74,7 @@ struct xdns_scratch {
 	__u32 last_v;           /* xdns_vals index of the last answer found (the spill value's too) */
 	__u32 last_table;       /* 1 when that answer came from the table (0: the hash map) */
 	__u64 memo_hash;        /* of this packet's question (0: not memoisable) */
-	__u64 memo_sum;         /* the name bytes' checksum (xdns_query.qsum before type and class) */
+	__u64 memo_sum;         /* checksum of name, type and class (xdns_query.qsum after them) */
 	__u32 memo_qlen;        /* on a memo hit: the name's length ... */
 	__u32 memo_nlab;        /* ... and label count (memo_sum: its checksum) */
 	__u64 memo_hits;        /* questions answered through the memo, on this CPU (userspace reads) */

@@ -8,9 +8,10 @@
  * walk reads only the name, and the lookup only what the walk found and the type: for a
  * question whose name, type and class (as sent, letter case included) equal those of one
  * answered earlier on this CPU, under the same data generation, they can only find the same
- * answer. The memo keeps what they found (the name's length, label count and checksum, and
- * the answer's index in xdns_vals) and the program goes straight to the rest: the OPT record
- * and the header flags are parsed from the packet as on the full path, and everything after
+ * answer. The memo keeps what they found (the name's length and label count, the checksum of
+ * name, type and class, and the answer's index in xdns_vals) and the program goes straight to
+ * the rest: the OPT record and the header flags are parsed from the packet as on the full path
+ * (type and class are known: they are part of the compared bytes), and everything after
  * the lookup (truncation, EDNS, fixups, header, checksums) runs as before from the same answer
  * value, so a memo hit sends the same bytes as the full path (fixtures.rs asks every row three
  * times).
@@ -120,8 +121,9 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
 
 /*
  * Is this packet's question (sc->name, sc->avail bytes) in this CPU's memo under generation
- * `gen`? Returns the answer's xdns_vals index, with memo_qlen, memo_nlab and memo_sum set as
- * the walk would have found them; or -1, with memo_hash set for xdns_memo_learn.
+ * `gen`? Returns the answer's xdns_vals index, with memo_qlen and memo_nlab set as the walk
+ * would have found them and memo_sum as xdns_parse_tail would have; or -1, with memo_hash set
+ * for xdns_memo_learn.
  */
 static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 {
@@ -174,10 +176,11 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 
 /*
  * After the full path found the answer of sc->last_v for the question (a table hit, class S
- * body), whose name has `qlen` bytes, `nlab` labels and the checksum `name_sum` (before type
- * and class): note the question the first time, keep it the second.
+ * body), whose name has `qlen` bytes and `nlab` labels, and whose name, type and class sum to
+ * `qsum` (xdns_query.qsum after xdns_parse_tail): note the question the first time, keep it
+ * the second.
  */
-__attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qlen, __u32 nlab, __u64 name_sum)
+__attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qlen, __u32 nlab, __u64 qsum)
 {
 	struct xdns_memo *m, *m0, *m1;
 	__u32 set, n;
@@ -203,9 +206,9 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 	}
 	m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
-	name_sum = (name_sum & 0xffffffff) + (name_sum >> 32);
-	name_sum = (name_sum & 0xffffffff) + (name_sum >> 32);
-	m->qsum = (__u32)name_sum;
+	qsum = (qsum & 0xffffffff) + (qsum >> 32);
+	qsum = (qsum & 0xffffffff) + (qsum >> 32);
+	m->qsum = (__u32)qsum;
 	m->v = sc->last_v;
 	m->qlen = qlen;
 	m->nlab = nlab;

@@ -36,7 +36,6 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	enum xdns_verdict v;
 	__u32 zero = 0, one = 1, gen, frame, vi;
 	__u32 *genp;
-	__u64 name_sum = 0;
 	__u16 arcount = 0;
 	int memo;
 	long grow;
@@ -63,8 +62,8 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	if (memo >= 0) {
 		/*
 		 * Memo: name, type and class asked before on this CPU, byte for byte, under this
-		 * generation. Hint: a name under no zone of this generation, whose cache entry the
-		 * stage checks (the name's sum comes from there).
+		 * generation (the sum is of all three). Hint: a name under no zone of this
+		 * generation, whose cache entry the stage checks (the name's sum comes from there).
 		 */
 		q.qlen = *(volatile __u32 *)&sc->memo_qlen;
 		q.nlab = *(volatile __u32 *)&sc->memo_nlab;
@@ -77,9 +76,8 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		v = xdns_qname_walk(sc, &q);
 		if (v != XDNS_ANSWERED)
 			return v;
-		name_sum = q.qsum;      /* before type and class join it: what a memo keeps */
 	}
-	v = xdns_parse_tail(ctx, &pkt, &q, arcount);
+	v = xdns_parse_tail(ctx, &pkt, &q, arcount, memo >= 0 && !xdns_cfg.resolver);
 	if (v != XDNS_ANSWERED)
 		return v;
 	if (gen == 0)
@@ -102,7 +100,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		if (v != XDNS_ANSWERED)
 			return v;
 		if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S)
-			xdns_memo_learn(sc, q.qlen, q.nlab, name_sum);
+			xdns_memo_learn(sc, q.qlen, q.nlab, q.qsum);
 		vi = sc->last_v;
 	}
 	/* one source for the answer of both paths: the verifier walks the reply code once */

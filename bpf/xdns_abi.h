@@ -153,7 +153,7 @@ struct xdns_bucket {
 struct xdns_memo {
 	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
 	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
-	__u32 qsum;             /* checksum of the name bytes (xdns_query.qsum), folded to 32 bits */
+	__u32 qsum;             /* checksum of name, type and class (xdns_query.qsum), folded to 32 bits */
 	__u32 seen;             /* low half of the hash of a question seen once in this set: the
 				 * latest in the first way, the one before in the second (cache
 				 * hint: the question's type | its DO bit << 16) */
