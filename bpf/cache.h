@@ -39,27 +39,30 @@ struct xdns_cache_cmp_ctx {
 };
 
 /*
- * Compare 8-byte word `index` of the question name (scratch, as sent), lowercased, with the
- * entry's, and sum it as sent into cmp_sum (step of a batched bpf_loop body).
- * The entry's name is zero padded; the last word of the question is masked to its length.
+ * Does the question name's word at byte `off` (scratch, as sent, the last one masked to the
+ * name's `qlen` bytes), lowercased, equal the entry's (zero padded)? Adds the word as sent to
+ * *sum. `off` is a multiple of 8 below 256.
  */
+static __always_inline int xdns_cache_word_same(const struct xdns_scratch *sc, const struct xdns_cache_meta *mt,
+						__u32 off, __u32 qlen, __u64 *sum)
+{
+	__u32 left = qlen - off;
+	__u64 a, mask = left < 8 ? (1ULL << (left * 8)) - 1 : ~0ULL;  /* little-endian: low bytes */
+
+	a = xdns_ld64(&sc->name[off]) & mask;
+	*sum += (a & 0xffffffff) + (a >> 32);
+	return xdns_lower8(a) == xdns_ld64(&mt->name[off]);
+}
+
+/* Word `index` of the name compare, from the loop (step of a batched bpf_loop body). */
 static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 {
 	struct xdns_cache_cmp_ctx *c = arg;
 	struct xdns_scratch *sc = c->sc;
-	__u32 off, left;
-	__u64 a, b, mask = ~0ULL;
 
 	if (!sc || index >= sc->cmp_words || index >= 32)
 		return 1;
-	off = (index & 31) * 8;
-	left = sc->qlen - off;
-	if (left < 8)
-		mask = (1ULL << (left * 8)) - 1;        /* little-endian loads: low bytes first */
-	a = xdns_ld64(&sc->name[off]) & mask;
-	b = xdns_ld64(&c->mt->name[off]);
-	sc->cmp_sum += (a & 0xffffffff) + (a >> 32);
-	if (xdns_lower8(a) != b) {
+	if (!xdns_cache_word_same(sc, c->mt, (index & 31) * 8, sc->qlen, &sc->cmp_sum)) {
 		sc->cmp_diff = 1;
 		return 1;
 	}
@@ -77,8 +80,8 @@ XDNS_BATCHED_REST(xdns_cache_cmp_words, xdns_cache_cmp_word, 4)
 static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
 {
 	struct xdns_cache_cmp_ctx c = { .mt = mt, .sc = sc };
-	__u32 qlen = sc->qlen, k, left;
-	__u64 a, mask, sum = 0;
+	__u32 qlen = sc->qlen, k;
+	__u64 sum = 0;
 
 	/*
 	 * The first four words inline, with the length and the sum in registers (as loop steps
@@ -89,11 +92,7 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 	for (k = 0; k < 4; k++) {
 		if (k * 8 >= qlen)
 			break;
-		left = qlen - k * 8;
-		mask = left < 8 ? (1ULL << (left * 8)) - 1 : ~0ULL;    /* little-endian: low bytes */
-		a = xdns_ld64(&sc->name[k * 8]) & mask;
-		sum += (a & 0xffffffff) + (a >> 32);
-		if (xdns_lower8(a) != xdns_ld64(&mt->name[k * 8]))
+		if (!xdns_cache_word_same(sc, mt, k * 8, qlen, &sum))
 			return 0;
 	}
 	sc->cmp_sum = sum;
