@@ -105,54 +105,20 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 XDNS_BATCHED(xdns_fixup_steps, xdns_fixup_step)
 
 /*
- * Copy a class S body (8 <= blen <= XDNS_CLASS_S_LEN) by direct packet access, sixteen bytes
- * at a time; when blen is not a multiple of 16, the last chunk is the body's last sixteen
- * bytes (overlapping the chunk before); fewer than 16: the first eight and the last eight.
- * Nothing is written past the body. One bounds check per 16 bytes (dns.h, xdns_name_copy).
- * Returns 1 when the helper must copy (shorter body, or the frame is shorter than expected).
+ * Copy a class S body (8 <= blen <= XDNS_CLASS_S_LEN) by direct packet access (word.h,
+ * xdns_copy16). Returns 1 when the helper must copy (shorter body, or the frame is shorter
+ * than expected).
  */
 static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 blen)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u8 *dst, *last;
-	__u32 t;
-	int i;
+	__u8 *dst;
 
-	if (at > 0x3fff || blen < 8 || blen > XDNS_CLASS_S_LEN)
+	if (at > 0x3fff)
 		return 1;
 	dst = data + at;
-	if (blen < 16) {
-		if ((void *)(dst + 8) > data_end)
-			return 1;
-		xdns_st64(dst, xdns_ld64(bytes));
-		t = (blen - 8) & 7;
-		last = dst + t;
-		if ((void *)(last + 8) > data_end)
-			return 1;
-		xdns_st64(last, xdns_ld64(bytes + t));
-		return 0;
-	}
-#pragma unroll
-	for (i = 0; i < XDNS_CLASS_S_LEN / 16; i++) {
-		if (i * 16 + 16 > blen)
-			break;
-		if ((void *)(dst + i * 16 + 16) > data_end)
-			return 1;
-		xdns_st64(dst + i * 16, xdns_ld64(bytes + i * 16));
-		xdns_st64(dst + i * 16 + 8, xdns_ld64(bytes + i * 16 + 8));
-	}
-	if (blen & 15) {
-		t = (blen - 16) & (XDNS_CLASS_S_LEN - 1);
-		if (t > XDNS_CLASS_S_LEN - 16)
-			return 1;
-		last = dst + t;
-		if ((void *)(last + 16) > data_end)
-			return 1;
-		xdns_st64(last, xdns_ld64(bytes + t));
-		xdns_st64(last + 8, xdns_ld64(bytes + t + 8));
-	}
-	return 0;
+	return xdns_copy16(dst, bytes, dst, data_end, blen, XDNS_CLASS_S_LEN);
 }
 
 /* Copy the first r->blen body bytes after the question. */

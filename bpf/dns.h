@@ -128,55 +128,20 @@ static __always_inline long xdns_qname_label(__u64 index, void *arg)
 XDNS_BATCHED(xdns_qname_labels, xdns_qname_label)
 
 /*
- * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access,
- * sixteen at a time, the last sixteen ending exactly at `avail` (overlapping the chunk before);
- * fewer than 16: the first eight and the last eight. One bounds check per 16 bytes: the copy
- * runs for every query, and a check with its address arithmetic cost more than the two words
- * it guarded (bench/ab.py, with the body copy in answer.h done the same way).
- * Returns 1 when the helper must copy instead (shorter, or not in the linear frame).
+ * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access
+ * (word.h, xdns_copy16). Returns 1 when the helper must copy instead (shorter, or not in the
+ * linear frame).
  */
 static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, struct xdns_scratch *sc, __u32 avail)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u8 *src, *last;
-	__u32 t;
-	int i;
+	__u8 *src;
 
-	if (dns_off > XDNS_DNS_OFF_MAX || avail < 8 || avail > 255)
+	if (dns_off > XDNS_DNS_OFF_MAX || avail > 255)
 		return 1;
 	src = data + dns_off + XDNS_HDR_LEN;
-	if (avail < 16) {
-		if ((void *)(src + 8) > data_end)
-			return 1;
-		xdns_st64(&sc->name[0], xdns_ld64(src));
-		t = (avail - 8) & 7;
-		last = src + t;
-		if ((void *)(last + 8) > data_end)
-			return 1;
-		xdns_st64(&sc->name[t], xdns_ld64(last));
-		return 0;
-	}
-#pragma unroll
-	for (i = 0; i < 15; i++) {
-		if (i * 16 + 16 > avail)
-			break;
-		if ((void *)(src + i * 16 + 16) > data_end)
-			return 1;
-		xdns_st64(&sc->name[i * 16], xdns_ld64(src + i * 16));
-		xdns_st64(&sc->name[i * 16 + 8], xdns_ld64(src + i * 16 + 8));
-	}
-	if (avail & 15) {
-		t = (avail - 16) & 255;
-		if (t > 239)
-			return 1;
-		last = src + t;
-		if ((void *)(last + 16) > data_end)
-			return 1;
-		xdns_st64(&sc->name[t], xdns_ld64(last));
-		xdns_st64(&sc->name[t + 8], xdns_ld64(last + 8));
-	}
-	return 0;
+	return xdns_copy16(sc->name, src, src, data_end, avail, sizeof(sc->name));
 }
 
 /* The bytes after the DNS header, up to 255 (the name and what follows it), into sc->name. */

@@ -20,4 +20,52 @@ static __always_inline void xdns_st64(void *p, __u64 w)
 	*(__u64 *)p = w;
 }
 
+/*
+ * Copy n bytes (8 <= n <= room; room a power of two, the size of the non-packet buffer) from
+ * src to dst, one side in the packet: `edge` (src or dst, whichever is the packet pointer) is
+ * bounds-checked against data_end once per sixteen bytes. Sixteen at a time, the last sixteen
+ * ending exactly at n (overlapping the chunk before); under 16, the first eight and the last
+ * eight. Nothing is written past n. A check with its address arithmetic cost more than the
+ * eight bytes it guarded (bpf/README.md, "Instructions on the answered path"). Returns 1 when
+ * the packet is shorter than that (the caller takes a helper, or passes).
+ */
+static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *edge, const void *data_end, __u32 n,
+				       __u32 room)
+{
+	__u32 t;
+	int i;
+
+	if (n < 8 || n > room)
+		return 1;
+	if (n < 16) {
+		if ((const void *)(edge + 8) > data_end)
+			return 1;
+		xdns_st64(dst, xdns_ld64(src));
+		t = (n - 8) & 7;
+		if ((const void *)(edge + t + 8) > data_end)
+			return 1;
+		xdns_st64(dst + t, xdns_ld64(src + t));
+		return 0;
+	}
+#pragma unroll
+	for (i = 0; i < room / 16; i++) {
+		if (i * 16 + 16 > n)
+			break;
+		if ((const void *)(edge + i * 16 + 16) > data_end)
+			return 1;
+		xdns_st64(dst + i * 16, xdns_ld64(src + i * 16));
+		xdns_st64(dst + i * 16 + 8, xdns_ld64(src + i * 16 + 8));
+	}
+	if (n & 15) {
+		t = (n - 16) & (room - 1);
+		if (t > room - 16)
+			return 1;
+		if ((const void *)(edge + t + 16) > data_end)
+			return 1;
+		xdns_st64(dst + t, xdns_ld64(src + t));
+		xdns_st64(dst + t + 8, xdns_ld64(src + t + 8));
+	}
+	return 0;
+}
+
 #endif /* XDNS_WORD_H */
