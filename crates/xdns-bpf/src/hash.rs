@@ -90,14 +90,19 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
     fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))
 }
 
+/// Multipliers of the memo hash's three words (`XDNS_MEMO_MUL` in `bpf/memo.h`).
+const MEMO_MUL: [u64; 3] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9];
+
 /// Hash of a question in the XDP memo (`bpf/memo.h`) under data generation `gen`: `question`
-/// = the bytes after the DNS header (at most 255). Its first 24 bytes enter, with no final
-/// avalanche: the set is taken from the top bits (`memo_set`).
+/// = the bytes after the DNS header (at most 255). Its first 24 bytes enter, each word mixed
+/// with the seeded start and multiplied apart, with no final avalanche: the set is taken from
+/// the top bits (`memo_set`).
 pub fn memo_hash(seed: u64, gen: u32, question: &[u8]) -> u64 {
-    let h = question.chunks(8).take(3).fold(step(seed ^ 0x6d65_6d6f, u64::from(gen)), |h, c| {
+    let s = step(seed ^ 0x6d65_6d6f, u64::from(gen));
+    let h = question.chunks(8).take(3).zip(MEMO_MUL).fold(s, |h, (c, m)| {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
-        step(h, u64::from_le_bytes(w))
+        h ^ (u64::from_le_bytes(w) ^ s).wrapping_mul(m)
     });
     match h {
         0 => 1,
