@@ -86,7 +86,7 @@ static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
  * and filters ways; the stored bytes decide a hit (xdns_memo_probe), so its quality costs
  * speed only. Modelled by crates/xdns-bpf/src/hash.rs, memo_hash.
  */
-#define XDNS_MEMO_MUL(i) ((i) == 0 ? 0x9e3779b97f4a7c15ULL : (i) == 1 ? 0xc2b2ae3d27d4eb4fULL : 0x165667b19e3779f9ULL)
+#define XDNS_MEMO_MUL(i) ((i) == 0 ? XDNS_HASH_MUL : (i) == 1 ? 0xc2b2ae3d27d4eb4fULL : 0x165667b19e3779f9ULL)
 static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail, __u32 gen)
 {
 	__u64 h, s;

@@ -91,7 +91,7 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
 }
 
 /// Multipliers of the memo hash's three words (`XDNS_MEMO_MUL` in `bpf/memo.h`).
-const MEMO_MUL: [u64; 3] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9];
+const MEMO_MUL: [u64; 3] = [MUL, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9];
 
 /// Hash of a question in the XDP memo (`bpf/memo.h`) under data generation `gen`: `question`
 /// = the bytes after the DNS header (at most 255). Its first 24 bytes enter, each word mixed
