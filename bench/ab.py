@@ -3,6 +3,7 @@
     /usr/bin/python3 bench/ab.py OLD_XDNS NEW_XDNS                 # bench.py's authoritative mix
     /usr/bin/python3 bench/ab.py --resolver OLD_XDNS NEW_XDNS      # resolver.py's cache hits
     /usr/bin/python3 bench/ab.py --rounds 8 --seconds 8 XDNS noop  # against the no-op program
+    /usr/bin/python3 bench/ab.py --resolver --query "nosuch.good.lab. A E" OLD NEW  # one shape
 
 A and B are paths to `xdns` binaries (copy target/release/xdns aside before rebuilding), or
 `noop` for bench/noop_xdp.bpf.c. Needs what bench.py needs (root, clang, kxdpgun, bpftool).
@@ -105,6 +106,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=8.0, help="per round")
     ap.add_argument("--qps", type=int, default=2_000_000, help="offered by each generator")
+    ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
+                    help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
+                         "instead of the mix or the hot set (with --resolver, names of the hot set: "
+                         "only those are cached); repeatable")
     a = ap.parse_args()
     builds = [a.a, a.b]
     for b in builds:
@@ -123,7 +128,9 @@ def main() -> int:
         qfiles = []
         for lab in labs:
             qf = lab.dir / "queries.txt"
-            if a.resolver:
+            if a.query:
+                qf.write_text("".join(q.strip() + "\n" for q in a.query))
+            elif a.resolver:
                 R.query_file(qf)
             else:
                 B.query_mix(qf)

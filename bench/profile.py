@@ -4,6 +4,7 @@ while kxdpgun sends the benchmark's query mix, attributed to source lines of bpf
     /usr/bin/python3 bench/profile.py                 # authoritative mix (bench.py's)
     /usr/bin/python3 bench/profile.py --resolver      # cache hits (resolver.py's hot set)
     /usr/bin/python3 bench/profile.py --top 60 --seconds 8
+    /usr/bin/python3 bench/profile.py --resolver --query "nosuch.good.lab. A E"   # one shape
 
 Needs root, perf, kxdpgun, bpftool (and the lab tree's servers for --resolver).
 
@@ -101,8 +102,10 @@ def source_lines(prog_id: int) -> dict[int, str]:
     return out
 
 
-def attribute(perf_data: Path, lines: list[tuple[int, int]], src: dict[int, str]):
-    """(samples in all, samples in the program, Counter of source line -> samples)."""
+def attribute(perf_data: Path, lines: list[tuple[int, int]], src: dict[int, str], by_insn: bool = False):
+    """(samples in all, samples in the program, Counter of source line -> samples); with
+    by_insn, keyed by the line-info record's first xlated instruction too (an inlined helper
+    such as word.h's loads is then told apart by where it was inlined)."""
     script = subprocess.run(["perf", "script", "-i", str(perf_data), "-F", "ip,sym"],
                             capture_output=True, text=True).stdout
     addrs = [a for a, _ in lines]
@@ -125,6 +128,8 @@ def attribute(perf_data: Path, lines: list[tuple[int, int]], src: dict[int, str]
                 # a caller's return address is one past its call instruction
                 i = bisect.bisect_right(addrs, ip - (0 if sym == leaf else 1)) - 1
                 where = src.get(lines[i][1], "?") if i >= 0 else "?"
+                if by_insn and i >= 0:
+                    where = f"@{lines[i][1]:<5d} {where}"
                 by_line[where if sym == leaf else f"[{leaf}] <- {where}"] += 1
                 break
     return total, inprog, by_line
@@ -135,6 +140,12 @@ def main() -> int:
     ap.add_argument("--resolver", action="store_true", help="profile cache hits on the lab tree")
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds of samples")
     ap.add_argument("--top", type=int, default=40, help="source lines to print")
+    ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
+                    help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
+                         "instead of the mix or the hot set (with --resolver, names of the hot set: "
+                         "only those are cached); repeatable")
+    ap.add_argument("--by-insn", action="store_true",
+                    help="one row per line-info record (@ its first xlated instruction), not per source line")
     args = ap.parse_args()
     with Lab(prefix="xpr") as lab, B.BpfStats(), tempfile.TemporaryDirectory() as tmp:
         perf_data = Path(tmp) / "perf.data"
@@ -151,6 +162,8 @@ def main() -> int:
             B.query_mix(qfile)
             srv = lab.start_xdns(DEFAULT_ZONES, name="xdns-prof", xdp="native")
             tgt = B.Target("xdns-xdp", srv.addr4, srv, xdns=True)
+        if args.query:
+            qfile.write_text("".join(q.strip() + "\n" for q in args.query))
         try:
             prog_id = B.xdp_prog_id(lab)
             lines, src = jited_lines(prog_id), source_lines(prog_id)
@@ -163,7 +176,7 @@ def main() -> int:
             if tgt.server is not None and tgt.server.alive():
                 lab.stop(tgt.server)
             B.detach_xdp(lab)
-        total, inprog, by_line = attribute(perf_data, lines, src)
+        total, inprog, by_line = attribute(perf_data, lines, src, args.by_insn)
     ns = res.get("prog_ns", 0) / max(1, res.get("prog_cnt", 1))
     print(f"{res['replies_per_s']} replies/s, {ns:.0f} ns per packet in the program (bpf_stats); "
           f"{inprog} of {total} samples ({100 * inprog / max(1, total):.1f}%) in the program and its helpers")
