@@ -108,8 +108,9 @@ def main() -> int:
     ap.add_argument("--qps", type=int, default=2_000_000, help="offered by each generator")
     ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
                     help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
-                         "instead of the mix or the hot set (with --resolver, names of the hot set: "
-                         "only those are cached); repeatable")
+                         "instead of the mix or the hot set (with --resolver, the hot set is cached beforehand; "
+                         "another name is resolved on its first ask and then answered from the "
+                         "cache); repeatable")
     a = ap.parse_args()
     builds = [a.a, a.b]
     for b in builds:

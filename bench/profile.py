@@ -142,8 +142,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=40, help="source lines to print")
     ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
                     help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
-                         "instead of the mix or the hot set (with --resolver, names of the hot set: "
-                         "only those are cached); repeatable")
+                         "instead of the mix or the hot set (with --resolver, the hot set is cached beforehand; "
+                         "another name is resolved on its first ask and then answered from the "
+                         "cache); repeatable")
     ap.add_argument("--by-insn", action="store_true",
                     help="one row per line-info record (@ its first xlated instruction), not per source line")
     args = ap.parse_args()
