@@ -321,38 +321,49 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 
 /*
  * Move the first `keep` bytes of the frame `head` bytes down (to the new start after the head
- * grew), by direct packet access, eight bytes at a time upwards (safe: the destination is
- * below the source). The last word is read before anything is written and stored last, so a
- * `keep` that is not a multiple of 8 needs no byte loop. Returns -1 when the frame is shorter
- * than expected (nothing the caller can undo: drop).
+ * grew), by direct packet access, upwards (safe: the destination is below the source), in
+ * blocks of 32 bytes: one bounds check each way per block, not per word, which quarters the
+ * verifier's walk of the loop (the time is the same, bpf/README.md). The last 32 bytes are
+ * read before anything is written and stored last, so a `keep` that is not a multiple of 32
+ * needs no tail loop.
+ * Returns -1 when the frame is shorter than expected (nothing the caller can undo: drop).
  */
 static __always_inline int xdns_move_down(struct xdp_md *ctx, __u32 head, __u32 keep)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u8 *src, *dst = data;
-	__u64 last;
-	__u32 i, k8;
+	__u64 l0, l1, l2, l3;
+	__u32 i, k32;
 
-	if (head > XDNS_HEAD_GROW || keep < 8 || keep > XDNS_MOVE_MAX)
+	if (head > XDNS_HEAD_GROW || keep < 32 || keep > XDNS_MOVE_MAX)
 		return -1;
 	src = data + head;
-	k8 = keep - 8;
-	asm volatile("" : "+r"(k8));    /* one variable offset, no negative constant after it */
-	if ((void *)(src + k8 + 8) > data_end)
+	k32 = keep - 32;
+	asm volatile("" : "+r"(k32));   /* one variable offset, no negative constant after it */
+	if ((void *)(src + k32 + 32) > data_end)
 		return -1;
-	last = xdns_ld64(src + k8);
+	l0 = xdns_ld64(src + k32);
+	l1 = xdns_ld64(src + k32 + 8);
+	l2 = xdns_ld64(src + k32 + 16);
+	l3 = xdns_ld64(src + k32 + 24);
 #pragma unroll
-	for (i = 0; i < XDNS_MOVE_MAX / 8; i++) {
-		if (i * 8 + 8 > keep)
+	for (i = 0; i < XDNS_MOVE_MAX / 32; i++) {
+		if (i * 32 + 32 > keep)
 			break;
-		if ((void *)(src + i * 8 + 8) > data_end || (void *)(dst + i * 8 + 8) > data_end)
+		if ((void *)(src + i * 32 + 32) > data_end || (void *)(dst + i * 32 + 32) > data_end)
 			return -1;
-		xdns_st64(dst + i * 8, xdns_ld64(src + i * 8));
+		xdns_st64(dst + i * 32, xdns_ld64(src + i * 32));
+		xdns_st64(dst + i * 32 + 8, xdns_ld64(src + i * 32 + 8));
+		xdns_st64(dst + i * 32 + 16, xdns_ld64(src + i * 32 + 16));
+		xdns_st64(dst + i * 32 + 24, xdns_ld64(src + i * 32 + 24));
 	}
-	if ((void *)(dst + k8 + 8) > data_end)
+	if ((void *)(dst + k32 + 32) > data_end)
 		return -1;
-	xdns_st64(dst + k8, last);
+	xdns_st64(dst + k32, l0);
+	xdns_st64(dst + k32 + 8, l1);
+	xdns_st64(dst + k32 + 16, l2);
+	xdns_st64(dst + k32 + 24, l3);
 	return 0;
 }
 
@@ -376,7 +387,7 @@ static __always_inline int xdns_resize(struct xdp_md *ctx, __u32 keep, long grow
 		return 0;
 	if (!bpf_xdp_adjust_tail(ctx, (int)grow))
 		return 0;
-	if (grow < 0 || keep == 0 || keep > XDNS_MOVE_MAX)
+	if (grow < 0 || keep < 32 || keep > XDNS_MOVE_MAX)
 		return 1;
 	head = grow < XDNS_HEAD_GROW ? (__u32)grow : XDNS_HEAD_GROW;
 	if (bpf_xdp_adjust_head(ctx, -(int)head))
