@@ -106,11 +106,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=8.0, help="per round")
     ap.add_argument("--qps", type=int, default=2_000_000, help="offered by each generator")
-    ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
-                    help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
-                         "instead of the mix or the hot set (with --resolver, the hot set is cached beforehand; "
-                         "another name is resolved on its first ask and then answered from the "
-                         "cache); repeatable")
+    B.add_query_option(ap)
     a = ap.parse_args()
     builds = [a.a, a.b]
     for b in builds:
@@ -130,7 +126,7 @@ def main() -> int:
         for lab in labs:
             qf = lab.dir / "queries.txt"
             if a.query:
-                qf.write_text("".join(q.strip() + "\n" for q in a.query))
+                B.write_queries(qf, a.query)
             elif a.resolver:
                 R.query_file(qf)
             else:

@@ -138,6 +138,20 @@ PEERS: list[tuple[str, callable]] = [
 REFERENCE = "xdns"  # userspace ratios: xdns vs knot, nsd (as before the XDP peers)
 
 
+def add_query_option(ap) -> None:
+    """--query for the tools that measure the XDP program (ab.py, profile.py): one shape."""
+    ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
+                    help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
+                         "instead of the mix or the hot set (with --resolver, the hot set is cached "
+                         "beforehand; another name is resolved on its first ask and then answered "
+                         "from the cache); repeatable")
+
+
+def write_queries(path: Path, queries: list[str]) -> None:
+    """A kxdpgun query file of the given lines (--query's values)."""
+    path.write_text("".join(q.strip() + "\n" for q in queries))
+
+
 def query_mix(path: Path) -> int:
     """kxdpgun query file: 50% existing A/AAAA, 25% NXDOMAIN, 25% wildcard."""
     exist = ["www.example.com. A", "www.example.com. AAAA", "ns1.example.com. A",

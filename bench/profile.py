@@ -140,11 +140,7 @@ def main() -> int:
     ap.add_argument("--resolver", action="store_true", help="profile cache hits on the lab tree")
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds of samples")
     ap.add_argument("--top", type=int, default=40, help="source lines to print")
-    ap.add_argument("--query", action="append", default=[], metavar='"NAME TYPE [E]"',
-                    help="send only these questions (kxdpgun's query-file lines; E = with EDNS) "
-                         "instead of the mix or the hot set (with --resolver, the hot set is cached beforehand; "
-                         "another name is resolved on its first ask and then answered from the "
-                         "cache); repeatable")
+    B.add_query_option(ap)
     ap.add_argument("--by-insn", action="store_true",
                     help="one row per line-info record (@ its first xlated instruction), not per source line")
     args = ap.parse_args()
@@ -164,7 +160,7 @@ def main() -> int:
             srv = lab.start_xdns(DEFAULT_ZONES, name="xdns-prof", xdp="native")
             tgt = B.Target("xdns-xdp", srv.addr4, srv, xdns=True)
         if args.query:
-            qfile.write_text("".join(q.strip() + "\n" for q in args.query))
+            B.write_queries(qfile, args.query)
         try:
             prog_id = B.xdp_prog_id(lab)
             lines, src = jited_lines(prog_id), source_lines(prog_id)
