@@ -129,7 +129,7 @@ XDNS_BATCHED(xdns_qname_labels, xdns_qname_label)
 
 /*
  * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access
- * (word.h, xdns_copy16). Returns 1 when the helper must copy instead (shorter, or not in the
+ * (word.h, xdns_copy_words). Returns 1 when the helper must copy instead (shorter, or not in the
  * linear frame).
  */
 static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, struct xdns_scratch *sc, __u32 avail)
@@ -141,7 +141,7 @@ static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, str
 	if (dns_off > XDNS_DNS_OFF_MAX || avail > 255)
 		return 1;
 	src = data + dns_off + XDNS_HDR_LEN;
-	return xdns_copy16(sc->name, src, src, data_end, avail, sizeof(sc->name));
+	return xdns_copy_words(sc->name, src, data_end, avail, sizeof(sc->name));
 }
 
 /* The bytes after the DNS header, up to 255 (the name and what follows it), into sc->name. */

@@ -162,19 +162,18 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 		return -1;
 	/*
 	 * The slot's bytes past n are zero (xdns_memo_learn); the packet's are whatever follows
-	 * the question. Whole words, then the last eight bytes ending at n (overlapping): no mask.
+	 * the question. Whole words, then the last n & 7 bytes masked: every load is an aligned
+	 * word of sc->name, as xdns_copy_words stored them (word.h: loads the CPU forwards).
 	 */
-	if (n < 8) {
-		diff = xdns_memo_word(sc->name, 0, n) ^ xdns_ld64(m->name);
-	} else {
 #pragma clang loop unroll(full)
-		for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
-			if ((__u32)i * 8 + 8 <= n)
-				diff |= xdns_ld64(&sc->name[i * 8]) ^ xdns_ld64(&m->name[i * 8]);
-		t = (n - 8) & 63;
+	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
+		if ((__u32)i * 8 + 8 <= n)
+			diff |= xdns_ld64(&sc->name[i * 8]) ^ xdns_ld64(&m->name[i * 8]);
+	if (n & 7) {
+		t = n & 0x38;
 		if (t > XDNS_MEMO_MAX_Q - 8)
 			return -1;
-		diff |= xdns_ld64(&sc->name[t]) ^ xdns_ld64(&m->name[t]);
+		diff |= (xdns_ld64(&sc->name[t]) ^ xdns_ld64(&m->name[t])) & ((1ULL << ((n & 7) * 8)) - 1);
 	}
 	if (diff)
 		return -1;

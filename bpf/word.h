@@ -68,4 +68,50 @@ static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *e
 	return 0;
 }
 
+/*
+ * Copy n bytes (8 <= n < room; room a power of two, the size of dst) from the packet at src
+ * into dst (not in the packet) as whole words at multiples of 8 from dst: sixteen bytes per
+ * bounds check, then an aligned word if n & 8, then the last n & 7 bytes, read as the eight
+ * bytes ending at n and shifted down, so the bytes of dst from n to the next multiple of 8
+ * become zero. Every later aligned eight-byte load of dst is then one earlier store, which the
+ * CPU forwards while the stores are still in flight; xdns_copy16's overlapping last chunk
+ * left stores that straddle those loads, and a load that overlaps two stores waits for both
+ * to reach the cache. Returns 1 when the packet is shorter than that.
+ */
+static __always_inline int xdns_copy_words(__u8 *dst, const __u8 *src, const void *data_end, __u32 n, __u32 room)
+{
+	__u32 t, c;
+	int i;
+
+	if (n < 8 || n >= room)
+		return 1;
+#pragma unroll
+	for (i = 0; i < room / 16; i++) {
+		if (i * 16 + 16 > n)
+			break;
+		if ((const void *)(src + i * 16 + 16) > data_end)
+			return 1;
+		xdns_st64(dst + i * 16, xdns_ld64(src + i * 16));
+		xdns_st64(dst + i * 16 + 8, xdns_ld64(src + i * 16 + 8));
+	}
+	t = n & (room - 16);
+	if (n & 8) {
+		if ((const void *)(src + t + 8) > data_end)
+			return 1;
+		xdns_st64(dst + t, xdns_ld64(src + t));
+		t += 8;
+	}
+	c = n & 7;
+	if (c) {
+		__u32 e = (n - 8) & (room - 1);
+
+		if (e > room - 8 || t > room - 8)
+			return 1;
+		if ((const void *)(src + e + 8) > data_end)
+			return 1;
+		xdns_st64(dst + t, xdns_ld64(src + e) >> ((8 - c) * 8));
+	}
+	return 0;
+}
+
 #endif /* XDNS_WORD_H */
