@@ -21,6 +21,28 @@ static __always_inline void xdns_st64(void *p, __u64 w)
 }
 
 /*
+ * The whole sixteen-byte chunks of n bytes (n <= room), each an aligned pair of words from
+ * dst, one bounds check of `edge` (src or dst, the packet side) per chunk. Returns 1 when the
+ * packet is shorter.
+ */
+static __always_inline int xdns_copy_chunks(__u8 *dst, const __u8 *src, const __u8 *edge, const void *data_end,
+					    __u32 n, __u32 room)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < room / 16; i++) {
+		if (i * 16 + 16 > n)
+			break;
+		if ((const void *)(edge + i * 16 + 16) > data_end)
+			return 1;
+		xdns_st64(dst + i * 16, xdns_ld64(src + i * 16));
+		xdns_st64(dst + i * 16 + 8, xdns_ld64(src + i * 16 + 8));
+	}
+	return 0;
+}
+
+/*
  * Copy n bytes (8 <= n <= room; room a power of two, the size of the non-packet buffer) from
  * src to dst, one side in the packet: `edge` (src or dst, whichever is the packet pointer) is
  * bounds-checked against data_end once per sixteen bytes. Sixteen at a time, the last sixteen
@@ -33,7 +55,6 @@ static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *e
 				       __u32 room)
 {
 	__u32 t;
-	int i;
 
 	if (n < 8 || n > room)
 		return 1;
@@ -47,15 +68,8 @@ static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *e
 		xdns_st64(dst + t, xdns_ld64(src + t));
 		return 0;
 	}
-#pragma unroll
-	for (i = 0; i < room / 16; i++) {
-		if (i * 16 + 16 > n)
-			break;
-		if ((const void *)(edge + i * 16 + 16) > data_end)
-			return 1;
-		xdns_st64(dst + i * 16, xdns_ld64(src + i * 16));
-		xdns_st64(dst + i * 16 + 8, xdns_ld64(src + i * 16 + 8));
-	}
+	if (xdns_copy_chunks(dst, src, edge, data_end, n, room))
+		return 1;
 	if (n & 15) {
 		t = (n - 16) & (room - 1);
 		if (t > room - 16)
@@ -81,19 +95,11 @@ static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *e
 static __always_inline int xdns_copy_words(__u8 *dst, const __u8 *src, const void *data_end, __u32 n, __u32 room)
 {
 	__u32 t, c;
-	int i;
 
 	if (n < 8 || n >= room)
 		return 1;
-#pragma unroll
-	for (i = 0; i < room / 16; i++) {
-		if (i * 16 + 16 > n)
-			break;
-		if ((const void *)(src + i * 16 + 16) > data_end)
-			return 1;
-		xdns_st64(dst + i * 16, xdns_ld64(src + i * 16));
-		xdns_st64(dst + i * 16 + 8, xdns_ld64(src + i * 16 + 8));
-	}
+	if (xdns_copy_chunks(dst, src, src, data_end, n, room))
+		return 1;
 	t = n & (room - 16);
 	if (n & 8) {
 		if ((const void *)(src + t + 8) > data_end)
