@@ -129,8 +129,8 @@ XDNS_BATCHED(xdns_qname_labels, xdns_qname_label)
 
 /*
  * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access
- * (word.h, xdns_copy_words). Returns 1 when the helper must copy instead (shorter, or not in the
- * linear frame).
+ * (word.h, xdns_copy_words). Returns 1 when the helper must copy instead (shorter, or not in
+ * the linear frame).
  */
 static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, struct xdns_scratch *sc, __u32 avail)
 {
