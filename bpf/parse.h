@@ -54,8 +54,13 @@ static __always_inline int xdns_listening(const __u8 *addr, __u8 family, __u16 p
 			continue;
 		if (l->wildcard)
 			return 1;
-		if ((family == 4 ? (__u64) * (const volatile __u32 *)l->addr : xdns_ld64((const void *)l->addr)) == a0 &&
-		    (family == 4 || xdns_ld64((const void *)&l->addr[8]) == a1))
+		/*
+		 * Volatile loads: xdns_cfg is a volatile object whose initializer is zero (libbpf
+		 * fills it in before the load), and a plain load through a cast may be folded to
+		 * that zero (clang 19 does).
+		 */
+		if ((family == 4 ? (__u64) * (const volatile __u32 *)l->addr : *(const volatile __u64 *)l->addr) == a0 &&
+		    (family == 4 || *(const volatile __u64 *)&l->addr[8] == a1))
 			return 1;
 	}
 	return 0;
