@@ -235,13 +235,19 @@ struct xdns_body_ref {
 static __always_inline int xdns_body_get(const struct xdns_answer_key *key, struct xdns_answer_s *a,
 					 struct xdns_body_ref *ref)
 {
-	if (a->ans.class == XDNS_CLASS_S)
+	if (a->ans.class == XDNS_CLASS_S) {
 		ref->s = &a->body;
-	else if (a->ans.class == XDNS_CLASS_M)
+		return 0;
+	}
+	if (a->ans.class == XDNS_CLASS_M) {
 		ref->m = bpf_map_lookup_elem(&xdns_bodies_m, key);
-	else if (a->ans.class == XDNS_CLASS_L)
+		return ref->m ? 0 : -1;
+	}
+	if (a->ans.class == XDNS_CLASS_L) {
 		ref->l = bpf_map_lookup_elem(&xdns_bodies_l, key);
-	return ref->s || ref->m || ref->l ? 0 : -1;
+		return ref->l ? 0 : -1;
+	}
+	return -1;
 }
 
 /*

@@ -200,32 +200,22 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 	return 0;
 }
 
-/* Copy the first r->blen body bytes of the entry after the question. */
-static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, const struct xdns_cache_ref *ref,
+/*
+ * Copy the first r->blen body bytes of the entry (`bytes`, `cap` of them in its size class)
+ * after the question.
+ */
+static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 cap,
 					       const struct xdns_reply *r)
 {
 	__u32 blen = r->blen;
 
 	if (blen == 0)
 		return 0;
-	if (ref->s) {
-		if (blen > XDNS_CLASS_S_LEN)
-			return -1;
-		if (!xdns_copy_small(ctx, at, ref->s->bytes, blen))
-			return 0;
-		return bpf_xdp_store_bytes(ctx, at, ref->s->bytes, blen) ? -1 : 0;
-	}
-	if (ref->m) {
-		if (blen > XDNS_CLASS_M_LEN)
-			return -1;
-		return bpf_xdp_store_bytes(ctx, at, ref->m->bytes, blen) ? -1 : 0;
-	}
-	if (ref->l) {
-		if (blen > XDNS_CLASS_L_LEN)
-			return -1;
-		return bpf_xdp_store_bytes(ctx, at, ref->l->bytes, blen) ? -1 : 0;
-	}
-	return -1;
+	if (blen > cap)
+		return -1;
+	if (cap == XDNS_CLASS_S_LEN && !xdns_copy_small(ctx, at, bytes, blen))
+		return 0;
+	return bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen) ? -1 : 0;
 }
 
 /*
@@ -385,10 +375,11 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	struct xdns_cache_key key = {};
 	struct xdns_cache_ref ref = {};
 	struct xdns_cache_meta *mt;
+	const __u8 *bytes;
 	struct xdns_reply r = {};
 	enum xdns_verdict v;
 	__u64 now, el, tag_end;
-	__u32 frame, sub, idx;
+	__u32 frame, sub, idx, cap;
 	long grow;
 	int moved;
 
@@ -421,12 +412,18 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	if (ref.s) {
 		mt = &ref.s->m;
 		tag_end = ref.s->tag_end;
+		bytes = ref.s->bytes;
+		cap = XDNS_CLASS_S_LEN;
 	} else if (ref.m) {
 		mt = &ref.m->m;
 		tag_end = ref.m->tag_end;
+		bytes = ref.m->bytes;
+		cap = XDNS_CLASS_M_LEN;
 	} else if (ref.l) {
 		mt = &ref.l->m;
 		tag_end = ref.l->tag_end;
+		bytes = ref.l->bytes;
+		cap = XDNS_CLASS_L_LEN;
 	} else {
 		return XDNS_PASS_CACHE_MISS;
 	}
@@ -464,7 +461,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);
 	if (moved)
 		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
-	if (xdns_cache_put_body(ctx, pkt->dns_off + r.body_at, &ref, &r))
+	if (xdns_cache_put_body(ctx, pkt->dns_off + r.body_at, bytes, cap, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, sub, &r))
 		return XDNS_DROP_REWRITE;
