@@ -17,7 +17,9 @@ fn main() {
 
     // -mcpu=v2: the jump forms of BPF v2 (JLT, JLE, ...) spare the negated branches of v1 (156
     // fewer instructions, 10k fewer verifier steps). v3 (32-bit ALU) would spare the
-    // zero-extending shift pairs too, but the verifier's states multiply past its 1M limit.
+    // zero-extending shift pairs too, but the verifier's states multiply past its 1M limit
+    // (clang 14 and 19 alike), and ALU32 without v3's jumps is miscompiled (bpf/README.md,
+    // "Compilers").
     SkeletonBuilder::new()
         .source(&src)
         .clang_args([
