@@ -202,20 +202,13 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 
 /*
  * Copy the first r->blen body bytes of the entry (`bytes`, `cap` of them in its size class)
- * after the question.
+ * after the question: as the authoritative path copies (answer.h), but a cached answer may
+ * have no body.
  */
 static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 cap,
 					       const struct xdns_reply *r)
 {
-	__u32 blen = r->blen;
-
-	if (blen == 0)
-		return 0;
-	if (blen > cap)
-		return -1;
-	if (cap == XDNS_CLASS_S_LEN && !xdns_copy_small(ctx, at, bytes, blen))
-		return 0;
-	return bpf_xdp_store_bytes(ctx, at, (void *)bytes, blen) ? -1 : 0;
+	return r->blen == 0 ? 0 : xdns_put_body(ctx, at, bytes, cap, r);
 }
 
 /*
