@@ -121,13 +121,15 @@ static __always_inline int xdns_copy_small(struct xdp_md *ctx, __u32 at, const _
 	return xdns_copy16(dst, bytes, dst, data_end, blen, XDNS_CLASS_S_LEN);
 }
 
-/* Copy the first r->blen body bytes after the question. */
+/* Copy the first r->blen body bytes (none for an empty body) after the question. */
 static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 cap,
 					 const struct xdns_reply *r)
 {
 	__u32 blen = r->blen;
 
-	if (blen > cap || blen == 0)
+	if (blen == 0)
+		return 0;
+	if (blen > cap)
 		return -1;
 	if (cap == XDNS_CLASS_S_LEN && !xdns_copy_small(ctx, at, bytes, blen)) {
 		/* copied */
@@ -458,6 +460,7 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 		struct iphdr *ip = data + l3;
 		__u16 *w = (__u16 *)ip;
 		__u32 a, b;
+		__u64 addrs;
 
 		udp = (void *)(ip + 1);
 		if ((void *)(udp + 1) > data_end)
@@ -471,15 +474,17 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 		 */
 		a = ip->saddr;
 		b = ip->daddr;
+		addrs = (a & 0xffff) + (a >> 16) + (b & 0xffff) + (b >> 16);
 		s = ((w[0] & bpf_htons(0x00ff)) | bpf_htons(0x4500)) + bpf_htons(sizeof(*ip) + ulen) + w[2] + w[3] +
-		    bpf_htons((XDNS_REPLY_TTL << 8) | IPPROTO_UDP) + (a & 0xffff) + (a >> 16) + (b & 0xffff) + (b >> 16);
+		    bpf_htons((XDNS_REPLY_TTL << 8) | IPPROTO_UDP) + addrs;
 		ip->saddr = b;
 		ip->daddr = a;
 		ip->ihl = 5;
 		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
 		ip->ttl = XDNS_REPLY_TTL;
-		ip->check = ~xdns_csum_fold(s);
-		s = xdns_csum_swap(xdns_csum_fold((__u64)a + b));
+		/* ten 16-bit words at most: far below 2^32, so two folding steps each */
+		ip->check = ~xdns_csum_fold32(s);
+		s = xdns_csum_swap(xdns_csum_fold32(addrs));
 	} else {
 		struct ipv6hdr *ip6 = data + l3;
 		struct in6_addr a;

@@ -201,17 +201,6 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 }
 
 /*
- * Copy the first r->blen body bytes of the entry (`bytes`, `cap` of them in its size class)
- * after the question: as the authoritative path copies (answer.h), but a cached answer may
- * have no body.
- */
-static __always_inline int xdns_cache_put_body(struct xdp_md *ctx, __u32 at, const __u8 *bytes, __u32 cap,
-					       const struct xdns_reply *r)
-{
-	return r->blen == 0 ? 0 : xdns_put_body(ctx, at, bytes, cap, r);
-}
-
-/*
  * Is the client (source address) in the allow list? (Direct packet access to the address.)
  * A list of at most XDNS_ALLOW_INLINE prefixes is compared inline (`xdns_allow_inline`, a few
  * instructions per prefix) with the address in registers; a longer one takes the LPM trie
@@ -454,7 +443,8 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);
 	if (moved)
 		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
-	if (xdns_cache_put_body(ctx, pkt->dns_off + r.body_at, bytes, cap, &r))
+	/* the entry's body (`bytes`, `cap` of them in its size class); a cached answer may have none */
+	if (xdns_put_body(ctx, pkt->dns_off + r.body_at, bytes, cap, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, sub, &r))
 		return XDNS_DROP_REWRITE;

@@ -14,15 +14,23 @@ static __always_inline __u64 xdns_csum_byte(__u32 pos, __u8 b)
 	return (pos & 1) ? (__u64)b : ((__u64)b << 8);
 }
 
-/* Fold an unfolded sum to 16 bits (not complemented). */
+/*
+ * Fold a sum below 2^32 to 16 bits (not complemented): the first step leaves at most
+ * 0xffff + 0xffff, the second at most 0xfffe + 1.
+ */
+static __always_inline __u16 xdns_csum_fold32(__u64 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/* Fold an unfolded sum to 16 bits (not complemented): two 32-bit steps leave it below 2^32. */
 static __always_inline __u16 xdns_csum_fold(__u64 s)
 {
 	s = (s & 0xffffffff) + (s >> 32);
 	s = (s & 0xffffffff) + (s >> 32);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)s;
+	return xdns_csum_fold32(s);
 }
 
 /* A folded 16-bit sum computed at an even offset, moved to an odd one: swap its bytes. */
