@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import hashlib
+import ipaddress
 import os
 import random
 import shutil
@@ -132,9 +133,9 @@ class Lab:
         self.net4 = f"198.{18 + x // 256}.{x % 256}"
         self.net6 = f"2001:db8:{x:x}"
         self.server_addr4 = f"{self.net4}.1"
-        self.server_addr6 = f"{self.net6}::1"
+        self.server_addr6 = self._addr6(1)
         self.client_addr4 = f"{self.net4}.100"
-        self.client_addr6 = f"{self.net6}::100"
+        self.client_addr6 = self._addr6(0x100)
         self.gro = gro
         self.keep_dir = keep_dir
         self._next_host = 2
@@ -238,11 +239,16 @@ class Lab:
     def server_run(self, cmd, check=True, **kw) -> subprocess.CompletedProcess:
         return self.ns_run(self.server_ns, cmd, check=check, **kw)
 
+    def _addr6(self, n: int) -> str:
+        """Host n of the lab's /64, written the way the kernel and `ss` print it: for lab 0,
+        2001:db8::9, not 2001:db8:0::9, so that text comparisons with their output hold."""
+        return str(ipaddress.IPv6Address(f"{self.net6}::{n:x}"))
+
     def new_address(self) -> tuple[str, str]:
         """Add one more IPv4+IPv6 address to the server veth and return them."""
         n = self._next_host
         self._next_host += 1
-        a4, a6 = f"{self.net4}.{n}", f"{self.net6}::{n:x}"
+        a4, a6 = f"{self.net4}.{n}", self._addr6(n)
         self.server_run(["ip", "addr", "add", f"{a4}/24", "dev", self.server_if])
         self.server_run(["ip", "-6", "addr", "add", f"{a6}/64", "dev", self.server_if, "nodad"])
         return a4, a6
