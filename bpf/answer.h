@@ -31,6 +31,8 @@ struct xdns_fixup_ctx {
 	struct xdp_md *ctx;
 	struct xdns_scratch *sc;        /* looked up once by the program */
 	const __u16 *offs;              /* the body's fixup (or TTL) offsets, read in place */
+	const __u8 *bytes;              /* TTL walk: the entry's body ... */
+	__u64 cap;                      /* ... and the length of its size class */
 };
 
 /*

@@ -105,12 +105,13 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 }
 
 /*
- * Lower the big-endian TTL at p by sub seconds, not below 0; returns the seconds taken off.
- * One 32-bit load and store (unaligned in the packet: x86-64 takes it, word.h), not four bytes.
+ * Store at p the big-endian TTL read at src, lowered by sub seconds, not below 0; returns the
+ * seconds taken off. One 32-bit load and store (unaligned in the packet: x86-64 takes it,
+ * word.h), not four bytes each.
  */
-static __always_inline __u32 xdns_ttl_lower(__u8 *p, __u32 sub)
+static __always_inline __u32 xdns_ttl_aged(__u8 *p, const __u8 *src, __u32 sub)
 {
-	__u32 old = bpf_ntohl(*(__u32 *)p);
+	__u32 old = bpf_ntohl(*(const __u32 *)src);
 	__u32 new = old > sub ? old - sub : 0;
 
 	*(__u32 *)p = bpf_htonl(new);
@@ -118,13 +119,14 @@ static __always_inline __u32 xdns_ttl_lower(__u8 *p, __u32 sub)
 }
 
 /*
- * Age one record's TTL (step of a batched bpf_loop body, `index` = record): read it back from
- * the packet (just copied from the entry), lower it by the elapsed seconds, and add what it
- * lost to ttl_even or ttl_odd by the parity of its DNS offset: the pass turns those into
- * the checksum change at the end (csum.h, xdns_csum_shrunk). Offsets are ascending: the
- * first beyond the bytes sent ends the pass.
+ * Age one record's TTL (step of a batched bpf_loop body, `index` = record): read it from the
+ * entry (not back from the packet, where the copy has just stored it: xdns_put_ttls), store
+ * it lowered by the elapsed seconds into the packet, and add what it lost to ttl_even or
+ * ttl_odd by the parity of its DNS offset: the pass turns those into the checksum change at
+ * the end (csum.h, xdns_csum_shrunk). Offsets are ascending: the first beyond the bytes sent
+ * ends the pass.
  * Direct packet access (no helper call per TTL); a TTL outside the linear part of a
- * multi-buffer frame uses the load/store helpers.
+ * multi-buffer frame uses the store helper.
  */
 static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 {
@@ -138,19 +140,15 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 	if (!sc || index >= sc->ttl_n)
 		return 1;
 	f = fc->offs[index & (XDNS_CACHE_MAX_RRS - 1)];
-	if (f + 4 > sc->fix_blen)
+	if (f + 4 > sc->fix_blen || f > fc->cap - 4)
 		return 1;
 	at = sc->fix_at + f;
-	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
+	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helper */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
-		lost = xdns_ttl_lower(p, sc->ttl_sub);
+		lost = xdns_ttl_aged(p, fc->bytes + f, sc->ttl_sub);
 	} else {
-		if (bpf_xdp_load_bytes(ctx, at, w, 4)) {
-			sc->fix_err = 1;
-			return 1;
-		}
-		lost = xdns_ttl_lower(w, sc->ttl_sub);
+		lost = xdns_ttl_aged(w, fc->bytes + f, sc->ttl_sub);
 		if (bpf_xdp_store_bytes(ctx, at, w, 4)) {
 			sc->fix_err = 1;
 			return 1;
@@ -165,22 +163,33 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 
 XDNS_BATCHED(xdns_ttl_steps, xdns_ttl_step)
 
-/* Rewrite the TTLs of the records sent; adds the checksum change to r->sum. */
+/*
+ * Rewrite the TTLs of the records sent (body `bytes` of the entry, `cap` the length of its
+ * size class); adds the checksum change to r->sum. Each old TTL comes from the entry, not
+ * back from the packet: its four bytes there straddle two of the copy's eight-byte stores (at
+ * body offset 6 after a compressed owner), and such a load waits until both stores reach
+ * the cache (README.md, "Loads the CPU can forward"). The caller checks the entry's tags
+ * after this, so what was read was one write of it.
+ */
 static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
-					 const struct xdns_cache_meta *mt, __u32 sub, struct xdns_reply *r)
+					 const struct xdns_cache_meta *mt, const __u8 *bytes, __u32 cap, __u32 sub,
+					 struct xdns_reply *r)
 {
-	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc, .offs = mt->ttl_off };
+	struct xdns_fixup_ctx fc = { .ctx = ctx, .sc = sc, .offs = mt->ttl_off, .bytes = bytes, .cap = cap };
 	__u32 n = mt->nttl;
 
 	if (sub == 0 || r->blen == 0 || n == 0)
 		return 0;
 	if (n == 1) {
-		/* one record (the usual A/AAAA answer): inline, no loop, direct access only */
+		/*
+		 * One record (the usual A/AAAA answer): inline, no loop, direct access only.
+		 */
 		__u32 f = mt->ttl_off[0], at1 = at + f, lost;
 		__u8 *p = (__u8 *)(long)ctx->data + (at1 & 0x3fff);
 
-		if (f + 4 <= r->blen && at1 <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
-			lost = xdns_ttl_lower(p, sub);
+		if (f + 4 <= r->blen && f <= cap - 4 && at1 <= 0x3fff &&
+		    (void *)(p + 4) <= (void *)(long)ctx->data_end) {
+			lost = xdns_ttl_aged(p, bytes + f, sub);
 			r->sum += (r->body_at + f) & 1 ? xdns_csum_shrunk(0, lost) : xdns_csum_shrunk(lost, 0);
 			return 0;
 		}
@@ -446,7 +455,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	/* the entry's body (`bytes`, `cap` of them in its size class); a cached answer may have none */
 	if (xdns_put_body(ctx, pkt->dns_off + r.body_at, bytes, cap, &r))
 		return XDNS_DROP_REWRITE;
-	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, sub, &r))
+	if (xdns_put_ttls(ctx, sc, pkt->dns_off + r.body_at, mt, bytes, cap, sub, &r))
 		return XDNS_DROP_REWRITE;
 	/* every read of the entry is done: was it the same entry throughout? */
 	xdns_barrier();
