@@ -181,9 +181,7 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 	if (sub == 0 || r->blen == 0 || n == 0)
 		return 0;
 	if (n == 1) {
-		/*
-		 * One record (the usual A/AAAA answer): inline, no loop, direct access only.
-		 */
+		/* one record (the usual A/AAAA answer): inline, no loop, direct access only */
 		__u32 f = mt->ttl_off[0], at1 = at + f, lost;
 		__u8 *p = (__u8 *)(long)ctx->data + (at1 & 0x3fff);
 
