@@ -269,6 +269,9 @@ static __always_inline int xdns_cache_allowed(struct xdp_md *ctx, const struct x
 	}
 }
 
+/* reply.h: keep the reply just written (a global function, defined there). */
+int xdns_reply_learn(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 dns_off, __u32 body_at, __u64 sum);
+
 /* One refresh event per entry: the first hit at or after prefetch_ns wins the flag. */
 static __always_inline void xdns_cache_prefetch(struct xdns_cache_meta *mt, const struct xdns_query *q, __u64 now)
 {
@@ -367,7 +370,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	const __u8 *bytes;
 	struct xdns_reply r = {};
 	enum xdns_verdict v;
-	__u64 now, el, tag_end;
+	__u64 now, el, tag_end, until;
 	__u32 frame, sub, idx, cap;
 	long grow;
 	int moved;
@@ -465,8 +468,26 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		return XDNS_DROP_REWRITE;
 	if (xdns_put_l2_l4(ctx, pkt, &r))
 		return XDNS_DROP_REWRITE;
-	if (xdns_cache_hinted(sc))
+	if (xdns_cache_hinted(sc)) {
 		sc->memo_hits++;        /* userspace reports hint hits as memo hits */
+		/*
+		 * Asked before: keep the reply (reply.h) until the TTLs would age one more second,
+		 * the entry expires (less the clock's slack) or its prefetch is due, if not sent.
+		 */
+		if (el < 0xffffffffULL) {
+			until = mt->stored_ns + (el + 1) * XDNS_NS_PER_S;
+			if (until > mt->expires_ns - XDNS_COARSE_SLACK_NS)
+				until = mt->expires_ns - XDNS_COARSE_SLACK_NS;
+			if (!mt->prefetch_sent && until > mt->prefetch_ns)
+				until = mt->prefetch_ns;
+			sc->reply_ref = idx;
+			sc->reply_tag = tag_end;
+			sc->reply_until = until;
+			xdns_barrier();
+			if (mt->tag == tag_end)
+				xdns_reply_learn(ctx, sc, pkt->dns_off, r.body_at, r.sum - bpf_ntohs(q->id));
+		}
+	}
 	return XDNS_CACHE_ANSWERED;
 }
 

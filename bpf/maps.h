@@ -79,6 +79,14 @@ struct xdns_scratch {
 	__u32 memo_nlab;        /* ... and label count (memo_sum: its checksum) */
 	__u64 memo_hits;        /* questions answered through the memo, on this CPU (userspace reads) */
 	__u64 memo_kept;        /* questions written into it, on this CPU (userspace reads) */
+	/* reply memo (reply.h) */
+	__u16 reply_qflags;     /* this query's header flags ... */
+	__u16 reply_qar;        /* ... and ARCOUNT (the reply overwrites them) */
+	__u32 reply_ref;        /* the cache entry the stage answered from ... */
+	__u64 reply_tag;        /* ... its tag */
+	__u64 reply_until;      /* ... and until when the stage sends this same reply */
+	__u64 reply_hits;       /* queries answered from it, on this CPU (userspace reads) */
+	__u64 reply_kept;       /* replies written into it, on this CPU (userspace reads) */
 	/*
 	 * Packets by enum xdns_verdict, on this CPU (stats.h; userspace sums the CPUs). Here
 	 * rather than in a map of their own: the program has this value in hand already, and
@@ -236,6 +244,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xdns_memo);
 } xdns_memo SEC(".maps");
+
+/*
+ * CPU * XDNS_REPLY_SLOTS + slot -> struct xdns_reply_memo: cache-hit replies kept whole for
+ * their exact query (reply.h), a run of slots per CPU as in xdns_memo. Userspace sets
+ * max_entries to possible CPUs * XDNS_REPLY_SLOTS with the cache stage, else to 1.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, XDNS_REPLY_SLOTS);
+	__type(key, __u32);
+	__type(value, struct xdns_reply_memo);
+} xdns_replies SEC(".maps");
 
 /* key 0 -> struct xdns_scratch, per CPU; the program only. */
 struct {

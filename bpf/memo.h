@@ -267,12 +267,13 @@ static __always_inline __u32 xdns_hint_kind(const struct xdns_scratch *sc, __u32
 }
 
 /*
- * A hint for this packet's question? Returns 0 with sc->hint_ref (the entry), memo_qlen and
- * memo_nlab set; else -1, with sc->hint_ref = XDNS_HINT_NONE and memo_hash set for
- * xdns_hint_learn. Of the set's two ways, the one whose type and DO bit are the packet's
- * (read at the kept name length) is taken: A and AAAA of one long name share a hash.
+ * A hint for this packet's question, whose key (xdns_memo_key) is in sc->memo_hash already
+ * (reply.h)? Returns 0 with sc->hint_ref (the entry), memo_qlen and memo_nlab set; else -1,
+ * with sc->hint_ref = XDNS_HINT_NONE, for xdns_hint_learn. Of the set's two ways, the one
+ * whose type and DO bit are the packet's (read at the kept name length) is taken: A and AAAA
+ * of one long name share a hash.
  */
-static __always_inline int xdns_hint_probe(struct xdns_scratch *sc, __u32 gen)
+static __always_inline int xdns_hint_probe(struct xdns_scratch *sc)
 {
 	struct xdns_memo *m;
 	__u32 avail, set, qlen, t;
@@ -283,7 +284,7 @@ static __always_inline int xdns_hint_probe(struct xdns_scratch *sc, __u32 gen)
 		return -1;
 	sc->hint_ref = XDNS_HINT_NONE;
 	avail = sc->avail;
-	h = xdns_memo_key(sc, avail, gen);
+	h = sc->memo_hash;
 	if (!h)
 		return -1;
 	set = xdns_memo_set(h);

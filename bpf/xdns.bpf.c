@@ -22,6 +22,7 @@
 #include "answer.h"
 #include "cache.h"
 #include "memo.h"
+#include "reply.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -58,7 +59,13 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	 * its slots instead (memo.h). The verifier drops the other (xdns_cfg is read-only data).
 	 * Either way `memo` >= 0 is a hit.
 	 */
-	memo = xdns_cfg.resolver ? xdns_hint_probe(sc, gen) : xdns_memo_probe(sc, gen);
+	if (xdns_cfg.resolver) {
+		/* a cache hit's reply kept whole for this very query (reply.h), else go on */
+		v = xdns_reply_answer(ctx, sc, &pkt, &q, arcount, gen);
+		if (v != XDNS_ANSWERED)
+			return v;
+	}
+	memo = xdns_cfg.resolver ? xdns_hint_probe(sc) : xdns_memo_probe(sc, gen);
 	if (memo >= 0) {
 		/*
 		 * Memo: name, type and class asked before on this CPU, byte for byte, under this

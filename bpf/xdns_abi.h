@@ -297,6 +297,36 @@ struct xdns_cache_l {
 	__u64 tag_end;          /* = m.tag */
 };
 
+/*
+ * Reply memo (bpf/reply.h): per CPU, whole cache-hit replies kept for the exact query that got
+ * them. A slot is keyed by the query's bytes after the DNS ID (flags, ARCOUNT, length and
+ * every byte after the header, compared before use) and holds what the cache stage wrote
+ * after the question (body with its TTLs aged, OPT), the header fields and the checksum. It
+ * is served while the cache entry it came from is unchanged (its tag) and until the time
+ * its TTLs would age by one more second, the entry's expiry or its prefetch time, whichever
+ * comes first: byte for byte what the cache stage would send at that moment.
+ */
+#define XDNS_REPLY_SLOTS 1024           /* per CPU, a power of two: 512 sets of 2 ways */
+#define XDNS_REPLY_MAX_Q 72             /* query bytes after the header kept (name, type, class, OPT) */
+#define XDNS_REPLY_MAX_A 128            /* reply bytes after the question kept (body and OPT) */
+struct xdns_reply_memo {
+	__u64 hash;             /* memo key of the generation and the query (memo.h); 0: empty */
+	__u64 until_ns;         /* served while the coarse clock reads less (cache.h, xdns_cache_now) */
+	__u64 tag;              /* the cache entry's tag when kept: any later write changes it */
+	__u64 sum;              /* the reply's DNS checksum, ID aside, unfolded (csum.h) */
+	__u32 ref;              /* the cache entry (size class and slot, as xdns_cache_find) */
+	__u16 qflags;           /* the query's header flags ... */
+	__u16 qar;              /* ... and ARCOUNT (host order) */
+	__u16 qn;               /* query bytes after the header (q[]) */
+	__u16 an;               /* reply bytes after the question (a[]) */
+	__u16 rflags;           /* the reply's header flags, as they sit in the header */
+	__u16 body_at;          /* DNS offset of the end of the question (where a[] goes) */
+	__u64 counts;           /* the reply's QDCOUNT..ARCOUNT as they sit in the header */
+	__u8 q[XDNS_REPLY_MAX_Q]; /* the query after the header, zero padded */
+	__u8 a[XDNS_REPLY_MAX_A]; /* the reply after the question */
+};
+_Static_assert(sizeof(struct xdns_reply_memo) == 256, "a reply memo slot is four cache lines");
+
 /* Record of `xdns_cache_events` (ring buffer): refresh this key before it expires. */
 struct xdns_cache_event {
 	__u8 name[256];         /* lowercased question name, zero padded */

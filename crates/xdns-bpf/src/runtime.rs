@@ -191,6 +191,9 @@ impl XdpProgram {
         // a run of memo slots per CPU (maps.h): the object's max_entries is XDNS_MEMO_SLOTS
         let slots = open.maps.xdns_memo.max_entries();
         open.maps.xdns_memo.set_max_entries(cpus * slots)?;
+        // the reply memo's run of slots per CPU likewise, with the cache stage only (reply.h)
+        let slots = if cfg.resolver.is_some() { open.maps.xdns_replies.max_entries() } else { 1 };
+        open.maps.xdns_replies.set_max_entries(cpus * slots)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
         let prog = Self {
             skel,
@@ -288,6 +291,12 @@ impl XdpProgram {
     /// hint, and hints written).
     pub fn memo_counts(&self) -> Result<(u64, u64)> {
         memo_counters(&self.skel.maps.xdns_scratch)
+    }
+
+    /// The reply memo's counters summed over CPUs (`bpf/reply.h`): cache hits answered with
+    /// a reply kept whole for their exact query, and replies kept.
+    pub fn reply_counts(&self) -> Result<(u64, u64)> {
+        reply_counters(&self.skel.maps.xdns_scratch)
     }
 
     /// A reader of the counters and the active generation for another thread
@@ -700,6 +709,11 @@ impl StatusReader {
         memo_counters(&self.scratch)
     }
 
+    /// The reply memo's counters (as [`XdpProgram::reply_counts`]).
+    pub fn reply_counts(&self) -> Result<(u64, u64)> {
+        reply_counters(&self.scratch)
+    }
+
     /// The generation packets read (`xdns_gen[0]`; 0 until the first install completes).
     pub fn generation(&self) -> Result<u32> {
         read_generation(&self.gen)
@@ -775,9 +789,19 @@ fn named_verdicts(v: Vec<u64>) -> Vec<(String, u64)> {
 /// The memo's hit and kept counters summed over CPUs (`memo_hits`, `memo_kept` in scratch).
 fn memo_counters(scratch: &impl MapCore) -> Result<(u64, u64)> {
     use crate::types::xdns_scratch;
-    let field = |v: &[u8], at: usize| v.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
-    let (hits, kept) = (std::mem::offset_of!(xdns_scratch, memo_hits), std::mem::offset_of!(xdns_scratch, memo_kept));
-    Ok(scratch_values(scratch)?.iter().fold((0, 0), |(h, k), v| (h + field(v, hits), k + field(v, kept))))
+    scratch_pair(scratch, std::mem::offset_of!(xdns_scratch, memo_hits), std::mem::offset_of!(xdns_scratch, memo_kept))
+}
+
+/// The reply memo's hit and kept counters summed over CPUs (`reply_hits`, `reply_kept`).
+fn reply_counters(scratch: &impl MapCore) -> Result<(u64, u64)> {
+    use crate::types::xdns_scratch;
+    scratch_pair(scratch, std::mem::offset_of!(xdns_scratch, reply_hits), std::mem::offset_of!(xdns_scratch, reply_kept))
+}
+
+/// Two u64 counters of the scratch value (at byte offsets `a` and `b`), summed over CPUs.
+fn scratch_pair(scratch: &impl MapCore, a: usize, b: usize) -> Result<(u64, u64)> {
+    let field = |v: &[u8], at: usize| v.get(at..at + 8).map_or(0, |w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])));
+    Ok(scratch_values(scratch)?.iter().fold((0, 0), |(x, y), v| (x + field(v, a), y + field(v, b))))
 }
 
 /// BPF_PROG_TEST_RUN on a program fd: `(XDP action, output frame)`. Usable from any thread

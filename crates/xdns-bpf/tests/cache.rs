@@ -166,6 +166,15 @@ fn with_flags(mut dns: Vec<u8>, set: u8, clear: u8) -> Vec<u8> {
     dns
 }
 
+/// The DNS offset where the question of `dns` ends (after its type and class).
+fn question_end(dns: &[u8]) -> usize {
+    let mut at = 12;
+    while dns[at] != 0 {
+        at += 1 + dns[at] as usize;
+    }
+    at + 5
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -277,24 +286,41 @@ fn cache_fixture_table() {
                 let qq = Query::parse(&row.dns).unwrap();
                 let dns = replay(&entries[*i], &qq, t, &limits(&qq)).unwrap();
                 let want = frame(&row.net.reply(), &dns);
-                // asked again: this time through the hint the first ask left (bpf/memo.h)
-                let hits = prog.memo_counts().unwrap().0;
+                // Asked again: through the hint the first ask left (bpf/memo.h), or through
+                // the reply memo (bpf/reply.h) when another row's net asked these DNS bytes
+                // twice already. Asked a third time: through the reply memo the hint's
+                // answer left, if it fits one.
+                let shortcuts = || {
+                    let (m, r) = (prog.memo_counts().unwrap().0, prog.reply_counts().unwrap().0);
+                    (m + r, r)
+                };
+                let before = shortcuts();
                 let (act2, out2, moved2) = verdict(&prog, &f);
+                let after2 = shortcuts();
+                let (act3, out3, moved3) = verdict(&prog, &f);
+                let after3 = shortcuts();
+                let an = dns.len() - question_end(&row.dns);
+                let kept = row.dns.len() - 12 <= 72 && (8..=128).contains(&an);
                 if act != 3 || moved != ["cache_answered"] {
                     failures.push(format!("{}: want XDP_TX cache_answered, got action {act} counters {moved:?}", row.what));
                 } else if !checksums_ok(&out) {
                     failures.push(format!("{}: checksums do not verify\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
                 } else if out != want {
                     failures.push(format!("{}: output differs\n got  {}\n want {}", row.what, hex(&out), hex(&want)));
-                } else if act2 != 3 || moved2 != ["cache_answered"] || prog.memo_counts().unwrap().0 != hits + 1 {
+                } else if act2 != 3 || moved2 != ["cache_answered"] || after2.0 != before.0 + 1 {
                     failures.push(format!("{}: second ask not answered through a hint: {moved2:?}", row.what));
                 } else if out2 != want {
                     failures.push(format!("{}: through a hint, output differs\n got  {}\n want {}", row.what, hex(&out2), hex(&want)));
+                } else if act3 != 3 || moved3 != ["cache_answered"] || after3.1 != after2.1 + u64::from(kept) {
+                    failures.push(format!("{}: third ask: {moved3:?}, reply memo hits {} -> {} (kept: {kept})", row.what, after2.1, after3.1));
+                } else if out3 != want {
+                    failures.push(format!("{}: third ask, output differs\n got  {}\n want {}", row.what, hex(&out3), hex(&want)));
                 }
             }
         }
     }
-    println!("{} cache rows, {} failures", rows.len(), failures.len());
+    let (reply_hits, reply_kept) = prog.reply_counts().unwrap();
+    println!("{} cache rows, {} failures; {reply_hits} answers from {reply_kept} kept replies", rows.len(), failures.len());
     let (insns, verified) = prog.insn_count().unwrap();
     println!("verified program with the resolver stage: {insns} instructions, {verified} processed by the verifier");
     assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
@@ -371,6 +397,117 @@ fn cache_hints_are_never_wrong() {
     assert_eq!((moved, counts.0), ("cache_answered".to_string(), hinted + 1), "through the hint");
     assert_eq!(dns_of(&out)[12..12 + shout.len() + 2], wire(shout)[..], "its own case");
     assert!(checksums_ok(&out), "its own checksum: {}", hex(&out));
+}
+
+/// The reply memo (`bpf/reply.h`) sends what the cache stage would send at that moment, or
+/// nothing: a kept reply serves only its exact query (another ID is the same query, other
+/// flags are not), only while its entry is the one it came from, only to allowed clients, and
+/// not once the TTLs age by another second or the entry's prefetch time comes.
+#[test]
+fn reply_memo_is_what_the_stage_would_send() {
+    if !have_root("reply_memo_is_what_the_stage_would_send") {
+        return;
+    }
+    let prog = load_resolver(29);
+    let cache = prog.cache().unwrap();
+    let events = prog.prefetch_events().unwrap();
+    let limits = |q: &Query| Limits::udp(q.edns.as_ref(), OUR_PAYLOAD);
+    let dns = query(&wire("r.example.org"), A, Opt::new(1232, false));
+    let f = frame(&Net::v4(), &dns);
+    // the reply `replay` builds for `q` from `e` now, in a frame
+    let want = |e: &CachedAnswer, q: &[u8]| {
+        let qq = Query::parse(q).unwrap();
+        frame(&Net::v4().reply(), &replay(e, &qq, now_ns(), &limits(&qq)).unwrap())
+    };
+    let ask = |f: &[u8]| {
+        let before = prog.reply_counts().unwrap().0;
+        let (act, out, moved) = verdict(&prog, f);
+        (act, moved.join(","), out, prog.reply_counts().unwrap().0 - before)
+    };
+
+    // walked, through the hint (kept), then from the memo: the same bytes each time
+    let e = entry("r.example.org", A, false, body_a("r.example.org", 300, [198, 18, 8, 1]), 10, 300);
+    cache.insert(&e).unwrap();
+    let first = ask(&f);
+    assert_eq!((first.0, first.1.as_str(), first.3), (3, "cache_answered", 0));
+    assert_eq!(hex(&first.2), hex(&want(&e, &dns)));
+    assert_eq!(ask(&f).3, 0, "second: through the hint");
+    assert_eq!(prog.reply_counts().unwrap().1, 1, "its reply kept");
+    let third = ask(&f);
+    assert_eq!((third.1.as_str(), third.3), ("cache_answered", 1), "third: from the memo");
+    assert_eq!(hex(&third.2), hex(&first.2));
+
+    // another ID: the same query, its own ID and checksum
+    let mut other_id = dns.clone();
+    other_id[..2].copy_from_slice(&[0x12, 0x34]);
+    let (_, moved, out, n) = ask(&frame(&Net::v4(), &other_id));
+    assert_eq!((moved.as_str(), n), ("cache_answered", 1));
+    assert_eq!(hex(&out), hex(&want(&e, &other_id)));
+    assert!(checksums_ok(&out));
+    // another flag (AD): another query, not this memo's
+    let mut ad = dns.clone();
+    ad[3] |= 0x20;
+    let (_, moved, out, n) = ask(&frame(&Net::v4(), &ad));
+    assert_eq!((moved.as_str(), n), ("cache_answered", 0));
+    assert_eq!(hex(&out), hex(&want(&e, &ad)));
+
+    // a client outside the allow list passes, a kept reply or not
+    let mut outside = Net::v4();
+    outside.src = vec![203, 0, 113, 5];
+    let (act, moved, _, n) = ask(&frame(&outside, &dns));
+    assert_eq!((act, moved.as_str(), n), (2, "pass_not_allowed", 0));
+
+    // the AD query's reply took the plain one's way (the same first bytes, one set): the
+    // plain query's is kept again from the hint's answer
+    assert_eq!(ask(&f).3, 0);
+    assert_eq!(ask(&f).3, 1);
+
+    // the entry rewritten (a refresh with other data): the new bytes, then kept again
+    let e2 = entry("r.example.org", A, false, body_a("r.example.org", 300, [198, 18, 8, 2]), 10, 300);
+    cache.insert(&e2).unwrap();
+    let (_, moved, out, n) = ask(&f);
+    assert_eq!((moved.as_str(), n), ("cache_answered", 0), "not the old entry's reply");
+    assert_eq!(hex(&out), hex(&want(&e2, &dns)));
+    assert_eq!(ask(&f).3, 1, "the new entry's reply kept from the hint's answer");
+
+    // the entry removed: a miss
+    cache.remove(&CacheKey { qname: wire("r.example.org"), qtype: A, dnssec_ok: false }).unwrap();
+    let (act, moved, out, n) = ask(&f);
+    assert_eq!((act, moved.as_str(), n), (2, "pass_cache_miss", 0));
+    assert_eq!(out, f);
+
+    // One more second of age (entry() stores N.5 s ago: the next second comes 0.5 s after
+    // the insert): the kept reply is not sent, the stage's with every TTL one lower is.
+    let e3 = entry("r.example.org", A, false, body_a("r.example.org", 300, [198, 18, 8, 3]), 10, 300);
+    cache.insert(&e3).unwrap();
+    for _ in 0..3 {
+        ask(&f);
+    }
+    let kept = ask(&f);
+    assert_eq!(kept.3, 1);
+    std::thread::sleep(Duration::from_millis(700));
+    let (_, moved, out, n) = ask(&f);
+    assert_eq!((moved.as_str(), n), ("cache_answered", 0), "a second later: not the kept reply");
+    assert_eq!(hex(&out), hex(&want(&e3, &dns)));
+    let ttl = |out: &[u8]| u32::from_be_bytes(out[out.len() - 21..out.len() - 17].try_into().unwrap());
+    assert_eq!(ttl(&out) + 1, ttl(&kept.2), "aged by one second");
+    assert_eq!(ask(&f).3, 1, "kept again for the new second");
+
+    // The prefetch time: a kept reply stops before it, so that the hit that is due sends
+    // the refresh event.
+    let mut p = entry("p.example.org", A, false, body_a("p.example.org", 300, [198, 18, 8, 4]), 10, 300);
+    p.prefetch_at_ns = now_ns() + 250_000_000;
+    cache.insert(&p).unwrap();
+    let pq = frame(&Net::v4(), &query(&wire("p.example.org"), A, None));
+    for _ in 0..2 {
+        ask(&pq);
+    }
+    assert_eq!(ask(&pq).3, 1, "kept until the prefetch time");
+    assert_eq!(events.recv_timeout(Duration::from_millis(100)), None, "not due yet");
+    std::thread::sleep(Duration::from_millis(350));
+    let (_, moved, _, n) = ask(&pq);
+    assert_eq!((moved.as_str(), n), ("cache_answered", 0), "due: the stage answers");
+    assert_eq!(events.recv_timeout(Duration::from_secs(2)).map(|k| k.qname), Some(wire("p.example.org")));
 }
 
 /// Spot checks on the bytes themselves (independent of `replay`): RA=1, AA=0, the client's ID,

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * reply.h - the reply memo: a cache hit's whole reply, kept per CPU for the exact query that
+ * got it, and sent again for the same query without the cache stage's work.
+ *
+ * The cache stage (cache.h) answers a query from its entry: it checks the entry's key against
+ * the question (type, DO bit, the name letter case aside), parses the OPT record, picks what
+ * fits, copies the body and ages every TTL by the whole seconds since the entry was stored.
+ * For one query, byte for byte, all of that gives the same reply until one of three things
+ * happens: the TTLs age by one more second, the entry is rewritten (its tag changes: a
+ * refresh, an eviction, a flush), or the entry reaches its expiry or prefetch time. So the
+ * stage's reply after the question (body and OPT), its header fields and its checksum are
+ * kept here with those bounds (`until_ns`, `tag`), keyed by everything in the query but its ID:
+ * flags, ARCOUNT, length and every byte after the header, compared in full before use. A hit
+ * checks the client against the allow list (the key does not hold the address), the clock
+ * and the entry's tag, then writes the kept bytes, the header and the checksums: what the
+ * stage would have sent at that moment (cache_tests.rs compares the two byte for byte).
+ *
+ * Kept only for a query whose entry a cache hint found (memo.h), that is, the second time a
+ * question hits the cache on this CPU; the slots are per CPU (a run of XDNS_REPLY_SLOTS for
+ * each, in sets of two ways like xdns_memo), so no slot is ever read half written. The slot
+ * is found by the memo's key of the query's first bytes and the generation (a reload leaves
+ * every older slot unmatched, as it does the hints).
+ */
+#ifndef XDNS_REPLY_H
+#define XDNS_REPLY_H
+
+#include "cache.h"
+
+#define XDNS_REPLY_SET_SHIFT (64 - __builtin_ctz(XDNS_REPLY_SLOTS / 2))
+_Static_assert((XDNS_REPLY_SLOTS & (XDNS_REPLY_SLOTS - 1)) == 0, "reply sets are indexed by hash bits");
+_Static_assert(XDNS_REPLY_MAX_Q % 8 == 0 && XDNS_REPLY_MAX_Q < 256, "q[] is compared in words");
+
+/* The first of the two slots of a key's set, in this CPU's run (memo.h, xdns_memo_set). */
+static __always_inline __u32 xdns_reply_set(__u64 h)
+{
+	return bpf_get_smp_processor_id() * XDNS_REPLY_SLOTS + ((__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1);
+}
+
+/*
+ * Are the query's n bytes after the header (sc->name, 8 <= n <= XDNS_REPLY_MAX_Q) the slot's?
+ * Whole words, the last one masked: aligned loads of the words xdns_copy_words stored.
+ */
+static __always_inline int xdns_reply_same_query(const struct xdns_scratch *sc, const struct xdns_reply_memo *t,
+						 __u32 n)
+{
+	__u64 diff = 0;
+	__u32 e;
+	int i;
+
+#pragma clang loop unroll(full)
+	for (i = 0; i < XDNS_REPLY_MAX_Q / 8; i++)
+		if ((__u32)i * 8 + 8 <= n)
+			diff |= xdns_ld64(&sc->name[i * 8]) ^ xdns_ld64(&t->q[i * 8]);
+	if (n & 7) {
+		e = n & 0x78;
+		if (e > XDNS_REPLY_MAX_Q - 8)
+			return 0;
+		diff |= (xdns_ld64(&sc->name[e]) ^ xdns_ld64(&t->q[e])) & ((1ULL << ((n & 7) * 8)) - 1);
+	}
+	return diff == 0;
+}
+
+/* The tag of cache entry `ref` as it is now (0: none, or being written). */
+static __always_inline __u64 xdns_reply_entry_tag(__u32 ref)
+{
+	struct xdns_cache_ref c = {};
+
+	xdns_cache_value(ref, &c);
+	if (c.s)
+		return *(volatile __u64 *)&c.s->m.tag;
+	if (c.m)
+		return *(volatile __u64 *)&c.m->m.tag;
+	if (c.l)
+		return *(volatile __u64 *)&c.l->m.tag;
+	return 0;
+}
+
+/*
+ * A resolver program's first step for a query (header parsed into q and arcount, the bytes
+ * after the header in sc->name): answer it from the reply memo. Returns XDNS_CACHE_ANSWERED
+ * with the frame rewritten; XDNS_ANSWERED to go on (no slot, or it may not be used now: the
+ * frame is untouched, and the rest of the program decides as if this step were not there);
+ * else a verdict for a frame it could not answer. Leaves the memo key in sc->memo_hash (for
+ * the hints) and the query's flags and ARCOUNT for xdns_reply_learn.
+ */
+static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, struct xdns_scratch *sc,
+							    struct xdns_pkt *pkt, const struct xdns_query *q,
+							    __u16 arcount, __u32 gen)
+{
+	struct xdns_reply_memo *t;
+	struct xdns_reply r = {};
+	void *data, *data_end;
+	__u32 n = sc->avail, set, body_at, frame;
+	__u8 *hdr, *dst;
+	long grow;
+	int moved;
+	__u64 h;
+
+	h = xdns_memo_key(sc, n, gen);
+	sc->reply_qflags = q->flags;
+	sc->reply_qar = arcount;
+	if (!h || n < 8 || n > XDNS_REPLY_MAX_Q || n + XDNS_HDR_LEN != pkt->dns_len)
+		return XDNS_ANSWERED;
+	set = xdns_reply_set(h);
+	t = bpf_map_lookup_elem(&xdns_replies, &set);
+	if (!t)
+		return XDNS_ANSWERED;
+	if (t->hash != h) {
+		set++;
+		t = bpf_map_lookup_elem(&xdns_replies, &set);
+		if (!t || t->hash != h)
+			return XDNS_ANSWERED;
+	}
+	if (t->qn != n || t->qflags != q->flags || t->qar != arcount || !xdns_reply_same_query(sc, t, n))
+		return XDNS_ANSWERED;
+	if (xdns_cache_now(sc) >= t->until_ns || !xdns_cache_allowed(ctx, pkt))
+		return XDNS_ANSWERED;
+	if (t->tag != xdns_reply_entry_tag(t->ref))
+		return XDNS_ANSWERED;   /* rewritten since (a tag is never reused, never 0 once kept) */
+
+	body_at = t->body_at;
+	r.dns_out = body_at + t->an;
+	r.sum = t->sum + bpf_ntohs(q->id);
+	frame = ctx->data_end - ctx->data;
+	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
+	moved = xdns_resize(ctx, pkt->dns_off + body_at, grow);
+	if (moved)
+		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (pkt->dns_off > XDNS_DNS_OFF_MAX || body_at > XDNS_HDR_LEN + XDNS_REPLY_MAX_Q)
+		return XDNS_DROP_REWRITE;
+	hdr = data + pkt->dns_off;
+	dst = hdr + body_at;
+	if (xdns_copy16(dst, t->a, dst, data_end, t->an, XDNS_REPLY_MAX_A))
+		return XDNS_DROP_REWRITE;
+	if ((void *)(hdr + XDNS_HDR_LEN) > data_end)
+		return XDNS_DROP_REWRITE;
+	/* the ID is the query's, in place; then flags and the four counts */
+	*(__u16 *)(hdr + 2) = t->rflags;
+	xdns_st64(hdr + 4, t->counts);
+	if (xdns_strip_ip_options(ctx, pkt))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_l2_l4(ctx, pkt, &r))
+		return XDNS_DROP_REWRITE;
+	sc->reply_hits++;
+	return XDNS_CACHE_ANSWERED;
+}
+
+/*
+ * After the cache stage answered this packet's query through a hint: keep its reply (the
+ * frame as it is now: the DNS message at `dns_off`, the question ending at DNS offset
+ * `body_at`; `sum` its checksum without the ID) for the query, with the entry, tag and time
+ * bound the stage left in sc->reply_*. Takes the way already keyed by the same hash, else an
+ * empty one, else the two in turn. A global function: the verifier checks it once, alone.
+ */
+__attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 dns_off,
+					       __u32 body_at, __u64 sum)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_reply_memo *t, *t0, *t1;
+	__u32 n, an, set, frame;
+	__u64 h, len, counts;
+	__u16 rflags;
+	__u8 *hdr;
+	int i;
+
+	if (!sc)
+		return 0;
+	h = sc->memo_hash;
+	n = sc->avail;
+	frame = data_end - data;
+	if (h == 0 || n < 8 || n > XDNS_REPLY_MAX_Q || dns_off > XDNS_DNS_OFF_MAX || body_at > XDNS_HDR_LEN + n ||
+	    frame < dns_off + body_at + 8 || frame > dns_off + body_at + XDNS_REPLY_MAX_A)
+		return 0;
+	an = frame - dns_off - body_at;
+	len = dns_off;
+	asm volatile("%0 &= 0xff" : "+r"(len)); /* the bound the verifier sees (as below) */
+	hdr = data + len;
+	if ((void *)(hdr + XDNS_HDR_LEN) > data_end)
+		return 0;
+	rflags = *(__u16 *)(hdr + 2);   /* read before the helper call, which voids packet pointers */
+	counts = xdns_ld64(hdr + 4);
+	set = xdns_reply_set(h);
+	t0 = bpf_map_lookup_elem(&xdns_replies, &set);
+	set++;
+	t1 = bpf_map_lookup_elem(&xdns_replies, &set);
+	if (!t0 || !t1)
+		return 0;
+	if (t0->hash == h || t0->hash == 0)
+		t = t0;
+	else if (t1->hash == h || t1->hash == 0)
+		t = t1;
+	else
+		t = (sc->reply_kept & 1) ? t1 : t0;
+	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
+	len = an;
+	asm volatile("%0 &= 0xff" : "+r"(len)); /* one register, checked as the helper gets it */
+	if (len < 8 || len > XDNS_REPLY_MAX_A || bpf_xdp_load_bytes(ctx, dns_off + body_at, t->a, len))
+		return 0;
+	t->rflags = rflags;
+	t->counts = counts;
+#pragma clang loop unroll(full)
+	for (i = 0; i < XDNS_REPLY_MAX_Q / 8; i++)
+		xdns_st64(&t->q[i * 8], (__u32)i * 8 < n ? xdns_memo_word(sc->name, i, n) : 0);
+	t->qn = n;
+	t->qflags = sc->reply_qflags;
+	t->qar = sc->reply_qar;
+	t->body_at = body_at;
+	t->an = an;
+	t->sum = sum;
+	t->ref = sc->reply_ref;
+	t->tag = sc->reply_tag;
+	t->until_ns = sc->reply_until;
+	sc->reply_kept++;
+	t->hash = h;
+	return 0;
+}
+
+#endif /* XDNS_REPLY_H */
