@@ -48,6 +48,8 @@ pub struct XdpCounters {
     pub table: (usize, usize),
     /// The question memo: questions answered through it, and questions written into it.
     pub memo: (u64, u64),
+    /// The reply memo (resolver): cache hits answered with a reply kept whole, replies kept.
+    pub reply: (u64, u64),
     /// Zone data is in the kernel maps (false while a fresh start fills them, or after that
     /// fill failed: the program then passes every query to userspace).
     pub data_active: bool,
@@ -78,6 +80,7 @@ impl XdpStatus {
             verdicts: self.reader.counters().unwrap_or_default(),
             table: *self.table.lock().unwrap_or_else(|e| e.into_inner()),
             memo: self.reader.memo_counts().unwrap_or_default(),
+            reply: self.reader.reply_counts().unwrap_or_default(),
             data_active: self.reader.generation().is_ok_and(|g| g != 0),
             attached: self
                 .interfaces

@@ -9,6 +9,7 @@
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
 //! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_memo_total{counter}`,
+//! `xdns_xdp_reply_total{counter}`,
 //! `xdns_xdp_data_active` and `xdns_xdp_attached{interface,mode}` (with XDP on),
 //! `xdns_resolver_total{counter}`.
 
@@ -213,6 +214,12 @@ pub fn render(s: &Snapshot) -> String {
     );
     counter_family(
         &mut reg,
+        "xdns_xdp_reply",
+        "XDP reply memo (resolver): cache hits answered with a reply kept whole for their exact query (hits), replies written (kept).",
+        s.xdp_reply.iter().map(|(k, &v)| (l1("counter", k), v)),
+    );
+    counter_family(
+        &mut reg,
         "xdns_resolver",
         "Resolver counters (cache hits/misses, upstream queries, timeouts, SERVFAILs, ...).",
         s.resolver.iter().map(|(k, &v)| (l1("counter", k), v)),
@@ -330,6 +337,7 @@ mod tests {
         s.xdp_table.insert("answers_in_table".into(), 7);
         s.xdp_table.insert("answers_left_out".into(), 0);
         s.xdp_memo.insert("hits".into(), 11);
+        s.xdp_reply.insert("kept".into(), 3);
         s.xdp_data_active = Some(true);
         s.xdp_attached.insert("s0".into(), "native".into());
         let text = render(&s);
@@ -337,6 +345,7 @@ mod tests {
             "xdns_xdp_data_active 1",
             "xdns_xdp_attached{interface=\"s0\",mode=\"native\"} 1",
             "xdns_xdp_memo_total{counter=\"hits\"} 11",
+            "xdns_xdp_reply_total{counter=\"kept\"} 3",
             "xdns_xdp_table_answers{state=\"in_table\"} 7",
             "xdns_xdp_table_answers{state=\"left_out\"} 0",
             "xdns_queries_total{proto=\"udp\",qtype=\"AAAA\"} 1",

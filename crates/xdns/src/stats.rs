@@ -355,6 +355,10 @@ pub struct Snapshot {
     /// the same slots hold cache hints: cache hits found through a hint, hints written.
     #[serde(default)]
     pub xdp_memo: BTreeMap<String, u64>,
+    /// The XDP reply memo (empty when XDP is off): `hits`, resolver cache hits answered with a
+    /// reply kept whole for their exact query (bpf/reply.h), and `kept`, replies written.
+    #[serde(default)]
+    pub xdp_reply: BTreeMap<String, u64>,
     /// With XDP on: whether zone data is in the kernel maps. A fresh start attaches the
     /// program first and fills the maps while userspace answers; until then (or after that
     /// fill failed, until a reload succeeds) the program passes every query
@@ -417,6 +421,9 @@ impl Snapshot {
         }
         for (k, v) in &self.xdp_memo {
             row(&format!("xdp_memo.{k}"), v);
+        }
+        for (k, v) in &self.xdp_reply {
+            row(&format!("xdp_reply.{k}"), v);
         }
         if let Some(active) = self.xdp_data_active {
             row("xdp_data.active", &u8::from(active));

@@ -81,6 +81,10 @@ impl Shared {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
+            s.xdp_reply = [("hits", c.reply.0), ("kept", c.reply.1)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
             s.xdp_data_active = Some(c.data_active);
             s.xdp_attached = c
                 .attached
