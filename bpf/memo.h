@@ -138,9 +138,8 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
 static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 {
 	struct xdns_memo *m;
-	__u32 avail, set, n, t;
-	__u64 h, diff = 0;
-	int i;
+	__u32 avail, set, n;
+	__u64 h;
 
 	if (!sc)
 		return -1;
@@ -160,22 +159,8 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 	n = (__u32)m->qlen + 4;
 	if (n > avail || n > XDNS_MEMO_MAX_Q)
 		return -1;
-	/*
-	 * The slot's bytes past n are zero (xdns_memo_learn); the packet's are whatever follows
-	 * the question. Whole words, then the last n & 7 bytes masked: every load is an aligned
-	 * word of sc->name, as xdns_copy_words stored them (word.h: loads the CPU forwards).
-	 */
-#pragma clang loop unroll(full)
-	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
-		if ((__u32)i * 8 + 8 <= n)
-			diff |= xdns_ld64(&sc->name[i * 8]) ^ xdns_ld64(&m->name[i * 8]);
-	if (n & 7) {
-		t = n & 0x38;
-		if (t > XDNS_MEMO_MAX_Q - 8)
-			return -1;
-		diff |= (xdns_ld64(&sc->name[t]) ^ xdns_ld64(&m->name[t])) & ((1ULL << ((n & 7) * 8)) - 1);
-	}
-	if (diff)
+	/* the packet's bytes past n are whatever follows the question: not compared */
+	if (!xdns_same_bytes(sc->name, m->name, n, XDNS_MEMO_MAX_Q))
 		return -1;
 	sc->memo_qlen = m->qlen;
 	sc->memo_nlab = m->nlab;

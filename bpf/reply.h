@@ -37,30 +37,6 @@ static __always_inline __u32 xdns_reply_set(__u64 h)
 	return bpf_get_smp_processor_id() * XDNS_REPLY_SLOTS + ((__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1);
 }
 
-/*
- * Are the query's n bytes after the header (sc->name, 8 <= n <= XDNS_REPLY_MAX_Q) the slot's?
- * Whole words, the last one masked: aligned loads of the words xdns_copy_words stored.
- */
-static __always_inline int xdns_reply_same_query(const struct xdns_scratch *sc, const struct xdns_reply_memo *t,
-						 __u32 n)
-{
-	__u64 diff = 0;
-	__u32 e;
-	int i;
-
-#pragma clang loop unroll(full)
-	for (i = 0; i < XDNS_REPLY_MAX_Q / 8; i++)
-		if ((__u32)i * 8 + 8 <= n)
-			diff |= xdns_ld64(&sc->name[i * 8]) ^ xdns_ld64(&t->q[i * 8]);
-	if (n & 7) {
-		e = n & 0x78;
-		if (e > XDNS_REPLY_MAX_Q - 8)
-			return 0;
-		diff |= (xdns_ld64(&sc->name[e]) ^ xdns_ld64(&t->q[e])) & ((1ULL << ((n & 7) * 8)) - 1);
-	}
-	return diff == 0;
-}
-
 /* The tag of cache entry `ref` as it is now (0: none, or being written). */
 static __always_inline __u64 xdns_reply_entry_tag(__u32 ref)
 {
@@ -112,7 +88,7 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 		if (!t || t->hash != h)
 			return XDNS_ANSWERED;
 	}
-	if (t->qn != n || t->qflags != q->flags || t->qar != arcount || !xdns_reply_same_query(sc, t, n))
+	if (t->qn != n || t->qflags != q->flags || t->qar != arcount || !xdns_same_bytes(sc->name, t->q, n, XDNS_REPLY_MAX_Q))
 		return XDNS_ANSWERED;
 	if (xdns_cache_now(sc) >= t->until_ns || !xdns_cache_allowed(ctx, pkt))
 		return XDNS_ANSWERED;

@@ -120,4 +120,29 @@ static __always_inline int xdns_copy_words(__u8 *dst, const __u8 *src, const voi
 	return 0;
 }
 
+/*
+ * Are the first n bytes at a and at b equal (n <= room, both buffers at least `room` bytes, a
+ * constant multiple of 8)? Whole eight-byte words, then the last n & 7 bytes masked, so
+ * whatever follows n in either buffer does not count. Aligned loads where both buffers are:
+ * the memo and reply memo compare sc->name, as xdns_copy_words stored it, with their slots.
+ */
+static __always_inline int xdns_same_bytes(const __u8 *a, const __u8 *b, __u32 n, const __u32 room)
+{
+	__u64 diff = 0;
+	__u32 e;
+	int i;
+
+#pragma clang loop unroll(full)
+	for (i = 0; i < room / 8; i++)
+		if ((__u32)i * 8 + 8 <= n)
+			diff |= xdns_ld64(&a[i * 8]) ^ xdns_ld64(&b[i * 8]);
+	if (n & 7) {
+		e = n & 0xf8;
+		if (e > room - 8)
+			return 0;
+		diff |= (xdns_ld64(&a[e]) ^ xdns_ld64(&b[e])) & ((1ULL << ((n & 7) * 8)) - 1);
+	}
+	return diff == 0;
+}
+
 #endif /* XDNS_WORD_H */
