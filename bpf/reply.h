@@ -14,7 +14,8 @@
  * flags, ARCOUNT, length and every byte after the header, compared in full before use. A hit
  * checks the client against the allow list (the key does not hold the address), the clock
  * and the entry's tag, then writes the kept bytes, the header and the checksums: what the
- * stage would have sent at that moment (cache_tests.rs compares the two byte for byte).
+ * stage would have sent at that moment (crates/xdns-bpf/tests/cache.rs compares the two byte
+ * for byte).
  *
  * Kept only for a query whose entry a cache hint found (memo.h), that is, the second time a
  * question hits the cache on this CPU; the slots are per CPU (a run of XDNS_REPLY_SLOTS for
@@ -88,7 +89,8 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 		if (!t || t->hash != h)
 			return XDNS_ANSWERED;
 	}
-	if (t->qn != n || t->qflags != q->flags || t->qar != arcount || !xdns_same_bytes(sc->name, t->q, n, XDNS_REPLY_MAX_Q))
+	if (t->qn != n || t->qflags != q->flags || t->qar != arcount ||
+	    !xdns_same_bytes(sc->name, t->q, n, XDNS_REPLY_MAX_Q))
 		return XDNS_ANSWERED;
 	if (xdns_cache_now(sc) >= t->until_ns || !xdns_cache_allowed(ctx, pkt))
 		return XDNS_ANSWERED;
@@ -96,6 +98,8 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 		return XDNS_ANSWERED;   /* rewritten since (a tag is never reused, never 0 once kept) */
 
 	body_at = t->body_at;
+	if (body_at > XDNS_HDR_LEN + XDNS_REPLY_MAX_Q || t->an < 8 || t->an > XDNS_REPLY_MAX_A)
+		return XDNS_ANSWERED;   /* never kept so (xdns_reply_learn): the frame stays whole */
 	r.dns_out = body_at + t->an;
 	r.sum = t->sum + bpf_ntohs(q->id);
 	frame = ctx->data_end - ctx->data;
@@ -106,7 +110,7 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	if (pkt->dns_off > XDNS_DNS_OFF_MAX || body_at > XDNS_HDR_LEN + XDNS_REPLY_MAX_Q)
-		return XDNS_DROP_REWRITE;
+		return XDNS_DROP_REWRITE;       /* the verifier's bounds: checked above */
 	hdr = data + pkt->dns_off;
 	dst = hdr + body_at;
 	if (xdns_copy16(dst, t->a, dst, data_end, t->an, XDNS_REPLY_MAX_A))
