@@ -17,11 +17,15 @@
  * stage would have sent at that moment (crates/xdns-bpf/tests/cache.rs compares the two byte
  * for byte).
  *
- * Kept only for a query whose entry a cache hint found (memo.h), that is, the second time a
- * question hits the cache on this CPU; the slots are per CPU (a run of XDNS_REPLY_SLOTS for
- * each, in sets of two ways like xdns_memo), so no slot is ever read half written. The slot
- * is found by the memo's key of the query's first bytes and the generation (a reload leaves
- * every older slot unmatched, as it does the hints).
+ * Kept for a query whose entry a cache hint found (memo.h), so never at its first hit on a
+ * CPU, and only at the second such hit in its set: a set remembers its last two first
+ * sightings (`seen`), as the question memo does. Queries that take turns in their set faster
+ * than that, because far more distinct queries hit the cache than there are slots, are not
+ * kept: each would evict another before being asked again, and keeping (a helper call and
+ * four lines written) cost more than the memo gave (bpf/README.md). The slots are per CPU (a
+ * run of XDNS_REPLY_SLOTS for each, in sets of two ways like xdns_memo), so no slot is ever
+ * read half written. The slot is found by the memo's key of the query's first bytes and the
+ * generation (a reload leaves every older slot unmatched, as it does the hints).
  */
 #ifndef XDNS_REPLY_H
 #define XDNS_REPLY_H
@@ -36,6 +40,17 @@ _Static_assert(XDNS_REPLY_MAX_Q % 8 == 0 && XDNS_REPLY_MAX_Q < 256, "q[] is comp
 static __always_inline __u32 xdns_reply_set(__u64 h)
 {
 	return bpf_get_smp_processor_id() * XDNS_REPLY_SLOTS + ((__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1);
+}
+
+/*
+ * Is slot t's query this packet's: its flags and ARCOUNT, and its n bytes after the header
+ * (sc->name, n <= XDNS_REPLY_MAX_Q)? (The caller has matched the hash.)
+ */
+static __always_inline int xdns_reply_is_query(const struct xdns_reply_memo *t, const struct xdns_scratch *sc,
+					       __u32 n, __u16 qflags, __u16 qar)
+{
+	return t->qn == n && t->qflags == qflags && t->qar == qar &&
+	       xdns_same_bytes(sc->name, t->q, n, XDNS_REPLY_MAX_Q);
 }
 
 /* The tag of cache entry `ref` as it is now (0: none, or being written). */
@@ -83,15 +98,13 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 	t = bpf_map_lookup_elem(&xdns_replies, &set);
 	if (!t)
 		return XDNS_ANSWERED;
-	if (t->hash != h) {
+	/* the two ways may hold two queries of one hash (xdns_reply_learn) */
+	if (t->hash != h || !xdns_reply_is_query(t, sc, n, q->flags, arcount)) {
 		set++;
 		t = bpf_map_lookup_elem(&xdns_replies, &set);
-		if (!t || t->hash != h)
+		if (!t || t->hash != h || !xdns_reply_is_query(t, sc, n, q->flags, arcount))
 			return XDNS_ANSWERED;
 	}
-	if (t->qn != n || t->qflags != q->flags || t->qar != arcount ||
-	    !xdns_same_bytes(sc->name, t->q, n, XDNS_REPLY_MAX_Q))
-		return XDNS_ANSWERED;
 	if (xdns_cache_now(sc) >= t->until_ns || !xdns_cache_allowed(ctx, pkt))
 		return XDNS_ANSWERED;
 	if (t->tag != xdns_reply_entry_tag(t->ref))
@@ -132,8 +145,10 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
  * After the cache stage answered this packet's query through a hint: keep its reply (the
  * frame as it is now: the DNS message at `dns_off`, the question ending at DNS offset
  * `body_at`; `sum` its checksum without the ID) for the query, with the entry, tag and time
- * bound the stage left in sc->reply_*. Takes the way already keyed by the same hash, else an
- * empty one, else the two in turn. A global function: the verifier checks it once, alone.
+ * bound the stage left in sc->reply_*. Takes the way that holds this query already; else, at
+ * a second sighting, an empty one, else the one not holding another query of the same hash
+ * (one name asked with and without EDNS, say, whose first 24 bytes are the same), else the two
+ * in turn. A global function: the verifier checks it once, alone.
  */
 __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 dns_off,
 					       __u32 body_at, __u64 sum)
@@ -169,10 +184,21 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 	t1 = bpf_map_lookup_elem(&xdns_replies, &set);
 	if (!t0 || !t1)
 		return 0;
-	if (t0->hash == h || t0->hash == 0)
-		t = t0;
-	else if (t1->hash == h || t1->hash == 0)
+	if (t0->hash == h && xdns_reply_is_query(t0, sc, n, sc->reply_qflags, sc->reply_qar))
+		t = t0;         /* this query's reply again: a new second, or a new write of the entry */
+	else if (t1->hash == h && xdns_reply_is_query(t1, sc, n, sc->reply_qflags, sc->reply_qar))
 		t = t1;
+	else if (t0->seen != (__u32)h && t1->seen != (__u32)h) {
+		/* a first sighting: the set keeps its last two, the newer in its first way */
+		t1->seen = t0->seen;
+		t0->seen = (__u32)h;
+		return 0;
+	} else if (t0->hash == 0)
+		t = t0;
+	else if (t1->hash == 0)
+		t = t1;
+	else if (t0->hash == h || t1->hash == h)
+		t = t0->hash == h ? t1 : t0;    /* another query of the same first bytes: keep both */
 	else
 		t = (sc->reply_kept & 1) ? t1 : t0;
 	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */

@@ -72,6 +72,7 @@ static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *e
 		return 1;
 	if (n & 15) {
 		t = (n - 16) & (room - 1);
+		asm volatile("" : "+r"(t));     /* keep the check: clang may prove it, the verifier not */
 		if (t > room - 16)
 			return 1;
 		if ((const void *)(edge + t + 16) > data_end)

@@ -315,12 +315,14 @@ struct xdns_reply_memo {
 	__u64 tag;              /* the cache entry's tag when kept: any later write changes it */
 	__u64 sum;              /* the reply's DNS checksum, ID aside, unfolded (csum.h) */
 	__u32 ref;              /* the cache entry (size class and slot, as xdns_cache_find) */
-	__u16 qflags;           /* the query's header flags ... */
-	__u16 qar;              /* ... and ARCOUNT (host order) */
-	__u16 qn;               /* query bytes after the header (q[]) */
-	__u16 an;               /* reply bytes after the question (a[]) */
+	__u32 seen;             /* low half of the key of a query seen once in this set: the
+				 * latest in the first way, the one before in the second (reply.h) */
+	__u16 qflags;           /* the query's header flags (host order) ... */
 	__u16 rflags;           /* the reply's header flags, as they sit in the header */
-	__u16 body_at;          /* DNS offset of the end of the question (where a[] goes) */
+	__u8 qar;               /* ... and its ARCOUNT (0 or 1) */
+	__u8 qn;                /* query bytes after the header (q[]) */
+	__u8 an;                /* reply bytes after the question (a[]) */
+	__u8 body_at;           /* DNS offset of the end of the question (where a[] goes) */
 	__u64 counts;           /* the reply's QDCOUNT..ARCOUNT as they sit in the header */
 	__u8 q[XDNS_REPLY_MAX_Q]; /* the query after the header, zero padded */
 	__u8 a[XDNS_REPLY_MAX_A]; /* the reply after the question */
