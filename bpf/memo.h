@@ -108,6 +108,20 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 	return h;
 }
 
+/*
+ * A set's sightings (`seen` of its two ways, the newer first): is `h` (a key's low half) in
+ * neither? Then it is a first sighting: note it, dropping the older of the two, and return 1;
+ * else 0 (seen before: keep it). The question memo and the reply memo (reply.h) admit so.
+ */
+static __always_inline int xdns_first_sighting(__u32 *seen0, __u32 *seen1, __u32 h)
+{
+	if (*seen0 == h || *seen1 == h)
+		return 0;
+	*seen1 = *seen0;
+	*seen0 = h;
+	return 1;
+}
+
 /* The way of a set a new entry takes: an empty one, else the two in turn. */
 static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scratch *sc, struct xdns_memo *m0,
 							  struct xdns_memo *m1)
@@ -192,12 +206,8 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 	m1 = xdns_memo_at(set + 1);
 	if (!m0 || !m1 || m0->hash == h || m1->hash == h)
 		return 0;
-	if (m0->seen != (__u32)h && m1->seen != (__u32)h) {
-		/* a first sighting: the set keeps its last two, the newer in its first way */
-		m1->seen = m0->seen;
-		m0->seen = (__u32)h;
+	if (xdns_first_sighting(&m0->seen, &m1->seen, (__u32)h))
 		return 0;
-	}
 	m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);

@@ -188,12 +188,9 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 		t = t0;         /* this query's reply again: a new second, or a new write of the entry */
 	else if (t1->hash == h && xdns_reply_is_query(t1, sc, n, sc->reply_qflags, sc->reply_qar))
 		t = t1;
-	else if (t0->seen != (__u32)h && t1->seen != (__u32)h) {
-		/* a first sighting: the set keeps its last two, the newer in its first way */
-		t1->seen = t0->seen;
-		t0->seen = (__u32)h;
-		return 0;
-	} else if (t0->hash == 0)
+	else if (xdns_first_sighting(&t0->seen, &t1->seen, (__u32)h))
+		return 0;       /* kept at its second sighting */
+	else if (t0->hash == 0)
 		t = t0;
 	else if (t1->hash == 0)
 		t = t1;
