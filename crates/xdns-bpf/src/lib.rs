@@ -10,6 +10,8 @@
 //! - [`select`]: the kernel's lookup re-expressed over in-memory maps, to compare with the
 //!   engine's `select` without root.
 //! - [`runtime`]: load, attach (BPF link), test-run and counters with libbpf.
+//! - [`iface`]: what an interface does with `XDP_TX` frames: a veth's peer, the driver's
+//!   `XDP_TX` error counters (rtnetlink, ethtool).
 //! - [`cache`]: the resolver's answer cache in the kernel ([`cache::KernelCache`], an
 //!   `xdns_wire::AnswerCache`), its refresh events ([`cache::PrefetchEvents`]) and allow list.
 
@@ -24,6 +26,7 @@ pub use skel::types;
 pub mod cache;
 pub mod data;
 pub mod hash;
+pub mod iface;
 pub mod maps;
 pub mod runtime;
 pub mod select;

@@ -446,6 +446,17 @@ impl XdpProgram {
         Ok(())
     }
 
+    /// Attach to `ifname` again in `mode`: our link there is detached first (the kernel
+    /// refuses a second program, and a link cannot change mode), so until the new link is
+    /// made the interface runs no program and queries reach the userspace sockets.
+    pub fn reattach(&mut self, ifname: &str, mode: AttachMode) -> Result<()> {
+        if let Some(i) = self.links.iter().position(|(name, _)| name == ifname) {
+            let (_, fd) = self.links.remove(i);
+            detach_link(fd.as_fd())?;
+        }
+        self.attach(ifname, mode)
+    }
+
     /// Detach from every interface.
     pub fn detach_all(&mut self) {
         self.links.clear();

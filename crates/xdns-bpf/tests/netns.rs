@@ -264,3 +264,76 @@ fn kdig_answered_from_the_cache() {
     drop(peer);
     drop(lab);
 }
+
+/// Native `XDP_TX` on a veth whose peer has no XDP program (a container's or a namespace's
+/// veth, as users have them): the answers are lost, `iface::veth_peer` says why before
+/// anything is sent, and the driver's `xdp_tx_errors` counts the loss. A native program on the
+/// peer, or generic mode, gets the same answers through. Also: a pair inside one namespace,
+/// and a device that is no veth.
+#[test]
+fn veth_peer_without_xdp_loses_native_tx() {
+    use xdns_bpf::iface::{veth_peer, PeerXdp, TxErrors};
+    if !have_root("veth_peer_without_xdp_loses_native_tx") {
+        return;
+    }
+    let data = example_com_kernel_data();
+    let lab = Lab::new('D');
+    let srv = lab.srv.clone();
+    let cli = lab.cli.clone();
+    let kdig = |cli: &str| {
+        let o = sh(&["ip", "netns", "exec", cli, "kdig", "@198.18.0.1", "+timeout=1", "+retry=0", "www.example.com", "A"]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    in_netns(&srv, || {
+        assert_eq!(veth_peer("xdD0").unwrap(), PeerXdp::NoProgram { peer: "xdD1".into(), elsewhere: true });
+        assert_eq!(veth_peer("lo").unwrap(), PeerXdp::NotVeth);
+        ok(&["ip", "link", "add", "xdD2", "type", "veth", "peer", "name", "xdD3"]);
+        assert_eq!(veth_peer("xdD2").unwrap(), PeerXdp::NoProgram { peer: "xdD3".into(), elsewhere: false });
+    });
+    let (mut prog, mut tx) = in_netns(&srv, || {
+        let mut prog = load();
+        prog.install(&data).unwrap();
+        prog.attach("xdD0", AttachMode::Native).expect("native XDP on veth");
+        let tx = TxErrors::probe("xdD0").unwrap();
+        (prog, tx)
+    });
+    assert_eq!(tx.driver, "veth");
+    assert!(tx.known_driver() && !tx.counters.is_empty(), "{:?}", tx.counters);
+    let before = in_netns(&srv, || tx.read().unwrap().unwrap());
+    let lost = kdig(&cli);
+    let after = in_netns(&srv, || tx.read().unwrap().unwrap());
+    assert!(!lost.contains("198.18.0.10"), "native XDP_TX reached a peer without XDP: {lost}");
+    assert!(after > before, "xdp_tx_errors {before} -> {after}");
+    let answered = prog.counters().unwrap().into_iter().find(|x| x.0 == "answered").unwrap().1;
+    assert!(answered >= 1, "the program did answer (the driver lost it): {answered}");
+
+    // generic mode on the same veth: delivered through the normal transmit path
+    prog.detach_all();
+    in_netns(&srv, || prog.attach("xdD0", AttachMode::Generic).expect("generic XDP"));
+    let generic = kdig(&cli);
+    assert!(generic.contains("198.18.0.10"), "generic mode: {generic}");
+
+    // a native program on the peer gives it the XDP receive ring
+    let peer_cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec![],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(1),
+        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
+        resolver: None,
+    };
+    let peer = in_netns(&cli, || {
+        let mut p = xdns_bpf::runtime::XdpProgram::load(&peer_cfg).unwrap();
+        p.attach("xdD1", AttachMode::Native).unwrap();
+        p
+    });
+    prog.detach_all();
+    in_netns(&srv, || {
+        assert_eq!(veth_peer("xdD0").unwrap(), PeerXdp::Ready { peer: "xdD1".into() });
+        prog.attach("xdD0", AttachMode::Native).unwrap();
+    });
+    let native = kdig(&cli);
+    assert!(native.contains("198.18.0.10"), "native with a peer program: {native}");
+    prog.detach_all();
+    drop(peer);
+    drop(lab);
+}
