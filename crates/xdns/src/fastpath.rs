@@ -57,6 +57,12 @@ pub struct XdpCounters {
     /// "offload", or "none" (not this program: a takeover handed the link on, or the
     /// interface is gone).
     pub attached: Vec<(String, &'static str)>,
+    /// Each interface whose driver counts `XDP_TX` frames it failed to send: that count
+    /// (answers the program sent that never left; see `xdp::XdpRuntime::guard`).
+    pub tx_errors: Vec<(String, u64)>,
+    /// Why an interface runs in another mode than the configured one, and how often the
+    /// delivery guard moved it to generic mode.
+    pub delivery: Vec<crate::xdp::Delivery>,
 }
 
 /// What any thread may use of the fast path without waiting for the XDP thread: its counters,
@@ -70,6 +76,11 @@ pub struct XdpStatus {
     /// The answer table's counts for the active data: userspace state of the loader, which
     /// the XDP thread publishes here after each fill or reload.
     table: Mutex<(usize, usize)>,
+    /// The delivery guard's report, written by the XDP thread.
+    delivery: crate::xdp::DeliveryReport,
+    /// Each interface's `XDP_TX` error counters (`None`: its driver shows none), read on
+    /// demand.
+    tx: Mutex<Vec<(String, Option<xdns_bpf::iface::TxErrors>)>>,
 }
 
 impl XdpStatus {
@@ -87,7 +98,21 @@ impl XdpStatus {
                 .iter()
                 .map(|i| (i.clone(), self.reader.attached_as(i).ok().flatten().unwrap_or("none")))
                 .collect(),
+            tx_errors: self
+                .tx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter_mut()
+                .filter_map(|(i, tx)| Some((i.clone(), tx.as_mut()?.read().ok().flatten()?)))
+                .collect(),
+            delivery: self.delivery.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
+    }
+
+    /// Answers sent by the program (`answered` + `cache_answered`), all CPUs.
+    fn answered(&self) -> u64 {
+        let v = self.reader.counters().unwrap_or_default();
+        v.iter().filter(|(k, _)| k == "answered" || k == "cache_answered").map(|(_, n)| n).sum()
     }
 
     /// The process stops: a fill or reload of the kernel maps under way gives up at its next
@@ -150,6 +175,13 @@ impl Fastpath {
                         abandon: rt.abandon_handle(),
                         interfaces: cfg.interfaces.clone(),
                         table: Mutex::new(rt.table_counts()),
+                        delivery: rt.delivery_report(),
+                        tx: Mutex::new(
+                            cfg.interfaces
+                                .iter()
+                                .map(|i| (i.clone(), xdns_bpf::iface::TxErrors::probe(i).ok().filter(|t| !t.counters.is_empty())))
+                                .collect(),
+                        ),
                     };
                     Ok(Some((rt, Arc::new(status))))
                 };
@@ -168,7 +200,16 @@ impl Fastpath {
                     }
                 };
                 drop(zones);
-                while let Ok(cmd) = rx.recv() {
+                loop {
+                    // between commands, and at least every GUARD_PERIOD: the delivery guard
+                    let cmd = match rx.recv_timeout(crate::xdp::GUARD_PERIOD) {
+                        Ok(cmd) => cmd,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            rt.guard(status.answered());
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    };
                     match cmd {
                         Cmd::Reload(z, reply) => {
                             let done = rt.reload(&z);

@@ -237,6 +237,31 @@ fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
     (ok, errors)
 }
 
+/// What `check` says of each XDP interface: a warning where `mode = "native"` will lose the
+/// kernel's answers (the same text the server logs at attach), and, for `auto`, the mode it
+/// will pick where that is not the kernel's choice. Interfaces are asked about in the
+/// namespace `check` runs in; one that is not there is said so (the server may run elsewhere).
+fn check_xdp(cfg: &Config) -> (Vec<String>, Vec<String>) {
+    let (mut notes, mut warnings) = (Vec::new(), Vec::new());
+    for ifname in &cfg.xdp.interfaces {
+        let peer = xdns_bpf::iface::veth_peer(ifname);
+        if let Err(e) = &peer {
+            warnings.push(format!("XDP: {ifname}: {e} (here; the server attaches where it runs)"));
+            continue;
+        }
+        match cfg.xdp.mode {
+            xdp::XdpMode::Native => warnings.extend(xdp::native_warning(ifname, &peer)),
+            xdp::XdpMode::Auto => {
+                if let (_, Some(reason)) = xdp::plan(cfg.xdp.mode, ifname, &peer) {
+                    notes.push(format!("XDP: {ifname}: mode auto: {reason}"));
+                }
+            }
+            xdp::XdpMode::Generic => {}
+        }
+    }
+    (notes, warnings)
+}
+
 fn check(path: &Path) -> ExitCode {
     let cfg = match config::load(path, &Overrides::default()) {
         Ok(c) => c,
@@ -254,6 +279,13 @@ fn check(path: &Path) -> ExitCode {
     }
     for line in ok {
         println!("{line}");
+    }
+    let (notes, warnings) = check_xdp(&cfg);
+    for line in notes {
+        println!("{line}");
+    }
+    for w in warnings {
+        eprintln!("warning: {w}");
     }
     ExitCode::SUCCESS
 }

@@ -10,7 +10,8 @@
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
 //! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_memo_total{counter}`,
 //! `xdns_xdp_reply_total{counter}`,
-//! `xdns_xdp_data_active` and `xdns_xdp_attached{interface,mode}` (with XDP on),
+//! `xdns_xdp_data_active`, `xdns_xdp_attached{interface,mode}`,
+//! `xdns_xdp_tx_errors_total{interface}` and `xdns_xdp_fallbacks_total{interface}` (with XDP on),
 //! `xdns_resolver_total{counter}`.
 
 use std::sync::Arc;
@@ -208,6 +209,18 @@ pub fn render(s: &Snapshot) -> String {
     );
     counter_family(
         &mut reg,
+        "xdns_xdp_tx_errors",
+        "XDP_TX frames the interface's driver failed to send (ethtool statistics): kernel answers that never left.",
+        s.xdp_tx_errors.iter().map(|(i, &v)| (l1("interface", i), v)),
+    );
+    counter_family(
+        &mut reg,
+        "xdns_xdp_fallbacks",
+        "Times the delivery guard moved the interface from native to generic XDP because answers were lost (mode auto).",
+        s.xdp_fallbacks.iter().map(|(i, &v)| (l1("interface", i), v)),
+    );
+    counter_family(
+        &mut reg,
         "xdns_xdp_memo",
         "XDP question memo (resolver: cache hints): questions answered through it (hits) and written into it (kept).",
         s.xdp_memo.iter().map(|(k, &v)| (l1("counter", k), v)),
@@ -340,10 +353,14 @@ mod tests {
         s.xdp_reply.insert("kept".into(), 3);
         s.xdp_data_active = Some(true);
         s.xdp_attached.insert("s0".into(), "native".into());
+        s.xdp_tx_errors.insert("s0".into(), 5);
+        s.xdp_fallbacks.insert("s0".into(), 1);
         let text = render(&s);
         for want in [
             "xdns_xdp_data_active 1",
             "xdns_xdp_attached{interface=\"s0\",mode=\"native\"} 1",
+            "xdns_xdp_tx_errors_total{interface=\"s0\"} 5",
+            "xdns_xdp_fallbacks_total{interface=\"s0\"} 1",
             "xdns_xdp_memo_total{counter=\"hits\"} 11",
             "xdns_xdp_reply_total{counter=\"kept\"} 3",
             "xdns_xdp_table_answers{state=\"in_table\"} 7",

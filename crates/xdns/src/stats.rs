@@ -371,6 +371,20 @@ pub struct Snapshot {
     /// process's program).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub xdp_attached: BTreeMap<String, String>,
+    /// With XDP on: why an interface runs in another mode than the configured one
+    /// (`"veth peer c0 has no XDP program: generic"`); interfaces running as configured (or
+    /// as the kernel chose for `auto`) are absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xdp_mode_reason: BTreeMap<String, String>,
+    /// With XDP on: each interface whose driver counts the `XDP_TX` frames it failed to send
+    /// (ethtool: veth's `xdp_tx_errors`, mlx5's `rx_xdp_tx_err`, ...), that count: answers
+    /// the program sent (counted in `xdp.answered`) that never left.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xdp_tx_errors: BTreeMap<String, u64>,
+    /// With XDP on: times the delivery guard moved each interface from native to generic
+    /// mode because answers were lost (`mode = "auto"` only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xdp_fallbacks: BTreeMap<String, u64>,
     /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
     /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
     #[serde(default)]
@@ -430,6 +444,15 @@ impl Snapshot {
         }
         for (k, v) in &self.xdp_attached {
             row(&format!("xdp_attached.{k}"), v);
+        }
+        for (k, v) in &self.xdp_mode_reason {
+            row(&format!("xdp_mode_reason.{k}"), v);
+        }
+        for (k, v) in &self.xdp_tx_errors {
+            row(&format!("xdp_tx_errors.{k}"), v);
+        }
+        for (k, v) in &self.xdp_fallbacks {
+            row(&format!("xdp_fallbacks.{k}"), v);
         }
         for (k, v) in &self.resolver {
             row(&format!("resolver.{k}"), v);

@@ -65,6 +65,49 @@ pub struct XdpRuntime {
     mode: XdpMode,
     /// Compiled at load, not in the maps yet ([`Self::fill`]).
     pending: Option<xdns_bpf::data::KernelData>,
+    /// The delivery guard's state of each configured interface (see [`Self::guard`]).
+    guards: Vec<Guard>,
+    /// Kernel answers (`answered` + `cache_answered`) at the guard's last look.
+    last_answered: u64,
+    /// What the guard publishes for `xdns stats` (read from any thread).
+    report: DeliveryReport,
+}
+
+/// Why each interface runs the program the way it does, and how often the guard moved it to
+/// generic mode: shared with the status reader of other threads.
+pub type DeliveryReport = std::sync::Arc<std::sync::Mutex<Vec<Delivery>>>;
+
+/// One interface in the [`DeliveryReport`].
+#[derive(Clone, Debug, Default)]
+pub struct Delivery {
+    pub interface: String,
+    /// Why it runs in a mode other than the configured one ("veth peer c0 has no XDP
+    /// program: generic"); `None`: as configured, or as the kernel chose for `auto`.
+    pub reason: Option<String>,
+    /// Times the guard detached a native attachment that lost answers and attached generic.
+    pub fallbacks: u64,
+}
+
+/// The delivery guard's view of one interface.
+struct Guard {
+    interface: String,
+    /// The driver's `XDP_TX` error counters; `None` when it shows none (said once at attach).
+    tx: Option<xdns_bpf::iface::TxErrors>,
+    /// Their sum at the last look.
+    last_errors: u64,
+    /// Losses in explicit native mode were logged (once).
+    warned: bool,
+    /// A veth: its peer is checked too.
+    veth: bool,
+}
+
+/// The guard's rule: `lost` `XDP_TX` errors against `sent` kernel answers in one look mean
+/// that native mode loses the answers when at least half of them are lost. With one
+/// interface the comparison is exact; with several, answers sent on the others dilute it, so
+/// only a loss of at least half of all kernel answers counts (a driver's occasional full ring
+/// under load is no reason to leave native mode).
+pub fn losing(lost: u64, sent: u64) -> bool {
+    lost > 0 && sent > 0 && lost.saturating_mul(2) >= sent
 }
 
 impl XdpRuntime {
@@ -99,11 +142,19 @@ impl XdpRuntime {
         // how close the program is to the verifier's limit of 1M instructions processed
         let verified = prog.insn_count().map_or(0, |(_, v)| v);
         tracing::info!(seconds = t.elapsed().as_secs_f32(), verified, "XDP: program loaded (verifier), maps created");
+        let report = cfg
+            .interfaces
+            .iter()
+            .map(|i| Delivery { interface: i.clone(), ..Default::default() })
+            .collect();
         Ok(Some(Self {
             prog,
             interfaces: cfg.interfaces.clone(),
             mode: cfg.mode,
             pending: Some(data),
+            guards: Vec::new(),
+            last_answered: 0,
+            report: std::sync::Arc::new(std::sync::Mutex::new(report)),
         }))
     }
 
@@ -129,44 +180,130 @@ impl XdpRuntime {
     /// another mode is detached first (queries meanwhile reach the userspace sockets). Links
     /// for interfaces no longer configured are only closed here: they go when the previous
     /// process, their last holder, exits.
+    ///
+    /// The mode is chosen so that answers arrive ([`plan`]): with `auto`, a veth whose peer
+    /// cannot receive native `XDP_TX` frames gets generic mode (an inherited native link there
+    /// too); with `native`, such a veth is attached as asked, with a warning.
     pub fn attach(&mut self, inherited: Vec<InheritedLink>) -> anyhow::Result<()> {
         use xdns_bpf::runtime::AttachMode;
-        let mode = match self.mode {
-            XdpMode::Native => AttachMode::Native,
-            XdpMode::Generic => AttachMode::Generic,
-            XdpMode::Auto => AttachMode::Auto,
-        };
         let mut inherited = inherited;
-        for ifname in &self.interfaces {
-            match inherited.iter().position(|l| &l.interface == ifname) {
+        for ifname in self.interfaces.clone() {
+            let peer = xdns_bpf::iface::veth_peer(&ifname);
+            let (mode, reason) = plan(self.mode, &ifname, &peer);
+            if let Some(w) = self.mode.eq(&XdpMode::Native).then(|| native_warning(&ifname, &peer)).flatten() {
+                tracing::warn!("{w}");
+            }
+            match inherited.iter().position(|l| l.interface == ifname) {
                 Some(i) => {
                     let link = inherited.swap_remove(i);
                     if link.mode == self.mode {
-                        self.prog.adopt_link(ifname, link.fd)?;
-                        tracing::info!(interface = %ifname, running = self.attached_as(ifname),
+                        self.prog.adopt_link(&ifname, link.fd)?;
+                        tracing::info!(interface = %ifname, running = self.attached_as(&ifname),
                             "XDP: program replaced inside the inherited link");
-                        continue;
+                        if mode == AttachMode::Generic && self.attached_as(&ifname) == "native" {
+                            self.prog.reattach(&ifname, mode)?;
+                            tracing::warn!(interface = %ifname, reason = reason.as_deref().unwrap_or(""),
+                                "XDP: the inherited link ran native, which loses answers here: attached again in generic mode");
+                        }
+                    } else {
+                        xdns_bpf::runtime::detach_link(std::os::fd::AsFd::as_fd(&link.fd))?;
+                        tracing::warn!(interface = %ifname, from = ?link.mode, to = ?self.mode,
+                            "XDP: mode changed: inherited link detached, attaching again (userspace answers meanwhile)");
+                        self.prog.attach(&ifname, mode)?;
                     }
-                    xdns_bpf::runtime::detach_link(std::os::fd::AsFd::as_fd(&link.fd))?;
-                    tracing::warn!(interface = %ifname, from = ?link.mode, to = ?self.mode,
-                        "XDP: mode changed: inherited link detached, attaching again (userspace answers meanwhile)");
-                    self.prog.attach(ifname, mode)?;
                 }
                 None => {
-                    self.prog.attach(ifname, mode)?;
-                    let running = self.attached_as(ifname);
-                    tracing::info!(interface = %ifname, mode = ?self.mode, running, data = self.data_active(), "XDP: attached");
-                    if self.mode == XdpMode::Auto && running == "generic" {
-                        tracing::warn!(interface = %ifname,
-                            "XDP: the driver has no native XDP; the program runs on the skb path (generic), several times slower");
-                    }
+                    self.prog.attach(&ifname, mode)?;
+                    tracing::info!(interface = %ifname, mode = ?self.mode, running = self.attached_as(&ifname),
+                        reason = reason.as_deref().unwrap_or(""), data = self.data_active(), "XDP: attached");
                 }
             }
+            let running = self.attached_as(&ifname);
+            let reason = match reason {
+                Some(r) => Some(r),
+                None if self.mode == XdpMode::Auto && running == "generic" => {
+                    tracing::warn!(interface = %ifname,
+                        "XDP: the driver has no native XDP; the program runs on the skb path (generic), several times slower");
+                    Some("the driver has no native XDP: generic".to_string())
+                }
+                None => None,
+            };
+            self.set_reason(&ifname, reason);
+            self.guards.retain(|g| g.interface != ifname);
+            let veth = !matches!(peer, Ok(xdns_bpf::iface::PeerXdp::NotVeth));
+            self.guards.push(Guard::start(&ifname, veth));
         }
         for link in inherited {
             tracing::info!(interface = %link.interface, "XDP: interface no longer configured; detached when the previous process exits");
         }
         Ok(())
+    }
+
+    /// The delivery guard, called every [`GUARD_PERIOD`] with the kernel answers counted so
+    /// far (`answered` + `cache_answered`, all CPUs). Two signs that native mode loses the
+    /// answers of an interface:
+    /// - its driver's `XDP_TX` errors grew by at least half the answers sent since the last
+    ///   look ([`losing`]);
+    /// - it is a veth whose peer no longer runs a native XDP program (one taken off while we
+    ///   run; with GRO on, such a peer swallows the frames without any error count).
+    ///
+    /// With `mode = "auto"` such an interface is attached again in generic mode (userspace
+    /// answers for that moment), logged and counted; with `native` the loss is logged once.
+    pub fn guard(&mut self, answered: u64) {
+        let sent = answered.saturating_sub(self.last_answered);
+        self.last_answered = answered;
+        let mut moved = Vec::new();
+        for g in &mut self.guards {
+            let mut reason = None;
+            if let Some(Ok(Some(errors))) = g.tx.as_mut().map(|tx| tx.read()) {
+                let lost = errors.saturating_sub(g.last_errors);
+                g.last_errors = errors;
+                if losing(lost, sent) {
+                    reason = Some(format!("{lost} of {sent} kernel answers lost in native mode (driver XDP_TX errors): generic"));
+                    if self.mode == XdpMode::Native && !g.warned {
+                        g.warned = true;
+                        tracing::warn!(interface = %g.interface, lost, answered = sent,
+                            "XDP: the driver failed to send {lost} of {sent} kernel answers (XDP_TX errors); mode = \"native\" keeps it so: \
+                             set mode = \"auto\" or \"generic\", or see README's XDP section");
+                    }
+                }
+            }
+            if reason.is_none() && g.veth && self.mode == XdpMode::Auto {
+                if let Ok(p @ xdns_bpf::iface::PeerXdp::NoProgram { .. }) = xdns_bpf::iface::veth_peer(&g.interface) {
+                    reason = p.why_not_native().map(|why| format!("{why} (any more): generic"));
+                }
+            }
+            if let (Some(r), XdpMode::Auto) = (reason, self.mode) {
+                moved.push((g.interface.clone(), r));
+            }
+        }
+        for (ifname, reason) in moved {
+            if self.attached_as(&ifname) != "native" {
+                continue;
+            }
+            match self.prog.reattach(&ifname, xdns_bpf::runtime::AttachMode::Generic) {
+                Ok(()) => tracing::warn!(interface = %ifname, reason = %reason,
+                    "XDP: native mode loses the answers here; switched to generic mode (userspace answered meanwhile)"),
+                Err(e) => tracing::error!(interface = %ifname, "XDP: switching to generic mode failed: {e:#}"),
+            }
+            let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(d) = report.iter_mut().find(|d| d.interface == ifname) {
+                d.fallbacks += 1;
+                d.reason = Some(reason);
+            }
+        }
+    }
+
+    /// The delivery report, for the status reader of other threads.
+    pub fn delivery_report(&self) -> DeliveryReport {
+        self.report.clone()
+    }
+
+    fn set_reason(&self, ifname: &str, reason: Option<String>) {
+        let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = report.iter_mut().find(|d| d.interface == ifname) {
+            d.reason = reason;
+        }
     }
 
     /// How `ifname` runs our program: native, generic or offload ("none": not ours, or the
@@ -239,6 +376,80 @@ impl XdpRuntime {
     }
 }
 
+/// How often the delivery guard ([`XdpRuntime::guard`]) looks at the drivers' counters.
+pub const GUARD_PERIOD: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Guard {
+    /// Start watching `ifname`'s `XDP_TX` error counters; a driver that shows none is said
+    /// once in the log (its losses cannot be seen).
+    fn start(ifname: &str, veth: bool) -> Self {
+        let tx = match xdns_bpf::iface::TxErrors::probe(ifname) {
+            Ok(mut tx) if !tx.counters.is_empty() => {
+                if !tx.known_driver() {
+                    tracing::info!(interface = %ifname, driver = %tx.driver, counters = ?tx.counters,
+                        "XDP: driver not in xdns's table of XDP_TX error counters; counting these by their names");
+                }
+                let last = tx.read().ok().flatten().unwrap_or(0);
+                return Self { interface: ifname.to_string(), tx: Some(tx), last_errors: last, warned: false, veth };
+            }
+            Ok(tx) => {
+                tracing::info!(interface = %ifname, driver = %tx.driver,
+                    "XDP: the driver shows no XDP_TX error counters: answers it fails to send cannot be seen");
+                None
+            }
+            Err(e) => {
+                tracing::info!(interface = %ifname, "XDP: cannot read the driver's statistics ({e}): answers it fails to send cannot be seen");
+                None
+            }
+        };
+        Self { interface: ifname.to_string(), tx, last_errors: 0, warned: false, veth }
+    }
+}
+
+/// The attach mode for `ifname` under the configured `mode`, and why it differs from what
+/// the kernel would pick (for the log and `xdns stats`). `auto` never picks a mode that loses
+/// answers it can foresee: on a veth whose peer runs no native XDP program, or whose peer
+/// it cannot see, it picks generic. Elsewhere `auto` lets the kernel choose (native where
+/// the driver has it), and the guard watches the driver's counters.
+pub fn plan(
+    mode: XdpMode,
+    ifname: &str,
+    peer: &std::io::Result<xdns_bpf::iface::PeerXdp>,
+) -> (xdns_bpf::runtime::AttachMode, Option<String>) {
+    use xdns_bpf::runtime::AttachMode;
+    match mode {
+        XdpMode::Native => (AttachMode::Native, None),
+        XdpMode::Generic => (AttachMode::Generic, None),
+        XdpMode::Auto => match peer {
+            Ok(p) => match p.why_not_native() {
+                Some(why) => (AttachMode::Generic, Some(format!("{why}: generic"))),
+                None => (AttachMode::Auto, None),
+            },
+            Err(e) => {
+                tracing::debug!(interface = %ifname, "XDP: cannot ask the kernel what {ifname} is ({e}); the kernel chooses the mode");
+                (AttachMode::Auto, None)
+            }
+        },
+    }
+}
+
+/// The warning for `mode = "native"` on an interface that will lose the answers (`xdns check`
+/// prints it too); `None` where native mode delivers them, or where that cannot be known.
+pub fn native_warning(ifname: &str, peer: &std::io::Result<xdns_bpf::iface::PeerXdp>) -> Option<String> {
+    let peer = peer.as_ref().ok()?;
+    let why = peer.why_not_native()?;
+    let will = match peer {
+        xdns_bpf::iface::PeerXdp::Unknown { .. } => "may lose",
+        _ => "will lose",
+    };
+    Some(format!(
+        "XDP: {ifname}: mode = \"native\" {will} the kernel's answers: {why} (a veth delivers native \
+         XDP_TX frames only to a peer running an XDP program of its own). Fix either: attach an XDP \
+         program to the peer (one that passes what it does not handle), or set mode = \"generic\" \
+         (\"auto\" chooses generic here)"
+    ))
+}
+
 /// The kernel's data for `zones`, with its size and the time it took in the log: for a large
 /// zone set this and the map fill take seconds, which an operator should see, not guess.
 fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
@@ -289,4 +500,42 @@ fn install_logged(
         "XDP: kernel maps filled (batched, chunk by chunk), new data active"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdns_bpf::iface::PeerXdp;
+    use xdns_bpf::runtime::AttachMode;
+
+    #[test]
+    fn losing_means_half_the_answers_or_more() {
+        assert!(losing(1, 1));
+        assert!(losing(5, 10));
+        assert!(!losing(4, 10), "a few errors under load are no reason to leave native mode");
+        assert!(!losing(0, 10));
+        assert!(!losing(3, 0), "errors with no answers sent are not ours");
+    }
+
+    #[test]
+    fn auto_picks_generic_where_native_loses_answers() {
+        let bare = Ok(PeerXdp::NoProgram { peer: "c0".into(), elsewhere: true });
+        let (mode, why) = plan(XdpMode::Auto, "s0", &bare);
+        assert_eq!(mode, AttachMode::Generic);
+        assert_eq!(why.as_deref(), Some("veth peer c0 (another network namespace) has no XDP program: generic"));
+        let unseen = Ok(PeerXdp::Unknown { reason: "EPERM".into() });
+        assert_eq!(plan(XdpMode::Auto, "s0", &unseen).0, AttachMode::Generic);
+        for ok in [Ok(PeerXdp::NotVeth), Ok(PeerXdp::Ready { peer: "c0".into() })] {
+            assert_eq!(plan(XdpMode::Auto, "s0", &ok), (AttachMode::Auto, None));
+        }
+        // explicit modes are kept, with a warning for native where it loses answers
+        assert_eq!(plan(XdpMode::Native, "s0", &bare), (AttachMode::Native, None));
+        assert_eq!(plan(XdpMode::Generic, "s0", &bare), (AttachMode::Generic, None));
+        let w = native_warning("s0", &bare).unwrap();
+        for part in ["s0", "will lose", "veth peer c0", "attach an XDP", "mode = \"generic\""] {
+            assert!(w.contains(part), "{part}: {w}");
+        }
+        assert!(native_warning("s0", &unseen).unwrap().contains("may lose"));
+        assert_eq!(native_warning("s0", &Ok(PeerXdp::NotVeth)), None);
+    }
 }

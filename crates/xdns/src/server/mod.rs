@@ -91,6 +91,13 @@ impl Shared {
                 .into_iter()
                 .map(|(i, how)| (i, how.to_string()))
                 .collect();
+            s.xdp_tx_errors = c.tx_errors.into_iter().collect();
+            for d in c.delivery {
+                if let Some(r) = d.reason {
+                    s.xdp_mode_reason.insert(d.interface.clone(), r);
+                }
+                s.xdp_fallbacks.insert(d.interface, d.fallbacks);
+            }
         }
         if let Some(r) = self.recursion.get() {
             s.resolver = r
