@@ -1,7 +1,9 @@
 """The xdns demo: a throw-away lab, xdns serving tests/zones/example.com.zone with its XDP
 program attached to the server's veth, a few kdig queries shown in full (UDP ones answered in
 the kernel, TCP ones by the userspace server), then `xdns stats`. Exits 0 only if every answer
-was right and the kernel answered the UDP queries.
+was right and the kernel answered the UDP queries. The configuration is what a user writes
+(`[xdp] interfaces`, mode left at auto) and the client's veth runs no XDP program, as a
+container's: xdns picks generic mode there and `xdns stats` says why.
 
     /usr/bin/python3 scripts/demo.py              # xdns with XDP
     /usr/bin/python3 scripts/demo.py --no-xdp     # xdns, userspace only
@@ -66,7 +68,9 @@ def main() -> int:
     with Lab(prefix="xdl") as lab:
         print(f"lab: server netns {lab.server_ns}, client netns {lab.client_ns}")
         if args.peer == "xdns":
-            srv = lab.start_xdns(DEFAULT_ZONES, xdp="native" if xdp else None)
+            # the configuration a user writes: `[xdp] interfaces` and no mode (auto), and a
+            # client veth with no XDP program of its own, as a container's
+            srv = lab.start_xdns(DEFAULT_ZONES, xdp="default" if xdp else None)
         else:
             srv = {"knot": lab.start_knot, "nsd": lab.start_nsd}[args.peer](DEFAULT_ZONES)
         how = f" (XDP program attached to {lab.server_if})" if xdp else ""

@@ -24,13 +24,16 @@ back); a socket keeps the namespace it was created in.
 Teardown (`close`, also run by `__exit__`, atexit and on SIGTERM/SIGINT) kills every process the
 lab started (their whole process group) and deletes both namespaces, which removes the veth pair.
 
-XDP: `start_xdns(xdp="native")` attaches xdns's program to the server veth. A veth delivers
-frames sent by XDP_TX on its peer only if it has an XDP receive ring, i.e. an XDP program of its
-own: on kernel 6.18, GRO on the receiving veth does *not* do it (`ethtool -K gro on` is a no-op,
-GRO being on already). `client_xdp_pass()` (called by start_xdns when xdp is set) therefore
-attaches a one-line XDP_PASS program, compiled here with clang, to the client veth. kxdpgun
-replaces it with its own program, which also passes what it does not want, so sockets in the
-client namespace keep receiving XDP answers after a kxdpgun run.
+XDP: `start_xdns(xdp=...)` attaches xdns's program to the server veth. A veth delivers frames
+sent by *native* XDP_TX on its peer only if it has an XDP receive ring, i.e. an XDP program of
+its own: on kernel 6.18, GRO on the receiving veth does *not* do it (`ethtool -K gro on` is a
+no-op, GRO being on already). A real host's or container's veth has no such program, and xdns
+handles that itself (`mode = "auto"` picks generic mode there; README, "XDP and veth"), so the
+lab leaves the client veth bare unless asked: `client_xdp_pass()` attaches a one-line XDP_PASS
+program, compiled here with clang, to the client veth. start_xdns calls it for
+`xdp="native"` (tests of native mode and the benchmark), and for any mode with
+`client_xdp=True`. kxdpgun replaces it with its own program, which also passes what it does
+not want, so sockets in the client namespace keep receiving XDP answers after a kxdpgun run.
 """
 
 from __future__ import annotations
@@ -200,6 +203,10 @@ class Lab:
         ns, dev = (self.server_ns, self.server_if) if side == "server" else (self.client_ns, self.client_if)
         self.ns_run(ns, ["ethtool", "-K", dev, *args])
 
+    def client_xdp_remove(self) -> None:
+        """Take any XDP program off the client veth (a bare veth, as a container has)."""
+        self.client_run(["ip", "link", "set", "dev", self.client_if, "xdp", "off"])
+
     def client_xdp_pass(self) -> None:
         """Give the client veth an XDP receive ring (see the module docstring): attach an
         XDP_PASS program unless some XDP program is attached already."""
@@ -350,12 +357,14 @@ class Lab:
 
         `extra` is TOML inserted before the zones (top-level keys first, then tables).
         `xdp` = "native" | "generic" | "auto" attaches xdns's XDP program to the server veth
-        (`[xdp] interfaces = [server_if]`); None = userspace only. One XDP program per
-        interface: only one XDP xdns (or other XDP peer) can run in a lab at a time.
+        (`[xdp] interfaces = [server_if]`), "default" the same with no `mode` key (as a user
+        would write it); None = userspace only. One XDP program per interface: only one XDP
+        xdns (or other XDP peer) can run in a lab at a time.
         """
         a4, a6 = addrs if addrs else self.new_address()
         if xdp is not None:
-            extra += f'\n[xdp]\ninterfaces = ["{self.server_if}"]\nmode = "{xdp}"\n'
+            mode = "" if xdp == "default" else f'mode = "{xdp}"\n'
+            extra += f'\n[xdp]\ninterfaces = ["{self.server_if}"]\n{mode}'
 
         wd = self.dir / name
         wd.mkdir(parents=True, exist_ok=True)
@@ -372,13 +381,15 @@ class Lab:
         return conf, a4, a6
 
     def start_xdns(self, zones=DEFAULT_ZONES, name: str = "xdns", extra: str = "",
-                   wait: bool = True, xdp: str | None = None, timeout: float = 20.0) -> Server:
-        """Start `xdns serve`; `xdp` as in `write_xdns_config` (the veth's peer has GRO on by
-        default, so XDP_TX frames reach the client namespace)."""
+                   wait: bool = True, xdp: str | None = None, timeout: float = 20.0,
+                   client_xdp: bool | None = None) -> Server:
+        """Start `xdns serve`; `xdp` as in `write_xdns_config`. `client_xdp`: give the client
+        veth an XDP program first (`client_xdp_pass`); None = only for `xdp="native"`, which
+        needs it to deliver (see the module docstring)."""
         if not XDNS_BIN.exists():
             raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
         conf, a4, a6 = self.write_xdns_config(zones, name, extra=extra, xdp=xdp)
-        if xdp is not None:
+        if client_xdp if client_xdp is not None else xdp == "native":
             self.client_xdp_pass()
         env = dict(os.environ, RUST_BACKTRACE="1")
         proc, err = self._spawn(self.server_ns, [XDNS_BIN, "serve", "--config", conf], name, env=env)
@@ -428,8 +439,14 @@ class Lab:
         userspace answers: answering alone does not mean the kernel does."""
         deadline = time.monotonic() + timeout
         while True:
-            if self.xdns_stats(srv).get("xdp_data_active", True):
-                return
+            try:
+                if self.xdns_stats(srv).get("xdp_data_active", True):
+                    return
+            except RuntimeError:
+                if not srv.extra["control"].exists() and srv.alive() and time.monotonic() < deadline:
+                    time.sleep(0.05)  # started without waiting: no control socket yet
+                    continue
+                raise
             if time.monotonic() > deadline or not srv.alive():
                 raise RuntimeError(f"{srv.name}: XDP data not active after {timeout} s\n"
                                    f"--- stderr ---\n{srv.stderr()[-3000:]}")

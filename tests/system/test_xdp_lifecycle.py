@@ -211,7 +211,8 @@ def test_stats_say_how_the_interface_runs_the_program(xlab):
     kernel. veth has native XDP; `generic` is reported as such; loopback has none, so `auto`
     runs generic there, and the log warns."""
     for mode, want in [("auto", "native"), ("generic", "generic")]:
-        srv = xlab.start_xdns(DEFAULT_ZONES, name=f"xdns-mode-{mode}", xdp=mode)
+        # a client program, so that `auto` may choose native (test_xdp_delivery: without)
+        srv = xlab.start_xdns(DEFAULT_ZONES, name=f"xdns-mode-{mode}", xdp=mode, client_xdp=True)
         stats = xlab.xdns_stats(srv)
         assert stats["xdp_attached"] == {xlab.server_if: want}, stats.get("xdp_attached")
         line = next(ln for ln in srv.stderr().splitlines() if "XDP: attached" in ln)
