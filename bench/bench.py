@@ -15,6 +15,9 @@ CLIENT_CPU and sends the same query mix to each peer in turn. replies/s is what 
 counted back. Peers (PEERS, in table order):
 
   xdns-xdp    xdns with `[xdp] interfaces = [<server veth>]`, mode native
+  xdns-xdp-generic  the same in generic mode (the skb path): what `mode = "auto"` falls back
+              to on a veth whose peer runs no XDP program (a container's), so users see what
+              the fallback costs
   xdns        xdns, userspace only
   knot-xdp    knotd 3.2 with `xdp: listen: <server veth>@53` (AF_XDP workers)
   knot        knotd, UDP sockets
@@ -27,7 +30,8 @@ taskset, and both veths run threaded NAPI (`/sys/class/net/IF/threaded`) with th
 kthreads pinned (server veth -> SERVER_CPU, client veth -> CLIENT_CPU), so an XDP program on
 the server veth runs on SERVER_CPU like a daemon would. (A veth without an XDP program has no
 NAPI: for the userspace peers the kernel's receive path runs in the generator CPU's softirq,
-as in any veth lab.) Rounds are interleaved (every peer once, then again) and the median run
+as in any veth lab, and so does xdns-xdp-generic's program, which runs on that path: its srv
+CPU misses that part, and replies/s and kernel ns/pkt are its comparable figures.) Rounds are interleaved (every peer once, then again) and the median run
 is kept, because the machine is shared and background load comes and goes.
 
 Columns: replies/s as counted by kxdpgun; reply % of the queries sent; srv CPU, the CPU time
@@ -129,6 +133,8 @@ def daemon(name: str, start) -> callable:
 PEERS: list[tuple[str, callable]] = [
     ("xdns-xdp", daemon("xdns-xdp", lambda lab, n: lab.start_xdns(DEFAULT_ZONES, name=n,
                                                                   xdp="native"))),
+    ("xdns-xdp-generic", daemon("xdns-xdp-generic", lambda lab, n: lab.start_xdns(
+        DEFAULT_ZONES, name=n, xdp="generic"))),
     ("xdns", daemon("xdns", lambda lab, n: lab.start_xdns(DEFAULT_ZONES, name=n))),
     ("knot-xdp", daemon("knot-xdp", lambda lab, n: lab.start_knot(DEFAULT_ZONES, name=n, xdp=True))),
     ("knot", daemon("knot", lambda lab, n: lab.start_knot(DEFAULT_ZONES, name=n))),
@@ -392,7 +398,7 @@ def throughput(duration: float, qps: int, rounds: int) -> dict:
                 extra = ""
                 if r.get("prog_cnt"):
                     extra += f", {r['prog_ns'] / r['prog_cnt']:.0f} ns/pkt in {r['xdp_prog']}"
-                print(f"  {name:10} {r['replies_per_s']:>10} replies/s (sent {r['qps_sent']}/s, "
+                print(f"  {name:16} {r['replies_per_s']:>10} replies/s (sent {r['qps_sent']}/s, "
                       f"server side {100 * r['server_cpu_busy']:.0f}% of a CPU{extra})", flush=True)
     return {name: combine(rs) for name, rs in runs.items()}
 
@@ -503,6 +509,9 @@ def summary(tp: dict, mem: dict) -> dict:
         "xdns_xdp_vs_knot_xdp": div(rps.get("xdns-xdp"), rps.get("knot-xdp")),
         "xdns_xdp_vs_ceiling": div(rps.get("xdns-xdp"), rps.get("noop-xdp")),
         "xdns_xdp_vs_xdns_userspace": div(rps.get("xdns-xdp"), rps.get("xdns")),
+        "generic_vs_native": div(rps.get("xdns-xdp-generic"), rps.get("xdns-xdp")),
+        "per_cpu_generic_vs_native": div(eff.get("xdns-xdp-generic"), eff.get("xdns-xdp")),
+        "generic_vs_xdns_userspace": div(rps.get("xdns-xdp-generic"), rps.get("xdns")),
         "per_cpu_xdns_xdp_vs_knot_xdp": div(eff.get("xdns-xdp"), eff.get("knot-xdp")),
         "per_cpu_xdns_xdp_vs_ceiling": div(eff.get("xdns-xdp"), eff.get("noop-xdp")),
         "capacity_xdns_xdp_vs_knot_xdp": div(cap.get("xdns-xdp"), cap.get("knot-xdp")),
@@ -523,7 +532,7 @@ def summary(tp: dict, mem: dict) -> dict:
 def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
     print("\n== replies per second (same query mix; server side on one CPU, generator on the other)")
     ref = tp.get(REFERENCE, {}).get("replies_per_s", 0)
-    print(f"{'peer':10} {'replies/s':>10} {'reply %':>8} {'srv CPU':>8} {'per srv CPU-s':>14} "
+    print(f"{'peer':16} {'replies/s':>10} {'reply %':>8} {'srv CPU':>8} {'per srv CPU-s':>14} "
           f"{'srv ns/pkt':>11} {'kernel ns/pkt':>14} {'XDP answered':>13} {REFERENCE + '/peer':>10}")
     for name, r in tp.items():
         pct = 100.0 * r["replies"] / r["queries"] if r["queries"] else 0
@@ -531,7 +540,7 @@ def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
         share = r.get("xdp_answered_share")
         e = r.get("replies_per_server_cpu_s")
         sn = r.get("server_ns_per_pkt")
-        print(f"{name:10} {r['replies_per_s']:>10} {pct:>7.1f}% {100 * r['server_cpu_busy']:>7.0f}% "
+        print(f"{name:16} {r['replies_per_s']:>10} {pct:>7.1f}% {100 * r['server_cpu_busy']:>7.0f}% "
               f"{(f'{e:.0f}' if e else '-'):>14} {(f'{sn:.0f}' if sn else '-'):>11} "
               f"{(f'{ns:.0f}' if ns is not None else '-'):>14} "
               f"{(f'{100 * share:.1f}%' if share is not None else '-'):>13} "
@@ -559,6 +568,9 @@ def report(tp: dict, ld: dict, mem: dict, smoke: bool) -> dict:
     print(f"xdns ns/pkt / noop ns/pkt (in kernel)       "
           f"{goal(sm['xdns_ns_vs_noop_ns'], GOAL_NS_VS_NOOP, higher_is_better=False)}")
     print(f"xdns-xdp / xdns userspace, replies/s        {ratio(sm['xdns_xdp_vs_xdns_userspace'], 1)}")
+    print(f"the generic fallback: xdns-xdp-generic / xdns-xdp, replies/s {ratio(sm['generic_vs_native'], 1)}, "
+          f"per server CPU-second {ratio(sm['per_cpu_generic_vs_native'], 1)}; "
+          f"/ xdns userspace, replies/s {ratio(sm['generic_vs_xdns_userspace'], 1)}")
     small = tp.get("xdns-xdp", {}).get("map_memory")
     print("\n== xdns BPF map memory (bytes_memlock of the program's maps / zone records)")
     for label, m in (("test zones", small), ("generated zone", mem)):
@@ -587,6 +599,8 @@ def peer_color(name: str) -> str:
     if name == "noop-xdp":
         return "tab:green"
     if name.startswith("xdns"):
+        if name.endswith("generic"):
+            return "sandybrown"
         return "tab:orange" if name.endswith("xdp") else "navajowhite"
     return "dimgray" if name.endswith("xdp") else "silver"
 
@@ -720,7 +734,10 @@ def main() -> int:
     if "xdns-xdp" in tp and not tp["xdns-xdp"].get("xdp_answered_share"):
         print("bench: xdns-xdp answered nothing in XDP", file=sys.stderr)
         return 1
-    missing = [n for n in tp if n.endswith("xdp") and not tp[n].get("kernel_pkts")]
+    if "xdns-xdp-generic" in tp and not tp["xdns-xdp-generic"].get("xdp_answered_share"):
+        print("bench: xdns-xdp-generic answered nothing in XDP", file=sys.stderr)
+        return 1
+    missing = [n for n in tp if "xdp" in n and not tp[n].get("kernel_pkts")]
     if missing:
         print(f"bench: no XDP program ran for {missing}", file=sys.stderr)
         return 1
