@@ -13,6 +13,7 @@ mod config;
 mod control;
 mod fastpath;
 mod metrics;
+mod query;
 mod recursion;
 mod reload;
 mod server;

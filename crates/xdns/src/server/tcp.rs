@@ -15,7 +15,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,11 +23,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
-use xdns_zone::{respond, Outcome, Transport};
+use xdns_zone::{Outcome, Transport};
 
 use super::{stopped, Shared};
 use crate::config::TcpConfig;
-use crate::recursion::{self, Route};
+use crate::query::{self, Action, Message};
+use crate::recursion;
 use crate::stats::{DropKind, Shard};
 
 /// How long shutdown waits for open connections to finish their pending answers.
@@ -189,38 +189,13 @@ async fn connection(
                 }
             }
             let mut answer = Vec::new();
-            let served = shared.served.load();
             let recursion = shared.recursion.get();
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                if let Some(rec) = recursion {
-                    let payload = served.respond.edns_payload;
-                    match recursion::route(
-                        rec,
-                        &served.zones,
-                        &query,
-                        peer.ip(),
-                        Transport::Tcp,
-                        payload,
-                        &mut answer,
-                    ) {
-                        Route::Authoritative => {}
-                        Route::Answered(o) => return Ok(o),
-                        Route::Resolve(q, key) => return Err((q, key)),
-                    }
-                }
-                Ok(respond(
-                    &served.zones,
-                    &query,
-                    Transport::Tcp,
-                    &served.respond,
-                    &mut answer,
-                ))
-            }));
-            drop(served);
-            // A recursive miss: resolved in a task of its own, answered when ready (RFC 7766
-            // allows answers out of order); at most `max_pipelined` at once per connection.
-            let result = match result {
-                Ok(Err((q, key))) => {
+            let msg = Message { wire: &query, peer: Some(peer.ip()), transport: Transport::Tcp };
+            let action = query::handle(&shared.served.load(), recursion.map(|r| &**r), msg, &mut answer);
+            match action {
+                // A recursive miss: resolved in a task of its own, answered when ready (RFC 7766
+                // allows answers out of order); at most `max_pipelined` at once per connection.
+                Action::Resolve(q, key) => {
                     let (Some(rec), Ok(permit)) =
                         (recursion.cloned(), resolving.clone().acquire_owned().await)
                     else {
@@ -236,13 +211,8 @@ async fn connection(
                         let _ = tx.send(answer).await;
                         drop(permit);
                     });
-                    continue;
                 }
-                Ok(Ok(o)) => Ok(o),
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(outcome) => {
+                Action::Reply(outcome) => {
                     shard.record(Transport::Tcp, outcome);
                     if !matches!(outcome, Outcome::Answered { .. }) || answer.is_empty() {
                         continue;
@@ -255,7 +225,7 @@ async fn connection(
                         break;
                     }
                 }
-                Err(_) => shard.record_dropped(Transport::Tcp, DropKind::Internal),
+                Action::Fail => shard.record_dropped(Transport::Tcp, DropKind::Internal),
             }
         }
         // Dropping `tx` lets the writer finish the pending answers and close.

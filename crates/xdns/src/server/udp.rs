@@ -14,7 +14,6 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -22,10 +21,11 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use xdns_wire::{CacheKey, Query};
-use xdns_zone::{respond, Outcome, Transport};
+use xdns_zone::{Outcome, Transport};
 
 use super::Shared;
-use crate::recursion::{self, Recursion, Route};
+use crate::query::{self, Action, Message};
+use crate::recursion::Recursion;
 use crate::stats::{DropKind, Shard};
 
 /// Messages per `recvmmsg`/`sendmmsg` call (default; `XDNS_UDP_BATCH` overrides, for benchmarks).
@@ -327,73 +327,26 @@ impl Worker {
             let name = &self.names[i];
             let namelen = hdr.msg_hdr.msg_namelen;
             let recursion = self.recursion.as_deref();
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                if let (Some(rec), Some(peer)) = (recursion, peer_ip(name)) {
-                    let payload = served.respond.edns_payload;
-                    match recursion::route(
-                        rec,
-                        &served.zones,
-                        query,
-                        peer,
-                        Transport::Udp,
-                        payload,
-                        buf,
-                    ) {
-                        Route::Authoritative => {}
-                        Route::Answered(o) => return Some(o),
-                        Route::Resolve(q, key) => {
-                            let p = Pending {
-                                sock: sock.clone(),
-                                name: *name,
-                                namelen,
-                                pktinfo,
-                                query: q,
-                                key,
-                            };
-                            if let Err(e) = rec.pending.try_send(p) {
-                                // Too many waiting (or stopping): SERVFAIL now rather than
-                                // queueing without bound.
-                                let p = e.into_inner();
-                                rec.resolver
-                                    .counters
-                                    .servfails
-                                    .fetch_add(1, Ordering::Relaxed);
-                                return Some(recursion::answer(
-                                    &p.query,
-                                    Err(()),
-                                    0,
-                                    Transport::Udp,
-                                    payload,
-                                    buf,
-                                ));
-                            }
-                            // Answered later by a resolver task.
-                            buf.clear();
-                            return None;
+            let msg = Message { wire: query, peer: peer_ip(name), transport: Transport::Udp };
+            let action = match query::handle(&served, recursion, msg, buf) {
+                Action::Resolve(q, key) => {
+                    let rec = recursion.expect("only the resolver's step asks to resolve");
+                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key };
+                    match rec.pending.try_send(p) {
+                        // answered later by a resolver task
+                        Ok(()) => continue,
+                        Err(e) => {
+                            let payload = served.respond.edns_payload;
+                            Action::Reply(query::overloaded(rec, &e.into_inner().query, Transport::Udp, payload, buf))
                         }
                     }
                 }
-                Some(respond(
-                    &served.zones,
-                    query,
-                    Transport::Udp,
-                    &served.respond,
-                    buf,
-                ))
-            }));
-            match result {
-                Ok(None) => {}
-                Ok(Some(outcome)) => {
-                    shard.record(Transport::Udp, outcome);
-                    if matches!(outcome, Outcome::Answered { .. }) && !buf.is_empty() {
-                        self.tx_to[out] = (i, pktinfo);
-                        out += 1;
-                    }
-                }
-                Err(_) => {
-                    buf.clear();
-                    shard.record_dropped(Transport::Udp, DropKind::Internal);
-                }
+                a => a,
+            };
+            action.record(shard, Transport::Udp);
+            if matches!(action, Action::Reply(Outcome::Answered { .. })) && !buf.is_empty() {
+                self.tx_to[out] = (i, pktinfo);
+                out += 1;
             }
         }
         out

@@ -1,0 +1,163 @@
+//! The query plan: what the daemon does with one DNS message, whatever carried it.
+//!
+//! Transports (`server::udp`, `server::tcp`) only frame messages: they read one, call
+//! [`handle`], and carry out the [`Action`] it returns (send the reply, hand a recursive miss
+//! to the resolver, or count the failure). Everything a message meets in userspace happens
+//! here, in order, as steps that either let it go on or end it with an action, the way Knot
+//! DNS's query plan runs its modules:
+//!
+//! 1. **begin**: the message as received, before any parsing that answers (the place for an
+//!    abuse guard, cookies and rate limiting: issues 25 and 29);
+//! 2. **recursion** ([`crate::recursion::route`]): a query under no served zone, with a
+//!    `[resolver]`: REFUSED outside `allow` or with RD=0, a cache hit replayed at once, or a
+//!    miss to resolve;
+//! 3. **authoritative** ([`xdns_zone::respond`]): every other message, errors included
+//!    (FORMERR, NOTIMP, REFUSED, BADVERS), answered from the served zones;
+//! 4. **end**: the reply as it will be sent (the place for dnstap and telemetry: issue 27).
+//!
+//! NOTIFY and zone transfers (issue 28) become steps between 1 and 3. A step never panics on
+//! input; should one panic all the same, [`handle`] catches it and the message is dropped and
+//! counted (`dropped.internal`), never answered with half-written bytes.
+
+use std::net::IpAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use xdns_wire::{CacheKey, Query};
+use xdns_zone::{respond, Outcome, Transport};
+
+use crate::recursion::{self, Recursion, Route};
+use crate::reload::Served;
+use crate::stats::{DropKind, Shard};
+
+/// One message to handle.
+#[derive(Clone, Copy, Debug)]
+pub struct Message<'a> {
+    /// The DNS message as received (after the TCP length prefix).
+    pub wire: &'a [u8],
+    /// The client's address (`None` when the transport could not tell: never recursed for).
+    pub peer: Option<IpAddr>,
+    pub transport: Transport,
+}
+
+/// What the transport must do with a handled message.
+#[derive(Debug)]
+pub enum Action {
+    /// The reply, if any, is in the output buffer: send it when the outcome says `Answered`
+    /// and the buffer is not empty. Count the outcome ([`Shard::record`]).
+    Reply(Outcome),
+    /// A recursive miss: resolve it and answer later ([`recursion::resolve_and_answer`],
+    /// or [`overloaded`] when the transport cannot queue it).
+    Resolve(Box<Query>, CacheKey),
+    /// A step failed (a panic, caught): nothing is sent; counted as `dropped.internal`.
+    Fail,
+}
+
+impl Action {
+    /// Count this action's outcome on `shard` (a `Resolve` is counted when its answer is
+    /// sent, by whoever resolves it).
+    pub fn record(&self, shard: &Shard, transport: Transport) {
+        match self {
+            Action::Reply(outcome) => shard.record(transport, *outcome),
+            Action::Resolve(..) => {}
+            Action::Fail => shard.record_dropped(transport, DropKind::Internal),
+        }
+    }
+}
+
+/// What a step says of a message: go on to the next step, or stop with this action.
+enum Flow {
+    Continue,
+    Done(Action),
+}
+
+/// A step of the plan.
+type Step = fn(&Served, Option<&Recursion>, &Message<'_>, &mut Vec<u8>) -> Flow;
+
+/// The steps, in order (see the module documentation).
+const PLAN: [Step; 2] = [recursive, authoritative];
+
+/// Run the plan on `msg` against the state served now (`served`, and the resolver when
+/// configured); any reply is written into `out` (cleared first).
+pub fn handle(served: &Served, recursion: Option<&Recursion>, msg: Message<'_>, out: &mut Vec<u8>) -> Action {
+    out.clear();
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        for step in PLAN {
+            if let Flow::Done(action) = step(served, recursion, &msg, out) {
+                return action;
+            }
+        }
+        // the authoritative step answers everything
+        Action::Reply(Outcome::Dropped(xdns_zone::DropReason::Malformed))
+    }));
+    run.unwrap_or_else(|_| {
+        out.clear();
+        Action::Fail
+    })
+}
+
+/// Step 2: names under no served zone, with a `[resolver]`.
+fn recursive(served: &Served, recursion: Option<&Recursion>, msg: &Message<'_>, out: &mut Vec<u8>) -> Flow {
+    let (Some(rec), Some(peer)) = (recursion, msg.peer) else {
+        return Flow::Continue;
+    };
+    match recursion::route(rec, &served.zones, msg.wire, peer, msg.transport, served.respond.edns_payload, out) {
+        Route::Authoritative => Flow::Continue,
+        Route::Answered(o) => Flow::Done(Action::Reply(o)),
+        Route::Resolve(q, key) => Flow::Done(Action::Resolve(q, key)),
+    }
+}
+
+/// Step 3: everything else, from the served zones.
+fn authoritative(served: &Served, _: Option<&Recursion>, msg: &Message<'_>, out: &mut Vec<u8>) -> Flow {
+    Flow::Done(Action::Reply(respond(&served.zones, msg.wire, msg.transport, &served.respond, out)))
+}
+
+/// The answer to a recursive miss the transport cannot queue (too many waiting, or
+/// stopping): SERVFAIL now, rather than queueing without bound. Counted as a resolver
+/// SERVFAIL; returns the outcome to count on the transport's shard.
+pub fn overloaded(rec: &Recursion, query: &Query, transport: Transport, edns_payload: u16, out: &mut Vec<u8>) -> Outcome {
+    rec.resolver.counters.servfails.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    recursion::answer(query, Err(()), 0, transport, edns_payload, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A query for `name`/A with ID 0x1234, RD set, no EDNS.
+    fn query(name: &str) -> Vec<u8> {
+        let mut m = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.').filter(|l| !l.is_empty()) {
+            m.push(label.len() as u8);
+            m.extend_from_slice(label.as_bytes());
+        }
+        m.extend_from_slice(&[0, 0, 1, 0, 1]);
+        m
+    }
+
+    #[test]
+    fn the_plan_answers_refuses_and_drops_as_respond_does() {
+        let served = Served::default();
+        let mut out = vec![0xff; 3];
+        for transport in [Transport::Udp, Transport::Tcp] {
+            // no zone and no resolver: the authoritative step answers REFUSED
+            let msg = Message { wire: &query("www.example.org"), peer: None, transport };
+            let a = handle(&served, None, msg, &mut out);
+            assert!(matches!(a, Action::Reply(Outcome::Answered { rcode: 5, qtype: 1, .. })), "{a:?}");
+            assert_eq!(&out[..2], &[0x12, 0x34]);
+            // the same bytes as xdns_zone::respond gives
+            let mut direct = Vec::new();
+            respond(&served.zones, msg.wire, transport, &served.respond, &mut direct);
+            assert_eq!(out, direct);
+            // a response (QR=1) gets nothing
+            let mut resp = query("www.example.org");
+            resp[2] |= 0x80;
+            let a = handle(&served, None, Message { wire: &resp, peer: None, transport }, &mut out);
+            assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
+            assert!(out.is_empty());
+            // garbage: dropped, never a panic
+            let a = handle(&served, None, Message { wire: &[0xff; 5], peer: None, transport }, &mut out);
+            assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
+        }
+    }
+}
