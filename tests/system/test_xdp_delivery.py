@@ -169,3 +169,28 @@ def guard_falls_back(dlab: Lab) -> None:
     assert f'xdns_xdp_fallbacks_total{{interface="{iface}"}} 1' in m, m[-2000:]
     assert f'xdns_xdp_tx_errors_total{{interface="{iface}"}}' in m
     assert dlab.stop(srv) == 0, srv.stderr()[-2000:]
+
+
+def test_edns_payload_change_on_reload_keeps_kernel_and_userspace_alike(dlab):
+    """The kernel's EDNS payload is fixed when the program loads; a SIGHUP that changes
+    `edns_payload` used to apply it in userspace only, so the same query got another OPT
+    from the kernel (UDP) than from userspace (TCP). It is a restart setting now (with XDP
+    on): the running value stays in both, and the log says a restart is needed."""
+    import signal
+    srv = dlab.start_xdns(DEFAULT_ZONES, name="xdns-edns", xdp="default",
+                          extra="edns_payload = 1232\n")
+    conf = srv.extra["conf"]
+    conf.write_text(conf.read_text().replace("edns_payload = 1232", "edns_payload = 4000"))
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while dlab.xdns_stats(srv)["reloads"]["total"] < 1:
+        assert time.monotonic() < deadline, "no reload"
+        time.sleep(0.05)
+    q = dns.message.make_query("www.example.com.", "A", use_edns=0, payload=4096)
+    before = kernel_answered(dlab, srv)
+    udp = dns.message.from_wire(dlab.udp(srv.addr4, q.to_wire()))
+    assert kernel_answered(dlab, srv) == before + 1, "the kernel answers UDP"
+    tcp = dns.message.from_wire(dlab.tcp(srv.addr4, q.to_wire()))
+    assert udp.payload == tcp.payload == 1232, (udp.payload, tcp.payload)
+    assert "edns_payload" in srv.stderr() and "restart needed" in srv.stderr(), srv.stderr()[-2000:]
+    assert dlab.stop(srv) == 0

@@ -161,6 +161,12 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
     differs(old.tcp != new.tcp, "tcp");
     differs(old.log != new.log, "log");
     differs(old.xdp != new.xdp, "xdp");
+    // The XDP program's EDNS payload is read-only data fixed at load: with XDP on, a new
+    // value in userspace only would make the kernel's answers and userspace's differ.
+    differs(
+        old.edns_payload != new.edns_payload && !old.xdp.interfaces.is_empty(),
+        "edns_payload",
+    );
     // The resolver and its caches live across reloads: `allow` and its tunables apply at
     // once, turning it on or off and its fixed settings need a restart.
     match (&old.resolver, &new.resolver) {
@@ -314,6 +320,11 @@ mod tests {
         .unwrap();
         assert_eq!(restart_needed(&a, &b), vec!["listen"]);
         assert!(restart_needed(&a, &a).is_empty());
+        // with XDP on, the EDNS payload is the kernel's too: fixed until a restart
+        let xdp = "[xdp]\ninterfaces = [\"eth0\"]\n";
+        let a = parse(&format!("edns_payload = 1232\n{xdp}"), p, &Overrides::default()).unwrap();
+        let b = parse(&format!("edns_payload = 1400\n{xdp}"), p, &Overrides::default()).unwrap();
+        assert_eq!(restart_needed(&a, &b), vec!["edns_payload"]);
     }
 
     /// `[resolver]`: tunables and `allow` apply on reload; sizes, priming, forwarding and

@@ -581,7 +581,11 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
         tracing::warn!(settings = ?changed, "restart needed: these changed settings keep their running values");
     }
     let old = shared.served.load_full();
-    let build_cfg = new_cfg.clone();
+    let mut build_cfg = new_cfg.clone();
+    if changed.iter().any(|c| c == "edns_payload") {
+        build_cfg.edns_payload = current.edns_payload; // as the kernel's, until a restart
+    }
+    let edns_payload = build_cfg.edns_payload;
     let (served, report) =
         match tokio::task::spawn_blocking(move || reload::build(&build_cfg, Some(&old))).await {
             Ok(r) => r,
@@ -680,7 +684,7 @@ async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> C
     }
     Config {
         zones: new_cfg.zones,
-        edns_payload: new_cfg.edns_payload,
+        edns_payload,
         resolver,
         ..current
     }
