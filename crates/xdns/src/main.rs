@@ -1,10 +1,12 @@
-//! `xdns`: an authoritative DNS server with an XDP fast path.
+//! `xdns`: an authoritative DNS server and caching recursive resolver whose fast path is an
+//! XDP program (zone answers and resolver cache hits answered in the kernel).
 //!
 //! ```text
 //! xdns serve --config FILE [--listen ADDR]... [--control PATH] [--metrics ADDR]
 //!            [--udp-workers N] [--log-level FILTER] [--takeover]
 //! xdns check --config FILE
 //! xdns stats [--config FILE | --control PATH] [--json]
+//! xdns flush [--config FILE | --control PATH] [NAME [--subtree]]
 //! ```
 //!
 //! Exit status: 0 on success (and after a clean SIGTERM/SIGINT), 1 on any error.
@@ -34,7 +36,7 @@ use config::{Config, Overrides};
 #[command(
     name = "xdns",
     version,
-    about = "Authoritative DNS server with an XDP fast path"
+    about = "Authoritative DNS server and caching resolver with an XDP fast path"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -146,3 +146,18 @@ fn bad_zones_fail_with_file_and_line() {
     }
     assert!(seen >= 5, "bad zones not found in {}", bad.display());
 }
+
+/// `xdns --help` says what xdns is (authoritative and resolver) and lists every command; the
+/// usage block in main.rs's docs (the binary's rustdoc) names the same commands.
+#[test]
+fn help_names_every_command_and_both_roles() {
+    let out = Command::new(bin()).arg("--help").output().unwrap();
+    let help = text(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(help.contains("Authoritative DNS server and caching resolver"), "{help}");
+    let usage = include_str!("../src/main.rs");
+    for cmd in ["serve", "check", "stats", "flush"] {
+        assert!(help.lines().any(|l| l.trim_start().starts_with(cmd)), "--help lacks {cmd}: {help}");
+        assert!(usage.contains(&format!("//! xdns {cmd} ")), "main.rs usage block lacks {cmd}");
+    }
+}
