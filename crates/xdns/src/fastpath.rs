@@ -109,6 +109,45 @@ impl XdpStatus {
         }
     }
 
+    /// Everything `xdns stats` and `/metrics` show of the fast path, read now, into `s`.
+    pub fn snapshot(&self, s: &mut crate::stats::Snapshot) {
+        use crate::stats::Group;
+        let c = self.counters();
+        fn named(pairs: [(&str, u64); 2]) -> impl Iterator<Item = (String, u64)> + '_ {
+            pairs.into_iter().map(|(k, v)| (k.to_string(), v))
+        }
+        s.xdp = c.verdicts.into_iter().collect();
+        s.xdp_table = named([("answers_in_table", c.table.0 as u64), ("answers_left_out", c.table.1 as u64)]).collect();
+        s.xdp_data_active = Some(c.data_active);
+        s.xdp_attached = c.attached.into_iter().map(|(i, how)| (i, how.to_string())).collect();
+        let mut groups = vec![
+            ("xdp_memo", Group::counters(
+                "XDP question memo (resolver: cache hints): questions answered through it (hits) and written into it (kept).",
+                "counter", named([("hits", c.memo.0), ("kept", c.memo.1)]))),
+            ("xdp_reply", Group::counters(
+                "XDP reply memo (resolver): cache hits answered with a reply kept whole for their exact query (hits), replies written (kept).",
+                "counter", named([("hits", c.reply.0), ("kept", c.reply.1)]))),
+            ("xdp_tx_errors", Group::counters(
+                "XDP_TX frames the interface's driver failed to send (ethtool statistics): kernel answers that never left.",
+                "interface", c.tx_errors)),
+        ];
+        let mut fallbacks = Vec::new();
+        for d in c.delivery {
+            if let Some(r) = d.reason {
+                s.xdp_mode_reason.insert(d.interface.clone(), r);
+            }
+            fallbacks.push((d.interface, d.fallbacks));
+        }
+        groups.push(("xdp_fallbacks", Group::counters(
+            "Times the delivery guard moved the interface from native to generic XDP because answers were lost (mode auto).",
+            "interface", fallbacks)));
+        for (name, g) in groups {
+            if !g.values.is_empty() {
+                s.groups.insert(name.to_string(), g);
+            }
+        }
+    }
+
     /// Answers sent by the program (`answered` + `cache_answered`), all CPUs.
     fn answered(&self) -> u64 {
         let v = self.reader.counters().unwrap_or_default();

@@ -8,11 +8,12 @@
 //! `xdns_tcp_connections_total{result}`, `xdns_tcp_idle_closed_total`, `xdns_tcp_open`,
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
 //! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
-//! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_memo_total{counter}`,
-//! `xdns_xdp_reply_total{counter}`,
-//! `xdns_xdp_data_active`, `xdns_xdp_attached{interface,mode}`,
-//! `xdns_xdp_tx_errors_total{interface}` and `xdns_xdp_fallbacks_total{interface}` (with XDP on),
-//! `xdns_resolver_total{counter}`.
+//! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_data_active`,
+//! `xdns_xdp_attached{interface,mode}` (with XDP on), and one family per counter group of
+//! [`Snapshot::groups`] (`xdns_GROUP_total{LABEL}`, or a gauge `xdns_GROUP{LABEL}`):
+//! `xdns_xdp_memo_total{counter}`, `xdns_xdp_reply_total{counter}`,
+//! `xdns_xdp_tx_errors_total{interface}`, `xdns_xdp_fallbacks_total{interface}` (with XDP
+//! on), `xdns_resolver_total{counter}` (with `[resolver]`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,8 @@ use tokio::sync::watch;
 
 use crate::server::Shared;
 use crate::stats::Snapshot;
+#[cfg(test)]
+use crate::stats::Group;
 
 /// Largest request head read.
 const MAX_HEAD: usize = 8192;
@@ -207,36 +210,15 @@ pub fn render(s: &Snapshot) -> String {
             (labels, 1)
         }),
     );
-    counter_family(
-        &mut reg,
-        "xdns_xdp_tx_errors",
-        "XDP_TX frames the interface's driver failed to send (ethtool statistics): kernel answers that never left.",
-        s.xdp_tx_errors.iter().map(|(i, &v)| (l1("interface", i), v)),
-    );
-    counter_family(
-        &mut reg,
-        "xdns_xdp_fallbacks",
-        "Times the delivery guard moved the interface from native to generic XDP because answers were lost (mode auto).",
-        s.xdp_fallbacks.iter().map(|(i, &v)| (l1("interface", i), v)),
-    );
-    counter_family(
-        &mut reg,
-        "xdns_xdp_memo",
-        "XDP question memo (resolver: cache hints): questions answered through it (hits) and written into it (kept).",
-        s.xdp_memo.iter().map(|(k, &v)| (l1("counter", k), v)),
-    );
-    counter_family(
-        &mut reg,
-        "xdns_xdp_reply",
-        "XDP reply memo (resolver): cache hits answered with a reply kept whole for their exact query (hits), replies written (kept).",
-        s.xdp_reply.iter().map(|(k, &v)| (l1("counter", k), v)),
-    );
-    counter_family(
-        &mut reg,
-        "xdns_resolver",
-        "Resolver counters (cache hits/misses, upstream queries, timeouts, SERVFAILs, ...).",
-        s.resolver.iter().map(|(k, &v)| (l1("counter", k), v)),
-    );
+    for (name, g) in &s.groups {
+        let rows = g.values.iter().map(|(k, &v)| (l1(g.meta.label, k), v));
+        let name = format!("xdns_{name}");
+        if g.meta.gauge {
+            gauge_family(&mut reg, &name, g.meta.help, rows.map(|(l, v)| (l, i64::try_from(v).unwrap_or(i64::MAX))));
+        } else {
+            counter_family(&mut reg, &name, g.meta.help, rows);
+        }
+    }
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {
         out.clear();
@@ -349,12 +331,15 @@ mod tests {
         });
         s.xdp_table.insert("answers_in_table".into(), 7);
         s.xdp_table.insert("answers_left_out".into(), 0);
-        s.xdp_memo.insert("hits".into(), 11);
-        s.xdp_reply.insert("kept".into(), 3);
+        s.groups.insert("xdp_memo".into(), Group::counters("memo", "counter", [("hits".into(), 11)]));
+        s.groups.insert("xdp_reply".into(), Group::counters("reply", "counter", [("kept".into(), 3)]));
         s.xdp_data_active = Some(true);
         s.xdp_attached.insert("s0".into(), "native".into());
-        s.xdp_tx_errors.insert("s0".into(), 5);
-        s.xdp_fallbacks.insert("s0".into(), 1);
+        s.groups.insert("xdp_tx_errors".into(), Group::counters("errors", "interface", [("s0".into(), 5)]));
+        s.groups.insert("xdp_fallbacks".into(), Group::counters("fallbacks", "interface", [("s0".into(), 1)]));
+        let mut level = Group::counters("a level", "pool", [("a".into(), 2)]);
+        level.meta.gauge = true;
+        s.groups.insert("some_level".into(), level);
         let text = render(&s);
         for want in [
             "xdns_xdp_data_active 1",
@@ -363,6 +348,7 @@ mod tests {
             "xdns_xdp_fallbacks_total{interface=\"s0\"} 1",
             "xdns_xdp_memo_total{counter=\"hits\"} 11",
             "xdns_xdp_reply_total{counter=\"kept\"} 3",
+            "xdns_some_level{pool=\"a\"} 2",
             "xdns_xdp_table_answers{state=\"in_table\"} 7",
             "xdns_xdp_table_answers{state=\"left_out\"} 0",
             "xdns_queries_total{proto=\"udp\",qtype=\"AAAA\"} 1",

@@ -307,6 +307,23 @@ impl Recursion {
     pub fn allowed(&self, ip: IpAddr) -> bool {
         self.allow.load().iter().any(|p| p.contains(ip))
     }
+
+    /// The resolver's counters, its cache's size and the kernel cache's, into `s` (the
+    /// `resolver` group).
+    pub fn snapshot(&self, s: &mut crate::stats::Snapshot) {
+        let r = &self.resolver;
+        let mut values: Vec<(String, u64)> = r.counters.snapshot().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        values.push(("cache_entries".into(), r.cache_len() as u64));
+        values.extend(r.kernel_cache_stats().into_iter().map(|(k, v)| (k.to_string(), v)));
+        s.groups.insert(
+            "resolver".into(),
+            crate::stats::Group::counters(
+                "Resolver counters (cache hits/misses, upstream queries, timeouts, SERVFAILs, ...).",
+                "counter",
+                values,
+            ),
+        );
+    }
 }
 
 /// Where a message goes.

@@ -319,9 +319,59 @@ pub struct ZoneInfo {
     pub records: u64,
 }
 
+/// The counters (or gauges) of one part of the server, exported the same way everywhere:
+/// rows `GROUP.KEY` in `xdns stats`, the object `"GROUP": {"KEY": n}` in its JSON, and the
+/// metric family `xdns_GROUP{LABEL="KEY"}` on `/metrics` (`_total` for counters). A part adds
+/// its counters by inserting a group into [`Snapshot::groups`]; nothing else changes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "BTreeMap<String, u64>", into = "BTreeMap<String, u64>")]
+pub struct Group {
+    pub values: BTreeMap<String, u64>,
+    /// How `/metrics` shows it; known to the server only (the JSON holds the values).
+    pub meta: GroupMeta,
+}
+
+/// How `/metrics` shows a [`Group`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupMeta {
+    /// The metric's help text.
+    pub help: &'static str,
+    /// The label that holds the key (`counter`, `interface`, ...).
+    pub label: &'static str,
+    /// A gauge (a level) rather than a counter (a total).
+    pub gauge: bool,
+}
+
+impl Group {
+    /// Counters labelled `label`.
+    pub fn counters(help: &'static str, label: &'static str, values: impl IntoIterator<Item = (String, u64)>) -> Self {
+        Self { values: values.into_iter().collect(), meta: GroupMeta { help, label, gauge: false } }
+    }
+}
+
+/// Groups compare by their values: the metric metadata does not travel in the JSON.
+impl PartialEq for Group {
+    fn eq(&self, other: &Self) -> bool {
+        self.values == other.values
+    }
+}
+
+impl Eq for Group {}
+
+impl From<BTreeMap<String, u64>> for Group {
+    fn from(values: BTreeMap<String, u64>) -> Self {
+        Self { values, meta: GroupMeta::default() }
+    }
+}
+
+impl From<Group> for BTreeMap<String, u64> {
+    fn from(g: Group) -> Self {
+        g.values
+    }
+}
+
 /// Everything `xdns stats --json` prints: a stable JSON object.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Snapshot {
     /// Seconds since the server started.
     pub uptime_seconds: u64,
@@ -350,15 +400,6 @@ pub struct Snapshot {
     /// table; a restart sizes it for the zones of the day).
     #[serde(default)]
     pub xdp_table: BTreeMap<String, u64>,
-    /// The XDP question memo (empty when XDP is off): `hits`, questions answered through it
-    /// (no name walk, no lookup), and `kept`, questions written into it. With the resolver,
-    /// the same slots hold cache hints: cache hits found through a hint, hints written.
-    #[serde(default)]
-    pub xdp_memo: BTreeMap<String, u64>,
-    /// The XDP reply memo (empty when XDP is off): `hits`, resolver cache hits answered with a
-    /// reply kept whole for their exact query (bpf/reply.h), and `kept`, replies written.
-    #[serde(default)]
-    pub xdp_reply: BTreeMap<String, u64>,
     /// With XDP on: whether zone data is in the kernel maps. A fresh start attaches the
     /// program first and fills the maps while userspace answers; until then (or after that
     /// fill failed, until a reload succeeds) the program passes every query
@@ -376,19 +417,12 @@ pub struct Snapshot {
     /// as the kernel chose for `auto`) are absent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub xdp_mode_reason: BTreeMap<String, String>,
-    /// With XDP on: each interface whose driver counts the `XDP_TX` frames it failed to send
-    /// (ethtool: veth's `xdp_tx_errors`, mlx5's `rx_xdp_tx_err`, ...), that count: answers
-    /// the program sent (counted in `xdp.answered`) that never left.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub xdp_tx_errors: BTreeMap<String, u64>,
-    /// With XDP on: times the delivery guard moved each interface from native to generic
-    /// mode because answers were lost (`mode = "auto"` only).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub xdp_fallbacks: BTreeMap<String, u64>,
-    /// Resolver counters (empty without `[resolver]`): cache hits and misses, upstream
-    /// queries and timeouts, SERVFAILs, stale answers, prefetches, ...
-    #[serde(default)]
-    pub resolver: BTreeMap<String, u64>,
+    /// The counter groups of the parts that run ([`Group`]), by name, each a top-level
+    /// object of the JSON: `xdp_memo` and `xdp_reply` (the question and reply memos),
+    /// `xdp_tx_errors` and `xdp_fallbacks` (per interface) with XDP on; `resolver` with
+    /// `[resolver]`. Documented in crates/xdns/README.md.
+    #[serde(flatten)]
+    pub groups: BTreeMap<String, Group>,
 }
 
 impl Snapshot {
@@ -433,12 +467,6 @@ impl Snapshot {
         for (k, v) in &self.xdp_table {
             row(&format!("xdp_table.{k}"), v);
         }
-        for (k, v) in &self.xdp_memo {
-            row(&format!("xdp_memo.{k}"), v);
-        }
-        for (k, v) in &self.xdp_reply {
-            row(&format!("xdp_reply.{k}"), v);
-        }
         if let Some(active) = self.xdp_data_active {
             row("xdp_data.active", &u8::from(active));
         }
@@ -448,14 +476,10 @@ impl Snapshot {
         for (k, v) in &self.xdp_mode_reason {
             row(&format!("xdp_mode_reason.{k}"), v);
         }
-        for (k, v) in &self.xdp_tx_errors {
-            row(&format!("xdp_tx_errors.{k}"), v);
-        }
-        for (k, v) in &self.xdp_fallbacks {
-            row(&format!("xdp_fallbacks.{k}"), v);
-        }
-        for (k, v) in &self.resolver {
-            row(&format!("resolver.{k}"), v);
+        for (name, g) in &self.groups {
+            for (k, v) in &g.values {
+                row(&format!("{name}.{k}"), v);
+            }
         }
         s
     }

@@ -71,47 +71,10 @@ impl Shared {
         let mut s = self.stats.snapshot();
         s.zones = self.served.load().zone_infos();
         if let Some(status) = self.xdp_status.load_full() {
-            let c = status.counters();
-            s.xdp = c.verdicts.into_iter().collect();
-            s.xdp_table = [("answers_in_table", c.table.0), ("answers_left_out", c.table.1)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v as u64))
-                .collect();
-            s.xdp_memo = [("hits", c.memo.0), ("kept", c.memo.1)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
-            s.xdp_reply = [("hits", c.reply.0), ("kept", c.reply.1)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
-            s.xdp_data_active = Some(c.data_active);
-            s.xdp_attached = c
-                .attached
-                .into_iter()
-                .map(|(i, how)| (i, how.to_string()))
-                .collect();
-            s.xdp_tx_errors = c.tx_errors.into_iter().collect();
-            for d in c.delivery {
-                if let Some(r) = d.reason {
-                    s.xdp_mode_reason.insert(d.interface.clone(), r);
-                }
-                s.xdp_fallbacks.insert(d.interface, d.fallbacks);
-            }
+            status.snapshot(&mut s);
         }
         if let Some(r) = self.recursion.get() {
-            s.resolver = r
-                .resolver
-                .counters
-                .snapshot()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
-            s.resolver
-                .insert("cache_entries".into(), r.resolver.cache_len() as u64);
-            for (k, v) in r.resolver.kernel_cache_stats() {
-                s.resolver.insert(k.into(), v);
-            }
+            r.snapshot(&mut s);
         }
         s
     }
