@@ -31,7 +31,13 @@ kthreads pinned (server veth -> SERVER_CPU, client veth -> CLIENT_CPU), so an XD
 the server veth runs on SERVER_CPU like a daemon would. (A veth without an XDP program has no
 NAPI: for the userspace peers the kernel's receive path runs in the generator CPU's softirq,
 as in any veth lab, and so does xdns-xdp-generic's program, which runs on that path: its srv
-CPU misses that part, and replies/s and kernel ns/pkt are its comparable figures.) Rounds are interleaved (every peer once, then again) and the median run
+CPU misses that part. More: there, each query is answered within the generator's own send
+(veth hands the frame to the peer's receive path on the same CPU, generic XDP answers it and
+the reply is sent back the same way), so the generator paces itself and loses no reply,
+where native XDP_TX crosses CPUs through the client veth's ring and overflows it: on this lab
+generic shows *more* replies/s than native. Its kernel ns/pkt (the program alone) is the
+comparable figure; the socket buffer that generic mode allocates per packet, its real cost on
+a physical NIC, is not counted by anything here. docs/perf/2026-11-27-xdp-generic-row.md.) Rounds are interleaved (every peer once, then again) and the median run
 is kept, because the machine is shared and background load comes and goes.
 
 Columns: replies/s as counted by kxdpgun; reply % of the queries sent; srv CPU, the CPU time
