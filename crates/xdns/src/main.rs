@@ -13,7 +13,6 @@
 
 mod config;
 mod control;
-mod fastpath;
 mod metrics;
 mod query;
 mod recursion;

@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::config::{self, Config, Overrides};
-use crate::fastpath::{Fastpath, XdpStatus};
+use crate::xdp::{Fastpath, XdpStatus};
 use crate::recursion::{self, Recursion};
 use crate::reload::{self, Served};
 use crate::stats::{Snapshot, Stats};

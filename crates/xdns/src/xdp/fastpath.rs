@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use xdns_zone::ZoneSet;
 
-use crate::xdp::{InheritedLink, XdpConfig, XdpRuntime};
+use super::delivery::{Delivery, DeliveryReport, GUARD_PERIOD};
+use super::runtime::XdpRuntime;
+use super::{InheritedLink, XdpConfig};
 
 /// How long a caller waits for the XDP thread before giving up, except for a reload, which
 /// waits for its end however long the fill takes: a reload reported failed while it goes on
@@ -62,7 +64,7 @@ pub struct XdpCounters {
     pub tx_errors: Vec<(String, u64)>,
     /// Why an interface runs in another mode than the configured one, and how often the
     /// delivery guard moved it to generic mode.
-    pub delivery: Vec<crate::xdp::Delivery>,
+    pub delivery: Vec<Delivery>,
 }
 
 /// What any thread may use of the fast path without waiting for the XDP thread: its counters,
@@ -77,7 +79,7 @@ pub struct XdpStatus {
     /// the XDP thread publishes here after each fill or reload.
     table: Mutex<(usize, usize)>,
     /// The delivery guard's report, written by the XDP thread.
-    delivery: crate::xdp::DeliveryReport,
+    delivery: DeliveryReport,
     /// Each interface's `XDP_TX` error counters (`None`: its driver shows none), read on
     /// demand.
     tx: Mutex<Vec<(String, Option<xdns_bpf::iface::TxErrors>)>>,
@@ -241,7 +243,7 @@ impl Fastpath {
                 drop(zones);
                 loop {
                     // between commands, and at least every GUARD_PERIOD: the delivery guard
-                    let cmd = match rx.recv_timeout(crate::xdp::GUARD_PERIOD) {
+                    let cmd = match rx.recv_timeout(GUARD_PERIOD) {
                         Ok(cmd) => cmd,
                         Err(mpsc::RecvTimeoutError::Timeout) => {
                             rt.guard(status.answered());

@@ -1,62 +1,26 @@
-//! Glue between the daemon and the XDP fast path (owner: XDP work, issue 3).
+//! [`XdpRuntime`]: the loaded program, its maps and links, owned by the fast path's thread
+//! ([`super::fastpath`]): load (the verifier runs here), fill, attach in the mode that
+//! delivers ([`super::delivery`]), reload, and the delivery guard's look at each interface.
 //!
-//! CONTRACT used by the daemon (`serve`, `reload`, `stats`):
-//! - `XdpRuntime::load` compiles the kernel's data from `zones` and loads the program (the
-//!   verifier runs here); returns `Ok(None)` when no interface is configured. The maps are
-//!   filled by `fill`, before `attach` on a takeover (the previous program answers until
-//!   ours has its data) and after it on a fresh start (the program passes every query to
-//!   the userspace sockets until then, as it does before any data: `pass_not_loaded`).
+//! - `load` compiles the kernel's data from the zones and loads the program; `Ok(None)` when
+//!   no interface is configured. The maps are filled by `fill`, before `attach` on a takeover
+//!   (the previous program answers until ours has its data) and after it on a fresh start
+//!   (the program passes every query to the userspace sockets until then: `pass_not_loaded`).
 //! - `attach` attaches the program (BPF link) to every configured interface, or, on a
 //!   takeover, switches the links handed over by the previous process to this program
 //!   (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set.
-//! - `status_reader` reads the verdict and memo counters, the active generation and how each
-//!   interface runs the program from another thread, for `xdns stats` and `/metrics`, even
-//!   while a fill or reload runs; `abandon_handle` makes such a fill or reload give up (a
-//!   process that stops).
+//! - `guard` is the delivery guard's periodic look ([`super::delivery`]).
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
 //!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
 //! - Dropping the runtime detaches the program.
 
 use std::net::SocketAddr;
 
-use serde::{Deserialize, Serialize};
 use xdns_zone::ZoneSet;
 
-/// `[xdp]` section of the configuration.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct XdpConfig {
-    /// Interfaces to attach to; empty = userspace only.
-    #[serde(default)]
-    pub interfaces: Vec<String>,
-    /// native | generic | auto
-    #[serde(default)]
-    pub mode: XdpMode,
-    /// The resolver's kernel answer cache (`bpf/cache.h`), set by the daemon from the
-    /// `[resolver]` section (not read from `[xdp]`): `None` = authoritative only. With it, names
-    /// under no served zone are answered from the cache for clients in `allow`.
-    #[serde(skip)]
-    pub resolver: Option<xdns_bpf::runtime::ResolverStage>,
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum XdpMode {
-    Native,
-    Generic,
-    #[default]
-    Auto,
-}
-
-/// An XDP link of the previous process, handed over on a takeover.
-#[derive(Debug)]
-pub struct InheritedLink {
-    pub interface: String,
-    /// The mode it was attached in (a link cannot change mode).
-    pub mode: XdpMode,
-    pub fd: std::os::fd::OwnedFd,
-}
+use super::delivery::{losing, native_warning, plan, Delivery, DeliveryReport, Guard};
+use super::{InheritedLink, XdpConfig, XdpMode};
 
 /// The attached XDP program and its maps.
 pub struct XdpRuntime {
@@ -71,43 +35,6 @@ pub struct XdpRuntime {
     last_answered: u64,
     /// What the guard publishes for `xdns stats` (read from any thread).
     report: DeliveryReport,
-}
-
-/// Why each interface runs the program the way it does, and how often the guard moved it to
-/// generic mode: shared with the status reader of other threads.
-pub type DeliveryReport = std::sync::Arc<std::sync::Mutex<Vec<Delivery>>>;
-
-/// One interface in the [`DeliveryReport`].
-#[derive(Clone, Debug, Default)]
-pub struct Delivery {
-    pub interface: String,
-    /// Why it runs in a mode other than the configured one ("veth peer c0 has no XDP
-    /// program: generic"); `None`: as configured, or as the kernel chose for `auto`.
-    pub reason: Option<String>,
-    /// Times the guard detached a native attachment that lost answers and attached generic.
-    pub fallbacks: u64,
-}
-
-/// The delivery guard's view of one interface.
-struct Guard {
-    interface: String,
-    /// The driver's `XDP_TX` error counters; `None` when it shows none (said once at attach).
-    tx: Option<xdns_bpf::iface::TxErrors>,
-    /// Their sum at the last look.
-    last_errors: u64,
-    /// Losses in explicit native mode were logged (once).
-    warned: bool,
-    /// A veth: its peer is checked too.
-    veth: bool,
-}
-
-/// The guard's rule: `lost` `XDP_TX` errors against `sent` kernel answers in one look mean
-/// that native mode loses the answers when at least half of them are lost. With one
-/// interface the comparison is exact; with several, answers sent on the others dilute it, so
-/// only a loss of at least half of all kernel answers counts (a driver's occasional full ring
-/// under load is no reason to leave native mode).
-pub fn losing(lost: u64, sent: u64) -> bool {
-    lost > 0 && sent > 0 && lost.saturating_mul(2) >= sent
 }
 
 impl XdpRuntime {
@@ -376,80 +303,6 @@ impl XdpRuntime {
     }
 }
 
-/// How often the delivery guard ([`XdpRuntime::guard`]) looks at the drivers' counters.
-pub const GUARD_PERIOD: std::time::Duration = std::time::Duration::from_millis(500);
-
-impl Guard {
-    /// Start watching `ifname`'s `XDP_TX` error counters; a driver that shows none is said
-    /// once in the log (its losses cannot be seen).
-    fn start(ifname: &str, veth: bool) -> Self {
-        let tx = match xdns_bpf::iface::TxErrors::probe(ifname) {
-            Ok(mut tx) if !tx.counters.is_empty() => {
-                if !tx.known_driver() {
-                    tracing::info!(interface = %ifname, driver = %tx.driver, counters = ?tx.counters,
-                        "XDP: driver not in xdns's table of XDP_TX error counters; counting these by their names");
-                }
-                let last = tx.read().ok().flatten().unwrap_or(0);
-                return Self { interface: ifname.to_string(), tx: Some(tx), last_errors: last, warned: false, veth };
-            }
-            Ok(tx) => {
-                tracing::info!(interface = %ifname, driver = %tx.driver,
-                    "XDP: the driver shows no XDP_TX error counters: answers it fails to send cannot be seen");
-                None
-            }
-            Err(e) => {
-                tracing::info!(interface = %ifname, "XDP: cannot read the driver's statistics ({e}): answers it fails to send cannot be seen");
-                None
-            }
-        };
-        Self { interface: ifname.to_string(), tx, last_errors: 0, warned: false, veth }
-    }
-}
-
-/// The attach mode for `ifname` under the configured `mode`, and why it differs from what
-/// the kernel would pick (for the log and `xdns stats`). `auto` never picks a mode that loses
-/// answers it can foresee: on a veth whose peer runs no native XDP program, or whose peer
-/// it cannot see, it picks generic. Elsewhere `auto` lets the kernel choose (native where
-/// the driver has it), and the guard watches the driver's counters.
-pub fn plan(
-    mode: XdpMode,
-    ifname: &str,
-    peer: &std::io::Result<xdns_bpf::iface::PeerXdp>,
-) -> (xdns_bpf::runtime::AttachMode, Option<String>) {
-    use xdns_bpf::runtime::AttachMode;
-    match mode {
-        XdpMode::Native => (AttachMode::Native, None),
-        XdpMode::Generic => (AttachMode::Generic, None),
-        XdpMode::Auto => match peer {
-            Ok(p) => match p.why_not_native() {
-                Some(why) => (AttachMode::Generic, Some(format!("{why}: generic"))),
-                None => (AttachMode::Auto, None),
-            },
-            Err(e) => {
-                tracing::debug!(interface = %ifname, "XDP: cannot ask the kernel what {ifname} is ({e}); the kernel chooses the mode");
-                (AttachMode::Auto, None)
-            }
-        },
-    }
-}
-
-/// The warning for `mode = "native"` on an interface that will lose the answers (`xdns check`
-/// prints it too); `None` where native mode delivers them, or where that cannot be known.
-pub fn native_warning(ifname: &str, peer: &std::io::Result<xdns_bpf::iface::PeerXdp>) -> Option<String> {
-    let peer = peer.as_ref().ok()?;
-    let why = peer.why_not_native()?;
-    let will = match peer {
-        xdns_bpf::iface::PeerXdp::Unknown { .. } => "may lose",
-        _ => "will lose",
-    };
-    Some(format!(
-        "XDP: {ifname}: mode = \"native\" {will} the kernel's answers: {why} (a veth delivers native \
-         XDP_TX frames only to a peer running an XDP program of its own). Fix either: attach an XDP \
-         program to the peer (one that passes what it does not handle), or set mode = \"generic\" \
-         (\"auto\" chooses generic here)"
-    ))
-}
-
 /// The kernel's data for `zones`, with its size and the time it took in the log: for a large
 /// zone set this and the map fill take seconds, which an operator should see, not guess.
 fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
@@ -502,40 +355,3 @@ fn install_logged(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use xdns_bpf::iface::PeerXdp;
-    use xdns_bpf::runtime::AttachMode;
-
-    #[test]
-    fn losing_means_half_the_answers_or_more() {
-        assert!(losing(1, 1));
-        assert!(losing(5, 10));
-        assert!(!losing(4, 10), "a few errors under load are no reason to leave native mode");
-        assert!(!losing(0, 10));
-        assert!(!losing(3, 0), "errors with no answers sent are not ours");
-    }
-
-    #[test]
-    fn auto_picks_generic_where_native_loses_answers() {
-        let bare = Ok(PeerXdp::NoProgram { peer: "c0".into(), elsewhere: true });
-        let (mode, why) = plan(XdpMode::Auto, "s0", &bare);
-        assert_eq!(mode, AttachMode::Generic);
-        assert_eq!(why.as_deref(), Some("veth peer c0 (another network namespace) has no XDP program: generic"));
-        let unseen = Ok(PeerXdp::Unknown { reason: "EPERM".into() });
-        assert_eq!(plan(XdpMode::Auto, "s0", &unseen).0, AttachMode::Generic);
-        for ok in [Ok(PeerXdp::NotVeth), Ok(PeerXdp::Ready { peer: "c0".into() })] {
-            assert_eq!(plan(XdpMode::Auto, "s0", &ok), (AttachMode::Auto, None));
-        }
-        // explicit modes are kept, with a warning for native where it loses answers
-        assert_eq!(plan(XdpMode::Native, "s0", &bare), (AttachMode::Native, None));
-        assert_eq!(plan(XdpMode::Generic, "s0", &bare), (AttachMode::Generic, None));
-        let w = native_warning("s0", &bare).unwrap();
-        for part in ["s0", "will lose", "veth peer c0", "attach an XDP", "mode = \"generic\""] {
-            assert!(w.contains(part), "{part}: {w}");
-        }
-        assert!(native_warning("s0", &unseen).unwrap().contains("may lose"));
-        assert_eq!(native_warning("s0", &Ok(PeerXdp::NotVeth)), None);
-    }
-}

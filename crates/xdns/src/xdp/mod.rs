@@ -1,0 +1,53 @@
+//! The XDP fast path, as the daemon sees it: one layer.
+//!
+//! - [`XdpConfig`]: the `[xdp]` section.
+//! - [`Fastpath`] ([`fastpath`]): the handle the daemon holds. It runs the program on a
+//!   thread of its own, which owns the [`runtime::XdpRuntime`]; [`XdpStatus`] reads the
+//!   counters from any thread and fills `xdns stats` / `/metrics`.
+//! - [`delivery`]: which mode delivers the answers on each interface, and the guard that
+//!   moves an interface that loses them.
+
+pub mod delivery;
+pub mod fastpath;
+mod runtime;
+
+use serde::{Deserialize, Serialize};
+
+pub use delivery::{native_warning, plan};
+pub use fastpath::{Fastpath, XdpStatus};
+
+/// `[xdp]` section of the configuration.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct XdpConfig {
+    /// Interfaces to attach to; empty = userspace only.
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// native | generic | auto
+    #[serde(default)]
+    pub mode: XdpMode,
+    /// The resolver's kernel answer cache (`bpf/cache.h`), set by the daemon from the
+    /// `[resolver]` section (not read from `[xdp]`): `None` = authoritative only. With it, names
+    /// under no served zone are answered from the cache for clients in `allow`.
+    #[serde(skip)]
+    pub resolver: Option<xdns_bpf::runtime::ResolverStage>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    Native,
+    Generic,
+    #[default]
+    Auto,
+}
+
+/// An XDP link of the previous process, handed over on a takeover.
+#[derive(Debug)]
+pub struct InheritedLink {
+    pub interface: String,
+    /// The mode it was attached in (a link cannot change mode).
+    pub mode: XdpMode,
+    pub fd: std::os::fd::OwnedFd,
+}
+
