@@ -9,26 +9,32 @@
 //! zones aside and swaps them in; SIGTERM/SIGINT, or a completed takeover by a new process,
 //! stop accepting, let in-flight work finish, remove the control socket (unless it is the new
 //! process's by now) and return.
+//!
+//! The parts, each started by a phase of [`start`], reloaded by [`reconfigure`], asked for
+//! its counters by [`Shared::snapshot`] and stopped by [`stop`]: the served zones
+//! (`crate::reload`), the XDP fast path (`crate::xdp::Fastpath`), the resolver
+//! (`crate::recursion::Recursion`), and the transports (`udp`, `tcp`, the control socket and
+//! `/metrics`), which hand every message to the one query plan (`crate::query`).
 
+mod reconfigure;
+mod start;
 pub mod tcp;
 pub mod udp;
 
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch, Semaphore};
 
-use crate::config::{self, Config, Overrides};
-use crate::xdp::{Fastpath, XdpStatus};
-use crate::recursion::{self, Recursion};
-use crate::reload::{self, Served};
+use crate::config::{Config, Overrides};
+use crate::recursion::Recursion;
+use crate::reload::Served;
 use crate::stats::{Snapshot, Stats};
-use crate::takeover::{self, Role};
+use crate::takeover;
+use crate::xdp::{Fastpath, XdpStatus};
 use crate::{control, metrics};
 
 /// State shared by every thread and task.
@@ -97,206 +103,31 @@ pub enum Request {
 /// Run the server until SIGTERM/SIGINT, or until a new process has taken over. `over` is
 /// re-applied on every reload. With `takeover`, a server answering on the control socket hands
 /// its sockets and XDP links to this one once it is ready to serve (see [`crate::takeover`]);
-/// with none answering, this one starts fresh.
+/// with none answering, this one starts fresh. The phases are in [`start`], the reload in
+/// [`reconfigure`].
 pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result<()> {
-    // Register signal handlers first: a SIGHUP during start-up must not kill us.
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
-
-    let load_cfg = cfg.clone();
-    // Loading a big zone takes a while: a stop request meanwhile ends start-up at once.
-    let load = tokio::task::spawn_blocking(move || reload::build(&load_cfg, None));
-    let (served, report) = tokio::select! {
-        r = load => r?,
-        _ = sigterm.recv() => { tracing::info!("SIGTERM during start-up: stopping"); return Ok(()); }
-        _ = sigint.recv() => { tracing::info!("SIGINT during start-up: stopping"); return Ok(()); }
+    let mut signals = start::Signals::install()?;
+    // Loading a big zone set or the XDP program takes a while: a stop request meanwhile ends
+    // start-up at once, before anything is taken over from a running server.
+    let Some(served) = signals.unless_stopped(start::zones(&cfg, takeover)).await else {
+        return Ok(());
     };
-    for e in &report.errors {
-        tracing::error!("{e}");
-    }
-    for name in &report.missing {
-        tracing::error!(zone = %name, "zone not loaded; not served");
-    }
-    if takeover && !report.missing.is_empty() {
-        // The running server serves these zones: replacing it would lose them.
-        anyhow::bail!(
-            "takeover abandoned: {} zone(s) failed to load; the running server keeps serving",
-            report.missing.len()
-        );
-    }
-    let shared = Arc::new(Shared::new(served));
-
-    let mut fp_cfg = cfg.clone();
-    if let Some(rs) = &cfg.resolver {
-        // The kernel answer cache stage, for the same clients the resolver serves.
-        fp_cfg.xdp.resolver = Some(xdns_bpf::runtime::ResolverStage {
-            allow: rs.allow.iter().map(|p| p.parts()).collect(),
-            capacity: Default::default(),
-        });
-    }
-    let zones = shared.served.load().zones.clone();
-    let load = tokio::task::spawn_blocking(move || {
-        // A fresh start fills the maps after attaching, while userspace answers (a large
-        // zone set takes seconds); a takeover fills them first, before it asks for sockets.
-        Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload, takeover)
-    });
-    // A stop request meanwhile ends start-up before anything is taken over from a running
-    // server, which keeps serving.
-    let fp = tokio::select! {
-        r = load => r?.context("loading the XDP fast path")?,
-        _ = sigterm.recv() => { tracing::info!("SIGTERM during start-up: stopping"); return Ok(()); }
-        _ = sigint.recv() => { tracing::info!("SIGINT during start-up: stopping"); return Ok(()); }
+    let shared = Arc::new(Shared::new(served?));
+    let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
+        return Ok(());
     };
+    let fp = fp?;
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
 
     // Everything that can fail on this host's state has been done: ask for the sockets.
-    let mut session = None;
-    if takeover {
-        let path = cfg.control.clone();
-        session = tokio::task::spawn_blocking(move || takeover::request(&path))
-            .await?
-            .context("takeover")?;
-        match &session {
-            Some(s) => tracing::info!(
-                pid = s.pid,
-                udp = s.inherited.udp.len(),
-                tcp = s.inherited.tcp.len(),
-                xdp_links = s.inherited.xdp.len(),
-                "takeover: received the running server's sockets and XDP links"
-            ),
-            None => tracing::info!(
-                control = %cfg.control.display(),
-                "takeover: no server answers on the control socket; starting fresh"
-            ),
-        }
-    }
-    let mut inherited = session
-        .as_mut()
-        .map(|s| std::mem::take(&mut s.inherited))
-        .unwrap_or_default();
-
-    // Bind everything before serving anything, so a bad address fails start-up cleanly.
-    // Inherited sockets are used as they are, all of them: closing one would drop what is
-    // queued in it. Fewer than `udp_workers` for an address: more are bound beside them.
-    let workers = cfg.effective_udp_workers();
-    let mut udp_socks = Vec::new();
-    let mut tcp_listeners = Vec::new();
-    for &addr in &cfg.listen {
-        let mut socks: Vec<socket2::Socket> = inherited
-            .take_udp(addr)
-            .into_iter()
-            .map(socket2::Socket::from)
-            .collect();
-        while socks.len() < workers {
-            socks.push(udp::bind(addr).with_context(|| format!("binding UDP {addr}"))?);
-        }
-        udp_socks.extend(socks.into_iter().map(|s| (addr, s)));
-        let tcp = match inherited.take_tcp(addr) {
-            Some(fd) => std::net::TcpListener::from(fd),
-            None => tcp::bind(addr).with_context(|| format!("binding TCP {addr}"))?,
-        };
-        tcp.set_nonblocking(true)?;
-        tcp_listeners.push((addr, tcp));
-    }
-    let metrics_listener = match cfg.metrics {
-        Some(a) => Some(match inherited.take_metrics(a) {
-            Some(fd) => {
-                let l = std::net::TcpListener::from(fd);
-                l.set_nonblocking(true)?;
-                tokio::net::TcpListener::from_std(l).context("registering metrics listener")?
-            }
-            None => tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("binding metrics {a}"))?,
-        }),
-        None => None,
-    };
-    let links = std::mem::take(&mut inherited.xdp);
-    let dropped = inherited.leftover();
-    if !dropped.is_empty() {
-        tracing::info!(addrs = ?dropped, "takeover: these addresses are no longer configured; they close when the old process exits");
-    }
-    drop(inherited);
-    // Duplicates of every listening socket, for a later takeover of this process.
-    for (addr, s) in &udp_socks {
-        shared
-            .takeover
-            .offer(Role::Udp { addr: *addr }, s.as_fd())?;
-    }
-    for (addr, l) in &tcp_listeners {
-        shared
-            .takeover
-            .offer(Role::Tcp { addr: *addr }, l.as_fd())?;
-    }
-    if let (Some(addr), Some(l)) = (cfg.metrics, &metrics_listener) {
-        shared.takeover.offer(Role::Metrics { addr }, l.as_fd())?;
-    }
+    let mut session = if takeover { start::take_over(&cfg).await? } else { None };
+    let inherited = session.as_mut().map(|s| std::mem::take(&mut s.inherited)).unwrap_or_default();
+    let listeners = start::Listeners::bind(&cfg, inherited, &shared).await?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    if let Some(rs) = &cfg.resolver {
-        let rs2 = rs.clone();
-        let sh = shared.clone();
-        let (resolver, events) = tokio::task::spawn_blocking(move || {
-            // With XDP attached, answers also go to the kernel cache, and its refresh events
-            // feed the prefetcher; without, userspace caches only.
-            let handles = match sh
-                .fastpath
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-            {
-                Some(fp) => fp.cache()?,
-                None => None,
-            };
-            let (kernel, events): (Arc<dyn xdns_wire::AnswerCache>, _) = match handles {
-                Some((k, ev)) => (Arc::new(k), Some(ev)),
-                None => (Arc::new(xdns_wire::NoCache), None),
-            };
-            recursion::build_resolver(&rs2, kernel).map(|r| (r, events))
-        })
-        .await?
-        .context("starting the resolver")?;
-        let kernel_rx = events.map(|ev| {
-            let (tx, rx) = mpsc::channel(4096);
-            let sh = shared.clone();
-            let _ = std::thread::Builder::new()
-                .name("xdns-prefetch-fwd".into())
-                .spawn(move || {
-                    while !sh.shutdown.load(Ordering::Relaxed) {
-                        if let Some(k) = ev.recv_timeout(std::time::Duration::from_millis(200)) {
-                            // Full: this refresh is skipped; the entry is fetched on its next miss.
-                            let _ = tx.try_send(k);
-                        }
-                    }
-                });
-            rx
-        });
-        let nofile = recursion::raise_nofile_limit();
-        tracing::info!(
-            kernel_cache = kernel_rx.is_some(),
-            open_files = nofile,
-            "resolver ready"
-        );
-        resolver.spawn_prefetcher(kernel_rx);
-        let (tx, rx) = mpsc::channel(rs.max_pending);
-        let rec = Arc::new(Recursion {
-            resolver,
-            allow: ArcSwap::from_pointee(rs.allow.clone()),
-            pending: tx,
-            shard: shared.stats.shard(),
-        });
-        let _ = shared.recursion.set(rec.clone());
-        tasks.push(tokio::spawn(recursion::serve_udp_pending(
-            rx,
-            shared.clone(),
-            rec,
-            stop_rx.clone(),
-            rs.max_pending,
-        )));
-    }
+    tasks.extend(start::resolver(&cfg, &shared, stop_rx.clone()).await?);
     // The control socket exists before anything answers (the kernel path answers as soon as it
     // is attached), so whoever sees answers can also ask `xdns stats`.
     let control_path = cfg.control.clone();
@@ -307,59 +138,27 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         }
         None => (control::bind(&control_path)?, None),
     };
-
-    // The kernel path: on a takeover, the program is swapped inside the inherited links.
-    let fp_shared = shared.clone();
-    let attached = tokio::task::spawn_blocking(move || {
-        match fp_shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            Some(fp) => fp.attach(links),
-            None => {
-                if !links.is_empty() {
-                    tracing::info!("XDP not configured: the inherited links are detached when the old process exits");
-                }
-                Ok(())
-            }
-        }
-    })
-    .await?
-    .context("attaching the XDP program");
-    if let Err(e) = attached {
+    if let Err(e) = start::attach(&shared, listeners.xdp_links).await {
         let _ = std::fs::remove_file(aside.as_deref().unwrap_or(&control_path));
         return Err(e);
     }
+
+    let workers = cfg.effective_udp_workers();
     let mut threads = Vec::new();
-    for (n, (addr, sock)) in udp_socks.into_iter().enumerate() {
+    for (n, (addr, sock)) in listeners.udp.into_iter().enumerate() {
         let wildcard = addr.ip().is_unspecified();
-        threads.push(
-            udp::spawn(sock, wildcard, shared.clone(), format!("xdns-udp-{n}"))
-                .context("starting UDP worker")?,
-        );
+        threads.push(udp::spawn(sock, wildcard, shared.clone(), format!("xdns-udp-{n}")).context("starting UDP worker")?);
     }
     let limit = Arc::new(Semaphore::new(cfg.tcp.max_connections));
-    for (_, l) in tcp_listeners {
+    for (_, l) in listeners.tcp {
         let l = tokio::net::TcpListener::from_std(l).context("registering TCP listener")?;
-        tasks.push(tokio::spawn(tcp::serve(
-            l,
-            shared.clone(),
-            cfg.tcp.clone(),
-            limit.clone(),
-            stop_rx.clone(),
-        )));
+        tasks.push(tokio::spawn(tcp::serve(l, shared.clone(), cfg.tcp.clone(), limit.clone(), stop_rx.clone())));
     }
-    if let Some(l) = metrics_listener {
-        tasks.push(tokio::spawn(metrics::serve(
-            l,
-            shared.clone(),
-            stop_rx.clone(),
-        )));
+    if let Some(l) = listeners.metrics {
+        tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
     }
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
-    tasks.push(tokio::spawn(control::serve(
-        control_listener,
-        shared.clone(),
-        req_tx,
-        stop_rx.clone(),
-    )));
+    tasks.push(tokio::spawn(control::serve(control_listener, shared.clone(), req_tx, stop_rx.clone())));
 
     // Both processes serve now. The old one stops once it has our word; until its `ok`, a
     // failure here leaves it serving (it takes its XDP links back when we are gone).
@@ -369,8 +168,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         // would leave nobody serving.
         let stop_asked = tokio::select! {
             biased;
-            _ = sigterm.recv() => Some("SIGTERM"),
-            _ = sigint.recv() => Some("SIGINT"),
+            sig = signals.stop() => Some(sig),
             _ = std::future::ready(()) => None,
         };
         if let Some(sig) = stop_asked {
@@ -388,28 +186,17 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
             stop(&shared, stop_tx, tasks, threads).await;
             return Err(e.context("takeover abandoned; the running server keeps serving"));
         }
-        tracing::info!(
-            pid,
-            "takeover: the old process is stopping; control socket moved here"
-        );
+        tracing::info!(pid, "takeover: the old process is stopping; control socket moved here");
         taken_from = Some(pid);
     }
     let control_id = control::socket_id(&control_path);
-
-    let zones: Vec<String> = shared
-        .served
-        .load()
-        .zone_infos()
-        .iter()
-        .map(|z| format!("{} serial {}", z.name, z.serial))
-        .collect();
     tracing::info!(
         listen = ?cfg.listen,
         udp_workers = workers,
         control = %control_path.display(),
         metrics = ?cfg.metrics,
         xdp = shared.fastpath.lock().map(|f| f.is_some()).unwrap_or(false),
-        zones = ?zones,
+        zones = ?reconfigure::zone_list(&shared),
         resolver = cfg.resolver.is_some(),
         taken_over_from = ?taken_from,
         "xdns started"
@@ -419,9 +206,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     let mut handed_to = None;
     loop {
         let reload = tokio::select! {
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
-            _ = sighup.recv() => true,
+            sig = signals.next() => match sig {
+                Some(sig) => { tracing::info!("{sig}: stopping"); break; }
+                None => true, // SIGHUP
+            },
             Some(req) = req_rx.recv() => match req {
                 Request::Reload => true,
                 Request::HandedOver { pid } => {
@@ -435,9 +223,8 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
             // A stop request during a reload (seconds for a large zone set) ends it where it
             // waits: stopping discards its result anyway, and the XDP fill gives up below.
             tokio::select! {
-                c = do_reload(&shared, current.clone(), &over) => current = c,
-                _ = sigterm.recv() => { tracing::info!("SIGTERM during a reload: stopping"); break; }
-                _ = sigint.recv() => { tracing::info!("SIGINT during a reload: stopping"); break; }
+                c = reconfigure::reload(&shared, current.clone(), &over) => current = c,
+                sig = signals.stop() => { tracing::info!("{sig} during a reload: stopping"); break; }
             }
         }
     }
@@ -514,141 +301,5 @@ fn remove_control(path: &PathBuf) {
         if e.kind() != std::io::ErrorKind::NotFound {
             tracing::warn!(path = %path.display(), error = %e, "cannot remove control socket");
         }
-    }
-}
-
-/// Reload configuration and zones; returns the configuration now in force.
-async fn do_reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> Config {
-    let stats = &shared.stats;
-    stats.reloads.fetch_add(1, Ordering::Relaxed);
-    let path = current.path.clone();
-    let over2 = over.clone();
-    let new_cfg = match tokio::task::spawn_blocking(move || config::load(&path, &over2)).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(errs)) => {
-            for e in &errs {
-                tracing::error!("{e}");
-            }
-            tracing::error!("reload failed: configuration invalid; nothing changed");
-            stats.reload_failures.fetch_add(1, Ordering::Relaxed);
-            return current;
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "reload failed");
-            stats.reload_failures.fetch_add(1, Ordering::Relaxed);
-            return current;
-        }
-    };
-    let changed = reload::restart_needed(&current, &new_cfg);
-    if !changed.is_empty() {
-        tracing::warn!(settings = ?changed, "restart needed: these changed settings keep their running values");
-    }
-    let old = shared.served.load_full();
-    let mut build_cfg = new_cfg.clone();
-    if changed.iter().any(|c| c == "edns_payload") {
-        build_cfg.edns_payload = current.edns_payload; // as the kernel's, until a restart
-    }
-    let edns_payload = build_cfg.edns_payload;
-    let (served, report) =
-        match tokio::task::spawn_blocking(move || reload::build(&build_cfg, Some(&old))).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "reload failed");
-                stats.reload_failures.fetch_add(1, Ordering::Relaxed);
-                return current;
-            }
-        };
-    for e in &report.errors {
-        tracing::error!("{e}");
-    }
-    for name in &report.kept_old {
-        tracing::error!(zone = %name, "zone failed to load; the previous version keeps serving");
-    }
-    for name in &report.missing {
-        tracing::error!(zone = %name, "zone failed to load; not served");
-    }
-    let failed = (report.kept_old.len() + report.missing.len()) as u64;
-    stats
-        .zone_loads
-        .fetch_add(report.loaded as u64, Ordering::Relaxed);
-    stats
-        .zone_load_failures
-        .fetch_add(failed, Ordering::Relaxed);
-    if failed > 0 {
-        stats.reload_failures.fetch_add(1, Ordering::Relaxed);
-    }
-    let zones = served.zones.clone();
-    shared.served.store(Arc::new(served));
-
-    let fp_shared = shared.clone();
-    let xdp = tokio::task::spawn_blocking(move || {
-        fp_shared
-            .fastpath
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|fp| fp.reload(zones))
-    })
-    .await;
-    match xdp {
-        Ok(Some(Err(e))) => {
-            tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones")
-        }
-        Err(e) => tracing::error!(error = %e, "XDP reload failed"),
-        _ => {}
-    }
-    let zones: Vec<String> = shared
-        .served
-        .load()
-        .zone_infos()
-        .iter()
-        .map(|z| format!("{} serial {}", z.name, z.serial))
-        .collect();
-    tracing::info!(zones = ?zones, loaded = report.loaded, failed, "reloaded");
-    // Settings that need a restart keep their running values.
-    // `[resolver] allow` applies at once (userspace and the kernel cache stage), and so do
-    // the resolver's tunables.
-    let mut resolver = current.resolver.clone();
-    if let (Some(cur), Some(new), Some(rec)) = (
-        resolver.as_mut(),
-        new_cfg.resolver.as_ref(),
-        shared.recursion.get(),
-    ) {
-        if cur.allow != new.allow {
-            rec.allow.store(Arc::new(new.allow.clone()));
-            cur.allow = new.allow.clone();
-            let allow: Vec<_> = new.allow.iter().map(|p| p.parts()).collect();
-            let fp_shared = shared.clone();
-            let r = tokio::task::spawn_blocking(move || {
-                fp_shared
-                    .fastpath
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .map(|fp| fp.set_allow(allow))
-            })
-            .await;
-            match r {
-                Ok(Some(Err(e))) => tracing::error!(error = %e, "XDP allow list not updated"),
-                Err(e) => tracing::error!(error = %e, "XDP allow list not updated"),
-                _ => {}
-            }
-            tracing::info!(allow = ?new.allow, "resolver allow list replaced");
-        }
-        // Timeouts, fan-out, prefetch, limits, TTL caps: at once, caches kept. What needs a
-        // restart was reported above and keeps its running value.
-        let before = rec.resolver.config();
-        rec.resolver.reconfigure(&new.resolver);
-        let now = rec.resolver.config();
-        if now != before {
-            tracing::info!(settings = ?now, "resolver settings replaced");
-        }
-        cur.resolver = (*now).clone();
-    }
-    Config {
-        zones: new_cfg.zones,
-        edns_payload,
-        resolver,
-        ..current
     }
 }

@@ -1,0 +1,145 @@
+//! A reload (SIGHUP, or `reload` on the control socket), component by component: the
+//! configuration is read again; the zones are built aside and swapped in; the fast path gets
+//! the new zones in its maps; the resolver takes its new `allow` and tunables. Settings that
+//! need a restart keep their running values (logged: `xdns serve --takeover` applies them).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::Shared;
+use crate::config::{self, Config, Overrides};
+use crate::reload;
+use crate::xdp::Fastpath;
+
+/// Reload configuration and zones; returns the configuration now in force.
+pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> Config {
+    let stats = &shared.stats;
+    stats.reloads.fetch_add(1, Ordering::Relaxed);
+    let Some(new_cfg) = read_config(&current, over).await else {
+        stats.reload_failures.fetch_add(1, Ordering::Relaxed);
+        return current;
+    };
+    let changed = reload::restart_needed(&current, &new_cfg);
+    if !changed.is_empty() {
+        tracing::warn!(settings = ?changed, "restart needed: these changed settings keep their running values");
+    }
+    let mut build_cfg = new_cfg.clone();
+    if changed.iter().any(|c| c == "edns_payload") {
+        build_cfg.edns_payload = current.edns_payload; // as the kernel's, until a restart
+    }
+    let edns_payload = build_cfg.edns_payload;
+    let Some((loaded, failed)) = zones(shared, build_cfg).await else {
+        return current;
+    };
+    fastpath(shared).await;
+    tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
+    let resolver = resolver(shared, &current, &new_cfg).await;
+    Config { zones: new_cfg.zones, edns_payload, resolver, ..current }
+}
+
+/// The configuration file read again with the same overrides; `None` (errors logged) when
+/// it is invalid: nothing changes.
+async fn read_config(current: &Config, over: &Overrides) -> Option<Config> {
+    let path = current.path.clone();
+    let over = over.clone();
+    match tokio::task::spawn_blocking(move || config::load(&path, &over)).await {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(errs)) => {
+            for e in &errs {
+                tracing::error!("{e}");
+            }
+            tracing::error!("reload failed: configuration invalid; nothing changed");
+            None
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reload failed");
+            None
+        }
+    }
+}
+
+/// The zones of `cfg`, built aside from the served ones (a zone that fails keeps its old
+/// version) and swapped in: how many loaded and failed. `None` when the build itself could
+/// not run (nothing changed).
+async fn zones(shared: &Arc<Shared>, cfg: Config) -> Option<(usize, u64)> {
+    let stats = &shared.stats;
+    let old = shared.served.load_full();
+    let (served, report) = match tokio::task::spawn_blocking(move || reload::build(&cfg, Some(&old))).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "reload failed");
+            stats.reload_failures.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+    };
+    for e in &report.errors {
+        tracing::error!("{e}");
+    }
+    for name in &report.kept_old {
+        tracing::error!(zone = %name, "zone failed to load; the previous version keeps serving");
+    }
+    for name in &report.missing {
+        tracing::error!(zone = %name, "zone failed to load; not served");
+    }
+    let failed = (report.kept_old.len() + report.missing.len()) as u64;
+    stats.zone_loads.fetch_add(report.loaded as u64, Ordering::Relaxed);
+    stats.zone_load_failures.fetch_add(failed, Ordering::Relaxed);
+    if failed > 0 {
+        stats.reload_failures.fetch_add(1, Ordering::Relaxed);
+    }
+    shared.served.store(Arc::new(served));
+    Some((report.loaded, failed))
+}
+
+/// The zones now served, `NAME serial N`, for the log.
+pub fn zone_list(shared: &Shared) -> Vec<String> {
+    shared.served.load().zone_infos().iter().map(|z| format!("{} serial {}", z.name, z.serial)).collect()
+}
+
+/// The served zones into the kernel's maps (a new generation, flipped in when complete; the
+/// old data keeps answering if it fails).
+async fn fastpath(shared: &Arc<Shared>) {
+    let zones = shared.served.load().zones.clone();
+    match with_fastpath(shared, move |fp| fp.reload(zones)).await {
+        Some(Err(e)) => tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones"),
+        Some(Ok(())) | None => {}
+    }
+}
+
+/// `[resolver] allow` applies at once (userspace and the kernel cache stage), and so do the
+/// resolver's tunables, caches kept; what needs a restart was reported and keeps its running
+/// value. Returns the resolver settings now in force.
+async fn resolver(shared: &Arc<Shared>, current: &Config, new_cfg: &Config) -> Option<crate::recursion::ResolverSettings> {
+    let mut settings = current.resolver.clone();
+    let (Some(cur), Some(new), Some(rec)) = (settings.as_mut(), new_cfg.resolver.as_ref(), shared.recursion.get())
+    else {
+        return settings;
+    };
+    if cur.allow != new.allow {
+        rec.allow.store(Arc::new(new.allow.clone()));
+        cur.allow = new.allow.clone();
+        let allow: Vec<_> = new.allow.iter().map(|p| p.parts()).collect();
+        if let Some(Err(e)) = with_fastpath(shared, move |fp| fp.set_allow(allow)).await {
+            tracing::error!(error = %e, "XDP allow list not updated");
+        }
+        tracing::info!(allow = ?new.allow, "resolver allow list replaced");
+    }
+    let before = rec.resolver.config();
+    rec.resolver.reconfigure(&new.resolver);
+    let now = rec.resolver.config();
+    if now != before {
+        tracing::info!(settings = ?now, "resolver settings replaced");
+    }
+    cur.resolver = (*now).clone();
+    settings
+}
+
+/// Run `f` on the fast path (blocking: its calls wait for the XDP thread) when there is one.
+async fn with_fastpath<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    f: impl FnOnce(&Fastpath) -> anyhow::Result<T> + Send + 'static,
+) -> Option<anyhow::Result<T>> {
+    let sh = shared.clone();
+    let r = tokio::task::spawn_blocking(move || sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(f)).await;
+    r.unwrap_or_else(|e| Some(Err(anyhow::anyhow!("the XDP call failed: {e}"))))
+}
