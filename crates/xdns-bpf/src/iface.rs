@@ -295,10 +295,13 @@ impl TxErrors {
             return Ok(None);
         }
         let sock = ethtool_socket()?;
-        let mut values = stat_values(&sock, &self.ifname, self.n_stats)?;
-        if values.len() != self.n_stats {
+        let (_, n) = drvinfo(&sock, &self.ifname)?;
+        if n != self.n_stats {
             *self = Self::probe(&self.ifname)?;
-            values = stat_values(&sock, &self.ifname, self.n_stats)?;
+        }
+        let values = stat_values(&sock, &self.ifname, n)?;
+        if values.len() != self.n_stats {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "the driver's statistics changed while read"));
         }
         Ok(Some(self.indexes.iter().filter_map(|&i| values.get(i)).sum()))
     }
@@ -317,6 +320,15 @@ const DRVINFO_DRIVER: usize = 4;
 const DRVINFO_N_STATS: usize = 180;
 /// More statistics than any driver shows: a larger count is not believed.
 const MAX_STATS: usize = 1 << 16;
+
+/// Room for the driver's statistics when it said it has `n`. `ETHTOOL_GSTRINGS` and
+/// `ETHTOOL_GSTATS` write as many entries as the driver has *at that moment*, whatever size
+/// the caller gave: a driver whose queues were added between our count and our read would
+/// write past a buffer of exactly `n` (the `ethtool` tool has the same window). The margin
+/// covers any plausible change in that window; a count beyond it is reported, not read.
+fn room(n: usize) -> usize {
+    (n * 2 + 256).min(MAX_STATS * 2)
+}
 
 /// `struct ifreq` with `ifr_data` (the union is 24 bytes on 64-bit, 16 on 32-bit).
 #[repr(C)]
@@ -346,7 +358,8 @@ fn ethtool(sock: &OwnedFd, ifname: &str, buf: &mut [u8]) -> io::Result<()> {
         *d = s as libc::c_char;
     }
     // SAFETY: `req` is a valid ifreq whose data points at `buf`, sized for the command it
-    // holds (callers size it from the driver's own counts), both live during the call.
+    // holds (callers size it from the driver's own count, with the margin of `room`), both
+    // live during the call.
     let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut req) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
@@ -369,22 +382,30 @@ fn stat_names(sock: &OwnedFd, ifname: &str, n: usize) -> io::Result<Vec<String>>
     if n == 0 {
         return Ok(Vec::new());
     }
-    let mut buf = vec![0u8; 12 + n * ETH_GSTRING_LEN];
+    let cap = room(n);
+    let mut buf = vec![0u8; 12 + cap * ETH_GSTRING_LEN];
     buf[..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
     buf[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
     buf[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
     ethtool(sock, ifname, &mut buf)?;
-    let got = (u32_of(&buf[8..]).unwrap_or(0) as usize).min(n);
+    let got = u32_of(&buf[8..]).unwrap_or(0) as usize;
+    if got > cap {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "the driver's statistics grew past the buffer"));
+    }
     Ok(buf[12..12 + got * ETH_GSTRING_LEN].chunks(ETH_GSTRING_LEN).map(str_of).collect())
 }
 
-/// The values of the driver's statistics (as many as it returns, at most `n`).
+/// The values of the driver's statistics, as many as it returns (it said it has `n`).
 fn stat_values(sock: &OwnedFd, ifname: &str, n: usize) -> io::Result<Vec<u64>> {
-    let mut buf = vec![0u8; 8 + n * 8];
+    let cap = room(n);
+    let mut buf = vec![0u8; 8 + cap * 8];
     buf[..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
     buf[4..8].copy_from_slice(&(n as u32).to_ne_bytes());
     ethtool(sock, ifname, &mut buf)?;
-    let got = (u32_of(&buf[4..]).unwrap_or(0) as usize).min(n);
+    let got = u32_of(&buf[4..]).unwrap_or(0) as usize;
+    if got > cap {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "the driver's statistics grew past the buffer"));
+    }
     Ok(buf[8..8 + got * 8].chunks(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))).collect())
 }
 

@@ -81,6 +81,24 @@ fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Give the veth `dev` in namespace `ns` an XDP receive ring, as a real peer must for native
+/// `XDP_TX` to reach it: the same program with an empty listen set (it passes everything).
+/// GRO on the peer did not enable that ring on this kernel (6.18). Detached on drop.
+fn peer_program(ns: &str, dev: &str) -> xdns_bpf::runtime::XdpProgram {
+    let cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec![],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(1),
+        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
+        resolver: None,
+    };
+    in_netns(ns, || {
+        let mut p = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
+        p.attach(dev, AttachMode::Native).unwrap();
+        p
+    })
+}
+
 #[test]
 fn kdig_answered_by_the_kernel() {
     if !have_root("kdig_answered_by_the_kernel") {
@@ -91,22 +109,7 @@ fn kdig_answered_by_the_kernel() {
     let lab = Lab::new('T');
     let srv = lab.srv.clone();
     let cli = lab.cli.clone();
-    // veth hands XDP_TX frames to the peer only if the peer has an XDP receive ring: attach the
-    // same program on the client side with an empty listen set (it passes everything). GRO on
-    // the peer did not enable that ring on this kernel (6.18).
-    let mut peer_cfg = xdns_bpf::runtime::LoadConfig {
-        listen: vec![],
-        edns_payload: OUR_PAYLOAD,
-        seed: None,
-        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
-        resolver: None,
-    };
-    peer_cfg.seed = Some(1);
-    let peer = in_netns(&cli, || {
-        let mut p = xdns_bpf::runtime::XdpProgram::load(&peer_cfg).unwrap();
-        p.attach("xdT1", AttachMode::Native).unwrap();
-        p
-    });
+    let peer = peer_program(&cli, "xdT1");
     in_netns(&srv, move || {
         let mut prog = load();
         prog.install(&data).unwrap();
@@ -194,18 +197,7 @@ fn kdig_answered_from_the_cache() {
     let lab = Lab::new('C');
     let srv = lab.srv.clone();
     let cli = lab.cli.clone();
-    let peer_cfg = xdns_bpf::runtime::LoadConfig {
-        listen: vec![],
-        edns_payload: OUR_PAYLOAD,
-        seed: Some(1),
-        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
-        resolver: None,
-    };
-    let peer = in_netns(&cli, || {
-        let mut p = xdns_bpf::runtime::XdpProgram::load(&peer_cfg).unwrap();
-        p.attach("xdC1", AttachMode::Native).unwrap();
-        p
-    });
+    let peer = peer_program(&cli, "xdC1");
     in_netns(&srv, move || {
         let cfg = xdns_bpf::runtime::LoadConfig {
             listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
@@ -314,18 +306,7 @@ fn veth_peer_without_xdp_loses_native_tx() {
     assert!(generic.contains("198.18.0.10"), "generic mode: {generic}");
 
     // a native program on the peer gives it the XDP receive ring
-    let peer_cfg = xdns_bpf::runtime::LoadConfig {
-        listen: vec![],
-        edns_payload: OUR_PAYLOAD,
-        seed: Some(1),
-        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
-        resolver: None,
-    };
-    let peer = in_netns(&cli, || {
-        let mut p = xdns_bpf::runtime::XdpProgram::load(&peer_cfg).unwrap();
-        p.attach("xdD1", AttachMode::Native).unwrap();
-        p
-    });
+    let peer = peer_program(&cli, "xdD1");
     prog.detach_all();
     in_netns(&srv, || {
         assert_eq!(veth_peer("xdD0").unwrap(), PeerXdp::Ready { peer: "xdD1".into() });
