@@ -52,8 +52,6 @@ pub const MAX_WARNINGS: usize = 100;
 /// `progress` is called every this many records.
 pub const PROGRESS_EVERY: u64 = 100_000;
 
-const SOA: u16 = 6;
-
 /// Where a zone comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneSource {
@@ -804,7 +802,7 @@ impl<'p> Builder<'p> {
         let serial = self
             .nodes
             .get(&self.apex)
-            .and_then(|n| n.rrset(SOA))
+            .and_then(|n| n.rrset(xdns_wire::rtype::SOA))
             .and_then(|s| s.rdata.first())
             .and_then(|d| soa_serial(d))
             .unwrap_or(0);
