@@ -15,7 +15,7 @@
 //!   - `resolve::servers`: server choice: in-bailiwick glue, glueless NS names resolved under
 //!     a budget, redundant queries to several servers with smoothed RTTs, TCP fallback on
 //!     TC=1.
-//!   - [`resolve::classify`]: what a reply means (answer, CNAME/DNAME chain, referral,
+//!   - [`resolve::classify`](mod@resolve::classify): what a reply means (answer, CNAME/DNAME chain, referral,
 //!     NXDOMAIN, NODATA, lame), a pure function of the question, the zone asked and the
 //!     parsed reply, with the bailiwick rules.
 //!   - `resolve::prime`: root priming (RFC 8109, [`Resolver::prime`]) replaces the hints with

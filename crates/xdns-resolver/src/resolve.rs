@@ -5,12 +5,12 @@
 //! failures), coalescing of concurrent questions, prefetch, flush and reconfiguration, and
 //! the compilation of an answer's records into the body the kernel replays. The work of a
 //! resolution is in its submodules:
-//! - [`prime`]: root priming (RFC 8109), the root set in use.
-//! - [`iterate`]: one question down the zone cuts: CNAME chains across zones, referrals,
+//! - `prime`: root priming (RFC 8109), the root set in use.
+//! - `iterate`: one question down the zone cuts: CNAME chains across zones, referrals,
 //!   QNAME minimisation, negative answers and the NXDOMAIN cut.
-//! - [`servers`]: server choice and the exchanges: addresses of a cut (glueless NS names
+//! - `servers`: server choice and the exchanges: addresses of a cut (glueless NS names
 //!   resolved under a budget), smoothed RTTs, staggered redundant queries, TCP on TC=1.
-//! - [`classify`]: what a reply means for the question (pure, table-tested).
+//! - [`classify`](mod@classify): what a reply means for the question (pure, table-tested).
 //!
 //! Work per client question is capped: `max_queries` upstream queries, `max_glueless` NS names
 //! without glue resolved, a nesting depth of [`MAX_DEPTH`] for those, `max_cname` CNAMEs, and

@@ -92,7 +92,7 @@ impl Resolver {
     /// `. NS`, and makes the NS set of the first authoritative answer, with the addresses of
     /// those names from the same answer, the root set until the smallest of their TTLs runs
     /// out (then the next question primes again, in the background). When no server gives
-    /// such an answer, the hints are used and priming is tried again after [`PRIME_RETRY`]
+    /// such an answer, the hints are used and priming is tried again after `PRIME_RETRY`
     /// seconds. Logs one line either way; returns true on success.
     pub async fn prime(self: &Arc<Self>) -> bool {
         let _running = self.priming_lock.lock().await;
