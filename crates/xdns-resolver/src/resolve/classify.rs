@@ -302,4 +302,267 @@ mod tests {
             }
         }
     }
+
+    /// Every class and the rule that leads to it. Each row: what it shows, the question (name,
+    /// type), the zone of the server asked, the reply, and the expected class.
+    #[test]
+    fn classification_table() {
+        const AA: u16 = 0x8400; // QR AA, NOERROR
+        const NOAA: u16 = 0x8000; // QR, NOERROR
+        let reply = |flags: u16, answer: Vec<Rr>, authority: Vec<Rr>, additional: Vec<Rr>| Reply {
+            flags,
+            answer,
+            authority,
+            additional,
+            ..Reply::default()
+        };
+        let a = |o: &str| rr(o, rtype::A, vec![198, 18, 0, 1]);
+        let aaaa = |o: &str| rr(o, rtype::AAAA, [0x20, 1, 0x0d, 0xb8].repeat(4));
+        let txt = |o: &str| rr(o, rtype::TXT, b"\x02hi".to_vec());
+        let ns = |o: &str, t: &str| rr(o, rtype::NS, n(t));
+        let cname = |o: &str, t: &str| rr(o, rtype::CNAME, n(t));
+        let dname = |o: &str, t: &str| rr(o, rtype::DNAME, n(t));
+        let soa = |o: &str| {
+            let mut d = n("ns.example.test.");
+            d.extend(n("host.example.test."));
+            d.extend([0, 0, 0, 1, 0, 0, 14, 16, 0, 0, 7, 8, 0, 9, 58, 128, 0, 0, 1, 44]);
+            rr(o, rtype::SOA, d)
+        };
+        let answer = |rcode: u16, answer: Vec<Rr>, authority: Vec<Rr>, next: Option<&str>| {
+            Class::Answer(Step {
+                rcode,
+                answer,
+                authority,
+                next: next.map(n),
+            })
+        };
+        let www = "www.example.test.";
+        let zone = "example.test.";
+        // (what, name, qtype, zone asked, reply, expected)
+        let table: Vec<(&str, &str, u16, &str, Reply, Class)> = vec![
+            (
+                "data for the name",
+                www, rtype::A, zone,
+                reply(AA, vec![a(www)], vec![], vec![]),
+                answer(0, vec![a(www)], vec![], None),
+            ),
+            (
+                "data without AA is still taken",
+                www, rtype::A, zone,
+                reply(NOAA, vec![a(www)], vec![], vec![]),
+                answer(0, vec![a(www)], vec![], None),
+            ),
+            (
+                "ANY takes every type at the name",
+                www, rtype::ANY, zone,
+                reply(AA, vec![a(www), txt(www)], vec![], vec![]),
+                answer(0, vec![a(www), txt(www)], vec![], None),
+            ),
+            (
+                "qtype CNAME: the CNAME is the data",
+                www, rtype::CNAME, zone,
+                reply(AA, vec![cname(www, "mail.example.test."), a("mail.example.test.")], vec![], vec![]),
+                answer(0, vec![cname(www, "mail.example.test.")], vec![], None),
+            ),
+            (
+                "CNAME chain to data inside the reply",
+                www, rtype::A, zone,
+                reply(AA, vec![cname(www, "mail.example.test."), a("mail.example.test.")], vec![], vec![]),
+                answer(0, vec![cname(www, "mail.example.test."), a("mail.example.test.")], vec![], None),
+            ),
+            (
+                "CNAME out of the zone: go on at its target",
+                www, rtype::A, zone,
+                reply(AA, vec![cname(www, "www.other.test.")], vec![], vec![]),
+                answer(0, vec![cname(www, "www.other.test.")], vec![], Some("www.other.test.")),
+            ),
+            (
+                "data for a target outside the zone is not taken (bailiwick)",
+                www, rtype::A, zone,
+                reply(AA, vec![cname(www, "www.evil."), a("www.evil.")], vec![], vec![]),
+                answer(0, vec![cname(www, "www.evil.")], vec![], Some("www.evil.")),
+            ),
+            (
+                "CNAME then NXDOMAIN: the chain ends with the SOA",
+                www, rtype::A, zone,
+                reply(0x8403, vec![cname(www, "gone.example.test.")], vec![soa(zone)], vec![]),
+                answer(3, vec![cname(www, "gone.example.test.")], vec![soa(zone)], None),
+            ),
+            (
+                "CNAME then NODATA proven by the zone (AA, SOA)",
+                www, rtype::A, zone,
+                reply(AA, vec![cname(www, "mail.example.test.")], vec![soa(zone)], vec![]),
+                answer(0, vec![cname(www, "mail.example.test.")], vec![soa(zone)], None),
+            ),
+            (
+                "CNAME then an SOA without AA proves nothing: go on",
+                www, rtype::A, zone,
+                reply(NOAA, vec![cname(www, "mail.example.test.")], vec![soa(zone)], vec![]),
+                answer(0, vec![cname(www, "mail.example.test.")], vec![], Some("mail.example.test.")),
+            ),
+            (
+                "CNAME loop inside the reply stops at the repeat",
+                www, rtype::A, zone,
+                reply(AA, vec![cname(www, "x.example.test."), cname("x.example.test.", www)], vec![], vec![]),
+                answer(0, vec![cname(www, "x.example.test.")], vec![], Some("x.example.test.")),
+            ),
+            (
+                "DNAME before the CNAME it synthesised",
+                "www.old.example.test.", rtype::A, zone,
+                reply(
+                    AA,
+                    vec![
+                        cname("www.old.example.test.", "www.new.example.test."),
+                        dname("old.example.test.", "new.example.test."),
+                        a("www.new.example.test."),
+                    ],
+                    vec![],
+                    vec![],
+                ),
+                answer(
+                    0,
+                    vec![
+                        dname("old.example.test.", "new.example.test."),
+                        cname("www.old.example.test.", "www.new.example.test."),
+                        a("www.new.example.test."),
+                    ],
+                    vec![],
+                    None,
+                ),
+            ),
+            (
+                "NXDOMAIN with the zone's SOA",
+                www, rtype::A, zone,
+                reply(0x8403, vec![], vec![soa(zone)], vec![]),
+                Class::NxDomain(Some(soa(zone))),
+            ),
+            (
+                "NXDOMAIN without SOA",
+                www, rtype::A, zone,
+                reply(0x8003, vec![], vec![], vec![]),
+                Class::NxDomain(None),
+            ),
+            (
+                "NXDOMAIN: an SOA from outside the zone is dropped",
+                www, rtype::A, zone,
+                reply(0x8403, vec![], vec![soa("evil.")], vec![]),
+                Class::NxDomain(None),
+            ),
+            (
+                "NODATA: AA and the SOA",
+                www, rtype::A, zone,
+                reply(AA, vec![], vec![soa(zone)], vec![]),
+                Class::NoData(Some(soa(zone))),
+            ),
+            (
+                "NODATA: an SOA above the name without AA",
+                www, rtype::A, zone,
+                reply(NOAA, vec![], vec![soa(zone)], vec![]),
+                Class::NoData(Some(soa(zone))),
+            ),
+            (
+                "NODATA: AA alone",
+                www, rtype::A, zone,
+                reply(AA, vec![], vec![], vec![]),
+                Class::NoData(None),
+            ),
+            (
+                "NODATA: AA, data of another type only",
+                www, rtype::AAAA, zone,
+                reply(AA, vec![a(www)], vec![], vec![]),
+                Class::NoData(None),
+            ),
+            (
+                "an SOA below the name is no proof; no AA: lame",
+                www, rtype::A, zone,
+                reply(NOAA, vec![], vec![soa("sub.www.example.test.")], vec![]),
+                Class::Lame,
+            ),
+            (
+                "referral: NS of the child, glue only for its NS names inside the zone asked",
+                www, rtype::A, "test.",
+                reply(
+                    NOAA,
+                    vec![],
+                    vec![ns(zone, "ns1.example.test."), ns(zone, "ns.other.")],
+                    vec![
+                        a("ns1.example.test."),
+                        aaaa("ns1.example.test."),
+                        a("ns.other."),
+                        a("unrelated.test."),
+                    ],
+                ),
+                Class::Referral {
+                    zone: n(zone),
+                    ns: vec![ns(zone, "ns1.example.test."), ns(zone, "ns.other.")],
+                    glue: vec![a("ns1.example.test."), aaaa("ns1.example.test.")],
+                },
+            ),
+            (
+                "referral with AA and an empty answer is still a referral",
+                www, rtype::A, zone,
+                reply(AA, vec![], vec![ns(www, "ns.www.example.test.")], vec![]),
+                Class::Referral {
+                    zone: n(www),
+                    ns: vec![ns(www, "ns.www.example.test.")],
+                    glue: vec![],
+                },
+            ),
+            (
+                "AA with an answer: NS below the zone is no referral (NODATA)",
+                www, rtype::A, zone,
+                reply(AA, vec![a("other.example.test.")], vec![ns(www, "ns.www.example.test.")], vec![]),
+                Class::NoData(None),
+            ),
+            (
+                "upward referral: lame",
+                www, rtype::A, zone,
+                reply(NOAA, vec![], vec![ns("test.", "ns.test.")], vec![a("ns.test.")]),
+                Class::Lame,
+            ),
+            (
+                "referral to the zone asked itself: lame",
+                www, rtype::A, zone,
+                reply(NOAA, vec![], vec![ns(zone, "ns.example.test.")], vec![]),
+                Class::Lame,
+            ),
+            (
+                "sideways referral (not above the name): lame",
+                www, rtype::A, "test.",
+                reply(NOAA, vec![], vec![ns("other.test.", "ns.other.test.")], vec![]),
+                Class::Lame,
+            ),
+            (
+                "empty NOERROR without AA: lame",
+                www, rtype::A, zone,
+                reply(NOAA, vec![], vec![], vec![]),
+                Class::Lame,
+            ),
+            (
+                "SERVFAIL with data: lame",
+                www, rtype::A, zone,
+                reply(0x8402, vec![a(www)], vec![], vec![]),
+                Class::Lame,
+            ),
+            (
+                "REFUSED: lame",
+                www, rtype::A, zone,
+                reply(0x8005, vec![], vec![], vec![]),
+                Class::Lame,
+            ),
+            (
+                "extended RCODE from OPT (BADVERS): lame",
+                www, rtype::A, zone,
+                Reply {
+                    ext_rcode: 1,
+                    ..reply(AA, vec![a(www)], vec![], vec![])
+                },
+                Class::Lame,
+            ),
+        ];
+        for (what, name, qtype, zone, reply, want) in table {
+            let got = classify(&reply, &n(name), qtype, &n(zone), 8);
+            assert_eq!(got, want, "{what}");
+        }
+    }
 }
