@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the `respond` fuzz target: real queries for every feature of the
-engine (answer kinds, EDNS, errors) and malformed messages. Re-run to regenerate."""
+"""Writes the seed corpora of the fuzz targets: `respond` (real queries for every feature of the
+engine: answer kinds, EDNS, errors; and malformed messages), `reply` (upstream replies of every
+class the resolver tells apart, compressed as servers send them, and malformed ones) and
+`zone_spans` (master-file text with every construct the loader's pre-scanner splits on).
+Re-run to regenerate; the corpora are committed and replayed by `cargo test`."""
 import os
 import struct
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "respond")
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+OUT = os.path.join(CORPUS, "respond")
 
 
 def name(text):
@@ -100,12 +104,131 @@ SEEDS = {
 }
 
 
-def main():
-    os.makedirs(OUT, exist_ok=True)
-    for k, v in SEEDS.items():
-        with open(os.path.join(OUT, k), "wb") as f:
+# ---- reply: upstream replies (what the resolver's parser and classifier read) -------------
+
+A, NS, CNAME, SOA, PTR, MX, TXT, AAAA, DNAME, OPT = 1, 2, 5, 6, 12, 15, 16, 28, 39, 41
+QR, AA, TC = 0x8000, 0x0400, 0x0200
+
+
+def rr(owner, rtype, rdata, ttl=300, rclass=1):
+    """owner: wire bytes (a name or a pointer)."""
+    return owner + struct.pack(">HHIH", rtype, rclass, ttl, len(rdata)) + rdata
+
+
+def ptr(off):
+    return struct.pack(">H", 0xC000 | off)
+
+
+def soa_rdata(mname=b"\x02ns\xc0\x0c", rname=b"\x04host\xc0\x0c", minimum=300):
+    return mname + rname + struct.pack(">IIIII", 2026112701, 7200, 3600, 1209600, minimum)
+
+
+def reply(qname, qtype, flags, an=(), ns=(), ar=(), id_=0xBEEF, qd=1):
+    """A reply to `qname` (written at offset 12, so pointers to 12 name it)."""
+    h = struct.pack(">HHHHHH", id_, flags, qd, len(an), len(ns), len(ar))
+    return h + name(qname) + struct.pack(">HH", qtype, 1) + b"".join(an) + b"".join(ns) + b"".join(ar)
+
+
+Q = ptr(12)  # the question name
+IP1 = bytes([198, 18, 0, 1])
+IP6 = bytes.fromhex("20010db8000000000000000000000001")
+# In a reply to www.example.test: offset 12 "www", 16 "example", 24 "test".
+EX = ptr(16)
+TEST = ptr(24)
+
+REPLY_SEEDS = {
+    "answer-a": reply("www.example.test", A, QR | AA, an=[rr(Q, A, IP1)]),
+    "answer-a-0x20": reply("wWw.ExAmple.TeSt", A, QR | AA, an=[rr(Q, A, IP1)]),
+    "answer-aaaa-edns": reply("www.example.test", AAAA, QR | AA, an=[rr(Q, AAAA, IP6)],
+                              ar=[opt()]),
+    "answer-any": reply("www.example.test", 255, QR | AA,
+                        an=[rr(Q, A, IP1), rr(Q, TXT, b"\x05hello"), rr(Q, MX, b"\x00\x0a\x04mail" + EX)]),
+    "cname-chain": reply("www.example.test", A, QR | AA,
+                         an=[rr(Q, CNAME, b"\x04mail" + EX), rr(ptr(46), A, IP1)]),
+    "cname-out-of-zone": reply("www.example.test", A, QR | AA,
+                               an=[rr(Q, CNAME, name("www.other.net"))]),
+    "cname-nxdomain": reply("www.example.test", A, QR | AA | 3,
+                            an=[rr(Q, CNAME, b"\x04gone" + EX)], ns=[rr(EX, SOA, soa_rdata())]),
+    "dname": reply("www.old.example.test", A, QR | AA,
+                   an=[rr(ptr(16), DNAME, b"\x03new" + ptr(20)),
+                       rr(Q, CNAME, b"\x03www\x03new" + ptr(20)),
+                       rr(name("www.new.example.test"), A, IP1)]),
+    "nxdomain-soa": reply("nx.example.test", A, QR | AA | 3, ns=[rr(ptr(15), SOA, soa_rdata(minimum=60))]),
+    "nodata-soa": reply("www.example.test", MX, QR | AA, ns=[rr(EX, SOA, soa_rdata())]),
+    "nodata-soa-uncompressed": reply("www.example.test", MX, QR | AA,
+                                     ns=[rr(name("example.test"), SOA,
+                                            soa_rdata(name("ns.example.test"), name("host.example.test")))]),
+    "referral-glue": reply("www.example.test", A, QR,
+                           ns=[rr(EX, NS, b"\x03ns1" + EX), rr(EX, NS, b"\x03ns2" + EX),
+                               rr(EX, NS, name("ns.other.net"))],
+                           ar=[rr(name("ns1.example.test"), A, IP1), rr(name("ns1.example.test"), AAAA, IP6),
+                               rr(name("ns2.example.test"), A, IP1), opt()]),
+    "referral-from-root": reply("www.example.test", A, QR,
+                                ns=[rr(TEST, NS, b"\x01a\x03nic" + TEST)],
+                                ar=[rr(b"\x01a\x03nic" + TEST, A, IP1)]),
+    "referral-upward": reply("www.example.test", A, QR, ns=[rr(b"\x00", NS, name("a.root-servers.net"))]),
+    "priming": reply(".", NS, QR | AA,
+                     an=[rr(b"\x00", NS, name("a.root-servers.net")), rr(b"\x00", NS, name("b.root-servers.net"))],
+                     ar=[rr(name("a.root-servers.net"), A, IP1), rr(name("b.root-servers.net"), AAAA, IP6)]),
+    "ptr": reply("1.0.18.198.in-addr.arpa", PTR, QR | AA, an=[rr(Q, PTR, name("host.example.test"))]),
+    "truncated-tc": reply("www.example.test", A, QR | TC),
+    "servfail": reply("www.example.test", A, QR | 2),
+    "refused": reply("www.example.test", A, QR | 5),
+    "badvers-ext-rcode": reply("www.example.test", A, QR, ar=[b"\x00" + struct.pack(">HHIH", OPT, 1232, 1 << 24, 0)]),
+    "ttl-top-bit": reply("www.example.test", A, QR | AA, an=[rr(Q, A, IP1, ttl=0x80000001)]),
+    "class-ch-skipped": reply("www.example.test", A, QR | AA, an=[rr(Q, TXT, b"\x02hi", rclass=3), rr(Q, A, IP1)]),
+    "qr-clear": reply("www.example.test", A, AA, an=[rr(Q, A, IP1)]),
+    "qdcount-0": reply("www.example.test", A, QR, qd=0),
+    "qdcount-2": reply("www.example.test", A, QR, qd=2),
+    "question-pointer": struct.pack(">HHHHHH", 0xBEEF, QR, 1, 0, 0, 0) + b"\xc0\x0c\x00\x01\x00\x01",
+    "pointer-forward-in-rdata": reply("www.example.test", NS, QR | AA, an=[rr(Q, NS, ptr(200))]),
+    "pointer-loop-owner": reply("www.example.test", A, QR | AA, an=[rr(ptr(34), A, IP1)]),
+    "rdlen-past-end": reply("www.example.test", A, QR | AA, an=[rr(Q, A, IP1)])[:-2],
+    "soa-short": reply("www.example.test", A, QR | AA | 3, ns=[rr(EX, SOA, soa_rdata()[:-4])]),
+    "mx-no-exchange": reply("www.example.test", MX, QR | AA, an=[rr(Q, MX, b"\x00\x0a")]),
+    "counts-lie": struct.pack(">HHHHHH", 0xBEEF, QR | AA, 1, 40, 40, 40) + name("www.example.test") + b"\x00\x01\x00\x01",
+    "header-only": struct.pack(">HHHHHH", 0xBEEF, QR, 1, 0, 0, 0),
+    "empty": b"",
+}
+
+# ---- zone_spans: master-file text (what the zone loader's pre-scanner splits) ----------------
+
+SPAN_SEEDS = {
+    "plain": b"$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns host 1 2 3 4 5\n@ NS ns\nns A 198.18.0.1\n",
+    "soa-parens": b"@ 3600 IN SOA ns.example.com. host.example.com. (\n  2026112701 ; serial\n"
+                  b"  7200 3600\n  1209600 300 )\n  NS ns\n",
+    "indented-owner": b"www A 198.18.0.1\n    AAAA 2001:db8::1\n\tTXT \"tab\"\n",
+    "quotes-escapes": b'txt TXT "a;b" "c(d" "e\\"f" "g\\\\" \\040x ; comment ( here\nnext A 1.2.3.4\n',
+    "quoted-newline": b'q TXT "line one\nline two"\nr A 1.2.3.4\n',
+    "escaped-newline": b"a TXT x\\\ny\nb A 1.2.3.4\n",
+    "comments-only": b"; only\n;; comments ( and\n\n   ; parens )\n",
+    "crlf": b"$TTL 60\r\n@ SOA a b 1 2 3 4 5\r\nwww A 1.2.3.4\r\n",
+    "directives": b"$TTL 1h\n$TTL 300 ; five minutes\n$INCLUDE sub.inc sub.example.com.\n$GENERATE 1-4 h$ A 1.2.3.$\n$origin lower.\n",
+    "unbalanced-open": b"@ SOA a b ( 1 2 3\n4 5\nwww A 1.2.3.4\n",
+    "unbalanced-close": b"www A 1.2.3.4 )\n) x\nz A 1.2.3.4\n",
+    "unterminated-quote": b'a TXT "no end\nb A 1.2.3.4\n',
+    "backslash-at-end": b"a TXT x\\",
+    "no-final-newline": b"a A 1.2.3.4",
+    "generic-rdata": b"g TYPE65400 \\# 4 0a000001\nh CAA 0 issue \"ca.example\"\n",
+    "blank-lines": b"\n\n  \n\t\na A 1.2.3.4\n\n",
+    "dollar-mid-line": b"a TXT $notadirective\n  $TTL 5\n",
+    "binary": bytes(range(256)),
+}
+
+
+def write(dirname, seeds):
+    out = os.path.join(CORPUS, dirname)
+    os.makedirs(out, exist_ok=True)
+    for k, v in seeds.items():
+        with open(os.path.join(out, k), "wb") as f:
             f.write(v)
-    print(f"{len(SEEDS)} seeds in {OUT}")
+    print(f"{len(seeds)} seeds in {out}")
+
+
+def main():
+    write("respond", SEEDS)
+    write("reply", REPLY_SEEDS)
+    write("zone_spans", SPAN_SEEDS)
 
 
 if __name__ == "__main__":

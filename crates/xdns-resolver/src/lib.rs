@@ -7,18 +7,25 @@
 //! [`xdns_wire::cache::replay`] is the kernel's reply byte for byte except TTLs.
 //!
 //! What it does, and where:
-//! - [`resolve`]: the iteration: zone map (longest cached cut), referrals with in-bailiwick glue,
-//!   glueless NS names resolved under a budget, CNAME chains across zones, negative answers
-//!   (RFC 2308) with the SOA, NXDOMAIN cut (RFC 8020), serve-stale (RFC 8767), failure
-//!   caching (RFC 9520), redundant queries to several servers with smoothed RTTs, TCP
-//!   fallback on TC=1.
+//! - [`resolve`]: the [`Resolver`]: caches, serve-stale (RFC 8767), failure caching
+//!   (RFC 9520), coalescing, prefetch, flush; the answer's body for the kernel. Its parts:
+//!   - `resolve::iterate`: the iteration: zone map (longest cached cut), referrals, CNAME
+//!     chains across zones, negative answers (RFC 2308) with the SOA, NXDOMAIN cut (RFC 8020),
+//!     QNAME minimisation (RFC 9156).
+//!   - `resolve::servers`: server choice: in-bailiwick glue, glueless NS names resolved under
+//!     a budget, redundant queries to several servers with smoothed RTTs, TCP fallback on
+//!     TC=1.
+//!   - [`resolve::classify`](mod@resolve::classify): what a reply means (answer, CNAME/DNAME chain, referral,
+//!     NXDOMAIN, NODATA, lame), a pure function of the question, the zone asked and the
+//!     parsed reply, with the bailiwick rules.
+//!   - `resolve::prime`: root priming (RFC 8109, [`Resolver::prime`]) replaces the hints with
+//!     the root servers' own NS set and addresses.
 //! - [`msg`]: upstream queries (random ID, 0x20 letter case, EDNS 1232) and reply parsing;
 //!   [`msg::Expect`] accepts a reply only from the server asked, with the ID and the question
 //!   exactly as sent.
 //! - [`net`]: the network behind a trait ([`net::Network`]); [`net::SystemNetwork`] uses a fresh
 //!   socket (random port) per query.
-//! - [`hints`]: root hints files; root priming (RFC 8109, [`Resolver::prime`]) replaces them
-//!   with the root servers' own NS set and addresses.
+//! - [`hints`]: root hints files.
 //! - [`store`]: bounded caches.
 
 pub mod hints;

@@ -4,19 +4,9 @@
 use rand::Rng;
 use xdns_wire::name;
 
-/// RR types the resolver looks at.
-pub mod rtype {
-    pub const A: u16 = 1;
-    pub const NS: u16 = 2;
-    pub const CNAME: u16 = 5;
-    pub const SOA: u16 = 6;
-    pub const PTR: u16 = 12;
-    pub const MX: u16 = 15;
-    pub const AAAA: u16 = 28;
-    pub const OPT: u16 = 41;
-    pub const DNAME: u16 = 39;
-    pub const ANY: u16 = 255;
-}
+/// RR type numbers: the workspace's one table, from `domain` (re-exported here for the users
+/// of `xdns_resolver::msg::rtype`).
+pub use xdns_wire::rtype;
 
 /// Class IN.
 pub const CLASS_IN: u16 = 1;
@@ -99,6 +89,9 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 
 /// Reads RDATA at `start..end` of `msg`, decompressing the names of the types that may be
 /// compressed (RFC 3597 §4). Other RDATA is copied.
+///
+/// The set is wider than the one `xdns_wire::BodyWriter` compresses when writing: DNAME too,
+/// read liberally because some servers compress its target although RFC 6672 §2.5 says not to.
 fn read_rdata(msg: &[u8], rtype: u16, start: usize, end: usize) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(end - start);
     match rtype {

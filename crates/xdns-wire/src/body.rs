@@ -69,13 +69,6 @@ impl std::fmt::Display for BodyError {
 
 impl std::error::Error for BodyError {}
 
-/// RR types whose RDATA names may be compressed (RFC 1035 types, RFC 3597 §4). MB, MG, MR,
-/// MINFO and MD/MF are obsolete and left uncompressed.
-const TYPE_NS: u16 = 2;
-const TYPE_CNAME: u16 = 5;
-const TYPE_SOA: u16 = 6;
-const TYPE_PTR: u16 = 12;
-const TYPE_MX: u16 = 15;
 
 /// Longest question name: the real question can be this long at answer time, so pointer
 /// targets inside the body are only recorded while they stay below 0x3FFF after any shift.
@@ -208,16 +201,21 @@ impl BodyWriter {
 
     /// Writes RDATA of type `rtype`, compressing embedded names of the well-known types only.
     /// RDATA that does not have the expected shape is copied unchanged.
+    ///
+    /// The types whose RDATA names are compressed: the RFC 1035 types NS, CNAME, PTR, MX and
+    /// SOA (RFC 3597 §4; MB, MG, MR, MINFO and MD/MF are obsolete and left uncompressed). Not
+    /// DNAME, whose target must not be compressed (RFC 6672 §2.5), nor any newer type.
     fn write_rdata(&mut self, rtype: u16, rdata: &[u8]) {
+        use crate::rtype::{CNAME, MX, NS, PTR, SOA};
         match rtype {
-            TYPE_NS | TYPE_CNAME | TYPE_PTR if name::is_valid(rdata) => {
+            NS | CNAME | PTR if name::is_valid(rdata) => {
                 self.write_name_compressed(rdata);
             }
-            TYPE_MX if rdata.len() > 2 && name::is_valid(&rdata[2..]) => {
+            MX if rdata.len() > 2 && name::is_valid(&rdata[2..]) => {
                 self.body.bytes.extend_from_slice(&rdata[..2]);
                 self.write_name_compressed(&rdata[2..]);
             }
-            TYPE_SOA => {
+            SOA => {
                 let m = name::name_len(rdata).ok();
                 let r = m.and_then(|m| name::name_len(&rdata[m..]).ok().map(|r| (m, r)));
                 match r {

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod name;
 pub mod query;
 pub mod response;
+pub mod rtype;
 
 pub use body::{Body, BodyError, BodyWriter, Section};
 pub use cache::{AnswerCache, CacheKey, CachedAnswer, NoCache};

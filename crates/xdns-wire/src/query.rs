@@ -147,8 +147,8 @@ pub struct Query {
     pub status: Status,
 }
 
-/// RR type of OPT.
-pub const TYPE_OPT: u16 = 41;
+/// RR type of OPT (kept under this name for its users; [`crate::rtype::OPT`]).
+pub const TYPE_OPT: u16 = crate::rtype::OPT;
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))

@@ -52,8 +52,6 @@ pub const MAX_WARNINGS: usize = 100;
 /// `progress` is called every this many records.
 pub const PROGRESS_EVERY: u64 = 100_000;
 
-const SOA: u16 = 6;
-
 /// Where a zone comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneSource {
@@ -212,7 +210,7 @@ pub fn key_to_text(key: &[u8]) -> String {
 
 /// What kind of entry a span is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SpanKind {
+pub enum SpanKind {
     /// A resource record.
     Record,
     /// `$ORIGIN` (consumed inside `domain`).
@@ -227,20 +225,31 @@ enum SpanKind {
 
 /// One entry of a master file: its lines and byte range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Span {
-    kind: SpanKind,
+pub struct Span {
+    /// What the entry is.
+    pub kind: SpanKind,
     /// Whether the entry starts with white space (inherits the previous owner).
-    indented: bool,
-    /// First and last line (1-based) of the entry.
-    first_line: usize,
-    last_line: usize,
-    /// Byte offsets of the entry's first line start and of the text after its last line.
-    start: usize,
-    end: usize,
+    pub indented: bool,
+    /// First line (1-based) of the entry.
+    pub first_line: usize,
+    /// Last line (1-based) of the entry.
+    pub last_line: usize,
+    /// Byte offset of the entry's first line start.
+    pub start: usize,
+    /// Byte offset of the text after its last line.
+    pub end: usize,
 }
 
-/// Splits master-file text into entries the way `domain`'s scanner does.
-struct Spans<'a> {
+/// The entries of master-file text, in order (the pre-scanner [`Spans`]). Public for its
+/// fuzz target (`fuzz/fuzz_targets/zone_spans.rs`) and the replay of that target's corpus.
+pub fn entry_spans(text: &[u8]) -> Spans<'_> {
+    Spans::new(text, 0, 1)
+}
+
+/// Splits master-file text into entries the way `domain`'s scanner does. Reads any bytes
+/// (master files are not trusted to be well formed) without panicking; every entry it returns
+/// is non-empty and lies inside the text, after the previous one.
+pub struct Spans<'a> {
     text: &'a [u8],
     pos: usize,
     line: usize,
@@ -362,7 +371,7 @@ impl Iterator for Spans<'_> {
 }
 
 /// The value of a `$TTL` span, if it is a plain number (all `domain` accepts).
-fn dollar_ttl(text: &[u8], span: &Span) -> Option<u32> {
+pub fn dollar_ttl(text: &[u8], span: &Span) -> Option<u32> {
     let line = std::str::from_utf8(text.get(span.start..span.end)?).ok()?;
     let line = line.split(';').next()?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -804,7 +813,7 @@ impl<'p> Builder<'p> {
         let serial = self
             .nodes
             .get(&self.apex)
-            .and_then(|n| n.rrset(SOA))
+            .and_then(|n| n.rrset(xdns_wire::rtype::SOA))
             .and_then(|s| s.rdata.first())
             .and_then(|d| soa_serial(d))
             .unwrap_or(0);

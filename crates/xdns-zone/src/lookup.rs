@@ -26,35 +26,9 @@ use crate::respond::Transport;
 use crate::tree::{NameKey, Node, Rrset, Zone};
 use xdns_wire::name;
 
-/// RR type numbers used by the lookup.
-pub mod rtype {
-    /// A
-    pub const A: u16 = 1;
-    /// NS
-    pub const NS: u16 = 2;
-    /// CNAME
-    pub const CNAME: u16 = 5;
-    /// SOA
-    pub const SOA: u16 = 6;
-    /// MX
-    pub const MX: u16 = 15;
-    /// AAAA
-    pub const AAAA: u16 = 28;
-    /// SRV
-    pub const SRV: u16 = 33;
-    /// DS
-    pub const DS: u16 = 43;
-    /// SVCB
-    pub const SVCB: u16 = 64;
-    /// HTTPS
-    pub const HTTPS: u16 = 65;
-    /// IXFR
-    pub const IXFR: u16 = 251;
-    /// AXFR
-    pub const AXFR: u16 = 252;
-    /// ANY (`*`)
-    pub const ANY: u16 = 255;
-}
+/// RR type numbers: the workspace's one table, from `domain` (re-exported here for the users
+/// of `xdns_zone::lookup::rtype`).
+pub use xdns_wire::rtype;
 
 /// Longest CNAME chain followed (records in the answer). Knot DNS and NSD both cut chains;
 /// 16 is ample for real zones and bounds the work per query.

@@ -28,17 +28,7 @@ use hashbrown::HashSet;
 use crate::load::{key_to_text, LoadError};
 use crate::tree::{Node, Zone};
 
-/// RR type numbers used by the checks.
-mod rtype {
-    pub const A: u16 = 1;
-    pub const NS: u16 = 2;
-    pub const CNAME: u16 = 5;
-    pub const SOA: u16 = 6;
-    pub const AAAA: u16 = 28;
-    pub const DS: u16 = 43;
-    pub const RRSIG: u16 = 46;
-    pub const NSEC: u16 = 47;
-}
+use xdns_wire::rtype;
 
 /// What validation needs to see of a zone.
 pub trait ZoneView {
@@ -280,7 +270,7 @@ pub fn validate(z: &dyn ZoneView) -> Findings {
 
 /// The mnemonic of an RR type (`A`, `TYPE65400`), through `domain`.
 pub fn type_name(rtype: u16) -> String {
-    domain::base::iana::Rtype::from_int(rtype).to_string()
+    rtype::name(rtype)
 }
 
 #[cfg(test)]
