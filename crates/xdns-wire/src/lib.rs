@@ -10,6 +10,7 @@
 pub mod body;
 pub mod cache;
 pub mod name;
+pub mod opt;
 pub mod query;
 pub mod response;
 pub mod rtype;

@@ -56,10 +56,21 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TcpConfig {
-    /// Close a connection that has been idle (no query read, nothing pending) this long.
+    /// Close a connection that has been idle (no query read, nothing pending) this long, while
+    /// at most half the slots are in use; less beyond (down to `idle_min_ms`).
     pub idle_timeout_ms: u64,
-    /// Connections beyond this many are closed as soon as they are accepted.
+    /// The idle timeout when every slot is in use (at most `idle_timeout_ms`).
+    pub idle_min_ms: u64,
+    /// Connection slots over all TCP listeners. When all are taken, a new connection closes
+    /// the longest-idle connection of the client holding the most; it is refused only when
+    /// none is idle.
     pub max_connections: usize,
+    /// Connections one client (an IPv4 address, an IPv6 /64) may hold; its next one closes
+    /// its own longest-idle connection, or is refused when all of them are busy.
+    pub max_per_client: usize,
+    /// A query must arrive whole, and an answer be written, within this long of its first
+    /// byte (slow writers, slow readers).
+    pub io_timeout_ms: u64,
     /// Queries read but not yet answered on one connection before reading pauses.
     pub max_pipelined: usize,
 }
@@ -68,7 +79,10 @@ impl Default for TcpConfig {
     fn default() -> Self {
         Self {
             idle_timeout_ms: 10_000,
+            idle_min_ms: 1_000,
             max_connections: 1024,
+            max_per_client: 64,
+            io_timeout_ms: 2_000,
             max_pipelined: 100,
         }
     }
@@ -318,6 +332,15 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
             if t.max_pipelined == 0 {
                 errors.push(err(line, "[tcp] max_pipelined must be at least 1".into()));
             }
+            if t.max_per_client == 0 {
+                errors.push(err(line, "[tcp] max_per_client must be at least 1".into()));
+            }
+            if t.io_timeout_ms == 0 {
+                errors.push(err(line, "[tcp] io_timeout_ms must be at least 1".into()));
+            }
+            if t.idle_min_ms == 0 {
+                errors.push(err(line, "[tcp] idle_min_ms must be at least 1".into()));
+            }
             t
         }
     };
@@ -492,7 +515,10 @@ edns_payload = 1400
 udp_workers = 3
 [tcp]
 idle_timeout_ms = 500
+idle_min_ms = 100
 max_connections = 7
+max_per_client = 3
+io_timeout_ms = 250
 max_pipelined = 9
 [log]
 level = "debug"
@@ -519,7 +545,10 @@ file = "z.zone"
             c.tcp,
             TcpConfig {
                 idle_timeout_ms: 500,
+                idle_min_ms: 100,
                 max_connections: 7,
+                max_per_client: 3,
+                io_timeout_ms: 250,
                 max_pipelined: 9
             }
         );
@@ -590,6 +619,8 @@ file = "z.zone"
             ("edns_payload = 100\n", Some(1), "edns_payload"),
             ("udp_workers = -1\n", Some(1), "udp_workers"),
             ("[tcp]\nmax_pipelined = 0\n", Some(1), "max_pipelined"),
+            ("[tcp]\nidle_min_ms = 0\n", Some(1), "idle_min_ms"),
+            ("[tcp]\nmax_per_client = 0\n", Some(1), "max_per_client"),
             ("[log]\nlevel = \"a=b=c=\"\n", Some(1), "level"),
             ("\n\n[[zone]]\nname = \"a.\"\nfile = \"missing.zone\"\n", Some(5), "missing.zone"),
             ("[[zone]]\nname = \"a..b\"\nfile = \"z.zone\"\n", Some(2), "a..b"),

@@ -17,6 +17,7 @@
 //! `/metrics`), which hand every message to the one query plan (`crate::query`).
 
 mod reconfigure;
+mod slots;
 mod start;
 pub mod tcp;
 pub mod udp;
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, Overrides};
 use crate::recursion::Recursion;
@@ -55,6 +56,8 @@ pub struct Shared {
     pub recursion: OnceLock<Arc<Recursion>>,
     /// Listening sockets kept for a new process taking over.
     pub takeover: takeover::State,
+    /// The TCP connection slots of every listener (set before the listeners start).
+    pub tcp_slots: OnceLock<Arc<slots::Slots>>,
 }
 
 impl Shared {
@@ -68,6 +71,7 @@ impl Shared {
             xdp_status: ArcSwapOption::empty(),
             recursion: OnceLock::new(),
             takeover: Default::default(),
+            tcp_slots: OnceLock::new(),
         }
     }
 
@@ -81,6 +85,9 @@ impl Shared {
         }
         if let Some(r) = self.recursion.get() {
             r.snapshot(&mut s);
+        }
+        if let Some(slots) = self.tcp_slots.get() {
+            slots.snapshot(&mut s);
         }
         s
     }
@@ -149,10 +156,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         let wildcard = addr.ip().is_unspecified();
         threads.push(udp::spawn(sock, wildcard, shared.clone(), format!("xdns-udp-{n}")).context("starting UDP worker")?);
     }
-    let limit = Arc::new(Semaphore::new(cfg.tcp.max_connections));
+    let slots = shared.tcp_slots.get_or_init(|| slots::Slots::new(cfg.tcp.clone())).clone();
     for (_, l) in listeners.tcp {
         let l = tokio::net::TcpListener::from_std(l).context("registering TCP listener")?;
-        tasks.push(tokio::spawn(tcp::serve(l, shared.clone(), cfg.tcp.clone(), limit.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(tcp::serve(l, shared.clone(), cfg.tcp.clone(), slots.clone(), stop_rx.clone())));
     }
     if let Some(l) = listeners.metrics {
         tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));

@@ -5,9 +5,11 @@
 //! as soon as it is read; answers go to the writer through a channel of `max_pipelined` slots,
 //! so a client that sends many queries without reading answers stalls its own reader rather
 //! than growing memory. The writer batches whatever answers are ready into one flush.
-//! A connection with no complete query for `idle_timeout_ms` is closed; so is one whose
-//! answers cannot be written for as long. Answers are never truncated on TCP. Beyond
-//! `max_connections` open connections, new ones are closed as soon as they are accepted.
+//! Connection slots are shared fairly between clients ([`super::slots`]): a client's share,
+//! eviction of the longest-idle connection when the slots are full, an idle timeout that
+//! shrinks under pressure and is advertised with edns-tcp-keepalive (RFC 7828), and an I/O
+//! timeout within which a query must arrive and an answer be written. Answers are never
+//! truncated on TCP.
 //! On shutdown (SIGTERM, or a new process taking over the listener), the listener stops;
 //! each reader answers what is already arriving and stops once its connection has been quiet
 //! for 200 ms (at most 1 s after the stop); pending answers are written and the connections
@@ -25,6 +27,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use xdns_zone::{Outcome, Transport};
 
+use super::slots::{Slot, Slots};
 use super::{stopped, Shared};
 use crate::config::TcpConfig;
 use crate::query::{self, Action, Message};
@@ -53,12 +56,13 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
-/// Accept and serve connections on `listener` until shutdown, then drain.
+/// Accept and serve connections on `listener` until shutdown, then drain. `slots` are shared
+/// by every TCP listener of the server (see [`super::slots`]).
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     cfg: TcpConfig,
-    limit: Arc<Semaphore>,
+    slots: Arc<Slots>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let shard = shared.stats.shard();
@@ -69,7 +73,7 @@ pub async fn serve(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
-                    let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    let Ok(slot) = slots.take(peer.ip()) else {
                         shared.stats.tcp_refused.fetch_add(1, Relaxed);
                         drop(stream);
                         continue;
@@ -81,9 +85,9 @@ pub async fn serve(
                     let cfg = cfg.clone();
                     let shutdown = shutdown.clone();
                     conns.spawn(async move {
-                        connection(stream, peer, &shared, &shard, &cfg, shutdown).await;
+                        connection(stream, peer, &shared, &shard, &cfg, &slot, shutdown).await;
                         shared.stats.tcp_open.fetch_sub(1, Relaxed);
-                        drop(permit);
+                        drop(slot);
                     });
                 }
                 Err(e) => {
@@ -103,38 +107,54 @@ pub async fn serve(
     }
 }
 
-/// Serve one connection until the client closes it, it idles out, or shutdown.
+/// An answer for the writer, and whether the client asked for edns-tcp-keepalive.
+type Outgoing = (Vec<u8>, bool);
+
+/// Serve one connection until the client closes it, it idles out, its slot is given to
+/// another connection (it was idle the longest), or shutdown.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: &Shared,
     shard: &Shard,
     cfg: &TcpConfig,
+    slot: &Slot,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let idle = Duration::from_millis(cfg.idle_timeout_ms);
+    let slots = slot.slots();
+    let conn = &slot.conn;
+    let io = slots.io_timeout();
     let (mut rd, wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(cfg.max_pipelined.max(1));
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(cfg.max_pipelined.max(1));
     let writer = async move {
         let mut w = BufWriter::new(wr);
-        'outer: while let Some(ans) = rx.recv().await {
-            let mut next = Some(ans);
-            while let Some(a) = next.take() {
+        'outer: while let Some(out) = rx.recv().await {
+            let mut next = Some(out);
+            while let Some((mut a, keepalive)) = next.take() {
+                if keepalive {
+                    // RFC 7828: the idle timeout in force now, in units of 100 ms
+                    let t = (slots.idle_timeout().as_millis() / 100).min(u128::from(u16::MAX)) as u16;
+                    xdns_wire::opt::push_option(&mut a, xdns_wire::opt::TCP_KEEPALIVE, &t.to_be_bytes());
+                }
                 let frame = async {
                     w.write_all(&(a.len() as u16).to_be_bytes()).await?;
                     w.write_all(&a).await
                 };
-                if !matches!(tokio::time::timeout(idle, frame).await, Ok(Ok(()))) {
+                // a client that does not read its answers holds the slot no longer than this
+                if !matches!(tokio::time::timeout(io, frame).await, Ok(Ok(()))) {
+                    slots.io_timed_out();
                     break 'outer;
                 }
+                conn.paid();
                 next = rx.try_recv().ok();
             }
-            if !matches!(tokio::time::timeout(idle, w.flush()).await, Ok(Ok(()))) {
+            if !matches!(tokio::time::timeout(io, w.flush()).await, Ok(Ok(()))) {
+                slots.io_timed_out();
                 break;
             }
         }
-        let _ = tokio::time::timeout(idle, w.shutdown()).await;
+        let _ = tokio::time::timeout(io, w.shutdown()).await;
     };
     let resolving = Arc::new(Semaphore::new(cfg.max_pipelined.max(1)));
     let reader = async move {
@@ -151,14 +171,17 @@ async fn connection(
                     Some(left) => left.min(LINGER),
                     None => break,
                 },
-                None => idle,
+                None => slots.idle_timeout(),
             };
+            conn.waiting(slots);
             let mut first = [0u8; 1];
             let ready = tokio::select! {
                 _ = stopped(&mut shutdown), if draining.is_none() => {
                     draining = Some(tokio::time::Instant::now());
                     continue;
                 }
+                // idle the longest when another client needed the slot (counted by the slots)
+                _ = conn.evicted() => break,
                 r = tokio::time::timeout(wait, rd.peek(&mut first)) => r,
             };
             match ready {
@@ -170,24 +193,24 @@ async fn connection(
                     break;
                 }
             }
-            let len = match tokio::time::timeout(wait, rd.read_u16()).await {
-                Ok(Ok(l)) => l as usize,
-                Ok(Err(_)) => break,
-                Err(_) if draining.is_some() => break,
-                Err(_) => {
-                    shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
-                    break;
-                }
+            // From its first byte, a query must arrive whole within the I/O timeout: a client
+            // that sends half a message holds the slot no longer than that.
+            conn.reading();
+            let whole = async {
+                let len = rd.read_u16().await? as usize;
+                query.resize(len, 0);
+                rd.read_exact(&mut query).await
             };
-            query.resize(len, 0);
-            match tokio::time::timeout(idle, rd.read_exact(&mut query)).await {
+            match tokio::time::timeout(io, whole).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {
-                    shared.stats.tcp_idle_closed.fetch_add(1, Relaxed);
+                    slots.io_timed_out();
                     break;
                 }
             }
+            let keepalive = xdns_wire::opt::option(&query, xdns_wire::opt::TCP_KEEPALIVE).is_some();
+            conn.owe();
             let mut answer = Vec::new();
             let recursion = shared.recursion.get();
             let msg = Message { wire: &query, peer: Some(peer.ip()), transport: Transport::Tcp };
@@ -208,24 +231,29 @@ async fn connection(
                             recursion::resolve_and_answer(&rec, &q, key, Transport::Tcp, payload)
                                 .await;
                         rec.shard.record(Transport::Tcp, outcome);
-                        let _ = tx.send(answer).await;
+                        let _ = tx.send((answer, keepalive)).await;
                         drop(permit);
                     });
                 }
                 Action::Reply(outcome) => {
                     shard.record(Transport::Tcp, outcome);
                     if !matches!(outcome, Outcome::Answered { .. }) || answer.is_empty() {
+                        conn.paid();
                         continue;
                     }
                     if answer.len() > usize::from(u16::MAX) {
                         shard.drop(DropKind::TooLarge);
+                        conn.paid();
                         continue;
                     }
-                    if tx.send(answer).await.is_err() {
+                    if tx.send((answer, keepalive)).await.is_err() {
                         break;
                     }
                 }
-                Action::Fail => shard.record_dropped(Transport::Tcp, DropKind::Internal),
+                Action::Fail => {
+                    shard.record_dropped(Transport::Tcp, DropKind::Internal);
+                    conn.paid();
+                }
             }
         }
         // Dropping `tx` lets the writer finish the pending answers and close.
@@ -247,9 +275,9 @@ mod tests {
         let listener = TcpListener::from_std(std_listener).unwrap();
         let shared = Arc::new(Shared::new(Default::default()));
         let (stop_tx, stop_rx) = watch::channel(false);
-        let cfg = TcpConfig { idle_timeout_ms, max_connections, max_pipelined: 4 };
-        let limit = Arc::new(Semaphore::new(max_connections));
-        let task = tokio::spawn(serve(listener, shared.clone(), cfg, limit, stop_rx));
+        let cfg = TcpConfig { idle_timeout_ms, max_connections, max_pipelined: 4, ..TcpConfig::default() };
+        let slots = Slots::new(cfg.clone());
+        let task = tokio::spawn(serve(listener, shared.clone(), cfg, slots, stop_rx));
         (addr, shared, stop_tx, task)
     }
 
@@ -273,13 +301,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn refuses_beyond_limit_and_drains_on_shutdown() {
+    async fn a_newcomer_takes_the_slot_of_an_idle_connection_and_drains_on_shutdown() {
         let (addr, shared, stop_tx, task) = start(1, 60_000);
-        let _first = TcpStream::connect(addr).await.unwrap();
+        let mut idle = TcpStream::connect(addr).await.unwrap();
         wait_open(&shared, 1).await;
-        let mut second = TcpStream::connect(addr).await.unwrap();
-        let n = read_until_closed(&mut second).await;
-        assert_eq!(n, 0, "the connection over the limit must be closed");
+        let _second = TcpStream::connect(addr).await.unwrap();
+        let n = read_until_closed(&mut idle).await;
+        assert_eq!(n, 0, "the idle connection must be closed for the newcomer");
+        assert_eq!(shared.stats.tcp_refused.load(Relaxed), 0);
+        // the newcomer is busy (half a length prefix sent): the next one is refused
+        _second.try_write(&[0]).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(read_until_closed(&mut third).await, 0, "no idle connection: refused");
         assert_eq!(shared.stats.tcp_refused.load(Relaxed), 1);
 
         stop_tx.send(true).unwrap();
