@@ -50,6 +50,9 @@ pub struct Config {
     pub zones: Vec<ZoneSource>,
     /// The recursive resolver (`[resolver]`); `None` = authoritative only.
     pub resolver: Option<ResolverSettings>,
+    /// `user` (and `group`): who `serve` runs as once its sockets, program and maps are
+    /// open (`crate::privilege`); `None` = stays root.
+    pub run_as: Option<crate::privilege::RunAs>,
 }
 
 /// `[tcp]` table.
@@ -160,6 +163,8 @@ struct FileConfig {
     zone: Vec<FileZone>,
     #[serde(default)]
     resolver: Option<Spanned<FileResolver>>,
+    user: Option<Spanned<String>>,
+    group: Option<Spanned<String>>,
 }
 
 /// One `[[zone]]` entry.
@@ -431,6 +436,21 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         log.level = l.clone();
     }
 
+    let run_as = match (&file.user, &file.group) {
+        (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {
+            Ok(r) => Some(r),
+            Err(reason) => {
+                errors.push(err(span_line(u.span()), reason));
+                None
+            }
+        },
+        (None, Some(g)) => {
+            errors.push(err(span_line(g.span()), "group is set without user".into()));
+            None
+        }
+        (None, None) => None,
+    };
+
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -446,6 +466,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         xdp: file.xdp,
         zones,
         resolver,
+        run_as,
     })
 }
 

@@ -14,6 +14,7 @@
 mod config;
 mod control;
 mod metrics;
+mod privilege;
 mod query;
 mod recursion;
 mod reload;

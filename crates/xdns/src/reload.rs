@@ -161,6 +161,7 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
     differs(old.tcp != new.tcp, "tcp");
     differs(old.log != new.log, "log");
     differs(old.xdp != new.xdp, "xdp");
+    differs(old.run_as != new.run_as, "user");
     // The XDP program's EDNS payload is read-only data fixed at load: with XDP on, a new
     // value in userspace only would make the kernel's answers and userspace's differ.
     differs(

@@ -149,6 +149,12 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         let _ = std::fs::remove_file(aside.as_deref().unwrap_or(&control_path));
         return Err(e);
     }
+    // Everything that needs root is open: give it up before userspace reads a packet.
+    let ours = aside.as_deref().unwrap_or(&control_path);
+    if let Err(e) = start::drop_privileges(&cfg, &shared, ours).await {
+        let _ = std::fs::remove_file(aside.as_deref().unwrap_or(&control_path));
+        return Err(e);
+    }
 
     let workers = cfg.effective_udp_workers();
     let mut threads = Vec::new();

@@ -260,3 +260,39 @@ pub async fn take_over(cfg: &Config) -> anyhow::Result<Option<takeover::Session>
     }
     Ok(session)
 }
+
+/// Give up root (`user` in the configuration; see [`crate::privilege`]): the control socket
+/// and its directory to that user; then the XDP thread keeps `CAP_NET_ADMIN` and `CAP_BPF`
+/// across the switch while every other thread loses every capability; then no_new_privs and
+/// the seccomp deny list on every thread. Called once everything that needs root is open,
+/// before anything reads a packet in userspace.
+pub async fn drop_privileges(cfg: &Config, shared: &Arc<Shared>, control: &std::path::Path) -> anyhow::Result<()> {
+    use crate::privilege;
+    let Some(who) = cfg.run_as.clone() else {
+        return Ok(());
+    };
+    privilege::hand_over_path(control, &who)?;
+    let sh = shared.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fp) = fp.as_ref() {
+            fp.on_thread(privilege::keep_caps_across_switch)?;
+        }
+        privilege::switch_user(&who)?;
+        if let Some(fp) = fp.as_ref() {
+            fp.on_thread(|| privilege::restrict_thread_caps(&privilege::XDP_THREAD_CAPS))?;
+        }
+        privilege::deny_syscalls()?;
+        Ok(())
+    })
+    .await?
+    .context("dropping privileges")?;
+    tracing::info!(
+        user = %privilege::current_user(),
+        uid = cfg.run_as.as_ref().map_or(0, |r| r.uid),
+        gid = cfg.run_as.as_ref().map_or(0, |r| r.gid),
+        xdp_thread_caps = "CAP_NET_ADMIN CAP_BPF",
+        "privileges dropped: every other thread holds no capability; no_new_privs and seccomp on"
+    );
+    Ok(())
+}

@@ -38,6 +38,8 @@ enum Cmd {
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
     ),
+    /// Run on the XDP thread (per-thread state such as its capabilities).
+    OnThread(Box<dyn FnOnce() -> anyhow::Result<()> + Send>, mpsc::Sender<anyhow::Result<()>>),
 }
 
 /// What `xdns stats` and `/metrics` show of the fast path.
@@ -292,6 +294,9 @@ impl Fastpath {
                         Cmd::SetAllow(allow, reply) => {
                             let _ = reply.send(rt.set_allow(&allow));
                         }
+                        Cmd::OnThread(f, reply) => {
+                            let _ = reply.send(f());
+                        }
                     }
                 }
             })?;
@@ -354,6 +359,12 @@ impl Fastpath {
     /// Replace the resolver's allow list in the kernel (blocking).
     pub fn set_allow(&self, allow: Vec<(std::net::IpAddr, u8)>) -> anyhow::Result<()> {
         self.call(|reply| Cmd::SetAllow(allow, reply))
+    }
+
+    /// Run `f` on the XDP thread, which owns the program and its links (blocking): for what
+    /// is per thread, such as the capabilities it alone keeps (`crate::privilege`).
+    pub fn on_thread(&self, f: impl FnOnce() -> anyhow::Result<()> + Send + 'static) -> anyhow::Result<()> {
+        self.call(|reply| Cmd::OnThread(Box::new(f), reply))
     }
 
     /// Send the command `make` builds around a reply channel, and wait for the reply up to
