@@ -13,3 +13,4 @@
 //! decision is reproducible in a table test.
 
 pub mod lists;
+pub mod rrl;
