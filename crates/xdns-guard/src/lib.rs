@@ -12,5 +12,6 @@
 //! Time is always passed in by the caller (seconds or nanoseconds as each API says), so every
 //! decision is reproducible in a table test.
 
+pub mod cookies;
 pub mod lists;
 pub mod rrl;
