@@ -13,5 +13,6 @@
 //! decision is reproducible in a table test.
 
 pub mod cookies;
+pub mod detect;
 pub mod lists;
 pub mod rrl;
