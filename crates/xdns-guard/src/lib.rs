@@ -15,4 +15,5 @@
 pub mod cookies;
 pub mod detect;
 pub mod lists;
+pub mod monitor;
 pub mod rrl;
