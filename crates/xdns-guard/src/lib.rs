@@ -17,3 +17,4 @@ pub mod detect;
 pub mod lists;
 pub mod monitor;
 pub mod rrl;
+pub mod topk;
