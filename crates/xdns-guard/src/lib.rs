@@ -12,6 +12,8 @@
 //! Time is always passed in by the caller (seconds or nanoseconds as each API says), so every
 //! decision is reproducible in a table test.
 
+#![warn(missing_docs)]
+
 pub mod cookies;
 pub mod detect;
 pub mod lists;

@@ -761,9 +761,12 @@ mod tests {
         );
     }
 
+    /// A name entry and what it must parse to: (wire, kind) or a substring of the error.
+    type NameRow<'a> = (&'a str, Result<(&'a [u8], NameMatch), &'a str>);
+
     #[test]
     fn name_entries_table() {
-        let rows: &[(&str, Result<(&[u8], NameMatch), &str>)] = &[
+        let rows: &[NameRow] = &[
             (
                 "Example.COM",
                 Ok((b"\x07example\x03com\x00", NameMatch::Exact)),

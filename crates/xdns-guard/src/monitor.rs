@@ -197,7 +197,7 @@ impl Monitor {
             .filter(|e| e.expires.is_some_and(|x| x <= now))
             .map(|e| (e.prefix, Unblock::Expired))
             .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by_key(|e| e.0);
         for (p, _) in &out {
             self.entries.remove(p);
         }
@@ -211,7 +211,8 @@ impl Monitor {
         walk.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut calm_out = Vec::new();
         for (rate, prefix) in walk {
-            if !(rate < threshold_pps) {
+            // Stop at the first rate at or above the threshold (or a NaN threshold).
+            if rate.partial_cmp(&threshold_pps) != Some(std::cmp::Ordering::Less) {
                 break;
             }
             let Some(e) = self.entries.get_mut(&prefix) else {

@@ -210,6 +210,8 @@ impl Rrl {
         }
         e.balance = (e.balance - MILLI).max(floor);
         e.limited = e.limited.wrapping_add(1);
+        // `%` rather than `is_multiple_of`: the workspace's rust-version is 1.82.
+        #[allow(clippy::manual_is_multiple_of)]
         match self.cfg.slip {
             0 => Decision::Drop,
             n if e.limited % n == 0 => Decision::Slip,
