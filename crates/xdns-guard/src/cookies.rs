@@ -73,6 +73,7 @@ impl CookieOption {
 /// Why a COOKIE option, or the OPT RDATA around it, is malformed. Each is answered with
 /// FORMERR (RFC 7873 §5.2.2 for the lengths, RFC 6891 for a truncated option list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CookieError {
     /// The COOKIE option's length is not 8 and not 16..=40.
     BadLength(usize),

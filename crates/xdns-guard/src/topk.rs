@@ -215,6 +215,7 @@ impl TopK {
 
 /// Why a tier operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TierError {
     /// The slot is not below the capacity.
     SlotOutOfRange {
