@@ -15,13 +15,57 @@
 //! `xdns guard unblock` removes them. Blocking an entry that is already blocked keeps the
 //! later expiry, and a manual block turns a detected entry into a manual one.
 //!
+//! Two kinds of entries ([`Target`]): source prefixes, and suffixes blocked for unknown labels
+//! (the water-torture block of [`crate::detect`]). Each kind is walked against its own
+//! threshold ([`Thresholds`]): the detector's per-source threshold in packets/s, and the
+//! water-torture minimum in queries/s.
+//!
 //! Rates are what the kernel counted for the entry (packets dropped because of it) divided by
 //! the interval; the daemon passes them with [`Monitor::set_rate`]. Time is in seconds on any
 //! clock the caller likes, as long as it is the same one throughout.
 
 use std::collections::HashMap;
+use std::fmt;
 
 use crate::lists::Prefix;
+
+/// What a blocked entry blocks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// Queries from a source prefix.
+    Source(Prefix),
+    /// Queries under a suffix (lowercase wire format) whose next label is not a known one.
+    UnknownLabels(Vec<u8>),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Source(p) => write!(f, "{p}"),
+            Target::UnknownLabels(wire) => {
+                // Presentation form, labels as printable ASCII or \DDD.
+                write!(f, "*.")?;
+                let mut i = 0;
+                while let Some(&len) = wire.get(i) {
+                    if len == 0 {
+                        break;
+                    }
+                    let label = wire.get(i + 1..i + 1 + usize::from(len)).unwrap_or(&[]);
+                    for &b in label {
+                        if b.is_ascii_graphic() && b != b'.' && b != b'\\' {
+                            write!(f, "{}", b as char)?;
+                        } else {
+                            write!(f, "\\{b:03}")?;
+                        }
+                    }
+                    write!(f, ".")?;
+                    i += 1 + usize::from(len);
+                }
+                Ok(())
+            }
+        }
+    }
+}
 
 /// Who put an entry on the list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,7 +80,7 @@ pub enum Origin {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockEntry {
     /// What is blocked.
-    pub prefix: Prefix,
+    pub target: Target,
     /// Who blocked it.
     pub origin: Origin,
     /// Why, in words (a [`crate::detect::Reason`] rendered, or "manual").
@@ -45,8 +89,8 @@ pub struct BlockEntry {
     pub since: u64,
     /// When it expires, if ever.
     pub expires: Option<u64>,
-    /// Last measured rate, packets/s.
-    pub rate_pps: f64,
+    /// Last measured rate: packets/s for a source, queries/s for a suffix.
+    pub rate: f64,
     /// Consecutive intervals below the threshold so far.
     pub calm: u32,
     calm_tick: u64,
@@ -59,8 +103,15 @@ pub enum Unblock {
     Expired,
     /// It stayed below the threshold for the hysteresis.
     Calm,
-    /// An operator removed it.
-    Operator,
+}
+
+/// The normal-traffic thresholds an interval's walk compares rates with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// For sources, packets/s: the detector's [`crate::detect::Report::threshold_pps`].
+    pub source_pps: f64,
+    /// For suffixes, queries/s: the detector's `wt_min_qps`.
+    pub suffix_qps: f64,
 }
 
 /// Monitor parameters.
@@ -90,7 +141,7 @@ impl Default for MonitorConfig {
 #[derive(Debug, Clone, Default)]
 pub struct Monitor {
     cfg: MonitorConfig,
-    entries: HashMap<Prefix, BlockEntry>,
+    entries: HashMap<Target, BlockEntry>,
     tick: u64,
 }
 
@@ -115,23 +166,29 @@ impl Monitor {
         }
     }
 
-    /// Blocks `prefix` at time `now`. `ttl` (seconds) applies to manual entries; detected
-    /// entries use the configured `detected_ttl` unless `ttl` is given.
+    /// Blocks `target` at time `now`. `ttl` (seconds) applies to manual entries; detected
+    /// entries use the configured `detected_ttl` unless `ttl` is given. `rate` is the rate
+    /// that triggered the block (0 for a manual one).
     pub fn block(
         &mut self,
         now: u64,
-        prefix: Prefix,
+        target: Target,
         origin: Origin,
         reason: &str,
         ttl: Option<u64>,
-        rate_pps: f64,
+        rate: f64,
     ) -> Blocked {
         let ttl = match origin {
             Origin::Manual => ttl,
             Origin::Detected => ttl.or(self.cfg.detected_ttl),
         };
         let expires = ttl.map(|t| now.saturating_add(t));
-        if let Some(e) = self.entries.get_mut(&prefix) {
+        let rate = if rate.is_finite() && rate >= 0.0 {
+            rate
+        } else {
+            0.0
+        };
+        if let Some(e) = self.entries.get_mut(&target) {
             // Manual wins; a manual entry without expiry stays without one.
             if origin == Origin::Manual && e.origin == Origin::Detected {
                 e.origin = Origin::Manual;
@@ -146,7 +203,7 @@ impl Monitor {
             if origin == e.origin {
                 e.reason = reason.to_string();
             }
-            e.rate_pps = rate_pps;
+            e.rate = rate;
             e.calm = 0;
             return Blocked::Updated;
         }
@@ -154,14 +211,14 @@ impl Monitor {
             return Blocked::Full;
         }
         self.entries.insert(
-            prefix,
+            target.clone(),
             BlockEntry {
-                prefix,
+                target,
                 origin,
                 reason: reason.to_string(),
                 since: now,
                 expires,
-                rate_pps,
+                rate,
                 calm: 0,
                 calm_tick: 0,
             },
@@ -170,68 +227,76 @@ impl Monitor {
     }
 
     /// Removes an entry on an operator's request.
-    pub fn unblock(&mut self, prefix: &Prefix) -> Option<BlockEntry> {
-        self.entries.remove(prefix)
+    pub fn unblock(&mut self, target: &Target) -> Option<BlockEntry> {
+        self.entries.remove(target)
     }
 
-    /// Records the rate measured for an entry this interval (ignored if not blocked).
-    pub fn set_rate(&mut self, prefix: &Prefix, pps: f64) {
-        if let Some(e) = self.entries.get_mut(prefix) {
-            e.rate_pps = if pps.is_finite() && pps >= 0.0 {
-                pps
-            } else {
-                e.rate_pps
-            };
+    /// Records the rate measured for an entry this interval (ignored if not blocked, or if
+    /// not a finite non-negative number).
+    pub fn set_rate(&mut self, target: &Target, rate: f64) {
+        if let Some(e) = self.entries.get_mut(target) {
+            if rate.is_finite() && rate >= 0.0 {
+                e.rate = rate;
+            }
         }
     }
 
-    /// One interval: expires entries, then walks detected entries from the lowest rate up and
-    /// unblocks those calm for `hysteresis` intervals. Returns what came off, for the kernel
-    /// maps and the hardware tier.
-    pub fn tick(&mut self, now: u64, threshold_pps: f64) -> Vec<(Prefix, Unblock)> {
+    /// One interval: expires entries, then walks detected entries of each kind from the
+    /// lowest rate up and unblocks those calm for `hysteresis` intervals. Returns what came
+    /// off (expired first, in target order; then calm ones, lowest rate first), for the
+    /// kernel maps and the hardware tier.
+    pub fn tick(&mut self, now: u64, thresholds: Thresholds) -> Vec<(Target, Unblock)> {
         self.tick += 1;
         let tick = self.tick;
-        let mut out: Vec<(Prefix, Unblock)> = self
+        let mut out: Vec<(Target, Unblock)> = self
             .entries
             .values()
             .filter(|e| e.expires.is_some_and(|x| x <= now))
-            .map(|e| (e.prefix, Unblock::Expired))
+            .map(|e| (e.target.clone(), Unblock::Expired))
             .collect();
-        out.sort_by_key(|e| e.0);
-        for (p, _) in &out {
-            self.entries.remove(p);
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        for (t, _) in &out {
+            self.entries.remove(t);
         }
 
-        let mut walk: Vec<(f64, Prefix)> = self
+        let mut sources = Vec::new();
+        let mut suffixes = Vec::new();
+        for e in self
             .entries
             .values()
             .filter(|e| e.origin == Origin::Detected)
-            .map(|e| (e.rate_pps, e.prefix))
-            .collect();
-        walk.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut calm_out = Vec::new();
-        for (rate, prefix) in walk {
-            // Stop at the first rate at or above the threshold (or a NaN threshold).
-            if rate.partial_cmp(&threshold_pps) != Some(std::cmp::Ordering::Less) {
-                break;
-            }
-            let Some(e) = self.entries.get_mut(&prefix) else {
-                continue;
-            };
-            // An entry not visited last tick was above the threshold then: its streak restarts.
-            e.calm = if e.calm_tick + 1 == tick {
-                e.calm.saturating_add(1)
-            } else {
-                1
-            };
-            e.calm_tick = tick;
-            if e.calm >= self.cfg.hysteresis.max(1) {
-                calm_out.push(prefix);
+        {
+            match e.target {
+                Target::Source(_) => sources.push((e.rate, e.target.clone())),
+                Target::UnknownLabels(_) => suffixes.push((e.rate, e.target.clone())),
             }
         }
-        for p in calm_out {
-            self.entries.remove(&p);
-            out.push((p, Unblock::Calm));
+        for (mut walk, threshold) in [
+            (sources, thresholds.source_pps),
+            (suffixes, thresholds.suffix_qps),
+        ] {
+            walk.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            for (rate, target) in walk {
+                // Stop at the first rate at or above the threshold (or a NaN threshold).
+                if rate.partial_cmp(&threshold) != Some(std::cmp::Ordering::Less) {
+                    break;
+                }
+                let Some(e) = self.entries.get_mut(&target) else {
+                    continue;
+                };
+                // An entry not visited last tick was above the threshold then: its streak
+                // restarts.
+                e.calm = if e.calm_tick + 1 == tick {
+                    e.calm.saturating_add(1)
+                } else {
+                    1
+                };
+                e.calm_tick = tick;
+                if e.calm >= self.cfg.hysteresis.max(1) {
+                    self.entries.remove(&target);
+                    out.push((target, Unblock::Calm));
+                }
+            }
         }
         // Entries above the threshold show a zero streak.
         for e in self.entries.values_mut() {
@@ -242,9 +307,9 @@ impl Monitor {
         out
     }
 
-    /// The entry for `prefix`, if blocked.
-    pub fn get(&self, prefix: &Prefix) -> Option<&BlockEntry> {
-        self.entries.get(prefix)
+    /// The entry for `target`, if blocked.
+    pub fn get(&self, target: &Target) -> Option<&BlockEntry> {
+        self.entries.get(target)
     }
 
     /// Number of blocked entries.
@@ -257,14 +322,28 @@ impl Monitor {
         self.entries.is_empty()
     }
 
-    /// All entries, heaviest first (what `xdns guard list` prints, and the input of top-K).
+    /// All entries, heaviest first (what `xdns guard list` prints).
     pub fn entries(&self) -> Vec<&BlockEntry> {
         let mut v: Vec<&BlockEntry> = self.entries.values().collect();
         v.sort_by(|a, b| {
-            b.rate_pps
-                .total_cmp(&a.rate_pps)
-                .then(a.prefix.cmp(&b.prefix))
+            b.rate
+                .total_cmp(&a.rate)
+                .then_with(|| a.target.cmp(&b.target))
         });
+        v
+    }
+
+    /// The blocked source prefixes with their rates (the input of [`crate::topk::TopK::plan`]).
+    pub fn source_rates(&self) -> Vec<(Prefix, f64)> {
+        let mut v: Vec<(Prefix, f64)> = self
+            .entries
+            .values()
+            .filter_map(|e| match e.target {
+                Target::Source(p) => Some((p, e.rate)),
+                Target::UnknownLabels(_) => None,
+            })
+            .collect();
+        v.sort_by_key(|e| e.0);
         v
     }
 }
@@ -299,70 +378,101 @@ mod tests {
     use super::*;
     use std::net::IpAddr;
 
-    fn p(s: &str) -> Prefix {
-        crate::lists::parse_prefix(s).unwrap()
+    fn p(s: &str) -> Target {
+        Target::Source(crate::lists::parse_prefix(s).unwrap())
     }
 
-    fn ip_host(i: u8) -> Prefix {
-        Prefix::host(IpAddr::from([192, 0, 2, i]))
+    fn host(i: u8) -> Target {
+        Target::Source(Prefix::host(IpAddr::from([192, 0, 2, i])))
+    }
+
+    fn th(pps: f64) -> Thresholds {
+        Thresholds {
+            source_pps: pps,
+            suffix_qps: 50.0,
+        }
+    }
+
+    fn cfg(hysteresis: u32, detected_ttl: Option<u64>) -> MonitorConfig {
+        MonitorConfig {
+            hysteresis,
+            detected_ttl,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn calm_entries_leave_after_the_hysteresis_lowest_first() {
-        let mut m = Monitor::new(MonitorConfig {
-            hysteresis: 3,
-            detected_ttl: None,
-            ..Default::default()
-        });
+        let mut m = Monitor::new(cfg(3, None));
         for (i, rate) in [(1u8, 10.0), (2, 50.0), (3, 5000.0)] {
             assert_eq!(
-                m.block(0, ip_host(i), Origin::Detected, "rate", None, rate),
+                m.block(0, host(i), Origin::Detected, "rate", None, rate),
                 Blocked::Added
             );
         }
-        let threshold = 100.0;
-        assert!(m.tick(1, threshold).is_empty());
-        assert!(m.tick(2, threshold).is_empty());
-        assert_eq!(m.get(&ip_host(1)).unwrap().calm, 2);
-        assert_eq!(m.get(&ip_host(3)).unwrap().calm, 0);
-        let out = m.tick(3, threshold);
+        assert!(m.tick(1, th(100.0)).is_empty());
+        assert!(m.tick(2, th(100.0)).is_empty());
+        assert_eq!(m.get(&host(1)).unwrap().calm, 2);
+        assert_eq!(m.get(&host(3)).unwrap().calm, 0);
         assert_eq!(
-            out,
-            vec![(ip_host(1), Unblock::Calm), (ip_host(2), Unblock::Calm)]
+            m.tick(3, th(100.0)),
+            vec![(host(1), Unblock::Calm), (host(2), Unblock::Calm)]
         );
         // The heavy one stays as long as it floods.
         for t in 4..20 {
-            assert!(m.tick(t, threshold).is_empty());
+            assert!(m.tick(t, th(100.0)).is_empty());
         }
         assert_eq!(m.len(), 1);
     }
 
     #[test]
     fn a_pulse_above_the_threshold_restarts_the_streak() {
-        let mut m = Monitor::new(MonitorConfig {
-            hysteresis: 3,
-            detected_ttl: None,
-            ..Default::default()
-        });
-        let a = ip_host(1);
-        m.block(0, a, Origin::Detected, "rate", None, 10.0);
-        assert!(m.tick(1, 100.0).is_empty());
-        assert!(m.tick(2, 100.0).is_empty());
+        let mut m = Monitor::new(cfg(3, None));
+        let a = host(1);
+        m.block(0, a.clone(), Origin::Detected, "rate", None, 10.0);
+        assert!(m.tick(1, th(100.0)).is_empty());
+        assert!(m.tick(2, th(100.0)).is_empty());
         m.set_rate(&a, 900.0); // the attack pulses back
-        assert!(m.tick(3, 100.0).is_empty());
+        assert!(m.tick(3, th(100.0)).is_empty());
         assert_eq!(m.get(&a).unwrap().calm, 0);
         m.set_rate(&a, 10.0);
-        assert!(m.tick(4, 100.0).is_empty());
-        assert!(m.tick(5, 100.0).is_empty());
-        assert_eq!(m.tick(6, 100.0), vec![(a, Unblock::Calm)]);
+        m.set_rate(&a, f64::NAN); // ignored
+        assert!(m.tick(4, th(100.0)).is_empty());
+        assert!(m.tick(5, th(100.0)).is_empty());
+        assert_eq!(m.tick(6, th(100.0)), vec![(a, Unblock::Calm)]);
+    }
+
+    #[test]
+    fn suffix_blocks_are_walked_against_their_own_threshold() {
+        let mut m = Monitor::new(cfg(2, None));
+        let wt = Target::UnknownLabels(b"\x05zone3\x07example\x00".to_vec());
+        assert_eq!(wt.to_string(), "*.zone3.example.");
+        m.block(
+            0,
+            wt.clone(),
+            Origin::Detected,
+            "random subdomains",
+            None,
+            20_000.0,
+        );
+        m.block(0, host(1), Origin::Detected, "rate", None, 80.0);
+        // 80 pkt/s is calm for a source (threshold 100) but the flood under the suffix goes on.
+        assert!(m.tick(1, th(100.0)).is_empty());
+        assert_eq!(m.tick(2, th(100.0)), vec![(host(1), Unblock::Calm)]);
+        // The flood stops: 10 q/s < 50 for two intervals.
+        m.set_rate(&wt, 10.0);
+        assert!(m.tick(3, th(100.0)).is_empty());
+        assert_eq!(m.tick(4, th(100.0)), vec![(wt, Unblock::Calm)]);
+        assert_eq!(
+            Target::UnknownLabels(b"\x03a.b\x01\x5c\x00".to_vec()).to_string(),
+            "*.a\\046b.\\092.",
+            "dots and backslashes inside labels are escaped"
+        );
     }
 
     #[test]
     fn manual_entries_stay_until_their_time() {
-        let mut m = Monitor::new(MonitorConfig {
-            hysteresis: 1,
-            ..Default::default()
-        });
+        let mut m = Monitor::new(cfg(1, Some(3600)));
         let ttl = parse_duration("10m").unwrap();
         m.block(
             1000,
@@ -374,14 +484,14 @@ mod tests {
         );
         m.block(1000, p("203.0.113.7"), Origin::Manual, "manual", None, 0.0);
         for t in 1001..1600 {
-            assert!(m.tick(t, 1e9).is_empty(), "t = {t}");
+            assert!(m.tick(t, th(1e9)).is_empty(), "t = {t}");
         }
         assert_eq!(
-            m.tick(1600, 1e9),
+            m.tick(1600, th(1e9)),
             vec![(p("198.51.100.0/24"), Unblock::Expired)]
         );
         for t in 1601..5000 {
-            assert!(m.tick(t, 1e9).is_empty());
+            assert!(m.tick(t, th(1e9)).is_empty());
         }
         assert!(
             m.get(&p("203.0.113.7")).is_some(),
@@ -393,72 +503,82 @@ mod tests {
 
     #[test]
     fn detected_entries_expire_and_reblocking_extends() {
-        let mut m = Monitor::new(MonitorConfig {
-            hysteresis: 100,
-            detected_ttl: Some(60),
-            ..Default::default()
-        });
-        let a = ip_host(9);
-        m.block(0, a, Origin::Detected, "rate", None, 1e6);
+        let mut m = Monitor::new(cfg(100, Some(60)));
+        let a = host(9);
+        m.block(0, a.clone(), Origin::Detected, "rate", None, 1e6);
         assert_eq!(
-            m.block(50, a, Origin::Detected, "rate", None, 1e6),
+            m.block(50, a.clone(), Origin::Detected, "rate", None, 1e6),
             Blocked::Updated
         );
-        assert!(m.tick(60, 10.0).is_empty(), "extended to 110");
-        assert_eq!(m.tick(110, 10.0), vec![(a, Unblock::Expired)]);
+        assert!(m.tick(60, th(10.0)).is_empty(), "extended to 110");
+        assert_eq!(m.tick(110, th(10.0)), vec![(a, Unblock::Expired)]);
     }
 
     #[test]
     fn manual_block_turns_a_detected_entry_manual() {
-        let mut m = Monitor::new(MonitorConfig {
-            hysteresis: 1,
-            detected_ttl: Some(60),
-            ..Default::default()
-        });
-        let a = ip_host(4);
-        m.block(0, a, Origin::Detected, "rate 9000 pkt/s", None, 9000.0);
-        m.block(1, a, Origin::Manual, "manual", None, 0.0);
+        let mut m = Monitor::new(cfg(1, Some(60)));
+        let a = host(4);
+        m.block(
+            0,
+            a.clone(),
+            Origin::Detected,
+            "rate 9000 pkt/s",
+            None,
+            9000.0,
+        );
+        m.block(1, a.clone(), Origin::Manual, "manual", None, 0.0);
         let e = m.get(&a).unwrap();
         assert_eq!(
             (e.origin, e.expires, e.reason.as_str()),
             (Origin::Manual, None, "manual")
         );
         // A later detection does not shorten or relabel it.
-        m.block(2, a, Origin::Detected, "rate", None, 10.0);
+        m.block(2, a.clone(), Origin::Detected, "rate", None, 10.0);
         let e = m.get(&a).unwrap();
         assert_eq!(
             (e.origin, e.expires, e.reason.as_str()),
             (Origin::Manual, None, "manual")
         );
-        assert!(m.tick(3, 1e9).is_empty());
-        assert!(m.tick(100_000, 1e9).is_empty());
+        assert!(m.tick(3, th(1e9)).is_empty());
+        assert!(m.tick(100_000, th(1e9)).is_empty());
     }
 
     #[test]
-    fn full_table_refuses_and_durations_parse() {
+    fn full_table_refuses_and_listing_order() {
         let mut m = Monitor::new(MonitorConfig {
-            max_entries: 2,
+            max_entries: 3,
             ..Default::default()
         });
         assert_eq!(
-            m.block(0, ip_host(1), Origin::Detected, "r", None, 1.0),
+            m.block(0, host(2), Origin::Detected, "r", None, 1.0),
             Blocked::Added
         );
         assert_eq!(
-            m.block(0, ip_host(2), Origin::Detected, "r", None, 1.0),
+            m.block(0, host(1), Origin::Detected, "r", None, 1.0),
             Blocked::Added
         );
         assert_eq!(
-            m.block(0, ip_host(3), Origin::Detected, "r", None, 1.0),
+            m.block(0, host(3), Origin::Detected, "r", None, 7.0),
+            Blocked::Added
+        );
+        assert_eq!(
+            m.block(0, host(4), Origin::Detected, "r", None, 1.0),
             Blocked::Full
         );
-        assert_eq!(m.len(), 2);
+        assert_eq!(m.len(), 3);
+        let order: Vec<Target> = m.entries().iter().map(|e| e.target.clone()).collect();
         assert_eq!(
-            m.entries()[0].prefix,
-            ip_host(1),
-            "equal rates: prefix order"
+            order,
+            vec![host(3), host(1), host(2)],
+            "heaviest first, then prefix order"
         );
+        let rates = m.source_rates();
+        assert_eq!(rates.len(), 3);
+        assert_eq!(rates[2].1, 7.0);
+    }
 
+    #[test]
+    fn durations_parse() {
         let rows = [
             ("90", Ok(90)),
             ("90s", Ok(90)),
