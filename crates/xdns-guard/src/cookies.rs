@@ -232,6 +232,25 @@ impl CookieSecrets {
         server_cookie(&self.current, client, ip, now)
     }
 
+    /// What a server does with a query's COOKIE option (RFC 7873 §5.2, RFC 9018 §4.3): whether
+    /// the client proved its address (it then bypasses RRL), and the 16-byte server cookie to
+    /// put in the response — the client's own if valid and fresh, else a new one.
+    pub fn answer(&self, opt: &CookieOption, ip: IpAddr, now: u32) -> (bool, [u8; 16]) {
+        let fresh = || self.build(&opt.client, ip, now);
+        match opt.server() {
+            None => (false, fresh()),
+            Some(server) => match self.verify(&opt.client, server, ip, now) {
+                Check::Valid { refresh: false } => {
+                    let mut echo = [0u8; 16];
+                    echo.copy_from_slice(server); // verify accepted exactly 16 bytes
+                    (true, echo)
+                }
+                Check::Valid { refresh: true } => (true, fresh()),
+                Check::Invalid(_) => (false, fresh()),
+            },
+        }
+    }
+
     /// Verifies the server cookie a client echoed, at time `now` (Unix seconds, 32 bits).
     pub fn verify(&self, client: &[u8; 8], server: &[u8], ip: IpAddr, now: u32) -> Check {
         if server.len() != 16 || server[0] != VERSION {
@@ -406,6 +425,32 @@ mod tests {
         assert_eq!(
             s.verify(&client, &new, ip("2001:db8::1"), 1559741961),
             Check::Invalid(Invalid::BadHash)
+        );
+    }
+
+    #[test]
+    fn answer_follows_the_rfc9018_exchange() {
+        let s = CookieSecrets::new(arr(SECRET_A));
+        let a = ip("198.51.100.100");
+        // A.1: client cookie only → not proven, the A.1 cookie.
+        let q1 = parse_cookie(&hex("2464c4abcf10c957")).unwrap();
+        let (ok, c1) = s.answer(&q1, a, 1559731985);
+        assert!(!ok);
+        assert_eq!(c1.to_vec(), hex("010000005cf79f111f8130c3eee29480"));
+        // Echoed a minute later → proven, echoed unchanged.
+        let q = parse_cookie(&hex("2464c4abcf10c957010000005cf79f111f8130c3eee29480")).unwrap();
+        assert_eq!(s.answer(&q, a, 1559732045), (true, c1));
+        // A.2: forty minutes later → proven, renewed to the A.2 cookie.
+        let (ok, c2) = s.answer(&q, a, 1559734385);
+        assert!(ok);
+        assert_eq!(c2.to_vec(), hex("010000005cf7a871d4a564a1442aca77"));
+        // From another address → not proven, a cookie for that address.
+        let other = ip("192.0.2.1");
+        let (ok, c3) = s.answer(&q, other, 1559732045);
+        assert!(!ok);
+        assert_eq!(
+            s.verify(&q.client, &c3, other, 1559732045),
+            Check::Valid { refresh: false }
         );
     }
 

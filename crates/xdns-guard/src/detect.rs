@@ -339,6 +339,11 @@ impl Detector {
         }
     }
 
+    /// The configuration in force (`wt_min_qps` is the monitor's suffix threshold).
+    pub fn config(&self) -> &DetectConfig {
+        &self.cfg
+    }
+
     /// Replaces the allowlist (on reload).
     pub fn set_allowlist(&mut self, allow: PrefixList) {
         self.allow = allow;
