@@ -13,6 +13,7 @@
 //!   [`ResponseClass::Error`] the name is ignored (one account per prefix), as BIND does, so
 //!   random garbage cannot spread over many accounts.
 //! - Each account is a token bucket: it is credited `rate` tokens per second up to `rate`
+//!   (or its class's own rate, BIND-style, when [`RrlConfig::class_rates`] names one)
 //!   (one second of burst), and a response costs one token. With no token left the response
 //!   is *limited*. The balance may fall to `-window × rate` (BIND's `window`; 0 = Knot's
 //!   behaviour, where an account recovers as soon as the client slows down).
@@ -76,6 +77,9 @@ pub enum Decision {
 pub struct RrlConfig {
     /// Responses per second per account; 0 turns RRL off. Default 200.
     pub rate: u32,
+    /// Per-class rates that replace `rate` for their class (BIND's `nxdomains-per-second`,
+    /// `errors-per-second`, …; 0 = that class unlimited). Default none: one rate, as Knot.
+    pub class_rates: Vec<(ResponseClass, u32)>,
     /// Every `slip`-th limited response is sent truncated; 0 = never, 1 = always. Default 2.
     pub slip: u32,
     /// IPv4 client prefix length that shares an account. Default 24.
@@ -94,6 +98,7 @@ impl Default for RrlConfig {
     fn default() -> Self {
         RrlConfig {
             rate: 200,
+            class_rates: Vec::new(),
             slip: 2,
             ipv4_prefix: 24,
             ipv6_prefix: 56,
@@ -166,11 +171,12 @@ impl Rrl {
         class: ResponseClass,
         name_hash: u64,
     ) -> Decision {
-        if self.cfg.rate == 0 {
+        let rate = self.rate_for(class);
+        if rate == 0 {
             return Decision::Pass;
         }
         let tag = self.key(client, class, name_hash);
-        let rate_m = i64::from(self.cfg.rate) * MILLI;
+        let rate_m = i64::from(rate) * MILLI;
         let floor = -(i64::from(self.cfg.window) * rate_m);
         let set = (tag % self.sets as u64) as usize;
         let ways = &mut self.table[set * WAYS..set * WAYS + WAYS];
@@ -200,7 +206,7 @@ impl Rrl {
         // Credit: rate tokens per second, in thousandths, never past a full bucket. Computed
         // in u128 (elapsed × rate cannot overflow it), then capped, so the cast is exact.
         let room = (rate_m - e.balance).max(0) as u128;
-        let credit = (u128::from(elapsed) * u128::from(self.cfg.rate) / 1_000_000).min(room) as i64;
+        let credit = (u128::from(elapsed) * u128::from(rate) / 1_000_000).min(room) as i64;
         e.balance = (e.balance + credit).min(rate_m);
         e.stamp = e.stamp.max(now_ns);
 
@@ -217,6 +223,15 @@ impl Rrl {
             n if e.limited % n == 0 => Decision::Slip,
             _ => Decision::Drop,
         }
+    }
+
+    /// The rate that applies to `class`: its entry in `class_rates`, else `rate`.
+    pub fn rate_for(&self, class: ResponseClass) -> u32 {
+        self.cfg
+            .class_rates
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(self.cfg.rate, |&(_, r)| r)
     }
 
     fn key(&self, client: IpAddr, class: ResponseClass, name_hash: u64) -> u64 {
@@ -387,6 +402,24 @@ mod tests {
             r.decide(0, ip("203.0.113.1"), ResponseClass::Error, 99),
             Drop
         );
+    }
+
+    #[test]
+    fn per_class_rates_override_the_default() {
+        let mut r = Rrl::new(RrlConfig {
+            rate: 5,
+            class_rates: vec![(ResponseClass::NxDomain, 2), (ResponseClass::Referral, 0)],
+            slip: 0,
+            table_size: 64,
+            ..RrlConfig::default()
+        });
+        let c = ip("192.0.2.1");
+        let passes =
+            |r: &mut Rrl, class| (0..10).filter(|_| r.decide(0, c, class, 1) == Pass).count();
+        assert_eq!(passes(&mut r, ResponseClass::Positive), 5);
+        assert_eq!(passes(&mut r, ResponseClass::NxDomain), 2);
+        assert_eq!(passes(&mut r, ResponseClass::Referral), 10, "0 = unlimited");
+        assert_eq!(r.rate_for(ResponseClass::Error), 5);
     }
 
     #[test]
