@@ -12,9 +12,9 @@
 //!   [`ResponseClass`], and a hash of the name the caller accounts the response to. For
 //!   [`ResponseClass::Error`] the name is ignored (one account per prefix), as BIND does, so
 //!   random garbage cannot spread over many accounts.
-//! - Each account is a token bucket: it is credited `rate` tokens per second up to `rate`
-//!   (or its class's own rate, BIND-style, when [`RrlConfig::class_rates`] names one)
-//!   (one second of burst), and a response costs one token. With no token left the response
+//! - Each account is a token bucket: it is credited `rate` tokens per second (or its class's
+//!   own rate, BIND-style, when [`RrlConfig::class_rates`] names one), holds at most one
+//!   second's worth (the burst), and a response costs one token. With no token left the response
 //!   is *limited*. The balance may fall to `-window × rate` (BIND's `window`; 0 = Knot's
 //!   behaviour, where an account recovers as soon as the client slows down).
 //! - Of the limited responses, every `slip`-th (the `slip`-th, `2·slip`-th, …) is sent
