@@ -75,6 +75,13 @@ fn main() {
     table.push_str("];\n");
     fs::write(out.join("verdicts.rs"), table).expect("writing verdicts.rs");
 
+    // The program's build id (lib.rs `build_id`): FNV-1a of the skeleton, object included.
+    let id = fs::read(&skel)
+        .expect("reading the skeleton")
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    fs::write(out.join("build_id.rs"), format!("\"{id:016x}\"\n")).expect("writing build_id.rs");
+
     println!("cargo:rerun-if-changed={}", bpf_dir.display());
     for entry in fs::read_dir(&bpf_dir).expect("bpf dir").flatten() {
         println!("cargo:rerun-if-changed={}", entry.path().display());

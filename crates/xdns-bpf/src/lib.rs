@@ -20,6 +20,13 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/xdns.skel.rs"));
 }
 
+/// An id of the BPF program this binary carries (FNV-1a, 64 bits, of the generated skeleton,
+/// which embeds the compiled object), in hex: two builds run the same kernel program when
+/// their ids match (`xdns --version`).
+pub fn build_id() -> &'static str {
+    include!(concat!(env!("OUT_DIR"), "/build_id.rs"))
+}
+
 /// The ABI types of `bpf/xdns_abi.h`, generated from the program's BTF.
 pub use skel::types;
 

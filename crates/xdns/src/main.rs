@@ -31,11 +31,20 @@ use clap::{Args, Parser, Subcommand};
 
 use config::{Config, Overrides};
 
+/// `xdns --version`: the version, the git revision built from and the BPF program's build
+/// id (`xdns_bpf::build_id`).
+fn version_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| {
+        format!("{} (git {}, bpf {})", env!("CARGO_PKG_VERSION"), env!("XDNS_GIT_REV"), xdns_bpf::build_id())
+    })
+}
+
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "xdns",
-    version,
+    version = version_line(),
     about = "Authoritative DNS server and caching resolver with an XDP fast path"
 )]
 struct Cli {
