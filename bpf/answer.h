@@ -9,6 +9,7 @@
 #ifndef XDNS_ANSWER_H
 #define XDNS_ANSWER_H
 
+#include "stage.h"
 #include "lookup.h"
 
 #define XDNS_REPLY_TTL 64
@@ -220,7 +221,7 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 		return XDNS_PASS_FIXUPS;
 	r->sum = q->qsum + ((r->body_at & 1) ? xdns_csum_swap(part) : part);
 	r->dns_out = r->body_at + r->blen + optlen;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 /* The body bytes of one answer: exactly one pointer is set, the one of its size class. */
@@ -513,6 +514,49 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	port = ~xdns_csum_fold(s);
 	udp->check = bpf_htons(port ? port : 0xffff);
 	return 0;
+}
+
+/*
+ * The answer stage: the reply to query q from answer `vi` of xdns_vals (found by the lookup
+ * or the question memo; `key` names its M or L body), written in place. Returns XDNS_ANSWERED
+ * with the frame rewritten, a pass reason with the frame untouched, or XDNS_DROP_REWRITE when
+ * a helper failed halfway. The one source of the answer for both ways in: the verifier walks
+ * this once.
+ */
+static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, struct xdns_scratch *sc,
+							    struct xdns_pkt *pkt, const struct xdns_query *q,
+							    const struct xdns_answer_key *key, __u32 vi)
+{
+	struct xdns_reply r = {};
+	struct xdns_body_ref body = {};
+	struct xdns_answer_s *a;
+	enum xdns_verdict v;
+	__u32 frame;
+	long grow;
+	int moved;
+
+	a = bpf_map_lookup_elem(&xdns_vals, &vi);
+	if (!a)
+		return XDNS_PASS_NO_BODY;
+	v = xdns_plan(q, &a->ans, &r);
+	if (v != XDNS_CONTINUE)
+		return v;
+	if (r.blen) {
+		if (xdns_body_get(key, a, &body))
+			return XDNS_PASS_NO_BODY;
+	}
+	frame = ctx->data_end - ctx->data;
+	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
+	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);
+	if (moved)
+		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
+	if (xdns_put_dns(ctx, sc, pkt, q, &body, &a->ans, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_strip_ip_options(ctx, pkt))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_l2_l4(ctx, pkt, &r))
+		return XDNS_DROP_REWRITE;
+	return XDNS_ANSWERED;
 }
 
 #endif /* XDNS_ANSWER_H */

@@ -13,6 +13,7 @@
 #ifndef XDNS_CACHE_H
 #define XDNS_CACHE_H
 
+#include "stage.h"
 #include "answer.h"
 #include "memo.h"
 
@@ -437,7 +438,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
 
 	v = xdns_plan(q, &mt->ans, &r);
-	if (v != XDNS_ANSWERED)
+	if (v != XDNS_CONTINUE)
 		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
 	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;
 	/* through a hint: the name's sum (it starts at DNS offset 12, even: dns.h's sum[0]) */

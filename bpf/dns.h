@@ -3,6 +3,7 @@
 #ifndef XDNS_DNS_H
 #define XDNS_DNS_H
 
+#include "stage.h"
 #include "parse.h"
 #include "csum.h"
 #include "hash.h"
@@ -38,7 +39,11 @@ struct xdns_query {
 	__u8 _pad[2];
 };
 
-/* Header: a query we may answer? (Direct packet access: the header is in the linear part.) */
+/*
+ * Header: a query we may answer? (Direct packet access: the header is in the linear part.)
+ * A response (QR=1) goes on at once, with only q->id and q->flags set: the caller hands it
+ * to the response stage (response.h).
+ */
 static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							    struct xdns_query *q, __u16 *arcount)
 {
@@ -55,13 +60,13 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 	q->id = h[0];
 	q->flags = bpf_ntohs(h[1]);
 	if (q->flags & XDNS_F_QR)
-		return XDNS_PASS_DNS_RESPONSE;
+		return XDNS_CONTINUE;   /* the response stage's */
 	if (q->flags & XDNS_F_OPCODE)
 		return XDNS_PASS_DNS_OPCODE;
 	if (h[2] != bpf_htons(1) || h[3] || h[4] || bpf_ntohs(h[5]) > 1)
 		return XDNS_PASS_DNS_COUNTS;
 	*arcount = bpf_ntohs(h[5]);
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 /*
@@ -160,7 +165,7 @@ static __always_inline enum xdns_verdict xdns_name_fetch(struct xdp_md *ctx, con
 	    bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
 		return XDNS_PASS_QNAME;
 	sc->avail = avail;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 /*
@@ -191,7 +196,7 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
 	 * low half). The name starts at DNS offset 12 (even).
 	 */
 	q->qsum = xdns_csum_swap(xdns_csum_fold(sc->sum[0])) + xdns_csum_fold(sc->sum[1]);
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 /*
@@ -286,7 +291,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 	}
 	if (off != pkt->dns_len)
 		return XDNS_PASS_TRAILING;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 #endif /* XDNS_DNS_H */

@@ -6,6 +6,7 @@
 #ifndef XDNS_LOOKUP_H
 #define XDNS_LOOKUP_H
 
+#include "stage.h"
 #include "dns.h"
 #include "hash.h"
 
@@ -273,7 +274,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		return XDNS_PASS_NO_BODY;
 found:
 	*ans = a;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 #endif /* XDNS_LOOKUP_H */

@@ -30,6 +30,7 @@
 #ifndef XDNS_REPLY_H
 #define XDNS_REPLY_H
 
+#include "stage.h"
 #include "cache.h"
 
 #define XDNS_REPLY_SET_SHIFT (64 - __builtin_ctz(XDNS_REPLY_SLOTS / 2))
@@ -71,7 +72,7 @@ static __always_inline __u64 xdns_reply_entry_tag(__u32 ref)
 /*
  * A resolver program's first step for a query (header parsed into q and arcount, the bytes
  * after the header in sc->name): answer it from the reply memo. Returns XDNS_CACHE_ANSWERED
- * with the frame rewritten; XDNS_ANSWERED to go on (no slot, or it may not be used now: the
+ * with the frame rewritten; XDNS_CONTINUE to go on (no slot, or it may not be used now: the
  * frame is untouched, and the rest of the program decides as if this step were not there);
  * else a verdict for a frame it could not answer. Leaves the memo key in sc->memo_hash (for
  * the hints) and the query's flags and ARCOUNT for xdns_reply_learn.
@@ -93,26 +94,26 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 	sc->reply_qflags = q->flags;
 	sc->reply_qar = arcount;
 	if (!h || n < 8 || n > XDNS_REPLY_MAX_Q || n + XDNS_HDR_LEN != pkt->dns_len)
-		return XDNS_ANSWERED;
+		return XDNS_CONTINUE;
 	set = xdns_reply_set(h);
 	t = bpf_map_lookup_elem(&xdns_replies, &set);
 	if (!t)
-		return XDNS_ANSWERED;
+		return XDNS_CONTINUE;
 	/* the two ways may hold two queries of one hash (xdns_reply_learn) */
 	if (t->hash != h || !xdns_reply_is_query(t, sc, n, q->flags, arcount)) {
 		set++;
 		t = bpf_map_lookup_elem(&xdns_replies, &set);
 		if (!t || t->hash != h || !xdns_reply_is_query(t, sc, n, q->flags, arcount))
-			return XDNS_ANSWERED;
+			return XDNS_CONTINUE;
 	}
 	if (xdns_cache_now(sc) >= t->until_ns || !xdns_cache_allowed(ctx, pkt))
-		return XDNS_ANSWERED;
+		return XDNS_CONTINUE;
 	if (t->tag != xdns_reply_entry_tag(t->ref))
-		return XDNS_ANSWERED;   /* rewritten since (a tag is never reused, never 0 once kept) */
+		return XDNS_CONTINUE;   /* rewritten since (a tag is never reused, never 0 once kept) */
 
 	body_at = t->body_at;
 	if (body_at > XDNS_HDR_LEN + XDNS_REPLY_MAX_Q || t->an < 8 || t->an > XDNS_REPLY_MAX_A)
-		return XDNS_ANSWERED;   /* never kept so (xdns_reply_learn): the frame stays whole */
+		return XDNS_CONTINUE;   /* never kept so (xdns_reply_learn): the frame stays whole */
 	r.dns_out = body_at + t->an;
 	r.sum = t->sum + bpf_ntohs(q->id);
 	frame = ctx->data_end - ctx->data;

@@ -52,6 +52,13 @@ enum xdns_verdict {
 	XDNS_VERDICT_MAX = 33,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
+/*
+ * The last counter slot is never a verdict: it is the value of a stage's "continue"
+ * (bpf/stage.h, XDNS_CONTINUE), which is not an outcome and is never counted unless a bug
+ * lets it out of the program (then it is aborted, never sent). Verdicts end below it.
+ */
+#define XDNS_CONTINUE_SLOT (XDNS_VERDICT_SLOTS - 1)
+_Static_assert(XDNS_VERDICT_MAX < XDNS_CONTINUE_SLOT, "verdicts end below the continue slot");
 
 /* Kinds of body key; values never renumbered (see DESIGN-NOTES.md, the answer model). */
 enum xdns_body_kind {

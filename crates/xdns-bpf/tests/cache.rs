@@ -1029,3 +1029,38 @@ fn cache_entry_in_its_last_20_ms_is_not_served() {
         assert_eq!(verdict(&prog, &f).2, [want], "{name}, {left_ms} ms left");
     }
 }
+
+/// Responses (QR=1) reach the response stage (`bpf/response.h`) in the resolver program as
+/// in the authoritative one, before any query stage: whatever else their header says, every
+/// one is passed untouched with `pass_dns_response`, and a question the cache could answer
+/// does not change that.
+#[test]
+fn responses_reach_the_response_stage() {
+    require_root("responses_reach_the_response_stage");
+    let resolver = load_resolver(0x5eed_0000_0000_0024);
+    resolver.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+    let mut auth = load();
+    auth.install(&zone()).unwrap();
+    let q = query(&wire("host.example.org"), A, None);
+    let answered = query(&wire("www.example.com"), A, None);
+    for (what, dns) in [
+        ("a cached question", with_flags(q.clone(), 0x81, 0)),
+        ("a zone's question", with_flags(answered.clone(), 0x81, 0)),
+        ("opcode NOTIFY", with_flags(q.clone(), 0xa0, 0)),
+        ("counts of an answer", { let mut d = with_flags(answered.clone(), 0x84, 0); d[7] = 1; d }),
+    ] {
+        for (prog, which) in [(&resolver, "resolver"), (&auth, "authoritative")] {
+            for net in [Net::v4(), Net::v6()] {
+                let f = frame(&net, &dns);
+                let (act, out, moved) = verdict(prog, &f);
+                assert_eq!((act, moved), (2, vec!["pass_dns_response".to_string()]), "{which}: {what}");
+                assert_eq!(out, f, "{which}: {what}: the frame was changed");
+            }
+        }
+    }
+    // the same questions as queries are answered: the rows above were passed as responses only
+    let (act, _, moved) = verdict(&resolver, &frame(&Net::v4(), &q));
+    assert_eq!((act, moved), (3, vec!["cache_answered".to_string()]));
+    let (act, _, moved) = verdict(&auth, &frame(&Net::v4(), &answered));
+    assert_eq!((act, moved), (3, vec!["answered".to_string()]));
+}
