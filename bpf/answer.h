@@ -42,8 +42,8 @@ struct xdns_fixup_ctx {
  * linear part of a multi-buffer frame (xdns_fixup_step then uses the load/store helpers). The
  * offset is read from the body's entry in place, the old value back from the packet (just
  * copied from the body); state lives in the scratch map. The checksum needs no work per
- * pointer (csum.h, xdns_csum_grown): the steps count the pointers they shifted (fix_done),
- * those at odd DNS offsets apart (fix_odd).
+ * pointer (csum.h, xdns_csum_grown): the steps count the pointers they shifted (answer.done),
+ * those at odd DNS offsets apart (answer.odd).
  */
 static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scratch *sc, const __u16 *offs,
 					     __u32 index)
@@ -52,25 +52,25 @@ static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scr
 	__u16 new;
 	__u8 *p;
 
-	if (index >= sc->fix_n)
+	if (index >= sc->answer.n)
 		return 1;
 	f = offs[index & (XDNS_MAX_FIXUPS - 1)];
-	if (f + 2 > sc->fix_blen)
+	if (f + 2 > sc->answer.blen)
 		return 0;
-	at = sc->fix_at + f;
+	at = sc->answer.at + f;
 	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at > 0x3fff || (void *)(p + 2) > (void *)(long)ctx->data_end)
 		return -1;
-	new = (((__u16)p[0] << 8) | p[1]) + sc->fix_delta;
+	new = (((__u16)p[0] << 8) | p[1]) + sc->answer.delta;
 	p[0] = new >> 8;
 	p[1] = new & 0xff;
-	sc->fix_done++;
-	sc->fix_odd += (sc->fix_body_at + f) & 1;
+	sc->answer.done++;
+	sc->answer.odd += (sc->answer.body_at + f) & 1;
 	return 0;
 }
 
-/* A step of the fixup walk: pointer sc->fix_from + index, by the helpers where it must. */
+/* A step of the fixup walk: pointer sc->answer.from + index, by the helpers where it must. */
 static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
@@ -83,25 +83,25 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 
 	if (!sc)
 		return 1;
-	index += sc->fix_from;
+	index += sc->answer.from;
 	rc = xdns_fixup_direct(ctx, sc, fc->offs, index);
 	if (rc >= 0)
 		return rc;
 	f = fc->offs[index & (XDNS_MAX_FIXUPS - 1)];
-	at = sc->fix_at + f;
+	at = sc->answer.at + f;
 	if (bpf_xdp_load_bytes(ctx, at, w, 2)) {
-		sc->fix_err = 1;
+		sc->answer.err = 1;
 		return 1;
 	}
-	new = (((__u16)w[0] << 8) | w[1]) + sc->fix_delta;
+	new = (((__u16)w[0] << 8) | w[1]) + sc->answer.delta;
 	w[0] = new >> 8;
 	w[1] = new & 0xff;
 	if (bpf_xdp_store_bytes(ctx, at, w, 2)) {
-		sc->fix_err = 1;
+		sc->answer.err = 1;
 		return 1;
 	}
-	sc->fix_done++;
-	sc->fix_odd += (sc->fix_body_at + f) & 1;
+	sc->answer.done++;
+	sc->answer.odd += (sc->answer.body_at + f) & 1;
 	return 0;
 }
 
@@ -157,27 +157,27 @@ static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scrat
 
 	if (r->delta == 0 || r->blen == 0 || nfix == 0)
 		return 0;
-	sc->fix_n = nfix < XDNS_MAX_FIXUPS ? nfix : XDNS_MAX_FIXUPS;
-	sc->fix_at = at;
-	sc->fix_body_at = r->body_at;
-	sc->fix_blen = r->blen;
-	sc->fix_delta = r->delta;
-	sc->fix_err = 0;
-	sc->fix_done = 0;
-	sc->fix_odd = 0;
+	sc->answer.n = nfix < XDNS_MAX_FIXUPS ? nfix : XDNS_MAX_FIXUPS;
+	sc->answer.at = at;
+	sc->answer.body_at = r->body_at;
+	sc->answer.blen = r->blen;
+	sc->answer.delta = r->delta;
+	sc->answer.err = 0;
+	sc->answer.done = 0;
+	sc->answer.odd = 0;
 #pragma unroll
 	for (k = 0; k < XDNS_FIXUPS_INLINE; k++) {
 		rc = xdns_fixup_direct(ctx, sc, fixups, k);
 		if (rc)
 			break;
 	}
-	if (rc != 1 && sc->fix_n > k) {
-		sc->fix_from = k;
+	if (rc != 1 && sc->answer.n > k) {
+		sc->answer.from = k;
 		bpf_loop(XDNS_TURNS(XDNS_MAX_FIXUPS), xdns_fixup_steps, &fc, 0);
-		if (sc->fix_err)
+		if (sc->answer.err)
 			return -1;
 	}
-	r->sum += xdns_csum_grown((__u64)r->delta * (sc->fix_done - sc->fix_odd), (__u64)r->delta * sc->fix_odd);
+	r->sum += xdns_csum_grown((__u64)r->delta * (sc->answer.done - sc->answer.odd), (__u64)r->delta * sc->answer.odd);
 	return 0;
 }
 

@@ -74,7 +74,7 @@ static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
 
 /*
  * The slot hash of this packet's question under generation `gen` (never 0), also left in
- * sc->memo_hash for the learning step; 0 when there is nothing to hash. It covers the
+ * sc->memo.hash for the learning step; 0 when there is nothing to hash. It covers the
  * generation and the first 24 bytes (a short name's type, class and OPT among them: the same
  * question with another OPT may take another slot, never a wrong one).
  *
@@ -93,7 +93,7 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 	int i;
 
 	if (avail == 0 || avail > 255 || gen == 0) {
-		sc->memo_hash = 0;
+		sc->memo.hash = 0;
 		return 0;
 	}
 	s = xdns_hash_step(xdns_cfg.seed ^ 0x6d656d6fULL, gen);
@@ -101,10 +101,10 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 #pragma clang loop unroll(full)
 	for (i = 0; i < 3; i++)
 		if ((__u32)i * 8 < avail)
-			h ^= (xdns_memo_word(sc->name, i, avail) ^ s) * XDNS_MEMO_MUL(i);
+			h ^= (xdns_memo_word(sc->walk.name, i, avail) ^ s) * XDNS_MEMO_MUL(i);
 	/* no final avalanche: the set comes from the top bits (xdns_memo_set) */
 	h = h ? h : 1;
-	sc->memo_hash = h;
+	sc->memo.hash = h;
 	return h;
 }
 
@@ -144,9 +144,9 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
  */
 
 /*
- * Is this packet's question (sc->name, sc->avail bytes) in this CPU's memo under generation
- * `gen`? Returns the answer's xdns_vals index, with memo_qlen and memo_nlab set as the walk
- * would have found them and memo_sum as xdns_parse_tail would have; or -1, with memo_hash set
+ * Is this packet's question (sc->walk.name, sc->walk.avail bytes) in this CPU's memo under generation
+ * `gen`? Returns the answer's xdns_vals index, with memo.qlen and memo.nlab set as the walk
+ * would have found them and memo.sum as xdns_parse_tail would have; or -1, with memo.hash set
  * for xdns_memo_learn.
  */
 static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
@@ -157,7 +157,7 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 
 	if (!sc)
 		return -1;
-	avail = sc->avail;
+	avail = sc->walk.avail;
 	h = xdns_memo_key(sc, avail, gen);
 	if (!h)
 		return -1;
@@ -174,16 +174,16 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 	if (n > avail || n > XDNS_MEMO_MAX_Q)
 		return -1;
 	/* the packet's bytes past n are whatever follows the question: not compared */
-	if (!xdns_same_bytes(sc->name, m->name, n, XDNS_MEMO_MAX_Q))
+	if (!xdns_same_bytes(sc->walk.name, m->name, n, XDNS_MEMO_MAX_Q))
 		return -1;
-	sc->memo_qlen = m->qlen;
-	sc->memo_nlab = m->nlab;
-	sc->memo_sum = m->qsum;
+	sc->memo.qlen = m->qlen;
+	sc->memo.nlab = m->nlab;
+	sc->memo.sum = m->qsum;
 	return (int)(m->v & 0x7fffffff);
 }
 
 /*
- * After the full path found the answer of sc->last_v for the question (a table hit, class S
+ * After the full path found the answer of sc->memo.last_v for the question (a table hit, class S
  * body), whose name has `qlen` bytes and `nlab` labels, and whose name, type and class sum to
  * `qsum` (xdns_query.qsum after xdns_parse_tail): note the question the first time, keep it
  * the second.
@@ -197,9 +197,9 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 
 	if (!sc)
 		return 0;
-	h = sc->memo_hash;      /* 0: the probe found nothing to hash */
+	h = sc->memo.hash;      /* 0: the probe found nothing to hash */
 	n = qlen + 4;
-	if (h == 0 || !sc->last_table || n > XDNS_MEMO_MAX_Q || n > sc->avail || nlab > 255)
+	if (h == 0 || !sc->memo.last_table || n > XDNS_MEMO_MAX_Q || n > sc->walk.avail || nlab > 255)
 		return 0;
 	set = xdns_memo_set(h);
 	m0 = xdns_memo_at(set);
@@ -213,13 +213,13 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);
 	m->qsum = (__u32)qsum;
-	m->v = sc->last_v;
+	m->v = sc->memo.last_v;
 	m->qlen = qlen;
 	m->nlab = nlab;
 	sc->memo_kept++;
 #pragma clang loop unroll(full)
 	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
-		xdns_st64(&m->name[i * 8], xdns_memo_word(sc->name, i, n));
+		xdns_st64(&m->name[i * 8], xdns_memo_word(sc->walk.name, i, n));
 	m->hash = h;
 	return 0;
 }
@@ -242,7 +242,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 #define XDNS_HINT_NONE 0xffffffffu
 
 /*
- * Type and DO bit of the question whose name has `qlen` bytes, read from sc->name (the OPT
+ * Type and DO bit of the question whose name has `qlen` bytes, read from sc->walk.name (the OPT
  * record right after the question, if any), as a hint keeps them.
  */
 static __always_inline __u32 xdns_hint_kind(const struct xdns_scratch *sc, __u32 qlen, __u32 avail)
@@ -253,18 +253,18 @@ static __always_inline __u32 xdns_hint_kind(const struct xdns_scratch *sc, __u32
 		return XDNS_HINT_NONE;
 	asm volatile("" : "+r"(qlen));  /* keep the masks below: the verifier needs them */
 	o = qlen + 4;
-	t = ((__u32)sc->name[qlen & 0xff] << 8) | sc->name[(qlen + 1) & 0xff];
+	t = ((__u32)sc->walk.name[qlen & 0xff] << 8) | sc->walk.name[(qlen + 1) & 0xff];
 	/* OPT: root owner, type 41, class, extended RCODE, version, flags (DO: the top bit) */
-	if (o + 11 <= avail && sc->name[o & 0xff] == 0 && sc->name[(o + 1) & 0xff] == 0 &&
-	    sc->name[(o + 2) & 0xff] == XDNS_TYPE_OPT && (sc->name[(o + 7) & 0xff] & 0x80))
+	if (o + 11 <= avail && sc->walk.name[o & 0xff] == 0 && sc->walk.name[(o + 1) & 0xff] == 0 &&
+	    sc->walk.name[(o + 2) & 0xff] == XDNS_TYPE_OPT && (sc->walk.name[(o + 7) & 0xff] & 0x80))
 		t |= 1 << 16;
 	return t;
 }
 
 /*
- * A hint for this packet's question, whose key (xdns_memo_key) is in sc->memo_hash already
- * (reply.h)? Returns 0 with sc->hint_ref (the entry), memo_qlen and memo_nlab set; else -1,
- * with sc->hint_ref = XDNS_HINT_NONE, for xdns_hint_learn. Of the set's two ways, the one
+ * A hint for this packet's question, whose key (xdns_memo_key) is in sc->memo.hash already
+ * (reply.h)? Returns 0 with sc->hint.ref (the entry), memo_qlen and memo_nlab set; else -1,
+ * with sc->hint.ref = XDNS_HINT_NONE, for xdns_hint_learn. Of the set's two ways, the one
  * whose type and DO bit are the packet's (read at the kept name length) is taken: A and AAAA
  * of one long name share a hash.
  */
@@ -277,9 +277,9 @@ static __always_inline int xdns_hint_probe(struct xdns_scratch *sc)
 
 	if (!sc)
 		return -1;
-	sc->hint_ref = XDNS_HINT_NONE;
-	avail = sc->avail;
-	h = sc->memo_hash;
+	sc->hint.ref = XDNS_HINT_NONE;
+	avail = sc->walk.avail;
+	h = sc->memo.hash;
 	if (!h)
 		return -1;
 	set = xdns_memo_set(h);
@@ -292,10 +292,10 @@ static __always_inline int xdns_hint_probe(struct xdns_scratch *sc)
 		t = xdns_hint_kind(sc, qlen, avail);
 		if (t == XDNS_HINT_NONE || t != m->seen)
 			continue;
-		sc->hint_slot = set + i;
-		sc->hint_ref = m->v;
-		sc->memo_qlen = qlen;
-		sc->memo_nlab = m->nlab;
+		sc->hint.slot = set + i;
+		sc->hint.ref = m->v;
+		sc->memo.qlen = qlen;
+		sc->memo.nlab = m->nlab;
 		return 0;
 	}
 	return -1;
@@ -315,10 +315,10 @@ __attribute__((noinline)) int xdns_hint_learn(struct xdns_scratch *sc, __u32 ref
 
 	if (!sc)
 		return 0;
-	h = sc->memo_hash;      /* 0: the probe found nothing to hash */
+	h = sc->memo.hash;      /* 0: the probe found nothing to hash */
 	if (h == 0 || nlab == 0 || nlab > 128 || ref == XDNS_HINT_NONE)
 		return 0;
-	kind = xdns_hint_kind(sc, qlen, sc->avail);
+	kind = xdns_hint_kind(sc, qlen, sc->walk.avail);
 	if (kind == XDNS_HINT_NONE)
 		return 0;
 	set = xdns_memo_set(h);
@@ -350,9 +350,9 @@ __attribute__((noinline)) int xdns_hint_forget(struct xdns_scratch *sc)
 
 	if (!sc)
 		return 0;
-	slot = sc->hint_slot;
+	slot = sc->hint.slot;
 	m = xdns_memo_at(slot);
-	if (m && m->hash == sc->memo_hash)
+	if (m && m->hash == sc->memo.hash)
 		m->hash = 0;
 	return 0;
 }

@@ -125,7 +125,7 @@ static __always_inline int xdns_copy_words(__u8 *dst, const __u8 *src, const voi
  * Are the first n bytes at a and at b equal (n <= room, both buffers at least `room` bytes, a
  * constant multiple of 8)? Whole eight-byte words, then the last n & 7 bytes masked, so
  * whatever follows n in either buffer does not count. Aligned loads where both buffers are:
- * the memo and reply memo compare sc->name, as xdns_copy_words stored it, with their slots.
+ * the memo and reply memo compare sc->walk.name, as xdns_copy_words stored it, with their slots.
  */
 static __always_inline int xdns_same_bytes(const __u8 *a, const __u8 *b, __u32 n, const __u32 room)
 {

@@ -88,13 +88,13 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		 * generation (the sum is of all three). Hint: a name under no zone of this
 		 * generation, whose cache entry the stage checks (the name's sum comes from there).
 		 */
-		q.qlen = *(volatile __u32 *)&sc->memo_qlen;
-		q.nlab = *(volatile __u32 *)&sc->memo_nlab;
-		q.qsum = xdns_cfg.resolver ? 0 : sc->memo_sum;
+		q.qlen = *(volatile __u32 *)&sc->memo.qlen;
+		q.nlab = *(volatile __u32 *)&sc->memo.nlab;
+		q.qsum = xdns_cfg.resolver ? 0 : sc->memo.sum;
 		if (q.qlen == 0 || q.qlen > 255 || q.nlab == 0 || q.nlab > 128)
 			return XDNS_PASS_QNAME;
 		if (xdns_cfg.resolver)
-			sc->qlen = q.qlen;      /* what the cache stage compares */
+			sc->walk.qlen = q.qlen;      /* what the cache stage compares */
 	} else {
 		v = xdns_qname_walk(sc, &q);
 		if (v != XDNS_CONTINUE)
@@ -114,7 +114,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 			v = XDNS_PASS_NO_ZONE;  /* a hint: kept for such names only */
 		} else {
 			genp = bpf_map_lookup_elem(&xdns_gen, &one);
-			sc->floor = genp ? *genp : 0;
+			sc->lookup.floor = genp ? *genp : 0;
 			v = xdns_select(sc, &q, gen, &key, &a);        /* the lookup stage */
 		}
 		/* one call site: the verifier walks the stage once for both ways in */
@@ -124,7 +124,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 			return v;
 		if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S)
 			xdns_memo_learn(sc, q.qlen, q.nlab, q.qsum);
-		vi = sc->last_v;
+		vi = sc->memo.last_v;
 	}
 	/* one source for the answer of both paths: the verifier walks the answer stage once */
 	return xdns_answer_stage(ctx, sc, &pkt, &q, &key, vi);
