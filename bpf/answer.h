@@ -145,7 +145,7 @@ static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u
  * Shift every fixup pointer of the copied body by delta; adds the checksum change to r->sum.
  * The first XDNS_FIXUPS_INLINE pointers are shifted inline: an NXDOMAIN body usually has
  * three (the SOA's owner and its two names), and the walk's callback cost a call, whose
- * return is dear here (README.md, "Calls are dear"). The walk takes the rest, if any.
+ * return is dear here (docs/perf/2026-11-22-per-packet-cost.md, "Calls are dear"). The walk takes the rest, if any.
  */
 #define XDNS_FIXUPS_INLINE 3
 static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
@@ -334,7 +334,7 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
  * Move the first `keep` bytes of the frame `head` bytes down (to the new start after the head
  * grew), by direct packet access, upwards (safe: the destination is below the source), in
  * blocks of 32 bytes: one bounds check each way per block, not per word, which quarters the
- * verifier's walk of the loop (the time is the same, bpf/README.md). The last 32 bytes are
+ * verifier's walk of the loop (the time is the same: docs/perf/2026-11-24-answered-path-instructions.md). The last 32 bytes are
  * read before anything is written and stored last, so a `keep` that is not a multiple of 32
  * needs no tail loop.
  * Returns -1 when the frame is shorter than expected (nothing the caller can undo: drop).
@@ -386,7 +386,7 @@ static __always_inline int xdns_move_down(struct xdp_md *ctx, __u32 head, __u32 
  * `keep` bytes, all that is still read) move to the new start, so every offset in `pkt` stays
  * valid. Every reply tries the tail first: on veth the slack often suffices, and the head
  * path writes lines in front of the frame that nothing has touched (a per-CPU hint that sent
- * every reply to the head after one refusal cost 47 ns per packet on the benchmark's veth).
+ * every reply to the head after one refusal was slower: docs/perf).
  * Returns 0 when resized, 1 when the frame is unchanged (pass it on), -1 when the frame
  * changed and the move failed (drop).
  */
@@ -450,9 +450,8 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	/*
 	 * Swap the MACs (bytes 0..5 and 6..11) with one 8-byte and one 4-byte word each way,
 	 * little-endian: the old source becomes bytes 0..5, the old destination bytes 6..11.
-	 * Through the stack (three 6-byte copies) the verifier processed 42k fewer instructions
-	 * (804k instead of 846k with the cache stage), but the swap took 2% of a memo hit's time
-	 * (bench/ab.py).
+	 * Through the stack (three 6-byte copies) the verifier works less, but the swap was
+	 * measurably slower (docs/perf/2026-11-27-code-comment-figures.md).
 	 */
 	macs = xdns_ld64(eth);
 	dst = macs & 0xffffffffffffULL;

@@ -31,8 +31,8 @@
  * because it is usually that short (cache.h, a cached name's words): XDNS_BATCHED_REST(name,
  * step, n) defines `name`, to run under bpf_loop with XDNS_TURNS(steps - n) turns. No call at
  * all for a short walk. Inlined steps are verified in the caller's states: keep them lean
- * (one general TTL step took the cache program from 697k to 919k processed instructions;
- * cache.h inlines only a lean single-TTL case).
+ * (a general TTL step inlined multiplied the cache program's verifier work; cache.h inlines
+ * only a lean single-TTL case).
  */
 #define XDNS_BATCHED_REST(name, step, n)                                                \
 	static long name(__u64 turn, void *arg)                                         \

@@ -33,9 +33,8 @@
  * entry takes an empty way, else the two ways are replaced in turn.
  *
  * Why two ways and 4096 slots: a miss costs far more than its walk alone, because the walk's
- * code and data are no longer warm. On the benchmark's mix (about 510 distinct questions),
- * 1024 direct-mapped slots answered 86% from the memo at 237 ns per packet; 4096 answered
- * 96.5% at 197 ns (interleaved A/B, median of 6 rounds each); two ways, 98.5%.
+ * code and data are no longer warm, so the memo is sized to hold the benchmark mix's distinct
+ * questions with room to spare (the measurements: docs/perf/2026-11-23-question-memo.md).
  */
 #ifndef XDNS_MEMO_H
 #define XDNS_MEMO_H
@@ -81,7 +80,7 @@ static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
  * Each word, mixed with the seeded start s, is multiplied by its own constant and the three
  * products are XORed: the multiplies run side by side, where absorbing the words one after
  * the other (xdns_hash_step) chained three multiplies before the slot's address was known,
- * and everything on a memo hit waits for that address. B/A 0.986 on memo hits (bench/ab.py).
+ * and everything on a memo hit waits for that address.
  * s depends on the generation alone, so its multiply is off that path. The hash picks a set
  * and filters ways; the stored bytes decide a hit (xdns_memo_probe), so its quality costs
  * speed only. Modelled by crates/xdns-bpf/src/hash.rs, memo_hash.
@@ -134,13 +133,11 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
 }
 
 /*
- * The probes below are inlined: every call costs its return, and with this machine's SRSO
- * mitigation ("Safe RET") each return is a mispredicted branch, about 7 ns. Inlined, they
- * took 1.5% off a memo hit and a cache hit alike (bench/ab.py, both builds serving at once)
- * and the verifier's work moved from 399k to 485k instructions for the authoritative program
- * and from 869k to 804k with the cache stage. The learning steps, which run only after a full
- * walk, stay global functions (BPF subprograms the verifier checks once, alone): inlined,
- * their word-by-word conditions once multiplied the program's states past the limit.
+ * The probes below are inlined: every call costs its return, and with the SRSO mitigation
+ * ("Safe RET") each return is a mispredicted branch (docs/perf/2026-11-23-question-memo.md).
+ * The learning steps, which run only after a full walk, stay global functions (BPF
+ * subprograms the verifier checks once, alone): inlined, their word-by-word conditions once
+ * multiplied the program's states past the limit.
  */
 
 /*

@@ -22,7 +22,7 @@
  * sightings (`seen`), as the question memo does. Queries that take turns in their set faster
  * than that, because far more distinct queries hit the cache than there are slots, are not
  * kept: each would evict another before being asked again, and keeping (a helper call and
- * four lines written) cost more than the memo gave (bpf/README.md). The slots are per CPU (a
+ * four lines written) cost more than the memo gave (docs/perf/2026-11-24-reply-memo.md). The slots are per CPU (a
  * run of XDNS_REPLY_SLOTS for each, in sets of two ways like xdns_memo), so no slot is ever
  * read half written. The slot is found by the memo's key of the query's first bytes and the
  * generation (a reload leaves every older slot unmatched, as it does the hints).
@@ -146,7 +146,7 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
  * After the cache stage answered this packet's query through a hint: keep its reply (the
  * frame as it is now: the DNS message at `dns_off`, the question ending at DNS offset
  * `body_at`; `sum` its checksum without the ID) for the query, with the entry, tag and time
- * bound the stage left in sc->reply_*. Takes the way that holds this query already; else, at
+ * bound the stage left in sc->reply. Takes the way that holds this query already; else, at
  * a second sighting, an empty one, else the one not holding another query of the same hash
  * (one name asked with and without EDNS, say, whose first 24 bytes are the same), else the two
  * in turn. A global function: the verifier checks it once, alone.

@@ -48,7 +48,7 @@ static __always_inline int xdns_copy_chunks(__u8 *dst, const __u8 *src, const __
  * bounds-checked against data_end once per sixteen bytes. Sixteen at a time, the last sixteen
  * ending exactly at n (overlapping the chunk before); under 16, the first eight and the last
  * eight. Nothing is written past n. A check with its address arithmetic cost more than the
- * eight bytes it guarded (bpf/README.md, "Instructions on the answered path"). Returns 1 when
+ * eight bytes it guarded (docs/perf/2026-11-24-answered-path-instructions.md). Returns 1 when
  * the packet is shorter than that (the caller takes a helper, or passes).
  */
 static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *edge, const void *data_end, __u32 n,

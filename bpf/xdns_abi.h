@@ -239,7 +239,7 @@ struct xdns_config {
  *
  * Set-associative, in array maps the resolver writes through mmap (no syscall per write), read
  * by the program with inlined array lookups: no call, no jhash, no bucket walk (the LRU hash
- * maps this replaced cost about 10 ns more per hit and 50 more per miss, bpf/README.md).
+ * maps this replaced were slower, docs/perf/2026-11-22-resolver-cache-stage.md).
  * `xdns_cache_idx` holds cache_mask + 1 buckets of XDNS_CACHE_WAYS entries; the bucket of a key is
  * xdns_cache_pos(hash, qtype, do) & cache_mask (hash.h). An entry is the key when its hash is
  * the key's and its meta is XDNS_CACHE_META(qtype, do, name length); its `idx` names the value:
@@ -475,7 +475,7 @@ struct xdns_scratch {
 	/*
 	 * Packets by enum xdns_verdict (bpf/stats.h). Here rather than in a map of their own:
 	 * the program has this value in hand already, and a separate per-CPU array costs one
-	 * more lookup and cache line per packet (docs/perf).
+	 * more lookup and cache line per packet (docs/perf/2026-11-27-code-comment-figures.md).
 	 */
 	__u64 verdicts[XDNS_VERDICT_SLOTS];
 };
