@@ -167,16 +167,16 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 		if (!m || m->hash != h)
 			return -1;
 	}
-	n = (__u32)m->qlen + 4;
+	n = (__u32)m->u.q.qlen + 4;
 	if (n > avail || n > XDNS_MEMO_MAX_Q)
 		return -1;
 	/* the packet's bytes past n are whatever follows the question: not compared */
-	if (!xdns_same_bytes(sc->walk.name, m->name, n, XDNS_MEMO_MAX_Q))
+	if (!xdns_same_bytes(sc->walk.name, m->u.q.name, n, XDNS_MEMO_MAX_Q))
 		return -1;
-	sc->memo.qlen = m->qlen;
-	sc->memo.nlab = m->nlab;
-	sc->memo.sum = m->qsum;
-	return (int)(m->v & 0x7fffffff);
+	sc->memo.qlen = m->u.q.qlen;
+	sc->memo.nlab = m->u.q.nlab;
+	sc->memo.sum = m->u.q.qsum;
+	return (int)(m->u.q.v & 0x7fffffff);
 }
 
 /*
@@ -203,20 +203,20 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 	m1 = xdns_memo_at(set + 1);
 	if (!m0 || !m1 || m0->hash == h || m1->hash == h)
 		return 0;
-	if (xdns_first_sighting(&m0->seen, &m1->seen, (__u32)h))
+	if (xdns_first_sighting(&m0->u.q.seen, &m1->u.q.seen, (__u32)h))
 		return 0;
 	m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);
-	m->qsum = (__u32)qsum;
-	m->v = sc->memo.last_v;
-	m->qlen = qlen;
-	m->nlab = nlab;
+	m->u.q.qsum = (__u32)qsum;
+	m->u.q.v = sc->memo.last_v;
+	m->u.q.qlen = qlen;
+	m->u.q.nlab = nlab;
 	sc->memo_kept++;
 #pragma clang loop unroll(full)
 	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
-		xdns_st64(&m->name[i * 8], xdns_memo_word(sc->walk.name, i, n));
+		xdns_st64(&m->u.q.name[i * 8], xdns_memo_word(sc->walk.name, i, n));
 	m->hash = h;
 	return 0;
 }
@@ -227,7 +227,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
  * A resolver's cache hit costs the name walk and the encloser lookup only to learn that the
  * name is under no served zone and to hash it for the cache key. A hint keeps, for a
  * question (its first bytes and the generation, hashed as above), its type and DO bit (in
- * `seen`), the cache entry the full path found for it: slot and size class (`v`), the name's
+ * `kind`), the cache entry the full path found for it: slot and size class (`ref`), the name's
  * length and labels.
  * The next such question goes straight to that entry, which the cache stage checks as it
  * checks every entry (cache.h: type, DO bit, name compared case-insensitively, tag, expiry),
@@ -285,14 +285,14 @@ static __always_inline int xdns_hint_probe(struct xdns_scratch *sc)
 		m = xdns_memo_at(set + i);
 		if (!m || m->hash != h)
 			continue;
-		qlen = m->qlen;
+		qlen = m->u.hint.qlen;
 		t = xdns_hint_kind(sc, qlen, avail);
-		if (t == XDNS_HINT_NONE || t != m->seen)
+		if (t == XDNS_HINT_NONE || t != m->u.hint.kind)
 			continue;
 		sc->hint.slot = set + i;
-		sc->hint.ref = m->v;
+		sc->hint.ref = m->u.hint.ref;
 		sc->memo.qlen = qlen;
-		sc->memo.nlab = m->nlab;
+		sc->memo.nlab = m->u.hint.nlab;
 		return 0;
 	}
 	return -1;
@@ -323,17 +323,17 @@ __attribute__((noinline)) int xdns_hint_learn(struct xdns_scratch *sc, __u32 ref
 	m1 = xdns_memo_at(set + 1);
 	if (!m0 || !m1)
 		return 0;
-	if (m0->hash == h && m0->seen == kind)
+	if (m0->hash == h && m0->u.hint.kind == kind)
 		m = m0;
-	else if (m1->hash == h && m1->seen == kind)
+	else if (m1->hash == h && m1->u.hint.kind == kind)
 		m = m1;
 	else
 		m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
-	m->v = ref;
-	m->qlen = qlen;
-	m->nlab = nlab;
-	m->seen = kind;
+	m->u.hint.ref = ref;
+	m->u.hint.qlen = qlen;
+	m->u.hint.nlab = nlab;
+	m->u.hint.kind = kind;
 	m->hash = h;
 	sc->memo_kept++;
 	return 0;

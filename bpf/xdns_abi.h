@@ -153,22 +153,42 @@ struct xdns_bucket {
  * that the next identical question skips both. A slot is one cache line, keyed by a hash of
  * the generation and the question's first bytes; it holds the name, type and class, compared
  * before use: a collision is a miss. A resolver program, which has no memo, keeps cache hints
- * in the same slots instead (memo.h): hash, `v` (the cache entry), qlen, nlab and `seen`.
+ * in the same slots instead (memo.h): the slot is a union of the two uses, and a program only
+ * ever uses one (xdns_cfg.resolver). The fields both have (seen/kind, qlen, nlab) sit at the
+ * same offsets, where they were before the union.
  */
 #define XDNS_MEMO_SLOTS 4096            /* per CPU, a power of two: 2048 sets of 2 ways */
 #define XDNS_MEMO_MAX_Q 40              /* longest name + type + class kept (bytes) */
-struct xdns_memo {
-	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
+struct xdns_memo_question {     /* the question memo's use of a slot (authoritative programs) */
 	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
 	__u32 qsum;             /* checksum of name, type and class (xdns_query.qsum), folded to 32 bits */
 	__u32 seen;             /* low half of the hash of a question seen once in this set: the
-				 * latest in the first way, the one before in the second (cache
-				 * hint: the question's type | its DO bit << 16) */
+				 * latest in the first way, the one before in the second */
 	__u8 qlen;              /* wire length of the name (name[] holds qlen + 4 bytes) */
 	__u8 nlab;              /* its labels, the root included */
 	__u8 _pad[2];
-	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent (cache hint: unused) */
+	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent */
 };
+struct xdns_memo_hint {         /* a cache hint's use of a slot (resolver programs) */
+	__u32 ref;              /* the cache entry (size class << 30 | slot, as xdns_cache_find) */
+	__u32 _unused;
+	__u32 kind;             /* the question's type | its DO bit << 16 */
+	__u8 qlen;              /* wire length of the name */
+	__u8 nlab;              /* its labels, the root included */
+	__u8 _pad[2];
+};
+union xdns_memo_use {
+	struct xdns_memo_question q;
+	struct xdns_memo_hint hint;
+};
+struct xdns_memo {
+	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
+	union xdns_memo_use u;
+};
+_Static_assert(sizeof(struct xdns_memo) == 64, "a memo slot is one cache line");
+_Static_assert(__builtin_offsetof(struct xdns_memo_question, seen) == __builtin_offsetof(struct xdns_memo_hint, kind) &&
+	       __builtin_offsetof(struct xdns_memo_question, qlen) == __builtin_offsetof(struct xdns_memo_hint, qlen),
+	       "the memo and the hints keep their shared fields at the same offsets");
 
 /* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */
 struct xdns_answer {

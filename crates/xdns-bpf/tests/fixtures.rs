@@ -444,7 +444,7 @@ fn question_memo_is_consulted() {
         assert_eq!(ask(&prog, &long), ["answered"]);
     }
     assert_eq!(prog.memo_counts().unwrap(), (0, 1), "kept at the second ask, not yet used");
-    let used = prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap();
+    let used = prog.rewrite_memo(&|m| m.u.q.v = 0x7fff_fff0).unwrap();
     assert!(used >= 1, "the short question is kept after two asks");
     assert_eq!(ask(&prog, &short), ["pass_no_body"], "the memo's (broken) index was used");
     assert_eq!(prog.memo_counts().unwrap(), (1, 1));
@@ -481,7 +481,7 @@ fn question_memo_keeps_two_questions_per_set() {
         }
     }
     assert_eq!(prog.memo_counts().unwrap(), (0, 2), "both kept, in one set");
-    assert_eq!(prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap(), 2);
+    assert_eq!(prog.rewrite_memo(&|m| m.u.q.v = 0x7fff_fff0).unwrap(), 2);
     for f in &frames[..2] {
         assert_eq!(ask(&prog, f), ["pass_no_body"], "served from the memo's (broken) index");
     }
