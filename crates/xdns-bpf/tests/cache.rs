@@ -185,6 +185,7 @@ fn hex(b: &[u8]) -> String {
 #[test]
 fn cache_fixture_table() {
     require_root("cache_fixture_table");
+    stay_on_one_cpu();
     let prog = load_resolver(0x5eed_cafe);
     let cache = prog.cache().unwrap();
 
@@ -333,6 +334,7 @@ fn cache_fixture_table() {
 #[test]
 fn cache_hints_are_never_wrong() {
     require_root("cache_hints_are_never_wrong");
+    stay_on_one_cpu();
     let mut prog = load_resolver(23);
     let cache = prog.cache().unwrap();
     let ask = |prog: &XdpProgram, name: &str, t: u16| {
@@ -403,6 +405,7 @@ fn cache_hints_are_never_wrong() {
 #[test]
 fn reply_memo_is_what_the_stage_would_send() {
     require_root("reply_memo_is_what_the_stage_would_send");
+    stay_on_one_cpu();
     let prog = load_resolver(29);
     let cache = prog.cache().unwrap();
     let events = prog.prefetch_events().unwrap();

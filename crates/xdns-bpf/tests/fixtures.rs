@@ -433,6 +433,7 @@ fn hex(b: &[u8]) -> String {
 #[test]
 fn question_memo_is_consulted() {
     require_root("question_memo_is_consulted");
+    stay_on_one_cpu();
     let mut prog = load();
     let data = zone();
     prog.install(&data).unwrap();
@@ -471,6 +472,7 @@ fn same_set_frames(prog: &xdns_bpf::runtime::XdpProgram, n: usize) -> Vec<Vec<u8
 #[test]
 fn question_memo_keeps_two_questions_per_set() {
     require_root("question_memo_keeps_two_questions_per_set");
+    stay_on_one_cpu();
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let frames = same_set_frames(&prog, 3);
@@ -501,6 +503,7 @@ fn question_memo_keeps_two_questions_per_set() {
 #[test]
 fn question_memo_learns_two_questions_asked_in_turn() {
     require_root("question_memo_learns_two_questions_asked_in_turn");
+    stay_on_one_cpu();
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let frames = same_set_frames(&prog, 2);
@@ -524,6 +527,7 @@ fn question_memo_learns_two_questions_asked_in_turn() {
 #[test]
 fn question_memo_answer_follows_the_packets_edns_and_flags() {
     require_root("question_memo_answer_follows_the_packets_edns_and_flags");
+    stay_on_one_cpu();
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let mut fresh = load();

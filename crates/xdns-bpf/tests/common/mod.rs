@@ -24,6 +24,22 @@ pub fn require_root(test: &str) {
     assert!(euid == 0, "{test}: needs root (CAP_BPF, CAP_NET_ADMIN); running as uid {euid}, so it fails rather than pass untested");
 }
 
+/// Keep this test's thread on the CPU it runs on now. The question memo, the cache hints and
+/// the reply memo are per CPU, and BPF_PROG_TEST_RUN runs on the caller's CPU: a test that
+/// expects one ask to find what an earlier ask left must make both on one CPU, or the
+/// scheduler moving its thread (on a busy machine) fails it.
+pub fn stay_on_one_cpu() {
+    // SAFETY: sched_getcpu has no preconditions; the set is zeroed, gets one bit, and is
+    // passed with its own size for the calling thread (pid 0).
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0, "sched_getcpu");
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "sched_setaffinity");
+    }
+}
+
 /// The program listening on the lab addresses, port 53, with a fixed seed.
 pub fn load() -> XdpProgram {
     let listen: Vec<SocketAddr> = vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()];
