@@ -39,13 +39,16 @@ struct xdns_query {
 	__u8 _pad[2];
 };
 
+#include "response.h"
+
 /*
  * Header: a query we may answer? (Direct packet access: the header is in the linear part.)
- * A response (QR=1) goes on at once, with only q->id and q->flags set: the caller hands it
- * to the response stage (response.h).
+ * A response (QR=1) leaves here for the response stage (response.h), with only q->id and
+ * q->flags set, and its verdict is final.
  */
-static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, const struct xdns_pkt *pkt,
-							    struct xdns_query *q, __u16 *arcount)
+static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, struct xdns_scratch *sc,
+							    const struct xdns_pkt *pkt, struct xdns_query *q,
+							    __u16 *arcount)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -60,7 +63,7 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 	q->id = h[0];
 	q->flags = bpf_ntohs(h[1]);
 	if (q->flags & XDNS_F_QR)
-		return XDNS_CONTINUE;   /* the response stage's */
+		return xdns_response_stage(ctx, sc, pkt, q);
 	if (q->flags & XDNS_F_OPCODE)
 		return XDNS_PASS_DNS_OPCODE;
 	if (h[2] != bpf_htons(1) || h[3] || h[4] || bpf_ntohs(h[5]) > 1)

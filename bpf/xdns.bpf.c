@@ -59,11 +59,10 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	v = xdns_parse_l2_l4(ctx, &pkt);
 	if (v != XDNS_CONTINUE)
 		return v;
-	v = xdns_parse_header(ctx, &pkt, &q, &arcount);
+	/* a response (QR=1) leaves here, through the response stage (response.h) */
+	v = xdns_parse_header(ctx, sc, &pkt, &q, &arcount);
 	if (v != XDNS_CONTINUE)
 		return v;
-	if (q.flags & XDNS_F_QR)
-		return xdns_response_stage(ctx, sc, &pkt, &q);
 	v = xdns_name_fetch(ctx, &pkt, sc);
 	if (v != XDNS_CONTINUE)
 		return v;
