@@ -396,11 +396,12 @@ struct xdns_allow_table {
 
 /*
  * Per-CPU working memory of one packet (value of `xdns_scratch`): one sub-struct per stage
- * (bpf/xdns.bpf.c lists them), then the counters userspace reads (summed over CPUs). A
- * stage writes only its own sub-struct; the later stages read what an earlier one left
- * (the walk's name and labels, the lookup's answer index). The bpf_loop walks keep their
- * state here, not on the stack: values read back from map memory are unknown to the
- * verifier, so each loop body is verified once instead of once per distinct iteration state.
+ * (bpf/xdns.bpf.c lists them), with the counters userspace reads (summed over CPUs). The
+ * later stages read what an earlier one left (the walk's name and labels, the lookup's
+ * answer index); the seen stage's ways share `memo` (key, lengths), and the cache stage's
+ * TTL pass uses `answer`. The bpf_loop walks keep their state here, not on the stack:
+ * values read back from map memory are unknown to the verifier, so each loop body is
+ * verified once instead of once per distinct iteration state.
  */
 struct xdns_walk_scratch {      /* fetch and walk (dns.h) */
 	__u8 name[256];         /* the question name as sent (and the bytes after it), wire form */
