@@ -9,6 +9,7 @@
 #ifndef XDNS_ANSWER_H
 #define XDNS_ANSWER_H
 
+#include "stage.h"
 #include "lookup.h"
 
 #define XDNS_REPLY_TTL 64
@@ -41,8 +42,8 @@ struct xdns_fixup_ctx {
  * linear part of a multi-buffer frame (xdns_fixup_step then uses the load/store helpers). The
  * offset is read from the body's entry in place, the old value back from the packet (just
  * copied from the body); state lives in the scratch map. The checksum needs no work per
- * pointer (csum.h, xdns_csum_grown): the steps count the pointers they shifted (fix_done),
- * those at odd DNS offsets apart (fix_odd).
+ * pointer (csum.h, xdns_csum_grown): the steps count the pointers they shifted (answer.done),
+ * those at odd DNS offsets apart (answer.odd).
  */
 static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scratch *sc, const __u16 *offs,
 					     __u32 index)
@@ -51,25 +52,25 @@ static __always_inline int xdns_fixup_direct(struct xdp_md *ctx, struct xdns_scr
 	__u16 new;
 	__u8 *p;
 
-	if (index >= sc->fix_n)
+	if (index >= sc->answer.n)
 		return 1;
 	f = offs[index & (XDNS_MAX_FIXUPS - 1)];
-	if (f + 2 > sc->fix_blen)
+	if (f + 2 > sc->answer.blen)
 		return 0;
-	at = sc->fix_at + f;
+	at = sc->answer.at + f;
 	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helpers */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at > 0x3fff || (void *)(p + 2) > (void *)(long)ctx->data_end)
 		return -1;
-	new = (((__u16)p[0] << 8) | p[1]) + sc->fix_delta;
+	new = (((__u16)p[0] << 8) | p[1]) + sc->answer.delta;
 	p[0] = new >> 8;
 	p[1] = new & 0xff;
-	sc->fix_done++;
-	sc->fix_odd += (sc->fix_body_at + f) & 1;
+	sc->answer.done++;
+	sc->answer.odd += (sc->answer.body_at + f) & 1;
 	return 0;
 }
 
-/* A step of the fixup walk: pointer sc->fix_from + index, by the helpers where it must. */
+/* A step of the fixup walk: pointer sc->answer.from + index, by the helpers where it must. */
 static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 {
 	struct xdns_fixup_ctx *fc = arg;
@@ -82,25 +83,25 @@ static __always_inline long xdns_fixup_step(__u64 index, void *arg)
 
 	if (!sc)
 		return 1;
-	index += sc->fix_from;
+	index += sc->answer.from;
 	rc = xdns_fixup_direct(ctx, sc, fc->offs, index);
 	if (rc >= 0)
 		return rc;
 	f = fc->offs[index & (XDNS_MAX_FIXUPS - 1)];
-	at = sc->fix_at + f;
+	at = sc->answer.at + f;
 	if (bpf_xdp_load_bytes(ctx, at, w, 2)) {
-		sc->fix_err = 1;
+		sc->answer.err = 1;
 		return 1;
 	}
-	new = (((__u16)w[0] << 8) | w[1]) + sc->fix_delta;
+	new = (((__u16)w[0] << 8) | w[1]) + sc->answer.delta;
 	w[0] = new >> 8;
 	w[1] = new & 0xff;
 	if (bpf_xdp_store_bytes(ctx, at, w, 2)) {
-		sc->fix_err = 1;
+		sc->answer.err = 1;
 		return 1;
 	}
-	sc->fix_done++;
-	sc->fix_odd += (sc->fix_body_at + f) & 1;
+	sc->answer.done++;
+	sc->answer.odd += (sc->answer.body_at + f) & 1;
 	return 0;
 }
 
@@ -144,7 +145,7 @@ static __always_inline int xdns_put_body(struct xdp_md *ctx, __u32 at, const __u
  * Shift every fixup pointer of the copied body by delta; adds the checksum change to r->sum.
  * The first XDNS_FIXUPS_INLINE pointers are shifted inline: an NXDOMAIN body usually has
  * three (the SOA's owner and its two names), and the walk's callback cost a call, whose
- * return is dear here (README.md, "Calls are dear"). The walk takes the rest, if any.
+ * return is dear here (docs/perf/2026-11-22-per-packet-cost.md, "Calls are dear"). The walk takes the rest, if any.
  */
 #define XDNS_FIXUPS_INLINE 3
 static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at,
@@ -156,27 +157,27 @@ static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scrat
 
 	if (r->delta == 0 || r->blen == 0 || nfix == 0)
 		return 0;
-	sc->fix_n = nfix < XDNS_MAX_FIXUPS ? nfix : XDNS_MAX_FIXUPS;
-	sc->fix_at = at;
-	sc->fix_body_at = r->body_at;
-	sc->fix_blen = r->blen;
-	sc->fix_delta = r->delta;
-	sc->fix_err = 0;
-	sc->fix_done = 0;
-	sc->fix_odd = 0;
+	sc->answer.n = nfix < XDNS_MAX_FIXUPS ? nfix : XDNS_MAX_FIXUPS;
+	sc->answer.at = at;
+	sc->answer.body_at = r->body_at;
+	sc->answer.blen = r->blen;
+	sc->answer.delta = r->delta;
+	sc->answer.err = 0;
+	sc->answer.done = 0;
+	sc->answer.odd = 0;
 #pragma unroll
 	for (k = 0; k < XDNS_FIXUPS_INLINE; k++) {
 		rc = xdns_fixup_direct(ctx, sc, fixups, k);
 		if (rc)
 			break;
 	}
-	if (rc != 1 && sc->fix_n > k) {
-		sc->fix_from = k;
+	if (rc != 1 && sc->answer.n > k) {
+		sc->answer.from = k;
 		bpf_loop(XDNS_TURNS(XDNS_MAX_FIXUPS), xdns_fixup_steps, &fc, 0);
-		if (sc->fix_err)
+		if (sc->answer.err)
 			return -1;
 	}
-	r->sum += xdns_csum_grown((__u64)r->delta * (sc->fix_done - sc->fix_odd), (__u64)r->delta * sc->fix_odd);
+	r->sum += xdns_csum_grown((__u64)r->delta * (sc->answer.done - sc->answer.odd), (__u64)r->delta * sc->answer.odd);
 	return 0;
 }
 
@@ -220,7 +221,7 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 		return XDNS_PASS_FIXUPS;
 	r->sum = q->qsum + ((r->body_at & 1) ? xdns_csum_swap(part) : part);
 	r->dns_out = r->body_at + r->blen + optlen;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 /* The body bytes of one answer: exactly one pointer is set, the one of its size class. */
@@ -333,7 +334,7 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
  * Move the first `keep` bytes of the frame `head` bytes down (to the new start after the head
  * grew), by direct packet access, upwards (safe: the destination is below the source), in
  * blocks of 32 bytes: one bounds check each way per block, not per word, which quarters the
- * verifier's walk of the loop (the time is the same, bpf/README.md). The last 32 bytes are
+ * verifier's walk of the loop (the time is the same: docs/perf/2026-11-24-answered-path-instructions.md). The last 32 bytes are
  * read before anything is written and stored last, so a `keep` that is not a multiple of 32
  * needs no tail loop.
  * Returns -1 when the frame is shorter than expected (nothing the caller can undo: drop).
@@ -385,7 +386,7 @@ static __always_inline int xdns_move_down(struct xdp_md *ctx, __u32 head, __u32 
  * `keep` bytes, all that is still read) move to the new start, so every offset in `pkt` stays
  * valid. Every reply tries the tail first: on veth the slack often suffices, and the head
  * path writes lines in front of the frame that nothing has touched (a per-CPU hint that sent
- * every reply to the head after one refusal cost 47 ns per packet on the benchmark's veth).
+ * every reply to the head after one refusal was slower: docs/perf).
  * Returns 0 when resized, 1 when the frame is unchanged (pass it on), -1 when the frame
  * changed and the move failed (drop).
  */
@@ -449,9 +450,8 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	/*
 	 * Swap the MACs (bytes 0..5 and 6..11) with one 8-byte and one 4-byte word each way,
 	 * little-endian: the old source becomes bytes 0..5, the old destination bytes 6..11.
-	 * Through the stack (three 6-byte copies) the verifier processed 42k fewer instructions
-	 * (804k instead of 846k with the cache stage), but the swap took 2% of a memo hit's time
-	 * (bench/ab.py).
+	 * Through the stack (three 6-byte copies) the verifier works less, but the swap was
+	 * measurably slower (docs/perf/2026-11-27-code-comment-figures.md).
 	 */
 	macs = xdns_ld64(eth);
 	dst = macs & 0xffffffffffffULL;
@@ -513,6 +513,49 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 	port = ~xdns_csum_fold(s);
 	udp->check = bpf_htons(port ? port : 0xffff);
 	return 0;
+}
+
+/*
+ * The answer stage: the reply to query q from answer `vi` of xdns_vals (found by the lookup
+ * or the question memo; `key` names its M or L body), written in place. Returns XDNS_ANSWERED
+ * with the frame rewritten, a pass reason with the frame untouched, or XDNS_DROP_REWRITE when
+ * a helper failed halfway. The one source of the answer for both ways in: the verifier walks
+ * this once.
+ */
+static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, struct xdns_scratch *sc,
+							    struct xdns_pkt *pkt, const struct xdns_query *q,
+							    const struct xdns_answer_key *key, __u32 vi)
+{
+	struct xdns_reply r = {};
+	struct xdns_body_ref body = {};
+	struct xdns_answer_s *a;
+	enum xdns_verdict v;
+	__u32 frame;
+	long grow;
+	int moved;
+
+	a = bpf_map_lookup_elem(&xdns_vals, &vi);
+	if (!a)
+		return XDNS_PASS_NO_BODY;
+	v = xdns_plan(q, &a->ans, &r);
+	if (v != XDNS_CONTINUE)
+		return v;
+	if (r.blen) {
+		if (xdns_body_get(key, a, &body))
+			return XDNS_PASS_NO_BODY;
+	}
+	frame = ctx->data_end - ctx->data;
+	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
+	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);
+	if (moved)
+		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
+	if (xdns_put_dns(ctx, sc, pkt, q, &body, &a->ans, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_strip_ip_options(ctx, pkt))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_l2_l4(ctx, pkt, &r))
+		return XDNS_DROP_REWRITE;
+	return XDNS_ANSWERED;
 }
 
 #endif /* XDNS_ANSWER_H */

@@ -13,6 +13,7 @@
 #ifndef XDNS_CACHE_H
 #define XDNS_CACHE_H
 
+#include "stage.h"
 #include "answer.h"
 #include "memo.h"
 
@@ -49,7 +50,7 @@ static __always_inline int xdns_cache_word_same(const struct xdns_scratch *sc, c
 	__u32 left = qlen - off;
 	__u64 a, mask = left < 8 ? (1ULL << (left * 8)) - 1 : ~0ULL;  /* little-endian: low bytes */
 
-	a = xdns_ld64(&sc->name[off]) & mask;
+	a = xdns_ld64(&sc->walk.name[off]) & mask;
 	*sum += (a & 0xffffffff) + (a >> 32);
 	return xdns_lower8(a) == xdns_ld64(&mt->name[off]);
 }
@@ -60,10 +61,10 @@ static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 	struct xdns_cache_cmp_ctx *c = arg;
 	struct xdns_scratch *sc = c->sc;
 
-	if (!sc || index >= sc->cmp_words || index >= 32)
+	if (!sc || index >= sc->cache.cmp_words || index >= 32)
 		return 1;
-	if (!xdns_cache_word_same(sc, c->mt, (index & 31) * 8, sc->qlen, &sc->cmp_sum)) {
-		sc->cmp_diff = 1;
+	if (!xdns_cache_word_same(sc, c->mt, (index & 31) * 8, sc->walk.qlen, &sc->cache.cmp_sum)) {
+		sc->cache.cmp_diff = 1;
 		return 1;
 	}
 	return 0;
@@ -72,15 +73,15 @@ static __always_inline long xdns_cache_cmp_word(__u64 index, void *arg)
 XDNS_BATCHED_REST(xdns_cache_cmp_words, xdns_cache_cmp_word, 4)
 
 /*
- * Is the entry's name the question name, letter case aside? (sc->qlen is the question's wire
+ * Is the entry's name the question name, letter case aside? (sc->walk.qlen is the question's wire
  * length.) Length octets (<= 63) are never letters, so equal bytes mean the same labels: a
  * question equal to a (valid) entry name is that name. Also sums the name as sent into
- * sc->cmp_sum (the name's checksum, for a question that came through a hint).
+ * sc->cache.cmp_sum (the name's checksum, for a question that came through a hint).
  */
 static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const struct xdns_cache_meta *mt)
 {
 	struct xdns_cache_cmp_ctx c = { .mt = mt, .sc = sc };
-	__u32 qlen = sc->qlen, k;
+	__u32 qlen = sc->walk.qlen, k;
 	__u64 sum = 0;
 
 	/*
@@ -95,13 +96,13 @@ static __always_inline int xdns_cache_same_name(struct xdns_scratch *sc, const s
 		if (!xdns_cache_word_same(sc, mt, k * 8, qlen, &sum))
 			return 0;
 	}
-	sc->cmp_sum = sum;
+	sc->cache.cmp_sum = sum;
 	if (qlen <= 32)
 		return 1;
-	sc->cmp_words = (qlen + 7) / 8;
-	sc->cmp_diff = 0;
+	sc->cache.cmp_words = (qlen + 7) / 8;
+	sc->cache.cmp_diff = 0;
 	bpf_loop(XDNS_TURNS(32 - 4), xdns_cache_cmp_words, &c, 0);
-	return !sc->cmp_diff;
+	return !sc->cache.cmp_diff;
 }
 
 /*
@@ -137,27 +138,27 @@ static __always_inline long xdns_ttl_step(__u64 index, void *arg)
 	__u8 w[4] __attribute__((aligned(4)));  /* the verifier wants stack words aligned */
 	__u8 *p;
 
-	if (!sc || index >= sc->ttl_n)
+	if (!sc || index >= sc->cache.ttl_n)
 		return 1;
 	f = fc->offs[index & (XDNS_CACHE_MAX_RRS - 1)];
-	if (f + 4 > sc->fix_blen || f > fc->cap - 4)
+	if (f + 4 > sc->answer.blen || f > fc->cap - 4)
 		return 1;
-	at = sc->fix_at + f;
+	at = sc->answer.at + f;
 	/* at <= 0x3fff bounds the pointer for the verifier; larger offsets take the helper */
 	p = (__u8 *)(long)ctx->data + (at & 0x3fff);
 	if (at <= 0x3fff && (void *)(p + 4) <= (void *)(long)ctx->data_end) {
-		lost = xdns_ttl_aged(p, fc->bytes + f, sc->ttl_sub);
+		lost = xdns_ttl_aged(p, fc->bytes + f, sc->cache.ttl_sub);
 	} else {
-		lost = xdns_ttl_aged(w, fc->bytes + f, sc->ttl_sub);
+		lost = xdns_ttl_aged(w, fc->bytes + f, sc->cache.ttl_sub);
 		if (bpf_xdp_store_bytes(ctx, at, w, 4)) {
-			sc->fix_err = 1;
+			sc->answer.err = 1;
 			return 1;
 		}
 	}
-	if ((sc->fix_body_at + f) & 1)
-		sc->ttl_odd += lost;
+	if ((sc->answer.body_at + f) & 1)
+		sc->cache.ttl_odd += lost;
 	else
-		sc->ttl_even += lost;
+		sc->cache.ttl_even += lost;
 	return 0;
 }
 
@@ -192,18 +193,18 @@ static __always_inline int xdns_put_ttls(struct xdp_md *ctx, struct xdns_scratch
 			return 0;
 		}
 	}
-	sc->ttl_n = n < XDNS_CACHE_MAX_RRS ? n : XDNS_CACHE_MAX_RRS;
-	sc->ttl_sub = sub;
-	sc->fix_at = at;
-	sc->fix_body_at = r->body_at;
-	sc->fix_blen = r->blen;
-	sc->fix_err = 0;
-	sc->ttl_even = 0;
-	sc->ttl_odd = 0;
+	sc->cache.ttl_n = n < XDNS_CACHE_MAX_RRS ? n : XDNS_CACHE_MAX_RRS;
+	sc->cache.ttl_sub = sub;
+	sc->answer.at = at;
+	sc->answer.body_at = r->body_at;
+	sc->answer.blen = r->blen;
+	sc->answer.err = 0;
+	sc->cache.ttl_even = 0;
+	sc->cache.ttl_odd = 0;
 	bpf_loop(XDNS_TURNS(XDNS_CACHE_MAX_RRS), xdns_ttl_steps, &fc, 0);
-	if (sc->fix_err)
+	if (sc->answer.err)
 		return -1;
-	r->sum += xdns_csum_shrunk(sc->ttl_even, sc->ttl_odd);
+	r->sum += xdns_csum_shrunk(sc->cache.ttl_even, sc->cache.ttl_odd);
 	return 0;
 }
 
@@ -340,23 +341,23 @@ static __always_inline __u64 xdns_cache_now(struct xdns_scratch *sc)
 {
 	__u64 j = bpf_jiffies64();
 
-	if (j != sc->clock_jiffies) {
-		sc->clock_ns = bpf_ktime_get_coarse_ns();
-		sc->clock_jiffies = j;
+	if (j != sc->cache.clock_jiffies) {
+		sc->cache.clock_ns = bpf_ktime_get_coarse_ns();
+		sc->cache.clock_jiffies = j;
 	}
-	return sc->clock_ns;
+	return sc->cache.clock_ns;
 }
 
 /* Did a hint (memo.h) lead to this packet's entry? (Read afresh: see xdns_cache_answer.) */
 static __always_inline int xdns_cache_hinted(struct xdns_scratch *sc)
 {
-	return *(volatile __u32 *)&sc->hint_ref != XDNS_HINT_NONE;
+	return *(volatile __u32 *)&sc->hint.ref != XDNS_HINT_NONE;
 }
 
 /*
  * The cache stage, for a query whose name is under no served zone: either the encloser walk
- * found that and left the whole name's hash in sc->sfx[], or a hint (memo.h) names the entry
- * (sc->hint_ref), and then the walk did not run: q->qsum holds the type and class only, and
+ * found that and left the whole name's hash in sc->lookup.sfx[], or a hint (memo.h) names the entry
+ * (sc->hint.ref), and then the walk did not run: q->qsum holds the type and class only, and
  * the name's sum comes from the comparison. Returns XDNS_CACHE_ANSWERED with the frame
  * rewritten, or a pass reason with the frame untouched (XDNS_DROP_REWRITE if a helper failed
  * halfway).
@@ -388,11 +389,11 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	 * a variable, so that nothing the verifier tracks tells the two ways in apart once the
 	 * entry is found.
 	 */
-	idx = sc->hint_ref;
+	idx = sc->hint.ref;
 	if (idx == XDNS_HINT_NONE) {
-		if (sc->nsfx != q->nlab)
+		if (sc->lookup.nsfx != q->nlab)
 			return XDNS_PASS_CACHE_MISS;
-		key.hash = sc->sfx[(q->nlab - 1) & 127];        /* the whole name's */
+		key.hash = sc->lookup.sfx[(q->nlab - 1) & 127];        /* the whole name's */
 		key.qtype = q->qtype;
 		key.do_bit = q->do_bit;
 		key.name_len = q->qlen;
@@ -437,12 +438,12 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
 
 	v = xdns_plan(q, &mt->ans, &r);
-	if (v != XDNS_ANSWERED)
+	if (v != XDNS_CONTINUE)
 		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
 	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;
 	/* through a hint: the name's sum (it starts at DNS offset 12, even: dns.h's sum[0]) */
 	if (xdns_cache_hinted(sc))
-		r.sum += xdns_csum_swap(xdns_csum_fold(sc->cmp_sum));
+		r.sum += xdns_csum_swap(xdns_csum_fold(sc->cache.cmp_sum));
 	xdns_barrier();
 	if (mt->tag != tag_end)
 		return XDNS_PASS_CACHE_RACE;
@@ -480,9 +481,9 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 				until = mt->expires_ns - XDNS_COARSE_SLACK_NS;
 			if (!mt->prefetch_sent && until > mt->prefetch_ns)
 				until = mt->prefetch_ns;
-			sc->reply_ref = idx;
-			sc->reply_tag = tag_end;
-			sc->reply_until = until;
+			sc->reply.ref = idx;
+			sc->reply.tag = tag_end;
+			sc->reply.until = until;
 			xdns_barrier();
 			if (mt->tag == tag_end)
 				xdns_reply_learn(ctx, sc, pkt->dns_off, r.body_at, r.sum - bpf_ntohs(q->id));

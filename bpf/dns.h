@@ -3,6 +3,7 @@
 #ifndef XDNS_DNS_H
 #define XDNS_DNS_H
 
+#include "stage.h"
 #include "parse.h"
 #include "csum.h"
 #include "hash.h"
@@ -38,9 +39,16 @@ struct xdns_query {
 	__u8 _pad[2];
 };
 
-/* Header: a query we may answer? (Direct packet access: the header is in the linear part.) */
-static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, const struct xdns_pkt *pkt,
-							    struct xdns_query *q, __u16 *arcount)
+#include "response.h"
+
+/*
+ * Header: a query we may answer? (Direct packet access: the header is in the linear part.)
+ * A response (QR=1) leaves here for the response stage (response.h), with only q->id and
+ * q->flags set, and its verdict is final.
+ */
+static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, struct xdns_scratch *sc,
+							    const struct xdns_pkt *pkt, struct xdns_query *q,
+							    __u16 *arcount)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -55,13 +63,13 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, c
 	q->id = h[0];
 	q->flags = bpf_ntohs(h[1]);
 	if (q->flags & XDNS_F_QR)
-		return XDNS_PASS_DNS_RESPONSE;
+		return xdns_response_stage(ctx, sc, pkt, q);
 	if (q->flags & XDNS_F_OPCODE)
 		return XDNS_PASS_DNS_OPCODE;
 	if (h[2] != bpf_htons(1) || h[3] || h[4] || bpf_ntohs(h[5]) > 1)
 		return XDNS_PASS_DNS_COUNTS;
 	*arcount = bpf_ntohs(h[5]);
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 /*
@@ -79,7 +87,7 @@ static __always_inline __u64 xdns_label_words(struct xdns_scratch *sc, __u32 pos
 		if (j * 8 >= n)
 			break;
 		off = (pos + j * 8) & 0xff;
-		w = xdns_ld64(&sc->name[off]);
+		w = xdns_ld64(&sc->walk.name[off]);
 		left = n - j * 8;
 		if (left < 8)
 			w &= (1ULL << (left * 8)) - 1;  /* little-endian: the label's bytes are low */
@@ -106,29 +114,29 @@ static __always_inline long xdns_qname_label(__u64 index, void *arg)
 
 	if (!sc)
 		return 1;
-	pos = *(volatile __u32 *)&sc->next;
-	if (pos >= sc->avail || pos > 254 || index > 127)
+	pos = *(volatile __u32 *)&sc->walk.next;
+	if (pos >= sc->walk.avail || pos > 254 || index > 127)
 		return 1;
-	len = sc->name[pos & 0xff];
-	if (len > 63 || pos + 1 + len > sc->avail)
+	len = sc->walk.name[pos & 0xff];
+	if (len > 63 || pos + 1 + len > sc->walk.avail)
 		return 1;
-	sc->label_off[index & 127] = pos;
+	sc->walk.label_off[index & 127] = pos;
 	if (len == 0) {
-		sc->lh[index & 127] = xdns_hash_step(xdns_cfg.seed, 0);
-		sc->qlen = pos + 1;
-		sc->nlab = (index & 127) + 1;
+		sc->walk.lh[index & 127] = xdns_hash_step(xdns_cfg.seed, 0);
+		sc->walk.qlen = pos + 1;
+		sc->walk.nlab = (index & 127) + 1;
 		return 1;
 	}
-	sc->next = pos + 1 + len;
-	sc->lh[index & 127] = xdns_label_words(sc, pos, len + 1, &lanes);
-	sc->sum[pos & 1] += lanes;
+	sc->walk.next = pos + 1 + len;
+	sc->walk.lh[index & 127] = xdns_label_words(sc, pos, len + 1, &lanes);
+	sc->walk.sum[pos & 1] += lanes;
 	return 0;
 }
 
 XDNS_BATCHED(xdns_qname_labels, xdns_qname_label)
 
 /*
- * Copy `avail` (8..255) bytes after the DNS header into sc->name by direct packet access
+ * Copy `avail` (8..255) bytes after the DNS header into sc->walk.name by direct packet access
  * (word.h, xdns_copy_words). Returns 1 when the helper must copy instead (shorter, or not in
  * the linear frame).
  */
@@ -141,10 +149,10 @@ static __always_inline int xdns_name_copy(struct xdp_md *ctx, __u32 dns_off, str
 	if (dns_off > XDNS_DNS_OFF_MAX || avail > 255)
 		return 1;
 	src = data + dns_off + XDNS_HDR_LEN;
-	return xdns_copy_words(sc->name, src, data_end, avail, sizeof(sc->name));
+	return xdns_copy_words(sc->walk.name, src, data_end, avail, sizeof(sc->walk.name));
 }
 
-/* The bytes after the DNS header, up to 255 (the name and what follows it), into sc->name. */
+/* The bytes after the DNS header, up to 255 (the name and what follows it), into sc->walk.name. */
 static __always_inline enum xdns_verdict xdns_name_fetch(struct xdp_md *ctx, const struct xdns_pkt *pkt,
 							  struct xdns_scratch *sc)
 {
@@ -157,10 +165,10 @@ static __always_inline enum xdns_verdict xdns_name_fetch(struct xdp_md *ctx, con
 	/* avail is 1..255 here; the mask makes that visible to the verifier */
 	avail = ((avail - 1) & 0xff) + 1;
 	if (xdns_name_copy(ctx, pkt->dns_off, sc, avail) &&
-	    bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->name, avail))
+	    bpf_xdp_load_bytes(ctx, pkt->dns_off + XDNS_HDR_LEN, sc->walk.name, avail))
 		return XDNS_PASS_QNAME;
-	sc->avail = avail;
-	return XDNS_ANSWERED;
+	sc->walk.avail = avail;
+	return XDNS_CONTINUE;
 }
 
 /*
@@ -173,14 +181,14 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
 	struct xdns_walk_ctx wc = { .sc = sc };
 	__u32 qlen, nlab;
 
-	sc->qlen = 0;
-	sc->nlab = 0;
-	sc->next = 0;
-	sc->sum[0] = 0;
-	sc->sum[1] = 0;
+	sc->walk.qlen = 0;
+	sc->walk.nlab = 0;
+	sc->walk.next = 0;
+	sc->walk.sum[0] = 0;
+	sc->walk.sum[1] = 0;
 	bpf_loop(XDNS_TURNS(128), xdns_qname_labels, &wc, 0);
-	qlen = *(volatile __u32 *)&sc->qlen;
-	nlab = *(volatile __u32 *)&sc->nlab;
+	qlen = *(volatile __u32 *)&sc->walk.qlen;
+	nlab = *(volatile __u32 *)&sc->walk.nlab;
 	if (qlen == 0 || qlen > 255 || nlab == 0 || nlab > 128)
 		return XDNS_PASS_QNAME;
 	q->qlen = qlen;
@@ -190,8 +198,8 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
 	 * swapped; at an odd offset they hold them as they count (the byte at the odd offset is a
 	 * low half). The name starts at DNS offset 12 (even).
 	 */
-	q->qsum = xdns_csum_swap(xdns_csum_fold(sc->sum[0])) + xdns_csum_fold(sc->sum[1]);
-	return XDNS_ANSWERED;
+	q->qsum = xdns_csum_swap(xdns_csum_fold(sc->walk.sum[0])) + xdns_csum_fold(sc->walk.sum[1]);
+	return XDNS_CONTINUE;
 }
 
 /*
@@ -286,7 +294,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 	}
 	if (off != pkt->dns_len)
 		return XDNS_PASS_TRAILING;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 #endif /* XDNS_DNS_H */

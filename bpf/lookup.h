@@ -6,6 +6,7 @@
 #ifndef XDNS_LOOKUP_H
 #define XDNS_LOOKUP_H
 
+#include "stage.h"
 #include "dns.h"
 #include "hash.h"
 
@@ -26,24 +27,24 @@ static __always_inline int xdns_filter_maybe(__u64 hash, __u32 tag, __u32 gen)
 
 /*
  * The hash of every suffix, root first (hash.h): sfx[i] has i + 1 labels, the root included,
- * from the label hashes the name walk left (sc->nlab of them). A bounded loop; its bound is
+ * from the label hashes the name walk left (sc->walk.nlab of them). A bounded loop; its bound is
  * read from the scratch map on every turn, so no register the rest of the program uses learns
  * the label count at each exit (which would make the verifier walk everything after the loop
  * once per label count).
  */
 static __always_inline void xdns_suffix_hashes(struct xdns_scratch *sc)
 {
-	volatile __u32 *nlab = &sc->nlab;
+	volatile __u32 *nlab = &sc->walk.nlab;
 	__u64 s = xdns_cfg.seed ^ XDNS_HASH_SUFFIX;
 	__u32 i;
 
 	for (i = 0; i < 128; i++) {
 		if (i >= *nlab)
 			break;
-		s = xdns_hash_step(s, sc->lh[(*nlab - 1 - i) & 127]);
-		sc->sfx[i] = xdns_hash_fin(s);
+		s = xdns_hash_step(s, sc->walk.lh[(*nlab - 1 - i) & 127]);
+		sc->lookup.sfx[i] = xdns_hash_fin(s);
 	}
-	sc->nsfx = i;
+	sc->lookup.nsfx = i;
 }
 
 /*
@@ -58,38 +59,38 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 	struct xdns_node *n;
 	__u32 i, start;
 
-	if (!sc || index >= sc->nsfx || sc->nsfx > 128 || sc->nsfx > sc->nlab)
+	if (!sc || index >= sc->lookup.nsfx || sc->lookup.nsfx > 128 || sc->lookup.nsfx > sc->walk.nlab)
 		return 1;
-	i = (sc->nsfx - 1 - index) & 127;      /* sfx[] index: labels above the root */
-	if (i < sc->floor)                      /* shallower than every node: none is there */
+	i = (sc->lookup.nsfx - 1 - index) & 127;      /* sfx[] index: labels above the root */
+	if (i < sc->lookup.floor)                      /* shallower than every node: none is there */
 		return 1;
-	if (!xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_NODE, sc->gen))
+	if (!xdns_filter_maybe(sc->lookup.sfx[i], XDNS_FILTER_NODE, sc->lookup.gen))
 		return 0;
-	start = sc->label_off[(sc->nlab - 1 - i) & 127];
-	if (!sc->no_direct) {
+	start = sc->walk.label_off[(sc->walk.nlab - 1 - i) & 127];
+	if (!sc->lookup.no_direct) {
 		/* the deepest suffix that may exist, flagged: its body without its node */
-		if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_CUT, sc->gen))
-			sc->direct = XDNS_KIND_OTHER;
+		if (xdns_filter_maybe(sc->lookup.sfx[i], XDNS_FILTER_CUT, sc->lookup.gen))
+			sc->lookup.direct = XDNS_KIND_OTHER;
 		else if (start == 0)
 			;       /* the name itself: NODATA or more, the node decides */
-		else if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_APEX_NX, sc->gen))
-			sc->direct = XDNS_KIND_NXDOMAIN;
-		else if (xdns_filter_maybe(sc->sfx[i], XDNS_FILTER_WILDCARD, sc->gen))
-			sc->direct = XDNS_KIND_WILDCARD;
-		if (sc->direct) {
-			sc->ce_hash = sc->sfx[i];
-			sc->ce_len = sc->qlen - start;
+		else if (xdns_filter_maybe(sc->lookup.sfx[i], XDNS_FILTER_APEX_NX, sc->lookup.gen))
+			sc->lookup.direct = XDNS_KIND_NXDOMAIN;
+		else if (xdns_filter_maybe(sc->lookup.sfx[i], XDNS_FILTER_WILDCARD, sc->lookup.gen))
+			sc->lookup.direct = XDNS_KIND_WILDCARD;
+		if (sc->lookup.direct) {
+			sc->lookup.ce_hash = sc->lookup.sfx[i];
+			sc->lookup.ce_len = sc->walk.qlen - start;
 			return 1;
 		}
 	}
-	nk.hash = sc->sfx[i];
-	nk.gen = sc->gen;
+	nk.hash = sc->lookup.sfx[i];
+	nk.gen = sc->lookup.gen;
 	n = bpf_map_lookup_elem(&xdns_nodes, &nk);
-	if (n && n->name_len == sc->qlen - start) {
-		sc->ce = *n;
-		sc->ce_hash = nk.hash;
-		sc->ce_len = sc->qlen - start;
-		sc->ce_found = 1;
+	if (n && n->name_len == sc->walk.qlen - start) {
+		sc->lookup.ce = *n;
+		sc->lookup.ce_hash = nk.hash;
+		sc->lookup.ce_len = sc->walk.qlen - start;
+		sc->lookup.ce_found = 1;
 		return 1;
 	}
 	return 0;
@@ -134,8 +135,8 @@ static __always_inline __u64 xdns_ways_match(const struct xdns_table_entry *e, _
  * a known 0 or 1 carried along split the verifier's states further down.
  */
 /*
- * Every answer found also leaves its xdns_vals index in sc->last_v (and whether it came from
- * the table in sc->last_table): the program reads the answer of xdns_select and of a memo hit
+ * Every answer found also leaves its xdns_vals index in sc->memo.last_v (and whether it came from
+ * the table in sc->memo.last_table): the program reads the answer of xdns_select and of a memo hit
  * through one lookup by that index, and the memo keeps it (memo.h).
  */
 static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch *sc, struct xdns_answer_key *key,
@@ -155,8 +156,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 		found = xdns_ways_match(bk->e, hash, meta, XDNS_TABLE_IDX);
 		if (found) {
 			v = half * xdns_cfg.table_vals + (__u32)(found - 1);
-			sc->last_v = v;
-			sc->last_table = 1;
+			sc->memo.last_v = v;
+			sc->memo.last_table = 1;
 			return bpf_map_lookup_elem(&xdns_vals, &v);
 		}
 		if (!(bk->e[0].idx & XDNS_TABLE_SPILLED))
@@ -166,8 +167,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	if (!h)
 		return NULL;
 	v = 2 * xdns_cfg.table_vals + bpf_get_smp_processor_id();
-	sc->last_v = v;
-	sc->last_table = 0;
+	sc->memo.last_v = v;
+	sc->memo.last_table = 0;
 	a = bpf_map_lookup_elem(&xdns_vals, &v);
 	if (a)
 		__builtin_memcpy(a, h, sizeof(*a));
@@ -203,27 +204,27 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	__u32 nsfx;
 	int exact;
 
-	sc->gen = gen;
-	sc->ce_found = 0;
-	sc->ce_len = 0;
+	sc->lookup.gen = gen;
+	sc->lookup.ce_found = 0;
+	sc->lookup.ce_len = 0;
 	xdns_suffix_hashes(sc);
-	nsfx = *(volatile __u32 *)&sc->nsfx;
+	nsfx = *(volatile __u32 *)&sc->lookup.nsfx;
 	key->gen = gen;
 	key->_pad = 0;
 	/* every suffix shallower than the label floor (a resolver without zones: every query) */
-	if (nsfx == 0 || nsfx > 128 || nsfx - 1 < sc->floor)
+	if (nsfx == 0 || nsfx > 128 || nsfx - 1 < sc->lookup.floor)
 		return XDNS_PASS_NO_ZONE;
 	nsfx -= 1;
 	asm volatile("" : "+r"(nsfx));  /* keep the mask: the verifier needs it */
-	if (xdns_filter_maybe(sc->sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
-		a = xdns_answer_get(sc, key, sc->sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
+	if (xdns_filter_maybe(sc->lookup.sfx[nsfx & 127], 1 + (__u32)q->qtype, gen)) {
+		a = xdns_answer_get(sc, key, sc->lookup.sfx[nsfx & 127], XDNS_KIND_TYPE, q->qtype);
 		if (a && a->ans.base_len == q->qlen)
 			goto found;
 	}
-	sc->direct = 0;
-	sc->no_direct = 0;
+	sc->lookup.direct = 0;
+	sc->lookup.no_direct = 0;
 	bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
-	if (sc->direct) {
+	if (sc->lookup.direct) {
 		/*
 		 * The deepest suffix whose node bit is set is flagged as a zone cut (the referral:
 		 * Other at its own hash, for the cut itself too), an apex (NXDOMAIN at its own hash)
@@ -233,10 +234,10 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		 * only a cut's has AA=0); anything else (filter false positives) walks again with
 		 * node lookups.
 		 */
-		ce_hash = sc->ce_hash;
-		if (sc->direct == XDNS_KIND_OTHER) {
+		ce_hash = sc->lookup.ce_hash;
+		if (sc->lookup.direct == XDNS_KIND_OTHER) {
 			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_OTHER, 0);
-		} else if (sc->direct == XDNS_KIND_NXDOMAIN) {
+		} else if (sc->lookup.direct == XDNS_KIND_NXDOMAIN) {
 			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_NXDOMAIN, 0);
 		} else {
 			a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD, q->qtype);
@@ -244,18 +245,18 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 				a = xdns_answer_get(sc, key, ce_hash, XDNS_KIND_WILDCARD_OTHER, 0);
 		}
 		/* only a cut's Other body, the referral, is not authoritative */
-		if (a && a->ans.base_len == sc->ce_len &&
-		    (sc->direct != XDNS_KIND_OTHER || !(a->ans.flags & XDNS_F_AA)))
+		if (a && a->ans.base_len == sc->lookup.ce_len &&
+		    (sc->lookup.direct != XDNS_KIND_OTHER || !(a->ans.flags & XDNS_F_AA)))
 			goto found;
-		sc->direct = 0;
-		sc->no_direct = 1;
+		sc->lookup.direct = 0;
+		sc->lookup.no_direct = 1;
 		bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
 	}
-	if (!sc->ce_found)
+	if (!sc->lookup.ce_found)
 		return XDNS_PASS_NO_ZONE;
-	ce = sc->ce;
-	ce_hash = sc->ce_hash;
-	exact = sc->ce_len == q->qlen;
+	ce = sc->lookup.ce;
+	ce_hash = sc->lookup.ce_hash;
+	exact = sc->lookup.ce_len == q->qlen;
 
 	/* exact Type(qtype) was the fast path's lookup */
 	if (ce.flags & XDNS_NODE_CUT)
@@ -273,7 +274,7 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 		return XDNS_PASS_NO_BODY;
 found:
 	*ans = a;
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 #endif /* XDNS_LOOKUP_H */

@@ -15,88 +15,6 @@
 #define XDNS_HEAD_GROW 192
 
 /*
- * Per-CPU working memory of one packet; userspace reads only the counters at its end. The
- * bpf_loop walks keep their state here, not on the stack: values read back from map memory
- * are unknown to the verifier, so each loop body is verified once instead of once per
- * distinct iteration state.
- */
-struct xdns_scratch {
-	__u8 name[256];         /* the question name as sent (and the bytes after it), wire form */
-	__u8 label_off[128];    /* offset of each length byte in name[], the root's last */
-	/* question-name walk */
-	__u64 lh[128];          /* hash of each label (hash.h), first label first */
-	__u64 sum[2];           /* name words summed by the parity of their offset (dns.h) */
-	__u32 avail;            /* name bytes copied into name[] */
-	__u32 next;             /* offset of the next length octet */
-	__u32 nlab;             /* labels, the root included (set with qlen once the root is read) */
-	__u32 qlen;             /* wire length of the name (0: not a valid name) */
-	/* suffix hashes and encloser walk */
-	__u64 sfx[128];         /* hash of the suffix with index+1 labels (index 0: the root) */
-	__u32 nsfx;             /* entries of sfx[] */
-	__u32 _pad0;
-	__u32 gen;              /* generation read for this packet */
-	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
-	__u32 ce_found;
-	__u32 direct;           /* body kind: the walk stopped at a flagged suffix (lookup.h) */
-	__u32 no_direct;        /* that guess failed: walk again looking nodes up */
-	__u32 _pad2;
-	__u64 ce_hash;
-	__u32 ce_len;           /* wire length of the closest encloser */
-	__u32 _pad;
-	struct xdns_node ce;    /* the closest encloser's node */
-	/* fixup pass */
-	__u32 fix_n;            /* entries of fix[] to apply */
-	__u32 fix_at;           /* frame offset of the body */
-	__u32 fix_body_at;      /* DNS offset of the body (checksum parity) */
-	__u32 fix_blen;         /* body bytes sent */
-	__u32 fix_delta;        /* added to each pointer */
-	__u32 fix_err;
-	__u32 fix_from;         /* first pointer the walk shifts (the ones before were inlined) */
-	__u32 fix_done;         /* pointers shifted (csum.h, xdns_csum_grown) */
-	__u32 fix_odd;          /* ... of them at odd DNS offsets */
-	__u32 _pad3;
-	/* cache stage: TTL pass (uses fix_at, fix_body_at, fix_blen, fix_err) */
-	__u32 ttl_n;            /* entries of ttl[] */
-	__u32 ttl_sub;          /* whole seconds since the entry was stored */
-	__u64 ttl_even;         /* seconds taken off TTLs at even DNS offsets (csum.h) */
-	__u64 ttl_odd;          /* ... at odd ones */
-	/* cache stage: name comparison */
-	__u32 cmp_words;        /* 8-byte words of the name to compare */
-	__u32 cmp_diff;         /* non-zero once a word differs */
-	__u64 cmp_sum;          /* the compared name words as sent, summed (dns.h: as sum[0]) */
-	/* cache stage: the coarse clock, and the jiffies when it was read (cache.h) */
-	__u64 clock_ns;
-	__u64 clock_jiffies;
-	/* cache hints (memo.h) */
-	__u32 hint_ref;         /* the hinted entry (XDNS_HINT_NONE: none) */
-	__u32 hint_slot;        /* the hint's slot in xdns_memo */
-	/* question memo (memo.h) */
-	__u32 last_v;           /* xdns_vals index of the last answer found (the spill value's too) */
-	__u32 last_table;       /* 1 when that answer came from the table (0: the hash map) */
-	__u64 memo_hash;        /* of this packet's question (0: not memoisable) */
-	__u64 memo_sum;         /* checksum of name, type and class (xdns_query.qsum after them) */
-	__u32 memo_qlen;        /* on a memo hit: the name's length ... */
-	__u32 memo_nlab;        /* ... and label count (memo_sum: its checksum) */
-	__u64 memo_hits;        /* questions answered through the memo, on this CPU (userspace reads) */
-	__u64 memo_kept;        /* questions written into it, on this CPU (userspace reads) */
-	/* reply memo (reply.h) */
-	__u16 reply_qflags;     /* this query's header flags ... */
-	__u16 reply_qar;        /* ... and ARCOUNT (the reply overwrites them) */
-	__u32 reply_ref;        /* the cache entry the stage answered from ... */
-	__u64 reply_tag;        /* ... its tag */
-	__u64 reply_until;      /* ... and until when the stage sends this same reply */
-	__u64 reply_hits;       /* queries answered from it, on this CPU (userspace reads) */
-	__u64 reply_kept;       /* replies written into it, on this CPU (userspace reads) */
-	/*
-	 * Packets by enum xdns_verdict, on this CPU (stats.h; userspace sums the CPUs). Here
-	 * rather than in a map of their own: the program has this value in hand already, and
-	 * the separate per-CPU array's lookup and line cost 2.7% of a memo hit (bench/ab.py).
-	 */
-	__u64 verdicts[XDNS_VERDICT_SLOTS];
-};
-_Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed with a mask");
-
-/*
  * Steps per bpf_loop call. On CPUs whose returns go through a mitigation thunk (SRSO "safe
  * RET" here) a callback call costs more than one step of any walk below (a label, a fixup, a
  * TTL, a name word), and most walks take at most four steps: each callback runs up to this
@@ -113,8 +31,8 @@ _Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed wi
  * because it is usually that short (cache.h, a cached name's words): XDNS_BATCHED_REST(name,
  * step, n) defines `name`, to run under bpf_loop with XDNS_TURNS(steps - n) turns. No call at
  * all for a short walk. Inlined steps are verified in the caller's states: keep them lean
- * (one general TTL step took the cache program from 697k to 919k processed instructions;
- * cache.h inlines only a lean single-TTL case).
+ * (a general TTL step inlined multiplied the cache program's verifier work; cache.h inlines
+ * only a lean single-TTL case).
  */
 #define XDNS_BATCHED_REST(name, step, n)                                                \
 	static long name(__u64 turn, void *arg)                                         \

@@ -33,9 +33,8 @@
  * entry takes an empty way, else the two ways are replaced in turn.
  *
  * Why two ways and 4096 slots: a miss costs far more than its walk alone, because the walk's
- * code and data are no longer warm. On the benchmark's mix (about 510 distinct questions),
- * 1024 direct-mapped slots answered 86% from the memo at 237 ns per packet; 4096 answered
- * 96.5% at 197 ns (interleaved A/B, median of 6 rounds each); two ways, 98.5%.
+ * code and data are no longer warm, so the memo is sized to hold the benchmark mix's distinct
+ * questions with room to spare (the measurements: docs/perf/2026-11-23-question-memo.md).
  */
 #ifndef XDNS_MEMO_H
 #define XDNS_MEMO_H
@@ -74,14 +73,14 @@ static __always_inline struct xdns_memo *xdns_memo_at(__u32 slot)
 
 /*
  * The slot hash of this packet's question under generation `gen` (never 0), also left in
- * sc->memo_hash for the learning step; 0 when there is nothing to hash. It covers the
+ * sc->memo.hash for the learning step; 0 when there is nothing to hash. It covers the
  * generation and the first 24 bytes (a short name's type, class and OPT among them: the same
  * question with another OPT may take another slot, never a wrong one).
  *
  * Each word, mixed with the seeded start s, is multiplied by its own constant and the three
  * products are XORed: the multiplies run side by side, where absorbing the words one after
  * the other (xdns_hash_step) chained three multiplies before the slot's address was known,
- * and everything on a memo hit waits for that address. B/A 0.986 on memo hits (bench/ab.py).
+ * and everything on a memo hit waits for that address.
  * s depends on the generation alone, so its multiply is off that path. The hash picks a set
  * and filters ways; the stored bytes decide a hit (xdns_memo_probe), so its quality costs
  * speed only. Modelled by crates/xdns-bpf/src/hash.rs, memo_hash.
@@ -93,7 +92,7 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 	int i;
 
 	if (avail == 0 || avail > 255 || gen == 0) {
-		sc->memo_hash = 0;
+		sc->memo.hash = 0;
 		return 0;
 	}
 	s = xdns_hash_step(xdns_cfg.seed ^ 0x6d656d6fULL, gen);
@@ -101,10 +100,10 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 #pragma clang loop unroll(full)
 	for (i = 0; i < 3; i++)
 		if ((__u32)i * 8 < avail)
-			h ^= (xdns_memo_word(sc->name, i, avail) ^ s) * XDNS_MEMO_MUL(i);
+			h ^= (xdns_memo_word(sc->walk.name, i, avail) ^ s) * XDNS_MEMO_MUL(i);
 	/* no final avalanche: the set comes from the top bits (xdns_memo_set) */
 	h = h ? h : 1;
-	sc->memo_hash = h;
+	sc->memo.hash = h;
 	return h;
 }
 
@@ -134,19 +133,17 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
 }
 
 /*
- * The probes below are inlined: every call costs its return, and with this machine's SRSO
- * mitigation ("Safe RET") each return is a mispredicted branch, about 7 ns. Inlined, they
- * took 1.5% off a memo hit and a cache hit alike (bench/ab.py, both builds serving at once)
- * and the verifier's work moved from 399k to 485k instructions for the authoritative program
- * and from 869k to 804k with the cache stage. The learning steps, which run only after a full
- * walk, stay global functions (BPF subprograms the verifier checks once, alone): inlined,
- * their word-by-word conditions once multiplied the program's states past the limit.
+ * The probes below are inlined: every call costs its return, and with the SRSO mitigation
+ * ("Safe RET") each return is a mispredicted branch (docs/perf/2026-11-23-question-memo.md).
+ * The learning steps, which run only after a full walk, stay global functions (BPF
+ * subprograms the verifier checks once, alone): inlined, their word-by-word conditions once
+ * multiplied the program's states past the limit.
  */
 
 /*
- * Is this packet's question (sc->name, sc->avail bytes) in this CPU's memo under generation
- * `gen`? Returns the answer's xdns_vals index, with memo_qlen and memo_nlab set as the walk
- * would have found them and memo_sum as xdns_parse_tail would have; or -1, with memo_hash set
+ * Is this packet's question (sc->walk.name, sc->walk.avail bytes) in this CPU's memo under generation
+ * `gen`? Returns the answer's xdns_vals index, with memo.qlen and memo.nlab set as the walk
+ * would have found them and memo.sum as xdns_parse_tail would have; or -1, with memo.hash set
  * for xdns_memo_learn.
  */
 static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
@@ -157,7 +154,7 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 
 	if (!sc)
 		return -1;
-	avail = sc->avail;
+	avail = sc->walk.avail;
 	h = xdns_memo_key(sc, avail, gen);
 	if (!h)
 		return -1;
@@ -170,20 +167,20 @@ static __always_inline int xdns_memo_probe(struct xdns_scratch *sc, __u32 gen)
 		if (!m || m->hash != h)
 			return -1;
 	}
-	n = (__u32)m->qlen + 4;
+	n = (__u32)m->u.q.qlen + 4;
 	if (n > avail || n > XDNS_MEMO_MAX_Q)
 		return -1;
 	/* the packet's bytes past n are whatever follows the question: not compared */
-	if (!xdns_same_bytes(sc->name, m->name, n, XDNS_MEMO_MAX_Q))
+	if (!xdns_same_bytes(sc->walk.name, m->u.q.name, n, XDNS_MEMO_MAX_Q))
 		return -1;
-	sc->memo_qlen = m->qlen;
-	sc->memo_nlab = m->nlab;
-	sc->memo_sum = m->qsum;
-	return (int)(m->v & 0x7fffffff);
+	sc->memo.qlen = m->u.q.qlen;
+	sc->memo.nlab = m->u.q.nlab;
+	sc->memo.sum = m->u.q.qsum;
+	return (int)(m->u.q.v & 0x7fffffff);
 }
 
 /*
- * After the full path found the answer of sc->last_v for the question (a table hit, class S
+ * After the full path found the answer of sc->memo.last_v for the question (a table hit, class S
  * body), whose name has `qlen` bytes and `nlab` labels, and whose name, type and class sum to
  * `qsum` (xdns_query.qsum after xdns_parse_tail): note the question the first time, keep it
  * the second.
@@ -197,29 +194,29 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 
 	if (!sc)
 		return 0;
-	h = sc->memo_hash;      /* 0: the probe found nothing to hash */
+	h = sc->memo.hash;      /* 0: the probe found nothing to hash */
 	n = qlen + 4;
-	if (h == 0 || !sc->last_table || n > XDNS_MEMO_MAX_Q || n > sc->avail || nlab > 255)
+	if (h == 0 || !sc->memo.last_table || n > XDNS_MEMO_MAX_Q || n > sc->walk.avail || nlab > 255)
 		return 0;
 	set = xdns_memo_set(h);
 	m0 = xdns_memo_at(set);
 	m1 = xdns_memo_at(set + 1);
 	if (!m0 || !m1 || m0->hash == h || m1->hash == h)
 		return 0;
-	if (xdns_first_sighting(&m0->seen, &m1->seen, (__u32)h))
+	if (xdns_first_sighting(&m0->u.q.seen, &m1->u.q.seen, (__u32)h))
 		return 0;
 	m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);
 	qsum = (qsum & 0xffffffff) + (qsum >> 32);
-	m->qsum = (__u32)qsum;
-	m->v = sc->last_v;
-	m->qlen = qlen;
-	m->nlab = nlab;
+	m->u.q.qsum = (__u32)qsum;
+	m->u.q.v = sc->memo.last_v;
+	m->u.q.qlen = qlen;
+	m->u.q.nlab = nlab;
 	sc->memo_kept++;
 #pragma clang loop unroll(full)
 	for (i = 0; i < XDNS_MEMO_MAX_Q / 8; i++)
-		xdns_st64(&m->name[i * 8], xdns_memo_word(sc->name, i, n));
+		xdns_st64(&m->u.q.name[i * 8], xdns_memo_word(sc->walk.name, i, n));
 	m->hash = h;
 	return 0;
 }
@@ -230,7 +227,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
  * A resolver's cache hit costs the name walk and the encloser lookup only to learn that the
  * name is under no served zone and to hash it for the cache key. A hint keeps, for a
  * question (its first bytes and the generation, hashed as above), its type and DO bit (in
- * `seen`), the cache entry the full path found for it: slot and size class (`v`), the name's
+ * `kind`), the cache entry the full path found for it: slot and size class (`ref`), the name's
  * length and labels.
  * The next such question goes straight to that entry, which the cache stage checks as it
  * checks every entry (cache.h: type, DO bit, name compared case-insensitively, tag, expiry),
@@ -242,7 +239,7 @@ __attribute__((noinline)) int xdns_memo_learn(struct xdns_scratch *sc, __u32 qle
 #define XDNS_HINT_NONE 0xffffffffu
 
 /*
- * Type and DO bit of the question whose name has `qlen` bytes, read from sc->name (the OPT
+ * Type and DO bit of the question whose name has `qlen` bytes, read from sc->walk.name (the OPT
  * record right after the question, if any), as a hint keeps them.
  */
 static __always_inline __u32 xdns_hint_kind(const struct xdns_scratch *sc, __u32 qlen, __u32 avail)
@@ -253,18 +250,18 @@ static __always_inline __u32 xdns_hint_kind(const struct xdns_scratch *sc, __u32
 		return XDNS_HINT_NONE;
 	asm volatile("" : "+r"(qlen));  /* keep the masks below: the verifier needs them */
 	o = qlen + 4;
-	t = ((__u32)sc->name[qlen & 0xff] << 8) | sc->name[(qlen + 1) & 0xff];
+	t = ((__u32)sc->walk.name[qlen & 0xff] << 8) | sc->walk.name[(qlen + 1) & 0xff];
 	/* OPT: root owner, type 41, class, extended RCODE, version, flags (DO: the top bit) */
-	if (o + 11 <= avail && sc->name[o & 0xff] == 0 && sc->name[(o + 1) & 0xff] == 0 &&
-	    sc->name[(o + 2) & 0xff] == XDNS_TYPE_OPT && (sc->name[(o + 7) & 0xff] & 0x80))
+	if (o + 11 <= avail && sc->walk.name[o & 0xff] == 0 && sc->walk.name[(o + 1) & 0xff] == 0 &&
+	    sc->walk.name[(o + 2) & 0xff] == XDNS_TYPE_OPT && (sc->walk.name[(o + 7) & 0xff] & 0x80))
 		t |= 1 << 16;
 	return t;
 }
 
 /*
- * A hint for this packet's question, whose key (xdns_memo_key) is in sc->memo_hash already
- * (reply.h)? Returns 0 with sc->hint_ref (the entry), memo_qlen and memo_nlab set; else -1,
- * with sc->hint_ref = XDNS_HINT_NONE, for xdns_hint_learn. Of the set's two ways, the one
+ * A hint for this packet's question, whose key (xdns_memo_key) is in sc->memo.hash already
+ * (reply.h)? Returns 0 with sc->hint.ref (the entry), memo_qlen and memo_nlab set; else -1,
+ * with sc->hint.ref = XDNS_HINT_NONE, for xdns_hint_learn. Of the set's two ways, the one
  * whose type and DO bit are the packet's (read at the kept name length) is taken: A and AAAA
  * of one long name share a hash.
  */
@@ -277,9 +274,9 @@ static __always_inline int xdns_hint_probe(struct xdns_scratch *sc)
 
 	if (!sc)
 		return -1;
-	sc->hint_ref = XDNS_HINT_NONE;
-	avail = sc->avail;
-	h = sc->memo_hash;
+	sc->hint.ref = XDNS_HINT_NONE;
+	avail = sc->walk.avail;
+	h = sc->memo.hash;
 	if (!h)
 		return -1;
 	set = xdns_memo_set(h);
@@ -288,14 +285,14 @@ static __always_inline int xdns_hint_probe(struct xdns_scratch *sc)
 		m = xdns_memo_at(set + i);
 		if (!m || m->hash != h)
 			continue;
-		qlen = m->qlen;
+		qlen = m->u.hint.qlen;
 		t = xdns_hint_kind(sc, qlen, avail);
-		if (t == XDNS_HINT_NONE || t != m->seen)
+		if (t == XDNS_HINT_NONE || t != m->u.hint.kind)
 			continue;
-		sc->hint_slot = set + i;
-		sc->hint_ref = m->v;
-		sc->memo_qlen = qlen;
-		sc->memo_nlab = m->nlab;
+		sc->hint.slot = set + i;
+		sc->hint.ref = m->u.hint.ref;
+		sc->memo.qlen = qlen;
+		sc->memo.nlab = m->u.hint.nlab;
 		return 0;
 	}
 	return -1;
@@ -315,10 +312,10 @@ __attribute__((noinline)) int xdns_hint_learn(struct xdns_scratch *sc, __u32 ref
 
 	if (!sc)
 		return 0;
-	h = sc->memo_hash;      /* 0: the probe found nothing to hash */
+	h = sc->memo.hash;      /* 0: the probe found nothing to hash */
 	if (h == 0 || nlab == 0 || nlab > 128 || ref == XDNS_HINT_NONE)
 		return 0;
-	kind = xdns_hint_kind(sc, qlen, sc->avail);
+	kind = xdns_hint_kind(sc, qlen, sc->walk.avail);
 	if (kind == XDNS_HINT_NONE)
 		return 0;
 	set = xdns_memo_set(h);
@@ -326,17 +323,17 @@ __attribute__((noinline)) int xdns_hint_learn(struct xdns_scratch *sc, __u32 ref
 	m1 = xdns_memo_at(set + 1);
 	if (!m0 || !m1)
 		return 0;
-	if (m0->hash == h && m0->seen == kind)
+	if (m0->hash == h && m0->u.hint.kind == kind)
 		m = m0;
-	else if (m1->hash == h && m1->seen == kind)
+	else if (m1->hash == h && m1->u.hint.kind == kind)
 		m = m1;
 	else
 		m = xdns_memo_victim(sc, m0, m1);
 	m->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
-	m->v = ref;
-	m->qlen = qlen;
-	m->nlab = nlab;
-	m->seen = kind;
+	m->u.hint.ref = ref;
+	m->u.hint.qlen = qlen;
+	m->u.hint.nlab = nlab;
+	m->u.hint.kind = kind;
 	m->hash = h;
 	sc->memo_kept++;
 	return 0;
@@ -350,9 +347,9 @@ __attribute__((noinline)) int xdns_hint_forget(struct xdns_scratch *sc)
 
 	if (!sc)
 		return 0;
-	slot = sc->hint_slot;
+	slot = sc->hint.slot;
 	m = xdns_memo_at(slot);
-	if (m && m->hash == sc->memo_hash)
+	if (m && m->hash == sc->memo.hash)
 		m->hash = 0;
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <linux/in.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
+#include "stage.h"
 #include "maps.h"
 #include "word.h"
 
@@ -67,7 +68,7 @@ static __always_inline int xdns_listening(const __u8 *addr, __u8 family, __u16 p
 }
 
 /*
- * Parse the headers in front of the DNS message. Returns XDNS_ANSWERED (meaning "go on") or
+ * Parse the headers in front of the DNS message. Returns XDNS_CONTINUE (meaning "go on") or
  * the pass reason.
  */
 static __always_inline enum xdns_verdict xdns_parse_l2_l4(struct xdp_md *ctx, struct xdns_pkt *pkt)
@@ -150,7 +151,7 @@ static __always_inline enum xdns_verdict xdns_parse_l2_l4(struct xdp_md *ctx, st
 	}
 	pkt->dns_off = pkt->l4_off + sizeof(struct udphdr);
 	pkt->dns_len = ulen - sizeof(struct udphdr);
-	return XDNS_ANSWERED;
+	return XDNS_CONTINUE;
 }
 
 #endif /* XDNS_PARSE_H */

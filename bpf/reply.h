@@ -22,7 +22,7 @@
  * sightings (`seen`), as the question memo does. Queries that take turns in their set faster
  * than that, because far more distinct queries hit the cache than there are slots, are not
  * kept: each would evict another before being asked again, and keeping (a helper call and
- * four lines written) cost more than the memo gave (bpf/README.md). The slots are per CPU (a
+ * four lines written) cost more than the memo gave (docs/perf/2026-11-24-reply-memo.md). The slots are per CPU (a
  * run of XDNS_REPLY_SLOTS for each, in sets of two ways like xdns_memo), so no slot is ever
  * read half written. The slot is found by the memo's key of the query's first bytes and the
  * generation (a reload leaves every older slot unmatched, as it does the hints).
@@ -30,6 +30,7 @@
 #ifndef XDNS_REPLY_H
 #define XDNS_REPLY_H
 
+#include "stage.h"
 #include "cache.h"
 
 #define XDNS_REPLY_SET_SHIFT (64 - __builtin_ctz(XDNS_REPLY_SLOTS / 2))
@@ -44,13 +45,13 @@ static __always_inline __u32 xdns_reply_set(__u64 h)
 
 /*
  * Is slot t's query this packet's: its flags and ARCOUNT, and its n bytes after the header
- * (sc->name, n <= XDNS_REPLY_MAX_Q)? (The caller has matched the hash.)
+ * (sc->walk.name, n <= XDNS_REPLY_MAX_Q)? (The caller has matched the hash.)
  */
 static __always_inline int xdns_reply_is_query(const struct xdns_reply_memo *t, const struct xdns_scratch *sc,
 					       __u32 n, __u16 qflags, __u16 qar)
 {
 	return t->qn == n && t->qflags == qflags && t->qar == qar &&
-	       xdns_same_bytes(sc->name, t->q, n, XDNS_REPLY_MAX_Q);
+	       xdns_same_bytes(sc->walk.name, t->q, n, XDNS_REPLY_MAX_Q);
 }
 
 /* The tag of cache entry `ref` as it is now (0: none, or being written). */
@@ -70,10 +71,10 @@ static __always_inline __u64 xdns_reply_entry_tag(__u32 ref)
 
 /*
  * A resolver program's first step for a query (header parsed into q and arcount, the bytes
- * after the header in sc->name): answer it from the reply memo. Returns XDNS_CACHE_ANSWERED
- * with the frame rewritten; XDNS_ANSWERED to go on (no slot, or it may not be used now: the
+ * after the header in sc->walk.name): answer it from the reply memo. Returns XDNS_CACHE_ANSWERED
+ * with the frame rewritten; XDNS_CONTINUE to go on (no slot, or it may not be used now: the
  * frame is untouched, and the rest of the program decides as if this step were not there);
- * else a verdict for a frame it could not answer. Leaves the memo key in sc->memo_hash (for
+ * else a verdict for a frame it could not answer. Leaves the memo key in sc->memo.hash (for
  * the hints) and the query's flags and ARCOUNT for xdns_reply_learn.
  */
 static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, struct xdns_scratch *sc,
@@ -83,36 +84,36 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 	struct xdns_reply_memo *t;
 	struct xdns_reply r = {};
 	void *data, *data_end;
-	__u32 n = sc->avail, set, body_at, frame;
+	__u32 n = sc->walk.avail, set, body_at, frame;
 	__u8 *hdr, *dst;
 	long grow;
 	int moved;
 	__u64 h;
 
 	h = xdns_memo_key(sc, n, gen);
-	sc->reply_qflags = q->flags;
-	sc->reply_qar = arcount;
+	sc->reply.qflags = q->flags;
+	sc->reply.qar = arcount;
 	if (!h || n < 8 || n > XDNS_REPLY_MAX_Q || n + XDNS_HDR_LEN != pkt->dns_len)
-		return XDNS_ANSWERED;
+		return XDNS_CONTINUE;
 	set = xdns_reply_set(h);
 	t = bpf_map_lookup_elem(&xdns_replies, &set);
 	if (!t)
-		return XDNS_ANSWERED;
+		return XDNS_CONTINUE;
 	/* the two ways may hold two queries of one hash (xdns_reply_learn) */
 	if (t->hash != h || !xdns_reply_is_query(t, sc, n, q->flags, arcount)) {
 		set++;
 		t = bpf_map_lookup_elem(&xdns_replies, &set);
 		if (!t || t->hash != h || !xdns_reply_is_query(t, sc, n, q->flags, arcount))
-			return XDNS_ANSWERED;
+			return XDNS_CONTINUE;
 	}
 	if (xdns_cache_now(sc) >= t->until_ns || !xdns_cache_allowed(ctx, pkt))
-		return XDNS_ANSWERED;
+		return XDNS_CONTINUE;
 	if (t->tag != xdns_reply_entry_tag(t->ref))
-		return XDNS_ANSWERED;   /* rewritten since (a tag is never reused, never 0 once kept) */
+		return XDNS_CONTINUE;   /* rewritten since (a tag is never reused, never 0 once kept) */
 
 	body_at = t->body_at;
 	if (body_at > XDNS_HDR_LEN + XDNS_REPLY_MAX_Q || t->an < 8 || t->an > XDNS_REPLY_MAX_A)
-		return XDNS_ANSWERED;   /* never kept so (xdns_reply_learn): the frame stays whole */
+		return XDNS_CONTINUE;   /* never kept so (xdns_reply_learn): the frame stays whole */
 	r.dns_out = body_at + t->an;
 	r.sum = t->sum + bpf_ntohs(q->id);
 	frame = ctx->data_end - ctx->data;
@@ -145,7 +146,7 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
  * After the cache stage answered this packet's query through a hint: keep its reply (the
  * frame as it is now: the DNS message at `dns_off`, the question ending at DNS offset
  * `body_at`; `sum` its checksum without the ID) for the query, with the entry, tag and time
- * bound the stage left in sc->reply_*. Takes the way that holds this query already; else, at
+ * bound the stage left in sc->reply. Takes the way that holds this query already; else, at
  * a second sighting, an empty one, else the one not holding another query of the same hash
  * (one name asked with and without EDNS, say, whose first 24 bytes are the same), else the two
  * in turn. A global function: the verifier checks it once, alone.
@@ -164,8 +165,8 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 
 	if (!sc)
 		return 0;
-	h = sc->memo_hash;
-	n = sc->avail;
+	h = sc->memo.hash;
+	n = sc->walk.avail;
 	frame = data_end - data;
 	if (h == 0 || n < 8 || n > XDNS_REPLY_MAX_Q || dns_off > XDNS_DNS_OFF_MAX || body_at > XDNS_HDR_LEN + n ||
 	    frame < dns_off + body_at + 8 || frame > dns_off + body_at + XDNS_REPLY_MAX_A)
@@ -184,9 +185,9 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 	t1 = bpf_map_lookup_elem(&xdns_replies, &set);
 	if (!t0 || !t1)
 		return 0;
-	if (t0->hash == h && xdns_reply_is_query(t0, sc, n, sc->reply_qflags, sc->reply_qar))
+	if (t0->hash == h && xdns_reply_is_query(t0, sc, n, sc->reply.qflags, sc->reply.qar))
 		t = t0;         /* this query's reply again: a new second, or a new write of the entry */
-	else if (t1->hash == h && xdns_reply_is_query(t1, sc, n, sc->reply_qflags, sc->reply_qar))
+	else if (t1->hash == h && xdns_reply_is_query(t1, sc, n, sc->reply.qflags, sc->reply.qar))
 		t = t1;
 	else if (xdns_first_sighting(&t0->seen, &t1->seen, (__u32)h))
 		return 0;       /* kept at its second sighting */
@@ -207,16 +208,16 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 	t->counts = counts;
 #pragma clang loop unroll(full)
 	for (i = 0; i < XDNS_REPLY_MAX_Q / 8; i++)
-		xdns_st64(&t->q[i * 8], (__u32)i * 8 < n ? xdns_memo_word(sc->name, i, n) : 0);
+		xdns_st64(&t->q[i * 8], (__u32)i * 8 < n ? xdns_memo_word(sc->walk.name, i, n) : 0);
 	t->qn = n;
-	t->qflags = sc->reply_qflags;
-	t->qar = sc->reply_qar;
+	t->qflags = sc->reply.qflags;
+	t->qar = sc->reply.qar;
 	t->body_at = body_at;
 	t->an = an;
 	t->sum = sum;
-	t->ref = sc->reply_ref;
-	t->tag = sc->reply_tag;
-	t->until_ns = sc->reply_until;
+	t->ref = sc->reply.ref;
+	t->tag = sc->reply.tag;
+	t->until_ns = sc->reply.until;
 	sc->reply_kept++;
 	t->hash = h;
 	return 0;

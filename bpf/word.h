@@ -48,7 +48,7 @@ static __always_inline int xdns_copy_chunks(__u8 *dst, const __u8 *src, const __
  * bounds-checked against data_end once per sixteen bytes. Sixteen at a time, the last sixteen
  * ending exactly at n (overlapping the chunk before); under 16, the first eight and the last
  * eight. Nothing is written past n. A check with its address arithmetic cost more than the
- * eight bytes it guarded (bpf/README.md, "Instructions on the answered path"). Returns 1 when
+ * eight bytes it guarded (docs/perf/2026-11-24-answered-path-instructions.md). Returns 1 when
  * the packet is shorter than that (the caller takes a helper, or passes).
  */
 static __always_inline int xdns_copy16(__u8 *dst, const __u8 *src, const __u8 *edge, const void *data_end, __u32 n,
@@ -125,7 +125,7 @@ static __always_inline int xdns_copy_words(__u8 *dst, const __u8 *src, const voi
  * Are the first n bytes at a and at b equal (n <= room, both buffers at least `room` bytes, a
  * constant multiple of 8)? Whole eight-byte words, then the last n & 7 bytes masked, so
  * whatever follows n in either buffer does not count. Aligned loads where both buffers are:
- * the memo and reply memo compare sc->name, as xdns_copy_words stored it, with their slots.
+ * the memo and reply memo compare sc->walk.name, as xdns_copy_words stored it, with their slots.
  */
 static __always_inline int xdns_same_bytes(const __u8 *a, const __u8 *b, __u32 n, const __u32 room)
 {

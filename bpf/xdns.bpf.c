@@ -6,6 +6,22 @@
  * Everything this program does not fully handle goes to userspace (XDP_PASS) with a named
  * reason counted per CPU (stats.h); userspace gives the same answer for anything answered here.
  *
+ * Stages, in the order a packet meets them (the contract is in stage.h: a stage returns
+ * XDNS_CONTINUE or a final verdict; stats.h turns the verdict into the XDP action):
+ *
+ *   parse     parse.h, dns.h  Ethernet, VLAN, IPv4/IPv6, UDP to a listen address, DNS header
+ *   response  response.h      every DNS response (QR=1), before any query stage
+ *   fetch     dns.h           the bytes after the header into scratch
+ *   seen      memo.h          authoritative: the question memo (a hit skips walk and lookup)
+ *             reply.h, memo.h resolver: the reply memo (a hit is the whole reply), then hints
+ *   walk      dns.h           the question name's labels, then type, class and OPT
+ *   lookup    lookup.h        the zones: suffix hashes, closest encloser, the answer
+ *   cache     cache.h         resolver: names under no zone, from the resolver's cache
+ *   answer    answer.h        the reply written in place from the answer value
+ *
+ * The authoritative and the resolver program differ by xdns_cfg.resolver (read-only data:
+ * the verifier drops the branches of the other program), tested where their paths part.
+ *
  * Atomic reload: every key of xdns_nodes/xdns_answers/xdns_bodies_* carries a generation.
  * Userspace writes the new generation completely, then flips xdns_gen[0], then deletes the old
  * generation. A packet reads xdns_gen[0] once, so it sees either the old or the new data, whole.
@@ -14,10 +30,12 @@
 #include <bpf/bpf_helpers.h>
 
 #include "xdns_abi.h"
+#include "stage.h"
 #include "maps.h"
 #include "stats.h"
 #include "parse.h"
 #include "dns.h"
+#include "response.h"
 #include "lookup.h"
 #include "answer.h"
 #include "cache.h"
@@ -30,26 +48,23 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 {
 	struct xdns_pkt pkt = {};
 	struct xdns_query q = {};
-	struct xdns_reply r = {};
 	struct xdns_answer_key key = {};
 	struct xdns_answer_s *a = NULL;
-	struct xdns_body_ref body = {};
 	enum xdns_verdict v;
-	__u32 zero = 0, one = 1, gen, frame, vi;
+	__u32 zero = 0, one = 1, gen, vi;
 	__u32 *genp;
 	__u16 arcount = 0;
 	int memo;
-	long grow;
-	int moved;
 
 	v = xdns_parse_l2_l4(ctx, &pkt);
-	if (v != XDNS_ANSWERED)
+	if (v != XDNS_CONTINUE)
 		return v;
-	v = xdns_parse_header(ctx, &pkt, &q, &arcount);
-	if (v != XDNS_ANSWERED)
+	/* a response (QR=1) leaves here, through the response stage (response.h) */
+	v = xdns_parse_header(ctx, sc, &pkt, &q, &arcount);
+	if (v != XDNS_CONTINUE)
 		return v;
 	v = xdns_name_fetch(ctx, &pkt, sc);
-	if (v != XDNS_ANSWERED)
+	if (v != XDNS_CONTINUE)
 		return v;
 	/* one read of the generation per packet: the memo and the lookup use the same */
 	genp = bpf_map_lookup_elem(&xdns_gen, &zero);
@@ -62,7 +77,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	if (xdns_cfg.resolver) {
 		/* a cache hit's reply kept whole for this very query (reply.h), else go on */
 		v = xdns_reply_answer(ctx, sc, &pkt, &q, arcount, gen);
-		if (v != XDNS_ANSWERED)
+		if (v != XDNS_CONTINUE)
 			return v;
 	}
 	memo = xdns_cfg.resolver ? xdns_hint_probe(sc) : xdns_memo_probe(sc, gen);
@@ -72,20 +87,20 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		 * generation (the sum is of all three). Hint: a name under no zone of this
 		 * generation, whose cache entry the stage checks (the name's sum comes from there).
 		 */
-		q.qlen = *(volatile __u32 *)&sc->memo_qlen;
-		q.nlab = *(volatile __u32 *)&sc->memo_nlab;
-		q.qsum = xdns_cfg.resolver ? 0 : sc->memo_sum;
+		q.qlen = *(volatile __u32 *)&sc->memo.qlen;
+		q.nlab = *(volatile __u32 *)&sc->memo.nlab;
+		q.qsum = xdns_cfg.resolver ? 0 : sc->memo.sum;
 		if (q.qlen == 0 || q.qlen > 255 || q.nlab == 0 || q.nlab > 128)
 			return XDNS_PASS_QNAME;
 		if (xdns_cfg.resolver)
-			sc->qlen = q.qlen;      /* what the cache stage compares */
+			sc->walk.qlen = q.qlen;      /* what the cache stage compares */
 	} else {
 		v = xdns_qname_walk(sc, &q);
-		if (v != XDNS_ANSWERED)
+		if (v != XDNS_CONTINUE)
 			return v;
 	}
 	v = xdns_parse_tail(ctx, &pkt, &q, arcount, memo >= 0 && !xdns_cfg.resolver);
-	if (v != XDNS_ANSWERED)
+	if (v != XDNS_CONTINUE)
 		return v;
 	if (gen == 0)
 		return XDNS_PASS_NOT_LOADED;
@@ -98,43 +113,20 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 			v = XDNS_PASS_NO_ZONE;  /* a hint: kept for such names only */
 		} else {
 			genp = bpf_map_lookup_elem(&xdns_gen, &one);
-			sc->floor = genp ? *genp : 0;
-			v = xdns_select(sc, &q, gen, &key, &a);
+			sc->lookup.floor = genp ? *genp : 0;
+			v = xdns_select(sc, &q, gen, &key, &a);        /* the lookup stage */
 		}
 		/* one call site: the verifier walks the stage once for both ways in */
 		if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
 			return xdns_cache_answer(ctx, sc, &pkt, &q);
-		if (v != XDNS_ANSWERED)
+		if (v != XDNS_CONTINUE)
 			return v;
 		if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S)
 			xdns_memo_learn(sc, q.qlen, q.nlab, q.qsum);
-		vi = sc->last_v;
+		vi = sc->memo.last_v;
 	}
-	/* one source for the answer of both paths: the verifier walks the reply code once */
-	a = bpf_map_lookup_elem(&xdns_vals, &vi);
-	if (!a)
-		return XDNS_PASS_NO_BODY;
-	v = xdns_plan(&q, &a->ans, &r);
-	if (v != XDNS_ANSWERED)
-		return v;
-
-	if (r.blen) {
-		if (xdns_body_get(&key, a, &body))
-			return XDNS_PASS_NO_BODY;
-	}
-
-	frame = ctx->data_end - ctx->data;
-	grow = (long)(pkt.dns_off + r.dns_out) - (long)frame;
-	moved = xdns_resize(ctx, pkt.dns_off + r.body_at, grow);
-	if (moved)
-		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
-	if (xdns_put_dns(ctx, sc, &pkt, &q, &body, &a->ans, &r))
-		return XDNS_DROP_REWRITE;
-	if (xdns_strip_ip_options(ctx, &pkt))
-		return XDNS_DROP_REWRITE;
-	if (xdns_put_l2_l4(ctx, &pkt, &r))
-		return XDNS_DROP_REWRITE;
-	return XDNS_ANSWERED;
+	/* one source for the answer of both paths: the verifier walks the answer stage once */
+	return xdns_answer_stage(ctx, sc, &pkt, &q, &key, vi);
 }
 
 SEC("xdp")

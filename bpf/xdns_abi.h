@@ -52,6 +52,13 @@ enum xdns_verdict {
 	XDNS_VERDICT_MAX = 33,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
+/*
+ * The last counter slot is never a verdict: it is the value of a stage's "continue"
+ * (bpf/stage.h, XDNS_CONTINUE), which is not an outcome and is never counted unless a bug
+ * lets it out of the program (then it is aborted, never sent). Verdicts end below it.
+ */
+#define XDNS_CONTINUE_SLOT (XDNS_VERDICT_SLOTS - 1)
+_Static_assert(XDNS_VERDICT_MAX < XDNS_CONTINUE_SLOT, "verdicts end below the continue slot");
 
 /* Kinds of body key; values never renumbered (see DESIGN-NOTES.md, the answer model). */
 enum xdns_body_kind {
@@ -146,22 +153,42 @@ struct xdns_bucket {
  * that the next identical question skips both. A slot is one cache line, keyed by a hash of
  * the generation and the question's first bytes; it holds the name, type and class, compared
  * before use: a collision is a miss. A resolver program, which has no memo, keeps cache hints
- * in the same slots instead (memo.h): hash, `v` (the cache entry), qlen, nlab and `seen`.
+ * in the same slots instead (memo.h): the slot is a union of the two uses, and a program only
+ * ever uses one (xdns_cfg.resolver). The fields both have (seen/kind, qlen, nlab) sit at the
+ * same offsets, where they were before the union.
  */
 #define XDNS_MEMO_SLOTS 4096            /* per CPU, a power of two: 2048 sets of 2 ways */
 #define XDNS_MEMO_MAX_Q 40              /* longest name + type + class kept (bytes) */
-struct xdns_memo {
-	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
+struct xdns_memo_question {     /* the question memo's use of a slot (authoritative programs) */
 	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
 	__u32 qsum;             /* checksum of name, type and class (xdns_query.qsum), folded to 32 bits */
 	__u32 seen;             /* low half of the hash of a question seen once in this set: the
-				 * latest in the first way, the one before in the second (cache
-				 * hint: the question's type | its DO bit << 16) */
+				 * latest in the first way, the one before in the second */
 	__u8 qlen;              /* wire length of the name (name[] holds qlen + 4 bytes) */
 	__u8 nlab;              /* its labels, the root included */
 	__u8 _pad[2];
-	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent (cache hint: unused) */
+	__u8 name[XDNS_MEMO_MAX_Q]; /* the name, type and class as sent */
 };
+struct xdns_memo_hint {         /* a cache hint's use of a slot (resolver programs) */
+	__u32 ref;              /* the cache entry (size class << 30 | slot, as xdns_cache_find) */
+	__u32 _unused;
+	__u32 kind;             /* the question's type | its DO bit << 16 */
+	__u8 qlen;              /* wire length of the name */
+	__u8 nlab;              /* its labels, the root included */
+	__u8 _pad[2];
+};
+union xdns_memo_use {
+	struct xdns_memo_question q;
+	struct xdns_memo_hint hint;
+};
+struct xdns_memo {
+	__u64 hash;             /* of the generation and the question (memo.h); 0: empty */
+	union xdns_memo_use u;
+};
+_Static_assert(sizeof(struct xdns_memo) == 64, "a memo slot is one cache line");
+_Static_assert(__builtin_offsetof(struct xdns_memo_question, seen) == __builtin_offsetof(struct xdns_memo_hint, kind) &&
+	       __builtin_offsetof(struct xdns_memo_question, qlen) == __builtin_offsetof(struct xdns_memo_hint, qlen),
+	       "the memo and the hints keep their shared fields at the same offsets");
 
 /* The body's header fields and where its bytes live (head of `struct xdns_answer_s`). */
 struct xdns_answer {
@@ -232,7 +259,7 @@ struct xdns_config {
  *
  * Set-associative, in array maps the resolver writes through mmap (no syscall per write), read
  * by the program with inlined array lookups: no call, no jhash, no bucket walk (the LRU hash
- * maps this replaced cost about 10 ns more per hit and 50 more per miss, bpf/README.md).
+ * maps this replaced were slower, docs/perf/2026-11-22-resolver-cache-stage.md).
  * `xdns_cache_idx` holds cache_mask + 1 buckets of XDNS_CACHE_WAYS entries; the bucket of a key is
  * xdns_cache_pos(hash, qtype, do) & cache_mask (hash.h). An entry is the key when its hash is
  * the key's and its meta is XDNS_CACHE_META(qtype, do, name length); its `idx` names the value:
@@ -366,5 +393,113 @@ struct xdns_allow_table {
 	__u32 _pad;
 	struct xdns_allow_prefix p[XDNS_ALLOW_INLINE];
 };
+
+/*
+ * Per-CPU working memory of one packet (value of `xdns_scratch`): one sub-struct per stage
+ * (bpf/xdns.bpf.c lists them), with the counters userspace reads (summed over CPUs). The
+ * later stages read what an earlier one left (the walk's name and labels, the lookup's
+ * answer index); the seen stage's ways share `memo` (key, lengths), and the cache stage's
+ * TTL pass uses `answer`. The bpf_loop walks keep their state here, not on the stack:
+ * values read back from map memory are unknown to the verifier, so each loop body is
+ * verified once instead of once per distinct iteration state.
+ */
+struct xdns_walk_scratch {      /* fetch and walk (dns.h) */
+	__u8 name[256];         /* the question name as sent (and the bytes after it), wire form */
+	__u8 label_off[128];    /* offset of each length byte in name[], the root's last */
+	__u64 lh[128];          /* hash of each label (hash.h), first label first */
+	__u64 sum[2];           /* name words summed by the parity of their offset (dns.h) */
+	__u32 avail;            /* name bytes copied into name[] */
+	__u32 next;             /* offset of the next length octet */
+	__u32 nlab;             /* labels, the root included (set with qlen once the root is read) */
+	__u32 qlen;             /* wire length of the name (0: not a valid name) */
+};
+
+struct xdns_lookup_scratch {    /* the lookup (lookup.h): suffix hashes and encloser walk */
+	__u64 sfx[128];         /* hash of the suffix with index+1 labels (index 0: the root) */
+	__u32 nsfx;             /* entries of sfx[] */
+	__u32 _pad0;
+	__u32 gen;              /* generation read for this packet */
+	__u32 floor;            /* label floor read for this packet (xdns_gen[1]) */
+	__u32 ce_found;
+	__u32 direct;           /* body kind: the walk stopped at a flagged suffix (lookup.h) */
+	__u32 no_direct;        /* that guess failed: walk again looking nodes up */
+	__u32 _pad2;
+	__u64 ce_hash;
+	__u32 ce_len;           /* wire length of the closest encloser */
+	__u32 _pad;
+	struct xdns_node ce;    /* the closest encloser's node */
+};
+
+struct xdns_answer_scratch {    /* the answer (answer.h): fixup pass; the cache's TTL pass too */
+	__u32 n;                /* entries of fix[] to apply */
+	__u32 at;               /* frame offset of the body */
+	__u32 body_at;          /* DNS offset of the body (checksum parity) */
+	__u32 blen;             /* body bytes sent */
+	__u32 delta;            /* added to each pointer */
+	__u32 err;
+	__u32 from;             /* first pointer the walk shifts (the ones before were inlined) */
+	__u32 done;             /* pointers shifted (csum.h, xdns_csum_grown) */
+	__u32 odd;              /* ... of them at odd DNS offsets */
+	__u32 _pad3;
+};
+
+struct xdns_cache_scratch {     /* the cache stage (cache.h) */
+	/* TTL pass (uses the answer's at, body_at, blen, err) */
+	__u32 ttl_n;            /* entries of ttl[] */
+	__u32 ttl_sub;          /* whole seconds since the entry was stored */
+	__u64 ttl_even;         /* seconds taken off TTLs at even DNS offsets (csum.h) */
+	__u64 ttl_odd;          /* ... at odd ones */
+	/* name comparison */
+	__u32 cmp_words;        /* 8-byte words of the name to compare */
+	__u32 cmp_diff;         /* non-zero once a word differs */
+	__u64 cmp_sum;          /* the compared name words as sent, summed (dns.h: as sum[0]) */
+	/* the coarse clock, and the jiffies when it was read */
+	__u64 clock_ns;
+	__u64 clock_jiffies;
+};
+
+struct xdns_hint_scratch {      /* cache hints (memo.h), a resolver program's seen stage */
+	__u32 ref;              /* the hinted entry (XDNS_HINT_NONE: none) */
+	__u32 slot;             /* the hint's slot in xdns_memo */
+};
+
+struct xdns_memo_scratch {      /* the question memo (memo.h); its key and name for hints too */
+	__u32 last_v;           /* xdns_vals index of the answer the lookup found (the spill value's too) */
+	__u32 last_table;       /* 1 when that answer came from the table (0: the hash map) */
+	__u64 hash;             /* of this packet's question (0: not memoisable) */
+	__u64 sum;              /* checksum of name, type and class (xdns_query.qsum after them) */
+	__u32 qlen;             /* on a memo or hint hit: the name's length ... */
+	__u32 nlab;             /* ... and label count (sum: its checksum) */
+};
+
+struct xdns_reply_scratch {     /* the reply memo (reply.h) */
+	__u16 qflags;           /* this query's header flags ... */
+	__u16 qar;              /* ... and ARCOUNT (the reply overwrites them) */
+	__u32 ref;              /* the cache entry the stage answered from ... */
+	__u64 tag;              /* ... its tag */
+	__u64 until;            /* ... and until when the stage sends this same reply */
+};
+
+struct xdns_scratch {
+	struct xdns_walk_scratch walk;
+	struct xdns_lookup_scratch lookup;
+	struct xdns_answer_scratch answer;
+	struct xdns_cache_scratch cache;
+	struct xdns_hint_scratch hint;
+	struct xdns_memo_scratch memo;
+	/* counters, on this CPU (userspace reads and sums them) */
+	__u64 memo_hits;        /* questions answered through the memo (resolver: through a hint) */
+	__u64 memo_kept;        /* questions written into it (resolver: hints written) */
+	struct xdns_reply_scratch reply;
+	__u64 reply_hits;       /* queries answered from the reply memo */
+	__u64 reply_kept;       /* replies written into it */
+	/*
+	 * Packets by enum xdns_verdict (bpf/stats.h). Here rather than in a map of their own:
+	 * the program has this value in hand already, and a separate per-CPU array costs one
+	 * more lookup and cache line per packet (docs/perf/2026-11-27-code-comment-figures.md).
+	 */
+	__u64 verdicts[XDNS_VERDICT_SLOTS];
+};
+_Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed with a mask");
 
 #endif /* XDNS_ABI_H */

@@ -184,9 +184,8 @@ fn hex(b: &[u8]) -> String {
 /// reason of the stage. Expected bytes: `xdns_wire::cache::replay`.
 #[test]
 fn cache_fixture_table() {
-    if !have_root("cache_fixture_table") {
-        return;
-    }
+    require_root("cache_fixture_table");
+    stay_on_one_cpu();
     let prog = load_resolver(0x5eed_cafe);
     let cache = prog.cache().unwrap();
 
@@ -334,9 +333,8 @@ fn cache_fixture_table() {
 /// question that shares a hint with another case of its name gets its own bytes and checksum.
 #[test]
 fn cache_hints_are_never_wrong() {
-    if !have_root("cache_hints_are_never_wrong") {
-        return;
-    }
+    require_root("cache_hints_are_never_wrong");
+    stay_on_one_cpu();
     let mut prog = load_resolver(23);
     let cache = prog.cache().unwrap();
     let ask = |prog: &XdpProgram, name: &str, t: u16| {
@@ -406,9 +404,8 @@ fn cache_hints_are_never_wrong() {
 /// not once the TTLs age by another second or the entry's prefetch time comes.
 #[test]
 fn reply_memo_is_what_the_stage_would_send() {
-    if !have_root("reply_memo_is_what_the_stage_would_send") {
-        return;
-    }
+    require_root("reply_memo_is_what_the_stage_would_send");
+    stay_on_one_cpu();
     let prog = load_resolver(29);
     let cache = prog.cache().unwrap();
     let events = prog.prefetch_events().unwrap();
@@ -519,9 +516,7 @@ fn reply_memo_is_what_the_stage_would_send() {
 /// the TTL reduced by the whole seconds elapsed, TC=1 with no records when too large.
 #[test]
 fn cache_reply_fields() {
-    if !have_root("cache_reply_fields") {
-        return;
-    }
+    require_root("cache_reply_fields");
     let prog = load_resolver(77);
     let cache = prog.cache().unwrap();
     cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
@@ -545,9 +540,7 @@ fn cache_reply_fields() {
 /// of one bucket are found by hashing candidates with the program's seed.
 #[test]
 fn cache_full_bucket_and_class_evict_soonest_expiring() {
-    if !have_root("cache_full_bucket_and_class_evict_soonest_expiring") {
-        return;
-    }
+    require_root("cache_full_bucket_and_class_evict_soonest_expiring");
     let seed = 17;
     let prog = load_resolver(seed);
     let cache = prog.cache().unwrap();
@@ -614,9 +607,7 @@ fn cache_full_bucket_and_class_evict_soonest_expiring() {
 /// hold removes the older entry; DO=0 and DO=1 are distinct keys.
 #[test]
 fn cache_insert_replace_remove() {
-    if !have_root("cache_insert_replace_remove") {
-        return;
-    }
+    require_root("cache_insert_replace_remove");
     let prog = load_resolver(5);
     let cache: KernelCache = prog.cache().unwrap();
     let f = frame(&Net::v4(), &query(&wire("k.example.org"), TXT, Opt::new(1232, false)));
@@ -650,9 +641,7 @@ fn cache_insert_replace_remove() {
 /// the key; hits before the window send none; a re-inserted entry may send again.
 #[test]
 fn cache_prefetch_events() {
-    if !have_root("cache_prefetch_events") {
-        return;
-    }
+    require_root("cache_prefetch_events");
     let prog = load_resolver(11);
     let cache = prog.cache().unwrap();
     let events = prog.prefetch_events().unwrap();
@@ -683,9 +672,7 @@ fn cache_prefetch_events() {
 /// names under no zone pass as before.
 #[test]
 fn resolver_off_ignores_cache() {
-    if !have_root("resolver_off_ignores_cache") {
-        return;
-    }
+    require_root("resolver_off_ignores_cache");
     let mut prog = load();
     prog.install(&zone()).unwrap();
     assert!(!prog.resolver_enabled());
@@ -702,9 +689,7 @@ fn resolver_off_ignores_cache() {
 /// whose key differs from the index entry's (a stale index entry) is a miss.
 #[test]
 fn cache_torn_entry_never_served() {
-    if !have_root("cache_torn_entry_never_served") {
-        return;
-    }
+    require_root("cache_torn_entry_never_served");
     let prog = load_resolver(21);
     let cache = prog.cache().unwrap();
     let e = entry("torn.example.org", A, false, body_a("torn.example.org", 300, [198, 18, 1, 1]), 0, 300);
@@ -742,9 +727,7 @@ fn cache_torn_entry_never_served() {
 /// Allow list changes at run time: a client added later is answered, one removed passes.
 #[test]
 fn cache_allow_list_update() {
-    if !have_root("cache_allow_list_update") {
-        return;
-    }
+    require_root("cache_allow_list_update");
     let prog = load_resolver(3);
     prog.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
     let mut net = Net::v4();
@@ -760,9 +743,7 @@ fn cache_allow_list_update() {
 /// decide alike: prefix edges for IPv4 and IPv6 (a /33 and a /127), families kept apart.
 #[test]
 fn cache_allow_table_and_trie_agree() {
-    if !have_root("cache_allow_table_and_trie_agree") {
-        return;
-    }
+    require_root("cache_allow_table_and_trie_agree");
     let prog = load_resolver(4);
     prog.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
     let short: Vec<(IpAddr, u8)> = vec![
@@ -817,9 +798,7 @@ fn cache_allow_table_and_trie_agree() {
 /// prints kernel memory per cached answer.
 #[test]
 fn cache_perf() {
-    if !have_root("cache_perf") {
-        return;
-    }
+    require_root("cache_perf");
     let mut prog = load_resolver(99);
     let cache = prog.cache().unwrap();
     cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 100, 300)).unwrap();
@@ -885,9 +864,7 @@ fn cache_perf() {
 fn cache_mutation_fuzz() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
-    if !have_root("cache_mutation_fuzz") {
-        return;
-    }
+    require_root("cache_mutation_fuzz");
     let prog = load_resolver(0xf00d);
     let cache = prog.cache().unwrap();
     let entries = vec![
@@ -981,9 +958,7 @@ fn cache_mutation_fuzz() {
 /// `AnswerCache` trait object the resolver has. Every question then misses in XDP.
 #[test]
 fn cache_clear_deletes_every_entry() {
-    if !have_root("cache_clear_deletes_every_entry") {
-        return;
-    }
+    require_root("cache_clear_deletes_every_entry");
     let prog = load_resolver(21);
     let cache = prog.cache().unwrap();
     let mut frames = Vec::new();
@@ -1014,9 +989,7 @@ fn cache_clear_deletes_every_entry() {
 /// size classes and both DO bits, by the name stored in the entry; the others keep answering.
 #[test]
 fn cache_remove_names_deletes_only_those_names() {
-    if !have_root("cache_remove_names_deletes_only_those_names") {
-        return;
-    }
+    require_root("cache_remove_names_deletes_only_those_names");
     let prog = load_resolver(22);
     let cache = prog.cache().unwrap();
     let mut frames = Vec::new();
@@ -1049,9 +1022,7 @@ fn cache_remove_names_deletes_only_those_names() {
 /// while the same answer expiring in a second is served (the control).
 #[test]
 fn cache_entry_in_its_last_20_ms_is_not_served() {
-    if !have_root("cache_entry_in_its_last_20_ms_is_not_served") {
-        return;
-    }
+    require_root("cache_entry_in_its_last_20_ms_is_not_served");
     let prog = load_resolver(22);
     let cache = prog.cache().unwrap();
     for (name, left_ms, want) in [("ending.example.org", 1, "pass_cache_expired"), ("later.example.org", 1000, "cache_answered")] {
@@ -1060,4 +1031,39 @@ fn cache_entry_in_its_last_20_ms_is_not_served() {
         let f = frame(&Net::v4(), &query(&wire(name), A, None));
         assert_eq!(verdict(&prog, &f).2, [want], "{name}, {left_ms} ms left");
     }
+}
+
+/// Responses (QR=1) reach the response stage (`bpf/response.h`) in the resolver program as
+/// in the authoritative one, before any query stage: whatever else their header says, every
+/// one is passed untouched with `pass_dns_response`, and a question the cache could answer
+/// does not change that.
+#[test]
+fn responses_reach_the_response_stage() {
+    require_root("responses_reach_the_response_stage");
+    let resolver = load_resolver(0x5eed_0000_0000_0024);
+    resolver.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
+    let mut auth = load();
+    auth.install(&zone()).unwrap();
+    let q = query(&wire("host.example.org"), A, None);
+    let answered = query(&wire("www.example.com"), A, None);
+    for (what, dns) in [
+        ("a cached question", with_flags(q.clone(), 0x81, 0)),
+        ("a zone's question", with_flags(answered.clone(), 0x81, 0)),
+        ("opcode NOTIFY", with_flags(q.clone(), 0xa0, 0)),
+        ("counts of an answer", { let mut d = with_flags(answered.clone(), 0x84, 0); d[7] = 1; d }),
+    ] {
+        for (prog, which) in [(&resolver, "resolver"), (&auth, "authoritative")] {
+            for net in [Net::v4(), Net::v6()] {
+                let f = frame(&net, &dns);
+                let (act, out, moved) = verdict(prog, &f);
+                assert_eq!((act, moved), (2, vec!["pass_dns_response".to_string()]), "{which}: {what}");
+                assert_eq!(out, f, "{which}: {what}: the frame was changed");
+            }
+        }
+    }
+    // the same questions as queries are answered: the rows above were passed as responses only
+    let (act, _, moved) = verdict(&resolver, &frame(&Net::v4(), &q));
+    assert_eq!((act, moved), (3, vec!["cache_answered".to_string()]));
+    let (act, _, moved) = verdict(&auth, &frame(&Net::v4(), &answered));
+    assert_eq!((act, moved), (3, vec!["answered".to_string()]));
 }

@@ -205,9 +205,7 @@ fn nodata_shared_select() {
 /// whose body is not shareable from their own.
 #[test]
 fn nodata_shared_xdp() {
-    if !have_root("nodata_shared_xdp") {
-        return;
-    }
+    require_root("nodata_shared_xdp");
     let zones = nodata_zones();
     let mut prog = load();
     prog.install(&compile_kernel_data(&zones)).unwrap();
@@ -270,17 +268,13 @@ fn opt_variants() -> Vec<Option<Opt>> {
 
 #[test]
 fn xdp_equals_respond() {
-    if !have_root("xdp_equals_respond") {
-        return;
-    }
+    require_root("xdp_equals_respond");
     differential(&zones());
 }
 
 #[test]
 fn xdp_equals_respond_parent_and_child() {
-    if !have_root("xdp_equals_respond_parent_and_child") {
-        return;
-    }
+    require_root("xdp_equals_respond_parent_and_child");
     differential(&parent_child_zones());
 }
 
@@ -373,9 +367,7 @@ fn mutate(rng: &mut StdRng, q: &mut Vec<u8>) {
 
 #[test]
 fn mutation_fuzz() {
-    if !have_root("mutation_fuzz") {
-        return;
-    }
+    require_root("mutation_fuzz");
     let zones = zones();
     let mut prog = load();
     prog.install(&compile_kernel_data(&zones)).unwrap();

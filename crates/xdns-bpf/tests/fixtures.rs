@@ -353,9 +353,7 @@ fn counters(p: &xdns_bpf::runtime::XdpProgram) -> Vec<(String, u64)> {
 
 #[test]
 fn fixture_table() {
-    if !have_root("fixture_table") {
-        return;
-    }
+    require_root("fixture_table");
     let mut prog = load();
     let data = zone();
     // Before any data: everything passes as not loaded.
@@ -434,9 +432,8 @@ fn hex(b: &[u8]) -> String {
 /// kept) and a new generation (the entries stop matching) answer from the full path again.
 #[test]
 fn question_memo_is_consulted() {
-    if !have_root("question_memo_is_consulted") {
-        return;
-    }
+    require_root("question_memo_is_consulted");
+    stay_on_one_cpu();
     let mut prog = load();
     let data = zone();
     prog.install(&data).unwrap();
@@ -448,7 +445,7 @@ fn question_memo_is_consulted() {
         assert_eq!(ask(&prog, &long), ["answered"]);
     }
     assert_eq!(prog.memo_counts().unwrap(), (0, 1), "kept at the second ask, not yet used");
-    let used = prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap();
+    let used = prog.rewrite_memo(&|m| m.u.q.v = 0x7fff_fff0).unwrap();
     assert!(used >= 1, "the short question is kept after two asks");
     assert_eq!(ask(&prog, &short), ["pass_no_body"], "the memo's (broken) index was used");
     assert_eq!(prog.memo_counts().unwrap(), (1, 1));
@@ -474,9 +471,8 @@ fn same_set_frames(prog: &xdns_bpf::runtime::XdpProgram, n: usize) -> Vec<Vec<u8
 /// from it (a direct-mapped memo would keep one); a third of that set takes one of their ways.
 #[test]
 fn question_memo_keeps_two_questions_per_set() {
-    if !have_root("question_memo_keeps_two_questions_per_set") {
-        return;
-    }
+    require_root("question_memo_keeps_two_questions_per_set");
+    stay_on_one_cpu();
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let frames = same_set_frames(&prog, 3);
@@ -487,7 +483,7 @@ fn question_memo_keeps_two_questions_per_set() {
         }
     }
     assert_eq!(prog.memo_counts().unwrap(), (0, 2), "both kept, in one set");
-    assert_eq!(prog.rewrite_memo(&|m| m.v = 0x7fff_fff0).unwrap(), 2);
+    assert_eq!(prog.rewrite_memo(&|m| m.u.q.v = 0x7fff_fff0).unwrap(), 2);
     for f in &frames[..2] {
         assert_eq!(ask(&prog, f), ["pass_no_body"], "served from the memo's (broken) index");
     }
@@ -506,9 +502,8 @@ fn question_memo_keeps_two_questions_per_set() {
 /// one sighting per set they replaced each other forever and neither was ever kept.)
 #[test]
 fn question_memo_learns_two_questions_asked_in_turn() {
-    if !have_root("question_memo_learns_two_questions_asked_in_turn") {
-        return;
-    }
+    require_root("question_memo_learns_two_questions_asked_in_turn");
+    stay_on_one_cpu();
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let frames = same_set_frames(&prog, 2);
@@ -531,9 +526,8 @@ fn question_memo_learns_two_questions_asked_in_turn() {
 /// of them probe the same slot.
 #[test]
 fn question_memo_answer_follows_the_packets_edns_and_flags() {
-    if !have_root("question_memo_answer_follows_the_packets_edns_and_flags") {
-        return;
-    }
+    require_root("question_memo_answer_follows_the_packets_edns_and_flags");
+    stay_on_one_cpu();
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let mut fresh = load();
@@ -570,9 +564,7 @@ fn question_memo_answer_follows_the_packets_edns_and_flags() {
 /// every row timed is (a row that stopped being answered would time something else).
 #[test]
 fn fixture_perf() {
-    if !have_root("fixture_perf") {
-        return;
-    }
+    require_root("fixture_perf");
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let rows = rows();
@@ -602,9 +594,7 @@ fn fixture_perf() {
 /// answered in the kernel when no body byte or no fixup is needed.
 #[test]
 fn userspace_only_bodies() {
-    if !have_root("userspace_only_bodies") {
-        return;
-    }
+    require_root("userspace_only_bodies");
     let cfg = xdns_bpf::runtime::LoadConfig {
         listen: vec!["198.18.0.1:53".parse().unwrap()],
         edns_payload: 4096,
@@ -650,9 +640,7 @@ fn userspace_only_bodies() {
 /// filter into the other half and they answer again.
 #[test]
 fn presence_filter_is_consulted() {
-    if !have_root("presence_filter_is_consulted") {
-        return;
-    }
+    require_root("presence_filter_is_consulted");
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let ask = |prog: &xdns_bpf::runtime::XdpProgram, name: &str, qtype: u16| {
@@ -681,9 +669,7 @@ fn presence_filter_is_consulted() {
 /// to the CPU's spill value); not marked, the program believes the empty table and passes.
 #[test]
 fn answer_table_is_consulted() {
-    if !have_root("answer_table_is_consulted") {
-        return;
-    }
+    require_root("answer_table_is_consulted");
     let asks = [
         ("www.example.com", A),
         ("WwW.ExAmPlE.cOm", AAAA),
@@ -731,9 +717,7 @@ fn answer_table_is_consulted() {
 #[test]
 fn presence_filter_false_positives_fall_back() {
     use xdns_bpf::hash::{name_hash, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD};
-    if !have_root("presence_filter_false_positives_fall_back") {
-        return;
-    }
+    require_root("presence_filter_false_positives_fall_back");
     let mut prog = load();
     prog.install(&zone()).unwrap();
     let asks = [

@@ -101,9 +101,7 @@ fn peer_program(ns: &str, dev: &str) -> xdns_bpf::runtime::XdpProgram {
 
 #[test]
 fn kdig_answered_by_the_kernel() {
-    if !have_root("kdig_answered_by_the_kernel") {
-        return;
-    }
+    require_root("kdig_answered_by_the_kernel");
     let data = example_com_kernel_data();
 
     let lab = Lab::new('T');
@@ -154,9 +152,7 @@ fn kdig_answered_from_the_cache() {
     use std::time::Duration;
     use xdns_wire::body::{BodyWriter, Section};
     use xdns_wire::{AnswerCache, CacheKey, CachedAnswer};
-    if !have_root("kdig_answered_from_the_cache") {
-        return;
-    }
+    require_root("kdig_answered_from_the_cache");
     let data = example_com_kernel_data();
     let now = {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

@@ -38,9 +38,7 @@ fn answered_tag(out: &[u8]) -> u8 {
 
 #[test]
 fn flip_is_atomic() {
-    if !have_root("flip_is_atomic") {
-        return;
-    }
+    require_root("flip_is_atomic");
     let mut prog = load();
     let f = frame(&Net::v4(), &query(&wire("www.example.com"), 1, None));
     prog.install(&zone(0xA)).unwrap();
@@ -59,9 +57,7 @@ fn flip_is_atomic() {
 
 #[test]
 fn reload_under_load() {
-    if !have_root("reload_under_load") {
-        return;
-    }
+    require_root("reload_under_load");
     let mut prog = load();
     prog.install(&zone(1)).unwrap();
     let f = frame(&Net::v4(), &query(&wire("www.example.com"), 1, None));
@@ -106,9 +102,7 @@ fn reload_under_load() {
 /// reading only (performance claims live in the benchmark).
 #[test]
 fn install_and_reload_100k_names() {
-    if !have_root("install_and_reload_100k_names") {
-        return;
-    }
+    require_root("install_and_reload_100k_names");
     let apex = wire("example.com");
     let n = 100_000u32;
     let mut data = KernelData {

@@ -14,14 +14,30 @@ pub const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 pub const OUR_PAYLOAD: u16 = 1232;
 
-/// True when the tests may load BPF programs; otherwise they print why and pass.
-pub fn have_root(test: &str) -> bool {
+/// Every test that loads BPF programs calls this first. Without root it fails, saying so:
+/// a root test that returned early would pass without testing anything, and CI (which runs
+/// as root) must never count a test that did not run. Leave them out by name instead
+/// (`cargo test -- --skip ...`) where root is not available.
+pub fn require_root(test: &str) {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("{test}: skipped, needs root (CAP_BPF, CAP_NET_ADMIN)");
+    let euid = unsafe { libc::geteuid() };
+    assert!(euid == 0, "{test}: needs root (CAP_BPF, CAP_NET_ADMIN); running as uid {euid}, so it fails rather than pass untested");
+}
+
+/// Keep this test's thread on the CPU it runs on now. The question memo, the cache hints and
+/// the reply memo are per CPU, and BPF_PROG_TEST_RUN runs on the caller's CPU: a test that
+/// expects one ask to find what an earlier ask left must make both on one CPU, or the
+/// scheduler moving its thread (on a busy machine) fails it.
+pub fn stay_on_one_cpu() {
+    // SAFETY: sched_getcpu has no preconditions; the set is zeroed, gets one bit, and is
+    // passed with its own size for the calling thread (pid 0).
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0, "sched_getcpu");
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "sched_setaffinity");
     }
-    root
 }
 
 /// The program listening on the lab addresses, port 53, with a fixed seed.
