@@ -261,9 +261,7 @@ fn kdig_answered_from_the_cache() {
 #[test]
 fn veth_peer_without_xdp_loses_native_tx() {
     use xdns_bpf::iface::{veth_peer, PeerXdp, TxErrors};
-    if !have_root("veth_peer_without_xdp_loses_native_tx") {
-        return;
-    }
+    require_root("veth_peer_without_xdp_loses_native_tx");
     let data = example_com_kernel_data();
     let lab = Lab::new('D');
     let srv = lab.srv.clone();
