@@ -12,6 +12,7 @@
 //! Exit status: 0 on success (and after a clean SIGTERM/SIGINT), 1 on any error.
 
 mod config;
+mod config_doc;
 mod control;
 mod metrics;
 mod privilege;
@@ -68,6 +69,14 @@ enum Command {
     /// Empty a running server's resolver caches (answers, delegations, negative answers,
     /// failures, server RTTs; the root hints stay), or only what is cached for one name.
     Flush(FlushArgs),
+    /// Write the manual pages (xdns.8, xdns.toml.5) and shell completions into a directory
+    /// (used by packaging; generated from the command line and configuration definitions).
+    #[command(hide = true)]
+    Manual {
+        /// Directory to write into (created).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Arguments of `xdns flush`.
@@ -368,7 +377,37 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Stats(a) => stats(a),
         Command::Flush(a) => flush(a),
+        Command::Manual { out } => match manual(&out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xdns: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// `xdns manual --out DIR`: xdns.8 from the command line definition (clap_mangen), xdns.toml.5
+/// from [`config_doc::KEYS`], and completions for bash, zsh and fish (clap_complete).
+fn manual(out: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let cmd = Cli::command().name("xdns");
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).section("8").render(&mut page)?;
+    std::fs::write(out.join("xdns.8"), page)?;
+    std::fs::write(out.join("xdns.toml.5"), config_doc::manual_page(version_line()))?;
+    for (shell, file) in [
+        (clap_complete::Shell::Bash, "xdns.bash"),
+        (clap_complete::Shell::Zsh, "_xdns"),
+        (clap_complete::Shell::Fish, "xdns.fish"),
+    ] {
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut cmd.clone(), "xdns", &mut buf);
+        std::fs::write(out.join(file), buf)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

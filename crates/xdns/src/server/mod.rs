@@ -19,6 +19,7 @@
 mod reconfigure;
 mod slots;
 mod start;
+mod systemd;
 pub mod tcp;
 pub mod udp;
 
@@ -58,6 +59,8 @@ pub struct Shared {
     pub takeover: takeover::State,
     /// The TCP connection slots of every listener (set before the listeners start).
     pub tcp_slots: OnceLock<Arc<slots::Slots>>,
+    /// The UDP workers' heartbeats, for the systemd watchdog.
+    pub heartbeats: Arc<systemd::Heartbeats>,
 }
 
 impl Shared {
@@ -72,6 +75,7 @@ impl Shared {
             recursion: OnceLock::new(),
             takeover: Default::default(),
             tcp_slots: OnceLock::new(),
+            heartbeats: Default::default(),
         }
     }
 
@@ -214,6 +218,8 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         taken_over_from = ?taken_from,
         "xdns started"
     );
+    systemd::ready();
+    tasks.extend(systemd::spawn_watchdog(shared.heartbeats.clone(), stop_rx.clone()));
 
     let mut current = cfg;
     let mut handed_to = None;
@@ -235,13 +241,15 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         if reload {
             // A stop request during a reload (seconds for a large zone set) ends it where it
             // waits: stopping discards its result anyway, and the XDP fill gives up below.
+            systemd::reloading();
             tokio::select! {
-                c = reconfigure::reload(&shared, current.clone(), &over) => current = c,
+                c = reconfigure::reload(&shared, current.clone(), &over) => { current = c; systemd::reloaded(); }
                 sig = signals.stop() => { tracing::info!("{sig} during a reload: stopping"); break; }
             }
         }
     }
 
+    systemd::stopping();
     // A fill or reload of the kernel maps under way gives up at its next chunk: its data
     // would be thrown away with the maps, and it holds the fast path until it ends.
     if let Some(status) = shared.xdp_status.load_full() {

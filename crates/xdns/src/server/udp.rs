@@ -114,10 +114,11 @@ pub fn spawn(
     let shard = shared.stats.shard();
     let batch = batch_size(std::env::var("XDNS_UDP_BATCH").ok().as_deref());
     let sock = Arc::new(sock);
+    let beat = shared.heartbeats.register(&name);
     std::thread::Builder::new().name(name).spawn(move || {
         let mut w = Worker::new(wildcard, batch);
         w.recursion = shared.recursion.get().cloned();
-        w.run(&sock, &shared, &shard);
+        w.run(&sock, &shared, &shard, &beat);
     })
 }
 
@@ -244,9 +245,10 @@ impl Worker {
         }
     }
 
-    fn run(&mut self, sock: &Arc<Socket>, shared: &Shared, shard: &Shard) {
+    fn run(&mut self, sock: &Arc<Socket>, shared: &Shared, shard: &Shard, beat: &std::sync::atomic::AtomicU64) {
         let fd = sock.as_raw_fd();
         while !shared.shutdown.load(Ordering::Relaxed) {
+            beat.fetch_add(1, Ordering::Relaxed);
             let n = match self.recv(fd) {
                 Ok(n) => n,
                 Err(e) => {

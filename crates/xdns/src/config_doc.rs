@@ -1,0 +1,146 @@
+//! Every configuration key with its default and meaning: the source of the `xdns.toml(5)`
+//! manual page (`xdns manual`). Tests hold it to the parser (every key the parser accepts is
+//! here, and nothing else) and to crates/xdns/README.md (every key is in its tables), so the
+//! three cannot drift apart.
+
+/// One key of the configuration file.
+pub struct Key {
+    /// `""` for the top level, else the table (`tcp`, `xdp`, `zone`, `resolver`, ...).
+    pub section: &'static str,
+    pub name: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+const fn k(section: &'static str, name: &'static str, default: &'static str, meaning: &'static str) -> Key {
+    Key { section, name, default, meaning }
+}
+
+/// Every key, in the order of the manual page.
+pub const KEYS: &[Key] = &[
+    k("", "listen", r#"["127.0.0.1:53", "[::1]:53"]"#, "UDP and TCP listen addresses (IPv6 sockets are IPV6_V6ONLY)."),
+    k("", "control", "/run/xdns/control.sock", "Unix control socket of xdns stats, flush and --takeover; created with its directory when ready, removed at stop."),
+    k("", "metrics", "none", "ADDR:PORT of a Prometheus GET /metrics endpoint."),
+    k("", "edns_payload", "1232", "EDNS payload advertised and the UDP answer cap, 512 to 4096. With [xdp] on, a change needs a restart (the kernel's value is fixed at load)."),
+    k("", "udp_workers", "0", "UDP threads per listen address; 0 = one per core."),
+    k("", "user", "none (stays root)", "Run as this user once the sockets are bound and the XDP program attached: capabilities kept only by the XDP thread (CAP_NET_ADMIN, CAP_BPF), no_new_privs, a seccomp deny list."),
+    k("", "group", "the user's primary group", "The group to run as, with user."),
+    k("tcp", "idle_timeout_ms", "10000", "Close a connection idle this long while at most half the slots are in use; beyond, it shrinks linearly to idle_min_ms. Told to clients that send edns-tcp-keepalive (RFC 7828)."),
+    k("tcp", "idle_min_ms", "1000", "The idle timeout with every slot in use."),
+    k("tcp", "max_connections", "1024", "Slots over all TCP listeners; when all are taken, a new connection closes the longest-idle connection of the client holding the most, and is refused only when none is idle."),
+    k("tcp", "max_per_client", "64", "Connections one client (an IPv4 address, an IPv6 /64) may hold; its next closes its own longest-idle one, or is refused when all are busy."),
+    k("tcp", "io_timeout_ms", "2000", "A query must arrive whole, and an answer be written, within this long."),
+    k("tcp", "max_pipelined", "100", "Answers pending on one connection before its reader pauses."),
+    k("log", "level", "info", "A tracing filter (info, debug, xdns=trace, ...); RUST_LOG wins."),
+    k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
+    k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
+    k("zone", "name", "(required)", "A zone to serve ([[zone]], one table per zone)."),
+    k("zone", "file", "(required)", "Its master file, relative to the configuration file's directory."),
+    k("resolver", "root_hints", "(required)", "Root hints file (NS at the root and their A/AAAA), relative to the configuration file."),
+    k("resolver", "allow", r#"["127.0.0.0/8", "::1/128"]"#, "Client prefixes that may recurse; others get REFUSED."),
+    k("resolver", "cache_entries", "100000", "Answers kept in the userspace cache."),
+    k("resolver", "prefetch_percent", "10", "A hit in the last N % of a TTL refreshes the answer before it expires (0 = off)."),
+    k("resolver", "prefetch_min_ttl", "2", "Answers with a TTL below this many seconds are never prefetched."),
+    k("resolver", "fanout", "2", "Servers asked for each upstream question, fastest first; 1 to 8."),
+    k("resolver", "fanout_delay_ms", "20", "The k-th of those is asked k times this later unless a reply came first."),
+    k("resolver", "upstream_timeout_ms", "800", "Wait for one upstream reply."),
+    k("resolver", "resolve_timeout_ms", "4000", "Limit for one whole resolution."),
+    k("resolver", "max_upstream_queries", "48", "Upstream queries per client question."),
+    k("resolver", "max_glueless", "6", "NS names without glue resolved per client question."),
+    k("resolver", "max_ttl", "86400", "Cap on positive TTLs."),
+    k("resolver", "max_negative_ttl", "3600", "Cap on negative TTLs (RFC 2308)."),
+    k("resolver", "stale_ttl", "86400", "Expired answers may be served this long when the authorities do not answer (RFC 8767); 0 = never."),
+    k("resolver", "stale_answer_after_ms", "1800", "With a stale answer at hand, a resolution slower than this is answered stale while it goes on."),
+    k("resolver", "failure_ttl", "5", "A failed resolution answers SERVFAIL without retrying for this long (RFC 9520)."),
+    k("resolver", "upstream_port", "53", "Destination port of iterative queries."),
+    k("resolver", "ipv4", "true", "Ask servers over IPv4."),
+    k("resolver", "ipv6", "true", "Ask servers over IPv6."),
+    k("resolver", "qname_minimisation", "true", "RFC 9156, relaxed."),
+    k("resolver", "forwarders", "[]", "IP or IP:PORT: when set, every question goes with RD=1 to these instead of iterating."),
+    k("resolver", "max_pending", "10000", "UDP questions waiting for the resolver at once; beyond, SERVFAIL at once."),
+];
+
+/// The `xdns.toml(5)` manual page, in roff.
+pub fn manual_page(version: &str) -> String {
+    let esc = |s: &str| s.replace('\\', "\\\\").replace('-', "\\-");
+    let mut out = format!(
+        ".TH XDNS.TOML 5 \"\" \"xdns {}\" \"File Formats\"\n.SH NAME\nxdns.toml \\- configuration of the xdns DNS server\n\
+         .SH DESCRIPTION\nA TOML file read by \\fBxdns serve\\fR and \\fBxdns check\\fR (see \\fBxdns\\fR(8)). Every table rejects unknown keys; \
+         every error names the file, the line and the reason. SIGHUP reloads the file; keys that need a restart keep their running values \
+         (\\fBxdns serve \\-\\-takeover\\fR applies them without losing a query).\n",
+        esc(version)
+    );
+    let mut section = None;
+    for key in KEYS {
+        if section != Some(key.section) {
+            section = Some(key.section);
+            let title = match key.section {
+                "" => "TOP-LEVEL KEYS".to_string(),
+                "zone" => "[[zone]]".to_string(),
+                s => format!("[{s}]"),
+            };
+            out.push_str(&format!(".SH {}\n", esc(&title)));
+        }
+        out.push_str(&format!(".TP\n\\fB{}\\fR (default: {})\n{}\n", esc(key.name), esc(key.default), esc(key.meaning)));
+    }
+    out.push_str(".SH FILES\n/etc/xdns/xdns.toml\n.SH SEE ALSO\n\\fBxdns\\fR(8)\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, Overrides};
+    use std::collections::BTreeSet;
+
+    /// The keys the parser accepts in `section`, from its own error for an unknown key
+    /// ("unknown field `zzz`, expected one of `a`, `b`").
+    fn parser_keys(section: &str) -> BTreeSet<String> {
+        let text = match section {
+            "" => "zzz_unknown = 1\n".to_string(),
+            "zone" => "[[zone]]\nzzz_unknown = 1\n".to_string(),
+            s => format!("[{s}]\nzzz_unknown = 1\n"),
+        };
+        let errs = parse(&text, std::path::Path::new("/tmp/x.toml"), &Overrides::default()).unwrap_err();
+        let msg = errs[0].reason.clone();
+        let expected = msg.split("expected").nth(1).unwrap_or_else(|| panic!("{msg}"));
+        expected.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "xdp", "zone", "resolver"].into();
+        for section in &tables {
+            let mut parser = parser_keys(section);
+            if section.is_empty() {
+                // tables are documented by their keys
+                parser.retain(|k| !tables.contains(k.as_str()));
+            }
+            let doc: BTreeSet<String> = KEYS.iter().filter(|k| k.section == *section).map(|k| k.name.to_string()).collect();
+            assert_eq!(parser, doc, "section [{section}]: parser keys vs config_doc::KEYS");
+        }
+        assert!(KEYS.iter().all(|k| tables.contains(k.section)), "a key in an unknown section");
+    }
+
+    #[test]
+    fn every_key_is_in_the_readme_tables() {
+        let readme = include_str!("../README.md");
+        for key in KEYS {
+            let cell = match key.section {
+                "" | "resolver" => format!("`{}`", key.name),
+                "xdp" | "zone" => format!("{}", key.name),
+                s => format!("`[{s}] {}`", key.name),
+            };
+            assert!(readme.contains(&cell), "crates/xdns/README.md lacks {cell}");
+        }
+    }
+
+    #[test]
+    fn the_manual_page_has_every_key() {
+        let page = manual_page("0.1.0");
+        assert!(page.starts_with(".TH XDNS.TOML 5"));
+        for key in KEYS {
+            assert!(page.contains(&format!("\\fB{}\\fR", key.name.replace('-', "\\-"))), "{}", key.name);
+        }
+    }
+}
