@@ -18,6 +18,8 @@
 //!   - [`resolve::classify`](mod@resolve::classify): what a reply means (answer, CNAME/DNAME chain, referral,
 //!     NXDOMAIN, NODATA, lame), a pure function of the question, the zone asked and the
 //!     parsed reply, with the bailiwick rules.
+//!   - [`resolve::quota`]: fetch limits, upstream queries outstanding per server and per
+//!     zone, each bound adapting to replies and timeouts.
 //!   - `resolve::prime`: root priming (RFC 8109, [`Resolver::prime`]) replaces the hints with
 //!     the root servers' own NS set and addresses.
 //! - [`msg`]: upstream queries (random ID, 0x20 letter case, EDNS 1232) and reply parsing;
