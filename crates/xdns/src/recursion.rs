@@ -14,7 +14,10 @@
 //! - otherwise the query waits for the resolver: UDP workers hand it to a tokio task through a
 //!   bounded channel (never blocking), and the answer leaves later from the same socket to the
 //!   same address; TCP connections resolve in a task and send when ready. A failed resolution
-//!   is answered SERVFAIL (RA=1).
+//!   is answered SERVFAIL (RA=1), with an Extended DNS Error (RFC 8914) when it failed on the
+//!   resolver's fetch limits ([`Failure`]);
+//! - the UDP queries waiting for the resolver are shared fairly between client prefixes
+//!   ([`admit`]): over its share, or with the table full, a query gets SERVFAIL at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -764,6 +767,34 @@ mod tests {
         for bad in ["x", "10.0.0.0/33", "::/129", "10.0.0.0/", ""] {
             assert!(Prefix::parse(bad).is_none(), "{bad}");
         }
+    }
+
+    /// The fetch limit keys of `[resolver]`: defaults, values, `file:line: reason` errors.
+    #[test]
+    fn fetch_limit_keys() {
+        use crate::config::{parse, Overrides};
+        let d = std::env::temp_dir().join(format!("xdns-fetch-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("root.hints"), ". 3600000 NS a.root.\na.root. 3600000 A 192.0.2.1\n").unwrap();
+        let file = d.join("xdns.toml");
+        let head = "[resolver]\nroot_hints = \"root.hints\"\n";
+        let get = |extra: &str| {
+            parse(&format!("{head}{extra}"), &file, &Overrides::default()).map(|c| c.resolver.unwrap().resolver)
+        };
+        let def = get("").unwrap();
+        assert_eq!((def.fetches_per_server, def.fetches_per_zone, def.fetches_floor), (1000, 500, 2));
+        let set = get("fetches_per_server = 0\nfetches_per_zone = 40\nfetches_floor = 5\n").unwrap();
+        assert_eq!((set.fetches_per_server, set.fetches_per_zone, set.fetches_floor), (0, 40, 5));
+        for (extra, line, key) in [
+            ("fetches_per_server = -1\n", 3, "fetches_per_server"),
+            ("\nfetches_per_zone = 2000000\n", 4, "fetches_per_zone"),
+            ("fetches_floor = 0\n", 3, "fetches_floor"),
+        ] {
+            let errs = get(extra).expect_err(extra);
+            assert_eq!(errs[0].line, Some(line), "{extra}: {}", errs[0]);
+            assert!(errs[0].reason.contains(key), "{}", errs[0]);
+        }
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// The fairness rule: (max, total pending, this prefix's, other prefixes waiting) → verdict.
