@@ -31,6 +31,9 @@ The tree (host: software, zones; "glue" = address records in the parent; data ad
     │   ├── short.lab.         leaf1 (Knot) every TTL 2 s, SOA minimum 2 s     -- expiry, prefetch
     │   ├── medium.lab.        leaf1 (Knot) every TTL 12 s: hot0..hot7 A       -- prefetch benchmark
     │   ├── slow.lab.          NS ns1 = blackhole (reads, never answers), ns2 = leaf1
+    │   ├── dead.lab.          NS ns1 = blackhole only: a zone whose server never answers
+    │   ├── tarpit.lab.        NS ns1 = tarpit: answers every name (A 198.19.90.1, other
+    │   │                        types NODATA) after TARPIT_DELAY_MS: a slow zone
     │   ├── spoof.lab.         NS ns1 = spoofer, ns2 = leaf2: forged ID, port, address, question
     │   ├── spoofonly.lab.     NS ns1 = spoofer only:         forged ID, port, address
     │   └── case-spoof.lab.    NS ns1 = spoofer, ns2 = leaf2: forged 0x20 case
@@ -62,7 +65,9 @@ types NXDOMAIN) and finally the genuine reply. What it forges depends on the zon
                       resolver that randomises and checks 0x20 case can tell it apart.
 
 TCP queries to the spoofer are relayed honestly. The blackhole (`python3 tree.py blackhole`)
-binds UDP and TCP port 53 and never answers (TCP connections are left in the backlog).
+binds UDP and TCP port 53 and never answers (TCP connections are left in the backlog). The
+tarpit (`python3 tree.py tarpit ADDR4 ADDR6 DELAY_MS`) answers UDP only, each reply sent
+DELAY_MS after its query (one thread, a queue ordered by due time: thousands per second).
 """
 
 from __future__ import annotations
@@ -94,6 +99,8 @@ SHORT_TTL = 2  # seconds: every TTL in short.lab., and its negative TTL
 # (10 % = 1.2 s) that a client population polling a hot set is sure to hit.
 MEDIUM_TTL = 12
 MEDIUM_HOT = [f"hot{i}.medium.lab." for i in range(8)]  # A 198.19.71.<i + 1>
+TARPIT_DELAY_MS = 300  # every tarpit.lab. reply waits this long (below upstream timeouts)
+TARPIT_A = "198.19.90.1"
 
 
 @dataclass
@@ -125,6 +132,7 @@ HOSTS: dict[str, tuple[str, list[str]]] = {
     "blackhole": ("blackhole", []),
     "spoofer": ("spoofer", []),
     "spoof2": ("spoof2", []),  # second address of the spoofer (forged "wrong source address")
+    "tarpit": ("tarpit", []),  # tarpit.lab.: answers everything, slowly (not a zone file)
 }
 
 # Spoofer modes by zone (longest suffix wins).
@@ -179,6 +187,7 @@ class Tree:
                 for origin in h.zones:
                     self._wait(h, origin)
         self._start_blackhole(self.hosts["blackhole"])
+        self._start_tarpit(self.hosts["tarpit"])
         self._start_spoofer(self.hosts["spoofer"])
         self.started = True
         return self
@@ -257,7 +266,9 @@ class Tree:
                  *a("ns1.spoof.lab.", "spoofer"), *a("ns2.spoof.lab.", "leaf2"),
                  "spoofonly.lab. NS ns1.spoofonly.lab.", *a("ns1.spoofonly.lab.", "spoofer"),
                  "case-spoof.lab. NS ns1.case-spoof.lab.", "case-spoof.lab. NS ns2.case-spoof.lab.",
-                 *a("ns1.case-spoof.lab.", "spoofer"), *a("ns2.case-spoof.lab.", "leaf2")]
+                 *a("ns1.case-spoof.lab.", "spoofer"), *a("ns2.case-spoof.lab.", "leaf2"),
+                 "dead.lab. NS ns1.dead.lab.", *a("ns1.dead.lab.", "blackhole"),
+                 "tarpit.lab. NS ns1.tarpit.lab.", *a("ns1.tarpit.lab.", "tarpit")]
             ns = ["ns1.nic.lab."]
         elif origin == "example.":
             r = [*a("ns1.nic.example.", "tld-ex1"), *a("ns2.nic.example.", "tld-ex2"),
@@ -369,6 +380,11 @@ class Tree:
     def _start_blackhole(self, h: Host) -> None:
         h.proc = self.lab.server([PY, Path(__file__).resolve(), "blackhole", h.addr4, h.addr6],
                                  name="tree-blackhole")
+        self._wait_listening(h)
+
+    def _start_tarpit(self, h: Host) -> None:
+        h.proc = self.lab.server([PY, Path(__file__).resolve(), "tarpit", h.addr4, h.addr6,
+                                  str(TARPIT_DELAY_MS)], name="tree-tarpit")
         self._wait_listening(h)
 
     def _start_spoofer(self, h: Host) -> None:
@@ -768,6 +784,63 @@ def _blackhole(addrs: list[str]) -> None:
             key.fileobj.recvfrom(65535)  # and drop it
 
 
+def _tarpit_reply(q: bytes, addr: bytes) -> bytes | None:
+    """The tarpit's reply to query `q` (raw bytes; None for anything but one question):
+    AA, the question as sent (letter case included), type A: one A record `addr`, TTL 60;
+    other types: NODATA. No OPT (a reply without EDNS is valid to an EDNS query)."""
+    if len(q) < 17 or q[2] & 0x80 or q[4:6] != b"\x00\x01":
+        return None
+    i = 12
+    while i < len(q) and q[i] != 0:
+        if q[i] & 0xC0:
+            return None
+        i += 1 + q[i]
+    if i + 5 > len(q):
+        return None
+    question = q[12:i + 5]
+    qtype = q[i + 1:i + 3]
+    a = qtype == b"\x00\x01"
+    flags = bytes([0x84 | (q[2] & 0x01), 0x00])
+    head = q[:2] + flags + b"\x00\x01" + (b"\x00\x01" if a else b"\x00\x00") + b"\x00\x00\x00\x00"
+    ans = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + addr if a else b""
+    return head + question + ans
+
+
+def _tarpit(a4: str, a6: str, delay_ms: str) -> None:
+    import collections
+    import selectors
+    delay = int(delay_ms) / 1000
+    addr = socket.inet_aton(TARPIT_A)
+    sel = selectors.DefaultSelector()
+    for a in (a4, a6):
+        fam = socket.AF_INET6 if ":" in a else socket.AF_INET
+        u = socket.socket(fam, socket.SOCK_DGRAM)
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        u.bind((a, 53))
+        u.setblocking(False)
+        sel.register(u, selectors.EVENT_READ)
+    due: collections.deque = collections.deque()  # (when, socket, peer, reply), in time order
+    while True:
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            _, s, peer, r = due.popleft()
+            try:
+                s.sendto(r, peer)
+            except OSError:
+                pass
+        timeout = max(0.0, due[0][0] - now) if due else None
+        for key, _ in sel.select(timeout):
+            s = key.fileobj
+            for _ in range(256):
+                try:
+                    q, peer = s.recvfrom(4096)
+                except BlockingIOError:
+                    break
+                r = _tarpit_reply(q, addr)
+                if r is not None:
+                    due.append((time.monotonic() + delay, s, peer, r))
+
+
 def _zone_mode(qname: str) -> list[str]:
     q = qname.lower()
     best = None
@@ -916,6 +989,8 @@ def _recv_n(s: socket.socket, n: int) -> bytes:
 def _main(argv: list[str]) -> int:
     if argv and argv[0] == "blackhole":
         _blackhole(argv[1:])
+    elif argv and argv[0] == "tarpit":
+        _tarpit(*argv[1:4])
     elif argv and argv[0] == "spoofer":
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         _spoofer(*argv[1:7])

@@ -18,6 +18,8 @@
 //!   - [`resolve::classify`](mod@resolve::classify): what a reply means (answer, CNAME/DNAME chain, referral,
 //!     NXDOMAIN, NODATA, lame), a pure function of the question, the zone asked and the
 //!     parsed reply, with the bailiwick rules.
+//!   - [`resolve::quota`]: fetch limits, upstream queries outstanding per server and per
+//!     zone, each bound adapting to replies and timeouts.
 //!   - `resolve::prime`: root priming (RFC 8109, [`Resolver::prime`]) replaces the hints with
 //!     the root servers' own NS set and addresses.
 //! - [`msg`]: upstream queries (random ID, 0x20 letter case, EDNS 1232) and reply parsing;
@@ -105,6 +107,14 @@ pub struct Config {
     /// the answer instead of the hints (the hints stay the fallback). Off: the hints are used
     /// as they are.
     pub prime_root: bool,
+    /// Ceiling of the upstream queries outstanding to one server at once; the bound itself
+    /// adapts to how the server answers (`resolve::quota`). 0: no bound.
+    pub fetches_per_server: u32,
+    /// Ceiling of the upstream queries outstanding to the servers of one zone at once,
+    /// adapting the same way. 0: no bound.
+    pub fetches_per_zone: u32,
+    /// The lowest a server's or zone's bound falls to when it stops answering.
+    pub fetches_floor: u32,
 }
 
 impl Default for Config {
@@ -134,6 +144,9 @@ impl Default for Config {
             qname_minimisation: true,
             forwarders: Vec::new(),
             prime_root: true,
+            fetches_per_server: 1000,
+            fetches_per_zone: 500,
+            fetches_floor: 2,
         }
     }
 }

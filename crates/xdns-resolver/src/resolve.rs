@@ -14,11 +14,14 @@
 //!
 //! Work per client question is capped: `max_queries` upstream queries, `max_glueless` NS names
 //! without glue resolved, a nesting depth of [`MAX_DEPTH`] for those, `max_cname` CNAMEs, and
-//! `resolve_timeout` overall (NXNSAttack, loops).
+//! `resolve_timeout` overall (NXNSAttack, loops). Work across questions is bounded too: the
+//! upstream queries outstanding per server and per zone ([`quota`], adapting to how each
+//! answers), and identical questions share one resolution (coalescing).
 
 pub mod classify;
 mod iterate;
 mod prime;
+pub mod quota;
 mod servers;
 
 use std::net::IpAddr;
@@ -85,6 +88,9 @@ pub enum ResolveError {
     Budget,
     /// The question failed recently and its failure is cached (RFC 9520).
     CachedFailure,
+    /// Every server that could be asked already has its bound of outstanding queries, or the
+    /// zone has ([`quota`]): failed at once rather than queued.
+    Quota,
 }
 
 impl std::fmt::Display for ResolveError {
@@ -94,6 +100,7 @@ impl std::fmt::Display for ResolveError {
             ResolveError::Timeout => "resolution timed out",
             ResolveError::Budget => "work limit reached",
             ResolveError::CachedFailure => "failure cached",
+            ResolveError::Quota => "upstream quota reached",
         })
     }
 }
@@ -137,6 +144,20 @@ pub struct Counters {
     pub primings: AtomicU64,
     /// Root primings that failed (the hints are used).
     pub priming_failures: AtomicU64,
+    /// Client questions that joined a resolution of the same question already running.
+    pub coalesced: AtomicU64,
+    /// Upstream queries not sent: their server had its bound of queries outstanding.
+    pub quota_server_refusals: AtomicU64,
+    /// Upstream questions not sent: their zone had its bound of queries outstanding.
+    pub quota_zone_refusals: AtomicU64,
+    /// Resolutions failed at once because every server (or the zone) was at its bound.
+    pub quota_failures: AtomicU64,
+    /// Queries answered SERVFAIL at once because their client's address prefix held more
+    /// than its share of the pending resolutions while others waited (the daemon's check).
+    pub client_share_servfails: AtomicU64,
+    /// Queries answered SERVFAIL at once because the pending resolutions were at
+    /// `max_pending` (the daemon's check).
+    pub pending_full_servfails: AtomicU64,
 }
 
 impl Counters {
@@ -161,6 +182,12 @@ impl Counters {
             ("kernel_insert_errors", c(&self.kernel_insert_errors)),
             ("primings", c(&self.primings)),
             ("priming_failures", c(&self.priming_failures)),
+            ("coalesced", c(&self.coalesced)),
+            ("quota_server_refusals", c(&self.quota_server_refusals)),
+            ("quota_zone_refusals", c(&self.quota_zone_refusals)),
+            ("quota_failures", c(&self.quota_failures)),
+            ("client_share_servfails", c(&self.client_share_servfails)),
+            ("pending_full_servfails", c(&self.pending_full_servfails)),
         ]
     }
 }
@@ -190,6 +217,8 @@ pub struct Resolver {
     priming_lock: tokio::sync::Mutex<()>,
     /// A background re-priming has been spawned and has not finished.
     repriming: AtomicBool,
+    /// Upstream queries outstanding per server and per zone, and their bounds.
+    fetches: Arc<quota::Fetches>,
     /// Counters.
     pub counters: Arc<Counters>,
 }
@@ -220,7 +249,9 @@ impl Resolver {
     ) -> Arc<Self> {
         let (prefetch_tx, prefetch_rx) = mpsc::channel(1024);
         let cfg_prime = cfg.prime_root && cfg.forwarders.is_empty();
+        let fetches = quota::Fetches::new(fetch_limits(&cfg), cfg.infra_entries);
         let r = Resolver {
+            fetches,
             answers: AnswerStore::new(cfg.cache_entries),
             infra: Infra::default(),
             inflight: Mutex::new(HashMap::new()),
@@ -255,6 +286,7 @@ impl Resolver {
         lock(&self.infra.nx).clear();
         lock(&self.infra.failures).clear();
         lock(&self.infra.rtt).clear();
+        self.fetches.clear();
         keys.len()
     }
 
@@ -344,6 +376,7 @@ impl Resolver {
             ..new.clone()
         };
         if next != *cur {
+            self.fetches.set_limits(fetch_limits(&next));
             self.cfg.store(Arc::new(next));
         }
         fixed
@@ -352,6 +385,16 @@ impl Resolver {
     /// Nanoseconds now on the resolver's clock.
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+
+    /// Gauges of the fetch quotas ([`quota::Fetches::gauges`]).
+    pub fn fetch_gauges(&self) -> [(&'static str, u64); 3] {
+        self.fetches.gauges()
+    }
+
+    /// The fetch quota state of one server (tests, diagnostics).
+    pub fn server_quota(&self, server: IpAddr) -> Option<quota::Quota> {
+        self.fetches.server(server)
     }
 
     /// Answers in the userspace cache.
@@ -458,6 +501,7 @@ impl Resolver {
             match m.get_mut(&key) {
                 Some(w) => {
                     w.push(tx);
+                    self.counters.coalesced.fetch_add(1, Relaxed);
                     false
                 }
                 None => {
@@ -514,9 +558,13 @@ impl Resolver {
         if err == ResolveError::Budget {
             self.counters.budget_exceeded.fetch_add(1, Relaxed);
         }
+        if err == ResolveError::Quota {
+            self.counters.quota_failures.fetch_add(1, Relaxed);
+        }
         self.counters.failures.fetch_add(1, Relaxed);
         tracing::debug!(name = %to_presentation(&key.qname), qtype = key.qtype, error = %err, "resolution failed");
-        if self.cfg.load().failure_ttl > 0 {
+        // A quota says nothing of the name (others' queries filled it): not cached.
+        if self.cfg.load().failure_ttl > 0 && err != ResolveError::Quota {
             let mut f = lock(&self.infra.failures);
             make_room(&mut f, self.cfg.load().infra_entries, |&u| u <= now);
             f.insert(fkey, now + u64::from(self.cfg.load().failure_ttl) * NS);
@@ -622,5 +670,14 @@ impl Resolver {
             lock(&self.infra.failures).remove(&(key.qname.clone(), key.qtype));
         }
         Some(answer)
+    }
+}
+
+/// The fetch quota bounds of `cfg`.
+fn fetch_limits(cfg: &Config) -> quota::Limits {
+    quota::Limits {
+        server: cfg.fetches_per_server,
+        zone: cfg.fetches_per_zone,
+        floor: cfg.fetches_floor,
     }
 }

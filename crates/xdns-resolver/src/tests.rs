@@ -1295,3 +1295,90 @@ async fn priming_again_when_the_root_ns_ttl_runs_out() {
     assert_eq!(priming_queries(&s.net), asked);
     assert_eq!(s.res.counters.primings.load(Relaxed), 2);
 }
+
+/// Issue 29: a flood of random names under a zone whose only server stopped answering. The
+/// first wave may have at most the server's ceiling of queries outstanding (the rest fail at
+/// once with `Quota`); its timeouts lower the server's bound to the floor, so the next wave
+/// costs at most that many queries; a healthy zone resolves meanwhile; when the server
+/// answers again, its bound grows back.
+#[tokio::test]
+async fn flood_of_a_dead_zone_is_bounded_and_fails_at_once() {
+    let s = setup(Config {
+        fanout: 1,
+        fetches_per_server: 40,
+        fetches_per_zone: 1000,
+        fetches_floor: 2,
+        failure_ttl: 0,
+        ..cfg()
+    });
+    s.res.resolve(key("www.example.test.", rtype::A)).await.unwrap();
+    s.net.set_behaviour("198.18.3.1", Silent);
+    let dead: IpAddr = "198.18.3.1".parse().unwrap();
+    let wave = |from: usize, count: usize| {
+        let mut set = tokio::task::JoinSet::new();
+        for i in from..from + count {
+            let r = s.res.clone();
+            set.spawn(async move {
+                let t = std::time::Instant::now();
+                (r.resolve(key(&format!("r{i}.example.test."), rtype::A)).await, t.elapsed())
+            });
+        }
+        set
+    };
+    let mut first = wave(0, 300);
+    // the healthy zone resolves while the flood waits on the dead server
+    s.res.resolve(key("www.example.net.", rtype::A)).await.unwrap();
+    let (mut quota, mut failed) = (0, 0);
+    while let Some(r) = first.join_next().await {
+        match r.unwrap() {
+            (Err(ResolveError::Quota), took) => {
+                quota += 1;
+                assert!(took < Duration::from_millis(50), "{took:?}");
+            }
+            (Err(_), _) => failed += 1,
+            (Ok(_), _) => panic!("the dead zone answered"),
+        }
+    }
+    assert_eq!((quota, failed), (260, 40));
+    assert_eq!(s.net.count("198.18.3.1"), 1 + 40);
+    assert_eq!(s.res.server_quota(dead).unwrap().limit, 2);
+    let c = s.res.counters.snapshot();
+    let get = |k: &str| c.iter().find(|(n, _)| *n == k).unwrap().1;
+    assert_eq!(get("quota_failures"), 260);
+    assert_eq!(get("quota_server_refusals"), 260);
+    // the second wave: two queries, the rest fail at once
+    let mut second = wave(1000, 100);
+    while second.join_next().await.is_some() {}
+    assert_eq!(s.net.count("198.18.3.1"), 1 + 40 + 2);
+    // the server is back: each reply lets one more query out
+    s.net.set_behaviour("198.18.3.1", Normal);
+    for i in 0..5 {
+        let r = s.res.resolve(key(&format!("back{i}.example.test."), rtype::A)).await;
+        assert!(r.is_ok() || r == Err(ResolveError::Quota), "{r:?}");
+    }
+    let q = s.res.server_quota(dead).map_or(40, |q| q.limit);
+    assert!(q >= 5, "{q}");
+}
+
+/// The same question asked many times at once while its zone is dead: one resolution, one
+/// upstream query, every asker gets its result (coalescing holds under a flood).
+#[tokio::test]
+async fn identical_questions_in_a_flood_share_one_resolution() {
+    let s = setup(Config { fanout: 1, failure_ttl: 0, ..cfg() });
+    s.res.resolve(key("www.example.test.", rtype::A)).await.unwrap();
+    s.net.set_behaviour("198.18.3.1", Silent);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let r = s.res.clone();
+        set.spawn(async move { r.resolve(key("same.example.test.", rtype::A)).await });
+    }
+    let mut n = 0;
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.unwrap(), Err(ResolveError::Failed));
+        n += 1;
+    }
+    assert_eq!(n, 200);
+    assert_eq!(s.net.count("198.18.3.1"), 2);
+    let c = s.res.counters.snapshot();
+    assert_eq!(c.iter().find(|(k, _)| *k == "coalesced").unwrap().1, 199);
+}

@@ -113,11 +113,14 @@ fn authoritative(served: &Served, _: Option<&Recursion>, msg: &Message<'_>, out:
 }
 
 /// The answer to a recursive miss the transport cannot queue (too many waiting, or
-/// stopping): SERVFAIL now, rather than queueing without bound. Counted as a resolver
-/// SERVFAIL; returns the outcome to count on the transport's shard.
+/// stopping): SERVFAIL now, rather than queueing without bound, with an Extended DNS Error
+/// saying the resolver is busy ([`recursion::Failure::Busy`]). Counted as a resolver SERVFAIL
+/// and in `pending_full_servfails`; returns the outcome to count on the transport's shard.
 pub fn overloaded(rec: &Recursion, query: &Query, transport: Transport, edns_payload: u16, out: &mut Vec<u8>) -> Outcome {
-    rec.resolver.counters.servfails.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    recursion::answer(query, Err(()), 0, transport, edns_payload, out)
+    use std::sync::atomic::Ordering::Relaxed;
+    rec.resolver.counters.servfails.fetch_add(1, Relaxed);
+    rec.resolver.counters.pending_full_servfails.fetch_add(1, Relaxed);
+    recursion::answer(query, Err(recursion::Failure::Busy), 0, transport, edns_payload, out)
 }
 
 #[cfg(test)]

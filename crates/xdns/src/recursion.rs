@@ -14,7 +14,10 @@
 //! - otherwise the query waits for the resolver: UDP workers hand it to a tokio task through a
 //!   bounded channel (never blocking), and the answer leaves later from the same socket to the
 //!   same address; TCP connections resolve in a task and send when ready. A failed resolution
-//!   is answered SERVFAIL (RA=1).
+//!   is answered SERVFAIL (RA=1), with an Extended DNS Error (RFC 8914) when it failed on the
+//!   resolver's fetch limits ([`Failure`]);
+//! - the UDP queries waiting for the resolver are shared fairly between client prefixes
+//!   ([`admit`]): over its share, or with the table full, a query gets SERVFAIL at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -57,6 +60,9 @@ pub struct FileResolver {
     qname_minimisation: Option<bool>,
     forwarders: Option<Vec<Spanned<String>>>,
     max_pending: Option<Spanned<i64>>,
+    fetches_per_server: Option<Spanned<i64>>,
+    fetches_per_zone: Option<Spanned<i64>>,
+    fetches_floor: Option<Spanned<i64>>,
 }
 
 /// An address prefix of `allow`.
@@ -255,6 +261,15 @@ pub fn parse_section(
     if let Some(v) = int(&r.upstream_port, "upstream_port", 1, 65_535) {
         cfg.upstream_port = v as u16;
     }
+    if let Some(v) = int(&r.fetches_per_server, "fetches_per_server", 0, 1_000_000) {
+        cfg.fetches_per_server = v as u32;
+    }
+    if let Some(v) = int(&r.fetches_per_zone, "fetches_per_zone", 0, 1_000_000) {
+        cfg.fetches_per_zone = v as u32;
+    }
+    if let Some(v) = int(&r.fetches_floor, "fetches_floor", 1, 1_000) {
+        cfg.fetches_floor = v as u32;
+    }
     let max_pending = int(&r.max_pending, "max_pending", 1, 1_000_000).unwrap_or(10_000) as usize;
     cfg.ipv4 = r.ipv4.unwrap_or(true);
     cfg.ipv6 = r.ipv6.unwrap_or(true);
@@ -314,6 +329,7 @@ impl Recursion {
         let r = &self.resolver;
         let mut values: Vec<(String, u64)> = r.counters.snapshot().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         values.push(("cache_entries".into(), r.cache_len() as u64));
+        values.extend(r.fetch_gauges().into_iter().map(|(k, v)| (k.to_string(), v)));
         values.extend(r.kernel_cache_stats().into_iter().map(|(k, v)| (k.to_string(), v)));
         s.groups.insert(
             "resolver".into(),
@@ -400,11 +416,71 @@ pub fn route(
     Route::Resolve(Box::new(q), key)
 }
 
+/// Why a query is answered SERVFAIL, and the Extended DNS Error (RFC 8914) it carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The resolution failed (servers silent or lame, time or work limit, cached failure):
+    /// no EDE.
+    Resolution,
+    /// Every server of the zone (or the zone) had its bound of upstream queries outstanding
+    /// (`fetches_per_server`, `fetches_per_zone`): EDE 22 "No Reachable Authority" — the
+    /// authorities could not be reached within the resolver's quota for them, nearly always
+    /// because they stopped answering — with the EXTRA-TEXT "upstream quota".
+    Quota,
+    /// The client's address prefix held more than its share of the pending resolutions
+    /// while others waited: EDE 0 "Other" (RFC 8914 has no code for a resolver's own
+    /// load; "Other" SHOULD carry an EXTRA-TEXT), "client over its share".
+    ClientShare,
+    /// The pending resolutions were at `max_pending`: EDE 0 "Other", "resolver busy".
+    Busy,
+}
+
+impl Failure {
+    /// The INFO-CODE and EXTRA-TEXT of its Extended DNS Error.
+    pub fn ede(self) -> Option<(u16, &'static str)> {
+        match self {
+            Failure::Resolution => None,
+            Failure::Quota => Some((22, "upstream quota")),
+            Failure::ClientShare => Some((0, "client over its share")),
+            Failure::Busy => Some((0, "resolver busy")),
+        }
+    }
+
+    /// The failure of a resolution error.
+    pub fn of(e: xdns_resolver::ResolveError) -> Failure {
+        match e {
+            xdns_resolver::ResolveError::Quota => Failure::Quota,
+            _ => Failure::Resolution,
+        }
+    }
+}
+
+/// Appends an Extended DNS Error option (RFC 8914 §2: OPTION-CODE 15, INFO-CODE, EXTRA-TEXT
+/// in UTF-8, not NUL-terminated) to the OPT record that ends `out`, a response whose last
+/// record is its OPT; nothing when the query had no EDNS (no OPT to carry it).
+fn push_ede(q: &Query, code: u16, text: &str, out: &mut Vec<u8>) {
+    // The OPT record ends the message: its RDLENGTH is the last two bytes written.
+    if q.edns.is_none() || out.len() < 12 + 11 {
+        return;
+    }
+    let at = out.len() - 2;
+    let rdlen = u16::from_be_bytes([out[at], out[at + 1]]);
+    if rdlen != 0 {
+        return; // not the empty OPT error_response writes: leave it alone
+    }
+    let len = 2 + text.len() as u16;
+    out.extend_from_slice(&15u16.to_be_bytes());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&code.to_be_bytes());
+    out.extend_from_slice(text.as_bytes());
+    out[at..at + 2].copy_from_slice(&(4 + len).to_be_bytes());
+}
+
 /// Writes the reply to `q` from a resolution result into `out`: the replayed answer, or
-/// SERVFAIL. RA=1 either way.
+/// SERVFAIL with the failure's Extended DNS Error when the client sent EDNS. RA=1 either way.
 pub fn answer(
     q: &Query,
-    r: Result<&xdns_wire::CachedAnswer, ()>,
+    r: Result<&xdns_wire::CachedAnswer, Failure>,
     now_ns: u64,
     transport: Transport,
     edns_payload: u16,
@@ -415,19 +491,26 @@ pub fn answer(
         Transport::Udp => Limits::udp(q.edns.as_ref(), edns_payload),
         Transport::Tcp => Limits::tcp(edns_payload),
     };
-    if let Ok(a) = r {
-        // The kernel's bytes (xdns_wire::cache::replay), built in the caller's buffer.
-        if let Ok(x) = xdns_wire::cache::replay_into(a, q, now_ns, &limits, out) {
-            return Outcome::Answered {
-                rcode: x.rcode,
-                qtype,
-                truncated: x.truncated,
-            };
+    let failure = match r {
+        Ok(a) => {
+            // The kernel's bytes (xdns_wire::cache::replay), built in the caller's buffer.
+            if let Ok(x) = xdns_wire::cache::replay_into(a, q, now_ns, &limits, out) {
+                return Outcome::Answered {
+                    rcode: x.rcode,
+                    qtype,
+                    truncated: x.truncated,
+                };
+            }
+            Failure::Resolution
         }
-    }
+        Err(f) => f,
+    };
     let rc = error_response(q, rcode::SERVFAIL, edns_payload, out);
     if out.len() > 3 {
         out[3] |= 0x80;
+    }
+    if let Some((code, text)) = failure.ede() {
+        push_ede(q, code, text, out);
     }
     Outcome::Answered {
         rcode: rc,
@@ -455,19 +538,107 @@ pub async fn resolve_and_answer(
             edns_payload,
             &mut out,
         ),
-        Err(_) => {
+        Err(e) => {
             rec.resolver
                 .counters
                 .servfails
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            answer(q, Err(()), 0, transport, edns_payload, &mut out)
+            answer(q, Err(Failure::of(*e)), 0, transport, edns_payload, &mut out)
         }
     };
     (out, outcome)
 }
 
+/// Client addresses counted together by the fairness rule: IPv4 /24, IPv6 /56 (the
+/// prefixes one customer or site usually holds; BIND's rate limiting groups clients the
+/// same way by default).
+pub const CLIENT_PREFIX_V4: u32 = 24;
+/// See [`CLIENT_PREFIX_V4`].
+pub const CLIENT_PREFIX_V6: u32 = 56;
+
+/// The prefix of `ip` that the fairness rule counts (IPv4-mapped IPv6 as IPv4).
+fn client_key(ip: Option<IpAddr>) -> ClientKey {
+    let ip = ip?;
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    };
+    Some(match ip {
+        IpAddr::V4(a) => (false, u128::from(u32::from(a) & (u32::MAX << (32 - CLIENT_PREFIX_V4)))),
+        IpAddr::V6(a) => (true, u128::from(a) & (u128::MAX << (128 - CLIENT_PREFIX_V6))),
+    })
+}
+
+/// The fairness rule for one more pending resolution: `max` may be pending at once;
+/// `total` are, `mine` of them from this client's prefix, and `others` other prefixes have
+/// at least one each.
+/// - `total` at `max`: refused ([`Failure::Busy`]);
+/// - a prefix never holds half of `max` or more (the other half is kept for everyone else);
+/// - once half of `max` is pending (contention), a prefix holding its share, `max` divided
+///   by the prefixes waiting (its own included), gets no more ([`Failure::ClientShare`]);
+///   below half, any prefix under the half may take more.
+///
+/// Nothing already pending is cut short: a prefix above its share (others came after it)
+/// keeps what it has, and gets no more until it is below.
+pub fn admit(max: usize, total: usize, mine: usize, others: usize) -> Result<(), Failure> {
+    let max = max.max(1);
+    if total >= max {
+        return Err(Failure::Busy);
+    }
+    let half = (max / 2).max(1);
+    let share = (max / (others + 1)).max(1);
+    if mine >= half || (total >= half && mine >= share) {
+        return Err(Failure::ClientShare);
+    }
+    Ok(())
+}
+
+/// A client prefix as counted ([`client_key`]); `None`: address unknown.
+type ClientKey = Option<(bool, u128)>;
+
+/// Pending resolutions per client prefix ([`admit`]): the total, and the count of each prefix
+/// with at least one.
+struct Fairness {
+    max: usize,
+    state: std::sync::Mutex<(usize, std::collections::HashMap<ClientKey, usize>)>,
+}
+
+/// One pending resolution's place; given back when dropped.
+struct FairSlot {
+    fair: Arc<Fairness>,
+    key: ClientKey,
+}
+
+impl Fairness {
+    fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<FairSlot, Failure> {
+        let key = client_key(peer);
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = st.1.get(&key).copied().unwrap_or(0);
+        let others = st.1.len() - usize::from(mine > 0);
+        admit(self.max, st.0, mine, others)?;
+        st.0 += 1;
+        *st.1.entry(key).or_insert(0) += 1;
+        Ok(FairSlot { fair: self.clone(), key })
+    }
+}
+
+impl Drop for FairSlot {
+    fn drop(&mut self) {
+        let mut st = self.fair.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0 = st.0.saturating_sub(1);
+        if let Some(n) = st.1.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                st.1.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Answers the UDP queries the workers queued, each in a task of its own, at most `max`
-/// at a time (beyond that the channel fills and workers answer SERVFAIL at once).
+/// at a time and shared fairly between client prefixes ([`admit`]): a query over its
+/// client's share, or beyond `max`, is answered SERVFAIL at once (with an Extended DNS
+/// Error) instead of waiting, so this loop never blocks and the workers' queue stays short.
 pub async fn serve_udp_pending(
     mut rx: tokio::sync::mpsc::Receiver<crate::server::udp::Pending>,
     shared: Arc<crate::server::Shared>,
@@ -475,14 +646,34 @@ pub async fn serve_udp_pending(
     mut stop: tokio::sync::watch::Receiver<bool>,
     max: usize,
 ) {
-    let limit = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    use std::sync::atomic::Ordering::Relaxed;
+    let fair = Arc::new(Fairness {
+        max: max.max(1),
+        state: Default::default(),
+    });
     loop {
-        let p = tokio::select! {
+        let mut p = tokio::select! {
             _ = crate::server::stopped(&mut stop) => break,
             p = rx.recv() => match p { Some(p) => p, None => break },
         };
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            break;
+        let permit = match fair.take(p.peer()) {
+            Ok(slot) => slot,
+            Err(f) => {
+                let c = &rec.resolver.counters;
+                c.servfails.fetch_add(1, Relaxed);
+                match f {
+                    Failure::Busy => c.pending_full_servfails.fetch_add(1, Relaxed),
+                    _ => c.client_share_servfails.fetch_add(1, Relaxed),
+                };
+                let payload = shared.served.load().respond.edns_payload;
+                let mut out = Vec::new();
+                let outcome = answer(&p.query, Err(f), 0, Transport::Udp, payload, &mut out);
+                rec.shard.record(Transport::Udp, outcome);
+                if p.send(&mut out).is_err() {
+                    Shard::drop(&rec.shard, crate::stats::DropKind::SendFailed);
+                }
+                continue;
+            }
         };
         let rec = rec.clone();
         let shared = shared.clone();
@@ -575,6 +766,166 @@ mod tests {
         }
         for bad in ["x", "10.0.0.0/33", "::/129", "10.0.0.0/", ""] {
             assert!(Prefix::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    /// The fetch limit keys of `[resolver]`: defaults, values, `file:line: reason` errors.
+    #[test]
+    fn fetch_limit_keys() {
+        use crate::config::{parse, Overrides};
+        let d = std::env::temp_dir().join(format!("xdns-fetch-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("root.hints"), ". 3600000 NS a.root.\na.root. 3600000 A 192.0.2.1\n").unwrap();
+        let file = d.join("xdns.toml");
+        let head = "[resolver]\nroot_hints = \"root.hints\"\n";
+        let get = |extra: &str| {
+            parse(&format!("{head}{extra}"), &file, &Overrides::default()).map(|c| c.resolver.unwrap().resolver)
+        };
+        let def = get("").unwrap();
+        assert_eq!((def.fetches_per_server, def.fetches_per_zone, def.fetches_floor), (1000, 500, 2));
+        let set = get("fetches_per_server = 0\nfetches_per_zone = 40\nfetches_floor = 5\n").unwrap();
+        assert_eq!((set.fetches_per_server, set.fetches_per_zone, set.fetches_floor), (0, 40, 5));
+        for (extra, line, key) in [
+            ("fetches_per_server = -1\n", 3, "fetches_per_server"),
+            ("\nfetches_per_zone = 2000000\n", 4, "fetches_per_zone"),
+            ("fetches_floor = 0\n", 3, "fetches_floor"),
+        ] {
+            let errs = get(extra).expect_err(extra);
+            assert_eq!(errs[0].line, Some(line), "{extra}: {}", errs[0]);
+            assert!(errs[0].reason.contains(key), "{}", errs[0]);
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The fairness rule: (max, total pending, this prefix's, other prefixes waiting) → verdict.
+    #[test]
+    fn fairness_rule_table() {
+        use Failure::*;
+        let table: &[(usize, usize, usize, usize, Result<(), Failure>)] = &[
+            // alone and below half: anything under half of max
+            (100, 0, 0, 0, Ok(())),
+            (100, 49, 49, 0, Ok(())),
+            // a prefix never takes half
+            (100, 50, 50, 0, Err(ClientShare)),
+            // under contention (half pending), the share is max / prefixes waiting
+            (100, 60, 45, 2, Err(ClientShare)),
+            (100, 60, 45, 1, Ok(())),
+            (100, 60, 10, 1, Ok(())),
+            // a newcomer (nothing pending) is let in while there is room, however many wait
+            (100, 99, 0, 40, Ok(())),
+            // below half, a prefix over its share may still take more (no contention)
+            (100, 40, 30, 3, Ok(())),
+            // at half, it may not
+            (100, 50, 30, 3, Err(ClientShare)),
+            (100, 50, 24, 3, Ok(())),
+            // full: nobody
+            (100, 100, 0, 5, Err(Busy)),
+            (100, 100, 0, 0, Err(Busy)),
+            // tiny tables stay usable
+            (1, 0, 0, 0, Ok(())),
+            (1, 1, 1, 0, Err(Busy)),
+            (2, 1, 1, 0, Err(ClientShare)),
+            (2, 1, 0, 1, Ok(())),
+        ];
+        for &(max, total, mine, others, want) in table {
+            assert_eq!(admit(max, total, mine, others), want, "{max} {total} {mine} {others}");
+        }
+    }
+
+    /// A flooding prefix against one that asks now and then, through the table itself: the
+    /// flood is held to half of `max`, the other client is always let in.
+    #[test]
+    fn fairness_table_keeps_room_for_others() {
+        let fair = Arc::new(Fairness { max: 100, state: Default::default() });
+        let flooder: IpAddr = "198.18.5.7".parse().unwrap();
+        let same_24: IpAddr = "198.18.5.200".parse().unwrap();
+        let other: IpAddr = "198.18.6.1".parse().unwrap();
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for i in 0..1000 {
+            let ip = if i % 2 == 0 { flooder } else { same_24 };
+            match fair.take(Some(ip)) {
+                Ok(s) => held.push(s),
+                Err(f) => {
+                    assert_eq!(f, Failure::ClientShare);
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!((held.len(), refused), (50, 950));
+        let mut others = Vec::new();
+        for _ in 0..40 {
+            others.push(fair.take(Some(other)).expect("room for another prefix"));
+        }
+        // the IPv4-mapped form of an address is the same client
+        let mapped: IpAddr = "::ffff:198.18.5.9".parse().unwrap();
+        assert_eq!(fair.take(Some(mapped)).err(), Some(Failure::ClientShare));
+        drop(held);
+        drop(others);
+        assert_eq!(fair.state.lock().unwrap().0, 0);
+        assert!(fair.state.lock().unwrap().1.is_empty());
+        assert_eq!(client_key(Some("2001:db8:1:ff::1".parse().unwrap())),
+                   client_key(Some("2001:db8:1:0::2".parse().unwrap())));
+        assert_ne!(client_key(Some("2001:db8:1:100::1".parse().unwrap())),
+                   client_key(Some("2001:db8:1:0::2".parse().unwrap())));
+    }
+
+    /// `www.example.org A`, RD, ID 0xbeef, with an OPT (payload 1232, DO clear) when `edns`.
+    fn query_wire(edns: bool) -> Vec<u8> {
+        let mut m = vec![0xbe, 0xef, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
+        m.extend_from_slice(b"\x03www\x07example\x03org\x00\x00\x01\x00\x01");
+        if edns {
+            m.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        }
+        m
+    }
+
+    /// The bytes of SERVFAIL answers with and without an Extended DNS Error.
+    #[test]
+    fn servfail_ede_bytes() {
+        let head = |arcount: u8| {
+            let mut h = vec![0xbe, 0xef, 0x81, 0x82, 0, 1, 0, 0, 0, 0, 0, arcount];
+            h.extend_from_slice(b"\x03www\x07example\x03org\x00\x00\x01\x00\x01");
+            h
+        };
+        // OPT: root, type 41, our payload 1232, ext-rcode/version/flags 0, then RDLENGTH.
+        let opt = |rdata: &[u8]| {
+            let mut o = vec![0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0];
+            o.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+            o.extend_from_slice(rdata);
+            o
+        };
+        let with = |rdata: &[u8]| [head(1), opt(rdata)].concat();
+        let ede = |code: u16, text: &str| {
+            let mut v = vec![0, 15];
+            v.extend_from_slice(&(2 + text.len() as u16).to_be_bytes());
+            v.extend_from_slice(&code.to_be_bytes());
+            v.extend_from_slice(text.as_bytes());
+            v
+        };
+        let table: &[(bool, Failure, Vec<u8>)] = &[
+            (true, Failure::Quota, with(&ede(22, "upstream quota"))),
+            (true, Failure::ClientShare, with(&ede(0, "client over its share"))),
+            (true, Failure::Busy, with(&ede(0, "resolver busy"))),
+            (true, Failure::Resolution, with(&[])),
+            // no EDNS in the query: no OPT, so no EDE
+            (false, Failure::Quota, head(0)),
+            (false, Failure::Busy, head(0)),
+        ];
+        for (edns, f, want) in table {
+            let wire = query_wire(*edns);
+            let q = Query::parse(&wire).unwrap();
+            for t in [Transport::Udp, Transport::Tcp] {
+                let mut out = vec![0xaa; 7];
+                let o = answer(&q, Err(*f), 0, t, 1232, &mut out);
+                assert!(matches!(o, Outcome::Answered { rcode: 2, qtype: 1, truncated: false }), "{o:?}");
+                assert_eq!(&out, want, "{f:?} edns={edns}");
+            }
+            // 22 spelled out once: 0x000f option, length 16, INFO-CODE 0x0016
+            if *edns && *f == Failure::Quota {
+                let tail = &want[want.len() - 20..];
+                assert_eq!(&tail[..6], &[0x00, 0x0f, 0x00, 0x10, 0x00, 0x16]);
+            }
         }
     }
 }

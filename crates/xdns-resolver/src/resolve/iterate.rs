@@ -120,7 +120,7 @@ impl Resolver {
                 minimised += 1;
                 // Ask for the next label below the cut only, type A (RFC 9156 §2.1).
                 let qn = suffix_with_labels(name, next_labels);
-                let (server, reply) = self.ask(ctx, &servers, qn, rtype::A, false).await?;
+                let (server, reply) = self.ask(ctx, &servers, Some(&zone), qn, rtype::A, false).await?;
                 match classify(&reply, qn, rtype::A, &zone, self.cfg.load().max_cname) {
                     Class::Referral {
                         zone: child,
@@ -144,7 +144,8 @@ impl Resolver {
                 }
                 continue;
             }
-            let (server, reply) = self.ask(ctx, &servers, name, qtype, forwarding).await?;
+            let zone_bound = (!forwarding).then_some(&zone[..]);
+            let (server, reply) = self.ask(ctx, &servers, zone_bound, name, qtype, forwarding).await?;
             match classify(&reply, name, qtype, &zone, self.cfg.load().max_cname) {
                 Class::Answer(step) => {
                     if step.rcode == RCODE_NXDOMAIN {

@@ -155,7 +155,7 @@ impl Resolver {
         let mut why = String::from("no root server address");
         let mut found = None;
         while !servers.is_empty() {
-            match self.ask(&mut ctx, &servers, &[0], rtype::NS, false).await {
+            match self.ask(&mut ctx, &servers, Some(&[0]), &[0], rtype::NS, false).await {
                 Ok((server, reply)) => match root_set(&reply, |ip| self.family_ok(ip)) {
                     Some(set) => {
                         found = Some((server, set));

@@ -187,17 +187,47 @@ impl Resolver {
         e.srtt_us = e.srtt_us.max(blended).min(MAX_SRTT_US);
     }
 
-    /// Asks `servers` (fastest first), `fanout` at a time; the first valid reply wins.
+    /// Asks `servers` (fastest first) of `zone` (`None` when forwarding), `fanout` at a
+    /// time; the first valid reply wins. Each query needs a slot of its server and zone
+    /// ([`super::quota`]): a server at its bound is skipped; when none could be asked for
+    /// that reason, the question fails at once with [`ResolveError::Quota`].
     pub(super) async fn ask(
         &self,
         ctx: &mut Ctx,
         servers: &[SocketAddr],
+        zone: Option<&[u8]>,
         name: &[u8],
         qtype: u16,
         rd: bool,
     ) -> Result<(SocketAddr, Reply), ResolveError> {
         let fanout = self.cfg.load().fanout.max(1);
-        for batch in servers.chunks(fanout) {
+        let mut sent = false;
+        let mut refused = false;
+        let mut left_servers = servers;
+        while !left_servers.is_empty() {
+            // The next `fanout` servers that have room.
+            let mut batch: Vec<(SocketAddr, super::quota::Slot)> = Vec::with_capacity(fanout);
+            while batch.len() < fanout && !left_servers.is_empty() {
+                let server = left_servers[0];
+                left_servers = &left_servers[1..];
+                match self.fetches.acquire(zone, server.ip()) {
+                    Ok(slot) => batch.push((server, slot)),
+                    Err(super::quota::Refused::Server) => {
+                        self.counters.quota_server_refusals.fetch_add(1, Relaxed);
+                        refused = true;
+                    }
+                    Err(super::quota::Refused::Zone) => {
+                        // No server of this zone may be asked now.
+                        self.counters.quota_zone_refusals.fetch_add(1, Relaxed);
+                        refused = true;
+                        left_servers = &[];
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            sent = true;
             let left = ctx.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ResolveError::Timeout);
@@ -211,7 +241,7 @@ impl Resolver {
             let batch_start = Instant::now();
             // Servers of the batch still waited for, with when they were (to be) asked.
             let mut waiting: Vec<(SocketAddr, Instant)> = Vec::new();
-            for (k, &server) in batch.iter().enumerate() {
+            for (k, (server, slot)) in batch.into_iter().enumerate() {
                 // Counted when planned: a staggered query that is never sent still counts
                 // against the budget (conservative).
                 if ctx.queries >= self.cfg.load().max_queries {
@@ -234,7 +264,9 @@ impl Resolver {
                         tokio::time::sleep(delay).await;
                     }
                     counters.upstream_queries.fetch_add(1, Relaxed);
-                    exchange(net, server, qname, qtype, rd, payload, timeout).await
+                    let x = exchange(net, server, qname, qtype, rd, payload, timeout).await;
+                    slot.finish(x.reply.is_some());
+                    x
                 });
             }
             while let Some(x) = set.next().await {
@@ -270,7 +302,11 @@ impl Resolver {
                 }
             }
         }
-        Err(ResolveError::Failed)
+        Err(if refused && !sent {
+            ResolveError::Quota
+        } else {
+            ResolveError::Failed
+        })
     }
 }
 

@@ -136,6 +136,11 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// The client's address (for the resolver's per-client fairness).
+    pub fn peer(&self) -> Option<IpAddr> {
+        peer_ip(&self.name)
+    }
+
     /// Sends `answer` to the client (non-blocking: a full socket buffer drops it).
     pub fn send(&mut self, answer: &mut [u8]) -> io::Result<()> {
         let mut iov = libc::iovec {
