@@ -57,7 +57,10 @@ pub const KEYS: &[Key] = &[
     k("resolver", "ipv6", "true", "Ask servers over IPv6."),
     k("resolver", "qname_minimisation", "true", "RFC 9156, relaxed."),
     k("resolver", "forwarders", "[]", "IP or IP:PORT: when set, every question goes with RD=1 to these instead of iterating."),
-    k("resolver", "max_pending", "10000", "UDP questions waiting for the resolver at once; beyond, SERVFAIL at once."),
+    k("resolver", "max_pending", "10000", "UDP questions waiting for the resolver at once, shared between client prefixes (/24, /56: none holds half; under contention each its share); beyond, SERVFAIL at once with an Extended DNS Error."),
+    k("resolver", "fetches_per_server", "1000", "Upstream queries outstanding to one server at most; the bound adapts (+1 per reply, -1/16 per timeout) down to fetches_floor. 0 = no bound."),
+    k("resolver", "fetches_per_zone", "500", "Upstream queries outstanding for one zone at most, adapting the same way. 0 = no bound."),
+    k("resolver", "fetches_floor", "2", "The least an adapting bound falls to: a dead server or zone still gets this many probes."),
 ];
 
 /// The `xdns.toml(5)` manual page, in roff.
