@@ -11,6 +11,7 @@ SHELL := /bin/bash
 #                              Recursor on the lab tree, chart in bench/out/resolver.png
 #   make bench-resolver-smoke  the same in about a minute, checks the harness only
 #   make deps        only install packages and build
+#   make package     the Debian package (binary, systemd unit, default config, man pages)
 # The system Python is used on purpose: its apt modules (dnspython, pytest, matplotlib)
 # are what deps.sh installs; a pyenv/venv python3 earlier in PATH lacks them.
 
@@ -19,7 +20,7 @@ CARGO   ?= cargo
 PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
-.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver \
+.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver package \
 	bench-resolver-smoke profile profile-resolver clean-lab
 
 all: build
@@ -29,6 +30,10 @@ deps:
 
 build:
 	$(CARGO) build --release --locked
+
+# The Debian package: target/package/xdns_VERSION_ARCH.deb (scripts/package.sh).
+package: deps
+	./scripts/package.sh
 
 demo: deps
 	./scripts/demo.sh

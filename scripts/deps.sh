@@ -15,6 +15,8 @@ PACKAGES=(
   python3 python3-pytest python3-dnspython python3-matplotlib
   # misc used by the scripts
   ca-certificates curl
+  # packaging and its tests: dpkg-deb, useradd, man -l, systemd-analyze verify/security
+  dpkg passwd man-db groff-base systemd
 )
 
 if [ "$(id -u)" -ne 0 ]; then
