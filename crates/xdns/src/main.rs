@@ -161,12 +161,23 @@ fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
+    // Under systemd with stderr going to the journal (JOURNAL_STREAM names it), log to the
+    // journal natively: every field of an event (interface, zone, error, ...) becomes a
+    // journal field (`journalctl -u xdns INTERFACE=eth0`). Otherwise, text on stderr.
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let journal = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten();
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = match journal {
+        Some(layer) => registry.with(layer.with_syslog_identifier("xdns".into())).try_init(),
+        None => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            registry.with(tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
+        }
+    };
     install_panic_hook();
 }
 
