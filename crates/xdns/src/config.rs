@@ -53,6 +53,8 @@ pub struct Config {
     /// `user` (and `group`): who `serve` runs as once its sockets, program and maps are
     /// open (`crate::privilege`); `None` = stays root.
     pub run_as: Option<crate::privilege::RunAs>,
+    /// `[guard]`: lists, RRL and cookies (`crate::guard`); `None` = off.
+    pub guard: Option<crate::guard::GuardSettings>,
 }
 
 /// `[tcp]` table.
@@ -165,6 +167,8 @@ struct FileConfig {
     resolver: Option<Spanned<FileResolver>>,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
+    #[serde(default)]
+    guard: Option<crate::guard::FileGuard>,
 }
 
 /// One `[[zone]]` entry.
@@ -436,6 +440,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         log.level = l.clone();
     }
 
+    let guard = file.guard.map(|g| crate::guard::settings(g, &base, &err, &span_line, &mut errors));
     let run_as = match (&file.user, &file.group) {
         (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {
             Ok(r) => Some(r),
@@ -467,6 +472,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         zones,
         resolver,
         run_as,
+        guard,
     })
 }
 

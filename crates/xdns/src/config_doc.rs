@@ -32,6 +32,11 @@ pub const KEYS: &[Key] = &[
     k("tcp", "io_timeout_ms", "2000", "A query must arrive whole, and an answer be written, within this long."),
     k("tcp", "max_pipelined", "100", "Answers pending on one connection before its reader pauses."),
     k("log", "level", "info", "A tracing filter (info, debug, xdns=trace, ...); RUST_LOG wins."),
+    k("guard", "blocklist", "none", "File of addresses and prefixes (IPv4, IPv6, one a line, # comments) whose messages get no answer."),
+    k("guard", "allowlist", "none", "File of addresses and prefixes never blocked nor rate limited."),
+    k("guard", "block_names", "none", "File of names, exact or *.suffix, whose queries get no answer."),
+    k("guard", "rrl", "none (off)", "Response rate limiting of UDP answers: { rate = 200, slip = 2, ipv4_prefix = 24, ipv6_prefix = 56 }; every slip-th limited answer is sent truncated (TC=1)."),
+    k("guard", "cookies", "false", "DNS cookies (RFC 7873, RFC 9018 server cookies): a valid server cookie bypasses RRL; a malformed COOKIE option gets FORMERR."),
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
     k("zone", "name", "(required)", "A zone to serve ([[zone]], one table per zone)."),
@@ -112,7 +117,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "xdp", "zone", "resolver"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "resolver"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {

@@ -14,6 +14,7 @@
 mod config;
 mod config_doc;
 mod control;
+mod guard;
 mod metrics;
 mod privilege;
 mod query;
@@ -254,6 +255,17 @@ fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
                 ));
             }
             Err(errs) => errors.extend(errs.iter().map(|e| e.to_string())),
+        }
+    }
+    if let Some(g) = &cfg.guard {
+        match guard::load_lists(g) {
+            Ok((block, allow, names)) => ok.push(format!(
+                "guard: blocklist {} entries, allowlist {}, blocked names {}",
+                block.len(),
+                allow.len(),
+                names.entries.len()
+            )),
+            Err(errs) => errors.extend(errs),
         }
     }
     if let Some(rs) = &cfg.resolver {

@@ -6,14 +6,15 @@
 //! here, in order, as steps that either let it go on or end it with an action, the way Knot
 //! DNS's query plan runs its modules:
 //!
-//! 1. **begin**: the message as received, before any parsing that answers (the place for an
-//!    abuse guard, cookies and rate limiting: issues 25 and 29);
+//! 1. **begin**: the message as received, before any parsing that answers: the guard's
+//!    lists (a blocked source or name gets nothing) and DNS cookies (`crate::guard`);
 //! 2. **recursion** ([`crate::recursion::route`]): a query under no served zone, with a
 //!    `[resolver]`: REFUSED outside `allow` or with RD=0, a cache hit replayed at once, or a
 //!    miss to resolve;
 //! 3. **authoritative** ([`xdns_zone::respond`]): every other message, errors included
 //!    (FORMERR, NOTIMP, REFUSED, BADVERS), answered from the served zones;
-//! 4. **end**: the reply as it will be sent (the place for dnstap and telemetry: issue 27).
+//! 4. **end**: the reply as it will be sent: the server cookie, and RRL on UDP answers
+//!    (dropped, or slipped with TC=1); the place for dnstap and telemetry (issue 27).
 //!
 //! NOTIFY and zone transfers (issue 28) become steps between 1 and 3. A step never panics on
 //! input; should one panic all the same, [`handle`] catches it and the message is dropped and
@@ -25,6 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use xdns_wire::{CacheKey, Query};
 use xdns_zone::{respond, Outcome, Transport};
 
+use crate::guard::{Guard, Verdict};
 use crate::recursion::{self, Recursion, Route};
 use crate::reload::Served;
 use crate::stats::{DropKind, Shard};
@@ -50,6 +52,8 @@ pub enum Action {
     Resolve(Box<Query>, CacheKey),
     /// A step failed (a panic, caught): nothing is sent; counted as `dropped.internal`.
     Fail,
+    /// The guard dropped it (a blocked source or name, over the rate limit): nothing is sent.
+    Drop(DropKind),
 }
 
 impl Action {
@@ -60,6 +64,7 @@ impl Action {
             Action::Reply(outcome) => shard.record(transport, *outcome),
             Action::Resolve(..) => {}
             Action::Fail => shard.record_dropped(transport, DropKind::Internal),
+            Action::Drop(kind) => shard.record_dropped(transport, *kind),
         }
     }
 }
@@ -76,23 +81,72 @@ type Step = fn(&Served, Option<&Recursion>, &Message<'_>, &mut Vec<u8>) -> Flow;
 /// The steps, in order (see the module documentation).
 const PLAN: [Step; 2] = [recursive, authoritative];
 
-/// Run the plan on `msg` against the state served now (`served`, and the resolver when
-/// configured); any reply is written into `out` (cleared first).
-pub fn handle(served: &Served, recursion: Option<&Recursion>, msg: Message<'_>, out: &mut Vec<u8>) -> Action {
+/// Run the plan on `msg` against the state served now (`served`, the guard and the resolver
+/// when configured); any reply is written into `out` (cleared first).
+pub fn handle(
+    served: &Served,
+    guard: Option<&Guard>,
+    recursion: Option<&Recursion>,
+    msg: Message<'_>,
+    out: &mut Vec<u8>,
+) -> Action {
     out.clear();
     let run = catch_unwind(AssertUnwindSafe(|| {
+        // step 1, begin: the guard's lists and cookies
+        let cookie = match guard.map(|g| g.begin(msg.wire, msg.peer)) {
+            Some(Verdict::Drop) => return Action::Drop(DropKind::Blocked),
+            Some(Verdict::FormErr) => return formerr(served, &msg, out),
+            Some(Verdict::Pass(c)) => Some(c),
+            None => None,
+        };
+        let mut action = Action::Reply(Outcome::Dropped(xdns_zone::DropReason::Malformed));
         for step in PLAN {
-            if let Flow::Done(action) = step(served, recursion, &msg, out) {
-                return action;
+            if let Flow::Done(a) = step(served, recursion, &msg, out) {
+                action = a;
+                break;
             }
         }
-        // the authoritative step answers everything
-        Action::Reply(Outcome::Dropped(xdns_zone::DropReason::Malformed))
+        // step 4, end: the server cookie, and RRL on UDP answers
+        if let (Some(g), Some(c), Action::Reply(Outcome::Answered { rcode, qtype, .. })) = (guard, cookie, &action) {
+            if !out.is_empty() {
+                let (rcode, qtype) = (*rcode, *qtype);
+                if !g.end(out, msg.peer, msg.transport == Transport::Udp, c, rrl_name(served, msg.wire)) {
+                    out.clear();
+                    return Action::Drop(DropKind::RateLimited);
+                }
+                let truncated = out.get(2).is_some_and(|f| f & 0x02 != 0);
+                action = Action::Reply(Outcome::Answered { rcode, qtype, truncated });
+            }
+        }
+        action
     }));
     run.unwrap_or_else(|_| {
         out.clear();
         Action::Fail
     })
+}
+
+/// The name RRL accounts an answer to: the zone it falls in (so that a random-subdomain flood
+/// shares one account per client prefix), else the question name.
+fn rrl_name(served: &Served, wire: &[u8]) -> u64 {
+    let Some(name) = crate::guard::question_name(wire) else {
+        return 0;
+    };
+    match served.zones.find(&name) {
+        Some(z) => xdns_guard::rrl::name_hash(&z.apex),
+        None => xdns_guard::rrl::name_hash(&name),
+    }
+}
+
+/// FORMERR for a query whose COOKIE option is malformed (RFC 7873 §5.2.2).
+fn formerr(served: &Served, msg: &Message<'_>, out: &mut Vec<u8>) -> Action {
+    match xdns_wire::Query::parse(msg.wire) {
+        Ok(q) => {
+            let rcode = xdns_wire::response::error_response(&q, xdns_wire::response::rcode::FORMERR, served.respond.edns_payload, out);
+            Action::Reply(Outcome::Answered { rcode, qtype: q.question.as_ref().map_or(0, |qq| qq.qtype), truncated: false })
+        }
+        Err(_) => Action::Reply(respond(&served.zones, msg.wire, msg.transport, &served.respond, out)),
+    }
 }
 
 /// Step 2: names under no served zone, with a `[resolver]`.
@@ -145,7 +199,7 @@ mod tests {
         for transport in [Transport::Udp, Transport::Tcp] {
             // no zone and no resolver: the authoritative step answers REFUSED
             let msg = Message { wire: &query("www.example.org"), peer: None, transport };
-            let a = handle(&served, None, msg, &mut out);
+            let a = handle(&served, None, None, msg, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Answered { rcode: 5, qtype: 1, .. })), "{a:?}");
             assert_eq!(&out[..2], &[0x12, 0x34]);
             // the same bytes as xdns_zone::respond gives
@@ -155,11 +209,11 @@ mod tests {
             // a response (QR=1) gets nothing
             let mut resp = query("www.example.org");
             resp[2] |= 0x80;
-            let a = handle(&served, None, Message { wire: &resp, peer: None, transport }, &mut out);
+            let a = handle(&served, None, None, Message { wire: &resp, peer: None, transport }, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
             assert!(out.is_empty());
             // garbage: dropped, never a panic
-            let a = handle(&served, None, Message { wire: &[0xff; 5], peer: None, transport }, &mut out);
+            let a = handle(&served, None, None, Message { wire: &[0xff; 5], peer: None, transport }, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
         }
     }

@@ -26,16 +26,22 @@ pub enum DropKind {
     Internal = 3,
     /// A TCP answer longer than 65,535 bytes cannot be framed.
     TooLarge = 4,
+    /// From a blocked source, or for a blocked name (`[guard]`).
+    Blocked = 5,
+    /// Over the response rate limit and not slipped (`[guard] rrl`).
+    RateLimited = 6,
 }
 
 impl DropKind {
     /// Every reason, in counter order.
-    pub const ALL: [DropKind; 5] = [
+    pub const ALL: [DropKind; 7] = [
         DropKind::Malformed,
         DropKind::Response,
         DropKind::SendFailed,
         DropKind::Internal,
         DropKind::TooLarge,
+        DropKind::Blocked,
+        DropKind::RateLimited,
     ];
 
     /// Stable name used in JSON and metric labels.
@@ -46,6 +52,8 @@ impl DropKind {
             DropKind::SendFailed => "send_failed",
             DropKind::Internal => "internal",
             DropKind::TooLarge => "too_large",
+            DropKind::Blocked => "blocked",
+            DropKind::RateLimited => "rate_limited",
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Shared {
     pub tcp_slots: OnceLock<Arc<slots::Slots>>,
     /// The UDP workers' heartbeats, for the systemd watchdog.
     pub heartbeats: Arc<systemd::Heartbeats>,
+    /// `[guard]` in userspace (swapped whole on reload), when configured.
+    pub guard: ArcSwapOption<crate::guard::Guard>,
 }
 
 impl Shared {
@@ -76,6 +78,7 @@ impl Shared {
             takeover: Default::default(),
             tcp_slots: OnceLock::new(),
             heartbeats: Default::default(),
+            guard: ArcSwapOption::empty(),
         }
     }
 
@@ -92,6 +95,9 @@ impl Shared {
         }
         if let Some(slots) = self.tcp_slots.get() {
             slots.snapshot(&mut s);
+        }
+        if let Some(g) = self.guard.load_full() {
+            g.snapshot(&mut s);
         }
         s
     }
@@ -124,6 +130,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         return Ok(());
     };
     let shared = Arc::new(Shared::new(served?));
+    if let Some(g) = &cfg.guard {
+        let guard = crate::guard::Guard::load(g, None).map_err(|e| anyhow::anyhow!("[guard]: {}", e.join("; ")))?;
+        shared.guard.store(Some(Arc::new(guard)));
+    }
     let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
         return Ok(());
     };

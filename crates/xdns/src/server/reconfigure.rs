@@ -32,9 +32,35 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
         return current;
     };
     fastpath(shared).await;
+    guard(shared, &new_cfg);
     tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
     let resolver = resolver(shared, &current, &new_cfg).await;
-    Config { zones: new_cfg.zones, edns_payload, resolver, ..current }
+    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, ..current }
+}
+
+/// `[guard]` again: its lists read anew and swapped in whole; a list that fails to load keeps
+/// the running guard (logged, counted as a failed reload).
+fn guard(shared: &Arc<Shared>, new_cfg: &Config) {
+    let Some(settings) = &new_cfg.guard else {
+        if shared.guard.swap(None).is_some() {
+            tracing::info!("[guard] removed");
+        }
+        return;
+    };
+    let previous = shared.guard.load_full();
+    match crate::guard::Guard::load(settings, previous.as_deref()) {
+        Ok(g) => {
+            shared.guard.store(Some(Arc::new(g)));
+            tracing::info!("[guard] lists reloaded");
+        }
+        Err(errs) => {
+            for e in &errs {
+                tracing::error!("{e}");
+            }
+            tracing::error!("[guard] not reloaded: the running lists stay");
+            shared.stats.reload_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The configuration file read again with the same overrides; `None` (errors logged) when

@@ -316,6 +316,7 @@ impl Worker {
     /// Answer the `n` received messages; returns how many answers are ready in `tx`.
     fn answer(&mut self, n: usize, sock: &Arc<Socket>, shared: &Shared, shard: &Shard) -> usize {
         let served = shared.served.load();
+        let guard = shared.guard.load();
         let mut out = 0;
         for i in 0..n {
             let hdr = &self.rx_hdr[i];
@@ -335,7 +336,7 @@ impl Worker {
             let namelen = hdr.msg_hdr.msg_namelen;
             let recursion = self.recursion.as_deref();
             let msg = Message { wire: query, peer: peer_ip(name), transport: Transport::Udp };
-            let action = match query::handle(&served, recursion, msg, buf) {
+            let action = match query::handle(&served, guard.as_deref(), recursion, msg, buf) {
                 Action::Resolve(q, key) => {
                     let rec = recursion.expect("only the resolver's step asks to resolve");
                     let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key };

@@ -1,0 +1,475 @@
+//! The `[guard]` section in userspace: the first and last steps of the query plan
+//! (`crate::query`), with the decisions of `xdns_guard`.
+//!
+//! - **Lists** (`blocklist`, `allowlist`, `block_names`): files of prefixes and names,
+//!   checked by `xdns check` (`FILE:LINE: reason`) and replaced atomically on SIGHUP (a list
+//!   that fails keeps the old one). A message from a blocked source, or for a blocked name,
+//!   gets no answer (`dropped.blocked`); an allowlisted source is never blocked nor limited.
+//! - **Cookies** (RFC 7873, server cookies of RFC 9018): a query with a client cookie gets
+//!   the server's cookie back in its answer; a malformed COOKIE option gets FORMERR; a valid
+//!   server cookie proves the client's address, and such a client bypasses RRL.
+//! - **RRL** (`rrl = { rate, slip, ipv4_prefix, ipv6_prefix }`): UDP answers per client
+//!   prefix and response class over `rate` per second are dropped (`dropped.rate_limited`),
+//!   every `slip`-th of them sent truncated (TC=1, the question only) so that a real
+//!   resolver retries over TCP, which RRL never limits (Knot DNS's and BIND's semantics).
+//!
+//! The kernel applies the same lists before any DNS stage when XDP is on (bpf/guard.h);
+//! this is the whole guard without XDP, and the guard of what the kernel passes on.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use toml::Spanned;
+use xdns_guard::cookies::{parse_opt_cookie, CookieSecrets};
+use xdns_guard::lists::{NameList, PrefixList};
+use xdns_guard::rrl::{Decision, ResponseClass, Rrl, RrlConfig};
+
+use crate::config::ConfigError;
+use crate::stats::{Group, Snapshot};
+
+/// `[guard]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileGuard {
+    blocklist: Option<Spanned<String>>,
+    allowlist: Option<Spanned<String>>,
+    block_names: Option<Spanned<String>>,
+    rrl: Option<Spanned<FileRrl>>,
+    cookies: Option<bool>,
+}
+
+/// `rrl = { ... }` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRrl {
+    rate: Option<u32>,
+    slip: Option<u32>,
+    ipv4_prefix: Option<u8>,
+    ipv6_prefix: Option<u8>,
+}
+
+/// The validated `[guard]` section: where the lists are, and the settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardSettings {
+    pub blocklist: Option<PathBuf>,
+    pub allowlist: Option<PathBuf>,
+    pub block_names: Option<PathBuf>,
+    /// `(rate, slip, ipv4_prefix, ipv6_prefix)`; `None`: no RRL.
+    pub rrl: Option<(u32, u32, u8, u8)>,
+    pub cookies: bool,
+}
+
+/// Validate `[guard]` (paths relative to `base`, the configuration's directory); the list
+/// files are read by [`Guard::load`].
+pub fn settings(
+    file: FileGuard,
+    base: &Path,
+    err: &dyn Fn(Option<usize>, String) -> ConfigError,
+    line: &dyn Fn(std::ops::Range<usize>) -> Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) -> GuardSettings {
+    let path = |p: &Option<Spanned<String>>| p.as_ref().map(|p| base.join(p.get_ref()));
+    let rrl = file.rrl.map(|r| {
+        let at = line(r.span());
+        let r = r.into_inner();
+        let v = (r.rate.unwrap_or(200), r.slip.unwrap_or(2), r.ipv4_prefix.unwrap_or(24), r.ipv6_prefix.unwrap_or(56));
+        if v.0 == 0 {
+            errors.push(err(at, "[guard] rrl rate must be at least 1 (leave rrl out for none)".into()));
+        }
+        if v.2 == 0 || v.2 > 32 || v.3 == 0 || v.3 > 128 {
+            errors.push(err(at, "[guard] rrl prefixes: ipv4_prefix 1..=32, ipv6_prefix 1..=128".into()));
+        }
+        v
+    });
+    GuardSettings {
+        blocklist: path(&file.blocklist),
+        allowlist: path(&file.allowlist),
+        block_names: path(&file.block_names),
+        rrl,
+        cookies: file.cookies.unwrap_or(false),
+    }
+}
+
+/// The lists of `s`, read and parsed (every error, `FILE:LINE: reason`).
+pub fn load_lists(s: &GuardSettings) -> Result<(PrefixList, PrefixList, NameList), Vec<String>> {
+    let mut errors = Vec::new();
+    let mut read = |p: &Option<PathBuf>| -> Option<(String, String)> {
+        let p = p.as_ref()?;
+        match std::fs::read_to_string(p) {
+            Ok(t) => Some((p.display().to_string(), t)),
+            Err(e) => {
+                errors.push(format!("{}: cannot read: {e}", p.display()));
+                None
+            }
+        }
+    };
+    let (b, a, n) = (read(&s.blocklist), read(&s.allowlist), read(&s.block_names));
+    let mut prefixes = |f: Option<(String, String)>| match f {
+        None => PrefixList::new(),
+        Some((name, text)) => xdns_guard::lists::parse_prefix_list(&name, &text).unwrap_or_else(|e| {
+            errors.push(e.to_string());
+            PrefixList::new()
+        }),
+    };
+    let (block, allow) = (prefixes(b), prefixes(a));
+    let names = match n {
+        None => NameList::default(),
+        Some((name, text)) => xdns_guard::lists::parse_name_list(&name, &text).unwrap_or_else(|e| {
+            errors.push(e.to_string());
+            NameList::default()
+        }),
+    };
+    if errors.is_empty() {
+        Ok((block, allow, names))
+    } else {
+        Err(errors)
+    }
+}
+
+/// The guard of a running server (swapped whole on reload; the RRL table lives on).
+pub struct Guard {
+    pub settings: GuardSettings,
+    block: PrefixList,
+    allow: PrefixList,
+    names: NameList,
+    rrl: Option<std::sync::Arc<Mutex<Rrl>>>,
+    cookies: Option<CookieSecrets>,
+    pub counters: GuardCounters,
+}
+
+/// What the guard did, for `xdns stats` (`guard.*`).
+#[derive(Default)]
+pub struct GuardCounters {
+    blocked_source: AtomicU64,
+    blocked_name: AtomicU64,
+    rrl_dropped: AtomicU64,
+    rrl_slipped: AtomicU64,
+    cookie_valid: AtomicU64,
+    cookie_sent: AtomicU64,
+    cookie_formerr: AtomicU64,
+}
+
+/// What the first step decided for a message.
+pub enum Verdict {
+    /// Go on; `cookie` carries what the last step needs.
+    Pass(Cookie),
+    /// No answer.
+    Drop,
+    /// Answer FORMERR (a malformed COOKIE option).
+    FormErr,
+}
+
+/// The client cookie of a query and whether its server cookie was valid.
+#[derive(Default, Clone, Copy)]
+pub struct Cookie {
+    client: Option<[u8; 8]>,
+    proven: bool,
+}
+
+impl Guard {
+    /// The guard of `s`, its lists loaded; `previous` hands over the RRL table (when its
+    /// settings did not change) and the cookie secret, so that a reload neither resets the
+    /// rate accounts nor invalidates cookies.
+    pub fn load(s: &GuardSettings, previous: Option<&Guard>) -> Result<Self, Vec<String>> {
+        let (block, allow, names) = load_lists(s)?;
+        let same_rrl = previous.filter(|p| p.settings.rrl == s.rrl).and_then(|p| p.rrl.clone());
+        let rrl = same_rrl.or_else(|| {
+            s.rrl.map(|(rate, slip, v4, v6)| {
+                let mut cfg = RrlConfig { rate, slip, ipv4_prefix: v4, ipv6_prefix: v6, ..RrlConfig::default() };
+                cfg.hash_key = rand::random();
+                std::sync::Arc::new(Mutex::new(Rrl::new(cfg)))
+            })
+        });
+        let cookies = s.cookies.then(|| match previous.and_then(|p| p.cookies.clone()) {
+            Some(c) => c,
+            None => CookieSecrets::new(rand::random()),
+        });
+        Ok(Self { settings: s.clone(), block, allow, names, rrl, cookies, counters: GuardCounters::default() })
+    }
+
+    /// Step 1 of the plan (`begin`), before any parsing that answers.
+    pub fn begin(&self, wire: &[u8], peer: Option<IpAddr>) -> Verdict {
+        let allowed = peer.is_some_and(|ip| self.allow.contains(ip));
+        if !allowed {
+            if peer.is_some_and(|ip| self.block.contains(ip)) {
+                self.counters.blocked_source.fetch_add(1, Relaxed);
+                return Verdict::Drop;
+            }
+            if !self.names.entries.is_empty() {
+                if let Some(name) = question_name(wire) {
+                    if self.names.matches(&name).is_some() {
+                        self.counters.blocked_name.fetch_add(1, Relaxed);
+                        return Verdict::Drop;
+                    }
+                }
+            }
+        }
+        let mut cookie = Cookie { proven: allowed, ..Cookie::default() };
+        if let (Some(secrets), Some(ip)) = (&self.cookies, peer) {
+            if let Some(opt) = cookie_option(wire) {
+                match parse_opt_cookie(&opt) {
+                    Ok(Some(c)) => {
+                        let (proven, _) = secrets.answer(&c, ip, unix_now());
+                        if proven {
+                            self.counters.cookie_valid.fetch_add(1, Relaxed);
+                        }
+                        cookie.client = Some(c.client);
+                        cookie.proven |= proven;
+                    }
+                    Ok(None) => {}
+                    Err(_) => {
+                        self.counters.cookie_formerr.fetch_add(1, Relaxed);
+                        return Verdict::FormErr;
+                    }
+                }
+            }
+        }
+        Verdict::Pass(cookie)
+    }
+
+    /// The last step (`end`), on an answer about to be sent: the server cookie added; over
+    /// UDP, RRL (`Some(false)`: drop it; the answer may have been cut to a slip).
+    pub fn end(&self, answer: &mut Vec<u8>, peer: Option<IpAddr>, udp: bool, cookie: Cookie, zone_hash: u64) -> bool {
+        if let (Some(secrets), Some(client), Some(ip)) = (&self.cookies, cookie.client, peer) {
+            let server = secrets.build(&client, ip, unix_now());
+            let mut data = client.to_vec();
+            data.extend_from_slice(&server);
+            if xdns_wire::opt::push_option(answer, 10, &data) {
+                self.counters.cookie_sent.fetch_add(1, Relaxed);
+            }
+        }
+        let (Some(rrl), Some(ip), true, false) = (&self.rrl, peer, udp, cookie.proven) else {
+            return true;
+        };
+        let decision = rrl.lock().unwrap_or_else(|e| e.into_inner()).decide(monotonic_ns(), ip, classify(answer), zone_hash);
+        match decision {
+            Decision::Pass => true,
+            Decision::Drop => {
+                self.counters.rrl_dropped.fetch_add(1, Relaxed);
+                false
+            }
+            Decision::Slip => {
+                self.counters.rrl_slipped.fetch_add(1, Relaxed);
+                slip(answer)
+            }
+        }
+    }
+
+    /// The `guard` counter group.
+    pub fn snapshot(&self, s: &mut Snapshot) {
+        let c = &self.counters;
+        let values = [
+            ("blocked_source", &c.blocked_source),
+            ("blocked_name", &c.blocked_name),
+            ("rrl_dropped", &c.rrl_dropped),
+            ("rrl_slipped", &c.rrl_slipped),
+            ("cookie_valid", &c.cookie_valid),
+            ("cookie_sent", &c.cookie_sent),
+            ("cookie_formerr", &c.cookie_formerr),
+        ]
+        .map(|(k, v)| (k.to_string(), v.load(Relaxed)))
+        .into_iter()
+        .chain([
+            ("blocklist_entries".to_string(), self.block.len() as u64),
+            ("allowlist_entries".to_string(), self.allow.len() as u64),
+            ("blocked_names".to_string(), self.names.entries.len() as u64),
+        ]);
+        s.groups.insert(
+            "guard".into(),
+            Group::counters("The userspace guard: messages dropped (blocked source or name, over the rate limit), slipped, cookies, list sizes.", "counter", values),
+        );
+    }
+}
+
+fn unix_now() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)
+}
+
+fn monotonic_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The question name of a message in lowercase wire form (no compression in a question).
+pub fn question_name(wire: &[u8]) -> Option<Vec<u8>> {
+    if wire.len() < 12 || u16::from_be_bytes([wire[4], wire[5]]) != 1 {
+        return None;
+    }
+    let mut at = 12;
+    let mut name = Vec::new();
+    loop {
+        let len = usize::from(*wire.get(at)?);
+        if len == 0 {
+            name.push(0);
+            return Some(name);
+        }
+        if len > 63 || name.len() + len + 1 > 255 {
+            return None;
+        }
+        name.push(len as u8);
+        name.extend(wire.get(at + 1..at + 1 + len)?.iter().map(u8::to_ascii_lowercase));
+        at += 1 + len;
+    }
+}
+
+/// The COOKIE option (code 10) of the query's OPT record, as the option (code, length, data)
+/// that `parse_opt_cookie` reads.
+fn cookie_option(wire: &[u8]) -> Option<Vec<u8>> {
+    let data = xdns_wire::opt::option(wire, 10)?;
+    let mut opt = vec![0, 10];
+    opt.extend_from_slice(&(data.len() as u16).to_be_bytes());
+    opt.extend_from_slice(data);
+    Some(opt)
+}
+
+/// The RRL class of an answer, from its header and counts.
+fn classify(answer: &[u8]) -> ResponseClass {
+    if answer.len() < 12 {
+        return ResponseClass::Error;
+    }
+    let rcode = answer[3] & 0x0f;
+    let aa = answer[2] & 0x04 != 0;
+    let an = u16::from_be_bytes([answer[6], answer[7]]);
+    let ns = u16::from_be_bytes([answer[8], answer[9]]);
+    match rcode {
+        0 if an > 0 => ResponseClass::Positive,
+        0 if ns > 0 && !aa => ResponseClass::Referral,
+        0 => ResponseClass::NoData,
+        3 => ResponseClass::NxDomain,
+        _ => ResponseClass::Error,
+    }
+}
+
+/// Cut `answer` to a slip: header and question, TC=1, no records. False when it cannot be
+/// (then it is dropped).
+fn slip(answer: &mut Vec<u8>) -> bool {
+    let Some(qlen) = question_name(answer).map(|n| n.len() + 4) else {
+        return false;
+    };
+    if answer.len() < 12 + qlen {
+        return false;
+    }
+    answer.truncate(12 + qlen);
+    answer[2] |= 0x02; // TC
+    answer[6..12].fill(0); // AN, NS, AR
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &str, opt: Option<&[u8]>) -> Vec<u8> {
+        let mut m = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(opt.is_some())];
+        for l in name.split('.').filter(|l| !l.is_empty()) {
+            m.push(l.len() as u8);
+            m.extend_from_slice(l.as_bytes());
+        }
+        m.extend_from_slice(&[0, 0, 1, 0, 1]);
+        if let Some(o) = opt {
+            m.extend_from_slice(&[0, 0, 41, 4, 0xd0, 0, 0, 0, 0]);
+            m.extend_from_slice(&(o.len() as u16).to_be_bytes());
+            m.extend_from_slice(o);
+        }
+        m
+    }
+
+    fn settings(dir: &Path, rrl: Option<(u32, u32, u8, u8)>, cookies: bool) -> GuardSettings {
+        std::fs::write(dir.join("b.txt"), "# blocked\n198.18.66.0/24\n2001:db8:66::/48\n").unwrap();
+        std::fs::write(dir.join("a.txt"), "198.18.66.7\n").unwrap();
+        std::fs::write(dir.join("n.txt"), "bad.example.com\n*.evil.example\n").unwrap();
+        GuardSettings {
+            blocklist: Some(dir.join("b.txt")),
+            allowlist: Some(dir.join("a.txt")),
+            block_names: Some(dir.join("n.txt")),
+            rrl,
+            cookies,
+        }
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("xdns-guard-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn lists_drop_blocked_sources_and_names_but_never_the_allowlist() {
+        let d = tmp("lists");
+        let g = Guard::load(&settings(&d, None, false), None).unwrap();
+        let q = query("www.example.com", None);
+        assert!(matches!(g.begin(&q, ip("198.18.66.1")), Verdict::Drop));
+        assert!(matches!(g.begin(&q, ip("2001:db8:66:1::9")), Verdict::Drop));
+        assert!(matches!(g.begin(&q, ip("198.18.66.7")), Verdict::Pass(_)), "allowlisted inside a blocked /24");
+        assert!(matches!(g.begin(&q, ip("198.18.0.1")), Verdict::Pass(_)));
+        for blocked in ["bad.example.com", "BAD.Example.COM", "x.y.evil.example"] {
+            assert!(matches!(g.begin(&query(blocked, None), ip("198.18.0.1")), Verdict::Drop), "{blocked}");
+        }
+        assert!(matches!(g.begin(&query("good.example.com", None), ip("198.18.0.1")), Verdict::Pass(_)));
+        let mut s = Snapshot::default();
+        g.snapshot(&mut s);
+        assert_eq!(s.groups["guard"].values["blocked_source"], 2);
+        assert_eq!(s.groups["guard"].values["blocked_name"], 3);
+        // a list with an error names its file and line, and loads nothing
+        std::fs::write(d.join("b.txt"), "198.18.0.0/15\n198.18.0.1/33\n").unwrap();
+        let errs = Guard::load(&settings_only_block(&d), None).err().unwrap();
+        assert!(errs[0].contains("b.txt:2:"), "{errs:?}");
+    }
+
+    fn settings_only_block(d: &Path) -> GuardSettings {
+        GuardSettings { blocklist: Some(d.join("b.txt")), allowlist: None, block_names: None, rrl: None, cookies: false }
+    }
+
+    #[test]
+    fn rrl_drops_and_slips_over_the_rate_and_a_valid_cookie_bypasses_it() {
+        let d = tmp("rrl");
+        let g = Guard::load(&settings(&d, Some((5, 2, 24, 56)), true), None).unwrap();
+        let mut answer = query("www.example.com", None);
+        answer[2] |= 0x84;
+        answer[7] = 1; // one answer record (counts only matter for the class)
+        let (mut sent, mut slipped) = (0, 0);
+        for _ in 0..40 {
+            let mut a = answer.clone();
+            if g.end(&mut a, ip("198.18.1.1"), true, Cookie::default(), 1) {
+                if a[2] & 0x02 != 0 {
+                    slipped += 1;
+                    assert_eq!(&a[6..12], &[0; 6], "a slip carries no records");
+                } else {
+                    sent += 1;
+                }
+            }
+        }
+        assert!((5..=10).contains(&sent), "{sent} whole answers");
+        assert!(slipped >= 15, "every second limited answer slips: {slipped}");
+        // TCP is never limited
+        let mut a = answer.clone();
+        assert!(g.end(&mut a, ip("198.18.1.1"), false, Cookie::default(), 1) && a[2] & 0x02 == 0);
+        // a client whose server cookie is valid is not limited, and gets its cookie back
+        let client = [7u8; 8];
+        let server = g.cookies.as_ref().unwrap().build(&client, "198.18.1.1".parse().unwrap(), unix_now());
+        let mut opt = vec![0, 10, 0, 24];
+        opt.extend_from_slice(&client);
+        opt.extend_from_slice(&server);
+        let Verdict::Pass(cookie) = g.begin(&query("www.example.com", Some(&opt)), ip("198.18.1.1")) else { panic!() };
+        assert!(cookie.proven);
+        let mut a = answer.clone();
+        a[7] = 0; // no answer record in this test message: only its OPT
+        a[11] = 1;
+        a.extend_from_slice(&[0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0]);
+        for _ in 0..10 {
+            let mut b = a.clone();
+            assert!(g.end(&mut b, ip("198.18.1.1"), true, cookie, 1));
+            assert_eq!(xdns_wire::opt::option(&b, 10).map(|c| c.len()), Some(24));
+        }
+        // a malformed COOKIE option (client cookie of 5 bytes): FORMERR
+        let bad = [0, 10, 0, 5, 1, 2, 3, 4, 5];
+        assert!(matches!(g.begin(&query("www.example.com", Some(&bad)), ip("198.18.1.1")), Verdict::FormErr));
+    }
+}
