@@ -332,31 +332,35 @@ impl HardwareTier for MemoryTier {
     }
 
     fn remove(&mut self, entry: &TierEntry) -> Result<(), TierError> {
-        let i = check_slot(entry.slot, self.slots.len())?;
-        match self.slots[i] {
-            Some((p, _)) if p == entry.prefix => {
-                self.slots[i] = None;
-                Ok(())
-            }
-            _ => Err(TierError::NotInstalled(*entry)),
-        }
+        clear_slot(&mut self.slots, entry)
     }
 
     fn counters(&self) -> Vec<SlotCounter> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                s.map(|(prefix, n)| SlotCounter {
-                    entry: TierEntry {
-                        slot: i as u32,
-                        prefix,
-                    },
-                    packets: Some(n),
-                })
-            })
-            .collect()
+        slot_counters(&self.slots, |&n| Some(n))
     }
+}
+
+/// Empty the slot of `entry`, which must hold its prefix.
+fn clear_slot<T>(slots: &mut [Option<(Prefix, T)>], entry: &TierEntry) -> Result<(), TierError> {
+    let i = check_slot(entry.slot, slots.len())?;
+    match &slots[i] {
+        Some((p, _)) if *p == entry.prefix => {
+            slots[i] = None;
+            Ok(())
+        }
+        _ => Err(TierError::NotInstalled(*entry)),
+    }
+}
+
+/// The counter of every filled slot (`packets` reads its count, when the tier has one).
+fn slot_counters<T>(slots: &[Option<(Prefix, T)>], packets: impl Fn(&T) -> Option<u64>) -> Vec<SlotCounter> {
+    slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            s.as_ref().map(|(prefix, n)| SlotCounter { entry: TierEntry { slot: i as u32, prefix: *prefix }, packets: packets(n) })
+        })
+        .collect()
 }
 
 /// Renders the `ethtool` argv that installs a drop rule for UDP from `prefix` at rule
@@ -602,32 +606,14 @@ impl HardwareTier for EthtoolTier {
     }
 
     fn remove(&mut self, entry: &TierEntry) -> Result<(), TierError> {
-        let i = check_slot(entry.slot, self.slots.len())?;
-        match self.slots[i] {
-            Some((p, _)) if p == entry.prefix => {
-                self.pending
-                    .push(render_delete(&self.iface, self.first_loc + entry.slot)?);
-                self.slots[i] = None;
-                Ok(())
-            }
-            _ => Err(TierError::NotInstalled(*entry)),
-        }
+        let delete = render_delete(&self.iface, self.first_loc + entry.slot)?;
+        clear_slot(&mut self.slots, entry)?;
+        self.pending.push(delete);
+        Ok(())
     }
 
     fn counters(&self) -> Vec<SlotCounter> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                s.map(|(prefix, packets)| SlotCounter {
-                    entry: TierEntry {
-                        slot: i as u32,
-                        prefix,
-                    },
-                    packets,
-                })
-            })
-            .collect()
+        slot_counters(&self.slots, |&n| n)
     }
 }
 

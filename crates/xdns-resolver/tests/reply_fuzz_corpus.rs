@@ -3,7 +3,6 @@
 //! of every seed (truncations and single-byte flips) to cover the neighbourhood of each real
 //! reply.
 
-use std::path::{Path, PathBuf};
 
 use xdns_resolver::msg::parse_reply;
 use xdns_resolver::resolve::{classify, Class};
@@ -11,17 +10,11 @@ use xdns_resolver::resolve::{classify, Class};
 #[path = "../../../fuzz/check_reply.rs"]
 mod check_reply;
 
+#[path = "../../../fuzz/read_corpus.rs"]
+mod read_corpus;
+
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/reply");
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.unwrap().path();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
-        })
-        .collect();
-    v.sort();
-    v
+    read_corpus::corpus("reply")
 }
 
 #[test]

@@ -12,17 +12,11 @@ fn repo_root() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+#[path = "../../../fuzz/read_corpus.rs"]
+mod read_corpus;
+
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = repo_root().join("fuzz/corpus/respond");
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.unwrap().path();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
-        })
-        .collect();
-    v.sort();
-    v
+    read_corpus::corpus("respond")
 }
 
 #[test]

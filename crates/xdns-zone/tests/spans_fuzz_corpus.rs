@@ -3,22 +3,15 @@
 //! mutations of every seed (truncations and single-byte changes into the characters the
 //! pre-scanner treats specially) to cover the neighbourhood of each real master file.
 
-use std::path::{Path, PathBuf};
 
 #[path = "../../../fuzz/check_spans.rs"]
 mod check_spans;
 
+#[path = "../../../fuzz/read_corpus.rs"]
+mod read_corpus;
+
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/zone_spans");
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.unwrap().path();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
-        })
-        .collect();
-    v.sort();
-    v
+    read_corpus::corpus("zone_spans")
 }
 
 #[test]

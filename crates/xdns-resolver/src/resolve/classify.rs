@@ -189,10 +189,11 @@ pub fn classify(reply: &Reply, name: &[u8], qtype: u16, zone: &[u8], max_cname: 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rr(owner: &str, rtype: u16, rdata: Vec<u8>) -> Rr {
+    /// A record with TTL 300 (shared by the tests of the resolve modules).
+    pub(crate) fn rr(owner: &str, rtype: u16, rdata: Vec<u8>) -> Rr {
         Rr {
             owner: xdns_wire::name::from_presentation(owner).unwrap(),
             rtype,
@@ -201,7 +202,8 @@ mod tests {
         }
     }
 
-    fn n(s: &str) -> Vec<u8> {
+    /// A name in wire form.
+    pub(crate) fn n(s: &str) -> Vec<u8> {
         xdns_wire::name::from_presentation(s).unwrap()
     }
 

@@ -259,18 +259,7 @@ mod tests {
     use super::*;
     use crate::msg::Rr;
 
-    fn rr(owner: &str, rtype: u16, rdata: Vec<u8>) -> Rr {
-        Rr {
-            owner: xdns_wire::name::from_presentation(owner).unwrap(),
-            rtype,
-            ttl: 300,
-            rdata,
-        }
-    }
-
-    fn n(s: &str) -> Vec<u8> {
-        xdns_wire::name::from_presentation(s).unwrap()
-    }
+    use crate::resolve::classify::tests::{n, rr};
 
     /// Priming answers: only an authoritative NOERROR with NS at `.` counts; only addresses of
     /// those NS names are kept; the smallest TTL of what is kept is the set's life.
