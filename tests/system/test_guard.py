@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import signal
+import subprocess
 import socket
 import time
 
@@ -146,4 +147,37 @@ def test_rrl_slips_and_cookies_bypass_it(glab):
     st = glab.xdns_stats(srv)
     assert st["dropped"]["rate_limited"] >= 20 and st["guard"]["rrl_slipped"] >= 20, st["guard"]
     assert st["guard"]["cookie_valid"] >= 40 and st["guard"]["cookie_formerr"] == 1, st["guard"]
+    assert glab.stop(srv) == 0
+
+
+def guard_cmd(srv, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(XDNS_BIN), "guard", "--control", str(srv.extra["control"]), *args],
+                          capture_output=True, text=True, timeout=10)
+
+
+def test_live_blocks_without_reload_and_their_expiry(glab):
+    """`xdns guard block/unblock/list` on a server without [guard]: live, no reload; a block
+    `--for` a while lifts itself; a bad prefix is a clear error."""
+    import json
+    victim, bystander = addrs(glab, 140, 2)
+    srv = glab.start_xdns(DEFAULT_ZONES, name="xdns-guard3")
+    assert ask(glab, srv, "www.example.com.", src=victim) is not None
+    p = guard_cmd(srv, "block", f"{victim}/32")
+    assert p.returncode == 0 and "ok blocked" in p.stdout, p.stdout + p.stderr
+    assert ask(glab, srv, "www.example.com.", src=victim) is None
+    assert ask(glab, srv, "www.example.com.", src=bystander) is not None
+    entries = json.loads(guard_cmd(srv, "list").stdout)
+    assert [e["target"] for e in entries] == [f"{victim}/32"] and entries[0]["origin"] == "manual", entries
+    p = guard_cmd(srv, "unblock", f"{victim}/32")
+    assert p.returncode == 0, p.stderr
+    assert ask(glab, srv, "www.example.com.", src=victim) is not None
+    # for a while: lifted by itself
+    assert guard_cmd(srv, "block", victim, "--for", "2s").returncode == 0
+    assert ask(glab, srv, "www.example.com.", src=victim) is None
+    deadline = time.monotonic() + 6
+    while ask(glab, srv, "www.example.com.", src=victim) is None:
+        assert time.monotonic() < deadline, "the block did not expire"
+    assert json.loads(guard_cmd(srv, "list").stdout) == []
+    p = guard_cmd(srv, "block", "198.18.0.0/99")
+    assert p.returncode == 1 and "error" in p.stderr, p.stderr
     assert glab.stop(srv) == 0

@@ -113,6 +113,7 @@ async fn answer(
             None => "error: no resolver configured".to_string(),
         },
         cmd if cmd.starts_with("flush ") => flush_name(&shared, cmd),
+        cmd if cmd.starts_with("guard ") => shared.live_blocks.command(cmd),
         other => format!("error: unknown command `{}`", other.escape_debug()),
     };
     wr.write_all(reply.as_bytes()).await?;

@@ -190,6 +190,11 @@ impl Guard {
         Ok(Self { settings: s.clone(), block, allow, names, rrl, cookies, counters: GuardCounters::default() })
     }
 
+    /// Whether `ip` is on the allowlist (never blocked, never limited).
+    pub fn allows(&self, ip: Option<IpAddr>) -> bool {
+        ip.is_some_and(|ip| self.allow.contains(ip))
+    }
+
     /// Step 1 of the plan (`begin`), before any parsing that answers.
     pub fn begin(&self, wire: &[u8], peer: Option<IpAddr>) -> Verdict {
         let allowed = peer.is_some_and(|ip| self.allow.contains(ip));
@@ -281,6 +286,109 @@ impl Guard {
             "guard".into(),
             Group::counters("The userspace guard: messages dropped (blocked source or name, over the rate limit), slipped, cookies, list sizes.", "counter", values),
         );
+    }
+}
+
+/// Blocks made live (`xdns guard block`, later the detector), beside the list files: kept in
+/// `xdns_guard::monitor` (origin, reason, expiry), applied as a prefix list swapped whole on
+/// every change (`None` while empty, so that the query path pays one load). They live with the
+/// process: a reload keeps them, a restart starts without them.
+pub struct LiveBlocks {
+    monitor: Mutex<xdns_guard::monitor::Monitor>,
+    pub list: arc_swap::ArcSwapOption<PrefixList>,
+}
+
+impl Default for LiveBlocks {
+    fn default() -> Self {
+        Self { monitor: Mutex::new(xdns_guard::monitor::Monitor::new(Default::default())), list: Default::default() }
+    }
+}
+
+impl LiveBlocks {
+    /// `guard block PREFIX [SECONDS]`, `guard unblock PREFIX`, `guard list`: the reply line.
+    pub fn command(&self, cmd: &str) -> String {
+        use xdns_guard::monitor::{Blocked, Origin, Target};
+        let words: Vec<&str> = cmd.split_ascii_whitespace().skip(1).collect();
+        let now = u64::from(unix_now());
+        let mut m = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        let reply = match words.as_slice() {
+            ["list"] => {
+                let entries: Vec<serde_json::Value> = m
+                    .entries()
+                    .into_iter()
+                    .map(|e| {
+                        serde_json::json!({
+                            "target": e.target.to_string(),
+                            "origin": format!("{:?}", e.origin).to_lowercase(),
+                            "reason": e.reason,
+                            "rate": e.rate,
+                            "age_seconds": now.saturating_sub(e.since),
+                            "expires_in_seconds": e.expires.map(|x| x.saturating_sub(now)),
+                            "tier": "kernel list",
+                        })
+                    })
+                    .collect();
+                return serde_json::to_string(&entries).unwrap_or_else(|e| format!("error: {e}"));
+            }
+            ["block", prefix, rest @ ..] if rest.len() <= 1 => {
+                let p = match xdns_guard::lists::parse_prefix(prefix) {
+                    Ok(p) => p,
+                    Err(e) => return format!("error: {e}"),
+                };
+                let ttl = match rest.first().map(|s| xdns_guard::monitor::parse_duration(s)) {
+                    Some(Err(e)) => return format!("error: {e}"),
+                    Some(Ok(t)) => Some(t),
+                    None => None,
+                };
+                match m.block(now, Target::Source(p), Origin::Manual, "manual", ttl, 0.0) {
+                    Blocked::Added => format!("ok blocked {p}"),
+                    Blocked::Updated => format!("ok {p} was blocked; updated"),
+                    Blocked::Full => return "error: the block list is full".into(),
+                }
+            }
+            ["unblock", prefix] => match xdns_guard::lists::parse_prefix(prefix) {
+                Ok(p) => match m.unblock(&Target::Source(p)) {
+                    Some(_) => format!("ok unblocked {p}"),
+                    None => return format!("error: {p} is not blocked"),
+                },
+                Err(e) => return format!("error: {e}"),
+            },
+            _ => return format!("error: usage: guard list | guard block PREFIX [DURATION] | guard unblock PREFIX, not `{}`", cmd.escape_debug()),
+        };
+        self.publish(&m);
+        reply
+    }
+
+    /// Drop the entries whose time has come (every second); true if any went.
+    pub fn expire(&self) -> bool {
+        let mut m = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        let thresholds = xdns_guard::monitor::Thresholds { source_pps: f64::MAX, suffix_qps: f64::MAX };
+        let gone = m.tick(u64::from(unix_now()), thresholds);
+        for (t, why) in &gone {
+            tracing::info!(target = %t, reason = ?why, "guard: unblocked");
+        }
+        if !gone.is_empty() {
+            self.publish(&m);
+        }
+        !gone.is_empty()
+    }
+
+    fn publish(&self, m: &xdns_guard::monitor::Monitor) {
+        let mut list = PrefixList::new();
+        for e in m.entries() {
+            if let xdns_guard::monitor::Target::Source(p) = &e.target {
+                list.insert(*p);
+            }
+        }
+        self.list.store((!list.is_empty()).then(|| std::sync::Arc::new(list)));
+    }
+
+    /// Whether `ip` is blocked live.
+    pub fn blocks(&self, ip: Option<IpAddr>) -> bool {
+        match (ip, self.list.load().as_deref()) {
+            (Some(ip), Some(list)) => list.contains(ip),
+            _ => false,
+        }
     }
 }
 

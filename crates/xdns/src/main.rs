@@ -7,6 +7,7 @@
 //! xdns check --config FILE
 //! xdns stats [--config FILE | --control PATH] [--json]
 //! xdns flush [--config FILE | --control PATH] [NAME [--subtree]]
+//! xdns guard [--config FILE | --control PATH] list | block PREFIX [--for DURATION] | unblock PREFIX
 //! ```
 //!
 //! Exit status: 0 on success (and after a clean SIGTERM/SIGINT), 1 on any error.
@@ -70,6 +71,9 @@ enum Command {
     /// Empty a running server's resolver caches (answers, delegations, negative answers,
     /// failures, server RTTs; the root hints stay), or only what is cached for one name.
     Flush(FlushArgs),
+    /// Live blocks of a running server, no reload: list them, block a source (address or
+    /// prefix, optionally for a while), unblock one.
+    Guard(GuardArgs),
     /// Write the manual pages (xdns.8, xdns.toml.5) and shell completions into a directory
     /// (used by packaging; generated from the command line and configuration definitions).
     #[command(hide = true)]
@@ -78,6 +82,30 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// Arguments of `xdns guard`.
+#[derive(Debug, Args)]
+struct GuardArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    #[command(subcommand)]
+    action: GuardAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum GuardAction {
+    /// Blocked entries (JSON): target, origin, reason, rate, age, expiry, tier.
+    List,
+    /// Drop everything from ADDR[/LEN] until unblocked, or for a while (`--for 10m`).
+    Block {
+        prefix: String,
+        /// How long: 90, 90s, 10m, 2h, 1d.
+        #[arg(long = "for")]
+        duration: Option<String>,
+    },
+    /// Lift a block made with `block`.
+    Unblock { prefix: String },
 }
 
 /// Arguments of `xdns flush`.
@@ -365,19 +393,34 @@ fn stats(args: StatsArgs) -> ExitCode {
 }
 
 fn flush(args: FlushArgs) -> ExitCode {
-    let path = match args.control.path() {
+    let cmd = match (&args.name, args.subtree) {
+        (None, _) => "flush".to_string(),
+        (Some(n), false) => format!("flush name {n}"),
+        (Some(n), true) => format!("flush subtree {n}"),
+    };
+    control_command(&args.control, &cmd)
+}
+
+fn guard(args: GuardArgs) -> ExitCode {
+    let cmd = match &args.action {
+        GuardAction::List => "guard list".to_string(),
+        GuardAction::Block { prefix, duration: None } => format!("guard block {prefix}"),
+        GuardAction::Block { prefix, duration: Some(d) } => format!("guard block {prefix} {d}"),
+        GuardAction::Unblock { prefix } => format!("guard unblock {prefix}"),
+    };
+    control_command(&args.control, &cmd)
+}
+
+/// Send `cmd` over the control socket and print the reply (an `error...` reply: exit 1).
+fn control_command(control: &ControlArgs, cmd: &str) -> ExitCode {
+    let path = match control.path() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let cmd = match (&args.name, args.subtree) {
-        (None, _) => "flush".to_string(),
-        (Some(n), false) => format!("flush name {n}"),
-        (Some(n), true) => format!("flush subtree {n}"),
-    };
-    match control::request(&path, &cmd) {
+    match control::request(&path, cmd) {
         Ok(reply) if reply.starts_with("error") => {
             eprintln!("xdns: {reply}");
             ExitCode::FAILURE
@@ -400,6 +443,7 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Stats(a) => stats(a),
         Command::Flush(a) => flush(a),
+        Command::Guard(a) => guard(a),
         Command::Manual { out } => match manual(&out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -26,7 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use xdns_wire::{CacheKey, Query};
 use xdns_zone::{respond, Outcome, Transport};
 
-use crate::guard::{Guard, Verdict};
+use crate::guard::{Guard, LiveBlocks, Verdict};
 use crate::recursion::{self, Recursion, Route};
 use crate::reload::Served;
 use crate::stats::{DropKind, Shard};
@@ -86,13 +86,17 @@ const PLAN: [Step; 2] = [recursive, authoritative];
 pub fn handle(
     served: &Served,
     guard: Option<&Guard>,
+    live: &LiveBlocks,
     recursion: Option<&Recursion>,
     msg: Message<'_>,
     out: &mut Vec<u8>,
 ) -> Action {
     out.clear();
     let run = catch_unwind(AssertUnwindSafe(|| {
-        // step 1, begin: the guard's lists and cookies
+        // step 1, begin: blocks made live (`xdns guard block`), the guard's lists and cookies
+        if live.blocks(msg.peer) && !guard.is_some_and(|g| g.allows(msg.peer)) {
+            return Action::Drop(DropKind::Blocked);
+        }
         let cookie = match guard.map(|g| g.begin(msg.wire, msg.peer)) {
             Some(Verdict::Drop) => return Action::Drop(DropKind::Blocked),
             Some(Verdict::FormErr) => return formerr(served, &msg, out),
@@ -199,7 +203,7 @@ mod tests {
         for transport in [Transport::Udp, Transport::Tcp] {
             // no zone and no resolver: the authoritative step answers REFUSED
             let msg = Message { wire: &query("www.example.org"), peer: None, transport };
-            let a = handle(&served, None, None, msg, &mut out);
+            let a = handle(&served, None, &LiveBlocks::default(), None, msg, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Answered { rcode: 5, qtype: 1, .. })), "{a:?}");
             assert_eq!(&out[..2], &[0x12, 0x34]);
             // the same bytes as xdns_zone::respond gives
@@ -209,11 +213,11 @@ mod tests {
             // a response (QR=1) gets nothing
             let mut resp = query("www.example.org");
             resp[2] |= 0x80;
-            let a = handle(&served, None, None, Message { wire: &resp, peer: None, transport }, &mut out);
+            let a = handle(&served, None, &LiveBlocks::default(), None, Message { wire: &resp, peer: None, transport }, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
             assert!(out.is_empty());
             // garbage: dropped, never a panic
-            let a = handle(&served, None, None, Message { wire: &[0xff; 5], peer: None, transport }, &mut out);
+            let a = handle(&served, None, &LiveBlocks::default(), None, Message { wire: &[0xff; 5], peer: None, transport }, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
         }
     }

@@ -156,7 +156,7 @@ fn help_names_every_command_and_both_roles() {
     assert!(out.status.success(), "{help}");
     assert!(help.contains("Authoritative DNS server and caching resolver"), "{help}");
     let usage = include_str!("../src/main.rs");
-    for cmd in ["serve", "check", "stats", "flush"] {
+    for cmd in ["serve", "check", "stats", "flush", "guard"] {
         assert!(help.lines().any(|l| l.trim_start().starts_with(cmd)), "--help lacks {cmd}: {help}");
         assert!(usage.contains(&format!("//! xdns {cmd} ")), "main.rs usage block lacks {cmd}");
     }

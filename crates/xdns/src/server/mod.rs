@@ -63,6 +63,8 @@ pub struct Shared {
     pub heartbeats: Arc<systemd::Heartbeats>,
     /// `[guard]` in userspace (swapped whole on reload), when configured.
     pub guard: ArcSwapOption<crate::guard::Guard>,
+    /// Blocks made live (`xdns guard block`), with or without `[guard]`.
+    pub live_blocks: crate::guard::LiveBlocks,
 }
 
 impl Shared {
@@ -79,6 +81,7 @@ impl Shared {
             tcp_slots: OnceLock::new(),
             heartbeats: Default::default(),
             guard: ArcSwapOption::empty(),
+            live_blocks: Default::default(),
         }
     }
 
@@ -229,6 +232,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         "xdns started"
     );
     systemd::ready();
+    tasks.push(tokio::spawn(expire_live_blocks(shared.clone(), stop_rx.clone())));
     tasks.extend(systemd::spawn_watchdog(shared.heartbeats.clone(), stop_rx.clone()));
 
     let mut current = cfg;
@@ -320,6 +324,16 @@ async fn stop(
     if let Some(rec) = shared.recursion.get() {
         while Arc::strong_count(rec) > 1 && t.elapsed() < RESOLVING_GRACE {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Once a second, the live blocks whose time has come are lifted.
+async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => { shared.live_blocks.expire(); }
         }
     }
 }

@@ -214,7 +214,7 @@ async fn connection(
             let mut answer = Vec::new();
             let recursion = shared.recursion.get();
             let msg = Message { wire: &query, peer: Some(peer.ip()), transport: Transport::Tcp };
-            let action = query::handle(&shared.served.load(), shared.guard.load().as_deref(), recursion.map(|r| &**r), msg, &mut answer);
+            let action = query::handle(&shared.served.load(), shared.guard.load().as_deref(), &shared.live_blocks, recursion.map(|r| &**r), msg, &mut answer);
             match action {
                 // A recursive miss: resolved in a task of its own, answered when ready (RFC 7766
                 // allows answers out of order); at most `max_pipelined` at once per connection.

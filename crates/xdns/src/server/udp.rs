@@ -336,7 +336,7 @@ impl Worker {
             let namelen = hdr.msg_hdr.msg_namelen;
             let recursion = self.recursion.as_deref();
             let msg = Message { wire: query, peer: peer_ip(name), transport: Transport::Udp };
-            let action = match query::handle(&served, guard.as_deref(), recursion, msg, buf) {
+            let action = match query::handle(&served, guard.as_deref(), &shared.live_blocks, recursion, msg, buf) {
                 Action::Resolve(q, key) => {
                     let rec = recursion.expect("only the resolver's step asks to resolve");
                     let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key };
