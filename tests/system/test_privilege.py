@@ -58,7 +58,7 @@ def start(lab: Lab, name: str, zones, xdp: str = "auto", client_xdp: bool = Fals
     srv = Server(name, a4, a6, proc, wd, lab.dir / f"{name}.stderr",
                  {"conf": conf, "control": conf.parent / "xdns" / "control.sock", "xdp": xdp})
     deadline = time.monotonic() + 20
-    while "privileges dropped" not in srv.stderr():
+    while "privileges dropped" not in srv.stderr() or "XDP thread keeps CAP_NET_ADMIN" not in srv.stderr():
         assert srv.alive() and time.monotonic() < deadline, srv.stderr()[-3000:]
         time.sleep(0.05)
     lab.wait_xdp_data(srv)

@@ -716,6 +716,11 @@ impl PrefetchEvents {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new().name("xdns-prefetch".into()).spawn(move || {
+            // A thread inherits PR_SET_KEEPCAPS from its creator (the daemon's XDP thread sets
+            // it to keep its own capabilities when the process gives up root): this one needs
+            // none, so it loses them all with the switch.
+            // SAFETY: prctl with integer arguments only; it affects this thread alone.
+            unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) };
             let sink = Box::new(SinkCtx { tx });
             let ctx = (&*sink as *const SinkCtx).cast_mut().cast::<libc::c_void>();
             // SAFETY: `fd` is a ring buffer map fd we own for the whole loop; `ctx` points to

@@ -4,8 +4,9 @@
 //! - **User and group** (`user`, `group`; the group defaults to the user's primary group):
 //!   `setgroups`, `setresgid`, `setresuid` for the whole process (glibc applies them to every
 //!   thread). The uid change clears every thread's capabilities.
-//! - **Capabilities**: only the XDP thread keeps any, `CAP_NET_ADMIN` and `CAP_BPF` (it set
-//!   `PR_SET_KEEPCAPS` before the switch, then keeps just those two): the delivery guard needs
+//! - **Capabilities**: only the XDP thread keeps any, `CAP_NET_ADMIN` and `CAP_BPF` (it sets
+//!   `PR_SET_KEEPCAPS` when it starts, and after the switch, at its next turn, keeps just
+//!   those two; a fill of the maps under way finishes first): the delivery guard needs
 //!   them to attach an interface again in generic mode, and an abandoned takeover to point
 //!   its links back at its program. Threads that read packets (UDP workers, TCP and resolver
 //!   tasks) hold none. Map updates (reloads, the resolver's kernel cache, flush) go through

@@ -99,6 +99,7 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
             capacity: Default::default(),
         });
     }
+    fp_cfg.xdp.keep_caps = cfg.run_as.is_some();
     let zones = shared.served.load().zones.clone();
     tokio::task::spawn_blocking(move || {
         Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload, takeover)
@@ -273,14 +274,12 @@ pub async fn drop_privileges(cfg: &Config, shared: &Arc<Shared>, control: &std::
     };
     privilege::hand_over_path(control, &who)?;
     let sh = shared.clone();
+    // The XDP thread set PR_SET_KEEPCAPS when it started (`XdpConfig::keep_caps`): it may be
+    // filling the maps now (seconds for a large zone set), and nothing here waits for it.
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(fp) = fp.as_ref() {
-            fp.on_thread(privilege::keep_caps_across_switch)?;
-        }
         privilege::switch_user(&who)?;
-        if let Some(fp) = fp.as_ref() {
-            fp.on_thread(|| privilege::restrict_thread_caps(&privilege::XDP_THREAD_CAPS))?;
+        if let Some(fp) = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            fp.restrict_caps_soon();
         }
         privilege::deny_syscalls()?;
         Ok(())

@@ -38,8 +38,6 @@ enum Cmd {
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
     ),
-    /// Run on the XDP thread (per-thread state such as its capabilities).
-    OnThread(Box<dyn FnOnce() -> anyhow::Result<()> + Send>, mpsc::Sender<anyhow::Result<()>>),
 }
 
 /// What `xdns stats` and `/metrics` show of the fast path.
@@ -182,6 +180,9 @@ pub struct Fastpath {
     tx: Option<mpsc::Sender<Cmd>>,
     thread: Option<JoinHandle<()>>,
     status: Arc<XdpStatus>,
+    /// Set once the process has switched user: the XDP thread then keeps only the
+    /// capabilities it needs, at its next turn (a fill under way finishes first).
+    restrict_caps: Arc<AtomicBool>,
 }
 
 impl Fastpath {
@@ -203,9 +204,19 @@ impl Fastpath {
         let (tx, rx) = mpsc::channel::<Cmd>();
         let cfg = cfg.clone();
         let listen = listen.to_vec();
+        let restrict_caps = Arc::new(AtomicBool::new(false));
+        let restrict = restrict_caps.clone();
         let thread = std::thread::Builder::new()
             .name("xdns-xdp".into())
             .spawn(move || {
+                // set before anything else, so that the switch of user, whenever it comes
+                // (while this thread fills the maps, say), leaves this thread its capabilities
+                if cfg.keep_caps {
+                    if let Err(e) = crate::privilege::keep_caps_across_switch() {
+                        tracing::error!("{e:#}");
+                    }
+                }
+                let mut restricted = false;
                 let start = || -> anyhow::Result<Option<(XdpRuntime, Arc<XdpStatus>)>> {
                     let Some(mut rt) = XdpRuntime::load(&cfg, &listen, &zones, edns_payload)? else {
                         return Ok(None);
@@ -244,6 +255,13 @@ impl Fastpath {
                 };
                 drop(zones);
                 loop {
+                    if !restricted && restrict.load(Ordering::Relaxed) {
+                        restricted = true;
+                        match crate::privilege::restrict_thread_caps(&crate::privilege::XDP_THREAD_CAPS) {
+                            Ok(()) => tracing::info!("XDP thread keeps CAP_NET_ADMIN and CAP_BPF, nothing else"),
+                            Err(e) => tracing::error!("XDP thread capabilities: {e:#}"),
+                        }
+                    }
                     // between commands, and at least every GUARD_PERIOD: the delivery guard
                     let cmd = match rx.recv_timeout(GUARD_PERIOD) {
                         Ok(cmd) => cmd,
@@ -294,9 +312,6 @@ impl Fastpath {
                         Cmd::SetAllow(allow, reply) => {
                             let _ = reply.send(rt.set_allow(&allow));
                         }
-                        Cmd::OnThread(f, reply) => {
-                            let _ = reply.send(f());
-                        }
                     }
                 }
             })?;
@@ -305,6 +320,7 @@ impl Fastpath {
                 tx: Some(tx),
                 thread: Some(thread),
                 status,
+                restrict_caps,
             })),
             Ok(Ok(None)) => {
                 let _ = thread.join();
@@ -361,10 +377,11 @@ impl Fastpath {
         self.call(|reply| Cmd::SetAllow(allow, reply))
     }
 
-    /// Run `f` on the XDP thread, which owns the program and its links (blocking): for what
-    /// is per thread, such as the capabilities it alone keeps (`crate::privilege`).
-    pub fn on_thread(&self, f: impl FnOnce() -> anyhow::Result<()> + Send + 'static) -> anyhow::Result<()> {
-        self.call(|reply| Cmd::OnThread(Box::new(f), reply))
+    /// The process has switched user: the XDP thread drops every capability but
+    /// `CAP_NET_ADMIN` and `CAP_BPF` at its next turn (it logs it), without waiting here for a
+    /// fill under way.
+    pub fn restrict_caps_soon(&self) {
+        self.restrict_caps.store(true, Ordering::Relaxed);
     }
 
     /// Send the command `make` builds around a reply channel, and wait for the reply up to

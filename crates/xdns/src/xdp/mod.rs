@@ -31,6 +31,10 @@ pub struct XdpConfig {
     /// under no served zone are answered from the cache for clients in `allow`.
     #[serde(skip)]
     pub resolver: Option<xdns_bpf::runtime::ResolverStage>,
+    /// The daemon will give up root (`user = ...`): the XDP thread keeps its capabilities
+    /// across the switch (`crate::privilege`). Set by the daemon, not read from `[xdp]`.
+    #[serde(skip)]
+    pub keep_caps: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
