@@ -14,6 +14,7 @@ use toml::Spanned;
 use xdns_zone::ZoneSource;
 
 use crate::recursion::{FileResolver, ResolverSettings};
+use crate::xfr::keys::KeyConfig;
 use crate::xdp::XdpConfig;
 
 /// Default path of the control socket.
@@ -50,6 +51,23 @@ pub struct Config {
     pub zones: Vec<ZoneSource>,
     /// The recursive resolver (`[resolver]`); `None` = authoritative only.
     pub resolver: Option<ResolverSettings>,
+    /// TSIG keys (`[[key]]`), by name.
+    pub keys: Vec<KeyConfig>,
+    /// Zones transferred from primaries (`[[zone]]` with `primaries`), in configuration order.
+    pub secondaries: Vec<SecondaryConfig>,
+}
+
+/// A secondary zone: `[[zone]]` with `primaries`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecondaryConfig {
+    /// The apex in presentation form, lowercase, with the final dot.
+    pub name: String,
+    /// Where to transfer from (and the only addresses whose NOTIFY is accepted), in order.
+    pub primaries: Vec<SocketAddr>,
+    /// The TSIG key transfers and NOTIFYs are signed with.
+    pub key: Option<KeyConfig>,
+    /// Where the last good copy is written (and read at start), if anywhere.
+    pub file: Option<PathBuf>,
 }
 
 /// `[tcp]` table.
@@ -160,6 +178,17 @@ struct FileConfig {
     zone: Vec<FileZone>,
     #[serde(default)]
     resolver: Option<Spanned<FileResolver>>,
+    #[serde(default)]
+    key: Vec<Spanned<FileKey>>,
+}
+
+/// One `[[key]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKey {
+    name: String,
+    algorithm: String,
+    secret: String,
 }
 
 /// One `[[zone]]` entry.
@@ -167,7 +196,9 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileZone {
     name: Spanned<String>,
-    file: Spanned<String>,
+    file: Option<Spanned<String>>,
+    primaries: Option<Spanned<Vec<String>>>,
+    key: Option<Spanned<String>>,
 }
 
 /// 1-based line number of byte `offset` in `text`.
@@ -360,7 +391,21 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         }
     };
 
+    let mut keys: Vec<KeyConfig> = Vec::new();
+    for k in &file.key {
+        let line = span_line(k.span());
+        let kk = k.get_ref();
+        match KeyConfig::parse(&kk.name, &kk.algorithm, &kk.secret) {
+            Ok(key) if keys.iter().any(|o| o.name == key.name) => {
+                errors.push(err(line, format!("key `{}` configured twice", key.name)))
+            }
+            Ok(key) => keys.push(key),
+            Err(reason) => errors.push(err(line, reason)),
+        }
+    }
+
     let mut zones: Vec<ZoneSource> = Vec::new();
+    let mut secondaries: Vec<SecondaryConfig> = Vec::new();
     for z in &file.zone {
         let name = match normalize_zone_name(z.name.get_ref()) {
             Some(n) => n,
@@ -372,29 +417,72 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
                 continue;
             }
         };
-        if zones.iter().any(|s| s.name == name) {
+        if zones.iter().any(|s| s.name == name) || secondaries.iter().any(|s| s.name == name) {
             errors.push(err(
                 span_line(z.name.span()),
                 format!("zone `{name}` configured twice"),
             ));
             continue;
         }
-        let raw = Path::new(z.file.get_ref());
-        let file = if raw.is_absolute() {
-            raw.to_path_buf()
-        } else {
-            base.join(raw)
+        let file_path = match &z.file {
+            Some(f) if f.get_ref().is_empty() => {
+                errors.push(err(span_line(f.span()), format!("zone `{name}`: empty file name")));
+                continue;
+            }
+            Some(f) => {
+                let raw = Path::new(f.get_ref());
+                Some(if raw.is_absolute() { raw.to_path_buf() } else { base.join(raw) })
+            }
+            None => None,
         };
-        if z.file.get_ref().is_empty() {
+        let key = match &z.key {
+            None => None,
+            Some(k) => {
+                let want = k.get_ref().trim().trim_end_matches('.').to_ascii_lowercase() + ".";
+                match keys.iter().find(|c| c.name == want) {
+                    Some(c) => Some(c.clone()),
+                    None => {
+                        errors.push(err(span_line(k.span()), format!("zone `{name}`: no [[key]] named `{}`", k.get_ref())));
+                        continue;
+                    }
+                }
+            }
+        };
+        if let Some(p) = &z.primaries {
+            let mut primaries = Vec::new();
+            for a in p.get_ref() {
+                match parse_remote(a) {
+                    Some(sa) => primaries.push(sa),
+                    None => errors.push(err(
+                        span_line(p.span()),
+                        format!("zone `{name}`: primary `{a}` is not ADDRESS or ADDRESS@PORT"),
+                    )),
+                }
+            }
+            if p.get_ref().is_empty() {
+                errors.push(err(span_line(p.span()), format!("zone `{name}`: `primaries` is empty")));
+            }
+            secondaries.push(SecondaryConfig { name, primaries, key, file: file_path });
+            continue;
+        }
+        if key.is_some() {
+            // a primary's `key` signs outgoing transfers: not served yet (issue 28, step 2)
             errors.push(err(
-                span_line(z.file.span()),
-                format!("zone `{name}`: empty file name"),
+                span_line(z.name.span()),
+                format!("zone `{name}`: `key` needs `primaries` (transfers out are not supported yet)"),
             ));
             continue;
         }
+        let Some(file) = file_path else {
+            errors.push(err(
+                span_line(z.name.span()),
+                format!("zone `{name}`: `file` is required (or `primaries`, for a secondary)"),
+            ));
+            continue;
+        };
         if !file.is_file() {
             errors.push(err(
-                span_line(z.file.span()),
+                z.file.as_ref().and_then(|f| span_line(f.span())),
                 format!("zone `{name}`: file {} not found", file.display()),
             ));
             continue;
@@ -446,7 +534,22 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         xdp: file.xdp,
         zones,
         resolver,
+        keys,
+        secondaries,
     })
+}
+
+/// `ADDRESS@PORT` (Knot's form) or `ADDRESS` (port 53); `[v6]:port` is accepted too.
+pub fn parse_remote(text: &str) -> Option<SocketAddr> {
+    let t = text.trim();
+    if let Some((a, p)) = t.rsplit_once('@') {
+        let port: u16 = p.parse().ok().filter(|&p| p != 0)?;
+        return Some(SocketAddr::new(a.parse().ok()?, port));
+    }
+    if let Ok(ip) = t.parse::<std::net::IpAddr>() {
+        return Some(SocketAddr::new(ip, 53));
+    }
+    t.parse::<SocketAddr>().ok().filter(|a| a.port() != 0)
 }
 
 /// Only the control socket path of the configuration at `path` (for `xdns stats`): the rest
@@ -625,10 +728,17 @@ file = "z.zone"
             ("\n\n[[zone]]\nname = \"a.\"\nfile = \"missing.zone\"\n", Some(5), "missing.zone"),
             ("[[zone]]\nname = \"a..b\"\nfile = \"z.zone\"\n", Some(2), "a..b"),
             ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\n[[zone]]\nname = \"A\"\nfile = \"z.zone\"\n", Some(5), "twice"),
-            ("[[zone]]\nname = \"a.\"\n", Some(1), "file"),
+            ("[[zone]]\nname = \"a.\"\n", Some(2), "file"),
             ("listen = 5\n", Some(1), "sequence"),
             ("listen = [\n", Some(1), "array"),
             ("[xdp]\nmode = \"fast\"\n", Some(2), "fast"),
+            ("\n[[key]]\nname = \"k\"\nalgorithm = \"hmac-md5\"\nsecret = \"AAAA\"\n", Some(2), "hmac-md5"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"%%%\"\n", Some(1), "base64"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\nsize = 1\n", Some(5), "size"),
+            ("[[zone]]\nname = \"a.\"\nprimaries = [\"198.18.0.1@53\"]\nkey = \"nokey\"\n", Some(4), "nokey"),
+            ("[[zone]]\nname = \"a.\"\nprimaries = [\"198.18.0.1@x\"]\n", Some(3), "198.18.0.1@x"),
+            ("[[zone]]\nname = \"a.\"\nprimaries = []\n", Some(3), "empty"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\n[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nkey = \"k\"\n", Some(6), "primaries"),
         ];
         for (text, line, needle) in table {
             let errs = parse(text, &d.cfg(), &Overrides::default()).expect_err(text);
@@ -642,6 +752,28 @@ file = "z.zone"
                 "{shown}"
             );
         }
+    }
+
+    /// `[[key]]` and a secondary `[[zone]]`: primaries as Knot writes them, the key found by
+    /// name in any case, `file` optional and allowed not to exist yet.
+    #[test]
+    fn secondary_zones_and_keys() {
+        let d = Dir::new("sec");
+        let text = "[[key]]\nname = \"XFR\"\nalgorithm = \"hmac-sha512\"\nsecret = \"c2VjcmV0\"\n\
+                    [[zone]]\nname = \"b.\"\nprimaries = [\"198.18.0.3@5353\", \"2001:db8::3\", \"[2001:db8::4]:54\"]\nkey = \"xfr.\"\nfile = \"cache/b.zone\"\n\
+                    [[zone]]\nname = \"c.\"\nprimaries = [\"198.18.0.3\"]\n";
+        let c = parse(text, &d.cfg(), &Overrides::default()).unwrap();
+        assert!(c.zones.is_empty());
+        assert_eq!(c.keys.len(), 1);
+        assert_eq!(c.keys[0].secret, b"secret");
+        let b = &c.secondaries[0];
+        assert_eq!(b.name, "b.");
+        let want: Vec<SocketAddr> =
+            vec!["198.18.0.3:5353".parse().unwrap(), "[2001:db8::3]:53".parse().unwrap(), "[2001:db8::4]:54".parse().unwrap()];
+        assert_eq!(b.primaries, want);
+        assert_eq!(b.key.as_ref().map(|k| k.name.as_str()), Some("xfr."));
+        assert_eq!(b.file, Some(d.0.join("cache/b.zone")));
+        assert_eq!((c.secondaries[1].key.is_none(), c.secondaries[1].file.is_none()), (true, true));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod server;
 mod stats;
 mod takeover;
 mod xdp;
+mod xfr;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,21 @@ enum Command {
     /// Empty a running server's resolver caches (answers, delegations, negative answers,
     /// failures, server RTTs; the root hints stay), or only what is cached for one name.
     Flush(FlushArgs),
+    /// Secondary zones: check the primary now (`refresh`: IXFR when it has a newer serial) or
+    /// transfer the whole zone again (`retransfer`: AXFR).
+    Zone(ZoneArgs),
+}
+
+/// Arguments of `xdns zone`.
+#[derive(Debug, Args)]
+struct ZoneArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// `refresh` or `retransfer`.
+    #[arg(value_parser = ["refresh", "retransfer"])]
+    action: String,
+    /// The zone's name.
+    name: String,
 }
 
 /// Arguments of `xdns flush`.
@@ -351,6 +367,30 @@ fn flush(args: FlushArgs) -> ExitCode {
     }
 }
 
+fn zone(args: ZoneArgs) -> ExitCode {
+    let path = match args.control.path() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match control::request(&path, &format!("zone {} {}", args.action, args.name)) {
+        Ok(reply) if reply.starts_with("error") => {
+            eprintln!("xdns: {reply}");
+            ExitCode::FAILURE
+        }
+        Ok(reply) => {
+            println!("{reply}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xdns: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -358,6 +398,7 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Stats(a) => stats(a),
         Command::Flush(a) => flush(a),
+        Command::Zone(a) => zone(a),
     }
 }
 

@@ -15,7 +15,8 @@
 //!    (FORMERR, NOTIMP, REFUSED, BADVERS), answered from the served zones;
 //! 4. **end**: the reply as it will be sent (the place for dnstap and telemetry: issue 27).
 //!
-//! NOTIFY and zone transfers (issue 28) become steps between 1 and 3. A step never panics on
+//! Between 1 and 2, **transfers** ([`crate::xfr::notify`]): NOTIFY for secondary zones, and
+//! SERVFAIL for a secondary zone past its expire time (transfers out, later, go here too). A step never panics on
 //! input; should one panic all the same, [`handle`] catches it and the message is dropped and
 //! counted (`dropped.internal`), never answered with half-written bytes.
 
@@ -74,7 +75,7 @@ enum Flow {
 type Step = fn(&Served, Option<&Recursion>, &Message<'_>, &mut Vec<u8>) -> Flow;
 
 /// The steps, in order (see the module documentation).
-const PLAN: [Step; 2] = [recursive, authoritative];
+const PLAN: [Step; 3] = [transfers, recursive, authoritative];
 
 /// Run the plan on `msg` against the state served now (`served`, and the resolver when
 /// configured); any reply is written into `out` (cleared first).
@@ -93,6 +94,18 @@ pub fn handle(served: &Served, recursion: Option<&Recursion>, msg: Message<'_>, 
         out.clear();
         Action::Fail
     })
+}
+
+/// Step 1b: NOTIFY for secondary zones, and SERVFAIL for a secondary zone past its expire
+/// time ([`crate::xfr::notify`]).
+fn transfers(served: &Served, _: Option<&Recursion>, msg: &Message<'_>, out: &mut Vec<u8>) -> Flow {
+    if let Some(o) = crate::xfr::notify::notify(served, msg.wire, msg.peer, out) {
+        return Flow::Done(Action::Reply(o));
+    }
+    match crate::xfr::notify::expired(served, msg.wire, served.respond.edns_payload, out) {
+        Some(o) => Flow::Done(Action::Reply(o)),
+        None => Flow::Continue,
+    }
 }
 
 /// Step 2: names under no served zone, with a `[resolver]`.

@@ -31,9 +31,25 @@ pub struct Served {
     pub loaded: Vec<LoadedZone>,
     /// Answer settings.
     pub respond: RespondConfig,
+    /// Apexes of secondary zones past their expire time: kept in `loaded`, left out of
+    /// `zones`, answered SERVFAIL (`crate::xfr::notify::expired`).
+    pub expired: Vec<xdns_zone::NameKey>,
+    /// The secondary zones (fixed until a restart; carried from one version to the next).
+    pub xfr: Option<Arc<crate::xfr::Registry>>,
 }
 
 impl Served {
+    /// This state with other zones: the set answered from is `loaded` but the `expired`.
+    pub fn with(&self, loaded: Vec<LoadedZone>, expired: Vec<xdns_zone::NameKey>) -> Served {
+        let mut set = ZoneSet::default();
+        for l in &loaded {
+            if !expired.contains(&l.zone.apex) {
+                set.zones.insert(l.zone.apex.clone(), l.zone.clone());
+            }
+        }
+        Served { zones: Arc::new(set), loaded, respond: self.respond.clone(), expired, xfr: self.xfr.clone() }
+    }
+
     /// Name, serial and record count of every zone served.
     pub fn zone_infos(&self) -> Vec<ZoneInfo> {
         self.loaded
@@ -71,6 +87,7 @@ pub fn zone_info(name: &str, zone: &Zone) -> ZoneInfo {
         name: name.to_string(),
         serial: zone.serial,
         records: record_count(zone),
+        transfer: None,
     }
 }
 
@@ -133,15 +150,39 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
             }
         }
     }
-    let mut set = ZoneSet::default();
-    for l in &loaded {
-        set.zones.insert(l.zone.apex.clone(), l.zone.clone());
+    // Secondary zones: the version served keeps serving (a reload never goes back to the
+    // stored copy); at start, the stored copy is served until a primary is reached.
+    let mut expired = Vec::new();
+    for sec in &cfg.secondaries {
+        if let Some(p) = old.and_then(|o| o.loaded.iter().find(|l| l.source.name == sec.name)) {
+            if old.is_some_and(|o| o.expired.contains(&p.zone.apex)) {
+                expired.push(p.zone.apex.clone());
+            }
+            loaded.push(p.clone());
+            continue;
+        }
+        let Some(file) = sec.file.as_ref().filter(|f| f.is_file()) else {
+            continue; // nothing stored: served after the first transfer
+        };
+        let src = ZoneSource { name: sec.name.clone(), file: file.clone() };
+        match load_guarded(&src) {
+            Ok(zone) => {
+                report.loaded += 1;
+                loaded.push(LoadedZone { source: src, zone: Arc::new(zone) });
+            }
+            Err(errs) => {
+                // a bad stored copy: not served until a transfer brings a good one
+                report.errors.extend(errs);
+                report.missing.push(sec.name.clone());
+            }
+        }
     }
-    let served = Served {
-        zones: Arc::new(set),
-        loaded,
+    let base = Served {
         respond: respond_config(cfg),
+        xfr: Some(old.and_then(|o| o.xfr.clone()).unwrap_or_else(|| Arc::new(crate::xfr::Registry::new(cfg)))),
+        ..Default::default()
     };
+    let served = base.with(loaded, expired);
     (served, report)
 }
 
@@ -161,6 +202,9 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
     differs(old.tcp != new.tcp, "tcp");
     differs(old.log != new.log, "log");
     differs(old.xdp != new.xdp, "xdp");
+    // the secondary zones' tasks and NOTIFY checks are set up at start
+    differs(old.secondaries != new.secondaries, "zone primaries/key/file of secondary zones");
+    differs(old.keys != new.keys, "key");
     // The XDP program's EDNS payload is read-only data fixed at load: with XDP on, a new
     // value in userspace only would make the kernel's answers and userspace's differ.
     differs(
@@ -220,7 +264,8 @@ mod tests {
             ZoneInfo {
                 name: "a.".into(),
                 serial: 9,
-                records: 6
+                records: 6,
+                transfer: None,
             }
         );
     }
@@ -244,6 +289,7 @@ mod tests {
                 zone: old_zone.clone(),
             }],
             respond: RespondConfig::default(),
+            ..Default::default()
         };
         let (new, report) = build(&cfg, Some(&old));
         assert_eq!(report.loaded, 0);

@@ -17,6 +17,7 @@
 //! `/metrics`), which hand every message to the one query plan (`crate::query`).
 
 mod reconfigure;
+pub use reconfigure::fastpath as refill_fastpath;
 mod slots;
 mod start;
 pub mod tcp;
@@ -58,6 +59,9 @@ pub struct Shared {
     pub takeover: takeover::State,
     /// The TCP connection slots of every listener (set before the listeners start).
     pub tcp_slots: OnceLock<Arc<slots::Slots>>,
+    /// Held while the served zones are swapped and the XDP maps refilled (a reload, a zone
+    /// transfer): one at a time, each from the state the previous one left.
+    pub swap: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -72,6 +76,7 @@ impl Shared {
             recursion: OnceLock::new(),
             takeover: Default::default(),
             tcp_slots: OnceLock::new(),
+            swap: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -79,7 +84,21 @@ impl Shared {
     /// wait for a reload).
     pub fn snapshot(&self) -> Snapshot {
         let mut s = self.stats.snapshot();
-        s.zones = self.served.load().zone_infos();
+        let served = self.served.load();
+        s.zones = served.zone_infos();
+        if let Some(reg) = &served.xfr {
+            for sec in &reg.zones {
+                let info = sec.info();
+                match s.zones.iter_mut().find(|z| z.name == sec.cfg.name) {
+                    Some(z) => z.transfer = Some(info),
+                    None => s.zones.push(crate::stats::ZoneInfo {
+                        name: sec.cfg.name.clone(),
+                        transfer: Some(info),
+                        ..Default::default()
+                    }),
+                }
+            }
+        }
         if let Some(status) = self.xdp_status.load_full() {
             status.snapshot(&mut s);
         }
@@ -164,6 +183,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     if let Some(l) = listeners.metrics {
         tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
     }
+    tasks.extend(crate::xfr::secondary::spawn(&shared, stop_rx.clone()));
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
     tasks.push(tokio::spawn(control::serve(control_listener, shared.clone(), req_tx, stop_rx.clone())));
 

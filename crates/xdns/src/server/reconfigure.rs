@@ -27,11 +27,17 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     if changed.iter().any(|c| c == "edns_payload") {
         build_cfg.edns_payload = current.edns_payload; // as the kernel's, until a restart
     }
+    // secondary zones and keys stay as started (restart needed, listed above)
+    build_cfg.secondaries = current.secondaries.clone();
+    build_cfg.keys = current.keys.clone();
     let edns_payload = build_cfg.edns_payload;
+    // one swap at a time: a transfer landing meanwhile waits, and is not undone by this one
+    let guard = shared.swap.lock().await;
     let Some((loaded, failed)) = zones(shared, build_cfg).await else {
         return current;
     };
     fastpath(shared).await;
+    drop(guard);
     tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
     let resolver = resolver(shared, &current, &new_cfg).await;
     Config { zones: new_cfg.zones, edns_payload, resolver, ..current }
@@ -98,7 +104,7 @@ pub fn zone_list(shared: &Shared) -> Vec<String> {
 
 /// The served zones into the kernel's maps (a new generation, flipped in when complete; the
 /// old data keeps answering if it fails).
-async fn fastpath(shared: &Arc<Shared>) {
+pub async fn fastpath(shared: &Arc<Shared>) {
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.reload(zones)).await {
         Some(Err(e)) => tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones"),

@@ -1,0 +1,408 @@
+//! Secondary zones: one task per zone keeps it current from its primaries.
+//!
+//! The task checks the primary at start, then every SOA refresh interval (retry interval
+//! after a failure), and at once on an accepted NOTIFY or `xdns zone refresh`. A check is an
+//! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
+//! as the fallback when the primary cannot answer IXFR or its differences do not apply to
+//! our copy). The new version is written as a master file, loaded and validated by the zone
+//! loader like any configured zone, then swapped in as a reload does: the served set in
+//! userspace, then the XDP maps. Anything that fails keeps the old version serving and is
+//! logged. After `expire` seconds without a successful check the zone answers SERVFAIL
+//! until a primary answers again.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use domain::base::iana::Rcode;
+use domain::tsig::Key;
+use tokio::sync::{watch, Notify};
+use xdns_zone::load::text_to_key;
+use xdns_zone::{load_zone, NameKey, Zone, ZoneSource};
+
+use super::client::{self, Fetched, Kind, XfrError};
+use super::journal::{self, RecordSet};
+use super::serial::{self, Timers};
+use crate::config::{Config, SecondaryConfig};
+use crate::reload::LoadedZone;
+use crate::server::Shared;
+use crate::stats::TransferInfo;
+
+/// Retry interval while no SOA is known (nothing transferred, no stored copy).
+pub const RETRY_UNKNOWN: Duration = Duration::from_secs(10);
+
+/// Every secondary zone of the configuration (fixed until a restart).
+#[derive(Debug, Default)]
+pub struct Registry {
+    pub zones: Vec<Arc<Secondary>>,
+}
+
+impl Registry {
+    /// The secondaries of `cfg`.
+    pub fn new(cfg: &Config) -> Self {
+        let zones = cfg
+            .secondaries
+            .iter()
+            .filter_map(|s| {
+                let apex = text_to_key(&s.name)?;
+                let key = s.key.as_ref().and_then(|k| k.key().ok());
+                Some(Arc::new(Secondary {
+                    cfg: s.clone(),
+                    apex,
+                    key,
+                    wake: Notify::new(),
+                    force_axfr: AtomicBool::new(false),
+                    status: Mutex::new(TransferInfo {
+                        primaries: s.primaries.iter().map(|p| p.to_string()).collect(),
+                        source: "none".into(),
+                        ..Default::default()
+                    }),
+                }))
+            })
+            .collect();
+        Self { zones }
+    }
+
+    /// The secondary zone whose apex is `apex` (lowercased wire form).
+    pub fn find(&self, apex: &[u8]) -> Option<&Arc<Secondary>> {
+        self.zones.iter().find(|s| &s.apex[..] == apex)
+    }
+
+    /// The secondary zone named `name` (presentation form, any case, final dot optional).
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Secondary>> {
+        text_to_key(name).and_then(|k| self.find(&k))
+    }
+}
+
+/// One secondary zone.
+pub struct Secondary {
+    pub cfg: SecondaryConfig,
+    pub apex: NameKey,
+    pub key: Option<Arc<Key>>,
+    /// Woken by an accepted NOTIFY or a control command: check the primary now.
+    wake: Notify,
+    /// The next check is an AXFR (`xdns zone retransfer`).
+    force_axfr: AtomicBool,
+    /// What `xdns stats` shows.
+    status: Mutex<TransferInfo>,
+}
+
+impl std::fmt::Debug for Secondary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secondary").field("cfg", &self.cfg).finish()
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn unix_in(d: Duration) -> u64 {
+    unix(SystemTime::now() + d)
+}
+
+impl Secondary {
+    /// Check the primary now (NOTIFY, `xdns zone refresh`).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Transfer the whole zone now (`xdns zone retransfer`).
+    pub fn retransfer(&self) {
+        self.force_axfr.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// A NOTIFY was refused.
+    pub fn count_refused_notify(&self) {
+        self.status().notifies_refused += 1;
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, TransferInfo> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What `xdns stats` shows of this zone.
+    pub fn info(&self) -> TransferInfo {
+        self.status().clone()
+    }
+}
+
+/// Start one task per secondary zone of the served registry.
+pub fn spawn(shared: &Arc<Shared>, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(reg) = shared.served.load().xfr.clone() else {
+        return Vec::new();
+    };
+    reg.zones
+        .iter()
+        .map(|s| tokio::spawn(run(shared.clone(), s.clone(), stop.clone())))
+        .collect()
+}
+
+/// The version of the zone served now (also when expired), if any.
+fn current(shared: &Shared, name: &str) -> Option<Arc<Zone>> {
+    shared.served.load().loaded.iter().find(|l| l.source.name == name).map(|l| l.zone.clone())
+}
+
+/// The apex SOA RDATA of a zone.
+fn soa_rdata(zone: &Zone) -> Option<Bytes> {
+    zone.nodes.get(&zone.apex)?.rrset(client::SOA)?.rdata.first().cloned()
+}
+
+async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver<bool>) {
+    let name = sec.cfg.name.clone();
+    let start = current(&shared, &name);
+    let mut timers = start.as_deref().and_then(soa_rdata).and_then(|s| Timers::from_soa(&s));
+    // A stored copy read at start: its age is not known, so its expire counts from now.
+    let mut expire_at = timers.map(|t| Instant::now() + t.expire);
+    let mut expired = false;
+    {
+        let mut st = sec.status();
+        if let (Some(z), Some(t)) = (&start, &timers) {
+            st.source = format!("file {}", z.file.display());
+            st.serial = Some(z.serial);
+            st.expires = Some(unix_in(t.expire));
+        }
+    }
+    let mut next = Instant::now();
+    loop {
+        let wake = expire_at.map_or(next, |e| e.min(next));
+        tokio::select! {
+            _ = crate::server::stopped(&mut stop) => return,
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = sec.wake.notified() => next = Instant::now(),
+        }
+        let now = Instant::now();
+        if !expired && expire_at.is_some_and(|e| now >= e) {
+            tracing::error!(zone = %name, "zone expired: no primary answered for the SOA expire time; answering SERVFAIL");
+            set_expired(&shared, &name, true).await;
+            expired = true;
+            sec.status().expired = true;
+            expire_at = None;
+        }
+        if now < next {
+            continue;
+        }
+        match refresh(&shared, &sec, expired).await {
+            Ok(t) => {
+                timers = Some(t);
+                expired = false;
+                next = Instant::now() + t.refresh;
+                expire_at = Some(Instant::now() + t.expire);
+                let mut st = sec.status();
+                st.expired = false;
+                st.last_refresh = Some(unix(SystemTime::now()));
+                st.expires = Some(unix_in(t.expire));
+                st.last_error = None;
+            }
+            Err(e) => {
+                let retry = timers.map_or(RETRY_UNKNOWN, |t| t.retry);
+                tracing::warn!(zone = %name, error = %e, retry_s = retry.as_secs(), "refresh failed; the zone keeps serving what it has");
+                next = Instant::now() + retry;
+                let mut st = sec.status();
+                st.failures += 1;
+                st.last_error = Some(e);
+            }
+        }
+        sec.status().next_refresh = Some(unix(SystemTime::now() + next.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// One check of the primaries, in order: the timers of the version served afterwards.
+async fn refresh(shared: &Arc<Shared>, sec: &Arc<Secondary>, expired: bool) -> Result<Timers, String> {
+    let force = sec.force_axfr.swap(false, Ordering::Relaxed);
+    let cur = current(shared, &sec.cfg.name);
+    let have = cur.as_deref().and_then(|z| soa_rdata(z).map(|s| (z.serial, s)));
+    let mut errors = Vec::new();
+    for &primary in &sec.cfg.primaries {
+        match transfer_from(shared, sec, primary, cur.clone(), have.clone(), force, expired).await {
+            Ok(t) => return Ok(t),
+            Err(e) => {
+                tracing::warn!(zone = %sec.cfg.name, %primary, error = %e, "transfer failed");
+                errors.push(format!("{primary}: {e}"));
+            }
+        }
+    }
+    Err(errors.join("; "))
+}
+
+async fn transfer_from(
+    shared: &Arc<Shared>,
+    sec: &Arc<Secondary>,
+    primary: SocketAddr,
+    cur: Option<Arc<Zone>>,
+    have: Option<(u32, Bytes)>,
+    force: bool,
+    expired: bool,
+) -> Result<Timers, String> {
+    let name = &sec.cfg.name;
+    let key = sec.key.as_ref();
+    let t0 = Instant::now();
+    let mut kind = if have.is_some() && !force { Kind::Ixfr } else { Kind::Axfr };
+    let mut got = client::fetch(primary, name, key, kind, have.clone()).await;
+    if kind == Kind::Ixfr {
+        if let Err(XfrError::Rcode(rc)) = &got {
+            if *rc != Rcode::REFUSED && *rc != Rcode::NOTAUTH {
+                tracing::info!(zone = %name, %primary, rcode = %rc, "IXFR not answered: AXFR");
+                kind = Kind::Axfr;
+                got = client::fetch(primary, name, key, kind, have.clone()).await;
+            }
+        }
+    }
+    let got = got.map_err(|e| e.to_string())?;
+    let have_serial = have.as_ref().map(|h| h.0);
+    let set = match got {
+        Fetched::UpToDate { serial } => {
+            tracing::debug!(zone = %name, %primary, serial, "up to date");
+            return up_to_date(shared, sec, cur, expired, primary).await;
+        }
+        Fetched::Full { serial, records } => {
+            if let Some(h) = have_serial {
+                if !force && !serial::gt(serial, h) {
+                    if serial != h {
+                        tracing::warn!(zone = %name, %primary, serial, ours = h, "the primary's serial is older than ours: kept ours");
+                    }
+                    return up_to_date(shared, sec, cur, expired, primary).await;
+                }
+            }
+            (journal::from_records(records), "axfr")
+        }
+        Fetched::Incremental { serial, diffs } => {
+            let Some(base) = cur.clone() else {
+                return Err("IXFR differences without a zone to apply them to".into());
+            };
+            let n = diffs.len();
+            let applied = tokio::task::spawn_blocking(move || {
+                let mut set = journal::records_of(&base);
+                journal::apply(&mut set, &diffs).map(|()| set)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            match applied {
+                Ok(set) => {
+                    tracing::debug!(zone = %name, serial, differences = n, "IXFR applied");
+                    (set, "ixfr")
+                }
+                Err(e) => {
+                    tracing::warn!(zone = %name, %primary, error = %e, "IXFR does not apply to our copy: AXFR");
+                    match client::fetch(primary, name, key, Kind::Axfr, None).await.map_err(|e| e.to_string())? {
+                        Fetched::Full { records, .. } => (journal::from_records(records), "axfr"),
+                        other => return Err(format!("AXFR answered {other:?}")),
+                    }
+                }
+            }
+        }
+    };
+    let (set, how) = set;
+    let zone = materialize(sec, set).await?;
+    let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
+    let serial = zone.serial;
+    install(shared, &sec.cfg.name, Arc::new(zone), false).await;
+    let ms = t0.elapsed().as_millis() as u64;
+    tracing::info!(zone = %name, %primary, serial, kind = how, ms, "transferred and serving");
+    let mut st = sec.status();
+    st.serial = Some(serial);
+    st.source = format!("{how} from {primary}");
+    st.last_transfer = Some(how.to_string());
+    st.last_transfer_ms = Some(ms);
+    st.last_transfer_at = Some(unix(SystemTime::now()));
+    st.transfers += 1;
+    Ok(timers)
+}
+
+/// The primary has nothing newer: keep serving (again, when the zone had expired).
+async fn up_to_date(
+    shared: &Arc<Shared>,
+    sec: &Arc<Secondary>,
+    cur: Option<Arc<Zone>>,
+    expired: bool,
+    primary: SocketAddr,
+) -> Result<Timers, String> {
+    let cur = cur.ok_or("the primary says up to date, but we have no copy")?;
+    let t = soa_rdata(&cur).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA in our copy")?;
+    if expired {
+        tracing::info!(zone = %sec.cfg.name, %primary, "primary reached again: the zone is served again");
+        set_expired(shared, &sec.cfg.name, false).await;
+    }
+    Ok(t)
+}
+
+/// Where a zone's new version is written: its `file`, or a file in the temporary directory
+/// (removed once loaded) when it has none.
+fn target(sec: &Secondary) -> (PathBuf, bool) {
+    match &sec.cfg.file {
+        Some(f) => (f.clone(), true),
+        None => {
+            let safe: String = sec.cfg.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect();
+            (std::env::temp_dir().join(format!("xdns-{}-{safe}zone", std::process::id())), false)
+        }
+    }
+}
+
+/// Write `set` beside the zone's file (`FILE.new`), load it with the zone loader (every check
+/// a configured zone gets, errors as `FILE.new:LINE: reason`), and only then move it over
+/// the file. A zone that fails to load is left in `FILE.new` for inspection.
+async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, String> {
+    let (path, keep) = target(sec);
+    let name = sec.cfg.name.clone();
+    let apex = sec.apex.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut new = path.clone().into_os_string();
+        new.push(".new");
+        let new = PathBuf::from(new);
+        if let Some(dir) = new.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        journal::write(&new, &apex, &set).map_err(|e| format!("writing {}: {e}", new.display()))?;
+        drop(set);
+        let src = ZoneSource { name: name.clone(), file: new.clone() };
+        match load_zone(&src, None) {
+            Ok(mut zone) => {
+                if keep {
+                    std::fs::rename(&new, &path).map_err(|e| format!("moving {} to {}: {e}", new.display(), path.display()))?;
+                    zone.file = path;
+                } else {
+                    let _ = std::fs::remove_file(&new);
+                }
+                Ok(zone)
+            }
+            Err(errs) => {
+                for e in &errs {
+                    tracing::error!(zone = %name, "transferred zone rejected: {e}");
+                }
+                Err(format!("the transferred zone did not validate ({} errors, first: {})", errs.len(), errs[0]))
+            }
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Swap `zone` in as the version of `name` served, atomically, as a reload does.
+pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired: bool) {
+    let _g = shared.swap.lock().await;
+    let cur = shared.served.load_full();
+    let mut loaded: Vec<LoadedZone> = cur.loaded.clone();
+    let source = ZoneSource { name: name.to_string(), file: zone.file.clone() };
+    match loaded.iter_mut().find(|l| l.source.name == name) {
+        Some(l) => *l = LoadedZone { source, zone: zone.clone() },
+        None => loaded.push(LoadedZone { source, zone: zone.clone() }),
+    }
+    let mut exp = cur.expired.clone();
+    exp.retain(|a| *a != zone.apex);
+    if expired {
+        exp.push(zone.apex.clone());
+    }
+    shared.served.store(Arc::new(cur.with(loaded, exp)));
+    crate::server::refill_fastpath(shared).await;
+}
+
+/// Mark the zone `name` expired (SERVFAIL, out of the kernel maps) or served again.
+async fn set_expired(shared: &Arc<Shared>, name: &str, expired: bool) {
+    if let Some(z) = current(shared, name) {
+        install(shared, name, z, expired).await;
+    }
+}
