@@ -8,9 +8,10 @@
 
 use std::net::IpAddr;
 
-use domain::base::iana::{Opcode, Rcode};
+use domain::base::iana::{Opcode, Rcode, TsigRcode};
+use domain::base::name::ParsedName;
 use domain::base::{Message, MessageBuilder};
-use domain::rdata::tsig::Time48;
+use domain::rdata::tsig::{Time48, Tsig};
 use domain::tsig::ServerTransaction;
 use xdns_wire::response::error_response;
 use xdns_wire::Query;
@@ -67,16 +68,13 @@ pub fn notify(served: &Served, wire: &[u8], peer: Option<IpAddr>, out: &mut Vec<
             }
             Err(e) => {
                 sec.count_refused_notify();
-                tracing::warn!(zone = %sec.cfg.name, peer = ?peer, error = %e, "NOTIFY with a bad TSIG signature: NOTAUTH");
-                let rcode = e.error();
-                return Some(match e.build_message(&msg, MessageBuilder::new_vec()) {
-                    Ok(b) => {
-                        out.extend_from_slice(&b.finish());
-                        let _ = rcode;
-                        Outcome::Answered { rcode: Rcode::NOTAUTH.to_int().into(), qtype: 6, truncated: false }
-                    }
-                    Err(_) => reply(out, &msg, Rcode::NOTAUTH),
-                });
+                // domain 0.12 reports a wrong MAC as FORMERR; RFC 8945 §5.2.2 (and Knot) say BADSIG
+                let error = match e.error() {
+                    TsigRcode::FORMERR => TsigRcode::BADSIG,
+                    other => other,
+                };
+                tracing::warn!(zone = %sec.cfg.name, peer = ?peer, error = %error, "NOTIFY with a bad TSIG signature: NOTAUTH");
+                return Some(tsig_error(out, &msg, error).unwrap_or_else(|| reply(out, &msg, Rcode::NOTAUTH)));
             }
         },
     };
@@ -95,6 +93,23 @@ pub fn notify(served: &Served, wire: &[u8], peer: Option<IpAddr>, out: &mut Vec<
     }
     out.extend_from_slice(&b.finish());
     Some(Outcome::Answered { rcode: 0, qtype: 6, truncated: false })
+}
+
+/// NOTAUTH with the request's TSIG record carrying `error` and no MAC (RFC 8945 §5.3.2).
+fn tsig_error(out: &mut Vec<u8>, msg: &Message<Vec<u8>>, error: TsigRcode) -> Option<Outcome> {
+    let rec = msg
+        .additional()
+        .ok()?
+        .limit_to::<Tsig<&[u8], ParsedName<&[u8]>>>()
+        .filter_map(Result::ok)
+        .last()?;
+    let data = rec.data();
+    let tsig = Tsig::new(data.algorithm().clone(), data.time_signed(), data.fudge(), &b""[..], msg.header().id(), error, &b""[..]).ok()?;
+    let mut b = MessageBuilder::new_vec().start_answer(msg, Rcode::NOTAUTH).ok()?.additional();
+    b.push((rec.owner(), rec.class(), rec.ttl(), tsig)).ok()?;
+    out.clear();
+    out.extend_from_slice(&b.finish());
+    Some(Outcome::Answered { rcode: Rcode::NOTAUTH.to_int().into(), qtype: 6, truncated: false })
 }
 
 /// A query for a name in an expired zone (and in no served zone closer to it): SERVFAIL.
