@@ -28,6 +28,7 @@ import dns.opcode
 import dns.query
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 import dns.tsig
 import dns.tsigkeyring
 import pytest
@@ -351,3 +352,185 @@ def test_large_axfr(lab):
     finally:
         assert lab.stop(srv) == 0, srv.stderr()[-3000:]
         lab.stop(knot)
+
+
+# ------------------------------------------------------------------ xdns as a primary
+
+NET_ZONE = """$TTL 300
+@   SOA ns1.example.net. hostmaster.example.net. {serial} 3600 900 604800 120
+    NS  ns1
+ns1 A   198.18.1.1
+www A   198.18.1.10
+    AAAA 2001:db8:1::10
+mx  MX  10 www
+{extra}"""
+
+
+def start_nsd_secondary(lab, addrs, primary: str, zone: str, key) -> tuple:
+    a4, a6 = addrs
+    wd = lab.dir / "nsd-secondary"
+    wd.mkdir()
+    conf = wd / "nsd.conf"
+    conf.write_text(f"""server:
+    ip-address: {a4}
+    ip-address: {a6}
+    port: 53
+    username: ""
+    chroot: ""
+    database: ""
+    zonesdir: "{wd}"
+    zonelistfile: "{wd}/zone.list"
+    xfrdfile: "{wd}/xfrd.state"
+    xfrdir: "{wd}"
+    pidfile: "{wd}/nsd.pid"
+    server-count: 1
+    verbosity: 2
+    rrl-ratelimit: 0
+remote-control:
+    control-enable: no
+key:
+    name: "{key[0]}"
+    algorithm: {key[1]}
+    secret: "{key[2]}"
+zone:
+    name: "{zone}"
+    zonefile: "{wd}/{zone}zone"
+    request-xfr: {primary} {key[0]}
+    allow-notify: 198.18.0.0/15 {key[0]}
+""")
+    proc = lab.server(["nsd", "-c", conf, "-d"], name="nsd-secondary", cwd=wd)
+    return proc, wd
+
+
+def start_knot_secondary(lab, addrs, primary: str, zone: str, key) -> tuple:
+    a4, a6 = addrs
+    wd = lab.dir / "knot-secondary"
+    (wd / "db").mkdir(parents=True)
+    conf = wd / "knot.conf"
+    conf.write_text(f"""server:
+    rundir: "{wd}"
+    listen: [ {a4}@53, {a6}@53 ]
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+key:
+  - id: {key[0]}
+    algorithm: {key[1]}
+    secret: {key[2]}
+remote:
+  - id: xdns
+    address: {primary}@53
+    key: {key[0]}
+acl:
+  - id: notify
+    address: 198.18.0.0/15
+    key: {key[0]}
+    action: notify
+control:
+    listen: "{wd}/knot.sock"
+database:
+    storage: "{wd}/db"
+log:
+  - target: stderr
+    any: info
+template:
+  - id: default
+    storage: "{wd}"
+    zonefile-sync: -1
+zone:
+  - domain: "{zone}"
+    master: xdns
+    acl: notify
+""")
+    proc = lab.server(["knotd", "-c", conf], name="knot-secondary")
+    return proc, wd
+
+
+def soa_serial(m) -> int | None:
+    for rr in m.answer:
+        if rr.rdtype == dns.rdatatype.SOA:
+            return rr[0].serial
+    return None
+
+
+def test_xdns_primary_feeds_nsd_and_knot(lab):
+    import signal as sig
+    zone = "example.net."
+    zfile = lab.dir / "primary-example.net.zone"
+    zfile.write_text(NET_ZONE.format(serial=7, extra=""))
+    xa, na, ka = lab.new_address(), lab.new_address(), lab.new_address()
+    # in one namespace the secondaries' connections come from the veth's first address
+    allow = ", ".join(f'"{a}"' for a in [lab.client_addr4, lab.server_addr4])
+    extra = key_toml(KEY) + (f'\n[[zone]]\nname = "{zone}"\nfile = "{zfile}"\nkey = "{KEY[0]}"\n'
+                             f'notify = ["{na[0]}@53", "{ka[0]}@53"]\nallow_transfer = [{allow}]\n')
+    srv = lab.start_xdns([], name="xdns-primary", extra=extra, addrs=xa)
+    nsd, nsd_wd = start_nsd_secondary(lab, na, xa[0], zone, KEY)
+    knot, knot_wd = start_knot_secondary(lab, ka, xa[0], zone, KEY)
+    try:
+        lab.wait_answering(xa[0], zone, srv.proc)
+        # both secondaries transfer at start and serve the zone
+        for who, addr, proc in [("nsd", na[0], nsd), ("knot", ka[0], knot)]:
+            try:
+                lab.wait_answering(addr, zone, proc, timeout=20)
+            except (RuntimeError, TimeoutError) as e:
+                log = (lab.dir / f"{who}-secondary.stderr").read_text()[-3000:]
+                raise AssertionError(f"{who}: {e}\n{log}\n--- xdns ---\n{srv.stderr()[-3000:]}") from None
+            m = ask(lab, addr, "www.example.net.")
+            assert answer_set(m) == {"www.example.net. 300 A 198.18.1.10"}, (who, m)
+            assert soa_serial(ask(lab, addr, zone, "SOA")) == 7, who
+
+        # a new serial on xdns (file edited, SIGHUP): NOTIFY, both follow; Knot by IXFR
+        zfile.write_text(NET_ZONE.format(serial=8, extra="new A 198.18.1.99\n"))
+        srv.proc.send_signal(sig.SIGHUP)
+        t0 = time.monotonic()
+        for who, addr in [("nsd", na[0]), ("knot", ka[0])]:
+            wait_for(f"{who} serves serial 8",
+                     lambda: (m := ask(lab, addr, "new.example.net.", timeout=0.3)) is not None
+                     and answer_set(m) == {"new.example.net. 300 A 198.18.1.99"}, 10, step=0.05)
+        print(f"\nxdns reload → NSD and Knot serve the change after {time.monotonic() - t0:.2f} s")
+        knot_log = (lab.dir / "knot-secondary.stderr").read_text()
+        assert "IXFR, incoming" in knot_log, knot_log[-3000:]
+        err = srv.stderr()
+        assert "NOTIFY answered" in err, err[-3000:]
+        assert 'kind="ixfr"' in err, err[-3000:]  # served from the journal, not as AXFR
+
+        # refusals: a client outside allow_transfer (none here: the client is allowed, but
+        # unsigned), a wrong key
+        q = dns.message.make_query(zone, "AXFR")
+        r = lab.tcp(xa[0], q.to_wire())
+        assert r is not None and rcode_of(r) == dns.rcode.NOTAUTH, r
+        q = dns.message.make_query(zone, "AXFR")
+        q.use_tsig(dns.tsigkeyring.from_text({WRONG[0]: (WRONG[1], WRONG[2])}), keyname=WRONG[0], algorithm=WRONG[1])
+        r = lab.tcp(xa[0], q.to_wire())
+        assert r is not None and rcode_of(r) == dns.rcode.NOTAUTH, r
+        # signed: the first message starts with the SOA and verifies
+        kr = dns.tsigkeyring.from_text({KEY[0]: (KEY[1], KEY[2])})
+        q = dns.message.make_query(zone, "AXFR")
+        q.use_tsig(kr, keyname=KEY[0], algorithm=KEY[1])
+        r = lab.tcp(xa[0], q.to_wire())
+        m = dns.message.from_wire(r, keyring=kr, request_mac=q.mac, multi=True)
+        assert m.rcode() == dns.rcode.NOERROR and m.answer[0].rdtype == dns.rdatatype.SOA, m
+        # IXFR over UDP: the SOA only (RFC 1995 §2)
+        q = dns.message.make_query(zone, "IXFR")
+        q.authority.append(dns.rrset.from_text(zone, 0, "IN", "SOA", "ns1.example.net. h.example.net. 7 1 1 1 1"))
+        q.use_tsig(kr, keyname=KEY[0], algorithm=KEY[1])
+        r = lab.udp(xa[0], q.to_wire())
+        m = dns.message.from_wire(r, keyring=kr, request_mac=q.mac)
+        assert [rr.rdtype for rr in m.answer] == [dns.rdatatype.SOA] and m.answer[0][0].serial == 8, m
+        # AXFR over UDP: NOTIMP
+        q = dns.message.make_query(zone, "AXFR")
+        r = lab.udp(xa[0], q.to_wire())
+        assert rcode_of(r) == dns.rcode.NOTIMP, r
+        # the client's IPv6 address is outside allow_transfer: REFUSED, even signed
+        q = dns.message.make_query(zone, "AXFR")
+        q.use_tsig(kr, keyname=KEY[0], algorithm=KEY[1])
+        r = lab.tcp(xa[1], q.to_wire())
+        assert rcode_of(r) == dns.rcode.REFUSED, r
+        assert "transfer refused: not in allow_transfer" in srv.stderr()
+    finally:
+        for p in (nsd, knot):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=10)
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]

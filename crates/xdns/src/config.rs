@@ -15,6 +15,7 @@ use xdns_zone::ZoneSource;
 
 use crate::recursion::{FileResolver, ResolverSettings};
 use crate::xfr::keys::KeyConfig;
+use crate::xfr::primary::OutgoingConfig;
 use crate::xdp::XdpConfig;
 
 /// Default path of the control socket.
@@ -55,6 +56,9 @@ pub struct Config {
     pub keys: Vec<KeyConfig>,
     /// Zones transferred from primaries (`[[zone]]` with `primaries`), in configuration order.
     pub secondaries: Vec<SecondaryConfig>,
+    /// The primary side of zones (`notify`, `allow_transfer`, `key`), for every zone that
+    /// has one of them.
+    pub outgoing: Vec<OutgoingConfig>,
 }
 
 /// A secondary zone: `[[zone]]` with `primaries`.
@@ -199,6 +203,8 @@ struct FileZone {
     file: Option<Spanned<String>>,
     primaries: Option<Spanned<Vec<String>>>,
     key: Option<Spanned<String>>,
+    notify: Option<Spanned<Vec<String>>>,
+    allow_transfer: Option<Spanned<Vec<String>>>,
 }
 
 /// 1-based line number of byte `offset` in `text`.
@@ -406,6 +412,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
 
     let mut zones: Vec<ZoneSource> = Vec::new();
     let mut secondaries: Vec<SecondaryConfig> = Vec::new();
+    let mut outgoing: Vec<OutgoingConfig> = Vec::new();
     for z in &file.zone {
         let name = match normalize_zone_name(z.name.get_ref()) {
             Some(n) => n,
@@ -448,6 +455,33 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
                 }
             }
         };
+        let mut notify = Vec::new();
+        if let Some(n) = &z.notify {
+            for a in n.get_ref() {
+                match parse_remote(a) {
+                    Some(sa) => notify.push(sa),
+                    None => errors.push(err(
+                        span_line(n.span()),
+                        format!("zone `{name}`: notify target `{a}` is not ADDRESS or ADDRESS@PORT"),
+                    )),
+                }
+            }
+        }
+        let mut allow_transfer = Vec::new();
+        if let Some(a) = &z.allow_transfer {
+            for p in a.get_ref() {
+                match crate::recursion::Prefix::parse(p) {
+                    Some(px) => allow_transfer.push(px),
+                    None => errors.push(err(
+                        span_line(a.span()),
+                        format!("zone `{name}`: allow_transfer `{p}` is not ADDRESS/LENGTH or ADDRESS"),
+                    )),
+                }
+            }
+        }
+        if !notify.is_empty() || !allow_transfer.is_empty() {
+            outgoing.push(OutgoingConfig { name: name.clone(), notify, allow_transfer, key: key.clone() });
+        }
         if let Some(p) = &z.primaries {
             let mut primaries = Vec::new();
             for a in p.get_ref() {
@@ -465,11 +499,10 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
             secondaries.push(SecondaryConfig { name, primaries, key, file: file_path });
             continue;
         }
-        if key.is_some() {
-            // a primary's `key` signs outgoing transfers: not served yet (issue 28, step 2)
+        if key.is_some() && z.notify.is_none() && z.allow_transfer.is_none() {
             errors.push(err(
                 span_line(z.name.span()),
-                format!("zone `{name}`: `key` needs `primaries` (transfers out are not supported yet)"),
+                format!("zone `{name}`: `key` needs `primaries`, `notify` or `allow_transfer`"),
             ));
             continue;
         }
@@ -536,6 +569,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         resolver,
         keys,
         secondaries,
+        outgoing,
     })
 }
 
@@ -738,7 +772,9 @@ file = "z.zone"
             ("[[zone]]\nname = \"a.\"\nprimaries = [\"198.18.0.1@53\"]\nkey = \"nokey\"\n", Some(4), "nokey"),
             ("[[zone]]\nname = \"a.\"\nprimaries = [\"198.18.0.1@x\"]\n", Some(3), "198.18.0.1@x"),
             ("[[zone]]\nname = \"a.\"\nprimaries = []\n", Some(3), "empty"),
-            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\n[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nkey = \"k\"\n", Some(6), "primaries"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\n[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nkey = \"k\"\n", Some(6), "allow_transfer"),
+            ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nallow_transfer = [\"198.18.0.0/33\"]\n", Some(4), "198.18.0.0/33"),
+            ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nnotify = [\"nowhere\"]\n", Some(4), "nowhere"),
         ];
         for (text, line, needle) in table {
             let errs = parse(text, &d.cfg(), &Overrides::default()).expect_err(text);

@@ -15,8 +15,9 @@
 //!    (FORMERR, NOTIMP, REFUSED, BADVERS), answered from the served zones;
 //! 4. **end**: the reply as it will be sent (the place for dnstap and telemetry: issue 27).
 //!
-//! Between 1 and 2, **transfers** ([`crate::xfr::notify`]): NOTIFY for secondary zones, and
-//! SERVFAIL for a secondary zone past its expire time (transfers out, later, go here too). A step never panics on
+//! Between 1 and 2, **transfers**: AXFR/IXFR out ([`crate::xfr::primary`], a streamed
+//! [`Action::Transfer`] over TCP), NOTIFY for secondary zones, and SERVFAIL for a secondary
+//! zone past its expire time ([`crate::xfr::notify`]). A step never panics on
 //! input; should one panic all the same, [`handle`] catches it and the message is dropped and
 //! counted (`dropped.internal`), never answered with half-written bytes.
 
@@ -49,6 +50,9 @@ pub enum Action {
     /// A recursive miss: resolve it and answer later ([`recursion::resolve_and_answer`],
     /// or [`overloaded`] when the transport cannot queue it).
     Resolve(Box<Query>, CacheKey),
+    /// A zone transfer out (TCP): send each message [`crate::xfr::primary::Outgoing::next`]
+    /// gives, in order. Counted once, by its outcome.
+    Transfer(Box<crate::xfr::primary::Outgoing>),
     /// A step failed (a panic, caught): nothing is sent; counted as `dropped.internal`.
     Fail,
 }
@@ -60,6 +64,7 @@ impl Action {
         match self {
             Action::Reply(outcome) => shard.record(transport, *outcome),
             Action::Resolve(..) => {}
+            Action::Transfer(t) => shard.record(transport, t.outcome),
             Action::Fail => shard.record_dropped(transport, DropKind::Internal),
         }
     }
@@ -96,9 +101,15 @@ pub fn handle(served: &Served, recursion: Option<&Recursion>, msg: Message<'_>, 
     })
 }
 
-/// Step 1b: NOTIFY for secondary zones, and SERVFAIL for a secondary zone past its expire
-/// time ([`crate::xfr::notify`]).
+/// Step 1b: transfers out ([`crate::xfr::primary`]), NOTIFY for secondary zones, and
+/// SERVFAIL for a secondary zone past its expire time ([`crate::xfr::notify`]).
 fn transfers(served: &Served, _: Option<&Recursion>, msg: &Message<'_>, out: &mut Vec<u8>) -> Flow {
+    use crate::xfr::primary::{outgoing, Decision};
+    match outgoing(served, msg.wire, msg.peer, msg.transport, out) {
+        Some(Decision::Reply(o)) => return Flow::Done(Action::Reply(o)),
+        Some(Decision::Stream(t)) => return Flow::Done(Action::Transfer(t)),
+        None => {}
+    }
     if let Some(o) = crate::xfr::notify::notify(served, msg.wire, msg.peer, out) {
         return Flow::Done(Action::Reply(o));
     }

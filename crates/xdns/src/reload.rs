@@ -20,6 +20,9 @@ pub struct LoadedZone {
     pub source: ZoneSource,
     /// The zone data.
     pub zone: Arc<Zone>,
+    /// Differences between the versions loaded before this one, oldest first, for IXFR out
+    /// (empty unless the zone has `notify` or `allow_transfer`).
+    pub journal: Arc<Vec<crate::xfr::client::Diff>>,
 }
 
 /// Everything a query needs, swapped as one unit on reload.
@@ -36,6 +39,8 @@ pub struct Served {
     pub expired: Vec<xdns_zone::NameKey>,
     /// The secondary zones (fixed until a restart; carried from one version to the next).
     pub xfr: Option<Arc<crate::xfr::Registry>>,
+    /// The primary side of zones (`notify`, `allow_transfer`, `key`), by apex.
+    pub outgoing: Arc<hashbrown::HashMap<xdns_zone::NameKey, Arc<crate::xfr::primary::OutgoingConfig>>>,
 }
 
 impl Served {
@@ -47,7 +52,14 @@ impl Served {
                 set.zones.insert(l.zone.apex.clone(), l.zone.clone());
             }
         }
-        Served { zones: Arc::new(set), loaded, respond: self.respond.clone(), expired, xfr: self.xfr.clone() }
+        Served {
+            zones: Arc::new(set),
+            loaded,
+            respond: self.respond.clone(),
+            expired,
+            xfr: self.xfr.clone(),
+            outgoing: self.outgoing.clone(),
+        }
     }
 
     /// Name, serial and record count of every zone served.
@@ -121,6 +133,14 @@ fn respond_config(cfg: &Config) -> RespondConfig {
     r
 }
 
+/// The journal of a freshly loaded version of zone `name` (see
+/// [`crate::xfr::primary::next_journal`]).
+fn journal_of(cfg: &Config, old: Option<&Served>, name: &str, zone: &Arc<Zone>) -> Arc<Vec<crate::xfr::client::Diff>> {
+    let keep = cfg.outgoing.iter().any(|o| o.name == name && o.active());
+    let prev = old.and_then(|o| o.loaded.iter().find(|l| l.source.name == name));
+    crate::xfr::primary::next_journal(prev, zone, keep)
+}
+
 /// Load every zone of `cfg` (blocking). A zone that fails keeps its version from `old`.
 pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     let mut report = BuildReport::default();
@@ -129,9 +149,12 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
         match load_guarded(src) {
             Ok(zone) => {
                 report.loaded += 1;
+                let zone = Arc::new(zone);
+                let journal = journal_of(cfg, old, &src.name, &zone);
                 loaded.push(LoadedZone {
                     source: src.clone(),
-                    zone: Arc::new(zone),
+                    zone,
+                    journal,
                 });
             }
             Err(errs) => {
@@ -143,6 +166,7 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
                         loaded.push(LoadedZone {
                             source: src.clone(),
                             zone: p.zone.clone(),
+                            journal: p.journal.clone(),
                         });
                     }
                     None => report.missing.push(src.name.clone()),
@@ -168,7 +192,7 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
         match load_guarded(&src) {
             Ok(zone) => {
                 report.loaded += 1;
-                loaded.push(LoadedZone { source: src, zone: Arc::new(zone) });
+                loaded.push(LoadedZone { source: src, zone: Arc::new(zone), journal: Arc::default() });
             }
             Err(errs) => {
                 // a bad stored copy: not served until a transfer brings a good one
@@ -177,8 +201,14 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
             }
         }
     }
+    let outgoing = cfg
+        .outgoing
+        .iter()
+        .filter_map(|o| Some((xdns_zone::load::text_to_key(&o.name)?, Arc::new(o.clone()))))
+        .collect();
     let base = Served {
         respond: respond_config(cfg),
+        outgoing: Arc::new(outgoing),
         xfr: Some(old.and_then(|o| o.xfr.clone()).unwrap_or_else(|| Arc::new(crate::xfr::Registry::new(cfg)))),
         ..Default::default()
     };
@@ -287,6 +317,7 @@ mod tests {
             loaded: vec![LoadedZone {
                 source: cfg.zones[0].clone(),
                 zone: old_zone.clone(),
+                journal: Arc::default(),
             }],
             respond: RespondConfig::default(),
             ..Default::default()

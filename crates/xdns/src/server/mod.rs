@@ -184,6 +184,8 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
     }
     tasks.extend(crate::xfr::secondary::spawn(&shared, stop_rx.clone()));
+    // secondaries of our zones learn at once that we (re)started
+    crate::xfr::primary::notify_changed(None, &shared.served.load());
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
     tasks.push(tokio::spawn(control::serve(control_listener, shared.clone(), req_tx, stop_rx.clone())));
 

@@ -70,6 +70,7 @@ async fn read_config(current: &Config, over: &Overrides) -> Option<Config> {
 async fn zones(shared: &Arc<Shared>, cfg: Config) -> Option<(usize, u64)> {
     let stats = &shared.stats;
     let old = shared.served.load_full();
+    let old_served = old.clone();
     let (served, report) = match tokio::task::spawn_blocking(move || reload::build(&cfg, Some(&old))).await {
         Ok(r) => r,
         Err(e) => {
@@ -93,7 +94,9 @@ async fn zones(shared: &Arc<Shared>, cfg: Config) -> Option<(usize, u64)> {
     if failed > 0 {
         stats.reload_failures.fetch_add(1, Ordering::Relaxed);
     }
-    shared.served.store(Arc::new(served));
+    let served = Arc::new(served);
+    shared.served.store(served.clone());
+    crate::xfr::primary::notify_changed(Some(&old_served), &served);
     Some((report.loaded, failed))
 }
 

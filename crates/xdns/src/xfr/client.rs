@@ -352,7 +352,7 @@ async fn read_message(tcp: &mut TcpStream) -> Result<Vec<u8>, XfrError> {
 }
 
 /// A message ID that an off-path attacker cannot guess.
-fn rand_id() -> u16 {
+pub(crate) fn rand_id() -> u16 {
     let mut b = [0u8; 2];
     if getrandom(&mut b).is_err() {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

@@ -10,12 +10,16 @@
 //! - [`notify`]: the query-plan step that answers NOTIFY (RFC 1996) and SERVFAIL for an
 //!   expired zone.
 //!
-//! Transfers out (xdns as a primary) and catalog zones are not done yet.
+//! - [`primary`]: AXFR/IXFR out to `allow_transfer` clients, from a journal of differences
+//!   between loaded versions, and NOTIFY to `notify` targets on every new serial.
+//!
+//! Catalog zones (RFC 9432) are not done yet.
 
 pub mod client;
 pub mod journal;
 pub mod keys;
 pub mod notify;
+pub mod primary;
 pub mod secondary;
 pub mod serial;
 

@@ -387,17 +387,23 @@ pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired:
     let cur = shared.served.load_full();
     let mut loaded: Vec<LoadedZone> = cur.loaded.clone();
     let source = ZoneSource { name: name.to_string(), file: zone.file.clone() };
+    let keep = cur.outgoing.get(&zone.apex).is_some_and(|o| o.active());
     match loaded.iter_mut().find(|l| l.source.name == name) {
-        Some(l) => *l = LoadedZone { source, zone: zone.clone() },
-        None => loaded.push(LoadedZone { source, zone: zone.clone() }),
+        Some(l) => {
+            let journal = super::primary::next_journal(Some(l), &zone, keep);
+            *l = LoadedZone { source, zone: zone.clone(), journal }
+        }
+        None => loaded.push(LoadedZone { source, zone: zone.clone(), journal: Arc::default() }),
     }
     let mut exp = cur.expired.clone();
     exp.retain(|a| *a != zone.apex);
     if expired {
         exp.push(zone.apex.clone());
     }
-    shared.served.store(Arc::new(cur.with(loaded, exp)));
+    let new = Arc::new(cur.with(loaded, exp));
+    shared.served.store(new.clone());
     crate::server::refill_fastpath(shared).await;
+    super::primary::notify_changed(Some(&cur), &new);
 }
 
 /// Mark the zone `name` expired (SERVFAIL, out of the kernel maps) or served again.
