@@ -458,22 +458,26 @@ def test_xdns_primary_feeds_nsd_and_knot(lab):
     zone = "example.net."
     zfile = lab.dir / "primary-example.net.zone"
     zfile.write_text(NET_ZONE.format(serial=7, extra=""))
-    xa, na, ka = lab.new_address(), lab.new_address(), lab.new_address()
-    # in one namespace the secondaries' connections come from the veth's first address
-    allow = ", ".join(f'"{a}"' for a in [lab.client_addr4, lab.server_addr4])
+    xa, na, ka, sa = lab.new_address(), lab.new_address(), lab.new_address(), lab.new_address()
+    # in one namespace NSD's and Knot's connections come from the veth's first address; an
+    # xdns secondary's from its listen address
+    allow = ", ".join(f'"{a}"' for a in [lab.client_addr4, lab.server_addr4, sa[0]])
     extra = key_toml(KEY) + (f'\n[[zone]]\nname = "{zone}"\nfile = "{zfile}"\nkey = "{KEY[0]}"\n'
-                             f'notify = ["{na[0]}@53", "{ka[0]}@53"]\nallow_transfer = [{allow}]\n')
+                             f'notify = ["{na[0]}@53", "{ka[0]}@53", "{sa[0]}@53"]\nallow_transfer = [{allow}]\n')
     srv = lab.start_xdns([], name="xdns-primary", extra=extra, addrs=xa)
+    # a fleet: xdns fed by xdns (NOTIFY from the primary's listen address, as configured)
+    sec = lab.start_xdns([], name="xdns-secondary-of-xdns", addrs=sa,
+                         extra=key_toml(KEY) + secondary_toml(zone, xa[0], KEY))
     nsd, nsd_wd = start_nsd_secondary(lab, na, xa[0], zone, KEY)
     knot, knot_wd = start_knot_secondary(lab, ka, xa[0], zone, KEY)
     try:
         lab.wait_answering(xa[0], zone, srv.proc)
         # both secondaries transfer at start and serve the zone
-        for who, addr, proc in [("nsd", na[0], nsd), ("knot", ka[0], knot)]:
+        for who, addr, proc in [("nsd", na[0], nsd), ("knot", ka[0], knot), ("xdns", sa[0], sec.proc)]:
             try:
                 lab.wait_answering(addr, zone, proc, timeout=20)
             except (RuntimeError, TimeoutError) as e:
-                log = (lab.dir / f"{who}-secondary.stderr").read_text()[-3000:]
+                log = (lab.dir / ("xdns-secondary-of-xdns.stderr" if who == "xdns" else f"{who}-secondary.stderr")).read_text()[-3000:]
                 raise AssertionError(f"{who}: {e}\n{log}\n--- xdns ---\n{srv.stderr()[-3000:]}") from None
             m = ask(lab, addr, "www.example.net.")
             assert answer_set(m) == {"www.example.net. 300 A 198.18.1.10"}, (who, m)
@@ -483,11 +487,13 @@ def test_xdns_primary_feeds_nsd_and_knot(lab):
         zfile.write_text(NET_ZONE.format(serial=8, extra="new A 198.18.1.99\n"))
         srv.proc.send_signal(sig.SIGHUP)
         t0 = time.monotonic()
-        for who, addr in [("nsd", na[0]), ("knot", ka[0])]:
+        for who, addr in [("nsd", na[0]), ("knot", ka[0]), ("xdns", sa[0])]:
             wait_for(f"{who} serves serial 8",
                      lambda: (m := ask(lab, addr, "new.example.net.", timeout=0.3)) is not None
                      and answer_set(m) == {"new.example.net. 300 A 198.18.1.99"}, 10, step=0.05)
-        print(f"\nxdns reload → NSD and Knot serve the change after {time.monotonic() - t0:.2f} s")
+        print(f"\nxdns reload → NSD, Knot and xdns secondaries serve the change after {time.monotonic() - t0:.2f} s")
+        t = zone_stats(lab, sec, zone)["transfer"]
+        assert t["last_transfer"] == "ixfr" and t["notifies_refused"] == 0, t
         knot_log = (lab.dir / "knot-secondary.stderr").read_text()
         assert "IXFR, incoming" in knot_log, knot_log[-3000:]
         err = srv.stderr()
@@ -528,6 +534,7 @@ def test_xdns_primary_feeds_nsd_and_knot(lab):
         assert rcode_of(r) == dns.rcode.REFUSED, r
         assert "transfer refused: not in allow_transfer" in srv.stderr()
     finally:
+        assert lab.stop(sec) == 0, sec.stderr()[-3000:]
         for p in (nsd, knot):
             if p.poll() is None:
                 p.terminate()

@@ -183,6 +183,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     if let Some(l) = listeners.metrics {
         tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
     }
+    crate::xfr::primary::set_sources(&cfg.listen);
     tasks.extend(crate::xfr::secondary::spawn(&shared, stop_rx.clone()));
     // secondaries of our zones learn at once that we (re)started
     crate::xfr::primary::notify_changed(None, &shared.served.load());

@@ -275,7 +275,15 @@ pub async fn fetch(
 
     let deadline = Instant::now() + TRANSFER_TIMEOUT;
     let io = |e: std::io::Error| XfrError::Io(e.to_string());
-    let mut tcp = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect(primary))
+    let connect = async {
+        let sock = if primary.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        let from = super::primary::source_for(primary);
+        if !from.ip().is_unspecified() {
+            sock.bind(from)?;
+        }
+        sock.connect(primary).await
+    };
+    let mut tcp = tokio::time::timeout(IO_TIMEOUT, connect)
         .await
         .map_err(|_| XfrError::Io("connect timed out".into()))?
         .map_err(io)?;

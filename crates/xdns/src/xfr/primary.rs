@@ -356,10 +356,29 @@ pub fn notify_changed(old: Option<&Served>, new: &Served) {
     }
 }
 
+/// The addresses NOTIFY and transfers leave from: the first specific `listen` address of
+/// each family (secondaries and primaries list our address in their ACLs, and it is the one
+/// we answer from), else whatever the kernel picks. Set once at start.
+static SOURCES: std::sync::OnceLock<Vec<IpAddr>> = std::sync::OnceLock::new();
+
+/// Remember the `listen` addresses as sources (see [`source_for`]).
+pub fn set_sources(listen: &[SocketAddr]) {
+    let _ = SOURCES.set(listen.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).collect());
+}
+
+/// The local address to send to `target` from (port 0).
+pub fn source_for(target: SocketAddr) -> SocketAddr {
+    let ip = SOURCES
+        .get()
+        .and_then(|v| v.iter().find(|ip| ip.is_ipv4() == target.is_ipv4()).copied())
+        .unwrap_or(if target.is_ipv4() { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) });
+    SocketAddr::new(ip, 0)
+}
+
 /// One NOTIFY to `target`, retried: the number of tries it took.
 async fn send_notify(cfg: &OutgoingConfig, target: SocketAddr) -> Result<u32, String> {
     let name: Name<Vec<u8>> = cfg.name.parse().map_err(|e| format!("{e}"))?;
-    let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+    let bind = source_for(target);
     let sock = tokio::net::UdpSocket::bind(bind).await.map_err(|e| e.to_string())?;
     sock.connect(target).await.map_err(|e| e.to_string())?;
     let key = cfg.key.as_ref().map(|k| k.key()).transpose()?;
