@@ -412,3 +412,147 @@ async fn set_expired(shared: &Arc<Shared>, name: &str, expired: bool) {
         install(shared, name, z, expired).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, Overrides};
+    use crate::reload::{build, Served};
+    use crate::xfr::primary::{self, Decision, OutgoingConfig};
+    use std::sync::atomic::AtomicU8;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use xdns_zone::{Node, Rrset, Transport};
+
+    fn zone_text(serial: u32, hosts: usize) -> String {
+        let mut t = format!("$TTL 60\n@ SOA ns.t. h.t. {serial} 60 10 600 60\n@ NS ns\nns A 198.18.0.1\n");
+        for i in 0..hosts {
+            t.push_str(&format!("h{i} A 198.18.{}.{}\n", i / 250, i % 250));
+        }
+        t
+    }
+
+    /// What the fake primary does with the next request.
+    const FULL: u8 = 0;
+    const CUT: u8 = 1;
+
+    /// A primary on 127.0.0.1 serving `served` through xdns's own transfer-out step: all
+    /// messages, or (CUT) only the first one before closing.
+    async fn fake_primary(served: Arc<arc_swap::ArcSwap<Served>>, mode: Arc<AtomicU8>) -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, peer)) = l.accept().await {
+                let len = c.read_u16().await.unwrap() as usize;
+                let mut q = vec![0; len];
+                c.read_exact(&mut q).await.unwrap();
+                let mut out = Vec::new();
+                let d = primary::outgoing(&served.load(), &q, Some(peer.ip()), Transport::Tcp, &mut out);
+                let Some(Decision::Stream(mut t)) = d else { panic!("not a transfer") };
+                let cut = mode.load(Ordering::Relaxed) == CUT;
+                while let Some(m) = t.next() {
+                    c.write_all(&(m.len() as u16).to_be_bytes()).await.unwrap();
+                    c.write_all(&m).await.unwrap();
+                    if cut {
+                        break;
+                    }
+                }
+            }
+        });
+        addr
+    }
+
+    fn primary_served(dir: &std::path::Path, text: &str, old: Option<&Served>) -> Served {
+        std::fs::write(dir.join("p.zone"), text).unwrap();
+        let z = Arc::new(load_zone(&ZoneSource { name: "t.".into(), file: dir.join("p.zone") }, None).unwrap());
+        let prev = old.and_then(|o| o.loaded.first());
+        let journal = primary::next_journal(prev, &z, true);
+        let src = ZoneSource { name: "t.".into(), file: dir.join("p.zone") };
+        let mut out = hashbrown::HashMap::new();
+        let cfg = OutgoingConfig {
+            name: "t.".into(),
+            notify: vec![],
+            allow_transfer: vec![crate::recursion::Prefix::parse("127.0.0.0/8").unwrap()],
+            key: None,
+        };
+        out.insert(z.apex.clone(), Arc::new(cfg));
+        let base = Served { outgoing: Arc::new(out), ..Default::default() };
+        base.with(vec![LoadedZone { source: src, zone: z, journal }], vec![])
+    }
+
+    fn served_serial(shared: &Shared) -> Option<u32> {
+        shared.served.load().zones.find(b"\x01t\x00").map(|z| z.serial)
+    }
+
+    /// A secondary against xdns's own primary side: AXFR, then a cut stream and a zone that
+    /// does not validate both keep the version served, then an IXFR from the journal.
+    #[tokio::test]
+    async fn transfers_apply_and_bad_ones_keep_the_old_version() {
+        let dir = std::env::temp_dir().join(format!("xdns-secondary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let v1 = primary_served(&dir, &zone_text(1, 3000), None);
+        let pserved = Arc::new(arc_swap::ArcSwap::from_pointee(v1));
+        let mode = Arc::new(AtomicU8::new(FULL));
+        let paddr = fake_primary(pserved.clone(), mode.clone()).await;
+
+        let cfg = parse(
+            &format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\nfile = \"copy/t.zone\"\n"),
+            &dir.join("x.toml"),
+            &Overrides::default(),
+        )
+        .unwrap();
+        let (served, _) = build(&cfg, None);
+        let shared = Arc::new(Shared::new(served));
+        let sec = shared.served.load().xfr.as_ref().unwrap().zones[0].clone();
+
+        // first: AXFR (more than one message: 3000 records)
+        let t = refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(t.refresh, Duration::from_secs(60));
+        assert_eq!(served_serial(&shared), Some(1));
+        assert_eq!(sec.info().last_transfer.as_deref(), Some("axfr"));
+        assert!(dir.join("copy/t.zone").is_file());
+
+        // the primary moves to serial 2, but the stream is cut after its first message
+        let v2 = primary_served(&dir, &zone_text(2, 3001), Some(&pserved.load()));
+        assert_eq!(v2.loaded[0].journal.len(), 1);
+        pserved.store(Arc::new(v2));
+        mode.store(CUT, Ordering::Relaxed);
+        sec.retransfer();
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("closed mid-transfer"), "{e}");
+        assert_eq!(served_serial(&shared), Some(1), "the old version keeps serving");
+
+        // a zone that does not validate (CNAME and other data at one name)
+        let mut bad = (*pserved.load().loaded[0].zone).clone();
+        bad.serial = 3;
+        let soa = bad.nodes.get_mut(&bad.apex).unwrap().rrsets.iter_mut().find(|r| r.rtype == 6).unwrap();
+        let mut rd = soa.rdata[0].to_vec();
+        let at = rd.len() - 20;
+        rd[at..at + 4].copy_from_slice(&3u32.to_be_bytes());
+        soa.rdata[0] = rd.into();
+        let node: &mut Node = bad.nodes.get_mut(&b"\x02h1\x01t\x00"[..]).unwrap();
+        node.rrsets.push(Rrset { rtype: 5, ttl: 60, rdata: vec![Bytes::from_static(b"\x02ns\x01t\x00")] });
+        let mut bad_served = primary_served(&dir, &zone_text(2, 3001), None);
+        bad_served.loaded[0].zone = Arc::new(bad);
+        bad_served.loaded[0].journal = Arc::default();
+        let good_v2 = pserved.swap(Arc::new(bad_served));
+        mode.store(FULL, Ordering::Relaxed);
+        sec.retransfer();
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("did not validate"), "{e}");
+        assert_eq!(served_serial(&shared), Some(1), "the old version keeps serving");
+        assert!(dir.join("copy/t.zone.new").is_file(), "the rejected copy is left for inspection");
+
+        // the good serial 2: an IXFR from the primary's journal
+        pserved.store(good_v2);
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(served_serial(&shared), Some(2));
+        assert_eq!(sec.info().last_transfer.as_deref(), Some("ixfr"));
+        let z = shared.served.load().zones.find(b"\x01t\x00").unwrap().clone();
+        assert!(z.nodes.contains_key(&b"\x05h3000\x01t\x00"[..]));
+        // and again: up to date, nothing transferred
+        let n = sec.info().transfers;
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(sec.info().transfers, n);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
