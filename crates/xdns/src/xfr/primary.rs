@@ -214,6 +214,22 @@ pub enum Decision {
     Stream(Box<Outgoing>),
 }
 
+/// QTYPE of the first question (an uncompressed QNAME, as every question has).
+fn first_qtype(wire: &[u8]) -> Option<u16> {
+    let mut pos = 12usize;
+    loop {
+        let l = *wire.get(pos)? as usize;
+        if l > 63 {
+            return None;
+        }
+        pos += 1 + l;
+        if l == 0 {
+            break;
+        }
+    }
+    Some(u16::from_be_bytes([*wire.get(pos)?, *wire.get(pos + 1)?]))
+}
+
 /// AXFR or IXFR for a zone we serve: the decision; `None` for any other message (or a zone
 /// without `allow_transfer`, left to `xdns_zone::respond`: REFUSED, or NOTIMP for AXFR over
 /// UDP).
@@ -222,12 +238,13 @@ pub fn outgoing(served: &Served, wire: &[u8], peer: Option<IpAddr>, transport: T
     if wire.len() < 12 || wire[2] & 0x80 != 0 || (wire[2] >> 3) & 0x0f != 0 || wire[4..6] != [0, 1] {
         return None;
     }
-    let mut msg = Message::from_octets(wire.to_vec()).ok()?;
-    let q = msg.first_question()?;
-    let qtype = q.qtype().to_int();
+    // every query passes here: look at QTYPE without parsing or copying anything
+    let qtype = first_qtype(wire)?;
     if qtype != AXFR && qtype != IXFR {
         return None;
     }
+    let mut msg = Message::from_octets(wire.to_vec()).ok()?;
+    let q = msg.first_question()?;
     if qtype == AXFR && transport == Transport::Udp {
         return None;
     }
@@ -443,6 +460,26 @@ mod tests {
 
     fn d(from: u32, to: u32) -> Diff {
         Diff { from, to, ..Default::default() }
+    }
+
+    #[test]
+    fn qtype_without_parsing() {
+        let q = |name: &[u8], t: u16| {
+            let mut m = vec![0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+            m.extend_from_slice(name);
+            m.extend_from_slice(&t.to_be_bytes());
+            m.extend_from_slice(&[0, 1]);
+            m
+        };
+        assert_eq!(first_qtype(&q(b"\x01t\x00", 252)), Some(252));
+        assert_eq!(first_qtype(&q(b"\x00", 251)), Some(251));
+        assert_eq!(first_qtype(&q(b"\xc0\x0c", 252)), None);
+        assert_eq!(first_qtype(&q(b"\x05ab", 1)), None);
+        assert_eq!(first_qtype(&[0; 12]), None);
+        let full = q(b"\x01t\x00", 252);
+        for cut in 0..full.len() - 2 {
+            assert_eq!(first_qtype(&full[..cut]), None);
+        }
     }
 
     #[test]
