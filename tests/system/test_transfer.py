@@ -12,7 +12,10 @@ Knot DNS is the primary, with TSIG and NOTIFY; xdns transfers from it:
   (NOTAUTH) and counted, signed by the primary it is accepted;
 - primary down: the stored copy is served after a restart, then after `expire` the zone
   answers SERVFAIL, and once the primary is back it is served again;
-- `xdns zone retransfer` does an AXFR; a 100k-record zone is transferred (timing printed).
+- `xdns zone retransfer` does an AXFR; a 100k-record zone is transferred (timing printed);
+- xdns as a primary: NSD, Knot DNS and xdns secondaries serve its zone and follow a reload;
+  refusals (address, TSIG), IXFR over UDP (SOA only), AXFR over UDP (NOTIMP);
+- a catalog zone (RFC 9432): members added, ignored on a bad schema version, removed.
 """
 
 from __future__ import annotations
@@ -165,8 +168,8 @@ def test_secondary_axfr_notify_ixfr(lab, primary, xdp):
         serial = z["serial"]
         lab.knotc(primary, "zone-begin", "example.com.")
         lab.knotc(primary, "zone-set", "example.com.", f"added-{xdp or 'user'}", "300", "A", "198.18.7.7")
+        committed = time.monotonic()  # the clock starts before knotc commits (and Knot notifies)
         lab.knotc(primary, "zone-commit", "example.com.")
-        committed = time.monotonic()
         name = f"added-{xdp or 'user'}.example.com."
 
         def answered():
@@ -178,7 +181,7 @@ def test_secondary_axfr_notify_ixfr(lab, primary, xdp):
         assert z["serial"] == serial + 1, z
         assert z["transfer"]["last_transfer"] == "ixfr", z["transfer"]
         assert z["transfer"]["source"] == f"ixfr from {primary.addr4}:53", z["transfer"]
-        print(f"[{xdp}] knotc zone-commit → answered by xdns in {took * 1000:.0f} ms "
+        print(f"[{xdp}] knotc zone-commit started → answered by xdns in {took * 1000:.0f} ms "
               f"(IXFR + swap {z['transfer']['last_transfer_ms']} ms)")
         if xdp:
             # the kernel answers the new record: its answer counter grows by our queries
@@ -541,3 +544,67 @@ def test_xdns_primary_feeds_nsd_and_knot(lab):
                 p.wait(timeout=10)
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
         assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+# ------------------------------------------------------------------ catalog zones
+
+def test_catalog_members_come_and_go(lab):
+    cat = lab.dir / "catalog.invalid.zone"
+    cat.write_text("$TTL 0\n@ SOA invalid. invalid. 1 3600 600 86400 0\n@ NS invalid.\n"
+                   "version TXT \"2\"\nm1.zones PTR example.net.\n")
+    org = lab.dir / "example.org.zone"
+    org.write_text("$TTL 300\n@ SOA ns.example.org. h.example.org. 1 3600 600 86400 60\n@ NS ns\n"
+                   "ns A 198.18.2.1\nwww A 198.18.2.10\n")
+    xa = lab.new_address()
+    knot = lab.start_knot_primary([("catalog.invalid.", cat), ("example.net.", ZONES / "example.net.zone"),
+                                   ("example.org.", org)], name="knot-catalog", key=KEY,
+                                  notify=[f"{xa[0]}@53"])
+    extra = key_toml(KEY) + (f'\n[[catalog]]\nname = "catalog.invalid."\nprimaries = ["{knot.addr4}@53"]\n'
+                             f'key = "{KEY[0]}"\n')
+    srv = lab.start_xdns([], name="xdns-catalog", extra=extra, addrs=xa)
+
+    def serves(zone: str) -> bool:
+        m = ask(lab, xa[0], zone, "SOA", timeout=0.3)
+        return m is not None and m.rcode() == dns.rcode.NOERROR and bool(m.answer)
+
+    def refused(zone: str) -> bool:
+        m = ask(lab, xa[0], zone, "SOA", timeout=0.3)
+        return m is not None and m.rcode() == dns.rcode.REFUSED
+
+    try:
+        wait_for("member example.net. served", lambda: serves("example.net."), 10, step=0.1)
+        assert refused("example.org.")
+        names = {z["name"] for z in lab.xdns_stats(srv)["zones"]}
+        assert names == {"catalog.invalid.", "example.net."}, names
+
+        # a member added on the primary: NOTIFY, the catalog's IXFR, the member's AXFR
+        lab.knotc(knot, "zone-begin", "catalog.invalid.")
+        lab.knotc(knot, "zone-set", "catalog.invalid.", "m2.zones", "0", "PTR", "example.org.")
+        lab.knotc(knot, "zone-commit", "catalog.invalid.")
+        wait_for("member example.org. added", lambda: serves("example.org."), 5, step=0.05)
+        m = ask(lab, xa[0], "www.example.org.")
+        assert answer_set(m) == {"www.example.org. 300 A 198.18.2.10"}, m
+
+        # a catalog of another schema version: ignored, the members stay
+        lab.knotc(knot, "zone-begin", "catalog.invalid.")
+        lab.knotc(knot, "zone-unset", "catalog.invalid.", "version", "TXT")
+        lab.knotc(knot, "zone-set", "catalog.invalid.", "version", "0", "TXT", "\"3\"")
+        lab.knotc(knot, "zone-commit", "catalog.invalid.")
+        wait_for("catalog serial 3", lambda: zone_stats(lab, srv, "catalog.invalid.")["serial"] == 3, 5)
+        wait_for("logged", lambda: "catalog ignored" in srv.stderr(), 2)
+        assert serves("example.net.") and serves("example.org.")
+
+        # back to version 2 without example.net.: removed
+        lab.knotc(knot, "zone-begin", "catalog.invalid.")
+        lab.knotc(knot, "zone-unset", "catalog.invalid.", "version", "TXT")
+        lab.knotc(knot, "zone-set", "catalog.invalid.", "version", "0", "TXT", "\"2\"")
+        lab.knotc(knot, "zone-unset", "catalog.invalid.", "m1.zones", "PTR")
+        lab.knotc(knot, "zone-commit", "catalog.invalid.")
+        wait_for("member example.net. removed", lambda: refused("example.net."), 5, step=0.05)
+        assert serves("example.org.")
+        names = {z["name"] for z in lab.xdns_stats(srv)["zones"]}
+        assert names == {"catalog.invalid.", "example.org."}, names
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        lab.stop(knot)

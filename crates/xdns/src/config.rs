@@ -59,6 +59,9 @@ pub struct Config {
     /// The primary side of zones (`notify`, `allow_transfer`, `key`), for every zone that
     /// has one of them.
     pub outgoing: Vec<OutgoingConfig>,
+    /// Catalog zones (`[[catalog]]`, RFC 9432): transferred like secondary zones; their
+    /// members become secondary zones of the same primaries and key.
+    pub catalogs: Vec<SecondaryConfig>,
 }
 
 /// A secondary zone: `[[zone]]` with `primaries`.
@@ -184,6 +187,18 @@ struct FileConfig {
     resolver: Option<Spanned<FileResolver>>,
     #[serde(default)]
     key: Vec<Spanned<FileKey>>,
+    #[serde(default)]
+    catalog: Vec<Spanned<FileCatalog>>,
+}
+
+/// One `[[catalog]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCatalog {
+    name: String,
+    primaries: Vec<String>,
+    key: Option<String>,
+    file: Option<String>,
 }
 
 /// One `[[key]]` entry.
@@ -523,6 +538,40 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         zones.push(ZoneSource { name, file });
     }
 
+    let mut catalogs: Vec<SecondaryConfig> = Vec::new();
+    for c in &file.catalog {
+        let line = span_line(c.span());
+        let cc = c.get_ref();
+        let Some(name) = normalize_zone_name(&cc.name) else {
+            errors.push(err(line, format!("bad catalog name `{}`", cc.name)));
+            continue;
+        };
+        if zones.iter().any(|z| z.name == name) || secondaries.iter().any(|z| z.name == name) || catalogs.iter().any(|z| z.name == name) {
+            errors.push(err(line, format!("catalog `{name}` configured twice (or also as a zone)")));
+            continue;
+        }
+        let primaries: Vec<SocketAddr> = cc.primaries.iter().filter_map(|a| parse_remote(a)).collect();
+        if primaries.len() != cc.primaries.len() || primaries.is_empty() {
+            errors.push(err(line, format!("catalog `{name}`: `primaries` must be ADDRESS or ADDRESS@PORT, at least one")));
+            continue;
+        }
+        let key = match &cc.key {
+            None => None,
+            Some(k) => {
+                let want = k.trim().trim_end_matches('.').to_ascii_lowercase() + ".";
+                match keys.iter().find(|c| c.name == want) {
+                    Some(c) => Some(c.clone()),
+                    None => {
+                        errors.push(err(line, format!("catalog `{name}`: no [[key]] named `{k}`")));
+                        continue;
+                    }
+                }
+            }
+        };
+        let file = cc.file.as_ref().map(|f| if Path::new(f).is_absolute() { PathBuf::from(f) } else { base.join(f) });
+        catalogs.push(SecondaryConfig { name, primaries, key, file });
+    }
+
     let resolver = file.resolver.as_ref().and_then(|r| {
         let line_fn = |s: std::ops::Range<usize>| span_line(s);
         let r = r.get_ref();
@@ -570,6 +619,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         keys,
         secondaries,
         outgoing,
+        catalogs,
     })
 }
 

@@ -177,7 +177,12 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     // Secondary zones: the version served keeps serving (a reload never goes back to the
     // stored copy); at start, the stored copy is served until a primary is reached.
     let mut expired = Vec::new();
-    for sec in &cfg.secondaries {
+    // catalog members are not in the configuration: their versions are carried over too
+    let members: Vec<crate::config::SecondaryConfig> = old
+        .and_then(|o| o.xfr.as_ref())
+        .map(|r| r.list().into_iter().filter(|s| matches!(s.role, crate::xfr::secondary::Role::Member(_))).map(|s| s.cfg.clone()).collect())
+        .unwrap_or_default();
+    for sec in cfg.secondaries.iter().chain(cfg.catalogs.iter()).chain(members.iter()) {
         if let Some(p) = old.and_then(|o| o.loaded.iter().find(|l| l.source.name == sec.name)) {
             if old.is_some_and(|o| o.expired.contains(&p.zone.apex)) {
                 expired.push(p.zone.apex.clone());
@@ -235,6 +240,7 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
     // the secondary zones' tasks and NOTIFY checks are set up at start
     differs(old.secondaries != new.secondaries, "zone primaries/key/file of secondary zones");
     differs(old.keys != new.keys, "key");
+    differs(old.catalogs != new.catalogs, "catalog");
     // The XDP program's EDNS payload is read-only data fixed at load: with XDP on, a new
     // value in userspace only would make the kernel's answers and userspace's differ.
     differs(

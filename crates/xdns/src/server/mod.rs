@@ -87,7 +87,7 @@ impl Shared {
         let served = self.served.load();
         s.zones = served.zone_infos();
         if let Some(reg) = &served.xfr {
-            for sec in &reg.zones {
+            for sec in &reg.list() {
                 let info = sec.info();
                 match s.zones.iter_mut().find(|z| z.name == sec.cfg.name) {
                     Some(z) => z.transfer = Some(info),

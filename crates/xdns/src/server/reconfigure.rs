@@ -30,6 +30,7 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     // secondary zones and keys stay as started (restart needed, listed above)
     build_cfg.secondaries = current.secondaries.clone();
     build_cfg.keys = current.keys.clone();
+    build_cfg.catalogs = current.catalogs.clone();
     let edns_payload = build_cfg.edns_payload;
     // one swap at a time: a transfer landing meanwhile waits, and is not undone by this one
     let guard = shared.swap.lock().await;

@@ -13,8 +13,9 @@
 //! - [`primary`]: AXFR/IXFR out to `allow_transfer` clients, from a journal of differences
 //!   between loaded versions, and NOTIFY to `notify` targets on every new serial.
 //!
-//! Catalog zones (RFC 9432) are not done yet.
+//! - [`catalog`]: catalog zones (RFC 9432): their members become secondary zones.
 
+pub mod catalog;
 pub mod client;
 pub mod journal;
 pub mod keys;

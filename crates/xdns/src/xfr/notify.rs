@@ -48,6 +48,7 @@ pub fn notify(served: &Served, wire: &[u8], peer: Option<IpAddr>, out: &mut Vec<
     };
     let apex = name_key(&q.qname());
     let sec = served.xfr.as_ref().and_then(|r| r.find(&apex));
+    let sec = sec.as_ref();
     let Some(sec) = sec else {
         tracing::info!(zone = %xdns_zone::load::key_to_text(&apex), peer = ?peer, "NOTIFY for a zone we are not a secondary of: NOTAUTH");
         return Some(reply(out, &msg, Rcode::NOTAUTH));

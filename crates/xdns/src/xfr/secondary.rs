@@ -34,52 +34,83 @@ use crate::stats::TransferInfo;
 /// Retry interval while no SOA is known (nothing transferred, no stored copy).
 pub const RETRY_UNKNOWN: Duration = Duration::from_secs(10);
 
-/// Every secondary zone of the configuration (fixed until a restart).
+/// Every secondary zone: those of the configuration (fixed until a restart), and the
+/// members of catalog zones, which come and go with their catalog's versions.
 #[derive(Debug, Default)]
 pub struct Registry {
-    pub zones: Vec<Arc<Secondary>>,
+    zones: std::sync::RwLock<Vec<Arc<Secondary>>>,
+    /// What the tasks started later (catalog members) need: the server and its stop switch.
+    runtime: std::sync::OnceLock<(std::sync::Weak<Shared>, watch::Receiver<bool>)>,
 }
 
 impl Registry {
-    /// The secondaries of `cfg`.
+    /// The secondaries and catalogs of `cfg`.
     pub fn new(cfg: &Config) -> Self {
-        let zones = cfg
-            .secondaries
-            .iter()
-            .filter_map(|s| {
-                let apex = text_to_key(&s.name)?;
-                let key = s.key.as_ref().and_then(|k| k.key().ok());
-                Some(Arc::new(Secondary {
-                    cfg: s.clone(),
-                    apex,
-                    key,
-                    wake: Notify::new(),
-                    force_axfr: AtomicBool::new(false),
-                    status: Mutex::new(TransferInfo {
-                        primaries: s.primaries.iter().map(|p| p.to_string()).collect(),
-                        source: "none".into(),
-                        ..Default::default()
-                    }),
-                }))
-            })
-            .collect();
-        Self { zones }
+        let plain = cfg.secondaries.iter().map(|s| (s, Role::Zone));
+        let catalogs = cfg.catalogs.iter().map(|s| (s, Role::Catalog));
+        let zones = plain.chain(catalogs).filter_map(|(s, role)| Secondary::new(s.clone(), role)).collect();
+        Self { zones: std::sync::RwLock::new(zones), runtime: std::sync::OnceLock::new() }
+    }
+
+    /// Every secondary zone now.
+    pub fn list(&self) -> Vec<Arc<Secondary>> {
+        self.zones.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The secondary zone whose apex is `apex` (lowercased wire form).
-    pub fn find(&self, apex: &[u8]) -> Option<&Arc<Secondary>> {
-        self.zones.iter().find(|s| &s.apex[..] == apex)
+    pub fn find(&self, apex: &[u8]) -> Option<Arc<Secondary>> {
+        self.zones.read().unwrap_or_else(|e| e.into_inner()).iter().find(|s| &s.apex[..] == apex).cloned()
     }
 
     /// The secondary zone named `name` (presentation form, any case, final dot optional).
-    pub fn by_name(&self, name: &str) -> Option<&Arc<Secondary>> {
+    pub fn by_name(&self, name: &str) -> Option<Arc<Secondary>> {
         text_to_key(name).and_then(|k| self.find(&k))
     }
+
+    /// Add a catalog member (unless a zone of that name exists) and start its task.
+    pub(super) fn add(&self, sec: Arc<Secondary>) -> bool {
+        let mut z = self.zones.write().unwrap_or_else(|e| e.into_inner());
+        if z.iter().any(|s| s.apex == sec.apex) {
+            return false;
+        }
+        z.push(sec.clone());
+        drop(z);
+        if let Some((shared, stop)) = self.runtime.get() {
+            if let Some(shared) = shared.upgrade() {
+                tokio::spawn(run(shared, sec, stop.clone()));
+            }
+        }
+        true
+    }
+
+    /// Remove a catalog member: its task ends.
+    pub(super) fn remove(&self, apex: &[u8]) -> Option<Arc<Secondary>> {
+        let mut z = self.zones.write().unwrap_or_else(|e| e.into_inner());
+        let i = z.iter().position(|s| &s.apex[..] == apex)?;
+        let sec = z.remove(i);
+        sec.removed.store(true, Ordering::Relaxed);
+        sec.wake.notify_one();
+        Some(sec)
+    }
+}
+
+/// What a secondary zone is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A `[[zone]]` with `primaries`.
+    Zone,
+    /// A `[[catalog]]` (RFC 9432): its members become secondary zones.
+    Catalog,
+    /// A member of the named catalog.
+    Member(String),
 }
 
 /// One secondary zone.
 pub struct Secondary {
     pub cfg: SecondaryConfig,
+    pub role: Role,
+    /// A catalog member no longer in its catalog: its task ends.
+    removed: AtomicBool,
     pub apex: NameKey,
     pub key: Option<Arc<Key>>,
     /// Woken by an accepted NOTIFY or a control command: check the primary now.
@@ -105,6 +136,27 @@ fn unix_in(d: Duration) -> u64 {
 }
 
 impl Secondary {
+    /// A secondary zone of `cfg` (`None` if its name is not a domain name).
+    pub fn new(cfg: SecondaryConfig, role: Role) -> Option<Arc<Self>> {
+        let apex = text_to_key(&cfg.name)?;
+        let key = cfg.key.as_ref().and_then(|k| k.key().ok());
+        let status = TransferInfo {
+            primaries: cfg.primaries.iter().map(|p| p.to_string()).collect(),
+            source: "none".into(),
+            ..Default::default()
+        };
+        Some(Arc::new(Secondary {
+            cfg,
+            role,
+            removed: AtomicBool::new(false),
+            apex,
+            key,
+            wake: Notify::new(),
+            force_axfr: AtomicBool::new(false),
+            status: Mutex::new(status),
+        }))
+    }
+
     /// Check the primary now (NOTIFY, `xdns zone refresh`).
     pub fn wake(&self) {
         self.wake.notify_one();
@@ -136,9 +188,10 @@ pub fn spawn(shared: &Arc<Shared>, stop: watch::Receiver<bool>) -> Vec<tokio::ta
     let Some(reg) = shared.served.load().xfr.clone() else {
         return Vec::new();
     };
-    reg.zones
-        .iter()
-        .map(|s| tokio::spawn(run(shared.clone(), s.clone(), stop.clone())))
+    let _ = reg.runtime.set((Arc::downgrade(shared), stop.clone()));
+    reg.list()
+        .into_iter()
+        .map(|s| tokio::spawn(run(shared.clone(), s, stop.clone())))
         .collect()
 }
 
@@ -167,6 +220,9 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
             st.expires = Some(unix_in(t.expire));
         }
     }
+    if let (Role::Catalog, Some(z)) = (&sec.role, &start) {
+        super::catalog::sync(&shared, &sec, z).await;
+    }
     let mut next = Instant::now();
     loop {
         let wake = expire_at.map_or(next, |e| e.min(next));
@@ -174,6 +230,11 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
             _ = crate::server::stopped(&mut stop) => return,
             _ = tokio::time::sleep_until(wake.into()) => {}
             _ = sec.wake.notified() => next = Instant::now(),
+        }
+        if sec.removed.load(Ordering::Relaxed) {
+            tracing::info!(zone = %name, "no longer in its catalog: not served");
+            uninstall(&shared, &name).await;
+            return;
         }
         let now = Instant::now();
         if !expired && expire_at.is_some_and(|e| now >= e) {
@@ -300,7 +361,11 @@ async fn transfer_from(
     let zone = materialize(sec, set).await?;
     let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
     let serial = zone.serial;
-    install(shared, &sec.cfg.name, Arc::new(zone), false).await;
+    let zone = Arc::new(zone);
+    install(shared, &sec.cfg.name, zone.clone(), false).await;
+    if sec.role == Role::Catalog {
+        super::catalog::sync(shared, sec, &zone).await;
+    }
     let ms = t0.elapsed().as_millis() as u64;
     tracing::info!(zone = %name, %primary, serial, kind = how, ms, "transferred and serving");
     let mut st = sec.status();
@@ -406,6 +471,18 @@ pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired:
     super::primary::notify_changed(Some(&cur), &new);
 }
 
+/// Stop serving the zone `name` (a catalog member removed), atomically.
+async fn uninstall(shared: &Arc<Shared>, name: &str) {
+    let _g = shared.swap.lock().await;
+    let cur = shared.served.load_full();
+    let loaded: Vec<LoadedZone> = cur.loaded.iter().filter(|l| l.source.name != name).cloned().collect();
+    if loaded.len() == cur.loaded.len() {
+        return;
+    }
+    shared.served.store(Arc::new(cur.with(loaded, cur.expired.clone())));
+    crate::server::refill_fastpath(shared).await;
+}
+
 /// Mark the zone `name` expired (SERVFAIL, out of the kernel maps) or served again.
 async fn set_expired(shared: &Arc<Shared>, name: &str, expired: bool) {
     if let Some(z) = current(shared, name) {
@@ -502,7 +579,7 @@ mod tests {
         .unwrap();
         let (served, _) = build(&cfg, None);
         let shared = Arc::new(Shared::new(served));
-        let sec = shared.served.load().xfr.as_ref().unwrap().zones[0].clone();
+        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
 
         // first: AXFR (more than one message: 3000 records)
         let t = refresh(&shared, &sec, false).await.unwrap();
