@@ -128,3 +128,89 @@ pub fn expired(served: &Served, wire: &[u8], edns_payload: u16, out: &mut Vec<u8
     let rcode = error_response(&q, SERVFAIL, edns_payload, out);
     Some(Outcome::Answered { rcode, qtype: qq.qtype, truncated: false })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, Overrides};
+    use crate::xfr::primary::{outgoing, Decision};
+    use domain::base::{Name, Rtype};
+    use domain::tsig::ClientTransaction;
+    use std::str::FromStr;
+    use xdns_zone::Transport;
+
+    const SECRET: &str = "Wm9uZSB0cmFuc2ZlcnMgZm9yIHhkbnMgdGVzdHMgb25seSE=";
+
+    /// A primary zone `p.` (transfers to 127.0.0.0/8, keyed) and a secondary `s.` (primary
+    /// 127.0.0.2, keyed), as served.
+    fn served() -> (Served, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("xdns-notify-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("p.zone"), "$TTL 60\n@ SOA ns.p. h.p. 1 60 60 600 60\n@ NS ns\nns A 198.18.0.1\n").unwrap();
+        let text = format!(
+            "[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"{SECRET}\"\n\
+             [[zone]]\nname = \"p.\"\nfile = \"p.zone\"\nallow_transfer = [\"127.0.0.0/8\"]\nkey = \"k\"\n\
+             [[zone]]\nname = \"s.\"\nprimaries = [\"127.0.0.2\"]\nkey = \"k\"\n"
+        );
+        let cfg = parse(&text, &dir.join("x.toml"), &Overrides::default()).unwrap();
+        (crate::reload::build(&cfg, None).0, dir)
+    }
+
+    fn signed(zone: &str, rtype: Rtype, notify: bool) -> Vec<u8> {
+        let key = crate::xfr::keys::KeyConfig::parse("k", "hmac-sha256", SECRET).unwrap().key().unwrap();
+        let mut b = MessageBuilder::new_vec();
+        b.header_mut().set_id(7);
+        if notify {
+            b.header_mut().set_opcode(Opcode::NOTIFY);
+        }
+        let mut q = b.question();
+        q.push((Name::<Vec<u8>>::from_str(zone).unwrap(), rtype)).unwrap();
+        let mut a = q.additional();
+        ClientTransaction::request(key, &mut a, Time48::now()).unwrap();
+        a.finish()
+    }
+
+    fn rcode(out: &[u8]) -> u8 {
+        out[3] & 0x0f
+    }
+
+    /// The decisions, then every truncation and every single-byte change of a signed NOTIFY
+    /// and a signed AXFR: an answer or nothing, never a panic.
+    #[test]
+    fn notify_and_transfer_requests_decide_and_never_panic() {
+        let (served, dir) = served();
+        let from_primary = Some(IpAddr::from([127, 0, 0, 2]));
+        let mut out = Vec::new();
+        let n = signed("s.", Rtype::SOA, true);
+        assert!(matches!(notify(&served, &n, from_primary, &mut out), Some(Outcome::Answered { rcode: 0, .. })));
+        assert_eq!(rcode(&out), 0);
+        let elsewhere = Some(IpAddr::from([127, 0, 0, 3]));
+        notify(&served, &n, elsewhere, &mut out).unwrap();
+        assert_eq!(rcode(&out), 9, "NOTAUTH from another address");
+        notify(&served, &signed("p.", Rtype::SOA, true), from_primary, &mut out).unwrap();
+        assert_eq!(rcode(&out), 9, "NOTAUTH for a zone we are not a secondary of");
+        let a = signed("p.", Rtype::AXFR, false);
+        assert!(matches!(outgoing(&served, &a, from_primary, Transport::Tcp, &mut out), Some(Decision::Stream(_))));
+        let Some(Decision::Reply(_)) = outgoing(&served, &a, Some(IpAddr::from([10, 0, 0, 1])), Transport::Tcp, &mut out) else {
+            panic!("not refused")
+        };
+        assert_eq!(rcode(&out), 5, "REFUSED outside allow_transfer");
+        for msg in [n, a] {
+            for cut in 0..msg.len() {
+                let _ = notify(&served, &msg[..cut], from_primary, &mut out);
+                let _ = outgoing(&served, &msg[..cut], from_primary, Transport::Tcp, &mut out);
+            }
+            for i in 0..msg.len() {
+                for v in [0u8, 1, 0x3f, 0xc0, 0xff] {
+                    let mut m = msg.clone();
+                    m[i] = v;
+                    let _ = notify(&served, &m, from_primary, &mut out);
+                    if let Some(Decision::Stream(mut t)) = outgoing(&served, &m, from_primary, Transport::Tcp, &mut out) {
+                        while t.next().is_some() {}
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

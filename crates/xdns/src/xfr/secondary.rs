@@ -438,7 +438,8 @@ async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, Strin
                 for e in &errs {
                     tracing::error!(zone = %name, "transferred zone rejected: {e}");
                 }
-                Err(format!("the transferred zone did not validate ({} errors, first: {})", errs.len(), errs[0]))
+                let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
+                Err(format!("the transferred zone did not validate ({} errors, first: {first})", errs.len()))
             }
         }
     })
