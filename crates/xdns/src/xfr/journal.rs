@@ -71,6 +71,64 @@ pub fn diff(old: &RecordSet, new: &RecordSet, from: u32, to: u32) -> Diff {
     Diff { from, to, deleted, added }
 }
 
+/// The zone of `set` at `apex`, validated as the loader validates a zone file
+/// ([`xdns_zone::validate::validate`]): empty non-terminals added, RRsets sorted by type,
+/// one TTL per RRset (the smallest), owners outside the zone refused. Errors and warnings
+/// name `file` (where the copy is kept) and the owner; warnings are logged (the first 100).
+pub fn build_zone(apex: &[u8], file: &Path, set: &RecordSet) -> Result<Zone, Vec<xdns_zone::LoadError>> {
+    use xdns_zone::validate::{in_zone, out_of_zone_reason, validate};
+    use xdns_zone::{LoadError, Node, Rrset};
+    let mut errors = Vec::new();
+    let mut nodes: hashbrown::HashMap<NameKey, Node> = hashbrown::HashMap::with_capacity(set.len());
+    for ((owner, rtype, rdata), ttl) in set {
+        if !in_zone(apex, owner) {
+            if errors.len() < 100 {
+                errors.push(LoadError { file: file.to_path_buf(), line: None, reason: out_of_zone_reason(owner, apex) });
+            }
+            continue;
+        }
+        let node = nodes.entry(owner.clone()).or_default();
+        match node.rrsets.binary_search_by_key(rtype, |r| r.rtype) {
+            Ok(i) => {
+                let rr = &mut node.rrsets[i];
+                rr.ttl = rr.ttl.min(*ttl);
+                rr.rdata.push(rdata.clone());
+            }
+            Err(i) => node.rrsets.insert(i, Rrset { rtype: *rtype, ttl: *ttl, rdata: vec![rdata.clone()] }),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // empty non-terminals between each owner and the apex
+    let owners: Vec<NameKey> = nodes.keys().cloned().collect();
+    for key in owners {
+        let mut pos = 0usize;
+        while key.len() - pos > apex.len() {
+            pos += 1 + key[pos] as usize;
+            if nodes.contains_key(&key[pos..]) {
+                break;
+            }
+            nodes.insert(key[pos..].into(), Node::default());
+        }
+    }
+    let serial = nodes
+        .get(apex)
+        .and_then(|n| n.rrset(SOA))
+        .and_then(|s| s.rdata.first())
+        .and_then(|d| super::serial::soa_serial(d))
+        .unwrap_or(0);
+    let zone = Zone { apex: apex.into(), nodes, file: file.to_path_buf(), serial };
+    let findings = validate(&zone);
+    for w in findings.warnings.iter().take(100) {
+        tracing::warn!("{w}");
+    }
+    if !findings.errors.is_empty() {
+        return Err(findings.errors);
+    }
+    Ok(zone)
+}
+
 /// The apex SOA (serial and RDATA) of a record set.
 #[cfg_attr(not(test), allow(dead_code))]
 pub fn soa_of(set: &RecordSet, apex: &[u8]) -> Option<(u32, Bytes)> {
@@ -197,9 +255,33 @@ mod tests {
         let text = std::fs::read_to_string(&out).unwrap();
         assert!(text.lines().nth(1).unwrap().contains(" SOA ns.a. Host.a. 7 60 30 600 60"), "{text}");
         assert!(text.contains("MX 20 ."), "{text}");
-        let back = load_zone(&ZoneSource { name: "a.".into(), file: out }, None).unwrap();
+        let back = load_zone(&ZoneSource { name: "a.".into(), file: out.clone() }, None).unwrap();
         assert_eq!(records_of(&back), set);
         assert_eq!(back.serial, 7);
+        // built directly, the same zone as loaded: nodes (empty non-terminals too), TTLs
+        let built = build_zone(&z.apex, &out, &set).unwrap();
+        assert_eq!(built.serial, 7);
+        assert_eq!(built.nodes.len(), back.nodes.len());
+        for (k, n) in &back.nodes {
+            let b = &built.nodes[k];
+            assert_eq!(b.rrsets.len(), n.rrsets.len(), "{}", key_to_text(k));
+            for (x, y) in b.rrsets.iter().zip(&n.rrsets) {
+                assert_eq!((x.rtype, x.ttl), (y.rtype, y.ttl));
+                let mut xs = x.rdata.clone();
+                let mut ys = y.rdata.clone();
+                xs.sort();
+                ys.sort();
+                assert_eq!(xs, ys);
+            }
+        }
+        // what the loader refuses, this refuses: CNAME and other data, an owner outside
+        let mut bad = set.clone();
+        bad.insert((b"\x03www\x01a\x00"[..].into(), 1, Bytes::from_static(&[198, 18, 0, 1])), 60);
+        let e = build_zone(&z.apex, &out, &bad).unwrap_err();
+        assert!(e.iter().any(|e| e.reason.contains("CNAME")), "{e:?}");
+        let mut outside = set.clone();
+        outside.insert((b"\x01b\x00"[..].into(), 1, Bytes::from_static(&[198, 18, 0, 1])), 60);
+        assert!(build_zone(&z.apex, &out, &outside).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

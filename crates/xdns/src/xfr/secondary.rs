@@ -21,7 +21,7 @@ use domain::base::iana::Rcode;
 use domain::tsig::Key;
 use tokio::sync::{watch, Notify};
 use xdns_zone::load::text_to_key;
-use xdns_zone::{load_zone, NameKey, Zone, ZoneSource};
+use xdns_zone::{NameKey, Zone, ZoneSource};
 
 use super::client::{self, Fetched, Kind, XfrError};
 use super::journal::{self, RecordSet};
@@ -358,7 +358,7 @@ async fn transfer_from(
         }
     };
     let (set, how) = set;
-    let zone = materialize(sec, set).await?;
+    let (zone, set) = materialize(sec, set).await?;
     let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
     let serial = zone.serial;
     let zone = Arc::new(zone);
@@ -368,13 +368,16 @@ async fn transfer_from(
     }
     let ms = t0.elapsed().as_millis() as u64;
     tracing::info!(zone = %name, %primary, serial, kind = how, ms, "transferred and serving");
-    let mut st = sec.status();
-    st.serial = Some(serial);
-    st.source = format!("{how} from {primary}");
-    st.last_transfer = Some(how.to_string());
-    st.last_transfer_ms = Some(ms);
-    st.last_transfer_at = Some(unix(SystemTime::now()));
-    st.transfers += 1;
+    {
+        let mut st = sec.status();
+        st.serial = Some(serial);
+        st.source = format!("{how} from {primary}");
+        st.last_transfer = Some(how.to_string());
+        st.last_transfer_ms = Some(ms);
+        st.last_transfer_at = Some(unix(SystemTime::now()));
+        st.transfers += 1;
+    }
+    store(sec, set).await;
     Ok(timers)
 }
 
@@ -407,44 +410,62 @@ fn target(sec: &Secondary) -> (PathBuf, bool) {
     }
 }
 
-/// Write `set` beside the zone's file (`FILE.new`), load it with the zone loader (every check
-/// a configured zone gets, errors as `FILE.new:LINE: reason`), and only then move it over
-/// the file. A zone that fails to load is left in `FILE.new` for inspection.
-async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, String> {
-    let (path, keep) = target(sec);
+/// Build the zone of `set` and validate it as the loader validates a zone file
+/// ([`journal::build_zone`]). A zone that does not validate is written to `FILE.new` for
+/// inspection. The good copy is written by [`store`] once it serves.
+async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<(Zone, RecordSet), String> {
+    let (path, _) = target(sec);
     let name = sec.cfg.name.clone();
     let apex = sec.apex.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut new = path.clone().into_os_string();
-        new.push(".new");
-        let new = PathBuf::from(new);
-        if let Some(dir) = new.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        journal::write(&new, &apex, &set).map_err(|e| format!("writing {}: {e}", new.display()))?;
-        drop(set);
-        let src = ZoneSource { name: name.clone(), file: new.clone() };
-        match load_zone(&src, None) {
-            Ok(mut zone) => {
-                if keep {
-                    std::fs::rename(&new, &path).map_err(|e| format!("moving {} to {}: {e}", new.display(), path.display()))?;
-                    zone.file = path;
-                } else {
-                    let _ = std::fs::remove_file(&new);
-                }
-                Ok(zone)
+    tokio::task::spawn_blocking(move || match journal::build_zone(&apex, &path, &set) {
+        Ok(zone) => Ok((zone, set)),
+        Err(errs) => {
+            for e in &errs {
+                tracing::error!(zone = %name, "transferred zone rejected: {e}");
             }
-            Err(errs) => {
-                for e in &errs {
-                    tracing::error!(zone = %name, "transferred zone rejected: {e}");
-                }
-                let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
-                Err(format!("the transferred zone did not validate ({} errors, first: {first})", errs.len()))
+            let mut new = path.clone().into_os_string();
+            new.push(".new");
+            let new = PathBuf::from(new);
+            if let Some(dir) = new.parent() {
+                let _ = std::fs::create_dir_all(dir);
             }
+            let kept = match journal::write(&new, &apex, &set) {
+                Ok(()) => format!("; kept in {}", new.display()),
+                Err(_) => String::new(),
+            };
+            let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
+            Err(format!("the transferred zone did not validate ({} errors, first: {first}){kept}", errs.len()))
         }
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+/// Write the copy now served to the zone's `file` (`FILE.new`, then renamed over it): the
+/// copy served at the next start. Nothing without `file`.
+async fn store(sec: &Arc<Secondary>, set: RecordSet) {
+    let (path, keep) = target(sec);
+    if !keep {
+        return;
+    }
+    let apex = sec.apex.clone();
+    let name = sec.cfg.name.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        let mut new = path.clone().into_os_string();
+        new.push(".new");
+        let new = PathBuf::from(new);
+        if let Some(dir) = new.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        journal::write(&new, &apex, &set)?;
+        std::fs::rename(&new, &path)
+    })
+    .await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(zone = %name, error = %e, "the transferred copy could not be stored; it is served all the same"),
+        Err(e) => tracing::error!(zone = %name, error = %e, "storing the transferred copy failed"),
+    }
 }
 
 /// Swap `zone` in as the version of `name` served, atomically, as a reload does.
@@ -499,6 +520,7 @@ mod tests {
     use crate::xfr::primary::{self, Decision, OutgoingConfig};
     use std::sync::atomic::AtomicU8;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use xdns_zone::load_zone;
     use xdns_zone::{Node, Rrset, Transport};
 
     fn zone_text(serial: u32, hosts: usize) -> String {
