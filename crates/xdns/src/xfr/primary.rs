@@ -21,7 +21,7 @@ use domain::base::{Message, MessageBuilder, Name, Rtype, Ttl};
 use domain::rdata::tsig::Time48;
 use domain::rdata::ZoneRecordData;
 use domain::tsig::{Key, ServerSequence};
-use xdns_zone::load::name_key;
+use xdns_zone::load::{key_to_text, name_key};
 use xdns_zone::{NameKey, Outcome, Transport, Zone};
 
 use super::client::{Diff, SOA};
@@ -202,7 +202,15 @@ impl Outgoing {
         if let Some(s) = self.signer.as_mut() {
             s.answer(&mut b, Time48::now()).ok()?;
         }
-        Some(b.finish())
+        let m = b.finish();
+        if m.len() > usize::from(u16::MAX) {
+            // one record too large for a TCP message: end here (the client sees an
+            // incomplete transfer and keeps what it has), never a wrong length prefix
+            tracing::error!(zone = %key_to_text(&self.zone.apex), "a record does not fit a message: transfer ended");
+            self.done = true;
+            return None;
+        }
+        Some(m)
     }
 }
 
