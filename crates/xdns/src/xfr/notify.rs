@@ -105,7 +105,7 @@ fn tsig_error(out: &mut Vec<u8>, msg: &Message<Vec<u8>>, error: TsigRcode) -> Op
         .filter_map(Result::ok)
         .last()?;
     let data = rec.data();
-    let tsig = Tsig::new(data.algorithm().clone(), data.time_signed(), data.fudge(), &b""[..], msg.header().id(), error, &b""[..]).ok()?;
+    let tsig = Tsig::new(*data.algorithm(), data.time_signed(), data.fudge(), &b""[..], msg.header().id(), error, &b""[..]).ok()?;
     let mut b = MessageBuilder::new_vec().start_answer(msg, Rcode::NOTAUTH).ok()?.additional();
     b.push((rec.owner(), rec.class(), rec.ttl(), tsig)).ok()?;
     out.clear();
