@@ -72,9 +72,9 @@ CHOSEN_WHEN_PEERS_DIFFER: dict[str, tuple[str, str]] = {
     "two-opt": ("either", "FORMERR with or without the question"),
     # Unassigned opcode 3: both answer with a header dnspython rejects; Knot keeps QDCOUNT.
     "opcode-3": ("either", "unassigned opcode: either error shape"),
-    # NOTIFY: Knot NOTAUTH (no such secondary zone), NSD NXDOMAIN. xdns implements no
-    # secondary zones and answers NOTIMP, which RFC 1996 section 3.12 expects from such servers.
-    "opcode-4": ("rcode:NOTIMP", "NOTIFY is not implemented (RFC 1996 3.12)"),
+    # NOTIFY: Knot NOTAUTH (no such secondary zone), NSD NXDOMAIN. xdns has secondary zones
+    # (issue 28) and refuses a NOTIFY for any other zone as Knot's ACL does: NOTAUTH.
+    "opcode-4": ("knot", "NOTIFY for a zone we are not a secondary of: NOTAUTH, as Knot"),
     # UPDATE: Knot FORMERR echoing the zone section, NSD NOTIMP without it; xdns NOTIMP
     # (RFC 2136 leaves NOTIMP for servers without UPDATE support).
     "opcode-5": ("rcode:NOTIMP", "dynamic update is not implemented"),

@@ -14,6 +14,8 @@ use toml::Spanned;
 use xdns_zone::ZoneSource;
 
 use crate::recursion::{FileResolver, ResolverSettings};
+use crate::xfr::keys::KeyConfig;
+use crate::xfr::primary::OutgoingConfig;
 use crate::xdp::XdpConfig;
 
 /// Default path of the control socket.
@@ -55,6 +57,29 @@ pub struct Config {
     pub run_as: Option<crate::privilege::RunAs>,
     /// `[guard]`: lists, RRL and cookies (`crate::guard`); `None` = off.
     pub guard: Option<crate::guard::GuardSettings>,
+    /// TSIG keys (`[[key]]`), by name.
+    pub keys: Vec<KeyConfig>,
+    /// Zones transferred from primaries (`[[zone]]` with `primaries`), in configuration order.
+    pub secondaries: Vec<SecondaryConfig>,
+    /// The primary side of zones (`notify`, `allow_transfer`, `key`), for every zone that
+    /// has one of them.
+    pub outgoing: Vec<OutgoingConfig>,
+    /// Catalog zones (`[[catalog]]`, RFC 9432): transferred like secondary zones; their
+    /// members become secondary zones of the same primaries and key.
+    pub catalogs: Vec<SecondaryConfig>,
+}
+
+/// A secondary zone: `[[zone]]` with `primaries`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecondaryConfig {
+    /// The apex in presentation form, lowercase, with the final dot.
+    pub name: String,
+    /// Where to transfer from (and the only addresses whose NOTIFY is accepted), in order.
+    pub primaries: Vec<SocketAddr>,
+    /// The TSIG key transfers and NOTIFYs are signed with.
+    pub key: Option<KeyConfig>,
+    /// Where the last good copy is written (and read at start), if anywhere.
+    pub file: Option<PathBuf>,
 }
 
 /// `[tcp]` table.
@@ -169,6 +194,29 @@ struct FileConfig {
     group: Option<Spanned<String>>,
     #[serde(default)]
     guard: Option<crate::guard::FileGuard>,
+    #[serde(default)]
+    key: Vec<Spanned<FileKey>>,
+    #[serde(default)]
+    catalog: Vec<Spanned<FileCatalog>>,
+}
+
+/// One `[[catalog]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCatalog {
+    name: String,
+    primaries: Vec<String>,
+    key: Option<String>,
+    file: Option<String>,
+}
+
+/// One `[[key]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKey {
+    name: String,
+    algorithm: String,
+    secret: String,
 }
 
 /// One `[[zone]]` entry.
@@ -176,7 +224,11 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileZone {
     name: Spanned<String>,
-    file: Spanned<String>,
+    file: Option<Spanned<String>>,
+    primaries: Option<Spanned<Vec<String>>>,
+    key: Option<Spanned<String>>,
+    notify: Option<Spanned<Vec<String>>>,
+    allow_transfer: Option<Spanned<Vec<String>>>,
 }
 
 /// 1-based line number of byte `offset` in `text`.
@@ -369,7 +421,22 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         }
     };
 
+    let mut keys: Vec<KeyConfig> = Vec::new();
+    for k in &file.key {
+        let line = span_line(k.span());
+        let kk = k.get_ref();
+        match KeyConfig::parse(&kk.name, &kk.algorithm, &kk.secret) {
+            Ok(key) if keys.iter().any(|o| o.name == key.name) => {
+                errors.push(err(line, format!("key `{}` configured twice", key.name)))
+            }
+            Ok(key) => keys.push(key),
+            Err(reason) => errors.push(err(line, reason)),
+        }
+    }
+
     let mut zones: Vec<ZoneSource> = Vec::new();
+    let mut secondaries: Vec<SecondaryConfig> = Vec::new();
+    let mut outgoing: Vec<OutgoingConfig> = Vec::new();
     for z in &file.zone {
         let name = match normalize_zone_name(z.name.get_ref()) {
             Some(n) => n,
@@ -381,34 +448,137 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
                 continue;
             }
         };
-        if zones.iter().any(|s| s.name == name) {
+        if zones.iter().any(|s| s.name == name) || secondaries.iter().any(|s| s.name == name) {
             errors.push(err(
                 span_line(z.name.span()),
                 format!("zone `{name}` configured twice"),
             ));
             continue;
         }
-        let raw = Path::new(z.file.get_ref());
-        let file = if raw.is_absolute() {
-            raw.to_path_buf()
-        } else {
-            base.join(raw)
+        let file_path = match &z.file {
+            Some(f) if f.get_ref().is_empty() => {
+                errors.push(err(span_line(f.span()), format!("zone `{name}`: empty file name")));
+                continue;
+            }
+            Some(f) => {
+                let raw = Path::new(f.get_ref());
+                Some(if raw.is_absolute() { raw.to_path_buf() } else { base.join(raw) })
+            }
+            None => None,
         };
-        if z.file.get_ref().is_empty() {
+        let key = match &z.key {
+            None => None,
+            Some(k) => {
+                let want = k.get_ref().trim().trim_end_matches('.').to_ascii_lowercase() + ".";
+                match keys.iter().find(|c| c.name == want) {
+                    Some(c) => Some(c.clone()),
+                    None => {
+                        errors.push(err(span_line(k.span()), format!("zone `{name}`: no [[key]] named `{}`", k.get_ref())));
+                        continue;
+                    }
+                }
+            }
+        };
+        let mut notify = Vec::new();
+        if let Some(n) = &z.notify {
+            for a in n.get_ref() {
+                match parse_remote(a) {
+                    Some(sa) => notify.push(sa),
+                    None => errors.push(err(
+                        span_line(n.span()),
+                        format!("zone `{name}`: notify target `{a}` is not ADDRESS or ADDRESS@PORT"),
+                    )),
+                }
+            }
+        }
+        let mut allow_transfer = Vec::new();
+        if let Some(a) = &z.allow_transfer {
+            for p in a.get_ref() {
+                match crate::recursion::Prefix::parse(p) {
+                    Some(px) => allow_transfer.push(px),
+                    None => errors.push(err(
+                        span_line(a.span()),
+                        format!("zone `{name}`: allow_transfer `{p}` is not ADDRESS/LENGTH or ADDRESS"),
+                    )),
+                }
+            }
+        }
+        if !notify.is_empty() || !allow_transfer.is_empty() {
+            outgoing.push(OutgoingConfig { name: name.clone(), notify, allow_transfer, key: key.clone() });
+        }
+        if let Some(p) = &z.primaries {
+            let mut primaries = Vec::new();
+            for a in p.get_ref() {
+                match parse_remote(a) {
+                    Some(sa) => primaries.push(sa),
+                    None => errors.push(err(
+                        span_line(p.span()),
+                        format!("zone `{name}`: primary `{a}` is not ADDRESS or ADDRESS@PORT"),
+                    )),
+                }
+            }
+            if p.get_ref().is_empty() {
+                errors.push(err(span_line(p.span()), format!("zone `{name}`: `primaries` is empty")));
+            }
+            secondaries.push(SecondaryConfig { name, primaries, key, file: file_path });
+            continue;
+        }
+        if key.is_some() && z.notify.is_none() && z.allow_transfer.is_none() {
             errors.push(err(
-                span_line(z.file.span()),
-                format!("zone `{name}`: empty file name"),
+                span_line(z.name.span()),
+                format!("zone `{name}`: `key` needs `primaries`, `notify` or `allow_transfer`"),
             ));
             continue;
         }
+        let Some(file) = file_path else {
+            errors.push(err(
+                span_line(z.name.span()),
+                format!("zone `{name}`: `file` is required (or `primaries`, for a secondary)"),
+            ));
+            continue;
+        };
         if !file.is_file() {
             errors.push(err(
-                span_line(z.file.span()),
+                z.file.as_ref().and_then(|f| span_line(f.span())),
                 format!("zone `{name}`: file {} not found", file.display()),
             ));
             continue;
         }
         zones.push(ZoneSource { name, file });
+    }
+
+    let mut catalogs: Vec<SecondaryConfig> = Vec::new();
+    for c in &file.catalog {
+        let line = span_line(c.span());
+        let cc = c.get_ref();
+        let Some(name) = normalize_zone_name(&cc.name) else {
+            errors.push(err(line, format!("bad catalog name `{}`", cc.name)));
+            continue;
+        };
+        if zones.iter().any(|z| z.name == name) || secondaries.iter().any(|z| z.name == name) || catalogs.iter().any(|z| z.name == name) {
+            errors.push(err(line, format!("catalog `{name}` configured twice (or also as a zone)")));
+            continue;
+        }
+        let primaries: Vec<SocketAddr> = cc.primaries.iter().filter_map(|a| parse_remote(a)).collect();
+        if primaries.len() != cc.primaries.len() || primaries.is_empty() {
+            errors.push(err(line, format!("catalog `{name}`: `primaries` must be ADDRESS or ADDRESS@PORT, at least one")));
+            continue;
+        }
+        let key = match &cc.key {
+            None => None,
+            Some(k) => {
+                let want = k.trim().trim_end_matches('.').to_ascii_lowercase() + ".";
+                match keys.iter().find(|c| c.name == want) {
+                    Some(c) => Some(c.clone()),
+                    None => {
+                        errors.push(err(line, format!("catalog `{name}`: no [[key]] named `{k}`")));
+                        continue;
+                    }
+                }
+            }
+        };
+        let file = cc.file.as_ref().map(|f| if Path::new(f).is_absolute() { PathBuf::from(f) } else { base.join(f) });
+        catalogs.push(SecondaryConfig { name, primaries, key, file });
     }
 
     let resolver = file.resolver.as_ref().and_then(|r| {
@@ -473,7 +643,24 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         resolver,
         run_as,
         guard,
+        keys,
+        secondaries,
+        outgoing,
+        catalogs,
     })
+}
+
+/// `ADDRESS@PORT` (Knot's form) or `ADDRESS` (port 53); `[v6]:port` is accepted too.
+pub fn parse_remote(text: &str) -> Option<SocketAddr> {
+    let t = text.trim();
+    if let Some((a, p)) = t.rsplit_once('@') {
+        let port: u16 = p.parse().ok().filter(|&p| p != 0)?;
+        return Some(SocketAddr::new(a.parse().ok()?, port));
+    }
+    if let Ok(ip) = t.parse::<std::net::IpAddr>() {
+        return Some(SocketAddr::new(ip, 53));
+    }
+    t.parse::<SocketAddr>().ok().filter(|a| a.port() != 0)
 }
 
 /// Only the control socket path of the configuration at `path` (for `xdns stats`): the rest
@@ -652,10 +839,19 @@ file = "z.zone"
             ("\n\n[[zone]]\nname = \"a.\"\nfile = \"missing.zone\"\n", Some(5), "missing.zone"),
             ("[[zone]]\nname = \"a..b\"\nfile = \"z.zone\"\n", Some(2), "a..b"),
             ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\n[[zone]]\nname = \"A\"\nfile = \"z.zone\"\n", Some(5), "twice"),
-            ("[[zone]]\nname = \"a.\"\n", Some(1), "file"),
+            ("[[zone]]\nname = \"a.\"\n", Some(2), "file"),
             ("listen = 5\n", Some(1), "sequence"),
             ("listen = [\n", Some(1), "array"),
             ("[xdp]\nmode = \"fast\"\n", Some(2), "fast"),
+            ("\n[[key]]\nname = \"k\"\nalgorithm = \"hmac-md5\"\nsecret = \"AAAA\"\n", Some(2), "hmac-md5"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"%%%\"\n", Some(1), "base64"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\nsize = 1\n", Some(5), "size"),
+            ("[[zone]]\nname = \"a.\"\nprimaries = [\"198.18.0.1@53\"]\nkey = \"nokey\"\n", Some(4), "nokey"),
+            ("[[zone]]\nname = \"a.\"\nprimaries = [\"198.18.0.1@x\"]\n", Some(3), "198.18.0.1@x"),
+            ("[[zone]]\nname = \"a.\"\nprimaries = []\n", Some(3), "empty"),
+            ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\n[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nkey = \"k\"\n", Some(6), "allow_transfer"),
+            ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nallow_transfer = [\"198.18.0.0/33\"]\n", Some(4), "198.18.0.0/33"),
+            ("[[zone]]\nname = \"a.\"\nfile = \"z.zone\"\nnotify = [\"nowhere\"]\n", Some(4), "nowhere"),
         ];
         for (text, line, needle) in table {
             let errs = parse(text, &d.cfg(), &Overrides::default()).expect_err(text);
@@ -669,6 +865,28 @@ file = "z.zone"
                 "{shown}"
             );
         }
+    }
+
+    /// `[[key]]` and a secondary `[[zone]]`: primaries as Knot writes them, the key found by
+    /// name in any case, `file` optional and allowed not to exist yet.
+    #[test]
+    fn secondary_zones_and_keys() {
+        let d = Dir::new("sec");
+        let text = "[[key]]\nname = \"XFR\"\nalgorithm = \"hmac-sha512\"\nsecret = \"c2VjcmV0\"\n\
+                    [[zone]]\nname = \"b.\"\nprimaries = [\"198.18.0.3@5353\", \"2001:db8::3\", \"[2001:db8::4]:54\"]\nkey = \"xfr.\"\nfile = \"cache/b.zone\"\n\
+                    [[zone]]\nname = \"c.\"\nprimaries = [\"198.18.0.3\"]\n";
+        let c = parse(text, &d.cfg(), &Overrides::default()).unwrap();
+        assert!(c.zones.is_empty());
+        assert_eq!(c.keys.len(), 1);
+        assert_eq!(c.keys[0].secret, b"secret");
+        let b = &c.secondaries[0];
+        assert_eq!(b.name, "b.");
+        let want: Vec<SocketAddr> =
+            vec!["198.18.0.3:5353".parse().unwrap(), "[2001:db8::3]:53".parse().unwrap(), "[2001:db8::4]:54".parse().unwrap()];
+        assert_eq!(b.primaries, want);
+        assert_eq!(b.key.as_ref().map(|k| k.name.as_str()), Some("xfr."));
+        assert_eq!(b.file, Some(d.0.join("cache/b.zone")));
+        assert_eq!((c.secondaries[1].key.is_none(), c.secondaries[1].file.is_none()), (true, true));
     }
 
     #[test]

@@ -40,7 +40,18 @@ pub const KEYS: &[Key] = &[
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
     k("zone", "name", "(required)", "A zone to serve ([[zone]], one table per zone)."),
-    k("zone", "file", "(required)", "Its master file, relative to the configuration file's directory."),
+    k("zone", "file", "(required unless primaries)", "Its master file, relative to the configuration file's directory; for a secondary, where the last good copy is kept and read at start."),
+    k("zone", "primaries", "none", "A secondary zone: the primaries to transfer from (ADDR, ADDR@PORT or [v6]:PORT), tried in order; only their NOTIFY is accepted."),
+    k("zone", "key", "none", "The [[key]] transfers and NOTIFY are signed with (in and out)."),
+    k("zone", "notify", "[]", "Secondaries told of every new serial (NOTIFY, RFC 1996), with retries."),
+    k("zone", "allow_transfer", "[]", "Prefixes that may transfer the zone (AXFR, IXFR from the journal); others get REFUSED."),
+    k("key", "name", "(required)", "A TSIG key (RFC 8945), as tsig-keygen prints it: its name."),
+    k("key", "algorithm", "(required)", "hmac-sha256, hmac-sha384 or hmac-sha512."),
+    k("key", "secret", "(required)", "The secret, base64."),
+    k("catalog", "name", "(required)", "A catalog zone (RFC 9432): its members become secondary zones of the same primaries and key."),
+    k("catalog", "primaries", "(required)", "Where the catalog is transferred from."),
+    k("catalog", "key", "none", "The [[key]] of its transfers."),
+    k("catalog", "file", "none", "Where its last good copy is kept."),
     k("resolver", "root_hints", "(required)", "Root hints file (NS at the root and their A/AAAA), relative to the configuration file."),
     k("resolver", "allow", r#"["127.0.0.0/8", "::1/128"]"#, "Client prefixes that may recurse; others get REFUSED."),
     k("resolver", "cache_entries", "100000", "Answers kept in the userspace cache."),
@@ -84,7 +95,7 @@ pub fn manual_page(version: &str) -> String {
             section = Some(key.section);
             let title = match key.section {
                 "" => "TOP-LEVEL KEYS".to_string(),
-                "zone" => "[[zone]]".to_string(),
+                "zone" | "key" | "catalog" => format!("[[{}]]", key.section),
                 s => format!("[{s}]"),
             };
             out.push_str(&format!(".SH {}\n", esc(&title)));
@@ -106,7 +117,7 @@ mod tests {
     fn parser_keys(section: &str) -> BTreeSet<String> {
         let text = match section {
             "" => "zzz_unknown = 1\n".to_string(),
-            "zone" => "[[zone]]\nzzz_unknown = 1\n".to_string(),
+            "zone" | "key" | "catalog" => format!("[[{section}]]\nzzz_unknown = 1\n"),
             s => format!("[{s}]\nzzz_unknown = 1\n"),
         };
         let errs = parse(&text, std::path::Path::new("/tmp/x.toml"), &Overrides::default()).unwrap_err();
@@ -117,7 +128,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "resolver"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "key", "catalog", "resolver"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {
@@ -136,7 +147,7 @@ mod tests {
         for key in KEYS {
             let cell = match key.section {
                 "" | "resolver" => format!("`{}`", key.name),
-                "xdp" | "zone" => format!("{}", key.name),
+                "xdp" | "zone" | "key" | "catalog" => format!("{}", key.name),
                 s => format!("`[{s}] {}`", key.name),
             };
             assert!(readme.contains(&cell), "crates/xdns/README.md lacks {cell}");

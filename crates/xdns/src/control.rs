@@ -1,7 +1,7 @@
 //! The Unix control socket: `xdns stats` and reload requests.
 //!
-//! Protocol: the client sends one command line (`stats`, `reload`, `flush`, `flush name NAME`
-//! or `flush subtree NAME`), the server answers with one line and closes. `stats` answers the
+//! Protocol: the client sends one command line (`stats`, `reload`, `flush`, `flush name NAME`,
+//! `flush subtree NAME`, `zone refresh NAME` or `zone retransfer NAME`), the server answers with one line and closes. `stats` answers the
 //! [`Snapshot`] as JSON; `reload` answers `ok` once the reload has been queued; `flush`
 //! empties the resolver's caches, `flush name` forgets one name, `flush subtree` a name and
 //! everything below it, each answering `ok N` (N answers removed); anything else answers
@@ -114,11 +114,35 @@ async fn answer(
         },
         cmd if cmd.starts_with("flush ") => flush_name(&shared, cmd),
         cmd if cmd.starts_with("guard ") => shared.live_blocks.command(cmd),
+        cmd if cmd.starts_with("zone ") => zone_command(&shared, cmd),
         other => format!("error: unknown command `{}`", other.escape_debug()),
     };
     wr.write_all(reply.as_bytes()).await?;
     wr.write_all(b"\n").await?;
     wr.shutdown().await
+}
+
+/// `zone refresh NAME` / `zone retransfer NAME`: wake the secondary zone's task (it checks
+/// its primaries at once; `retransfer` with an AXFR). The reply comes at once, not when the
+/// transfer is done: `xdns stats` shows how it went.
+fn zone_command(shared: &Shared, cmd: &str) -> String {
+    let mut words = cmd.split_ascii_whitespace().skip(1);
+    let (action, name) = match (words.next(), words.next(), words.next()) {
+        (Some(a @ ("refresh" | "retransfer")), Some(n), None) => (a, n),
+        _ => return format!("error: usage: zone refresh|retransfer NAME, not `{}`", cmd.escape_debug()),
+    };
+    let served = shared.served.load();
+    match served.xfr.as_ref().and_then(|r| r.by_name(name)) {
+        Some(sec) => {
+            if action == "retransfer" {
+                sec.retransfer();
+            } else {
+                sec.wake();
+            }
+            format!("ok {action} {}", sec.cfg.name)
+        }
+        None => format!("error: `{}` is not a secondary zone", name.escape_debug()),
+    }
 }
 
 /// `flush name NAME` / `flush subtree NAME`: the reply line.

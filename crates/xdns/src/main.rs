@@ -25,6 +25,7 @@ mod server;
 mod stats;
 mod takeover;
 mod xdp;
+mod xfr;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -74,6 +75,9 @@ enum Command {
     /// Live blocks of a running server, no reload: list them, block a source (address or
     /// prefix, optionally for a while), unblock one.
     Guard(GuardArgs),
+    /// Secondary zones: check the primary now (`refresh`: IXFR when it has a newer serial) or
+    /// transfer the whole zone again (`retransfer`: AXFR).
+    Zone(ZoneArgs),
     /// Write the manual pages (xdns.8, xdns.toml.5) and shell completions into a directory
     /// (used by packaging; generated from the command line and configuration definitions).
     #[command(hide = true)]
@@ -82,6 +86,18 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// Arguments of `xdns zone`.
+#[derive(Debug, Args)]
+struct ZoneArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// `refresh` or `retransfer`.
+    #[arg(value_parser = ["refresh", "retransfer"])]
+    action: String,
+    /// The zone's name.
+    name: String,
 }
 
 /// Arguments of `xdns guard`.
@@ -436,6 +452,30 @@ fn control_command(control: &ControlArgs, cmd: &str) -> ExitCode {
     }
 }
 
+fn zone(args: ZoneArgs) -> ExitCode {
+    let path = match args.control.path() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match control::request(&path, &format!("zone {} {}", args.action, args.name)) {
+        Ok(reply) if reply.starts_with("error") => {
+            eprintln!("xdns: {reply}");
+            ExitCode::FAILURE
+        }
+        Ok(reply) => {
+            println!("{reply}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xdns: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -451,6 +491,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Zone(a) => zone(a),
     }
 }
 

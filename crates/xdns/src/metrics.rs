@@ -328,6 +328,7 @@ mod tests {
             name: "example.com.".into(),
             serial: 42,
             records: 5,
+            ..Default::default()
         });
         s.xdp_table.insert("answers_in_table".into(), 7);
         s.xdp_table.insert("answers_left_out".into(), 0);

@@ -16,7 +16,9 @@
 //! 4. **end**: the reply as it will be sent: the server cookie, and RRL on UDP answers
 //!    (dropped, or slipped with TC=1); the place for dnstap and telemetry (issue 27).
 //!
-//! NOTIFY and zone transfers (issue 28) become steps between 1 and 3. A step never panics on
+//! Between 1 and 2, **transfers**: AXFR/IXFR out ([`crate::xfr::primary`], a streamed
+//! [`Action::Transfer`] over TCP), NOTIFY for secondary zones, and SERVFAIL for a secondary
+//! zone past its expire time ([`crate::xfr::notify`]). A step never panics on
 //! input; should one panic all the same, [`handle`] catches it and the message is dropped and
 //! counted (`dropped.internal`), never answered with half-written bytes.
 
@@ -50,6 +52,9 @@ pub enum Action {
     /// A recursive miss: resolve it and answer later ([`recursion::resolve_and_answer`],
     /// or [`overloaded`] when the transport cannot queue it).
     Resolve(Box<Query>, CacheKey),
+    /// A zone transfer out (TCP): send each message [`crate::xfr::primary::Outgoing::next`]
+    /// gives, in order. Counted once, by its outcome.
+    Transfer(Box<crate::xfr::primary::Outgoing>),
     /// A step failed (a panic, caught): nothing is sent; counted as `dropped.internal`.
     Fail,
     /// The guard dropped it (a blocked source or name, over the rate limit): nothing is sent.
@@ -63,6 +68,7 @@ impl Action {
         match self {
             Action::Reply(outcome) => shard.record(transport, *outcome),
             Action::Resolve(..) => {}
+            Action::Transfer(t) => shard.record(transport, t.outcome),
             Action::Fail => shard.record_dropped(transport, DropKind::Internal),
             Action::Drop(kind) => shard.record_dropped(transport, *kind),
         }
@@ -79,7 +85,7 @@ enum Flow {
 type Step = fn(&Served, Option<&Recursion>, &Message<'_>, &mut Vec<u8>) -> Flow;
 
 /// The steps, in order (see the module documentation).
-const PLAN: [Step; 2] = [recursive, authoritative];
+const PLAN: [Step; 3] = [transfers, recursive, authoritative];
 
 /// Run the plan on `msg` against the state served now (`served`, the guard and the resolver
 /// when configured); any reply is written into `out` (cleared first).
@@ -150,6 +156,24 @@ fn formerr(served: &Served, msg: &Message<'_>, out: &mut Vec<u8>) -> Action {
             Action::Reply(Outcome::Answered { rcode, qtype: q.question.as_ref().map_or(0, |qq| qq.qtype), truncated: false })
         }
         Err(_) => Action::Reply(respond(&served.zones, msg.wire, msg.transport, &served.respond, out)),
+    }
+}
+
+/// Step 1b: transfers out ([`crate::xfr::primary`]), NOTIFY for secondary zones, and
+/// SERVFAIL for a secondary zone past its expire time ([`crate::xfr::notify`]).
+fn transfers(served: &Served, _: Option<&Recursion>, msg: &Message<'_>, out: &mut Vec<u8>) -> Flow {
+    use crate::xfr::primary::{outgoing, Decision};
+    match outgoing(served, msg.wire, msg.peer, msg.transport, out) {
+        Some(Decision::Reply(o)) => return Flow::Done(Action::Reply(o)),
+        Some(Decision::Stream(t)) => return Flow::Done(Action::Transfer(t)),
+        None => {}
+    }
+    if let Some(o) = crate::xfr::notify::notify(served, msg.wire, msg.peer, out) {
+        return Flow::Done(Action::Reply(o));
+    }
+    match crate::xfr::notify::expired(served, msg.wire, served.respond.edns_payload, out) {
+        Some(o) => Flow::Done(Action::Reply(o)),
+        None => Flow::Continue,
     }
 }
 

@@ -20,6 +20,9 @@ pub struct LoadedZone {
     pub source: ZoneSource,
     /// The zone data.
     pub zone: Arc<Zone>,
+    /// Differences between the versions loaded before this one, oldest first, for IXFR out
+    /// (empty unless the zone has `notify` or `allow_transfer`).
+    pub journal: Arc<Vec<crate::xfr::client::Diff>>,
 }
 
 /// Everything a query needs, swapped as one unit on reload.
@@ -31,9 +34,34 @@ pub struct Served {
     pub loaded: Vec<LoadedZone>,
     /// Answer settings.
     pub respond: RespondConfig,
+    /// Apexes of secondary zones past their expire time: kept in `loaded`, left out of
+    /// `zones`, answered SERVFAIL (`crate::xfr::notify::expired`).
+    pub expired: Vec<xdns_zone::NameKey>,
+    /// The secondary zones (fixed until a restart; carried from one version to the next).
+    pub xfr: Option<Arc<crate::xfr::Registry>>,
+    /// The primary side of zones (`notify`, `allow_transfer`, `key`), by apex.
+    pub outgoing: Arc<hashbrown::HashMap<xdns_zone::NameKey, Arc<crate::xfr::primary::OutgoingConfig>>>,
 }
 
 impl Served {
+    /// This state with other zones: the set answered from is `loaded` but the `expired`.
+    pub fn with(&self, loaded: Vec<LoadedZone>, expired: Vec<xdns_zone::NameKey>) -> Served {
+        let mut set = ZoneSet::default();
+        for l in &loaded {
+            if !expired.contains(&l.zone.apex) {
+                set.zones.insert(l.zone.apex.clone(), l.zone.clone());
+            }
+        }
+        Served {
+            zones: Arc::new(set),
+            loaded,
+            respond: self.respond.clone(),
+            expired,
+            xfr: self.xfr.clone(),
+            outgoing: self.outgoing.clone(),
+        }
+    }
+
     /// Name, serial and record count of every zone served.
     pub fn zone_infos(&self) -> Vec<ZoneInfo> {
         self.loaded
@@ -71,6 +99,7 @@ pub fn zone_info(name: &str, zone: &Zone) -> ZoneInfo {
         name: name.to_string(),
         serial: zone.serial,
         records: record_count(zone),
+        transfer: None,
     }
 }
 
@@ -104,6 +133,14 @@ fn respond_config(cfg: &Config) -> RespondConfig {
     r
 }
 
+/// The journal of a freshly loaded version of zone `name` (see
+/// [`crate::xfr::primary::next_journal`]).
+fn journal_of(cfg: &Config, old: Option<&Served>, name: &str, zone: &Arc<Zone>) -> Arc<Vec<crate::xfr::client::Diff>> {
+    let keep = cfg.outgoing.iter().any(|o| o.name == name && o.active());
+    let prev = old.and_then(|o| o.loaded.iter().find(|l| l.source.name == name));
+    crate::xfr::primary::next_journal(prev, zone, keep)
+}
+
 /// Load every zone of `cfg` (blocking). A zone that fails keeps its version from `old`.
 pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     let mut report = BuildReport::default();
@@ -112,9 +149,12 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
         match load_guarded(src) {
             Ok(zone) => {
                 report.loaded += 1;
+                let zone = Arc::new(zone);
+                let journal = journal_of(cfg, old, &src.name, &zone);
                 loaded.push(LoadedZone {
                     source: src.clone(),
-                    zone: Arc::new(zone),
+                    zone,
+                    journal,
                 });
             }
             Err(errs) => {
@@ -126,6 +166,7 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
                         loaded.push(LoadedZone {
                             source: src.clone(),
                             zone: p.zone.clone(),
+                            journal: p.journal.clone(),
                         });
                     }
                     None => report.missing.push(src.name.clone()),
@@ -133,15 +174,50 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
             }
         }
     }
-    let mut set = ZoneSet::default();
-    for l in &loaded {
-        set.zones.insert(l.zone.apex.clone(), l.zone.clone());
+    // Secondary zones: the version served keeps serving (a reload never goes back to the
+    // stored copy); at start, the stored copy is served until a primary is reached.
+    let mut expired = Vec::new();
+    // catalog members are not in the configuration: their versions are carried over too
+    let members: Vec<crate::config::SecondaryConfig> = old
+        .and_then(|o| o.xfr.as_ref())
+        .map(|r| r.list().into_iter().filter(|s| matches!(s.role, crate::xfr::secondary::Role::Member(_))).map(|s| s.cfg.clone()).collect())
+        .unwrap_or_default();
+    for sec in cfg.secondaries.iter().chain(cfg.catalogs.iter()).chain(members.iter()) {
+        if let Some(p) = old.and_then(|o| o.loaded.iter().find(|l| l.source.name == sec.name)) {
+            if old.is_some_and(|o| o.expired.contains(&p.zone.apex)) {
+                expired.push(p.zone.apex.clone());
+            }
+            loaded.push(p.clone());
+            continue;
+        }
+        let Some(file) = sec.file.as_ref().filter(|f| f.is_file()) else {
+            continue; // nothing stored: served after the first transfer
+        };
+        let src = ZoneSource { name: sec.name.clone(), file: file.clone() };
+        match load_guarded(&src) {
+            Ok(zone) => {
+                report.loaded += 1;
+                loaded.push(LoadedZone { source: src, zone: Arc::new(zone), journal: Arc::default() });
+            }
+            Err(errs) => {
+                // a bad stored copy: not served until a transfer brings a good one
+                report.errors.extend(errs);
+                report.missing.push(sec.name.clone());
+            }
+        }
     }
-    let served = Served {
-        zones: Arc::new(set),
-        loaded,
+    let outgoing = cfg
+        .outgoing
+        .iter()
+        .filter_map(|o| Some((xdns_zone::load::text_to_key(&o.name)?, Arc::new(o.clone()))))
+        .collect();
+    let base = Served {
         respond: respond_config(cfg),
+        outgoing: Arc::new(outgoing),
+        xfr: Some(old.and_then(|o| o.xfr.clone()).unwrap_or_else(|| Arc::new(crate::xfr::Registry::new(cfg)))),
+        ..Default::default()
     };
+    let served = base.with(loaded, expired);
     (served, report)
 }
 
@@ -162,6 +238,10 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
     differs(old.log != new.log, "log");
     differs(old.xdp != new.xdp, "xdp");
     differs(old.run_as != new.run_as, "user");
+    // the secondary zones' tasks and NOTIFY checks are set up at start
+    differs(old.secondaries != new.secondaries, "zone primaries/key/file of secondary zones");
+    differs(old.keys != new.keys, "key");
+    differs(old.catalogs != new.catalogs, "catalog");
     // The XDP program's EDNS payload is read-only data fixed at load: with XDP on, a new
     // value in userspace only would make the kernel's answers and userspace's differ.
     differs(
@@ -221,7 +301,8 @@ mod tests {
             ZoneInfo {
                 name: "a.".into(),
                 serial: 9,
-                records: 6
+                records: 6,
+                transfer: None,
             }
         );
     }
@@ -243,8 +324,10 @@ mod tests {
             loaded: vec![LoadedZone {
                 source: cfg.zones[0].clone(),
                 zone: old_zone.clone(),
+                journal: Arc::default(),
             }],
             respond: RespondConfig::default(),
+            ..Default::default()
         };
         let (new, report) = build(&cfg, Some(&old));
         assert_eq!(report.loaded, 0);

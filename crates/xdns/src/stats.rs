@@ -325,6 +325,44 @@ pub struct ZoneInfo {
     pub serial: u32,
     /// Number of records.
     pub records: u64,
+    /// For a secondary zone (`primaries`): where its data comes from and how transfers go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferInfo>,
+}
+
+/// The transfer state of a secondary zone. Times are Unix seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransferInfo {
+    /// The configured primaries, in the order they are tried.
+    pub primaries: Vec<String>,
+    /// Serial of the version served (none before the first transfer or stored copy).
+    pub serial: Option<u32>,
+    /// Where the version served came from: `none`, `file PATH` (the stored copy read at
+    /// start), `axfr from ADDR` or `ixfr from ADDR`.
+    pub source: String,
+    /// Last successful check with a primary (a transfer, or "up to date").
+    pub last_refresh: Option<u64>,
+    /// Kind of the last transfer: `axfr` or `ixfr`.
+    pub last_transfer: Option<String>,
+    /// How long it took, from the request to serving the new version (userspace and XDP).
+    pub last_transfer_ms: Option<u64>,
+    /// When it completed.
+    pub last_transfer_at: Option<u64>,
+    /// When the primary is checked next (sooner on NOTIFY).
+    pub next_refresh: Option<u64>,
+    /// When the zone expires without a successful check.
+    pub expires: Option<u64>,
+    /// Past its expire time: answered SERVFAIL.
+    pub expired: bool,
+    /// Transfers done since start.
+    pub transfers: u64,
+    /// Failed checks since start (every primary failed).
+    pub failures: u64,
+    /// NOTIFY messages refused (not from a primary, unsigned or badly signed).
+    pub notifies_refused: u64,
+    /// The errors of the last failed check, until a check succeeds.
+    pub last_error: Option<String>,
 }
 
 /// The counters (or gauges) of one part of the server, exported the same way everywhere:
@@ -468,6 +506,26 @@ impl Snapshot {
                 &format!("zone.{}", z.name),
                 &format!("serial {} records {}", z.serial, z.records),
             );
+            if let Some(t) = &z.transfer {
+                let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+                let n = &z.name;
+                row(&format!("zone.{n}.source"), &t.source);
+                row(&format!("zone.{n}.primaries"), &t.primaries.join(" "));
+                row(&format!("zone.{n}.last_refresh"), &opt(t.last_refresh));
+                row(
+                    &format!("zone.{n}.last_transfer"),
+                    &format!("{} {} ms at {}", t.last_transfer.as_deref().unwrap_or("-"), opt(t.last_transfer_ms), opt(t.last_transfer_at)),
+                );
+                row(&format!("zone.{n}.next_refresh"), &opt(t.next_refresh));
+                row(&format!("zone.{n}.expires"), &opt(t.expires));
+                row(&format!("zone.{n}.expired"), &u8::from(t.expired));
+                row(&format!("zone.{n}.transfers"), &t.transfers);
+                row(&format!("zone.{n}.failures"), &t.failures);
+                row(&format!("zone.{n}.notifies_refused"), &t.notifies_refused);
+                if let Some(e) = &t.last_error {
+                    row(&format!("zone.{n}.last_error"), e);
+                }
+            }
         }
         for (k, v) in &self.xdp {
             row(&format!("xdp.{k}"), v);
@@ -597,6 +655,7 @@ mod tests {
             name: "example.com.".into(),
             serial: 7,
             records: 3,
+            ..Default::default()
         });
         let json = serde_json::to_string(&s).unwrap();
         let back: Snapshot = serde_json::from_str(&json).unwrap();

@@ -17,6 +17,7 @@
 //! `/metrics`), which hand every message to the one query plan (`crate::query`).
 
 mod reconfigure;
+pub use reconfigure::fastpath as refill_fastpath;
 mod slots;
 mod start;
 mod systemd;
@@ -65,6 +66,9 @@ pub struct Shared {
     pub guard: ArcSwapOption<crate::guard::Guard>,
     /// Blocks made live (`xdns guard block`), with or without `[guard]`.
     pub live_blocks: crate::guard::LiveBlocks,
+    /// Held while the served zones are swapped and the XDP maps refilled (a reload, a zone
+    /// transfer): one at a time, each from the state the previous one left.
+    pub swap: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -82,6 +86,7 @@ impl Shared {
             heartbeats: Default::default(),
             guard: ArcSwapOption::empty(),
             live_blocks: Default::default(),
+            swap: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -89,7 +94,21 @@ impl Shared {
     /// wait for a reload).
     pub fn snapshot(&self) -> Snapshot {
         let mut s = self.stats.snapshot();
-        s.zones = self.served.load().zone_infos();
+        let served = self.served.load();
+        s.zones = served.zone_infos();
+        if let Some(reg) = &served.xfr {
+            for sec in &reg.list() {
+                let info = sec.info();
+                match s.zones.iter_mut().find(|z| z.name == sec.cfg.name) {
+                    Some(z) => z.transfer = Some(info),
+                    None => s.zones.push(crate::stats::ZoneInfo {
+                        name: sec.cfg.name.clone(),
+                        transfer: Some(info),
+                        ..Default::default()
+                    }),
+                }
+            }
+        }
         if let Some(status) = self.xdp_status.load_full() {
             status.snapshot(&mut s);
         }
@@ -187,6 +206,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     if let Some(l) = listeners.metrics {
         tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
     }
+    crate::xfr::primary::set_sources(&cfg.listen);
+    tasks.extend(crate::xfr::secondary::spawn(&shared, stop_rx.clone()));
+    // secondaries of our zones learn at once that we (re)started
+    crate::xfr::primary::notify_changed(None, &shared.served.load());
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
     tasks.push(tokio::spawn(control::serve(control_listener, shared.clone(), req_tx, stop_rx.clone())));
 

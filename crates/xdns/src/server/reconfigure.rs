@@ -27,11 +27,18 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     if changed.iter().any(|c| c == "edns_payload") {
         build_cfg.edns_payload = current.edns_payload; // as the kernel's, until a restart
     }
+    // secondary zones and keys stay as started (restart needed, listed above)
+    build_cfg.secondaries = current.secondaries.clone();
+    build_cfg.keys = current.keys.clone();
+    build_cfg.catalogs = current.catalogs.clone();
     let edns_payload = build_cfg.edns_payload;
+    // one swap at a time: a transfer landing meanwhile waits, and is not undone by this one
+    let swap = shared.swap.lock().await;
     let Some((loaded, failed)) = zones(shared, build_cfg).await else {
         return current;
     };
     fastpath(shared).await;
+    drop(swap);
     guard(shared, &new_cfg);
     tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
     let resolver = resolver(shared, &current, &new_cfg).await;
@@ -90,6 +97,7 @@ async fn read_config(current: &Config, over: &Overrides) -> Option<Config> {
 async fn zones(shared: &Arc<Shared>, cfg: Config) -> Option<(usize, u64)> {
     let stats = &shared.stats;
     let old = shared.served.load_full();
+    let old_served = old.clone();
     let (served, report) = match tokio::task::spawn_blocking(move || reload::build(&cfg, Some(&old))).await {
         Ok(r) => r,
         Err(e) => {
@@ -113,7 +121,9 @@ async fn zones(shared: &Arc<Shared>, cfg: Config) -> Option<(usize, u64)> {
     if failed > 0 {
         stats.reload_failures.fetch_add(1, Ordering::Relaxed);
     }
-    shared.served.store(Arc::new(served));
+    let served = Arc::new(served);
+    shared.served.store(served.clone());
+    crate::xfr::primary::notify_changed(Some(&old_served), &served);
     Some((report.loaded, failed))
 }
 
@@ -124,7 +134,7 @@ pub fn zone_list(shared: &Shared) -> Vec<String> {
 
 /// The served zones into the kernel's maps (a new generation, flipped in when complete; the
 /// old data keeps answering if it fails).
-async fn fastpath(shared: &Arc<Shared>) {
+pub async fn fastpath(shared: &Arc<Shared>) {
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.reload(zones)).await {
         Some(Err(e)) => tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones"),

@@ -250,6 +250,28 @@ async fn connection(
                         break;
                     }
                 }
+                // A zone transfer out: its messages in order, each owed and paid like an
+                // answer, through the same bounded channel (a slow client slows the transfer).
+                Action::Transfer(mut t) => {
+                    shard.record(Transport::Tcp, t.outcome);
+                    let mut first = true;
+                    let mut closed = false;
+                    while let Some(m) = t.next() {
+                        if !std::mem::take(&mut first) {
+                            conn.owe();
+                        }
+                        if tx.send((m, false)).await.is_err() {
+                            closed = true;
+                            break;
+                        }
+                    }
+                    if first {
+                        conn.paid();
+                    }
+                    if closed {
+                        break;
+                    }
+                }
                 Action::Fail | Action::Drop(_) => {
                     action.record(shard, Transport::Tcp);
                     conn.paid();

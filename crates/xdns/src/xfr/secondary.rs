@@ -1,0 +1,658 @@
+//! Secondary zones: one task per zone keeps it current from its primaries.
+//!
+//! The task checks the primary at start, then every SOA refresh interval (retry interval
+//! after a failure), and at once on an accepted NOTIFY or `xdns zone refresh`. A check is an
+//! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
+//! as the fallback when the primary cannot answer IXFR or its differences do not apply to
+//! our copy). The new version is written as a master file, loaded and validated by the zone
+//! loader like any configured zone, then swapped in as a reload does: the served set in
+//! userspace, then the XDP maps. Anything that fails keeps the old version serving and is
+//! logged. After `expire` seconds without a successful check the zone answers SERVFAIL
+//! until a primary answers again.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use domain::base::iana::Rcode;
+use domain::tsig::Key;
+use tokio::sync::{watch, Notify};
+use xdns_zone::load::text_to_key;
+use xdns_zone::{NameKey, Zone, ZoneSource};
+
+use super::client::{self, Fetched, Kind, XfrError};
+use super::journal::{self, RecordSet};
+use super::serial::{self, Timers};
+use crate::config::{Config, SecondaryConfig};
+use crate::reload::LoadedZone;
+use crate::server::Shared;
+use crate::stats::TransferInfo;
+
+/// Retry interval while no SOA is known (nothing transferred, no stored copy).
+pub const RETRY_UNKNOWN: Duration = Duration::from_secs(10);
+
+/// Every secondary zone: those of the configuration (fixed until a restart), and the
+/// members of catalog zones, which come and go with their catalog's versions.
+#[derive(Debug, Default)]
+pub struct Registry {
+    zones: std::sync::RwLock<Vec<Arc<Secondary>>>,
+    /// What the tasks started later (catalog members) need: the server and its stop switch.
+    runtime: std::sync::OnceLock<(std::sync::Weak<Shared>, watch::Receiver<bool>)>,
+}
+
+impl Registry {
+    /// The secondaries and catalogs of `cfg`.
+    pub fn new(cfg: &Config) -> Self {
+        let plain = cfg.secondaries.iter().map(|s| (s, Role::Zone));
+        let catalogs = cfg.catalogs.iter().map(|s| (s, Role::Catalog));
+        let zones = plain.chain(catalogs).filter_map(|(s, role)| Secondary::new(s.clone(), role)).collect();
+        Self { zones: std::sync::RwLock::new(zones), runtime: std::sync::OnceLock::new() }
+    }
+
+    /// Every secondary zone now.
+    pub fn list(&self) -> Vec<Arc<Secondary>> {
+        self.zones.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The secondary zone whose apex is `apex` (lowercased wire form).
+    pub fn find(&self, apex: &[u8]) -> Option<Arc<Secondary>> {
+        self.zones.read().unwrap_or_else(|e| e.into_inner()).iter().find(|s| &s.apex[..] == apex).cloned()
+    }
+
+    /// The secondary zone named `name` (presentation form, any case, final dot optional).
+    pub fn by_name(&self, name: &str) -> Option<Arc<Secondary>> {
+        text_to_key(name).and_then(|k| self.find(&k))
+    }
+
+    /// Add a catalog member (unless a zone of that name exists) and start its task.
+    pub(super) fn add(&self, sec: Arc<Secondary>) -> bool {
+        let mut z = self.zones.write().unwrap_or_else(|e| e.into_inner());
+        if z.iter().any(|s| s.apex == sec.apex) {
+            return false;
+        }
+        z.push(sec.clone());
+        drop(z);
+        if let Some((shared, stop)) = self.runtime.get() {
+            if let Some(shared) = shared.upgrade() {
+                tokio::spawn(run(shared, sec, stop.clone()));
+            }
+        }
+        true
+    }
+
+    /// Remove a catalog member: its task ends.
+    pub(super) fn remove(&self, apex: &[u8]) -> Option<Arc<Secondary>> {
+        let mut z = self.zones.write().unwrap_or_else(|e| e.into_inner());
+        let i = z.iter().position(|s| &s.apex[..] == apex)?;
+        let sec = z.remove(i);
+        sec.removed.store(true, Ordering::Relaxed);
+        sec.wake.notify_one();
+        Some(sec)
+    }
+}
+
+/// What a secondary zone is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A `[[zone]]` with `primaries`.
+    Zone,
+    /// A `[[catalog]]` (RFC 9432): its members become secondary zones.
+    Catalog,
+    /// A member of the named catalog.
+    Member(String),
+}
+
+/// One secondary zone.
+pub struct Secondary {
+    pub cfg: SecondaryConfig,
+    pub role: Role,
+    /// A catalog member no longer in its catalog: its task ends.
+    removed: AtomicBool,
+    pub apex: NameKey,
+    pub key: Option<Arc<Key>>,
+    /// Woken by an accepted NOTIFY or a control command: check the primary now.
+    wake: Notify,
+    /// The next check is an AXFR (`xdns zone retransfer`).
+    force_axfr: AtomicBool,
+    /// What `xdns stats` shows.
+    status: Mutex<TransferInfo>,
+}
+
+impl std::fmt::Debug for Secondary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secondary").field("cfg", &self.cfg).finish()
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn unix_in(d: Duration) -> u64 {
+    unix(SystemTime::now() + d)
+}
+
+impl Secondary {
+    /// A secondary zone of `cfg` (`None` if its name is not a domain name).
+    pub fn new(cfg: SecondaryConfig, role: Role) -> Option<Arc<Self>> {
+        let apex = text_to_key(&cfg.name)?;
+        let key = cfg.key.as_ref().and_then(|k| k.key().ok());
+        let status = TransferInfo {
+            primaries: cfg.primaries.iter().map(|p| p.to_string()).collect(),
+            source: "none".into(),
+            ..Default::default()
+        };
+        Some(Arc::new(Secondary {
+            cfg,
+            role,
+            removed: AtomicBool::new(false),
+            apex,
+            key,
+            wake: Notify::new(),
+            force_axfr: AtomicBool::new(false),
+            status: Mutex::new(status),
+        }))
+    }
+
+    /// Check the primary now (NOTIFY, `xdns zone refresh`).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Transfer the whole zone now (`xdns zone retransfer`).
+    pub fn retransfer(&self) {
+        self.force_axfr.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// A NOTIFY was refused.
+    pub fn count_refused_notify(&self) {
+        self.status().notifies_refused += 1;
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, TransferInfo> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What `xdns stats` shows of this zone.
+    pub fn info(&self) -> TransferInfo {
+        self.status().clone()
+    }
+}
+
+/// Start one task per secondary zone of the served registry.
+pub fn spawn(shared: &Arc<Shared>, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(reg) = shared.served.load().xfr.clone() else {
+        return Vec::new();
+    };
+    let _ = reg.runtime.set((Arc::downgrade(shared), stop.clone()));
+    reg.list()
+        .into_iter()
+        .map(|s| tokio::spawn(run(shared.clone(), s, stop.clone())))
+        .collect()
+}
+
+/// The version of the zone served now (also when expired), if any.
+fn current(shared: &Shared, name: &str) -> Option<Arc<Zone>> {
+    shared.served.load().loaded.iter().find(|l| l.source.name == name).map(|l| l.zone.clone())
+}
+
+/// The apex SOA RDATA of a zone.
+fn soa_rdata(zone: &Zone) -> Option<Bytes> {
+    zone.nodes.get(&zone.apex)?.rrset(client::SOA)?.rdata.first().cloned()
+}
+
+async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver<bool>) {
+    let name = sec.cfg.name.clone();
+    let start = current(&shared, &name);
+    let mut timers = start.as_deref().and_then(soa_rdata).and_then(|s| Timers::from_soa(&s));
+    // A stored copy read at start: its age is not known, so its expire counts from now.
+    let mut expire_at = timers.map(|t| Instant::now() + t.expire);
+    let mut expired = false;
+    {
+        let mut st = sec.status();
+        if let (Some(z), Some(t)) = (&start, &timers) {
+            st.source = format!("file {}", z.file.display());
+            st.serial = Some(z.serial);
+            st.expires = Some(unix_in(t.expire));
+        }
+    }
+    if let (Role::Catalog, Some(z)) = (&sec.role, &start) {
+        super::catalog::sync(&shared, &sec, z).await;
+    }
+    let mut next = Instant::now();
+    loop {
+        let wake = expire_at.map_or(next, |e| e.min(next));
+        tokio::select! {
+            _ = crate::server::stopped(&mut stop) => return,
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = sec.wake.notified() => next = Instant::now(),
+        }
+        if sec.removed.load(Ordering::Relaxed) {
+            tracing::info!(zone = %name, "no longer in its catalog: not served");
+            uninstall(&shared, &name).await;
+            return;
+        }
+        let now = Instant::now();
+        if !expired && expire_at.is_some_and(|e| now >= e) {
+            tracing::error!(zone = %name, "zone expired: no primary answered for the SOA expire time; answering SERVFAIL");
+            set_expired(&shared, &name, true).await;
+            expired = true;
+            sec.status().expired = true;
+            expire_at = None;
+        }
+        if now < next {
+            continue;
+        }
+        match refresh(&shared, &sec, expired).await {
+            Ok(t) => {
+                timers = Some(t);
+                expired = false;
+                next = Instant::now() + t.refresh;
+                expire_at = Some(Instant::now() + t.expire);
+                let mut st = sec.status();
+                st.expired = false;
+                st.last_refresh = Some(unix(SystemTime::now()));
+                st.expires = Some(unix_in(t.expire));
+                st.last_error = None;
+            }
+            Err(e) => {
+                let retry = timers.map_or(RETRY_UNKNOWN, |t| t.retry);
+                tracing::warn!(zone = %name, error = %e, retry_s = retry.as_secs(), "refresh failed; the zone keeps serving what it has");
+                next = Instant::now() + retry;
+                let mut st = sec.status();
+                st.failures += 1;
+                st.last_error = Some(e);
+            }
+        }
+        sec.status().next_refresh = Some(unix(SystemTime::now() + next.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// One check of the primaries, in order: the timers of the version served afterwards.
+async fn refresh(shared: &Arc<Shared>, sec: &Arc<Secondary>, expired: bool) -> Result<Timers, String> {
+    let force = sec.force_axfr.swap(false, Ordering::Relaxed);
+    let cur = current(shared, &sec.cfg.name);
+    let have = cur.as_deref().and_then(|z| soa_rdata(z).map(|s| (z.serial, s)));
+    let mut errors = Vec::new();
+    for &primary in &sec.cfg.primaries {
+        match transfer_from(shared, sec, primary, cur.clone(), have.clone(), force, expired).await {
+            Ok(t) => return Ok(t),
+            Err(e) => {
+                tracing::warn!(zone = %sec.cfg.name, %primary, error = %e, "transfer failed");
+                errors.push(format!("{primary}: {e}"));
+            }
+        }
+    }
+    Err(errors.join("; "))
+}
+
+async fn transfer_from(
+    shared: &Arc<Shared>,
+    sec: &Arc<Secondary>,
+    primary: SocketAddr,
+    cur: Option<Arc<Zone>>,
+    have: Option<(u32, Bytes)>,
+    force: bool,
+    expired: bool,
+) -> Result<Timers, String> {
+    let name = &sec.cfg.name;
+    let key = sec.key.as_ref();
+    let t0 = Instant::now();
+    let mut kind = if have.is_some() && !force { Kind::Ixfr } else { Kind::Axfr };
+    let mut got = client::fetch(primary, name, key, kind, have.clone()).await;
+    if kind == Kind::Ixfr {
+        if let Err(XfrError::Rcode(rc)) = &got {
+            if *rc != Rcode::REFUSED && *rc != Rcode::NOTAUTH {
+                tracing::info!(zone = %name, %primary, rcode = %rc, "IXFR not answered: AXFR");
+                kind = Kind::Axfr;
+                got = client::fetch(primary, name, key, kind, have.clone()).await;
+            }
+        }
+    }
+    let got = got.map_err(|e| e.to_string())?;
+    let have_serial = have.as_ref().map(|h| h.0);
+    let set = match got {
+        Fetched::UpToDate { serial } => {
+            tracing::debug!(zone = %name, %primary, serial, "up to date");
+            return up_to_date(shared, sec, cur, expired, primary).await;
+        }
+        Fetched::Full { serial, records } => {
+            if let Some(h) = have_serial {
+                if !force && !serial::gt(serial, h) {
+                    if serial != h {
+                        tracing::warn!(zone = %name, %primary, serial, ours = h, "the primary's serial is older than ours: kept ours");
+                    }
+                    return up_to_date(shared, sec, cur, expired, primary).await;
+                }
+            }
+            (journal::from_records(records), "axfr")
+        }
+        Fetched::Incremental { serial, diffs } => {
+            let Some(base) = cur.clone() else {
+                return Err("IXFR differences without a zone to apply them to".into());
+            };
+            let n = diffs.len();
+            let applied = tokio::task::spawn_blocking(move || {
+                let mut set = journal::records_of(&base);
+                journal::apply(&mut set, &diffs).map(|()| set)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            match applied {
+                Ok(set) => {
+                    tracing::debug!(zone = %name, serial, differences = n, "IXFR applied");
+                    (set, "ixfr")
+                }
+                Err(e) => {
+                    tracing::warn!(zone = %name, %primary, error = %e, "IXFR does not apply to our copy: AXFR");
+                    match client::fetch(primary, name, key, Kind::Axfr, None).await.map_err(|e| e.to_string())? {
+                        Fetched::Full { records, .. } => (journal::from_records(records), "axfr"),
+                        other => return Err(format!("AXFR answered {other:?}")),
+                    }
+                }
+            }
+        }
+    };
+    let (set, how) = set;
+    let (zone, set) = materialize(sec, set).await?;
+    let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
+    let serial = zone.serial;
+    let zone = Arc::new(zone);
+    install(shared, &sec.cfg.name, zone.clone(), false).await;
+    if sec.role == Role::Catalog {
+        super::catalog::sync(shared, sec, &zone).await;
+    }
+    let ms = t0.elapsed().as_millis() as u64;
+    tracing::info!(zone = %name, %primary, serial, kind = how, ms, "transferred and serving");
+    {
+        let mut st = sec.status();
+        st.serial = Some(serial);
+        st.source = format!("{how} from {primary}");
+        st.last_transfer = Some(how.to_string());
+        st.last_transfer_ms = Some(ms);
+        st.last_transfer_at = Some(unix(SystemTime::now()));
+        st.transfers += 1;
+    }
+    store(sec, set).await;
+    Ok(timers)
+}
+
+/// The primary has nothing newer: keep serving (again, when the zone had expired).
+async fn up_to_date(
+    shared: &Arc<Shared>,
+    sec: &Arc<Secondary>,
+    cur: Option<Arc<Zone>>,
+    expired: bool,
+    primary: SocketAddr,
+) -> Result<Timers, String> {
+    let cur = cur.ok_or("the primary says up to date, but we have no copy")?;
+    let t = soa_rdata(&cur).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA in our copy")?;
+    if expired {
+        tracing::info!(zone = %sec.cfg.name, %primary, "primary reached again: the zone is served again");
+        set_expired(shared, &sec.cfg.name, false).await;
+    }
+    Ok(t)
+}
+
+/// Where a zone's new version is written: its `file`, or a file in the temporary directory
+/// (removed once loaded) when it has none.
+fn target(sec: &Secondary) -> (PathBuf, bool) {
+    match &sec.cfg.file {
+        Some(f) => (f.clone(), true),
+        None => {
+            let safe: String = sec.cfg.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect();
+            (std::env::temp_dir().join(format!("xdns-{}-{safe}zone", std::process::id())), false)
+        }
+    }
+}
+
+/// Build the zone of `set` and validate it as the loader validates a zone file
+/// ([`journal::build_zone`]). A zone that does not validate is written to `FILE.new` for
+/// inspection. The good copy is written by [`store`] once it serves.
+async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<(Zone, RecordSet), String> {
+    let (path, _) = target(sec);
+    let name = sec.cfg.name.clone();
+    let apex = sec.apex.clone();
+    tokio::task::spawn_blocking(move || match journal::build_zone(&apex, &path, &set) {
+        Ok(zone) => Ok((zone, set)),
+        Err(errs) => {
+            for e in &errs {
+                tracing::error!(zone = %name, "transferred zone rejected: {e}");
+            }
+            let mut new = path.clone().into_os_string();
+            new.push(".new");
+            let new = PathBuf::from(new);
+            if let Some(dir) = new.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let kept = match journal::write(&new, &apex, &set) {
+                Ok(()) => format!("; kept in {}", new.display()),
+                Err(_) => String::new(),
+            };
+            let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
+            Err(format!("the transferred zone did not validate ({} errors, first: {first}){kept}", errs.len()))
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Write the copy now served to the zone's `file` (`FILE.new`, then renamed over it): the
+/// copy served at the next start. Nothing without `file`.
+async fn store(sec: &Arc<Secondary>, set: RecordSet) {
+    let (path, keep) = target(sec);
+    if !keep {
+        return;
+    }
+    let apex = sec.apex.clone();
+    let name = sec.cfg.name.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        let mut new = path.clone().into_os_string();
+        new.push(".new");
+        let new = PathBuf::from(new);
+        if let Some(dir) = new.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        journal::write(&new, &apex, &set)?;
+        std::fs::rename(&new, &path)
+    })
+    .await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(zone = %name, error = %e, "the transferred copy could not be stored; it is served all the same"),
+        Err(e) => tracing::error!(zone = %name, error = %e, "storing the transferred copy failed"),
+    }
+}
+
+/// Swap `zone` in as the version of `name` served, atomically, as a reload does.
+pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired: bool) {
+    let _g = shared.swap.lock().await;
+    let cur = shared.served.load_full();
+    let mut loaded: Vec<LoadedZone> = cur.loaded.clone();
+    let source = ZoneSource { name: name.to_string(), file: zone.file.clone() };
+    let keep = cur.outgoing.get(&zone.apex).is_some_and(|o| o.active());
+    match loaded.iter_mut().find(|l| l.source.name == name) {
+        Some(l) => {
+            let journal = super::primary::next_journal(Some(l), &zone, keep);
+            *l = LoadedZone { source, zone: zone.clone(), journal }
+        }
+        None => loaded.push(LoadedZone { source, zone: zone.clone(), journal: Arc::default() }),
+    }
+    let mut exp = cur.expired.clone();
+    exp.retain(|a| *a != zone.apex);
+    if expired {
+        exp.push(zone.apex.clone());
+    }
+    let new = Arc::new(cur.with(loaded, exp));
+    shared.served.store(new.clone());
+    crate::server::refill_fastpath(shared).await;
+    super::primary::notify_changed(Some(&cur), &new);
+}
+
+/// Stop serving the zone `name` (a catalog member removed), atomically.
+async fn uninstall(shared: &Arc<Shared>, name: &str) {
+    let _g = shared.swap.lock().await;
+    let cur = shared.served.load_full();
+    let loaded: Vec<LoadedZone> = cur.loaded.iter().filter(|l| l.source.name != name).cloned().collect();
+    if loaded.len() == cur.loaded.len() {
+        return;
+    }
+    shared.served.store(Arc::new(cur.with(loaded, cur.expired.clone())));
+    crate::server::refill_fastpath(shared).await;
+}
+
+/// Mark the zone `name` expired (SERVFAIL, out of the kernel maps) or served again.
+async fn set_expired(shared: &Arc<Shared>, name: &str, expired: bool) {
+    if let Some(z) = current(shared, name) {
+        install(shared, name, z, expired).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, Overrides};
+    use crate::reload::{build, Served};
+    use crate::xfr::primary::{self, Decision, OutgoingConfig};
+    use std::sync::atomic::AtomicU8;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use xdns_zone::load_zone;
+    use xdns_zone::{Node, Rrset, Transport};
+
+    fn zone_text(serial: u32, hosts: usize) -> String {
+        let mut t = format!("$TTL 60\n@ SOA ns.t. h.t. {serial} 60 10 600 60\n@ NS ns\nns A 198.18.0.1\n");
+        for i in 0..hosts {
+            t.push_str(&format!("h{i} A 198.18.{}.{}\n", i / 250, i % 250));
+        }
+        t
+    }
+
+    /// What the fake primary does with the next request.
+    const FULL: u8 = 0;
+    const CUT: u8 = 1;
+
+    /// A primary on 127.0.0.1 serving `served` through xdns's own transfer-out step: all
+    /// messages, or (CUT) only the first one before closing.
+    async fn fake_primary(served: Arc<arc_swap::ArcSwap<Served>>, mode: Arc<AtomicU8>) -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, peer)) = l.accept().await {
+                let len = c.read_u16().await.unwrap() as usize;
+                let mut q = vec![0; len];
+                c.read_exact(&mut q).await.unwrap();
+                let mut out = Vec::new();
+                let d = primary::outgoing(&served.load(), &q, Some(peer.ip()), Transport::Tcp, &mut out);
+                let Some(Decision::Stream(mut t)) = d else { panic!("not a transfer") };
+                let cut = mode.load(Ordering::Relaxed) == CUT;
+                while let Some(m) = t.next() {
+                    c.write_all(&(m.len() as u16).to_be_bytes()).await.unwrap();
+                    c.write_all(&m).await.unwrap();
+                    if cut {
+                        break;
+                    }
+                }
+            }
+        });
+        addr
+    }
+
+    fn primary_served(dir: &std::path::Path, text: &str, old: Option<&Served>) -> Served {
+        std::fs::write(dir.join("p.zone"), text).unwrap();
+        let z = Arc::new(load_zone(&ZoneSource { name: "t.".into(), file: dir.join("p.zone") }, None).unwrap());
+        let prev = old.and_then(|o| o.loaded.first());
+        let journal = primary::next_journal(prev, &z, true);
+        let src = ZoneSource { name: "t.".into(), file: dir.join("p.zone") };
+        let mut out = hashbrown::HashMap::new();
+        let cfg = OutgoingConfig {
+            name: "t.".into(),
+            notify: vec![],
+            allow_transfer: vec![crate::recursion::Prefix::parse("127.0.0.0/8").unwrap()],
+            key: None,
+        };
+        out.insert(z.apex.clone(), Arc::new(cfg));
+        let base = Served { outgoing: Arc::new(out), ..Default::default() };
+        base.with(vec![LoadedZone { source: src, zone: z, journal }], vec![])
+    }
+
+    fn served_serial(shared: &Shared) -> Option<u32> {
+        shared.served.load().zones.find(b"\x01t\x00").map(|z| z.serial)
+    }
+
+    /// A secondary against xdns's own primary side: AXFR, then a cut stream and a zone that
+    /// does not validate both keep the version served, then an IXFR from the journal.
+    #[tokio::test]
+    async fn transfers_apply_and_bad_ones_keep_the_old_version() {
+        let dir = std::env::temp_dir().join(format!("xdns-secondary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let v1 = primary_served(&dir, &zone_text(1, 3000), None);
+        let pserved = Arc::new(arc_swap::ArcSwap::from_pointee(v1));
+        let mode = Arc::new(AtomicU8::new(FULL));
+        let paddr = fake_primary(pserved.clone(), mode.clone()).await;
+
+        let cfg = parse(
+            &format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\nfile = \"copy/t.zone\"\n"),
+            &dir.join("x.toml"),
+            &Overrides::default(),
+        )
+        .unwrap();
+        let (served, _) = build(&cfg, None);
+        let shared = Arc::new(Shared::new(served));
+        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+
+        // first: AXFR (more than one message: 3000 records)
+        let t = refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(t.refresh, Duration::from_secs(60));
+        assert_eq!(served_serial(&shared), Some(1));
+        assert_eq!(sec.info().last_transfer.as_deref(), Some("axfr"));
+        assert!(dir.join("copy/t.zone").is_file());
+
+        // the primary moves to serial 2, but the stream is cut after its first message
+        let v2 = primary_served(&dir, &zone_text(2, 3001), Some(&pserved.load()));
+        assert_eq!(v2.loaded[0].journal.len(), 1);
+        pserved.store(Arc::new(v2));
+        mode.store(CUT, Ordering::Relaxed);
+        sec.retransfer();
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("closed mid-transfer"), "{e}");
+        assert_eq!(served_serial(&shared), Some(1), "the old version keeps serving");
+
+        // a zone that does not validate (CNAME and other data at one name)
+        let mut bad = (*pserved.load().loaded[0].zone).clone();
+        bad.serial = 3;
+        let soa = bad.nodes.get_mut(&bad.apex).unwrap().rrsets.iter_mut().find(|r| r.rtype == 6).unwrap();
+        let mut rd = soa.rdata[0].to_vec();
+        let at = rd.len() - 20;
+        rd[at..at + 4].copy_from_slice(&3u32.to_be_bytes());
+        soa.rdata[0] = rd.into();
+        let node: &mut Node = bad.nodes.get_mut(&b"\x02h1\x01t\x00"[..]).unwrap();
+        node.rrsets.push(Rrset { rtype: 5, ttl: 60, rdata: vec![Bytes::from_static(b"\x02ns\x01t\x00")] });
+        let mut bad_served = primary_served(&dir, &zone_text(2, 3001), None);
+        bad_served.loaded[0].zone = Arc::new(bad);
+        bad_served.loaded[0].journal = Arc::default();
+        let good_v2 = pserved.swap(Arc::new(bad_served));
+        mode.store(FULL, Ordering::Relaxed);
+        sec.retransfer();
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("did not validate"), "{e}");
+        assert_eq!(served_serial(&shared), Some(1), "the old version keeps serving");
+        assert!(dir.join("copy/t.zone.new").is_file(), "the rejected copy is left for inspection");
+
+        // the good serial 2: an IXFR from the primary's journal
+        pserved.store(good_v2);
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(served_serial(&shared), Some(2));
+        assert_eq!(sec.info().last_transfer.as_deref(), Some("ixfr"));
+        let z = shared.served.load().zones.find(b"\x01t\x00").unwrap().clone();
+        assert!(z.nodes.contains_key(&b"\x05h3000\x01t\x00"[..]));
+        // and again: up to date, nothing transferred
+        let n = sec.info().transfers;
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(sec.info().transfers, n);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,610 @@
+"""Zone transfers: xdns as a secondary of Knot DNS (issue 28).
+
+A lab of its own (the shared one's XDP fixture would collide with the XDP secondary here).
+Knot DNS is the primary, with TSIG and NOTIFY; xdns transfers from it:
+
+- the first AXFR, then a change on Knot (`knotc zone-begin/set/commit`) → NOTIFY → IXFR → the
+  new record answered by xdns within 1 s, with and without XDP (with XDP the kernel answers
+  it: its answer counter grows);
+- the transferred zone answers the whole differential corpus as the same zone loaded from
+  its file does, and a few names as Knot does;
+- a wrong TSIG key gets nothing; NOTIFY unsigned, badly signed or from elsewhere is refused
+  (NOTAUTH) and counted, signed by the primary it is accepted;
+- primary down: the stored copy is served after a restart, then after `expire` the zone
+  answers SERVFAIL, and once the primary is back it is served again;
+- `xdns zone retransfer` does an AXFR; a 100k-record zone is transferred (timing printed);
+- xdns as a primary: NSD, Knot DNS and xdns secondaries serve its zone and follow a reload;
+  refusals (address, TSIG), IXFR over UDP (SOA only), AXFR over UDP (NOTIMP);
+- a catalog zone (RFC 9432): members added, ignored on a bad schema version, removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import time
+from pathlib import Path
+
+import dns.message
+import dns.name
+import dns.opcode
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import dns.rrset
+import dns.tsig
+import dns.tsigkeyring
+import pytest
+
+import corpus
+from lab import REPO, XDNS_BIN, Lab, run
+from test_differential import summarize
+
+ZONES = REPO / "tests" / "zones"
+KEY = ("xfr", "hmac-sha256", base64.b64encode(b"xdns zone transfer test key, 32b").decode())
+WRONG = ("xfr", "hmac-sha256", base64.b64encode(b"not the key that Knot knows at all").decode())
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with Lab(prefix="xfr") as lab:
+        yield lab
+
+
+def key_toml(key) -> str:
+    return f'[[key]]\nname = "{key[0]}"\nalgorithm = "{key[1]}"\nsecret = "{key[2]}"\n'
+
+
+def secondary_toml(zone: str, primary: str, key=None, file: Path | None = None) -> str:
+    t = f'\n[[zone]]\nname = "{zone}"\nprimaries = ["{primary}@53"]\n'
+    if key:
+        t += f'key = "{key[0]}"\n'
+    if file:
+        t += f'file = "{file}"\n'
+    return t
+
+
+def ask(lab, addr: str, name: str, rtype: str = "A", tcp: bool = False, timeout: float = 1.0):
+    q = dns.message.make_query(name, rtype)
+    q.flags = 0
+    wire = lab.tcp(addr, q.to_wire(), timeout=timeout) if tcp else lab.udp(addr, q.to_wire(), timeout=timeout)
+    return None if wire is None else dns.message.from_wire(wire)
+
+
+def answer_set(m) -> set[str]:
+    return {f"{rr.name} {rr.ttl} {dns.rdatatype.to_text(rr.rdtype)} {rd.to_text().lower()}"
+            for rr in m.answer for rd in rr}
+
+
+def wait_for(what: str, cond, timeout: float, step: float = 0.02):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(step)
+    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
+
+
+def zone_stats(lab, srv, zone: str) -> dict:
+    for z in lab.xdns_stats(srv)["zones"]:
+        if z["name"] == zone:
+            return z
+    raise AssertionError(f"{zone} not in xdns stats")
+
+
+def send_notify(lab, target: str, zone: str, source: str | None, key=None) -> bytes | None:
+    """A NOTIFY for `zone` to `target`, from `source` (an address of the server namespace,
+    e.g. the primary's) or from the client namespace; TSIG-signed with `key` if given."""
+    m = dns.message.make_query(zone, "SOA")
+    m.set_opcode(dns.opcode.NOTIFY)
+    m.flags |= 0x0400  # AA, as primaries send it
+    if key:
+        m.use_tsig(dns.tsigkeyring.from_text({key[0]: (key[1], key[2])}), keyname=key[0],
+                   algorithm=key[1])
+    wire = m.to_wire()
+    if source is None:
+        r = lab.udp(target, wire)
+    else:
+        code = ("import socket,sys\n"
+                "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(2)\n"
+                f"s.bind(({source!r},0)); s.sendto(bytes.fromhex({wire.hex()!r}),({target!r},53))\n"
+                "sys.stdout.write(s.recvfrom(65535)[0].hex())\n")
+        p = lab.server_run(["/usr/bin/python3", "-c", code], check=False)
+        r = bytes.fromhex(p.stdout) if p.returncode == 0 and p.stdout else None
+    send_notify.last_request = m
+    return r
+
+
+def rcode_of(wire: bytes | None) -> int | None:
+    return None if wire is None or len(wire) < 12 else wire[3] & 0x0F
+
+
+@pytest.fixture(scope="module")
+def primary(lab):
+    """Knot DNS primary of example.com (the test zone, rich) and example.net, with TSIG and
+    NOTIFY to the two xdns secondaries' addresses, reserved here."""
+    sec_user = lab.new_address()
+    sec_xdp = lab.new_address()
+    knot = lab.start_knot_primary(
+        [("example.com.", ZONES / "example.com.zone"), ("example.net.", ZONES / "example.net.zone")],
+        name="knot-primary", key=KEY, notify=[f"{sec_user[0]}@53", f"{sec_xdp[0]}@53"])
+    knot.extra["secondaries"] = {None: sec_user, "default": sec_xdp}
+    return knot
+
+
+@pytest.mark.parametrize("xdp", [None, "default"], ids=["userspace", "xdp"])
+def test_secondary_axfr_notify_ixfr(lab, primary, xdp):
+    addrs = primary.extra["secondaries"][xdp]
+    cache = lab.dir / f"cache-{xdp}"
+    extra = key_toml(KEY) + secondary_toml("example.com.", primary.addr4, KEY, cache / "example.com.zone") \
+        + secondary_toml("example.net.", primary.addr4, KEY)
+    t0 = time.monotonic()
+    srv = lab.start_xdns([], name=f"xdns-sec-{xdp}", extra=extra, xdp=xdp, addrs=addrs)
+    try:
+        lab.wait_answering(srv.addr4, "example.com.", srv.proc)
+        lab.wait_answering(srv.addr4, "example.net.", srv.proc)
+        first = time.monotonic() - t0
+        z = zone_stats(lab, srv, "example.com.")
+        t = z["transfer"]
+        assert t["source"] == f"axfr from {primary.addr4}:53", t
+        assert t["last_transfer"] == "axfr" and t["failures"] == 0, t
+        assert z["serial"] == t["serial"] and z["records"] > 50, z
+        assert (cache / "example.com.zone").is_file(), "the stored copy was not written"
+        print(f"\n[{xdp}] first AXFR of example.com ({z['records']} records) served after {first:.2f} s "
+              f"(transfer {t['last_transfer_ms']} ms)")
+        if xdp:
+            lab.wait_xdp_data(srv)
+
+        # A few names: the same answers as the primary.
+        for name, rtype in [("www.example.com.", "A"), ("example.com.", "MX"), ("example.com.", "NS"),
+                            ("www.example.net.", "AAAA"), ("nope.example.com.", "A")]:
+            k, x = ask(lab, primary.addr4, name, rtype), ask(lab, srv.addr4, name, rtype)
+            assert k.rcode() == x.rcode(), (name, rtype, k, x)
+            assert answer_set(k) == answer_set(x), (name, rtype, k, x)
+
+        # A change on Knot: NOTIFY, IXFR, answered within 1 s.
+        serial = z["serial"]
+        lab.knotc(primary, "zone-begin", "example.com.")
+        lab.knotc(primary, "zone-set", "example.com.", f"added-{xdp or 'user'}", "300", "A", "198.18.7.7")
+        committed = time.monotonic()  # the clock starts before knotc commits (and Knot notifies)
+        lab.knotc(primary, "zone-commit", "example.com.")
+        name = f"added-{xdp or 'user'}.example.com."
+
+        def answered():
+            m = ask(lab, srv.addr4, name, timeout=0.2)
+            return m is not None and m.rcode() == dns.rcode.NOERROR and answer_set(m)
+        wait_for(f"{name} answered after NOTIFY", answered, 1.0)
+        took = time.monotonic() - committed
+        z = zone_stats(lab, srv, "example.com.")
+        assert z["serial"] == serial + 1, z
+        assert z["transfer"]["last_transfer"] == "ixfr", z["transfer"]
+        assert z["transfer"]["source"] == f"ixfr from {primary.addr4}:53", z["transfer"]
+        print(f"[{xdp}] knotc zone-commit started → answered by xdns in {took * 1000:.0f} ms "
+              f"(IXFR + swap {z['transfer']['last_transfer_ms']} ms)")
+        if xdp:
+            # the kernel answers the new record: its answer counter grows by our queries
+            lab.wait_xdp_data(srv)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            for _ in range(5):
+                m = ask(lab, srv.addr4, name)
+                assert answer_set(m) == {f"{name} 300 A 198.18.7.7"}, m
+            after = lab.xdns_stats(srv)["xdp"]["answered"]
+            assert after - before >= 5, (before, after)
+
+        # xdns zone retransfer: an AXFR of the same serial.
+        n = z["transfer"]["transfers"]
+        p = run([XDNS_BIN, "zone", "--control", srv.extra["control"], "retransfer", "example.com."])
+        assert p.stdout.strip() == "ok retransfer example.com.", p.stdout
+        wait_for("retransfer", lambda: zone_stats(lab, srv, "example.com.")["transfer"]["transfers"] > n, 5)
+        assert zone_stats(lab, srv, "example.com.")["transfer"]["last_transfer"] == "axfr"
+        p = run([XDNS_BIN, "zone", "--control", srv.extra["control"], "refresh", "nosuch.org."], check=False)
+        assert p.returncode == 1 and "not a secondary zone" in p.stderr, p
+    finally:
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def test_transferred_zone_answers_as_the_loaded_one(lab, primary):
+    """Every corpus query, over UDP and TCP: the secondary's answers equal those of xdns
+    serving the same zone from the file (RRs compared as sets: the order inside an RRset is
+    the zone file's, which a transfer need not keep)."""
+    # The primary's copy, as transferred (the fixture's zone plus whatever earlier tests added).
+    sec = lab.start_xdns([], name="xdns-sec-corpus",
+                         extra=key_toml(KEY) + secondary_toml("example.com.", primary.addr4, KEY,
+                                                              lab.dir / "corpus-copy.zone"))
+    try:
+        lab.wait_answering(sec.addr4, "example.com.", sec.proc)
+        ref = lab.start_xdns([("example.com.", lab.dir / "corpus-copy.zone")], name="xdns-ref-corpus")
+        try:
+            cases = corpus.build()
+            assert len(cases) > 50
+            bad = []
+            for c in cases:
+                for tcp in (False, True):
+                    send = lab.tcp if tcp else lab.udp
+                    a, b = summarize(send(ref.addr4, c.wire)), summarize(send(sec.addr4, c.wire))
+                    if a != b:
+                        bad.append((c.id, tcp, a, b))
+            assert not bad, f"{len(bad)} differences, first: {bad[0]}"
+        finally:
+            lab.stop(ref)
+    finally:
+        assert lab.stop(sec) == 0, sec.stderr()[-3000:]
+
+
+def test_wrong_key_gets_nothing(lab, primary):
+    srv = lab.start_xdns([], name="xdns-wrong-key", wait=False,
+                         extra=key_toml(WRONG) + secondary_toml("example.net.", primary.addr4, WRONG))
+    try:
+        wait_for("control socket", lambda: srv.extra["control"].exists(), 10)
+        t = wait_for("a failed refresh", lambda: (lab.xdns_stats(srv)["zones"] or [{}])[0]
+                     .get("transfer", {}).get("failures", 0) >= 1 and lab.xdns_stats(srv)["zones"][0]["transfer"],
+                     10, step=0.2)
+        assert t["transfers"] == 0 and t["serial"] is None, t
+        assert "TSIG" in t["last_error"] or "NOTAUTH" in t["last_error"], t
+        m = ask(lab, srv.addr4, "www.example.net.")
+        assert m is not None and m.rcode() == dns.rcode.REFUSED, m
+        assert "refresh failed" in srv.stderr()
+    finally:
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def test_notify_only_from_primary_and_signed(lab, primary):
+    srv = lab.start_xdns([], name="xdns-notify",
+                         extra=key_toml(KEY) + secondary_toml("example.net.", primary.addr4, KEY))
+    try:
+        lab.wait_answering(srv.addr4, "example.net.", srv.proc)
+        zone = "example.net."
+        # unsigned, from the primary's address
+        r = send_notify(lab, srv.addr4, zone, primary.addr4)
+        assert rcode_of(r) == dns.rcode.NOTAUTH, r
+        # signed with the wrong key: NOTAUTH, TSIG error BADSIG (RFC 8945 §5.2.2)
+        r = send_notify(lab, srv.addr4, zone, primary.addr4, WRONG)
+        assert rcode_of(r) == dns.rcode.NOTAUTH, r
+        with pytest.raises(dns.tsig.PeerBadSignature):
+            dns.message.from_wire(r, keyring=False)
+        # signed with the right key, from the client (not a primary)
+        r = send_notify(lab, srv.addr4, zone, None, KEY)
+        assert rcode_of(r) == dns.rcode.NOTAUTH, r
+        # for a zone that is not a secondary
+        r = send_notify(lab, srv.addr4, "example.org.", primary.addr4, KEY)
+        assert rcode_of(r) == dns.rcode.NOTAUTH, r
+        assert zone_stats(lab, srv, zone)["transfer"]["notifies_refused"] == 3
+        # the real thing: signed, from the primary; answered as a NOTIFY response
+        r = send_notify(lab, srv.addr4, zone, primary.addr4, KEY)
+        assert rcode_of(r) == dns.rcode.NOERROR, r
+        q = send_notify.last_request
+        # checked with the key against the request's MAC: a good signature, or this raises
+        r = dns.message.from_wire(r, keyring=q.keyring, request_mac=q.mac)
+        assert r.had_tsig
+        assert r.opcode() == dns.opcode.NOTIFY and r.flags & 0x8000 and r.flags & 0x0400, r
+        assert "NOTIFY accepted" in srv.stderr()
+    finally:
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def expiry_zone(path: Path) -> Path:
+    path.write_text("$TTL 60\n@ SOA ns.expiry.test. h.expiry.test. 1 1 1 4 60\n@ NS ns\n"
+                    "ns A 198.18.0.53\nwww A 198.18.0.80\n")
+    return path
+
+
+def test_primary_down_stored_copy_then_expiry(lab):
+    src = expiry_zone(lab.dir / "expiry.test.zone")
+    knot = lab.start_knot_primary([("expiry.test.", src)], name="knot-expiry", key=KEY)
+    cache = lab.dir / "expiry-cache" / "expiry.test.zone"
+    extra = key_toml(KEY) + secondary_toml("expiry.test.", knot.addr4, KEY, cache)
+    srv = lab.start_xdns([], name="xdns-expiry", extra=extra, wait=False)
+    lab.wait_answering(srv.addr4, "expiry.test.", srv.proc)
+    assert cache.is_file()
+    assert lab.stop(srv) == 0
+    assert lab.stop(knot) == 0
+
+    # Restart with the primary down: the stored copy answers at once.
+    srv = lab.start_xdns([], name="xdns-expiry", extra=extra, wait=False, addrs=(srv.addr4, srv.addr6))
+    try:
+        started = time.monotonic()
+        lab.wait_answering(srv.addr4, "expiry.test.", srv.proc)
+        m = ask(lab, srv.addr4, "www.expiry.test.")
+        assert answer_set(m) == {"www.expiry.test. 60 A 198.18.0.80"}, m
+        t = zone_stats(lab, srv, "expiry.test.")["transfer"]
+        assert t["source"] == f"file {cache}", t
+        wait_for("a failed refresh", lambda: zone_stats(lab, srv, "expiry.test.")["transfer"]["failures"] >= 1, 5)
+        # expire (4 s) without contact: SERVFAIL
+        wait_for("SERVFAIL after expire",
+                 lambda: (m := ask(lab, srv.addr4, "www.expiry.test.", timeout=0.3)) is not None
+                 and m.rcode() == dns.rcode.SERVFAIL, 8, step=0.1)
+        assert time.monotonic() - started >= 3.5
+        assert zone_stats(lab, srv, "expiry.test.")["transfer"]["expired"] is True
+        assert "zone expired" in srv.stderr()
+        # the primary is back: served again within the retry interval
+        knot = lab.start_knot_primary([("expiry.test.", src)], name="knot-expiry-2", key=KEY,
+                                      addrs=(knot.addr4, knot.addr6))
+        wait_for("served again", lambda: (m := ask(lab, srv.addr4, "www.expiry.test.", timeout=0.3)) is not None
+                 and m.rcode() == dns.rcode.NOERROR, 5, step=0.1)
+        assert zone_stats(lab, srv, "expiry.test.")["transfer"]["expired"] is False
+        lab.stop(knot)
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def test_large_axfr(lab):
+    """A generated zone of 100k A records, transferred from Knot; prints the time."""
+    big = lab.dir / "big.test.zone"
+    with big.open("w") as f:
+        f.write("$TTL 300\n@ SOA ns.big.test. h.big.test. 1 3600 600 86400 60\n@ NS ns\nns A 198.18.0.53\n")
+        for i in range(100_000):
+            f.write(f"h{i} A 198.18.{(i >> 8) & 0xff}.{i & 0xff}\n")
+    knot = lab.start_knot_primary([("big.test.", big)], name="knot-big")
+    t0 = time.monotonic()
+    srv = lab.start_xdns([], name="xdns-big", wait=False,
+                         extra=secondary_toml("big.test.", knot.addr4))
+    try:
+        lab.wait_answering(srv.addr4, "big.test.", srv.proc, timeout=60)
+        took = time.monotonic() - t0
+        z = zone_stats(lab, srv, "big.test.")
+        assert z["records"] == 100_003, z
+        m = ask(lab, srv.addr4, "h99999.big.test.")
+        assert answer_set(m) == {"h99999.big.test. 300 A 198.18.134.159"}, m
+        print(f"\nAXFR of 100k records from Knot: served {took:.2f} s after start "
+              f"(transfer + validate + swap {z['transfer']['last_transfer_ms']} ms)")
+    finally:
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        lab.stop(knot)
+
+
+# ------------------------------------------------------------------ xdns as a primary
+
+NET_ZONE = """$TTL 300
+@   SOA ns1.example.net. hostmaster.example.net. {serial} 3600 900 604800 120
+    NS  ns1
+ns1 A   198.18.1.1
+www A   198.18.1.10
+    AAAA 2001:db8:1::10
+mx  MX  10 www
+{extra}"""
+
+
+def start_nsd_secondary(lab, addrs, primary: str, zone: str, key) -> tuple:
+    a4, a6 = addrs
+    wd = lab.dir / "nsd-secondary"
+    wd.mkdir()
+    conf = wd / "nsd.conf"
+    conf.write_text(f"""server:
+    ip-address: {a4}
+    ip-address: {a6}
+    port: 53
+    username: ""
+    chroot: ""
+    database: ""
+    zonesdir: "{wd}"
+    zonelistfile: "{wd}/zone.list"
+    xfrdfile: "{wd}/xfrd.state"
+    xfrdir: "{wd}"
+    pidfile: "{wd}/nsd.pid"
+    server-count: 1
+    verbosity: 2
+    rrl-ratelimit: 0
+remote-control:
+    control-enable: no
+key:
+    name: "{key[0]}"
+    algorithm: {key[1]}
+    secret: "{key[2]}"
+zone:
+    name: "{zone}"
+    zonefile: "{wd}/{zone}zone"
+    request-xfr: {primary} {key[0]}
+    allow-notify: 198.18.0.0/15 {key[0]}
+""")
+    proc = lab.server(["nsd", "-c", conf, "-d"], name="nsd-secondary", cwd=wd)
+    return proc, wd
+
+
+def start_knot_secondary(lab, addrs, primary: str, zone: str, key) -> tuple:
+    a4, a6 = addrs
+    wd = lab.dir / "knot-secondary"
+    (wd / "db").mkdir(parents=True)
+    conf = wd / "knot.conf"
+    conf.write_text(f"""server:
+    rundir: "{wd}"
+    listen: [ {a4}@53, {a6}@53 ]
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+key:
+  - id: {key[0]}
+    algorithm: {key[1]}
+    secret: {key[2]}
+remote:
+  - id: xdns
+    address: {primary}@53
+    key: {key[0]}
+acl:
+  - id: notify
+    address: 198.18.0.0/15
+    key: {key[0]}
+    action: notify
+control:
+    listen: "{wd}/knot.sock"
+database:
+    storage: "{wd}/db"
+log:
+  - target: stderr
+    any: info
+template:
+  - id: default
+    storage: "{wd}"
+    zonefile-sync: -1
+zone:
+  - domain: "{zone}"
+    master: xdns
+    acl: notify
+""")
+    proc = lab.server(["knotd", "-c", conf], name="knot-secondary")
+    return proc, wd
+
+
+def soa_serial(m) -> int | None:
+    for rr in m.answer:
+        if rr.rdtype == dns.rdatatype.SOA:
+            return rr[0].serial
+    return None
+
+
+def test_xdns_primary_feeds_nsd_and_knot(lab):
+    import signal as sig
+    zone = "example.net."
+    zfile = lab.dir / "primary-example.net.zone"
+    zfile.write_text(NET_ZONE.format(serial=7, extra=""))
+    xa, na, ka, sa = lab.new_address(), lab.new_address(), lab.new_address(), lab.new_address()
+    # in one namespace NSD's and Knot's connections come from the veth's first address; an
+    # xdns secondary's from its listen address
+    allow = ", ".join(f'"{a}"' for a in [lab.client_addr4, lab.server_addr4, sa[0]])
+    extra = key_toml(KEY) + (f'\n[[zone]]\nname = "{zone}"\nfile = "{zfile}"\nkey = "{KEY[0]}"\n'
+                             f'notify = ["{na[0]}@53", "{ka[0]}@53", "{sa[0]}@53"]\nallow_transfer = [{allow}]\n')
+    srv = lab.start_xdns([], name="xdns-primary", extra=extra, addrs=xa)
+    # a fleet: xdns fed by xdns (NOTIFY from the primary's listen address, as configured)
+    sec = lab.start_xdns([], name="xdns-secondary-of-xdns", addrs=sa,
+                         extra=key_toml(KEY) + secondary_toml(zone, xa[0], KEY))
+    nsd, nsd_wd = start_nsd_secondary(lab, na, xa[0], zone, KEY)
+    knot, knot_wd = start_knot_secondary(lab, ka, xa[0], zone, KEY)
+    try:
+        lab.wait_answering(xa[0], zone, srv.proc)
+        # both secondaries transfer at start and serve the zone
+        for who, addr, proc in [("nsd", na[0], nsd), ("knot", ka[0], knot), ("xdns", sa[0], sec.proc)]:
+            try:
+                lab.wait_answering(addr, zone, proc, timeout=20)
+            except (RuntimeError, TimeoutError) as e:
+                log = (lab.dir / ("xdns-secondary-of-xdns.stderr" if who == "xdns" else f"{who}-secondary.stderr")).read_text()[-3000:]
+                raise AssertionError(f"{who}: {e}\n{log}\n--- xdns ---\n{srv.stderr()[-3000:]}") from None
+            m = ask(lab, addr, "www.example.net.")
+            assert answer_set(m) == {"www.example.net. 300 A 198.18.1.10"}, (who, m)
+            assert soa_serial(ask(lab, addr, zone, "SOA")) == 7, who
+
+        # a new serial on xdns (file edited, SIGHUP): NOTIFY, both follow; Knot by IXFR
+        zfile.write_text(NET_ZONE.format(serial=8, extra="new A 198.18.1.99\n"))
+        srv.proc.send_signal(sig.SIGHUP)
+        t0 = time.monotonic()
+        for who, addr in [("nsd", na[0]), ("knot", ka[0]), ("xdns", sa[0])]:
+            wait_for(f"{who} serves serial 8",
+                     lambda: (m := ask(lab, addr, "new.example.net.", timeout=0.3)) is not None
+                     and answer_set(m) == {"new.example.net. 300 A 198.18.1.99"}, 10, step=0.05)
+        print(f"\nxdns reload → NSD, Knot and xdns secondaries serve the change after {time.monotonic() - t0:.2f} s")
+        t = zone_stats(lab, sec, zone)["transfer"]
+        assert t["last_transfer"] == "ixfr" and t["notifies_refused"] == 0, t
+        knot_log = (lab.dir / "knot-secondary.stderr").read_text()
+        assert "IXFR, incoming" in knot_log, knot_log[-3000:]
+        err = srv.stderr()
+        assert "NOTIFY answered" in err, err[-3000:]
+        assert 'kind="ixfr"' in err, err[-3000:]  # served from the journal, not as AXFR
+
+        # refusals: a client outside allow_transfer (none here: the client is allowed, but
+        # unsigned), a wrong key
+        q = dns.message.make_query(zone, "AXFR")
+        r = lab.tcp(xa[0], q.to_wire())
+        assert r is not None and rcode_of(r) == dns.rcode.NOTAUTH, r
+        q = dns.message.make_query(zone, "AXFR")
+        q.use_tsig(dns.tsigkeyring.from_text({WRONG[0]: (WRONG[1], WRONG[2])}), keyname=WRONG[0], algorithm=WRONG[1])
+        r = lab.tcp(xa[0], q.to_wire())
+        assert r is not None and rcode_of(r) == dns.rcode.NOTAUTH, r
+        # signed: the first message starts with the SOA and verifies
+        kr = dns.tsigkeyring.from_text({KEY[0]: (KEY[1], KEY[2])})
+        q = dns.message.make_query(zone, "AXFR")
+        q.use_tsig(kr, keyname=KEY[0], algorithm=KEY[1])
+        r = lab.tcp(xa[0], q.to_wire())
+        m = dns.message.from_wire(r, keyring=kr, request_mac=q.mac, multi=True)
+        assert m.rcode() == dns.rcode.NOERROR and m.answer[0].rdtype == dns.rdatatype.SOA, m
+        # IXFR over UDP: the SOA only (RFC 1995 §2)
+        q = dns.message.make_query(zone, "IXFR")
+        q.authority.append(dns.rrset.from_text(zone, 0, "IN", "SOA", "ns1.example.net. h.example.net. 7 1 1 1 1"))
+        q.use_tsig(kr, keyname=KEY[0], algorithm=KEY[1])
+        r = lab.udp(xa[0], q.to_wire())
+        m = dns.message.from_wire(r, keyring=kr, request_mac=q.mac)
+        assert [rr.rdtype for rr in m.answer] == [dns.rdatatype.SOA] and m.answer[0][0].serial == 8, m
+        # AXFR over UDP: NOTIMP
+        q = dns.message.make_query(zone, "AXFR")
+        r = lab.udp(xa[0], q.to_wire())
+        assert rcode_of(r) == dns.rcode.NOTIMP, r
+        # the client's IPv6 address is outside allow_transfer: REFUSED, even signed
+        q = dns.message.make_query(zone, "AXFR")
+        q.use_tsig(kr, keyname=KEY[0], algorithm=KEY[1])
+        r = lab.tcp(xa[1], q.to_wire())
+        assert rcode_of(r) == dns.rcode.REFUSED, r
+        assert "transfer refused: not in allow_transfer" in srv.stderr()
+    finally:
+        assert lab.stop(sec) == 0, sec.stderr()[-3000:]
+        for p in (nsd, knot):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=10)
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+# ------------------------------------------------------------------ catalog zones
+
+def test_catalog_members_come_and_go(lab):
+    cat = lab.dir / "catalog.invalid.zone"
+    cat.write_text("$TTL 0\n@ SOA invalid. invalid. 1 3600 600 86400 0\n@ NS invalid.\n"
+                   "version TXT \"2\"\nm1.zones PTR example.net.\n")
+    org = lab.dir / "example.org.zone"
+    org.write_text("$TTL 300\n@ SOA ns.example.org. h.example.org. 1 3600 600 86400 60\n@ NS ns\n"
+                   "ns A 198.18.2.1\nwww A 198.18.2.10\n")
+    xa = lab.new_address()
+    knot = lab.start_knot_primary([("catalog.invalid.", cat), ("example.net.", ZONES / "example.net.zone"),
+                                   ("example.org.", org)], name="knot-catalog", key=KEY,
+                                  notify=[f"{xa[0]}@53"])
+    extra = key_toml(KEY) + (f'\n[[catalog]]\nname = "catalog.invalid."\nprimaries = ["{knot.addr4}@53"]\n'
+                             f'key = "{KEY[0]}"\n')
+    srv = lab.start_xdns([], name="xdns-catalog", extra=extra, addrs=xa)
+
+    def serves(zone: str) -> bool:
+        m = ask(lab, xa[0], zone, "SOA", timeout=0.3)
+        return m is not None and m.rcode() == dns.rcode.NOERROR and bool(m.answer)
+
+    def refused(zone: str) -> bool:
+        m = ask(lab, xa[0], zone, "SOA", timeout=0.3)
+        return m is not None and m.rcode() == dns.rcode.REFUSED
+
+    try:
+        wait_for("member example.net. served", lambda: serves("example.net."), 10, step=0.1)
+        assert refused("example.org.")
+        names = {z["name"] for z in lab.xdns_stats(srv)["zones"]}
+        assert names == {"catalog.invalid.", "example.net."}, names
+
+        # a member added on the primary: NOTIFY, the catalog's IXFR, the member's AXFR
+        lab.knotc(knot, "zone-begin", "catalog.invalid.")
+        lab.knotc(knot, "zone-set", "catalog.invalid.", "m2.zones", "0", "PTR", "example.org.")
+        lab.knotc(knot, "zone-commit", "catalog.invalid.")
+        wait_for("member example.org. added", lambda: serves("example.org."), 5, step=0.05)
+        m = ask(lab, xa[0], "www.example.org.")
+        assert answer_set(m) == {"www.example.org. 300 A 198.18.2.10"}, m
+
+        # a catalog of another schema version: ignored, the members stay
+        lab.knotc(knot, "zone-begin", "catalog.invalid.")
+        lab.knotc(knot, "zone-unset", "catalog.invalid.", "version", "TXT")
+        lab.knotc(knot, "zone-set", "catalog.invalid.", "version", "0", "TXT", "\"3\"")
+        lab.knotc(knot, "zone-commit", "catalog.invalid.")
+        wait_for("catalog serial 3", lambda: zone_stats(lab, srv, "catalog.invalid.")["serial"] == 3, 5)
+        wait_for("logged", lambda: "catalog ignored" in srv.stderr(), 2)
+        assert serves("example.net.") and serves("example.org.")
+
+        # back to version 2 without example.net.: removed
+        lab.knotc(knot, "zone-begin", "catalog.invalid.")
+        lab.knotc(knot, "zone-unset", "catalog.invalid.", "version", "TXT")
+        lab.knotc(knot, "zone-set", "catalog.invalid.", "version", "0", "TXT", "\"2\"")
+        lab.knotc(knot, "zone-unset", "catalog.invalid.", "m1.zones", "PTR")
+        lab.knotc(knot, "zone-commit", "catalog.invalid.")
+        wait_for("member example.net. removed", lambda: refused("example.net."), 5, step=0.05)
+        assert serves("example.org.")
+        names = {z["name"] for z in lab.xdns_stats(srv)["zones"]}
+        assert names == {"catalog.invalid.", "example.org."}, names
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        lab.stop(knot)
