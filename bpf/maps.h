@@ -250,4 +250,61 @@ struct {
 	__type(value, struct xdns_allow_table);
 } xdns_allow_inline SEC(".maps");
 
+/*
+ * Guard stage (guard.h, xdns_abi.h). Sizes set by userspace at load (runtime.rs): the list
+ * maps hold two generations of the largest list, the feature map the prefixes tracked.
+ */
+/* key 0 -> list generation, 1 -> feature interval, 2 -> active tier table (u32); userspace writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XDNS_GUARD_CTL_N);
+	__type(key, __u32);
+	__type(value, __u32);
+} xdns_guard_ctl SEC(".maps");
+
+/* generation parity -> struct xdns_guard_list (structure and lengths per family); userspace writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct xdns_guard_list);
+} xdns_guard_lists SEC(".maps");
+
+/* struct xdns_guard_key (prefix, length, family, parity) -> struct xdns_guard_entry; userspace
+ * writes, the program adds to `drops`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2);
+	__type(key, struct xdns_guard_key);
+	__type(value, struct xdns_guard_entry);
+} xdns_guard_hash SEC(".maps");
+
+/* struct xdns_guard_lpm_key (parity, family, prefix) -> struct xdns_guard_entry; userspace
+ * writes, the program adds to `drops`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2);
+	__type(key, struct xdns_guard_lpm_key);
+	__type(value, struct xdns_guard_entry);
+} xdns_guard_lpm SEC(".maps");
+
+/* 1, 2 -> struct xdns_guard_tier (the modelled hardware tier's table; key 0 unused); userspace writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct xdns_guard_tier);
+} xdns_guard_tier SEC(".maps");
+
+/* struct xdns_guard_feat_key (source /24 or /56) -> struct xdns_guard_feat per CPU; the
+ * program writes, userspace reads the slot not being written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_guard_feat_key);
+	__type(value, struct xdns_guard_feat);
+} xdns_guard_feat SEC(".maps");
+
 #endif /* XDNS_MAPS_H */

@@ -49,7 +49,10 @@ enum xdns_verdict {
 	XDNS_PASS_CACHE_CD = 30,      /* CD=1: checking disabled, userspace answers */
 	XDNS_PASS_CACHE_RACE = 31,    /* entry replaced while read, seen before the frame changed */
 	XDNS_DROP_CACHE_RACE = 32,    /* entry replaced while copied into the frame: dropped */
-	XDNS_VERDICT_MAX = 33,        /* number of verdicts; not a verdict */
+	/* guard stage (guard.h; only when xdns_cfg.guard is set): UDP to a listen address */
+	XDNS_DROP_BLOCKED = 33,       /* source under a blocklist prefix, under no allowlist prefix */
+	XDNS_DROP_TIER = 34,          /* source in a slot of the modelled hardware tier (a model of a NIC filter) */
+	XDNS_VERDICT_MAX = 35,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -244,7 +247,9 @@ struct xdns_config {
 	__u16 edns_payload;     /* our EDNS UDP payload size (advertised and cap) */
 	__u16 nlisten;          /* used entries of listen[] */
 	__u8 resolver;          /* 1: cache stage on (names under no served zone, see cache.h) */
-	__u8 _pad[3];
+	__u8 guard;             /* 1: guard stage on (guard.h: tier, source lists); 0: one branch, no lookup */
+	__u8 guard_features;    /* 1: the guard counts packets and bytes per source prefix (guard.h) */
+	__u8 _pad;
 	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
 	__u32 table_mask;       /* buckets per half of xdns_index, less one (a power of two less one) */
 	__u32 table_vals;       /* values per half of xdns_vals: a power of two, at least 64 (the kernel
@@ -395,6 +400,126 @@ struct xdns_allow_table {
 };
 
 /*
+ * Guard stage (bpf/guard.h, issue 25). Every UDP packet to a listen address (what the parse
+ * stage lets through, queries and responses alike) meets it before the DNS header is read.
+ *
+ * Source lists: the blocklist and the allowlist merged by userspace into one set of prefixes
+ * whose longest match decides (crates/xdns-bpf/src/guard.rs): a block prefix under an allow
+ * prefix is stored as allow, and an allow prefix is stored only where it lies under a block
+ * prefix, so allowlisted sources are never dropped and an allowlist costs no probe where it
+ * overlaps nothing. Per family, the set is held in one of two structures, chosen by userspace
+ * for each list generation (docs/perf/2026-11-27-guard-lists.md has the measurements):
+ *   XDNS_GUARD_HASH  hash map `xdns_guard_hash`, one exact lookup per prefix length in use,
+ *                    longest first (at most XDNS_GUARD_LENS lengths per family);
+ *   XDNS_GUARD_LPM   LPM trie `xdns_guard_lpm`, one lookup (lists with more lengths).
+ * Keys carry the list generation's parity: userspace writes generation N+1 whole, then its
+ * `xdns_guard_lists` entry, flips `xdns_guard_ctl[0]`, waits for every program run that may
+ * have read N to end (an RCU grace period), and deletes N.
+ */
+#define XDNS_GUARD_LENS 8       /* prefix lengths probed by hash, per family */
+#define XDNS_GUARD_NONE 0       /* nothing listed for this family */
+#define XDNS_GUARD_HASH 1
+#define XDNS_GUARD_LPM 2
+#define XDNS_GUARD_BLOCK 1      /* xdns_guard_entry.action: drop (XDNS_DROP_BLOCKED) */
+#define XDNS_GUARD_ALLOW 2      /* ... go on, never dropped */
+
+/* Key of `xdns_guard_hash`: a prefix, its address as the two native-endian words of
+ * xdns_allow_prefix.addr (masked), with its length, family and generation parity. */
+struct xdns_guard_key {
+	__u64 addr[2];
+	__u8 len;               /* prefix length */
+	__u8 family;            /* 4 or 6 */
+	__u8 gen;               /* list generation parity (xdns_guard_ctl[0] & 1) */
+	__u8 _pad[5];
+};
+
+/* Key of `xdns_guard_lpm`: the parity and the family bytes first, then the address. */
+struct xdns_guard_lpm_key {
+	__u32 prefixlen;        /* 16 + the address prefix length */
+	__u8 gen;               /* list generation parity */
+	__u8 family;            /* 4 or 6 */
+	__u8 addr[16];          /* IPv4 in the first 4 bytes */
+	__u8 _pad[2];
+};
+
+/* Value of both: what a source under this prefix gets, and what it cost. */
+struct xdns_guard_entry {
+	__u32 action;           /* XDNS_GUARD_BLOCK or XDNS_GUARD_ALLOW */
+	__u32 _pad;
+	__u64 drops;            /* packets dropped by this entry; a plain increment from every CPU:
+	                         * approximate when CPUs drop for one entry at once (the exact
+	                         * total is the verdict counter) */
+};
+
+/* One prefix length in use: its masks over the two address words. */
+struct xdns_guard_len {
+	__u64 mask[2];
+	__u8 len;
+	__u8 _pad[7];
+};
+
+/* Value of `xdns_guard_lists` (one per generation parity): how to look each family up. */
+struct xdns_guard_list {
+	__u8 mode4;             /* XDNS_GUARD_NONE, _HASH or _LPM */
+	__u8 mode6;
+	__u8 n4;                /* entries of len4[] (XDNS_GUARD_HASH) */
+	__u8 n6;
+	__u32 _pad;
+	struct xdns_guard_len len4[XDNS_GUARD_LENS]; /* longest first */
+	struct xdns_guard_len len6[XDNS_GUARD_LENS];
+};
+
+/* Keys of `xdns_guard_ctl` (u32 values, each written alone by userspace). */
+#define XDNS_GUARD_CTL_GEN 0            /* active list generation (0: no list) */
+#define XDNS_GUARD_CTL_INTERVAL 1       /* feature interval being counted (starts at 1) */
+#define XDNS_GUARD_CTL_TIER 2           /* active tier table: 1 or 2 (0: the tier is empty) */
+#define XDNS_GUARD_CTL_N 3
+
+/*
+ * The modelled hardware tier: a table of K prefixes checked before the lists, a model of a
+ * NIC's n-tuple filter table for hosts without one (never a real NIC's). Values of
+ * `xdns_guard_tier`: keys 1 and 2 hold a table each (prefixes as xdns_allow_prefix, family 0
+ * = free slot); userspace writes the inactive one, then flips xdns_guard_ctl[2].
+ */
+#define XDNS_GUARD_TIER_SLOTS 16
+struct xdns_guard_tier {
+	__u32 n;                /* slots to compare (highest used slot + 1) */
+	__u32 _pad;
+	struct xdns_allow_prefix p[XDNS_GUARD_TIER_SLOTS];
+};
+
+/*
+ * Features for detection (`xdns_guard_feat`, per-CPU LRU hash, with xdns_cfg.guard_features):
+ * packets and bytes per source prefix (/24 for IPv4, /56 for IPv6) in two interval slots.
+ * A packet counts into slot interval & 1, first resetting a slot that still holds an older
+ * interval's counts; userspace flips the interval, waits for an RCU grace period, then reads
+ * the other slot, which no program writes any more (bpf/README.md, "Consistent snapshots").
+ */
+#define XDNS_GUARD_FEAT_V4 24
+#define XDNS_GUARD_FEAT_V6 56
+struct xdns_guard_feat_key {
+	__u64 addr;             /* the address's first 8 bytes as a native-endian word, masked to the prefix */
+	__u8 family;            /* 4 or 6 */
+	__u8 _pad[7];
+};
+struct xdns_guard_slot {
+	__u32 interval;         /* which interval these counts are of */
+	__u32 _pad;
+	__u64 packets;
+	__u64 bytes;            /* IP length */
+};
+struct xdns_guard_feat {
+	struct xdns_guard_slot slot[2];
+};
+
+/* The guard stage's scratch and counters (in struct xdns_scratch). */
+struct xdns_guard_scratch {
+	__u64 allowed;          /* packets whose longest match was an allow prefix */
+	__u64 tier_hits[XDNS_GUARD_TIER_SLOTS]; /* packets dropped by each tier slot */
+	__u64 feat_full;        /* packets not counted: the feature map refused a new prefix */
+};
+
+/*
  * Per-CPU working memory of one packet (value of `xdns_scratch`): one sub-struct per stage
  * (bpf/xdns.bpf.c lists them), with the counters userspace reads (summed over CPUs). The
  * later stages read what an earlier one left (the walk's name and labels, the lookup's
@@ -493,6 +618,7 @@ struct xdns_scratch {
 	struct xdns_reply_scratch reply;
 	__u64 reply_hits;       /* queries answered from the reply memo */
 	__u64 reply_kept;       /* replies written into it */
+	struct xdns_guard_scratch guard; /* the guard stage's counters (guard.h) */
 	/*
 	 * Packets by enum xdns_verdict (bpf/stats.h). Here rather than in a map of their own:
 	 * the program has this value in hand already, and a separate per-CPU array costs one

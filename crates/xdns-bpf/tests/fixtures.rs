@@ -354,7 +354,22 @@ fn counters(p: &xdns_bpf::runtime::XdpProgram) -> Vec<(String, u64)> {
 #[test]
 fn fixture_table() {
     require_root("fixture_table");
-    let mut prog = load();
+    run_fixture_table(load());
+}
+
+/// The same table with the guard stage loaded and empty (no list, no tier slot, features
+/// counted): every row gives the same verdict and the same bytes as without it.
+#[test]
+fn fixture_table_with_an_empty_guard() {
+    require_root("fixture_table_with_an_empty_guard");
+    let prog = load_with(None, Some(xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, feature_prefixes: 1024 }));
+    // an empty list installed is as good as none
+    let empty = xdns_guard::lists::PrefixList::new();
+    prog.guard().unwrap().replace_lists(&empty, &empty).unwrap();
+    run_fixture_table(prog);
+}
+
+fn run_fixture_table(mut prog: xdns_bpf::runtime::XdpProgram) {
     let data = zone();
     // Before any data: everything passes as not loaded.
     let (act, _) = prog.test_run(&frame(&Net::v4(), &query(&wire("www.example.com"), A, None))).unwrap();
@@ -601,6 +616,7 @@ fn userspace_only_bodies() {
         seed: Some(3),
         capacity: xdns_bpf::runtime::Capacity { nodes: 64, answers: 64, bodies_m: 64, bodies_l: 64, table_vals: 0 },
         resolver: None,
+        guard: None,
     };
     let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
     let mut data = zone();

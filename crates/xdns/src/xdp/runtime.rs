@@ -63,6 +63,7 @@ impl XdpRuntime {
             seed: None,
             capacity: Capacity::for_data(&data),
             resolver: cfg.resolver.clone(),
+            guard: None,
         };
         let t = std::time::Instant::now();
         let prog = XdpProgram::load(&load)?;
