@@ -9,6 +9,11 @@
  * matching prefix decides: XDNS_DROP_BLOCKED, or on. Packets the parse stage passes (ARP,
  * ND, other ports and addresses, fragments) never get here. With xdns_cfg.guard clear
  * (read-only data) the stage is one branch the verifier drops, no map lookup.
+ *
+ * Name blocks come once the question's bytes are fetched (xdns_guard_name_stage, before the
+ * seen stage, so no memo answers a blocked name): the name is walked and its suffixes hashed
+ * as the lookup does, and each is looked up, deepest first (XDNS_DROP_NAME). Only while a
+ * name list is loaded; otherwise one call and one array read.
  */
 #ifndef XDNS_GUARD_H
 #define XDNS_GUARD_H
@@ -21,17 +26,17 @@
 #include "maps.h"
 #include "parse.h"
 #include "word.h"
+#include "hash.h"
+#include "dns.h"
+#include "lookup.h"
 
 /* Count the packet into its source prefix's slot of the current interval (xdns_abi.h). */
-static __always_inline void xdns_guard_count(struct xdns_scratch *sc, __u64 a0, __u8 family, __u32 bytes)
+static __always_inline void xdns_guard_count(struct xdns_scratch *sc, __u64 a0, __u8 family, __u32 bytes, __u32 iv)
 {
 	struct xdns_guard_feat_key k = {};
 	struct xdns_guard_feat *f;
 	struct xdns_guard_slot *s;
-	__u32 key = XDNS_GUARD_CTL_INTERVAL, *ivp, iv;
 
-	ivp = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
-	iv = ivp ? *ivp : 0;
 	/* the first 3 (IPv4) or 7 (IPv6) address bytes of the word, whatever the byte order */
 	static const __u8 m4[8] = { 0xff, 0xff, 0xff }, m6[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
 	__u64 mask;
@@ -68,6 +73,9 @@ static __always_inline struct xdns_guard_entry *xdns_guard_probe(const struct xd
 	struct xdns_guard_entry *e;
 	__u32 i;
 
+	__u32 mask = xdns_cfg.guard_filter_mask, w;
+	__u64 x, *bits;
+
 	k.family = family;
 	k.gen = par;
 	for (i = 0; i < XDNS_GUARD_LENS; i++) {
@@ -76,6 +84,11 @@ static __always_inline struct xdns_guard_entry *xdns_guard_probe(const struct xd
 		k.addr[0] = a0 & lens[i].mask[0];
 		k.addr[1] = a1 & lens[i].mask[1];
 		k.len = lens[i].len;
+		x = xdns_guard_pos(xdns_cfg.seed, k.addr[0], k.addr[1], k.len | (__u32)family << 8 | (__u32)par << 16);
+		w = (par & 1) * (mask + 1) + ((__u32)(x >> 32) & mask);
+		bits = bpf_map_lookup_elem(&xdns_guard_filter, &w);
+		if (bits && !((*bits >> (x & 63)) & 1))
+			continue;       /* no prefix of this length holds the source */
 		e = bpf_map_lookup_elem(&xdns_guard_hash, &k);
 		if (e)
 			return e;
@@ -95,11 +108,15 @@ __attribute__((noinline)) int xdns_guard_check(struct xdp_md *ctx, struct xdns_s
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_guard_entry *e = NULL;
 	struct xdns_guard_list *l;
-	__u32 key, *vp, bytes, i, mode, n;
+	struct xdns_guard_ctl *c;
+	__u32 key = 0, bytes, i, mode, n, tier;
 	__u64 a0, a1 = 0;
 	__u8 family, par;
 
 	if (!xdns_cfg.guard || !sc)
+		return XDNS_CONTINUE;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!c)
 		return XDNS_CONTINUE;
 	if (l3 != 14 && l3 != 18)
 		return XDNS_CONTINUE;
@@ -124,39 +141,31 @@ __attribute__((noinline)) int xdns_guard_check(struct xdp_md *ctx, struct xdns_s
 	}
 
 	/* the modelled hardware tier: as a NIC's table, before anything else */
-	key = XDNS_GUARD_CTL_TIER;
-	vp = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
-	key = vp ? *vp : 0;
-	if (key == 1 || key == 2) {
-		struct xdns_guard_tier *t = bpf_map_lookup_elem(&xdns_guard_tier, &key);
+	tier = c->tier;
+	if (tier == 1 || tier == 2) {
+		const struct xdns_guard_tier *t = &c->tiers[(tier - 1) & 1];
 
-		if (t) {
-			for (i = 0; i < XDNS_GUARD_TIER_SLOTS; i++) {
-				const struct xdns_allow_prefix *p = &t->p[i];
+		for (i = 0; i < XDNS_GUARD_TIER_SLOTS; i++) {
+			const struct xdns_allow_prefix *p = &t->p[i];
 
-				if (i >= t->n)
-					break;
-				if (p->family == family && (a0 & p->mask[0]) == p->addr[0] &&
-				    (a1 & p->mask[1]) == p->addr[1]) {
-					sc->guard.tier_hits[i]++;
-					return XDNS_DROP_TIER;
-				}
+			if (i >= t->n)
+				break;
+			if (p->family == family && (a0 & p->mask[0]) == p->addr[0] &&
+			    (a1 & p->mask[1]) == p->addr[1]) {
+				sc->guard.tier_hits[i]++;
+				return XDNS_DROP_TIER;
 			}
 		}
 	}
 
 	if (xdns_cfg.guard_features)
-		xdns_guard_count(sc, a0, family, bytes);
+		xdns_guard_count(sc, a0, family, bytes, c->interval);
 
-	key = XDNS_GUARD_CTL_GEN;
-	vp = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
-	if (!vp || *vp == 0)
+	n = c->gen;
+	if (n == 0)
 		return XDNS_CONTINUE;
-	par = *vp & 1;
-	key = par;
-	l = bpf_map_lookup_elem(&xdns_guard_lists, &key);
-	if (!l)
-		return XDNS_CONTINUE;
+	par = n & 1;
+	l = &c->lists[par];
 	mode = family == 4 ? l->mode4 : l->mode6;
 	if (mode == XDNS_GUARD_HASH) {
 		if (family == 4)
@@ -191,6 +200,83 @@ static __always_inline enum xdns_verdict xdns_guard_stage(struct xdp_md *ctx, st
 	if (!xdns_cfg.guard)
 		return XDNS_CONTINUE;
 	return (enum xdns_verdict)xdns_guard_check(ctx, sc, pkt->l3_off, pkt->ipv6);
+}
+
+/*
+ * Suffix `index` of the question name, deepest first (index 0: the name itself, an exact
+ * entry's key; then its proper suffixes, a "*.suffix" entry's key; the root is never looked
+ * up). Step of a batched bpf_loop body (maps.h); state in the scratch map.
+ */
+static __always_inline long xdns_guard_name_step(__u64 index, void *arg)
+{
+	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
+	struct xdns_guard_name_key k = {};
+	struct xdns_guard_entry *e;
+	__u32 n, i, start, qlen;
+
+	if (!sc)
+		return 1;
+	n = sc->lookup.nsfx;
+	if (n > 128 || n > sc->walk.nlab || index + 1 >= n)
+		return 1;               /* the root is left, or the name is done */
+	i = (n - 1 - index) & 127;      /* sfx[i]: i + 1 labels, the root included */
+	start = sc->walk.label_off[(sc->walk.nlab - 1 - i) & 127];
+	qlen = sc->walk.qlen;
+	if (start >= qlen)
+		return 1;
+	k.hash = sc->lookup.sfx[i];
+	k.kind = index == 0 ? XDNS_GUARD_NAME_EXACT : XDNS_GUARD_NAME_SUFFIX;
+	k.gen = sc->guard.name_par;
+	k.len = qlen - start;
+	e = bpf_map_lookup_elem(&xdns_guard_names, &k);
+	if (!e)
+		return 0;
+	e->drops++;
+	sc->guard.name_hit = 1;
+	return 1;
+}
+
+XDNS_BATCHED(xdns_guard_name_steps, xdns_guard_name_step)
+
+/*
+ * The name check (a global function, verified once alone, as xdns_guard_check). It runs the
+ * walk and the suffix hashes the later stages run again (the memo may skip them; a blocked
+ * name must not get through it). A name the walk refuses is left to the walk's own verdict.
+ */
+__attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
+{
+	struct xdns_walk_ctx wc = { .sc = sc };
+	struct xdns_query q = {};
+	struct xdns_guard_ctl *c;
+	__u32 key = 0, gen;
+
+	if (!xdns_cfg.guard || !sc)
+		return XDNS_CONTINUE;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	gen = c ? c->names : 0;
+	if (gen == 0)
+		return XDNS_CONTINUE;
+	sc->guard.name_par = gen & 1;
+	sc->guard.name_hit = 0;
+	if (xdns_qname_walk(sc, &q) != XDNS_CONTINUE)
+		return XDNS_CONTINUE;
+	xdns_suffix_hashes(sc);
+	bpf_loop(XDNS_TURNS(128), xdns_guard_name_steps, &wc, 0);
+	return sc->guard.name_hit ? XDNS_DROP_NAME : XDNS_CONTINUE;
+}
+
+/* The name check: nothing at all unless xdns_cfg.guard; no call unless a name list is loaded. */
+static __always_inline enum xdns_verdict xdns_guard_name_stage(struct xdns_scratch *sc)
+{
+	struct xdns_guard_ctl *c;
+	__u32 key = 0;
+
+	if (!xdns_cfg.guard)
+		return XDNS_CONTINUE;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!c || c->names == 0)
+		return XDNS_CONTINUE;
+	return (enum xdns_verdict)xdns_guard_names_check(sc);
 }
 
 #endif /* XDNS_GUARD_H */

@@ -74,6 +74,16 @@ static __always_inline __u32 xdns_cache_pos(__u64 hash, __u32 qtype, __u32 do_bi
 }
 
 /*
+ * Presence-filter position of a guard prefix (guard.h, xdns_guard_filter): its masked address
+ * words (xdns_guard_key.addr) and meta = length | family << 8 | parity << 16. The word is
+ * (x >> 32) masked to the half, the bit x & 63. Seeded, so no outsider can aim at a bit.
+ */
+static __always_inline __u64 xdns_guard_pos(__u64 seed, __u64 a0, __u64 a1, __u32 meta)
+{
+	return xdns_hash_fin(xdns_hash_step(xdns_hash_step(seed ^ meta, a0), a1));
+}
+
+/*
  * ASCII lowercase of eight bytes at once: a byte 'A'..'Z' gains 0x20, every other byte (length
  * octets are <= 63, bytes >= 0x80 included) is kept. Per byte, with x7 its low seven bits:
  * x7 + 0x3f carries into bit 7 iff x7 >= 'A', x7 + 0x25 iff x7 > 'Z'; no carry crosses bytes.

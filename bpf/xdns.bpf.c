@@ -14,6 +14,7 @@
  *                             lists; before the DNS header is read
  *   response  response.h      every DNS response (QR=1), before any query stage
  *   fetch     dns.h           the bytes after the header into scratch
+ *   (guard)   guard.h         (xdns_cfg.guard, a name list loaded) qname blocks
  *   seen      memo.h          authoritative: the question memo (a hit skips walk and lookup)
  *             reply.h, memo.h resolver: the reply memo (a hit is the whole reply), then hints
  *   walk      dns.h           the question name's labels, then type, class and OPT
@@ -70,6 +71,9 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	if (v != XDNS_CONTINUE)
 		return v;
 	v = xdns_name_fetch(ctx, &pkt, sc);
+	if (v != XDNS_CONTINUE)
+		return v;
+	v = xdns_guard_name_stage(sc);          /* name blocks (guard.h) */
 	if (v != XDNS_CONTINUE)
 		return v;
 	/* one read of the generation per packet: the memo and the lookup use the same */

@@ -52,7 +52,8 @@ enum xdns_verdict {
 	/* guard stage (guard.h; only when xdns_cfg.guard is set): UDP to a listen address */
 	XDNS_DROP_BLOCKED = 33,       /* source under a blocklist prefix, under no allowlist prefix */
 	XDNS_DROP_TIER = 34,          /* source in a slot of the modelled hardware tier (a model of a NIC filter) */
-	XDNS_VERDICT_MAX = 35,        /* number of verdicts; not a verdict */
+	XDNS_DROP_NAME = 35,          /* query for a blocked name: an exact entry, or under a "*.suffix" one */
+	XDNS_VERDICT_MAX = 36,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -255,6 +256,8 @@ struct xdns_config {
 	__u32 table_vals;       /* values per half of xdns_vals: a power of two, at least 64 (the kernel
 	                         * takes an empty table as authoritative: there is always one) */
 	__u32 cache_mask;       /* buckets of xdns_cache_idx, less one (a power of two less one) */
+	__u32 guard_filter_mask; /* words per half of xdns_guard_filter, less one (a power of two less one) */
+	__u32 _pad2;
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
 };
 
@@ -410,10 +413,13 @@ struct xdns_allow_table {
  * overlaps nothing. Per family, the set is held in one of two structures, chosen by userspace
  * for each list generation (docs/perf/2026-11-27-guard-lists.md has the measurements):
  *   XDNS_GUARD_HASH  hash map `xdns_guard_hash`, one exact lookup per prefix length in use,
- *                    longest first (at most XDNS_GUARD_LENS lengths per family);
+ *                    longest first (at most XDNS_GUARD_LENS lengths per family), each
+ *                    skipped when its bit in the presence filter `xdns_guard_filter` is clear
+ *                    (hash.h, xdns_guard_pos: one inlined array read instead of a hash-map
+ *                    call for a source listed under no prefix of that length);
  *   XDNS_GUARD_LPM   LPM trie `xdns_guard_lpm`, one lookup (lists with more lengths).
  * Keys carry the list generation's parity: userspace writes generation N+1 whole, then its
- * `xdns_guard_lists` entry, flips `xdns_guard_ctl[0]`, waits for every program run that may
+ * `lists[]` entry of the control value, flips its `gen`, waits for every program run that may
  * have read N to end (an RCU grace period), and deletes N.
  */
 #define XDNS_GUARD_LENS 8       /* prefix lengths probed by hash, per family */
@@ -429,7 +435,7 @@ struct xdns_guard_key {
 	__u64 addr[2];
 	__u8 len;               /* prefix length */
 	__u8 family;            /* 4 or 6 */
-	__u8 gen;               /* list generation parity (xdns_guard_ctl[0] & 1) */
+	__u8 gen;               /* list generation parity (xdns_guard_ctl.gen & 1) */
 	__u8 _pad[5];
 };
 
@@ -458,7 +464,7 @@ struct xdns_guard_len {
 	__u8 _pad[7];
 };
 
-/* Value of `xdns_guard_lists` (one per generation parity): how to look each family up. */
+/* How to look each family up in one list generation (xdns_guard_ctl.lists[parity]). */
 struct xdns_guard_list {
 	__u8 mode4;             /* XDNS_GUARD_NONE, _HASH or _LPM */
 	__u8 mode6;
@@ -469,23 +475,49 @@ struct xdns_guard_list {
 	struct xdns_guard_len len6[XDNS_GUARD_LENS];
 };
 
-/* Keys of `xdns_guard_ctl` (u32 values, each written alone by userspace). */
-#define XDNS_GUARD_CTL_GEN 0            /* active list generation (0: no list) */
-#define XDNS_GUARD_CTL_INTERVAL 1       /* feature interval being counted (starts at 1) */
-#define XDNS_GUARD_CTL_TIER 2           /* active tier table: 1 or 2 (0: the tier is empty) */
-#define XDNS_GUARD_CTL_N 3
+/*
+ * Name blocks (guard.h, xdns_guard_names): a query whose name is an exact entry, or lies
+ * strictly under a suffix entry ("*.example.com"), is dropped. Keys are the name hash of
+ * hash.h (the hash the lookup gives every suffix), the entry's kind, its wire length (a second
+ * guard against collisions) and the name list generation's parity; values are
+ * struct xdns_guard_entry (action XDNS_GUARD_BLOCK). Generations flip as the source lists'.
+ */
+#define XDNS_GUARD_NAME_EXACT 1
+#define XDNS_GUARD_NAME_SUFFIX 2
+struct xdns_guard_name_key {
+	__u64 hash;             /* xdns_name_hash() of the lowercased wire name (the suffix's, for a suffix entry) */
+	__u8 kind;              /* XDNS_GUARD_NAME_EXACT or _SUFFIX */
+	__u8 gen;               /* name list generation parity (xdns_guard_ctl.names & 1) */
+	__u8 len;               /* wire length of the name (of the suffix) */
+	__u8 _pad[5];
+};
 
 /*
  * The modelled hardware tier: a table of K prefixes checked before the lists, a model of a
- * NIC's n-tuple filter table for hosts without one (never a real NIC's). Values of
- * `xdns_guard_tier`: keys 1 and 2 hold a table each (prefixes as xdns_allow_prefix, family 0
- * = free slot); userspace writes the inactive one, then flips xdns_guard_ctl[2].
+ * NIC's n-tuple filter table for hosts without one (never a real NIC's). Prefixes as
+ * xdns_allow_prefix (family 0 = free slot); two tables in the control value, userspace writes
+ * the inactive one, then flips xdns_guard_ctl.tier.
  */
 #define XDNS_GUARD_TIER_SLOTS 16
 struct xdns_guard_tier {
 	__u32 n;                /* slots to compare (highest used slot + 1) */
 	__u32 _pad;
 	struct xdns_allow_prefix p[XDNS_GUARD_TIER_SLOTS];
+};
+
+/*
+ * The one value of `xdns_guard_ctl` (an mmapable array): everything the stage reads before its
+ * lookups, in one inlined array read. Userspace writes the halves no run reads (the staged
+ * list, the inactive tier table) through its mapping, then stores the selector (a 32-bit
+ * aligned store, which a reader sees old or new, never torn).
+ */
+struct xdns_guard_ctl {
+	__u32 gen;              /* active source list generation (0: no list) */
+	__u32 interval;         /* feature interval being counted (starts at 1) */
+	__u32 tier;             /* active tier table: 1 (tiers[0]) or 2 (tiers[1]); 0: the tier is empty */
+	__u32 names;            /* active name list generation (0: no name list) */
+	struct xdns_guard_list lists[2];   /* by source list generation parity */
+	struct xdns_guard_tier tiers[2];
 };
 
 /*
@@ -514,6 +546,8 @@ struct xdns_guard_feat {
 
 /* The guard stage's scratch and counters (in struct xdns_scratch). */
 struct xdns_guard_scratch {
+	__u32 name_par;         /* the name check: the list generation's parity ... */
+	__u32 name_hit;         /* ... and 1 once a suffix or the name matched */
 	__u64 allowed;          /* packets whose longest match was an allow prefix */
 	__u64 tier_hits[XDNS_GUARD_TIER_SLOTS]; /* packets dropped by each tier slot */
 	__u64 feat_full;        /* packets not counted: the feature map refused a new prefix */

@@ -16,19 +16,21 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
-use xdns_guard::lists::{Prefix, PrefixList, V4Prefix, V6Prefix};
+use xdns_guard::lists::{NameEntry, NameList, NameMatch, Prefix, PrefixList, V4Prefix, V6Prefix};
 use xdns_guard::topk::{HardwareTier, SlotCounter, TierEntry, TierError};
 
 use crate::maps::bytes_of;
 use crate::runtime::XdpProgram;
 use crate::types::{
-    xdns_allow_prefix, xdns_guard_entry, xdns_guard_feat, xdns_guard_key, xdns_guard_list, xdns_guard_lpm_key,
-    xdns_guard_scratch, xdns_guard_tier, xdns_scratch,
+    xdns_allow_prefix, xdns_guard_ctl, xdns_guard_entry, xdns_guard_feat, xdns_guard_key, xdns_guard_list, xdns_guard_lpm_key,
+    xdns_guard_name_key, xdns_guard_scratch, xdns_guard_tier, xdns_scratch,
 };
 
 /// Prefix lengths the hash structure probes per family (`XDNS_GUARD_LENS`).
@@ -36,9 +38,12 @@ pub const HASH_LENGTHS: usize = 8;
 /// Slots of the modelled hardware tier at most (`XDNS_GUARD_TIER_SLOTS`).
 pub const TIER_SLOTS: usize = 16;
 
-const CTL_GEN: u32 = 0;
-const CTL_INTERVAL: u32 = 1;
-const CTL_TIER: u32 = 2;
+const CTL_GEN: usize = std::mem::offset_of!(xdns_guard_ctl, gen);
+const CTL_INTERVAL: usize = std::mem::offset_of!(xdns_guard_ctl, interval);
+const CTL_TIER: usize = std::mem::offset_of!(xdns_guard_ctl, tier);
+const CTL_NAMES: usize = std::mem::offset_of!(xdns_guard_ctl, names);
+const NAME_EXACT: u8 = 1;
+const NAME_SUFFIX: u8 = 2;
 const ACTION_BLOCK: u32 = 1;
 const ACTION_ALLOW: u32 = 2;
 const MODE_NONE: u8 = 0;
@@ -56,21 +61,33 @@ pub struct GuardStage {
     pub tier_slots: u32,
     /// Count packets and bytes per source prefix for detection (one LRU hash lookup per packet).
     pub features: bool,
+    /// Names (exact and suffix entries) one name list generation may hold; the map takes two.
+    pub names: u32,
     /// Source prefixes the feature map tracks (least recently seen evicted beyond).
     pub feature_prefixes: u32,
 }
 
 impl Default for GuardStage {
     fn default() -> Self {
-        Self { capacity: 1 << 20, tier_slots: 0, features: false, feature_prefixes: 65536 }
+        Self { capacity: 1 << 20, tier_slots: 0, features: false, names: 65536, feature_prefixes: 65536 }
     }
+}
+
+/// Words per half of the presence filter for `capacity` prefixes: 16 bits a prefix, a power
+/// of two, at least 64.
+fn filter_words(capacity: u32) -> u32 {
+    (capacity / 4).max(64).next_power_of_two()
 }
 
 /// Size the guard's maps before load: the smallest sizes when the stage is off.
 pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&GuardStage>) -> Result<()> {
     let cap = g.map_or(1, |g| g.capacity.max(1));
+    let words = filter_words(if g.is_some() { cap } else { 1 });
+    open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?.xdns_cfg.guard_filter_mask = words - 1;
+    open.maps.xdns_guard_filter.set_max_entries(2 * words)?;
     open.maps.xdns_guard_hash.set_max_entries(2 * cap)?;
     open.maps.xdns_guard_lpm.set_max_entries(2 * cap)?;
+    open.maps.xdns_guard_names.set_max_entries(2 * g.map_or(1, |g| g.names.max(1)))?;
     let feat = g.filter(|g| g.features).map_or(1, |g| g.feature_prefixes.max(1));
     open.maps.xdns_guard_feat.set_max_entries(feat)?;
     if let Some(g) = g {
@@ -84,8 +101,56 @@ pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&Gua
 /// After load: the first feature interval is 1 (a slot's interval 0 means never written).
 pub(crate) fn init_maps(prog: &XdpProgram) -> Result<()> {
     let ctl = &prog.skel().maps.xdns_guard_ctl;
-    ctl.update(&CTL_INTERVAL.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)?;
+    let v = xdns_guard_ctl { interval: 1, ..Default::default() };
+    ctl.update(&0u32.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)?;
     Ok(())
+}
+
+/// The control value (`xdns_guard_ctl`, one value of an mmapable array) mapped shared.
+struct CtlMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain shared memory owned by this value; its selectors are written as atomics, and
+// the halves no run reads only under the Guard's mutexes (one writer at a time).
+unsafe impl Send for CtlMap {}
+// SAFETY: as above.
+unsafe impl Sync for CtlMap {}
+
+impl CtlMap {
+    fn new(fd: std::os::fd::BorrowedFd<'_>) -> Result<Self> {
+        let len = std::mem::size_of::<xdns_guard_ctl>();
+        // SAFETY: mapping a BPF_F_MMAPABLE array map of one value shared, at offset 0, no
+        // longer than its value (the kernel rounds the area up to a page).
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            bail!("mapping xdns_guard_ctl: {}", std::io::Error::last_os_error());
+        }
+        Ok(Self { ptr: ptr.cast(), len })
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        assert!(off.is_multiple_of(4) && off + 4 <= self.len);
+        // SAFETY: aligned (the mapping is page aligned, off a multiple of 4), in bounds, and
+        // the memory lives as long as `self`.
+        unsafe { &*(self.ptr.add(off) as *const AtomicU32) }
+    }
+
+    /// Write `v` at `off`: only into a part no program run reads (a staged half).
+    fn put<T: Copy>(&self, off: usize, v: &T) {
+        assert!(off + std::mem::size_of::<T>() <= self.len);
+        // SAFETY: in bounds (checked), T is a plain ABI struct; the caller writes only a
+        // part no reader uses until a selector store publishes it.
+        unsafe { std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), self.ptr.add(off), std::mem::size_of::<T>()) };
+    }
+}
+
+impl Drop for CtlMap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `new` mapped; no reference into it outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 /// Which structure holds a family's prefixes in the kernel.
@@ -97,6 +162,17 @@ pub enum Structure {
     Hash,
     /// One lookup in the LPM trie.
     Lpm,
+}
+
+/// What a name list replacement installed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameReport {
+    /// The name list generation now active.
+    pub generation: u32,
+    /// Entries written.
+    pub entries: usize,
+    /// Time to write, flip and delete the old generation.
+    pub elapsed: Duration,
 }
 
 /// What [`Guard::replace_lists_with`] may choose.
@@ -244,6 +320,13 @@ struct ListState {
     lpm_keys: Vec<u8>,
 }
 
+/// The name list generation in the kernel.
+#[derive(Default)]
+struct NameState {
+    generation: u32,
+    keys: Vec<u8>,
+}
+
 /// Handles on the guard's maps; clones share one writer state. `Send + Sync`.
 #[derive(Clone)]
 pub struct Guard {
@@ -251,16 +334,21 @@ pub struct Guard {
 }
 
 struct Inner {
-    ctl: MapHandle,
-    lists: MapHandle,
+    ctl: CtlMap,
     hash: MapHandle,
     lpm: MapHandle,
-    tier: MapHandle,
+    filter: MapHandle,
     feat: MapHandle,
     scratch: MapHandle,
     capacity: usize,
     tier_slots: usize,
+    seed: u64,
+    /// Words per half of the presence filter.
+    filter_words: usize,
     state: Mutex<ListState>,
+    names: MapHandle,
+    name_state: Mutex<NameState>,
+    name_capacity: usize,
     /// The tier's table as installed (one writer at a time).
     tier_state: Mutex<Vec<Option<Prefix>>>,
 }
@@ -277,16 +365,20 @@ impl XdpProgram {
         let capacity = m.xdns_guard_hash.max_entries() as usize / 2;
         Ok(Guard {
             inner: Arc::new(Inner {
-                ctl: h(&m.xdns_guard_ctl)?,
-                lists: h(&m.xdns_guard_lists)?,
+                ctl: CtlMap::new(m.xdns_guard_ctl.as_fd())?,
                 hash: h(&m.xdns_guard_hash)?,
                 lpm: h(&m.xdns_guard_lpm)?,
-                tier: h(&m.xdns_guard_tier)?,
+                filter: h(&m.xdns_guard_filter)?,
                 feat: h(&m.xdns_guard_feat)?,
                 scratch: h(&m.xdns_scratch)?,
                 capacity,
                 tier_slots: TIER_SLOTS,
+                seed: self.seed(),
+                filter_words: ro.xdns_cfg.guard_filter_mask as usize + 1,
                 state: Mutex::new(ListState::default()),
+                names: h(&m.xdns_guard_names)?,
+                name_state: Mutex::new(NameState::default()),
+                name_capacity: m.xdns_guard_names.max_entries() as usize / 2,
                 tier_state: Mutex::new(vec![None; TIER_SLOTS]),
             }),
         })
@@ -306,13 +398,13 @@ fn wait_for_runs() {
 }
 
 impl Guard {
-    fn ctl_get(&self, k: u32) -> Result<u32> {
-        let v = self.inner.ctl.lookup(&k.to_ne_bytes(), MapFlags::ANY)?.context("xdns_guard_ctl key")?;
-        Ok(u32::from_ne_bytes(v[..4].try_into().unwrap()))
+    fn ctl_get(&self, off: usize) -> Result<u32> {
+        Ok(self.inner.ctl.word(off).load(Ordering::Acquire))
     }
 
-    fn ctl_set(&self, k: u32, v: u32) -> Result<()> {
-        self.inner.ctl.update(&k.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).context("writing xdns_guard_ctl")
+    fn ctl_set(&self, off: usize, v: u32) -> Result<()> {
+        self.inner.ctl.word(off).store(v, Ordering::Release);
+        Ok(())
     }
 
     /// Prefixes one list generation may hold.
@@ -393,6 +485,8 @@ impl Guard {
         }
         // write the new generation
         let (mut hk, mut hv, mut lk) = (Vec::new(), Vec::new(), Vec::new());
+        let fwords = self.inner.filter_words;
+        let mut filter = vec![0u64; fwords];
         for (p, action) in &entries {
             let value = xdns_guard_entry { action: *action, ..Default::default() };
             if use_lpm[usize::from(p.family == 6)] {
@@ -411,6 +505,9 @@ impl Guard {
                 lk.extend_from_slice(kb);
             } else {
                 let k = xdns_guard_key { addr: words(&p.addr), len: p.len, family: p.family, gen: par, ..Default::default() };
+                let meta = u32::from(p.len) | u32::from(p.family) << 8 | u32::from(par) << 16;
+                let x = crate::hash::guard_pos(self.inner.seed, k.addr[0], k.addr[1], meta);
+                filter[(x >> 32) as usize & (fwords - 1)] |= 1 << (x & 63);
                 hk.extend_from_slice(bytes_of(&k));
                 hv.extend_from_slice(bytes_of(&value));
             }
@@ -423,10 +520,16 @@ impl Guard {
                 return Err(e).context("writing the guard hash map");
             }
         }
-        if let Err(e) = self.inner.lists.update(&u32::from(par).to_ne_bytes(), bytes_of(&list), MapFlags::ANY) {
+        let base = usize::from(par) * fwords;
+        let fk: Vec<u8> = (base..base + fwords).flat_map(|i| (i as u32).to_ne_bytes()).collect();
+        let fv: Vec<u8> = filter.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        if let Err(e) = self.inner.filter.update_batch(&fk, &fv, fwords as u32, MapFlags::ANY, MapFlags::ANY) {
             self.delete_keys(&hk, &lk);
-            return Err(e).context("writing the guard's list entry");
+            return Err(e).context("writing the guard's presence filter");
         }
+        // the staged parity's descriptor: no run reads it until the flip below
+        let at = std::mem::offset_of!(xdns_guard_ctl, lists) + usize::from(par) * std::mem::size_of::<xdns_guard_list>();
+        self.inner.ctl.put(at, &list);
         // flip, then the old generation goes once no run can read it
         self.ctl_set(CTL_GEN, gen)?;
         wait_for_runs();
@@ -448,6 +551,79 @@ impl Guard {
         for k in lpm_keys.chunks(std::mem::size_of::<xdns_guard_lpm_key>()) {
             let _ = self.inner.lpm.delete(k);
         }
+    }
+
+    /// The key of a name entry in generation parity `par`.
+    fn name_key(&self, e: &NameEntry, par: u8) -> Result<xdns_guard_name_key> {
+        if e.wire.is_empty() || e.wire.len() > 255 || e.wire == [0] {
+            bail!("a name block must name something below the root");
+        }
+        let wire = e.wire.to_ascii_lowercase();
+        Ok(xdns_guard_name_key {
+            hash: crate::hash::name_hash(self.inner.seed, &wire),
+            kind: match e.kind {
+                NameMatch::Exact => NAME_EXACT,
+                NameMatch::Suffix => NAME_SUFFIX,
+            },
+            gen: par,
+            len: wire.len() as u8,
+            ..Default::default()
+        })
+    }
+
+    /// Replace the name blocks (`block_names`): exact names and `*.suffix` entries, dropped in
+    /// the kernel as `drop_name`. Written beside the active generation, flipped to, the old one
+    /// deleted after every run that may read it has ended. An empty list turns the check off
+    /// (one array read per query).
+    pub fn replace_names(&self, names: &NameList) -> Result<NameReport> {
+        let t0 = Instant::now();
+        let mut st = self.inner.name_state.lock().unwrap_or_else(|e| e.into_inner());
+        if names.entries.len() > self.inner.name_capacity {
+            bail!("{} name blocks, the map was sized for {} (GuardStage::names)", names.entries.len(), self.inner.name_capacity);
+        }
+        let gen = st.generation + 1;
+        let par = (gen & 1) as u8;
+        let ks = std::mem::size_of::<xdns_guard_name_key>();
+        let mut keys = Vec::with_capacity(names.entries.len() * ks);
+        let mut values = Vec::new();
+        for e in &names.entries {
+            keys.extend_from_slice(bytes_of(&self.name_key(e, par)?));
+            values.extend_from_slice(bytes_of(&xdns_guard_entry { action: ACTION_BLOCK, ..Default::default() }));
+        }
+        let n = keys.len() / ks;
+        if n > 0 {
+            if let Err(e) = self.inner.names.update_batch(&keys, &values, n as u32, MapFlags::ANY, MapFlags::ANY) {
+                self.delete_names(&keys);
+                return Err(e).context("writing the name blocks");
+            }
+        }
+        // an empty list: generation 0 in the kernel (no check), but the count goes on
+        self.ctl_set(CTL_NAMES, if n == 0 { 0 } else { gen })?;
+        wait_for_runs();
+        let old = std::mem::replace(&mut *st, NameState { generation: gen, keys });
+        self.delete_names(&old.keys);
+        Ok(NameReport { generation: gen, entries: n, elapsed: t0.elapsed() })
+    }
+
+    fn delete_names(&self, keys: &[u8]) {
+        let ks = std::mem::size_of::<xdns_guard_name_key>();
+        if keys.is_empty() {
+            return;
+        }
+        if self.inner.names.delete_batch(keys, (keys.len() / ks) as u32, MapFlags::ANY, MapFlags::ANY).is_err() {
+            for k in keys.chunks(ks) {
+                let _ = self.inner.names.delete(k);
+            }
+        }
+    }
+
+    /// Queries the name entry `e` dropped in the active name generation (approximate, as
+    /// [`Self::entry_drops`]); `None` when it is not in the kernel.
+    pub fn name_drops(&self, e: &NameEntry) -> Result<Option<u64>> {
+        let par = (self.inner.name_state.lock().unwrap_or_else(|e| e.into_inner()).generation & 1) as u8;
+        let k = self.name_key(e, par)?;
+        let off = std::mem::offset_of!(xdns_guard_entry, drops);
+        Ok(self.inner.names.lookup(bytes_of(&k), MapFlags::ANY)?.map(|v| u64::from_ne_bytes(v[off..off + 8].try_into().unwrap())))
     }
 
     /// The active list generation (0: no list yet).
@@ -559,8 +735,12 @@ impl Guard {
         }
         let active = self.ctl_get(CTL_TIER)?;
         let next: u32 = if active == 1 { 2 } else { 1 };
-        self.inner.tier.update(&next.to_ne_bytes(), bytes_of(&t), MapFlags::ANY).context("writing the tier table")?;
-        self.ctl_set(CTL_TIER, next)
+        // the inactive table: no run reads it (the last flip waited for the runs before it)
+        let at = std::mem::offset_of!(xdns_guard_ctl, tiers) + (next as usize - 1) * std::mem::size_of::<xdns_guard_tier>();
+        self.inner.ctl.put(at, &t);
+        self.ctl_set(CTL_TIER, next)?;
+        wait_for_runs();
+        Ok(())
     }
 }
 
@@ -648,6 +828,31 @@ impl HardwareTier for ModelledTier {
             })
             .collect()
     }
+}
+
+/// A blocklist of `n` distinct prefixes for tests and benchmarks: /32, /24, /128, /64, /48
+/// (40/20/20/10/10 % drawn, before duplicates), IPv4 in 1.0.0.0–127.255.255.255 and IPv6 in
+/// 2001:db9::/32, so never the lab's 198.18.0.0/15 or 2001:db8::/32 (deterministic).
+pub fn synthetic_blocklist(n: usize) -> PrefixList {
+    let mut l = PrefixList::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while l.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let (r, r2) = (x, x.rotate_left(29) ^ 0x5555_5555_5555_5555);
+        let v4 = |b: u32| std::net::Ipv4Addr::from((b | 0x0100_0000) & 0x7fff_ffff);
+        let v6 = std::net::Ipv6Addr::from((0x2001_0db9u128 << 96) | (u128::from(r2) << 32) | u128::from(r as u32));
+        let p = match r % 10 {
+            0..=3 => Prefix::covering(IpAddr::V4(v4((r >> 4) as u32)), 32),
+            4 | 5 => Prefix::covering(IpAddr::V4(v4((r >> 20) as u32)), 24),
+            6 | 7 => Prefix::covering(IpAddr::V6(v6), 128),
+            8 => Prefix::covering(IpAddr::V6(v6), 64),
+            _ => Prefix::covering(IpAddr::V6(v6), 48),
+        };
+        l.insert(p);
+    }
+    l
 }
 
 /// The source prefix a feature of `ip` is counted under (/24 or /56).
