@@ -193,13 +193,66 @@ __attribute__((noinline)) int xdns_guard_check(struct xdp_md *ctx, struct xdns_s
 	return XDNS_DROP_BLOCKED;
 }
 
-/* The stage: nothing at all unless xdns_cfg.guard (read-only data: the verifier drops the call). */
+/*
+ * The stage. Nothing at all unless xdns_cfg.guard (read-only data: the verifier drops it);
+ * no call while nothing is configured. The common case, lists held by hash with no tier slot
+ * and no feature counting, runs inline: the call into xdns_guard_check, whose frame and return
+ * cost about as much as two probes, is kept for the tier, the features and the trie.
+ */
 static __always_inline enum xdns_verdict xdns_guard_stage(struct xdp_md *ctx, struct xdns_scratch *sc,
 							   const struct xdns_pkt *pkt)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_guard_entry *e;
+	struct xdns_guard_list *l;
+	struct xdns_guard_ctl *c;
+	__u32 key = 0, gen, l3 = pkt->l3_off;
+	__u64 a0, a1 = 0;
+	__u8 mode;
+
 	if (!xdns_cfg.guard)
 		return XDNS_CONTINUE;
-	return (enum xdns_verdict)xdns_guard_check(ctx, sc, pkt->l3_off, pkt->ipv6);
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!c)
+		return XDNS_CONTINUE;
+	gen = c->gen;
+	if (c->tier != 0 || xdns_cfg.guard_features)
+		return (enum xdns_verdict)xdns_guard_check(ctx, sc, l3, pkt->ipv6);
+	if (gen == 0)
+		return XDNS_CONTINUE;   /* nothing to check: no call */
+	l = &c->lists[gen & 1];
+	mode = pkt->ipv6 ? l->mode6 : l->mode4;
+	if (mode == XDNS_GUARD_NONE)
+		return XDNS_CONTINUE;
+	if (mode != XDNS_GUARD_HASH)
+		return (enum xdns_verdict)xdns_guard_check(ctx, sc, l3, pkt->ipv6);
+	if (l3 != 14 && l3 != 18)
+		return XDNS_CONTINUE;
+	if (pkt->ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return XDNS_CONTINUE;
+		a0 = xdns_ld64(&ip6->saddr);
+		a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+		e = xdns_guard_probe(l->len6, l->n6, a0, a1, 6, gen & 1);
+	} else {
+		struct iphdr *ip = data + l3;
+
+		if ((void *)(ip + 1) > data_end)
+			return XDNS_CONTINUE;
+		a0 = ip->saddr;
+		e = xdns_guard_probe(l->len4, l->n4, a0, 0, 4, gen & 1);
+	}
+	if (!e)
+		return XDNS_CONTINUE;
+	if (e->action != XDNS_GUARD_BLOCK) {
+		sc->guard.allowed++;
+		return XDNS_CONTINUE;
+	}
+	e->drops++;
+	return XDNS_DROP_BLOCKED;
 }
 
 /*

@@ -93,7 +93,8 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
 /// Presence-filter position of a guard prefix (`xdns_guard_pos` in `bpf/hash.h`): its masked
 /// address words, and `meta` = length | family << 8 | generation parity << 16.
 pub fn guard_pos(seed: u64, a0: u64, a1: u64, meta: u32) -> u64 {
-    fin(step(step(seed ^ u64::from(meta), a0), a1))
+    let x = (a0 ^ seed).wrapping_mul(MUL) ^ a1.wrapping_add(u64::from(meta)).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    x ^ (x >> 29)
 }
 
 /// Multipliers of the memo hash's three words (`XDNS_MEMO_MUL` in `bpf/memo.h`).

@@ -77,10 +77,11 @@ fn rows() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-fn check_table(prog: &XdpProgram, label: &str) -> Vec<String> {
+fn check_table(prog: &XdpProgram, label: &str, tier: bool) -> Vec<String> {
     let mut failures = Vec::new();
     for vlan in [false, true] {
         for (src, want) in rows() {
+            let want = if want == "drop_tier" && !tier { "pass_not_loaded" } else { want };
             let f = from(src, vlan);
             let (act, out, moved) = verdict(prog, &f);
             let want_act = if want.starts_with("drop_") { XDP_DROP } else { XDP_PASS };
@@ -92,9 +93,24 @@ fn check_table(prog: &XdpProgram, label: &str) -> Vec<String> {
     failures
 }
 
+/// Every source verdict, both structures, IPv4, IPv6 and VLAN frames: first with neither
+/// tier nor features (the stage's inline path), then with a tier slot per family and the
+/// features counted (its global function), which must agree.
 #[test]
 fn guard_fixture_table() {
     require_root("guard_fixture_table");
+    let mut failures = Vec::new();
+    let plain = load_with(None, Some(GuardStage { features: false, ..stage() }));
+    let g = plain.guard().unwrap();
+    for choice in [Choice::Hash, Choice::Lpm, Choice::Auto] {
+        let r = g.replace_lists_with(&blocklist(), &allowlist(), choice).unwrap();
+        let want = if choice == Choice::Lpm { Structure::Lpm } else { Structure::Hash };
+        assert_eq!((r.v4, r.v6), (want, want), "{choice:?}");
+        failures.extend(check_table(&plain, &format!("inline {choice:?}"), false));
+    }
+    assert_eq!(g.entry_drops(&parse_prefix("198.18.1.0/24").unwrap()).unwrap(), Some(2));
+    assert_eq!(g.counters().unwrap().allowed, 3 * 2 * 3);
+
     let prog = load_with(None, Some(stage()));
     let g = prog.guard().unwrap();
     let mut tier = g.tier(4).unwrap();
@@ -102,12 +118,9 @@ fn guard_fixture_table() {
     let t1 = TierEntry { slot: 1, prefix: parse_prefix("2001:db8:7::/48").unwrap() };
     tier.install(&t0).unwrap();
     tier.install(&t1).unwrap();
-    let mut failures = Vec::new();
     for choice in [Choice::Hash, Choice::Lpm, Choice::Auto] {
-        let r = g.replace_lists_with(&blocklist(), &allowlist(), choice).unwrap();
-        let want = if choice == Choice::Lpm { Structure::Lpm } else { Structure::Hash };
-        assert_eq!((r.v4, r.v6), (want, want), "{choice:?}");
-        failures.extend(check_table(&prog, &format!("{choice:?}")));
+        g.replace_lists_with(&blocklist(), &allowlist(), choice).unwrap();
+        failures.extend(check_table(&prog, &format!("tier+features {choice:?}"), true));
     }
     // other traffic never meets the lists: a frame to another port from a blocked source
     let mut net = Net { src: vec![198, 18, 1, 1], ..Net::v4() };
@@ -131,6 +144,10 @@ fn guard_fixture_table() {
     let (act, _, moved) = verdict(&prog, &from("198.18.7.3", false));
     assert_eq!((act, moved), (XDP_PASS, vec!["pass_not_loaded".to_string()]));
     assert!(tier.install(&TierEntry { slot: 1, prefix: t0.prefix }).is_err(), "slot 1 is busy");
+    // the tier alone, no list: still checked
+    g.replace_lists(&PrefixList::new(), &PrefixList::new()).unwrap();
+    assert_eq!(verdict(&prog, &from("2001:db8:7::1", true)).2, ["drop_tier"]);
+    assert_eq!(verdict(&prog, &from("198.18.1.1", true)).2, ["pass_not_loaded"]);
 }
 
 /// A query for `name` from the lab client.
@@ -146,7 +163,7 @@ fn asking(name: &str, v6: bool, vlan: bool) -> Vec<u8> {
 #[test]
 fn guard_name_blocks() {
     require_root("guard_name_blocks");
-    let prog = load_with(None, Some(stage()));
+    let prog = load_with(None, Some(GuardStage { features: false, ..stage() }));
     let g = prog.guard().unwrap();
     let names = parse_name_list("names", "blocked.example.com\n*.evil.test\n*.a.b.c.d.e.f.g.h.test\n").unwrap();
     let r = g.replace_names(&names).unwrap();
@@ -193,7 +210,7 @@ fn guard_name_blocks() {
 #[test]
 fn guard_many_lengths_take_the_trie() {
     require_root("guard_many_lengths_take_the_trie");
-    let prog = load_with(None, Some(stage()));
+    let prog = load_with(None, Some(GuardStage { features: false, ..stage() }));
     let g = prog.guard().unwrap();
     let mut text = String::new();
     for len in 16..=32u8 {
@@ -291,7 +308,7 @@ fn guard_snapshots_under_load_never_mix_intervals() {
 #[test]
 fn guard_list_replacement_is_atomic_under_load() {
     require_root("guard_list_replacement_is_atomic_under_load");
-    let prog = load_with(None, Some(stage()));
+    let prog = load_with(None, Some(GuardStage { features: false, ..stage() }));
     let g = prog.guard().unwrap();
     let mut filler = String::new();
     for i in 0..2000u32 {
@@ -336,7 +353,7 @@ fn mixed(n: usize) -> PrefixList {
 #[test]
 fn guard_million_entry_list() {
     require_root("guard_million_entry_list");
-    let prog = load_with(None, Some(stage()));
+    let prog = load_with(None, Some(GuardStage { features: false, ..stage() }));
     let g = prog.guard().unwrap();
     let t = Instant::now();
     let big = mixed(1_000_000);
