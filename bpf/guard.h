@@ -97,10 +97,12 @@ static __always_inline struct xdns_guard_entry *xdns_guard_probe(const struct xd
 }
 
 /*
- * The stage's work: a global function, a BPF subprogram the verifier checks once, alone. Its
- * paths (tier slots, lengths probed, structures) would otherwise multiply the states every
- * later stage is verified in (inlined, it pushed the resolver program past the 1M limit).
- * One call per packet that reaches it (bpf/README.md, "Composition and budget").
+ * The whole stage, for the configurations the inline path below leaves to it (a tier slot,
+ * feature counting, a family in the trie): a global function, a BPF subprogram the verifier
+ * checks once, alone. Its paths (tier slots, lengths probed, structures) would otherwise
+ * multiply the states every later stage is verified in (inlined whole, it pushed the
+ * resolver program past the 1M limit). One call per packet that takes it (bpf/README.md,
+ * "Composition and budget").
  */
 __attribute__((noinline)) int xdns_guard_check(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 l3, __u32 ipv6)
 {
