@@ -303,24 +303,61 @@ __attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
 	struct xdns_walk_ctx wc = { .sc = sc };
 	struct xdns_query q = {};
 	struct xdns_guard_ctl *c;
-	__u32 key = 0, gen;
+	__u32 key = 0, gen, n;
 
 	if (!xdns_cfg.guard || !sc)
 		return XDNS_CONTINUE;
 	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
-	gen = c ? c->names : 0;
-	if (gen == 0)
+	if (!c)
+		return XDNS_CONTINUE;
+	gen = c->names;
+	if (gen == 0 && !xdns_cfg.guard_features)
 		return XDNS_CONTINUE;
 	sc->guard.name_par = gen & 1;
 	sc->guard.name_hit = 0;
 	if (xdns_qname_walk(sc, &q) != XDNS_CONTINUE)
 		return XDNS_CONTINUE;
 	xdns_suffix_hashes(sc);
+	n = sc->lookup.nsfx;
+	if (xdns_cfg.guard_features && n >= 3 && n <= 128 && n <= sc->walk.nlab) {
+		/* the parent: n - 1 labels, the root included (sfx[n - 2]) */
+		struct xdns_guard_qfeat_key fk = {};
+		struct xdns_guard_feat *f;
+		__u32 start = sc->walk.label_off[1], iv = c->interval;
+
+		if (start < sc->walk.qlen) {
+			fk.hash = sc->lookup.sfx[(n - 2) & 127];
+			fk.len = sc->walk.qlen - start;
+			f = bpf_map_lookup_elem(&xdns_guard_qfeat, &fk);
+			if (!f) {
+				struct xdns_guard_feat nf = {};
+
+				nf.slot[iv & 1].interval = iv;
+				nf.slot[iv & 1].packets = 1;
+				nf.slot[iv & 1].bytes = sc->walk.qlen;
+				if (bpf_map_update_elem(&xdns_guard_qfeat, &fk, &nf, BPF_NOEXIST))
+					sc->guard.qfeat_full++;
+			} else {
+				struct xdns_guard_slot *s = &f->slot[iv & 1];
+
+				if (s->interval != iv) {
+					s->interval = iv;
+					s->packets = 0;
+					s->bytes = 0;
+				}
+				s->packets++;
+				s->bytes += sc->walk.qlen;
+			}
+		}
+	}
+	if (gen == 0)
+		return XDNS_CONTINUE;
 	bpf_loop(XDNS_TURNS(128), xdns_guard_name_steps, &wc, 0);
 	return sc->guard.name_hit ? XDNS_DROP_NAME : XDNS_CONTINUE;
 }
 
-/* The name check: nothing at all unless xdns_cfg.guard; no call unless a name list is loaded. */
+/* The name check and the suffix features: nothing at all unless xdns_cfg.guard; no call
+ * unless a name list is loaded or the features are counted. */
 static __always_inline enum xdns_verdict xdns_guard_name_stage(struct xdns_scratch *sc)
 {
 	struct xdns_guard_ctl *c;
@@ -329,7 +366,7 @@ static __always_inline enum xdns_verdict xdns_guard_name_stage(struct xdns_scrat
 	if (!xdns_cfg.guard)
 		return XDNS_CONTINUE;
 	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
-	if (!c || c->names == 0)
+	if (!c || (c->names == 0 && !xdns_cfg.guard_features))
 		return XDNS_CONTINUE;
 	return (enum xdns_verdict)xdns_guard_names_check(sc);
 }

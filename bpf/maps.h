@@ -306,6 +306,15 @@ struct {
 	__type(value, struct xdns_guard_entry);
 } xdns_guard_names SEC(".maps");
 
+/* struct xdns_guard_qfeat_key (parent name hash, length) -> struct xdns_guard_feat per CPU;
+ * the program writes, userspace reads the slot not being written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_guard_qfeat_key);
+	__type(value, struct xdns_guard_feat);
+} xdns_guard_qfeat SEC(".maps");
+
 /* struct xdns_guard_feat_key (source /24 or /56) -> struct xdns_guard_feat per CPU; the
  * program writes, userspace reads the slot not being written. */
 struct {

@@ -544,6 +544,19 @@ struct xdns_guard_feat {
 	struct xdns_guard_slot slot[2];
 };
 
+/*
+ * Queries per qname suffix (`xdns_guard_qfeat`, per-CPU LRU hash, with
+ * xdns_cfg.guard_features): the parent of each queried name (the name less its first label;
+ * never the root), keyed by its suffix hash (hash.h, the lookup's) and wire length, in two
+ * interval slots as the source features (`packets` counts queries, `bytes` their name
+ * bytes). Userspace maps a hash back to a name it knows (its zones, xdns_bpf::guard::suffix_hash).
+ */
+struct xdns_guard_qfeat_key {
+	__u64 hash;             /* xdns_name_hash() of the lowercased parent name */
+	__u32 len;              /* its wire length */
+	__u32 _pad;
+};
+
 /* The guard stage's scratch and counters (in struct xdns_scratch). */
 struct xdns_guard_scratch {
 	__u32 name_par;         /* the name check: the list generation's parity ... */
@@ -551,6 +564,7 @@ struct xdns_guard_scratch {
 	__u64 allowed;          /* packets whose longest match was an allow prefix */
 	__u64 tier_hits[XDNS_GUARD_TIER_SLOTS]; /* packets dropped by each tier slot */
 	__u64 feat_full;        /* packets not counted: the feature map refused a new prefix */
+	__u64 qfeat_full;       /* queries not counted: the suffix feature map refused a new suffix */
 };
 
 /*

@@ -65,11 +65,13 @@ pub struct GuardStage {
     pub names: u32,
     /// Source prefixes the feature map tracks (least recently seen evicted beyond).
     pub feature_prefixes: u32,
+    /// Qname suffixes (parents of queried names) the suffix feature map tracks.
+    pub feature_suffixes: u32,
 }
 
 impl Default for GuardStage {
     fn default() -> Self {
-        Self { capacity: 1 << 20, tier_slots: 0, features: false, names: 65536, feature_prefixes: 65536 }
+        Self { capacity: 1 << 20, tier_slots: 0, features: false, names: 65536, feature_prefixes: 65536, feature_suffixes: 65536 }
     }
 }
 
@@ -90,6 +92,8 @@ pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&Gua
     open.maps.xdns_guard_names.set_max_entries(2 * g.map_or(1, |g| g.names.max(1)))?;
     let feat = g.filter(|g| g.features).map_or(1, |g| g.feature_prefixes.max(1));
     open.maps.xdns_guard_feat.set_max_entries(feat)?;
+    let qfeat = g.filter(|g| g.features).map_or(1, |g| g.feature_suffixes.max(1));
+    open.maps.xdns_guard_qfeat.set_max_entries(qfeat)?;
     if let Some(g) = g {
         if g.tier_slots as usize > TIER_SLOTS {
             bail!("the modelled hardware tier has at most {TIER_SLOTS} slots ({} asked)", g.tier_slots);
@@ -215,12 +219,28 @@ pub struct SourceFeature {
     pub bytes: u64,
 }
 
+/// Queries under one qname suffix in one interval (summed over CPUs): the parent of each
+/// queried name (the name less its first label), known by its hash ([`Guard::suffix_hash`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuffixFeature {
+    /// `xdns_name_hash` of the lowercased parent name.
+    pub hash: u64,
+    /// Its wire length.
+    pub len: u32,
+    pub queries: u64,
+    /// Wire bytes of the queried names.
+    pub name_bytes: u64,
+}
+
 /// One finished interval's features.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// The interval these counts are of.
     pub interval: u32,
+    /// Per source prefix, most packets first.
     pub sources: Vec<SourceFeature>,
+    /// Per qname suffix, most queries first.
+    pub suffixes: Vec<SuffixFeature>,
 }
 
 /// The guard stage's counters, summed over CPUs.
@@ -232,6 +252,8 @@ pub struct GuardCounters {
     pub tier_hits: Vec<u64>,
     /// Packets the feature map could not count (it refused a new prefix).
     pub feature_full: u64,
+    /// Queries the suffix feature map could not count.
+    pub suffix_full: u64,
 }
 
 /// One prefix in the kernel's terms.
@@ -339,6 +361,7 @@ struct Inner {
     lpm: MapHandle,
     filter: MapHandle,
     feat: MapHandle,
+    qfeat: MapHandle,
     scratch: MapHandle,
     capacity: usize,
     tier_slots: usize,
@@ -370,6 +393,7 @@ impl XdpProgram {
                 lpm: h(&m.xdns_guard_lpm)?,
                 filter: h(&m.xdns_guard_filter)?,
                 feat: h(&m.xdns_guard_feat)?,
+                qfeat: h(&m.xdns_guard_qfeat)?,
                 scratch: h(&m.xdns_scratch)?,
                 capacity,
                 tier_slots: TIER_SLOTS,
@@ -663,6 +687,7 @@ impl Guard {
                 *h += word(t0 + 8 * i);
             }
             c.feature_full += word(std::mem::offset_of!(xdns_guard_scratch, feat_full));
+            c.suffix_full += word(std::mem::offset_of!(xdns_guard_scratch, qfeat_full));
         }
         Ok(c)
     }
@@ -706,7 +731,32 @@ impl Guard {
             out.push(SourceFeature { prefix, packets, bytes });
         }
         out.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.prefix.cmp(&b.prefix)));
-        Ok(Snapshot { interval: iv, sources: out })
+        let mut suffixes = Vec::new();
+        for k in self.inner.qfeat.keys() {
+            let Some(vals) = self.inner.qfeat.lookup_percpu(&k, MapFlags::ANY)? else { continue };
+            let (mut queries, mut name_bytes) = (0u64, 0u64);
+            for v in vals {
+                let f = read_struct::<xdns_guard_feat>(&v);
+                if f.slot[s].interval == iv {
+                    queries += f.slot[s].packets;
+                    name_bytes += f.slot[s].bytes;
+                }
+            }
+            if queries == 0 {
+                continue;
+            }
+            let hash = u64::from_ne_bytes(k[..8].try_into().unwrap());
+            let len = u32::from_ne_bytes(k[8..12].try_into().unwrap());
+            suffixes.push(SuffixFeature { hash, len, queries, name_bytes });
+        }
+        suffixes.sort_by(|a, b| b.queries.cmp(&a.queries).then(a.hash.cmp(&b.hash)));
+        Ok(Snapshot { interval: iv, sources: out, suffixes })
+    }
+
+    /// The hash the kernel knows a qname suffix by ([`SuffixFeature::hash`]): of `wire`, an
+    /// uncompressed wire name, any case.
+    pub fn suffix_hash(&self, wire: &[u8]) -> u64 {
+        crate::hash::name_hash(self.inner.seed, &wire.to_ascii_lowercase())
     }
 
     /// The interval being counted now.

@@ -21,7 +21,7 @@ const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 
 fn stage() -> GuardStage {
-    GuardStage { capacity: 1 << 20, tier_slots: 4, features: true, names: 4096, feature_prefixes: 4096 }
+    GuardStage { capacity: 1 << 20, tier_slots: 4, features: true, names: 4096, feature_prefixes: 4096, feature_suffixes: 4096 }
 }
 
 fn list(s: &str) -> PrefixList {
@@ -250,11 +250,18 @@ fn guard_feature_snapshots() {
     assert_eq!((s1.sources[0].packets, s1.sources[0].bytes), (4, want_v4));
     assert_eq!(s1.sources[1].prefix, parse_prefix("2001:db8:5::/56").unwrap());
     assert_eq!((s1.sources[1].packets, s1.sources[1].bytes), (1, ip_len(&c, false)));
+    // queries per suffix: the five asked for www.example.com, under example.com
+    let parent = g.suffix_hash(&wire("EXAMPLE.com"));
+    let qlen = wire("www.example.com").len() as u64;
+    assert_eq!(s1.suffixes.iter().map(|x| (x.hash, x.len, x.queries, x.name_bytes)).collect::<Vec<_>>(), [(parent, 13, 5, 5 * qlen)]);
     // the next interval starts empty and counts on its own
     prog.test_run(&c).unwrap();
+    // a name with one label has no parent but the root: not counted
+    prog.test_run(&frame(&Net::v4(), &query(&wire("com"), 1, None))).unwrap();
     let s2 = g.flip_interval().unwrap();
     assert_eq!(s2.interval, 2);
-    assert_eq!(s2.sources.iter().map(|s| (s.prefix, s.packets)).collect::<Vec<_>>(), [(parse_prefix("2001:db8:5::/56").unwrap(), 1)]);
+    assert_eq!(s2.suffixes.iter().map(|x| (x.hash, x.queries)).collect::<Vec<_>>(), [(parent, 1)]);
+    assert_eq!(s2.sources.iter().map(|s| (s.prefix, s.packets)).collect::<Vec<_>>(), [(parse_prefix("198.18.0.0/24").unwrap(), 1), (parse_prefix("2001:db8:5::/56").unwrap(), 1)]);
     // interval 3 reuses interval 1's slot: the old counts are reset, not added to
     prog.test_run(&a).unwrap();
     let s3 = g.flip_interval().unwrap();
@@ -296,6 +303,8 @@ fn guard_snapshots_under_load_never_mix_intervals() {
     snaps.push(g.flip_interval().unwrap());
     let total: u64 = snaps.iter().flat_map(|s| &s.sources).map(|s| s.packets).sum();
     assert_eq!(total, sent.load(Ordering::Relaxed), "every packet counted once, in one interval");
+    let queries: u64 = snaps.iter().flat_map(|s| &s.suffixes).map(|s| s.queries).sum();
+    assert_eq!(queries, total, "every query counted once under its suffix, in one interval");
     // a finished interval does not change afterwards (its slot may be reused two flips later,
     // so only the last two are still in the map)
     let last = snaps.last().unwrap();
