@@ -74,6 +74,21 @@ static __always_inline __u32 xdns_cache_pos(__u64 hash, __u32 qtype, __u32 do_bi
 }
 
 /*
+ * Presence-filter position of a guard prefix (guard.h, xdns_guard_filter): its masked address
+ * words (xdns_guard_key.addr) and meta = length | family << 8 | parity << 16. The word is
+ * (x >> 32) masked to the half, the bit x & 63. Two independent multiplies and a fold, not
+ * the name hash's chain: it runs once per prefix length on every packet, and a false
+ * positive costs only the hash lookup it would have made anyway. Seeded, so no outsider can
+ * aim at a bit.
+ */
+static __always_inline __u64 xdns_guard_pos(__u64 seed, __u64 a0, __u64 a1, __u32 meta)
+{
+	__u64 x = (a0 ^ seed) * XDNS_HASH_MUL ^ (a1 + meta) * 0xc2b2ae3d27d4eb4fULL;
+
+	return x ^ (x >> 29);
+}
+
+/*
  * ASCII lowercase of eight bytes at once: a byte 'A'..'Z' gains 0x20, every other byte (length
  * octets are <= 63, bytes >= 0x80 included) is kept. Per byte, with x7 its low seven bits:
  * x7 + 0x3f carries into bit 7 iff x7 >= 'A', x7 + 0x25 iff x7 > 'Z'; no carry crosses bytes.

@@ -250,4 +250,78 @@ struct {
 	__type(value, struct xdns_allow_table);
 } xdns_allow_inline SEC(".maps");
 
+/*
+ * Guard stage (guard.h, xdns_abi.h). Sizes set by userspace at load (runtime.rs): the list
+ * maps hold two generations of the largest list, the feature map the prefixes tracked.
+ */
+/* 0 -> struct xdns_guard_ctl (generations, interval, list descriptors, tier tables);
+ * userspace writes through mmap, the program reads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdns_guard_ctl);
+} xdns_guard_ctl SEC(".maps");
+
+/* struct xdns_guard_key (prefix, length, family, parity) -> struct xdns_guard_entry; userspace
+ * writes, the program adds to `drops`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2);
+	__type(key, struct xdns_guard_key);
+	__type(value, struct xdns_guard_entry);
+} xdns_guard_hash SEC(".maps");
+
+/* struct xdns_guard_lpm_key (parity, family, prefix) -> struct xdns_guard_entry; userspace
+ * writes, the program adds to `drops`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2);
+	__type(key, struct xdns_guard_lpm_key);
+	__type(value, struct xdns_guard_entry);
+} xdns_guard_lpm SEC(".maps");
+
+/*
+ * Guard presence filter: two halves (list generation parity) of xdns_cfg.guard_filter_mask + 1
+ * words; one bit per prefix of the hash structure (hash.h, xdns_guard_pos). Userspace sizes it
+ * before load and writes the staged generation's half whole before the flip.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 128);
+	__type(key, __u32);
+	__type(value, __u64);
+} xdns_guard_filter SEC(".maps");
+
+/* struct xdns_guard_name_key (name hash, kind, length, parity) -> struct xdns_guard_entry;
+ * userspace writes, the program adds to `drops`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2);
+	__type(key, struct xdns_guard_name_key);
+	__type(value, struct xdns_guard_entry);
+} xdns_guard_names SEC(".maps");
+
+/* struct xdns_guard_qfeat_key (parent name hash, length) -> struct xdns_guard_feat per CPU;
+ * the program writes, userspace reads the slot not being written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_guard_qfeat_key);
+	__type(value, struct xdns_guard_feat);
+} xdns_guard_qfeat SEC(".maps");
+
+/* struct xdns_guard_feat_key (source /24 or /56) -> struct xdns_guard_feat per CPU; the
+ * program writes, userspace reads the slot not being written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_guard_feat_key);
+	__type(value, struct xdns_guard_feat);
+} xdns_guard_feat SEC(".maps");
+
 #endif /* XDNS_MAPS_H */

@@ -10,8 +10,11 @@
  * XDNS_CONTINUE or a final verdict; stats.h turns the verdict into the XDP action):
  *
  *   parse     parse.h, dns.h  Ethernet, VLAN, IPv4/IPv6, UDP to a listen address, DNS header
+ *   guard     guard.h         (xdns_cfg.guard) modelled hardware tier, source features, source
+ *                             lists; before the DNS header is read
  *   response  response.h      every DNS response (QR=1), before any query stage
  *   fetch     dns.h           the bytes after the header into scratch
+ *   (guard)   guard.h         (xdns_cfg.guard, a name list loaded) qname blocks
  *   seen      memo.h          authoritative: the question memo (a hit skips walk and lookup)
  *             reply.h, memo.h resolver: the reply memo (a hit is the whole reply), then hints
  *   walk      dns.h           the question name's labels, then type, class and OPT
@@ -36,6 +39,7 @@
 #include "parse.h"
 #include "dns.h"
 #include "response.h"
+#include "guard.h"
 #include "lookup.h"
 #include "answer.h"
 #include "cache.h"
@@ -59,11 +63,17 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	v = xdns_parse_l2_l4(ctx, &pkt);
 	if (v != XDNS_CONTINUE)
 		return v;
+	v = xdns_guard_stage(ctx, sc, &pkt);
+	if (v != XDNS_CONTINUE)
+		return v;
 	/* a response (QR=1) leaves here, through the response stage (response.h) */
 	v = xdns_parse_header(ctx, sc, &pkt, &q, &arcount);
 	if (v != XDNS_CONTINUE)
 		return v;
 	v = xdns_name_fetch(ctx, &pkt, sc);
+	if (v != XDNS_CONTINUE)
+		return v;
+	v = xdns_guard_name_stage(sc);          /* name blocks (guard.h) */
 	if (v != XDNS_CONTINUE)
 		return v;
 	/* one read of the generation per packet: the memo and the lookup use the same */

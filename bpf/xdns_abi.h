@@ -49,7 +49,11 @@ enum xdns_verdict {
 	XDNS_PASS_CACHE_CD = 30,      /* CD=1: checking disabled, userspace answers */
 	XDNS_PASS_CACHE_RACE = 31,    /* entry replaced while read, seen before the frame changed */
 	XDNS_DROP_CACHE_RACE = 32,    /* entry replaced while copied into the frame: dropped */
-	XDNS_VERDICT_MAX = 33,        /* number of verdicts; not a verdict */
+	/* guard stage (guard.h; only when xdns_cfg.guard is set): UDP to a listen address */
+	XDNS_DROP_BLOCKED = 33,       /* source under a blocklist prefix, under no allowlist prefix */
+	XDNS_DROP_TIER = 34,          /* source in a slot of the modelled hardware tier (a model of a NIC filter) */
+	XDNS_DROP_NAME = 35,          /* query for a blocked name: an exact entry, or under a "*.suffix" one */
+	XDNS_VERDICT_MAX = 36,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -244,12 +248,16 @@ struct xdns_config {
 	__u16 edns_payload;     /* our EDNS UDP payload size (advertised and cap) */
 	__u16 nlisten;          /* used entries of listen[] */
 	__u8 resolver;          /* 1: cache stage on (names under no served zone, see cache.h) */
-	__u8 _pad[3];
+	__u8 guard;             /* 1: guard stage on (guard.h: tier, source lists); 0: one branch, no lookup */
+	__u8 guard_features;    /* 1: the guard counts packets and bytes per source prefix (guard.h) */
+	__u8 _pad;
 	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
 	__u32 table_mask;       /* buckets per half of xdns_index, less one (a power of two less one) */
 	__u32 table_vals;       /* values per half of xdns_vals: a power of two, at least 64 (the kernel
 	                         * takes an empty table as authoritative: there is always one) */
 	__u32 cache_mask;       /* buckets of xdns_cache_idx, less one (a power of two less one) */
+	__u32 guard_filter_mask; /* words per half of xdns_guard_filter, less one (a power of two less one) */
+	__u32 _pad2;
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
 };
 
@@ -395,6 +403,171 @@ struct xdns_allow_table {
 };
 
 /*
+ * Guard stage (bpf/guard.h, issue 25). Every UDP packet to a listen address (what the parse
+ * stage lets through, queries and responses alike) meets it before the DNS header is read.
+ *
+ * Source lists: the blocklist and the allowlist merged by userspace into one set of prefixes
+ * whose longest match decides (crates/xdns-bpf/src/guard.rs): a block prefix under an allow
+ * prefix is stored as allow, and an allow prefix is stored only where it lies under a block
+ * prefix, so allowlisted sources are never dropped and an allowlist costs no probe where it
+ * overlaps nothing. Per family, the set is held in one of two structures, chosen by userspace
+ * for each list generation (docs/perf/2026-11-27-guard-lists.md has the measurements):
+ *   XDNS_GUARD_HASH  hash map `xdns_guard_hash`, one exact lookup per prefix length in use,
+ *                    longest first (at most XDNS_GUARD_LENS lengths per family), each
+ *                    skipped when its bit in the presence filter `xdns_guard_filter` is clear
+ *                    (hash.h, xdns_guard_pos: one inlined array read instead of a hash-map
+ *                    call for a source listed under no prefix of that length);
+ *   XDNS_GUARD_LPM   LPM trie `xdns_guard_lpm`, one lookup (lists with more lengths).
+ * Keys carry the list generation's parity: userspace writes generation N+1 whole, then its
+ * `lists[]` entry of the control value, flips its `gen`, waits for every program run that may
+ * have read N to end (an RCU grace period), and deletes N.
+ */
+#define XDNS_GUARD_LENS 8       /* prefix lengths probed by hash, per family */
+#define XDNS_GUARD_NONE 0       /* nothing listed for this family */
+#define XDNS_GUARD_HASH 1
+#define XDNS_GUARD_LPM 2
+#define XDNS_GUARD_BLOCK 1      /* xdns_guard_entry.action: drop (XDNS_DROP_BLOCKED) */
+#define XDNS_GUARD_ALLOW 2      /* ... go on, never dropped */
+
+/* Key of `xdns_guard_hash`: a prefix, its address as the two native-endian words of
+ * xdns_allow_prefix.addr (masked), with its length, family and generation parity. */
+struct xdns_guard_key {
+	__u64 addr[2];
+	__u8 len;               /* prefix length */
+	__u8 family;            /* 4 or 6 */
+	__u8 gen;               /* list generation parity (xdns_guard_ctl.gen & 1) */
+	__u8 _pad[5];
+};
+
+/* Key of `xdns_guard_lpm`: the parity and the family bytes first, then the address. */
+struct xdns_guard_lpm_key {
+	__u32 prefixlen;        /* 16 + the address prefix length */
+	__u8 gen;               /* list generation parity */
+	__u8 family;            /* 4 or 6 */
+	__u8 addr[16];          /* IPv4 in the first 4 bytes */
+	__u8 _pad[2];
+};
+
+/* Value of both: what a source under this prefix gets, and what it cost. */
+struct xdns_guard_entry {
+	__u32 action;           /* XDNS_GUARD_BLOCK or XDNS_GUARD_ALLOW */
+	__u32 _pad;
+	__u64 drops;            /* packets dropped by this entry; a plain increment from every CPU:
+	                         * approximate when CPUs drop for one entry at once (the exact
+	                         * total is the verdict counter) */
+};
+
+/* One prefix length in use: its masks over the two address words. */
+struct xdns_guard_len {
+	__u64 mask[2];
+	__u8 len;
+	__u8 _pad[7];
+};
+
+/* How to look each family up in one list generation (xdns_guard_ctl.lists[parity]). */
+struct xdns_guard_list {
+	__u8 mode4;             /* XDNS_GUARD_NONE, _HASH or _LPM */
+	__u8 mode6;
+	__u8 n4;                /* entries of len4[] (XDNS_GUARD_HASH) */
+	__u8 n6;
+	__u32 _pad;
+	struct xdns_guard_len len4[XDNS_GUARD_LENS]; /* longest first */
+	struct xdns_guard_len len6[XDNS_GUARD_LENS];
+};
+
+/*
+ * Name blocks (guard.h, xdns_guard_names): a query whose name is an exact entry, or lies
+ * strictly under a suffix entry ("*.example.com"), is dropped. Keys are the name hash of
+ * hash.h (the hash the lookup gives every suffix), the entry's kind, its wire length (a second
+ * guard against collisions) and the name list generation's parity; values are
+ * struct xdns_guard_entry (action XDNS_GUARD_BLOCK). Generations flip as the source lists'.
+ */
+#define XDNS_GUARD_NAME_EXACT 1
+#define XDNS_GUARD_NAME_SUFFIX 2
+struct xdns_guard_name_key {
+	__u64 hash;             /* xdns_name_hash() of the lowercased wire name (the suffix's, for a suffix entry) */
+	__u8 kind;              /* XDNS_GUARD_NAME_EXACT or _SUFFIX */
+	__u8 gen;               /* name list generation parity (xdns_guard_ctl.names & 1) */
+	__u8 len;               /* wire length of the name (of the suffix) */
+	__u8 _pad[5];
+};
+
+/*
+ * The modelled hardware tier: a table of K prefixes checked before the lists, a model of a
+ * NIC's n-tuple filter table for hosts without one (never a real NIC's). Prefixes as
+ * xdns_allow_prefix (family 0 = free slot); two tables in the control value, userspace writes
+ * the inactive one, then flips xdns_guard_ctl.tier.
+ */
+#define XDNS_GUARD_TIER_SLOTS 16
+struct xdns_guard_tier {
+	__u32 n;                /* slots to compare (highest used slot + 1) */
+	__u32 _pad;
+	struct xdns_allow_prefix p[XDNS_GUARD_TIER_SLOTS];
+};
+
+/*
+ * The one value of `xdns_guard_ctl` (an mmapable array): everything the stage reads before its
+ * lookups, in one inlined array read. Userspace writes the halves no run reads (the staged
+ * list, the inactive tier table) through its mapping, then stores the selector (a 32-bit
+ * aligned store, which a reader sees old or new, never torn).
+ */
+struct xdns_guard_ctl {
+	__u32 gen;              /* active source list generation (0: no list) */
+	__u32 interval;         /* feature interval being counted (starts at 1) */
+	__u32 tier;             /* active tier table: 1 (tiers[0]) or 2 (tiers[1]); 0: the tier is empty */
+	__u32 names;            /* active name list generation (0: no name list) */
+	struct xdns_guard_list lists[2];   /* by source list generation parity */
+	struct xdns_guard_tier tiers[2];
+};
+
+/*
+ * Features for detection (`xdns_guard_feat`, per-CPU LRU hash, with xdns_cfg.guard_features):
+ * packets and bytes per source prefix (/24 for IPv4, /56 for IPv6) in two interval slots.
+ * A packet counts into slot interval & 1, first resetting a slot that still holds an older
+ * interval's counts; userspace flips the interval, waits for an RCU grace period, then reads
+ * the other slot, which no program writes any more (bpf/README.md, "Consistent snapshots").
+ */
+#define XDNS_GUARD_FEAT_V4 24
+#define XDNS_GUARD_FEAT_V6 56
+struct xdns_guard_feat_key {
+	__u64 addr;             /* the address's first 8 bytes as a native-endian word, masked to the prefix */
+	__u8 family;            /* 4 or 6 */
+	__u8 _pad[7];
+};
+struct xdns_guard_slot {
+	__u32 interval;         /* which interval these counts are of */
+	__u32 _pad;
+	__u64 packets;
+	__u64 bytes;            /* IP length */
+};
+struct xdns_guard_feat {
+	struct xdns_guard_slot slot[2];
+};
+
+/*
+ * Queries per qname suffix (`xdns_guard_qfeat`, per-CPU LRU hash, with
+ * xdns_cfg.guard_features): the parent of each queried name (the name less its first label;
+ * never the root), keyed by its suffix hash (hash.h, the lookup's) and wire length, in two
+ * interval slots as the source features (`packets` counts queries, `bytes` their name
+ * bytes). Userspace maps a hash back to a name it knows (its zones, xdns_bpf::guard::suffix_hash).
+ */
+struct xdns_guard_qfeat_key {
+	__u64 hash;             /* xdns_name_hash() of the lowercased parent name */
+	__u32 len;              /* its wire length */
+	__u32 _pad;
+};
+
+/* The guard stage's scratch and counters (in struct xdns_scratch). */
+struct xdns_guard_scratch {
+	__u32 name_par;         /* the name check: the list generation's parity ... */
+	__u32 name_hit;         /* ... and 1 once a suffix or the name matched */
+	__u64 allowed;          /* packets whose longest match was an allow prefix */
+	__u64 tier_hits[XDNS_GUARD_TIER_SLOTS]; /* packets dropped by each tier slot */
+	__u64 feat_full;        /* packets not counted: the feature map refused a new prefix */
+	__u64 qfeat_full;       /* queries not counted: the suffix feature map refused a new suffix */
+};
+
+/*
  * Per-CPU working memory of one packet (value of `xdns_scratch`): one sub-struct per stage
  * (bpf/xdns.bpf.c lists them), with the counters userspace reads (summed over CPUs). The
  * later stages read what an earlier one left (the walk's name and labels, the lookup's
@@ -493,6 +666,7 @@ struct xdns_scratch {
 	struct xdns_reply_scratch reply;
 	__u64 reply_hits;       /* queries answered from the reply memo */
 	__u64 reply_kept;       /* replies written into it */
+	struct xdns_guard_scratch guard; /* the guard stage's counters (guard.h) */
 	/*
 	 * Packets by enum xdns_verdict (bpf/stats.h). Here rather than in a map of their own:
 	 * the program has this value in hand already, and a separate per-CPU array costs one

@@ -90,6 +90,13 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
     fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))
 }
 
+/// Presence-filter position of a guard prefix (`xdns_guard_pos` in `bpf/hash.h`): its masked
+/// address words, and `meta` = length | family << 8 | generation parity << 16.
+pub fn guard_pos(seed: u64, a0: u64, a1: u64, meta: u32) -> u64 {
+    let x = (a0 ^ seed).wrapping_mul(MUL) ^ a1.wrapping_add(u64::from(meta)).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    x ^ (x >> 29)
+}
+
 /// Multipliers of the memo hash's three words (`XDNS_MEMO_MUL` in `bpf/memo.h`).
 const MEMO_MUL: [u64; 3] = [MUL, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9];
 

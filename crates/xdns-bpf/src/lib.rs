@@ -14,6 +14,8 @@
 //!   `XDP_TX` error counters (rtnetlink, ethtool).
 //! - [`cache`]: the resolver's answer cache in the kernel ([`cache::KernelCache`], an
 //!   `xdns_wire::AnswerCache`), its refresh events ([`cache::PrefetchEvents`]) and allow list.
+//! - [`guard`]: the guard stage's maps (issue 25): source lists from `xdns_guard::lists`, the
+//!   modelled hardware tier (an `xdns_guard::topk::HardwareTier`), feature snapshots, counters.
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
 mod skel {
@@ -32,6 +34,7 @@ pub use skel::types;
 
 pub mod cache;
 pub mod data;
+pub mod guard;
 pub mod hash;
 pub mod iface;
 pub mod maps;

@@ -41,6 +41,9 @@ pub struct LoadConfig {
     /// The resolver's cache stage (`bpf/cache.h`); `None` = off: names under no served zone
     /// pass as `pass_no_zone`, exactly the authoritative-only program.
     pub resolver: Option<ResolverStage>,
+    /// The guard stage (`bpf/guard.h`); `None` = off: one load-time-constant branch, no map
+    /// lookup. Lists, tier and features are then driven through [`XdpProgram::guard`].
+    pub guard: Option<crate::guard::GuardStage>,
 }
 
 /// Load-time settings of the cache stage.
@@ -169,7 +172,10 @@ impl XdpProgram {
             ro.xdns_cfg.table_mask = (cfg.capacity.table_buckets() - 1) as u32;
             ro.xdns_cfg.table_vals = cfg.capacity.table_vals() as u32;
             ro.xdns_cfg.cache_mask = cc.buckets() - 1;
+            ro.xdns_cfg.guard = u8::from(cfg.guard.is_some());
+            ro.xdns_cfg.guard_features = u8::from(cfg.guard.as_ref().is_some_and(|g| g.features));
         }
+        crate::guard::size_maps(&mut open, cfg.guard.as_ref())?;
         open.maps.xdns_cache_idx.set_max_entries(cc.buckets())?;
         open.maps.xdns_cache_s.set_max_entries(cc.s)?;
         open.maps.xdns_cache_m.set_max_entries(cc.m)?;
@@ -205,7 +211,13 @@ impl XdpProgram {
         if let Some(r) = &cfg.resolver {
             prog.set_allow(&r.allow)?;
         }
+        crate::guard::init_maps(&prog)?;
         Ok(prog)
+    }
+
+    /// The generated skeleton, for the other modules of this crate (guard.rs).
+    pub(crate) fn skel(&self) -> &XdnsSkel<'static> {
+        &self.skel
     }
 
     /// Is the cache stage on (`LoadConfig::resolver`)?

@@ -44,12 +44,18 @@ fn allow() -> Vec<(IpAddr, u8)> {
 
 /// The program with the cache stage, the lab's allow list and `zone()` installed.
 fn load_resolver(seed: u64) -> XdpProgram {
+    load_resolver_with(seed, None)
+}
+
+/// As [`load_resolver`], with the guard stage as given.
+fn load_resolver_with(seed: u64, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProgram {
     let cfg = LoadConfig {
         listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
         edns_payload: OUR_PAYLOAD,
         seed: Some(seed),
         capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0 },
         resolver: Some(ResolverStage { allow: allow(), capacity: CacheCapacity { s: 1024, m: 256, l: 128 } }),
+        guard,
     };
     let mut prog = XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)");
     prog.install(&zone()).unwrap();
@@ -185,8 +191,24 @@ fn hex(b: &[u8]) -> String {
 #[test]
 fn cache_fixture_table() {
     require_root("cache_fixture_table");
+    run_cache_fixture_table(load_resolver(0x5eed_cafe));
+}
+
+/// The same table with the guard stage loaded and empty (lists and name list installed
+/// empty, features counted): the same verdicts and bytes as without it.
+#[test]
+fn cache_fixture_table_with_an_empty_guard() {
+    require_root("cache_fixture_table_with_an_empty_guard");
+    let stage = xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024 };
+    let prog = load_resolver_with(0x5eed_cafe, Some(stage));
+    let g = prog.guard().unwrap();
+    g.replace_lists(&Default::default(), &Default::default()).unwrap();
+    g.replace_names(&Default::default()).unwrap();
+    run_cache_fixture_table(prog);
+}
+
+fn run_cache_fixture_table(prog: XdpProgram) {
     stay_on_one_cpu();
-    let prog = load_resolver(0x5eed_cafe);
     let cache = prog.cache().unwrap();
 
     let entries = vec![

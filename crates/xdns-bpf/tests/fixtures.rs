@@ -354,7 +354,56 @@ fn counters(p: &xdns_bpf::runtime::XdpProgram) -> Vec<(String, u64)> {
 #[test]
 fn fixture_table() {
     require_root("fixture_table");
-    let mut prog = load();
+    run_fixture_table(load());
+}
+
+/// The same table with the guard stage loaded and empty (no list, no tier slot, features
+/// counted): every row gives the same verdict and the same bytes as without it.
+#[test]
+fn fixture_table_with_an_empty_guard() {
+    require_root("fixture_table_with_an_empty_guard");
+    let prog = load_with(None, Some(guard_stage()));
+    // empty lists installed are as good as none
+    let empty = xdns_guard::lists::PrefixList::new();
+    prog.guard().unwrap().replace_lists(&empty, &empty).unwrap();
+    prog.guard().unwrap().replace_names(&Default::default()).unwrap();
+    run_fixture_table(prog);
+}
+
+fn guard_stage() -> xdns_bpf::guard::GuardStage {
+    xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024 }
+}
+
+/// A name blocked after the question memo learnt it is dropped, memo or not (the name check
+/// runs before the seen stage); unblocked, it is answered again.
+#[test]
+fn name_blocks_come_before_the_memo() {
+    require_root("name_blocks_come_before_the_memo");
+    stay_on_one_cpu();
+    let mut prog = load_with(None, Some(guard_stage()));
+    prog.install(&zone()).unwrap();
+    let g = prog.guard().unwrap();
+    let f = frame(&Net::v4(), &query(&wire("www.example.com"), A, None));
+    for _ in 0..3 {
+        assert_eq!(verdict(&prog, &f).2, ["answered"]);
+    }
+    let (hits, _) = prog.memo_counts().unwrap();
+    assert!(hits >= 1, "the third ask came from the memo");
+    let names = xdns_guard::lists::parse_name_list("names", "www.example.com\n").unwrap();
+    g.replace_names(&names).unwrap();
+    let (act, _, moved) = verdict(&prog, &f);
+    assert_eq!((act, moved), (1, vec!["drop_name".to_string()]));
+    // a suffix entry blocks what is under it, not the name itself
+    let names = xdns_guard::lists::parse_name_list("names", "*.example.com\n").unwrap();
+    g.replace_names(&names).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["drop_name"]);
+    let apex = frame(&Net::v4(), &query(&wire("example.com"), A, None));
+    assert_ne!(verdict(&prog, &apex).2, ["drop_name"]);
+    g.replace_names(&Default::default()).unwrap();
+    assert_eq!(verdict(&prog, &f).2, ["answered"]);
+}
+
+fn run_fixture_table(mut prog: xdns_bpf::runtime::XdpProgram) {
     let data = zone();
     // Before any data: everything passes as not loaded.
     let (act, _) = prog.test_run(&frame(&Net::v4(), &query(&wire("www.example.com"), A, None))).unwrap();
@@ -601,6 +650,7 @@ fn userspace_only_bodies() {
         seed: Some(3),
         capacity: xdns_bpf::runtime::Capacity { nodes: 64, answers: 64, bodies_m: 64, bodies_l: 64, table_vals: 0 },
         resolver: None,
+        guard: None,
     };
     let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
     let mut data = zone();

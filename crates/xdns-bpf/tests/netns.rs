@@ -91,6 +91,7 @@ fn peer_program(ns: &str, dev: &str) -> xdns_bpf::runtime::XdpProgram {
         seed: Some(1),
         capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
         resolver: None,
+        guard: None,
     };
     in_netns(ns, || {
         let mut p = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
@@ -207,6 +208,7 @@ fn kdig_answered_from_the_cache() {
                 allow: vec![xdns_bpf::cache::parse_prefix("198.18.0.0/15").unwrap(), xdns_bpf::cache::parse_prefix("2001:db8::/32").unwrap()],
                 capacity: xdns_bpf::cache::CacheCapacity { s: 1024, m: 256, l: 64 },
             }),
+            guard: None,
         };
         let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
         prog.install(&data).unwrap();

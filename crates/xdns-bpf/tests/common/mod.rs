@@ -42,13 +42,19 @@ pub fn stay_on_one_cpu() {
 
 /// The program listening on the lab addresses, port 53, with a fixed seed.
 pub fn load() -> XdpProgram {
+    load_with(None, None)
+}
+
+/// As [`load`], with the cache stage and the guard stage as given.
+pub fn load_with(resolver: Option<xdns_bpf::runtime::ResolverStage>, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProgram {
     let listen: Vec<SocketAddr> = vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()];
     let cfg = LoadConfig {
         listen,
         edns_payload: OUR_PAYLOAD,
         seed: Some(0x5eed_0123_4567_89ab),
         capacity: Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0 },
-        resolver: None,
+        resolver,
+        guard,
     };
     XdpProgram::load(&cfg).expect("load (verifier)")
 }
