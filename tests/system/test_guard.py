@@ -181,3 +181,40 @@ def test_live_blocks_without_reload_and_their_expiry(glab):
     p = guard_cmd(srv, "block", "198.18.0.0/99")
     assert p.returncode == 1 and "error" in p.stderr, p.stderr
     assert glab.stop(srv) == 0
+
+
+def test_the_kernel_drops_what_the_lists_and_live_blocks_say(glab):
+    """With XDP on (the default mode; generic on this bare veth) and [guard], the kernel's
+    guard stage drops a blocked source before any DNS work (`xdp.drop_blocked`), and a live
+    block reaches it without a reload; unblocked, the kernel answers again."""
+    bad, live, ok = addrs(glab, 150, 3)
+    srv, _ = start(glab, "xdns-guard4", blocked=f"{bad}\n", allowed="", names="blocked.example.com\n")
+    glab.stop(srv)
+    conf = srv.extra["conf"]
+    conf.write_text(conf.read_text() + f'\n[xdp]\ninterfaces = ["{glab.server_if}"]\n')
+    proc = glab.server([XDNS_BIN, "serve", "--config", conf], name="xdns-guard4b")
+    srv = type(srv)("xdns-guard4b", srv.addr4, srv.addr6, proc, srv.workdir, glab.dir / "xdns-guard4b.stderr", srv.extra)
+    deadline = time.monotonic() + 20
+    while ask(glab, srv, "www.example.com.", src=ok) is None:
+        assert srv.alive() and time.monotonic() < deadline, srv.stderr()[-2000:]
+    glab.wait_xdp_data(srv)
+
+    def xdp(name):
+        return glab.xdns_stats(srv)["xdp"].get(name, 0)
+
+    before = xdp("drop_blocked"), xdp("answered")
+    assert ask(glab, srv, "www.example.com.", src=bad) is None
+    assert xdp("drop_blocked") == before[0] + 1, "the kernel did not drop the blocked source"
+    assert ask(glab, srv, "www.example.com.", src=ok) is not None
+    assert xdp("answered") >= before[1] + 1, "the kernel answers the others"
+    n = xdp("drop_name")
+    assert ask(glab, srv, "blocked.example.com.", src=ok) is None
+    assert xdp("drop_name") == n + 1
+    # a live block reaches the kernel, and goes again
+    assert guard_cmd(srv, "block", live).returncode == 0
+    d = xdp("drop_blocked")
+    assert ask(glab, srv, "www.example.com.", src=live) is None
+    assert xdp("drop_blocked") == d + 1, "the live block did not reach the kernel"
+    assert guard_cmd(srv, "unblock", f"{live}/32").returncode == 0
+    assert ask(glab, srv, "www.example.com.", src=live) is not None
+    assert glab.stop(srv) == 0

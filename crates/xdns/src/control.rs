@@ -113,7 +113,13 @@ async fn answer(
             None => "error: no resolver configured".to_string(),
         },
         cmd if cmd.starts_with("flush ") => flush_name(&shared, cmd),
-        cmd if cmd.starts_with("guard ") => shared.live_blocks.command(cmd),
+        cmd if cmd.starts_with("guard ") => {
+            let reply = shared.live_blocks.command(cmd);
+            if reply.starts_with("ok") {
+                crate::server::push_guard_lists(&shared).await;
+            }
+            reply
+        }
         cmd if cmd.starts_with("zone ") => zone_command(&shared, cmd),
         other => format!("error: unknown command `{}`", other.escape_debug()),
     };

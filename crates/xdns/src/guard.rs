@@ -190,6 +190,18 @@ impl Guard {
         Ok(Self { settings: s.clone(), block, allow, names, rrl, cookies, counters: GuardCounters::default() })
     }
 
+    /// The lists for the kernel's guard stage: the file blocklist with `live` blocks added,
+    /// the allowlist, the blocked names.
+    pub fn kernel_lists(&self, live: Option<&PrefixList>) -> (PrefixList, PrefixList, NameList) {
+        let mut block = self.block.clone();
+        if let Some(live) = live {
+            for p in live.v4.iter().map(|p| xdns_guard::lists::Prefix::V4(*p)).chain(live.v6.iter().map(|p| xdns_guard::lists::Prefix::V6(*p))) {
+                block.insert(p);
+            }
+        }
+        (block, self.allow.clone(), self.names.clone())
+    }
+
     /// Whether `ip` is on the allowlist (never blocked, never limited).
     pub fn allows(&self, ip: Option<IpAddr>) -> bool {
         ip.is_some_and(|ip| self.allow.contains(ip))

@@ -238,6 +238,8 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
     differs(old.log != new.log, "log");
     differs(old.xdp != new.xdp, "xdp");
     differs(old.run_as != new.run_as, "user");
+    // the kernel's guard stage is loaded with the program when [guard] is there at start
+    differs(old.guard.is_some() != new.guard.is_some() && !old.xdp.interfaces.is_empty(), "guard");
     // the secondary zones' tasks and NOTIFY checks are set up at start
     differs(old.secondaries != new.secondaries, "zone primaries/key/file of secondary zones");
     differs(old.keys != new.keys, "key");

@@ -162,6 +162,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     let fp = fp?;
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
+    push_guard_lists(&shared).await;
 
     // Everything that can fail on this host's state has been done: ask for the sockets.
     let mut session = if takeover { start::take_over(&cfg).await? } else { None };
@@ -356,8 +357,32 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
     loop {
         tokio::select! {
             _ = stopped(&mut stop) => break,
-            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => { shared.live_blocks.expire(); }
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                if shared.live_blocks.expire() {
+                    push_guard_lists(&shared).await;
+                }
+            }
         }
+    }
+}
+
+/// The kernel guard stage's lists, whole: `[guard]`'s files with the live blocks added
+/// (nothing without `[guard]` or without XDP: userspace applies them alone then).
+pub async fn push_guard_lists(shared: &Arc<Shared>) {
+    let Some(guard) = shared.guard.load_full() else {
+        return;
+    };
+    let live = shared.live_blocks.list.load_full();
+    let sh = shared.clone();
+    let pushed = tokio::task::spawn_blocking(move || {
+        let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner());
+        fp.as_ref().map(|fp| fp.set_guard_lists(guard.kernel_lists(live.as_deref())))
+    })
+    .await;
+    match pushed {
+        Ok(Some(Err(e))) => tracing::error!("XDP guard lists not replaced (the kernel keeps the old ones): {e:#}"),
+        Err(e) => tracing::error!("XDP guard lists not replaced: {e}"),
+        _ => {}
     }
 }
 

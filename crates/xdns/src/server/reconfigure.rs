@@ -15,13 +15,16 @@ use crate::xdp::Fastpath;
 pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> Config {
     let stats = &shared.stats;
     stats.reloads.fetch_add(1, Ordering::Relaxed);
-    let Some(new_cfg) = read_config(&current, over).await else {
+    let Some(mut new_cfg) = read_config(&current, over).await else {
         stats.reload_failures.fetch_add(1, Ordering::Relaxed);
         return current;
     };
     let changed = reload::restart_needed(&current, &new_cfg);
     if !changed.is_empty() {
         tracing::warn!(settings = ?changed, "restart needed: these changed settings keep their running values");
+    }
+    if changed.iter().any(|c| c == "guard") {
+        new_cfg.guard = current.guard.clone(); // added or removed with XDP on: as the kernel's
     }
     let mut build_cfg = new_cfg.clone();
     if changed.iter().any(|c| c == "edns_payload") {
@@ -39,7 +42,7 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     };
     fastpath(shared).await;
     drop(swap);
-    guard(shared, &new_cfg);
+    guard(shared, &new_cfg).await;
     tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
     let resolver = resolver(shared, &current, &new_cfg).await;
     Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, ..current }
@@ -47,7 +50,7 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
 
 /// `[guard]` again: its lists read anew and swapped in whole; a list that fails to load keeps
 /// the running guard (logged, counted as a failed reload).
-fn guard(shared: &Arc<Shared>, new_cfg: &Config) {
+async fn guard(shared: &Arc<Shared>, new_cfg: &Config) {
     let Some(settings) = &new_cfg.guard else {
         if shared.guard.swap(None).is_some() {
             tracing::info!("[guard] removed");
@@ -59,6 +62,7 @@ fn guard(shared: &Arc<Shared>, new_cfg: &Config) {
         Ok(g) => {
             shared.guard.store(Some(Arc::new(g)));
             tracing::info!("[guard] lists reloaded");
+            super::push_guard_lists(shared).await;
         }
         Err(errs) => {
             for e in &errs {

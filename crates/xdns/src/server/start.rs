@@ -100,6 +100,7 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
         });
     }
     fp_cfg.xdp.keep_caps = cfg.run_as.is_some();
+    fp_cfg.xdp.guard = cfg.guard.as_ref().map(|_| xdns_bpf::guard::GuardStage::default());
     let zones = shared.served.load().zones.clone();
     tokio::task::spawn_blocking(move || {
         Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload, takeover)

@@ -38,6 +38,7 @@ enum Cmd {
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
     ),
+    GuardLists(Box<GuardLists>, mpsc::Sender<anyhow::Result<()>>),
 }
 
 /// What `xdns stats` and `/metrics` show of the fast path.
@@ -167,6 +168,9 @@ impl XdpStatus {
         *self.table.lock().unwrap_or_else(|e| e.into_inner()) = rt.table_counts();
     }
 }
+
+/// The guard stage's lists: block and allow prefixes, blocked names.
+pub type GuardLists = (xdns_guard::lists::PrefixList, xdns_guard::lists::PrefixList, xdns_guard::lists::NameList);
 
 /// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
 /// its refresh events (keys to resolve again before they expire).
@@ -312,6 +316,9 @@ impl Fastpath {
                         Cmd::SetAllow(allow, reply) => {
                             let _ = reply.send(rt.set_allow(&allow));
                         }
+                        Cmd::GuardLists(l, reply) => {
+                            let _ = reply.send(rt.set_guard_lists(&l.0, &l.1, &l.2));
+                        }
                     }
                 }
             })?;
@@ -370,6 +377,12 @@ impl Fastpath {
     /// consumer of the ring buffer.
     pub fn cache(&self) -> anyhow::Result<Option<CacheHandles>> {
         self.call(Cmd::Cache)
+    }
+
+    /// Replace the guard stage's lists in the kernel (blocking; a million prefixes take a few
+    /// seconds).
+    pub fn set_guard_lists(&self, lists: GuardLists) -> anyhow::Result<()> {
+        self.call_within(None, |reply| Cmd::GuardLists(Box::new(lists), reply))
     }
 
     /// Replace the resolver's allow list in the kernel (blocking).

@@ -35,6 +35,10 @@ pub struct XdpConfig {
     /// across the switch (`crate::privilege`). Set by the daemon, not read from `[xdp]`.
     #[serde(skip)]
     pub keep_caps: bool,
+    /// The guard stage (`bpf/guard.h`), loaded when `[guard]` is configured; its lists come
+    /// later ([`Fastpath::set_guard_lists`]). Set by the daemon, not read from `[xdp]`.
+    #[serde(skip)]
+    pub guard: Option<xdns_bpf::guard::GuardStage>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]

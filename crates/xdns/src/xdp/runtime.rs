@@ -57,24 +57,16 @@ impl XdpRuntime {
             return Ok(None);
         }
         let data = compile_logged(zones);
-        // Benchmarks only (bench/ab.py, docs/perf/2026-11-27-guard-lists.md): the guard stage
-        // with a synthetic blocklist of this many prefixes, until the daemon's [guard]
-        // configuration drives xdns_bpf::guard.
-        let bench_guard = std::env::var("XDNS_GUARD_BENCH").ok().and_then(|v| v.parse::<usize>().ok());
         let load = LoadConfig {
             listen: listen.to_vec(),
             edns_payload,
             seed: None,
             capacity: Capacity::for_data(&data),
             resolver: cfg.resolver.clone(),
-            guard: bench_guard.map(|n| xdns_bpf::guard::GuardStage { capacity: n.max(1) as u32, ..Default::default() }),
+            guard: cfg.guard.clone(),
         };
         let t = std::time::Instant::now();
         let prog = XdpProgram::load(&load)?;
-        if let Some(n) = bench_guard {
-            let r = prog.guard()?.replace_lists(&xdns_bpf::guard::synthetic_blocklist(n), &Default::default())?;
-            tracing::warn!(entries = r.entries, seconds = r.elapsed.as_secs_f32(), "XDP: guard stage on with a synthetic blocklist (XDNS_GUARD_BENCH, benchmarks only)");
-        }
         // how close the program is to the verifier's limit of 1M instructions processed
         let verified = prog.insn_count().map_or(0, |(_, v)| v);
         tracing::info!(seconds = t.elapsed().as_secs_f32(), verified, "XDP: program loaded (verifier), maps created");
@@ -288,6 +280,21 @@ impl XdpRuntime {
             return Ok(None);
         }
         Ok(Some((self.prog.cache()?, self.prog.prefetch_events()?)))
+    }
+
+    /// Replace the guard stage's lists (block and allow prefixes, blocked names) whole, as
+    /// one new generation. An error when the stage is not loaded (`[guard]` absent).
+    pub fn set_guard_lists(
+        &self,
+        block: &xdns_guard::lists::PrefixList,
+        allow: &xdns_guard::lists::PrefixList,
+        names: &xdns_guard::lists::NameList,
+    ) -> anyhow::Result<()> {
+        let guard = self.prog.guard()?;
+        let lists = guard.replace_lists(block, allow)?;
+        let named = guard.replace_names(names)?;
+        tracing::info!(entries = lists.entries, names = ?named, seconds = lists.elapsed.as_secs_f32(), "XDP: guard lists replaced");
+        Ok(())
     }
 
     /// Replace the resolver's allow list (e.g. after a reload of `[resolver] allow`).
