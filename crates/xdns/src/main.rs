@@ -453,27 +453,7 @@ fn control_command(control: &ControlArgs, cmd: &str) -> ExitCode {
 }
 
 fn zone(args: ZoneArgs) -> ExitCode {
-    let path = match args.control.path() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match control::request(&path, &format!("zone {} {}", args.action, args.name)) {
-        Ok(reply) if reply.starts_with("error") => {
-            eprintln!("xdns: {reply}");
-            ExitCode::FAILURE
-        }
-        Ok(reply) => {
-            println!("{reply}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("xdns: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    control_command(&args.control, &format!("zone {} {}", args.action, args.name))
 }
 
 fn main() -> ExitCode {
