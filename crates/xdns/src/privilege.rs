@@ -56,10 +56,22 @@ fn lookup_user(name: &str) -> Option<(u32, u32)> {
     if rc == 0 && !out.is_null() {
         return Some((pw.pw_uid, pw.pw_gid));
     }
-    let uid: u32 = name.parse().ok()?;
-    // SAFETY: as above, by uid.
+    by_uid(name.parse().ok()?).map(|(_, uid, gid)| (uid, gid))
+}
+
+/// `(name, uid, primary gid)` of the user with `uid`.
+fn by_uid(uid: u32) -> Option<(String, u32, u32)> {
+    let mut pw: libc::passwd = unsafe_zeroed();
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the name is read while `buf` lives.
     let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
-    (rc == 0 && !out.is_null()).then_some((pw.pw_uid, pw.pw_gid))
+    if rc != 0 || out.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded: pw_name points to a NUL-terminated string in `buf`.
+    let name = unsafe { CStr::from_ptr(pw.pw_name) }.to_string_lossy().into_owned();
+    Some((name, pw.pw_uid, pw.pw_gid))
 }
 
 /// The gid of a group name, or a numeric gid.
@@ -206,16 +218,7 @@ pub fn hand_over_path(path: &std::path::Path, who: &RunAs) -> anyhow::Result<()>
 pub fn current_user() -> String {
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let mut pw: libc::passwd = unsafe_zeroed();
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call; the name is read while `buf` lives.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if rc == 0 && !out.is_null() && !pw.pw_name.is_null() {
-        // SAFETY: getpwuid_r succeeded: pw_name points to a NUL-terminated string in `buf`.
-        return unsafe { CStr::from_ptr(pw.pw_name) }.to_string_lossy().into_owned();
-    }
-    uid.to_string()
+    by_uid(uid).map_or_else(|| uid.to_string(), |(name, _, _)| name)
 }
 
 #[cfg(test)]
