@@ -22,9 +22,17 @@ fn root_probe_loads_the_program() {
 #[test]
 fn root_test_fails_without_root() {
     require_root("root_test_fails_without_root");
-    let exe = std::env::current_exe().unwrap();
+    // nobody may not reach the build tree (a clone in a private directory, say): run a copy
+    // of this binary from a directory anyone can enter
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("xdns-root-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.join("root_gate");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut cmd = Command::new(&exe);
-    cmd.args(["--exact", "root_probe_loads_the_program", "--test-threads=1"]);
+    cmd.current_dir("/").args(["--exact", "root_probe_loads_the_program", "--test-threads=1"]);
     // SAFETY: between fork and exec only async-signal-safe calls (setgroups, setgid, setuid).
     unsafe {
         cmd.pre_exec(|| {
@@ -34,7 +42,9 @@ fn root_test_fails_without_root() {
             Ok(())
         });
     }
-    let out = cmd.output().expect("running the test binary as nobody");
+    let out = cmd.output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.expect("running the test binary as nobody");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "a root test passed without root:\n{text}");
     assert!(text.contains("needs root"), "the failure does not say why:\n{text}");
