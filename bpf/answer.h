@@ -196,6 +196,9 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 	}
 	if (q->qlen < a->base_len)
 		return XDNS_PASS_NO_BODY;
+	/* a signed zone's DO=1 answer carries RRSIGs and proofs chosen per name: userspace's */
+	if (q->do_bit && a->dnssec)
+		return XDNS_PASS_DNSSEC;
 	r->delta = q->qlen - a->base_len;
 	r->body_at = XDNS_HDR_LEN + q->qlen + 4;
 	r->flags = XDNS_F_QR | (q->flags & (XDNS_F_RD | XDNS_F_CD)) | (a->flags & XDNS_BODY_FLAGS);

@@ -53,7 +53,9 @@ enum xdns_verdict {
 	XDNS_DROP_BLOCKED = 33,       /* source under a blocklist prefix, under no allowlist prefix */
 	XDNS_DROP_TIER = 34,          /* source in a slot of the modelled hardware tier (a model of a NIC filter) */
 	XDNS_DROP_NAME = 35,          /* query for a blocked name: an exact entry, or under a "*.suffix" one */
-	XDNS_VERDICT_MAX = 36,        /* number of verdicts; not a verdict */
+	/* answer stage */
+	XDNS_PASS_DNSSEC = 36,        /* DO=1 to a signed zone: RRSIGs and proofs built in userspace */
+	XDNS_VERDICT_MAX = 37,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -208,7 +210,8 @@ struct xdns_answer {
 	__u16 nfixups;          /* entries in the body's fixups[] (> XDNS_MAX_FIXUPS: see PASS_FIXUPS) */
 	__u8 ar_required;       /* 1: additional section must not be dropped (TC=1 instead) */
 	__u8 class;             /* enum xdns_body_class: which body map holds the bytes */
-	__u8 _pad[2];
+	__u8 dnssec;            /* 1: a signed zone's body: DO=1 queries pass (XDNS_PASS_DNSSEC) */
+	__u8 _pad;
 };
 
 /* Bodies: class S inline in `xdns_answer_s`; M and L values of `xdns_bodies_{m,l}`, keyed like `xdns_answers`. */

@@ -162,8 +162,8 @@ pub fn same_when_rebased(shared: &Body, own: &Body) -> bool {
 
 /// Everything but the bytes and the base length agrees, and the kernel can apply the fixups.
 fn heads_match(shared: &Body, own: &Body) -> bool {
-    (shared.flags, shared.ancount, shared.nscount, shared.arcount, shared.an_ns_len, shared.ar_required)
-        == (own.flags, own.ancount, own.nscount, own.arcount, own.an_ns_len, own.ar_required)
+    (shared.flags, shared.ancount, shared.nscount, shared.arcount, shared.an_ns_len, shared.ar_required, shared.dnssec)
+        == (own.flags, own.ancount, own.nscount, own.arcount, own.an_ns_len, own.ar_required, own.dnssec)
         && shared.bytes.len() == own.bytes.len()
         && shared.fixups == own.fixups
         && shared.fixups.len() <= MAX_FIXUPS
@@ -229,7 +229,9 @@ pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
     let mut out = Vec::new();
     for zone in zones_in_order(zones) {
         let owned = owned_by(zones, zone);
-        let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).filter(|n| owned(n)).collect();
+        // NSEC3-only names are outside the name space (the engine's `Zone::node`).
+        let mut names: Vec<&[u8]> =
+            zone.nodes.keys().map(|k| &k[..]).filter(|n| owned(n) && zone.node(n).is_some()).collect();
         names.sort_unstable();
         // Without a delegation in the zone no name is at or below a cut: no walk up.
         let has_cut = zone.nodes.iter().any(|(n, node)| n[..] != zone.apex[..] && node.rrset(2).is_some());
@@ -337,7 +339,8 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
         nfixups: body.fixups.len().min(u16::MAX as usize) as u16,
         ar_required: u8::from(body.ar_required),
         class: class.0 as u8,
-        _pad: [0; 2],
+        dnssec: u8::from(body.dnssec),
+        _pad: 0,
     };
     (a, value)
 }

@@ -29,6 +29,10 @@ pub struct Body {
     pub ar_required: bool,
     /// Wire length of the base name this body was compiled against.
     pub base_len: u16,
+    /// The body belongs to a DNSSEC-signed zone: a query with the DO bit gets another body,
+    /// with signatures and proofs that may depend on the question name, built per question
+    /// in userspace (the kernel passes such queries, `XDNS_PASS_DNSSEC`).
+    pub dnssec: bool,
 }
 
 use crate::name;

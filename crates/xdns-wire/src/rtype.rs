@@ -21,7 +21,7 @@ macro_rules! from_domain {
 
 from_domain!(
     A, NS, CNAME, SOA, PTR, MX, TXT, AAAA, SRV, NAPTR, DNAME, OPT, DS, RRSIG, NSEC, DNSKEY,
-    NSEC3, TLSA, SVCB, HTTPS, IXFR, AXFR, ANY,
+    NSEC3, NSEC3PARAM, TLSA, CDS, CDNSKEY, SVCB, HTTPS, IXFR, AXFR, ANY,
 );
 
 /// The name of a type as in a zone file: `A`, `HTTPS`, `TYPE65400` (RFC 3597 §5).

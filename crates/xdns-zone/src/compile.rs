@@ -15,17 +15,60 @@
 //!   zone, loop). AA=1.
 //! - Wildcard synthesis writes the question name (pointer `0xC00C`) as owner.
 //! - A body that cannot be built (over 64 KiB) becomes SERVFAIL with no records.
+//!
+//! DNSSEC ([`compile_dnssec`], a query with the DO bit to a signed zone, RFC 4035 §3.1, RFC
+//! 5155 §7.2; record order as Knot DNS 3.2 writes it):
+//! - every RRset written is followed by its RRSIGs (same owner, same section, the TTL of the
+//!   RRset as written: the negative SOA's RRSIG gets the SOA's negative TTL);
+//! - NODATA: the NSEC of the name (an empty non-terminal: the NSEC covering it), or the NSEC3
+//!   matching it (none, at an opt-out delegation: the closest provable encloser proof);
+//! - NXDOMAIN: the NSEC covering the name and the one covering `*.CE`; with NSEC3 the closest
+//!   encloser proof (NSEC3 matching CE, covering the next closer name) and the NSEC3 covering
+//!   `*.CE`;
+//! - wildcard answers: the NSEC (NSEC3) covering the question name (the next closer name);
+//!   wildcard NODATA adds the wildcard's own NSEC (the NSEC3 matching it);
+//! - referrals: DS and its RRSIG, or the proof that there is none (NSEC at the cut; NSEC3
+//!   matching it, or for an opt-out chain the closest provable encloser proof);
+//! - DNSKEY, CDS, CDNSKEY and NSEC3PARAM are ordinary apex data, signed like any RRset.
+//!   Glue (below a cut) has no RRSIG and gets none.
 
+use crate::dnssec::{next_closer, sigs_covering};
 use crate::lookup::{self, find, resolve, rtype, BodyKey, BodyKind, End, Found, Resolution, Want};
-use crate::tree::{Rrset, Zone};
+use crate::tree::{Node, Rrset, Zone};
 use xdns_wire::body::{BodyError, BodyWriter, Section};
 use xdns_wire::response::rcode;
 use xdns_wire::{name, Body};
 
-/// Builds the body for `key`. Never panics; a key that no longer matches the zone compiles to
-/// an NXDOMAIN body.
+/// Builds the body for `key` (without DNSSEC records). Never panics; a key that no longer
+/// matches the zone compiles to an NXDOMAIN body.
 pub fn compile(zone: &Zone, key: &BodyKey) -> Body {
-    match try_compile(zone, key) {
+    let mut b = build(zone, key, &mut Sec { qname: None, written: Vec::new() });
+    b.dnssec = is_signed(zone);
+    b
+}
+
+/// Builds the body for `key` answering `qname` (lowercased wire, the question the key was
+/// selected for) with the DO bit: RRSIGs and denial proofs (module docs). For an unsigned zone
+/// this is [`compile`]'s body. Not for the kernel: the proofs may depend on the question name.
+pub fn compile_dnssec(zone: &Zone, key: &BodyKey, qname: &[u8]) -> Body {
+    if !is_signed(zone) {
+        return compile(zone, key);
+    }
+    let mut b = build(zone, key, &mut Sec { qname: Some(qname), written: Vec::new() });
+    b.dnssec = true;
+    b
+}
+
+/// Is `zone` signed (an RRSIG covering the SOA at the apex)? Cheap: no denial index is built.
+pub fn is_signed(zone: &Zone) -> bool {
+    zone.nodes
+        .get(&*zone.apex)
+        .and_then(|n| n.rrset(rtype::RRSIG))
+        .is_some_and(|s| sigs_covering(Some(s), rtype::SOA).next().is_some())
+}
+
+fn build(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Body {
+    match try_compile(zone, key, sec) {
         Ok(b) => b,
         Err(_) => Body {
             flags: rcode::SERVFAIL,
@@ -35,35 +78,54 @@ pub fn compile(zone: &Zone, key: &BodyKey) -> Body {
     }
 }
 
-fn try_compile(zone: &Zone, key: &BodyKey) -> Result<Body, BodyError> {
+/// DNSSEC state of one compilation.
+struct Sec<'q> {
+    /// The question (lowercased): DNSSEC records are written; `None`: they are not.
+    qname: Option<&'q [u8]>,
+    /// Owners (lowercased) and types of the denial records already written (each once).
+    written: Vec<(Box<[u8]>, u16)>,
+}
+
+impl Sec<'_> {
+    fn on(&self) -> bool {
+        self.qname.is_some()
+    }
+}
+
+fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, BodyError> {
     let mut w = BodyWriter::new(&key.base)?;
     let base: &[u8] = &key.base;
+    // The name the question is about: the real question when known, else the base.
+    let qname: Vec<u8> = sec.qname.map(<[u8]>::to_vec).unwrap_or_else(|| base.to_vec());
     match key.kind {
-        BodyKind::NxDomain => nxdomain(zone, &mut w)?,
+        BodyKind::NxDomain => nxdomain(zone, &mut w, sec, &qname)?,
         BodyKind::Type(t) => match find(zone, base) {
             Found::Exact(node) => {
                 let res = resolve(zone, node, Some(base), Want::Type(t));
-                write_resolution(zone, &mut w, base, &res)?;
+                write_resolution(zone, &mut w, sec, base, node, &res)?;
             }
             Found::Cut(node) if t == rtype::DS => {
                 w.set_aa(true);
                 match node.rrset(rtype::DS) {
-                    Some(ds) => write_rrset(&mut w, base, true, ds)?,
-                    None => soa_authority(zone, &mut w)?,
+                    Some(ds) => write_rrset(&mut w, sec, base, true, ds, Some(node))?,
+                    None => {
+                        soa_authority(zone, &mut w, sec)?;
+                        nodata_proof(zone, &mut w, sec, base)?;
+                    }
                 }
             }
-            Found::Cut(_) => referral(zone, &mut w, base)?,
-            Found::BelowCut(cut) => referral(zone, &mut w, cut)?,
-            _ => nxdomain(zone, &mut w)?,
+            Found::Cut(_) => referral(zone, &mut w, sec, base)?,
+            Found::BelowCut(cut) => referral(zone, &mut w, sec, cut)?,
+            _ => nxdomain(zone, &mut w, sec, &qname)?,
         },
         BodyKind::Other => match find(zone, base) {
             Found::Exact(node) => {
                 let res = resolve(zone, node, Some(base), Want::Other);
-                write_resolution(zone, &mut w, base, &res)?;
+                write_resolution(zone, &mut w, sec, base, node, &res)?;
             }
-            Found::Cut(_) => referral(zone, &mut w, base)?,
-            Found::BelowCut(cut) => referral(zone, &mut w, cut)?,
-            _ => nxdomain(zone, &mut w)?,
+            Found::Cut(_) => referral(zone, &mut w, sec, base)?,
+            Found::BelowCut(cut) => referral(zone, &mut w, sec, cut)?,
+            _ => nxdomain(zone, &mut w, sec, &qname)?,
         },
         BodyKind::Wildcard(_) | BodyKind::WildcardOther => {
             let want = match key.kind {
@@ -76,44 +138,212 @@ fn try_compile(zone: &Zone, key: &BodyKey) -> Result<Body, BodyError> {
             match find(zone, &wild) {
                 Found::Exact(node) => {
                     let res = resolve(zone, node, None, want);
-                    write_resolution(zone, &mut w, base, &res)?;
+                    let nodata = res.chain.is_empty() && matches!(res.end, End::NoData);
+                    write_resolution_wild(zone, &mut w, sec, base, node, &res)?;
+                    if sec.on() {
+                        wildcard_proof(zone, &mut w, sec, &qname, base, nodata.then_some(&wild[..]))?;
+                    }
                 }
-                _ => nxdomain(zone, &mut w)?,
+                _ => nxdomain(zone, &mut w, sec, &qname)?,
             }
         }
     }
     Ok(w.finish())
 }
 
-/// Writes every record of `rrset` with owner `owner` (or the question name).
-fn write_rrset(w: &mut BodyWriter, owner: &[u8], is_qname: bool, rrset: &Rrset) -> Result<(), BodyError> {
+/// Writes every record of `rrset` with owner `owner` (or the question name), then, with
+/// DNSSEC, the RRSIGs of `node` covering it.
+fn write_rrset(
+    w: &mut BodyWriter,
+    sec: &Sec<'_>,
+    owner: &[u8],
+    is_qname: bool,
+    rrset: &Rrset,
+    node: Option<&Node>,
+) -> Result<(), BodyError> {
+    write_rrset_ttl(w, sec, owner, is_qname, rrset, rrset.ttl, node)
+}
+
+fn write_rrset_ttl(
+    w: &mut BodyWriter,
+    sec: &Sec<'_>,
+    owner: &[u8],
+    is_qname: bool,
+    rrset: &Rrset,
+    ttl: u32,
+    node: Option<&Node>,
+) -> Result<(), BodyError> {
     for rd in &rrset.rdata {
-        w.write_rr(owner, is_qname, rrset.rtype, rrset.ttl, rd)?;
+        w.write_rr(owner, is_qname, rrset.rtype, ttl, rd)?;
+    }
+    if sec.on() && rrset.rtype != rtype::RRSIG {
+        if let Some(node) = node {
+            for sig in sigs_covering(node.rrset(rtype::RRSIG), rrset.rtype) {
+                w.write_rr(owner, is_qname, rtype::RRSIG, ttl, sig)?;
+            }
+        }
     }
     Ok(())
+}
+
+/// The negative-caching TTL of RFC 2308 §3: min(SOA TTL, SOA MINIMUM).
+fn negative_ttl(soa: &Rrset) -> u32 {
+    let minimum = soa
+        .rdata
+        .first()
+        .and_then(|rd| rd.len().checked_sub(4).map(|at| u32::from_be_bytes([rd[at], rd[at + 1], rd[at + 2], rd[at + 3]])))
+        .unwrap_or(soa.ttl);
+    soa.ttl.min(minimum)
 }
 
 /// The apex SOA with the negative-caching TTL of RFC 2308 §3, in authority.
-fn soa_authority(zone: &Zone, w: &mut BodyWriter) -> Result<(), BodyError> {
+fn soa_authority(zone: &Zone, w: &mut BodyWriter, sec: &Sec<'_>) -> Result<(), BodyError> {
     w.set_section(Section::Authority)?;
-    let Some(soa) = zone.nodes.get(&*zone.apex).and_then(|n| n.rrset(rtype::SOA)) else {
+    let apex = zone.nodes.get(&*zone.apex);
+    let Some(soa) = apex.and_then(|n| n.rrset(rtype::SOA)) else {
         return Ok(());
     };
-    for rd in &soa.rdata {
-        let minimum = rd
-            .len()
-            .checked_sub(4)
-            .map(|at| u32::from_be_bytes([rd[at], rd[at + 1], rd[at + 2], rd[at + 3]]))
-            .unwrap_or(soa.ttl);
-        w.write_rr(&zone.apex, false, rtype::SOA, soa.ttl.min(minimum), rd)?;
+    write_rrset_ttl(w, sec, &zone.apex, false, soa, negative_ttl(soa), apex)
+}
+
+fn nxdomain(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, qname: &[u8]) -> Result<(), BodyError> {
+    w.set_aa(true);
+    w.set_rcode(rcode::NXDOMAIN as u8);
+    soa_authority(zone, w, sec)?;
+    if sec.on() {
+        nxdomain_proof(zone, w, sec, qname)?;
     }
     Ok(())
 }
 
-fn nxdomain(zone: &Zone, w: &mut BodyWriter) -> Result<(), BodyError> {
-    w.set_aa(true);
-    w.set_rcode(rcode::NXDOMAIN as u8);
-    soa_authority(zone, w)
+/// Writes the denial record of `rtype` (NSEC or NSEC3) at `owner` and its RRSIGs, in
+/// authority, unless already written.
+fn denial_at(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, owner: &[u8], rt: u16) -> Result<(), BodyError> {
+    if sec.written.iter().any(|(o, t)| **o == *owner && *t == rt) {
+        return Ok(());
+    }
+    let Some(node) = zone.nodes.get(owner) else { return Ok(()) };
+    let Some(set) = node.rrset(rt) else { return Ok(()) };
+    sec.written.push((owner.into(), rt));
+    w.set_section(Section::Authority)?;
+    write_rrset(w, sec, owner, false, set, Some(node))
+}
+
+/// The closest existing ancestor of `qname` (lowercased), the apex at worst.
+fn closest_encloser(zone: &Zone, qname: &[u8]) -> Vec<u8> {
+    for o in name::suffix_offsets(qname) {
+        let s = &qname[o..];
+        if zone.node(s).is_some() || s == &zone.apex[..] {
+            return s.to_vec();
+        }
+    }
+    zone.apex.to_vec()
+}
+
+/// `*.` + `ce`.
+fn wildcard_of(ce: &[u8]) -> Vec<u8> {
+    [&b"\x01*"[..], ce].concat()
+}
+
+/// Proof that `qname` does not exist and no wildcard applies (RFC 4035 §3.1.3.2, RFC 5155
+/// §7.2.2).
+fn nxdomain_proof(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, qname: &[u8]) -> Result<(), BodyError> {
+    let d = zone.dnssec();
+    let ce = closest_encloser(zone, qname);
+    let wild = wildcard_of(&ce);
+    if d.nsec3.is_some() {
+        let m = d.nsec3_matching(&ce).cloned();
+        let nc = next_closer(qname, &ce).and_then(|nc| d.nsec3_covering(nc)).cloned();
+        let wc = d.nsec3_covering(&wild).cloned();
+        for o in [m, nc, wc].into_iter().flatten() {
+            denial_at(zone, w, sec, &o, rtype::NSEC3)?;
+        }
+    } else {
+        let q = d.nsec_covering(qname).cloned();
+        let wc = d.nsec_covering(&wild).cloned();
+        for o in [q, wc].into_iter().flatten() {
+            denial_at(zone, w, sec, &o, rtype::NSEC)?;
+        }
+    }
+    Ok(())
+}
+
+/// Proof that the existing name `at` has no RRset of the question's type (RFC 4035
+/// §3.1.3.1, RFC 5155 §7.2.3/§7.2.4).
+fn nodata_proof(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, at: &[u8]) -> Result<(), BodyError> {
+    if !sec.on() {
+        return Ok(());
+    }
+    let d = zone.dnssec();
+    if d.nsec3.is_some() {
+        if let Some(m) = d.nsec3_matching(at).cloned() {
+            return denial_at(zone, w, sec, &m, rtype::NSEC3);
+        }
+        return closest_provable_proof(zone, w, sec, at);
+    }
+    let has_own = zone.nodes.get(at).is_some_and(|n| n.rrset(rtype::NSEC).is_some());
+    let o = if has_own { Some(at.into()) } else { d.nsec_covering(at).cloned() };
+    match o {
+        Some(o) => denial_at(zone, w, sec, &o, rtype::NSEC),
+        None => Ok(()),
+    }
+}
+
+/// The closest provable encloser proof of `at` (RFC 5155 §7.2.1, for a name without an NSEC3
+/// of its own: an opt-out delegation): the NSEC3 matching the nearest ancestor that has one
+/// and the NSEC3 covering the next closer name.
+fn closest_provable_proof(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, at: &[u8]) -> Result<(), BodyError> {
+    let d = zone.dnssec();
+    for o in name::suffix_offsets(at).skip(1) {
+        let anc = &at[o..];
+        if !name::is_subdomain(anc, &zone.apex) {
+            break;
+        }
+        if let Some(m) = d.nsec3_matching(anc).cloned() {
+            let nc = next_closer(at, anc).and_then(|nc| d.nsec3_covering(nc)).cloned();
+            denial_at(zone, w, sec, &m, rtype::NSEC3)?;
+            if let Some(nc) = nc {
+                denial_at(zone, w, sec, &nc, rtype::NSEC3)?;
+            }
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Proof for an answer synthesised from `*.ce` (RFC 4035 §3.1.3.3, RFC 5155 §7.2.6): the
+/// question name does not exist. `nodata_wild` (the wildcard's name) also proves the type
+/// absent at the wildcard (§3.1.3.4, RFC 5155 §7.2.5).
+fn wildcard_proof(
+    zone: &Zone,
+    w: &mut BodyWriter,
+    sec: &mut Sec<'_>,
+    qname: &[u8],
+    ce: &[u8],
+    nodata_wild: Option<&[u8]>,
+) -> Result<(), BodyError> {
+    let d = zone.dnssec();
+    if d.nsec3.is_some() {
+        if nodata_wild.is_some() {
+            if let Some(m) = d.nsec3_matching(ce).cloned() {
+                denial_at(zone, w, sec, &m, rtype::NSEC3)?;
+            }
+        }
+        if let Some(nc) = next_closer(qname, ce).and_then(|nc| d.nsec3_covering(nc)).cloned() {
+            denial_at(zone, w, sec, &nc, rtype::NSEC3)?;
+        }
+        if let Some(wm) = nodata_wild.and_then(|wn| d.nsec3_matching(wn)).cloned() {
+            denial_at(zone, w, sec, &wm, rtype::NSEC3)?;
+        }
+    } else {
+        if let Some(wn) = nodata_wild {
+            denial_at(zone, w, sec, wn, rtype::NSEC)?;
+        }
+        if let Some(c) = d.nsec_covering(qname).cloned() {
+            denial_at(zone, w, sec, &c, rtype::NSEC)?;
+        }
+    }
+    Ok(())
 }
 
 /// The target name inside RDATA of NS, MX, SRV, SVCB and HTTPS, for additional-section
@@ -131,11 +361,13 @@ fn target_of(rtype: u16, rdata: &[u8]) -> Option<&[u8]> {
     (len > 1).then_some(&t[..len])
 }
 
-/// Appends A then AAAA of each in-zone target of `rrset` (each target once).
+/// Appends A then AAAA of each in-zone target of `rrset` (each target once), with their
+/// RRSIGs when DNSSEC is on and they have some.
 /// Returns true if an address was written for a target at or below `required_below`.
 fn additional_for(
     zone: &Zone,
     w: &mut BodyWriter,
+    sec: &Sec<'_>,
     rrset: &Rrset,
     required_below: Option<&[u8]>,
     seen: &mut Vec<Box<[u8]>>,
@@ -156,7 +388,7 @@ fn additional_for(
         for t in [rtype::A, rtype::AAAA] {
             if let Some(addrs) = node.rrset(t) {
                 w.set_section(Section::Additional)?;
-                write_rrset(w, target, false, addrs)?;
+                write_rrset(w, sec, target, false, addrs, Some(node))?;
                 if required_below.is_some_and(|cut| name::is_subdomain(&key, cut)) {
                     required = true;
                 }
@@ -166,40 +398,120 @@ fn additional_for(
     Ok(required)
 }
 
-/// NS of the cut in authority, addresses of its in-zone targets in additional, AA unchanged
-/// (0 unless a CNAME chain led here).
-fn referral(zone: &Zone, w: &mut BodyWriter, cut: &[u8]) -> Result<(), BodyError> {
+/// NS of the cut in authority (with DNSSEC: then the DS and its RRSIGs, or the proof that
+/// the cut has no DS), addresses of its in-zone targets in additional, AA unchanged (0 unless
+/// a CNAME chain led here).
+fn referral(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, cut: &[u8]) -> Result<(), BodyError> {
     w.set_section(Section::Authority)?;
-    let Some(ns) = zone.nodes.get(cut).and_then(|n| n.rrset(rtype::NS)) else {
+    let Some(node) = zone.nodes.get(cut) else { return Ok(()) };
+    let Some(ns) = node.rrset(rtype::NS) else {
         return Ok(());
     };
-    write_rrset(w, cut, false, ns)?;
-    let required = additional_for(zone, w, ns, Some(cut), &mut Vec::new())?;
+    // The NS RRset at a cut is not signed (RFC 4035 §2.2): no RRSIG follows it.
+    write_rrset(w, sec, cut, false, ns, None)?;
+    if sec.on() {
+        match node.rrset(rtype::DS) {
+            Some(ds) => write_rrset(w, sec, cut, false, ds, Some(node))?,
+            None => nodata_proof(zone, w, sec, cut)?,
+        }
+    }
+    let required = additional_for(zone, w, sec, ns, Some(cut), &mut Vec::new())?;
     w.set_ar_required(required);
     Ok(())
 }
 
-/// Writes a CNAME chain and its end.
-fn write_resolution(zone: &Zone, w: &mut BodyWriter, base: &[u8], res: &Resolution<'_>) -> Result<(), BodyError> {
+/// The node that holds the RRsets of `owner` (as written in RDATA), for their RRSIGs.
+fn node_of<'z>(zone: &'z Zone, owner: &[u8]) -> Option<&'z Node> {
+    match find(zone, &name::to_key(owner)) {
+        Found::Exact(n) => Some(n),
+        _ => None,
+    }
+}
+
+/// The name the end of `res` is about (lowercased): the last CNAME's target, or `start`.
+fn last_name(res: &Resolution<'_>, start: &[u8]) -> Vec<u8> {
+    match res.chain.last().and_then(|s| s.cname.rdata.first()) {
+        Some(t) if name::is_valid(t) => name::to_key(t).into_vec(),
+        _ => start.to_vec(),
+    }
+}
+
+/// Writes a CNAME chain and its end, starting at the exact node `start` (`base`).
+fn write_resolution(
+    zone: &Zone,
+    w: &mut BodyWriter,
+    sec: &mut Sec<'_>,
+    base: &[u8],
+    start: &Node,
+    res: &Resolution<'_>,
+) -> Result<(), BodyError> {
+    write_chain(zone, w, sec, base, start, res)?;
+    let last = last_name(res, base);
+    match &res.end {
+        End::NoData => {
+            soa_authority(zone, w, sec)?;
+            nodata_proof(zone, w, sec, &last)?;
+        }
+        End::NxDomain => nxdomain(zone, w, sec, &last)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Writes a chain synthesised from the wildcard node `start` (owner: the question); the
+/// wildcard proofs are the caller's.
+fn write_resolution_wild(
+    zone: &Zone,
+    w: &mut BodyWriter,
+    sec: &mut Sec<'_>,
+    base: &[u8],
+    start: &Node,
+    res: &Resolution<'_>,
+) -> Result<(), BodyError> {
+    write_chain(zone, w, sec, base, start, res)?;
+    match &res.end {
+        End::NoData => {
+            soa_authority(zone, w, sec)?;
+            if !res.chain.is_empty() {
+                let last = last_name(res, base);
+                nodata_proof(zone, w, sec, &last)?;
+            }
+        }
+        End::NxDomain => {
+            let last = last_name(res, base);
+            nxdomain(zone, w, sec, &last)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The CNAMEs of `res`, the end's data or referral (negative ends are the callers').
+fn write_chain(
+    zone: &Zone,
+    w: &mut BodyWriter,
+    sec: &mut Sec<'_>,
+    base: &[u8],
+    start: &Node,
+    res: &Resolution<'_>,
+) -> Result<(), BodyError> {
     w.set_aa(true);
     for step in &res.chain {
         match &step.owner {
-            None => write_rrset(w, base, true, step.cname)?,
-            Some(o) => write_rrset(w, o, false, step.cname)?,
+            None => write_rrset(w, sec, base, true, step.cname, Some(start))?,
+            Some(o) => write_rrset(w, sec, o, false, step.cname, node_of(zone, o))?,
         }
     }
     match &res.end {
         End::Data(rrset) => {
             match &res.end_owner {
-                None => write_rrset(w, base, true, rrset)?,
-                Some(o) => write_rrset(w, o, false, rrset)?,
+                None => write_rrset(w, sec, base, true, rrset, Some(start))?,
+                Some(o) => write_rrset(w, sec, o, false, rrset, node_of(zone, o))?,
             }
-            additional_for(zone, w, rrset, None, &mut Vec::new())?;
+            additional_for(zone, w, sec, rrset, None, &mut Vec::new())?;
         }
-        End::NoData => soa_authority(zone, w)?,
-        End::NxDomain => nxdomain(zone, w)?,
-        End::Referral(cut) => referral(zone, w, cut)?,
-        End::OutOfZone | End::ChainCut => {}
+        End::Referral(cut) => referral(zone, w, sec, cut)?,
+        End::NoData | End::NxDomain | End::OutOfZone | End::ChainCut => {}
     }
     Ok(())
 }
@@ -243,7 +555,7 @@ mod tests {
         put("mx.t.", vec![(1, 60, vec![198, 18, 0, 2])]);
         put("sub.t.", vec![(2, 60, n("ns.sub.t.").into()), (2, 60, n("ns.other.").into())]);
         put("ns.sub.t.", vec![(1, 60, vec![198, 18, 0, 3])]);
-        Zone { apex: n("t."), nodes, file: "t.zone".into(), serial: 1 }
+        Zone::new(n("t."), nodes, "t.zone".into(), 1)
     }
 
     #[test]

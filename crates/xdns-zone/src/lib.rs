@@ -3,6 +3,7 @@
 //! [`xdns_wire::Body`]s that the userspace server and the XDP program both replay.
 
 pub mod compile;
+pub mod dnssec;
 pub mod load;
 pub mod lookup;
 pub mod respond;

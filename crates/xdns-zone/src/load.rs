@@ -818,12 +818,7 @@ impl<'p> Builder<'p> {
             .and_then(|d| soa_serial(d))
             .unwrap_or(0);
         Ok(Loaded {
-            zone: Zone {
-                apex: self.apex,
-                nodes: self.nodes,
-                file: self.main_file,
-                serial,
-            },
+            zone: Zone::new(self.apex, self.nodes, self.main_file, serial),
             warnings: self.warnings,
             records: self.records,
         })

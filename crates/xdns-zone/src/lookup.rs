@@ -101,7 +101,7 @@ pub fn find<'z, 'n>(zone: &'z Zone, name: &'n [u8]) -> Found<'z, 'n> {
     // Walk down from the apex, one label at a time.
     for i in (0..apex_idx).rev() {
         let here = &name[offsets[i]..];
-        match zone.nodes.get(here) {
+        match zone.node(here) {
             Some(n) => {
                 node = n;
                 if has_ns(n) {
@@ -371,7 +371,7 @@ mod tests {
         put("ns.sub.t.", vec![rr(1, &[&[198, 18, 0, 5]])]);
         put("loop1.t.", vec![rr(5, &[&n("loop2.t.")])]);
         put("loop2.t.", vec![rr(5, &[&n("loop1.t.")])]);
-        Zone { apex: n("t."), nodes, file: "t.zone".into(), serial: 1 }
+        Zone::new(n("t."), nodes, "t.zone".into(), 1)
     }
 
     #[test]

@@ -7,13 +7,14 @@
 //! The path: parse ([`xdns_wire::Query::parse`]) → drop (short, QR=1, unreadable question) /
 //! FORMERR (QDCOUNT ≠ 1, more than one OPT, malformed records) / NOTIMP (opcode ≠ QUERY) /
 //! BADVERS (EDNS version > 0, RFC 6891 §6.1.3) / REFUSED (class other than IN or ANY, no zone,
-//! zone transfer requests) → [`ZoneSet::find`] → [`select`] → [`compile`] → [`assemble`].
+//! zone transfer requests) → [`ZoneSet::find`] → [`select`] → [`compile`] (with the DO bit:
+//! [`compile_dnssec`], RRSIGs and denial proofs of signed zones) → [`assemble`].
 //!
 //! Zone transfers are not served: AXFR over UDP gets NOTIMP (Knot and NSD do the same),
 //! AXFR over TCP and IXFR get REFUSED (Knot and NSD answer NOTAUTH when transfers are not
 //! allowed; REFUSED is what RFC 5936 §4.2 suggests). TSIG records are ignored (no keys).
 
-use crate::compile::compile;
+use crate::compile::{compile, compile_dnssec};
 use crate::lookup::{rtype, select};
 use crate::tree::ZoneSet;
 use xdns_wire::response::{assemble, error_response, rcode, Limits};
@@ -108,7 +109,12 @@ pub fn respond(
         return error(rcode::REFUSED, out);
     };
     let key = select(zone, qq.key(), qtype, transport);
-    let body = compile(zone, &key);
+    // DO=1 (RFC 3225): signatures and proofs, which may depend on the question name.
+    let body = if q.edns.is_some_and(|e| e.dnssec_ok) {
+        compile_dnssec(zone, &key, qq.key())
+    } else {
+        compile(zone, &key)
+    };
     let limits = match transport {
         Transport::Udp => Limits::udp(q.edns.as_ref(), cfg.edns_payload),
         Transport::Tcp => Limits::tcp(cfg.edns_payload),

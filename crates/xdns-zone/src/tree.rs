@@ -49,6 +49,26 @@ pub struct Zone {
     pub file: PathBuf,
     /// SOA serial, for logs and stats.
     pub serial: u32,
+    /// DNSSEC denial data (NSEC/NSEC3 chains), built on first use ([`crate::dnssec`]).
+    pub denial: crate::dnssec::DenialCell,
+}
+
+impl Zone {
+    /// A zone of these nodes (its DNSSEC data is built when first needed).
+    pub fn new(apex: NameKey, nodes: HashMap<NameKey, Node>, file: PathBuf, serial: u32) -> Zone {
+        Zone { apex, nodes, file, serial, denial: Default::default() }
+    }
+
+    /// The zone's DNSSEC data.
+    pub fn dnssec(&self) -> &crate::dnssec::Denial {
+        self.denial.get(self)
+    }
+
+    /// The node of `name` in the zone's name space: NSEC3-only names (RFC 5155 §7.2.8) are
+    /// not part of it.
+    pub fn node(&self, name: &[u8]) -> Option<&Node> {
+        self.nodes.get(name).filter(|n| !crate::dnssec::is_nsec3_only(n))
+    }
 }
 
 /// All zones served, keyed by apex. Immutable once built; reload builds a new one.

@@ -20,6 +20,17 @@
 //! | owner outside the zone | error | RFC 1034 §4.2.1 (checked by the loader per record) |
 //! | data below a cut other than glue (A/AAAA) | warning | occluded, never answered |
 //! | data at a cut other than NS/DS/RRSIG/NSEC | warning | occluded, never answered |
+//!
+//! Signed zones (any RRSIG in the zone; all warnings, the zone is served as it is):
+//!
+//! | finding | rule |
+//! |---|---|
+//! | no DNSKEY at the apex | RFC 4035 §2.1 |
+//! | RRSIG expired, or expiring within [`SIG_WARN_DAYS`] days | RFC 4034 §3.1.5 |
+//! | authoritative RRset without an RRSIG (NS at a cut and glue are not signed) | RFC 4035 §2.2 |
+//! | NSEC chain broken: an NSEC's next name is not the next owner in canonical order | RFC 4034 §4.1.1 |
+//! | NSEC3 chain broken: the same in hash order | RFC 5155 §3.1.7 |
+//! | NSEC3PARAM without an NSEC3 chain of its parameters | RFC 5155 §4 |
 
 use std::path::{Path, PathBuf};
 
@@ -262,6 +273,11 @@ pub fn validate(z: &dyn ZoneView) -> Findings {
         }
     });
 
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32);
+    dnssec_warnings(z, &cut_above, now, SIG_WARN_DAYS, &mut f.warnings, &finding);
+
     let key = |e: &LoadError| (e.file.clone(), e.line.unwrap_or(0), e.reason.clone());
     f.errors.sort_by_key(key);
     f.warnings.sort_by_key(key);
@@ -306,5 +322,116 @@ mod tests {
     fn type_names() {
         assert_eq!(type_name(1), "A");
         assert_eq!(type_name(65400), "TYPE65400");
+    }
+}
+
+/// Signatures expiring within this many days are reported (`xdns check`, load warnings).
+pub const SIG_WARN_DAYS: u32 = 7;
+
+/// The DNSSEC warnings of a signed zone (module docs), `now` in seconds since the epoch.
+fn dnssec_warnings(
+    z: &dyn ZoneView,
+    cut_above: &dyn Fn(&[u8]) -> Option<usize>,
+    now: u32,
+    warn_days: u32,
+    out: &mut Vec<LoadError>,
+    finding: &dyn Fn(&[u8], u16, usize, String) -> LoadError,
+) {
+    use crate::dnssec::{canonical_cmp, nsec3param, rrsig_fields, sigs_covering};
+    let apex = z.apex();
+    let mut signed = false;
+    z.for_each_node(&mut |_, n| signed |= n.rrset(rtype::RRSIG).is_some());
+    if !signed {
+        return;
+    }
+    let apex_node = z.node(apex);
+    if apex_node.and_then(|n| n.rrset(rtype::DNSKEY)).is_none() {
+        out.push(finding(apex, rtype::SOA, 0, format!("signed zone {} has no DNSKEY at the apex", key_to_text(apex))));
+    }
+    // Serial-number arithmetic (RFC 1982) on 32-bit times: `a` before `b`.
+    let before = |a: u32, b: u32| (b.wrapping_sub(a) as i32) > 0;
+    let soon = now.wrapping_add(warn_days.saturating_mul(86400));
+    let mut nsec: Vec<(Box<[u8]>, Vec<u8>)> = Vec::new();
+    let mut nsec3: Vec<(Box<[u8]>, Box<[u8]>, Vec<u8>)> = Vec::new();
+    let param = apex_node.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(|d| nsec3param(d));
+    z.for_each_node(&mut |name, node| {
+        let below = name != apex && cut_above(name).is_some();
+        let is_cut = name != apex && node.rrset(rtype::NS).is_some();
+        let sigs = node.rrset(rtype::RRSIG);
+        if let Some(s) = sigs {
+            for (i, rd) in s.rdata.iter().enumerate() {
+                let Some((covered, _, _, exp)) = rrsig_fields(rd) else { continue };
+                let when = if before(exp, now) {
+                    "expired"
+                } else if before(exp, soon) {
+                    "expires within the warning window"
+                } else {
+                    continue;
+                };
+                out.push(finding(
+                    name,
+                    rtype::RRSIG,
+                    i,
+                    format!("RRSIG {} at {} {} ({} days): expiration {}", type_name(covered), key_to_text(name), when, warn_days, exp),
+                ));
+            }
+        }
+        if below {
+            return;
+        }
+        for rr in &node.rrsets {
+            let unsigned_ok = rr.rtype == rtype::RRSIG || (is_cut && rr.rtype != rtype::DS && rr.rtype != rtype::NSEC);
+            if !unsigned_ok && sigs_covering(sigs, rr.rtype).next().is_none() {
+                out.push(finding(name, rr.rtype, 0, format!("{} RRset at {} has no RRSIG", type_name(rr.rtype), key_to_text(name))));
+            }
+        }
+        if let Some(n) = node.rrset(rtype::NSEC).and_then(|s| s.rdata.first()) {
+            if let Ok(len) = xdns_wire::name::name_len(n) {
+                nsec.push((name.into(), n[..len].to_ascii_lowercase()));
+            }
+        }
+        if let (Some(p), Some(n3)) = (&param, node.rrset(rtype::NSEC3)) {
+            for rd in &n3.rdata {
+                let salt_len = usize::from(*rd.get(4).unwrap_or(&0));
+                let same = rd.first() == Some(&p.algorithm)
+                    && rd.get(2..4) == Some(&p.iterations.to_be_bytes()[..])
+                    && rd.get(5..5 + salt_len) == Some(&p.salt[..]);
+                let hash_len = usize::from(*rd.get(5 + salt_len).unwrap_or(&0));
+                if let (true, Some(next), Some(label)) = (same, rd.get(6 + salt_len..6 + salt_len + hash_len), xdns_wire::name::labels(name).next()) {
+                    let next = domain::utils::base32::encode_string_hex(next).to_ascii_lowercase().into_bytes();
+                    nsec3.push((label.to_ascii_lowercase().into_boxed_slice(), name.into(), next));
+                }
+            }
+        }
+    });
+    nsec.sort_by(|a, b| canonical_cmp(&a.0, &b.0));
+    for (i, (owner, next)) in nsec.iter().enumerate() {
+        let want: &[u8] = &nsec[(i + 1) % nsec.len()].0;
+        if next[..] != *want {
+            out.push(finding(
+                owner,
+                rtype::NSEC,
+                0,
+                format!("NSEC chain broken at {}: next name {}, the next owner in the chain is {}", key_to_text(owner), key_to_text(next), key_to_text(want)),
+            ));
+        }
+    }
+    if param.is_some() {
+        if nsec3.is_empty() {
+            out.push(finding(apex, rtype::NSEC3PARAM, 0, format!("NSEC3PARAM at {} without an NSEC3 chain of its parameters", key_to_text(apex))));
+        } else {
+            nsec3.sort();
+            for (i, (label, owner, next)) in nsec3.iter().enumerate() {
+                let want = &nsec3[(i + 1) % nsec3.len()].0;
+                if next[..] != want[..] {
+                    out.push(finding(
+                        owner,
+                        rtype::NSEC3,
+                        0,
+                        format!("NSEC3 chain broken at {}: next hashed owner {}, the next in the chain is {}", String::from_utf8_lossy(label), String::from_utf8_lossy(next), String::from_utf8_lossy(want)),
+                    ));
+                }
+            }
+        }
     }
 }

@@ -299,7 +299,7 @@ fn additional_dropped_or_truncated_per_requirement() {
         nodes.insert(key(&format!("{}.d.t.", "g".repeat(50) + &i.to_string())), Node { rrsets: vec![Rrset { rtype: 1, ttl: 60, rdata: vec![Bytes::from_static(&[198, 18, 0, 2])] }] });
     }
     nodes.insert(key("d.t."), Node { rrsets: vec![Rrset { rtype: 2, ttl: 60, rdata: ns_rd }] });
-    let zone = Zone { apex: key("t."), nodes, file: "t".into(), serial: 1 };
+    let zone = Zone::new(key("t."), nodes, "t".into(), 1);
     let mut set = ZoneSet::default();
     set.zones.insert(zone.apex.clone(), Arc::new(zone));
     // Apex NS: additional not required -> dropped, TC=0.

@@ -286,12 +286,7 @@ mod tests {
                 rrsets: vec![rr(28, 3)],
             },
         );
-        Zone {
-            apex: b"\x01a\x00".to_vec().into_boxed_slice(),
-            nodes,
-            file: "a.zone".into(),
-            serial,
-        }
+        Zone::new(b"\x01a\x00".to_vec().into_boxed_slice(), nodes, "a.zone".into(), serial)
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub fn build_zone(apex: &[u8], file: &Path, set: &RecordSet) -> Result<Zone, Vec
         .and_then(|s| s.rdata.first())
         .and_then(|d| super::serial::soa_serial(d))
         .unwrap_or(0);
-    let zone = Zone { apex: apex.into(), nodes, file: file.to_path_buf(), serial };
+    let zone = Zone::new(apex.into(), nodes, file.to_path_buf(), serial);
     let findings = validate(&zone);
     for w in findings.warnings.iter().take(100) {
         tracing::warn!("{w}");

@@ -1,0 +1,245 @@
+//! DNSSEC data of a pre-signed zone (RFC 4033/4034/4035, RFC 5155): which records prove what.
+//!
+//! xdns does not sign. A zone is *signed* when its apex holds an RRSIG covering the SOA; then
+//! answers to queries with the DO bit carry the RRSIGs of the RRsets they hold and the
+//! NSEC or NSEC3 records that prove a name or a type absent (see [`crate::compile`]). This
+//! module keeps what those proofs need, built once per zone on first use ([`Denial`]):
+//! the NSEC owners in canonical order (RFC 4034 §6.1) and the NSEC3 owners in hash order
+//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4).
+//!
+//! Record data is read through `domain`'s types (`Rrsig`, `Nsec3`, `Nsec3param`).
+
+use std::cmp::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use domain::rdata::{Nsec3param, Rrsig};
+use ring::digest;
+
+use crate::tree::{NameKey, Node, Rrset, Zone};
+use xdns_wire::{name, rtype};
+
+/// The lazily built [`Denial`] of a zone (a field of [`Zone`]; cloning a zone shares it).
+#[derive(Clone, Debug, Default)]
+pub struct DenialCell(OnceLock<Arc<Denial>>);
+
+impl DenialCell {
+    /// The zone's denial data, built on the first call.
+    pub fn get(&self, zone: &Zone) -> &Denial {
+        self.0.get_or_init(|| Arc::new(Denial::build(zone)))
+    }
+}
+
+/// NSEC3 chain parameters (RFC 5155 §4.1: hash algorithm 1 = SHA-1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nsec3Params {
+    pub algorithm: u8,
+    pub iterations: u16,
+    pub salt: Vec<u8>,
+}
+
+/// What denial proofs need, per zone.
+#[derive(Clone, Debug, Default)]
+pub struct Denial {
+    /// The apex holds an RRSIG covering the SOA: DO=1 answers carry DNSSEC records.
+    pub signed: bool,
+    /// Owners of NSEC RRsets, canonical order.
+    pub nsec: Vec<NameKey>,
+    /// The NSEC3 chain of the NSEC3PARAM at the apex, if there is one.
+    pub nsec3: Option<Nsec3Params>,
+    /// NSEC3 owners whose parameters are the chain's: (first label, lowercase base32hex, which
+    /// sorts as the hash does; owner), sorted.
+    pub nsec3_owners: Vec<(Box<[u8]>, NameKey)>,
+}
+
+/// Does `node` hold only NSEC3 records (and their signatures)? Such names are not part of
+/// the zone's name space (RFC 5155 §7.2.8): lookups treat them as absent.
+pub fn is_nsec3_only(node: &Node) -> bool {
+    !node.rrsets.is_empty()
+        && node.rrsets.iter().all(|r| r.rtype == rtype::NSEC3 || r.rtype == rtype::RRSIG)
+        && node.rrset(rtype::NSEC3).is_some()
+}
+
+/// RFC 4034 §6.1 canonical order of two lowercased wire names.
+pub fn canonical_cmp(a: &[u8], b: &[u8]) -> Ordering {
+    let la: Vec<&[u8]> = name::labels(a).collect();
+    let lb: Vec<&[u8]> = name::labels(b).collect();
+    for (x, y) in la.iter().rev().zip(lb.iter().rev()) {
+        match x.cmp(y) {
+            Ordering::Equal => {}
+            o => return o,
+        }
+    }
+    la.len().cmp(&lb.len())
+}
+
+/// The NSEC3 hash of `owner` (lowercased wire) with `p` (RFC 5155 §5), as the lowercase
+/// base32hex label of NSEC3 owners; `None` for an unknown hash algorithm.
+pub fn nsec3_label(owner: &[u8], p: &Nsec3Params) -> Option<Box<[u8]>> {
+    if p.algorithm != 1 {
+        return None;
+    }
+    let mut buf = Vec::with_capacity(owner.len() + p.salt.len());
+    buf.extend_from_slice(owner);
+    buf.extend_from_slice(&p.salt);
+    let mut h = digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, &buf);
+    for _ in 0..p.iterations {
+        buf.clear();
+        buf.extend_from_slice(h.as_ref());
+        buf.extend_from_slice(&p.salt);
+        h = digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, &buf);
+    }
+    let text = domain::utils::base32::encode_string_hex(h.as_ref()).to_ascii_lowercase();
+    Some(text.into_bytes().into_boxed_slice())
+}
+
+/// NSEC3PARAM RDATA → parameters.
+pub fn nsec3param(rdata: &[u8]) -> Option<Nsec3Params> {
+    let p = Nsec3param::parse(&mut domain::dep::octseq::Parser::from_ref(rdata)).ok()?;
+    Some(Nsec3Params {
+        algorithm: p.hash_algorithm().to_int(),
+        iterations: p.iterations(),
+        salt: p.salt().as_slice().to_vec(),
+    })
+}
+
+/// The parameters an NSEC3 record was made with (the first 4 + salt bytes of its RDATA).
+fn nsec3_record_params(rdata: &[u8]) -> Option<Nsec3Params> {
+    let salt_len = usize::from(*rdata.get(4)?);
+    Some(Nsec3Params {
+        algorithm: rdata[0],
+        iterations: u16::from_be_bytes([rdata[2], rdata[3]]),
+        salt: rdata.get(5..5 + salt_len)?.to_vec(),
+    })
+}
+
+/// The opt-out flag of an NSEC3 record (RFC 5155 §3.1.2.1).
+pub fn nsec3_opt_out(rdata: &[u8]) -> bool {
+    rdata.get(1).is_some_and(|f| f & 1 == 1)
+}
+
+/// The type an RRSIG covers, its labels field, inception and expiration (seconds, serial
+/// arithmetic), read with `domain`'s `Rrsig`.
+pub fn rrsig_fields(rdata: &[u8]) -> Option<(u16, u8, u32, u32)> {
+    let r = Rrsig::parse(&mut domain::dep::octseq::Parser::from_ref(rdata)).ok()?;
+    Some((r.type_covered().to_int(), r.labels(), r.inception().into_int(), r.expiration().into_int()))
+}
+
+/// The type an RRSIG's RDATA covers (its first two bytes).
+pub fn covered(rdata: &[u8]) -> Option<u16> {
+    Some(u16::from_be_bytes([*rdata.first()?, *rdata.get(1)?]))
+}
+
+/// The signatures in `sigs` (a node's RRSIG RRset) that cover `rtype`.
+pub fn sigs_covering(sigs: Option<&Rrset>, rtype: u16) -> impl Iterator<Item = &bytes::Bytes> {
+    sigs.into_iter().flat_map(|s| s.rdata.iter()).filter(move |d| covered(d) == Some(rtype))
+}
+
+impl Denial {
+    fn build(zone: &Zone) -> Denial {
+        let apex = zone.nodes.get(&*zone.apex);
+        let signed = apex
+            .and_then(|n| n.rrset(rtype::RRSIG))
+            .is_some_and(|s| s.rdata.iter().any(|d| covered(d) == Some(rtype::SOA)));
+        let mut nsec: Vec<NameKey> = Vec::new();
+        let nsec3 = apex.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(|d| nsec3param(d));
+        let mut nsec3_owners = Vec::new();
+        for (owner, node) in &zone.nodes {
+            if node.rrset(rtype::NSEC).is_some() {
+                nsec.push(owner.clone());
+            }
+            if let (Some(p), Some(n3)) = (&nsec3, node.rrset(rtype::NSEC3)) {
+                let same = n3.rdata.iter().any(|d| nsec3_record_params(d).as_ref() == Some(p));
+                if let (true, Some(label)) = (same, name::labels(owner).next()) {
+                    nsec3_owners.push((label.to_ascii_lowercase().into_boxed_slice(), owner.clone()));
+                }
+            }
+        }
+        nsec.sort_unstable_by(|a, b| canonical_cmp(a, b));
+        nsec3_owners.sort_unstable();
+        Denial { signed, nsec, nsec3, nsec3_owners }
+    }
+
+    /// The NSEC owner that covers or matches `qname` (the greatest owner not after it in
+    /// canonical order; before the first owner, the last wraps around).
+    pub fn nsec_covering(&self, qname: &[u8]) -> Option<&NameKey> {
+        let i = self.nsec.partition_point(|o| canonical_cmp(o, qname) != Ordering::Greater);
+        if self.nsec.is_empty() {
+            return None;
+        }
+        Some(&self.nsec[if i == 0 { self.nsec.len() - 1 } else { i - 1 }])
+    }
+
+    /// The NSEC3 owner whose hash is `qname`'s, if any.
+    pub fn nsec3_matching(&self, qname: &[u8]) -> Option<&NameKey> {
+        let p = self.nsec3.as_ref()?;
+        let h = nsec3_label(qname, p)?;
+        self.nsec3_owners.binary_search_by(|(l, _)| l[..].cmp(&h[..])).ok().map(|i| &self.nsec3_owners[i].1)
+    }
+
+    /// The NSEC3 owner whose interval covers `qname`'s hash (or matches it).
+    pub fn nsec3_covering(&self, qname: &[u8]) -> Option<&NameKey> {
+        let p = self.nsec3.as_ref()?;
+        let h = nsec3_label(qname, p)?;
+        if self.nsec3_owners.is_empty() {
+            return None;
+        }
+        let i = self.nsec3_owners.partition_point(|(l, _)| l[..] <= h[..]);
+        let i = if i == 0 { self.nsec3_owners.len() - 1 } else { i - 1 };
+        Some(&self.nsec3_owners[i].1)
+    }
+}
+
+/// The name one label longer than `ancestor` on the way to `name` (RFC 5155's next closer
+/// name), or `None` if `ancestor` is not a proper suffix of `name`.
+pub fn next_closer<'n>(name: &'n [u8], ancestor: &[u8]) -> Option<&'n [u8]> {
+    let mut prev = None;
+    for o in name::suffix_offsets(name) {
+        if &name[o..] == ancestor {
+            return prev.map(|p: usize| &name[p..]);
+        }
+        prev = Some(o);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(text: &str) -> Vec<u8> {
+        name::from_presentation(text).unwrap().to_ascii_lowercase()
+    }
+
+    #[test]
+    fn canonical_order_is_rfc4034_example() {
+        // RFC 4034 §6.1's example, in order.
+        let names = ["example.", "a.example.", "yljkjljk.a.example.", "z.a.example.", "zabc.a.example.", "z.example.", "\\001.z.example.", "*.z.example.", "\\200.z.example."];
+        let keys: Vec<Vec<u8>> = names.iter().map(|s| n(s)).collect();
+        for w in keys.windows(2) {
+            assert_eq!(canonical_cmp(&w[0], &w[1]), Ordering::Less, "{:?} < {:?}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn nsec3_hash_is_rfc5155_appendix_a() {
+        // RFC 5155 Appendix A: salt aabbccdd, 12 iterations.
+        let p = Nsec3Params { algorithm: 1, iterations: 12, salt: vec![0xaa, 0xbb, 0xcc, 0xdd] };
+        let cases = [
+            ("example.", "0p9mhaveqvm6t7vbl5lop2u3t2rp3tom"),
+            ("a.example.", "35mthgpgcu1qg68fab165klnsnk3dpvl"),
+            ("ns1.example.", "2t7b4g4vsa5smi47k61mv5bv1a22bojr"),
+            ("*.w.example.", "r53bq7cc2uvmubfu5ocmm6pers9tk9en"),
+        ];
+        for (owner, want) in cases {
+            let got = nsec3_label(&n(owner), &p).unwrap();
+            assert_eq!(std::str::from_utf8(&got).unwrap(), want, "{owner}");
+        }
+    }
+
+    #[test]
+    fn next_closer_table() {
+        assert_eq!(next_closer(&n("a.b.c.example."), &n("c.example.")), Some(&n("b.c.example.")[..]));
+        assert_eq!(next_closer(&n("c.example."), &n("c.example.")), None);
+        assert_eq!(next_closer(&n("c.example."), &n("x.")), None);
+    }
+}
