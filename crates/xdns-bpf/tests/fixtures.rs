@@ -800,3 +800,39 @@ fn presence_filter_false_positives_fall_back() {
         assert_eq!(a, b, "{ask:?}: a false positive changed the reply");
     }
 }
+
+/// A signed zone's bodies (`Body::dnssec`): DO=0 queries are answered in the kernel, DO=1
+/// queries pass to userspace as `pass_dnssec` (their RRSIGs and proofs are built per name
+/// there), also when the question memo has the DO=0 answer of the same question. An unsigned
+/// body answers DO=1 in the kernel.
+#[test]
+fn signed_zone_bodies_pass_with_do() {
+    require_root("signed_zone_bodies_pass_with_do");
+    let mut prog = load();
+    let mut data = zone();
+    for a in data.answers.iter_mut().filter(|a| a.base != wire("www.example.com")) {
+        a.body.dnssec = true;
+    }
+    prog.install(&data).unwrap();
+    let ask = |name: &str, qtype: u16, opt: Option<Opt>| {
+        let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire(name), qtype, opt)));
+        (act, moved.join(","))
+    };
+    let cases: &[(&str, u16, Option<Opt>, (u32, &str))] = &[
+        ("alias.example.com", A, None, (3, "answered")),
+        ("alias.example.com", A, Opt::new(1232, false), (3, "answered")),
+        ("alias.example.com", A, Opt::new(1232, true), (2, "pass_dnssec")),
+        ("nope.example.com", A, Opt::new(1232, true), (2, "pass_dnssec")),
+        ("a.wild.example.com", A, Opt::new(1232, true), (2, "pass_dnssec")),
+        ("host.sub.example.com", A, Opt::new(1232, true), (2, "pass_dnssec")),
+        ("nope.example.com", A, Opt::new(1232, false), (3, "answered")),
+        // the unsigned body of www: DO=1 stays in the kernel
+        ("www.example.com", A, Opt::new(1232, true), (3, "answered")),
+    ];
+    for _ in 0..2 {
+        // the second round meets the question memo's entries of the first
+        for (name, t, opt, want) in cases {
+            assert_eq!(ask(name, *t, opt.clone()), (want.0, want.1.to_string()), "{name} {t} {opt:?}");
+        }
+    }
+}

@@ -31,6 +31,13 @@
 //!   matching it, or for an opt-out chain the closest provable encloser proof);
 //! - DNSKEY, CDS, CDNSKEY and NSEC3PARAM are ordinary apex data, signed like any RRset.
 //!   Glue (below a cut) has no RRSIG and gets none.
+//! - a query of type RRSIG (with or without DO) gets the signatures of one RRset, the lowest
+//!   type signed at the name, with that RRset's TTL, as Knot answers.
+//!
+//! Knot writes the RRSIGs of a section after all of its RRsets and, when a UDP answer does
+//! not fit, sends what fits with TC=1; xdns writes each RRSIG after its RRset and truncates
+//! as for any body (DESIGN-NOTES: no records, TC=1, unless only the additional section has to
+//! go). Both make the client retry over TCP, where the answers are the same sets.
 
 use crate::dnssec::{next_closer, sigs_covering};
 use crate::lookup::{self, find, resolve, rtype, BodyKey, BodyKind, End, Found, Resolution, Want};
@@ -503,6 +510,13 @@ fn write_chain(
         }
     }
     match &res.end {
+        End::Data(rrset) if rrset.rtype == rtype::RRSIG => {
+            let (owner, is_qname, node) = match &res.end_owner {
+                None => (base, true, Some(start)),
+                Some(o) => (&o[..], false, node_of(zone, o)),
+            };
+            write_rrsig_answer(w, owner, is_qname, rrset, node)?;
+        }
         End::Data(rrset) => {
             match &res.end_owner {
                 None => write_rrset(w, sec, base, true, rrset, Some(start))?,
@@ -512,6 +526,26 @@ fn write_chain(
         }
         End::Referral(cut) => referral(zone, w, sec, cut)?,
         End::NoData | End::NxDomain | End::OutOfZone | End::ChainCut => {}
+    }
+    Ok(())
+}
+
+/// The answer to a query of type RRSIG (Knot DNS 3.2; RFC 8482 lets a server return a subset):
+/// the signatures covering one type, the lowest signed at the node, with that RRset's TTL
+/// (RFC 4034 §3: an RRSIG's TTL is its RRset's), whatever the DO bit.
+fn write_rrsig_answer(
+    w: &mut BodyWriter,
+    owner: &[u8],
+    is_qname: bool,
+    sigs: &Rrset,
+    node: Option<&Node>,
+) -> Result<(), BodyError> {
+    let Some(t) = sigs.rdata.iter().filter_map(|d| crate::dnssec::covered(d)).min() else {
+        return Ok(());
+    };
+    let ttl = node.and_then(|n| n.rrset(t)).map_or(sigs.ttl, |r| r.ttl);
+    for sig in sigs_covering(Some(sigs), t) {
+        w.write_rr(owner, is_qname, rtype::RRSIG, ttl, sig)?;
     }
     Ok(())
 }
@@ -598,4 +632,62 @@ mod tests {
         assert!(b.bytes.is_empty());
         assert_eq!(b.base_len, 7);
     }
+
+    /// A tiny NSEC-signed zone: t. (SOA NS DNSKEY NSEC→a.t.), a.t. (A NSEC→c.t.), c.t. (A
+    /// NSEC→t.); every RRset "signed" (RRSIG RDATA: the covered type, then filler).
+    fn signed() -> Zone {
+        let sig = |t: u16| -> Vec<u8> { [&t.to_be_bytes()[..], &[13, 2, 0, 0, 14, 16], &[0; 12], &n("t.")[..], &[7; 8]].concat() };
+        let nsec = |next: &str, types: &[u8]| -> Vec<u8> { [&n(next)[..], &[0, types.len() as u8], types].concat() };
+        let mut z = zone();
+        z.nodes.clear();
+        let mut soa = [n("ns.t."), n("h.t.")].concat();
+        soa.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 1, 44]);
+        let mut put = |name: &str, sets: Vec<(u16, Vec<Vec<u8>>)>| {
+            let mut v: Vec<Rrset> = sets
+                .into_iter()
+                .map(|(t, rds)| Rrset { rtype: t, ttl: 3600, rdata: rds.into_iter().map(Bytes::from).collect() })
+                .collect();
+            v.sort_by_key(|r| r.rtype);
+            z.nodes.insert(n(name), Node { rrsets: v });
+        };
+        put("t.", vec![(6, vec![soa]), (2, vec![n("ns.t.").into()]), (48, vec![vec![1, 1, 3, 13, 9]]), (47, vec![nsec("a.t.", &[0x22])]), (46, vec![sig(6), sig(2), sig(48), sig(47)])]);
+        put("a.t.", vec![(1, vec![vec![198, 18, 0, 1]]), (47, vec![nsec("c.t.", &[0x40])]), (46, vec![sig(1), sig(47)])]);
+        put("c.t.", vec![(1, vec![vec![198, 18, 0, 2]]), (47, vec![nsec("t.", &[0x40])]), (46, vec![sig(1), sig(47)])]);
+        z
+    }
+
+    #[test]
+    fn dnssec_bodies() {
+        let z = signed();
+        assert!(is_signed(&z));
+        // DO=0: marked, no DNSSEC records.
+        let plain = compile(&z, &BodyKey { base: n("a.t."), kind: BodyKind::Type(1) });
+        assert!(plain.dnssec);
+        assert_eq!((plain.ancount, plain.nscount), (1, 0));
+        // DO=1 positive: A + RRSIG(A).
+        let b = compile_dnssec(&z, &BodyKey { base: n("a.t."), kind: BodyKind::Type(1) }, &n("a.t."));
+        assert_eq!((b.ancount, b.nscount, b.arcount), (2, 0, 0));
+        // NODATA: SOA, RRSIG SOA, NSEC a.t., its RRSIG.
+        let b = compile_dnssec(&z, &BodyKey { base: n("a.t."), kind: BodyKind::Other }, &n("a.t."));
+        assert_eq!((b.flags, b.ancount, b.nscount), (0x0400, 0, 4));
+        // NXDOMAIN b.t.: SOA+sig, NSEC a.t. (covers b.t.)+sig, NSEC t. (covers *.t.)+sig.
+        let b = compile_dnssec(&z, &BodyKey { base: n("t."), kind: BodyKind::NxDomain }, &n("b.t."));
+        assert_eq!((b.flags, b.ancount, b.nscount), (0x0403, 0, 6));
+        // NXDOMAIN d.t.: covered by c.t.'s NSEC (wraps to t.), *.t. by t.'s: 6 again.
+        let d = compile_dnssec(&z, &BodyKey { base: n("t."), kind: BodyKind::NxDomain }, &n("d.t."));
+        assert_eq!(d.nscount, 6);
+        assert_ne!(d.bytes, b.bytes, "the proof depends on the name");
+        // NXDOMAIN 0.t. (before a.t., after *.t.): t.'s NSEC covers both: written once.
+        let z0 = compile_dnssec(&z, &BodyKey { base: n("t."), kind: BodyKind::NxDomain }, &n("0.t."));
+        assert_eq!(z0.nscount, 4);
+        // RRSIG query: the signatures of the lowest signed type only (NS at the apex).
+        let r = compile(&z, &BodyKey { base: n("t."), kind: BodyKind::Type(46) });
+        assert_eq!(r.ancount, 1);
+        // An unsigned zone: compile_dnssec is compile.
+        let u = zone();
+        let k = BodyKey { base: n("t."), kind: BodyKind::NxDomain };
+        assert_eq!(compile_dnssec(&u, &k, &n("x.t.")), compile(&u, &k));
+        assert!(!compile(&u, &k).dnssec);
+    }
 }
+

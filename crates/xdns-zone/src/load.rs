@@ -757,7 +757,9 @@ impl<'p> Builder<'p> {
                 loc,
             });
         }
-        if let Some(Inserted::TtlDiffers { old, new }) = ok {
+        // RRSIGs take the TTL of the RRset each covers (RFC 4034 §3), so one node's signatures
+        // differ by design: answers use the covered RRset's TTL (compile.rs), no warning.
+        if let (Some(Inserted::TtlDiffers { old, new }), false) = (ok, rtype == xdns_wire::rtype::RRSIG) {
             let w = LoadError {
                 file: path.to_path_buf(),
                 line,

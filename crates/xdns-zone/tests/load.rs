@@ -510,3 +510,46 @@ fn odd_inputs_do_not_panic() {
     assert!(load_zone(&src("a..b", "/nonexistent"), None).is_err());
     assert!(load_zone(&src("example.com.", "/nonexistent/zone"), None).is_err());
 }
+
+/// The warnings of a signed zone, each at its file and line: an expired and an expiring
+/// RRSIG, an RRset without a signature, a broken NSEC chain, NSEC3PARAM without an NSEC3
+/// chain, no DNSKEY at the apex. Signatures of one node with different TTLs are no warning.
+#[test]
+fn signed_zone_warnings() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let soon = now + 2 * 86400;
+    let later = now + 30 * 86400;
+    let sig = |t: &str, exp: u64| format!("RRSIG {t} 13 2 3600 {exp} 1700000000 1 example.com. AAAA");
+    let text = format!(
+        "$TTL 3600\n\
+         @ SOA ns1 hostmaster 1 7200 3600 1209600 300\n\
+         \x20 NS ns1\n\
+         \x20 {}\n\
+         \x20 {}\n\
+         \x20 NSEC ns1 NS SOA RRSIG NSEC NSEC3PARAM\n\
+         \x20 300 {}\n\
+         \x20 NSEC3PARAM 1 0 0 -\n\
+         \x20 {}\n\
+         ns1 A 198.18.0.1\n\
+         \x20 NSEC www A RRSIG NSEC\n\
+         \x20 {}\n",
+        sig("SOA", later),
+        sig("NS", 1700000000),
+        sig("NSEC", later),
+        sig("NSEC3PARAM", soon),
+        sig("NSEC", later),
+    );
+    let d = tmpdir("signed");
+    let f = d.join("zone.db");
+    std::fs::write(&f, text).unwrap();
+    let l = load_zone_with_warnings(&src("example.com.", &f), None).expect("loads");
+    let w: Vec<(Option<usize>, String)> = l.warnings.iter().map(|w| (w.line, w.reason.clone())).collect();
+    let has = |line: usize, what: &str| w.iter().any(|(l, r)| *l == Some(line) && r.contains(what));
+    assert!(has(2, "has no DNSKEY at the apex"), "{w:#?}");
+    assert!(has(5, "RRSIG NS at example.com. expired"), "{w:#?}");
+    assert!(has(9, "RRSIG NSEC3PARAM at example.com. expires within"), "{w:#?}");
+    assert!(has(10, "A RRset at ns1.example.com. has no RRSIG"), "{w:#?}");
+    assert!(has(11, "NSEC chain broken at ns1.example.com.: next name www.example.com."), "{w:#?}");
+    assert!(has(8, "NSEC3PARAM at example.com. without an NSEC3 chain"), "{w:#?}");
+    assert_eq!(w.len(), 6, "nothing else (no TTL warning for the RRSIGs): {w:#?}");
+}
