@@ -835,4 +835,9 @@ fn signed_zone_bodies_pass_with_do() {
             assert_eq!(ask(name, *t, opt.clone()), (want.0, want.1.to_string()), "{name} {t} {opt:?}");
         }
     }
+    // What the DO=1 pass costs the kernel against the DO=0 answer of the same question.
+    for (what, d) in [("DO=0, answered", false), ("DO=1, pass_dnssec", true)] {
+        let f = frame(&Net::v4(), &query(&wire("alias.example.com"), A, Opt::new(1232, d)));
+        println!("perf {:>5} ns/packet  signed zone, {what}", prog.bench(&f, 2000).unwrap());
+    }
 }
