@@ -131,8 +131,20 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 			return xdns_cache_answer(ctx, sc, &pkt, &q);
 		if (v != XDNS_CONTINUE)
 			return v;
-		if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S)
+		/*
+		 * A signed zone's answer and DO=1: its DO body, compiled where the proofs depend on
+		 * the base only (Type, Other: the kind + 5); none (NXDOMAIN, wildcards) leaves the
+		 * answer found, which the answer stage passes (pass_dnssec). A signed zone's answers
+		 * are never memorised: the memo's key holds the DO bit only for short names
+		 * (memo.h), and a DO=1 question must not meet a DO=0 answer there.
+		 */
+		if (a && a->ans.dnssec) {
+			if (q.do_bit && (key.kind == XDNS_KIND_TYPE || key.kind == XDNS_KIND_OTHER))
+				xdns_answer_get(sc, &key, key.hash, key.kind + (XDNS_KIND_TYPE_DO - XDNS_KIND_TYPE),
+						key.qtype);
+		} else if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S) {
 			xdns_memo_learn(sc, q.qlen, q.nlab, q.qsum);
+		}
 		vi = sc->memo.last_v;
 	}
 	/* one source for the answer of both paths: the verifier walks the answer stage once */

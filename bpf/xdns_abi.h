@@ -73,6 +73,9 @@ enum xdns_body_kind {
 	XDNS_KIND_WILDCARD = 3,       /* Wildcard(qtype) at the closest encloser */
 	XDNS_KIND_WILDCARD_OTHER = 4, /* WildcardOther at the closest encloser */
 	XDNS_KIND_NXDOMAIN = 5,       /* NxDomain at the zone apex */
+	/* a signed zone's DO=1 bodies, where the proofs depend on the base only (issue 28) */
+	XDNS_KIND_TYPE_DO = 6,        /* Type(qtype) with RRSIGs and proofs */
+	XDNS_KIND_OTHER_DO = 7,       /* Other with RRSIGs and proofs (NODATA, referral, chain) */
 };
 
 /* Body size classes: each class is one hash map whose value holds that many body bytes. */
@@ -210,7 +213,7 @@ struct xdns_answer {
 	__u16 nfixups;          /* entries in the body's fixups[] (> XDNS_MAX_FIXUPS: see PASS_FIXUPS) */
 	__u8 ar_required;       /* 1: additional section must not be dropped (TC=1 instead) */
 	__u8 class;             /* enum xdns_body_class: which body map holds the bytes */
-	__u8 dnssec;            /* 1: a signed zone's body: DO=1 queries pass (XDNS_PASS_DNSSEC) */
+	__u8 dnssec;            /* 1: a signed zone's DO=0 body: DO=1 takes the DO kind, else passes (XDNS_PASS_DNSSEC) */
 	__u8 _pad;
 };
 

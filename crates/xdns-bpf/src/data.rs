@@ -10,6 +10,12 @@
 //! [`compile_kernel_data`] leaves a name's `Other` body out when it is exactly the apex's,
 //! rebased ([`same_when_rebased`]), and [`encode`] marks every node without an `Other` body of
 //! its own `XDNS_NODE_NODATA_APEX`: the kernel then looks `Other` up at the apex.
+//!
+//! Signed zones (issue 28): every `Type` and `Other` key also gets its DO=1 body
+//! (`xdns_zone::compile::compile_dnssec`, the base standing for the question) as
+//! [`Kind::TypeDo`] / [`Kind::OtherDo`]; their NODATA bodies are not shared (each name's DO
+//! body proves its own name), and NXDOMAIN and wildcard keys get none (the kernel passes
+//! those DO=1 queries, bpf/README.md "Signed zones").
 
 use std::collections::{HashMap, HashSet};
 
@@ -31,6 +37,10 @@ pub enum Kind {
     Wildcard(u16),
     WildcardOther,
     NxDomain,
+    /// A signed zone's `Type` body for DO=1 queries (RRSIGs and proofs).
+    TypeDo(u16),
+    /// A signed zone's `Other` body for DO=1 queries.
+    OtherDo,
 }
 
 impl Kind {
@@ -42,6 +52,8 @@ impl Kind {
             Kind::Wildcard(t) => (xdns_body_kind::XDNS_KIND_WILDCARD, t),
             Kind::WildcardOther => (xdns_body_kind::XDNS_KIND_WILDCARD_OTHER, 0),
             Kind::NxDomain => (xdns_body_kind::XDNS_KIND_NXDOMAIN, 0),
+            Kind::TypeDo(t) => (xdns_body_kind::XDNS_KIND_TYPE_DO, t),
+            Kind::OtherDo => (xdns_body_kind::XDNS_KIND_OTHER_DO, 0),
         };
         (k.0 as u8, t)
     }
@@ -137,13 +149,26 @@ pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut
     let mut apex = Rebased::new(xdns_zone::compile::compile(zone, &apex_key));
     let mut shared = 0;
     let owned = owned_by(zones, zone);
+    let signed = xdns_zone::compile::is_signed(zone);
     for (key, body) in xdns_zone::compile::compile_all(zone) {
         if !owned(&key.base) {
             continue;
         }
-        if key.kind == BodyKind::Other && key.base != zone.apex && apex.matches(&body) {
+        // A signed zone's nodes keep their own `Other`: its DO body is looked up beside it.
+        if !signed && key.kind == BodyKind::Other && key.base != zone.apex && apex.matches(&body) {
             shared += 1;
             continue;
+        }
+        let do_kind = match key.kind {
+            BodyKind::Type(t) if signed => Some(Kind::TypeDo(t)),
+            BodyKind::Other if signed => Some(Kind::OtherDo),
+            _ => None,
+        };
+        if let Some(k) = do_kind {
+            // The base stands for the question: these kinds' proofs depend on it alone.
+            let mut b = xdns_zone::compile::compile_dnssec(zone, &key, &key.base);
+            b.dnssec = false; // it is the DO=1 answer: the kernel sends it
+            out(key.base.clone().into_vec(), k, b);
         }
         out(key.base.into_vec(), key.kind.into(), body);
     }

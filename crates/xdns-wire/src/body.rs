@@ -29,9 +29,9 @@ pub struct Body {
     pub ar_required: bool,
     /// Wire length of the base name this body was compiled against.
     pub base_len: u16,
-    /// The body belongs to a DNSSEC-signed zone: a query with the DO bit gets another body,
-    /// with signatures and proofs that may depend on the question name, built per question
-    /// in userspace (the kernel passes such queries, `XDNS_PASS_DNSSEC`).
+    /// The body is a DNSSEC-signed zone's DO=0 body: a query with the DO bit gets another
+    /// body, with signatures and proofs (the kernel's DO kinds where they depend on the base
+    /// only; else built per question in userspace, the kernel passing with `XDNS_PASS_DNSSEC`).
     pub dnssec: bool,
 }
 

@@ -56,7 +56,9 @@ pub fn compile(zone: &Zone, key: &BodyKey) -> Body {
 
 /// Builds the body for `key` answering `qname` (lowercased wire, the question the key was
 /// selected for) with the DO bit: RRSIGs and denial proofs (module docs). For an unsigned zone
-/// this is [`compile`]'s body. Not for the kernel: the proofs may depend on the question name.
+/// this is [`compile`]'s body. For the `Type` and `Other` kinds the body depends on the base
+/// only (pass the base as `qname`: the kernel's DO bodies are compiled so); for `NxDomain` and
+/// the wildcard kinds the proofs depend on the question name (userspace only).
 pub fn compile_dnssec(zone: &Zone, key: &BodyKey, qname: &[u8]) -> Body {
     if !is_signed(zone) {
         return compile(zone, key);

@@ -15,7 +15,7 @@
 //! allowed; REFUSED is what RFC 5936 §4.2 suggests). TSIG records are ignored (no keys).
 
 use crate::compile::{compile, compile_dnssec};
-use crate::lookup::{rtype, select};
+use crate::lookup::{rtype, select, BodyKind};
 use crate::tree::ZoneSet;
 use xdns_wire::response::{assemble, error_response, rcode, Limits};
 use xdns_wire::{ParseError, Query, Status};
@@ -111,7 +111,12 @@ pub fn respond(
     let key = select(zone, qq.key(), qtype, transport);
     // DO=1 (RFC 3225): signatures and proofs, which may depend on the question name.
     let body = if q.edns.is_some_and(|e| e.dnssec_ok) {
-        compile_dnssec(zone, &key, qq.key())
+        // Type and Other bodies depend on the base alone (the kernel compiles them so).
+        let qname = match key.kind {
+            BodyKind::Type(_) | BodyKind::Other => &key.base[..],
+            _ => qq.key(),
+        };
+        compile_dnssec(zone, &key, qname)
     } else {
         compile(zone, &key)
     };
