@@ -387,8 +387,10 @@ def test_kernel_answers_byte_identical_and_passes_do(sec):
             if name == "do-pass":
                 assert delta == {"pass_dnssec": len(batch)}, delta
             else:
+                # every one found in the kernel; signed answers are large, and the lab veth's
+                # room to grow a frame (test_differential) sends many of them to userspace
                 assert answered + sum(delta.get(k, 0) for k in FOUND_TOO_BIG) == len(batch), delta
-                assert answered >= 0.8 * len(batch), delta
+                assert answered >= (0.9 if name == "plain" else 0.5) * len(batch), delta
     finally:
         assert lab.stop(xdp) == 0
 
