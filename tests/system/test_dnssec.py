@@ -529,3 +529,56 @@ def test_secondary_and_resigned_zone(sec):
         time.sleep(0.1)
     assert same_as_knot(sec["xdns"]) == []
     assert lab.stop(sec2) == 0
+
+
+# ------------------------------------------------------------------ xdns check
+def test_check_warns_about_signed_zone_problems(sec):
+    """`xdns check` on a broken copy of the NSEC-signed zone: an expired RRSIG, an RRset
+    whose RRSIG was removed, a removed NSEC (the chain skips a name), no DNSKEY; each warning
+    names the file and line. The intact signed zones check without warnings."""
+    from lab import XDNS_BIN
+    lab = sec["lab"]
+    zone, path = sec["files"][0]
+    assert zone == "nsec.test."
+    lines = path.read_text().splitlines()
+    out, expect = [], []
+    dropped_nsec = dropped_sig = expired = None
+    for ln in lines:
+        f = ln.split()
+        if f[3] == "DNSKEY":
+            continue
+        if dropped_nsec is None and f[3] == "NSEC" and f[0] == "www.nsec.test.":
+            dropped_nsec = ln
+            continue
+        if dropped_sig is None and f[3] == "RRSIG" and f[4] == "MX" and f[0] == "nsec.test.":
+            dropped_sig = ln
+            continue
+        if expired is None and f[3] == "RRSIG" and f[4] == "A" and f[0] == "ns1.nsec.test.":
+            f[8] = "20200101000000"
+            ln = " ".join(f)
+            expired = len(out) + 1
+        out.append(ln)
+    assert dropped_nsec and dropped_sig and expired, "the dump has what the test breaks"
+    bad = lab.dir / "broken.nsec.test.zone"
+    bad.write_text("\n".join(out) + "\n")
+    mx_line = next(i + 1 for i, ln in enumerate(out) if ln.split()[3] == "MX" and ln.startswith("nsec.test."))
+    conf = lab.dir / "check.toml"
+    conf.write_text(f'listen = ["198.18.0.1:53"]\n[[zone]]\nname = "{zone}"\nfile = "{bad}"\n')
+    p = run([XDNS_BIN, "check", "--config", str(conf)], check=False)
+    assert p.returncode == 0, p.stderr
+    warns = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: ")]
+    want = [
+        (expired, "RRSIG A at ns1.nsec.test. expired"),
+        (mx_line, "MX RRset at nsec.test. has no RRSIG"),
+        (None, "has no DNSKEY at the apex"),
+        (None, "NSEC chain broken"),
+    ]
+    for line, text in want:
+        hit = [w for w in warns if text in w and (line is None or f"{bad}:{line}:" in w)]
+        assert hit, f"no warning {text!r} at line {line}:\n" + "\n".join(warns)
+    assert all(w.startswith(f"warning: {bad}:") for w in warns), warns
+    # the intact zones: no warning at all
+    conf.write_text('listen = ["198.18.0.1:53"]\n' + "".join(
+        f'[[zone]]\nname = "{z}"\nfile = "{f}"\n' for z, f in sec["files"]))
+    p = run([XDNS_BIN, "check", "--config", str(conf)], check=False)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr

@@ -372,7 +372,7 @@ fn dnssec_warnings(
                     name,
                     rtype::RRSIG,
                     i,
-                    format!("RRSIG {} at {} {} ({} days): expiration {}", type_name(covered), key_to_text(name), when, warn_days, exp),
+                    format!("RRSIG {} at {} {} ({} days): expiration {}", type_name(covered), key_to_text(name), when, warn_days, utc(exp)),
                 ));
             }
         }
@@ -433,5 +433,31 @@ fn dnssec_warnings(
                 }
             }
         }
+    }
+}
+
+/// `secs` since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the civil calendar, days to dates).
+fn utc(secs: u32) -> String {
+    let days = i64::from(secs / 86400);
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod utc_tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(1_577_836_800), "2020-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(1_709_210_096), "2024-02-29 12:34:56 UTC");
     }
 }

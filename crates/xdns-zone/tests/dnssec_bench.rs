@@ -70,6 +70,8 @@ struct Cost {
     bodies: usize,
     body_bytes: usize,
     compile_s: f64,
+    do_bodies: usize,
+    do_bytes: usize,
     ns: Vec<(String, f64)>,
 }
 
@@ -93,6 +95,16 @@ fn measure(file: PathBuf, origin: &str) -> (Cost, Zone) {
         bodies += 1;
         body_bytes += b.bytes.len();
     }
+    // The kernel's DO bodies (xdns-bpf's compile_zone): Type and Other keys of a signed zone.
+    let (mut do_bodies, mut do_bytes) = (0, 0);
+    if xdns_zone::compile::is_signed(&l.zone) {
+        for k in xdns_zone::enumerate(&l.zone) {
+            if matches!(k.kind, xdns_zone::BodyKind::Type(_) | xdns_zone::BodyKind::Other) {
+                do_bodies += 1;
+                do_bytes += xdns_zone::compile::compile_dnssec(&l.zone, &k, &k.base).bytes.len();
+            }
+        }
+    }
     let compile_s = t.elapsed().as_secs_f64();
     let zone = l.zone;
     let mut set = ZoneSet::default();
@@ -112,7 +124,7 @@ fn measure(file: PathBuf, origin: &str) -> (Cost, Zone) {
             ns.push((format!("{what}, DO={}", u8::from(d)), t.elapsed().as_nanos() as f64 / n as f64));
         }
     }
-    (Cost { records: l.records, load_s, kib, bodies, body_bytes, compile_s, ns }, zone)
+    (Cost { records: l.records, load_s, kib, bodies, body_bytes, compile_s, do_bodies, do_bytes, ns }, zone)
 }
 
 #[test]
@@ -133,18 +145,21 @@ fn signed_versus_unsigned() {
         ("RSS after load, bytes per record".into(), per(&cu, cu.kib as f64 * 1024.0), per(&cs, cs.kib as f64 * 1024.0)),
         ("bodies compiled (kernel keys, DO=0)".into(), cu.bodies as f64, cs.bodies as f64),
         ("body bytes".into(), cu.body_bytes as f64, cs.body_bytes as f64),
-        ("compile all bodies, us per record".into(), per(&cu, cu.compile_s * 1e6), per(&cs, cs.compile_s * 1e6)),
+        ("compile all bodies (and DO bodies), us per record".into(), per(&cu, cu.compile_s * 1e6), per(&cs, cs.compile_s * 1e6)),
+        ("kernel DO bodies (Type, Other)".into(), cu.do_bodies as f64, cs.do_bodies as f64),
+        ("kernel DO body bytes".into(), cu.do_bytes as f64, cs.do_bytes as f64),
     ]
     .into_iter()
     .chain(cu.ns.iter().zip(&cs.ns).map(|((w, a), (_, b))| (format!("userspace answer ns, {w}"), *a, *b)))
     .collect();
     println!("\n| measure | unsigned | signed | signed / unsigned |\n|---|---|---|---|");
     for (w, a, b) in &rows {
-        println!("| {w} | {a:.1} | {b:.1} | {:.2} |", b / a.max(1e-9));
+        let ratio = if *a > 0.0 { format!("{:.2}", b / a) } else { "-".into() };
+        println!("| {w} | {a:.1} | {b:.1} | {ratio} |");
     }
     println!("\nsigned / unsigned (each # = 0.25):");
-    for (w, a, b) in &rows {
-        let r = b / a.max(1e-9);
+    for (w, a, b) in rows.iter().filter(|r| r.1 > 0.0) {
+        let r = b / a;
         println!("{w:>42} {:<40} {r:.2}", "#".repeat(((r / 0.25).round() as usize).min(40)));
     }
     // DO=0 answers of the signed zone are the unsigned answers: the same work.

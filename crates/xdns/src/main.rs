@@ -286,12 +286,16 @@ fn serve(args: ServeArgs) -> ExitCode {
 }
 
 /// Lines printed by `check`: one per zone on success, one per error otherwise.
-fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
+fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>, Vec<String>) {
     let mut ok = Vec::new();
     let mut errors = Vec::new();
+    let mut warnings = Vec::new();
     for src in &cfg.zones {
-        match reload::load_guarded(src) {
-            Ok(zone) => {
+        match reload::load_guarded_with_warnings(src) {
+            Ok(loaded) => {
+                // FILE:LINE: reason, e.g. a signed zone's expired RRSIGs or broken NSEC chain
+                warnings.extend(loaded.warnings.iter().map(|w| w.to_string()));
+                let zone = loaded.zone;
                 let info = reload::zone_info(&src.name, &zone);
                 ok.push(format!(
                     "{}: serial {}, {} records",
@@ -322,7 +326,7 @@ fn check_lines(cfg: &Config) -> (Vec<String>, Vec<String>) {
             Err(errs) => errors.extend(errs.iter().map(|e| e.to_string())),
         }
     }
-    (ok, errors)
+    (ok, errors, warnings)
 }
 
 /// What `check` says of each XDP interface: a warning where `mode = "native"` will lose the
@@ -358,7 +362,7 @@ fn check(path: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (ok, errors) = check_lines(&cfg);
+    let (ok, errors, zone_warnings) = check_lines(&cfg);
     for e in &errors {
         eprintln!("{e}");
     }
@@ -367,6 +371,9 @@ fn check(path: &Path) -> ExitCode {
     }
     for line in ok {
         println!("{line}");
+    }
+    for w in zone_warnings {
+        eprintln!("warning: {w}");
     }
     let (notes, warnings) = check_xdp(&cfg);
     for line in notes {

@@ -8,7 +8,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use xdns_zone::{load_zone, LoadError, RespondConfig, Zone, ZoneSet, ZoneSource};
+use xdns_zone::{LoadError, RespondConfig, Zone, ZoneSet, ZoneSource};
 
 use crate::config::Config;
 use crate::stats::ZoneInfo;
@@ -105,9 +105,14 @@ pub fn zone_info(name: &str, zone: &Zone) -> ZoneInfo {
 
 /// Load one zone, turning a loader panic into an error.
 pub fn load_guarded(src: &ZoneSource) -> Result<Zone, Vec<LoadError>> {
+    load_guarded_with_warnings(src).map(|l| l.zone)
+}
+
+/// [`load_guarded`], also returning the warnings (`xdns check` prints them).
+pub fn load_guarded_with_warnings(src: &ZoneSource) -> Result<xdns_zone::load::Loaded, Vec<LoadError>> {
     let name = src.name.clone();
     let progress = move |n: u64| tracing::info!(zone = %name, records = n, "loading");
-    match catch_unwind(AssertUnwindSafe(|| load_zone(src, Some(&progress)))) {
+    match catch_unwind(AssertUnwindSafe(|| xdns_zone::load::load_zone_with_warnings(src, Some(&progress)))) {
         Ok(r) => r,
         Err(p) => {
             let what = p
