@@ -477,6 +477,49 @@ mod tests {
         assert_eq!((MAX_FIXUPS, CLASS_S_LEN, CLASS_M_LEN, CLASS_L_LEN), (32, 128, 512, 1280));
     }
 
+    /// A signed zone's kernel data: every `Type` and `Other` key has its DO body (marked not
+    /// `dnssec`: the kernel sends it), the DO=0 bodies are marked, NXDOMAIN and wildcard keys
+    /// have no DO body, and no NODATA body is shared with the apex (each proves its own name).
+    /// The same zone unsigned: no DO kinds, nothing marked, NODATA bodies shared.
+    #[test]
+    fn signed_zone_kernel_data() {
+        let sig = |t: &str, l: u8| format!("RRSIG {t} 13 {l} 3600 20300101000000 20200101000000 1 s.test. AAAA");
+        let unsigned = "$TTL 3600\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 198.18.0.1\nwww A 198.18.0.2\n*.w A 198.18.0.3\n";
+        let signed = format!(
+            "{unsigned}@ {}\n@ {}\n@ DNSKEY 257 3 13 AAAA\n@ {}\n@ NSEC ns1 NS SOA RRSIG NSEC DNSKEY\n@ {}\n\
+             ns1 {}\nns1 NSEC *.w A RRSIG NSEC\nns1 {}\n*.w {}\n*.w NSEC www A RRSIG NSEC\n*.w {}\n\
+             www {}\nwww NSEC s.test. A RRSIG NSEC\nwww {}\n",
+            sig("SOA", 2), sig("NS", 2), sig("DNSKEY", 2), sig("NSEC", 2), sig("A", 3), sig("NSEC", 3),
+            sig("A", 3), sig("NSEC", 3), sig("A", 3), sig("NSEC", 3)
+        );
+        let dir = std::env::temp_dir().join(format!("xdns-bpf-signed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let load = |text: &str| {
+            let f = dir.join("z.zone");
+            std::fs::write(&f, text).unwrap();
+            let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "s.test.".into(), file: f }, None).unwrap();
+            let mut set = ZoneSet::default();
+            set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
+            compile_kernel_data(&set)
+        };
+        let www = xdns_wire::name::from_presentation("www.s.test.").unwrap();
+        let d = load(&signed);
+        let has = |base: &[u8], k: Kind| d.answers.iter().find(|a| a.base == base && a.kind == k);
+        let do_a = has(&www, Kind::TypeDo(1)).expect("www A has its DO body");
+        assert!(!do_a.body.dnssec && do_a.body.ancount == 2, "A and its RRSIG, sent by the kernel");
+        assert!(has(&www, Kind::Type(1)).unwrap().body.dnssec, "the DO=0 body is marked");
+        assert!(has(&www, Kind::OtherDo).is_some() && has(&www, Kind::Other).is_some(), "NODATA not shared");
+        assert!(d.answers.iter().all(|a| !matches!(a.kind, Kind::NxDomain | Kind::Wildcard(_) | Kind::WildcardOther) || a.body.dnssec));
+        let do_kinds = d.answers.iter().filter(|a| matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)).count();
+        let plain_kinds = d.answers.iter().filter(|a| matches!(a.kind, Kind::Type(_) | Kind::Other)).count();
+        assert_eq!(do_kinds, plain_kinds, "one DO body per Type and Other key");
+        let own = own_other(&d.answers);
+        assert!(d.nodes.iter().all(|n| !shares_apex_nodata(n, own.contains(&n.name[..]))));
+        let u = load(unsigned);
+        assert!(u.answers.iter().all(|a| !a.body.dnssec && !matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)));
+        assert!(u.answers.iter().all(|a| !(a.base == www && a.kind == Kind::Other)), "www's NODATA is the apex's");
+    }
+
     /// Checksums of bodies: odd lengths pad with zero, sums fold.
     #[test]
     fn csum16_table() {
