@@ -247,11 +247,14 @@ pub const NO_NODES_FLOOR: u32 = 255;
 pub struct Loader {
     seed: u64,
     current: Option<Installed>,
+    /// The last generation retired ([`Self::retire`]): the next one continues from it, so
+    /// parities still alternate for packets that read it just before the retirement.
+    retired: u32,
 }
 
 impl Loader {
     pub fn new(seed: u64) -> Self {
-        Self { seed, current: None }
+        Self { seed, current: None, retired: 0 }
     }
 
     pub fn seed(&self) -> u64 {
@@ -273,7 +276,8 @@ impl Loader {
     /// the other parity than the active one: generations alternate between the two halves of
     /// the presence filter (after u32::MAX comes 2).
     pub fn next_generation(&self) -> u32 {
-        match self.generation().wrapping_add(1) {
+        let last = self.current.as_ref().map_or(self.retired, |c| c.gen);
+        match last.wrapping_add(1) {
             0 => 2,
             g => g,
         }
@@ -309,6 +313,19 @@ impl Loader {
         // Only the new generation is readable now. If this write fails the floor stays lower:
         // slower lookups, same answers.
         let _ = maps.set_label_floor(floor);
+        Ok(())
+    }
+
+    /// Stop packets reading any generation (generation 0: the kernel passes every query to
+    /// userspace, which answers from its own copy of the zones) and delete the active one.
+    /// For a failed install: the old data must not keep answering in the kernel once
+    /// userspace serves newer zones, and its entries free room for the next attempt.
+    pub fn retire(&mut self, maps: &mut dyn KernelMaps) -> Result<()> {
+        maps.flip_generation(0)?;
+        if let Some(old) = self.current.take() {
+            self.retired = old.gen;
+            remove(maps, &old);
+        }
         Ok(())
     }
 
@@ -653,6 +670,26 @@ mod tests {
         assert_eq!(tag(&maps, 7), Some(0xC));
     }
 
+    /// Retiring the active generation makes packets read none (every query passes), deletes
+    /// its entries, and the next install continues the generations (the other parity).
+    #[test]
+    fn retire_stops_answers_and_frees_room() {
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(7);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        l.install(&mut maps, &data(0xB)).unwrap();
+        assert_eq!(maps.gen, 2);
+        l.retire(&mut maps).unwrap();
+        assert_eq!((maps.gen, l.generation(), tag(&maps, 7)), (0, 0, None), "nothing readable");
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (0, 0), "entries deleted");
+        assert_eq!(l.next_generation(), 3, "parity goes on from the retired generation");
+        l.install(&mut maps, &data(0xC)).unwrap();
+        assert_eq!((maps.gen, tag(&maps, 7)), (3, Some(0xC)));
+        let mut fresh = Loader::new(7);
+        fresh.retire(&mut MemMaps::default()).unwrap();
+        assert_eq!(fresh.next_generation(), 1, "retiring nothing changes nothing");
+    }
+
     /// Each generation's presence filter goes to the half of its parity: staging never touches
     /// the active generation's half, the new half holds the new keys, and the lookup twin
     /// (select.rs, like the kernel) finds nothing once a half is emptied. After u32::MAX
@@ -673,7 +710,7 @@ mod tests {
         assert!(maps.filter[0].as_ref().unwrap().load() < 0.1);
         maps.filter[0] = Some(Filter::new(64));
         assert_eq!(select(&maps, 3, maps.gen, WWW, 1).err(), Some(crate::select::Miss::NoZone));
-        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }) };
+        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }), retired: 0 };
         assert_eq!(wrapped.next_generation(), 2);
     }
 

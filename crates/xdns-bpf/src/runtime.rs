@@ -341,6 +341,13 @@ impl XdpProgram {
         self.loader.install(&mut maps, data)
     }
 
+    /// Make packets read no generation (each query passes to userspace) and delete the active
+    /// one ([`crate::maps::Loader::retire`]).
+    pub fn retire(&mut self) -> Result<()> {
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon };
+        self.loader.retire(&mut maps)
+    }
+
     /// Write `data` as a new generation without activating it, then `commit` it: lets tests
     /// observe the moment of the flip.
     pub fn stage(&mut self, data: &KernelData) -> Result<crate::maps::Staged> {

@@ -136,12 +136,12 @@ pub fn zone_list(shared: &Shared) -> Vec<String> {
     shared.served.load().zone_infos().iter().map(|z| format!("{} serial {}", z.name, z.serial)).collect()
 }
 
-/// The served zones into the kernel's maps (a new generation, flipped in when complete; the
-/// old data keeps answering if it fails).
+/// The served zones into the kernel's maps (a new generation, flipped in when complete; if it
+/// does not fit, the old data is retired rather than left answering: `XdpRuntime::reload`).
 pub async fn fastpath(shared: &Arc<Shared>) {
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.reload(zones)).await {
-        Some(Err(e)) => tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones"),
+        Some(Err(e)) => tracing::error!(error = %format!("{e:#}"), "XDP reload failed"),
         Some(Ok(())) | None => {}
     }
 }

@@ -432,7 +432,7 @@ impl Fastpath {
 }
 
 /// An install given up because the process stops (`XdpStatus::abandon_writes`).
-fn abandoned(e: &anyhow::Error) -> bool {
+pub(super) fn abandoned(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<xdns_bpf::maps::Abandoned>())
 }
 

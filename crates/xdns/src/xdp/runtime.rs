@@ -41,7 +41,7 @@ impl XdpRuntime {
     /// Compile the kernel's data for `zones` and load the program (the verifier runs here);
     /// neither filled ([`Self::fill`]) nor attached ([`Self::attach`]) yet. Map capacity is
     /// three times the initial data (room for the old and the new generation during a
-    /// reload, plus growth); a reload beyond that fails and keeps the old data. The answer
+    /// reload, plus growth); a reload beyond that retires the old data first ([`Self::reload`]). The answer
     /// table holds twice the initial answers (up to 2^18); a reload with more answers keeps
     /// the rest in the hash map (`answers_left_out` in the log), slower but the same answers,
     /// until a restart sizes it again.
@@ -260,10 +260,29 @@ impl XdpRuntime {
     }
 
     /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).
+    ///
+    /// If the new generation cannot be written beside the old one (most often: the maps,
+    /// sized at start, are full), the old data must not go on answering in the kernel while
+    /// userspace serves the new zones. So the old generation is retired (every query passes
+    /// to userspace meanwhile, which answers from the new zones) and the install is tried
+    /// once more in the room that freed. If that fails too the kernel answers nothing from
+    /// zones until a reload fits; the error says so.
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
+        use anyhow::Context;
         self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
-        install_logged(&mut self.prog, &data)
+        match install_logged(&mut self.prog, &data) {
+            Err(e) if !super::fastpath::abandoned(&e) && self.prog.generation() != 0 => {
+                tracing::warn!(error = %format!("{e:#}"),
+                    "XDP: the new zone data does not fit beside the old; old data retired (userspace answers), trying again");
+                self.prog.retire().context("retiring the old kernel data")?;
+                install_logged(&mut self.prog, &data).context(
+                    "the new zone data does not fit in the kernel maps sized at start: userspace answers every zone \
+                     query until a reload fits (a restart sizes the maps for the zones of the day)",
+                )
+            }
+            done => done,
+        }
     }
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
