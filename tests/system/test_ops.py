@@ -231,6 +231,8 @@ def test_reload_beyond_map_capacity_never_serves_stale_kernel_data(lab, tmp_path
     assert "does not fit beside the old; old data retired" in err, err[-3000:]
     assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.210") == 20, err[-3000:]
     assert _answer_a(lab, srv.addr4, "h439.example.com.") == ("NOERROR", "198.18.1.190")
+    fill = _stats(srv)["xdp_fill"]
+    assert fill["written"] == fill["total"] > 900, fill
 
     # 5000 more names: more than the maps hold at all. Userspace answers, with the new data.
     zone.write_text(version(2024060103, "198.18.0.211", 5000))

@@ -69,6 +69,32 @@ pub trait KernelMaps {
     fn abandoned(&self) -> bool {
         false
     }
+    /// An install has written `written` of the generation's `total` entries (nodes and
+    /// answers), after each chunk; default: nobody watches.
+    fn progress(&self, _written: usize, _total: usize) {}
+}
+
+/// How far the install under way (or the last one) has got: entries (nodes and answers)
+/// written of the generation's total. Written by the installing thread after each chunk,
+/// read by any other (`xdns stats`, the fill's progress log lines).
+#[derive(Debug, Default)]
+pub struct FillProgress {
+    written: std::sync::atomic::AtomicU64,
+    total: std::sync::atomic::AtomicU64,
+}
+
+impl FillProgress {
+    /// `(written, total)` entries; `total` 0 before any install.
+    pub fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.written.load(Relaxed), self.total.load(Relaxed))
+    }
+
+    pub fn set(&self, written: usize, total: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.total.store(total as u64, Relaxed);
+        self.written.store(written as u64, Relaxed);
+    }
 }
 
 /// An install given up because its owner is stopping ([`KernelMaps::abandoned`]). Unlike a
@@ -345,6 +371,8 @@ pub const CHUNK: usize = 4096;
 
 fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Installed) -> Result<()> {
     let gen = done.gen;
+    let total = data.nodes.len() + data.answers.len();
+    maps.progress(0, total);
     let own = own_other(&data.answers);
     let mut filter = Filter::new(maps.filter_words());
     let (buckets, vals) = maps.table_shape();
@@ -365,6 +393,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
             }
         });
         maps.put_nodes(&enc)?;
+        maps.progress(done.nodes.len(), total);
     }
     for chunk in data.answers.chunks(CHUNK) {
         if maps.abandoned() {
@@ -383,6 +412,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         }
         maps.put_bodies(&enc)?;
         maps.put_table_values(gen, &placed)?;
+        maps.progress(done.nodes.len() + done.answers.len(), total);
     }
     // The other halves are the active generation's: these are read only after the flip.
     maps.put_table_index(gen, table.buckets())?;
@@ -425,6 +455,8 @@ pub struct MemMaps {
     pub fail_after: Option<usize>,
     /// Report the owner as stopping after this many `put_*` calls ([`KernelMaps::abandoned`]).
     pub abandon_after: Option<usize>,
+    /// What installs reported ([`KernelMaps::progress`]).
+    pub progress: FillProgress,
     puts: usize,
 }
 
@@ -460,6 +492,10 @@ impl MemMaps {
 }
 
 impl KernelMaps for MemMaps {
+    fn progress(&self, written: usize, total: usize) {
+        self.progress.set(written, total);
+    }
+
     fn abandoned(&self) -> bool {
         self.abandon_after.is_some_and(|n| self.puts >= n)
     }
@@ -624,8 +660,11 @@ mod tests {
         l.install(&mut maps, &big(0xA)).unwrap();
         let n = 2 * CHUNK + 9;
         assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1));
+        assert_eq!(maps.progress.get(), ((2 * n - 1) as u64, (2 * n - 1) as u64), "progress: all written");
         maps.fail_after = Some(maps.puts + n + CHUNK + 3); // in the second answer chunk
         assert!(l.install(&mut maps, &big(0xB)).is_err());
+        let (written, total) = maps.progress.get();
+        assert!(written >= n as u64 && written < total, "progress stops where the write failed: {written}/{total}");
         maps.fail_after = None;
         assert_eq!((maps.gen, tag(&maps, 9)), (1, Some(0xA)));
         assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1), "every chunk of the failed generation removed");

@@ -332,6 +332,11 @@ impl XdpRuntime {
         self.prog.abandon_handle()
     }
 
+    /// How far the fill or reload under way has got (entries written of its total).
+    pub fn fill_progress(&self) -> std::sync::Arc<xdns_bpf::maps::FillProgress> {
+        self.prog.fill_progress()
+    }
+
     /// Answers of the active data in the answer table, and answers only in the hash map.
     pub fn table_counts(&self) -> (usize, usize) {
         self.prog.table_counts()
@@ -372,13 +377,29 @@ fn rss_mib() -> u64 {
         .map_or(0, |kib| kib / 1024)
 }
 
+/// Time between the progress lines of a fill that takes long.
+const FILL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
 fn install_logged(
     prog: &mut xdns_bpf::runtime::XdpProgram,
     data: &xdns_bpf::data::KernelData,
 ) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
-    prog.install(data)?;
+    let progress = prog.fill_progress();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    // a large zone set takes seconds to write: a line every FILL_LOG_PERIOD says how far
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(FILL_LOG_PERIOD) {
+                let (written, total) = progress.get();
+                tracing::info!(written, total, seconds = t.elapsed().as_secs(), "XDP: filling the kernel maps");
+            }
+        });
+        let installed = prog.install(data);
+        drop(done);
+        installed
+    })?;
     let (in_table, left_out) = prog.table_counts();
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
