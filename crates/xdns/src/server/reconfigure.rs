@@ -142,7 +142,10 @@ pub async fn fastpath(shared: &Arc<Shared>) {
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.reload(zones)).await {
         Some(Err(e)) => tracing::error!(error = %format!("{e:#}"), "XDP reload failed"),
-        Some(Ok(())) | None => {}
+        Some(Ok(())) => {}
+        // without XDP nothing else frees the old zones' memory back (the XDP thread does
+        // after its reload)
+        None => crate::heap::release_freed("a zone reload"),
     }
 }
 

@@ -92,7 +92,10 @@ impl XdpRuntime {
     pub fn fill(&mut self) -> anyhow::Result<()> {
         use anyhow::Context;
         if let Some(data) = self.pending.take() {
-            install_logged(&mut self.prog, &data).context("filling the XDP maps")?;
+            let filled = install_logged(&mut self.prog, &data).context("filling the XDP maps");
+            drop(data);
+            crate::heap::release_freed("filling the XDP maps");
+            filled?;
         }
         Ok(())
     }
@@ -268,15 +271,23 @@ impl XdpRuntime {
     /// once more in the room that freed. If that fails too the kernel answers nothing from
     /// zones until a reload fits; the error says so.
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
-        use anyhow::Context;
         self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
-        match install_logged(&mut self.prog, &data) {
+        let installed = self.install_or_retire(&data);
+        drop(data);
+        crate::heap::release_freed("an XDP reload");
+        installed
+    }
+
+    /// [`Self::reload`]'s install: retire the old generation if the new one does not fit.
+    fn install_or_retire(&mut self, data: &xdns_bpf::data::KernelData) -> anyhow::Result<()> {
+        use anyhow::Context;
+        match install_logged(&mut self.prog, data) {
             Err(e) if !super::fastpath::abandoned(&e) && self.prog.generation() != 0 => {
                 tracing::warn!(error = %format!("{e:#}"),
                     "XDP: the new zone data does not fit beside the old; old data retired (userspace answers), trying again");
                 self.prog.retire().context("retiring the old kernel data")?;
-                install_logged(&mut self.prog, &data).context(
+                install_logged(&mut self.prog, data).context(
                     "the new zone data does not fit in the kernel maps sized at start: userspace answers every zone \
                      query until a reload fits (a restart sizes the maps for the zones of the day)",
                 )
@@ -347,7 +358,7 @@ impl XdpRuntime {
 /// zone set this and the map fill take seconds, which an operator should see, not guess.
 fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
     let t = std::time::Instant::now();
-    tracing::info!(rss_mib = rss_mib(), "XDP: compiling answers for the kernel");
+    tracing::info!(rss_mib = crate::heap::rss_mib(), "XDP: compiling answers for the kernel");
     let data = xdns_bpf::data::compile_kernel_data(zones);
     // names answering NODATA from their apex's body (XDNS_NODE_NODATA_APEX), not their own
     let own = xdns_bpf::data::own_other(&data.answers);
@@ -361,21 +372,13 @@ fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
         answers = data.answers.len(),
         shared_nodata = shared,
         seconds = t.elapsed().as_secs_f32(),
-        rss_mib = rss_mib(),
+        rss_mib = crate::heap::rss_mib(),
         "XDP: answers compiled"
     );
     data
 }
 
 /// Resident memory of this process in MiB (`VmRSS`), for the phase logs; 0 if unknown.
-fn rss_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1024)
-}
 
 /// Time between the progress lines of a fill that takes long.
 const FILL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
@@ -403,7 +406,7 @@ fn install_logged(
     let (in_table, left_out) = prog.table_counts();
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
-        rss_mib = rss_mib(),
+        rss_mib = crate::heap::rss_mib(),
         answers_in_table = in_table,
         answers_left_out = left_out,
         "XDP: kernel maps filled (batched, chunk by chunk), new data active"
