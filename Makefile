@@ -10,6 +10,7 @@ SHELL := /bin/bash
 #   make bench-resolver        resolver benchmark: xdns vs Unbound, Knot Resolver, PowerDNS
 #                              Recursor on the lab tree, chart in bench/out/resolver.png
 #   make bench-resolver-smoke  the same in about a minute, checks the harness only
+#   make bench-scale large zones: load time, memory, replies/s at 100k and 1M records vs Knot, NSD
 #   make deps        only install packages and build
 #   make package     the Debian package (binary, systemd unit, default config, man pages)
 # The system Python is used on purpose: its apt modules (dnspython, pytest, matplotlib)
@@ -20,7 +21,7 @@ CARGO   ?= cargo
 PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
-.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver package \
+.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale package \
 	bench-resolver-smoke profile profile-resolver clean-lab
 
 all: build
@@ -58,6 +59,13 @@ bench: deps bench-resolver
 
 bench-smoke: build bench-resolver-smoke
 	$(PYTHON) bench/bench.py --smoke
+	$(PYTHON) bench/scale.py --smoke
+
+# Large zones: a TLD-like zone at 100k and 1M records, xdns vs Knot DNS vs NSD (load time,
+# memory, replies/s), chart in bench/out/scale.png. SIZES=100000,1000000,10000000 for more.
+SIZES ?= 100000,1000000
+bench-scale: deps
+	$(PYTHON) bench/scale.py --sizes $(SIZES)
 
 bench-resolver: deps
 	$(PYTHON) bench/resolver.py

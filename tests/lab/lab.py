@@ -322,7 +322,8 @@ class Lab:
         raise TimeoutError(f"{addr} did not answer SOA {zone} within {timeout}s")
 
     # ---------------------------------------------------------------- servers
-    def start_knot(self, zones=DEFAULT_ZONES, name: str = "knot", xdp: bool = False) -> Server:
+    def start_knot(self, zones=DEFAULT_ZONES, name: str = "knot", xdp: bool = False,
+                   timeout: float = 20.0) -> Server:
         """Start knotd. `xdp=True` adds Knot's XDP mode on the server veth (`xdp: listen:
         <veth>@53`): its AF_XDP workers answer UDP port 53 for *every* address of the veth, so
         no other DNS peer of the lab can be reached over UDP while it runs."""
@@ -334,11 +335,11 @@ class Lab:
                                extra=xdp_cfg)
         proc, err = self._spawn(self.server_ns, ["knotd", "-c", conf], name)
         srv = Server(name, a4, a6, proc, wd, err, {"conf": conf})
-        self._wait_all(srv, zones)
+        self._wait_all(srv, zones, timeout)
         self.servers[name] = srv
         return srv
 
-    def start_nsd(self, zones=DEFAULT_ZONES, name: str = "nsd") -> Server:
+    def start_nsd(self, zones=DEFAULT_ZONES, name: str = "nsd", timeout: float = 20.0) -> Server:
         a4, a6 = self.new_address()
         wd = self.dir / name
         wd.mkdir(parents=True)
@@ -347,7 +348,7 @@ class Lab:
         cwd = Path(zones[0][1]).resolve().parent
         proc, err = self._spawn(self.server_ns, ["nsd", "-c", conf, "-d"], name, cwd=cwd)
         srv = Server(name, a4, a6, proc, wd, err, {"conf": conf})
-        self._wait_all(srv, zones)
+        self._wait_all(srv, zones, timeout)
         self.servers[name] = srv
         return srv
 

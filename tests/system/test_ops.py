@@ -175,3 +175,70 @@ def test_reload_under_load_and_broken_reload_and_sigterm(lab, tmp_path):
     # SIGTERM: clean exit 0, control socket removed or at least no panic.
     assert lab.stop(srv, signal.SIGTERM) == 0, srv.stderr()[-2000:]
     assert "panicked" not in srv.stderr()
+
+
+def _xdp_answered(srv) -> int:
+    return _stats(srv)["xdp"].get("answered", 0)
+
+
+def _answered_in_kernel(lab, srv, name: str, want: str, n: int = 20) -> int:
+    """Ask `name` A n times (each answer must be `want`); how many the kernel answered."""
+    before = _xdp_answered(srv)
+    for _ in range(n):
+        assert _answer_a(lab, srv.addr4, name) == ("NOERROR", want)
+    return _xdp_answered(srv) - before
+
+
+def test_reload_beyond_map_capacity_never_serves_stale_kernel_data(lab, tmp_path):
+    """The XDP maps are sized at start (three times the first zones, at least 1024 entries).
+    A reload whose data does not fit beside the old generation must not leave the old data
+    answering in the kernel while userspace serves the new zones: the old generation is
+    retired and the new one written in the room that freed; data that does not fit at all is
+    answered by userspace, never by the kernel's stale copy."""
+    zdir = tmp_path / "zones"
+    zdir.mkdir()
+    for f in ("example.com.zone", "example.com.inc"):
+        shutil.copy(ZONES_DIR / f, zdir / f)
+    zone = zdir / "example.com.zone"
+    original = zone.read_text()
+    srv = lab.start_xdns([("example.com.", zone)], name="xdns-grow", xdp="generic")
+    assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.10") == 20
+
+    def version(serial: int, addr: str, names: int) -> str:
+        z = original.replace("2024060101", str(serial)).replace(
+            "www\t300\tIN\tA\t198.18.0.10", f"www\t300\tIN\tA\t{addr}")
+        assert z.count(addr) == 1, "zone layout changed: update this test"
+        return z + "".join(f"h{i}\tA\t198.18.{i // 250 % 250}.{i % 250 + 1}\n" for i in range(names))
+
+    def xdp_outcomes() -> int:
+        err = srv.stderr()
+        return err.count("XDP: kernel maps filled") + err.count("XDP reload failed")
+
+    def reload_to(serial: int) -> None:
+        """SIGHUP, then wait for the zones to be served and the XDP thread's outcome."""
+        seen = xdp_outcomes()
+        srv.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                any(z["serial"] == serial for z in _stats(srv)["zones"]) and xdp_outcomes() > seen):
+            time.sleep(0.1)
+
+    # 440 more names (about 990 answers): beside the old generation (113 answers) they overflow
+    # the 1024-entry answer map; alone they fit.
+    zone.write_text(version(2024060102, "198.18.0.210", 440))
+    reload_to(2024060102)
+    err = srv.stderr()
+    assert "does not fit beside the old; old data retired" in err, err[-3000:]
+    assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.210") == 20, err[-3000:]
+    assert _answer_a(lab, srv.addr4, "h439.example.com.") == ("NOERROR", "198.18.1.190")
+    fill = _stats(srv)["xdp_fill"]
+    assert fill["written"] == fill["total"] > 900, fill
+
+    # 5000 more names: more than the maps hold at all. Userspace answers, with the new data.
+    zone.write_text(version(2024060103, "198.18.0.211", 5000))
+    reload_to(2024060103)
+    err = srv.stderr()
+    assert "does not fit in the kernel maps sized at start" in err, err[-3000:]
+    assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.211") == 0, err[-3000:]
+    assert _answer_a(lab, srv.addr4, "h4999.example.com.") == ("NOERROR", "198.18.19.250")
+    assert srv.alive()

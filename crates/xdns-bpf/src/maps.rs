@@ -69,6 +69,32 @@ pub trait KernelMaps {
     fn abandoned(&self) -> bool {
         false
     }
+    /// An install has written `written` of the generation's `total` entries (nodes and
+    /// answers), after each chunk; default: nobody watches.
+    fn progress(&self, _written: usize, _total: usize) {}
+}
+
+/// How far the install under way (or the last one) has got: entries (nodes and answers)
+/// written of the generation's total. Written by the installing thread after each chunk,
+/// read by any other (`xdns stats`, the fill's progress log lines).
+#[derive(Debug, Default)]
+pub struct FillProgress {
+    written: std::sync::atomic::AtomicU64,
+    total: std::sync::atomic::AtomicU64,
+}
+
+impl FillProgress {
+    /// `(written, total)` entries; `total` 0 before any install.
+    pub fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.written.load(Relaxed), self.total.load(Relaxed))
+    }
+
+    pub fn set(&self, written: usize, total: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.total.store(total as u64, Relaxed);
+        self.written.store(written as u64, Relaxed);
+    }
 }
 
 /// An install given up because its owner is stopping ([`KernelMaps::abandoned`]). Unlike a
@@ -247,11 +273,14 @@ pub const NO_NODES_FLOOR: u32 = 255;
 pub struct Loader {
     seed: u64,
     current: Option<Installed>,
+    /// The last generation retired ([`Self::retire`]): the next one continues from it, so
+    /// parities still alternate for packets that read it just before the retirement.
+    retired: u32,
 }
 
 impl Loader {
     pub fn new(seed: u64) -> Self {
-        Self { seed, current: None }
+        Self { seed, current: None, retired: 0 }
     }
 
     pub fn seed(&self) -> u64 {
@@ -273,7 +302,8 @@ impl Loader {
     /// the other parity than the active one: generations alternate between the two halves of
     /// the presence filter (after u32::MAX comes 2).
     pub fn next_generation(&self) -> u32 {
-        match self.generation().wrapping_add(1) {
+        let last = self.current.as_ref().map_or(self.retired, |c| c.gen);
+        match last.wrapping_add(1) {
             0 => 2,
             g => g,
         }
@@ -312,6 +342,19 @@ impl Loader {
         Ok(())
     }
 
+    /// Stop packets reading any generation (generation 0: the kernel passes every query to
+    /// userspace, which answers from its own copy of the zones) and delete the active one.
+    /// For a failed install: the old data must not keep answering in the kernel once
+    /// userspace serves newer zones, and its entries free room for the next attempt.
+    pub fn retire(&mut self, maps: &mut dyn KernelMaps) -> Result<()> {
+        maps.flip_generation(0)?;
+        if let Some(old) = self.current.take() {
+            self.retired = old.gen;
+            remove(maps, &old);
+        }
+        Ok(())
+    }
+
     /// Stage and commit.
     pub fn install(&mut self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<()> {
         let staged = self.stage(maps, data)?;
@@ -328,6 +371,8 @@ pub const CHUNK: usize = 4096;
 
 fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Installed) -> Result<()> {
     let gen = done.gen;
+    let total = data.nodes.len() + data.answers.len();
+    maps.progress(0, total);
     let own = own_other(&data.answers);
     let mut filter = Filter::new(maps.filter_words());
     let (buckets, vals) = maps.table_shape();
@@ -348,6 +393,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
             }
         });
         maps.put_nodes(&enc)?;
+        maps.progress(done.nodes.len(), total);
     }
     for chunk in data.answers.chunks(CHUNK) {
         if maps.abandoned() {
@@ -366,6 +412,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         }
         maps.put_bodies(&enc)?;
         maps.put_table_values(gen, &placed)?;
+        maps.progress(done.nodes.len() + done.answers.len(), total);
     }
     // The other halves are the active generation's: these are read only after the flip.
     maps.put_table_index(gen, table.buckets())?;
@@ -408,6 +455,8 @@ pub struct MemMaps {
     pub fail_after: Option<usize>,
     /// Report the owner as stopping after this many `put_*` calls ([`KernelMaps::abandoned`]).
     pub abandon_after: Option<usize>,
+    /// What installs reported ([`KernelMaps::progress`]).
+    pub progress: FillProgress,
     puts: usize,
 }
 
@@ -443,6 +492,10 @@ impl MemMaps {
 }
 
 impl KernelMaps for MemMaps {
+    fn progress(&self, written: usize, total: usize) {
+        self.progress.set(written, total);
+    }
+
     fn abandoned(&self) -> bool {
         self.abandon_after.is_some_and(|n| self.puts >= n)
     }
@@ -607,8 +660,11 @@ mod tests {
         l.install(&mut maps, &big(0xA)).unwrap();
         let n = 2 * CHUNK + 9;
         assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1));
+        assert_eq!(maps.progress.get(), ((2 * n - 1) as u64, (2 * n - 1) as u64), "progress: all written");
         maps.fail_after = Some(maps.puts + n + CHUNK + 3); // in the second answer chunk
         assert!(l.install(&mut maps, &big(0xB)).is_err());
+        let (written, total) = maps.progress.get();
+        assert!(written >= n as u64 && written < total, "progress stops where the write failed: {written}/{total}");
         maps.fail_after = None;
         assert_eq!((maps.gen, tag(&maps, 9)), (1, Some(0xA)));
         assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1), "every chunk of the failed generation removed");
@@ -653,6 +709,26 @@ mod tests {
         assert_eq!(tag(&maps, 7), Some(0xC));
     }
 
+    /// Retiring the active generation makes packets read none (every query passes), deletes
+    /// its entries, and the next install continues the generations (the other parity).
+    #[test]
+    fn retire_stops_answers_and_frees_room() {
+        let mut maps = MemMaps::default();
+        let mut l = Loader::new(7);
+        l.install(&mut maps, &data(0xA)).unwrap();
+        l.install(&mut maps, &data(0xB)).unwrap();
+        assert_eq!(maps.gen, 2);
+        l.retire(&mut maps).unwrap();
+        assert_eq!((maps.gen, l.generation(), tag(&maps, 7)), (0, 0, None), "nothing readable");
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (0, 0), "entries deleted");
+        assert_eq!(l.next_generation(), 3, "parity goes on from the retired generation");
+        l.install(&mut maps, &data(0xC)).unwrap();
+        assert_eq!((maps.gen, tag(&maps, 7)), (3, Some(0xC)));
+        let mut fresh = Loader::new(7);
+        fresh.retire(&mut MemMaps::default()).unwrap();
+        assert_eq!(fresh.next_generation(), 1, "retiring nothing changes nothing");
+    }
+
     /// Each generation's presence filter goes to the half of its parity: staging never touches
     /// the active generation's half, the new half holds the new keys, and the lookup twin
     /// (select.rs, like the kernel) finds nothing once a half is emptied. After u32::MAX
@@ -673,7 +749,7 @@ mod tests {
         assert!(maps.filter[0].as_ref().unwrap().load() < 0.1);
         maps.filter[0] = Some(Filter::new(64));
         assert_eq!(select(&maps, 3, maps.gen, WWW, 1).err(), Some(crate::select::Miss::NoZone));
-        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }) };
+        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }), retired: 0 };
         assert_eq!(wrapped.next_generation(), 2);
     }
 

@@ -127,6 +127,8 @@ pub struct XdpProgram {
     cache: std::sync::OnceLock<crate::cache::KernelCache>,
     /// Set when the process stops: a fill or reload under way gives up ([`Self::abandon_handle`]).
     abandon: Arc<AtomicBool>,
+    /// How far the install under way has got ([`Self::fill_progress`]).
+    progress: Arc<crate::maps::FillProgress>,
 }
 
 impl XdpProgram {
@@ -207,6 +209,7 @@ impl XdpProgram {
             links: Vec::new(),
             cache: std::sync::OnceLock::new(),
             abandon: Arc::new(AtomicBool::new(false)),
+            progress: Arc::default(),
         };
         if let Some(r) = &cfg.resolver {
             prog.set_allow(&r.allow)?;
@@ -324,7 +327,7 @@ impl XdpProgram {
 
     /// The maps, as the loader writes them.
     fn maps(&self) -> LibbpfMaps<'_> {
-        LibbpfMaps { skel: &self.skel, abandon: &self.abandon }
+        LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress }
     }
 
     /// A flag that makes an install under way (a fill or reload, on another thread) give up
@@ -335,10 +338,23 @@ impl XdpProgram {
         self.abandon.clone()
     }
 
+    /// Entries written by the install under way (or the last one) and its total, readable
+    /// from other threads while it runs.
+    pub fn fill_progress(&self) -> Arc<crate::maps::FillProgress> {
+        self.progress.clone()
+    }
+
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
         self.loader.install(&mut maps, data)
+    }
+
+    /// Make packets read no generation (each query passes to userspace) and delete the active
+    /// one ([`crate::maps::Loader::retire`]).
+    pub fn retire(&mut self) -> Result<()> {
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
+        self.loader.retire(&mut maps)
     }
 
     /// Write `data` as a new generation without activating it, then `commit` it: lets tests
@@ -429,7 +445,7 @@ impl XdpProgram {
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
         self.loader.commit(&mut maps, staged)
     }
 
@@ -561,11 +577,17 @@ struct LibbpfMaps<'a> {
     skel: &'a XdnsSkel<'static>,
     /// [`XdpProgram::abandon_handle`].
     abandon: &'a AtomicBool,
+    /// [`XdpProgram::fill_progress`].
+    progress: &'a crate::maps::FillProgress,
 }
 
 impl KernelMaps for LibbpfMaps<'_> {
     fn abandoned(&self) -> bool {
         self.abandon.load(Ordering::Relaxed)
+    }
+
+    fn progress(&self, written: usize, total: usize) {
+        self.progress.set(written, total);
     }
 
     fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()> {

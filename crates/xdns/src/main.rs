@@ -16,6 +16,7 @@ mod config;
 mod config_doc;
 mod control;
 mod guard;
+mod heap;
 mod metrics;
 mod privilege;
 mod query;

@@ -7,7 +7,10 @@
 //! `xdns_responses_total{rcode}`, `xdns_truncated_total`, `xdns_dropped_total{reason}`,
 //! `xdns_tcp_connections_total{result}`, `xdns_tcp_idle_closed_total`, `xdns_tcp_open`,
 //! `xdns_reloads_total`, `xdns_reload_failures_total`, `xdns_zone_load_failures_total`,
-//! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`,
+//! `xdns_uptime_seconds`, `xdns_zone_serial{zone}`, `xdns_zone_records{zone}`, for secondary
+//! zones `xdns_zone_transfers_total{zone}`, `xdns_zone_transfer_failures_total{zone}`,
+//! `xdns_zone_notifies_refused_total{zone}`, `xdns_zone_expired{zone}`,
+//! `xdns_zone_last_transfer_milliseconds{zone}`, `xdns_zone_last_refresh_timestamp_seconds{zone}`,
 //! `xdns_xdp_total{counter}`, `xdns_xdp_table_answers{state}`, `xdns_xdp_data_active`,
 //! `xdns_xdp_attached{interface,mode}` (with XDP on), and one family per counter group of
 //! [`Snapshot::groups`] (`xdns_GROUP_total{LABEL}`, or a gauge `xdns_GROUP{LABEL}`):
@@ -73,6 +76,61 @@ fn gauge_family(
 
 fn l1(k: &str, v: &str) -> Labels {
     vec![(k.to_string(), v.to_string())]
+}
+
+/// The transfer state of each secondary zone (`primaries`), as in `xdns stats`: transfers
+/// and failed checks since start, refused NOTIFYs, whether the zone is past its expire time,
+/// the last transfer's duration and the time of the last successful check.
+fn transfer_families(reg: &mut Registry, s: &Snapshot) {
+    let secondaries: Vec<_> = s
+        .zones
+        .iter()
+        .filter_map(|z| z.transfer.as_ref().map(|t| (l1("zone", &z.name), t)))
+        .collect();
+    if secondaries.is_empty() {
+        return;
+    }
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    counter_family(
+        reg,
+        "xdns_zone_transfers",
+        "Zone transfers (AXFR or IXFR) completed since start, per secondary zone.",
+        secondaries.iter().map(|(l, t)| (l.clone(), t.transfers)),
+    );
+    counter_family(
+        reg,
+        "xdns_zone_transfer_failures",
+        "Checks with the primaries that failed (every primary), per secondary zone.",
+        secondaries.iter().map(|(l, t)| (l.clone(), t.failures)),
+    );
+    counter_family(
+        reg,
+        "xdns_zone_notifies_refused",
+        "NOTIFY messages refused (not from a primary, unsigned or badly signed), per secondary zone.",
+        secondaries.iter().map(|(l, t)| (l.clone(), t.notifies_refused)),
+    );
+    gauge_family(
+        reg,
+        "xdns_zone_expired",
+        "1 while a secondary zone is past its expire time (answered SERVFAIL).",
+        secondaries.iter().map(|(l, t)| (l.clone(), i64::from(t.expired))),
+    );
+    gauge_family(
+        reg,
+        "xdns_zone_last_transfer_milliseconds",
+        "Duration of the last transfer, from the request to serving the new version.",
+        secondaries
+            .iter()
+            .filter_map(|(l, t)| t.last_transfer_ms.map(|v| (l.clone(), gauge(v)))),
+    );
+    gauge_family(
+        reg,
+        "xdns_zone_last_refresh_timestamp_seconds",
+        "Unix time of the last successful check with a primary.",
+        secondaries
+            .iter()
+            .filter_map(|(l, t)| t.last_refresh.map(|v| (l.clone(), gauge(v)))),
+    );
 }
 
 /// Encode `s` as OpenMetrics text.
@@ -177,6 +235,7 @@ pub fn render(s: &Snapshot) -> String {
             )
         }),
     );
+    transfer_families(&mut reg, s);
     counter_family(
         &mut reg,
         "xdns_xdp",
@@ -300,7 +359,7 @@ async fn handle(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{Stats, ZoneInfo};
+    use crate::stats::{Stats, TransferInfo, ZoneInfo};
     use xdns_zone::{Outcome, Transport};
 
     #[test]
@@ -330,6 +389,20 @@ mod tests {
             records: 5,
             ..Default::default()
         });
+        s.zones.push(ZoneInfo {
+            name: "sec.example.".into(),
+            serial: 7,
+            records: 3,
+            transfer: Some(TransferInfo {
+                transfers: 4,
+                failures: 2,
+                notifies_refused: 1,
+                expired: true,
+                last_transfer_ms: Some(12),
+                last_refresh: Some(1_700_000_000),
+                ..Default::default()
+            }),
+        });
         s.xdp_table.insert("answers_in_table".into(), 7);
         s.xdp_table.insert("answers_left_out".into(), 0);
         s.groups.insert("xdp_memo".into(), Group::counters("memo", "counter", [("hits".into(), 11)]));
@@ -358,6 +431,12 @@ mod tests {
             "xdns_received_total{proto=\"udp\"} 1",
             "xdns_dropped_total{reason=\"malformed\"} 0",
             "xdns_zone_serial{zone=\"example.com.\"} 42",
+            "xdns_zone_transfers_total{zone=\"sec.example.\"} 4",
+            "xdns_zone_transfer_failures_total{zone=\"sec.example.\"} 2",
+            "xdns_zone_notifies_refused_total{zone=\"sec.example.\"} 1",
+            "xdns_zone_expired{zone=\"sec.example.\"} 1",
+            "xdns_zone_last_transfer_milliseconds{zone=\"sec.example.\"} 12",
+            "xdns_zone_last_refresh_timestamp_seconds{zone=\"sec.example.\"} 1700000000",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");

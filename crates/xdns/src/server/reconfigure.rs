@@ -136,13 +136,16 @@ pub fn zone_list(shared: &Shared) -> Vec<String> {
     shared.served.load().zone_infos().iter().map(|z| format!("{} serial {}", z.name, z.serial)).collect()
 }
 
-/// The served zones into the kernel's maps (a new generation, flipped in when complete; the
-/// old data keeps answering if it fails).
+/// The served zones into the kernel's maps (a new generation, flipped in when complete; if it
+/// does not fit, the old data is retired rather than left answering: `XdpRuntime::reload`).
 pub async fn fastpath(shared: &Arc<Shared>) {
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.reload(zones)).await {
-        Some(Err(e)) => tracing::error!(error = %e, "XDP reload failed; the kernel answers from the old zones"),
-        Some(Ok(())) | None => {}
+        Some(Err(e)) => tracing::error!(error = %format!("{e:#}"), "XDP reload failed"),
+        Some(Ok(())) => {}
+        // without XDP nothing else frees the old zones' memory back (the XDP thread does
+        // after its reload)
+        None => crate::heap::release_freed("a zone reload"),
     }
 }
 

@@ -83,6 +83,7 @@ pub async fn zones(cfg: &Config, takeover: bool) -> anyhow::Result<Served> {
             report.missing.len()
         );
     }
+    crate::heap::release_freed("loading the zones");
     Ok(served)
 }
 

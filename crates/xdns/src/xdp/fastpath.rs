@@ -84,6 +84,8 @@ pub struct XdpStatus {
     /// Each interface's `XDP_TX` error counters (`None`: its driver shows none), read on
     /// demand.
     tx: Mutex<Vec<(String, Option<xdns_bpf::iface::TxErrors>)>>,
+    /// Entries written by the fill or reload under way (or the last one), of its total.
+    fill: Arc<xdns_bpf::maps::FillProgress>,
 }
 
 impl XdpStatus {
@@ -130,6 +132,14 @@ impl XdpStatus {
             ("xdp_reply", Group::counters(
                 "XDP reply memo (resolver): cache hits answered with a reply kept whole for their exact query (hits), replies written (kept).",
                 "counter", named([("hits", c.reply.0), ("kept", c.reply.1)]))),
+            ("xdp_fill", {
+                let (written, total) = self.fill.get();
+                let mut g = Group::counters(
+                    "Entries (names and answers) of the zone data being written to the kernel maps, or last written: written and total.",
+                    "entries", named([("written", written), ("total", total)]));
+                g.meta.gauge = true;
+                g
+            }),
             ("xdp_tx_errors", Group::counters(
                 "XDP_TX frames the interface's driver failed to send (ethtool statistics): kernel answers that never left.",
                 "interface", c.tx_errors)),
@@ -231,6 +241,7 @@ impl Fastpath {
                     let status = XdpStatus {
                         reader: rt.status_reader()?,
                         abandon: rt.abandon_handle(),
+                        fill: rt.fill_progress(),
                         interfaces: cfg.interfaces.clone(),
                         table: Mutex::new(rt.table_counts()),
                         delivery: rt.delivery_report(),
@@ -432,7 +443,7 @@ impl Fastpath {
 }
 
 /// An install given up because the process stops (`XdpStatus::abandon_writes`).
-fn abandoned(e: &anyhow::Error) -> bool {
+pub(super) fn abandoned(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<xdns_bpf::maps::Abandoned>())
 }
 

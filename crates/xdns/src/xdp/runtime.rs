@@ -41,7 +41,7 @@ impl XdpRuntime {
     /// Compile the kernel's data for `zones` and load the program (the verifier runs here);
     /// neither filled ([`Self::fill`]) nor attached ([`Self::attach`]) yet. Map capacity is
     /// three times the initial data (room for the old and the new generation during a
-    /// reload, plus growth); a reload beyond that fails and keeps the old data. The answer
+    /// reload, plus growth); a reload beyond that retires the old data first ([`Self::reload`]). The answer
     /// table holds twice the initial answers (up to 2^18); a reload with more answers keeps
     /// the rest in the hash map (`answers_left_out` in the log), slower but the same answers,
     /// until a restart sizes it again.
@@ -92,7 +92,10 @@ impl XdpRuntime {
     pub fn fill(&mut self) -> anyhow::Result<()> {
         use anyhow::Context;
         if let Some(data) = self.pending.take() {
-            install_logged(&mut self.prog, &data).context("filling the XDP maps")?;
+            let filled = install_logged(&mut self.prog, &data).context("filling the XDP maps");
+            drop(data);
+            crate::heap::release_freed("filling the XDP maps");
+            filled?;
         }
         Ok(())
     }
@@ -260,10 +263,37 @@ impl XdpRuntime {
     }
 
     /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).
+    ///
+    /// If the new generation cannot be written beside the old one (most often: the maps,
+    /// sized at start, are full), the old data must not go on answering in the kernel while
+    /// userspace serves the new zones. So the old generation is retired (every query passes
+    /// to userspace meanwhile, which answers from the new zones) and the install is tried
+    /// once more in the room that freed. If that fails too the kernel answers nothing from
+    /// zones until a reload fits; the error says so.
     pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
         self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
-        install_logged(&mut self.prog, &data)
+        let installed = self.install_or_retire(&data);
+        drop(data);
+        crate::heap::release_freed("an XDP reload");
+        installed
+    }
+
+    /// [`Self::reload`]'s install: retire the old generation if the new one does not fit.
+    fn install_or_retire(&mut self, data: &xdns_bpf::data::KernelData) -> anyhow::Result<()> {
+        use anyhow::Context;
+        match install_logged(&mut self.prog, data) {
+            Err(e) if !super::fastpath::abandoned(&e) && self.prog.generation() != 0 => {
+                tracing::warn!(error = %format!("{e:#}"),
+                    "XDP: the new zone data does not fit beside the old; old data retired (userspace answers), trying again");
+                self.prog.retire().context("retiring the old kernel data")?;
+                install_logged(&mut self.prog, data).context(
+                    "the new zone data does not fit in the kernel maps sized at start: userspace answers every zone \
+                     query until a reload fits (a restart sizes the maps for the zones of the day)",
+                )
+            }
+            done => done,
+        }
     }
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
@@ -313,6 +343,11 @@ impl XdpRuntime {
         self.prog.abandon_handle()
     }
 
+    /// How far the fill or reload under way has got (entries written of its total).
+    pub fn fill_progress(&self) -> std::sync::Arc<xdns_bpf::maps::FillProgress> {
+        self.prog.fill_progress()
+    }
+
     /// Answers of the active data in the answer table, and answers only in the hash map.
     pub fn table_counts(&self) -> (usize, usize) {
         self.prog.table_counts()
@@ -323,7 +358,7 @@ impl XdpRuntime {
 /// zone set this and the map fill take seconds, which an operator should see, not guess.
 fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
     let t = std::time::Instant::now();
-    tracing::info!(rss_mib = rss_mib(), "XDP: compiling answers for the kernel");
+    tracing::info!(rss_mib = crate::heap::rss_mib(), "XDP: compiling answers for the kernel");
     let data = xdns_bpf::data::compile_kernel_data(zones);
     // names answering NODATA from their apex's body (XDNS_NODE_NODATA_APEX), not their own
     let own = xdns_bpf::data::own_other(&data.answers);
@@ -337,21 +372,16 @@ fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
         answers = data.answers.len(),
         shared_nodata = shared,
         seconds = t.elapsed().as_secs_f32(),
-        rss_mib = rss_mib(),
+        rss_mib = crate::heap::rss_mib(),
         "XDP: answers compiled"
     );
     data
 }
 
 /// Resident memory of this process in MiB (`VmRSS`), for the phase logs; 0 if unknown.
-fn rss_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1024)
-}
+
+/// Time between the progress lines of a fill that takes long.
+const FILL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
 fn install_logged(
@@ -359,11 +389,24 @@ fn install_logged(
     data: &xdns_bpf::data::KernelData,
 ) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
-    prog.install(data)?;
+    let progress = prog.fill_progress();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    // a large zone set takes seconds to write: a line every FILL_LOG_PERIOD says how far
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(FILL_LOG_PERIOD) {
+                let (written, total) = progress.get();
+                tracing::info!(written, total, seconds = t.elapsed().as_secs(), "XDP: filling the kernel maps");
+            }
+        });
+        let installed = prog.install(data);
+        drop(done);
+        installed
+    })?;
     let (in_table, left_out) = prog.table_counts();
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
-        rss_mib = rss_mib(),
+        rss_mib = crate::heap::rss_mib(),
         answers_in_table = in_table,
         answers_left_out = left_out,
         "XDP: kernel maps filled (batched, chunk by chunk), new data active"
