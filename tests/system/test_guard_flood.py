@@ -195,7 +195,8 @@ def test_source_flood_is_blocked_within_2s_and_lifted_after(flab):
 
 
 def test_random_subdomain_flood_blocks_unknown_labels_only(flab):
-    srv = start(flab, "xdns-flood2")
+    # the flood's sources stay under the per-source threshold: only the suffix stands out
+    srv = start(flab, "xdns-flood2", extra="detect_min_rate = 50000")
     rnd = random.Random(25)
     qfile = flab.dir / "flood2.q"
     labels = {"".join(rnd.choice(string.ascii_lowercase + string.digits) for _ in range(12)) for _ in range(40000)}
@@ -203,10 +204,8 @@ def test_random_subdomain_flood_blocks_unknown_labels_only(flab):
     with Legit(flab, srv) as legit:
         time.sleep(3)
         assert guard_list(srv) == []
-        # from many /24s (a kxdpgun per /24, each slow): no source over the rate threshold
-        third = int(flab.client_addr4.split(".")[2])
-        gens = [kxdpgun(flab, srv, qfile, f"198.18.{(third + 100 + i) % 256}.0/24", qps=150, seconds=6) for i in range(8)]
-        gen = gens[0]
+        third = (int(flab.client_addr4.split(".")[2]) + 128) % 256
+        gens = [kxdpgun(flab, srv, qfile, f"198.18.{third}.0/24", qps=5000, seconds=6)]
         t0 = flood_started(flab, srv)
         blocked_at = None
         while time.monotonic() - t0 < 6:
@@ -237,6 +236,7 @@ def test_random_subdomain_flood_blocks_unknown_labels_only(flab):
     assert legit.share() >= 0.99, f"legitimate answers {legit.answered}/{legit.sent}"
     r = ask(flab, srv, "zz-not-there.example.com.")
     assert r is not None and r.rcode() == 3, "NXDOMAIN again once lifted"
+    print(f"suffix blocked {blocked_at:.2f} s after the flood's start, legit {legit.answered}/{legit.sent}")
     assert flab.stop(srv) == 0
 
 
@@ -311,8 +311,9 @@ def test_million_entry_list_reloads_atomically_under_load(flab):
     stop.set()
     t.join(5)
     gen.communicate(timeout=60)
+    assert results["never_sent"] >= 5, results
     assert results["both"] == 0, "a source blocked in both lists was answered during the reload"
     assert results["never"] >= results["never_sent"] - 1, f"the unlisted source lost answers: {results}"
-    assert flab.xdns_stats(srv)["guard"]["blocklist_entries"] == 1_000_001
+    assert flab.xdns_stats(srv)["guard"]["blocklist_entries"] == 1_000_002
     assert "XDP: guard lists replaced" in srv.stderr()
     assert flab.stop(srv) == 0
