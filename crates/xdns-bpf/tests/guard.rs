@@ -281,6 +281,30 @@ fn guard_incremental_blocks() {
     assert_eq!(verdict(&prog, &from("198.19.0.1", false)).2, ["drop_blocked"]);
 }
 
+/// Full maps: a list larger than the maps were sized for is refused with a clear error and
+/// the active lists stay whole (still dropping what they dropped); overlapping prefixes are
+/// one entry each, the longest deciding.
+#[test]
+fn guard_full_maps_and_overlaps_lose_nothing() {
+    require_root("guard_full_maps_and_overlaps_lose_nothing");
+    let prog = load_with(None, Some(GuardStage { capacity: 4, features: false, ..stage() }));
+    let g = prog.guard().unwrap();
+    g.reserve_lengths(Some(24), None);
+    g.replace_lists(&list("198.18.1.0/24\n198.18.1.0/25\n198.18.1.7\n"), &PrefixList::new()).unwrap();
+    assert_eq!(verdict(&prog, &from("198.18.1.200", false)).2, ["drop_blocked"]);
+    let e = g.replace_lists(&list("198.18.2.1\n198.18.2.2\n198.18.2.3\n198.18.2.4\n198.18.2.5\n"), &PrefixList::new()).unwrap_err();
+    assert!(format!("{e:#}").contains("sized for 4"), "{e:#}");
+    assert_eq!(verdict(&prog, &from("198.18.1.200", false)).2, ["drop_blocked"], "the old list is gone");
+    assert_eq!(verdict(&prog, &from("198.18.2.1", false)).2, ["pass_not_loaded"]);
+    assert_eq!(g.entry_drops(&parse_prefix("198.18.1.7").unwrap()).unwrap(), Some(0));
+    // one more fits, the next is refused with an error
+    assert_eq!(g.add_block(&parse_prefix("198.18.9.0/24").unwrap()).unwrap(), xdns_bpf::guard::Added::Added);
+    let e = g.add_block(&parse_prefix("198.18.10.0/24").unwrap()).unwrap_err();
+    assert!(format!("{e:#}").contains("full"), "{e:#}");
+    assert_eq!(verdict(&prog, &from("198.18.9.1", false)).2, ["drop_blocked"]);
+    assert_eq!(verdict(&prog, &from("198.18.1.7", false)).2, ["drop_blocked"]);
+}
+
 /// Lists with more prefix lengths than the hash structure probes go to the trie on their own
 /// (Auto), and the answers stay those of the longest match.
 #[test]

@@ -11,7 +11,8 @@
 //!    suffix, how many whole names under it were asked (distinct labels) and how many of
 //!    those queries were for names the served zones do not have (counted as NXDOMAIN; a
 //!    suffix with a wildcard child is never counted so), and declares the zone's labels
-//!    under the suffix as known.
+//!    under the suffix as known (a suffix with more labels than the detector keeps,
+//!    `DetectConfig::max_known_labels`, is never blocked for unknown labels).
 //! 3. **Block.** A source finding becomes a live block (origin `detected`, its reason and
 //!    rate) added to the kernel's active list generation with one map update
 //!    (`Guard::add_block`; a whole generation only when the active one cannot take it). A
@@ -335,6 +336,11 @@ impl Loop {
             let mut stat = SuffixStat { suffix: name.clone(), queries: s.queries, nxdomain: 0, distinct_labels: 0, labels: Vec::new() };
             if s.queries as f64 / secs >= wt_min / 2.0 {
                 let kids = index.children(&name, &hash);
+                if kids.labels.len() > detector.config().max_known_labels {
+                    // its known labels would not all be kept: never blocked for unknown labels
+                    suffixes.push(SuffixStat { suffix: name, queries: s.queries, nxdomain: 0, distinct_labels: 0, labels: Vec::new() });
+                    continue;
+                }
                 detector.set_known_labels(&name, kids.labels.iter().cloned());
                 let names = by_parent.get(&s.hash).map_or(&[][..], |v| &v[..]);
                 stat.distinct_labels = names.len() as u64;

@@ -723,6 +723,59 @@ mod tests {
     }
 
     #[test]
+    fn detect_keys_parse_and_bad_values_name_their_line() {
+        use crate::config::{parse, Overrides};
+        let path = Path::new("/tmp/x.toml");
+        let ok = "[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect = true\ndetect_interval_ms = 250\ndetect_min_rate = 1000\n\
+                  detect_unblock_after = 3\ndetect_block_for = \"10m\"\noffload_slots = 8\n";
+        let c = parse(ok, path, &Overrides::default()).unwrap();
+        let g = c.guard.unwrap();
+        assert_eq!(g.detect, Some(DetectSettings { interval_ms: 250, min_rate: 1000, unblock_after: 3, block_for: Some(600) }));
+        assert_eq!(g.offload_slots, 8);
+        let never = "[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect = true\ndetect_block_for = \"never\"\n";
+        assert_eq!(parse(never, path, &Overrides::default()).unwrap().guard.unwrap().detect.unwrap().block_for, None);
+        // off by default, with defaults when on
+        assert_eq!(parse("[guard]\n", path, &Overrides::default()).unwrap().guard.unwrap().detect, None);
+        for (bad, want) in [
+            ("[guard]\ndetect = true\n", "needs [xdp]"),
+            ("[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect = true\ndetect_interval_ms = 5000\n", ":5: [guard] detect_interval_ms must be 100..=1000"),
+            ("[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect_block_for = \"5y\"\n", ":4: [guard] detect_block_for"),
+            ("[xdp]\ninterfaces = [\"eth0\"]\n[guard]\noffload_slots = 100000\n", ":4: [guard] offload_slots must be 0..=4096"),
+        ] {
+            let errs = parse(bad, path, &Overrides::default()).unwrap_err();
+            let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+            assert!(text.iter().any(|t| t.contains(want)), "{bad}: {text:?}");
+        }
+    }
+
+    #[test]
+    fn live_suffix_blocks_keep_known_labels_in_userspace() {
+        use xdns_guard::monitor::{Origin, Target};
+        let live = LiveBlocks::default();
+        let sfx = b"\x07example\x03com\x00".to_vec();
+        live.keep.lock().unwrap().insert(sfx.clone(), vec![b"www".to_vec(), b"mail".to_vec()]);
+        {
+            let mut m = live.monitor.lock().unwrap();
+            m.block(1, Target::UnknownLabels(sfx), Origin::Detected, "random subdomains", None, 100.0);
+            live.publish(&m);
+        }
+        let w = |n: &str| question_name(&query(n, None)).unwrap();
+        assert!(live.blocks_name(&w("xk3j9q.example.com")));
+        assert!(live.blocks_name(&w("a.xk3j9q.example.com")));
+        assert!(!live.blocks_name(&w("www.example.com")));
+        assert!(!live.blocks_name(&w("a.b.www.example.com")));
+        assert!(!live.blocks_name(&w("mail.example.com")));
+        assert!(!live.blocks_name(&w("example.com")));
+        assert!(!live.blocks_name(&w("x.example.net")));
+        let names = live.names.load();
+        assert_eq!((names.0.len(), names.1.len()), (1, 4));
+        // lifted by hand: nothing blocked, the kept labels forgotten
+        assert!(live.command("guard unblock *.example.com.").starts_with("ok"));
+        assert!(!live.blocks_name(&w("xk3j9q.example.com")));
+        assert!(live.keep.lock().unwrap().is_empty());
+    }
+
+    #[test]
     fn rrl_drops_and_slips_over_the_rate_and_a_valid_cookie_bypasses_it() {
         let d = tmp("rrl");
         let g = Guard::load(&settings(&d, Some((5, 2, 24, 56)), true), None).unwrap();
