@@ -161,7 +161,8 @@ __attribute__((noinline)) int xdns_inpath_qlen(struct xdns_inpath_scratch *sc, _
 }
 
 /*
- * Lowercase a name (qlen bytes) into a 256-byte zero-padded buffer, and hash it with type,
+ * Lowercase a name (qlen bytes, its last word zero padded) into a 256-byte buffer, and hash it with the
+ * server's address (sc->srv; into the entry too, from_pend), type,
  * class (typeclass: qtype | qclass << 16, network order each) and kflags: the cache key. `from_pend`: the recorded query's name into the entry
  * being built, else the message's into sc->qname.
  */
@@ -181,23 +182,26 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 	if (qlen > 255)
 		qlen = 255;
 
+	/* words past the name are never compared (xdns_inpath_name_eq stops at qlen) */
 	for (k = 0; k < 32; k++) {
-		if (k * 8 >= qlen) {
-			xdns_st64(dst + k * 8, 0);
-			continue;
-		}
+		if (k * 8 >= qlen)
+			break;
 		w = xdns_lower8(xdns_ld64(src + k * 8) & xdns_inpath_mask(qlen - k * 8));
 		xdns_st64(dst + k * 8, w);
 		h = xdns_hash_step(h, w);
 	}
 	h = xdns_hash_step(h, (__u64)typeclass | ((__u64)(kflags & 0xffff) << 32) | ((__u64)qlen << 48));
+	h = xdns_hash_step(h, xdns_ld64(sc->srv));
+	h = xdns_hash_step(h, xdns_ld64(sc->srv + 8));
+	if (from_pend)
+		__builtin_memcpy(sc->e.server, sc->srv, 16);
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
 	return h;
 }
 
-/* Is the entry's name the question's (sc->qname; both lowercased, zero padded)? */
+/* Is the entry the question's: its server's (sc->srv), its name (sc->qname; both lowercased, the last word zero padded)? */
 __attribute__((noinline)) int xdns_inpath_name_eq(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
 						  __u32 qlen)
 {
@@ -205,6 +209,8 @@ __attribute__((noinline)) int xdns_inpath_name_eq(struct xdns_inpath_scratch *sc
 
 	qlen &= 0x1ff;
 	if (!sc || !e)
+		return 0;
+	if (xdns_ld64(e->server) != xdns_ld64(sc->srv) || xdns_ld64(e->server + 8) != xdns_ld64(sc->srv + 8))
 		return 0;
 	for (k = 0; k < 32; k++) {
 		if (k * 8 >= qlen)
@@ -468,6 +474,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 		return XDNS_INPATH_QUERY_OTHER;
 	}
 
+	__builtin_memcpy(sc->srv, pkt->dst, 16);
 	h = xdns_inpath_key(sc, 0, qlen, (__u32)qtype | ((__u32)qclass << 16), kflags);
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {

@@ -237,6 +237,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 		return XDNS_INPATH_REJECT_TTL;
 
 	/* the entry, built whole in scratch */
+	__builtin_memcpy(sc->srv, pkt->src, 16);
 	h = xdns_inpath_key(sc, 1, qlen, (__u32)sc->pend.qtype | ((__u32)sc->pend.qclass << 16), sc->pend.kflags);
 	sc->e.hash = h;
 	sc->e.stored_ns = now;

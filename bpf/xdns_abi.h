@@ -777,7 +777,8 @@ struct xdns_inpath_entry {
 	__u16 nttl;             /* records whose TTL is aged */
 	__u16 ttl_off[XDNS_INPATH_TTLS]; /* offsets of their TTLs in rest */
 	__u16 _pad;
-	__u8 name[256];         /* lowercased, zero padded */
+	__u8 server[16];        /* the server that gave it (IPv4 as ::ffff:a.b.c.d): each answers for itself */
+	__u8 name[256];         /* lowercased (the last word zero padded; words past the name unused) */
 	__u8 rest[XDNS_INPATH_REST]; /* answer, authority, additional (OPT included), as the server sent them */
 };
 
@@ -799,7 +800,8 @@ struct xdns_inpath_scratch {
 	__u32 w_neg_ttl;        /* RFC 2308: min(SOA TTL, SOA MINIMUM) of an authority SOA, 0: none */
 	__u32 w_err;            /* the verdict that ends the walk, 0: none */
 	__u32 w_seen;           /* 1: an OPT record was seen (it must be the last); 2: an authority SOA */
-	__u8 qname[256];        /* the question's name, lowercased, zero padded */
+	__u8 srv[16];           /* this packet's server address (the key's) */
+	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
 	struct xdns_inpath_pend pend;
 	struct xdns_inpath_entry e;
 	__u8 buf[XDNS_INPATH_BUF]; /* frame headers + DNS message */

@@ -192,6 +192,22 @@ impl InpathProgram {
         Ok(Self { verified: info.verified_insns, ..me })
     }
 
+    /// A second handle on the same program and maps, without the links (a reader: counters,
+    /// entries, flush, sweep; dropping it detaches nothing).
+    pub fn reader(&self) -> Result<Self> {
+        let dup = |m: &MapHandle| MapHandle::try_from(m).context("duplicating an in-path map handle");
+        Ok(Self {
+            prog: self.prog.try_clone().context("duplicating the program fd")?,
+            cache: dup(&self.cache)?,
+            scratch: dup(&self.scratch)?,
+            ifaces: dup(&self.ifaces)?,
+            pending: dup(&self.pending)?,
+            links: Vec::new(),
+            capacity: self.capacity,
+            verified: self.verified,
+        })
+    }
+
     /// Instructions the verifier processed for this program.
     pub fn verified_insns(&self) -> u32 {
         self.verified

@@ -171,6 +171,8 @@ fn inpath_fixture_table() {
     other_port.dport = 5353;
     let mut not_server = v4.clone();
     not_server.dst = vec![192, 0, 2, 99];
+    let mut other_server = v4.clone();
+    other_server.dst = vec![198, 18, 0, 9];
     let mut vlan = v4.clone();
     vlan.vlan = Some((0x8100, 7));
     let s4 = server_side(&v4);
@@ -216,6 +218,7 @@ fn inpath_fixture_table() {
             action: XDP_TX,
             reply: Some((v4.clone(), expected(&q2, &r1))),
         },
+        pass("the same question to another server: its own answer", frame(&other_server, &q2), "miss"),
         pass("EDNS DO=1: another question", frame(&v4, &q_do), "miss"),
         pass("its response, OPT last", frame(&s4, &r_do), "learned"),
         Row {

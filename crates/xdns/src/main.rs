@@ -17,6 +17,7 @@ mod config_doc;
 mod control;
 mod guard;
 mod heap;
+mod inpath;
 mod metrics;
 mod privilege;
 mod query;
