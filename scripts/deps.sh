@@ -10,7 +10,7 @@ PACKAGES=(
   # build: Rust daemon + eBPF objects
   clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc bpftool linux-libc-dev
   # peers and clients for the lab, the differential tests and the benchmark
-  knot knot-dnsutils nsd unbound dnsdist knot-resolver pdns-recursor dnsperf iproute2 procps time ethtool
+  knot knot-dnsutils nsd unbound dnsdist knot-resolver pdns-recursor dnsperf iproute2 iputils-ping procps time ethtool
   # system tests and charts
   python3 python3-pytest python3-dnspython python3-matplotlib
   # misc used by the scripts

@@ -674,7 +674,7 @@ class PathLab(Lab):
     `[inpath]` section in the router namespace; `router_run` runs commands there.
     """
 
-    def __init__(self, prefix: str = "xdp", **kw):
+    def __init__(self, prefix: str = "xdl", **kw):
         super().__init__(prefix=prefix, **kw)
         self.router_ns = f"{prefix}-{self.id}-r"
         self.router_cif = f"xr{self.id}"[:15]   # the router's client-facing veth
@@ -793,8 +793,9 @@ class PathLab(Lab):
 
     def router_xdp(self) -> dict[str, bool]:
         """Whether each router veth has an XDP program attached now."""
+        import re
         out = {}
         for dev in (self.router_cif, self.router_uif):
             link = self.router_run(["ip", "link", "show", "dev", dev]).stdout
-            out[dev] = "xdp" in link
+            out[dev] = re.search(r"\bxdp(generic|drv|offload)?(/id:|\s)|prog/xdp", link) is not None
         return out

@@ -341,11 +341,8 @@ def test_unsolicited_and_duplicate(plab, inpath, scripted):
     """A response nobody asked for, and a second response to one query, are not learnt:
     the first answer is what the cache replays."""
     before = counters(plab, inpath)
-    s = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((scripted.spare4, 0))
     q = make_query("unasked.forged.test", "A", 0x7777)
-    s.sendto(answer_for(q), (plab.client_addr4, 40000))
-    s.close()
+    scripted.spare.sendto(answer_for(q), (plab.client_addr4, 40000))   # from port 53
     scripted.script = lambda q, send: (send(answer_for(q, addr="198.18.0.1")),
                                        send(answer_for(q, addr="198.18.0.66")))
     first = plab.udp(scripted.addr4, make_query("dup.forged.test", "A", 0x1212))
