@@ -12,6 +12,8 @@ SHELL := /bin/bash
 #   make bench-resolver-smoke  the same in about a minute, checks the harness only
 #   make bench-guard flood guard: drop rate vs blocked sources (1 .. 1M) for xdns, nftables, iptables,
 #                    an empty XDP program; legitimate answers and time to mitigate; bench/out/guard.png
+#   make bench-inpath  in-path cache on a router: xdns hits vs dnsdist's packet cache vs the
+#                      plain router, miss forwarding with and without xdns, bench/out/inpath.png
 #   make bench-scale large zones: load time, memory, replies/s at 100k and 1M records vs Knot, NSD
 #   make deps        only install packages and build
 #   make package     the Debian package (binary, systemd unit, default config, man pages)
@@ -24,7 +26,7 @@ PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
 .PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale package \
-	bench-resolver-smoke bench-guard profile profile-resolver clean-lab
+	bench-resolver-smoke bench-guard bench-inpath profile profile-resolver clean-lab
 
 all: build
 
@@ -63,6 +65,7 @@ bench-smoke: build bench-resolver-smoke
 	$(PYTHON) bench/bench.py --smoke
 	$(PYTHON) bench/scale.py --smoke
 	$(PYTHON) bench/guard.py --smoke
+	$(PYTHON) bench/inpath.py --smoke --no-kernel
 
 # The flood guard against nftables and iptables (issue 25): table, bench/out/guard.png.
 bench-guard: deps
@@ -73,6 +76,9 @@ bench-guard: deps
 SIZES ?= 100000,1000000
 bench-scale: deps
 	$(PYTHON) bench/scale.py --sizes $(SIZES)
+
+bench-inpath: deps
+	$(PYTHON) bench/inpath.py
 
 bench-resolver: deps
 	$(PYTHON) bench/resolver.py

@@ -691,4 +691,129 @@ struct xdns_scratch {
 };
 _Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed with a mask");
 
+/*
+ * ---- The in-path cache (issue 26): its own program, bpf/inpath.bpf.c ----
+ *
+ * A separate XDP program on the client and upstream interfaces of a forwarding host: it
+ * answers queries to configured server addresses from what it learnt from those servers'
+ * responses to queries it saw, and forwards everything else untouched. Its own verdicts,
+ * counters, scratch and maps; nothing here is used by xdns.bpf.c.
+ */
+enum xdns_inpath_verdict {
+	XDNS_INPATH_PASS_OTHER = 0,         /* not UDP port 53 to/from a configured server on its interface: forwarded untouched */
+	XDNS_INPATH_ANSWERED = 1,           /* XDP_TX: a hit, answered on behalf of the server */
+	XDNS_INPATH_MISS = 2,               /* a cacheable query not in the cache: recorded, forwarded */
+	XDNS_INPATH_MISS_EXPIRED = 3,       /* in the cache but expired: recorded, forwarded */
+	XDNS_INPATH_MISS_TOO_BIG = 4,       /* cached, but larger than the client's UDP payload size: recorded, forwarded */
+	XDNS_INPATH_QUERY_OTHER = 5,        /* a query the cache does not take (opcode, flags, counts, EDNS options or version, class, meta type, VLAN, IP options): forwarded */
+	XDNS_INPATH_LEARNED = 6,            /* a response to a recorded query, stored; forwarded */
+	XDNS_INPATH_REJECT_UNSOLICITED = 7, /* response matching no recorded query (wrong ID, port, server or client): forwarded, not learnt */
+	XDNS_INPATH_REJECT_QUESTION = 8,    /* question differs from the recorded one (name case, type, class): forwarded, not learnt */
+	XDNS_INPATH_REJECT_LATE = 9,        /* after the timeout: forwarded, not learnt */
+	XDNS_INPATH_REJECT_DUPLICATE = 10,  /* a second response to one query: forwarded, not learnt */
+	XDNS_INPATH_REJECT_TRUNCATED = 11,  /* TC=1 */
+	XDNS_INPATH_REJECT_RCODE = 12,      /* RCODE other than NOERROR and NXDOMAIN (SERVFAIL, REFUSED, BADVERS, ...) */
+	XDNS_INPATH_REJECT_EDNS = 13,       /* OPT not last, with options, or of an unknown version */
+	XDNS_INPATH_REJECT_SIZE = 14,       /* longer than XDNS_INPATH_MSG */
+	XDNS_INPATH_REJECT_FORM = 15,       /* records that do not parse, more than XDNS_INPATH_TTLS, a negative answer without SOA */
+	XDNS_INPATH_REJECT_TTL = 16,        /* a TTL of zero: nothing to keep */
+	XDNS_INPATH_REJECT_NOMEM = 17,      /* the cache map refused the entry */
+	XDNS_INPATH_DROP_REWRITE = 18,      /* a helper failed half way through a reply: dropped */
+	XDNS_INPATH_MISS_NO_ROOM = 19,      /* cached, but the frame could not grow to the reply: recorded, forwarded */
+	XDNS_INPATH_VERDICT_MAX = 20,       /* number of verdicts; not a verdict */
+};
+#define XDNS_INPATH_SLOTS 32            /* verdict counters per CPU (a power of two >= the verdicts) */
+
+#define XDNS_INPATH_MSG 1232            /* largest DNS message learnt or sent */
+#define XDNS_INPATH_REST 1216           /* bytes after the question: XDNS_INPATH_MSG - 12 - 5, rounded up */
+#define XDNS_INPATH_TTLS 32             /* records per entry (each TTL is aged) */
+#define XDNS_INPATH_WAYS 4              /* entries per set */
+#define XDNS_INPATH_BUF 1600            /* scratch frame: 64 bytes of headers, the message, room for the word copies */
+#define XDNS_INPATH_DNS_AT 64           /* where the DNS message starts in the scratch frame */
+
+/* kflags: what of a query, besides its name, type and class, selects the answer */
+#define XDNS_INPATH_K_EDNS 0x8000       /* the query had an OPT record */
+#define XDNS_INPATH_K_DO 0x4000         /* ... with DO=1 */
+#define XDNS_INPATH_K_HDR 0x0130        /* the query's RD, AD and CD bits, in place */
+
+/* Load-time settings (rodata). */
+struct xdns_inpath_cfg {
+	__u64 timeout_ns;       /* a response later than this after its query is not learnt */
+	__u32 set_mask;         /* sets - 1 (sets a power of two) */
+	__u32 max_ttl;          /* seconds an entry lives at most */
+	__u8 redirect;          /* forward misses with bpf_fib_lookup + bpf_redirect (else XDP_PASS) */
+	__u8 _pad[7];
+};
+
+/* xdns_inpath_servers: an LPM key; IPv4 as ::ffff:a.b.c.d (prefix + 96) */
+struct xdns_inpath_prefix {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+/* A query forwarded and not yet answered, by who asked what of whom. */
+struct xdns_inpath_pend_key {
+	__u8 client[16];        /* IPv4 as ::ffff:a.b.c.d */
+	__u8 server[16];
+	__u16 cport;            /* network order */
+	__u16 id;               /* network order */
+	__u32 _pad;
+};
+
+struct xdns_inpath_pend {
+	__u64 sent_ns;          /* bpf_ktime_get_ns() when forwarded */
+	__u32 done;             /* responses seen (the first one alone is considered) */
+	__u16 qlen;             /* wire length of the name */
+	__u16 qtype;            /* network order */
+	__u16 qclass;           /* network order */
+	__u16 kflags;           /* XDNS_INPATH_K_* */
+	__u32 _pad;
+	__u8 name[256];         /* the name as sent (letter case kept) */
+};
+
+/* One cached answer (value of xdns_inpath_cache, key set * WAYS + way). */
+struct xdns_inpath_entry {
+	__u64 hash;             /* of the lowercased name, type, class, kflags */
+	__u64 stored_ns;        /* when learnt */
+	__u64 expires_ns;       /* stored_ns + TTL */
+	__u64 used_ns;          /* last hit (the set's replacement takes the least recently used) */
+	__u16 qlen;
+	__u16 qtype;            /* network order */
+	__u16 qclass;           /* network order */
+	__u16 kflags;
+	__u16 hdr[5];           /* the response's flags and four counts, network order */
+	__u16 rest_len;         /* bytes after the question */
+	__u16 nttl;             /* records whose TTL is aged */
+	__u16 ttl_off[XDNS_INPATH_TTLS]; /* offsets of their TTLs in rest */
+	__u16 _pad;
+	__u8 server[16];        /* the server that gave it (IPv4 as ::ffff:a.b.c.d): each answers for itself */
+	__u8 name[256];         /* lowercased (the last word zero padded; words past the name unused) */
+	__u8 rest[XDNS_INPATH_REST]; /* answer, authority, additional (OPT included), as the server sent them */
+};
+
+/* Per-CPU scratch and counters of the in-path program. */
+struct xdns_inpath_scratch {
+	__u64 verdicts[XDNS_INPATH_SLOTS];
+	__u64 evicted;          /* live entries replaced by another name (capacity pressure) */
+	__u64 redirected;       /* misses and responses forwarded by bpf_redirect */
+	__u64 fib_passed;       /* redirect on, but the FIB said no (or not our interface): XDP_PASS */
+	__u64 _cnt_pad;
+	/* the walk of a response's records (a bpf_loop) */
+	__u32 w_off;            /* next record, offset in the message */
+	__u32 w_len;            /* message length */
+	__u32 w_i;              /* records done */
+	__u32 w_n;              /* records in all */
+	__u32 w_an;             /* answer records */
+	__u32 w_ns_end;         /* index after the authority records */
+	__u32 w_min_ttl;        /* smallest TTL of a record */
+	__u32 w_neg_ttl;        /* RFC 2308: min(SOA TTL, SOA MINIMUM) of an authority SOA, 0: none */
+	__u32 w_err;            /* the verdict that ends the walk, 0: none */
+	__u32 w_seen;           /* 1: an OPT record was seen (it must be the last); 2: an authority SOA */
+	__u8 srv[16];           /* this packet's server address (the key's) */
+	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
+	struct xdns_inpath_pend pend;
+	struct xdns_inpath_entry e;
+	__u8 buf[XDNS_INPATH_BUF]; /* frame headers + DNS message */
+};
+
 #endif /* XDNS_ABI_H */

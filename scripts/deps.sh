@@ -10,7 +10,7 @@ PACKAGES=(
   # build: Rust daemon + eBPF objects
   clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc bpftool linux-libc-dev
   # peers and clients for the lab, the differential tests and the benchmark
-  knot knot-dnsutils nsd unbound knot-resolver pdns-recursor dnsperf iproute2 procps time ethtool nftables iptables
+  knot knot-dnsutils nsd unbound dnsdist knot-resolver pdns-recursor dnsperf iproute2 iputils-ping procps time ethtool nftables iptables
   # system tests and charts
   python3 python3-pytest python3-dnspython python3-matplotlib
   # misc used by the scripts
@@ -55,7 +55,7 @@ fi
 # own instances in namespaces, with their own configs). Debian's knot-resolver 5.6 runs as
 # instances kresd@N.service pulled in by kresd.target (plus kres-cache-gc), and ships
 # /etc/init.d/kresd for hosts without systemd; pdns-recursor is pdns-recursor.service (systemd only).
-for svc in knot nsd unbound kresd.target kresd@1 kres-cache-gc kresd pdns-recursor; do
+for svc in knot nsd unbound dnsdist kresd.target kresd@1 kres-cache-gc kresd pdns-recursor; do
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
   elif [ -x "/etc/init.d/$svc" ]; then

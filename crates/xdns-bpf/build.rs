@@ -61,11 +61,12 @@ fn multiarch_include() -> PathBuf {
     );
 }
 
-/// `(value, NAME)` of every enumerator of `enum xdns_verdict` in the ABI header's text.
-fn verdicts_of(abi: &str) -> Vec<(u32, String)> {
-    let start = abi.find("enum xdns_verdict {").expect("enum xdns_verdict in bpf/xdns_abi.h");
+/// `(value, NAME)` of every enumerator of `enum <name>` in the ABI header's text.
+fn verdicts_of(abi: &str, name: &str) -> Vec<(u32, String)> {
+    let head = format!("enum {name} {{");
+    let start = abi.find(&head).unwrap_or_else(|| panic!("{head} in bpf/xdns_abi.h"));
     let body = &abi[start..];
-    let body = &body[body.find('{').unwrap() + 1..body.find("};").expect("end of enum xdns_verdict")];
+    let body = &body[body.find('{').unwrap() + 1..body.find("};").expect("end of the enum")];
     let mut names = Vec::new();
     for line in body.lines() {
         // drop comments: `XDNS_NAME = N, /* ... */`
@@ -113,7 +114,7 @@ fn main() {
 
     // Counter names, read from the ABI header itself (the only source of names and numbers).
     let abi = fs::read_to_string(bpf_dir.join("xdns_abi.h")).expect("reading bpf/xdns_abi.h");
-    let mut names = verdicts_of(&abi);
+    let mut names = verdicts_of(&abi, "xdns_verdict");
     assert!(!names.is_empty(), "enum xdns_verdict has no verdicts");
     names.sort();
     let mut table = String::from("/// Verdict names indexed by value (from `enum xdns_verdict`).\npub const VERDICT_NAMES: &[&str] = &[\n");
@@ -126,6 +127,35 @@ fn main() {
     assert_eq!(names.last().map(|(_, n)| n.as_str()), Some("XDNS_VERDICT_MAX"), "XDNS_VERDICT_MAX ends enum xdns_verdict");
     table.push_str("];\n");
     fs::write(out.join("verdicts.rs"), table).expect("writing verdicts.rs");
+
+    // The in-path cache's program (issue 26): its own object and skeleton. -mcpu=v3: it
+    // marks a recorded query answered with an atomic fetch-and-add (BPF_ATOMIC | BPF_FETCH).
+    SkeletonBuilder::new()
+        .source(bpf_dir.join("inpath.bpf.c"))
+        .clang_args([
+            format!("-I{}", include.display()).as_str(),
+            target_arch.as_str(),
+            "-O2",
+            "-mcpu=v3",
+            "-fno-strict-aliasing",
+            "-g",
+            "-Wall",
+            "-Werror",
+        ])
+        .build_and_generate(out.join("inpath.skel.rs"))
+        .expect("building bpf/inpath.bpf.c");
+    let mut names = verdicts_of(&abi, "xdns_inpath_verdict");
+    names.sort();
+    let mut table = String::from("/// In-path verdict names indexed by value (from `enum xdns_inpath_verdict`).\npub const INPATH_VERDICT_NAMES: &[&str] = &[\n");
+    for (i, (num, name)) in names.iter().enumerate() {
+        assert_eq!(i as u32, *num, "xdns_inpath_verdict values must be dense from 0 ({name})");
+        if name != "XDNS_INPATH_VERDICT_MAX" {
+            writeln!(table, "    {name:?},").unwrap();
+        }
+    }
+    assert_eq!(names.last().map(|(_, n)| n.as_str()), Some("XDNS_INPATH_VERDICT_MAX"), "XDNS_INPATH_VERDICT_MAX ends enum xdns_inpath_verdict");
+    table.push_str("];\n");
+    fs::write(out.join("inpath_verdicts.rs"), table).expect("writing inpath_verdicts.rs");
 
     // The program's build id (lib.rs `build_id`): FNV-1a of the skeleton, object included.
     let id = fs::read(&skel)

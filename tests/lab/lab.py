@@ -660,3 +660,142 @@ if __name__ == "__main__":  # manual smoke: python3 tests/lab/lab.py
         n = lab.start_nsd()
         print(f"knot {k.addr4} {k.addr6}, nsd {n.addr4} {n.addr6}: both answer")
         sys.exit(0)
+
+
+class PathLab(Lab):
+    """Three namespaces for the in-path cache (issue 26): a client, a router that forwards
+    (IPv4 and IPv6), and the servers, each side its own subnet:
+
+        [client netns] xc<id> 198.18.C.100 ─ xr<id> 198.18.C.254 [router netns]
+        [router netns] xu<id> 198.18.S.254 ─ xs<id> 198.18.S.1 (+ .N per server) [server netns]
+
+    Everything `Lab` starts in the server namespace (Knot, Unbound, NSD, scripts) works the
+    same; the client reaches it through the router. `start_inpath` runs `xdns serve` with an
+    `[inpath]` section in the router namespace; `router_run` runs commands there.
+    """
+
+    def __init__(self, prefix: str = "xdl", **kw):
+        super().__init__(prefix=prefix, **kw)
+        self.router_ns = f"{prefix}-{self.id}-r"
+        self.router_cif = f"xr{self.id}"[:15]   # the router's client-facing veth
+        self.router_uif = f"xu{self.id}"[:15]   # the router's server-facing veth
+        c = self.x
+        s = (self.x + 256) % 512
+        self.cnet4 = f"198.{18 + c // 256}.{c % 256}"
+        self.cnet6 = f"2001:db8:{c:x}"
+        # the server side: Lab's net4/net6 (new_address and the servers' helpers use them)
+        self.net4 = f"198.{18 + s // 256}.{s % 256}"
+        self.net6 = f"2001:db8:{s:x}"
+        self.server_addr4 = f"{self.net4}.1"
+        self.server_addr6 = self._addr6(1)
+        self.client_addr4 = f"{self.cnet4}.100"
+        self.client_addr6 = str(ipaddress.IPv6Address(f"{self.cnet6}::100"))
+        self.router_caddr4 = f"{self.cnet4}.254"
+        self.router_caddr6 = str(ipaddress.IPv6Address(f"{self.cnet6}::fe"))
+        self.router_uaddr4 = f"{self.net4}.254"
+        self.router_uaddr6 = self._addr6(0xfe)
+
+    def up(self) -> None:
+        _LIVE_LABS.append(self)
+        if threading_is_main():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                    signal.signal(sig, _on_signal)
+        try:
+            for ns in (self.server_ns, self.client_ns, self.router_ns):
+                run(["ip", "netns", "add", ns])
+            run(["ip", "link", "add", self.client_if, "netns", self.client_ns,
+                 "type", "veth", "peer", "name", self.router_cif, "netns", self.router_ns])
+            run(["ip", "link", "add", self.server_if, "netns", self.server_ns,
+                 "type", "veth", "peer", "name", self.router_uif, "netns", self.router_ns])
+            for ns, dev, a4, a6, gw4, gw6 in (
+                (self.server_ns, self.server_if, self.server_addr4, self.server_addr6,
+                 self.router_uaddr4, self.router_uaddr6),
+                (self.client_ns, self.client_if, self.client_addr4, self.client_addr6,
+                 self.router_caddr4, self.router_caddr6),
+                (self.router_ns, self.router_cif, self.router_caddr4, self.router_caddr6, None, None),
+                (self.router_ns, self.router_uif, self.router_uaddr4, self.router_uaddr6, None, None),
+            ):
+                self.ns_run(ns, ["ip", "link", "set", "lo", "up"])
+                self.ns_run(ns, ["ip", "addr", "add", f"{a4}/24", "dev", dev])
+                self.ns_run(ns, ["ip", "-6", "addr", "add", f"{a6}/64", "dev", dev, "nodad"])
+                self.ns_run(ns, ["ip", "link", "set", dev, "up"])
+                if gw4:
+                    self.ns_run(ns, ["ip", "route", "add", "default", "via", gw4])
+                    self.ns_run(ns, ["ip", "-6", "route", "add", "default", "via", gw6])
+                if self.gro and shutil.which("ethtool"):
+                    self.ns_run(ns, ["ethtool", "-K", dev, "gro", "on"], check=False)
+            self.router_run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            self.router_run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+            self._up = True
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        super().close()
+        subprocess.run(["ip", "netns", "del", self.router_ns], capture_output=True)
+
+    def router_run(self, cmd, check=True, **kw) -> subprocess.CompletedProcess:
+        """Run a command to completion in the router namespace."""
+        return self.ns_run(self.router_ns, cmd, check=check, **kw)
+
+    def router(self, cmd, name: str = "proc", cwd=None, env=None) -> subprocess.Popen:
+        """Start a long-running process in the router namespace (stopped on close)."""
+        return self._spawn(self.router_ns, cmd, name, cwd, env)[0]
+
+    def write_inpath_config(self, name: str = "inpath", servers=None, extra: str = "") -> Path:
+        """xdns.toml with only `[inpath]` (client and upstream veths of the router; `servers`
+        defaults to the server subnet, both families). `extra`: more `[inpath]` keys."""
+        servers = servers or [f"{self.net4}.0/24", f"{self.net6}::/64"]
+        wd = self.dir / name
+        wd.mkdir(parents=True, exist_ok=True)
+        conf = wd / "xdns.toml"
+        conf.write_text(
+            "# generated by tests/lab/lab.py (PathLab)\n"
+            f'control = "{wd}/control.sock"\n'
+            f'metrics = "127.0.0.1:9153"\n'
+            "\n[inpath]\n"
+            f'client_interfaces = ["{self.router_cif}"]\n'
+            f'upstream_interfaces = ["{self.router_uif}"]\n'
+            f"servers = [{', '.join(repr(s).replace(chr(39), chr(34)) for s in servers)}]\n"
+            f"{extra}")
+        return conf
+
+    def start_inpath(self, name: str = "inpath", servers=None, extra: str = "",
+                     timeout: float = 20.0) -> Server:
+        """`xdns serve` with only `[inpath]` in the router namespace; returns once its
+        control socket answers and the program is attached to both veths."""
+        if not XDNS_BIN.exists():
+            raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
+        conf = self.write_inpath_config(name, servers, extra)
+        env = dict(os.environ, RUST_BACKTRACE="1")
+        proc, err = self._spawn(self.router_ns, [XDNS_BIN, "serve", "--config", conf], name, env=env)
+        srv = Server(name, self.router_caddr4, self.router_caddr6, proc, conf.parent, err,
+                     {"conf": conf, "control": conf.parent / "control.sock"})
+        deadline = time.monotonic() + timeout
+        while True:
+            if not srv.alive():
+                raise RuntimeError(f"{name} exited with {proc.returncode}\n--- stderr ---\n{srv.stderr()[-3000:]}")
+            if srv.extra["control"].exists():
+                try:
+                    if "inpath" in self.xdns_stats(srv):
+                        break
+                except (RuntimeError, ValueError):
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: no control socket after {timeout} s\n{srv.stderr()[-3000:]}")
+            time.sleep(0.05)
+        self.servers[name] = srv
+        return srv
+
+    def router_xdp(self) -> dict[str, bool]:
+        """Whether each router veth has an XDP program attached now."""
+        import re
+        out = {}
+        for dev in (self.router_cif, self.router_uif):
+            link = self.router_run(["ip", "link", "show", "dev", dev]).stdout
+            out[dev] = re.search(r"\bxdp(generic|drv|offload)?(/id:|\s)|prog/xdp", link) is not None
+        return out

@@ -14,6 +14,8 @@
 //!   `XDP_TX` error counters (rtnetlink, ethtool).
 //! - [`cache`]: the resolver's answer cache in the kernel ([`cache::KernelCache`], an
 //!   `xdns_wire::AnswerCache`), its refresh events ([`cache::PrefetchEvents`]) and allow list.
+//! - [`inpath`]: the in-path cache's own program (`bpf/inpath.bpf.c`, issue 26): load, attach,
+//!   counters, flush.
 //! - [`guard`]: the guard stage's maps (issue 25): source lists from `xdns_guard::lists`, the
 //!   modelled hardware tier (an `xdns_guard::topk::HardwareTier`), feature snapshots, counters.
 
@@ -36,6 +38,7 @@ pub mod cache;
 pub mod data;
 pub mod guard;
 pub mod hash;
+pub mod inpath;
 pub mod iface;
 pub mod maps;
 pub mod runtime;

@@ -57,6 +57,9 @@ pub struct Config {
     pub run_as: Option<crate::privilege::RunAs>,
     /// `[guard]`: lists, RRL and cookies (`crate::guard`); `None` = off.
     pub guard: Option<crate::guard::GuardSettings>,
+    /// `[inpath]`: the transparent in-path cache on a forwarding host (`crate::inpath`);
+    /// `None` = off.
+    pub inpath: Option<crate::inpath::InpathConfig>,
     /// TSIG keys (`[[key]]`), by name.
     pub keys: Vec<KeyConfig>,
     /// Zones transferred from primaries (`[[zone]]` with `primaries`), in configuration order.
@@ -194,6 +197,8 @@ struct FileConfig {
     group: Option<Spanned<String>>,
     #[serde(default)]
     guard: Option<crate::guard::FileGuard>,
+    #[serde(default)]
+    inpath: Option<Spanned<crate::inpath::FileInpath>>,
     #[serde(default)]
     key: Vec<Spanned<FileKey>>,
     #[serde(default)]
@@ -615,6 +620,9 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         // the features the detector reads are counted by the XDP program
         errors.push(err(None, "[guard] detect = true needs [xdp] interfaces (the kernel counts the traffic it reads)".into()));
     }
+    let inpath = file.inpath.as_ref().and_then(|i| {
+        crate::inpath::parse_section(i.get_ref(), span_line(i.span()), &err, &span_line, &mut errors)
+    });
     let run_as = match (&file.user, &file.group) {
         (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {
             Ok(r) => Some(r),
@@ -647,6 +655,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         resolver,
         run_as,
         guard,
+        inpath,
         keys,
         secondaries,
         outgoing,

@@ -45,6 +45,15 @@ pub const KEYS: &[Key] = &[
     k("guard", "cookies", "false", "DNS cookies (RFC 7873, RFC 9018 server cookies): a valid server cookie bypasses RRL; a malformed COOKIE option gets FORMERR."),
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
+    k("inpath", "client_interfaces", "(required)", "The transparent in-path cache (a forwarding host): interfaces where clients' queries arrive; cache hits are answered there on behalf of the server."),
+    k("inpath", "upstream_interfaces", "(required)", "Interfaces where the servers' responses arrive; only responses to queries forwarded by this host are learnt."),
+    k("inpath", "servers", "(required)", "Server prefixes (ADDR or ADDR/LEN) whose UDP port 53 answers are cached; everything else is forwarded untouched."),
+    k("inpath", "max_ttl", "3600", "Seconds an entry lives at most (RFC 2308 negative answers: min(SOA TTL, SOA MINIMUM) under this)."),
+    k("inpath", "capacity", "65536", "Entries kept (sets of 4, least recently used replaced, evictions counted); about 2 KiB each when held."),
+    k("inpath", "pending", "65536", "Forwarded queries remembered while their response is awaited (an LRU)."),
+    k("inpath", "timeout_ms", "3000", "A response later than this after its query is forwarded, not learnt."),
+    k("inpath", "forward", "pass", "How cache misses and responses are forwarded: pass (the kernel routes them) or redirect (bpf_fib_lookup + bpf_redirect to an interface of [inpath], the kernel otherwise)."),
+    k("inpath", "mode", "auto", "auto, native or generic, as [xdp] mode (auto: generic on a veth whose peer runs no XDP program)."),
     k("zone", "name", "(required)", "A zone to serve ([[zone]], one table per zone)."),
     k("zone", "file", "(required unless primaries)", "Its master file, relative to the configuration file's directory; for a secondary, where the last good copy is kept and read at start."),
     k("zone", "primaries", "none", "A secondary zone: the primaries to transfer from (ADDR, ADDR@PORT or [v6]:PORT), tried in order; only their NOTIFY is accepted."),
@@ -134,7 +143,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "key", "catalog", "resolver"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "key", "catalog", "resolver", "inpath"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {

@@ -3,7 +3,7 @@
 //! Protocol: the client sends one command line (`stats`, `reload`, `flush`, `flush name NAME`,
 //! `flush subtree NAME`, `zone refresh NAME` or `zone retransfer NAME`), the server answers with one line and closes. `stats` answers the
 //! [`Snapshot`] as JSON; `reload` answers `ok` once the reload has been queued; `flush`
-//! empties the resolver's caches, `flush name` forgets one name, `flush subtree` a name and
+//! empties the resolver's caches and the in-path cache (`[inpath]`), `flush name` forgets one name (resolver), `flush subtree` a name and
 //! everything below it, each answering `ok N` (N answers removed); anything else answers
 //! `error: …`. `takeover` (a new
 //! `xdns serve --takeover`) is a short dialogue that passes fds: see [`crate::takeover`].
@@ -108,10 +108,22 @@ async fn answer(
             Ok(()) => "ok".to_string(),
             Err(_) => "error: a reload is already queued".to_string(),
         },
-        "flush" => match shared.recursion.get() {
-            Some(r) => format!("ok {}", r.resolver.flush()),
-            None => "error: no resolver configured".to_string(),
-        },
+        "flush" => {
+            // the resolver's caches and the in-path cache, whichever run
+            let resolver = shared.recursion.get().map(|r| r.resolver.flush());
+            let inpath = match shared.inpath.get() {
+                Some(i) => {
+                    let i = i.clone();
+                    Some(tokio::task::spawn_blocking(move || i.flush()).await.map_err(io::Error::other)?)
+                }
+                None => None,
+            };
+            match (resolver, inpath) {
+                (None, None) => "error: no resolver and no in-path cache configured".to_string(),
+                (_, Some(Err(e))) => format!("error: in-path cache not flushed: {e:#}"),
+                (r, i) => format!("ok {}", r.unwrap_or(0) + i.and_then(Result::ok).unwrap_or(0)),
+            }
+        }
         cmd if cmd.starts_with("flush ") => flush_name(&shared, cmd),
         cmd if cmd.starts_with("guard ") => {
             let reply = shared.live_blocks.command(cmd);

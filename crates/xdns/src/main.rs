@@ -18,6 +18,7 @@ mod control;
 mod detect;
 mod guard;
 mod heap;
+mod inpath;
 mod metrics;
 mod privilege;
 mod query;

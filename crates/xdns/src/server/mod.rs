@@ -64,6 +64,8 @@ pub struct Shared {
     pub heartbeats: Arc<systemd::Heartbeats>,
     /// `[guard]` in userspace (swapped whole on reload), when configured.
     pub guard: ArcSwapOption<crate::guard::Guard>,
+    /// The in-path cache (`[inpath]`), when configured (set before workers start).
+    pub inpath: OnceLock<Arc<crate::inpath::Inpath>>,
     /// Blocks made live (`xdns guard block`), with or without `[guard]`.
     pub live_blocks: crate::guard::LiveBlocks,
     /// Held while the served zones are swapped and the XDP maps refilled (a reload, a zone
@@ -85,6 +87,7 @@ impl Shared {
             tcp_slots: OnceLock::new(),
             heartbeats: Default::default(),
             guard: ArcSwapOption::empty(),
+            inpath: OnceLock::new(),
             live_blocks: Default::default(),
             swap: tokio::sync::Mutex::new(()),
         }
@@ -123,6 +126,9 @@ impl Shared {
         }
         if self.live_blocks.detecting.load(Ordering::Relaxed) {
             self.live_blocks.counters.snapshot(&mut s);
+        }
+        if let Some(i) = self.inpath.get() {
+            i.snapshot(&mut s);
         }
         s
     }
@@ -166,6 +172,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
     push_guard_lists(&shared).await;
+    if let Some(icfg) = &cfg.inpath {
+        let ip = crate::inpath::Inpath::start(icfg).map_err(|e| e.context("[inpath]"))?;
+        let _ = shared.inpath.set(Arc::new(ip));
+    }
 
     // Everything that can fail on this host's state has been done: ask for the sockets.
     let mut session = if takeover { start::take_over(&cfg).await? } else { None };
@@ -255,6 +265,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         xdp = shared.fastpath.lock().map(|f| f.is_some()).unwrap_or(false),
         zones = ?reconfigure::zone_list(&shared),
         resolver = cfg.resolver.is_some(),
+        inpath = cfg.inpath.is_some(),
         taken_over_from = ?taken_from,
         "xdns started"
     );
@@ -269,6 +280,9 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         }
         None => None,
     };
+    if shared.inpath.get().is_some() {
+        tasks.push(tokio::spawn(sweep_inpath(shared.clone(), stop_rx.clone())));
+    }
     tasks.extend(systemd::spawn_watchdog(shared.heartbeats.clone(), stop_rx.clone()));
 
     let mut current = cfg;
@@ -309,6 +323,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     if let Some(d) = detector {
         // it sees the shutdown flag within 100 ms
         let _ = tokio::task::spawn_blocking(move || d.join()).await;
+    }
+    // the in-path cache detaches: the host forwards as before
+    if let Some(i) = shared.inpath.get() {
+        i.stop();
     }
     // After a takeover the path holds the new process's socket: leave it.
     if control_id.is_some() && control::socket_id(&control_path) == control_id {
@@ -376,6 +394,22 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
                 if shared.live_blocks.expire() {
                     push_guard_lists(&shared).await;
+                }
+            }
+        }
+    }
+}
+
+/// Once a second, the in-path cache's expired entries are deleted (so `entries` counts what
+/// lives, and a set's free ways are found first).
+async fn sweep_inpath(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                if let Some(i) = shared.inpath.get() {
+                    let i = i.clone();
+                    let _ = tokio::task::spawn_blocking(move || i.sweep()).await;
                 }
             }
         }

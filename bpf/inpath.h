@@ -1,0 +1,584 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * inpath.h - the in-path cache's query side: parse, the question's key, lookup, the reply on
+ * behalf of the server (XDP_TX), the record of a forwarded query, and the forwarding of misses.
+ *
+ * A query is cached in its exact form: (lowercased name, type, class, RD/AD/CD, EDNS present,
+ * DO). Queries with EDNS options, another EDNS version, other flags or counts, VLAN tags or
+ * IPv4 options are forwarded untouched (query_other): the server answers them.
+ *
+ * The reply is built whole in the per-CPU scratch (frame headers, the client's header and
+ * question as sent, the server's records with TTLs aged), its checksums computed there, then
+ * written over the frame, grown at the tail (or the head, where the driver leaves no tailroom).
+ */
+#ifndef XDNS_INPATH_H
+#define XDNS_INPATH_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+#include "xdns_abi.h"
+#include "inpath_maps.h"
+#include "hash.h"
+#include "word.h"
+
+#define XDNS_INPATH_PORT 53
+#define XDNS_NS 1000000000ULL
+
+/* The layers of one packet (plain Ethernet, IPv4 without options or IPv6, UDP). */
+struct xdns_inpath_pkt {
+	__u32 dns_off;
+	__u32 dns_len;
+	__u8 ipv6;
+	__u8 _pad[3];
+	__u16 sport;            /* network order */
+	__u16 dport;
+	__u8 src[16];           /* IPv4 as ::ffff:a.b.c.d */
+	__u8 dst[16];
+};
+
+static __always_inline void xdns_inpath_mapped(__u8 *a, __u32 v4)
+{
+	xdns_st64(a, 0);
+	*(__u32 *)(a + 8) = bpf_htonl(0xffff);
+	*(__u32 *)(a + 12) = v4;
+}
+
+/* Parse Ethernet / IP / UDP with port 53 on either side: 0, else -1 (not ours: forwarded). */
+static __always_inline int xdns_inpath_parse(struct xdp_md *ctx, struct xdns_inpath_pkt *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+	__u32 ulen;
+
+	if ((void *)(eth + 1) > end)
+		return -1;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+			return -1;
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return -1;
+		udp = (void *)(ip + 1);
+		if ((void *)(udp + 1) > end)
+			return -1;
+		ulen = bpf_ntohs(udp->len);
+		if (ulen + 20 != bpf_ntohs(ip->tot_len))
+			return -1;
+		pkt->ipv6 = 0;
+		xdns_inpath_mapped(pkt->src, ip->saddr);
+		xdns_inpath_mapped(pkt->dst, ip->daddr);
+		pkt->dns_off = sizeof(*eth) + sizeof(*ip) + sizeof(*udp);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > end || ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
+			return -1;
+		udp = (void *)(ip6 + 1);
+		if ((void *)(udp + 1) > end)
+			return -1;
+		ulen = bpf_ntohs(udp->len);
+		if (ulen != bpf_ntohs(ip6->payload_len))
+			return -1;
+		pkt->ipv6 = 1;
+		__builtin_memcpy(pkt->src, &ip6->saddr, 16);
+		__builtin_memcpy(pkt->dst, &ip6->daddr, 16);
+		pkt->dns_off = sizeof(*eth) + sizeof(*ip6) + sizeof(*udp);
+	} else {
+		return -1;              /* ARP, VLAN-tagged frames, ...: forwarded untouched */
+	}
+	if (ulen < sizeof(*udp) || data + pkt->dns_off + (ulen - sizeof(*udp)) > end)
+		return -1;
+	pkt->sport = udp->source;
+	pkt->dport = udp->dest;
+	pkt->dns_len = ulen - sizeof(*udp);
+	if (pkt->sport != bpf_htons(XDNS_INPATH_PORT) && pkt->dport != bpf_htons(XDNS_INPATH_PORT))
+		return -1;
+	return 0;
+}
+
+/* Is `addr` (16 bytes, IPv4 mapped) under a configured server prefix? */
+static __always_inline int xdns_inpath_server(const __u8 *addr)
+{
+	struct xdns_inpath_prefix k = { .prefixlen = 128 };
+
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(&xdns_inpath_servers, &k) != NULL;
+}
+
+/* The role bits of interface `ifindex` (0: not ours). */
+static __always_inline __u32 xdns_inpath_role(__u32 ifindex)
+{
+	__u32 *r = bpf_map_lookup_elem(&xdns_inpath_ifaces, &ifindex);
+
+	return r ? *r : 0;
+}
+
+/* Mask of the low `left` bytes of a little-endian word (all of it from 8 up). */
+static __always_inline __u64 xdns_inpath_mask(__u32 left)
+{
+	return left >= 8 ? ~0ULL : (1ULL << (left * 8)) - 1;
+}
+
+/*
+ * The loops below are global functions: the verifier checks each once, alone, with its
+ * arguments unknown, instead of once per length the callers' paths could give it.
+ */
+
+/*
+ * The name of the message in scratch (sc->buf, `len` bytes): its wire length (root octet
+ * included), or 0 when it is no plain name (a compression pointer, a label over 63 bytes,
+ * longer than 255, beyond the message).
+ */
+__attribute__((noinline)) int xdns_inpath_qlen(struct xdns_inpath_scratch *sc, __u32 len)
+{
+	const __u8 *msg;
+	__u32 pos = 0, i;
+	__u8 l;
+
+	if (!sc)
+		return 0;
+	msg = sc->buf + XDNS_INPATH_DNS_AT;
+	for (i = 0; i < 128; i++) {
+		if (12 + pos >= len || pos > 254)
+			return 0;
+		l = msg[12 + (pos & 255)];
+		if (l == 0)
+			return pos + 1;
+		if (l > 63)
+			return 0;
+		pos += l + 1;
+	}
+	return 0;
+}
+
+/*
+ * Lowercase a name (qlen bytes, its last word zero padded) into a 256-byte buffer, and hash it with the
+ * server's address (sc->srv; into the entry too, from_pend), type,
+ * class (typeclass: qtype | qclass << 16, network order each) and kflags: the cache key. `from_pend`: the recorded query's name into the entry
+ * being built, else the message's into sc->qname.
+ */
+__attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, int from_pend, __u32 qlen,
+						 __u32 typeclass, __u32 kflags)
+{
+	__u64 h = XDNS_HASH_SUFFIX, w;
+	const __u8 *src;
+	__u8 *dst;
+	__u32 k;
+
+	qlen &= 0x1ff;
+	if (!sc)
+		return 0;
+	src = from_pend ? sc->pend.name : sc->buf + XDNS_INPATH_DNS_AT + 12;
+	dst = from_pend ? sc->e.name : sc->qname;
+	if (qlen > 255)
+		qlen = 255;
+
+	/* words past the name are never compared (xdns_inpath_name_eq stops at qlen) */
+	for (k = 0; k < 32; k++) {
+		if (k * 8 >= qlen)
+			break;
+		w = xdns_lower8(xdns_ld64(src + k * 8) & xdns_inpath_mask(qlen - k * 8));
+		xdns_st64(dst + k * 8, w);
+		h = xdns_hash_step(h, w);
+	}
+	h = xdns_hash_step(h, (__u64)typeclass | ((__u64)(kflags & 0xffff) << 32) | ((__u64)qlen << 48));
+	h = xdns_hash_step(h, xdns_ld64(sc->srv));
+	h = xdns_hash_step(h, xdns_ld64(sc->srv + 8));
+	if (from_pend)
+		__builtin_memcpy(sc->e.server, sc->srv, 16);
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return h;
+}
+
+/* Is the entry the question's: its server's (sc->srv), its name (sc->qname; both lowercased, the last word zero padded)? */
+__attribute__((noinline)) int xdns_inpath_name_eq(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
+						  __u32 qlen)
+{
+	__u32 k;
+
+	qlen &= 0x1ff;
+	if (!sc || !e)
+		return 0;
+	if (xdns_ld64(e->server) != xdns_ld64(sc->srv) || xdns_ld64(e->server + 8) != xdns_ld64(sc->srv + 8))
+		return 0;
+	for (k = 0; k < 32; k++) {
+		if (k * 8 >= qlen)
+			break;
+		if (xdns_ld64(e->name + k * 8) != xdns_ld64(sc->qname + k * 8))
+			return 0;
+	}
+	return 1;
+}
+
+/* The checksum of `n` bytes (a multiple of 4, at most 1536) at p, in chunks csum_diff takes (512 bytes at most). */
+static __always_inline __u64 xdns_inpath_sum(const __u8 *p, __u32 n, __u64 seed)
+{
+	__s64 s = (__s64)seed;
+	__u32 c, sz;
+
+#pragma unroll
+	for (c = 0; c < 6; c++) {
+		if (c * 256 >= n)
+			break;
+		sz = n - c * 256;
+		if (sz > 256)
+			sz = 256;
+		s = bpf_csum_diff(NULL, 0, (void *)(p + c * 256), sz & 0x1fc, (__u32)s);
+		if (s < 0)
+			return 0;
+	}
+	return (__u64)s;
+}
+
+static __always_inline __u16 xdns_inpath_fold(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/*
+ * Record the query in scratch (sc->buf; its name's length, type, class, kflags in sc->pend) as forwarded: its response is
+ * learnt only if it matches this.
+ */
+__attribute__((noinline)) int xdns_inpath_record(struct xdns_inpath_scratch *sc, struct xdns_inpath_pkt *pkt, __u64 now)
+{
+	struct xdns_inpath_pend_key k = {};
+	const __u8 *m;
+	__u32 i, qlen;
+
+	if (!sc || !pkt)
+		return 0;
+	m = sc->buf + XDNS_INPATH_DNS_AT;
+	__builtin_memcpy(k.client, pkt->src, 16);
+	__builtin_memcpy(k.server, pkt->dst, 16);
+	k.cport = pkt->sport;
+	k.id = *(const __u16 *)m;
+	sc->pend.sent_ns = now;
+	sc->pend.done = 0;
+	qlen = sc->pend.qlen & 0x1ff;
+	for (i = 0; i < 32; i++) {
+		if (i * 8 >= qlen)
+			xdns_st64(sc->pend.name + i * 8, 0);
+		else
+			xdns_st64(sc->pend.name + i * 8, xdns_ld64(m + 12 + i * 8) & xdns_inpath_mask(qlen - i * 8));
+	}
+	return bpf_map_update_elem(&xdns_inpath_pending, &k, &sc->pend, BPF_ANY);
+}
+
+/*
+ * The reply's message in scratch from entry `e`: the server's records after the client's
+ * header and question (in place), TTLs aged, the server's flags and counts. 0, or -1.
+ */
+__attribute__((noinline)) int xdns_inpath_fill(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
+					       __u32 qlen, __u64 now)
+{
+	__u32 at, n, k, off, old, sub, nt, rlen;
+	__u8 *m;
+	__u64 el;
+
+	qlen &= 0x1ff;
+	at = 12 + qlen + 4;
+	if (!sc || !e)
+		return -1;
+	m = sc->buf + XDNS_INPATH_DNS_AT;
+	n = e->rest_len & 0x7ff;
+	rlen = at + n;
+	if (n > XDNS_INPATH_REST || at > 12 + 255 + 4 || rlen > XDNS_INPATH_MSG)
+		return -1;
+	/* the server's records */
+	for (k = 0; k < XDNS_INPATH_REST / 8; k++) {
+		if (k * 8 >= n)
+			break;
+		xdns_st64(m + at + k * 8, xdns_ld64(e->rest + k * 8));
+	}
+	/* TTLs aged by the whole seconds since the entry was learnt */
+	el = now > e->stored_ns ? (now - e->stored_ns) / XDNS_NS : 0;
+	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
+	nt = e->nttl;
+	for (k = 0; k < XDNS_INPATH_TTLS; k++) {
+		if (k >= nt)
+			break;
+		off = e->ttl_off[k];
+		if (off > XDNS_INPATH_REST - 4)
+			break;
+		old = bpf_ntohl(*(const __u32 *)(e->rest + off));
+		*(__u32 *)(m + at + off) = bpf_htonl(old > sub ? old - sub : 0);
+	}
+	/* header: the client's ID (in place), the server's flags and counts */
+#pragma unroll
+	for (k = 0; k < 5; k++)
+		*(__u16 *)(m + 2 + k * 2) = e->hdr[k];
+	*(__u32 *)(m + rlen) = 0;     /* pad to a multiple of 4 for the checksum */
+	return 0;
+}
+
+/*
+ * The reply from entry `e` to the query in scratch (name length qlen, message rlen bytes
+ * once built), written over the frame. XDNS_INPATH_ANSWERED, MISS_NO_ROOM (the frame could
+ * not grow: untouched), MISS_TOO_BIG or DROP_REWRITE.
+ */
+static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
+								  const struct xdns_inpath_pkt *pkt,
+								  struct xdns_inpath_entry *e, __u32 qlen,
+								  __u32 rlen, __u64 now)
+{
+	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
+	__u32 k, hl, start, frame;
+	__u32 pseudo[2];
+	__u64 s;
+	void *data, *end;
+	struct ethhdr *eth;
+	__u8 *h;
+	long grow;
+
+	if (rlen > XDNS_INPATH_MSG || rlen < 17 || xdns_inpath_fill(sc, e, qlen, now))
+		return XDNS_INPATH_MISS_TOO_BIG;
+
+	/* frame headers, right before the message */
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDNS_INPATH_QUERY_OTHER;
+	hl = pkt->ipv6 ? 14 + 40 + 8 : 14 + 20 + 8;
+	start = XDNS_INPATH_DNS_AT - hl;
+	h = sc->buf + (start & 63);
+	__builtin_memcpy(h, eth->h_source, 6);
+	__builtin_memcpy(h + 6, eth->h_dest, 6);
+	*(__u16 *)(h + 12) = eth->h_proto;
+	if (pkt->ipv6) {
+		struct ipv6hdr *ip6 = (void *)(h + 14);
+		struct udphdr *udp = (void *)(h + 54);
+
+		*(__u32 *)ip6 = bpf_htonl(0x60000000);
+		ip6->payload_len = bpf_htons(8 + rlen);
+		ip6->nexthdr = IPPROTO_UDP;
+		ip6->hop_limit = 64;
+		__builtin_memcpy(&ip6->saddr, pkt->dst, 16);
+		__builtin_memcpy(&ip6->daddr, pkt->src, 16);
+		udp->source = pkt->dport;
+		udp->dest = pkt->sport;
+		udp->len = bpf_htons(8 + rlen);
+		udp->check = 0;
+		pseudo[0] = bpf_htonl(8 + rlen);
+		pseudo[1] = bpf_htonl(IPPROTO_UDP);
+		s = bpf_csum_diff(NULL, 0, (void *)&ip6->saddr, 32, 0);
+		s = bpf_csum_diff(NULL, 0, pseudo, 8, (__u32)s);
+		s = bpf_csum_diff(NULL, 0, (void *)udp, 8, (__u32)s);
+		s = xdns_inpath_sum(m, (rlen + 3) & ~3U, (__u32)s);
+		udp->check = xdns_inpath_fold(s) ?: 0xffff;
+	} else {
+		struct iphdr *ip = (void *)(h + 14);
+		struct udphdr *udp = (void *)(h + 34);
+
+		*(__u16 *)ip = bpf_htons(0x4500);
+		ip->tot_len = bpf_htons(20 + 8 + rlen);
+		ip->id = 0;
+		ip->frag_off = 0;
+		ip->ttl = 64;
+		ip->protocol = IPPROTO_UDP;
+		ip->check = 0;
+		__builtin_memcpy(&ip->saddr, pkt->dst + 12, 4);
+		__builtin_memcpy(&ip->daddr, pkt->src + 12, 4);
+		ip->check = xdns_inpath_fold(bpf_csum_diff(NULL, 0, (void *)ip, 20, 0));
+		udp->source = pkt->dport;
+		udp->dest = pkt->sport;
+		udp->len = bpf_htons(8 + rlen);
+		udp->check = 0;
+		pseudo[0] = bpf_htonl(IPPROTO_UDP);
+		pseudo[1] = bpf_htonl(8 + rlen);
+		s = bpf_csum_diff(NULL, 0, (void *)&ip->saddr, 8, 0);
+		s = bpf_csum_diff(NULL, 0, pseudo, 8, (__u32)s);
+		s = bpf_csum_diff(NULL, 0, (void *)udp, 8, (__u32)s);
+		s = xdns_inpath_sum(m, (rlen + 3) & ~3U, (__u32)s);
+		udp->check = xdns_inpath_fold(s) ?: 0xffff;
+	}
+
+	/* the frame to the reply's length: the tail first, else the head */
+	frame = (__u32)(end - data);
+	grow = (long)(hl + rlen) - (long)frame;
+	if (grow != 0 && bpf_xdp_adjust_tail(ctx, (int)grow)) {
+		if (grow < 0 || bpf_xdp_adjust_head(ctx, (int)-grow))
+			return XDNS_INPATH_MISS_NO_ROOM;
+	}
+	k = hl + rlen;
+	if (k < 14 || k > 64 + XDNS_INPATH_MSG)
+		return XDNS_INPATH_DROP_REWRITE;
+	if (bpf_xdp_store_bytes(ctx, 0, h, k))
+		return XDNS_INPATH_DROP_REWRITE;
+	return XDNS_INPATH_ANSWERED;
+}
+
+/* A query from a client to a configured server: answered from the cache, or recorded. */
+static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
+								  const struct xdns_inpath_pkt *pkt)
+{
+	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
+	__u32 len = pkt->dns_len, qlen, o, set, way, key, limit, rlen;
+	__u16 flags, qtype, qclass, kflags, payload = 512;
+	struct xdns_inpath_entry *e, *hit = NULL;
+	enum xdns_inpath_verdict v;
+	__u64 h, now;
+
+	if (len < 17 || len > 512)
+		return XDNS_INPATH_QUERY_OTHER;
+	if (bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
+		return XDNS_INPATH_QUERY_OTHER;
+	flags = bpf_ntohs(*(__u16 *)(m + 2));
+	if ((flags & ~XDNS_INPATH_K_HDR) != 0)
+		return XDNS_INPATH_QUERY_OTHER;        /* QR, opcode, AA, TC, RA, Z, RCODE */
+	if (*(__u16 *)(m + 4) != bpf_htons(1) || *(__u32 *)(m + 6) != 0 || bpf_ntohs(*(__u16 *)(m + 10)) > 1)
+		return XDNS_INPATH_QUERY_OTHER;
+	qlen = (__u32)xdns_inpath_qlen(sc, len) & 0x1ff;
+	if (qlen == 0 || qlen > 255)
+		return XDNS_INPATH_QUERY_OTHER;
+	o = 12 + qlen;
+	if (o + 4 > len)
+		return XDNS_INPATH_QUERY_OTHER;
+	qtype = *(__u16 *)(m + o);
+	qclass = *(__u16 *)(m + o + 2);
+	if (qclass != bpf_htons(1))
+		return XDNS_INPATH_QUERY_OTHER;
+	switch (bpf_ntohs(qtype)) {
+	case 41: case 249: case 250: case 251: case 252:
+		return XDNS_INPATH_QUERY_OTHER;        /* OPT, TKEY, TSIG, IXFR, AXFR */
+	}
+	kflags = flags & XDNS_INPATH_K_HDR;
+	o += 4;
+	if (m[11]) {
+		/* a root OPT with no options, version 0 */
+		if (o + 11 != len || o > 12 + 255 + 4)
+			return XDNS_INPATH_QUERY_OTHER;
+		if (m[o] != 0 || *(__u16 *)(m + o + 1) != bpf_htons(41) || m[o + 5] != 0 || m[o + 6] != 0 ||
+		    *(__u16 *)(m + o + 9) != 0)
+			return XDNS_INPATH_QUERY_OTHER;
+		payload = bpf_ntohs(*(__u16 *)(m + o + 3));
+		if (payload < 512)
+			payload = 512;
+		kflags |= XDNS_INPATH_K_EDNS | ((m[o + 7] & 0x80) ? XDNS_INPATH_K_DO : 0);
+	} else if (o != len) {
+		return XDNS_INPATH_QUERY_OTHER;
+	}
+
+	__builtin_memcpy(sc->srv, pkt->dst, 16);
+	h = xdns_inpath_key(sc, 0, qlen, (__u32)qtype | ((__u32)qclass << 16), kflags);
+	set = (__u32)h & xdns_inpath_cfg.set_mask;
+	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
+		key = set * XDNS_INPATH_WAYS + way;
+		e = bpf_map_lookup_elem(&xdns_inpath_cache, &key);
+		if (!e || e->hash != h || e->qlen != qlen || e->qtype != qtype || e->qclass != qclass ||
+		    e->kflags != kflags)
+			continue;
+		if (xdns_inpath_name_eq(sc, e, qlen)) {
+			hit = e;
+			break;
+		}
+	}
+	now = bpf_ktime_get_ns();
+	v = XDNS_INPATH_MISS;
+	if (hit) {
+		limit = payload;
+		rlen = 12 + qlen + 4 + hit->rest_len;
+		if (now >= hit->expires_ns) {
+			v = XDNS_INPATH_MISS_EXPIRED;
+		} else if (rlen > limit || rlen > XDNS_INPATH_MSG) {
+			v = XDNS_INPATH_MISS_TOO_BIG;
+		} else {
+			v = xdns_inpath_reply(ctx, sc, pkt, hit, qlen, rlen, now);
+			if (v == XDNS_INPATH_ANSWERED) {
+				hit->used_ns = now;
+				return v;
+			}
+			if (v == XDNS_INPATH_DROP_REWRITE || v == XDNS_INPATH_QUERY_OTHER)
+				return v;
+			/* the scratch message was overwritten by the reply: record from the packet */
+			if (bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
+				return v;
+		}
+	}
+	sc->pend.qlen = qlen;
+	sc->pend.qtype = qtype;
+	sc->pend.qclass = qclass;
+	sc->pend.kflags = kflags;
+	xdns_inpath_record(sc, (struct xdns_inpath_pkt *)pkt, now);
+	return v;
+}
+
+/*
+ * Forward a DNS packet the program let through, as the kernel would route it: with redirect
+ * on, bpf_fib_lookup and bpf_redirect to an interface of ours (TTL lowered, MACs set);
+ * anything the FIB does not resolve completely (neighbour unknown, needs fragmenting, local
+ * delivery, ...) goes to the kernel (XDP_PASS).
+ */
+static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_inpath_scratch *sc)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct bpf_fib_lookup f = {};
+	struct iphdr *ip = NULL;
+	struct ipv6hdr *ip6 = NULL;
+	__u32 check;
+	long rc;
+
+	if ((void *)(eth + 1) > end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end || ip->ttl <= 1)
+			goto pass;
+		f.family = 2;   /* AF_INET */
+		f.tos = ip->tos;
+		f.l4_protocol = ip->protocol;
+		f.tot_len = bpf_ntohs(ip->tot_len);
+		f.ipv4_src = ip->saddr;
+		f.ipv4_dst = ip->daddr;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end || ip6->hop_limit <= 1)
+			goto pass;
+		f.family = 10;  /* AF_INET6 */
+		f.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		f.l4_protocol = ip6->nexthdr;
+		f.tot_len = bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(f.ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(f.ipv6_dst, &ip6->daddr, 16);
+	} else {
+		return XDP_PASS;
+	}
+	f.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !xdns_inpath_role(f.ifindex))
+		goto pass;
+	if (ip) {
+		check = ip->check;
+		check += bpf_htons(0x0100);
+		ip->check = (__u16)(check + (check >= 0xffff));
+		ip->ttl--;
+	} else if (ip6) {
+		ip6->hop_limit--;
+	}
+	__builtin_memcpy(eth->h_dest, f.dmac, 6);
+	__builtin_memcpy(eth->h_source, f.smac, 6);
+	sc->redirected++;
+	return bpf_redirect(f.ifindex, 0);
+pass:
+	sc->fib_passed++;
+	return XDP_PASS;
+}
+
+#endif /* XDNS_INPATH_H */

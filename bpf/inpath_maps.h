@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/* inpath_maps.h - the in-path cache's maps and load-time settings (bpf/inpath.bpf.c only). */
+#ifndef XDNS_INPATH_MAPS_H
+#define XDNS_INPATH_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "xdns_abi.h"
+
+/* Load-time settings, written by userspace before the load (xdns_bpf::inpath). */
+const volatile struct xdns_inpath_cfg xdns_inpath_cfg = {};
+
+#define XDNS_INPATH_ROLE_CLIENT 1       /* queries arrive here; hits are answered here */
+#define XDNS_INPATH_ROLE_UPSTREAM 2     /* responses of the servers arrive here */
+
+/* Interface roles: key ifindex, value XDNS_INPATH_ROLE_* bits; written by userspace at attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} xdns_inpath_ifaces SEC(".maps");
+
+/* Server prefixes whose queries are cached: key xdns_inpath_prefix, value 1; userspace at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct xdns_inpath_prefix);
+	__type(value, __u8);
+} xdns_inpath_servers SEC(".maps");
+
+/*
+ * Queries forwarded, awaiting their response: key (client, server, port, ID), value the
+ * question as sent; written by the program on a miss, marked done by the first response.
+ * An LRU: under a flood of queries the oldest are forgotten (their responses then pass, not
+ * learnt). Sized by userspace (`pending`).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct xdns_inpath_pend_key);
+	__type(value, struct xdns_inpath_pend);
+} xdns_inpath_pending SEC(".maps");
+
+/*
+ * The cache: key set * XDNS_INPATH_WAYS + way, value one answer; written by the program when
+ * it learns (one bpf_map_update_elem of a whole value: readers see the old or the new entry,
+ * never a mix, as elements are freed after an RCU grace period), deleted by userspace (flush,
+ * expiry sweep). Not preallocated: memory follows the entries. Sized by userspace (`capacity`).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct xdns_inpath_entry);
+} xdns_inpath_cache SEC(".maps");
+
+/* Per-CPU scratch and counters (one value). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdns_inpath_scratch);
+} xdns_inpath_scratch SEC(".maps");
+
+#endif /* XDNS_INPATH_MAPS_H */

@@ -1,0 +1,469 @@
+//! The in-path cache's program (`bpf/inpath.bpf.c`, issue 26): a separate XDP program for a
+//! host that forwards DNS traffic between clients and servers. It answers queries to the
+//! configured server addresses from responses it saw those servers give to queries it
+//! forwarded, and forwards everything else as the kernel would.
+//!
+//! - [`InpathSettings`]: what is fixed at load (servers, sizes, timeout, forwarding).
+//! - [`InpathProgram`]: load (the verifier runs), attach with BPF links (closed with the
+//!   process: a crash detaches), counters, entries, flush, expiry sweep, test runs.
+//! - [`InpathView`]: what the daemon asks of a loaded program, a trait so that the daemon's
+//!   bookkeeping (stats groups, flush replies) is tested without a kernel.
+//!
+//! After the load only file descriptors are kept (program, maps, links): the handle is `Send`
+//! and `Sync`, and the skeleton's object is closed.
+
+use std::mem::MaybeUninit;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use crate::runtime::AttachMode;
+
+#[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/inpath.skel.rs"));
+}
+
+include!(concat!(env!("OUT_DIR"), "/inpath_verdicts.rs"));
+
+/// The ABI types of the in-path program (`bpf/xdns_abi.h`, from its BTF).
+pub use skel::types;
+
+/// Role bit: queries arrive on this interface and hits are answered there.
+pub const ROLE_CLIENT: u32 = 1;
+/// Role bit: the servers' responses arrive on this interface.
+pub const ROLE_UPSTREAM: u32 = 2;
+/// Entries per set of the cache (`XDNS_INPATH_WAYS`).
+pub const WAYS: u32 = 4;
+
+/// Name of in-path verdict `v` (`"answered"`, `"reject_unsolicited"`, ...) as shown by stats
+/// and metrics.
+pub fn verdict_name(v: usize) -> Option<String> {
+    let raw = INPATH_VERDICT_NAMES.get(v)?;
+    Some(raw.trim_start_matches("XDNS_INPATH_").to_ascii_lowercase())
+}
+
+/// Load-time settings of the in-path program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InpathSettings {
+    /// Server prefixes whose queries are cached (`addr/len`).
+    pub servers: Vec<(IpAddr, u8)>,
+    /// Seconds an entry lives at most.
+    pub max_ttl: u32,
+    /// Entries the cache holds (rounded up to a power of two of sets of [`WAYS`]).
+    pub capacity: u32,
+    /// Forwarded queries remembered at once (an LRU).
+    pub pending: u32,
+    /// A response later than this after its query is not learnt.
+    pub timeout_ms: u32,
+    /// Forward misses and responses with `bpf_fib_lookup` + `bpf_redirect` (else the
+    /// kernel forwards them: `XDP_PASS`).
+    pub redirect: bool,
+}
+
+impl Default for InpathSettings {
+    fn default() -> Self {
+        Self { servers: Vec::new(), max_ttl: 3600, capacity: 65536, pending: 65536, timeout_ms: 3000, redirect: false }
+    }
+}
+
+impl InpathSettings {
+    /// Sets of [`WAYS`] entries: `capacity / WAYS` rounded up to a power of two, at least 1.
+    pub fn sets(&self) -> u32 {
+        (self.capacity.div_ceil(WAYS)).max(1).next_power_of_two()
+    }
+}
+
+/// Counters of the program, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InpathCounters {
+    /// By verdict name, every verdict present.
+    pub verdicts: Vec<(String, u64)>,
+    /// Live entries replaced by another question (capacity pressure).
+    pub evicted: u64,
+    /// DNS packets forwarded by `bpf_redirect`.
+    pub redirected: u64,
+    /// DNS packets redirect would have forwarded, passed to the kernel instead (no complete
+    /// FIB answer, or an interface not ours).
+    pub fib_passed: u64,
+}
+
+/// Entries of the cache as counted by userspace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InpathEntries {
+    /// Entries that still live.
+    pub live: u64,
+    /// Entries past their expiry, not yet swept.
+    pub expired: u64,
+    /// Most entries the map holds.
+    pub capacity: u64,
+    /// Bytes of one entry's value (the map's memory is about (value + 64) per entry held).
+    pub entry_bytes: u64,
+}
+
+/// What the daemon asks of a loaded in-path program.
+pub trait InpathView: Send + Sync {
+    fn counters(&self) -> Result<InpathCounters>;
+    fn entries(&self) -> Result<InpathEntries>;
+    /// Forget every entry: how many were held.
+    fn flush(&self) -> Result<usize>;
+    /// Delete the expired entries: how many.
+    fn sweep(&self) -> Result<usize>;
+}
+
+/// The loaded in-path program, its maps and links.
+pub struct InpathProgram {
+    prog: OwnedFd,
+    cache: MapHandle,
+    scratch: MapHandle,
+    ifaces: MapHandle,
+    pending: MapHandle,
+    links: Vec<(String, OwnedFd)>,
+    capacity: u32,
+    verified: u32,
+}
+
+/// `CLOCK_MONOTONIC` in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The LPM key of a prefix (IPv4 as `::ffff:a.b.c.d/96+len`).
+fn prefix_key(addr: IpAddr, len: u8) -> Vec<u8> {
+    let (bytes, plen) = match addr {
+        IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), 96 + u32::from(len.min(32))),
+        IpAddr::V6(a) => (a.octets(), u32::from(len.min(128))),
+    };
+    let mut k = plen.to_ne_bytes().to_vec();
+    k.extend_from_slice(&bytes);
+    k
+}
+
+fn ifindex(ifname: &str) -> Result<u32> {
+    crate::iface::ifindex(ifname).with_context(|| format!("no interface {ifname}"))
+}
+
+impl InpathProgram {
+    /// Open, size and load the program (the verifier runs here), and fill its server list.
+    pub fn load(s: &InpathSettings) -> Result<Self> {
+        if s.servers.is_empty() {
+            bail!("the in-path cache needs at least one server prefix");
+        }
+        if s.servers.len() > 256 {
+            bail!("at most 256 server prefixes ({} given)", s.servers.len());
+        }
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = skel::InpathSkelBuilder::default().open(storage).context("opening the in-path object")?;
+        let sets = s.sets();
+        {
+            let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
+            let c = &mut ro.xdns_inpath_cfg;
+            c.timeout_ns = u64::from(s.timeout_ms) * 1_000_000;
+            c.set_mask = sets - 1;
+            c.max_ttl = s.max_ttl;
+            c.redirect = u8::from(s.redirect);
+        }
+        open.maps.xdns_inpath_cache.set_max_entries(sets * WAYS)?;
+        open.maps.xdns_inpath_pending.set_max_entries(s.pending.max(64))?;
+        let skel = open.load().context("loading the in-path XDP program (verifier)")?;
+        let dup = |m: &libbpf_rs::Map<'_>| MapHandle::try_from(m).context("duplicating an in-path map handle");
+        let prog_fd = skel.progs.xdns_inpath.as_fd().try_clone_to_owned().context("duplicating the program fd")?;
+        let me = Self {
+            cache: dup(&skel.maps.xdns_inpath_cache)?,
+            scratch: dup(&skel.maps.xdns_inpath_scratch)?,
+            ifaces: dup(&skel.maps.xdns_inpath_ifaces)?,
+            pending: dup(&skel.maps.xdns_inpath_pending)?,
+            prog: prog_fd,
+            links: Vec::new(),
+            capacity: sets * WAYS,
+            verified: 0,
+        };
+        let servers = dup(&skel.maps.xdns_inpath_servers)?;
+        for &(a, l) in &s.servers {
+            servers.update(&prefix_key(a, l), &[1u8], MapFlags::ANY).context("writing a server prefix")?;
+        }
+        let info = crate::inpath::prog_info(me.prog.as_fd())?;
+        Ok(Self { verified: info.verified_insns, ..me })
+    }
+
+    /// A second handle on the same program and maps, without the links (a reader: counters,
+    /// entries, flush, sweep; dropping it detaches nothing).
+    pub fn reader(&self) -> Result<Self> {
+        let dup = |m: &MapHandle| MapHandle::try_from(m).context("duplicating an in-path map handle");
+        Ok(Self {
+            prog: self.prog.try_clone().context("duplicating the program fd")?,
+            cache: dup(&self.cache)?,
+            scratch: dup(&self.scratch)?,
+            ifaces: dup(&self.ifaces)?,
+            pending: dup(&self.pending)?,
+            links: Vec::new(),
+            capacity: self.capacity,
+            verified: self.verified,
+        })
+    }
+
+    /// Instructions the verifier processed for this program.
+    pub fn verified_insns(&self) -> u32 {
+        self.verified
+    }
+
+    /// The program's id (as `ip link` and `bpftool` show it).
+    pub fn prog_id(&self) -> Result<u32> {
+        Ok(prog_info(self.prog.as_fd())?.id)
+    }
+
+    /// Give interface index `ifindex` the role bits `role` ([`ROLE_CLIENT`], [`ROLE_UPSTREAM`]);
+    /// 0 removes it. (Tests give the loopback's index, that of BPF_PROG_TEST_RUN's packets.)
+    pub fn set_role(&self, ifindex: u32, role: u32) -> Result<()> {
+        if role == 0 {
+            let _ = self.ifaces.delete(&ifindex.to_ne_bytes());
+            return Ok(());
+        }
+        self.ifaces.update(&ifindex.to_ne_bytes(), &role.to_ne_bytes(), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    /// Attach to `ifname` with role bits `role`, with a BPF link (closed with the process).
+    /// `Auto`: generic on a veth whose peer runs no native XDP program (native `XDP_TX` frames
+    /// would be lost there, `crate::iface`), else the kernel's choice.
+    pub fn attach(&mut self, ifname: &str, role: u32, mode: AttachMode) -> Result<&'static str> {
+        let idx = ifindex(ifname)?;
+        let (flags, name) = match mode {
+            AttachMode::Native => (libbpf_sys::XDP_FLAGS_DRV_MODE, "native"),
+            AttachMode::Generic => (libbpf_sys::XDP_FLAGS_SKB_MODE, "generic"),
+            AttachMode::Auto => match crate::iface::veth_peer(ifname) {
+                Ok(p) if p.loses_native_tx() => (libbpf_sys::XDP_FLAGS_SKB_MODE, "generic"),
+                _ => (0, "auto"),
+            },
+        };
+        let role = role | self.role_of(idx);
+        self.set_role(idx, role)?;
+        if self.links.iter().any(|(n, _)| n == ifname) {
+            return Ok(name); // both roles on one interface: one link
+        }
+        // SAFETY: an all-zero `bpf_link_create_opts` is its documented default; `sz` is set.
+        let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
+        opts.flags = flags;
+        // SAFETY: `self.prog` is a loaded XDP program fd, `opts` is initialised and outlives the call.
+        let fd = unsafe { libbpf_sys::bpf_link_create(self.prog.as_raw_fd(), idx as i32, libbpf_sys::BPF_XDP, &opts) };
+        if fd < 0 {
+            let _ = self.set_role(idx, 0);
+            bail!("attaching the in-path program to {ifname} ({name}): {}", std::io::Error::from_raw_os_error(-fd));
+        }
+        // SAFETY: `fd` is a new link fd returned by the kernel and owned by nobody else.
+        self.links.push((ifname.to_string(), unsafe { OwnedFd::from_raw_fd(fd) }));
+        Ok(name)
+    }
+
+    fn role_of(&self, idx: u32) -> u32 {
+        self.ifaces
+            .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()
+            .and_then(|v| v.get(..4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())))
+            .unwrap_or(0)
+    }
+
+    /// Detach from every interface (the host forwards as before: no state is needed for it).
+    pub fn detach_all(&mut self) {
+        self.links.clear();
+    }
+
+    /// Run the program once on `packet` (BPF_PROG_TEST_RUN; its ingress is the loopback).
+    pub fn test_run(&self, packet: &[u8]) -> Result<(u32, Vec<u8>)> {
+        crate::runtime::test_run_fd(self.prog.as_fd(), packet)
+    }
+
+    /// Median kernel-measured ns of `runs` single test runs of `packet`.
+    pub fn bench(&self, packet: &[u8], runs: u32) -> Result<u64> {
+        let mut times = Vec::with_capacity(runs as usize);
+        for _ in 0..runs.max(1) {
+            let mut out = vec![0u8; 4096];
+            // SAFETY: a zeroed `bpf_test_run_opts` is the documented default; `sz` is set.
+            let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+            opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+            opts.data_in = packet.as_ptr().cast();
+            opts.data_size_in = packet.len() as u32;
+            opts.data_out = out.as_mut_ptr().cast();
+            opts.data_size_out = out.len() as u32;
+            // SAFETY: the fd is a loaded program; the buffers live across the call with the sizes given.
+            let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) };
+            if rc != 0 {
+                bail!("bpf_prog_test_run_opts: {}", std::io::Error::last_os_error());
+            }
+            times.push(u64::from(opts.duration));
+        }
+        times.sort_unstable();
+        Ok(times[times.len() / 2])
+    }
+
+    /// Move every entry's clock `secs` seconds into the past (stored, expiry, last use), as if
+    /// it had been learnt that much earlier: how tests age TTLs and expire entries without
+    /// waiting. Returns the entries moved.
+    #[doc(hidden)]
+    pub fn backdate(&self, secs: u64) -> Result<usize> {
+        let ns = secs * 1_000_000_000;
+        let mut n = 0;
+        for (k, mut v) in self.values() {
+            for at in [
+                std::mem::offset_of!(types::xdns_inpath_entry, stored_ns),
+                EXPIRES_AT,
+                std::mem::offset_of!(types::xdns_inpath_entry, used_ns),
+            ] {
+                let old = u64::from_ne_bytes(v[at..at + 8].try_into().unwrap());
+                v[at..at + 8].copy_from_slice(&old.saturating_sub(ns).to_ne_bytes());
+            }
+            self.cache.update(&k, &v, MapFlags::EXIST)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Recorded queries not yet answered (or answered, until the LRU reuses them).
+    pub fn pending_count(&self) -> usize {
+        self.pending.keys().count()
+    }
+
+    /// Every entry's value (tests and the sweep).
+    fn values(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.cache
+            .keys()
+            .filter_map(|k| self.cache.lookup(&k, MapFlags::ANY).ok().flatten().map(|v| (k, v)))
+            .collect()
+    }
+}
+
+/// Offset of `expires_ns` in `struct xdns_inpath_entry`.
+const EXPIRES_AT: usize = std::mem::offset_of!(types::xdns_inpath_entry, expires_ns);
+
+fn expires(v: &[u8]) -> u64 {
+    v.get(EXPIRES_AT..EXPIRES_AT + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
+}
+
+/// Sum the per-CPU scratch values' counters: verdicts, then evicted, redirected, fib_passed.
+pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
+    let slots = std::mem::size_of::<[u64; 32]>() / 8;
+    let mut sums = vec![0u64; slots + 3];
+    for v in per_cpu {
+        for (i, s) in sums.iter_mut().enumerate() {
+            if let Some(b) = v.get(i * 8..i * 8 + 8) {
+                *s += u64::from_ne_bytes(b.try_into().unwrap());
+            }
+        }
+    }
+    let verdicts = (0..INPATH_VERDICT_NAMES.len()).map(|i| (verdict_name(i).unwrap_or_default(), sums[i])).collect();
+    InpathCounters { verdicts, evicted: sums[slots], redirected: sums[slots + 1], fib_passed: sums[slots + 2] }
+}
+
+impl InpathView for InpathProgram {
+    fn counters(&self) -> Result<InpathCounters> {
+        let per_cpu = self.scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        Ok(sum_counters(&per_cpu))
+    }
+
+    fn entries(&self) -> Result<InpathEntries> {
+        let now = monotonic_ns();
+        let mut e = InpathEntries {
+            capacity: u64::from(self.capacity),
+            entry_bytes: std::mem::size_of::<types::xdns_inpath_entry>() as u64,
+            ..Default::default()
+        };
+        for (_, v) in self.values() {
+            if expires(&v) > now {
+                e.live += 1;
+            } else {
+                e.expired += 1;
+            }
+        }
+        Ok(e)
+    }
+
+    fn flush(&self) -> Result<usize> {
+        let keys: Vec<_> = self.cache.keys().collect();
+        let mut n = 0;
+        for k in keys {
+            if self.cache.delete(&k).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    fn sweep(&self) -> Result<usize> {
+        let now = monotonic_ns();
+        let mut n = 0;
+        for (k, v) in self.values() {
+            // an entry learnt again meanwhile is a new value: deleted only if still expired
+            if expires(&v) <= now {
+                let again = self.cache.lookup(&k, MapFlags::ANY).ok().flatten();
+                if again.is_some_and(|a| expires(&a) <= now) && self.cache.delete(&k).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// `bpf_prog_info` of a program fd.
+pub(crate) fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Result<libbpf_sys::bpf_prog_info> {
+    // SAFETY: a zeroed bpf_prog_info is a valid buffer for the kernel to fill.
+    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is writable for `len` bytes, `fd` a program fd.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    if rc != 0 {
+        bail!("bpf_prog_get_info_by_fd: {}", std::io::Error::last_os_error());
+    }
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_sets() {
+        assert_eq!(verdict_name(0).as_deref(), Some("pass_other"));
+        assert_eq!(verdict_name(1).as_deref(), Some("answered"));
+        assert!(INPATH_VERDICT_NAMES.iter().any(|n| *n == "XDNS_INPATH_REJECT_UNSOLICITED"));
+        let s = |capacity| InpathSettings { capacity, ..Default::default() }.sets();
+        assert_eq!(s(1), 1);
+        assert_eq!(s(4), 1);
+        assert_eq!(s(5), 2);
+        assert_eq!(s(65536), 16384);
+        assert_eq!(s(100_000), 32768);
+    }
+
+    #[test]
+    fn counters_sum_over_cpus() {
+        let mut a = vec![0u8; 64 * 8];
+        let mut b = vec![0u8; 64 * 8];
+        a[8..16].copy_from_slice(&3u64.to_ne_bytes()); // answered
+        b[8..16].copy_from_slice(&4u64.to_ne_bytes());
+        b[32 * 8..33 * 8].copy_from_slice(&2u64.to_ne_bytes()); // evicted
+        a[33 * 8..34 * 8].copy_from_slice(&5u64.to_ne_bytes()); // redirected
+        let c = sum_counters(&[a, b]);
+        assert_eq!(c.verdicts.iter().find(|(n, _)| n == "answered").map(|x| x.1), Some(7));
+        assert_eq!(c.evicted, 2);
+        assert_eq!(c.redirected, 5);
+        assert_eq!(c.verdicts.len(), INPATH_VERDICT_NAMES.len());
+    }
+
+    #[test]
+    fn prefix_keys() {
+        let k = prefix_key("198.18.0.0".parse().unwrap(), 15);
+        assert_eq!(&k[..4], &111u32.to_ne_bytes());
+        assert_eq!(&k[4..16], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&k[16..], &[198, 18, 0, 0]);
+        let k = prefix_key("2001:db8::".parse().unwrap(), 32);
+        assert_eq!(&k[..4], &32u32.to_ne_bytes());
+    }
+}

@@ -1,0 +1,403 @@
+//! The in-path cache's program (`bpf/inpath.bpf.c`), through BPF_PROG_TEST_RUN: a fixture
+//! table of packets (query, response) → verdict → frame, run in order on one program, then
+//! the cases that need their own program (capacity, late responses), ageing and flush.
+//! BPF_PROG_TEST_RUN's packets arrive on the loopback: it gets both roles here.
+
+mod common;
+
+use common::*;
+use xdns_bpf::inpath::{InpathProgram, InpathSettings, InpathView, ROLE_CLIENT, ROLE_UPSTREAM};
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+
+fn load_inpath(s: InpathSettings) -> InpathProgram {
+    let p = InpathProgram::load(&s).expect("loading the in-path program");
+    p.set_role(1, ROLE_CLIENT | ROLE_UPSTREAM).unwrap();
+    p
+}
+
+fn settings() -> InpathSettings {
+    InpathSettings {
+        servers: vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)],
+        ..Default::default()
+    }
+}
+
+/// Run `f`: (action, frame out, names of the counters that moved).
+fn run(p: &InpathProgram, f: &[u8]) -> (u32, Vec<u8>, Vec<String>) {
+    let before = p.counters().unwrap().verdicts;
+    let (act, out) = p.test_run(f).unwrap();
+    let after = p.counters().unwrap().verdicts;
+    let moved = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+    (act, out, moved)
+}
+
+/// A query with `id`, flags RD, the name as given.
+fn q(name: &str, qtype: u16, id: u16, opt: Option<Opt>) -> Vec<u8> {
+    let mut m = query(&wire(name), qtype, opt);
+    m[..2].copy_from_slice(&id.to_be_bytes());
+    m
+}
+
+/// A record: owner (a pointer to the question), type, TTL, rdata.
+fn rr(owner: &[u8], t: u16, ttl: u32, rdata: &[u8]) -> Vec<u8> {
+    let mut r = owner.to_vec();
+    r.extend_from_slice(&t.to_be_bytes());
+    r.extend_from_slice(&[0, 1]);
+    r.extend_from_slice(&ttl.to_be_bytes());
+    r.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    r.extend_from_slice(rdata);
+    r
+}
+
+const PTR_Q: [u8; 2] = [0xc0, 12];
+
+fn soa_rdata(minimum: u32) -> Vec<u8> {
+    let mut d = wire("ns.example.com");
+    d.extend_from_slice(&wire("host.example.com"));
+    for v in [1u32, 3600, 600, 86400, minimum] {
+        d.extend_from_slice(&v.to_be_bytes());
+    }
+    d
+}
+
+/// A response to query `query`: flags, answer/authority records, an OPT (rcode-ext, version,
+/// options) or none.
+fn resp(query: &[u8], flags: u16, an: &[Vec<u8>], ns: &[Vec<u8>], opt: Option<(u8, u8, &[u8])>) -> Vec<u8> {
+    let qend = 12 + query[12..].iter().position(|&b| b == 0).unwrap() + 1 + 4;
+    let mut m = query[..qend].to_vec();
+    m[2..4].copy_from_slice(&flags.to_be_bytes());
+    m[6..8].copy_from_slice(&(an.len() as u16).to_be_bytes());
+    m[8..10].copy_from_slice(&(ns.len() as u16).to_be_bytes());
+    m[10..12].copy_from_slice(&u16::from(opt.is_some()).to_be_bytes());
+    for r in an.iter().chain(ns) {
+        m.extend_from_slice(r);
+    }
+    if let Some((ext, ver, opts)) = opt {
+        m.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, ext, ver, 0, 0]);
+        m.extend_from_slice(&(opts.len() as u16).to_be_bytes());
+        m.extend_from_slice(opts);
+    }
+    m
+}
+
+fn a_answer(q: &[u8], ttl: u32) -> Vec<u8> {
+    resp(q, 0x8580, &[rr(&PTR_Q, 1, ttl, &[192, 0, 2, 1])], &[], None)
+}
+
+/// The reply the cache must send for `query`, from the server's `response` (TTLs as given).
+fn expected(query: &[u8], response: &[u8]) -> Vec<u8> {
+    let qend = 12 + query[12..].iter().position(|&b| b == 0).unwrap() + 1 + 4;
+    let mut m = response.to_vec();
+    m[..2].copy_from_slice(&query[..2]);
+    m[12..qend].copy_from_slice(&query[12..qend]);
+    m
+}
+
+fn set_ttls(m: &mut [u8], offs: &[usize], ttl: u32) {
+    for &o in offs {
+        m[o..o + 4].copy_from_slice(&ttl.to_be_bytes());
+    }
+}
+
+/// The reply frame: checksums, addresses, ports and MACs swapped, and its DNS bytes.
+fn check_reply(net: &Net, out: &[u8], dns: &[u8], what: &str) {
+    assert!(checksums_ok(out), "{what}: checksums");
+    let r = net.reply();
+    assert_eq!(&out[..6], &r.dst_mac, "{what}: dst MAC");
+    assert_eq!(&out[6..12], &r.src_mac, "{what}: src MAC");
+    if net.v6 {
+        assert_eq!(&out[22..38], &r.src[..], "{what}: source address");
+        assert_eq!(&out[38..54], &r.dst[..], "{what}: destination address");
+    } else {
+        assert_eq!(&out[26..30], &r.src[..], "{what}: source address");
+        assert_eq!(&out[30..34], &r.dst[..], "{what}: destination address");
+    }
+    let l4 = if net.v6 { 54 } else { 34 };
+    assert_eq!(u16::from_be_bytes([out[l4], out[l4 + 1]]), 53, "{what}: source port");
+    assert_eq!(u16::from_be_bytes([out[l4 + 2], out[l4 + 3]]), net.sport, "{what}: destination port");
+    assert_eq!(dns_of(out), dns, "{what}: DNS bytes");
+}
+
+struct Row {
+    what: &'static str,
+    frame: Vec<u8>,
+    verdict: &'static str,
+    action: u32,
+    /// Some(dns): an answer with these DNS bytes; None: the frame unchanged.
+    reply: Option<(Net, Vec<u8>)>,
+}
+
+fn pass(what: &'static str, frame: Vec<u8>, verdict: &'static str) -> Row {
+    Row { what, frame, verdict, action: XDP_PASS, reply: None }
+}
+
+fn run_table(p: &InpathProgram, rows: Vec<Row>) {
+    for r in rows {
+        let (act, out, moved) = run(p, &r.frame);
+        assert_eq!(moved, vec![r.verdict.to_string()], "{}: verdict", r.what);
+        assert_eq!(act, r.action, "{}: action", r.what);
+        match &r.reply {
+            None => assert_eq!(out, r.frame, "{}: frame must cross unchanged", r.what),
+            Some((net, dns)) => check_reply(net, &out, dns, r.what),
+        }
+    }
+}
+
+fn server_side(net: &Net) -> Net {
+    Net { ttl: 60, ..net.reply() }
+}
+
+#[test]
+fn inpath_fixture_table() {
+    require_root("inpath_fixture_table");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    println!("in-path program: {} instructions verified", p.verified_insns());
+    assert!(p.verified_insns() > 0 && p.verified_insns() < 1_000_000);
+    let v4 = Net::v4();
+    let v6 = Net::v6();
+    let q1 = q("www.Example.com", 1, 0x1111, None);
+    let r1 = a_answer(&q1, 300);
+    let q2 = q("WWW.example.COM", 1, 0x2222, None);
+    let q_do = q("www.example.com", 1, 0x3333, Opt::new(1232, true));
+    let r_do = resp(&q_do, 0x8580, &[rr(&PTR_Q, 1, 300, &[192, 0, 2, 1])], &[], Some((0, 0, &[])));
+    let q_do2 = q("www.example.COM", 1, 0x3334, Opt::new(4096, true));
+    let mut tcp = v4.clone();
+    tcp.proto = 6;
+    let mut other_port = v4.clone();
+    other_port.dport = 5353;
+    let mut not_server = v4.clone();
+    not_server.dst = vec![192, 0, 2, 99];
+    let mut other_server = v4.clone();
+    other_server.dst = vec![198, 18, 0, 9];
+    let mut vlan = v4.clone();
+    vlan.vlan = Some((0x8100, 7));
+    let s4 = server_side(&v4);
+    let mut wrong_port = s4.clone();
+    wrong_port.dport = 40001;
+    let mut wrong_server = s4.clone();
+    wrong_server.src = vec![198, 18, 0, 9];
+    let mut wrong_id = r1.clone();
+    wrong_id[..2].copy_from_slice(&0x1112u16.to_be_bytes());
+    let mut wrong_case = r1.clone();
+    wrong_case[13] = b'W';
+    // a second query, answered only by the server
+    let q3 = q("mail.example.com", 28, 0x4444, None);
+    let r3 = resp(&q3, 0x8580, &[rr(&PTR_Q, 28, 60, &[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])], &[], None);
+    let q3b = q("mail.example.com", 28, 0x4445, None);
+    // IPv6
+    let q6 = q("six.example.com", 16, 0x6666, None);
+    let r6 = resp(&q6, 0x8580, &[rr(&PTR_Q, 16, 120, b"\x05hello")], &[], None);
+    let q6b = q("SIX.example.com", 16, 0x6667, None);
+    // NXDOMAIN with SOA: learnt for min(SOA TTL, MINIMUM)
+    let qn = q("nx.example.com", 1, 0x7777, None);
+    let rn = resp(&qn, 0x8583, &[], &[rr(&wire("example.com"), 6, 900, &soa_rdata(60))], None);
+    let qnb = q("nx.example.com", 1, 0x7778, None);
+
+    let rows = vec![
+        pass("TCP to a server", frame(&tcp, &q1), "pass_other"),
+        pass("UDP to another port", frame(&other_port, &q1), "pass_other"),
+        pass("DNS to an address that is no server", frame(&not_server, &q1), "pass_other"),
+        pass("VLAN-tagged query", frame(&vlan, &q1), "pass_other"),
+        pass("first query: a miss, recorded", frame(&v4, &q1), "miss"),
+        pass("response to another port", frame(&wrong_port, &r1), "reject_unsolicited"),
+        pass("response from another server", frame(&wrong_server, &r1), "reject_unsolicited"),
+        pass("response with another ID", frame(&s4, &wrong_id), "reject_unsolicited"),
+        pass("response with the name's case changed", frame(&s4, &wrong_case), "reject_question"),
+        pass("the true response after the forged one: the query is spent", frame(&s4, &r1), "reject_duplicate"),
+        pass("asked again (nothing learnt): a miss", frame(&v4, &q1), "miss"),
+        pass("its response: learnt", frame(&s4, &r1), "learned"),
+        pass("the same response again", frame(&s4, &r1), "reject_duplicate"),
+        Row {
+            what: "another ID and case: answered with the client's question",
+            frame: frame(&v4, &q2),
+            verdict: "answered",
+            action: XDP_TX,
+            reply: Some((v4.clone(), expected(&q2, &r1))),
+        },
+        pass("the same question to another server: its own answer", frame(&other_server, &q2), "miss"),
+        pass("EDNS DO=1: another question", frame(&v4, &q_do), "miss"),
+        pass("its response, OPT last", frame(&s4, &r_do), "learned"),
+        Row {
+            what: "EDNS DO=1 with another payload size: the server's OPT",
+            frame: frame(&v4, &q_do2),
+            verdict: "answered",
+            action: XDP_TX,
+            reply: Some((v4.clone(), expected(&q_do2, &r_do))),
+        },
+        pass("AAAA: a miss", frame(&v4, &q3), "miss"),
+        pass("unsolicited response for a name never asked", frame(&s4, &r6), "reject_unsolicited"),
+        pass("AAAA response", frame(&s4, &r3), "learned"),
+        Row {
+            what: "AAAA answered",
+            frame: frame(&v4, &q3b),
+            verdict: "answered",
+            action: XDP_TX,
+            reply: Some((v4.clone(), expected(&q3b, &r3))),
+        },
+        pass("IPv6 query", frame(&v6, &q6), "miss"),
+        pass("IPv6 response", frame(&server_side(&v6), &r6), "learned"),
+        Row {
+            what: "IPv6 answered",
+            frame: frame(&v6, &q6b),
+            verdict: "answered",
+            action: XDP_TX,
+            reply: Some((v6.clone(), expected(&q6b, &r6))),
+        },
+        pass("NXDOMAIN query", frame(&v4, &qn), "miss"),
+        pass("NXDOMAIN with SOA: learnt", frame(&s4, &rn), "learned"),
+        Row {
+            what: "NXDOMAIN answered",
+            frame: frame(&v4, &qnb),
+            verdict: "answered",
+            action: XDP_TX,
+            reply: Some((v4.clone(), expected(&qnb, &rn))),
+        },
+    ];
+    run_table(&p, rows);
+    let e = p.entries().unwrap();
+    assert_eq!(e.live, 5, "{e:?}");
+
+    // what is not learnt, each after its own recorded query
+    let not_learnt: Vec<(&str, Box<dyn Fn(&[u8]) -> Vec<u8>>, &str)> = vec![
+        ("TC=1", Box::new(|q: &[u8]| resp(q, 0x8780, &[], &[], None)), "reject_truncated"),
+        ("SERVFAIL", Box::new(|q: &[u8]| resp(q, 0x8582, &[], &[], None)), "reject_rcode"),
+        ("REFUSED", Box::new(|q: &[u8]| resp(q, 0x8585, &[], &[], None)), "reject_rcode"),
+        ("BADVERS (extended RCODE)", Box::new(|q: &[u8]| resp(q, 0x8580, &[], &[], Some((1, 0, &[])))), "reject_rcode"),
+        ("EDNS version 1", Box::new(|q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 1, 5, &[1, 2, 3, 4])], &[], Some((0, 1, &[])))), "reject_edns"),
+        ("OPT with an option", Box::new(|q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 1, 5, &[1, 2, 3, 4])], &[], Some((0, 0, &[0, 3, 0, 1, b'x'])))), "reject_edns"),
+        ("NXDOMAIN without SOA", Box::new(|q: &[u8]| resp(q, 0x8583, &[], &[], None)), "reject_form"),
+        ("NODATA without SOA", Box::new(|q: &[u8]| resp(q, 0x8580, &[], &[], None)), "reject_form"),
+        ("TTL 0", Box::new(|q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 1, 0, &[1, 2, 3, 4])], &[], None)), "reject_ttl"),
+        ("a record cut short", Box::new(|q: &[u8]| { let mut m = resp(q, 0x8580, &[rr(&PTR_Q, 1, 5, &[1, 2, 3, 4])], &[], None); m.pop(); m }), "reject_form"),
+        ("bytes after the records", Box::new(|q: &[u8]| { let mut m = resp(q, 0x8580, &[rr(&PTR_Q, 1, 5, &[1, 2, 3, 4])], &[], None); m.push(0); m }), "reject_form"),
+        ("oversize (1300 bytes)", Box::new(|q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 16, 5, &[b'x'; 1250])], &[], None)), "reject_size"),
+        ("33 records", Box::new(|q: &[u8]| resp(q, 0x8580, &vec![rr(&PTR_Q, 1, 5, &[1, 2, 3, 4]); 34], &[], None)), "reject_form"),
+    ];
+    for (i, (what, make, verdict)) in not_learnt.into_iter().enumerate() {
+        let name = format!("n{i}.example.com");
+        let qq = q(&name, 1, 0x5000 + i as u16, None);
+        let (_, _, moved) = run(&p, &frame(&v4, &qq));
+        assert_eq!(moved, vec!["miss".to_string()], "{what}: query");
+        let rf = frame(&s4, &make(&qq));
+        let (act, out, moved) = run(&p, &rf);
+        assert_eq!(moved, vec![verdict.to_string()], "{what}");
+        assert_eq!((act, out), (XDP_PASS, rf), "{what}: forwarded unchanged");
+        let again = q(&name, 1, 0x6000 + i as u16, None);
+        let (_, _, moved) = run(&p, &frame(&v4, &again));
+        assert_eq!(moved, vec!["miss".to_string()], "{what}: nothing learnt");
+    }
+    assert_eq!(p.entries().unwrap().live, 5);
+
+    // too big for the client: a response of 600 bytes, a client without EDNS
+    let qb = q("big.example.com", 16, 0x7001, Opt::new(1232, false));
+    let rb = resp(&qb, 0x8580, &[rr(&PTR_Q, 16, 300, &[b'y'; 550])], &[], Some((0, 0, &[])));
+    run(&p, &frame(&v4, &qb));
+    assert_eq!(run(&p, &frame(&s4, &rb)).2, vec!["learned".to_string()]);
+    let qb512 = q("big.example.com", 16, 0x7002, Opt::new(512, false));
+    assert_eq!(run(&p, &frame(&v4, &qb512)).2, vec!["miss_too_big".to_string()], "a 512-byte client");
+    let qb2 = q("big.example.com", 16, 0x7003, Opt::new(1400, false));
+    let (act, out, moved) = run(&p, &frame(&v4, &qb2));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "a 1400-byte client");
+    check_reply(&v4, &out, &expected(&qb2, &rb), "600-byte answer");
+
+    // ageing: 100 s later the A record says 200; the NXDOMAIN's SOA (TTL 900, minimum 60)
+    // lives 60 s: expired
+    assert!(p.backdate(100).unwrap() >= 5);
+    let q4 = q("www.example.com", 1, 0x8888, None);
+    let (act, out, moved) = run(&p, &frame(&v4, &q4));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]));
+    let mut aged = expected(&q4, &r1);
+    let ttl_at = aged.len() - 10;
+    set_ttls(&mut aged, &[ttl_at], 200);
+    check_reply(&v4, &out, &aged, "aged by 100 s");
+    let (act, _, moved) = run(&p, &frame(&v4, &qnb));
+    assert_eq!((act, moved), (XDP_PASS, vec!["miss_expired".to_string()]));
+    assert_eq!(p.sweep().unwrap(), 2, "the NXDOMAIN and the AAAA (TTL 60) swept");
+
+    // flush
+    let n = p.flush().unwrap();
+    assert_eq!(n, 4, "A, A DO=1, AAAA over IPv6, the 600-byte answer");
+    assert_eq!(p.entries().unwrap().live, 0);
+    let (act, _, moved) = run(&p, &frame(&v4, &q2));
+    assert_eq!((act, moved), (XDP_PASS, vec!["miss".to_string()]));
+}
+
+#[test]
+fn inpath_capacity_and_late() {
+    require_root("inpath_capacity_and_late");
+    stay_on_one_cpu();
+    let p = load_inpath(InpathSettings { capacity: 4, timeout_ms: 200, ..settings() });
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    for i in 0..6u16 {
+        let qq = q(&format!("c{i}.example.com"), 1, 0x100 + i, None);
+        run(&p, &frame(&v4, &qq));
+        assert_eq!(run(&p, &frame(&s4, &a_answer(&qq, 300))).2, vec!["learned".to_string()]);
+    }
+    let c = p.counters().unwrap();
+    assert_eq!(c.evicted, 2, "one set of four: two live entries replaced");
+    assert_eq!(p.entries().unwrap().live, 4);
+    // late: the response after the timeout
+    let ql = q("late.example.com", 1, 0x200, None);
+    run(&p, &frame(&v4, &ql));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let rf = frame(&s4, &a_answer(&ql, 300));
+    let (act, out, moved) = run(&p, &rf);
+    assert_eq!((act, moved), (XDP_PASS, vec!["reject_late".to_string()]));
+    assert_eq!(out, rf);
+    assert_eq!(run(&p, &frame(&v4, &q("late.example.com", 1, 0x201, None))).2, vec!["miss".to_string()]);
+}
+
+#[test]
+fn inpath_long_names_every_type() {
+    require_root("inpath_long_names_every_type");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    // a 255-byte name: 4 labels of 62 and one of 3... wire length 4*63 + 2 + 1 = 255
+    let long = format!("{}.{}.{}.{}.a", "a".repeat(62), "B".repeat(62), "c".repeat(62), "d".repeat(61));
+    assert_eq!(wire(&long).len(), 254);
+    let long = format!("{long}b");
+    assert_eq!(wire(&long).len(), 255);
+    for qtype in [1u16, 2, 5, 15, 16, 33, 64, 65, 257, 65280] {
+        let qq = q(&long, qtype, qtype, None);
+        assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "type {qtype}");
+        let r = resp(&qq, 0x8580, &[rr(&PTR_Q, qtype, 30, &[7, 7, 7])], &[], None);
+        assert_eq!(run(&p, &frame(&s4, &r)).2, vec!["learned".to_string()], "type {qtype}");
+        let q2 = q(&long.to_uppercase(), qtype, qtype ^ 0xffff, None);
+        let (act, out, moved) = run(&p, &frame(&v4, &q2));
+        assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "type {qtype}");
+        check_reply(&v4, &out, &expected(&q2, &r), "255-byte name");
+    }
+    // a 256-byte name is no name: forwarded
+    let too_long = format!("{long}.x");
+    let mut m = vec![0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&wire(&too_long));
+    m.extend_from_slice(&[0, 1, 0, 1]);
+    assert_eq!(run(&p, &frame(&v4, &m)).2, vec!["query_other".to_string()]);
+}
+
+/// ns per packet of a hit and a miss (BPF_PROG_TEST_RUN), printed for bench/inpath.py.
+#[test]
+fn inpath_perf() {
+    require_root("inpath_perf");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let qq = q("www.example.com", 1, 1, None);
+    run(&p, &frame(&v4, &qq));
+    run(&p, &frame(&server_side(&v4), &a_answer(&qq, 300)));
+    let hit = p.bench(&frame(&v4, &qq), 2000).unwrap();
+    let miss = p.bench(&frame(&v4, &q("other.example.com", 1, 1, None)), 2000).unwrap();
+    let mut other = v4.clone();
+    other.dport = 5353;
+    let pass = p.bench(&frame(&other, &qq), 2000).unwrap();
+    println!("inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass}");
+    assert!(hit > 0 && miss > 0);
+    let _ = XDP_DROP;
+}

@@ -1,0 +1,450 @@
+"""The transparent in-path cache (issue 26), in a three-namespace lab: a client, a router
+that forwards (xdns with only `[inpath]`), and the servers: Knot DNS, Unbound (a resolver
+in front of Knot, as a cluster DNS would be) and a scriptable Python server for the forged
+responses. Every test asserts on the router's counters (`xdns stats`) as well as on what
+the client receives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+
+import dns.flags
+import dns.message
+import dns.rdatatype
+import pytest
+
+from lab import DEFAULT_ZONES, PathLab, Server, XDNS_BIN, run, _setns
+
+
+# ---------------------------------------------------------------- helpers
+
+def ttl_offsets(wire: bytes) -> list[int]:
+    """Offsets of every record's TTL (OPT's too: its 'TTL' is flags, compared as is)."""
+    def skip_name(o: int) -> int:
+        while True:
+            n = wire[o]
+            if n == 0:
+                return o + 1
+            if n & 0xC0 == 0xC0:
+                return o + 2
+            o += n + 1
+    qd, an, ns, ar = struct.unpack("!4H", wire[4:12])
+    o = 12
+    for _ in range(qd):
+        o = skip_name(o) + 4
+    out = []
+    for _ in range(an + ns + ar):
+        o = skip_name(o)
+        rtype = struct.unpack("!H", wire[o:o + 2])[0]
+        if rtype != 41:
+            out.append(o + 4)
+        rdlen = struct.unpack("!H", wire[o + 8:o + 10])[0]
+        o += 10 + rdlen
+    return out
+
+
+def ttls(wire: bytes) -> list[int]:
+    return [struct.unpack("!I", wire[o:o + 4])[0] for o in ttl_offsets(wire)]
+
+
+def no_ttls(wire: bytes) -> bytes:
+    b = bytearray(wire)
+    for o in ttl_offsets(wire):
+        b[o:o + 4] = b"\0\0\0\0"
+    return bytes(b)
+
+
+def make_query(name: str, rtype: str, qid: int, edns: int | None = None, do: bool = False,
+               rd: bool = True) -> bytes:
+    q = dns.message.make_query(name, rtype, use_edns=edns is not None,
+                               payload=edns or 512, want_dnssec=do)
+    q.id = qid
+    if not rd:
+        q.flags &= ~dns.flags.RD
+    return q.to_wire()
+
+
+def counters(lab, srv) -> dict:
+    return lab.xdns_stats(srv)["inpath"]
+
+
+def cache(lab, srv) -> dict:
+    return lab.xdns_stats(srv)["inpath_cache"]
+
+
+def delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+def socket_in(ns: str, family, type_) -> socket.socket:
+    orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            return socket.socket(family, type_)
+        finally:
+            _setns(orig)
+    finally:
+        os.close(orig)
+        os.close(target)
+
+
+class Scripted:
+    """A DNS server in the server namespace whose answer to each query is decided by a
+    function: `script(query_wire, send)` where send(wire, src=None, port_delta=0, delay=0)."""
+
+    def __init__(self, lab: PathLab):
+        self.lab = lab
+        self.addr4, self.addr6 = lab.new_address()
+        self.spare4, _ = lab.new_address()
+        self.sock = socket_in(lab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((self.addr4, 53))
+        self.spare = socket_in(lab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        self.spare.bind((self.spare4, 53))
+        self.script = None
+        self.queries = 0
+        self.stop = False
+        self.t = threading.Thread(target=self._loop, daemon=True)
+        self.t.start()
+
+    def _loop(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                q, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.queries += 1
+
+            def send(wire, src=None, port_delta=0, delay=0.0, peer=peer):
+                if delay:
+                    time.sleep(delay)
+                s = self.spare if src == "spare" else self.sock
+                s.sendto(wire, (peer[0], peer[1] + port_delta))
+            if self.script:
+                self.script(q, send)
+
+    def close(self):
+        self.stop = True
+        self.t.join(2)
+        self.sock.close()
+        self.spare.close()
+
+
+def answer_for(query: bytes, ttl: int = 300, rcode: int = 0, tc: bool = False, addr="198.18.0.77",
+               opt_version: int | None = None, big: bool = False) -> bytes:
+    q = dns.message.from_wire(query)
+    r = dns.message.make_response(q)
+    r.set_rcode(rcode)
+    if tc:
+        r.flags |= dns.flags.TC
+    if rcode == 0 and not tc:
+        rr = r.find_rrset(r.answer, q.question[0].name, dns.rdataclass.IN, q.question[0].rdtype, create=True)
+        if q.question[0].rdtype == dns.rdatatype.A:
+            rr.add(dns.rdata.from_text("IN", "A", addr), ttl)
+        else:
+            rr.add(dns.rdata.from_text("IN", "TXT", '"' + ("x" * 200) + '"'), ttl)
+            if big:
+                for i in range(5):
+                    rr.add(dns.rdata.from_text("IN", "TXT", f'"{i}' + ("y" * 200) + '"'), ttl)
+    if opt_version is not None:
+        r.use_edns(edns=opt_version, payload=1232)
+    return r.to_wire()
+
+
+# ---------------------------------------------------------------- the lab
+
+@pytest.fixture(scope="module")
+def plab():
+    with PathLab() as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def knot(plab):
+    return plab.start_knot(DEFAULT_ZONES)
+
+
+def start_unbound(lab, knot) -> Server:
+    a4, a6 = lab.new_address()
+    wd = lab.dir / "unbound"
+    wd.mkdir(exist_ok=True)
+    conf = wd / "unbound.conf"
+    conf.write_text(f"""# generated by tests/system/test_inpath.py
+server:
+    interface: {a4}@53
+    interface: {a6}@53
+    do-daemonize: no
+    username: ""
+    chroot: ""
+    directory: "{wd}"
+    pidfile: "{wd}/unbound.pid"
+    use-syslog: no
+    logfile: ""
+    verbosity: 1
+    num-threads: 1
+    access-control: 198.18.0.0/15 allow
+    access-control: 2001:db8::/32 allow
+    module-config: "iterator"
+    do-not-query-localhost: no
+    qname-minimisation: no
+stub-zone:
+    name: "example.com"
+    stub-addr: {knot.addr4}
+stub-zone:
+    name: "example.net"
+    stub-addr: {knot.addr4}
+""")
+    proc, err = lab._spawn(lab.server_ns, ["unbound", "-d", "-c", str(conf)], "unbound")
+    srv = Server("unbound", a4, a6, proc, wd, err, {})
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        r = lab.udp(a4, make_query("www.example.com", "A", 1), timeout=0.5)
+        if r and (r[3] & 0x0F) == 0:
+            return srv
+        time.sleep(0.2)
+    raise RuntimeError(f"unbound not answering\n{srv.stderr()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def unbound(plab, knot):
+    return start_unbound(plab, knot)
+
+
+@pytest.fixture(scope="module")
+def scripted(plab):
+    s = Scripted(plab)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def inpath(plab, knot, unbound, scripted):
+    srv = plab.start_inpath(extra="timeout_ms = 800\nmax_ttl = 3600\n")
+    yield srv
+    assert srv.proc.returncode in (None, 0), srv.stderr()[-3000:]
+    assert "panicked" not in srv.stderr()
+
+
+CORPUS = [
+    ("www.example.com", "A", None, False),
+    ("WwW.ExAmPle.CoM", "AAAA", None, False),
+    ("example.com", "MX", 1232, False),
+    ("example.com", "NS", 1232, True),
+    ("example.com", "TXT", None, False),
+    ("example.com", "CAA", 4096, False),
+    ("www.example.com", "HTTPS", 1232, False),
+    ("mail.example.com", "A", 1232, False),
+    ("MiXeD.CaSe.example.com", "A", None, False),
+    ("nonexistent.example.com", "A", None, False),     # NXDOMAIN
+    ("nonexistent.example.com", "A", 1232, True),
+    ("www.example.com", "MX", None, False),            # NODATA
+    ("ns1.example.com", "AAAA", 1232, False),
+    ("example.net", "SOA", 1232, False),
+]
+
+
+def _differential(lab, srv, server_addr, label, qid0):
+    n_answered = 0
+    for i, (name, rtype, edns, do) in enumerate(CORPUS):
+        q = make_query(name, rtype, qid0 + i, edns, do)
+        before = counters(lab, srv)
+        first = lab.udp(server_addr, q)
+        second = lab.udp(server_addr, q)
+        after = counters(lab, srv)
+        assert first is not None and second is not None, f"{label} {name} {rtype}: no answer"
+        d = delta(before, after)
+        assert d.get("answered", 0) == 1, f"{label} {name} {rtype}: second ask not from the cache: {d}"
+        assert d.get("learned", 0) == 1, f"{label} {name} {rtype}: {d}"
+        assert no_ttls(second) == no_ttls(first), f"{label} {name} {rtype}: bytes differ apart from TTLs"
+        assert all(b <= a for a, b in zip(ttls(first), ttls(second)))
+        n_answered += 1
+    return n_answered
+
+
+def test_only_inpath_is_a_valid_configuration(plab, inpath):
+    conf = inpath.extra["conf"]
+    p = run([XDNS_BIN, "check", "--config", conf], check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    xdp = plab.router_xdp()
+    assert all(xdp.values()), xdp
+
+
+def test_differential_knot_and_unbound(plab, inpath, knot, unbound):
+    """Every query twice: the first from the server, the second from the cache; both equal
+    to the server's own answer, byte for byte apart from TTLs."""
+    # the server's direct answers, compared with what the client gets through the router
+    for srv_addr, label, qid0 in ((knot.addr4, "knot", 0x1000), (unbound.addr4, "unbound", 0x2000),
+                                  (knot.addr6, "knot6", 0x3000)):
+        assert _differential(plab, inpath, srv_addr, label, qid0) == len(CORPUS)
+    # the answers to the very same query asked of Knot from the server's own namespace (no router)
+    for i, (name, rtype, edns, do) in enumerate(CORPUS):
+        q = make_query(name, rtype, 0x1000 + i, edns, do)
+        s = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.sendto(q, (knot.addr4, 53))
+        direct = s.recvfrom(4096)[0]
+        s.close()
+        via = plab.udp(knot.addr4, q)
+        assert no_ttls(via) == no_ttls(direct), f"{name} {rtype}: cache differs from Knot direct"
+        assert ttls(via) == ttls(direct) or all(v <= d for v, d in zip(ttls(via), ttls(direct)))
+
+
+FORGED = {
+    # name: (script, expected reject counter)
+    "wrong_id": (lambda q, send: send(bytes([q[0] ^ 0x55]) + answer_for(q)[1:]), "reject_unsolicited"),
+    "wrong_port": (lambda q, send: send(answer_for(q), port_delta=1), "reject_unsolicited"),
+    "wrong_server": (lambda q, send: send(answer_for(q), src="spare"), "reject_unsolicited"),
+    "wrong_case": (lambda q, send: send(answer_for(q)[:13] + bytes([answer_for(q)[13] ^ 0x20])
+                                        + answer_for(q)[14:]), "reject_question"),
+    "late": (lambda q, send: send(answer_for(q), delay=1.2), "reject_late"),
+    "truncated": (lambda q, send: send(answer_for(q, tc=True)), "reject_truncated"),
+    "servfail": (lambda q, send: send(answer_for(q, rcode=2)), "reject_rcode"),
+    "refused": (lambda q, send: send(answer_for(q, rcode=5)), "reject_rcode"),
+    "bad_edns_version": (lambda q, send: send(answer_for(q, opt_version=1)), "reject_edns"),
+    "oversize": (lambda q, send: send(answer_for(q, big=True)), "reject_size"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED))
+def test_forged_responses_are_not_learnt(plab, inpath, scripted, case):
+    script, reason = FORGED[case]
+    scripted.script = script
+    rtype = "TXT" if case == "oversize" else "A"
+    name = f"{case.replace('_', '-')}.forged.test"
+    before = counters(plab, inpath)
+    entries = cache(plab, inpath)["entries"]
+    plab.udp(scripted.addr4, make_query(name, rtype, 0x4242, 4096 if case == "oversize" else None), timeout=1.5)
+    time.sleep(1.3 if case == "late" else 0.2)
+    after = counters(plab, inpath)
+    d = delta(before, after)
+    assert d.get(reason, 0) >= 1, f"{case}: {d}"
+    assert d.get("learned", 0) == 0, f"{case}: learnt: {d}"
+    assert cache(plab, inpath)["entries"] == entries
+    # asked again: the server is asked (nothing was learnt)
+    scripted.script = lambda q, send: None
+    n = scripted.queries
+    plab.udp(scripted.addr4, make_query(name, rtype, 0x4343), timeout=0.5)
+    assert scripted.queries == n + 1, f"{case}: the query did not reach the server"
+
+
+def test_unsolicited_and_duplicate(plab, inpath, scripted):
+    """A response nobody asked for, and a second response to one query, are not learnt:
+    the first answer is what the cache replays."""
+    before = counters(plab, inpath)
+    q = make_query("unasked.forged.test", "A", 0x7777)
+    scripted.spare.sendto(answer_for(q), (plab.client_addr4, 40000))   # from port 53
+    scripted.script = lambda q, send: (send(answer_for(q, addr="198.18.0.1")),
+                                       send(answer_for(q, addr="198.18.0.66")))
+    first = plab.udp(scripted.addr4, make_query("dup.forged.test", "A", 0x1212))
+    time.sleep(0.3)
+    d = delta(before, counters(plab, inpath))
+    assert d.get("reject_unsolicited", 0) >= 1 and d.get("reject_duplicate", 0) == 1, d
+    scripted.script = lambda q, send: None
+    again = plab.udp(scripted.addr4, make_query("dup.forged.test", "A", 0x1313))
+    assert again is not None and no_ttls(again)[2:] == no_ttls(first)[2:]
+    assert dns.message.from_wire(again).answer[0][0].address == "198.18.0.1"
+
+
+def test_other_traffic_crosses_unchanged(plab, inpath, knot):
+    before = counters(plab, inpath)
+    plab.client_run(["ping", "-c", "2", "-i", "0.2", "-W", "2", knot.addr4])
+    plab.client_run(["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", knot.addr6])
+    # DNS over TCP: Knot's own answer, the cache never involved
+    q = make_query("www.example.com", "A", 0x5151)
+    r = plab.tcp(knot.addr4, q)
+    assert r is not None and r[:2] == q[:2] and r[3] & 0x0F == 0
+    # UDP to another port of the server's address, echoed back byte for byte
+    echo = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+    echo.bind((knot.addr4, 5353))
+    payload = q  # looks like DNS, to another port
+    t = threading.Thread(target=lambda: echo.sendto(*echo.recvfrom(4096)), daemon=True)
+    t.start()
+    got = plab.udp(knot.addr4, payload, port=5353)
+    echo.close()
+    assert got == payload
+    d = delta(before, counters(plab, inpath))
+    assert d.get("answered", 0) == 0 and d.get("learned", 0) == 0, d
+    assert d.get("pass_other", 0) >= 2, d
+
+
+def test_ttl_ageing_and_expiry(plab, inpath, knot, scripted):
+    q = make_query("ns2.example.com", "AAAA", 0x6000)
+    first = plab.udp(knot.addr4, q)
+    time.sleep(2.2)
+    before = counters(plab, inpath)
+    second = plab.udp(knot.addr4, q)
+    assert delta(before, counters(plab, inpath)).get("answered") == 1
+    t1, t2 = ttls(first), ttls(second)
+    assert all(a - b in (2, 3) for a, b in zip(t1, t2)), (t1, t2)
+    # a TTL of 1 s: expired after 2 s, the server is asked again
+    scripted.script = lambda q, send: send(answer_for(q, ttl=1))
+    plab.udp(scripted.addr4, make_query("short.expiry.test", "A", 1))
+    n = scripted.queries
+    before = counters(plab, inpath)
+    plab.udp(scripted.addr4, make_query("short.expiry.test", "A", 2))
+    assert scripted.queries == n and delta(before, counters(plab, inpath)).get("answered") == 1
+    time.sleep(2.1)
+    before = counters(plab, inpath)
+    plab.udp(scripted.addr4, make_query("short.expiry.test", "A", 3))
+    assert scripted.queries == n + 1
+    d = delta(before, counters(plab, inpath))
+    assert d.get("miss_expired", 0) + d.get("miss", 0) == 1 and d.get("answered", 0) == 0, d
+
+
+def test_flush(plab, inpath, knot):
+    q = make_query("www.example.com", "A", 0x7000)
+    plab.udp(knot.addr4, q)
+    plab.udp(knot.addr4, q)
+    assert cache(plab, inpath)["entries"] > 0
+    p = run([XDNS_BIN, "flush", "--control", inpath.extra["control"]])
+    assert p.stdout.strip().startswith("ok"), p.stdout
+    assert cache(plab, inpath)["entries"] == 0
+    before = counters(plab, inpath)
+    plab.udp(knot.addr4, q)
+    d = delta(before, counters(plab, inpath))
+    assert d.get("miss") == 1 and d.get("answered", 0) == 0, d
+
+
+def test_sigterm_detaches(plab, inpath, knot):
+    """SIGTERM detaches; the router forwards as before. (Module order: the tests after
+    this one start their own router daemon.)"""
+    assert plab.stop(inpath) == 0, inpath.stderr()[-2000:]
+    assert not any(plab.router_xdp().values())
+    r = plab.udp(knot.addr4, make_query("www.example.com", "A", 0x98))
+    assert r is not None and r[3] & 0x0F == 0
+
+
+def test_capacity_pressure_and_crash_detach(plab, knot):
+    """A second router daemon with 8 entries: evictions counted, entries bounded, memory
+    reported; killed with SIGKILL, the router forwards as before."""
+    srv = plab.start_inpath(name="small", extra="capacity = 8\nforward = \"redirect\"\n")
+    try:
+        for i in range(40):
+            plab.udp(knot.addr4, make_query(f"n{i}.example.com", "A", i))
+        c, k = counters(plab, srv), cache(plab, srv)
+        assert c["learned"] == 40 and c["evicted"] >= 32 - 8, c
+        assert k["entries"] <= 8 and k["capacity"] == 8 and k["memory_bytes"] > 0, k
+        # redirect forwarding: the misses went out by bpf_redirect (or were passed, counted)
+        assert c["redirected"] + c["fib_passed"] >= 40, c
+        assert c["redirected"] > 0, c
+        # the last names are served from the cache
+        before = counters(plab, srv)
+        r = plab.udp(knot.addr4, make_query("n39.example.com", "A", 99))
+        assert r is not None and delta(before, counters(plab, srv)).get("answered") == 1
+    finally:
+        srv.proc.send_signal(signal.SIGKILL)
+        srv.proc.wait(10)
+    assert not any(plab.router_xdp().values()), "a crash must leave no program attached"
+    r = plab.udp(knot.addr4, make_query("www.example.com", "A", 0x99))
+    assert r is not None and r[3] & 0x0F == 0
+    plab.client_run(["ping", "-c", "1", "-W", "2", knot.addr4])
