@@ -37,6 +37,13 @@ pub const KEYS: &[Key] = &[
     k("guard", "block_names", "none", "File of names, exact or *.suffix, whose queries get no answer."),
     k("guard", "rrl", "none (off)", "Response rate limiting of UDP answers: { rate = 200, slip = 2, ipv4_prefix = 24, ipv6_prefix = 56 }; every slip-th limited answer is sent truncated (TC=1)."),
     k("guard", "cookies", "false", "DNS cookies (RFC 7873, RFC 9018 server cookies): a valid server cookie bypasses RRL; a malformed COOKIE option gets FORMERR."),
+    k("dnstap", "socket", "none", "Unix socket of a Frame Streams reader (fstrm_capture, a dnstap collector) to send dnstap messages to: READY/ACCEPT/START handshake, reconnected every second while it is away. One of socket or file."),
+    k("dnstap", "file", "none", "File to write dnstap messages to (Frame Streams, truncated at start; kdig -G and dnstap-read read it)."),
+    k("dnstap", "identity", "the host name", "The identity field of every message."),
+    k("dnstap", "version", "xdns VERSION", "The version field of every message."),
+    k("dnstap", "log_queries", "true", "Log queries: AUTH_QUERY, CLIENT_QUERY (resolver clients), RESOLVER_QUERY (upstream)."),
+    k("dnstap", "log_responses", "true", "Log responses: AUTH_RESPONSE, CLIENT_RESPONSE, RESOLVER_RESPONSE."),
+    k("dnstap", "queue", "16384", "Messages waiting for the writer thread; beyond, dropped and counted (dnstap.dropped_queue_full), never waited for."),
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
     k("zone", "name", "(required)", "A zone to serve ([[zone]], one table per zone)."),
@@ -128,7 +135,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "key", "catalog", "resolver"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "dnstap", "xdp", "zone", "key", "catalog", "resolver"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {
