@@ -536,6 +536,41 @@ mod tests {
         assert_eq!(write_pktinfo(&mut buf, Pktinfo::None), 0);
     }
 
+    /// dnstap's two ends: the client from the source address, the server from the listen
+    /// address, or for a wildcard listener from the query's destination (pktinfo).
+    #[test]
+    fn ends_of_a_datagram() {
+        // SAFETY: plain-data structs, zero is valid.
+        let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+        // SAFETY: sockaddr_in fits in sockaddr_storage, which is aligned for it.
+        let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_port = 40000u16.to_be();
+        sin.sin_addr.s_addr = u32::from_ne_bytes([198, 18, 0, 100]);
+        let local: SocketAddr = "198.18.0.1:53".parse().unwrap();
+        let e = ends(&ss, Some(local), Pktinfo::None);
+        assert_eq!(e.client, Some("198.18.0.100:40000".parse().unwrap()));
+        assert_eq!(e.server, Some(local));
+        // SAFETY: as above.
+        let mut p: libc::in_pktinfo = unsafe { zeroed() };
+        p.ipi_addr.s_addr = u32::from_ne_bytes([198, 18, 0, 7]);
+        let e = ends(&ss, Some("0.0.0.0:5353".parse().unwrap()), Pktinfo::V4(p));
+        assert_eq!(e.server, Some("198.18.0.7:5353".parse().unwrap()));
+        // SAFETY: as above.
+        let mut ss6: libc::sockaddr_storage = unsafe { zeroed() };
+        // SAFETY: sockaddr_in6 fits in sockaddr_storage, which is aligned for it.
+        let sin6 = unsafe { &mut *(&mut ss6 as *mut _ as *mut libc::sockaddr_in6) };
+        sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        sin6.sin6_port = 5300u16.to_be();
+        sin6.sin6_addr.s6_addr = "2001:db8::2".parse::<Ipv6Addr>().unwrap().octets();
+        // SAFETY: as above.
+        let mut p6: libc::in6_pktinfo = unsafe { zeroed() };
+        p6.ipi6_addr.s6_addr = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
+        let e = ends(&ss6, Some("[::]:53".parse().unwrap()), Pktinfo::V6(p6));
+        assert_eq!(e.client, Some("[2001:db8::2]:5300".parse().unwrap()));
+        assert_eq!(e.server, Some("[2001:db8::1]:53".parse().unwrap()));
+    }
+
     #[test]
     fn batch_size_from_env() {
         let table = [
