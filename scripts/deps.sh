@@ -11,6 +11,8 @@ PACKAGES=(
   clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc bpftool linux-libc-dev
   # peers and clients for the lab, the differential tests and the benchmark
   knot knot-dnsutils nsd unbound dnsdist knot-resolver pdns-recursor dnsperf iproute2 iputils-ping procps time ethtool nftables iptables
+  # dnstap: a Frame Streams reader for the unix-socket test (kdig -G reads the files)
+  fstrm-bin
   # system tests and charts
   python3 python3-pytest python3-dnspython python3-matplotlib
   # misc used by the scripts

@@ -70,6 +70,8 @@ pub struct Config {
     /// Catalog zones (`[[catalog]]`, RFC 9432): transferred like secondary zones; their
     /// members become secondary zones of the same primaries and key.
     pub catalogs: Vec<SecondaryConfig>,
+    /// `[dnstap]`: query and response logging (`crate::dnstap`); `None` = off.
+    pub dnstap: Option<crate::dnstap::Settings>,
 }
 
 /// A secondary zone: `[[zone]]` with `primaries`.
@@ -203,6 +205,8 @@ struct FileConfig {
     key: Vec<Spanned<FileKey>>,
     #[serde(default)]
     catalog: Vec<Spanned<FileCatalog>>,
+    #[serde(default)]
+    dnstap: Option<Spanned<crate::dnstap::FileDnstap>>,
 }
 
 /// One `[[catalog]]` entry.
@@ -623,6 +627,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
     let inpath = file.inpath.as_ref().and_then(|i| {
         crate::inpath::parse_section(i.get_ref(), span_line(i.span()), &err, &span_line, &mut errors)
     });
+    let dnstap = file.dnstap.and_then(|d| crate::dnstap::settings(d, &base, &err, &span_line, &mut errors));
     let run_as = match (&file.user, &file.group) {
         (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {
             Ok(r) => Some(r),
@@ -660,6 +665,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         secondaries,
         outgoing,
         catalogs,
+        dnstap,
     })
 }
 

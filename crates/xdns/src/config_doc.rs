@@ -43,6 +43,13 @@ pub const KEYS: &[Key] = &[
     k("guard", "detect_block_for", "1h", "Expiry of a detected block (s, m, h, d), or \"never\" (only the rate monitor lifts it)."),
     k("guard", "offload_slots", "0", "Size of the hardware tier holding the heaviest blocked sources (top-K): ethtool n-tuple rules where the interface supports them, else a modelled K-slot table in XDP (at most 16; a model, not a NIC)."),
     k("guard", "cookies", "false", "DNS cookies (RFC 7873, RFC 9018 server cookies): a valid server cookie bypasses RRL; a malformed COOKIE option gets FORMERR."),
+    k("dnstap", "socket", "none", "Unix socket of a Frame Streams reader (fstrm_capture, a dnstap collector) to send dnstap messages to: READY/ACCEPT/START handshake, reconnected every second while it is away. One of socket or file."),
+    k("dnstap", "file", "none", "File to write dnstap messages to (Frame Streams, truncated at start; kdig -G and dnstap-read read it)."),
+    k("dnstap", "identity", "the host name", "The identity field of every message."),
+    k("dnstap", "version", "xdns VERSION", "The version field of every message."),
+    k("dnstap", "log_queries", "true", "Log queries: AUTH_QUERY, CLIENT_QUERY (resolver clients), RESOLVER_QUERY (upstream)."),
+    k("dnstap", "log_responses", "true", "Log responses: AUTH_RESPONSE, CLIENT_RESPONSE, RESOLVER_RESPONSE."),
+    k("dnstap", "queue", "16384", "Messages waiting for the writer thread; beyond, dropped and counted (dnstap.dropped_queue_full), never waited for."),
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
     k("inpath", "client_interfaces", "(required)", "The transparent in-path cache (a forwarding host): interfaces where clients' queries arrive; cache hits are answered there on behalf of the server."),
@@ -143,7 +150,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "key", "catalog", "resolver", "inpath"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "dnstap", "xdp", "zone", "key", "catalog", "resolver", "inpath"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {

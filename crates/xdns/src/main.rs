@@ -16,6 +16,7 @@ mod config;
 mod config_doc;
 mod control;
 mod detect;
+mod dnstap;
 mod guard;
 mod heap;
 mod inpath;

@@ -14,7 +14,8 @@
 //! 3. **authoritative** ([`xdns_zone::respond`]): every other message, errors included
 //!    (FORMERR, NOTIMP, REFUSED, BADVERS), answered from the served zones;
 //! 4. **end**: the reply as it will be sent: the server cookie, and RRL on UDP answers
-//!    (dropped, or slipped with TC=1); the place for dnstap and telemetry (issue 27).
+//!    (dropped, or slipped with TC=1); then dnstap ([`crate::dnstap`]) logs the query and
+//!    the reply sent, if any (AUTH_* or, for the resolver's step, CLIENT_*).
 //!
 //! Between 1 and 2, **transfers**: AXFR/IXFR out ([`crate::xfr::primary`], a streamed
 //! [`Action::Transfer`] over TCP), NOTIFY for secondary zones, and SERVFAIL for a secondary
@@ -24,6 +25,7 @@
 
 use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::SystemTime;
 
 use xdns_wire::{CacheKey, Query};
 use xdns_zone::{respond, Outcome, Transport};
@@ -41,6 +43,9 @@ pub struct Message<'a> {
     /// The client's address (`None` when the transport could not tell: never recursed for).
     pub peer: Option<IpAddr>,
     pub transport: Transport,
+    /// The client's and the server's addresses with ports, for dnstap: filled by the
+    /// transports while it is on (`crate::dnstap::enabled`), else left empty.
+    pub ends: crate::dnstap::Ends,
 }
 
 /// What the transport must do with a handled message.
@@ -86,6 +91,9 @@ type Step = fn(&Served, Option<&Recursion>, &Message<'_>, &mut Vec<u8>) -> Flow;
 
 /// The steps, in order (see the module documentation).
 const PLAN: [Step; 3] = [transfers, recursive, authoritative];
+/// The place of [`recursive`] in [`PLAN`]: what it answers is the resolver's (dnstap logs it
+/// as CLIENT_QUERY/CLIENT_RESPONSE, the rest as AUTH_QUERY/AUTH_RESPONSE).
+const RECURSIVE_STEP: usize = 1;
 
 /// Run the plan on `msg` against the state served now (`served`, the guard and the resolver
 /// when configured); any reply is written into `out` (cleared first).
@@ -98,6 +106,10 @@ pub fn handle(
     out: &mut Vec<u8>,
 ) -> Action {
     out.clear();
+    // dnstap off: one relaxed load, nothing else
+    let tap = crate::dnstap::enabled().then(crate::dnstap::current);
+    let received = tap.is_some().then(SystemTime::now);
+    let mut by_resolver = false;
     let run = catch_unwind(AssertUnwindSafe(|| {
         // step 1, begin: blocks made live (`xdns guard block`), the guard's lists and cookies
         if live.blocks(msg.peer) && !guard.is_some_and(|g| g.allows(msg.peer)) {
@@ -117,9 +129,10 @@ pub fn handle(
             None => None,
         };
         let mut action = Action::Reply(Outcome::Dropped(xdns_zone::DropReason::Malformed));
-        for step in PLAN {
+        for (i, step) in PLAN.into_iter().enumerate() {
             if let Flow::Done(a) = step(served, recursion, &msg, out) {
                 action = a;
+                by_resolver = i == RECURSIVE_STEP;
                 break;
             }
         }
@@ -137,10 +150,30 @@ pub fn handle(
         }
         action
     }));
-    run.unwrap_or_else(|_| {
+    let action = run.unwrap_or_else(|_| {
         out.clear();
         Action::Fail
-    })
+    });
+    // dnstap: the query as received and the reply as it will be sent
+    if let (Some(tap), Some(at)) = (tap.as_ref().and_then(|t| t.as_deref()), received) {
+        log_dnstap(tap, &msg, at, by_resolver, &action, out);
+    }
+    action
+}
+
+/// The query (and the reply in `out`, if one is sent) to dnstap.
+fn log_dnstap(tap: &crate::dnstap::Dnstap, msg: &Message<'_>, at: SystemTime, by_resolver: bool, action: &Action, out: &[u8]) {
+    use crate::dnstap::{Kind, Message as Tap};
+    let (query, response) = match by_resolver {
+        true => (Kind::ClientQuery, Kind::ClientResponse),
+        false => (Kind::AuthQuery, Kind::AuthResponse),
+    };
+    let client = msg.ends.client.or(msg.peer.map(|ip| std::net::SocketAddr::new(ip, 0)));
+    let m = Tap { kind: query, proto: msg.transport.into(), query_addr: client, response_addr: msg.ends.server, wire: msg.wire, time: at, query_time: None };
+    tap.log(&m);
+    if matches!(action, Action::Reply(Outcome::Answered { .. })) && !out.is_empty() {
+        tap.log(&Tap { kind: response, wire: out, time: SystemTime::now(), query_time: Some(at), ..m });
+    }
 }
 
 /// The name RRL accounts an answer to: the zone it falls in (so that a random-subdomain flood
@@ -233,7 +266,7 @@ mod tests {
         let mut out = vec![0xff; 3];
         for transport in [Transport::Udp, Transport::Tcp] {
             // no zone and no resolver: the authoritative step answers REFUSED
-            let msg = Message { wire: &query("www.example.org"), peer: None, transport };
+            let msg = Message { wire: &query("www.example.org"), peer: None, transport, ends: Default::default() };
             let a = handle(&served, None, &LiveBlocks::default(), None, msg, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Answered { rcode: 5, qtype: 1, .. })), "{a:?}");
             assert_eq!(&out[..2], &[0x12, 0x34]);
@@ -244,11 +277,11 @@ mod tests {
             // a response (QR=1) gets nothing
             let mut resp = query("www.example.org");
             resp[2] |= 0x80;
-            let a = handle(&served, None, &LiveBlocks::default(), None, Message { wire: &resp, peer: None, transport }, &mut out);
+            let a = handle(&served, None, &LiveBlocks::default(), None, Message { wire: &resp, peer: None, transport, ends: Default::default() }, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
             assert!(out.is_empty());
             // garbage: dropped, never a panic
-            let a = handle(&served, None, &LiveBlocks::default(), None, Message { wire: &[0xff; 5], peer: None, transport }, &mut out);
+            let a = handle(&served, None, &LiveBlocks::default(), None, Message { wire: &[0xff; 5], peer: None, transport, ends: Default::default() }, &mut out);
             assert!(matches!(a, Action::Reply(Outcome::Dropped(_))), "{a:?}");
         }
     }

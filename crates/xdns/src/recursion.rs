@@ -728,7 +728,7 @@ pub fn build_resolver(
     let res = Resolver::new(
         rs.resolver.clone(),
         &hints,
-        Arc::new(xdns_resolver::SystemNetwork),
+        Arc::new(crate::dnstap::Tapped(xdns_resolver::SystemNetwork)),
         kernel,
         xdns_resolver::Clock::Monotonic,
     );

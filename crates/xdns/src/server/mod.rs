@@ -130,6 +130,7 @@ impl Shared {
         if let Some(i) = self.inpath.get() {
             i.snapshot(&mut s);
         }
+        crate::dnstap::snapshot(&mut s);
         s
     }
 }
@@ -165,6 +166,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         let guard = crate::guard::Guard::load(g, None).map_err(|e| anyhow::anyhow!("[guard]: {}", e.join("; ")))?;
         shared.guard.store(Some(Arc::new(guard)));
     }
+    crate::dnstap::install(cfg.dnstap.as_ref());
     let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
         return Ok(());
     };
@@ -384,6 +386,8 @@ async fn stop(
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
+    // dnstap last: it ends its stream once everything above has been answered (and logged)
+    let _ = tokio::task::spawn_blocking(crate::dnstap::shutdown).await;
 }
 
 /// Once a second, the live blocks whose time has come are lifted.

@@ -1,6 +1,7 @@
 //! A reload (SIGHUP, or `reload` on the control socket), component by component: the
 //! configuration is read again; the zones are built aside and swapped in; the fast path gets
-//! the new zones in its maps; the resolver takes its new `allow` and tunables. Settings that
+//! the new zones in its maps; the resolver takes its new `allow` and tunables; `[dnstap]`
+//! changes start a new writer (`crate::dnstap::install`). Settings that
 //! need a restart keep their running values (logged: `xdns serve --takeover` applies them).
 
 use std::sync::atomic::Ordering;
@@ -45,7 +46,9 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     guard(shared, &new_cfg).await;
     tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
     let resolver = resolver(shared, &current, &new_cfg).await;
-    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, ..current }
+    let tap = new_cfg.dnstap.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::dnstap::install(tap.as_ref())).await;
+    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, dnstap: new_cfg.dnstap, ..current }
 }
 
 /// `[guard]` again: its lists read anew and swapped in whole; a list that fails to load keeps

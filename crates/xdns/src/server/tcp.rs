@@ -122,6 +122,7 @@ async fn connection(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
     let slots = slot.slots();
     let conn = &slot.conn;
     let io = slots.io_timeout();
@@ -213,7 +214,11 @@ async fn connection(
             conn.owe();
             let mut answer = Vec::new();
             let recursion = shared.recursion.get();
-            let msg = Message { wire: &query, peer: Some(peer.ip()), transport: Transport::Tcp };
+            let ends = match crate::dnstap::enabled() {
+                true => crate::dnstap::Ends { client: Some(peer), server: local },
+                false => Default::default(),
+            };
+            let msg = Message { wire: &query, peer: Some(peer.ip()), transport: Transport::Tcp, ends };
             let action = query::handle(&shared.served.load(), shared.guard.load().as_deref(), &shared.live_blocks, recursion.map(|r| &**r), msg, &mut answer);
             match action {
                 // A recursive miss: resolved in a task of its own, answered when ready (RFC 7766
@@ -230,6 +235,7 @@ async fn connection(
                         let (answer, outcome) =
                             recursion::resolve_and_answer(&rec, &q, key, Transport::Tcp, payload)
                                 .await;
+                        crate::dnstap::client_response(ends, crate::dnstap::Proto::Tcp, &answer, None);
                         rec.shard.record(Transport::Tcp, outcome);
                         let _ = tx.send((answer, keepalive)).await;
                         drop(permit);

@@ -115,8 +115,10 @@ pub fn spawn(
     let batch = batch_size(std::env::var("XDNS_UDP_BATCH").ok().as_deref());
     let sock = Arc::new(sock);
     let beat = shared.heartbeats.register(&name);
+    let local = sock.local_addr().ok().and_then(|a| a.as_socket());
     std::thread::Builder::new().name(name).spawn(move || {
         let mut w = Worker::new(wildcard, batch);
+        w.local = local;
         w.recursion = shared.recursion.get().cloned();
         w.run(&sock, &shared, &shard, &beat);
     })
@@ -133,6 +135,8 @@ pub struct Pending {
     pub query: Box<Query>,
     /// Its cache key.
     pub key: CacheKey,
+    /// Its client's and server's addresses, for dnstap (empty while it is off).
+    ends: crate::dnstap::Ends,
 }
 
 impl Pending {
@@ -160,6 +164,7 @@ impl Pending {
             msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
             msg.msg_controllen = clen;
         }
+        crate::dnstap::client_response(self.ends, crate::dnstap::Proto::Udp, answer, None);
         // SAFETY: valid fd owned by the Arc'd socket; msg is fully initialised above.
         let r = unsafe { libc::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
         if r < 0 {
@@ -186,6 +191,27 @@ fn peer_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
         }
         _ => None,
     }
+}
+
+/// The client's address and port from a `recvmmsg` source address.
+fn peer_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    let ip = peer_ip(ss)?;
+    // SAFETY: sockaddr_in and sockaddr_in6 both hold the port, in network order, right
+    // after the family; peer_ip checked the family is one of them.
+    let port = unsafe { (*(ss as *const _ as *const libc::sockaddr_in)).sin_port };
+    Some(SocketAddr::new(ip, u16::from_be(port)))
+}
+
+/// Both ends of a received datagram, for dnstap: the server's is the listen address, or
+/// for a wildcard listener the address the query was sent to.
+fn ends(name: &libc::sockaddr_storage, local: Option<SocketAddr>, pktinfo: Pktinfo) -> crate::dnstap::Ends {
+    let port = local.map_or(0, |l| l.port());
+    let server = match pktinfo {
+        Pktinfo::V4(p) => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr))), port)),
+        Pktinfo::V6(p) => Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(p.ipi6_addr.s6_addr)), port)),
+        Pktinfo::None => local,
+    };
+    crate::dnstap::Ends { client: peer_addr(name), server }
 }
 
 /// The batch size from the `XDNS_UDP_BATCH` value, if valid; else [`BATCH`].
@@ -221,6 +247,8 @@ struct Worker {
     tx_hdr: Vec<libc::mmsghdr>,
     /// The resolver, when `[resolver]` is configured.
     recursion: Option<Arc<Recursion>>,
+    /// The socket's own address (for dnstap).
+    local: Option<SocketAddr>,
 }
 
 impl Worker {
@@ -247,6 +275,7 @@ impl Worker {
             tx_iov: vec![iov; batch],
             tx_hdr: vec![hdr; batch],
             recursion: None,
+            local: None,
         }
     }
 
@@ -335,11 +364,15 @@ impl Worker {
             let name = &self.names[i];
             let namelen = hdr.msg_hdr.msg_namelen;
             let recursion = self.recursion.as_deref();
-            let msg = Message { wire: query, peer: peer_ip(name), transport: Transport::Udp };
+            let ends = match crate::dnstap::enabled() {
+                true => ends(name, self.local, pktinfo),
+                false => Default::default(),
+            };
+            let msg = Message { wire: query, peer: peer_ip(name), transport: Transport::Udp, ends };
             let action = match query::handle(&served, guard.as_deref(), &shared.live_blocks, recursion, msg, buf) {
                 Action::Resolve(q, key) => {
                     let rec = recursion.expect("only the resolver's step asks to resolve");
-                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key };
+                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key, ends };
                     match rec.pending.try_send(p) {
                         // answered later by a resolver task
                         Ok(()) => continue,
@@ -501,6 +534,41 @@ mod tests {
             _ => panic!("no IPv4 pktinfo read back"),
         }
         assert_eq!(write_pktinfo(&mut buf, Pktinfo::None), 0);
+    }
+
+    /// dnstap's two ends: the client from the source address, the server from the listen
+    /// address, or for a wildcard listener from the query's destination (pktinfo).
+    #[test]
+    fn ends_of_a_datagram() {
+        // SAFETY: plain-data structs, zero is valid.
+        let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+        // SAFETY: sockaddr_in fits in sockaddr_storage, which is aligned for it.
+        let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_port = 40000u16.to_be();
+        sin.sin_addr.s_addr = u32::from_ne_bytes([198, 18, 0, 100]);
+        let local: SocketAddr = "198.18.0.1:53".parse().unwrap();
+        let e = ends(&ss, Some(local), Pktinfo::None);
+        assert_eq!(e.client, Some("198.18.0.100:40000".parse().unwrap()));
+        assert_eq!(e.server, Some(local));
+        // SAFETY: as above.
+        let mut p: libc::in_pktinfo = unsafe { zeroed() };
+        p.ipi_addr.s_addr = u32::from_ne_bytes([198, 18, 0, 7]);
+        let e = ends(&ss, Some("0.0.0.0:5353".parse().unwrap()), Pktinfo::V4(p));
+        assert_eq!(e.server, Some("198.18.0.7:5353".parse().unwrap()));
+        // SAFETY: as above.
+        let mut ss6: libc::sockaddr_storage = unsafe { zeroed() };
+        // SAFETY: sockaddr_in6 fits in sockaddr_storage, which is aligned for it.
+        let sin6 = unsafe { &mut *(&mut ss6 as *mut _ as *mut libc::sockaddr_in6) };
+        sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        sin6.sin6_port = 5300u16.to_be();
+        sin6.sin6_addr.s6_addr = "2001:db8::2".parse::<Ipv6Addr>().unwrap().octets();
+        // SAFETY: as above.
+        let mut p6: libc::in6_pktinfo = unsafe { zeroed() };
+        p6.ipi6_addr.s6_addr = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
+        let e = ends(&ss6, Some("[::]:53".parse().unwrap()), Pktinfo::V6(p6));
+        assert_eq!(e.client, Some("[2001:db8::2]:5300".parse().unwrap()));
+        assert_eq!(e.server, Some("[2001:db8::1]:53".parse().unwrap()));
     }
 
     #[test]
