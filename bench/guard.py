@@ -381,7 +381,7 @@ def main() -> int:
             if r.get("drop_mpps"):
                 cells.append(f"{r['drop_mpps']:5.2f} Mpps {r['ns_per_pkt']:5.0f}/{r['prog_ns'] or 0:3.0f} ns")
             else:
-                cells.append((r.get("stopped") and "stops") or "error")
+                cells.append((r.get("stopped") and "stops") or (r.get("skipped") and "-") or "error")
         print(f"{n:>8}  " + "".join(f"{c:>22}" for c in cells))
     print("\ndrop rate = 1 / server CPU per packet (one core); ns = server CPU per dropped packet / "
           "the XDP program's own ns per run")
