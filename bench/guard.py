@@ -14,7 +14,8 @@ floods from a spoofed /24 (`-l`, 256 sources) as fast as it can; the server veth
   nftables  a native XDP_PASS program (drop_xdp.bpf.c built with ACTION=XDP_PASS) so that
             packets take the same NAPI thread, then `inet` prerouting at raw priority:
             `ip saddr @blocked counter drop`, the set an interval set of N prefixes;
-  iptables  the same XDP_PASS front, then N rules `-t raw -A PREROUTING -s P -j DROP`, the
+  iptables  (Debian's, the nf_tables backend) the same XDP_PASS front, then N rules
+            `-t raw -A PREROUTING -s P -j DROP`, the
             flood's last (a linear chain: its worst case). Sizes it cannot load within
             IPT_TIMEOUT seconds are reported as where it stops;
   drop-xdp  drop_xdp.bpf.c: XDP_DROP for every frame, the ceiling of any drop stage.
