@@ -14,7 +14,8 @@ floods from a spoofed /24 (`-l`, 256 sources) as fast as it can; the server veth
   nftables  a native XDP_PASS program (drop_xdp.bpf.c built with ACTION=XDP_PASS) so that
             packets take the same NAPI thread, then `inet` prerouting at raw priority:
             `ip saddr @blocked counter drop`, the set an interval set of N prefixes;
-  iptables  the same XDP_PASS front, then N rules `-t raw -A PREROUTING -s P -j DROP`, the
+  iptables  (Debian's, the nf_tables backend) the same XDP_PASS front, then N rules
+            `-t raw -A PREROUTING -s P -j DROP`, the
             flood's last (a linear chain: its worst case). Sizes it cannot load within
             IPT_TIMEOUT seconds are reported as where it stops;
   drop-xdp  drop_xdp.bpf.c: XDP_DROP for every frame, the ceiling of any drop stage.
@@ -381,7 +382,7 @@ def main() -> int:
             if r.get("drop_mpps"):
                 cells.append(f"{r['drop_mpps']:5.2f} Mpps {r['ns_per_pkt']:5.0f}/{r['prog_ns'] or 0:3.0f} ns")
             else:
-                cells.append((r.get("stopped") and "stops") or "error")
+                cells.append((r.get("stopped") and "stops") or (r.get("skipped") and "-") or "error")
         print(f"{n:>8}  " + "".join(f"{c:>22}" for c in cells))
     print("\ndrop rate = 1 / server CPU per packet (one core); ns = server CPU per dropped packet / "
           "the XDP program's own ns per run")
