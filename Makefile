@@ -10,6 +10,8 @@ SHELL := /bin/bash
 #   make bench-resolver        resolver benchmark: xdns vs Unbound, Knot Resolver, PowerDNS
 #                              Recursor on the lab tree, chart in bench/out/resolver.png
 #   make bench-resolver-smoke  the same in about a minute, checks the harness only
+#   make bench-guard flood guard: drop rate vs blocked sources (1 .. 1M) for xdns, nftables, iptables,
+#                    an empty XDP program; legitimate answers and time to mitigate; bench/out/guard.png
 #   make bench-scale large zones: load time, memory, replies/s at 100k and 1M records vs Knot, NSD
 #   make deps        only install packages and build
 #   make package     the Debian package (binary, systemd unit, default config, man pages)
@@ -22,7 +24,7 @@ PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
 .PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale package \
-	bench-resolver-smoke profile profile-resolver clean-lab
+	bench-resolver-smoke bench-guard profile profile-resolver clean-lab
 
 all: build
 
@@ -60,6 +62,11 @@ bench: deps bench-resolver
 bench-smoke: build bench-resolver-smoke
 	$(PYTHON) bench/bench.py --smoke
 	$(PYTHON) bench/scale.py --smoke
+	$(PYTHON) bench/guard.py --smoke
+
+# The flood guard against nftables and iptables (issue 25): table, bench/out/guard.png.
+bench-guard: deps
+	$(PYTHON) bench/guard.py
 
 # Large zones: a TLD-like zone at 100k and 1M records, xdns vs Knot DNS vs NSD (load time,
 # memory, replies/s), chart in bench/out/scale.png. SIZES=100000,1000000,10000000 for more.

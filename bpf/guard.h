@@ -287,7 +287,10 @@ static __always_inline long xdns_guard_name_step(__u64 index, void *arg)
 	if (!e)
 		return 0;
 	e->drops++;
-	sc->guard.name_hit = 1;
+	/* an exception (XDNS_GUARD_ALLOW: a known name under a suffix blocked for unknown
+	 * labels) ends the walk before the shorter suffix that blocks */
+	if (e->action == XDNS_GUARD_BLOCK)
+		sc->guard.name_hit = 1;
 	return 1;
 }
 
@@ -347,6 +350,30 @@ __attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
 				}
 				s->packets++;
 				s->bytes += sc->walk.qlen;
+			}
+			/* the whole name, its parent's hash in `bytes` (water torture: distinct
+			 * and unknown names under a suffix; xdns_abi.h) */
+			fk.hash = sc->lookup.sfx[(n - 1) & 127];
+			fk.len = sc->walk.qlen;
+			fk.kind = XDNS_GUARD_QFEAT_NAME;
+			f = bpf_map_lookup_elem(&xdns_guard_qfeat, &fk);
+			if (!f) {
+				struct xdns_guard_feat nf = {};
+
+				nf.slot[iv & 1].interval = iv;
+				nf.slot[iv & 1].packets = 1;
+				nf.slot[iv & 1].bytes = sc->lookup.sfx[(n - 2) & 127];
+				if (bpf_map_update_elem(&xdns_guard_qfeat, &fk, &nf, BPF_NOEXIST))
+					sc->guard.qfeat_full++;
+			} else {
+				struct xdns_guard_slot *s = &f->slot[iv & 1];
+
+				if (s->interval != iv) {
+					s->interval = iv;
+					s->packets = 0;
+				}
+				s->packets++;
+				s->bytes = sc->lookup.sfx[(n - 2) & 127];
 			}
 		}
 	}

@@ -433,7 +433,8 @@ struct xdns_allow_table {
 #define XDNS_GUARD_HASH 1
 #define XDNS_GUARD_LPM 2
 #define XDNS_GUARD_BLOCK 1      /* xdns_guard_entry.action: drop (XDNS_DROP_BLOCKED) */
-#define XDNS_GUARD_ALLOW 2      /* ... go on, never dropped */
+#define XDNS_GUARD_ALLOW 2      /* ... go on, never dropped (a name entry: an exception that
+                                 * ends the suffix walk, see xdns_guard_name_key) */
 
 /* Key of `xdns_guard_hash`: a prefix, its address as the two native-endian words of
  * xdns_allow_prefix.addr (masked), with its length, family and generation parity. */
@@ -487,6 +488,10 @@ struct xdns_guard_list {
  * hash.h (the hash the lookup gives every suffix), the entry's kind, its wire length (a second
  * guard against collisions) and the name list generation's parity; values are
  * struct xdns_guard_entry (action XDNS_GUARD_BLOCK). Generations flip as the source lists'.
+ * An entry with action XDNS_GUARD_ALLOW is an exception: the walk (deepest suffix first)
+ * stops there and the query goes on; the detector's water-torture block of a suffix is a
+ * suffix entry that blocks plus, for each label known under it, an exact and a suffix
+ * exception.
  */
 #define XDNS_GUARD_NAME_EXACT 1
 #define XDNS_GUARD_NAME_SUFFIX 2
@@ -557,10 +562,14 @@ struct xdns_guard_feat {
  * interval slots as the source features (`packets` counts queries, `bytes` their name
  * bytes). Userspace maps a hash back to a name it knows (its zones, xdns_bpf::guard::suffix_hash).
  */
+#define XDNS_GUARD_QFEAT_PARENT 0 /* key kind: a parent suffix (queries under it) */
+#define XDNS_GUARD_QFEAT_NAME 1   /* key kind: a whole queried name; its slots' `bytes` hold
+                                   * the parent's hash instead (the water-torture detector
+                                   * counts distinct and unknown names under a suffix) */
 struct xdns_guard_qfeat_key {
-	__u64 hash;             /* xdns_name_hash() of the lowercased parent name */
+	__u64 hash;             /* xdns_name_hash() of the lowercased parent (or whole) name */
 	__u32 len;              /* its wire length */
-	__u32 _pad;
+	__u32 kind;             /* XDNS_GUARD_QFEAT_PARENT or _NAME */
 };
 
 /* The guard stage's scratch and counters (in struct xdns_scratch). */

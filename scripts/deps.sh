@@ -10,7 +10,7 @@ PACKAGES=(
   # build: Rust daemon + eBPF objects
   clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc bpftool linux-libc-dev
   # peers and clients for the lab, the differential tests and the benchmark
-  knot knot-dnsutils nsd unbound knot-resolver pdns-recursor dnsperf iproute2 procps time ethtool
+  knot knot-dnsutils nsd unbound knot-resolver pdns-recursor dnsperf iproute2 procps time ethtool nftables iptables
   # dnstap: a Frame Streams reader for the unix-socket test (kdig -G reads the files)
   fstrm-bin
   # system tests and charts

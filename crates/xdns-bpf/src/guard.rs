@@ -49,6 +49,7 @@ const ACTION_ALLOW: u32 = 2;
 const MODE_NONE: u8 = 0;
 const MODE_HASH: u8 = 1;
 const MODE_LPM: u8 = 2;
+const QFEAT_NAME: u32 = 1;
 
 /// Load-time settings of the guard stage ([`crate::runtime::LoadConfig::guard`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,6 +233,19 @@ pub struct SuffixFeature {
     pub name_bytes: u64,
 }
 
+/// Queries for one whole name in one interval (summed over CPUs), with its parent's hash:
+/// what the water-torture detector counts distinct and unknown names under a suffix with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameFeature {
+    /// `xdns_name_hash` of the lowercased name.
+    pub hash: u64,
+    /// Its wire length.
+    pub len: u32,
+    /// The hash of its parent ([`SuffixFeature::hash`]).
+    pub parent: u64,
+    pub queries: u64,
+}
+
 /// One finished interval's features.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
@@ -241,6 +255,8 @@ pub struct Snapshot {
     pub sources: Vec<SourceFeature>,
     /// Per qname suffix, most queries first.
     pub suffixes: Vec<SuffixFeature>,
+    /// Per whole queried name (as many as the feature map kept), most queries first.
+    pub names: Vec<NameFeature>,
 }
 
 /// The guard stage's counters, summed over CPUs.
@@ -340,6 +356,25 @@ struct ListState {
     /// Keys of the active generation, as written (for their deletion).
     hash_keys: Vec<u8>,
     lpm_keys: Vec<u8>,
+    /// The active generation's structure per family (MODE_*) and lengths in use.
+    modes: [u8; 2],
+    lengths: [Vec<u8>; 2],
+    /// Blocks added to the active generation one by one ([`Guard::add_block`]).
+    added: HashSet<Pfx>,
+    /// Entries of the active generation taken out one by one ([`Guard::remove_block`]).
+    removed: HashSet<Pfx>,
+}
+
+/// What [`Guard::add_block`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// The prefix drops from now on.
+    Added,
+    /// The active generation already has an entry for exactly this prefix (left as it is).
+    Listed,
+    /// The active generation's structure cannot take it (no entry of that length is probed,
+    /// or no list is active): write a new generation ([`Guard::replace_lists`]).
+    NeedsGeneration,
 }
 
 /// The name list generation in the kernel.
@@ -374,6 +409,9 @@ struct Inner {
     name_capacity: usize,
     /// The tier's table as installed (one writer at a time).
     tier_state: Mutex<Vec<Option<Prefix>>>,
+    /// Prefix lengths every generation probes by hash even when no entry has them, per
+    /// family ([`Guard::reserve_lengths`]).
+    reserved: Mutex<[Option<u8>; 2]>,
 }
 
 impl XdpProgram {
@@ -404,6 +442,7 @@ impl XdpProgram {
                 name_state: Mutex::new(NameState::default()),
                 name_capacity: m.xdns_guard_names.max_entries() as usize / 2,
                 tier_state: Mutex::new(vec![None; TIER_SLOTS]),
+                reserved: Mutex::new([None; 2]),
             }),
         })
     }
@@ -466,8 +505,14 @@ impl Guard {
             elapsed: Duration::ZERO,
         };
         let mut use_lpm = [false; 2];
+        let reserved = *self.inner.reserved.lock().unwrap_or_else(|e| e.into_inner());
         for (fi, family) in [4u8, 6].into_iter().enumerate() {
-            let lens: BTreeSet<u8> = entries.iter().filter(|e| e.0.family == family).map(|e| e.0.len).collect();
+            let mut lens: BTreeSet<u8> = entries.iter().filter(|e| e.0.family == family).map(|e| e.0.len).collect();
+            if let Some(r) = reserved[fi] {
+                if lens.len() < HASH_LENGTHS || lens.contains(&r) {
+                    lens.insert(r);
+                }
+            }
             let lens: Vec<u8> = lens.into_iter().rev().collect();
             let s = if lens.is_empty() {
                 Structure::None
@@ -557,10 +602,115 @@ impl Guard {
         // flip, then the old generation goes once no run can read it
         self.ctl_set(CTL_GEN, gen)?;
         wait_for_runs();
-        let old = std::mem::replace(&mut *st, ListState { generation: gen, hash_keys: hk, lpm_keys: lk });
-        self.delete_keys(&old.hash_keys, &old.lpm_keys);
+        let modes = [list.mode4, list.mode6];
+        let lengths = [report.lengths4.clone(), report.lengths6.clone()];
+        let new = ListState { generation: gen, hash_keys: hk, lpm_keys: lk, modes, lengths, ..Default::default() };
+        let old = std::mem::replace(&mut *st, new);
+        self.delete_generation(old);
         report.elapsed = t0.elapsed();
         Ok(report)
+    }
+
+    /// Delete what a list generation wrote, the blocks added to it one by one included.
+    fn delete_generation(&self, old: ListState) {
+        let par = (old.generation & 1) as u8;
+        let (mut hk, mut lk) = (old.hash_keys, old.lpm_keys);
+        if !old.removed.is_empty() {
+            let ks = std::mem::size_of::<xdns_guard_key>();
+            let gone: HashSet<Vec<u8>> = old.removed.iter().map(|p| bytes_of(&hash_key(p, par)).to_vec()).collect();
+            hk = hk.chunks(ks).filter(|k| !gone.contains(*k)).flatten().copied().collect();
+            let ls = std::mem::size_of::<xdns_guard_lpm_key>();
+            let gone: HashSet<Vec<u8>> = old.removed.iter().map(|p| bytes_of(&lpm_key(p, par)).to_vec()).collect();
+            lk = lk.chunks(ls).filter(|k| !gone.contains(*k)).flatten().copied().collect();
+        }
+        for p in &old.added {
+            if old.modes[usize::from(p.family == 6)] == MODE_LPM {
+                lk.extend_from_slice(bytes_of(&lpm_key(p, par)));
+            } else {
+                hk.extend_from_slice(bytes_of(&hash_key(p, par)));
+            }
+        }
+        self.delete_keys(&hk, &lk);
+    }
+
+    /// Probe prefixes of these lengths by hash in every later generation, even with no entry
+    /// of that length (while the family has at most [`HASH_LENGTHS`] lengths), so that
+    /// [`Self::add_block`] can add them without writing a generation: the detector blocks
+    /// /24s and /56s (`XDNS_GUARD_FEAT_V4`, `_V6`). Costs a probe of the presence filter per
+    /// packet of that family.
+    pub fn reserve_lengths(&self, v4: Option<u8>, v6: Option<u8>) {
+        *self.inner.reserved.lock().unwrap_or_else(|e| e.into_inner()) = [v4, v6];
+    }
+
+    /// Add a block to the active generation, no new generation written: one map update (and
+    /// a word of the presence filter), visible to the next packet. Only where the active
+    /// generation already probes the prefix's length ([`Self::reserve_lengths`]) or holds
+    /// the family in the trie; otherwise [`Added::NeedsGeneration`]. The next generation
+    /// written whole no longer has it unless its lists do.
+    pub fn add_block(&self, prefix: &Prefix) -> Result<Added> {
+        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.generation == 0 {
+            return Ok(Added::NeedsGeneration);
+        }
+        let par = (st.generation & 1) as u8;
+        let p = Pfx::of(prefix);
+        let fi = usize::from(p.family == 6);
+        let value = xdns_guard_entry { action: ACTION_BLOCK, ..Default::default() };
+        match st.modes[fi] {
+            MODE_HASH if st.lengths[fi].contains(&p.len) => {
+                let k = hash_key(&p, par);
+                if st.added.len() + st.hash_keys.len() / std::mem::size_of::<xdns_guard_key>() >= self.inner.capacity {
+                    bail!("the guard maps are full ({} prefixes, GuardStage::capacity)", self.inner.capacity);
+                }
+                if let Err(e) = self.inner.hash.update(bytes_of(&k), bytes_of(&value), MapFlags::NO_EXIST) {
+                    if self.inner.hash.lookup(bytes_of(&k), MapFlags::ANY)?.is_some() {
+                        return Ok(Added::Listed);
+                    }
+                    return Err(e).context("adding a guard block");
+                }
+                // the entry first, then its bit: a packet sees no bit (not probed) or both
+                let meta = u32::from(p.len) | u32::from(p.family) << 8 | u32::from(par) << 16;
+                let x = crate::hash::guard_pos(self.inner.seed, k.addr[0], k.addr[1], meta);
+                let w = (usize::from(par) * self.inner.filter_words + ((x >> 32) as usize & (self.inner.filter_words - 1))) as u32;
+                let old = self.inner.filter.lookup(&w.to_ne_bytes(), MapFlags::ANY)?.map_or(0, |v| u64::from_ne_bytes(v[..8].try_into().unwrap()));
+                self.inner.filter.update(&w.to_ne_bytes(), &(old | 1 << (x & 63)).to_ne_bytes(), MapFlags::ANY)?;
+            }
+            MODE_LPM => {
+                let k = lpm_key(&p, par);
+                if let Err(e) = self.inner.lpm.update(bytes_of(&k), bytes_of(&value), MapFlags::NO_EXIST) {
+                    // EEXIST: an entry for exactly this prefix (a lookup gives the longest match)
+                    if e.kind() == libbpf_rs::ErrorKind::AlreadyExists {
+                        return Ok(Added::Listed);
+                    }
+                    return Err(e).context("adding a guard block");
+                }
+            }
+            _ => return Ok(Added::NeedsGeneration),
+        }
+        st.removed.remove(&p);
+        st.added.insert(p);
+        Ok(Added::Added)
+    }
+
+    /// Take a block out of the active generation (one map delete; the next packet from it
+    /// goes on). True if the active generation had an entry for exactly this prefix. The
+    /// caller decides whether it may go (a prefix of the file blocklist must stay).
+    pub fn remove_block(&self, prefix: &Prefix) -> Result<bool> {
+        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.generation == 0 {
+            return Ok(false);
+        }
+        let par = (st.generation & 1) as u8;
+        let p = Pfx::of(prefix);
+        let gone = match st.modes[usize::from(p.family == 6)] {
+            MODE_HASH => self.inner.hash.delete(bytes_of(&hash_key(&p, par))).is_ok(),
+            MODE_LPM => self.inner.lpm.delete(bytes_of(&lpm_key(&p, par))).is_ok(),
+            _ => false,
+        };
+        if gone && !st.added.remove(&p) {
+            st.removed.insert(p);
+        }
+        Ok(gone)
     }
 
     fn delete_keys(&self, hash_keys: &[u8], lpm_keys: &[u8]) {
@@ -600,19 +750,28 @@ impl Guard {
     /// deleted after every run that may read it has ended. An empty list turns the check off
     /// (one array read per query).
     pub fn replace_names(&self, names: &NameList) -> Result<NameReport> {
+        self.replace_names_with(names, &[])
+    }
+
+    /// As [`Self::replace_names`], with `exceptions`: entries that end the walk (deepest
+    /// suffix first) without a drop, so that names under a blocked suffix can still be
+    /// answered (the water-torture block: `*.suffix` blocked, each known label `L.suffix`
+    /// an exact and a suffix exception). An exception equal to a block replaces it.
+    pub fn replace_names_with(&self, names: &NameList, exceptions: &[NameEntry]) -> Result<NameReport> {
         let t0 = Instant::now();
         let mut st = self.inner.name_state.lock().unwrap_or_else(|e| e.into_inner());
-        if names.entries.len() > self.inner.name_capacity {
-            bail!("{} name blocks, the map was sized for {} (GuardStage::names)", names.entries.len(), self.inner.name_capacity);
+        let total = names.entries.len() + exceptions.len();
+        if total > self.inner.name_capacity {
+            bail!("{total} name blocks and exceptions, the map was sized for {} (GuardStage::names)", self.inner.name_capacity);
         }
         let gen = st.generation + 1;
         let par = (gen & 1) as u8;
         let ks = std::mem::size_of::<xdns_guard_name_key>();
-        let mut keys = Vec::with_capacity(names.entries.len() * ks);
+        let mut keys = Vec::with_capacity(total * ks);
         let mut values = Vec::new();
-        for e in &names.entries {
+        for (e, action) in names.entries.iter().map(|e| (e, ACTION_BLOCK)).chain(exceptions.iter().map(|e| (e, ACTION_ALLOW))) {
             keys.extend_from_slice(bytes_of(&self.name_key(e, par)?));
-            values.extend_from_slice(bytes_of(&xdns_guard_entry { action: ACTION_BLOCK, ..Default::default() }));
+            values.extend_from_slice(bytes_of(&xdns_guard_entry { action, ..Default::default() }));
         }
         let n = keys.len() / ks;
         if n > 0 {
@@ -732,14 +891,17 @@ impl Guard {
         }
         out.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.prefix.cmp(&b.prefix)));
         let mut suffixes = Vec::new();
+        let mut names = Vec::new();
         for k in self.inner.qfeat.keys() {
             let Some(vals) = self.inner.qfeat.lookup_percpu(&k, MapFlags::ANY)? else { continue };
+            let whole = u32::from_ne_bytes(k[12..16].try_into().unwrap()) == QFEAT_NAME;
             let (mut queries, mut name_bytes) = (0u64, 0u64);
             for v in vals {
                 let f = read_struct::<xdns_guard_feat>(&v);
                 if f.slot[s].interval == iv {
                     queries += f.slot[s].packets;
-                    name_bytes += f.slot[s].bytes;
+                    // a whole name's slot holds its parent's hash (the same on every CPU)
+                    name_bytes = if whole { f.slot[s].bytes } else { name_bytes + f.slot[s].bytes };
                 }
             }
             if queries == 0 {
@@ -747,10 +909,15 @@ impl Guard {
             }
             let hash = u64::from_ne_bytes(k[..8].try_into().unwrap());
             let len = u32::from_ne_bytes(k[8..12].try_into().unwrap());
-            suffixes.push(SuffixFeature { hash, len, queries, name_bytes });
+            if whole {
+                names.push(NameFeature { hash, len, parent: name_bytes, queries });
+            } else {
+                suffixes.push(SuffixFeature { hash, len, queries, name_bytes });
+            }
         }
         suffixes.sort_by(|a, b| b.queries.cmp(&a.queries).then(a.hash.cmp(&b.hash)));
-        Ok(Snapshot { interval: iv, sources: out, suffixes })
+        names.sort_by(|a, b| b.queries.cmp(&a.queries).then(a.hash.cmp(&b.hash)));
+        Ok(Snapshot { interval: iv, sources: out, suffixes, names })
     }
 
     /// The hash the kernel knows a qname suffix by ([`SuffixFeature::hash`]): of `wire`, an
@@ -792,6 +959,14 @@ impl Guard {
         wait_for_runs();
         Ok(())
     }
+}
+
+fn hash_key(p: &Pfx, par: u8) -> xdns_guard_key {
+    xdns_guard_key { addr: words(&p.addr), len: p.len, family: p.family, gen: par, ..Default::default() }
+}
+
+fn lpm_key(p: &Pfx, par: u8) -> xdns_guard_lpm_key {
+    xdns_guard_lpm_key { prefixlen: 16 + u32::from(p.len), gen: par, family: p.family, addr: p.addr, ..Default::default() }
 }
 
 fn tier_prefix(p: &Prefix) -> xdns_allow_prefix {

@@ -205,6 +205,106 @@ fn guard_name_blocks() {
     assert_eq!(verdict(&prog, &frame(&Net::v4(), &bad)).2, ["pass_qname"]);
 }
 
+/// The water-torture block: `*.example.com` blocked with exceptions for its known labels
+/// (exact and below): names under a known label go on, unknown labels drop as `drop_name`.
+#[test]
+fn guard_name_exceptions_for_known_labels() {
+    require_root("guard_name_exceptions_for_known_labels");
+    let prog = load_with(None, Some(GuardStage { features: false, ..stage() }));
+    let g = prog.guard().unwrap();
+    let block = parse_name_list("detect", "*.example.com\n").unwrap();
+    let keep = parse_name_list("keep", "www.example.com\n*.www.example.com\nmail.example.com\n*.mail.example.com\n").unwrap();
+    g.replace_names_with(&block, &keep.entries).unwrap();
+    let rows = [
+        ("www.example.com", "pass_not_loaded"),
+        ("WWW.example.COM", "pass_not_loaded"),
+        ("a.b.www.example.com", "pass_not_loaded"),
+        ("mail.example.com", "pass_not_loaded"),
+        ("example.com", "pass_not_loaded"), // the suffix itself is not under it
+        ("xk3j9q.example.com", "drop_name"),
+        ("a.xk3j9q.example.com", "drop_name"),
+        ("wwww.example.com", "drop_name"),
+        ("www.example.org", "pass_not_loaded"),
+    ];
+    for (name, want) in rows {
+        for v6 in [false, true] {
+            assert_eq!(verdict(&prog, &asking(name, v6, false)).2, [want], "{name} v6={v6}");
+        }
+    }
+    // back to no names: everything goes on
+    g.replace_names(&Default::default()).unwrap();
+    assert_eq!(verdict(&prog, &asking("xk3j9q.example.com", false, false)).2, ["pass_not_loaded"]);
+}
+
+/// Blocks added to and taken out of the active generation one by one: dropped from the next
+/// packet, a prefix already listed left alone, and the next whole generation replaces them.
+#[test]
+fn guard_incremental_blocks() {
+    require_root("guard_incremental_blocks");
+    let prog = load_with(None, Some(GuardStage { features: false, ..stage() }));
+    let g = prog.guard().unwrap();
+    use xdns_bpf::guard::Added;
+    let p24 = parse_prefix("198.18.9.0/24").unwrap();
+    // no generation yet: a whole one is needed
+    assert_eq!(g.add_block(&p24).unwrap(), Added::NeedsGeneration);
+    g.reserve_lengths(Some(24), Some(56));
+    g.replace_lists(&list("198.18.1.0/24\n2001:db8:1::/48\n"), &PrefixList::new()).unwrap();
+    assert_eq!(verdict(&prog, &from("198.18.9.5", false)).2, ["pass_not_loaded"]);
+    assert_eq!(g.add_block(&p24).unwrap(), Added::Added);
+    assert_eq!(verdict(&prog, &from("198.18.9.5", false)).2, ["drop_blocked"]);
+    assert_eq!(g.entry_drops(&p24).unwrap(), Some(1));
+    let p56 = parse_prefix("2001:db8:9:100::/56").unwrap();
+    assert_eq!(g.add_block(&p56).unwrap(), Added::Added);
+    assert_eq!(verdict(&prog, &from("2001:db8:9:1ff::1", false)).2, ["drop_blocked"]);
+    assert_eq!(g.add_block(&parse_prefix("198.18.1.0/24").unwrap()).unwrap(), Added::Listed);
+    // a length the generation does not probe
+    assert_eq!(g.add_block(&parse_prefix("198.18.10.0/23").unwrap()).unwrap(), Added::NeedsGeneration);
+    assert!(g.remove_block(&p24).unwrap());
+    assert!(!g.remove_block(&p24).unwrap());
+    assert_eq!(verdict(&prog, &from("198.18.9.5", false)).2, ["pass_not_loaded"]);
+    // a new generation without them, then with one: the old generation is gone whole
+    g.replace_lists(&list("198.18.1.0/24\n"), &PrefixList::new()).unwrap();
+    assert_eq!(verdict(&prog, &from("2001:db8:9:1ff::1", false)).2, ["pass_not_loaded"]);
+    assert_eq!(verdict(&prog, &from("198.18.1.1", false)).2, ["drop_blocked"]);
+    // in the trie too
+    let mut text = String::new();
+    for len in 16..=32u8 {
+        text.push_str(&format!("{}\n", Prefix::covering("198.19.255.255".parse().unwrap(), len)));
+    }
+    let r = g.replace_lists(&list(&text), &PrefixList::new()).unwrap();
+    assert_eq!(r.v4, Structure::Lpm);
+    assert_eq!(g.add_block(&p24).unwrap(), Added::Added);
+    assert_eq!(verdict(&prog, &from("198.18.9.5", false)).2, ["drop_blocked"]);
+    assert_eq!(g.add_block(&parse_prefix("198.19.255.0/24").unwrap()).unwrap(), Added::Listed);
+    assert!(g.remove_block(&p24).unwrap());
+    assert_eq!(verdict(&prog, &from("198.18.9.5", false)).2, ["pass_not_loaded"]);
+    assert_eq!(verdict(&prog, &from("198.19.0.1", false)).2, ["drop_blocked"]);
+}
+
+/// Full maps: a list larger than the maps were sized for is refused with a clear error and
+/// the active lists stay whole (still dropping what they dropped); overlapping prefixes are
+/// one entry each, the longest deciding.
+#[test]
+fn guard_full_maps_and_overlaps_lose_nothing() {
+    require_root("guard_full_maps_and_overlaps_lose_nothing");
+    let prog = load_with(None, Some(GuardStage { capacity: 4, features: false, ..stage() }));
+    let g = prog.guard().unwrap();
+    g.reserve_lengths(Some(24), None);
+    g.replace_lists(&list("198.18.1.0/24\n198.18.1.0/25\n198.18.1.7\n"), &PrefixList::new()).unwrap();
+    assert_eq!(verdict(&prog, &from("198.18.1.200", false)).2, ["drop_blocked"]);
+    let e = g.replace_lists(&list("198.18.2.1\n198.18.2.2\n198.18.2.3\n198.18.2.4\n198.18.2.5\n"), &PrefixList::new()).unwrap_err();
+    assert!(format!("{e:#}").contains("sized for 4"), "{e:#}");
+    assert_eq!(verdict(&prog, &from("198.18.1.200", false)).2, ["drop_blocked"], "the old list is gone");
+    assert_eq!(verdict(&prog, &from("198.18.2.1", false)).2, ["pass_not_loaded"]);
+    assert_eq!(g.entry_drops(&parse_prefix("198.18.1.7").unwrap()).unwrap(), Some(0));
+    // one more fits, the next is refused with an error
+    assert_eq!(g.add_block(&parse_prefix("198.18.9.0/24").unwrap()).unwrap(), xdns_bpf::guard::Added::Added);
+    let e = g.add_block(&parse_prefix("198.18.10.0/24").unwrap()).unwrap_err();
+    assert!(format!("{e:#}").contains("full"), "{e:#}");
+    assert_eq!(verdict(&prog, &from("198.18.9.1", false)).2, ["drop_blocked"]);
+    assert_eq!(verdict(&prog, &from("198.18.1.7", false)).2, ["drop_blocked"]);
+}
+
 /// Lists with more prefix lengths than the hash structure probes go to the trie on their own
 /// (Auto), and the answers stay those of the longest match.
 #[test]
@@ -254,6 +354,9 @@ fn guard_feature_snapshots() {
     let parent = g.suffix_hash(&wire("EXAMPLE.com"));
     let qlen = wire("www.example.com").len() as u64;
     assert_eq!(s1.suffixes.iter().map(|x| (x.hash, x.len, x.queries, x.name_bytes)).collect::<Vec<_>>(), [(parent, 13, 5, 5 * qlen)]);
+    // and per whole name, with its parent
+    let whole = g.suffix_hash(&wire("www.example.com"));
+    assert_eq!(s1.names.iter().map(|x| (x.hash, x.len, x.parent, x.queries)).collect::<Vec<_>>(), [(whole, qlen as u32, parent, 5)]);
     // the next interval starts empty and counts on its own
     prog.test_run(&c).unwrap();
     // a name with one label has no parent but the root: not counted

@@ -166,6 +166,12 @@ impl Monitor {
         }
     }
 
+    /// Replaces the parameters (the entries stay; a smaller `max_entries` refuses new
+    /// blocks until enough are lifted).
+    pub fn set_config(&mut self, cfg: MonitorConfig) {
+        self.cfg = cfg;
+    }
+
     /// Blocks `target` at time `now`. `ttl` (seconds) applies to manual entries; detected
     /// entries use the configured `detected_ttl` unless `ttl` is given. `rate` is the rate
     /// that triggered the block (0 for a manual one).

@@ -615,6 +615,10 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
     }
 
     let guard = file.guard.map(|g| crate::guard::settings(g, &base, &err, &span_line, &mut errors));
+    if guard.as_ref().is_some_and(|g| g.detect.is_some()) && file.xdp.interfaces.is_empty() {
+        // the features the detector reads are counted by the XDP program
+        errors.push(err(None, "[guard] detect = true needs [xdp] interfaces (the kernel counts the traffic it reads)".into()));
+    }
     let dnstap = file.dnstap.and_then(|d| crate::dnstap::settings(d, &base, &err, &span_line, &mut errors));
     let run_as = match (&file.user, &file.group) {
         (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {

@@ -39,6 +39,12 @@ pub struct FileGuard {
     block_names: Option<Spanned<String>>,
     rrl: Option<Spanned<FileRrl>>,
     cookies: Option<bool>,
+    detect: Option<bool>,
+    detect_interval_ms: Option<Spanned<u32>>,
+    detect_min_rate: Option<Spanned<u32>>,
+    detect_unblock_after: Option<Spanned<u32>>,
+    detect_block_for: Option<Spanned<String>>,
+    offload_slots: Option<Spanned<u32>>,
 }
 
 /// `rrl = { ... }` as written.
@@ -60,6 +66,29 @@ pub struct GuardSettings {
     /// `(rate, slip, ipv4_prefix, ipv6_prefix)`; `None`: no RRL.
     pub rrl: Option<(u32, u32, u8, u8)>,
     pub cookies: bool,
+    /// `detect = true`: the detection loop (`crate::detect`); `None` = off.
+    pub detect: Option<DetectSettings>,
+    /// `offload_slots`: size of the hardware tier (0 = none).
+    pub offload_slots: u32,
+}
+
+/// The detection keys of `[guard]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetectSettings {
+    /// Length of a feature interval, ms (100..=1000).
+    pub interval_ms: u32,
+    /// Floor of the per-source threshold, packets/s.
+    pub min_rate: u32,
+    /// Calm intervals before a detected block is lifted.
+    pub unblock_after: u32,
+    /// Expiry of a detected block, seconds (`None`: only the rate monitor lifts it).
+    pub block_for: Option<u64>,
+}
+
+impl Default for DetectSettings {
+    fn default() -> Self {
+        Self { interval_ms: 500, min_rate: 200, unblock_after: 5, block_for: Some(3600) }
+    }
 }
 
 /// Validate `[guard]` (paths relative to `base`, the configuration's directory); the list
@@ -84,12 +113,38 @@ pub fn settings(
         }
         v
     });
+    let mut d = DetectSettings::default();
+    let mut check = |v: &Option<Spanned<u32>>, lo: u32, hi: u32, what: &str, dst: &mut u32| {
+        if let Some(v) = v {
+            if !(lo..=hi).contains(v.get_ref()) {
+                errors.push(err(line(v.span()), format!("[guard] {what} must be {lo}..={hi}, not {}", v.get_ref())));
+            }
+            *dst = *v.get_ref();
+        }
+    };
+    check(&file.detect_interval_ms, 100, 1000, "detect_interval_ms", &mut d.interval_ms);
+    check(&file.detect_min_rate, 1, u32::MAX, "detect_min_rate", &mut d.min_rate);
+    check(&file.detect_unblock_after, 1, 3600, "detect_unblock_after", &mut d.unblock_after);
+    let mut offload_slots = 0;
+    check(&file.offload_slots, 0, 4096, "offload_slots", &mut offload_slots);
+    if let Some(b) = &file.detect_block_for {
+        match b.get_ref().as_str() {
+            "never" => d.block_for = None,
+            t => match xdns_guard::monitor::parse_duration(t) {
+                Ok(0) => errors.push(err(line(b.span()), "[guard] detect_block_for must be longer than 0 (or \"never\")".into())),
+                Ok(secs) => d.block_for = Some(secs),
+                Err(e) => errors.push(err(line(b.span()), format!("[guard] detect_block_for: {e}"))),
+            },
+        }
+    }
     GuardSettings {
         blocklist: path(&file.blocklist),
         allowlist: path(&file.allowlist),
         block_names: path(&file.block_names),
         rrl,
         cookies: file.cookies.unwrap_or(false),
+        detect: file.detect.unwrap_or(false).then_some(d),
+        offload_slots,
     }
 }
 
@@ -190,16 +245,35 @@ impl Guard {
         Ok(Self { settings: s.clone(), block, allow, names, rrl, cookies, counters: GuardCounters::default() })
     }
 
-    /// The lists for the kernel's guard stage: the file blocklist with `live` blocks added,
-    /// the allowlist, the blocked names.
-    pub fn kernel_lists(&self, live: Option<&PrefixList>) -> (PrefixList, PrefixList, NameList) {
+    /// The lists for the kernel's guard stage: the file blocklist with the live blocks
+    /// added, the allowlist, the blocked names with the live suffix blocks, and the
+    /// exceptions of those (their known labels).
+    pub fn kernel_lists(&self, live: &LiveBlocks) -> crate::xdp::fastpath::GuardLists {
         let mut block = self.block.clone();
-        if let Some(live) = live {
+        if let Some(live) = live.list.load().as_deref() {
             for p in live.v4.iter().map(|p| xdns_guard::lists::Prefix::V4(*p)).chain(live.v6.iter().map(|p| xdns_guard::lists::Prefix::V6(*p))) {
                 block.insert(p);
             }
         }
-        (block, self.allow.clone(), self.names.clone())
+        let mut names = self.names.clone();
+        let dynamic = live.names.load();
+        names.entries.extend(dynamic.0.iter().cloned());
+        (block, self.allow.clone(), names, dynamic.1.clone())
+    }
+
+    /// Whether the blocklist file has an entry for exactly `p` (a live block of it must
+    /// not take the file's entry out of the kernel when lifted).
+    pub fn file_lists(&self, p: &xdns_guard::lists::Prefix) -> bool {
+        let net = match p {
+            xdns_guard::lists::Prefix::V4(v) => IpAddr::from(v.addr),
+            xdns_guard::lists::Prefix::V6(v) => IpAddr::from(v.addr),
+        };
+        self.block.longest_match(net).is_some_and(|q| q.len() <= p.len())
+    }
+
+    /// The allowlist (the detector never blocks what it overlaps).
+    pub fn allowlist(&self) -> &PrefixList {
+        &self.allow
     }
 
     /// Whether `ip` is on the allowlist (never blocked, never limited).
@@ -306,13 +380,36 @@ impl Guard {
 /// every change (`None` while empty, so that the query path pays one load). They live with the
 /// process: a reload keeps them, a restart starts without them.
 pub struct LiveBlocks {
-    monitor: Mutex<xdns_guard::monitor::Monitor>,
+    pub(crate) monitor: Mutex<xdns_guard::monitor::Monitor>,
     pub list: arc_swap::ArcSwapOption<PrefixList>,
+    /// The detector's suffix blocks (`*.suffix` entries) and their exceptions (each known
+    /// label, exact and below), for the kernel's name check.
+    pub names: arc_swap::ArcSwap<(Vec<xdns_guard::lists::NameEntry>, Vec<xdns_guard::lists::NameEntry>)>,
+    /// Known labels kept by each suffix block (lowercase wire suffix → labels).
+    pub(crate) keep: Mutex<std::collections::HashMap<Vec<u8>, Vec<Vec<u8>>>>,
+    /// Where each blocked source sits: the hardware tier's label, else the kernel list.
+    pub(crate) tiers: Mutex<std::collections::HashMap<xdns_guard::lists::Prefix, &'static str>>,
+    /// Set while the detector runs: it ticks the monitor (expiry included) each interval.
+    pub detecting: std::sync::atomic::AtomicBool,
+    /// Held while the kernel's lists are written (a whole generation, or one block added or
+    /// lifted), so that no write works from a state another has replaced.
+    pub writing: Mutex<()>,
+    /// The detection loop's counters (`crate::detect`).
+    pub counters: crate::detect::DetectCounters,
 }
 
 impl Default for LiveBlocks {
     fn default() -> Self {
-        Self { monitor: Mutex::new(xdns_guard::monitor::Monitor::new(Default::default())), list: Default::default() }
+        Self {
+            monitor: Mutex::new(xdns_guard::monitor::Monitor::new(Default::default())),
+            list: Default::default(),
+            names: Default::default(),
+            keep: Default::default(),
+            tiers: Default::default(),
+            detecting: Default::default(),
+            writing: Mutex::new(()),
+            counters: Default::default(),
+        }
     }
 }
 
@@ -325,6 +422,8 @@ impl LiveBlocks {
         let mut m = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
         let reply = match words.as_slice() {
             ["list"] => {
+                let tiers = self.tiers.lock().unwrap_or_else(|e| e.into_inner());
+                let keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
                 let entries: Vec<serde_json::Value> = m
                     .entries()
                     .into_iter()
@@ -336,7 +435,14 @@ impl LiveBlocks {
                             "rate": e.rate,
                             "age_seconds": now.saturating_sub(e.since),
                             "expires_in_seconds": e.expires.map(|x| x.saturating_sub(now)),
-                            "tier": "kernel list",
+                            "tier": match &e.target {
+                                Target::Source(p) => tiers.get(p).copied().unwrap_or("kernel list"),
+                                Target::UnknownLabels(_) => "kernel name check",
+                            },
+                            "keeps": match &e.target {
+                                Target::UnknownLabels(sfx) => keep.get(sfx).map(|k| k.len()),
+                                Target::Source(_) => None,
+                            },
                         })
                     })
                     .collect();
@@ -358,6 +464,15 @@ impl LiveBlocks {
                     Blocked::Full => return "error: the block list is full".into(),
                 }
             }
+            ["unblock", prefix] if prefix.starts_with("*.") => {
+                let Some(wire) = xdns_guard::lists::parse_name_list("command", prefix).ok().and_then(|l| l.entries.into_iter().next()) else {
+                    return format!("error: not a suffix: {prefix}");
+                };
+                match m.unblock(&Target::UnknownLabels(wire.wire)) {
+                    Some(_) => format!("ok unblocked {prefix}"),
+                    None => return format!("error: {prefix} is not blocked"),
+                }
+            }
             ["unblock", prefix] => match xdns_guard::lists::parse_prefix(prefix) {
                 Ok(p) => match m.unblock(&Target::Source(p)) {
                     Some(_) => format!("ok unblocked {p}"),
@@ -371,8 +486,12 @@ impl LiveBlocks {
         reply
     }
 
-    /// Drop the entries whose time has come (every second); true if any went.
+    /// Drop the entries whose time has come (every second); true if any went. Nothing
+    /// while the detector runs: its interval does it.
     pub fn expire(&self) -> bool {
+        if self.detecting.load(Relaxed) {
+            return false;
+        }
         let mut m = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
         let thresholds = xdns_guard::monitor::Thresholds { source_pps: f64::MAX, suffix_qps: f64::MAX };
         let gone = m.tick(u64::from(unix_now()), thresholds);
@@ -385,14 +504,68 @@ impl LiveBlocks {
         !gone.is_empty()
     }
 
-    fn publish(&self, m: &xdns_guard::monitor::Monitor) {
+    /// Publish the monitor's entries: the source list userspace checks (and the kernel's
+    /// next generation), and the suffix blocks with their exceptions.
+    pub(crate) fn publish(&self, m: &xdns_guard::monitor::Monitor) {
+        use xdns_guard::lists::{NameEntry, NameMatch};
         let mut list = PrefixList::new();
+        let (mut blocks, mut exceptions) = (Vec::new(), Vec::new());
+        let mut keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
         for e in m.entries() {
-            if let xdns_guard::monitor::Target::Source(p) = &e.target {
-                list.insert(*p);
+            match &e.target {
+                xdns_guard::monitor::Target::Source(p) => {
+                    list.insert(*p);
+                }
+                xdns_guard::monitor::Target::UnknownLabels(sfx) => {
+                    blocks.push(NameEntry { wire: sfx.clone(), kind: NameMatch::Suffix });
+                    for l in keep.get(sfx).into_iter().flatten() {
+                        let mut w = vec![l.len() as u8];
+                        w.extend_from_slice(l);
+                        w.extend_from_slice(sfx);
+                        exceptions.push(NameEntry { wire: w.clone(), kind: NameMatch::Exact });
+                        exceptions.push(NameEntry { wire: w, kind: NameMatch::Suffix });
+                    }
+                }
             }
         }
+        keep.retain(|sfx, _| blocks.iter().any(|b| &b.wire == sfx));
         self.list.store((!list.is_empty()).then(|| std::sync::Arc::new(list)));
+        self.names.store(std::sync::Arc::new((blocks, exceptions)));
+    }
+
+    /// Whether a query for `name` (lowercase wire) is under a live suffix block and not
+    /// under one of its known labels (the userspace twin of the kernel's name check).
+    pub fn blocks_name(&self, name: &[u8]) -> bool {
+        let names = self.names.load();
+        if names.0.is_empty() {
+            return false;
+        }
+        // deepest first, as the kernel: an exception ends the walk
+        let mut at = 0;
+        let mut first = true;
+        while let Some(&len) = name.get(at) {
+            if len == 0 {
+                break;
+            }
+            let sfx = &name[at..];
+            let hit = |l: &[xdns_guard::lists::NameEntry], exact: bool| {
+                l.iter().any(|e| e.wire == sfx && (e.kind == xdns_guard::lists::NameMatch::Exact) == exact)
+            };
+            if first && hit(&names.1, true) {
+                return false;
+            }
+            if !first {
+                if hit(&names.1, false) {
+                    return false;
+                }
+                if hit(&names.0, false) {
+                    return true;
+                }
+            }
+            first = false;
+            at += 1 + usize::from(len);
+        }
+        false
     }
 
     /// Whether `ip` is blocked live.
@@ -507,6 +680,8 @@ mod tests {
             block_names: Some(dir.join("n.txt")),
             rrl,
             cookies,
+            detect: None,
+            offload_slots: 0,
         }
     }
 
@@ -544,7 +719,60 @@ mod tests {
     }
 
     fn settings_only_block(d: &Path) -> GuardSettings {
-        GuardSettings { blocklist: Some(d.join("b.txt")), allowlist: None, block_names: None, rrl: None, cookies: false }
+        GuardSettings { blocklist: Some(d.join("b.txt")), allowlist: None, block_names: None, rrl: None, cookies: false, detect: None, offload_slots: 0 }
+    }
+
+    #[test]
+    fn detect_keys_parse_and_bad_values_name_their_line() {
+        use crate::config::{parse, Overrides};
+        let path = Path::new("/tmp/x.toml");
+        let ok = "[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect = true\ndetect_interval_ms = 250\ndetect_min_rate = 1000\n\
+                  detect_unblock_after = 3\ndetect_block_for = \"10m\"\noffload_slots = 8\n";
+        let c = parse(ok, path, &Overrides::default()).unwrap();
+        let g = c.guard.unwrap();
+        assert_eq!(g.detect, Some(DetectSettings { interval_ms: 250, min_rate: 1000, unblock_after: 3, block_for: Some(600) }));
+        assert_eq!(g.offload_slots, 8);
+        let never = "[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect = true\ndetect_block_for = \"never\"\n";
+        assert_eq!(parse(never, path, &Overrides::default()).unwrap().guard.unwrap().detect.unwrap().block_for, None);
+        // off by default, with defaults when on
+        assert_eq!(parse("[guard]\n", path, &Overrides::default()).unwrap().guard.unwrap().detect, None);
+        for (bad, want) in [
+            ("[guard]\ndetect = true\n", "needs [xdp]"),
+            ("[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect = true\ndetect_interval_ms = 5000\n", ":5: [guard] detect_interval_ms must be 100..=1000"),
+            ("[xdp]\ninterfaces = [\"eth0\"]\n[guard]\ndetect_block_for = \"5y\"\n", ":4: [guard] detect_block_for"),
+            ("[xdp]\ninterfaces = [\"eth0\"]\n[guard]\noffload_slots = 100000\n", ":4: [guard] offload_slots must be 0..=4096"),
+        ] {
+            let errs = parse(bad, path, &Overrides::default()).unwrap_err();
+            let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+            assert!(text.iter().any(|t| t.contains(want)), "{bad}: {text:?}");
+        }
+    }
+
+    #[test]
+    fn live_suffix_blocks_keep_known_labels_in_userspace() {
+        use xdns_guard::monitor::{Origin, Target};
+        let live = LiveBlocks::default();
+        let sfx = b"\x07example\x03com\x00".to_vec();
+        live.keep.lock().unwrap().insert(sfx.clone(), vec![b"www".to_vec(), b"mail".to_vec()]);
+        {
+            let mut m = live.monitor.lock().unwrap();
+            m.block(1, Target::UnknownLabels(sfx), Origin::Detected, "random subdomains", None, 100.0);
+            live.publish(&m);
+        }
+        let w = |n: &str| question_name(&query(n, None)).unwrap();
+        assert!(live.blocks_name(&w("xk3j9q.example.com")));
+        assert!(live.blocks_name(&w("a.xk3j9q.example.com")));
+        assert!(!live.blocks_name(&w("www.example.com")));
+        assert!(!live.blocks_name(&w("a.b.www.example.com")));
+        assert!(!live.blocks_name(&w("mail.example.com")));
+        assert!(!live.blocks_name(&w("example.com")));
+        assert!(!live.blocks_name(&w("x.example.net")));
+        let names = live.names.load();
+        assert_eq!((names.0.len(), names.1.len()), (1, 4));
+        // lifted by hand: nothing blocked, the kept labels forgotten
+        assert!(live.command("guard unblock *.example.com.").starts_with("ok"));
+        assert!(!live.blocks_name(&w("xk3j9q.example.com")));
+        assert!(live.keep.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 mod config;
 mod config_doc;
 mod control;
+mod detect;
 mod dnstap;
 mod guard;
 mod heap;

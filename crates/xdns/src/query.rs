@@ -115,6 +115,13 @@ pub fn handle(
         if live.blocks(msg.peer) && !guard.is_some_and(|g| g.allows(msg.peer)) {
             return Action::Drop(DropKind::Blocked);
         }
+        // the detector's suffix blocks (unknown labels under a flooded suffix)
+        if !live.names.load().0.is_empty()
+            && !guard.is_some_and(|g| g.allows(msg.peer))
+            && crate::guard::question_name(msg.wire).is_some_and(|n| live.blocks_name(&n))
+        {
+            return Action::Drop(DropKind::Blocked);
+        }
         let cookie = match guard.map(|g| g.begin(msg.wire, msg.peer)) {
             Some(Verdict::Drop) => return Action::Drop(DropKind::Blocked),
             Some(Verdict::FormErr) => return formerr(served, &msg, out),

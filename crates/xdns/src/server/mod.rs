@@ -121,6 +121,9 @@ impl Shared {
         if let Some(g) = self.guard.load_full() {
             g.snapshot(&mut s);
         }
+        if self.live_blocks.detecting.load(Ordering::Relaxed) {
+            self.live_blocks.counters.snapshot(&mut s);
+        }
         crate::dnstap::snapshot(&mut s);
         s
     }
@@ -259,6 +262,15 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     );
     systemd::ready();
     tasks.push(tokio::spawn(expire_live_blocks(shared.clone(), stop_rx.clone())));
+    let xdp_on = shared.xdp_status.load().is_some();
+    let detector = match cfg.guard.as_ref().and_then(|g| Some((g.detect.clone()?, g.offload_slots))) {
+        Some((d, k)) if xdp_on => Some(crate::detect::spawn(shared.clone(), d, k, cfg.xdp.interfaces.clone())?),
+        Some(_) => {
+            tracing::warn!("[guard] detect: no XDP program attached, nothing to read: detection is off");
+            None
+        }
+        None => None,
+    };
     tasks.extend(systemd::spawn_watchdog(shared.heartbeats.clone(), stop_rx.clone()));
 
     let mut current = cfg;
@@ -296,6 +308,10 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         status.abandon_writes();
     }
     stop(&shared, stop_tx, tasks, threads).await;
+    if let Some(d) = detector {
+        // it sees the shutdown flag within 100 ms
+        let _ = tokio::task::spawn_blocking(move || d.join()).await;
+    }
     // After a takeover the path holds the new process's socket: leave it.
     if control_id.is_some() && control::socket_id(&control_path) == control_id {
         remove_control(&control_path);
@@ -373,20 +389,32 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
 /// The kernel guard stage's lists, whole: `[guard]`'s files with the live blocks added
 /// (nothing without `[guard]` or without XDP: userspace applies them alone then).
 pub async fn push_guard_lists(shared: &Arc<Shared>) {
+    let sh = shared.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || push_guard_lists_now(&sh)).await {
+        tracing::error!("XDP guard lists not replaced: {e}");
+    }
+}
+
+/// [`push_guard_lists`] from a blocking context: the lists are taken and written under the
+/// live blocks' write lock, so that a block the detector adds meanwhile is not lost.
+pub fn push_guard_lists_now(shared: &Arc<Shared>) {
     let Some(guard) = shared.guard.load_full() else {
         return;
     };
-    let live = shared.live_blocks.list.load_full();
-    let sh = shared.clone();
-    let pushed = tokio::task::spawn_blocking(move || {
-        let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner());
-        fp.as_ref().map(|fp| fp.set_guard_lists(guard.kernel_lists(live.as_deref())))
-    })
-    .await;
-    match pushed {
-        Ok(Some(Err(e))) => tracing::error!("XDP guard lists not replaced (the kernel keeps the old ones): {e:#}"),
-        Err(e) => tracing::error!("XDP guard lists not replaced: {e}"),
-        _ => {}
+    let Some(maps) = shared.xdp_status.load_full().and_then(|s| s.guard.clone()) else {
+        return;
+    };
+    let _w = shared.live_blocks.writing.lock().unwrap_or_else(|e| e.into_inner());
+    let (block, allow, names, exceptions) = guard.kernel_lists(&shared.live_blocks);
+    let t = std::time::Instant::now();
+    match maps.replace_lists(&block, &allow).and_then(|l| Ok((l, maps.replace_names_with(&names, &exceptions)?))) {
+        Ok((lists, named)) => tracing::info!(
+            entries = lists.entries,
+            names = named.entries,
+            seconds = t.elapsed().as_secs_f32(),
+            "XDP: guard lists replaced"
+        ),
+        Err(e) => tracing::error!("XDP guard lists not replaced (the kernel keeps the old ones): {e:#}"),
     }
 }
 

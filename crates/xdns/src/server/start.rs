@@ -101,7 +101,14 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
         });
     }
     fp_cfg.xdp.keep_caps = cfg.run_as.is_some();
-    fp_cfg.xdp.guard = cfg.guard.as_ref().map(|_| xdns_bpf::guard::GuardStage::default());
+    fp_cfg.xdp.guard = cfg.guard.as_ref().map(|g| xdns_bpf::guard::GuardStage {
+        // the detector reads the features; the modelled tier takes the offload slots
+        // (at most its 16) where no NIC takes n-tuple rules
+        features: g.detect.is_some(),
+        tier_slots: g.offload_slots.min(xdns_bpf::guard::TIER_SLOTS as u32),
+        feature_suffixes: if g.detect.is_some() { 1 << 18 } else { 65536 },
+        ..Default::default()
+    });
     let zones = shared.served.load().zones.clone();
     tokio::task::spawn_blocking(move || {
         Fastpath::load(&fp_cfg.xdp, &fp_cfg.listen, zones, fp_cfg.edns_payload, takeover)

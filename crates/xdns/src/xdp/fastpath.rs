@@ -38,7 +38,6 @@ enum Cmd {
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
     ),
-    GuardLists(Box<GuardLists>, mpsc::Sender<anyhow::Result<()>>),
 }
 
 /// What `xdns stats` and `/metrics` show of the fast path.
@@ -84,6 +83,9 @@ pub struct XdpStatus {
     /// Each interface's `XDP_TX` error counters (`None`: its driver shows none), read on
     /// demand.
     tx: Mutex<Vec<(String, Option<xdns_bpf::iface::TxErrors>)>>,
+    /// The guard stage's maps (`[guard]`), for the detector's thread: feature snapshots,
+    /// blocks added one by one, the modelled tier.
+    pub guard: Option<xdns_bpf::guard::Guard>,
     /// Entries written by the fill or reload under way (or the last one), of its total.
     fill: Arc<xdns_bpf::maps::FillProgress>,
 }
@@ -180,7 +182,12 @@ impl XdpStatus {
 }
 
 /// The guard stage's lists: block and allow prefixes, blocked names.
-pub type GuardLists = (xdns_guard::lists::PrefixList, xdns_guard::lists::PrefixList, xdns_guard::lists::NameList);
+pub type GuardLists = (
+    xdns_guard::lists::PrefixList,
+    xdns_guard::lists::PrefixList,
+    xdns_guard::lists::NameList,
+    Vec<xdns_guard::lists::NameEntry>,
+);
 
 /// The kernel answer cache (give it to the resolver as its `AnswerCache`) and the reader of
 /// its refresh events (keys to resolve again before they expire).
@@ -245,6 +252,7 @@ impl Fastpath {
                         interfaces: cfg.interfaces.clone(),
                         table: Mutex::new(rt.table_counts()),
                         delivery: rt.delivery_report(),
+                        guard: rt.guard_maps().ok(),
                         tx: Mutex::new(
                             cfg.interfaces
                                 .iter()
@@ -327,9 +335,6 @@ impl Fastpath {
                         Cmd::SetAllow(allow, reply) => {
                             let _ = reply.send(rt.set_allow(&allow));
                         }
-                        Cmd::GuardLists(l, reply) => {
-                            let _ = reply.send(rt.set_guard_lists(&l.0, &l.1, &l.2));
-                        }
                     }
                 }
             })?;
@@ -388,12 +393,6 @@ impl Fastpath {
     /// consumer of the ring buffer.
     pub fn cache(&self) -> anyhow::Result<Option<CacheHandles>> {
         self.call(Cmd::Cache)
-    }
-
-    /// Replace the guard stage's lists in the kernel (blocking; a million prefixes take a few
-    /// seconds).
-    pub fn set_guard_lists(&self, lists: GuardLists) -> anyhow::Result<()> {
-        self.call_within(None, |reply| Cmd::GuardLists(Box::new(lists), reply))
     }
 
     /// Replace the resolver's allow list in the kernel (blocking).

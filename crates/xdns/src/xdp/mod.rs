@@ -36,7 +36,7 @@ pub struct XdpConfig {
     #[serde(skip)]
     pub keep_caps: bool,
     /// The guard stage (`bpf/guard.h`), loaded when `[guard]` is configured; its lists come
-    /// later ([`Fastpath::set_guard_lists`]). Set by the daemon, not read from `[xdp]`.
+    /// later (`crate::server::push_guard_lists`, through `XdpStatus::guard`). Set by the daemon, not read from `[xdp]`.
     #[serde(skip)]
     pub guard: Option<xdns_bpf::guard::GuardStage>,
 }

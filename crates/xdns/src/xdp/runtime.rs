@@ -35,6 +35,9 @@ pub struct XdpRuntime {
     last_answered: u64,
     /// What the guard publishes for `xdns stats` (read from any thread).
     report: DeliveryReport,
+    /// The guard stage's maps (`[guard]`): one handle whose clones share its writer state,
+    /// so that every list generation follows the last one.
+    guard_maps: Option<xdns_bpf::guard::Guard>,
 }
 
 impl XdpRuntime {
@@ -75,7 +78,20 @@ impl XdpRuntime {
             .iter()
             .map(|i| Delivery { interface: i.clone(), ..Default::default() })
             .collect();
+        let guard_maps = match &cfg.guard {
+            Some(g) => {
+                let maps = prog.guard()?;
+                if g.features {
+                    // the detector blocks the feature prefixes: probe them by hash from the
+                    // first generation on, so that a block is one map update
+                    maps.reserve_lengths(Some(24), Some(56));
+                }
+                Some(maps)
+            }
+            None => None,
+        };
         Ok(Some(Self {
+            guard_maps,
             prog,
             interfaces: cfg.interfaces.clone(),
             mode: cfg.mode,
@@ -312,19 +328,10 @@ impl XdpRuntime {
         Ok(Some((self.prog.cache()?, self.prog.prefetch_events()?)))
     }
 
-    /// Replace the guard stage's lists (block and allow prefixes, blocked names) whole, as
-    /// one new generation. An error when the stage is not loaded (`[guard]` absent).
-    pub fn set_guard_lists(
-        &self,
-        block: &xdns_guard::lists::PrefixList,
-        allow: &xdns_guard::lists::PrefixList,
-        names: &xdns_guard::lists::NameList,
-    ) -> anyhow::Result<()> {
-        let guard = self.prog.guard()?;
-        let lists = guard.replace_lists(block, allow)?;
-        let named = guard.replace_names(names)?;
-        tracing::info!(entries = lists.entries, names = ?named, seconds = lists.elapsed.as_secs_f32(), "XDP: guard lists replaced");
-        Ok(())
+    /// The guard stage's maps (a clone of the one handle). An error when the stage is not
+    /// loaded (`[guard]` absent).
+    pub fn guard_maps(&self) -> anyhow::Result<xdns_bpf::guard::Guard> {
+        self.guard_maps.clone().ok_or_else(|| anyhow::anyhow!("the XDP program was loaded without the guard stage"))
     }
 
     /// Replace the resolver's allow list (e.g. after a reload of `[resolver] allow`).
