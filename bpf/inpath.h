@@ -537,6 +537,13 @@ static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_i
 
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
+	/*
+	 * A veth's frames from its peer's stack may carry a checksum still to be computed
+	 * (CHECKSUM_PARTIAL): native XDP sees them without that note, and a redirected frame
+	 * would leave with a wrong checksum. The kernel forwards those (userspace marks them).
+	 */
+	if (xdns_inpath_role(ctx->ingress_ifindex) & XDNS_INPATH_ROLE_NO_REDIRECT)
+		goto pass;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		ip = (void *)(eth + 1);
 		if ((void *)(ip + 1) > end || ip->ttl <= 1)

@@ -12,6 +12,7 @@ const volatile struct xdns_inpath_cfg xdns_inpath_cfg = {};
 
 #define XDNS_INPATH_ROLE_CLIENT 1       /* queries arrive here; hits are answered here */
 #define XDNS_INPATH_ROLE_UPSTREAM 2     /* responses of the servers arrive here */
+#define XDNS_INPATH_ROLE_NO_REDIRECT 4  /* frames arriving here may carry partial checksums (native XDP on a veth): never redirected */
 
 /* Interface roles: key ifindex, value XDNS_INPATH_ROLE_* bits; written by userspace at attach. */
 struct {

@@ -36,6 +36,9 @@ pub use skel::types;
 pub const ROLE_CLIENT: u32 = 1;
 /// Role bit: the servers' responses arrive on this interface.
 pub const ROLE_UPSTREAM: u32 = 2;
+/// Role bit: frames arriving here are never redirected (native XDP on a veth: they may carry
+/// partial checksums, which a redirect would send out unfinished). Set by [`InpathProgram::attach`].
+pub const ROLE_NO_REDIRECT: u32 = 4;
 /// Entries per set of the cache (`XDNS_INPATH_WAYS`).
 pub const WAYS: u32 = 4;
 
@@ -234,15 +237,19 @@ impl InpathProgram {
     /// would be lost there, `crate::iface`), else the kernel's choice.
     pub fn attach(&mut self, ifname: &str, role: u32, mode: AttachMode) -> Result<&'static str> {
         let idx = ifindex(ifname)?;
+        let peer = crate::iface::veth_peer(ifname);
         let (flags, name) = match mode {
             AttachMode::Native => (libbpf_sys::XDP_FLAGS_DRV_MODE, "native"),
             AttachMode::Generic => (libbpf_sys::XDP_FLAGS_SKB_MODE, "generic"),
-            AttachMode::Auto => match crate::iface::veth_peer(ifname) {
+            AttachMode::Auto => match &peer {
                 Ok(p) if p.loses_native_tx() => (libbpf_sys::XDP_FLAGS_SKB_MODE, "generic"),
                 _ => (0, "auto"),
             },
         };
-        let role = role | self.role_of(idx);
+        // a veth not in generic mode: its frames may have partial checksums (never redirected)
+        let veth = !matches!(peer, Ok(crate::iface::PeerXdp::NotVeth));
+        let no_redirect = if veth && name != "generic" { ROLE_NO_REDIRECT } else { 0 };
+        let role = role | no_redirect | self.role_of(idx);
         self.set_role(idx, role)?;
         if self.links.iter().any(|(n, _)| n == ifname) {
             return Ok(name); // both roles on one interface: one link

@@ -401,3 +401,24 @@ fn inpath_perf() {
     assert!(hit > 0 && miss > 0);
     let _ = XDP_DROP;
 }
+
+/// With redirect on, a miss arriving where redirect is unsafe (ROLE_NO_REDIRECT: native XDP on
+/// a veth) or unroutable by the FIB goes to the kernel, unchanged, counted as `fib_passed`.
+#[test]
+fn inpath_redirect_falls_back_to_the_kernel() {
+    require_root("inpath_redirect_falls_back_to_the_kernel");
+    stay_on_one_cpu();
+    let p = load_inpath(InpathSettings { redirect: true, ..settings() });
+    let v4 = Net::v4();
+    for role in [ROLE_CLIENT | ROLE_UPSTREAM | xdns_bpf::inpath::ROLE_NO_REDIRECT, ROLE_CLIENT | ROLE_UPSTREAM] {
+        p.set_role(1, role).unwrap();
+        let before = p.counters().unwrap();
+        let f = frame(&v4, &q(&format!("r{role}.example.com"), 1, 9, None));
+        let (act, out, moved) = run(&p, &f);
+        let after = p.counters().unwrap();
+        assert_eq!((act, moved), (XDP_PASS, vec!["miss".to_string()]), "role {role}");
+        assert_eq!(out, f, "role {role}: unchanged");
+        assert_eq!(after.fib_passed, before.fib_passed + 1, "role {role}");
+        assert_eq!(after.redirected, before.redirected, "role {role}");
+    }
+}
