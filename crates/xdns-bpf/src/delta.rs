@@ -290,7 +290,8 @@ pub fn zone_delta(
     let mut cnames: Vec<(&[u8], &[u8])> = Vec::new();
     let mut dependents: HashSet<Vec<u8>> = HashSet::new();
     let scan = index.wildcards || affected.iter().any(|n| index.targets.contains(&target_hash(n)));
-    for (owner, node) in nz.nodes.iter().filter(|_| scan) {
+    let to_scan = if scan { Some(&nz.nodes) } else { None };
+    for (owner, node) in to_scan.into_iter().flatten() {
         for rr in &node.rrsets {
             if rr.rtype == DNAME {
                 return Err("the zone has DNAME records".into());

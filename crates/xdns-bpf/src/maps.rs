@@ -486,26 +486,26 @@ impl Loader {
                 }
             }
             if let Some(filter) = cur.filter.as_mut() {
-                let before = filter.clone();
+                // only the words these keys touch are written (the filter is large)
+                let mut touched = Vec::new();
+                let mut set = |hash: u64, tag: u32| {
+                    filter.insert(hash, tag);
+                    touched.push(filter.at(hash, tag).0);
+                };
                 for (k, n) in &nodes {
-                    filter.insert(k.hash, FILTER_NODE);
+                    set(k.hash, FILTER_NODE);
                     if let Some(tag) = node_filter_tag(k.hash, n) {
-                        filter.insert(k.hash, tag);
+                        set(k.hash, tag);
                     }
                 }
                 for (k, _, _) in &puts {
                     if let Some(tag) = answer_filter_tag(k) {
-                        filter.insert(k.hash, tag);
+                        set(k.hash, tag);
                     }
                 }
-                let words: Vec<(usize, u64)> = filter
-                    .words()
-                    .iter()
-                    .zip(before.words())
-                    .enumerate()
-                    .filter(|(_, (a, b))| a != b)
-                    .map(|(i, (a, _))| (i, *a))
-                    .collect();
+                touched.sort_unstable();
+                touched.dedup();
+                let words: Vec<(usize, u64)> = touched.iter().map(|&i| (i, filter.words()[i])).collect();
                 maps.put_filter_words(gen, &words)?;
                 done.filter_words += words.len();
             }
