@@ -68,10 +68,13 @@ const volatile struct xdns_cache_key xdns_btf_cache_key = {};
  * key 1 -> label floor (u32): no node of any generation a packet may read has fewer labels
  * (root excluded); shorter suffixes are not looked up. Userspace lowers it before staging a
  * generation with shallower names and raises it only once the old generation is gone.
+ * key 2 -> question memo epoch (u32): userspace bumps it after updating the active generation
+ * in place (an IXFR's few changes, maps.rs `Loader::apply`); it enters the memo's key with the
+ * generation, so no memo entry learnt before the update matches again.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u32);
 } xdns_gen SEC(".maps");

@@ -21,7 +21,8 @@
  * looked up by a key the slot has no room for). Only answers from the table are kept (not
  * those copied from the hash map into the spill value, which is rewritten by every spilled
  * lookup). The generation enters the slot's hash, so a reload's new data never matches an
- * older slot.
+ * older slot; so does the memo epoch (xdns_gen[2], mixed into the generation by the caller),
+ * which userspace bumps after changing the active generation in place.
  *
  * Per CPU (`xdns_memo`, XDNS_MEMO_SLOTS slots for each CPU, in sets of two ways): a CPU reads
  * and writes only its own slots, and one XDP run finishes before the next starts on that CPU,

@@ -55,7 +55,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	struct xdns_answer_key key = {};
 	struct xdns_answer_s *a = NULL;
 	enum xdns_verdict v;
-	__u32 zero = 0, one = 1, gen, vi;
+	__u32 zero = 0, one = 1, two = 2, gen, vi;
 	__u32 *genp;
 	__u16 arcount = 0;
 	int memo;
@@ -90,7 +90,13 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		if (v != XDNS_CONTINUE)
 			return v;
 	}
-	memo = xdns_cfg.resolver ? xdns_hint_probe(sc) : xdns_memo_probe(sc, gen);
+	if (xdns_cfg.resolver) {
+		memo = xdns_hint_probe(sc);
+	} else {
+		/* the memo epoch (xdns_gen[2]) enters the memo key: in-place updates forget it */
+		genp = bpf_map_lookup_elem(&xdns_gen, &two);
+		memo = xdns_memo_probe(sc, gen ^ ((genp ? *genp : 0) << 20));
+	}
 	if (memo >= 0) {
 		/*
 		 * Memo: name, type and class asked before on this CPU, byte for byte, under this

@@ -192,9 +192,42 @@ def test_secondary_axfr_notify_ixfr(lab, primary, xdp):
                 assert answer_set(m) == {f"{name} 300 A 198.18.7.7"}, m
             after = lab.xdns_stats(srv)["xdp"]["answered"]
             assert after - before >= 5, (before, after)
+            # ... and took the IXFR in place, not as a new generation of the whole zone set
+            t = zone_stats(lab, srv, "example.com.")["transfer"]
+            assert t["last_kernel_update"].startswith("in place"), t
+            assert (t["kernel_in_place"], t["kernel_full"]) == (1, 0), t
+
+            # A changed address, then a removed name: the kernel answers the new data, in
+            # place again, and never the old address once the new one is answered.
+            def kernel_answers(qname, want_rcode, want_set):
+                before = lab.xdns_stats(srv)["xdp"]["answered"]
+                for _ in range(5):
+                    m = ask(lab, srv.addr4, qname)
+                    assert m.rcode() == want_rcode and answer_set(m) == want_set, m
+                after = lab.xdns_stats(srv)["xdp"]["answered"]
+                assert after - before >= 5, (before, after)
+
+            lab.knotc(primary, "zone-begin", "example.com.")
+            lab.knotc(primary, "zone-unset", "example.com.", "added-default", "A", "198.18.7.7")
+            lab.knotc(primary, "zone-set", "example.com.", "added-default", "300", "A", "198.18.7.8")
+            lab.knotc(primary, "zone-commit", "example.com.")
+            new = {f"{name} 300 A 198.18.7.8"}
+            wait_for("the changed address", lambda: answer_set(ask(lab, srv.addr4, name, timeout=0.2)) == new, 1.0)
+            kernel_answers(name, dns.rcode.NOERROR, new)
+            lab.knotc(primary, "zone-begin", "example.com.")
+            lab.knotc(primary, "zone-unset", "example.com.", "added-default")
+            lab.knotc(primary, "zone-commit", "example.com.")
+
+            def gone():
+                m = ask(lab, srv.addr4, name, timeout=0.2)
+                return m is not None and m.rcode() == dns.rcode.NXDOMAIN
+            wait_for("the removed name", gone, 1.0)
+            kernel_answers(name, dns.rcode.NXDOMAIN, set())
+            t = zone_stats(lab, srv, "example.com.")["transfer"]
+            assert (t["kernel_in_place"], t["kernel_full"]) == (3, 0), t
 
         # xdns zone retransfer: an AXFR of the same serial.
-        n = z["transfer"]["transfers"]
+        n = zone_stats(lab, srv, "example.com.")["transfer"]["transfers"]
         p = run([XDNS_BIN, "zone", "--control", srv.extra["control"], "retransfer", "example.com."])
         assert p.stdout.strip() == "ok retransfer example.com.", p.stdout
         wait_for("retransfer", lambda: zone_stats(lab, srv, "example.com.")["transfer"]["transfers"] > n, 5)

@@ -36,6 +36,7 @@ pub use skel::types;
 
 pub mod cache;
 pub mod data;
+pub mod delta;
 pub mod guard;
 pub mod hash;
 pub mod inpath;

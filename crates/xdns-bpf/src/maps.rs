@@ -58,6 +58,14 @@ pub trait KernelMaps {
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()>;
     /// Write generation `gen`'s half of the table index, whole.
     fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()>;
+    /// Write bucket `bucket` of generation `gen`'s half of the table index (in-place updates).
+    fn put_table_bucket(&mut self, gen: u32, bucket: usize, value: &xdns_bucket) -> Result<()>;
+    /// Write these words (index in the half, value) of generation `gen`'s half of the
+    /// presence filter (in-place updates: bits are only added).
+    fn put_filter_words(&mut self, gen: u32, words: &[(usize, u64)]) -> Result<()>;
+    /// Set the question memo's epoch (`xdns_gen[2]`): memo entries learnt under another
+    /// epoch are never matched again (after an in-place update of the active generation).
+    fn set_memo_epoch(&mut self, epoch: u32) -> Result<()>;
     /// Make `gen` the generation packets read (0 = none).
     fn flip_generation(&mut self, gen: u32) -> Result<()>;
     /// Set the label floor (`xdns_gen[1]`): no node of any generation packets may read has
@@ -121,6 +129,10 @@ struct Installed {
     answers: Vec<(xdns_answer_key, u8)>,
     /// Answers in the answer table, and answers left out of it (found in the hash map).
     table: (usize, usize),
+    /// The table index and presence filter as written, kept for in-place updates
+    /// ([`Loader::apply`]).
+    index: Option<Table>,
+    filter: Option<Filter>,
 }
 
 /// The presence filter of one generation (`xdns_filter`, maps.h): one bit per node and per
@@ -178,6 +190,7 @@ impl Filter {
 /// index. A key whose bucket is full, or that comes after the values run out, is not in the
 /// table (the kernel finds it in `xdns_answers`, where every answer is), and its bucket is
 /// marked [`TABLE_SPILLED`]: a miss in any other bucket means the key does not exist.
+#[derive(Clone, Debug, Default)]
 pub struct Table {
     buckets: Vec<xdns_bucket>,
     vals: u32,
@@ -242,6 +255,38 @@ impl Table {
     pub fn buckets(&self) -> &[xdns_bucket] {
         &self.buckets
     }
+
+    /// Bucket and entry of `key`, if it is in the table.
+    fn entry_of(&self, key: &xdns_answer_key) -> Option<(usize, usize)> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let meta = table_meta(key.kind, key.qtype, key.gen);
+        let b = self.bucket_of(key);
+        self.buckets[b].e.iter().position(|e| e.hash == key.hash && e.meta == meta).map(|i| (b, i))
+    }
+
+    /// Mark `key`'s bucket spilled (its misses ask the hash map); `Some(bucket)` if it was not.
+    fn spill(&mut self, key: &xdns_answer_key) -> Option<usize> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let b = self.bucket_of(key);
+        let e0 = &mut self.buckets[b].e[0].idx;
+        (*e0 & TABLE_SPILLED == 0).then(|| {
+            *e0 |= TABLE_SPILLED;
+            b
+        })
+    }
+
+    /// Empty entry `i` of bucket `b` (keeping the bucket's spilled mark).
+    fn clear(&mut self, b: usize, i: usize) {
+        let e = &mut self.buckets[b].e[i];
+        let spilled = e.idx & TABLE_SPILLED;
+        e.hash = 0;
+        e.meta = 0;
+        e.idx = if i == 0 { spilled } else { 0 };
+    }
 }
 
 /// The presence-filter tag of an answer key, if the kernel consults the filter for it
@@ -276,11 +321,13 @@ pub struct Loader {
     /// The last generation retired ([`Self::retire`]): the next one continues from it, so
     /// parities still alternate for packets that read it just before the retirement.
     retired: u32,
+    /// The question memo's epoch, bumped by every in-place update ([`Self::apply`]).
+    epoch: u32,
 }
 
 impl Loader {
     pub fn new(seed: u64) -> Self {
-        Self { seed, current: None, retired: 0 }
+        Self { seed, current: None, retired: 0, epoch: 0 }
     }
 
     pub fn seed(&self) -> u64 {
@@ -362,6 +409,157 @@ impl Loader {
     }
 }
 
+/// What [`Loader::apply`] changed in place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub nodes: usize,
+    pub answers: usize,
+    /// Bucket and filter-word writes.
+    pub table_writes: usize,
+    pub filter_words: usize,
+}
+
+impl Loader {
+    /// Update the active generation in place with `delta` (one zone's change, [`crate::delta`]),
+    /// so that every packet meanwhile is answered from the old data or the new, entry by
+    /// entry (bpf/README.md "Generations"):
+    /// 1. new and changed bodies into the hash maps (a changed body in the answer table is
+    ///    still served from there);
+    /// 2. new and changed nodes (their bodies are in);
+    /// 3. buckets of new keys marked spilled (the table has no room kept for them: they live
+    ///    in the hash map, as keys left out of the table do), then the presence bits of new
+    ///    nodes and `Type` keys: now they are found;
+    /// 4. removed nodes deleted;
+    /// 5. the table entries of changed keys given up (bucket spilled first, then the entry
+    ///    emptied: the kernel finds the new body in the hash map) and of removed keys emptied;
+    /// 6. the question memo's epoch bumped: no memo entry learnt before (whose answer index
+    ///    may name an old body) matches again; entries learnt after can only come from the
+    ///    table, which now holds no changed key;
+    /// 7. removed bodies deleted.
+    ///
+    /// `Err` before anything is written when the change cannot be made in place: no active
+    /// generation, or a body of class M or L replaced in place (its bytes sit in a map of
+    /// their own, which a packet holding the old answer would read). An error while writing
+    /// leaves the generation partly updated: the caller must write a full generation then.
+    pub fn apply(&mut self, maps: &mut dyn KernelMaps, delta: &crate::delta::Delta) -> Result<Applied> {
+        use crate::data::{encode_body, encode_node, answer_key};
+        use crate::types::xdns_body_class;
+        let seed = self.seed;
+        let cur = self.current.as_mut().ok_or_else(|| anyhow::anyhow!("no active generation to update"))?;
+        let gen = cur.gen;
+        let s_class = xdns_body_class::XDNS_CLASS_S.0 as u8;
+        for a in &delta.answers {
+            if let (Some(o), Some(_)) = (&a.old, &a.new) {
+                if encode_body(o).0.class != s_class {
+                    anyhow::bail!("a body larger than class S changes in place");
+                }
+            }
+        }
+        let mut done = Applied::default();
+        // 1. bodies
+        let mut puts = Vec::new();
+        for a in delta.answers.iter().filter(|a| a.new.is_some()) {
+            let body = a.new.as_ref().expect("filtered");
+            let (v, b) = encode_body(body);
+            puts.push((answer_key(seed, gen, &a.base, a.kind), v, b));
+        }
+        maps.put_bodies(&puts)?;
+        cur.answers.extend(puts.iter().map(|(k, a, _)| (*k, a.class)));
+        done.answers += puts.len();
+        // 2. nodes
+        let nodes: Vec<_> = delta
+            .nodes
+            .iter()
+            .filter_map(|n| n.new.as_ref().map(|(e, own)| encode_node(e, *own, seed, gen)))
+            .collect();
+        maps.put_nodes(&nodes)?;
+        cur.nodes.extend(nodes.iter().map(|(k, _)| *k));
+        done.nodes += nodes.len();
+        // 3. new keys reachable: spilled buckets, then presence bits
+        let mut table = cur.index.take().unwrap_or_default();
+        let result = (|| -> Result<()> {
+            for a in delta.answers.iter().filter(|a| a.old.is_none()) {
+                let k = answer_key(seed, gen, &a.base, a.kind);
+                if let Some(b) = table.spill(&k) {
+                    maps.put_table_bucket(gen, b, &table.buckets[b])?;
+                    done.table_writes += 1;
+                }
+            }
+            if let Some(filter) = cur.filter.as_mut() {
+                // only the words these keys touch are written (the filter is large)
+                let mut touched = Vec::new();
+                let mut set = |hash: u64, tag: u32| {
+                    filter.insert(hash, tag);
+                    touched.push(filter.at(hash, tag).0);
+                };
+                for (k, n) in &nodes {
+                    set(k.hash, FILTER_NODE);
+                    if let Some(tag) = node_filter_tag(k.hash, n) {
+                        set(k.hash, tag);
+                    }
+                }
+                for (k, _, _) in &puts {
+                    if let Some(tag) = answer_filter_tag(k) {
+                        set(k.hash, tag);
+                    }
+                }
+                touched.sort_unstable();
+                touched.dedup();
+                let words: Vec<(usize, u64)> = touched.iter().map(|&i| (i, filter.words()[i])).collect();
+                maps.put_filter_words(gen, &words)?;
+                done.filter_words += words.len();
+            }
+            // 4. removed nodes
+            let gone: Vec<_> = delta
+                .nodes
+                .iter()
+                .filter(|n| n.new.is_none())
+                .filter_map(|n| n.old.as_ref().map(|(e, own)| encode_node(e, *own, seed, gen).0))
+                .collect();
+            maps.delete_nodes(&gone);
+            // 5. the table gives up changed and removed keys
+            for a in delta.answers.iter().filter(|a| a.old.is_some()) {
+                let k = answer_key(seed, gen, &a.base, a.kind);
+                let Some((b, i)) = table.entry_of(&k) else {
+                    if a.new.is_none() {
+                        cur.table.1 = cur.table.1.saturating_sub(1);
+                    }
+                    continue;
+                };
+                cur.table.0 = cur.table.0.saturating_sub(1);
+                if a.new.is_some() {
+                    cur.table.1 += 1;
+                    if table.spill(&k).is_some() {
+                        maps.put_table_bucket(gen, b, &table.buckets[b])?;
+                        done.table_writes += 1;
+                    }
+                }
+                table.clear(b, i);
+                maps.put_table_bucket(gen, b, &table.buckets[b])?;
+                done.table_writes += 1;
+            }
+            cur.table.1 += delta.answers.iter().filter(|a| a.old.is_none() && a.new.is_some()).count();
+            Ok(())
+        })();
+        cur.index = Some(table);
+        result?;
+        // 6. the memo forgets
+        self.epoch = self.epoch.wrapping_add(1);
+        maps.set_memo_epoch(self.epoch)?;
+        // 7. removed bodies
+        let gone: Vec<_> = delta
+            .answers
+            .iter()
+            .filter(|a| a.new.is_none())
+            .filter_map(|a| a.old.as_ref().map(|b| (answer_key(seed, gen, &a.base, a.kind), encode_body(b).0.class)))
+            .collect();
+        maps.delete_bodies(&gone);
+        done.answers += gone.len();
+        done.nodes += delta.nodes.iter().filter(|n| n.new.is_none()).count();
+        Ok(done)
+    }
+}
+
 /// A generation written to the maps but not active yet.
 #[derive(Debug)]
 pub struct Staged(Installed);
@@ -417,7 +615,10 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     // The other halves are the active generation's: these are read only after the flip.
     maps.put_table_index(gen, table.buckets())?;
     done.table = table.counts();
-    maps.put_filter(gen, &filter)
+    maps.put_filter(gen, &filter)?;
+    done.index = Some(table);
+    done.filter = Some(filter);
+    Ok(())
 }
 
 fn remove(maps: &mut dyn KernelMaps, gen: &Installed) {
@@ -443,6 +644,8 @@ pub struct MemMaps {
     pub gen: u32,
     /// `xdns_gen[1]`, the label floor.
     pub floor: u32,
+    /// `xdns_gen[2]`, the question memo's epoch.
+    pub epoch: u32,
     /// The presence filter's halves (`None`: never written, every key may exist).
     pub filter: [Option<Filter>; 2],
     /// Words per filter half (0: 64).
@@ -558,6 +761,29 @@ impl KernelMaps for MemMaps {
     fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()> {
         self.tick()?;
         self.table[(gen & 1) as usize].index = index.to_vec();
+        Ok(())
+    }
+
+    fn put_table_bucket(&mut self, gen: u32, bucket: usize, value: &xdns_bucket) -> Result<()> {
+        self.tick()?;
+        let half = &mut self.table[(gen & 1) as usize].index;
+        *half.get_mut(bucket).ok_or_else(|| anyhow::anyhow!("bucket {bucket} outside the table"))? = *value;
+        Ok(())
+    }
+
+    fn put_filter_words(&mut self, gen: u32, words: &[(usize, u64)]) -> Result<()> {
+        self.tick()?;
+        let half = (gen & 1) as usize;
+        let mut w = self.filter[half].as_ref().map(|f| f.words().to_vec()).unwrap_or_else(|| vec![0; self.filter_words()]);
+        for &(i, v) in words {
+            w[i] = v;
+        }
+        self.filter[half] = Some(Filter::from_words(w));
+        Ok(())
+    }
+
+    fn set_memo_epoch(&mut self, epoch: u32) -> Result<()> {
+        self.epoch = epoch;
         Ok(())
     }
 
@@ -749,7 +975,7 @@ mod tests {
         assert!(maps.filter[0].as_ref().unwrap().load() < 0.1);
         maps.filter[0] = Some(Filter::new(64));
         assert_eq!(select(&maps, 3, maps.gen, WWW, 1).err(), Some(crate::select::Miss::NoZone));
-        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }), retired: 0 };
+        let wrapped = Loader { seed: 3, current: Some(Installed { gen: u32::MAX, ..Default::default() }), retired: 0, epoch: 0 };
         assert_eq!(wrapped.next_generation(), 2);
     }
 

@@ -350,6 +350,13 @@ impl XdpProgram {
         self.loader.install(&mut maps, data)
     }
 
+    /// Update the active generation in place with one zone's change
+    /// ([`crate::maps::Loader::apply`]).
+    pub fn apply(&mut self, delta: &crate::delta::Delta) -> Result<crate::maps::Applied> {
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
+        self.loader.apply(&mut maps, delta)
+    }
+
     /// Make packets read no generation (each query passes to userspace) and delete the active
     /// one ([`crate::maps::Loader::retire`]).
     pub fn retire(&mut self) -> Result<()> {
@@ -714,6 +721,33 @@ impl KernelMaps for LibbpfMaps<'_> {
             let keys: Vec<[u8; 4]> = (first..first + chunk.len() as u32).map(u32::to_ne_bytes).collect();
             batch_update(&self.skel.maps.xdns_index, keys.iter().zip(chunk).map(|(k, b)| (&k[..], bytes_of(b))))?;
         }
+        Ok(())
+    }
+
+    fn put_table_bucket(&mut self, gen: u32, bucket: usize, value: &xdns_bucket) -> Result<()> {
+        let (buckets, _) = self.table_shape();
+        if bucket >= buckets {
+            bail!("answer table bucket {bucket} outside a map half of {buckets}");
+        }
+        let key = ((gen & 1) * buckets as u32 + bucket as u32).to_ne_bytes();
+        self.skel.maps.xdns_index.update(&key, bytes_of(value), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    fn put_filter_words(&mut self, gen: u32, words: &[(usize, u64)]) -> Result<()> {
+        let n = self.filter_words();
+        for &(i, w) in words {
+            if i >= n {
+                bail!("presence filter word {i} outside a map half of {n}");
+            }
+            let key = ((gen & 1) * n as u32 + i as u32).to_ne_bytes();
+            self.skel.maps.xdns_filter.update(&key, &w.to_ne_bytes(), MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    fn set_memo_epoch(&mut self, epoch: u32) -> Result<()> {
+        self.skel.maps.xdns_gen.update(&2u32.to_ne_bytes(), &epoch.to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
     }
 

@@ -300,6 +300,36 @@ fn own_types(zone: &Zone, node: &Node, start_name: Option<&[u8]>) -> Vec<u16> {
     types
 }
 
+/// The keys [`enumerate`] lists for the name `nm` of `zone` (lowercased wire), in its order:
+/// the name's `Other` and `Type` keys, a cut's `Other` and `Type(DS)`, and for a wildcard
+/// name `*.X` the `WildcardOther` and `Wildcard` keys at `X`. Nothing for a name that is not
+/// a node (or only under a cut). An incremental kernel update recompiles these for the names
+/// a transfer changed.
+pub fn keys_of_name(zone: &Zone, nm: &[u8], keys: &mut Vec<BodyKey>) {
+    let base = || -> NameKey { nm.into() };
+    match find(zone, nm) {
+        Found::Exact(node) => {
+            keys.push(BodyKey { base: base(), kind: BodyKind::Other });
+            for t in own_types(zone, node, Some(nm)) {
+                keys.push(BodyKey { base: base(), kind: BodyKind::Type(t) });
+            }
+            if nm.starts_with(b"\x01*") {
+                if let Some(ce) = name::parent(nm) {
+                    keys.push(BodyKey { base: ce.into(), kind: BodyKind::WildcardOther });
+                    for t in own_types(zone, node, None) {
+                        keys.push(BodyKey { base: ce.into(), kind: BodyKind::Wildcard(t) });
+                    }
+                }
+            }
+        }
+        Found::Cut(_) => {
+            keys.push(BodyKey { base: base(), kind: BodyKind::Other });
+            keys.push(BodyKey { base: base(), kind: BodyKind::Type(rtype::DS) });
+        }
+        _ => {}
+    }
+}
+
 /// Every key [`select`] can return for UDP queries to `zone`, each once. The XDP program
 /// precompiles exactly these bodies; any qtype at a node without a `Type(t)` key here selects
 /// that node's `Other` body.
@@ -308,27 +338,7 @@ pub fn enumerate(zone: &Zone) -> impl Iterator<Item = BodyKey> {
     let mut names: Vec<&NameKey> = zone.nodes.keys().collect();
     names.sort();
     for nm in names {
-        match find(zone, nm) {
-            Found::Exact(node) => {
-                keys.push(BodyKey { base: nm.clone(), kind: BodyKind::Other });
-                for t in own_types(zone, node, Some(nm)) {
-                    keys.push(BodyKey { base: nm.clone(), kind: BodyKind::Type(t) });
-                }
-                if nm.starts_with(b"\x01*") {
-                    if let Some(ce) = name::parent(nm) {
-                        keys.push(BodyKey { base: ce.into(), kind: BodyKind::WildcardOther });
-                        for t in own_types(zone, node, None) {
-                            keys.push(BodyKey { base: ce.into(), kind: BodyKind::Wildcard(t) });
-                        }
-                    }
-                }
-            }
-            Found::Cut(_) => {
-                keys.push(BodyKey { base: nm.clone(), kind: BodyKind::Other });
-                keys.push(BodyKey { base: nm.clone(), kind: BodyKind::Type(rtype::DS) });
-            }
-            _ => {}
-        }
+        keys_of_name(zone, nm, &mut keys);
     }
     keys.push(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
     keys.into_iter()

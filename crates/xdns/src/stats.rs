@@ -363,6 +363,12 @@ pub struct TransferInfo {
     pub notifies_refused: u64,
     /// The errors of the last failed check, until a check succeeds.
     pub last_error: Option<String>,
+    /// How the kernel (XDP) took the last transfer: `in place: …` (an IXFR's entries
+    /// updated in the active generation) or `full: REASON` (a new generation written).
+    pub last_kernel_update: Option<String>,
+    /// Transfers the kernel took in place, and as a full new generation.
+    pub kernel_in_place: u64,
+    pub kernel_full: u64,
 }
 
 /// The counters (or gauges) of one part of the server, exported the same way everywhere:
@@ -522,6 +528,10 @@ impl Snapshot {
                 row(&format!("zone.{n}.transfers"), &t.transfers);
                 row(&format!("zone.{n}.failures"), &t.failures);
                 row(&format!("zone.{n}.notifies_refused"), &t.notifies_refused);
+                if let Some(k) = &t.last_kernel_update {
+                    row(&format!("zone.{n}.kernel_update"), k);
+                    row(&format!("zone.{n}.kernel_updates"), &format!("in_place {} full {}", t.kernel_in_place, t.kernel_full));
+                }
                 if let Some(e) = &t.last_error {
                     row(&format!("zone.{n}.last_error"), e);
                 }

@@ -18,6 +18,7 @@
 
 mod reconfigure;
 pub use reconfigure::fastpath as refill_fastpath;
+pub use reconfigure::fastpath_change as update_fastpath;
 mod slots;
 mod start;
 mod systemd;

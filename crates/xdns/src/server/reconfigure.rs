@@ -152,6 +152,24 @@ pub async fn fastpath(shared: &Arc<Shared>) {
     }
 }
 
+/// The served zones into the kernel's maps after one zone's `change` (a transfer's): in
+/// place when the kernel can (`XdpRuntime::update`), else as [`fastpath`]. `None` without
+/// XDP or when the kernel update failed (logged).
+pub async fn fastpath_change(shared: &Arc<Shared>, change: crate::xdp::ZoneChange) -> Option<crate::xdp::KernelUpdate> {
+    let zones = shared.served.load().zones.clone();
+    match with_fastpath(shared, move |fp| fp.update(zones, change)).await {
+        Some(Err(e)) => {
+            tracing::error!(error = %format!("{e:#}"), "XDP reload failed");
+            None
+        }
+        Some(Ok(u)) => Some(u),
+        None => {
+            crate::heap::release_freed("a zone reload");
+            None
+        }
+    }
+}
+
 /// `[resolver] allow` applies at once (userspace and the kernel cache stage), and so do the
 /// resolver's tunables, caches kept; what needs a restart was reported and keeps its running
 /// value. Returns the resolver settings now in force.

@@ -30,6 +30,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 enum Cmd {
     Reload(Arc<ZoneSet>, mpsc::Sender<anyhow::Result<()>>),
+    Update(Arc<ZoneSet>, super::runtime::ZoneChange, mpsc::Sender<anyhow::Result<super::runtime::KernelUpdate>>),
     Attach(Vec<InheritedLink>, mpsc::Sender<anyhow::Result<()>>),
     Links(mpsc::Sender<anyhow::Result<Vec<InheritedLink>>>),
     Reclaim(mpsc::Sender<anyhow::Result<()>>),
@@ -303,6 +304,11 @@ impl Fastpath {
                             status.publish_table(&rt);
                             let _ = reply.send(done);
                         }
+                        Cmd::Update(z, change, reply) => {
+                            let done = rt.update(&z, &change);
+                            status.publish_table(&rt);
+                            let _ = reply.send(done);
+                        }
                         Cmd::Attach(links, reply) => {
                             // A takeover filled the maps at load: the previous program answers
                             // until ours, complete, is swapped in. A fresh start attaches
@@ -364,6 +370,12 @@ impl Fastpath {
     /// failed, however long that takes; call from a blocking context).
     pub fn reload(&self, zones: Arc<ZoneSet>) -> anyhow::Result<()> {
         self.call_within(None, |reply| Cmd::Reload(zones, reply))
+    }
+
+    /// Give the kernel a zone set that differs from its own by one zone's `change` (in place
+    /// when it can: `XdpRuntime::update`); blocking, like [`Self::reload`].
+    pub fn update(&self, zones: Arc<ZoneSet>, change: super::runtime::ZoneChange) -> anyhow::Result<super::runtime::KernelUpdate> {
+        self.call_within(None, |reply| Cmd::Update(zones, change, reply))
     }
 
     /// Attach to the configured interfaces, taking over `inherited` links where they match

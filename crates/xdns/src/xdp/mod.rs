@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use delivery::{native_warning, plan};
 pub use fastpath::{Fastpath, XdpStatus};
+pub use runtime::{KernelUpdate, ZoneChange};
 
 /// `[xdp]` section of the configuration.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]

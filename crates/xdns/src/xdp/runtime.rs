@@ -15,7 +15,9 @@
 //!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
 //! - Dropping the runtime detaches the program.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use xdns_zone::ZoneSet;
 
@@ -38,7 +40,46 @@ pub struct XdpRuntime {
     /// The guard stage's maps (`[guard]`): one handle whose clones share its writer state,
     /// so that every list generation follows the last one.
     guard_maps: Option<xdns_bpf::guard::Guard>,
+    /// The zones the active generation holds (`None`: unknown, e.g. a failed install), and
+    /// for each apex the names whose stored bodies carry its SOA: what an in-place update
+    /// ([`Self::update`]) starts from.
+    installed: Option<Arc<ZoneSet>>,
+    index: HashMap<Vec<u8>, xdns_bpf::delta::ZoneIndex>,
 }
+
+/// One zone's new version as a transfer brought it: the owners its records changed (an
+/// IXFR's deleted and added records).
+#[derive(Clone, Debug)]
+pub struct ZoneChange {
+    pub apex: Vec<u8>,
+    pub changed: Vec<Vec<u8>>,
+}
+
+/// How the kernel took a zone change ([`XdpRuntime::update`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelUpdate {
+    /// Updated in place in the active generation.
+    InPlace { names: usize, nodes: usize, answers: usize, micros: u64 },
+    /// A full new generation, and why the change was not made in place.
+    Full { reason: String },
+}
+
+impl std::fmt::Display for KernelUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelUpdate::InPlace { names, nodes, answers, micros } => write!(
+                f,
+                "in place: {names} names compiled, {nodes} nodes and {answers} answers written in {:.1} ms",
+                *micros as f64 / 1000.0
+            ),
+            KernelUpdate::Full { reason } => write!(f, "full: {reason}"),
+        }
+    }
+}
+
+/// Most names an in-place update compiles (or an eighth of the zone's names, if more);
+/// beyond, a full generation is written.
+const IN_PLACE_LIMIT: usize = 4096;
 
 impl XdpRuntime {
     /// Compile the kernel's data for `zones` and load the program (the verifier runs here);
@@ -99,6 +140,8 @@ impl XdpRuntime {
             guards: Vec::new(),
             last_answered: 0,
             report: std::sync::Arc::new(std::sync::Mutex::new(report)),
+            installed: Some(Arc::new(zones.clone())),
+            index: HashMap::new(),
         }))
     }
 
@@ -109,6 +152,10 @@ impl XdpRuntime {
         use anyhow::Context;
         if let Some(data) = self.pending.take() {
             let filled = install_logged(&mut self.prog, &data).context("filling the XDP maps");
+            match (&filled, &self.installed) {
+                (Ok(()), Some(z)) => self.index = zone_indexes(z, &data),
+                _ => self.installed = None,
+            }
             drop(data);
             crate::heap::release_freed("filling the XDP maps");
             filled?;
@@ -286,13 +333,66 @@ impl XdpRuntime {
     /// to userspace meanwhile, which answers from the new zones) and the install is tried
     /// once more in the room that freed. If that fails too the kernel answers nothing from
     /// zones until a reload fits; the error says so.
-    pub fn reload(&mut self, zones: &ZoneSet) -> anyhow::Result<()> {
+    pub fn reload(&mut self, zones: &Arc<ZoneSet>) -> anyhow::Result<()> {
         self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
         let installed = self.install_or_retire(&data);
+        if installed.is_ok() {
+            self.installed = Some(zones.clone());
+            self.index = zone_indexes(zones, &data);
+        } else {
+            self.installed = None;
+        }
         drop(data);
         crate::heap::release_freed("an XDP reload");
         installed
+    }
+
+    /// Give the kernel `zones`, which differ from the zones it holds only by `change`: in
+    /// place when [`xdns_bpf::delta::zone_delta`] and `Loader::apply` can (an IXFR of a few
+    /// records: only the entries that change are written, into the active generation), else
+    /// a full [`Self::reload`], whose reason is returned and logged.
+    pub fn update(&mut self, zones: &Arc<ZoneSet>, change: &ZoneChange) -> anyhow::Result<KernelUpdate> {
+        let zone = xdns_wire::name::to_presentation(&change.apex);
+        let reason = match self.in_place(zones, change) {
+            Ok(done) => {
+                tracing::info!(%zone, "XDP: zone change applied {done}");
+                return Ok(done);
+            }
+            Err(reason) => reason,
+        };
+        tracing::info!(%zone, %reason, "XDP: zone change not made in place: full reload");
+        self.reload(zones)?;
+        Ok(KernelUpdate::Full { reason })
+    }
+
+    fn in_place(&mut self, zones: &Arc<ZoneSet>, change: &ZoneChange) -> Result<KernelUpdate, String> {
+        let t = std::time::Instant::now();
+        if self.pending.is_some() || self.prog.generation() == 0 {
+            return Err("no zone data active in the kernel".into());
+        }
+        let old = self.installed.clone().ok_or("the kernel's zones are not known (an install failed)")?;
+        let apex = &change.apex[..];
+        let others_same = old.zones.len() == zones.zones.len()
+            && zones.zones.iter().all(|(a, z)| &a[..] == apex || old.zones.get(a).is_some_and(|o| Arc::ptr_eq(o, z)));
+        if !others_same {
+            return Err("other zones changed too".into());
+        }
+        let index = self.index.get(apex).ok_or("the zone's index is missing")?;
+        // past an eighth of the zone's names, a full generation costs about as much
+        let limit = zones.zones.get(apex).map_or(0, |z| z.nodes.len() / 8).max(IN_PLACE_LIMIT);
+        let delta = xdns_bpf::delta::zone_delta(&old, zones, apex, &change.changed, index, limit)?;
+        let applied = self.prog.apply(&delta).map_err(|e| format!("{e:#}"))?;
+        if let (Some(ix), Some(z)) = (self.index.get_mut(apex), zones.zones.get(apex)) {
+            ix.update(z, &change.changed, &delta);
+        }
+        self.installed = Some(zones.clone());
+        Ok(KernelUpdate::InPlace {
+            names: delta.names,
+            nodes: applied.nodes,
+            answers: applied.answers,
+            micros: t.elapsed().as_micros() as u64,
+        })
     }
 
     /// [`Self::reload`]'s install: retire the old generation if the new one does not fit.
@@ -359,6 +459,19 @@ impl XdpRuntime {
     pub fn table_counts(&self) -> (usize, usize) {
         self.prog.table_counts()
     }
+}
+
+/// What in-place updates keep of each zone ([`xdns_bpf::delta::ZoneIndex`]), from a full compile.
+fn zone_indexes(zones: &ZoneSet, data: &xdns_bpf::data::KernelData) -> HashMap<Vec<u8>, xdns_bpf::delta::ZoneIndex> {
+    let t = std::time::Instant::now();
+    let mut bound = xdns_bpf::delta::soa_bound_by_zone(zones, &data.answers);
+    let out: HashMap<_, _> = zones
+        .zones
+        .iter()
+        .map(|(a, z)| (a.to_vec(), xdns_bpf::delta::ZoneIndex::build(z, bound.remove(&a[..]).unwrap_or_default())))
+        .collect();
+    tracing::debug!(seconds = t.elapsed().as_secs_f32(), "XDP: zone indexes for in-place updates built");
+    out
 }
 
 /// The kernel's data for `zones`, with its size and the time it took in the log: for a large

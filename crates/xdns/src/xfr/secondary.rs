@@ -315,6 +315,9 @@ async fn transfer_from(
     }
     let got = got.map_err(|e| e.to_string())?;
     let have_serial = have.as_ref().map(|h| h.0);
+    let fetched_ms = t0.elapsed().as_millis() as u64;
+    // the owners an IXFR changed: the kernel may then update only their entries
+    let mut changed: Option<Vec<Vec<u8>>> = None;
     let set = match got {
         Fetched::UpToDate { serial } => {
             tracing::debug!(zone = %name, %primary, serial, "up to date");
@@ -336,6 +339,11 @@ async fn transfer_from(
                 return Err("IXFR differences without a zone to apply them to".into());
             };
             let n = diffs.len();
+            let mut owners: Vec<Vec<u8>> =
+                diffs.iter().flat_map(|d| d.deleted.iter().chain(&d.added)).map(|r| r.owner.to_ascii_lowercase()).collect();
+            owners.sort_unstable();
+            owners.dedup();
+            changed = Some(owners);
             let applied = tokio::task::spawn_blocking(move || {
                 let mut set = journal::records_of(&base);
                 journal::apply(&mut set, &diffs).map(|()| set)
@@ -348,6 +356,7 @@ async fn transfer_from(
                     (set, "ixfr")
                 }
                 Err(e) => {
+                    changed = None;
                     tracing::warn!(zone = %name, %primary, error = %e, "IXFR does not apply to our copy: AXFR");
                     match client::fetch(primary, name, key, Kind::Axfr, None).await.map_err(|e| e.to_string())? {
                         Fetched::Full { records, .. } => (journal::from_records(records), "axfr"),
@@ -358,16 +367,22 @@ async fn transfer_from(
         }
     };
     let (set, how) = set;
+    let applied_ms = t0.elapsed().as_millis() as u64;
     let (zone, set) = materialize(sec, set).await?;
+    let built_ms = t0.elapsed().as_millis() as u64;
     let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
     let serial = zone.serial;
     let zone = Arc::new(zone);
-    install(shared, &sec.cfg.name, zone.clone(), false).await;
+    let change = changed.map(|changed| crate::xdp::ZoneChange { apex: zone.apex.to_vec(), changed });
+    let kernel = install_change(shared, &sec.cfg.name, zone.clone(), false, change).await;
     if sec.role == Role::Catalog {
         super::catalog::sync(shared, sec, &zone).await;
     }
     let ms = t0.elapsed().as_millis() as u64;
-    tracing::info!(zone = %name, %primary, serial, kind = how, ms, "transferred and serving");
+    // where the time went: the transfer, applying it to a copy of the records, building and
+    // validating the new version, swapping it in (userspace and the kernel)
+    tracing::info!(zone = %name, %primary, serial, kind = how, ms, fetched_ms, applied_ms, built_ms,
+        kernel = %kernel.as_ref().map_or("-".to_string(), |k| k.to_string()), "transferred and serving");
     {
         let mut st = sec.status();
         st.serial = Some(serial);
@@ -376,6 +391,12 @@ async fn transfer_from(
         st.last_transfer_ms = Some(ms);
         st.last_transfer_at = Some(unix(SystemTime::now()));
         st.transfers += 1;
+        match &kernel {
+            Some(crate::xdp::KernelUpdate::InPlace { .. }) => st.kernel_in_place += 1,
+            Some(crate::xdp::KernelUpdate::Full { .. }) => st.kernel_full += 1,
+            None => {}
+        }
+        st.last_kernel_update = kernel.as_ref().map(|k| k.to_string());
     }
     store(sec, set).await;
     Ok(timers)
@@ -470,6 +491,18 @@ async fn store(sec: &Arc<Secondary>, set: RecordSet) {
 
 /// Swap `zone` in as the version of `name` served, atomically, as a reload does.
 pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired: bool) {
+    install_change(shared, name, zone, expired, None).await;
+}
+
+/// [`install`], telling the kernel which owners changed (an IXFR's) so that it may update
+/// only their entries. Returns how the kernel took it (`None` without XDP).
+async fn install_change(
+    shared: &Arc<Shared>,
+    name: &str,
+    zone: Arc<Zone>,
+    expired: bool,
+    change: Option<crate::xdp::ZoneChange>,
+) -> Option<crate::xdp::KernelUpdate> {
     let _g = shared.swap.lock().await;
     let cur = shared.served.load_full();
     let mut loaded: Vec<LoadedZone> = cur.loaded.clone();
@@ -489,8 +522,15 @@ pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired:
     }
     let new = Arc::new(cur.with(loaded, exp));
     shared.served.store(new.clone());
-    crate::server::refill_fastpath(shared).await;
+    let kernel = match change {
+        Some(c) if !expired => crate::server::update_fastpath(shared, c).await,
+        _ => {
+            crate::server::refill_fastpath(shared).await;
+            None
+        }
+    };
     super::primary::notify_changed(Some(&cur), &new);
+    kernel
 }
 
 /// Stop serving the zone `name` (a catalog member removed), atomically.

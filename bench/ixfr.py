@@ -1,0 +1,135 @@
+"""One-record IXFR on a large zone (issue 28): from `knotc zone-commit` on a Knot DNS primary
+(NOTIFY, then IXFR) until xdns's kernel maps hold the change, with XDP on.
+
+    /usr/bin/python3 bench/ixfr.py [--records 1000000] [--shape plain|hosts|tld] [--changes 5]
+
+Needs root, knotd, knotc. The zone (bench/genzone.py's shapes, or `plain`: N `hN A` records,
+the zone the first measurements used) is generated once into bench/out/ and given to both
+Knot (primary) and xdns (the secondary's stored copy, so its kernel maps are sized for it at
+start). Each change adds one A record under a new name with `knotc zone-begin/set/commit`.
+
+Per change: **served** (the new record answered, by userspace first), **done** (xdns stats
+counts the transfer: the kernel update is part of it), the transfer's own phases from the
+daemon's log line (`fetched_ms`, `applied_ms`, `built_ms`, total `ms`), and how the kernel took
+it (`kernel_update`: `in place: …` or `full: REASON`). Then a query the kernel must answer
+(the `answered` verdict grows). Results: bench/out/ixfr.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
+import bench as B  # noqa: E402
+from lab import Lab  # noqa: E402
+
+import dns.message  # noqa: E402
+import dns.rcode  # noqa: E402
+
+ORIGIN = "ixfr.test."
+
+
+def zone_file(records: int, shape: str) -> Path:
+    B.OUT.mkdir(exist_ok=True)
+    path = B.OUT / f"ixfr-{shape}-{records}.zone"
+    if path.exists():
+        return path
+    if shape == "plain":
+        with path.open("w") as f:
+            f.write(f"$ORIGIN {ORIGIN}\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 198.18.0.1\n")
+            for i in range(records - 3):
+                f.write(f"h{i} A 198.{18 + (i >> 16) % 2}.{(i >> 8) & 255}.{i & 255}\n")
+    else:
+        subprocess.run([sys.executable, str(HERE / "genzone.py"), "--shape", shape, "--records", str(records),
+                        "--origin", ORIGIN, "-o", str(path)], check=True)
+    return path
+
+
+def ask(lab: Lab, addr: str, name: str, timeout: float = 0.2):
+    """A query from the lab's client (RD=0, as the tests ask)."""
+    q = dns.message.make_query(name, "A")
+    q.flags = 0
+    wire = lab.udp(addr, q.to_wire(), timeout=timeout)
+    return None if wire is None else dns.message.from_wire(wire)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--shape", choices=["plain", "hosts", "tld"], default="plain")
+    ap.add_argument("--changes", type=int, default=5)
+    args = ap.parse_args()
+    zone = zone_file(args.records, args.shape)
+    results = []
+    with Lab(prefix="ixb") as lab:
+        sec = lab.new_address()
+        knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-ixfr", notify=[f"{sec[0]}@53"])
+        copy = lab.dir / "copy.zone"
+        copy.write_bytes(zone.read_bytes())
+        extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\nfile = "{copy}"\n'
+        t0 = time.monotonic()
+        srv = lab.start_xdns([], name="xdns-ixfr", extra=extra, xdp="default", addrs=sec, wait=False, timeout=600)
+        lab.wait_answering(srv.addr4, ORIGIN, srv.proc, timeout=600)
+        lab.wait_xdp_data(srv, timeout=600)
+        print(f"{args.records} records ({args.shape}): xdns serving with the kernel after {time.monotonic() - t0:.1f} s")
+        # the full path, for comparison: compiling every answer and filling a generation
+        log = srv.stderr()
+        full = {}
+        for ln in log.splitlines():
+            m = re.search(r"seconds=([0-9.]+)", ln)
+            if m and "answers compiled" in ln:
+                full["compile_s"] = float(m.group(1))
+            if m and "kernel maps filled" in ln:
+                full["fill_s"] = float(m.group(1))
+        print("full generation at start:", json.dumps(full))
+        time.sleep(2)
+        try:
+            for i in range(args.changes):
+                def transfer():
+                    return next(z for z in lab.xdns_stats(srv)["zones"] if z["name"] == ORIGIN)["transfer"]
+                n = transfer()["transfers"]
+                name = f"ixfr-{i}-{int(time.time())}.{ORIGIN}"
+                lab.knotc(knot, "zone-begin", ORIGIN)
+                lab.knotc(knot, "zone-set", ORIGIN, name, "300", "A", "198.18.9.9")
+                c = time.monotonic()
+                lab.knotc(knot, "zone-commit", ORIGIN)
+                served = done = None
+                while time.monotonic() - c < 120:
+                    if served is None:
+                        m = ask(lab, srv.addr4, name)
+                        if m is not None and m.rcode() == dns.rcode.NOERROR and m.answer:
+                            served = time.monotonic() - c
+                    if transfer()["transfers"] > n:
+                        done = time.monotonic() - c
+                        break
+                    time.sleep(0.005)
+                t = transfer()
+                line = [ln for ln in srv.stderr().splitlines() if "transferred and serving" in ln][-1]
+                phases = {k: int(v) for k, v in re.findall(r"\b(fetched_ms|applied_ms|built_ms|ms)=(\d+)", line)}
+                before = lab.xdns_stats(srv)["xdp"]["answered"]
+                for _ in range(5):
+                    ask(lab, srv.addr4, name)
+                kernel = lab.xdns_stats(srv)["xdp"]["answered"] - before
+                r = {"served_s": served, "done_s": done, "phases_ms": phases,
+                     "kernel_update": t.get("last_kernel_update"), "kernel_answered_of_5": kernel}
+                print(json.dumps(r))
+                results.append(r)
+        finally:
+            lab.stop(srv)
+            lab.stop(knot)
+    out = B.OUT / "ixfr.json"
+    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "full_at_start": full,
+                               "changes": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
