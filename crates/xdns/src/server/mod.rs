@@ -352,14 +352,20 @@ async fn stop(
     }
 }
 
-/// Once a second, the live blocks whose time has come are lifted.
+/// Once a second, the live blocks whose time has come are lifted; once a minute the kernel's
+/// RRL and cookie settings are written again, which refreshes the offset from the program's
+/// clock to Unix time (cookie timestamps; the clocks drift apart as NTP slews).
 async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             _ = stopped(&mut stop) => break,
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                ticks = ticks.wrapping_add(1);
                 if shared.live_blocks.expire() {
                     push_guard_lists(&shared).await;
+                } else if ticks % 60 == 0 {
+                    push_guard_rrl(&shared).await;
                 }
             }
         }
@@ -376,13 +382,29 @@ pub async fn push_guard_lists(shared: &Arc<Shared>) {
     let sh = shared.clone();
     let pushed = tokio::task::spawn_blocking(move || {
         let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner());
-        fp.as_ref().map(|fp| fp.set_guard_lists(guard.kernel_lists(live.as_deref())))
+        fp.as_ref().map(|fp| fp.set_guard_lists(guard.kernel_lists(live.as_deref())).and_then(|()| fp.set_guard_rrl(guard.kernel_rrl())))
     })
     .await;
     match pushed {
         Ok(Some(Err(e))) => tracing::error!("XDP guard lists not replaced (the kernel keeps the old ones): {e:#}"),
         Err(e) => tracing::error!("XDP guard lists not replaced: {e}"),
         _ => {}
+    }
+}
+
+/// The kernel's RRL and cookie settings alone (see [`push_guard_lists`], which writes them too).
+pub async fn push_guard_rrl(shared: &Arc<Shared>) {
+    let Some(guard) = shared.guard.load_full() else {
+        return;
+    };
+    let sh = shared.clone();
+    let pushed = tokio::task::spawn_blocking(move || {
+        let fp = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner());
+        fp.as_ref().map(|fp| fp.set_guard_rrl(guard.kernel_rrl()))
+    })
+    .await;
+    if let Ok(Some(Err(e))) = pushed {
+        tracing::error!("XDP guard RRL settings not written: {e:#}");
     }
 }
 

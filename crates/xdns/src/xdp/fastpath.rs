@@ -39,6 +39,7 @@ enum Cmd {
         mpsc::Sender<anyhow::Result<()>>,
     ),
     GuardLists(Box<GuardLists>, mpsc::Sender<anyhow::Result<()>>),
+    GuardRrl(xdns_bpf::guard::RrlSettings, mpsc::Sender<anyhow::Result<()>>),
 }
 
 /// What `xdns stats` and `/metrics` show of the fast path.
@@ -150,6 +151,21 @@ impl XdpStatus {
                 s.xdp_mode_reason.insert(d.interface.clone(), r);
             }
             fallbacks.push((d.interface, d.fallbacks));
+        }
+        if let Ok(Some(g)) = self.reader.guard_counters() {
+            let mut v = vec![
+                ("allowed".to_string(), g.allowed),
+                ("feature_full".to_string(), g.feature_full),
+                ("suffix_full".to_string(), g.suffix_full),
+                ("rrl_full".to_string(), g.rrl_full),
+                ("cookie_bad".to_string(), g.cookie_bad),
+                ("answer_feature_full".to_string(), g.answer_full),
+                ("nxdomain_feature_full".to_string(), g.nxdomain_full),
+            ];
+            v.extend(g.tier_hits.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| (format!("modelled_tier_slot_{i}"), n)));
+            groups.push(("xdp_guard", Group::counters(
+                "XDP guard stage: sources let through by an allow prefix, packets the feature maps could not count, kernel answers the RRL map could not account, COOKIE options whose server cookie did not verify in XDP, drops per slot of the modelled hardware tier (a model of a NIC table). Its drops, RRL drops, slips and cookie passes are verdicts (xdp).",
+                "counter", v)));
         }
         groups.push(("xdp_fallbacks", Group::counters(
             "Times the delivery guard moved the interface from native to generic XDP because answers were lost (mode auto).",
@@ -330,6 +346,9 @@ impl Fastpath {
                         Cmd::GuardLists(l, reply) => {
                             let _ = reply.send(rt.set_guard_lists(&l.0, &l.1, &l.2));
                         }
+                        Cmd::GuardRrl(r, reply) => {
+                            let _ = reply.send(rt.set_guard_rrl(&r));
+                        }
                     }
                 }
             })?;
@@ -394,6 +413,11 @@ impl Fastpath {
     /// seconds).
     pub fn set_guard_lists(&self, lists: GuardLists) -> anyhow::Result<()> {
         self.call_within(None, |reply| Cmd::GuardLists(Box::new(lists), reply))
+    }
+
+    /// RRL and cookies on kernel answers, and the clock offset of cookie timestamps (blocking).
+    pub fn set_guard_rrl(&self, rrl: xdns_bpf::guard::RrlSettings) -> anyhow::Result<()> {
+        self.call(|reply| Cmd::GuardRrl(rrl, reply))
     }
 
     /// Replace the resolver's allow list in the kernel (blocking).

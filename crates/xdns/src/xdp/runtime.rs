@@ -327,6 +327,14 @@ impl XdpRuntime {
         Ok(())
     }
 
+    /// RRL and cookies on kernel answers (`bpf/rrl.h`). An error when the guard stage is not
+    /// loaded.
+    pub fn set_guard_rrl(&self, rrl: &xdns_bpf::guard::RrlSettings) -> anyhow::Result<()> {
+        self.prog.guard()?.set_rrl(rrl)?;
+        tracing::info!(rate = rrl.rate, slip = rrl.slip, cookies = rrl.cookies.is_some(), "XDP: guard RRL and cookies set");
+        Ok(())
+    }
+
     /// Replace the resolver's allow list (e.g. after a reload of `[resolver] allow`).
     pub fn set_allow(&self, allow: &[(std::net::IpAddr, u8)]) -> anyhow::Result<()> {
         self.prog.set_allow(allow)
