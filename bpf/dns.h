@@ -206,9 +206,10 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
 }
 
 /*
- * EDNS options are ignored but must tile the RDATA exactly (code, length, data), as userspace
- * requires (else FORMERR there). `at` is the frame offset of the RDATA. Returns 0 when well
- * formed.
+ * EDNS options must tile the RDATA exactly (code, length, data), as userspace requires (else
+ * FORMERR there); the first COOKIE option's place and length are kept in q for the guard's
+ * cookie check (rrl.h), the others ignored. `at` is the frame offset of the RDATA. Returns 0
+ * when well formed.
  */
 static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen, struct xdns_query *q)
 {

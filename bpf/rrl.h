@@ -23,8 +23,8 @@
  *     NXDOMAIN answers and bytes per queried parent suffix; then XDNS_CONTINUE.
  *
  * Semantics follow xdns_guard::rrl (and so Knot's mod-rrl): the bucket holds one second's
- * worth, is credited `rate` answers a second in thousandths, and a limited answer leaves it
- * at zero (no debt: BIND's window 0). The class comes from the answer's header as userspace
+ * worth, is credited `rate` answers a second in thousandths, and a limited answer costs
+ * nothing (no debt: BIND's window 0), so a flood still gets `rate` answers a second. The class comes from the answer's header as userspace
  * classifies its own (positive, NXDOMAIN, NODATA, referral, error); the answer's identity is
  * its value in the zone data (or its cache entry), whose body is the qname's own for a
  * positive answer, the apex's NXDOMAIN for every name that does not exist, the wildcard's for
@@ -134,7 +134,7 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 {
 	struct xdns_rrl_account *a;
 	__s64 rate_m = (__s64)g->rate * XDNS_RRL_MILLI, bal;
-	__u64 el;
+	__u64 el, credit;
 	__u32 lim, slip = g->slip;
 
 	a = bpf_map_lookup_elem(&xdns_guard_rrl, &sc->guard.gate_key);
@@ -150,16 +150,21 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 	el = now > a->stamp ? now - a->stamp : 0;
 	if (el > 2000000000ULL)
 		el = 2000000000ULL;     /* a second fills any bucket; bounds el * rate below 2^64 */
-	bal = a->balance + (__s64)(el * g->rate / 1000000);
-	if (bal > rate_m)
+	credit = el * g->rate / 1000000;
+	bal = a->balance + (__s64)credit;
+	/* the clock moves on only with the credit it gave (or over a full bucket): under a
+	 * flood a step may credit less than a thousandth, which must not be lost */
+	if (bal >= rate_m) {
 		bal = rate_m;
-	if (now > a->stamp)
 		a->stamp = now;
+	} else if (credit) {
+		a->stamp = now;
+	}
 	if (bal >= XDNS_RRL_MILLI) {
 		a->balance = bal - XDNS_RRL_MILLI;
 		return 0;
 	}
-	a->balance = 0;                 /* no debt (window 0) */
+	a->balance = bal;               /* no debt (window 0): a limited answer costs nothing */
 	lim = ++a->limited;
 	if (slip && lim % slip == 0)
 		return 2;

@@ -30,9 +30,9 @@ SLIP = 2
 FLOOD = 400
 
 
-def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 1.0) -> tuple[int, int, int, float, list]:
+def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 2.0) -> tuple[int, int, int, float, list, int]:
     """Send `n` queries for www.example.com A from `src` over `seconds`; (whole, slipped,
-    lost, elapsed, the slips' wire)."""
+    lost, elapsed, the slips' wire, whole answers to the second half of the queries)."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     with lab.client_socket(fam, socket.SOCK_DGRAM) as s:
         s.bind((src, 0))
@@ -62,16 +62,17 @@ def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 1.0) -
         while time.monotonic() < deadline:
             drain()
             time.sleep(0.02)
-    whole = slipped = 0
+    whole = slipped = late = 0
     slips = []
-    for w in got.values():
+    for i, w in got.items():
         m = dns.message.from_wire(w)
         if m.flags & dns.flags.TC:
             slipped += 1
             slips.append(w)
         elif m.answer:
             whole += 1
-    return whole, slipped, n - len(got), elapsed, slips
+            late += i >= n // 2
+    return whole, slipped, n - len(got), elapsed, slips, late
 
 
 def ask(lab: Lab, addr: str, src: str, options=(), timeout: float = 1.0):
@@ -121,16 +122,20 @@ def test_kernel_rrl_beside_knot_and_cookies_bypass_it():
         for name, s in (("xdns", srv), ("knot", knot)):
             results[name] = flood(lab, s.addr4, flooder)
             time.sleep(1.5)  # the accounts fill up again before the next flood
-        for name, (whole, slipped, lost, elapsed, _) in results.items():
+        for name, (whole, slipped, lost, elapsed, _, late) in results.items():
             print(f"{name}: {FLOOD} queries in {elapsed:.2f} s at rate {RATE}, slip {SLIP}: "
-                  f"{whole} whole, {slipped} slipped (TC=1), {lost} dropped")
-        for name, (whole, slipped, lost, elapsed, _) in results.items():
-            assert RATE * 0.5 <= whole <= RATE * (elapsed + 2), (name, whole)
+                  f"{whole} whole ({late} in the last second), {slipped} slipped (TC=1), {lost} dropped")
+        # the burst differs: xdns (as its userspace RRL) holds one second's worth, Knot 3.2's
+        # mod-rrl four (RRL_CAPACITY); once it is spent both answer `rate` a second
+        burst = {"xdns": 1, "knot": 4}
+        for name, (whole, slipped, lost, elapsed, _, late) in results.items():
+            assert whole <= RATE * (elapsed + burst[name]) + 5, (name, whole)
+            assert RATE * 0.5 <= late <= RATE * 1.5 + 2, (name, late)
             limited = FLOOD - whole
             # every other limited answer slips (allow for losses on a loaded host)
             assert slipped >= limited * 0.3 and lost >= limited * 0.3, (name, slipped, lost)
-        xw, kw = results["xdns"][0], results["knot"][0]
-        assert abs(xw - kw) <= RATE * 1.5, f"xdns {xw} whole answers, knot {kw}"
+        xl, kl = results["xdns"][5], results["knot"][5]
+        assert abs(xl - kl) <= RATE * 0.75, f"last second: xdns {xl} whole answers, knot {kl}"
 
         # the slips are the kernel's: header and question, TC=1, nothing else
         after = lab.xdns_stats(srv)["xdp"]
