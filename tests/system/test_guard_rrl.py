@@ -141,6 +141,7 @@ def test_kernel_rrl_beside_knot_and_cookies_bypass_it():
         after = lab.xdns_stats(srv)["xdp"]
         moved = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         print(f"xdns kernel verdicts during the flood: {moved}")
+        xw = results["xdns"][0]
         assert moved["drop_rrl"] >= (FLOOD - xw) * 0.3 and moved["answered_slip"] >= (FLOOD - xw) * 0.3, moved
         w = results["xdns"][4][0]
         m = dns.message.from_wire(w)
