@@ -4,6 +4,8 @@
     /usr/bin/python3 bench/ab.py --resolver OLD_XDNS NEW_XDNS      # resolver.py's cache hits
     /usr/bin/python3 bench/ab.py --rounds 8 --seconds 8 XDNS noop  # against the no-op program
     /usr/bin/python3 bench/ab.py --resolver --query "nosuch.good.lab. A E" OLD NEW  # one shape
+    /usr/bin/python3 bench/ab.py --b-extra $'[guard]\nrrl = { rate = 1000000000 }\ncookies = true' X X
+                                                                   # one build, B with the guard on
 
 A and B are paths to `xdns` binaries (copy target/release/xdns aside before rebuilding), or
 `noop` for bench/noop_xdp.bpf.c. Needs what bench.py needs (root, clang, kxdpgun, bpftool).
@@ -34,8 +36,9 @@ import bench as B  # noqa: E402
 import lab as L  # noqa: E402
 
 
-def start(lab: L.Lab, build: str, tag: str, tree) -> B.Target:
-    """Start `build` (an xdns binary, or "noop") in `lab`; with a tree, as the resolver, warmed."""
+def start(lab: L.Lab, build: str, tag: str, tree, extra: str = "") -> B.Target:
+    """Start `build` (an xdns binary, or "noop") in `lab`; with a tree, as the resolver, warmed.
+    `extra`: TOML added to the authoritative server's configuration (`--a-extra`, `--b-extra`)."""
     if build == "noop":
         return B.start_noop(lab, tag)
     L.XDNS_BIN = Path(build)  # the lab's starters read it at call time
@@ -45,7 +48,7 @@ def start(lab: L.Lab, build: str, tag: str, tree) -> B.Target:
         srv = T.STARTERS["xdns-xdp"](lab, tree, name=tag)
         R.warm(lab, srv.addr4, tag)
     else:
-        srv = lab.start_xdns(L.DEFAULT_ZONES, name=tag, xdp="native")
+        srv = lab.start_xdns(L.DEFAULT_ZONES, name=tag, xdp="native", extra=extra)
     return B.Target(tag, srv.addr4, srv)
 
 
@@ -55,12 +58,12 @@ def prog_counters(prog_id: int) -> tuple[int, int]:
 
 
 def one_round(labs: list, builds: list[str], qfiles: list[Path], trees: list, tag: str,
-              seconds: float, qps: int) -> list[float]:
+              seconds: float, qps: int, extras=("", "")) -> list[float]:
     """Both builds at once, builds[i] in labs[i]; ns per packet of each."""
     targets, gens = [], []
     try:
-        for lab, build, tree in zip(labs, builds, trees):
-            targets.append(start(lab, build, tag, tree))
+        for lab, build, tree, extra in zip(labs, builds, trees, extras):
+            targets.append(start(lab, build, tag, tree, extra))
         prog_ids = []
         for lab, tgt in zip(labs, targets):
             if tgt.pid():
@@ -106,6 +109,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=8.0, help="per round")
     ap.add_argument("--qps", type=int, default=2_000_000, help="offered by each generator")
+    ap.add_argument("--a-extra", default="", help="TOML added to A's configuration (authoritative)")
+    ap.add_argument("--b-extra", default="", help="TOML added to B's configuration (authoritative)")
     B.add_query_option(ap)
     a = ap.parse_args()
     builds = [a.a, a.b]
@@ -134,7 +139,9 @@ def main() -> int:
             qfiles.append(qf)
         for rnd in range(a.rounds):
             order = [0, 1] if rnd % 2 == 0 else [1, 0]  # order[i]: the build in labs[i]
-            got = one_round(labs, [builds[k] for k in order], qfiles, trees, f"r{rnd}", a.seconds, a.qps)
+            extras = [a.a_extra, a.b_extra]
+            got = one_round(labs, [builds[k] for k in order], qfiles, trees, f"r{rnd}", a.seconds, a.qps,
+                            [extras[k] for k in order])
             by_build = {order[i]: got[i] for i in range(2)}
             ns[0].append(by_build[0])
             ns[1].append(by_build[1])

@@ -11,6 +11,7 @@
 
 #include "stage.h"
 #include "lookup.h"
+#include "rrl.h"
 
 #define XDNS_REPLY_TTL 64
 
@@ -25,6 +26,7 @@ struct xdns_reply {
 	__u16 delta;            /* qlen - base_len: added to each fixup pointer */
 	__u16 flags;
 	__u16 an, ns, ar;
+	__u16 opt;              /* 1: our OPT record follows (the query had one; never in a slip) */
 };
 
 /* Argument of the fixup and TTL walks. */
@@ -202,6 +204,7 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 	r->delta = q->qlen - a->base_len;
 	r->body_at = XDNS_HDR_LEN + q->qlen + 4;
 	r->flags = XDNS_F_QR | (q->flags & (XDNS_F_RD | XDNS_F_CD)) | (a->flags & XDNS_BODY_FLAGS);
+	r->opt = q->has_opt;
 	r->an = a->ancount;
 	r->ns = a->nscount;
 	r->ar = a->arcount;
@@ -268,10 +271,10 @@ static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_p
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 at = pkt->dns_off + r->body_at + r->blen;
-	__u16 ar = r->ar + q->has_opt;         /* our OPT record counts in ARCOUNT */
+	__u16 ar = r->ar + (r->opt ? 1 : 0);   /* our OPT record counts in ARCOUNT */
 	__u8 *hdr, *opt, dob;
 
-	if (q->has_opt) {
+	if (r->opt) {
 		if (at > 0x3fff)
 			return -1;
 		opt = data + at;
@@ -519,6 +522,48 @@ static __always_inline int xdns_put_l2_l4(struct xdp_md *ctx, const struct xdns_
 }
 
 /*
+ * The slip (rrl.h): the query's header and question, TC=1, no record, no OPT (as xdns's
+ * userspace slips and Knot's mod-rrl), from the gate's inputs in sc->guard. Returns
+ * XDNS_ANSWERED_SLIP with the frame rewritten; XDNS_DROP_RRL when the frame could not be cut
+ * (untouched: the limited answer is dropped instead); XDNS_DROP_REWRITE when a helper failed
+ * halfway.
+ */
+static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struct xdns_scratch *sc)
+{
+	struct xdns_pkt p = {};
+	struct xdns_query q = {};
+	struct xdns_reply r = {};
+	__u32 frame, qlen = sc->guard.gate_qlen;
+	long grow;
+
+	p.l3_off = sc->guard.gate_l3;
+	p.ip_hlen = sc->guard.gate_ip_hlen;
+	p.dns_off = sc->guard.gate_dns_off;
+	p.ipv6 = sc->guard.gate_ipv6 != 0;
+	p.l4_off = p.l3_off + p.ip_hlen;
+	if ((p.l3_off != 14 && p.l3_off != 18) || p.dns_off > XDNS_DNS_OFF_MAX || qlen == 0 || qlen > 255 ||
+	    p.ip_hlen < 20 || p.ip_hlen > 60)
+		return XDNS_DROP_RRL;
+	q.id = sc->guard.gate_id;
+	r.body_at = XDNS_HDR_LEN + qlen + 4;
+	r.dns_out = r.body_at;
+	r.flags = sc->guard.gate_flags | XDNS_F_TC;
+	r.sum = sc->guard.gate_sum;
+	frame = ctx->data_end - ctx->data;
+	grow = (long)(p.dns_off + r.dns_out) - (long)frame;
+	/* never longer than the query, which holds the question: the tail only shrinks */
+	if (grow > 0 || (grow < 0 && bpf_xdp_adjust_tail(ctx, (int)grow)))
+		return XDNS_DROP_RRL;
+	if (xdns_put_head(ctx, &p, &q, &r))
+		return XDNS_DROP_REWRITE;
+	if (xdns_strip_ip_options(ctx, &p))
+		return XDNS_DROP_REWRITE;
+	if (xdns_put_l2_l4(ctx, &p, &r))
+		return XDNS_DROP_REWRITE;
+	return XDNS_ANSWERED_SLIP;
+}
+
+/*
  * The answer stage: the reply to query q from answer `vi` of xdns_vals (found by the lookup
  * or the question memo; `key` names its M or L body), written in place. Returns XDNS_ANSWERED
  * with the frame rewritten, a pass reason with the frame untouched, or XDNS_DROP_REWRITE when
@@ -547,6 +592,10 @@ static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, s
 		if (xdns_body_get(key, a, &body))
 			return XDNS_PASS_NO_BODY;
 	}
+	/* the guard's gate (rrl.h): RRL, cookies, answer features; nothing without the guard */
+	v = xdns_rrl_stage(ctx, sc, pkt, q, &a->ans, r.flags, r.dns_out, q->qsum, (__u64)XDNS_RRL_FROM_ZONE << 32 | vi);
+	if (v != XDNS_CONTINUE)
+		return v;
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
 	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);

@@ -371,7 +371,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	const __u8 *bytes;
 	struct xdns_reply r = {};
 	enum xdns_verdict v;
-	__u64 now, el, tag_end, until;
+	__u64 now, el, tag_end, until, qsum;
 	__u32 frame, sub, idx, cap;
 	long grow;
 	int moved;
@@ -442,11 +442,17 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
 	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;
 	/* through a hint: the name's sum (it starts at DNS offset 12, even: dns.h's sum[0]) */
+	qsum = q->qsum;
 	if (xdns_cache_hinted(sc))
-		r.sum += xdns_csum_swap(xdns_csum_fold(sc->cache.cmp_sum));
+		qsum += xdns_csum_swap(xdns_csum_fold(sc->cache.cmp_sum));
+	r.sum += qsum - q->qsum;
 	xdns_barrier();
 	if (mt->tag != tag_end)
 		return XDNS_PASS_CACHE_RACE;
+	/* the guard's gate (rrl.h): RRL, cookies, answer features; nothing without the guard */
+	v = xdns_rrl_stage(ctx, sc, pkt, q, &mt->ans, r.flags, r.dns_out, qsum, (__u64)XDNS_RRL_FROM_CACHE << 32 | idx);
+	if (v != XDNS_CONTINUE)
+		return v;
 	xdns_cache_prefetch(mt, q, now);
 
 	frame = ctx->data_end - ctx->data;

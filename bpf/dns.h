@@ -36,7 +36,10 @@ struct xdns_query {
 	__u16 payload;          /* client's EDNS UDP payload size */
 	__u8 has_opt;
 	__u8 do_bit;
-	__u8 _pad[2];
+	__u8 cookie_len;        /* length of the first COOKIE option's data (0: none; rrl.h) */
+	__u8 _pad;
+	__u16 cookie_at;        /* ... its frame offset */
+	__u16 _pad2[3];
 };
 
 #include "response.h"
@@ -203,15 +206,16 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
 }
 
 /*
- * EDNS options are ignored but must tile the RDATA exactly (code, length, data), as userspace
- * requires (else FORMERR there). `at` is the frame offset of the RDATA. Returns 0 when well
- * formed.
+ * EDNS options must tile the RDATA exactly (code, length, data), as userspace requires (else
+ * FORMERR there); the first COOKIE option's place and length are kept in q for the guard's
+ * cookie check (rrl.h), the others ignored. `at` is the frame offset of the RDATA. Returns 0
+ * when well formed.
  */
-static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen)
+static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen, struct xdns_query *q)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 pos = 0, i, o;
+	__u32 pos = 0, i, o, len;
 	__u8 *h;
 
 	for (i = 0; i < XDNS_MAX_OPTIONS; i++) {
@@ -225,7 +229,14 @@ static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 r
 		h = data + o;
 		if ((void *)(h + 4) > data_end)
 			return -1;
-		pos += 4 + (((__u32)h[2] << 8) | h[3]);
+		len = ((__u32)h[2] << 8) | h[3];
+		/* the first COOKIE option (code 10), for the guard's cookie check (rrl.h); a
+		 * length over 255 is malformed anyway: kept as 255, never a valid cookie */
+		if (h[0] == 0 && h[1] == 10 && !q->cookie_len) {
+			q->cookie_len = len > 255 ? 255 : (len ? len : 1);
+			q->cookie_at = o + 4;
+		}
+		pos += 4 + len;
 	}
 	return pos == rdlen ? 0 : -1;
 }
@@ -269,6 +280,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 	q->has_opt = 0;
 	q->do_bit = 0;
 	q->payload = 0;
+	q->cookie_len = 0;
 	if (arcount) {
 		__u16 rdlen;
 
@@ -287,7 +299,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 		off += XDNS_OPT_LEN;
 		if (off + rdlen > pkt->dns_len)
 			return XDNS_PASS_EDNS_BAD;
-		if (xdns_options_ok(ctx, at + off, rdlen))
+		if (xdns_options_ok(ctx, at + off, rdlen, q))
 			return XDNS_PASS_EDNS_BAD;
 		off += rdlen;
 		q->has_opt = 1;

@@ -318,6 +318,7 @@ __attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
 		return XDNS_CONTINUE;
 	sc->guard.name_par = gen & 1;
 	sc->guard.name_hit = 0;
+	sc->guard.nx_len = 0;
 	if (xdns_qname_walk(sc, &q) != XDNS_CONTINUE)
 		return XDNS_CONTINUE;
 	xdns_suffix_hashes(sc);
@@ -331,6 +332,8 @@ __attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
 		if (start < sc->walk.qlen) {
 			fk.hash = sc->lookup.sfx[(n - 2) & 127];
 			fk.len = sc->walk.qlen - start;
+			sc->guard.nx_hash = fk.hash;   /* an NXDOMAIN answer's suffix (rrl.h) */
+			sc->guard.nx_len = fk.len;
 			f = bpf_map_lookup_elem(&xdns_guard_qfeat, &fk);
 			if (!f) {
 				struct xdns_guard_feat nf = {};

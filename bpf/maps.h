@@ -318,6 +318,33 @@ struct {
 	__type(value, struct xdns_guard_feat);
 } xdns_guard_qfeat SEC(".maps");
 
+/* struct xdns_rrl_key (client prefix, class, answer) -> struct xdns_rrl_account, shared by
+ * the CPUs: the kernel answers' RRL buckets (rrl.h); the program writes, nobody else. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_rrl_key);
+	__type(value, struct xdns_rrl_account);
+} xdns_guard_rrl SEC(".maps");
+
+/* struct xdns_guard_feat_key (client /24 or /56) -> struct xdns_guard_feat per CPU: kernel
+ * answers and their bytes (rrl.h); the program writes, userspace reads the idle slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_guard_feat_key);
+	__type(value, struct xdns_guard_feat);
+} xdns_guard_rfeat SEC(".maps");
+
+/* struct xdns_guard_qfeat_key (parent name hash, length) -> struct xdns_guard_feat per CPU:
+ * kernel NXDOMAIN answers and their bytes (rrl.h); the program writes, userspace reads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct xdns_guard_qfeat_key);
+	__type(value, struct xdns_guard_feat);
+} xdns_guard_nxfeat SEC(".maps");
+
 /* struct xdns_guard_feat_key (source /24 or /56) -> struct xdns_guard_feat per CPU; the
  * program writes, userspace reads the slot not being written. */
 struct {

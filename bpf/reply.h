@@ -93,6 +93,9 @@ static __always_inline enum xdns_verdict xdns_reply_answer(struct xdp_md *ctx, s
 	h = xdns_memo_key(sc, n, gen);
 	sc->reply.qflags = q->flags;
 	sc->reply.qar = arcount;
+	/* with RRL or cookies on (rrl.h) the cache stage answers, through the gate */
+	if (xdns_rrl_gated())
+		return XDNS_CONTINUE;
 	if (!h || n < 8 || n > XDNS_REPLY_MAX_Q || n + XDNS_HDR_LEN != pkt->dns_len)
 		return XDNS_CONTINUE;
 	set = xdns_reply_set(h);

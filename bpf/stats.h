@@ -49,8 +49,12 @@ static const __u8 xdns_actions[XDNS_VERDICT_SLOTS] = {
 	[XDNS_DROP_TIER] = XDP_DROP,
 	[XDNS_DROP_NAME] = XDP_DROP,
 	[XDNS_PASS_DNSSEC] = XDP_PASS,
+	[XDNS_DROP_RRL] = XDP_DROP,
+	[XDNS_ANSWERED_SLIP] = XDP_TX,
+	[XDNS_PASS_COOKIE] = XDP_PASS,
+	[XDNS_PASS_COOKIE_NEW] = XDP_PASS,
 };
-_Static_assert(XDNS_VERDICT_MAX == XDNS_PASS_DNSSEC + 1, "a new verdict needs its row in xdns_actions");
+_Static_assert(XDNS_VERDICT_MAX == XDNS_PASS_COOKIE_NEW + 1, "a new verdict needs its row in xdns_actions");
 
 /*
  * Count `v` on this CPU (in its scratch value) and return the XDP action it stands for.

@@ -55,7 +55,12 @@ enum xdns_verdict {
 	XDNS_DROP_NAME = 35,          /* query for a blocked name: an exact entry, or under a "*.suffix" one */
 	/* answer stage */
 	XDNS_PASS_DNSSEC = 36,        /* DO=1 to a signed zone: RRSIGs and proofs built in userspace */
-	XDNS_VERDICT_MAX = 37,        /* number of verdicts; not a verdict */
+	/* guard: RRL and cookies on kernel answers (rrl.h; xdns_cfg.guard, switched on at run time) */
+	XDNS_DROP_RRL = 37,           /* kernel answer over its RRL account's rate: dropped */
+	XDNS_ANSWERED_SLIP = 38,      /* XDP_TX: over the rate, the slip-th: header and question, TC=1 */
+	XDNS_PASS_COOKIE = 39,        /* a valid server cookie (verified here): userspace answers, never limited */
+	XDNS_PASS_COOKIE_NEW = 40,    /* other COOKIE option, within the rate: userspace adds a new server cookie */
+	XDNS_VERDICT_MAX = 41,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -517,6 +522,61 @@ struct xdns_guard_tier {
 };
 
 /*
+ * RRL and server cookies on kernel answers (rrl.h, issue 25): the part of the control value
+ * the answer stages read before they write an answer (authoritative and resolver cache
+ * answers alike). Written by the daemon at start, SIGHUP and cookie rotation; each field is
+ * read once per answer, and a change of parameters needs no staging (an answer limited by the
+ * old or the new rate is as right as the other).
+ *
+ * RRL: a token bucket per account (struct xdns_rrl_key: client prefix, response class, the
+ * answer's identity) in `xdns_guard_rrl`, the semantics of xdns_guard::rrl (Knot's mod-rrl):
+ * `rate` tokens a second, at most one second's worth, one per answer; without a token the
+ * answer is limited: dropped (XDNS_DROP_RRL), every `slip`-th sent as header and question
+ * with TC=1 (XDNS_ANSWERED_SLIP). Cookies (RFC 7873, RFC 9018 version 1): a query with a
+ * COOKIE option whose 16-byte server cookie verifies under `secret[0]` (or `secret[1]` while
+ * `cookie_prev`) and is at most an hour old and five minutes ahead passes to userspace
+ * (XDNS_PASS_COOKIE) before any RRL; any other COOKIE option is limited like an answer and,
+ * within the rate, passed (XDNS_PASS_COOKIE_NEW): userspace answers with a server cookie.
+ */
+#define XDNS_RRL_POSITIVE 1     /* classes, as xdns_guard::rrl::ResponseClass */
+#define XDNS_RRL_NXDOMAIN 2
+#define XDNS_RRL_NODATA 3
+#define XDNS_RRL_REFERRAL 4
+#define XDNS_RRL_ERROR 5
+#define XDNS_RRL_WILDCARD 6     /* (not told apart by the kernel: a wildcard's answers share its value) */
+#define XDNS_RRL_FROM_ZONE 0    /* xdns_rrl_key.src: the identity is a zone answer's value index */
+#define XDNS_RRL_FROM_CACHE 1   /* ... a resolver cache entry (size class << 30 | slot) */
+struct xdns_guard_rrl {
+	__u32 rate;             /* answers a second per account; 0: no RRL in the kernel */
+	__u32 slip;             /* every slip-th limited answer is sent truncated; 0: never */
+	__u64 mask4;            /* the IPv4 client prefix as a mask over the address word */
+	__u64 mask6[2];         /* the IPv6 client prefix over the two address words */
+	__u32 cookies;          /* 1: COOKIE options are checked here (cookie-bearing queries pass) */
+	__u32 cookie_prev;      /* 1: secret[1], the previous secret, verifies too */
+	__s64 clock_off;        /* Unix time less bpf_ktime_get_ns(), in ns (the daemon refreshes it) */
+	__u64 secret[2][2];     /* SipHash-2-4 keys: the 16 secret bytes as two little-endian words */
+};
+
+/* Key of `xdns_guard_rrl`: one RRL account. */
+struct xdns_rrl_key {
+	__u64 addr[2];          /* the client's prefix (masked address words) */
+	__u32 ident;            /* the answer: a zone answer's value index (whose body is the qname's,
+	                         * the apex's NXDOMAIN, the wildcard's, the cut's referral), or a cache entry */
+	__u8 family;            /* 4 or 6 */
+	__u8 class;             /* XDNS_RRL_* */
+	__u8 src;               /* XDNS_RRL_FROM_* */
+	__u8 _pad;
+};
+/* Value of `xdns_guard_rrl`: the bucket, updated without a lock (approximate only when
+ * two CPUs answer one account at the same instant). */
+struct xdns_rrl_account {
+	__u64 stamp;            /* ns (bpf_ktime_get_ns) of the last update */
+	__s64 balance;          /* thousandths of an answer */
+	__u32 limited;          /* limited answers since the account was made (the slip pattern) */
+	__u32 _pad;
+};
+
+/*
  * The one value of `xdns_guard_ctl` (an mmapable array): everything the stage reads before its
  * lookups, in one inlined array read. Userspace writes the halves no run reads (the staged
  * list, the inactive tier table) through its mapping, then stores the selector (a 32-bit
@@ -529,6 +589,7 @@ struct xdns_guard_ctl {
 	__u32 names;            /* active name list generation (0: no name list) */
 	struct xdns_guard_list lists[2];   /* by source list generation parity */
 	struct xdns_guard_tier tiers[2];
+	struct xdns_guard_rrl rrl;         /* RRL and cookies on kernel answers (rrl.h) */
 };
 
 /*
@@ -572,6 +633,14 @@ struct xdns_guard_qfeat_key {
 	__u32 kind;             /* XDNS_GUARD_QFEAT_PARENT or _NAME */
 };
 
+/*
+ * Answer features (rrl.h, with xdns_cfg.guard_features), for the kernel's own answers only
+ * (userspace counts its own): `xdns_guard_rfeat`, keyed as `xdns_guard_feat` by the client's
+ * /24 or /56, counts answers sent (`packets`, slips included) and their IP bytes (`bytes`);
+ * `xdns_guard_nxfeat`, keyed as `xdns_guard_qfeat` by the queried name's parent, counts
+ * NXDOMAIN answers (`packets`) and their IP bytes. Same two interval slots, same reading rule.
+ */
+
 /* The guard stage's scratch and counters (in struct xdns_scratch). */
 struct xdns_guard_scratch {
 	__u32 name_par;         /* the name check: the list generation's parity ... */
@@ -580,6 +649,36 @@ struct xdns_guard_scratch {
 	__u64 tier_hits[XDNS_GUARD_TIER_SLOTS]; /* packets dropped by each tier slot */
 	__u64 feat_full;        /* packets not counted: the feature map refused a new prefix */
 	__u64 qfeat_full;       /* queries not counted: the suffix feature map refused a new suffix */
+	/* RRL, cookies and answer features (rrl.h) */
+	__u64 rrl_full;         /* answers not accounted: the RRL map refused a new account (answered) */
+	__u64 cookie_bad;       /* COOKIE options with a server cookie that did not verify (or malformed) */
+	__u64 rfeat_full;       /* answers not counted: the answer feature map refused a new prefix */
+	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
+	__u64 nx_hash;          /* this query's parent suffix (the name check, with features) ... */
+	__u32 nx_len;           /* ... its wire length (0: none) */
+	/*
+	 * The gate's inputs (rrl.h), written by the answer stages before they call it: through
+	 * the scratch rather than pointers to their stack, which a global function's call
+	 * would leave unknown to the verifier in the caller's later states.
+	 */
+	__u32 gate_class;       /* the answer's RRL class (XDNS_RRL_*) */
+	__u32 gate_flags;       /* the reply's header flags (host order) */
+	__u32 gate_len;         /* the reply's IP length (answer features) */
+	__u32 gate_l3;          /* struct xdns_pkt of the query: l3_off, */
+	__u32 gate_ip_hlen;     /* ip_hlen, */
+	__u32 gate_dns_off;     /* dns_off, */
+	__u32 gate_ipv6;        /* ipv6, */
+	__u32 gate_qlen;        /* and of struct xdns_query: qlen, */
+	__u32 gate_id;          /* id (network order), */
+	__u32 gate_cookie;      /* cookie_at << 16 | cookie_len, */
+	__u64 gate_sum;         /* and the question's unfolded checksum (a slip's) */
+	/* the gate's keys and new values, here rather than on its stack (the program's stack
+	 * and the gate's frame share 512 bytes) */
+	struct xdns_rrl_key gate_key;
+	struct xdns_rrl_account gate_acct;
+	struct xdns_guard_feat gate_feat;
+	struct xdns_guard_feat_key gate_fkey;
+	struct xdns_guard_qfeat_key gate_qkey;
 };
 
 /*

@@ -30,7 +30,7 @@ use crate::maps::bytes_of;
 use crate::runtime::XdpProgram;
 use crate::types::{
     xdns_allow_prefix, xdns_guard_ctl, xdns_guard_entry, xdns_guard_feat, xdns_guard_key, xdns_guard_list, xdns_guard_lpm_key,
-    xdns_guard_name_key, xdns_guard_scratch, xdns_guard_tier, xdns_scratch,
+    xdns_guard_name_key, xdns_guard_rrl, xdns_guard_scratch, xdns_guard_tier, xdns_scratch,
 };
 
 /// Prefix lengths the hash structure probes per family (`XDNS_GUARD_LENS`).
@@ -68,12 +68,40 @@ pub struct GuardStage {
     pub feature_prefixes: u32,
     /// Qname suffixes (parents of queried names) the suffix feature map tracks.
     pub feature_suffixes: u32,
+    /// RRL accounts of kernel answers (client prefix, class, answer) the shared LRU map
+    /// holds (least recently used evicted beyond); the answer features' maps take
+    /// `feature_prefixes` and `feature_suffixes` entries.
+    pub rrl_accounts: u32,
 }
 
 impl Default for GuardStage {
     fn default() -> Self {
-        Self { capacity: 1 << 20, tier_slots: 0, features: false, names: 65536, feature_prefixes: 65536, feature_suffixes: 65536 }
+        Self {
+            capacity: 1 << 20,
+            tier_slots: 0,
+            features: false,
+            names: 65536,
+            feature_prefixes: 65536,
+            feature_suffixes: 65536,
+            rrl_accounts: 262_144,
+        }
     }
+}
+
+/// RRL and cookies on kernel answers (`bpf/rrl.h`), as [`Guard::set_rrl`] writes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RrlSettings {
+    /// Answers a second per account; 0 = no RRL in the kernel.
+    pub rate: u32,
+    /// Every `slip`-th limited answer is sent truncated (TC=1); 0 = never.
+    pub slip: u32,
+    /// Client prefix lengths that share an account.
+    pub ipv4_prefix: u8,
+    pub ipv6_prefix: u8,
+    /// Server cookies (RFC 9018): the current secret and the previous one, if it still
+    /// verifies. `None`: COOKIE options are not looked at (queries carrying one are answered
+    /// without a cookie, as by a server without cookies).
+    pub cookies: Option<([u8; 16], Option<[u8; 16]>)>,
 }
 
 /// Words per half of the presence filter for `capacity` prefixes: 16 bits a prefix, a power
@@ -95,6 +123,9 @@ pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&Gua
     open.maps.xdns_guard_feat.set_max_entries(feat)?;
     let qfeat = g.filter(|g| g.features).map_or(1, |g| g.feature_suffixes.max(1));
     open.maps.xdns_guard_qfeat.set_max_entries(qfeat)?;
+    open.maps.xdns_guard_rfeat.set_max_entries(feat)?;
+    open.maps.xdns_guard_nxfeat.set_max_entries(qfeat)?;
+    open.maps.xdns_guard_rrl.set_max_entries(g.map_or(1, |g| g.rrl_accounts.max(1)))?;
     if let Some(g) = g {
         if g.tier_slots as usize > TIER_SLOTS {
             bail!("the modelled hardware tier has at most {TIER_SLOTS} slots ({} asked)", g.tier_slots);
@@ -246,6 +277,30 @@ pub struct NameFeature {
     pub queries: u64,
 }
 
+/// The kernel's own answers to one client prefix in one interval (summed over CPUs; slips
+/// included, RRL drops and passed queries not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerFeature {
+    /// The client's /24 (IPv4) or /56 (IPv6).
+    pub prefix: Prefix,
+    pub answers: u64,
+    /// IP bytes of the answers (headers included): the amplification a source receives.
+    pub bytes: u64,
+}
+
+/// The kernel's NXDOMAIN answers under one qname suffix in one interval (summed over CPUs):
+/// the parent of each name answered NXDOMAIN, known by its hash as [`SuffixFeature`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NxDomainFeature {
+    /// `xdns_name_hash` of the lowercased parent name ([`Guard::suffix_hash`]).
+    pub hash: u64,
+    /// Its wire length.
+    pub len: u32,
+    pub nxdomains: u64,
+    /// IP bytes of those answers.
+    pub bytes: u64,
+}
+
 /// One finished interval's features.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
@@ -257,6 +312,10 @@ pub struct Snapshot {
     pub suffixes: Vec<SuffixFeature>,
     /// Per whole queried name (as many as the feature map kept), most queries first.
     pub names: Vec<NameFeature>,
+    /// Kernel answers per client prefix, most bytes first.
+    pub answers: Vec<AnswerFeature>,
+    /// Kernel NXDOMAIN answers per qname suffix, most first.
+    pub nxdomains: Vec<NxDomainFeature>,
 }
 
 /// The guard stage's counters, summed over CPUs.
@@ -270,6 +329,14 @@ pub struct GuardCounters {
     pub feature_full: u64,
     /// Queries the suffix feature map could not count.
     pub suffix_full: u64,
+    /// Kernel answers the RRL map could not account (sent; the map refused a new account).
+    pub rrl_full: u64,
+    /// COOKIE options whose server cookie did not verify here (or malformed ones).
+    pub cookie_bad: u64,
+    /// Kernel answers the answer feature map could not count.
+    pub answer_full: u64,
+    /// Kernel NXDOMAIN answers the NXDOMAIN feature map could not count.
+    pub nxdomain_full: u64,
 }
 
 /// One prefix in the kernel's terms.
@@ -397,6 +464,8 @@ struct Inner {
     filter: MapHandle,
     feat: MapHandle,
     qfeat: MapHandle,
+    rfeat: MapHandle,
+    nxfeat: MapHandle,
     scratch: MapHandle,
     capacity: usize,
     tier_slots: usize,
@@ -432,6 +501,8 @@ impl XdpProgram {
                 filter: h(&m.xdns_guard_filter)?,
                 feat: h(&m.xdns_guard_feat)?,
                 qfeat: h(&m.xdns_guard_qfeat)?,
+                rfeat: h(&m.xdns_guard_rfeat)?,
+                nxfeat: h(&m.xdns_guard_nxfeat)?,
                 scratch: h(&m.xdns_scratch)?,
                 capacity,
                 tier_slots: TIER_SLOTS,
@@ -446,6 +517,70 @@ impl XdpProgram {
             }),
         })
     }
+}
+
+/// The guard stage's counters in the scratch map, summed over CPUs.
+pub(crate) fn counters_of(scratch: &MapHandle, tier_slots: usize) -> Result<GuardCounters> {
+    let per_cpu = scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("scratch")?;
+    let at = std::mem::offset_of!(xdns_scratch, guard);
+    let mut c = GuardCounters { tier_hits: vec![0; tier_slots], ..Default::default() };
+    for v in per_cpu {
+        let g = &v[at..at + std::mem::size_of::<xdns_guard_scratch>()];
+        let word = |o: usize| u64::from_ne_bytes(g[o..o + 8].try_into().unwrap());
+        c.allowed += word(std::mem::offset_of!(xdns_guard_scratch, allowed));
+        let t0 = std::mem::offset_of!(xdns_guard_scratch, tier_hits);
+        for (i, h) in c.tier_hits.iter_mut().enumerate() {
+            *h += word(t0 + 8 * i);
+        }
+        c.feature_full += word(std::mem::offset_of!(xdns_guard_scratch, feat_full));
+        c.suffix_full += word(std::mem::offset_of!(xdns_guard_scratch, qfeat_full));
+        c.rrl_full += word(std::mem::offset_of!(xdns_guard_scratch, rrl_full));
+        c.cookie_bad += word(std::mem::offset_of!(xdns_guard_scratch, cookie_bad));
+        c.answer_full += word(std::mem::offset_of!(xdns_guard_scratch, rfeat_full));
+        c.nxdomain_full += word(std::mem::offset_of!(xdns_guard_scratch, nxfeat_full));
+    }
+    Ok(c)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The prefix of a feature key (`xdns_guard_feat_key`: /24 or /56).
+fn feature_key_prefix(k: &[u8]) -> Prefix {
+    let addr = u64::from_ne_bytes(k[..8].try_into().unwrap()).to_ne_bytes();
+    if k[8] == 4 {
+        Prefix::V4(V4Prefix { addr: addr[..4].try_into().unwrap(), len: 24 })
+    } else {
+        let mut a = [0u8; 16];
+        a[..8].copy_from_slice(&addr);
+        Prefix::V6(V6Prefix { addr: a, len: 56 })
+    }
+}
+
+/// The counts of interval `iv` of a two-slot feature map: (key, packets, bytes) per key
+/// with any count, summed over CPUs.
+fn read_slots(map: &MapHandle, iv: u32) -> Result<Vec<(Vec<u8>, u64, u64)>> {
+    let s = (iv & 1) as usize;
+    let mut out = Vec::new();
+    for k in map.keys() {
+        let Some(vals) = map.lookup_percpu(&k, MapFlags::ANY)? else { continue };
+        let (mut packets, mut bytes) = (0u64, 0u64);
+        for v in vals {
+            let f = read_struct::<xdns_guard_feat>(&v);
+            if f.slot[s].interval == iv {
+                packets += f.slot[s].packets;
+                bytes += f.slot[s].bytes;
+            }
+        }
+        if packets > 0 {
+            out.push((k, packets, bytes));
+        }
+    }
+    Ok(out)
 }
 
 /// Wait until every program run that started before now has ended: one RCU grace period
@@ -834,21 +969,7 @@ impl Guard {
 
     /// Counters of the stage, summed over CPUs.
     pub fn counters(&self) -> Result<GuardCounters> {
-        let per_cpu = self.inner.scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("scratch")?;
-        let at = std::mem::offset_of!(xdns_scratch, guard);
-        let mut c = GuardCounters { tier_hits: vec![0; self.inner.tier_slots], ..Default::default() };
-        for v in per_cpu {
-            let g = &v[at..at + std::mem::size_of::<xdns_guard_scratch>()];
-            let word = |o: usize| u64::from_ne_bytes(g[o..o + 8].try_into().unwrap());
-            c.allowed += word(std::mem::offset_of!(xdns_guard_scratch, allowed));
-            let t0 = std::mem::offset_of!(xdns_guard_scratch, tier_hits);
-            for (i, h) in c.tier_hits.iter_mut().enumerate() {
-                *h += word(t0 + 8 * i);
-            }
-            c.feature_full += word(std::mem::offset_of!(xdns_guard_scratch, feat_full));
-            c.suffix_full += word(std::mem::offset_of!(xdns_guard_scratch, qfeat_full));
-        }
-        Ok(c)
+        counters_of(&self.inner.scratch, self.inner.tier_slots)
     }
 
     /// End the current feature interval and return its counts. The program counts into the
@@ -917,7 +1038,68 @@ impl Guard {
         }
         suffixes.sort_by(|a, b| b.queries.cmp(&a.queries).then(a.hash.cmp(&b.hash)));
         names.sort_by(|a, b| b.queries.cmp(&a.queries).then(a.hash.cmp(&b.hash)));
-        Ok(Snapshot { interval: iv, sources: out, suffixes, names })
+        let mut answers = Vec::new();
+        for (k, packets, bytes) in read_slots(&self.inner.rfeat, iv)? {
+            answers.push(AnswerFeature { prefix: feature_key_prefix(&k), answers: packets, bytes });
+        }
+        answers.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.prefix.cmp(&b.prefix)));
+        let mut nxdomains = Vec::new();
+        for (k, packets, bytes) in read_slots(&self.inner.nxfeat, iv)? {
+            let hash = u64::from_ne_bytes(k[..8].try_into().unwrap());
+            let len = u32::from_ne_bytes(k[8..12].try_into().unwrap());
+            nxdomains.push(NxDomainFeature { hash, len, nxdomains: packets, bytes });
+        }
+        nxdomains.sort_by(|a, b| b.nxdomains.cmp(&a.nxdomains).then(a.hash.cmp(&b.hash)));
+        Ok(Snapshot { interval: iv, sources: out, suffixes, names, answers, nxdomains })
+    }
+
+    /// RRL and cookies on kernel answers: written into the control value at once (each
+    /// field is read once per answer; an answer judged by the old or the new settings is as
+    /// right as the other). Rotating secrets: the new previous is written before the new
+    /// current, so a cookie of the old secret never fails in between. Also refreshes the
+    /// clock offset the program turns its monotonic clock into Unix time with (cookie
+    /// timestamps): call it again now and then ([`Self::refresh_clock`]).
+    pub fn set_rrl(&self, s: &RrlSettings) -> Result<()> {
+        if s.ipv4_prefix > 32 || s.ipv6_prefix > 128 {
+            bail!("RRL prefix lengths /{} and /{} out of range", s.ipv4_prefix, s.ipv6_prefix);
+        }
+        let _w = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let base = std::mem::offset_of!(xdns_guard_ctl, rrl);
+        let f = |o: usize| base + o;
+        let words = |m: [u8; 16]| [u64::from_ne_bytes(m[..8].try_into().unwrap()), u64::from_ne_bytes(m[8..].try_into().unwrap())];
+        let m4 = words(mask_bytes(s.ipv4_prefix));
+        let m6 = words(mask_bytes(s.ipv6_prefix));
+        self.inner.ctl.put(f(std::mem::offset_of!(xdns_guard_rrl, mask4)), &m4[0]);
+        self.inner.ctl.put(f(std::mem::offset_of!(xdns_guard_rrl, mask6)), &m6);
+        self.inner.ctl.word(f(std::mem::offset_of!(xdns_guard_rrl, slip))).store(s.slip, Ordering::Release);
+        self.refresh_clock();
+        let key = |k: &[u8; 16]| [u64::from_le_bytes(k[..8].try_into().unwrap()), u64::from_le_bytes(k[8..].try_into().unwrap())];
+        let sec = f(std::mem::offset_of!(xdns_guard_rrl, secret));
+        let prev_on = f(std::mem::offset_of!(xdns_guard_rrl, cookie_prev));
+        match &s.cookies {
+            Some((current, previous)) => {
+                if let Some(p) = previous {
+                    self.inner.ctl.put(sec + 16, &key(p));
+                    self.inner.ctl.word(prev_on).store(1, Ordering::Release);
+                } else {
+                    self.inner.ctl.word(prev_on).store(0, Ordering::Release);
+                }
+                self.inner.ctl.put(sec, &key(current));
+                self.inner.ctl.word(f(std::mem::offset_of!(xdns_guard_rrl, cookies))).store(1, Ordering::Release);
+            }
+            None => self.inner.ctl.word(f(std::mem::offset_of!(xdns_guard_rrl, cookies))).store(0, Ordering::Release),
+        }
+        self.inner.ctl.word(f(std::mem::offset_of!(xdns_guard_rrl, rate))).store(s.rate, Ordering::Release);
+        Ok(())
+    }
+
+    /// Write the offset from the program's clock (`bpf_ktime_get_ns`, CLOCK_MONOTONIC) to
+    /// Unix time, which cookie timestamps are in.
+    pub fn refresh_clock(&self) {
+        let off = clock_ns(libc::CLOCK_REALTIME) as i64 - clock_ns(libc::CLOCK_MONOTONIC) as i64;
+        let at = std::mem::offset_of!(xdns_guard_ctl, rrl) + std::mem::offset_of!(xdns_guard_rrl, clock_off);
+        // one aligned 8-byte store: a reader sees the old or the new offset
+        self.inner.ctl.put(at, &off);
     }
 
     /// The hash the kernel knows a qname suffix by ([`SuffixFeature::hash`]): of `wire`, an

@@ -322,6 +322,7 @@ impl XdpProgram {
             scratch: libbpf_rs::MapHandle::try_from(&m.xdns_scratch).context("duplicating the scratch map's fd")?,
             gen: libbpf_rs::MapHandle::try_from(&m.xdns_gen).context("duplicating the generation map's fd")?,
             prog_id: self.prog_id()?,
+            guard: m.rodata_data.as_ref().is_some_and(|r| r.xdns_cfg.guard != 0),
         })
     }
 
@@ -775,6 +776,8 @@ pub struct StatusReader {
     scratch: libbpf_rs::MapHandle,
     gen: libbpf_rs::MapHandle,
     prog_id: u32,
+    /// The guard stage is compiled in.
+    guard: bool,
 }
 
 impl StatusReader {
@@ -791,6 +794,15 @@ impl StatusReader {
     /// The reply memo's counters (as [`XdpProgram::reply_counts`]).
     pub fn reply_counts(&self) -> Result<(u64, u64)> {
         reply_counters(&self.scratch)
+    }
+
+    /// The guard stage's counters (as [`crate::guard::Guard::counters`]); `None` when the
+    /// program was loaded without the stage.
+    pub fn guard_counters(&self) -> Result<Option<crate::guard::GuardCounters>> {
+        if !self.guard {
+            return Ok(None);
+        }
+        crate::guard::counters_of(&self.scratch, crate::guard::TIER_SLOTS).map(Some)
     }
 
     /// The generation packets read (`xdns_gen[0]`; 0 until the first install completes).

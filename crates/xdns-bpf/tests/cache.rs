@@ -199,7 +199,7 @@ fn cache_fixture_table() {
 #[test]
 fn cache_fixture_table_with_an_empty_guard() {
     require_root("cache_fixture_table_with_an_empty_guard");
-    let stage = xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024 };
+    let stage = xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024, rrl_accounts: 1024 };
     let prog = load_resolver_with(0x5eed_cafe, Some(stage));
     let g = prog.guard().unwrap();
     g.replace_lists(&Default::default(), &Default::default()).unwrap();

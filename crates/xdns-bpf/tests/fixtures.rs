@@ -371,7 +371,7 @@ fn fixture_table_with_an_empty_guard() {
 }
 
 fn guard_stage() -> xdns_bpf::guard::GuardStage {
-    xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024 }
+    xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024, rrl_accounts: 1024 }
 }
 
 /// A name blocked after the question memo learnt it is dropped, memo or not (the name check

@@ -21,7 +21,7 @@ const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 
 fn stage() -> GuardStage {
-    GuardStage { capacity: 1 << 20, tier_slots: 4, features: true, names: 4096, feature_prefixes: 4096, feature_suffixes: 4096 }
+    GuardStage { capacity: 1 << 20, tier_slots: 4, features: true, names: 4096, feature_prefixes: 4096, feature_suffixes: 4096, rrl_accounts: 4096 }
 }
 
 fn list(s: &str) -> PrefixList {

@@ -208,13 +208,22 @@ impl Rrl {
         let room = (rate_m - e.balance).max(0) as u128;
         let credit = (u128::from(elapsed) * u128::from(rate) / 1_000_000).min(room) as i64;
         e.balance = (e.balance + credit).min(rate_m);
-        e.stamp = e.stamp.max(now_ns);
+        // The clock moves on only with the credit it gave (or over a full bucket): at many
+        // queries per token a step may give less than a thousandth, which must not be lost.
+        if credit > 0 || e.balance == rate_m {
+            e.stamp = e.stamp.max(now_ns);
+        }
 
         if e.balance >= MILLI {
             e.balance -= MILLI;
             return Decision::Pass;
         }
-        e.balance = (e.balance - MILLI).max(floor);
+        // A limited response costs only where debt is allowed (BIND's window); with none
+        // (Knot's behaviour) the credit gathered since keeps growing, so that a client
+        // flooding faster than the rate still gets `rate` responses a second.
+        if floor < 0 {
+            e.balance = (e.balance - MILLI).max(floor);
+        }
         e.limited = e.limited.wrapping_add(1);
         // `%` rather than `is_multiple_of`: the workspace's rust-version is 1.82.
         #[allow(clippy::manual_is_multiple_of)]
@@ -340,6 +349,29 @@ mod tests {
             .map(|_| r.decide(100 * SEC, c, ResponseClass::NxDomain, 1))
             .collect();
         assert_eq!(got, [Pass, Pass, Pass, Pass, Drop, Drop]);
+    }
+
+    #[test]
+    fn a_flood_faster_than_the_rate_still_gets_the_rate() {
+        // 10/s, a query every 10 ms for 3 s: the burst (10) and then 10 a second; the limited
+        // queries in between cost nothing (Knot; the kernel's bpf/rrl.h does the same)
+        let mut r = rrl(10, 0);
+        let c = ip("198.18.0.1");
+        let passed = (0..300u64)
+            .filter(|i| r.decide(i * SEC / 100, c, ResponseClass::Positive, 1) == Pass)
+            .count();
+        assert!((38..=41).contains(&passed), "{passed}");
+    }
+
+    #[test]
+    fn a_flood_much_faster_than_the_rate_is_not_starved() {
+        // 5/s, a query every 20 µs (each step credits a tenth of a thousandth) for 2 s
+        let mut r = rrl(5, 0);
+        let c = ip("198.18.0.1");
+        let passed = (0..100_000u64)
+            .filter(|i| r.decide(i * 20_000, c, ResponseClass::Positive, 1) == Pass)
+            .count();
+        assert!((13..=16).contains(&passed), "{passed}");
     }
 
     #[test]

@@ -362,10 +362,19 @@ impl Loop {
             }
             suffixes.push(stat);
         }
+        // bytes of the kernel's answers per client prefix (the same /24 or /56 as the sources):
+        // what the amplification check weighs
+        let answered: HashMap<_, u64> = snap.answers.iter().map(|a| (a.prefix, a.bytes)).collect();
         let sources = snap
             .sources
             .iter()
-            .map(|s| SourceStat { prefix: s.prefix, packets: s.packets, bytes: s.bytes, any_queries: 0, response_bytes: 0 })
+            .map(|s| SourceStat {
+                prefix: s.prefix,
+                packets: s.packets,
+                bytes: s.bytes,
+                any_queries: 0,
+                response_bytes: answered.get(&s.prefix).copied().unwrap_or(0),
+            })
             .collect();
         let report = detector.observe(&xdns_guard::detect::Snapshot { seconds: secs, sources, suffixes });
         counters.intervals.fetch_add(1, Relaxed);

@@ -276,6 +276,19 @@ impl Guard {
         &self.allow
     }
 
+    /// RRL and cookies for the kernel's answers: the same rate, slip and prefixes as
+    /// userspace's RRL, the same cookie secrets (current and previous).
+    pub fn kernel_rrl(&self) -> xdns_bpf::guard::RrlSettings {
+        let (rate, slip, ipv4_prefix, ipv6_prefix) = self.settings.rrl.unwrap_or((0, 0, 24, 56));
+        xdns_bpf::guard::RrlSettings {
+            rate,
+            slip,
+            ipv4_prefix,
+            ipv6_prefix,
+            cookies: self.cookies.as_ref().map(|c| (*c.current(), c.previous().copied())),
+        }
+    }
+
     /// Whether `ip` is on the allowlist (never blocked, never limited).
     pub fn allows(&self, ip: Option<IpAddr>) -> bool {
         ip.is_some_and(|ip| self.allow.contains(ip))

@@ -391,14 +391,20 @@ async fn stop(
     let _ = tokio::task::spawn_blocking(crate::dnstap::shutdown).await;
 }
 
-/// Once a second, the live blocks whose time has come are lifted.
+/// Once a second, the live blocks whose time has come are lifted; once a minute the kernel's
+/// RRL and cookie settings are written again, which refreshes the offset from the program's
+/// clock to Unix time (cookie timestamps; the clocks drift apart as NTP slews).
 async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             _ = stopped(&mut stop) => break,
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                ticks = ticks.wrapping_add(1);
                 if shared.live_blocks.expire() {
                     push_guard_lists(&shared).await;
+                } else if ticks % 60 == 0 {
+                    push_guard_rrl(&shared).await;
                 }
             }
         }
@@ -450,6 +456,28 @@ pub fn push_guard_lists_now(shared: &Arc<Shared>) {
             "XDP: guard lists replaced"
         ),
         Err(e) => tracing::error!("XDP guard lists not replaced (the kernel keeps the old ones): {e:#}"),
+    }
+    write_guard_rrl(&guard, &maps);
+}
+
+/// The kernel's RRL and cookie settings alone (see [`push_guard_lists`], which writes them too).
+pub async fn push_guard_rrl(shared: &Arc<Shared>) {
+    let Some(guard) = shared.guard.load_full() else {
+        return;
+    };
+    let Some(maps) = shared.xdp_status.load_full().and_then(|s| s.guard.clone()) else {
+        return;
+    };
+    write_guard_rrl(&guard, &maps);
+}
+
+/// RRL and cookies on kernel answers (`bpf/rrl.h`), and the clock offset of cookie
+/// timestamps: a few stores into the stage's control value.
+fn write_guard_rrl(guard: &crate::guard::Guard, maps: &xdns_bpf::guard::Guard) {
+    let rrl = guard.kernel_rrl();
+    match maps.set_rrl(&rrl) {
+        Ok(()) => tracing::debug!(rate = rrl.rate, slip = rrl.slip, cookies = rrl.cookies.is_some(), "XDP: guard RRL and cookies set"),
+        Err(e) => tracing::error!("XDP guard RRL settings not written: {e:#}"),
     }
 }
 

@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * rrl.h - the guard's gate on kernel answers (issue 25): RRL, server cookies, answer features.
+ *
+ * The answer stages (answer.h for zone answers, cache.h for resolver cache answers) call
+ * xdns_rrl_stage once they know the reply they would send and before they touch the frame.
+ * Nothing at all without xdns_cfg.guard (read-only data); with it, one read of the control
+ * value, and a call of xdns_guard_gate (a global function, verified once alone) only while
+ * RRL, cookies (and a COOKIE option in the query) or the features are on:
+ *
+ *  1. cookies (xdns_guard_rrl.cookies) and a COOKIE option: a 16-byte version 1 server
+ *     cookie that verifies (RFC 9018: SipHash-2-4 of client cookie | version | reserved |
+ *     timestamp | client address, under the current or the previous secret; at most an hour
+ *     old, five minutes ahead) passes the query to userspace, XDNS_PASS_COOKIE, before any
+ *     RRL: a client that proved its address is never limited here. Userspace echoes or
+ *     refreshes the cookie (the kernel does not build cookies: see bpf/README.md);
+ *  2. RRL (xdns_guard_rrl.rate): the account of (client prefix, class, answer) pays a token;
+ *     without one the answer is dropped (XDNS_DROP_RRL) or, every slip-th time, replaced by
+ *     header and question with TC=1 (XDNS_ANSWERED_SLIP: written here, the frame rewritten);
+ *  3. any other COOKIE option, within the rate: XDNS_PASS_COOKIE_NEW (userspace answers with
+ *     a new server cookie, or FORMERR for a malformed option);
+ *  4. the answer features (xdns_cfg.guard_features): answers and bytes per client prefix,
+ *     NXDOMAIN answers and bytes per queried parent suffix; then XDNS_CONTINUE.
+ *
+ * Semantics follow xdns_guard::rrl (and so Knot's mod-rrl): the bucket holds one second's
+ * worth, is credited `rate` answers a second in thousandths, and a limited answer costs
+ * nothing (no debt: BIND's window 0), so a flood still gets `rate` answers a second. The class comes from the answer's header as userspace
+ * classifies its own (positive, NXDOMAIN, NODATA, referral, error); the answer's identity is
+ * its value in the zone data (or its cache entry), whose body is the qname's own for a
+ * positive answer, the apex's NXDOMAIN for every name that does not exist, the wildcard's for
+ * every name it covers, the cut's referral: Knot's name-or-zone choice, without a name hash.
+ */
+#ifndef XDNS_RRL_H
+#define XDNS_RRL_H
+
+#include <linux/bpf.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include "stage.h"
+#include "maps.h"
+#include "parse.h"
+#include "word.h"
+#include "dns.h"
+
+#define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
+#define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
+#define XDNS_RRL_MILLI 1000
+
+/* Written by answer.h: the slip, header and question with TC=1, from the gate's inputs. */
+static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struct xdns_scratch *sc);
+
+#define XDNS_ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define XDNS_SIPROUND                                                                           \
+	do {                                                                                    \
+		v0 += v1; v1 = XDNS_ROTL(v1, 13); v1 ^= v0; v0 = XDNS_ROTL(v0, 32);             \
+		v2 += v3; v3 = XDNS_ROTL(v3, 16); v3 ^= v2;                                     \
+		v0 += v3; v3 = XDNS_ROTL(v3, 21); v3 ^= v0;                                     \
+		v2 += v1; v1 = XDNS_ROTL(v1, 17); v1 ^= v2; v2 = XDNS_ROTL(v2, 32);             \
+	} while (0)
+#define XDNS_SIPWORD(m)                                                                         \
+	do {                                                                                    \
+		v3 ^= (m);                                                                      \
+		XDNS_SIPROUND;                                                                  \
+		XDNS_SIPROUND;                                                                  \
+		v0 ^= (m);                                                                      \
+	} while (0)
+
+/*
+ * SipHash-2-4 under key (k0, k1) of client cookie | version, reserved, timestamp | address
+ * (4 or 16 bytes): the words m0, m1 (little-endian, as the bytes lie), then the address
+ * words (IPv6: a0, a1; IPv4: the 4 bytes in the last block with the length 20).
+ */
+static __always_inline __u64 xdns_cookie_mac(__u64 k0, __u64 k1, __u64 m0, __u64 m1, __u64 a0, __u64 a1, int ipv6)
+{
+	__u64 v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+	__u64 v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL, last;
+
+	XDNS_SIPWORD(m0);
+	XDNS_SIPWORD(m1);
+	if (ipv6) {
+		XDNS_SIPWORD(a0);
+		XDNS_SIPWORD(a1);
+		last = 32ULL << 56;
+	} else {
+		last = (a0 & 0xffffffffULL) | 20ULL << 56;
+	}
+	XDNS_SIPWORD(last);
+	v2 ^= 0xff;
+	XDNS_SIPROUND;
+	XDNS_SIPROUND;
+	XDNS_SIPROUND;
+	XDNS_SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* Whether the query's COOKIE option holds a server cookie of ours that verifies now. */
+static __always_inline int xdns_cookie_valid(struct xdp_md *ctx, const struct xdns_guard_rrl *g, __u32 cookie,
+					     __u64 a0, __u64 a1, int ipv6, __u64 now_ns)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 at = cookie >> 16, stamp, now;
+	__u64 m0, m1, mac;
+	__u8 *c;
+	__s32 age;
+
+	if ((cookie & 0xffff) != 24)
+		return 0;               /* client only, malformed, or a server cookie not of our size */
+	asm volatile("" : "+r"(at));   /* clang knows at < 2^16 and would drop the check below */
+	if (at > 0x3fff)
+		return 0;
+	c = data + at;
+	if ((void *)(c + 24) > data_end)
+		return 0;
+	if (c[8] != 1)
+		return 0;               /* version 1 only */
+	stamp = (__u32)c[12] << 24 | (__u32)c[13] << 16 | (__u32)c[14] << 8 | c[15];
+	now = (__u32)((__u64)((__s64)now_ns + g->clock_off) / 1000000000ULL);
+	age = (__s32)(now - stamp);     /* serial arithmetic: the 2106 wrap is harmless */
+	if (age > XDNS_COOKIE_MAX_AGE || age < -XDNS_COOKIE_MAX_FUTURE)
+		return 0;
+	m0 = xdns_ld64(c);
+	m1 = xdns_ld64(c + 8);
+	mac = xdns_ld64(c + 16);
+	if (xdns_cookie_mac(g->secret[0][0], g->secret[0][1], m0, m1, a0, a1, ipv6) == mac)
+		return 1;
+	return g->cookie_prev && xdns_cookie_mac(g->secret[1][0], g->secret[1][1], m0, m1, a0, a1, ipv6) == mac;
+}
+
+/* The token bucket of account sc->guard.gate_key: 0 answer, 1 drop, 2 slip
+ * (xdns_guard::rrl::Rrl::decide). */
+static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 now)
+{
+	struct xdns_rrl_account *a;
+	__s64 rate_m = (__s64)g->rate * XDNS_RRL_MILLI, bal;
+	__u64 el, credit;
+	__u32 lim, slip = g->slip;
+
+	a = bpf_map_lookup_elem(&xdns_guard_rrl, &sc->guard.gate_key);
+	if (!a) {
+		/* a new account starts full and pays for this answer (rate >= 1) */
+		sc->guard.gate_acct.stamp = now;
+		sc->guard.gate_acct.balance = rate_m - XDNS_RRL_MILLI;
+		sc->guard.gate_acct.limited = 0;
+		if (bpf_map_update_elem(&xdns_guard_rrl, &sc->guard.gate_key, &sc->guard.gate_acct, BPF_NOEXIST))
+			sc->guard.rrl_full++;
+		return 0;
+	}
+	el = now > a->stamp ? now - a->stamp : 0;
+	if (el > 2000000000ULL)
+		el = 2000000000ULL;     /* a second fills any bucket; bounds el * rate below 2^64 */
+	credit = el * g->rate / 1000000;
+	bal = a->balance + (__s64)credit;
+	/* the clock moves on only with the credit it gave (or over a full bucket): under a
+	 * flood a step may credit less than a thousandth, which must not be lost */
+	if (bal >= rate_m) {
+		bal = rate_m;
+		a->stamp = now;
+	} else if (credit) {
+		a->stamp = now;
+	}
+	if (bal >= XDNS_RRL_MILLI) {
+		a->balance = bal - XDNS_RRL_MILLI;
+		return 0;
+	}
+	a->balance = bal;               /* no debt (window 0): a limited answer costs nothing */
+	lim = ++a->limited;
+	if (slip && lim % slip == 0)
+		return 2;
+	return 1;
+}
+
+/* Count one kernel answer of `len` IP bytes into slot iv & 1 of the value at `key` (or a
+ * new value, built in sc->guard.gate_feat). */
+static __always_inline void xdns_feat_add(struct xdns_scratch *sc, void *map, const void *key, __u32 iv, __u32 len,
+					  __u64 *full)
+{
+	struct xdns_guard_feat *f = bpf_map_lookup_elem(map, key);
+	struct xdns_guard_slot *s;
+
+	if (!f) {
+		struct xdns_guard_feat *n = &sc->guard.gate_feat;
+
+		__builtin_memset(n, 0, sizeof(*n));
+		n->slot[iv & 1].interval = iv;
+		n->slot[iv & 1].packets = 1;
+		n->slot[iv & 1].bytes = len;
+		if (bpf_map_update_elem(map, key, n, BPF_NOEXIST))
+			(*full)++;
+		return;
+	}
+	s = &f->slot[iv & 1];
+	if (s->interval != iv) {
+		s->interval = iv;
+		s->packets = 0;
+		s->bytes = 0;
+	}
+	s->packets++;
+	s->bytes += len;
+}
+
+/* The answer features: per client /24 or /56, and NXDOMAIN per queried parent suffix. */
+static __always_inline void xdns_answer_features(struct xdns_scratch *sc, __u32 iv, __u64 a0, int ipv6, __u32 len)
+{
+	static const __u8 m4[8] = { 0xff, 0xff, 0xff }, m6[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	struct xdns_guard_feat_key *fk = &sc->guard.gate_fkey;
+	struct xdns_guard_qfeat_key *qk = &sc->guard.gate_qkey;
+	__u64 mask;
+
+	__builtin_memcpy(&mask, ipv6 ? m6 : m4, 8);
+	__builtin_memset(fk, 0, sizeof(*fk));
+	fk->addr = a0 & mask;
+	fk->family = ipv6 ? 6 : 4;
+	xdns_feat_add(sc, &xdns_guard_rfeat, fk, iv, len, &sc->guard.rfeat_full);
+	if (sc->guard.gate_class == XDNS_RRL_NXDOMAIN && sc->guard.nx_len) {
+		__builtin_memset(qk, 0, sizeof(*qk));
+		qk->hash = sc->guard.nx_hash;
+		qk->len = sc->guard.nx_len;
+		xdns_feat_add(sc, &xdns_guard_nxfeat, qk, iv, len, &sc->guard.nxfeat_full);
+	}
+}
+
+/*
+ * The gate (a global function: verified once alone, one call per gated answer). Its inputs
+ * are in sc->guard.gate_* (xdns_abi.h); `ident` is the answer's identity, src << 32 | index.
+ * Returns XDNS_CONTINUE (send the answer), XDNS_DROP_RRL, XDNS_ANSWERED_SLIP with the frame
+ * rewritten (XDNS_DROP_REWRITE if that failed halfway), XDNS_PASS_COOKIE or
+ * XDNS_PASS_COOKIE_NEW with the frame untouched.
+ */
+__attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_scratch *sc, __u64 ident)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	const struct xdns_guard_rrl *g;
+	struct xdns_guard_ctl *c;
+	struct xdns_rrl_key *k;
+	__u32 key = 0, l3, cookie, len;
+	__u64 a0, a1 = 0, now;
+	int ipv6, d, v;
+
+	if (!xdns_cfg.guard || !sc)
+		return XDNS_CONTINUE;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!c)
+		return XDNS_CONTINUE;
+	g = &c->rrl;
+	l3 = sc->guard.gate_l3;
+	ipv6 = sc->guard.gate_ipv6 != 0;
+	if (l3 != 14 && l3 != 18)
+		return XDNS_CONTINUE;
+	if (ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return XDNS_CONTINUE;
+		a0 = xdns_ld64(&ip6->saddr);
+		a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+	} else {
+		struct iphdr *ip = data + l3;
+
+		if ((void *)(ip + 1) > data_end)
+			return XDNS_CONTINUE;
+		a0 = ip->saddr;
+	}
+	now = bpf_ktime_get_ns();
+	cookie = g->cookies ? sc->guard.gate_cookie : 0;
+	if (cookie & 0xffff) {
+		if (xdns_cookie_valid(ctx, g, cookie, a0, a1, ipv6, now))
+			return XDNS_PASS_COOKIE;
+		if ((cookie & 0xffff) != 8)
+			sc->guard.cookie_bad++;
+	}
+	len = sc->guard.gate_len;
+	if (g->rate) {
+		k = &sc->guard.gate_key;
+		k->addr[0] = a0 & (ipv6 ? g->mask6[0] : g->mask4);
+		k->addr[1] = a1 & g->mask6[1];
+		k->family = ipv6 ? 6 : 4;
+		k->class = sc->guard.gate_class;
+		k->ident = (__u32)ident;
+		k->src = (__u8)(ident >> 32);
+		k->_pad = 0;
+		d = xdns_rrl_decide(sc, g, now);
+		if (d == 1)
+			return XDNS_DROP_RRL;
+		if (d == 2) {
+			v = xdns_put_slip(ctx, sc);
+			if (v == XDNS_ANSWERED_SLIP && xdns_cfg.guard_features)
+				xdns_answer_features(sc, c->interval, a0, ipv6,
+						     (ipv6 ? 40 : 20) + 8 + XDNS_HDR_LEN + sc->guard.gate_qlen + 4);
+			return v;
+		}
+	}
+	if (cookie & 0xffff)
+		return XDNS_PASS_COOKIE_NEW;
+	if (xdns_cfg.guard_features)
+		xdns_answer_features(sc, c->interval, a0, ipv6, len);
+	return XDNS_CONTINUE;
+}
+
+/* The RRL class of a reply, from its header as xdns's userspace classifies its own. */
+static __always_inline __u32 xdns_rrl_class(__u16 flags, __u16 an, __u16 ns)
+{
+	__u16 rcode = flags & 0xf;
+
+	if (rcode == 3)
+		return XDNS_RRL_NXDOMAIN;
+	if (rcode != 0)
+		return XDNS_RRL_ERROR;
+	if (an)
+		return XDNS_RRL_POSITIVE;
+	if (ns && !(flags & XDNS_F_AA))
+		return XDNS_RRL_REFERRAL;
+	return XDNS_RRL_NODATA;
+}
+
+/*
+ * The gate, as the answer stages call it: `a` is the whole answer (its class), `flags` and
+ * `dns_out` the reply planned, `qsum` the question's unfolded checksum, `ident` the answer's
+ * identity (src << 32 | index). XDNS_CONTINUE: write the answer.
+ */
+static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, struct xdns_scratch *sc,
+							 const struct xdns_pkt *pkt, const struct xdns_query *q,
+							 const struct xdns_answer *a, __u16 flags, __u32 dns_out,
+							 __u64 qsum, __u64 ident)
+{
+	struct xdns_guard_ctl *c;
+	__u32 key = 0;
+
+	if (!xdns_cfg.guard)
+		return XDNS_CONTINUE;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!c || !(c->rrl.rate || (c->rrl.cookies && q->cookie_len) || xdns_cfg.guard_features))
+		return XDNS_CONTINUE;
+	sc->guard.gate_class = xdns_rrl_class(a->flags, a->ancount, a->nscount);
+	sc->guard.gate_flags = flags;
+	sc->guard.gate_len = dns_out + 8 + (pkt->ipv6 ? 40 : 20);
+	sc->guard.gate_l3 = pkt->l3_off;
+	sc->guard.gate_ip_hlen = pkt->ip_hlen;
+	sc->guard.gate_dns_off = pkt->dns_off;
+	sc->guard.gate_ipv6 = pkt->ipv6;
+	sc->guard.gate_qlen = q->qlen;
+	sc->guard.gate_id = q->id;
+	sc->guard.gate_cookie = (__u32)q->cookie_at << 16 | q->cookie_len;
+	sc->guard.gate_sum = qsum;
+	return (enum xdns_verdict)xdns_guard_gate(ctx, sc, ident);
+}
+
+/* Whether RRL or cookies are on: the reply memo, which cannot slip, then leaves cache hits
+ * to the cache stage, which goes through the gate. (With the features alone it answers on:
+ * its answers are not in the answer features.) */
+static __always_inline int xdns_rrl_gated(void)
+{
+	struct xdns_guard_ctl *c;
+	__u32 key = 0;
+
+	if (!xdns_cfg.guard)
+		return 0;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	return c && (c->rrl.rate || c->rrl.cookies);
+}
+
+#endif /* XDNS_RRL_H */

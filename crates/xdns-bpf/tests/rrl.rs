@@ -1,0 +1,292 @@
+//! RRL, server cookies and answer features on kernel answers (bpf/rrl.h) through
+//! BPF_PROG_TEST_RUN (needs root): every new verdict over IPv4, IPv6 and VLAN frames, the
+//! exact bytes of the TC=1 slip, the accounts (per client prefix, class and answer), cookies
+//! valid, invalid, expired, malformed and made with the previous secret, the answer features
+//! in one interval's snapshot, and the same for resolver cache answers.
+
+mod common;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::*;
+use xdns_bpf::data::compile_kernel_data;
+use xdns_bpf::guard::{GuardStage, RrlSettings};
+use xdns_bpf::runtime::XdpProgram;
+use xdns_guard::cookies::server_cookie;
+use xdns_zone::{load_zone, ZoneSet, ZoneSource};
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const SECRET: [u8; 16] = *b"0123456789abcdef";
+const OLD_SECRET: [u8; 16] = *b"fedcba9876543210";
+
+fn stage(features: bool) -> GuardStage {
+    GuardStage { capacity: 1024, tier_slots: 0, features, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024, rrl_accounts: 4096 }
+}
+
+fn zones() -> ZoneSet {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
+    let mut set = ZoneSet::default();
+    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
+    set.zones.insert(z.apex.clone(), Arc::new(z));
+    set
+}
+
+fn prog(features: bool, rrl: RrlSettings) -> XdpProgram {
+    let mut p = load_with(None, Some(stage(features)));
+    p.install(&compile_kernel_data(&zones())).unwrap();
+    p.guard().unwrap().set_rrl(&rrl).unwrap();
+    p
+}
+
+fn rrl(rate: u32, slip: u32, cookies: bool) -> RrlSettings {
+    RrlSettings { rate, slip, ipv4_prefix: 24, ipv6_prefix: 56, cookies: cookies.then_some((SECRET, None)) }
+}
+
+/// The three frame shapes, from client `src` (v4 or v6 address text).
+fn net(shape: &str, src: &str) -> Net {
+    let ip: IpAddr = src.parse().unwrap();
+    let mut n = match ip {
+        IpAddr::V4(a) => Net { src: a.octets().to_vec(), ..Net::v4() },
+        IpAddr::V6(a) => Net { src: a.octets().to_vec(), ..Net::v6() },
+    };
+    if shape == "vlan" {
+        n.vlan = Some((0x8100, 42));
+    }
+    n
+}
+
+fn shapes() -> [(&'static str, &'static str, &'static str); 3] {
+    // (shape, a client, a client of another prefix)
+    [("ipv4", "198.18.5.7", "198.18.6.7"), ("ipv6", "2001:db8:5::7", "2001:db8:6::7"), ("vlan", "198.18.7.7", "198.18.8.7")]
+}
+
+fn now() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as u32
+}
+
+/// An OPT with one COOKIE option of `data`.
+fn cookie_opt(data: &[u8]) -> Option<Opt> {
+    let mut o = Opt::new(1232, false).unwrap();
+    o.options = [&[0u8, 10][..], &(data.len() as u16).to_be_bytes()].concat();
+    o.options.extend_from_slice(data);
+    Some(o)
+}
+
+/// A client cookie with a server cookie made by `secret` for `src` at `at`.
+fn full_cookie(secret: &[u8; 16], src: &str, at: u32) -> Vec<u8> {
+    let client = *b"client01";
+    let mut c = client.to_vec();
+    c.extend_from_slice(&server_cookie(secret, &client, src.parse().unwrap(), at));
+    c
+}
+
+/// The slip for `q` (a query without OPT from `n`): header (ID, QR AA RD TC, one question) and
+/// the question, nothing else, from the server back to the client.
+fn slip_bytes(n: &Net, q: &[u8]) -> Vec<u8> {
+    let mut dns = q.to_vec();
+    dns[2] = 0x80 | 0x04 | 0x02 | 0x01; // QR, AA, TC, RD
+    dns[3] = 0;
+    dns[6..12].fill(0);
+    frame(&n.reply(), &dns)
+}
+
+/// Over the rate: drops, every slip-th a TC=1 slip with the exact bytes; another prefix and
+/// another class of answer have their own accounts; all over IPv4, IPv6 and VLAN.
+#[test]
+fn rrl_drops_and_slips_kernel_answers() {
+    require_root("rrl_drops_and_slips_kernel_answers");
+    stay_on_one_cpu();
+    let p = prog(false, rrl(3, 2, false));
+    let mut failed = Vec::new();
+    for (shape, src, other) in shapes() {
+        let n = net(shape, src);
+        let q = query(&wire("www.example.com"), 1, None);
+        let f = frame(&n, &q);
+        let mut got = Vec::new();
+        for i in 0..8 {
+            let (act, out, moved) = verdict(&p, &f);
+            got.push(moved.join(","));
+            if moved == ["answered_slip"] {
+                if act != XDP_TX || out != slip_bytes(&n, &q) || !checksums_ok(&out) {
+                    failed.push(format!("{shape}: slip {i}: action {act}, bytes {:02x?}", out));
+                }
+            } else if moved == ["drop_rrl"] && act != XDP_DROP {
+                failed.push(format!("{shape}: drop_rrl with action {act}"));
+            }
+        }
+        let want = ["answered", "answered", "answered", "drop_rrl", "answered_slip", "drop_rrl", "answered_slip", "drop_rrl"];
+        if got != want {
+            failed.push(format!("{shape}: {got:?}, want {want:?}"));
+        }
+        // another /24 (/56): its own account
+        let (_, _, moved) = verdict(&p, &frame(&net(shape, other), &q));
+        if moved != ["answered"] {
+            failed.push(format!("{shape}: another prefix: {moved:?}"));
+        }
+        // another answer (AAAA of the same name): its own account
+        let (_, _, moved) = verdict(&p, &frame(&n, &query(&wire("www.example.com"), 28, None)));
+        if moved != ["answered"] {
+            failed.push(format!("{shape}: another answer: {moved:?}"));
+        }
+        // NXDOMAIN: every name that does not exist shares the apex's account (Knot, BIND)
+        let nx: Vec<_> = (0..5)
+            .map(|i| verdict(&p, &frame(&n, &query(&wire(&format!("nx{i}.example.com")), 1, None))).2.join(","))
+            .collect();
+        if nx != ["answered", "answered", "answered", "drop_rrl", "answered_slip"] {
+            failed.push(format!("{shape}: NXDOMAIN names: {nx:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// A limited answer to a query with EDNS slips without OPT: header and question only, as
+/// userspace's slip and Knot's; slip = 0 never slips; rate 0 turns RRL off.
+#[test]
+fn rrl_slip_has_no_opt_and_settings_apply_at_once() {
+    require_root("rrl_slip_has_no_opt_and_settings_apply_at_once");
+    stay_on_one_cpu();
+    let p = prog(false, rrl(1, 1, false));
+    let n = net("ipv4", "198.18.9.1");
+    let q = query(&wire("www.example.com"), 1, Opt::new(1232, true));
+    let f = frame(&n, &q);
+    assert_eq!(verdict(&p, &f).2, ["answered"]);
+    let (act, out, moved) = verdict(&p, &f);
+    assert_eq!((act, moved), (XDP_TX, vec!["answered_slip".to_string()]));
+    let plain = query(&wire("www.example.com"), 1, None);
+    let want = slip_bytes(&n, &plain);
+    assert_eq!(out, want, "the slip carries no OPT");
+    p.guard().unwrap().set_rrl(&rrl(1, 0, false)).unwrap();
+    for _ in 0..3 {
+        assert_eq!(verdict(&p, &f).2, ["drop_rrl"], "slip 0: never");
+    }
+    p.guard().unwrap().set_rrl(&rrl(0, 2, false)).unwrap();
+    for _ in 0..3 {
+        assert_eq!(verdict(&p, &f).2, ["answered"], "rate 0: no RRL in the kernel");
+    }
+}
+
+/// Cookies: a valid server cookie (current or previous secret) passes to userspace before any
+/// RRL, however many; a client cookie alone, a bad hash, an expired or future stamp, another
+/// version and a malformed option are limited like any answer and within the rate passed
+/// for userspace to add a cookie; over IPv4, IPv6 and VLAN.
+#[test]
+fn cookies_valid_bypass_rrl_others_are_limited() {
+    require_root("cookies_valid_bypass_rrl_others_are_limited");
+    stay_on_one_cpu();
+    let p = prog(false, RrlSettings { cookies: Some((SECRET, Some(OLD_SECRET))), ..rrl(1, 0, true) });
+    let g = p.guard().unwrap();
+    let mut failed = Vec::new();
+    for (shape, src, _) in shapes() {
+        let n = net(shape, src);
+        let ask = |name: &str, c: &[u8]| verdict(&p, &frame(&n, &query(&wire(name), 1, cookie_opt(c)))).2.join(",");
+        let t = now();
+        for (what, c) in [("current secret", full_cookie(&SECRET, src, t)), ("previous secret", full_cookie(&OLD_SECRET, src, t - 100))] {
+            let got: Vec<_> = (0..4).map(|_| ask("www.example.com", &c)).collect();
+            if got.iter().any(|v| v != "pass_cookie") {
+                failed.push(format!("{shape}: valid cookie ({what}): {got:?}"));
+            }
+        }
+        let mut other_version = full_cookie(&SECRET, src, t);
+        other_version[8] = 2;
+        let mut bad_hash = full_cookie(&SECRET, src, t);
+        bad_hash[23] ^= 1;
+        let other_ip = if src.contains(':') { "2001:db8:99::1" } else { "198.18.99.1" };
+        let cases: [(&str, Vec<u8>); 7] = [
+            ("client cookie only", b"client01".to_vec()),
+            ("bad hash", bad_hash),
+            ("expired", full_cookie(&SECRET, src, t - 3700)),
+            ("future", full_cookie(&SECRET, src, t + 400)),
+            ("another version", other_version),
+            ("another address's", full_cookie(&SECRET, other_ip, t)),
+            ("malformed (10 bytes)", b"0123456789".to_vec()),
+        ];
+        for (i, (what, c)) in cases.iter().enumerate() {
+            // each case its own name (account): first within the rate, then limited
+            let name = match i {
+                0 => "www.example.com",
+                1 => "ns1.example.com",
+                2 => "ns2.example.com",
+                3 => "mail.example.com",
+                4 => "mixed.case.example.com",
+                5 => "example.com",
+                _ => "www.example.com",
+            };
+            let qt = if i == 6 { 28 } else { 1 };
+            let q = |c: &[u8]| verdict(&p, &frame(&n, &query(&wire(name), qt, cookie_opt(c)))).2.join(",");
+            let got = [q(c), q(c)];
+            if got != ["pass_cookie_new", "drop_rrl"] {
+                failed.push(format!("{shape}: {what}: {got:?}"));
+            }
+        }
+    }
+    let bad = g.counters().unwrap().cookie_bad;
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    // per shape: bad hash, expired, future, version, address, malformed, twice each
+    assert_eq!(bad, 3 * 6 * 2, "cookie_bad counts server cookies that did not verify");
+}
+
+/// Cookies off: COOKIE options are not looked at (the kernel answers as a server without
+/// cookies), and valid ones get no bypass.
+#[test]
+fn cookies_off_answers_cookie_queries() {
+    require_root("cookies_off_answers_cookie_queries");
+    stay_on_one_cpu();
+    let p = prog(false, rrl(1, 0, false));
+    let n = net("ipv4", "198.18.10.1");
+    let f = frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(&full_cookie(&SECRET, "198.18.10.1", now()))));
+    assert_eq!(verdict(&p, &f).2, ["answered"]);
+    assert_eq!(verdict(&p, &f).2, ["drop_rrl"]);
+}
+
+/// The answer features: kernel answers and bytes per client prefix, NXDOMAIN answers per
+/// queried parent, in one interval's snapshot; RRL drops and cookie passes are not answers.
+#[test]
+fn answer_features_in_snapshots() {
+    require_root("answer_features_in_snapshots");
+    stay_on_one_cpu();
+    let p = prog(true, rrl(100, 2, true));
+    let g = p.guard().unwrap();
+    g.flip_interval().unwrap();
+    let n = net("ipv4", "198.18.11.3");
+    let mut bytes = 0u64;
+    for i in 0..3 {
+        let (_, out, moved) = verdict(&p, &frame(&n, &query(&wire(&format!("gone{i}.example.com")), 1, None)));
+        assert_eq!(moved, ["answered"]);
+        bytes += (out.len() - 14) as u64;
+    }
+    for _ in 0..2 {
+        let (_, out, _) = verdict(&p, &frame(&n, &query(&wire("www.example.com"), 1, None)));
+        bytes += (out.len() - 14) as u64;
+    }
+    // a cookie query passed: no kernel answer
+    assert_eq!(verdict(&p, &frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(b"client01")))).2, ["pass_cookie_new"]);
+    let s = g.flip_interval().unwrap();
+    let a = s.answers.iter().find(|a| a.prefix == xdns_bpf::guard::feature_prefix("198.18.11.3".parse().unwrap())).expect("the client's answers");
+    assert_eq!((a.answers, a.bytes), (5, bytes));
+    let parent = g.suffix_hash(&wire("example.com"));
+    let nx = s.nxdomains.iter().find(|x| x.hash == parent).expect("NXDOMAIN under example.com");
+    assert_eq!((nx.nxdomains, nx.len), (3, wire("example.com").len() as u32));
+    let next = g.flip_interval().unwrap();
+    assert!(next.answers.is_empty() && next.nxdomains.is_empty(), "the next interval starts empty");
+}
+
+/// The gate's passes never touch the frame; a malformed COOKIE option length beyond 255 too.
+#[test]
+fn cookie_passes_leave_the_frame_whole() {
+    require_root("cookie_passes_leave_the_frame_whole");
+    stay_on_one_cpu();
+    let p = prog(false, rrl(5, 2, true));
+    for (shape, src, _) in shapes() {
+        let n = net(shape, src);
+        for c in [full_cookie(&SECRET, src, now()), b"client01".to_vec(), vec![7u8; 300]] {
+            let f = frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(&c)));
+            let (act, out, moved) = verdict(&p, &f);
+            assert_eq!(act, XDP_PASS, "{shape}: {moved:?}");
+            assert_eq!(out, f, "{shape}: a pass leaves the frame as it came");
+        }
+    }
+}

@@ -1,0 +1,182 @@
+"""RRL and cookies on the kernel's answers (issue 25, bpf/rrl.h), side by side with Knot DNS.
+
+xdns with XDP on (generic mode on the lab's veth: the kernel answers) and `[guard] rrl`, and
+knotd with mod-rrl at the same rate and slip, get the same flood from one client address:
+
+- each answers about `rate` whole answers a second, and slips (TC=1, the question only, no
+  OPT) every `slip`-th limited one; both are printed, and xdns's limiting is the kernel's
+  (`xdp.drop_rrl`, `xdp.answered_slip`);
+- a client of the flooded /24 that presents a valid server cookie (learnt from a first
+  answer, as `kdig +cookie` does) is never limited: the kernel verifies the cookie and passes
+  it to userspace (`xdp.pass_cookie`), which echoes it;
+- another client (another prefix) is answered whole while the flood goes on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import subprocess
+import time
+
+import dns.edns
+import dns.flags
+import dns.message
+
+from lab import DEFAULT_ZONES, Lab, write_knot_conf
+
+RATE = 20
+SLIP = 2
+FLOOD = 400
+
+
+def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 2.0) -> tuple[int, int, int, float, list, int]:
+    """Send `n` queries for www.example.com A from `src` over `seconds`; (whole, slipped,
+    lost, elapsed, the slips' wire, whole answers to the second half of the queries)."""
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with lab.client_socket(fam, socket.SOCK_DGRAM) as s:
+        s.bind((src, 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        s.setblocking(False)
+        got: dict[int, bytes] = {}
+
+        def drain():
+            while True:
+                try:
+                    w = s.recv(65535)
+                except BlockingIOError:
+                    return
+                got[int.from_bytes(w[:2], "big")] = w
+
+        t0 = time.monotonic()
+        for i in range(n):
+            q = dns.message.make_query("www.example.com.", "A")
+            q.id = i
+            s.sendto(q.to_wire(), (addr, 53))
+            drain()
+            pause = t0 + seconds * (i + 1) / n - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+        elapsed = time.monotonic() - t0
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            drain()
+            time.sleep(0.02)
+    whole = slipped = late = 0
+    slips = []
+    for i, w in got.items():
+        m = dns.message.from_wire(w)
+        if m.flags & dns.flags.TC:
+            slipped += 1
+            slips.append(w)
+        elif m.answer:
+            whole += 1
+            late += i >= n // 2
+    return whole, slipped, n - len(got), elapsed, slips, late
+
+
+def ask(lab: Lab, addr: str, src: str, options=(), timeout: float = 1.0):
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    q = dns.message.make_query("www.example.com.", "A", use_edns=0, options=list(options))
+    with lab.client_socket(fam, socket.SOCK_DGRAM) as s:
+        s.bind((src, 0))
+        s.settimeout(timeout)
+        s.sendto(q.to_wire(), (addr, 53))
+        try:
+            return dns.message.from_wire(s.recvfrom(65535)[0])
+        except socket.timeout:
+            return None
+
+
+def start_knot_rrl(lab: Lab):
+    """knotd with mod-rrl (rate-limit RATE, slip SLIP) on every zone."""
+    a4, a6 = lab.new_address()
+    wd = lab.dir / "knot-rrl"
+    (wd / "db").mkdir(parents=True)
+    from pathlib import Path
+    conf = write_knot_conf(wd, a4, a6, [(o, Path(p).resolve()) for o, p in DEFAULT_ZONES],
+                           extra=f"mod-rrl:\n  - id: flood\n    rate-limit: {RATE}\n    slip: {SLIP}\n")
+    text = conf.read_text().replace("    journal-content: none\n",
+                                    "    journal-content: none\n    global-module: mod-rrl/flood\n")
+    conf.write_text(text)
+    proc, err = lab._spawn(lab.server_ns, ["knotd", "-c", conf], "knot-rrl")
+    from lab import Server
+    srv = Server("knot-rrl", a4, a6, proc, wd, err, {"conf": conf})
+    lab._wait_all(srv, DEFAULT_ZONES)
+    lab.servers["knot-rrl"] = srv
+    return srv
+
+
+def test_kernel_rrl_beside_knot_and_cookies_bypass_it():
+    with Lab(prefix="xdl") as lab:
+        net = ipaddress.ip_interface(f"{lab.client_addr4}/24").network
+        flooder, cookie_client = (str(net.network_address + 160 + i) for i in range(2))
+        for a in (flooder, cookie_client):
+            lab.client_run(["ip", "addr", "add", f"{a}/32", "dev", lab.client_if], check=False)
+        knot = start_knot_rrl(lab)
+        srv = lab.start_xdns(DEFAULT_ZONES, name="xdns-rrl", xdp="generic",
+                             extra=f"\n[guard]\nrrl = {{ rate = {RATE}, slip = {SLIP} }}\ncookies = true\n")
+        before = lab.xdns_stats(srv)["xdp"]
+
+        results = {}
+        for name, s in (("xdns", srv), ("knot", knot)):
+            results[name] = flood(lab, s.addr4, flooder)
+            time.sleep(1.5)  # the accounts fill up again before the next flood
+        for name, (whole, slipped, lost, elapsed, _, late) in results.items():
+            print(f"{name}: {FLOOD} queries in {elapsed:.2f} s at rate {RATE}, slip {SLIP}: "
+                  f"{whole} whole ({late} in the last second), {slipped} slipped (TC=1), {lost} dropped")
+        # the burst differs: xdns (as its userspace RRL) holds one second's worth, Knot 3.2's
+        # mod-rrl four (RRL_CAPACITY); once it is spent both answer `rate` a second
+        burst = {"xdns": 1, "knot": 4}
+        for name, (whole, slipped, lost, elapsed, _, late) in results.items():
+            assert whole <= RATE * (elapsed + burst[name]) + 5, (name, whole)
+            assert RATE * 0.5 <= late <= RATE * 1.5 + 2, (name, late)
+            limited = FLOOD - whole
+            # every other limited answer slips (allow for losses on a loaded host)
+            assert slipped >= limited * 0.3 and lost >= limited * 0.3, (name, slipped, lost)
+        xl, kl = results["xdns"][5], results["knot"][5]
+        assert abs(xl - kl) <= RATE * 0.75, f"last second: xdns {xl} whole answers, knot {kl}"
+
+        # the slips are the kernel's: header and question, TC=1, nothing else
+        after = lab.xdns_stats(srv)["xdp"]
+        moved = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        print(f"xdns kernel verdicts during the flood: {moved}")
+        xw = results["xdns"][0]
+        assert moved["drop_rrl"] >= (FLOOD - xw) * 0.3 and moved["answered_slip"] >= (FLOOD - xw) * 0.3, moved
+        w = results["xdns"][4][0]
+        m = dns.message.from_wire(w)
+        assert not m.answer and not m.authority and not m.additional and m.edns < 0, m
+        assert len(w) == 12 + len(dns.name.from_text("www.example.com.").to_wire()) + 4, w
+
+        # a cookie client in the flooded /24 (its account spent): learn the server cookie
+        # from a first answer (the kernel passes the cookie query; userspace adds the cookie)
+        fl = flood(lab, srv.addr4, flooder, n=100, seconds=0.3)
+        assert fl[0] < 100
+        client_cookie = bytes(range(1, 9))
+        r = None
+        for _ in range(20):
+            r = ask(lab, srv.addr4, cookie_client, options=[dns.edns.GenericOption(10, client_cookie)])
+            if r is not None and any(o.otype == 10 for o in r.options):
+                break
+            time.sleep(0.2)
+        cookie = next(o for o in r.options if o.otype == 10).to_wire()
+        assert cookie[:8] == client_cookie and len(cookie) == 24, cookie
+        proven = [dns.edns.GenericOption(10, cookie)]
+        answered = sum(1 for _ in range(60)
+                       if (x := ask(lab, srv.addr4, cookie_client, options=proven)) is not None
+                       and not x.flags & dns.flags.TC and x.answer)
+        assert answered == 60, answered
+        # kdig +cookie learns and presents it too (its second query carries the server cookie)
+        kd = subprocess.run(["ip", "netns", "exec", lab.client_ns, "kdig", f"@{srv.addr4}", "-b", cookie_client,
+                             "+cookie", "+retry=0", "www.example.com", "A"], capture_output=True, text=True, timeout=10)
+        assert "COOKIE" in kd.stdout and "198.18.0.10" in kd.stdout, kd.stdout + kd.stderr
+        # another client (another prefix) is answered whole during a flood
+        other = lab.client_addr6
+        fl = flood(lab, srv.addr4, flooder, n=200, seconds=0.5)
+        r = ask(lab, srv.addr6, other)
+        assert r is not None and r.answer and not r.flags & dns.flags.TC, r
+        st = lab.xdns_stats(srv)
+        print(f"xdns after the cookie client: xdp {st['xdp']}, guard {st['guard']}, xdp_guard {st.get('xdp_guard')}")
+        assert st["xdp"]["pass_cookie"] >= 60, st["xdp"]
+        assert st["guard"]["cookie_valid"] >= 60, st["guard"]
+        assert lab.stop(srv) == 0
