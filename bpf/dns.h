@@ -37,6 +37,7 @@ struct xdns_query {
 	__u8 has_opt;
 	__u8 do_bit;
 	__u8 _pad[2];
+	__u32 probe;            /* telemetry's probe option (telemetry.h): 0 absent, else data length + 1 */
 };
 
 #include "response.h"
@@ -207,11 +208,11 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
  * requires (else FORMERR there). `at` is the frame offset of the RDATA. Returns 0 when well
  * formed.
  */
-static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen)
+static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen, __u32 *probe)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 pos = 0, i, o;
+	__u32 pos = 0, i, o, x, m;
 	__u8 *h;
 
 	for (i = 0; i < XDNS_MAX_OPTIONS; i++) {
@@ -225,6 +226,14 @@ static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 r
 		h = data + o;
 		if ((void *)(h + 4) > data_end)
 			return -1;
+		/*
+		 * The telemetry probe option (XDNS_TEL_OPTION): its data length + 1 into *probe,
+		 * without a branch (a branch per option would split the verifier's states).
+		 */
+		x = (((__u32)h[0] << 8) | h[1]) ^ XDNS_TEL_OPTION;
+		m = (x - 1) >> 31;      /* 1 iff x == 0 (x < 2^16) */
+		asm volatile("" : "+r"(m));
+		*probe |= m * ((((__u32)h[2] << 8) | h[3]) + 1);
 		pos += 4 + (((__u32)h[2] << 8) | h[3]);
 	}
 	return pos == rdlen ? 0 : -1;
@@ -269,6 +278,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 	q->has_opt = 0;
 	q->do_bit = 0;
 	q->payload = 0;
+	q->probe = 0;
 	if (arcount) {
 		__u16 rdlen;
 
@@ -287,7 +297,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 		off += XDNS_OPT_LEN;
 		if (off + rdlen > pkt->dns_len)
 			return XDNS_PASS_EDNS_BAD;
-		if (xdns_options_ok(ctx, at + off, rdlen))
+		if (xdns_options_ok(ctx, at + off, rdlen, &q->probe))
 			return XDNS_PASS_EDNS_BAD;
 		off += rdlen;
 		q->has_opt = 1;
