@@ -57,6 +57,8 @@ pub struct Config {
     pub run_as: Option<crate::privilege::RunAs>,
     /// `[guard]`: lists, RRL and cookies (`crate::guard`); `None` = off.
     pub guard: Option<crate::guard::GuardSettings>,
+    /// `[telemetry] rules`: which answers are timed (`crate::telemetry`); empty = off.
+    pub telemetry: Vec<xdns_bpf::telemetry::Rule>,
     /// TSIG keys (`[[key]]`), by name.
     pub keys: Vec<KeyConfig>,
     /// Zones transferred from primaries (`[[zone]]` with `primaries`), in configuration order.
@@ -195,9 +197,19 @@ struct FileConfig {
     #[serde(default)]
     guard: Option<crate::guard::FileGuard>,
     #[serde(default)]
+    telemetry: Option<FileTelemetry>,
+    #[serde(default)]
     key: Vec<Spanned<FileKey>>,
     #[serde(default)]
     catalog: Vec<Spanned<FileCatalog>>,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTelemetry {
+    #[serde(default)]
+    rules: Vec<Spanned<String>>,
 }
 
 /// One `[[catalog]]` entry.
@@ -611,6 +623,16 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
     }
 
     let guard = file.guard.map(|g| crate::guard::settings(g, &base, &err, &span_line, &mut errors));
+    let mut telemetry = Vec::new();
+    for r in file.telemetry.map(|t| t.rules).unwrap_or_default() {
+        match xdns_bpf::telemetry::Rule::parse(r.get_ref()) {
+            Ok(rule) => telemetry.push(rule),
+            Err(e) => errors.push(err(span_line(r.span()), format!("telemetry rule: {e:#}"))),
+        }
+    }
+    if telemetry.len() > xdns_bpf::telemetry::MAX_RULES {
+        errors.push(err(None, format!("[telemetry] has {} rules, at most {}", telemetry.len(), xdns_bpf::telemetry::MAX_RULES)));
+    }
     let run_as = match (&file.user, &file.group) {
         (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {
             Ok(r) => Some(r),
@@ -643,6 +665,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         resolver,
         run_as,
         guard,
+        telemetry,
         keys,
         secondaries,
         outgoing,

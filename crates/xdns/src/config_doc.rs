@@ -37,6 +37,7 @@ pub const KEYS: &[Key] = &[
     k("guard", "block_names", "none", "File of names, exact or *.suffix, whose queries get no answer."),
     k("guard", "rrl", "none (off)", "Response rate limiting of UDP answers: { rate = 200, slip = 2, ipv4_prefix = 24, ipv6_prefix = 56 }; every slip-th limited answer is sent truncated (TC=1)."),
     k("guard", "cookies", "false", "DNS cookies (RFC 7873, RFC 9018 server cookies): a valid server cookie bypasses RRL; a malformed COOKIE option gets FORMERR."),
+    k("telemetry", "rules", "[] (off)", "Which answers are timed, at most 8 rules, the first match decides: \"src=PREFIX dst=PREFIX qname=SUFFIX qtype=TYPE path=kernel-auth,kernel-cache,user-auth,resolver-hit,resolver-miss sample=N\" (any subset; \"all\" alone: everything). Editable live with xdns telemetry add|del|list. Timed answers go into histograms (xdns stats, /metrics); those whose query carries EDNS option 65050 get the server's receive and transmit ns back in it."),
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
     k("zone", "name", "(required)", "A zone to serve ([[zone]], one table per zone)."),
@@ -128,7 +129,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "xdp", "zone", "key", "catalog", "resolver"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "telemetry", "xdp", "zone", "key", "catalog", "resolver"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {

@@ -45,7 +45,10 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     guard(shared, &new_cfg).await;
     tracing::info!(zones = ?zone_list(shared), loaded, failed, "reloaded");
     let resolver = resolver(shared, &current, &new_cfg).await;
-    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, ..current }
+    if new_cfg.telemetry != current.telemetry {
+        shared.telemetry.set(new_cfg.telemetry.clone()); // the file's rules replace live edits
+    }
+    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, telemetry: new_cfg.telemetry, ..current }
 }
 
 /// `[guard]` again: its lists read anew and swapped in whole; a list that fails to load keeps
