@@ -72,8 +72,9 @@ def test_probe_userspace_path_and_metrics(tlab):
     assert 0 < r["server"]["p50"] < 10_000_000, r
     st = tlab.xdns_stats(srv)
     lat = st["latency"]["user_auth"]
-    assert lat["count"] == 200 and lat["p50_ns"] > 0, lat
-    assert st["telemetry"]["rx_software"] + st["telemetry"]["rx_hardware"] == 200, st["telemetry"]
+    # the probes and the lab's readiness queries (SOA), all under path=user-auth
+    assert lat["count"] >= 200 and lat["p50_ns"] > 0, lat
+    assert st["telemetry"]["rx_software"] + st["telemetry"]["rx_hardware"] == lat["count"], st["telemetry"]
     out = run([str(XDNS_BIN), "stats", "--control", str(srv.extra["control"])], timeout=10).stdout
     assert "latency.user_auth" in out and "p99.9" in out, out
     tlab.stop(srv)
