@@ -38,7 +38,8 @@ struct xdns_query {
 	__u8 do_bit;
 	__u8 cookie_len;        /* length of the first COOKIE option's data (0: none; rrl.h) */
 	__u8 _pad;
-	__u16 cookie_at;        /* ... its frame offset */
+	__u32 probe;            /* telemetry's probe option (telemetry.h): 0 absent, else data length + 1 */
+	__u16 cookie_at;        /* ... the COOKIE option's frame offset */
 	__u16 _pad2[3];
 };
 
@@ -208,14 +209,14 @@ static __always_inline enum xdns_verdict xdns_qname_walk(struct xdns_scratch *sc
 /*
  * EDNS options must tile the RDATA exactly (code, length, data), as userspace requires (else
  * FORMERR there); the first COOKIE option's place and length are kept in q for the guard's
- * cookie check (rrl.h), the others ignored. `at` is the frame offset of the RDATA. Returns 0
- * when well formed.
+ * cookie check (rrl.h), the telemetry probe option's length in q->probe (telemetry.h), the
+ * others ignored. `at` is the frame offset of the RDATA. Returns 0 when well formed.
  */
 static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 rdlen, struct xdns_query *q)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 pos = 0, i, o, len;
+	__u32 pos = 0, i, o, len, x, m;
 	__u8 *h;
 
 	for (i = 0; i < XDNS_MAX_OPTIONS; i++) {
@@ -236,6 +237,14 @@ static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 r
 			q->cookie_len = len > 255 ? 255 : (len ? len : 1);
 			q->cookie_at = o + 4;
 		}
+		/*
+		 * The telemetry probe option (XDNS_TEL_OPTION): its data length + 1 into q->probe,
+		 * without a branch (a branch per option would split the verifier's states).
+		 */
+		x = (((__u32)h[0] << 8) | h[1]) ^ XDNS_TEL_OPTION;
+		m = (x - 1) >> 31;      /* 1 iff x == 0 (x < 2^16) */
+		asm volatile("" : "+r"(m));
+		q->probe |= m * (len + 1);
 		pos += 4 + len;
 	}
 	return pos == rdlen ? 0 : -1;
@@ -281,6 +290,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 	q->do_bit = 0;
 	q->payload = 0;
 	q->cookie_len = 0;
+	q->probe = 0;
 	if (arcount) {
 		__u16 rdlen;
 

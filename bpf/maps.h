@@ -62,6 +62,8 @@ const volatile enum xdns_body_class xdns_btf_class = XDNS_CLASS_S;
 const volatile enum xdns_verdict xdns_btf_verdict = XDNS_ANSWERED;
 const volatile struct xdns_cache_event xdns_btf_cache_event = {};
 const volatile struct xdns_cache_key xdns_btf_cache_key = {};
+const volatile enum xdns_tel_const xdns_btf_tel_const = XDNS_TEL_SUB_BITS;
+const volatile enum xdns_tel_path xdns_btf_tel_path = XDNS_TEL_KERNEL_AUTH;
 
 /*
  * key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload.
@@ -353,5 +355,32 @@ struct {
 	__type(key, struct xdns_guard_feat_key);
 	__type(value, struct xdns_guard_feat);
 } xdns_guard_feat SEC(".maps");
+
+/* 0 -> struct xdns_tel_ctl: the telemetry selection rules (two sets, one active); userspace
+ * writes (xdns_bpf::telemetry), the program reads once per packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdns_tel_ctl);
+} xdns_tel_ctl SEC(".maps");
+
+/* enum xdns_tel_path (kernel paths, 0 and 1) -> struct xdns_tel_hist per CPU; the program
+ * writes, userspace reads and sums. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct xdns_tel_hist);
+} xdns_tel_hist SEC(".maps");
+
+/* 0 -> the telemetry stage's end half (xdns_tel_xdp, telemetry.h), a program of its own so
+ * that its verifier work is not the main program's; userspace sets it after load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} xdns_tel_prog SEC(".maps");
 
 #endif /* XDNS_MAPS_H */

@@ -21,6 +21,8 @@
  *   lookup    lookup.h        the zones: suffix hashes, closest encloser, the answer
  *   cache     cache.h         resolver: names under no zone, from the resolver's cache
  *   answer    answer.h        the reply written in place from the answer value
+ *   telemetry telemetry.h     (rules set) receive time before parse; for an answer leaving,
+ *                             the rules, its histogram and the in-band probe option
  *
  * The authoritative and the resolver program differ by xdns_cfg.resolver (read-only data:
  * the verifier drops the branches of the other program), tested where their paths part.
@@ -45,6 +47,7 @@
 #include "cache.h"
 #include "memo.h"
 #include "reply.h"
+#include "telemetry.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -118,6 +121,7 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	v = xdns_parse_tail(ctx, &pkt, &q, arcount, memo >= 0 && !xdns_cfg.resolver);
 	if (v != XDNS_CONTINUE)
 		return v;
+	sc->tel.probe = q.probe;        /* for the telemetry stage's end (telemetry.h) */
 	if (gen == 0)
 		return XDNS_PASS_NOT_LOADED;
 
@@ -163,7 +167,38 @@ int xdns_xdp(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct xdns_scratch *sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
 
+	enum xdns_verdict v;
+	__u64 t0;
+
 	if (!sc)
 		return XDP_PASS;        /* never: key 0 of an array map always exists */
-	return xdns_verdict(sc, xdns_handle(ctx, sc));
+	t0 = xdns_tel_begin(sc);        /* telemetry (telemetry.h): 0 when off */
+	/*
+	 * One state for the stages below whether telemetry is on or not: a known 0 on one way
+	 * and a time on the other would have the verifier walk every stage twice.
+	 */
+	asm volatile("" : "+r"(t0));
+	v = xdns_handle(ctx, sc);
+	if (t0 && (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED)) {
+		/* the end half counts the verdict; should the call fail, it is counted here */
+		sc->tel.v = v;
+		sc->tel.t0 = t0;
+		bpf_tail_call(ctx, &xdns_tel_prog, 0);
+	}
+	return xdns_verdict(sc, v);
+}
+
+/*
+ * The telemetry stage's end half (telemetry.h), reached by a tail call from xdns_xdp for an
+ * answer about to leave while telemetry is on: a program of its own, verified alone.
+ */
+SEC("xdp")
+int xdns_tel_xdp(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct xdns_scratch *sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+
+	if (!sc)
+		return XDP_PASS;
+	return xdns_verdict(sc, xdns_tel_end(ctx, sc->tel.v, sc->tel.t0));
 }

@@ -682,6 +682,93 @@ struct xdns_guard_scratch {
 };
 
 /*
+ * Telemetry (stage 5, bpf/telemetry.h): which answers are timed, their histograms and the
+ * in-band probe option. The bucket math is shared with userspace (xdns_bpf::telemetry):
+ * a value v (ns) below 2^SUB_BITS is its own bucket; above, with e = floor(log2 v), bucket
+ * (e - SUB_BITS + 1) * 2^SUB_BITS + (v >> (e - SUB_BITS)) - 2^SUB_BITS: 64 linear steps per
+ * power of two (a bucket is at most 1/64 of its lower bound wide), the last bucket open.
+ */
+enum xdns_tel_const {
+	XDNS_TEL_SUB_BITS = 6,          /* linear buckets per power of two: 2^6 */
+	XDNS_TEL_BUCKETS = 2048,        /* buckets per path: up to 2^37 ns (137 s), the last open */
+	XDNS_TEL_RULES = 8,             /* rules per set */
+	XDNS_TEL_SFX_MAX = 64,          /* longest qname suffix of a rule (wire bytes) */
+	XDNS_TEL_OPTION = 65050,        /* EDNS option code of in-band probes (local use range) */
+	XDNS_TEL_PROBE_LEN = 16,        /* its data in answers: receive ns, transmit ns (u64 BE) */
+};
+
+/* Paths a rule selects and histograms are kept for (bit i of xdns_tel_rule.paths). */
+enum xdns_tel_path {
+	XDNS_TEL_KERNEL_AUTH = 0,       /* answered by XDP from the zones (verdict answered) */
+	XDNS_TEL_KERNEL_CACHE = 1,      /* answered by XDP from the resolver's cache (cache_answered) */
+	XDNS_TEL_USER_AUTH = 2,         /* answered by the userspace UDP path from the zones */
+	XDNS_TEL_RESOLVER_HIT = 3,      /* answered by userspace from the resolver's caches */
+	XDNS_TEL_RESOLVER_MISS = 4,     /* answered by userspace after resolving */
+	XDNS_TEL_PATHS = 5,
+};
+
+/* One selection rule: every field given must match; the first matching rule decides. */
+struct xdns_tel_rule {
+	__u8 src[16];           /* client prefix (IPv4 in the first 4 bytes) */
+	__u8 dst[16];           /* server address prefix */
+	__u8 src_len;           /* prefix lengths in bits; 0: any */
+	__u8 dst_len;
+	__u8 family;            /* 4 or 6 when a prefix is given; 0: any */
+	__u8 paths;             /* bit per enum xdns_tel_path; 0: every path */
+	__u16 qtype;            /* 0: any */
+	__u8 sfx_len;           /* wire length of sfx; 0: any name */
+	__u8 _pad;
+	__u32 sample;           /* one in `sample` of the matching answers (0 and 1: every one) */
+	__u32 _pad2;
+	__u8 sfx[XDNS_TEL_SFX_MAX]; /* qname suffix, wire form, lowercase, root label included */
+};
+
+struct xdns_tel_set {
+	__u32 nrules;
+	__u32 _pad;
+	struct xdns_tel_rule rules[XDNS_TEL_RULES];
+};
+
+/*
+ * Value of xdns_tel_ctl[0]. `active` last: userspace writes the idle set with `active`
+ * unchanged, then the same value with `active` flipped (bytes rewritten with themselves do not
+ * tear), so a packet reads one set, whole.
+ */
+struct xdns_tel_ctl {
+	struct xdns_tel_set sets[2];
+	__u32 active;           /* 0: telemetry off (no clock read); 1, 2: sets[active - 1] */
+	__u32 _pad;
+};
+
+/* Value of xdns_tel_hist[path] (per CPU): kernel paths only (XDNS_TEL_KERNEL_*). */
+struct xdns_tel_hist {
+	__u64 count;            /* answers timed */
+	__u64 sum_ns;           /* their server time, summed */
+	__u64 probes;           /* answers that carried the probe option back */
+	__u64 probe_bad;        /* probe option of another length than 0 or 16: answered without */
+	__u64 probe_room;       /* the frame could not grow by the option: answered without */
+	__u64 rx_ktime;         /* receive time from bpf_ktime_get_ns (not the NIC's) */
+	__u64 _pad[2];
+	__u64 b[XDNS_TEL_BUCKETS];
+};
+
+/* The telemetry stage's scratch (in struct xdns_scratch). */
+struct xdns_tel_scratch {
+	__u32 probe;            /* the query's probe option: 0 absent, else its data length + 1 */
+	__u32 _pad;
+	__u32 seen[XDNS_TEL_RULES]; /* answers each rule matched on this CPU (for sampling) */
+	/* the end half's view of the answer leaving (telemetry.h) */
+	__u8 client[16];
+	__u8 server[16];
+	__u64 label_starts[4];  /* bit i: a label of the question name starts at offset i */
+	__u32 qlen;             /* wire length of the question name (0: not found) */
+	__u32 qtype;
+	__u32 family;           /* 4 or 6 */
+	__u32 v;                /* the verdict, handed to the end half (a tail call) */
+	__u64 t0;               /* the receive time, likewise */
+};
+
+/*
  * Per-CPU working memory of one packet (value of `xdns_scratch`): one sub-struct per stage
  * (bpf/xdns.bpf.c lists them), with the counters userspace reads (summed over CPUs). The
  * later stages read what an earlier one left (the walk's name and labels, the lookup's
@@ -781,6 +868,7 @@ struct xdns_scratch {
 	__u64 reply_hits;       /* queries answered from the reply memo */
 	__u64 reply_kept;       /* replies written into it */
 	struct xdns_guard_scratch guard; /* the guard stage's counters (guard.h) */
+	struct xdns_tel_scratch tel;    /* the telemetry stage (telemetry.h) */
 	/*
 	 * Packets by enum xdns_verdict (bpf/stats.h). Here rather than in a map of their own:
 	 * the program has this value in hand already, and a separate per-CPU array costs one

@@ -18,6 +18,8 @@
 //!   counters, flush.
 //! - [`guard`]: the guard stage's maps (issue 25): source lists from `xdns_guard::lists`, the
 //!   modelled hardware tier (an `xdns_guard::topk::HardwareTier`), feature snapshots, counters.
+//! - [`telemetry`]: stage 5 (issue 27): selection rules, the histogram bucket math shared with
+//!   userspace, the kernel histograms.
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
 mod skel {
@@ -44,6 +46,7 @@ pub mod iface;
 pub mod maps;
 pub mod runtime;
 pub mod select;
+pub mod telemetry;
 
 include!(concat!(env!("OUT_DIR"), "/verdicts.rs"));
 

@@ -215,7 +215,26 @@ impl XdpProgram {
             prog.set_allow(&r.allow)?;
         }
         crate::guard::init_maps(&prog)?;
+        // the telemetry stage's end half, reached by a tail call (bpf/telemetry.h)
+        let tel_fd = prog.skel.progs.xdns_tel_xdp.as_fd().as_raw_fd();
+        prog.skel.maps.xdns_tel_prog.update(&0u32.to_ne_bytes(), &tel_fd.to_ne_bytes(), MapFlags::ANY).context("setting the telemetry program")?;
         Ok(prog)
+    }
+
+    /// The telemetry stage's maps (rules and histograms), on duplicated fds.
+    pub fn telemetry(&self) -> Result<crate::telemetry::TelemetryMaps> {
+        let m = &self.skel.maps;
+        Ok(crate::telemetry::TelemetryMaps::new(
+            libbpf_rs::MapHandle::try_from(&m.xdns_tel_ctl).context("duplicating the telemetry control map's fd")?,
+            libbpf_rs::MapHandle::try_from(&m.xdns_tel_hist).context("duplicating the telemetry histogram map's fd")?,
+        ))
+    }
+
+    /// `(translated instructions, instructions the verifier processed)` of the telemetry
+    /// stage's end half, a program of its own (`xdns_tel_xdp`).
+    pub fn telemetry_insn_count(&self) -> Result<(usize, usize)> {
+        let info = prog_info(self.skel.progs.xdns_tel_xdp.as_fd().as_raw_fd())?;
+        Ok((info.xlated_prog_len as usize / 8, info.verified_insns as usize))
     }
 
     /// The generated skeleton, for the other modules of this crate (guard.rs).
@@ -566,7 +585,12 @@ impl XdpProgram {
     }
 
     fn info(&self) -> Result<libbpf_sys::bpf_prog_info> {
-        let fd = self.skel.progs.xdns_xdp.as_fd().as_raw_fd();
+        prog_info(self.skel.progs.xdns_xdp.as_fd().as_raw_fd())
+    }
+}
+
+fn prog_info(fd: std::os::fd::RawFd) -> Result<libbpf_sys::bpf_prog_info> {
+    {
         // SAFETY: zeroed `bpf_prog_info` is a valid query buffer; the kernel fills at most
         // `len` bytes of it for the program `fd` we own.
         let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };

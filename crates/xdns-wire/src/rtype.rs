@@ -29,6 +29,14 @@ pub fn name(rtype: u16) -> String {
     Rtype::from_int(rtype).to_string()
 }
 
+/// The type of a mnemonic (`A`, `aaaa`, `TYPE65400`) or a plain number; `None` if neither.
+pub fn from_name(text: &str) -> Option<u16> {
+    if let Ok(n) = text.parse::<u16>() {
+        return Some(n);
+    }
+    text.to_ascii_uppercase().parse::<Rtype>().ok().map(|t| t.to_int())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +75,14 @@ mod tests {
             assert_eq!(name(got), text);
         }
         assert_eq!(name(65400), "TYPE65400");
+    }
+
+    #[test]
+    fn types_from_names() {
+        assert_eq!(from_name("A"), Some(A));
+        assert_eq!(from_name("aaaa"), Some(AAAA));
+        assert_eq!(from_name("TYPE65400"), Some(65400));
+        assert_eq!(from_name("99"), Some(99));
+        assert_eq!(from_name("NOPE"), None);
     }
 }

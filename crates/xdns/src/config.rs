@@ -60,6 +60,8 @@ pub struct Config {
     /// `[inpath]`: the transparent in-path cache on a forwarding host (`crate::inpath`);
     /// `None` = off.
     pub inpath: Option<crate::inpath::InpathConfig>,
+    /// `[telemetry] rules`: which answers are timed (`crate::telemetry`); empty = off.
+    pub telemetry: Vec<xdns_bpf::telemetry::Rule>,
     /// TSIG keys (`[[key]]`), by name.
     pub keys: Vec<KeyConfig>,
     /// Zones transferred from primaries (`[[zone]]` with `primaries`), in configuration order.
@@ -201,12 +203,21 @@ struct FileConfig {
     guard: Option<crate::guard::FileGuard>,
     #[serde(default)]
     inpath: Option<Spanned<crate::inpath::FileInpath>>,
+    telemetry: Option<FileTelemetry>,
     #[serde(default)]
     key: Vec<Spanned<FileKey>>,
     #[serde(default)]
     catalog: Vec<Spanned<FileCatalog>>,
     #[serde(default)]
     dnstap: Option<Spanned<crate::dnstap::FileDnstap>>,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTelemetry {
+    #[serde(default)]
+    rules: Vec<Spanned<String>>,
 }
 
 /// One `[[catalog]]` entry.
@@ -628,6 +639,16 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         crate::inpath::parse_section(i.get_ref(), span_line(i.span()), &err, &span_line, &mut errors)
     });
     let dnstap = file.dnstap.and_then(|d| crate::dnstap::settings(d, &base, &err, &span_line, &mut errors));
+    let mut telemetry = Vec::new();
+    for r in file.telemetry.map(|t| t.rules).unwrap_or_default() {
+        match xdns_bpf::telemetry::Rule::parse(r.get_ref()) {
+            Ok(rule) => telemetry.push(rule),
+            Err(e) => errors.push(err(span_line(r.span()), format!("telemetry rule: {e:#}"))),
+        }
+    }
+    if telemetry.len() > xdns_bpf::telemetry::MAX_RULES {
+        errors.push(err(None, format!("[telemetry] has {} rules, at most {}", telemetry.len(), xdns_bpf::telemetry::MAX_RULES)));
+    }
     let run_as = match (&file.user, &file.group) {
         (Some(u), g) => match crate::privilege::resolve(u.get_ref(), g.as_ref().map(|g| g.get_ref().as_str())) {
             Ok(r) => Some(r),
@@ -661,6 +682,7 @@ pub fn parse(text: &str, path: &Path, over: &Overrides) -> Result<Config, Vec<Co
         run_as,
         guard,
         inpath,
+        telemetry,
         keys,
         secondaries,
         outgoing,

@@ -50,6 +50,7 @@ pub const KEYS: &[Key] = &[
     k("dnstap", "log_queries", "true", "Log queries: AUTH_QUERY, CLIENT_QUERY (resolver clients), RESOLVER_QUERY (upstream)."),
     k("dnstap", "log_responses", "true", "Log responses: AUTH_RESPONSE, CLIENT_RESPONSE, RESOLVER_RESPONSE."),
     k("dnstap", "queue", "16384", "Messages waiting for the writer thread; beyond, dropped and counted (dnstap.dropped_queue_full), never waited for."),
+    k("telemetry", "rules", "[] (off)", "Which answers are timed, at most 8 rules, the first match decides: \"src=PREFIX dst=PREFIX qname=SUFFIX qtype=TYPE path=kernel-auth,kernel-cache,user-auth,resolver-hit,resolver-miss sample=N\" (any subset; \"all\" alone: everything). Editable live with xdns telemetry add|del|list. Timed answers go into histograms (xdns stats, /metrics); those whose query carries EDNS option 65050 get the server's receive and transmit ns back in it."),
     k("xdp", "interfaces", "[] (off)", "Interfaces the XDP program answers on."),
     k("xdp", "mode", "auto", "auto, native or generic. auto picks generic on a veth whose peer runs no XDP program, else lets the kernel choose, and moves an interface that loses answers to generic."),
     k("inpath", "client_interfaces", "(required)", "The transparent in-path cache (a forwarding host): interfaces where clients' queries arrive; cache hits are answered there on behalf of the server."),
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn every_key_the_parser_accepts_is_documented_and_nothing_else() {
-        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "dnstap", "xdp", "zone", "key", "catalog", "resolver", "inpath"].into();
+        let tables: BTreeSet<&str> = ["", "tcp", "log", "guard", "dnstap", "telemetry", "xdp", "zone", "key", "catalog", "resolver", "inpath"].into();
         for section in &tables {
             let mut parser = parser_keys(section);
             if section.is_empty() {

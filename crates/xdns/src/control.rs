@@ -133,6 +133,7 @@ async fn answer(
             reply
         }
         cmd if cmd.starts_with("zone ") => zone_command(&shared, cmd),
+        cmd if cmd == "telemetry" || cmd.starts_with("telemetry ") => shared.telemetry.command(cmd),
         other => format!("error: unknown command `{}`", other.escape_debug()),
     };
     wr.write_all(reply.as_bytes()).await?;

@@ -27,7 +27,9 @@ mod recursion;
 mod reload;
 mod server;
 mod stats;
+mod probe;
 mod takeover;
+mod telemetry;
 mod xdp;
 mod xfr;
 
@@ -79,6 +81,14 @@ enum Command {
     /// Live blocks of a running server, no reload: list them, block a source (address or
     /// prefix, optionally for a while), unblock one.
     Guard(GuardArgs),
+    /// Latency telemetry rules of a running server, no reload: list them, add one
+    /// (`src=PREFIX dst=PREFIX qname=SUFFIX qtype=TYPE path=P,.. sample=N`, or `all`), delete
+    /// one by its number (or `all`).
+    Telemetry(TelemetryArgs),
+    /// In-band latency probes: queries carrying EDNS option 65050; a server that times them
+    /// writes its receive and transmit ns back, so each round trip splits into server and
+    /// network time. `--reflect ADDR` runs the no-op reflector for `--baseline`.
+    Probe(ProbeArgs),
     /// Secondary zones: check the primary now (`refresh`: IXFR when it has a newer serial) or
     /// transfer the whole zone again (`retransfer`: AXFR).
     Zone(ZoneArgs),
@@ -102,6 +112,51 @@ struct ZoneArgs {
     action: String,
     /// The zone's name.
     name: String,
+}
+
+/// Arguments of `xdns telemetry`.
+#[derive(Debug, Args)]
+struct TelemetryArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    #[command(subcommand)]
+    action: TelemetryAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum TelemetryAction {
+    /// The rules, numbered from 1.
+    List,
+    /// Add a rule (words KEY=VALUE; none: every answer).
+    Add { rule: Vec<String> },
+    /// Delete rule N (as `list` numbers them), or `all`.
+    Del { which: String },
+}
+
+/// Arguments of `xdns probe`.
+#[derive(Debug, Args)]
+struct ProbeArgs {
+    /// The server (ADDR, ADDR:PORT or [V6]:PORT; port 53 by default).
+    #[arg(required_unless_present = "reflect")]
+    server: Option<String>,
+    /// Probes per second.
+    #[arg(long, default_value_t = 1000)]
+    rate: u32,
+    /// Seconds to probe.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// The question, "NAME TYPE".
+    #[arg(long, default_value = ". SOA")]
+    query: String,
+    /// A no-op reflector on the same path (`xdns probe --reflect`), probed the same way first.
+    #[arg(long)]
+    baseline: Option<String>,
+    /// Run the no-op reflector on this address instead (until killed).
+    #[arg(long, conflicts_with_all = ["server", "baseline"])]
+    reflect: Option<String>,
+    /// Print one line of JSON (percentiles in ns) instead of the table and charts.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `xdns guard`.
@@ -463,6 +518,57 @@ fn control_command(control: &ControlArgs, cmd: &str) -> ExitCode {
     }
 }
 
+fn telemetry_cmd(args: TelemetryArgs) -> ExitCode {
+    let cmd = match &args.action {
+        TelemetryAction::List => "telemetry list".to_string(),
+        TelemetryAction::Add { rule } => format!("telemetry add {}", rule.join(" ")),
+        TelemetryAction::Del { which } => format!("telemetry del {which}"),
+    };
+    control_command(&args.control, cmd.trim())
+}
+
+/// `ADDR`, `ADDR:PORT`, `[V6]:PORT`, `ADDR@PORT`: a socket address (port 53 by default).
+fn probe_addr(text: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    config::parse_remote(text).ok_or_else(|| anyhow::anyhow!("`{text}` is not an address (ADDR, ADDR:PORT, [V6]:PORT)"))
+}
+
+fn probe_cmd(a: ProbeArgs) -> ExitCode {
+    let go = || -> anyhow::Result<()> {
+        if let Some(r) = &a.reflect {
+            return probe::reflect(probe_addr(r)?);
+        }
+        let server = probe_addr(a.server.as_deref().unwrap_or_default())?;
+        let (name, ty) = a.query.split_once(' ').ok_or_else(|| anyhow::anyhow!("--query: expected \"NAME TYPE\""))?;
+        let qname = xdns_wire::name::from_presentation(name.trim()).map_err(|e| anyhow::anyhow!("--query: `{name}`: {e}"))?;
+        let qtype = xdns_wire::rtype::from_name(ty.trim()).ok_or_else(|| anyhow::anyhow!("--query: `{ty}` is not a type"))?;
+        if !(a.duration > 0.0 && a.duration < 86400.0) {
+            anyhow::bail!("--duration: expected seconds, more than 0");
+        }
+        let d = std::time::Duration::from_secs_f64(a.duration);
+        let base = match &a.baseline {
+            Some(b) => Some(probe::run(probe_addr(b)?, a.rate, d, &qname, qtype)?),
+            None => None,
+        };
+        let r = probe::run(server, a.rate, d, &qname, qtype)?;
+        if a.json {
+            println!("{}", probe::json(&r, base.as_ref()));
+        } else {
+            print!("{}", probe::report(&r, base.as_ref()));
+        }
+        Ok(())
+    };
+    match go() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xdns probe: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn zone(args: ZoneArgs) -> ExitCode {
     control_command(&args.control, &format!("zone {} {}", args.action, args.name))
 }
@@ -483,6 +589,8 @@ fn main() -> ExitCode {
             }
         },
         Command::Zone(a) => zone(a),
+        Command::Telemetry(a) => telemetry_cmd(a),
+        Command::Probe(a) => probe_cmd(a),
     }
 }
 

@@ -282,6 +282,9 @@ pub fn render(s: &Snapshot) -> String {
     if encode(&mut out, &reg).is_err() {
         out.clear();
     }
+    // the latency histograms (telemetry.rs), before the end marker
+    let eof = out.rfind("# EOF").unwrap_or(out.len());
+    out.insert_str(eof, &crate::telemetry::metrics_text(s));
     out
 }
 

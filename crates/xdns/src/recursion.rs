@@ -683,6 +683,9 @@ pub async fn serve_udp_pending(
             let (mut out, outcome) =
                 resolve_and_answer(&rec, &p.query, p.key.clone(), Transport::Udp, payload).await;
             rec.shard.record(Transport::Udp, outcome);
+            if let Some(t) = p.timed.take() {
+                shared.telemetry.finish(t, &mut out);
+            }
             if p.send(&mut out).is_err() {
                 Shard::drop(&rec.shard, crate::stats::DropKind::SendFailed);
             }

@@ -475,6 +475,9 @@ pub struct Snapshot {
     /// `[resolver]`. Documented in crates/xdns/README.md.
     #[serde(flatten)]
     pub groups: BTreeMap<String, Group>,
+    /// Server time of timed answers by path (`[telemetry]`, `crate::telemetry`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency: BTreeMap<String, crate::telemetry::Latency>,
 }
 
 impl Snapshot {
@@ -556,6 +559,9 @@ impl Snapshot {
             for (k, v) in &g.values {
                 row(&format!("{name}.{k}"), v);
             }
+        }
+        for (k, v) in crate::telemetry::table_rows(self) {
+            row(&k, &v);
         }
         s
     }

@@ -69,6 +69,8 @@ pub struct Shared {
     pub inpath: OnceLock<Arc<crate::inpath::Inpath>>,
     /// Blocks made live (`xdns guard block`), with or without `[guard]`.
     pub live_blocks: crate::guard::LiveBlocks,
+    /// Latency telemetry: rules, userspace histograms, the kernel's maps.
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// Held while the served zones are swapped and the XDP maps refilled (a reload, a zone
     /// transfer): one at a time, each from the state the previous one left.
     pub swap: tokio::sync::Mutex<()>,
@@ -90,6 +92,7 @@ impl Shared {
             guard: ArcSwapOption::empty(),
             inpath: OnceLock::new(),
             live_blocks: Default::default(),
+            telemetry: Default::default(),
             swap: tokio::sync::Mutex::new(()),
         }
     }
@@ -132,6 +135,7 @@ impl Shared {
             i.snapshot(&mut s);
         }
         crate::dnstap::snapshot(&mut s);
+        self.telemetry.snapshot(&mut s);
         s
     }
 }
@@ -173,6 +177,8 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     };
     let fp = fp?;
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
+    shared.telemetry.set(cfg.telemetry.clone());
+    shared.telemetry.attach_kernel(fp.as_ref().and_then(|f| f.status().telemetry().ok()));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
     push_guard_lists(&shared).await;
     if let Some(icfg) = &cfg.inpath {

@@ -48,7 +48,10 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     let resolver = resolver(shared, &current, &new_cfg).await;
     let tap = new_cfg.dnstap.clone();
     let _ = tokio::task::spawn_blocking(move || crate::dnstap::install(tap.as_ref())).await;
-    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, dnstap: new_cfg.dnstap, ..current }
+    if new_cfg.telemetry != current.telemetry {
+        shared.telemetry.set(new_cfg.telemetry.clone()); // the file's rules replace live edits
+    }
+    Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, dnstap: new_cfg.dnstap, telemetry: new_cfg.telemetry, ..current }
 }
 
 /// `[guard]` again: its lists read anew and swapped in whole; a list that fails to load keeps

@@ -34,8 +34,9 @@ const BATCH: usize = 32;
 const MAX_BATCH: usize = 256;
 /// Largest query accepted; longer datagrams arrive with MSG_TRUNC and are dropped.
 const RX_SIZE: usize = 4096;
-/// Control buffer per message, in u64 words (aligned for `cmsghdr`).
-const CTRL_WORDS: usize = 8;
+/// Control buffer per message, in u64 words (aligned for `cmsghdr`): room for a pktinfo
+/// and a receive timestamp (telemetry).
+const CTRL_WORDS: usize = 16;
 /// How often a worker idle in `recvmmsg` checks for shutdown.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -137,6 +138,8 @@ pub struct Pending {
     pub key: CacheKey,
     /// Its client's and server's addresses, for dnstap (empty while it is off).
     ends: crate::dnstap::Ends,
+    /// Telemetry's selection (`crate::telemetry`), when a rule selects it.
+    pub timed: Option<crate::telemetry::Timed>,
 }
 
 impl Pending {
@@ -247,7 +250,10 @@ struct Worker {
     tx_hdr: Vec<libc::mmsghdr>,
     /// The resolver, when `[resolver]` is configured.
     recursion: Option<Arc<Recursion>>,
-    /// The socket's own address (for dnstap).
+    /// SO_TIMESTAMPING asked for on the socket (telemetry has rules).
+    stamps: bool,
+    /// The socket's own address: dnstap's server end, and the server address of telemetry
+    /// rules for a specific listen address (a wildcard listener takes it from the pktinfo).
     local: Option<SocketAddr>,
 }
 
@@ -275,14 +281,20 @@ impl Worker {
             tx_iov: vec![iov; batch],
             tx_hdr: vec![hdr; batch],
             recursion: None,
+            stamps: false,
             local: None,
         }
     }
 
     fn run(&mut self, sock: &Arc<Socket>, shared: &Shared, shard: &Shard, beat: &std::sync::atomic::AtomicU64) {
         let fd = sock.as_raw_fd();
+        self.local = sock.local_addr().ok().and_then(|a| a.as_socket());
         while !shared.shutdown.load(Ordering::Relaxed) {
             beat.fetch_add(1, Ordering::Relaxed);
+            let want = shared.telemetry.on();
+            if want != self.stamps {
+                self.stamps = set_timestamping(fd, want).is_ok() && want;
+            }
             let n = match self.recv(fd) {
                 Ok(n) => n,
                 Err(e) => {
@@ -316,7 +328,7 @@ impl Worker {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_iov = &mut self.rx_iov[i];
             h.msg_hdr.msg_iovlen = 1;
-            if self.wildcard {
+            if self.wildcard || self.stamps {
                 h.msg_hdr.msg_control = self.rx_ctrl[i].as_mut_ptr() as *mut libc::c_void;
                 h.msg_hdr.msg_controllen = CTRL_WORDS * 8;
             } else {
@@ -346,6 +358,9 @@ impl Worker {
     fn answer(&mut self, n: usize, sock: &Arc<Socket>, shared: &Shared, shard: &Shard) -> usize {
         let served = shared.served.load();
         let guard = shared.guard.load();
+        let tel = &shared.telemetry;
+        let tel_on = self.stamps && tel.on();
+        let read_at = if tel_on { crate::telemetry::realtime_ns() } else { 0 };
         let mut out = 0;
         for i in 0..n {
             let hdr = &self.rx_hdr[i];
@@ -369,10 +384,22 @@ impl Worker {
                 false => Default::default(),
             };
             let msg = Message { wire: query, peer: peer_ip(name), transport: Transport::Udp, ends };
+            // telemetry: where and when it came (the socket's receive timestamp)
+            let tel_at = if tel_on {
+                let server = pktinfo_addr(pktinfo).or(self.local.map(|a| a.ip()));
+                match (peer_ip(name), server) {
+                    (Some(c), Some(s)) => Some((c, s, rx_timestamp(&hdr.msg_hdr).unwrap_or((read_at, crate::telemetry::RxClock::Read)))),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            let payload = served.respond.edns_payload;
             let action = match query::handle(&served, guard.as_deref(), &shared.live_blocks, recursion, msg, buf) {
                 Action::Resolve(q, key) => {
                     let rec = recursion.expect("only the resolver's step asks to resolve");
-                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key, ends };
+                    let timed = tel_at.and_then(|(c, s, rx)| tel.start(crate::telemetry::RESOLVER_MISS, query, c, s, rx, payload));
+                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key, ends, timed };
                     match rec.pending.try_send(p) {
                         // answered later by a resolver task
                         Ok(()) => continue,
@@ -386,6 +413,14 @@ impl Worker {
             };
             action.record(shard, Transport::Udp);
             if matches!(action, Action::Reply(Outcome::Answered { .. })) && !buf.is_empty() {
+                if let Some((c, s, rx)) = tel_at {
+                    // an authoritative answer (AA), or without a resolver: the zones'; else the resolver's caches
+                    let aa = buf.get(2).is_some_and(|f| f & 0x04 != 0);
+                    let path = if aa || recursion.is_none() { crate::telemetry::USER_AUTH } else { crate::telemetry::RESOLVER_HIT };
+                    if let Some(t) = tel.start(path, query, c, s, rx, payload) {
+                        tel.finish(t, buf);
+                    }
+                }
                 self.tx_to[out] = (i, pktinfo);
                 out += 1;
             }
@@ -440,6 +475,63 @@ impl Worker {
             sent += 1;
         }
     }
+}
+
+/// The local address a query was sent to, from its pktinfo.
+fn pktinfo_addr(p: Pktinfo) -> Option<IpAddr> {
+    match p {
+        Pktinfo::None => None,
+        Pktinfo::V4(i) => Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(i.ipi_addr.s_addr)))),
+        Pktinfo::V6(i) => Some(IpAddr::V6(Ipv6Addr::from(i.ipi6_addr.s6_addr))),
+    }
+}
+
+/// Ask for (or stop) receive timestamps: the NIC's where the driver gives them, else the
+/// kernel's software stamp (SO_TIMESTAMPING). Telemetry turns them on while it has rules.
+fn set_timestamping(fd: i32, on: bool) -> io::Result<()> {
+    let flags: libc::c_int = if on {
+        (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RX_HARDWARE | libc::SOF_TIMESTAMPING_RAW_HARDWARE) as libc::c_int
+    } else {
+        0
+    };
+    // SAFETY: valid fd, pointer to a c_int that outlives the call, correct length.
+    let r = unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags as *const libc::c_int as *const libc::c_void, size_of::<libc::c_int>() as libc::socklen_t)
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The receive timestamp of a datagram (SCM_TIMESTAMPING: software, legacy, raw hardware),
+/// ns of CLOCK_REALTIME for the software one.
+fn rx_timestamp(msg: &libc::msghdr) -> Option<(u64, crate::telemetry::RxClock)> {
+    if msg.msg_control.is_null() {
+        return None;
+    }
+    // SAFETY: msg was filled by recvmmsg; the CMSG macros stay within msg_controllen, and
+    // the data is read unaligned into plain-data structs.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPING {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [libc::timespec; 3]);
+                let ns = |t: libc::timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+                // the software stamp is CLOCK_REALTIME, the transmit time's clock; the NIC's
+                // (raw hardware) is its own clock: used only when it is the only one
+                if ts[0].tv_sec != 0 || ts[0].tv_nsec != 0 {
+                    return Some((ns(ts[0]), crate::telemetry::RxClock::Software));
+                }
+                if ts[2].tv_sec != 0 || ts[2].tv_nsec != 0 {
+                    return Some((ns(ts[2]), crate::telemetry::RxClock::Hardware));
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
 }
 
 fn read_pktinfo(msg: &libc::msghdr) -> Pktinfo {

@@ -89,9 +89,16 @@ pub struct XdpStatus {
     pub guard: Option<xdns_bpf::guard::Guard>,
     /// Entries written by the fill or reload under way (or the last one), of its total.
     fill: Arc<xdns_bpf::maps::FillProgress>,
+    /// The telemetry stage's maps (`crate::telemetry`).
+    telemetry: Mutex<Option<xdns_bpf::telemetry::TelemetryMaps>>,
 }
 
 impl XdpStatus {
+    /// The telemetry stage's maps, handed over once (to `crate::telemetry`).
+    pub fn telemetry(&self) -> anyhow::Result<xdns_bpf::telemetry::TelemetryMaps> {
+        self.telemetry.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| anyhow::anyhow!("telemetry maps already taken"))
+    }
+
     /// Every counter, read now. A failed map read (none expected while the maps exist) gives
     /// that part's default.
     pub fn counters(&self) -> XdpCounters {
@@ -265,6 +272,7 @@ impl Fastpath {
                         reader: rt.status_reader()?,
                         abandon: rt.abandon_handle(),
                         fill: rt.fill_progress(),
+                        telemetry: Mutex::new(rt.telemetry().ok()),
                         interfaces: cfg.interfaces.clone(),
                         table: Mutex::new(rt.table_counts()),
                         delivery: rt.delivery_report(),

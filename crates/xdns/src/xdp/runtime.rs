@@ -439,6 +439,11 @@ impl XdpRuntime {
         self.prog.set_allow(allow)
     }
 
+    /// The telemetry stage's maps (rules, histograms), on duplicated fds.
+    pub fn telemetry(&self) -> anyhow::Result<xdns_bpf::telemetry::TelemetryMaps> {
+        self.prog.telemetry()
+    }
+
     /// A reader of the verdict and memo counters and of the active generation, for other
     /// threads: it does not wait while this runtime fills or reloads the maps.
     pub fn status_reader(&self) -> anyhow::Result<xdns_bpf::runtime::StatusReader> {

@@ -1,0 +1,409 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * telemetry.h - the telemetry stage (stage 5): server time of the answers the kernel sends,
+ * selected by rules userspace rewrites while traffic flows, kept in per-CPU log-linear
+ * histograms, and written back in band into queries that carry the probe option.
+ *
+ * Two halves around the other stages (xdns.bpf.c):
+ *   begin  before the parse stage: one read of xdns_tel_ctl; no active set: nothing more (no
+ *          clock read, no other map); else the receive time (bpf_ktime_get_ns).
+ *   end    a global function (verified once, alone), called only when begin took a time:
+ *          for an answer about to leave with XDP_TX, the rules (client and server prefix, qname
+ *          suffix, qtype, path, 1 in N), the histogram of its path, and for a query that
+ *          carried option XDNS_TEL_OPTION (empty or 16 bytes) the option in the answer's OPT:
+ *          receive ns and transmit ns, big-endian, this host's monotonic clock.
+ * The probe option itself is noticed by the walk of the OPT record (dns.h) without a
+ * branch, and left in scratch.tel.probe.
+ */
+#ifndef XDNS_TELEMETRY_H
+#define XDNS_TELEMETRY_H
+
+#include "stage.h"
+#include "maps.h"
+#include "csum.h"
+#include "parse.h"
+
+#define XDNS_TEL_GROW 20        /* option code, length, 16 bytes */
+
+/* The receive time when telemetry is on, else 0 (one array read). */
+static __always_inline __u64 xdns_tel_begin(struct xdns_scratch *sc)
+{
+	__u32 zero = 0;
+	struct xdns_tel_ctl *ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
+
+	if (!ctl || !ctl->active)
+		return 0;
+	sc->tel.probe = 0;      /* the reply memo answers before the OPT walk sets it */
+	return bpf_ktime_get_ns();
+}
+
+/* floor(log2 v) for v > 0. */
+static __always_inline __u32 xdns_tel_log2(__u64 v)
+{
+	__u32 e = 0;
+
+	if (v >> 32) { v >>= 32; e += 32; }
+	if (v >> 16) { v >>= 16; e += 16; }
+	if (v >> 8) { v >>= 8; e += 8; }
+	if (v >> 4) { v >>= 4; e += 4; }
+	if (v >> 2) { v >>= 2; e += 2; }
+	if (v >> 1) { e += 1; }
+	return e;
+}
+
+/* The histogram bucket of `v` ns (xdns_abi.h; Rust twin xdns_bpf::telemetry::bucket). */
+static __always_inline __u32 xdns_tel_bucket(__u64 v)
+{
+	__u32 e, b;
+
+	if (v < (1ULL << XDNS_TEL_SUB_BITS))
+		return (__u32)v;
+	e = xdns_tel_log2(v);
+	b = ((e - XDNS_TEL_SUB_BITS + 1) << XDNS_TEL_SUB_BITS) +
+	    (__u32)(v >> (e - XDNS_TEL_SUB_BITS)) - (1U << XDNS_TEL_SUB_BITS);
+	return b < XDNS_TEL_BUCKETS ? b : XDNS_TEL_BUCKETS - 1;
+}
+
+/* Does `addr` (len bytes) fall under prefix `p`/`bits`? */
+static __always_inline int xdns_tel_prefix(const __u8 *addr, const __u8 *p, __u32 bits)
+{
+	__u32 i, n;
+	__u8 mask;
+
+	for (i = 0; i < 16; i++) {
+		if (bits == 0)
+			return 1;
+		n = bits >= 8 ? 8 : bits;
+		mask = (__u8)(0xff00 >> n);
+		if ((addr[i] ^ p[i]) & mask)
+			return 0;
+		bits -= n;
+	}
+	return 1;
+}
+
+/* Does rule `r` select this answer (before sampling)? A global function: verified once. */
+__attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdns_tel_rule *r, __u32 path)
+{
+	__u32 i, start, at;
+	__u8 c;
+
+	if (!sc || !r)
+		return 0;
+	if (r->paths && !(r->paths & (1U << path)))
+		return 0;
+	if (r->family && r->family != sc->tel.family)
+		return 0;
+	if (r->src_len && !xdns_tel_prefix(sc->tel.client, r->src, r->src_len > 128 ? 128 : r->src_len))
+		return 0;
+	if (r->dst_len && !xdns_tel_prefix(sc->tel.server, r->dst, r->dst_len > 128 ? 128 : r->dst_len))
+		return 0;
+	if (r->qtype && r->qtype != sc->tel.qtype)
+		return 0;
+	if (r->sfx_len) {
+		if (r->sfx_len > XDNS_TEL_SFX_MAX || r->sfx_len > sc->tel.qlen)
+			return 0;
+		start = sc->tel.qlen - r->sfx_len;
+		asm volatile("" : "+r"(start));
+		if (!(sc->tel.label_starts[(start >> 6) & 3] & (1ULL << (start & 63))))
+			return 0;
+		for (i = 0; i < XDNS_TEL_SFX_MAX; i++) {
+			if (i >= r->sfx_len)
+				break;
+			at = start + i;
+			asm volatile("" : "+r"(at));
+			c = sc->walk.name[at & 255];
+			if (c >= 'A' && c <= 'Z')
+				c += 'a' - 'A';
+			if (c != r->sfx[i])
+				return 0;
+		}
+	}
+	return 1;
+}
+
+/* Move the first `len` bytes of the frame from offset XDNS_TEL_GROW to 0, in 64-byte pieces
+ * (a global function: verified once). */
+__attribute__((noinline)) int xdns_tel_move_down(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 len)
+{
+	__u8 *buf;
+	__u32 i, off;
+	__u64 n;
+
+	if (!sc)
+		return -1;
+	buf = sc->walk.name;    /* the walk is over: its name buffer is free */
+
+
+	for (i = 0; i < 32; i++) {
+		off = i * 64;
+		if (off >= len)
+			return 0;
+		n = len - off;
+		if (n > 64)
+			n = 64;
+		asm volatile("" : "+r"(n));     /* the checks below are the verifier's bounds */
+		if (n == 0 || n > 64)
+			return 0;
+		if (bpf_xdp_load_bytes(ctx, off + XDNS_TEL_GROW, buf, n))
+			return -1;
+		if (bpf_xdp_store_bytes(ctx, off, buf, n))
+			return -1;
+	}
+	return len <= 32 * 64 ? 0 : -1;
+}
+
+/*
+ * The question name's length, type and label starts into scratch.tel, from the bytes the
+ * fetch stage copied (walk.name). A global function: verified once.
+ */
+__attribute__((noinline)) int xdns_tel_qname(struct xdns_scratch *sc)
+{
+	__u32 i, pos;
+
+	if (!sc)
+		return 0;
+	sc->tel.qlen = 0;
+	sc->tel.qtype = 0;
+	pos = 0;
+	for (i = 0; i < 128; i++) {
+		__u32 at = pos;
+		__u8 l;
+
+		asm volatile("" : "+r"(at));    /* keep the masks: the verifier needs them */
+		l = sc->walk.name[at & 255];
+		sc->tel.label_starts[(at >> 6) & 3] |= 1ULL << (at & 63);
+		if (l == 0 || l > 63)
+			break;
+		pos += l + 1;
+		if (pos > 254)
+			break;
+	}
+	if (pos <= 253) {
+		__u32 at = pos;
+
+		asm volatile("" : "+r"(at));
+		at &= 255;
+		if (at <= 253 && sc->walk.name[at] == 0) {
+			sc->tel.qlen = at + 1;
+			sc->tel.qtype = ((__u32)sc->walk.name[at + 1] << 8) | sc->walk.name[at + 2];
+		}
+	}
+
+	return 0;
+}
+
+/*
+ * The end half: for an answer leaving with XDP_TX whose rule selects it, count its server
+ * time and write the probe option if asked. Returns the verdict to count: `v`, or
+ * drop_rewrite when the frame was left half moved (a helper failed midway).
+ */
+__attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_tel_ctl *ctl;
+	struct xdns_tel_set *set;
+	struct xdns_tel_hist *h;
+	struct xdns_scratch *sc;
+	__u32 zero = 0, path, i, pos, l3, l4, dns, dlen, frame, sel = 0, probe, moved = 0;
+	__u64 t1, d, s;
+	__u16 proto, old_udp, csum;
+	__u8 *p, *opt, *u, *ip;
+
+	if (v == XDNS_ANSWERED)
+		path = XDNS_TEL_KERNEL_AUTH;
+	else if (v == XDNS_CACHE_ANSWERED)
+		path = XDNS_TEL_KERNEL_CACHE;
+	else
+		return v;
+	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+	ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
+	h = bpf_map_lookup_elem(&xdns_tel_hist, &path);
+	if (!sc || !ctl || !h)
+		return v;
+	if (ctl->active != 1 && ctl->active != 2)
+		return v;
+	set = &ctl->sets[(ctl->active - 1) & 1];
+	__builtin_memset(sc->tel.client, 0, 32);
+	__builtin_memset(sc->tel.label_starts, 0, 32);
+
+	/* the answer's headers: Ethernet, one tag, IPv4 (no options left) or IPv6, UDP */
+	p = data;
+	if ((void *)(p + 14) > data_end)
+		return v;
+	proto = ((__u16)p[12] << 8) | p[13];
+	l3 = 14;
+	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+		if ((void *)(p + 18) > data_end)
+			return v;
+		proto = ((__u16)p[16] << 8) | p[17];
+		l3 = 18;
+	}
+	ip = p + l3;
+	if (proto == ETH_P_IP) {
+		if ((void *)(ip + 20) > data_end)
+			return v;
+		l4 = l3 + (ip[0] & 0xf) * 4;
+		sc->tel.family = 4;
+		__builtin_memcpy(sc->tel.server, ip + 12, 4);
+		__builtin_memcpy(sc->tel.client, ip + 16, 4);
+	} else if (proto == ETH_P_IPV6) {
+		if ((void *)(ip + 40) > data_end)
+			return v;
+		l4 = l3 + 40;
+		sc->tel.family = 6;
+		__builtin_memcpy(sc->tel.server, ip + 8, 16);
+		__builtin_memcpy(sc->tel.client, ip + 24, 16);
+	} else {
+		return v;
+	}
+	if (l4 > 80)
+		return v;
+	u = p + l4;
+	if ((void *)(u + 8) > data_end)
+		return v;
+	old_udp = ((__u16)u[4] << 8) | u[5];
+	dns = l4 + 8;
+	if (old_udp < 8 + 12)
+		return v;
+	dlen = old_udp - 8;
+
+	xdns_tel_qname(sc);
+
+	for (i = 0; i < XDNS_TEL_RULES; i++) {
+		if (i >= set->nrules)
+			break;
+		if (xdns_tel_match(sc, &set->rules[i], path)) {
+			__u32 n = set->rules[i].sample;
+
+			sel = 1;
+			if (n > 1 && (sc->tel.seen[i]++ % n) != 0)
+				sel = 0;
+			break;
+		}
+	}
+	if (!sel)
+		return v;
+
+	probe = sc->tel.probe;
+	if (probe != 0 && probe != 1 && probe != 1 + XDNS_TEL_PROBE_LEN) {
+		h->probe_bad++;
+		probe = 0;
+	}
+	if (probe) {
+		/* the answer ends with our OPT record (answer.h): root, type 41, ..., RDLENGTH 0 */
+		if (dlen < 12 + 11 || dlen > 4096) {
+			probe = 0;
+		} else {
+			pos = dns + dlen - 11;
+			if (pos > 2048)
+				return v;
+			opt = p + pos;
+			if ((void *)(opt + 11) > data_end)
+				return v;
+			if (opt[0] != 0 || opt[1] != 0 || opt[2] != 41 || opt[9] != 0 || opt[10] != 0)
+				probe = 0;
+		}
+		if (!probe) {
+			h->probe_room++;
+		} else {
+			frame = (__u32)(data_end - data);
+			if (bpf_xdp_adjust_tail(ctx, XDNS_TEL_GROW)) {
+				if (bpf_xdp_adjust_head(ctx, -XDNS_TEL_GROW)) {
+					h->probe_room++;
+					probe = 0;
+				} else {
+					moved = 1;
+					if (xdns_tel_move_down(ctx, sc, frame))
+						return XDNS_DROP_REWRITE;
+				}
+			}
+		}
+	}
+
+	t1 = bpf_ktime_get_ns();
+	d = t1 > t0 ? t1 - t0 : 0;
+	h->count++;
+	h->sum_ns += d;
+	h->rx_ktime++;
+	{
+		__u32 b = xdns_tel_bucket(d);
+
+		asm volatile("" : "+r"(b));     /* keep the mask: the verifier needs it */
+		h->b[b & (XDNS_TEL_BUCKETS - 1)]++;
+	}
+	if (!probe)
+		return v;
+
+	/* the option after the OPT record, then the lengths and checksums that cover it */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	p = data;
+	pos = dns + dlen - 1;   /* RDLENGTH's low byte; the option follows */
+	if (pos > 2048)
+		return XDNS_DROP_REWRITE;
+	opt = p + pos;
+	if ((void *)(opt + 1 + XDNS_TEL_GROW) > data_end)
+		return XDNS_DROP_REWRITE;
+	ip = p + (l3 & 31);
+	u = p + (l4 & 127);
+	if ((void *)(ip + 40) > data_end || (void *)(u + 8) > data_end)
+		return XDNS_DROP_REWRITE;
+	opt[0] = XDNS_TEL_GROW;         /* RDLENGTH (its high byte is 0) */
+	opt[1] = XDNS_TEL_OPTION >> 8;
+	opt[2] = XDNS_TEL_OPTION & 0xff;
+	opt[3] = 0;
+	opt[4] = XDNS_TEL_PROBE_LEN;
+	for (i = 0; i < 8; i++) {
+		opt[5 + i] = (__u8)(t0 >> (56 - 8 * i));
+		opt[13 + i] = (__u8)(t1 >> (56 - 8 * i));
+	}
+	u[4] = (__u8)((old_udp + XDNS_TEL_GROW) >> 8);
+	u[5] = (__u8)(old_udp + XDNS_TEL_GROW);
+	if (sc->tel.family == 4) {
+		__u16 tot = ((__u16)ip[2] << 8) | ip[3];
+		__u16 ck = ((__u16)ip[10] << 8) | ip[11];
+
+		s = (__u64)(__u16)~ck + (__u16)~tot + (__u16)(tot + XDNS_TEL_GROW);
+		ck = ~xdns_csum_fold(s);
+		tot += XDNS_TEL_GROW;
+		ip[2] = tot >> 8;
+		ip[3] = (__u8)tot;
+		ip[10] = ck >> 8;
+		ip[11] = (__u8)ck;
+	} else {
+		__u16 pl = ((__u16)ip[4] << 8) | ip[5];
+
+		pl += XDNS_TEL_GROW;
+		ip[4] = pl >> 8;
+		ip[5] = (__u8)pl;
+	}
+	csum = ((__u16)u[6] << 8) | u[7];
+	if (csum == 0 && sc->tel.family == 4)
+		return v;       /* no UDP checksum over IPv4: none to keep */
+	/* UDP length twice (header and pseudo-header), RDLENGTH, the option's bytes */
+	s = (__u16)~csum;
+	s += 2 * ((__u64)(__u16)~old_udp + (__u16)(old_udp + XDNS_TEL_GROW));
+	s += xdns_csum_byte(8 + dlen - 1, XDNS_TEL_GROW);
+	{
+		__u64 w = (__u64)(XDNS_TEL_OPTION) + XDNS_TEL_PROBE_LEN;
+
+		for (i = 0; i < 4; i++) {
+			w += (t0 >> (48 - 16 * i)) & 0xffff;
+			w += (t1 >> (48 - 16 * i)) & 0xffff;
+		}
+		/* words at the option's parity: from UDP offset 8 + dlen */
+		s += (dlen & 1) ? xdns_csum_swap(xdns_csum_fold(w)) : xdns_csum_fold(w);
+	}
+	csum = ~xdns_csum_fold(s);
+	if (csum == 0)
+		csum = 0xffff;
+	u[6] = csum >> 8;
+	u[7] = (__u8)csum;
+	h->probes++;
+	(void)moved;
+	return v;
+}
+
+#endif /* XDNS_TELEMETRY_H */

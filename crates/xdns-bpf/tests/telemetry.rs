@@ -1,0 +1,316 @@
+//! The telemetry stage (bpf/telemetry.h; needs root): selection rules, histograms and the
+//! in-band probe option, through BPF_PROG_TEST_RUN. Every row is run twice: with telemetry
+//! off (the answer the fixture table already checks) and with the row's rules; the second
+//! answer must be the first, or the first with the probe option appended and every length
+//! and checksum that covers it right.
+
+mod common;
+
+use common::*;
+use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
+use xdns_bpf::telemetry::{Rule, KERNEL_AUTH};
+use xdns_wire::body::BodyWriter;
+
+const A: u16 = 1;
+const AAAA: u16 = 28;
+
+fn zone() -> KernelData {
+    let apex = wire("example.com");
+    let node = |n: &str| NodeEntry { name: wire(n), apex: apex.clone(), cut: None, wildcard: false };
+    let mut w = BodyWriter::new(&wire("www.example.com")).unwrap();
+    w.set_aa(true);
+    w.write_rr(&wire("www.example.com"), true, A, 300, &[192, 0, 2, 1]).unwrap();
+    let mut n = BodyWriter::new(&wire("example.com")).unwrap();
+    n.set_aa(true);
+    let answers = vec![
+        AnswerEntry { base: wire("www.example.com"), kind: Kind::Type(A), body: w.finish() },
+        AnswerEntry { base: wire("www.example.com"), kind: Kind::Other, body: n.finish() },
+    ];
+    KernelData { nodes: vec![node("example.com"), node("www.example.com")], answers }
+}
+
+fn nets() -> Vec<(&'static str, Net)> {
+    let mut v4vlan = Net::v4();
+    v4vlan.vlan = Some((0x8100, 42));
+    let mut v6qinq = Net::v6();
+    v6qinq.vlan = Some((0x88a8, 7));
+    let mut v4opt = Net::v4();
+    v4opt.ip_opts = vec![1, 1, 1, 0];
+    vec![("ipv4", Net::v4()), ("ipv6", Net::v6()), ("ipv4+vlan", v4vlan), ("ipv6+802.1ad", v6qinq), ("ipv4+options", v4opt)]
+}
+
+/// An OPT record carrying `options` (raw bytes).
+fn opt_with(options: Vec<u8>) -> Option<Opt> {
+    Some(Opt { payload: 1232, dnssec_ok: false, version: 0, options })
+}
+
+fn probe_option(len: usize) -> Vec<u8> {
+    let mut o = vec![0xfe, 0x1a];
+    o.extend_from_slice(&(len as u16).to_be_bytes());
+    o.extend(std::iter::repeat_n(0xab, len));
+    o
+}
+
+/// What a row expects of the answer with the rules on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Want {
+    /// The same answer as with telemetry off, and not timed.
+    Untimed,
+    /// The same answer, timed.
+    Timed,
+    /// Timed, and the probe option appended.
+    Probe,
+    /// Timed, answered without the option, counted as a bad probe.
+    BadProbe,
+    /// Not answered by the kernel: this verdict.
+    Pass(&'static str),
+}
+
+struct Row {
+    what: &'static str,
+    rules: Vec<&'static str>,
+    qname: &'static str,
+    qtype: u16,
+    opt: Option<Opt>,
+    want: Want,
+}
+
+fn rows() -> Vec<Row> {
+    let row = |what, rules: Vec<&'static str>, qname, qtype, opt, want| Row { what, rules, qname, qtype, opt, want };
+    let mut too_short = probe_option(16);
+    too_short.truncate(2 + 2 + 5); // the option says 16 bytes, 5 follow: the options do not tile
+    vec![
+        row("off, probe asked", vec![], "www.example.com", A, opt_with(probe_option(0)), Want::Untimed),
+        row("all, no OPT", vec!["all"], "www.example.com", A, None, Want::Timed),
+        row("all, OPT without the option", vec!["all"], "www.example.com", A, opt_with(vec![]), Want::Timed),
+        row("all, empty probe", vec!["all"], "www.example.com", A, opt_with(probe_option(0)), Want::Probe),
+        row("all, 16-byte probe", vec!["all"], "WWW.Example.COM", A, opt_with(probe_option(16)), Want::Probe),
+        row("all, probe after a cookie", vec!["all"], "www.example.com", A, opt_with([vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8], probe_option(0)].concat()), Want::Probe),
+        row("all, probe of 3 bytes", vec!["all"], "www.example.com", A, opt_with(probe_option(3)), Want::BadProbe),
+        row("all, probe cut short", vec!["all"], "www.example.com", A, opt_with(too_short), Want::Pass("pass_edns_bad")),
+        row("other client prefix", vec!["src=198.19.0.0/16"], "www.example.com", A, opt_with(probe_option(0)), Want::Untimed),
+        row("client prefix", vec!["src=198.18.0.0/15", "src=2001:db8::/32"], "www.example.com", A, opt_with(probe_option(0)), Want::Probe),
+        row("server prefix", vec!["dst=198.18.0.1/32", "dst=2001:db8::1/128"], "www.example.com", A, None, Want::Timed),
+        row("other server", vec!["dst=198.18.0.9/32", "dst=2001:db8::9/128"], "www.example.com", A, None, Want::Untimed),
+        row("qname suffix", vec!["qname=example.com"], "www.EXAMPLE.com", A, opt_with(probe_option(16)), Want::Probe),
+        row("qname exact", vec!["qname=www.example.com"], "www.example.com", A, None, Want::Timed),
+        row("qname elsewhere", vec!["qname=example.net"], "www.example.com", A, None, Want::Untimed),
+        row("qname inside a label", vec!["qname=ww.example.com"], "www.example.com", A, None, Want::Untimed),
+        row("qtype A", vec!["qtype=A"], "www.example.com", A, None, Want::Timed),
+        row("qtype AAAA asked A", vec!["qtype=AAAA"], "www.example.com", A, None, Want::Untimed),
+        row("NODATA, qtype AAAA", vec!["qtype=AAAA"], "www.example.com", AAAA, None, Want::Timed),
+        row("path kernel-auth", vec!["path=kernel-auth"], "www.example.com", A, None, Want::Timed),
+        row("path kernel-cache only", vec!["path=kernel-cache,user-auth"], "www.example.com", A, None, Want::Untimed),
+        row("first rule decides", vec!["qname=example.net", "qtype=A path=kernel-auth"], "www.example.com", A, None, Want::Timed),
+    ]
+}
+
+fn qdns(r: &Row) -> Vec<u8> {
+    query(&wire(r.qname), r.qtype, r.opt.clone())
+}
+
+/// Check `out` is `base` with the probe option appended; returns (rx, tx).
+fn check_probe(base: &[u8], out: &[u8]) -> Result<(u64, u64), String> {
+    if !checksums_ok(out) {
+        return Err("checksums".into());
+    }
+    let (b, o) = (dns_of(base), dns_of(out));
+    if o.len() != b.len() + 20 {
+        return Err(format!("DNS length {} vs {} + 20", o.len(), b.len()));
+    }
+    let n = b.len();
+    if o[..n - 2] != b[..n - 2] {
+        return Err("bytes before RDLENGTH differ".into());
+    }
+    if b[n - 11..n - 8] != [0, 0, 41] || b[n - 2..] != [0, 0] {
+        return Err("the answer without telemetry does not end with an empty OPT".into());
+    }
+    if o[n - 2..n + 4] != [0, 20, 0xfe, 0x1a, 0, 16] {
+        return Err(format!("option header {:02x?}", &o[n - 2..n + 4]));
+    }
+    let rx = u64::from_be_bytes(o[n + 4..n + 12].try_into().unwrap());
+    let tx = u64::from_be_bytes(o[n + 12..n + 20].try_into().unwrap());
+    if rx == 0 || tx < rx || tx - rx > 1_000_000_000 {
+        return Err(format!("rx {rx} tx {tx}"));
+    }
+    // the frame before the DNS message: only the lengths (and checksums) may differ
+    if out.len() != base.len() + 20 {
+        return Err("frame length".into());
+    }
+    Ok((rx, tx))
+}
+
+#[test]
+fn telemetry_table() {
+    require_root("telemetry_table");
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for r in rows() {
+        for (nname, net) in nets() {
+            let what = format!("{} [{nname}]", r.what);
+            let f = frame(&net, &qdns(&r));
+            tel.set_rules(&[]).unwrap();
+            let (act0, base, moved0) = verdict(&prog, &f);
+            let rules: Vec<Rule> = r.rules.iter().map(|t| Rule::parse(t).unwrap()).collect();
+            tel.set_rules(&rules).unwrap();
+            let before = tel.histograms().unwrap();
+            let (act, out, moved) = verdict(&prog, &f);
+            let after = tel.histograms().unwrap();
+            let timed = after[KERNEL_AUTH].hist.count - before[KERNEL_AUTH].hist.count;
+            let probes = after[KERNEL_AUTH].probes - before[KERNEL_AUTH].probes;
+            let bad = after[KERNEL_AUTH].probe_bad - before[KERNEL_AUTH].probe_bad;
+            count += 1;
+            let res: Result<(), String> = (|| {
+                if let Want::Pass(v) = r.want {
+                    if act != 2 || moved != vec![v.to_string()] {
+                        return Err(format!("want {v}, got action {act} {moved:?}"));
+                    }
+                    return if timed == 0 { Ok(()) } else { Err("a passed query was timed".into()) };
+                }
+                if act0 != 3 || moved0 != vec!["answered".to_string()] {
+                    return Err(format!("telemetry off: action {act0} {moved0:?}"));
+                }
+                if act != 3 || moved != vec!["answered".to_string()] {
+                    return Err(format!("telemetry on: action {act} {moved:?}"));
+                }
+                let want_timed = u64::from(r.want != Want::Untimed);
+                if timed != want_timed {
+                    return Err(format!("timed {timed}, want {want_timed}"));
+                }
+                if after[KERNEL_AUTH].rx_ktime - before[KERNEL_AUTH].rx_ktime != want_timed {
+                    return Err("rx clock counter".into());
+                }
+                match r.want {
+                    Want::Probe => {
+                        check_probe(&base, &out)?;
+                        if probes != 1 {
+                            return Err(format!("probes counter {probes}"));
+                        }
+                    }
+                    _ => {
+                        if out != base {
+                            return Err(format!("answer differs from telemetry off:\n  {base:02x?}\n  {out:02x?}"));
+                        }
+                        if probes != 0 {
+                            return Err("probe counted".into());
+                        }
+                    }
+                }
+                if (bad == 1) != (r.want == Want::BadProbe) {
+                    return Err(format!("probe_bad moved by {bad}"));
+                }
+                Ok(())
+            })();
+            if let Err(e) = res {
+                failures.push(format!("{what}: {e}"));
+            }
+        }
+    }
+    tel.set_rules(&[]).unwrap();
+    println!("{count} telemetry rows, {} failures", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let (insns, verified) = prog.telemetry_insn_count().unwrap();
+    println!("telemetry end half: {insns} instructions, {verified} processed by the verifier");
+    assert!(verified < 1_000_000);
+}
+
+/// One in N: a rule with sample=4 times exactly every fourth matching answer on a CPU.
+#[test]
+fn telemetry_sampling() {
+    require_root("telemetry_sampling");
+    stay_on_one_cpu();
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    tel.set_rules(&[Rule::parse("sample=4").unwrap()]).unwrap();
+    let f = frame(&Net::v4(), &query(&wire("www.example.com"), A, None));
+    for _ in 0..40 {
+        assert_eq!(prog.test_run(&f).unwrap().0, 3);
+    }
+    let h = tel.histograms().unwrap();
+    assert_eq!(h[KERNEL_AUTH].hist.count, 10);
+    assert_eq!(h[KERNEL_AUTH].hist.buckets.iter().sum::<u64>(), 10);
+    assert!(h[KERNEL_AUTH].hist.quantile(0.5).unwrap() > 0);
+}
+
+/// Rules replaced 400 times while another thread sends queries with the probe
+/// option: every query is answered, each answer is either the plain one or the probed one,
+/// whole (never a torn rule set, never a lost or broken answer).
+#[test]
+fn rule_edits_under_load_lose_no_query() {
+    require_root("rule_edits_under_load_lose_no_query");
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    let f = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(probe_option(0))));
+    let base = prog.test_run(&f).unwrap().1;
+    let prog = std::sync::Arc::new(prog);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let (prog, stop, f, base) = (prog.clone(), stop.clone(), f.clone(), base.clone());
+        std::thread::spawn(move || {
+            let (mut plain, mut probed, mut bad) = (0u64, 0u64, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (act, out) = prog.test_run(&f).unwrap();
+                if act != 3 {
+                    bad.push(format!("action {act}"));
+                } else if out == base {
+                    plain += 1;
+                } else if let Err(e) = check_probe(&base, &out) {
+                    bad.push(e);
+                } else {
+                    probed += 1;
+                }
+            }
+            (plain, probed, bad)
+        })
+    };
+    let sets: Vec<Vec<Rule>> = vec![
+        vec![Rule::parse("all").unwrap()],
+        vec![],
+        vec![Rule::parse("qname=example.net").unwrap(), Rule::parse("qname=example.com qtype=A").unwrap()],
+        vec![Rule::parse("src=198.19.0.0/16").unwrap()],
+    ];
+    for i in 0..400 {
+        tel.set_rules(&sets[i % sets.len()]).unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (plain, probed, bad) = worker.join().unwrap();
+    // the last set (src=198.19.0.0/16) selects nothing: the plain answer again
+    assert_eq!(prog.test_run(&f).unwrap().1, base, "after the edits, the last set rules");
+    println!("{plain} plain answers, {probed} probed, {} bad", bad.len());
+    assert!(bad.is_empty(), "{:?}", &bad[..bad.len().min(5)]);
+    assert!(plain > 0 && probed > 0, "both kinds of answers seen: {plain} plain, {probed} probed");
+}
+
+/// Test-run ns per answered query (best of five medians of 2000 runs): telemetry off, on
+/// with a rule this query does not match (the rule walk only), on for every answer, and on
+/// with the probe option written. Printed for docs/perf; asserts only that each state
+/// answers as it should.
+#[test]
+fn telemetry_perf() {
+    require_root("telemetry_perf");
+    stay_on_one_cpu();
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    let plain = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(vec![])));
+    let probed = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(probe_option(0))));
+    let best = |f: &[u8]| (0..5).map(|_| prog.bench(f, 2000).unwrap()).min().unwrap();
+    let states: [(&str, Vec<Rule>, &Vec<u8>); 4] = [
+        ("off", vec![], &plain),
+        ("on, unselected (src=198.19.0.0/16)", vec![Rule::parse("src=198.19.0.0/16").unwrap()], &plain),
+        ("on, all selected", vec![Rule::parse("all").unwrap()], &plain),
+        ("on, all selected, probe written", vec![Rule::parse("all").unwrap()], &probed),
+    ];
+    for (what, rules, f) in states {
+        tel.set_rules(&rules).unwrap();
+        assert_eq!(prog.test_run(f).unwrap().0, 3, "{what}: answered");
+        println!("perf {:>5} ns/packet  telemetry {what}", best(f));
+    }
+    tel.set_rules(&[]).unwrap();
+}

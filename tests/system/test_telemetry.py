@@ -1,0 +1,118 @@
+"""Latency telemetry (issue 27) in the lab: `xdns probe` against xdns (kernel and userspace
+paths), against Knot DNS (which knows nothing of option 65050: answered, never stamped) and
+against the no-op reflector (`--baseline`); rules edited live and `--takeover` while probes
+flow lose no query.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from lab import DEFAULT_ZONES, XDNS_BIN, Lab, run
+
+
+@pytest.fixture(scope="module")
+def tlab():
+    with Lab(prefix="xdl") as lab:
+        yield lab
+
+
+TEL = '\n[telemetry]\nrules = ["qname=example.com"]\n'
+
+
+def probe(lab: Lab, addr: str, *args: str, port: int = 53) -> dict:
+    p = lab.client_run([str(XDNS_BIN), "probe", f"{addr}:{port}", "--json", *args], timeout=60)
+    return json.loads(p.stdout)
+
+
+def control(srv, *args: str) -> str:
+    p = run([str(XDNS_BIN), "telemetry", "--control", str(srv.extra["control"]), *args], timeout=10)
+    return p.stdout.strip()
+
+
+def test_probe_kernel_path_rules_live(tlab):
+    srv = tlab.start_xdns(DEFAULT_ZONES, name="xdns-tel-k", xdp="native", extra=TEL)
+    assert control(srv, "list") == "ok 1; 1: qname=example.com."
+    r = probe(tlab, srv.addr4, "--rate", "200", "--duration", "1", "--query", "www.example.com A")
+    assert r["sent"] == 200 and r["answered"] == 200, r
+    assert r["stamped"] == 200, f"every answer carries the server's times: {r}"
+    assert 0 < r["server"]["p50"] < 1_000_000, r
+    assert r["network"]["p50"] > 0
+    st = tlab.xdns_stats(srv)
+    assert st["latency"]["kernel_auth"]["count"] >= 200, st["latency"]
+    assert st["telemetry"]["probes"] >= 200
+    assert st["telemetry"]["rx_xdp_ktime"] >= 200
+    # a name no rule selects: answered, not stamped
+    r = probe(tlab, srv.addr4, "--rate", "100", "--duration", "0.5", "--query", "www.example.net A")
+    assert (r["answered"], r["stamped"]) == (50, 0), r
+    # rules removed live: nothing stamped; added back for every path: stamped again
+    assert control(srv, "del", "all") == "ok 0"
+    r = probe(tlab, srv.addr4, "--rate", "100", "--duration", "0.5", "--query", "www.example.com A")
+    assert (r["answered"], r["stamped"]) == (50, 0), r
+    assert control(srv, "add", "all").startswith("ok 1")
+    r = probe(tlab, srv.addr4, "--rate", "100", "--duration", "0.5", "--query", "www.example.net A")
+    assert (r["answered"], r["stamped"]) == (50, 50), r
+    # text output: the table and the chart
+    p = tlab.client_run([str(XDNS_BIN), "probe", srv.addr4, "--rate", "100", "--duration", "0.3",
+                         "--query", "www.example.com A"], timeout=30)
+    assert "sent 30 answered 30 lost 0 stamped 30" in p.stdout, p.stdout
+    assert "server histogram" in p.stdout
+    tlab.stop(srv)
+
+
+def test_probe_userspace_path_and_metrics(tlab):
+    srv = tlab.start_xdns(DEFAULT_ZONES, name="xdns-tel-u",
+                          extra=TEL.replace("qname=example.com", "path=user-auth"))
+    r = probe(tlab, srv.addr4, "--rate", "200", "--duration", "1", "--query", "www.example.com A")
+    assert (r["sent"], r["answered"], r["stamped"]) == (200, 200, 200), r
+    assert 0 < r["server"]["p50"] < 10_000_000, r
+    st = tlab.xdns_stats(srv)
+    lat = st["latency"]["user_auth"]
+    # the probes and the lab's readiness queries (SOA), all under path=user-auth
+    assert lat["count"] >= 200 and lat["p50_ns"] > 0, lat
+    assert st["telemetry"]["rx_software"] + st["telemetry"]["rx_hardware"] == lat["count"], st["telemetry"]
+    out = run([str(XDNS_BIN), "stats", "--control", str(srv.extra["control"])], timeout=10).stdout
+    assert "latency.user_auth" in out and "p99.9" in out, out
+    tlab.stop(srv)
+
+
+def test_probe_against_knot_and_the_reflector(tlab):
+    knot = tlab.start_knot(DEFAULT_ZONES, name="knot-tel")
+    r = probe(tlab, knot.addr4, "--rate", "200", "--duration", "1", "--query", "www.example.com A")
+    assert (r["sent"], r["answered"], r["stamped"]) == (200, 200, 0), r
+    assert r["rtt"]["p50"] > 0
+    refl = tlab.server([str(XDNS_BIN), "probe", "--reflect", f"{knot.addr4}:5353"], name="reflector")
+    try:
+        time.sleep(0.5)
+        r = probe(tlab, knot.addr4, "--rate", "200", "--duration", "1", "--query", "www.example.com A",
+                  "--baseline", f"{knot.addr4}:5353")
+        assert r["baseline"]["count"] == 200, r
+        assert r["answered"] == 200
+        assert r["baseline"]["p50"] > 0
+    finally:
+        refl.kill()
+        refl.wait()
+    tlab.stop(knot)
+
+
+def test_rule_edits_and_takeover_under_load_lose_no_query(tlab):
+    srv = tlab.start_xdns(DEFAULT_ZONES, name="xdns-tel-t", xdp="native", extra=TEL)
+    p = tlab.client([str(XDNS_BIN), "probe", f"{srv.addr4}:53", "--json", "--rate", "1000",
+                     "--duration", "6", "--query", "www.example.com A"], name="probe-load")
+    time.sleep(0.5)
+    for i in range(20):
+        control(srv, "add", "qtype=A sample=2" if i % 2 else "all")
+        time.sleep(0.05)
+        control(srv, "del", "all")
+        time.sleep(0.05)
+    new = tlab.xdns_takeover(srv, "xdns-tel-t2")
+    p.wait(timeout=60)
+    stdout = (tlab.dir / "probe-load.stdout").read_text()
+    r = json.loads(stdout.strip().splitlines()[-1])
+    assert r["sent"] == 6000 and r["answered"] == 6000, f"queries lost under rule edits and a takeover: {r}"
+    assert r["stamped"] > 0, "the file's rule applies again after the takeover"
+    tlab.stop(new)
