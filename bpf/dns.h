@@ -216,7 +216,7 @@ static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 r
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 pos = 0, i, o, len, x, m;
+	__u32 pos = 0, i, o, len, code, clen, big, x, m;
 	__u8 *h;
 
 	for (i = 0; i < XDNS_MAX_OPTIONS; i++) {
@@ -231,17 +231,24 @@ static __always_inline int xdns_options_ok(struct xdp_md *ctx, __u32 at, __u32 r
 		if ((void *)(h + 4) > data_end)
 			return -1;
 		len = ((__u32)h[2] << 8) | h[3];
-		/* the first COOKIE option (code 10), for the guard's cookie check (rrl.h); a
-		 * length over 255 is malformed anyway: kept as 255, never a valid cookie */
-		if (h[0] == 0 && h[1] == 10 && !q->cookie_len) {
-			q->cookie_len = len > 255 ? 255 : (len ? len : 1);
-			q->cookie_at = o + 4;
-		}
+		code = ((__u32)h[0] << 8) | h[1];
 		/*
-		 * The telemetry probe option (XDNS_TEL_OPTION): its data length + 1 into q->probe,
-		 * without a branch (a branch per option would split the verifier's states).
+		 * Both options below are noted without a branch: a branch per option would split
+		 * the verifier's states (with the main program near its 1M-step limit).
+		 * The first COOKIE option (code 10), for the guard's cookie check (rrl.h): its
+		 * length (1 for an empty one; over 255, malformed anyway, kept as 255, never a
+		 * valid cookie) and place. m is 1 only for a COOKIE while none was seen.
 		 */
-		x = (((__u32)h[0] << 8) | h[1]) ^ XDNS_TEL_OPTION;
+		m = ((code ^ 10) - 1) >> 31;
+		m &= ((__u32)q->cookie_len - 1) >> 31;
+		asm volatile("" : "+r"(m));
+		clen = len | ((len - 1) >> 31);                 /* 0 -> 1 */
+		big = (255 - clen) >> 31;                       /* 1 iff clen > 255 */
+		clen = (clen & (big - 1)) | (255 & -big);
+		q->cookie_len += m * clen;
+		q->cookie_at += m * (o + 4);
+		/* the telemetry probe option (XDNS_TEL_OPTION): its data length + 1 into q->probe */
+		x = (code ^ XDNS_TEL_OPTION);
 		m = (x - 1) >> 31;      /* 1 iff x == 0 (x < 2^16) */
 		asm volatile("" : "+r"(m));
 		q->probe |= m * (len + 1);
@@ -290,6 +297,7 @@ static __always_inline enum xdns_verdict xdns_parse_tail(struct xdp_md *ctx, con
 	q->do_bit = 0;
 	q->payload = 0;
 	q->cookie_len = 0;
+	q->cookie_at = 0;
 	q->probe = 0;
 	if (arcount) {
 		__u16 rdlen;
