@@ -30,29 +30,26 @@
 #include "dns.h"
 #include "lookup.h"
 
-/* Count the packet into its source prefix's slot of the current interval (xdns_abi.h). */
-static __always_inline void xdns_guard_count(struct xdns_scratch *sc, __u64 a0, __u8 family, __u32 bytes, __u32 iv)
+/*
+ * Count one event of `len` bytes into slot iv & 1 of the feature at `key` in `map` (a slot
+ * still holding another interval starts again), or insert the event, built in the scratch's
+ * sc->guard.gate_feat (off the stack: the program's frames are near their 512-byte limit);
+ * a full map counts into *full. Every feature map of
+ * xdns_abi.h counts this way but the whole-name one, whose `bytes` is its parent's hash.
+ */
+static __always_inline void xdns_feat_add(struct xdns_scratch *sc, void *map, const void *key, __u32 iv, __u64 len,
+					  __u64 *full)
 {
-	struct xdns_guard_feat_key k = {};
-	struct xdns_guard_feat *f;
+	struct xdns_guard_feat *f = bpf_map_lookup_elem(map, key), *fresh = &sc->guard.gate_feat;
 	struct xdns_guard_slot *s;
 
-	/* the first 3 (IPv4) or 7 (IPv6) address bytes of the word, whatever the byte order */
-	static const __u8 m4[8] = { 0xff, 0xff, 0xff }, m6[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
-	__u64 mask;
-
-	__builtin_memcpy(&mask, family == 4 ? m4 : m6, 8);
-	k.addr = a0 & mask;
-	k.family = family;
-	f = bpf_map_lookup_elem(&xdns_guard_feat, &k);
 	if (!f) {
-		struct xdns_guard_feat n = {};
-
-		n.slot[iv & 1].interval = iv;
-		n.slot[iv & 1].packets = 1;
-		n.slot[iv & 1].bytes = bytes;
-		if (bpf_map_update_elem(&xdns_guard_feat, &k, &n, BPF_NOEXIST))
-			sc->guard.feat_full++;
+		__builtin_memset(fresh, 0, sizeof(*fresh));
+		fresh->slot[iv & 1].interval = iv;
+		fresh->slot[iv & 1].packets = 1;
+		fresh->slot[iv & 1].bytes = len;
+		if (bpf_map_update_elem(map, key, fresh, BPF_NOEXIST))
+			(*full)++;
 		return;
 	}
 	s = &f->slot[iv & 1];
@@ -62,7 +59,28 @@ static __always_inline void xdns_guard_count(struct xdns_scratch *sc, __u64 a0, 
 		s->bytes = 0;
 	}
 	s->packets++;
-	s->bytes += bytes;
+	s->bytes += len;
+}
+
+/* The first 3 (IPv4) or 7 (IPv6) address bytes of the word, whatever the byte order: the
+ * /24 or /56 the features count per source. */
+static __always_inline __u64 xdns_feat_prefix(__u64 a0, int ipv6)
+{
+	static const __u8 m4[8] = { 0xff, 0xff, 0xff }, m6[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	__u64 mask;
+
+	__builtin_memcpy(&mask, ipv6 ? m6 : m4, 8);
+	return a0 & mask;
+}
+
+/* Count the packet into its source prefix's slot of the current interval (xdns_abi.h). */
+static __always_inline void xdns_guard_count(struct xdns_scratch *sc, __u64 a0, __u8 family, __u32 bytes, __u32 iv)
+{
+	struct xdns_guard_feat_key k = {};
+
+	k.addr = xdns_feat_prefix(a0, family != 4);
+	k.family = family;
+	xdns_feat_add(sc, &xdns_guard_feat, &k, iv, bytes, &sc->guard.feat_full);
 }
 
 /* The entry of the longest listed prefix holding the source, by hash per length in use. */
@@ -334,26 +352,7 @@ __attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
 			fk.len = sc->walk.qlen - start;
 			sc->guard.nx_hash = fk.hash;   /* an NXDOMAIN answer's suffix (rrl.h) */
 			sc->guard.nx_len = fk.len;
-			f = bpf_map_lookup_elem(&xdns_guard_qfeat, &fk);
-			if (!f) {
-				struct xdns_guard_feat nf = {};
-
-				nf.slot[iv & 1].interval = iv;
-				nf.slot[iv & 1].packets = 1;
-				nf.slot[iv & 1].bytes = sc->walk.qlen;
-				if (bpf_map_update_elem(&xdns_guard_qfeat, &fk, &nf, BPF_NOEXIST))
-					sc->guard.qfeat_full++;
-			} else {
-				struct xdns_guard_slot *s = &f->slot[iv & 1];
-
-				if (s->interval != iv) {
-					s->interval = iv;
-					s->packets = 0;
-					s->bytes = 0;
-				}
-				s->packets++;
-				s->bytes += sc->walk.qlen;
-			}
+			xdns_feat_add(sc, &xdns_guard_qfeat, &fk, iv, sc->walk.qlen, &sc->guard.qfeat_full);
 			/* the whole name, its parent's hash in `bytes` (water torture: distinct
 			 * and unknown names under a suffix; xdns_abi.h) */
 			fk.hash = sc->lookup.sfx[(n - 1) & 127];

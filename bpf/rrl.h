@@ -42,6 +42,7 @@
 #include "parse.h"
 #include "word.h"
 #include "dns.h"
+#include "guard.h"
 
 #define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
 #define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
@@ -171,46 +172,14 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 	return 1;
 }
 
-/* Count one kernel answer of `len` IP bytes into slot iv & 1 of the value at `key` (or a
- * new value, built in sc->guard.gate_feat). */
-static __always_inline void xdns_feat_add(struct xdns_scratch *sc, void *map, const void *key, __u32 iv, __u32 len,
-					  __u64 *full)
-{
-	struct xdns_guard_feat *f = bpf_map_lookup_elem(map, key);
-	struct xdns_guard_slot *s;
-
-	if (!f) {
-		struct xdns_guard_feat *n = &sc->guard.gate_feat;
-
-		__builtin_memset(n, 0, sizeof(*n));
-		n->slot[iv & 1].interval = iv;
-		n->slot[iv & 1].packets = 1;
-		n->slot[iv & 1].bytes = len;
-		if (bpf_map_update_elem(map, key, n, BPF_NOEXIST))
-			(*full)++;
-		return;
-	}
-	s = &f->slot[iv & 1];
-	if (s->interval != iv) {
-		s->interval = iv;
-		s->packets = 0;
-		s->bytes = 0;
-	}
-	s->packets++;
-	s->bytes += len;
-}
-
 /* The answer features: per client /24 or /56, and NXDOMAIN per queried parent suffix. */
 static __always_inline void xdns_answer_features(struct xdns_scratch *sc, __u32 iv, __u64 a0, int ipv6, __u32 len)
 {
-	static const __u8 m4[8] = { 0xff, 0xff, 0xff }, m6[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
 	struct xdns_guard_feat_key *fk = &sc->guard.gate_fkey;
 	struct xdns_guard_qfeat_key *qk = &sc->guard.gate_qkey;
-	__u64 mask;
 
-	__builtin_memcpy(&mask, ipv6 ? m6 : m4, 8);
 	__builtin_memset(fk, 0, sizeof(*fk));
-	fk->addr = a0 & mask;
+	fk->addr = xdns_feat_prefix(a0, ipv6);
 	fk->family = ipv6 ? 6 : 4;
 	xdns_feat_add(sc, &xdns_guard_rfeat, fk, iv, len, &sc->guard.rfeat_full);
 	if (sc->guard.gate_class == XDNS_RRL_NXDOMAIN && sc->guard.nx_len) {
