@@ -509,9 +509,12 @@ zone:
             try:
                 if self.xdns_stats(srv).get("xdp_data_active", True):
                     return
-            except RuntimeError:
-                if not srv.extra["control"].exists() and srv.alive() and time.monotonic() < deadline:
-                    time.sleep(0.05)  # started without waiting: no control socket yet
+            except RuntimeError as e:
+                # started without waiting: the control socket may not exist or listen yet (it
+                # can appear between the failed connect and a look at the path, so the error
+                # decides, not the path)
+                if "connecting to" in str(e) and srv.alive() and time.monotonic() < deadline:
+                    time.sleep(0.05)
                     continue
                 raise
             if time.monotonic() > deadline or not srv.alive():
