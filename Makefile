@@ -14,6 +14,9 @@ SHELL := /bin/bash
 #                    an empty XDP program; legitimate answers and time to mitigate; bench/out/guard.png
 #   make bench-inpath  in-path cache on a router: xdns hits vs dnsdist's packet cache vs the
 #                      plain router, miss forwarding with and without xdns, bench/out/inpath.png
+#   make bench-latency round-trip p50/p90/p99/p99.9 at a few loads: xdns (XDP native, generic,
+#                    userspace) vs Knot DNS (XDP, UDP) vs NSD, xdns's server time, no-op baselines,
+#                    telemetry cost; bench/out/latency.png
 #   make bench-scale large zones: load time, memory, replies/s at 100k and 1M records vs Knot, NSD
 #   make deps        only install packages and build
 #   make package     the Debian package (binary, systemd unit, default config, man pages)
@@ -26,7 +29,7 @@ PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
 .PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale package \
-	bench-resolver-smoke bench-guard bench-inpath profile profile-resolver clean-lab
+	bench-resolver-smoke bench-guard bench-inpath bench-latency profile profile-resolver clean-lab
 
 all: build
 
@@ -66,6 +69,7 @@ bench-smoke: build bench-resolver-smoke
 	$(PYTHON) bench/scale.py --smoke
 	$(PYTHON) bench/guard.py --smoke
 	$(PYTHON) bench/inpath.py --smoke --no-kernel
+	$(PYTHON) bench/latency.py --smoke
 
 # The flood guard against nftables and iptables (issue 25): table, bench/out/guard.png.
 bench-guard: deps
@@ -76,6 +80,10 @@ bench-guard: deps
 SIZES ?= 100000,1000000
 bench-scale: deps
 	$(PYTHON) bench/scale.py --sizes $(SIZES)
+
+# Latency (issue 27): round-trip percentiles at a few offered loads, bench/out/latency.png.
+bench-latency: deps
+	$(PYTHON) bench/latency.py
 
 bench-inpath: deps
 	$(PYTHON) bench/inpath.py
