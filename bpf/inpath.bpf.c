@@ -52,7 +52,7 @@ int xdns_inpath(struct xdp_md *ctx)
 		return XDP_PASS;        /* never: key 0 of an array map always exists */
 	v = xdns_inpath_handle(ctx, sc);
 	sc->verdicts[v & (XDNS_INPATH_SLOTS - 1)]++;
-	if (v == XDNS_INPATH_ANSWERED)
+	if (v == XDNS_INPATH_ANSWERED || v == XDNS_INPATH_ANSWERED_TC)
 		return XDP_TX;
 	if (v == XDNS_INPATH_DROP_REWRITE)
 		return XDP_DROP;

@@ -284,7 +284,7 @@ __attribute__((noinline)) int xdns_inpath_record(struct xdns_inpath_scratch *sc,
  * header and question (in place), TTLs aged, the server's flags and counts. 0, or -1.
  */
 __attribute__((noinline)) int xdns_inpath_fill(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
-					       __u32 qlen, __u64 now)
+					       __u32 qlen, __u64 now, int tc)
 {
 	__u32 at, n, k, off, old, sub, nt, rlen;
 	__u8 *m;
@@ -296,6 +296,27 @@ __attribute__((noinline)) int xdns_inpath_fill(struct xdns_inpath_scratch *sc, s
 		return -1;
 	m = sc->buf + XDNS_INPATH_DNS_AT;
 	n = e->rest_len & 0x7ff;
+	if (tc) {
+		/* RFC 2181 9 / 6891 7: header with TC, the question, the server's OPT; no records */
+		if (!(e->eflags & XDNS_INPATH_E_OPT)) {
+			n = 0;
+		} else {
+			if (n < XDNS_INPATH_OPT_LEN || n > XDNS_INPATH_REST || at > 12 + 255 + 4)
+				return -1;
+			off = n - XDNS_INPATH_OPT_LEN;
+			asm volatile("" : "+r"(off));   /* bound the value the copy uses, not n */
+			if (off > XDNS_INPATH_REST - XDNS_INPATH_OPT_LEN)
+				return -1;
+			__builtin_memcpy(m + at, e->rest + off, XDNS_INPATH_OPT_LEN);
+			n = XDNS_INPATH_OPT_LEN;
+		}
+		*(__u16 *)(m + 2) = e->hdr[0] | bpf_htons(0x0200);
+		*(__u16 *)(m + 4) = e->hdr[1];
+		*(__u32 *)(m + 6) = 0;
+		*(__u16 *)(m + 10) = n ? bpf_htons(1) : 0;
+		*(__u32 *)(m + ((at + n) & 0x7ff)) = 0;
+		return 0;
+	}
 	rlen = at + n;
 	if (n > XDNS_INPATH_REST || at > 12 + 255 + 4 || rlen > XDNS_INPATH_MSG)
 		return -1;
@@ -334,7 +355,7 @@ __attribute__((noinline)) int xdns_inpath_fill(struct xdns_inpath_scratch *sc, s
 static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
 								  const struct xdns_inpath_pkt *pkt,
 								  struct xdns_inpath_entry *e, __u32 qlen,
-								  __u32 rlen, __u64 now)
+								  __u32 rlen, __u64 now, int tc)
 {
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 k, hl, start, frame;
@@ -345,7 +366,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 	__u8 *h;
 	long grow;
 
-	if (rlen > XDNS_INPATH_MSG || rlen < 17 || xdns_inpath_fill(sc, e, qlen, now))
+	if (rlen > XDNS_INPATH_MSG || rlen < 17 || xdns_inpath_fill(sc, e, qlen, now, tc))
 		return XDNS_INPATH_MISS_TOO_BIG;
 
 	/* frame headers, right before the message */
@@ -420,7 +441,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 		return XDNS_INPATH_DROP_REWRITE;
 	if (bpf_xdp_store_bytes(ctx, 0, h, k))
 		return XDNS_INPATH_DROP_REWRITE;
-	return XDNS_INPATH_ANSWERED;
+	return tc ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
 }
 
 /* A query from a client to a configured server: answered from the cache, or recorded. */
@@ -429,6 +450,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 {
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 len = pkt->dns_len, qlen, o, set, way, key, limit, rlen;
+	int tc;
 	__u16 flags, qtype, qclass, kflags, payload = 512;
 	struct xdns_inpath_entry *e, *hit = NULL;
 	enum xdns_inpath_verdict v;
@@ -495,11 +517,12 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 		rlen = 12 + qlen + 4 + hit->rest_len;
 		if (now >= hit->expires_ns) {
 			v = XDNS_INPATH_MISS_EXPIRED;
-		} else if (rlen > limit || rlen > XDNS_INPATH_MSG) {
-			v = XDNS_INPATH_MISS_TOO_BIG;
 		} else {
-			v = xdns_inpath_reply(ctx, sc, pkt, hit, qlen, rlen, now);
-			if (v == XDNS_INPATH_ANSWERED) {
+			tc = rlen > limit;
+			if (tc)
+				rlen = 12 + qlen + 4 + ((hit->eflags & XDNS_INPATH_E_OPT) ? XDNS_INPATH_OPT_LEN : 0);
+			v = xdns_inpath_reply(ctx, sc, pkt, hit, qlen, rlen, now, tc);
+			if (v == XDNS_INPATH_ANSWERED || v == XDNS_INPATH_ANSWERED_TC) {
 				hit->used_ns = now;
 				return v;
 			}

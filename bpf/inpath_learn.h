@@ -250,6 +250,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 #pragma unroll
 	for (k8 = 0; k8 < 5; k8++)
 		sc->e.hdr[k8] = *(__u16 *)(m + 2 + k8 * 2);
+	sc->e.eflags = (sc->w_seen & 1) ? XDNS_INPATH_E_OPT : 0;
 	rest = len - at;
 	if (xdns_inpath_store_rest(sc, at, rest))
 		return XDNS_INPATH_REJECT_SIZE;

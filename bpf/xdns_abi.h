@@ -891,7 +891,7 @@ enum xdns_inpath_verdict {
 	XDNS_INPATH_ANSWERED = 1,           /* XDP_TX: a hit, answered on behalf of the server */
 	XDNS_INPATH_MISS = 2,               /* a cacheable query not in the cache: recorded, forwarded */
 	XDNS_INPATH_MISS_EXPIRED = 3,       /* in the cache but expired: recorded, forwarded */
-	XDNS_INPATH_MISS_TOO_BIG = 4,       /* cached, but larger than the client's UDP payload size: recorded, forwarded */
+	XDNS_INPATH_MISS_TOO_BIG = 4,       /* cached, but no reply fits (not even a truncated one): recorded, forwarded */
 	XDNS_INPATH_QUERY_OTHER = 5,        /* a query the cache does not take (opcode, flags, counts, EDNS options or version, class, meta type, VLAN, IP options): forwarded */
 	XDNS_INPATH_LEARNED = 6,            /* a response to a recorded query, stored; forwarded */
 	XDNS_INPATH_REJECT_UNSOLICITED = 7, /* response matching no recorded query (wrong ID, port, server or client): forwarded, not learnt */
@@ -907,7 +907,8 @@ enum xdns_inpath_verdict {
 	XDNS_INPATH_REJECT_NOMEM = 17,      /* the cache map refused the entry */
 	XDNS_INPATH_DROP_REWRITE = 18,      /* a helper failed half way through a reply: dropped */
 	XDNS_INPATH_MISS_NO_ROOM = 19,      /* cached, but the frame could not grow to the reply: recorded, forwarded */
-	XDNS_INPATH_VERDICT_MAX = 20,       /* number of verdicts; not a verdict */
+	XDNS_INPATH_ANSWERED_TC = 20,       /* XDP_TX: a hit larger than the client's UDP payload size, answered TC=1 (header, question, the server's OPT) */
+	XDNS_INPATH_VERDICT_MAX = 21,       /* number of verdicts; not a verdict */
 };
 #define XDNS_INPATH_SLOTS 32            /* verdict counters per CPU (a power of two >= the verdicts) */
 
@@ -922,6 +923,10 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_K_EDNS 0x8000       /* the query had an OPT record */
 #define XDNS_INPATH_K_DO 0x4000         /* ... with DO=1 */
 #define XDNS_INPATH_K_HDR 0x0130        /* the query's RD, AD and CD bits, in place */
+
+/* eflags of an entry */
+#define XDNS_INPATH_E_OPT 1             /* rest ends with the server's OPT record (11 bytes: no options) */
+#define XDNS_INPATH_OPT_LEN 11          /* an OPT record without options */
 
 /* Load-time settings (rodata). */
 struct xdns_inpath_cfg {
@@ -972,7 +977,7 @@ struct xdns_inpath_entry {
 	__u16 rest_len;         /* bytes after the question */
 	__u16 nttl;             /* records whose TTL is aged */
 	__u16 ttl_off[XDNS_INPATH_TTLS]; /* offsets of their TTLs in rest */
-	__u16 _pad;
+	__u16 eflags;           /* XDNS_INPATH_E_* */
 	__u8 server[16];        /* the server that gave it (IPv4 as ::ffff:a.b.c.d): each answers for itself */
 	__u8 name[256];         /* lowercased (the last word zero padded; words past the name unused) */
 	__u8 rest[XDNS_INPATH_REST]; /* answer, authority, additional (OPT included), as the server sent them */

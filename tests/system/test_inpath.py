@@ -169,9 +169,20 @@ def plab():
         yield lab
 
 
+# A zone of this test's own (the shared zones are others' fixtures): `mid` is one TXT RRset
+# of about 800 bytes, between 512 and the 1232 bytes every server here sends at most.
+INPATH_ZONE = """$TTL 300
+@	IN	SOA	ns.inpath.example. hostmaster.inpath.example. 1 3600 900 604800 60
+	IN	NS	ns
+ns	IN	A	198.18.0.53
+""" + "".join(f'mid\tIN\tTXT\t"{i}{"m" * 179}"\n' for i in range(4))
+
+
 @pytest.fixture(scope="module")
 def knot(plab):
-    return plab.start_knot(DEFAULT_ZONES)
+    zone = plab.dir / "inpath.example.zone"
+    zone.write_text(INPATH_ZONE)
+    return plab.start_knot(DEFAULT_ZONES + [("inpath.example.", zone)])
 
 
 def start_unbound(lab, knot) -> Server:
@@ -202,6 +213,9 @@ stub-zone:
     stub-addr: {knot.addr4}
 stub-zone:
     name: "example.net"
+    stub-addr: {knot.addr4}
+stub-zone:
+    name: "inpath.example"
     stub-addr: {knot.addr4}
 """)
     proc, err = lab._spawn(lab.server_ns, ["unbound", "-d", "-c", str(conf)], "unbound")
@@ -297,6 +311,32 @@ def test_differential_knot_and_unbound(plab, inpath, knot, unbound):
         via = plab.udp(knot.addr4, q)
         assert no_ttls(via) == no_ttls(direct), f"{name} {rtype}: cache differs from Knot direct"
         assert ttls(via) == ttls(direct) or all(v <= d for v, d in zip(ttls(via), ttls(direct)))
+
+
+def test_truncated_hit_matches_the_server(plab, inpath, knot, unbound):
+    """An answer learnt for a 1232-byte client, asked by clients of 512 and 600 bytes: the
+    cache answers TC=1 (header, question, the server's OPT), byte for byte what Knot and
+    Unbound send for that very query."""
+    for srv_addr, label, qid0 in ((knot.addr4, "knot", 0x5a00), (unbound.addr4, "unbound", 0x5b00),
+                                  (knot.addr6, "knot6", 0x5c00)):
+        before = counters(plab, inpath)
+        full = plab.udp(srv_addr, make_query("mid.inpath.example", "TXT", qid0, 1232))
+        assert full is not None and len(full) > 700 and not full[2] & 0x02, label
+        assert delta(before, counters(plab, inpath)).get("learned") == 1, label
+        for i, size in enumerate((512, 600)):
+            q = make_query("Mid.Inpath.example", "TXT", qid0 + 1 + i, size)
+            before = counters(plab, inpath)
+            via = plab.udp(srv_addr, q)
+            d = delta(before, counters(plab, inpath))
+            assert d.get("answered_tc") == 1 and d.get("answered", 0) == 0, f"{label} {size}: {d}"
+            fam = socket.AF_INET6 if ":" in srv_addr else socket.AF_INET
+            s = socket_in(plab.server_ns, fam, socket.SOCK_DGRAM)
+            s.settimeout(2)
+            s.sendto(q, (srv_addr, 53))
+            direct = s.recvfrom(4096)[0]
+            s.close()
+            assert direct[2] & 0x02, f"{label} {size}: the server itself truncates"
+            assert via == direct, f"{label} {size}: cache {via.hex()} server {direct.hex()}"
 
 
 FORGED = {

@@ -297,12 +297,35 @@ fn inpath_fixture_table() {
     let rb = resp(&qb, 0x8580, &[rr(&PTR_Q, 16, 300, &[b'y'; 550])], &[], Some((0, 0, &[])));
     run(&p, &frame(&v4, &qb));
     assert_eq!(run(&p, &frame(&s4, &rb)).2, vec!["learned".to_string()]);
-    let qb512 = q("big.example.com", 16, 0x7002, Opt::new(512, false));
-    assert_eq!(run(&p, &frame(&v4, &qb512)).2, vec!["miss_too_big".to_string()], "a 512-byte client");
+    // a 512-byte client (and one advertising less: 512 is the floor, RFC 6891 6.2.5): TC=1,
+    // the header's flags and question as a server sends them, no records but the server's OPT
+    for (id, size) in [(0x7002u16, 512u16), (0x7012, 100)] {
+        let qb512 = q("big.example.com", 16, id, Opt::new(size, false));
+        let (act, out, moved) = run(&p, &frame(&v4, &qb512));
+        assert_eq!((act, moved), (XDP_TX, vec!["answered_tc".to_string()]), "a {size}-byte client");
+        let mut tc = qb512[..qb512.len() - 11].to_vec();
+        tc[2..4].copy_from_slice(&0x8780u16.to_be_bytes());
+        tc[6..12].copy_from_slice(&[0, 0, 0, 0, 0, 1]);
+        tc.extend_from_slice(&rb[rb.len() - 11..]);
+        check_reply(&v4, &out, &tc, "TC=1 with the server's OPT");
+    }
     let qb2 = q("big.example.com", 16, 0x7003, Opt::new(1400, false));
     let (act, out, moved) = run(&p, &frame(&v4, &qb2));
     assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "a 1400-byte client");
     check_reply(&v4, &out, &expected(&qb2, &rb), "600-byte answer");
+
+    // a server that sent 600 bytes to a client without EDNS (learnt as sent): a later
+    // client without EDNS gets TC=1 without OPT (512 bytes is its limit, RFC 1035 4.2.1)
+    let qn0 = q("big0.example.com", 16, 0x7101, None);
+    let rn0 = resp(&qn0, 0x8580, &[rr(&PTR_Q, 16, 300, &[b'z'; 550])], &[], None);
+    run(&p, &frame(&v4, &qn0));
+    assert_eq!(run(&p, &frame(&s4, &rn0)).2, vec!["learned".to_string()]);
+    let qn1 = q("BIG0.example.com", 16, 0x7102, None);
+    let (act, out, moved) = run(&p, &frame(&v4, &qn1));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered_tc".to_string()]), "no EDNS: 512 bytes");
+    let mut tc = qn1.clone();
+    tc[2..4].copy_from_slice(&0x8780u16.to_be_bytes());
+    check_reply(&v4, &out, &tc, "TC=1 without OPT");
 
     // ageing: 100 s later the A record says 200; the NXDOMAIN's SOA (TTL 900, minimum 60)
     // lives 60 s: expired
@@ -320,7 +343,7 @@ fn inpath_fixture_table() {
 
     // flush
     let n = p.flush().unwrap();
-    assert_eq!(n, 4, "A, A DO=1, AAAA over IPv6, the 600-byte answer");
+    assert_eq!(n, 5, "A, A DO=1, AAAA over IPv6, the two 600-byte answers");
     assert_eq!(p.entries().unwrap().live, 0);
     let (act, _, moved) = run(&p, &frame(&v4, &q2));
     assert_eq!((act, moved), (XDP_PASS, vec!["miss".to_string()]));
