@@ -9,7 +9,7 @@
 //! whole from its records and validate it as the loader does a zone file. The new version
 //! is then swapped in as a reload does: the served set in userspace, then the XDP maps (an
 //! IXFR's owners only, in place, when the kernel can). The copy served is written to the
-//! zone's `file` afterwards. Anything that fails keeps the old version serving and is
+//! zone's `file` afterwards (in the background after an IXFR applied in place). Anything that fails keeps the old version serving and is
 //! logged. After `expire` seconds without a successful check the zone answers SERVFAIL
 //! until a primary answers again.
 
@@ -127,6 +127,10 @@ pub struct Secondary {
     inc: Arc<Mutex<incremental::State>>,
     /// When the last NOTIFY (or command) woke the task, for the transfer's log line.
     woken: Mutex<Option<Instant>>,
+    /// The stored copy is being written; another version is to be written after it.
+    storing: Mutex<(bool, bool)>,
+    /// Held while the stored copy is written.
+    store_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Secondary {
@@ -164,6 +168,8 @@ impl Secondary {
             status: Mutex::new(status),
             inc: Arc::default(),
             woken: Mutex::new(None),
+            storing: Mutex::new((false, false)),
+            store_lock: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -450,6 +456,7 @@ async fn transfer_from(
         (None, None) => return Err("nothing to apply".into()),
     };
     let built_ms = t0.elapsed().as_millis() as u64;
+    let touched_any = touched.is_some();
     let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
     let serial = zone.serial;
     let zone = Arc::new(zone);
@@ -493,7 +500,14 @@ async fn transfer_from(
         }
         st.last_kernel_update = kernel.as_ref().map(|k| k.to_string());
     }
-    store(sec, zone).await;
+    if touched_any {
+        drop(zone);
+        store_later(shared, sec);
+    } else {
+        // a whole transfer: written before the next check, as it always was (its build
+        // took longer than the write)
+        store(sec, zone).await;
+    }
     Ok(timers)
 }
 
@@ -576,17 +590,47 @@ async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, Strin
     .map_err(|e| e.to_string())?
 }
 
-/// Write the copy now served to the zone's `file` (`FILE.new`, then renamed over it): the
-/// copy served at the next start. Nothing without `file`.
+/// Write the version served to the zone's `file` in the background, so that writing a large
+/// zone never delays the next change; changes made meanwhile are written together once the
+/// write in progress ends (the version served then). The writer holds the version it writes:
+/// a change two versions later finds its spare still in use and copies the zone whole.
+fn store_later(shared: &Arc<Shared>, sec: &Arc<Secondary>) {
+    {
+        let mut w = sec.storing.lock().unwrap_or_else(|e| e.into_inner());
+        if w.0 {
+            w.1 = true;
+            return;
+        }
+        *w = (true, false);
+    }
+    let (shared, sec) = (Arc::downgrade(shared), sec.clone());
+    tokio::spawn(async move {
+        loop {
+            if let Some(z) = shared.upgrade().and_then(|s| current(&s, &sec.cfg.name)) {
+                store(&sec, z).await;
+            }
+            let mut w = sec.storing.lock().unwrap_or_else(|e| e.into_inner());
+            if !w.1 {
+                *w = (false, false);
+                return;
+            }
+            w.1 = false;
+        }
+    });
+}
+
+/// Write `zone` to the zone's `file` (`FILE.tmp`, then renamed over it): the copy served at
+/// the next start. Nothing without `file`. One write at a time.
 async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) {
     let (path, keep) = target(sec);
     if !keep {
         return;
     }
+    let _one = sec.store_lock.lock().await;
     let name = sec.cfg.name.clone();
     let r = tokio::task::spawn_blocking(move || {
         let mut new = path.clone().into_os_string();
-        new.push(".new");
+        new.push(".tmp");
         let new = PathBuf::from(new);
         if let Some(dir) = new.parent() {
             std::fs::create_dir_all(dir)?;
@@ -803,10 +847,40 @@ mod tests {
         assert_eq!(sec.info().last_transfer.as_deref(), Some("ixfr"));
         let z = shared.served.load().zones.find(b"\x01t\x00").unwrap().clone();
         assert!(z.nodes.contains_key(&b"\x05h3000\x01t\x00"[..]));
+        let how = sec.info().last_apply.unwrap_or_default();
+        assert!(how.starts_with("in place: "), "{how}");
+        assert_eq!(sec.info().apply_in_place, 1);
+        drop(z);
         // and again: up to date, nothing transferred
         let n = sec.info().transfers;
         refresh(&shared, &sec, false).await.unwrap();
         assert_eq!(sec.info().transfers, n);
+
+        // an IXFR whose difference puts a CNAME beside an address: refused, with the reason;
+        // serial 2 keeps serving
+        let soa = |s: u32| {
+            let mut rd = soa_rdata(&pserved.load().loaded[0].zone).unwrap().to_vec();
+            let at = rd.len() - 20;
+            rd[at..at + 4].copy_from_slice(&s.to_be_bytes());
+            Bytes::from(rd)
+        };
+        let rec = |owner: &[u8], rtype, rdata: Bytes| client::Rec { owner: owner.into(), rtype, ttl: 60, rdata };
+        let apex = b"\x01t\x00";
+        let d = client::Diff {
+            from: 2,
+            to: 3,
+            deleted: vec![rec(apex, 6, soa(2))],
+            added: vec![rec(apex, 6, soa(3)), rec(b"\x02h1\x01t\x00", 5, Bytes::from_static(b"\x02ns\x01t\x00"))],
+        };
+        let mut v3 = primary_served(&dir, &zone_text(3, 3001), None);
+        v3.loaded[0].journal = Arc::new(vec![d]);
+        pserved.store(Arc::new(v3));
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("IXFR refused") && e.contains("CNAME beside other data"), "{e}");
+        assert_eq!(served_serial(&shared), Some(2), "the old version keeps serving");
+        assert_eq!(sec.info().apply_refused, 1);
+        let z = shared.served.load().zones.find(apex).unwrap().clone();
+        assert!(z.nodes[&b"\x02h1\x01t\x00"[..]].rrset(5).is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
