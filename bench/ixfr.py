@@ -10,8 +10,11 @@ start). Each change adds one A record under a new name with `knotc zone-begin/se
 
 Per change: **served** (the new record answered, by userspace first), **done** (xdns stats
 counts the transfer: the kernel update is part of it), the transfer's own phases from the
-daemon's log line (`fetched_ms`, `applied_ms`, `built_ms`, total `ms`), and how the kernel took
-it (`kernel_update`: `in place: …` or `full: REASON`). Then a query the kernel must answer
+daemon's log line (`fetched_ms`, `applied_ms`, `built_ms`, total `ms`, and `since_wake_ms`:
+from the NOTIFY's arrival to the kernel holding the change), how userspace applied it
+(`userspace_apply`: `in place: …` or `full: REASON`) and how the kernel took it
+(`kernel_update`: `in place: …` or `full: REASON`). `XDNS_BIN` picks the binary (a build of
+another commit, for before/after). Then a query the kernel must answer
 (the `answered` verdict grows). Results: bench/out/ixfr.json.
 """
 
@@ -113,13 +116,14 @@ def main() -> int:
                     time.sleep(0.005)
                 t = transfer()
                 line = [ln for ln in srv.stderr().splitlines() if "transferred and serving" in ln][-1]
-                phases = {k: int(v) for k, v in re.findall(r"\b(fetched_ms|applied_ms|built_ms|ms)=(\d+)", line)}
+                phases = {k: int(v) for k, v in re.findall(r"\b(fetched_ms|applied_ms|built_ms|since_wake_ms|ms)=(-?\d+)", line)}
                 before = lab.xdns_stats(srv)["xdp"]["answered"]
                 for _ in range(5):
                     ask(lab, srv.addr4, name)
                 kernel = lab.xdns_stats(srv)["xdp"]["answered"] - before
                 r = {"served_s": served, "done_s": done, "phases_ms": phases,
-                     "kernel_update": t.get("last_kernel_update"), "kernel_answered_of_5": kernel}
+                     "kernel_update": t.get("last_kernel_update"), "userspace_apply": t.get("last_apply"),
+                     "kernel_answered_of_5": kernel}
                 print(json.dumps(r))
                 results.append(r)
         finally:

@@ -369,6 +369,14 @@ pub struct TransferInfo {
     /// Transfers the kernel took in place, and as a full new generation.
     pub kernel_in_place: u64,
     pub kernel_full: u64,
+    /// How userspace applied the last IXFR: `in place: N names[; copied whole: WHY][;
+    /// validated whole: WHY]` (the differences applied to the zone, checked where they
+    /// touched) or `full: REASON` (the zone built and validated whole).
+    pub last_apply: Option<String>,
+    /// IXFRs applied in place, built whole, and refused (the new version did not validate).
+    pub apply_in_place: u64,
+    pub apply_full: u64,
+    pub apply_refused: u64,
 }
 
 /// The counters (or gauges) of one part of the server, exported the same way everywhere:
@@ -534,6 +542,13 @@ impl Snapshot {
                 if let Some(k) = &t.last_kernel_update {
                     row(&format!("zone.{n}.kernel_update"), k);
                     row(&format!("zone.{n}.kernel_updates"), &format!("in_place {} full {}", t.kernel_in_place, t.kernel_full));
+                }
+                if let Some(a) = &t.last_apply {
+                    row(&format!("zone.{n}.ixfr_apply"), a);
+                    row(
+                        &format!("zone.{n}.ixfr_applies"),
+                        &format!("in_place {} full {} refused {}", t.apply_in_place, t.apply_full, t.apply_refused),
+                    );
                 }
                 if let Some(e) = &t.last_error {
                     row(&format!("zone.{n}.last_error"), e);

@@ -141,18 +141,32 @@ pub fn soa_of(set: &RecordSet, apex: &[u8]) -> Option<(u32, Bytes)> {
 /// line, with absolute names. Common types in presentation form, the rest as RFC 3597
 /// generic data (which the loader parses into the same bytes).
 pub fn write(path: &Path, apex: &[u8], set: &RecordSet) -> std::io::Result<()> {
-    let mut keys: Vec<_> = set.keys().collect();
-    keys.sort_by(|a, b| {
-        let soa = |k: &(NameKey, u16, Bytes)| !(k.1 == SOA && &k.0[..] == apex);
-        (soa(a), &a.0, a.1).cmp(&(soa(b), &b.0, b.1))
-    });
+    write_records(path, apex, set.iter().map(|(k, ttl)| (&k.0[..], k.1, &k.2[..], *ttl)).collect())
+}
+
+/// [`write`] of a zone's records (the version served, after a change applied in place).
+pub fn write_zone(path: &Path, zone: &Zone) -> std::io::Result<()> {
+    let mut recs = Vec::new();
+    for (owner, node) in &zone.nodes {
+        for rr in &node.rrsets {
+            for rd in &rr.rdata {
+                recs.push((&owner[..], rr.rtype, &rd[..], rr.ttl));
+            }
+        }
+    }
+    write_records(path, &zone.apex, recs)
+}
+
+fn write_records(path: &Path, apex: &[u8], mut recs: Vec<(&[u8], u16, &[u8], u32)>) -> std::io::Result<()> {
+    let soa = |k: &(&[u8], u16, &[u8], u32)| !(k.1 == SOA && k.0 == apex);
+    recs.sort_by(|a, b| (soa(a), a.0, a.1).cmp(&(soa(b), b.0, b.1)));
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(f, "; written by xdns from a zone transfer")?;
     let mut line = String::new();
-    for k in keys {
+    for (owner, rtype, rd, ttl) in recs {
         line.clear();
-        let _ = write!(line, "{} {} IN ", key_to_text(&k.0), set[k]);
-        rdata_text(&mut line, k.1, &k.2);
+        let _ = write!(line, "{} {} IN ", key_to_text(owner), ttl);
+        rdata_text(&mut line, rtype, rd);
         writeln!(f, "{line}")?;
     }
     f.into_inner().map_err(|e| e.into_error())?.sync_all()

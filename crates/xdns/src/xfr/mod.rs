@@ -5,6 +5,8 @@
 //! - [`client`]: IXFR (RFC 1995) and AXFR (RFC 5936) over TCP, and what an answer means;
 //! - [`journal`]: a zone as a set of records, IXFR differences applied to it (and computed
 //!   between two versions), written out as a master file;
+//! - [`incremental`]: an IXFR applied to a spare copy of the zone in place, validated where it
+//!   touched, swapped in whole (the whole-zone build is the fallback);
 //! - [`secondary`]: one task per secondary zone: timers, NOTIFY, transfers, the atomic swap
 //!   (userspace and the XDP maps, as a reload does), expiry, the stored copy;
 //! - [`notify`]: the query-plan step that answers NOTIFY (RFC 1996) and SERVFAIL for an
@@ -17,6 +19,7 @@
 
 pub mod catalog;
 pub mod client;
+pub mod incremental;
 pub mod journal;
 pub mod keys;
 pub mod notify;

@@ -65,6 +65,12 @@ impl OutgoingConfig {
 /// [`JOURNAL_RECORDS`]: older differences are dropped first (a client that far behind gets
 /// the whole zone).
 pub fn next_journal(old: Option<&LoadedZone>, new: &Arc<Zone>, keep: bool) -> Arc<Vec<Diff>> {
+    next_journal_with(old, new, keep, None)
+}
+
+/// [`next_journal`], given the differences from `old` to `new` when they are known (an IXFR
+/// applied in place): they are kept as they are instead of comparing the two versions whole.
+pub fn next_journal_with(old: Option<&LoadedZone>, new: &Arc<Zone>, keep: bool, known: Option<&[Diff]>) -> Arc<Vec<Diff>> {
     let Some(old) = old.filter(|_| keep) else {
         return Arc::default();
     };
@@ -74,9 +80,12 @@ pub fn next_journal(old: Option<&LoadedZone>, new: &Arc<Zone>, keep: bool) -> Ar
     if !serial::gt(new.serial, old.zone.serial) {
         return Arc::default();
     }
-    let d = journal::diff(&journal::records_of(&old.zone), &journal::records_of(new), old.zone.serial, new.serial);
     let mut j: Vec<Diff> = old.journal.iter().cloned().collect();
-    j.push(d);
+    let chained = known.filter(|k| k.first().is_some_and(|d| d.from == old.zone.serial) && k.last().is_some_and(|d| d.to == new.serial));
+    match chained {
+        Some(k) => j.extend(k.iter().cloned()),
+        None => j.push(journal::diff(&journal::records_of(&old.zone), &journal::records_of(new), old.zone.serial, new.serial)),
+    }
     let size = |j: &[Diff]| j.iter().map(|d| d.deleted.len() + d.added.len()).sum::<usize>();
     while j.len() > JOURNAL_DIFFS || (j.len() > 1 && size(&j) > JOURNAL_RECORDS) {
         j.remove(0);

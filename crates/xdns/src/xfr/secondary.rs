@@ -4,9 +4,12 @@
 //! after a failure), and at once on an accepted NOTIFY or `xdns zone refresh`. A check is an
 //! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
 //! as the fallback when the primary cannot answer IXFR or its differences do not apply to
-//! our copy). The new version is written as a master file, loaded and validated by the zone
-//! loader like any configured zone, then swapped in as a reload does: the served set in
-//! userspace, then the XDP maps. Anything that fails keeps the old version serving and is
+//! our copy). An IXFR is applied in place to a spare copy of the zone and validated where it
+//! touched ([`super::incremental`]); what that cannot decide, and an AXFR, build the zone
+//! whole from its records and validate it as the loader does a zone file. The new version
+//! is then swapped in as a reload does: the served set in userspace, then the XDP maps (an
+//! IXFR's owners only, in place, when the kernel can). The copy served is written to the
+//! zone's `file` afterwards (in the background after an IXFR applied in place). Anything that fails keeps the old version serving and is
 //! logged. After `expire` seconds without a successful check the zone answers SERVFAIL
 //! until a primary answers again.
 
@@ -24,6 +27,7 @@ use xdns_zone::load::text_to_key;
 use xdns_zone::{NameKey, Zone, ZoneSource};
 
 use super::client::{self, Fetched, Kind, XfrError};
+use super::incremental;
 use super::journal::{self, RecordSet};
 use super::serial::{self, Timers};
 use crate::config::{Config, SecondaryConfig};
@@ -119,6 +123,14 @@ pub struct Secondary {
     force_axfr: AtomicBool,
     /// What `xdns stats` shows.
     status: Mutex<TransferInfo>,
+    /// The spare copy for IXFRs applied in place ([`incremental`]).
+    inc: Arc<Mutex<incremental::State>>,
+    /// When the last NOTIFY (or command) woke the task, for the transfer's log line.
+    woken: Mutex<Option<Instant>>,
+    /// The stored copy is being written; another version is to be written after it.
+    storing: Mutex<(bool, bool)>,
+    /// Held while the stored copy is written.
+    store_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Secondary {
@@ -154,12 +166,28 @@ impl Secondary {
             wake: Notify::new(),
             force_axfr: AtomicBool::new(false),
             status: Mutex::new(status),
+            inc: Arc::default(),
+            woken: Mutex::new(None),
+            storing: Mutex::new((false, false)),
+            store_lock: tokio::sync::Mutex::new(()),
         }))
     }
 
     /// Check the primary now (NOTIFY, `xdns zone refresh`).
     pub fn wake(&self) {
+        self.woken.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Instant::now);
         self.wake.notify_one();
+    }
+
+    /// How the last IXFR was applied in userspace (`in place: …` or `full: REASON`).
+    fn note_apply(&self, how: String, in_place: bool) {
+        let mut st = self.status();
+        if in_place {
+            st.apply_in_place += 1;
+        } else {
+            st.apply_full += 1;
+        }
+        st.last_apply = Some(how);
     }
 
     /// Transfer the whole zone now (`xdns zone retransfer`).
@@ -219,6 +247,9 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
             st.serial = Some(z.serial);
             st.expires = Some(unix_in(t.expire));
         }
+    }
+    if let Some(z) = &start {
+        prepare_later(&shared, &sec, z.clone());
     }
     if let (Role::Catalog, Some(z)) = (&sec.role, &start) {
         super::catalog::sync(&shared, &sec, z).await;
@@ -318,7 +349,13 @@ async fn transfer_from(
     let fetched_ms = t0.elapsed().as_millis() as u64;
     // the owners an IXFR changed: the kernel may then update only their entries
     let mut changed: Option<Vec<Vec<u8>>> = None;
-    let set = match got {
+    // the IXFR's differences, when applied in place (the journal keeps them as they are)
+    let mut known: Option<Vec<client::Diff>> = None;
+    let mut in_place: Option<incremental::Applied> = None;
+    let mut how = "axfr";
+    // the whole path: a record set built and validated as a zone file is
+    let mut set: Option<RecordSet> = None;
+    match got {
         Fetched::UpToDate { serial } => {
             tracing::debug!(zone = %name, %primary, serial, "up to date");
             return up_to_date(shared, sec, cur, expired, primary).await;
@@ -332,7 +369,7 @@ async fn transfer_from(
                     return up_to_date(shared, sec, cur, expired, primary).await;
                 }
             }
-            (journal::from_records(records), "axfr")
+            set = Some(journal::from_records(records));
         }
         Fetched::Incremental { serial, diffs } => {
             let Some(base) = cur.clone() else {
@@ -344,44 +381,109 @@ async fn transfer_from(
             owners.sort_unstable();
             owners.dedup();
             changed = Some(owners);
-            let applied = tokio::task::spawn_blocking(move || {
-                let mut set = journal::records_of(&base);
-                journal::apply(&mut set, &diffs).map(|()| set)
+            how = "ixfr";
+            let inc = sec.inc.clone();
+            let (applied, diffs) = tokio::task::spawn_blocking(move || {
+                let r = inc.lock().unwrap_or_else(|e| e.into_inner()).apply(&base, &diffs);
+                (r, diffs)
             })
             .await
             .map_err(|e| e.to_string())?;
-            match applied {
-                Ok(set) => {
-                    tracing::debug!(zone = %name, serial, differences = n, "IXFR applied");
-                    (set, "ixfr")
+            let whole = match applied {
+                Ok(a) => {
+                    tracing::debug!(zone = %name, serial, differences = n, touched = a.touched.len(), "IXFR applied in place");
+                    in_place = Some(a);
+                    known = Some(diffs);
+                    None
                 }
-                Err(e) => {
+                Err(incremental::ApplyError::Invalid(errs)) => {
+                    for e in &errs {
+                        tracing::error!(zone = %name, "IXFR refused: {e}");
+                    }
+                    sec.status().apply_refused += 1;
+                    return Err(format!("IXFR refused, the old version keeps serving: {}", incremental::ApplyError::Invalid(errs)));
+                }
+                Err(incremental::ApplyError::Mismatch(e)) => Some(Err(e)),
+                Err(incremental::ApplyError::Fallback(reason)) => Some(Ok((reason, diffs))),
+            };
+            match whole {
+                None => {}
+                Some(Ok((reason, diffs))) => {
+                    // the whole path: the differences applied to a copy of every record
+                    tracing::info!(zone = %name, %reason, "IXFR not applied in place: the zone is built whole");
+                    sec.note_apply(format!("full: {reason}"), false);
+                    let base = cur.clone().ok_or("no zone")?;
+                    let applied = tokio::task::spawn_blocking(move || {
+                        let mut set = journal::records_of(&base);
+                        journal::apply(&mut set, &diffs).map(|()| set)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    match applied {
+                        Ok(s) => set = Some(s),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Some(Err(e)) => {
                     changed = None;
+                    how = "axfr";
                     tracing::warn!(zone = %name, %primary, error = %e, "IXFR does not apply to our copy: AXFR");
+                    sec.note_apply(format!("axfr: {e}"), false);
                     match client::fetch(primary, name, key, Kind::Axfr, None).await.map_err(|e| e.to_string())? {
-                        Fetched::Full { records, .. } => (journal::from_records(records), "axfr"),
+                        Fetched::Full { records, .. } => set = Some(journal::from_records(records)),
                         other => return Err(format!("AXFR answered {other:?}")),
                     }
                 }
             }
         }
     };
-    let (set, how) = set;
     let applied_ms = t0.elapsed().as_millis() as u64;
-    let (zone, set) = materialize(sec, set).await?;
+    let (zone, touched) = match (in_place, set) {
+        (Some(a), _) => {
+            let note = match (&a.copied, &a.validation) {
+                (None, None) => format!("in place: {} names", a.touched.len()),
+                (c, v) => format!(
+                    "in place: {} names{}{}",
+                    a.touched.len(),
+                    c.as_ref().map_or(String::new(), |c| format!("; copied whole: {c}")),
+                    v.as_ref().map_or(String::new(), |v| format!("; validated whole: {v}"))
+                ),
+            };
+            sec.note_apply(note, true);
+            (a.zone, Some(a.touched))
+        }
+        (None, Some(set)) => (materialize(sec, set).await?, None),
+        (None, None) => return Err("nothing to apply".into()),
+    };
     let built_ms = t0.elapsed().as_millis() as u64;
+    let touched_any = touched.is_some();
     let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
     let serial = zone.serial;
     let zone = Arc::new(zone);
     let change = changed.map(|changed| crate::xdp::ZoneChange { apex: zone.apex.to_vec(), changed });
-    let kernel = install_change(shared, &sec.cfg.name, zone.clone(), false, change).await;
+    let kernel = install_change(shared, &sec.cfg.name, zone.clone(), false, change, known.as_deref()).await;
+    let ms = t0.elapsed().as_millis() as u64;
+    let since_wake_ms = sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take().map(|w| w.elapsed().as_millis() as u64);
+    // the old version becomes the spare of the next change in place; after a whole build,
+    // a spare is copied in the background
+    {
+        let inc = sec.inc.clone();
+        match (touched, cur) {
+            (Some(t), Some(old)) => inc.lock().unwrap_or_else(|e| e.into_inner()).installed(old, &zone, t),
+            (_, cur) => {
+                drop(cur);
+                prepare_later(shared, sec, zone.clone());
+            }
+        }
+    }
     if sec.role == Role::Catalog {
         super::catalog::sync(shared, sec, &zone).await;
     }
-    let ms = t0.elapsed().as_millis() as u64;
-    // where the time went: the transfer, applying it to a copy of the records, building and
-    // validating the new version, swapping it in (userspace and the kernel)
+    // where the time went: the transfer, applying it (in place, or to a copy of the
+    // records), building and validating the new version (whole path only), swapping it in
+    // (userspace and the kernel); since_wake_ms counts from the NOTIFY (or command)
     tracing::info!(zone = %name, %primary, serial, kind = how, ms, fetched_ms, applied_ms, built_ms,
+        since_wake_ms = since_wake_ms.map_or(-1, |v| v as i64),
         kernel = %kernel.as_ref().map_or("-".to_string(), |k| k.to_string()), "transferred and serving");
     {
         let mut st = sec.status();
@@ -398,8 +500,34 @@ async fn transfer_from(
         }
         st.last_kernel_update = kernel.as_ref().map(|k| k.to_string());
     }
-    store(sec, set).await;
+    if touched_any {
+        drop(zone);
+        store_later(shared, sec);
+    } else {
+        // a whole transfer: written before the next check, as it always was (its build
+        // took longer than the write)
+        store(sec, zone).await;
+    }
     Ok(timers)
+}
+
+/// Copy `zone` as the spare of the next change in place, in the background (unless another
+/// version is served by then).
+fn prepare_later(shared: &Arc<Shared>, sec: &Arc<Secondary>, zone: Arc<Zone>) {
+    let inc = sec.inc.clone();
+    let name = sec.cfg.name.clone();
+    let shared = Arc::downgrade(shared);
+    tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        let mut st = inc.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(shared) = shared.upgrade() else { return };
+        if !current(&shared, &name).is_some_and(|c| Arc::ptr_eq(&c, &zone)) {
+            return;
+        }
+        drop(shared);
+        st.prepare(&zone);
+        tracing::debug!(zone = %name, ms = t.elapsed().as_millis() as u64, "spare copy for changes in place made");
+    });
 }
 
 /// The primary has nothing newer: keep serving (again, when the zone had expired).
@@ -434,12 +562,12 @@ fn target(sec: &Secondary) -> (PathBuf, bool) {
 /// Build the zone of `set` and validate it as the loader validates a zone file
 /// ([`journal::build_zone`]). A zone that does not validate is written to `FILE.new` for
 /// inspection. The good copy is written by [`store`] once it serves.
-async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<(Zone, RecordSet), String> {
+async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, String> {
     let (path, _) = target(sec);
     let name = sec.cfg.name.clone();
     let apex = sec.apex.clone();
     tokio::task::spawn_blocking(move || match journal::build_zone(&apex, &path, &set) {
-        Ok(zone) => Ok((zone, set)),
+        Ok(zone) => Ok(zone),
         Err(errs) => {
             for e in &errs {
                 tracing::error!(zone = %name, "transferred zone rejected: {e}");
@@ -462,23 +590,52 @@ async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<(Zone, Reco
     .map_err(|e| e.to_string())?
 }
 
-/// Write the copy now served to the zone's `file` (`FILE.new`, then renamed over it): the
-/// copy served at the next start. Nothing without `file`.
-async fn store(sec: &Arc<Secondary>, set: RecordSet) {
+/// Write the version served to the zone's `file` in the background, so that writing a large
+/// zone never delays the next change; changes made meanwhile are written together once the
+/// write in progress ends (the version served then). The writer holds the version it writes:
+/// a change two versions later finds its spare still in use and copies the zone whole.
+fn store_later(shared: &Arc<Shared>, sec: &Arc<Secondary>) {
+    {
+        let mut w = sec.storing.lock().unwrap_or_else(|e| e.into_inner());
+        if w.0 {
+            w.1 = true;
+            return;
+        }
+        *w = (true, false);
+    }
+    let (shared, sec) = (Arc::downgrade(shared), sec.clone());
+    tokio::spawn(async move {
+        loop {
+            if let Some(z) = shared.upgrade().and_then(|s| current(&s, &sec.cfg.name)) {
+                store(&sec, z).await;
+            }
+            let mut w = sec.storing.lock().unwrap_or_else(|e| e.into_inner());
+            if !w.1 {
+                *w = (false, false);
+                return;
+            }
+            w.1 = false;
+        }
+    });
+}
+
+/// Write `zone` to the zone's `file` (`FILE.tmp`, then renamed over it): the copy served at
+/// the next start. Nothing without `file`. One write at a time.
+async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) {
     let (path, keep) = target(sec);
     if !keep {
         return;
     }
-    let apex = sec.apex.clone();
+    let _one = sec.store_lock.lock().await;
     let name = sec.cfg.name.clone();
     let r = tokio::task::spawn_blocking(move || {
         let mut new = path.clone().into_os_string();
-        new.push(".new");
+        new.push(".tmp");
         let new = PathBuf::from(new);
         if let Some(dir) = new.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        journal::write(&new, &apex, &set)?;
+        journal::write_zone(&new, &zone)?;
         std::fs::rename(&new, &path)
     })
     .await;
@@ -491,7 +648,7 @@ async fn store(sec: &Arc<Secondary>, set: RecordSet) {
 
 /// Swap `zone` in as the version of `name` served, atomically, as a reload does.
 pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired: bool) {
-    install_change(shared, name, zone, expired, None).await;
+    install_change(shared, name, zone, expired, None, None).await;
 }
 
 /// [`install`], telling the kernel which owners changed (an IXFR's) so that it may update
@@ -502,6 +659,7 @@ async fn install_change(
     zone: Arc<Zone>,
     expired: bool,
     change: Option<crate::xdp::ZoneChange>,
+    known: Option<&[client::Diff]>,
 ) -> Option<crate::xdp::KernelUpdate> {
     let _g = shared.swap.lock().await;
     let cur = shared.served.load_full();
@@ -510,7 +668,7 @@ async fn install_change(
     let keep = cur.outgoing.get(&zone.apex).is_some_and(|o| o.active());
     match loaded.iter_mut().find(|l| l.source.name == name) {
         Some(l) => {
-            let journal = super::primary::next_journal(Some(l), &zone, keep);
+            let journal = super::primary::next_journal_with(Some(l), &zone, keep, known);
             *l = LoadedZone { source, zone: zone.clone(), journal }
         }
         None => loaded.push(LoadedZone { source, zone: zone.clone(), journal: Arc::default() }),
@@ -689,10 +847,40 @@ mod tests {
         assert_eq!(sec.info().last_transfer.as_deref(), Some("ixfr"));
         let z = shared.served.load().zones.find(b"\x01t\x00").unwrap().clone();
         assert!(z.nodes.contains_key(&b"\x05h3000\x01t\x00"[..]));
+        let how = sec.info().last_apply.unwrap_or_default();
+        assert!(how.starts_with("in place: "), "{how}");
+        assert_eq!(sec.info().apply_in_place, 1);
+        drop(z);
         // and again: up to date, nothing transferred
         let n = sec.info().transfers;
         refresh(&shared, &sec, false).await.unwrap();
         assert_eq!(sec.info().transfers, n);
+
+        // an IXFR whose difference puts a CNAME beside an address: refused, with the reason;
+        // serial 2 keeps serving
+        let soa = |s: u32| {
+            let mut rd = soa_rdata(&pserved.load().loaded[0].zone).unwrap().to_vec();
+            let at = rd.len() - 20;
+            rd[at..at + 4].copy_from_slice(&s.to_be_bytes());
+            Bytes::from(rd)
+        };
+        let rec = |owner: &[u8], rtype, rdata: Bytes| client::Rec { owner: owner.into(), rtype, ttl: 60, rdata };
+        let apex = b"\x01t\x00";
+        let d = client::Diff {
+            from: 2,
+            to: 3,
+            deleted: vec![rec(apex, 6, soa(2))],
+            added: vec![rec(apex, 6, soa(3)), rec(b"\x02h1\x01t\x00", 5, Bytes::from_static(b"\x02ns\x01t\x00"))],
+        };
+        let mut v3 = primary_served(&dir, &zone_text(3, 3001), None);
+        v3.loaded[0].journal = Arc::new(vec![d]);
+        pserved.store(Arc::new(v3));
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("IXFR refused") && e.contains("CNAME beside other data"), "{e}");
+        assert_eq!(served_serial(&shared), Some(2), "the old version keeps serving");
+        assert_eq!(sec.info().apply_refused, 1);
+        let z = shared.served.load().zones.find(apex).unwrap().clone();
+        assert!(z.nodes[&b"\x02h1\x01t\x00"[..]].rrset(5).is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
