@@ -6,7 +6,8 @@
  * In order: the modelled hardware tier (a K-slot table standing for a NIC's filter table,
  * XDNS_DROP_TIER), the per-source features for detection (xdns_cfg.guard_features), then the
  * source lists, blocklist and allowlist merged by userspace (xdns_abi.h) so that the longest
- * matching prefix decides: XDNS_DROP_BLOCKED, or on. Packets the parse stage passes (ARP,
+ * matching prefix decides: XDNS_DROP_BLOCKED, or on (an allow prefix's match is noted in
+ * sc->guard.src_allowed, which exempts the packet's answer from the kernel's RRL: rrl.h). Packets the parse stage passes (ARP,
  * ND, other ports and addresses, fragments) never get here. With xdns_cfg.guard clear
  * (read-only data) the stage is one branch the verifier drops, no map lookup.
  *
@@ -207,6 +208,7 @@ __attribute__((noinline)) int xdns_guard_check(struct xdp_md *ctx, struct xdns_s
 		return XDNS_CONTINUE;
 	if (e->action != XDNS_GUARD_BLOCK) {
 		sc->guard.allowed++;
+		sc->guard.src_allowed = 1;
 		return XDNS_CONTINUE;
 	}
 	e->drops++;
@@ -233,6 +235,7 @@ static __always_inline enum xdns_verdict xdns_guard_stage(struct xdp_md *ctx, st
 
 	if (!xdns_cfg.guard)
 		return XDNS_CONTINUE;
+	sc->guard.src_allowed = 0;      /* until an allow prefix matches (the gate reads it) */
 	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
 	if (!c)
 		return XDNS_CONTINUE;
@@ -269,6 +272,7 @@ static __always_inline enum xdns_verdict xdns_guard_stage(struct xdp_md *ctx, st
 		return XDNS_CONTINUE;
 	if (e->action != XDNS_GUARD_BLOCK) {
 		sc->guard.allowed++;
+		sc->guard.src_allowed = 1;
 		return XDNS_CONTINUE;
 	}
 	e->drops++;

@@ -14,7 +14,8 @@
  *     old, five minutes ahead) passes the query to userspace, XDNS_PASS_COOKIE, before any
  *     RRL: a client that proved its address is never limited here. Userspace echoes or
  *     refreshes the cookie (the kernel does not build cookies: see bpf/README.md);
- *  2. RRL (xdns_guard_rrl.rate): the account of (client prefix, class, answer) pays a token;
+ *  2. RRL (xdns_guard_rrl.rate), unless the guard stage matched the source to an allow
+ *     prefix (sc->guard.src_allowed: allowlisted clients are never limited): the account of (client prefix, class, answer) pays a token;
  *     without one the answer is dropped (XDNS_DROP_RRL) or, every slip-th time, replaced by
  *     header and question with TC=1 (XDNS_ANSWERED_SLIP: written here, the frame rewritten);
  *  3. any other COOKIE option, within the rate: XDNS_PASS_COOKIE_NEW (userspace answers with
@@ -241,7 +242,8 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 			sc->guard.cookie_bad++;
 	}
 	len = sc->guard.gate_len;
-	if (g->rate) {
+	/* an allowlisted source (the guard stage's own match for this packet) is never limited */
+	if (g->rate && !sc->guard.src_allowed) {
 		k = &sc->guard.gate_key;
 		k->addr[0] = a0 & (ipv6 ? g->mask6[0] : g->mask4);
 		k->addr[1] = a1 & g->mask6[1];

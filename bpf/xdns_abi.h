@@ -421,7 +421,8 @@ struct xdns_allow_table {
  * whose longest match decides (crates/xdns-bpf/src/guard.rs): a block prefix under an allow
  * prefix is stored as allow, and an allow prefix is stored only where it lies under a block
  * prefix, so allowlisted sources are never dropped and an allowlist costs no probe where it
- * overlaps nothing. Per family, the set is held in one of two structures, chosen by userspace
+ * overlaps nothing; while the kernel's RRL is on, every allow prefix is stored, and its match
+ * exempts the packet's answer from RRL (xdns_guard_scratch.src_allowed, rrl.h). Per family, the set is held in one of two structures, chosen by userspace
  * for each list generation (docs/perf/2026-11-27-guard-lists.md has the measurements):
  *   XDNS_GUARD_HASH  hash map `xdns_guard_hash`, one exact lookup per prefix length in use,
  *                    longest first (at most XDNS_GUARD_LENS lengths per family), each
@@ -656,6 +657,8 @@ struct xdns_guard_scratch {
 	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
 	__u64 nx_hash;          /* this query's parent suffix (the name check, with features) ... */
 	__u32 nx_len;           /* ... its wire length (0: none) */
+	__u32 src_allowed;      /* this packet's source matched an allow prefix (guard.h; the gate,
+	                         * rrl.h, then never limits it: allowlisted, never rate limited) */
 	/*
 	 * The gate's inputs (rrl.h), written by the answer stages before they call it: through
 	 * the scratch rather than pointers to their stack, which a global function's call

@@ -9,7 +9,9 @@ knotd with mod-rrl at the same rate and slip, get the same flood from one client
 - a client of the flooded /24 that presents a valid server cookie (learnt from a first
   answer, as `kdig +cookie` does) is never limited: the kernel verifies the cookie and passes
   it to userspace (`xdp.pass_cookie`), which echoes it;
-- another client (another prefix) is answered whole while the flood goes on.
+- another client (another prefix) is answered whole while the flood goes on;
+- an allowlisted client of the flooded /24 is never limited: its answers are the kernel's
+  (`xdp.answered`), whole, however fast it asks (`[guard] allowlist`: never rate limited).
 """
 
 from __future__ import annotations
@@ -110,12 +112,14 @@ def start_knot_rrl(lab: Lab):
 def test_kernel_rrl_beside_knot_and_cookies_bypass_it():
     with Lab(prefix="xdl") as lab:
         net = ipaddress.ip_interface(f"{lab.client_addr4}/24").network
-        flooder, cookie_client = (str(net.network_address + 160 + i) for i in range(2))
-        for a in (flooder, cookie_client):
+        flooder, cookie_client, trusted = (str(net.network_address + 160 + i) for i in range(3))
+        for a in (flooder, cookie_client, trusted):
             lab.client_run(["ip", "addr", "add", f"{a}/32", "dev", lab.client_if], check=False)
         knot = start_knot_rrl(lab)
+        (lab.dir / "trusted.txt").write_text(f"{trusted}\n")
         srv = lab.start_xdns(DEFAULT_ZONES, name="xdns-rrl", xdp="generic",
-                             extra=f"\n[guard]\nrrl = {{ rate = {RATE}, slip = {SLIP} }}\ncookies = true\n")
+                             extra=f"\n[guard]\nrrl = {{ rate = {RATE}, slip = {SLIP} }}\ncookies = true\n"
+                                   f'allowlist = "{lab.dir}/trusted.txt"\n')
         before = lab.xdns_stats(srv)["xdp"]
 
         results = {}
@@ -175,6 +179,16 @@ def test_kernel_rrl_beside_knot_and_cookies_bypass_it():
         fl = flood(lab, srv.addr4, flooder, n=200, seconds=0.5)
         r = ask(lab, srv.addr6, other)
         assert r is not None and r.answer and not r.flags & dns.flags.TC, r
+        # an allowlisted client of the flooded /24: the kernel answers it whole, never limited
+        before = lab.xdns_stats(srv)["xdp"]
+        whole, slipped, lost, elapsed, _, late = flood(lab, srv.addr4, trusted, n=200, seconds=1.0)
+        after = lab.xdns_stats(srv)["xdp"]
+        moved = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        print(f"allowlisted {trusted}: 200 queries in {elapsed:.2f} s: {whole} whole, {slipped} slipped, "
+              f"{lost} lost; kernel verdicts {moved}")
+        assert slipped == 0 and whole >= 196, (whole, slipped, lost)
+        assert moved.get("drop_rrl", 0) == 0 and moved.get("answered_slip", 0) == 0, moved
+        assert moved["answered"] >= 196, moved
         st = lab.xdns_stats(srv)
         print(f"xdns after the cookie client: xdp {st['xdp']}, guard {st['guard']}, xdp_guard {st.get('xdp_guard')}")
         assert st["xdp"]["pass_cookie"] >= 60, st["xdp"]

@@ -388,8 +388,11 @@ fn words(b: &[u8; 16]) -> [u64; 2] {
 
 /// The kernel's entries for `block` and `allow`: each prefix with its action, such that the
 /// longest matching entry's action is "allow" exactly when an allow prefix holds the source,
-/// and "block" exactly when, besides, a block prefix does (xdns_abi.h).
-fn merge(block: &PrefixList, allow: &PrefixList) -> Vec<(Pfx, u32)> {
+/// and "block" exactly when, besides, a block prefix does (xdns_abi.h). An allow prefix under
+/// no block prefix is written only with `all_allows` (the kernel's RRL is on: the guard
+/// stage's match then exempts the source's answers from it, bpf/rrl.h); otherwise it would
+/// cost a probe and change nothing.
+fn merge(block: &PrefixList, allow: &PrefixList, all_allows: bool) -> Vec<(Pfx, u32)> {
     let collect = |l: &PrefixList| -> Vec<Pfx> {
         l.v4.iter().map(|p| Pfx::of(&Prefix::V4(*p))).chain(l.v6.iter().map(|p| Pfx::of(&Prefix::V6(*p)))).collect()
     };
@@ -409,7 +412,7 @@ fn merge(block: &PrefixList, allow: &PrefixList) -> Vec<(Pfx, u32)> {
         }
     }
     for p in &a {
-        if !bset.contains(p) && under(p, &bset, &blens) && seen.insert(*p) {
+        if !bset.contains(p) && (all_allows || under(p, &bset, &blens)) && seen.insert(*p) {
             out.push((*p, ACTION_ALLOW));
         }
     }
@@ -617,12 +620,17 @@ impl Guard {
 
     /// Replace both lists at once. The new generation is written whole beside the active
     /// one, then flipped to in one map update; after every run that may still read the old
-    /// generation has ended, the old one is deleted. On an error the new generation's entries
+    /// generation has ended, the old one is deleted. While the kernel's RRL is on
+    /// ([`Self::set_rrl`] with a rate; call it first) the whole allowlist is written, so that
+    /// allowlisted sources are never limited; otherwise only its prefixes under a block. On an error the new generation's entries
     /// are deleted and the active lists stay as they were.
     pub fn replace_lists_with(&self, block: &PrefixList, allow: &PrefixList, choice: Choice) -> Result<ListReport> {
         let t0 = Instant::now();
         let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        let entries = merge(block, allow);
+        // with the kernel's RRL on (Self::set_rrl), every allow prefix: allowlisted sources
+        // are never limited, and the gate knows them by the guard stage's match
+        let rate = self.ctl_get(std::mem::offset_of!(xdns_guard_ctl, rrl) + std::mem::offset_of!(xdns_guard_rrl, rate))?;
+        let entries = merge(block, allow, rate > 0);
         if entries.len() > self.inner.capacity {
             bail!("{} guard prefixes, the maps were sized for {} (GuardStage::capacity)", entries.len(), self.inner.capacity);
         }
@@ -1293,9 +1301,17 @@ mod tests {
     fn merged_lists_never_block_an_allowed_source() {
         let block = list("198.18.0.0/16\n198.18.5.7\n2001:db8::/32\n2001:db8:1::/48\n198.19.0.0/24\n");
         let allow = list("198.18.5.0/24\n198.18.9.9\n2001:db8:1:2::/64\n10.0.0.0/8\n");
-        let m = merge(&block, &allow);
+        let m = merge(&block, &allow, false);
         // 10/8 overlaps nothing blocked: not written
         assert!(!m.iter().any(|(p, _)| p.family == 4 && p.len == 8));
+        // with the kernel's RRL on, written (the gate exempts what it matches), and the
+        // blocks stay as they were
+        let all = merge(&block, &allow, true);
+        assert!(all.contains(&(Pfx::of(&Prefix::covering("10.0.0.0".parse().unwrap(), 8)), ACTION_ALLOW)));
+        assert_eq!(all.iter().filter(|e| e.1 == ACTION_BLOCK).count(), m.iter().filter(|e| e.1 == ACTION_BLOCK).count());
+        for ip in ["198.18.5.1", "198.18.9.9", "10.1.1.1", "2001:db8:1:2::5"] {
+            assert_eq!(kernel(&all, ip.parse().unwrap()), Some(ACTION_ALLOW), "{ip}");
+        }
         for ip in ["198.18.5.7", "198.18.5.1", "198.18.9.9", "198.18.1.1", "198.19.0.3", "10.1.1.1", "2001:db8:1:2::5", "2001:db8:1:3::5", "2001:db8:9::1", "2001:db9::1"] {
             let ip: IpAddr = ip.parse().unwrap();
             let want = if allow.contains(ip) {

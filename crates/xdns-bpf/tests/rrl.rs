@@ -290,3 +290,47 @@ fn cookie_passes_leave_the_frame_whole() {
         }
     }
 }
+
+/// Allowlisted clients are never rate limited (issue 25): with the kernel's RRL on, the whole
+/// allowlist is in the guard's lists, and the gate skips RRL for a source the guard stage
+/// matched to an allow prefix, whether or not a block prefix holds it too; a client outside
+/// the allowlist in the same account's place is limited; over IPv4, IPv6 and VLAN.
+#[test]
+fn rrl_never_limits_allowlisted_sources() {
+    require_root("rrl_never_limits_allowlisted_sources");
+    stay_on_one_cpu();
+    let p = prog(false, rrl(1, 2, false));
+    let g = p.guard().unwrap();
+    let list = |s: &str| xdns_guard::lists::parse_prefix_list("t", s).unwrap();
+    let allow = list("198.18.20.0/24\n198.18.30.0/24\n2001:db8:20::/48\n");
+    let mut failed = Vec::new();
+    // first an allowlist alone (no block prefix), then under a block prefix
+    for (round, block) in ["", "198.18.0.0/16\n198.18.20.9\n2001:db8::/32\n"].into_iter().enumerate() {
+        g.replace_lists(&list(block), &allow).unwrap();
+        let before = g.counters().unwrap().allowed;
+        let others = [format!("198.19.{round}.7"), format!("2001:db9:{round}::7"), format!("198.19.1{round}.9")];
+        for ((shape, src), other) in [("ipv4", "198.18.20.9"), ("ipv6", "2001:db8:20::7"), ("vlan", "198.18.30.9")].into_iter().zip(&others) {
+            let q = query(&wire("www.example.com"), 1, None);
+            for i in 0..6 {
+                let (act, _, moved) = verdict(&p, &frame(&net(shape, src), &q));
+                if act != XDP_TX || moved != ["answered"] {
+                    failed.push(format!("{block:?} {shape}: allowlisted {src}, query {i}: action {act}, {moved:?}"));
+                }
+            }
+            // outside the allowlist (and the blocklist): limited as before
+            let got: Vec<_> = (0..3).map(|_| verdict(&p, &frame(&net(shape, other.as_str()), &q)).2.join(",")).collect();
+            if got != ["answered", "drop_rrl", "answered_slip"] {
+                failed.push(format!("{block:?} {shape}: {other}: {got:?}"));
+            }
+        }
+        let allowed = g.counters().unwrap().allowed - before;
+        if allowed != 18 {
+            failed.push(format!("{block:?}: {allowed} packets matched an allow prefix, want 18"));
+        }
+    }
+    // with the kernel's RRL off, the lists go back to allow prefixes under blocks only
+    g.set_rrl(&rrl(0, 2, false)).unwrap();
+    let r = g.replace_lists(&list(""), &allow).unwrap();
+    assert_eq!(r.entries, 0, "no block: no allow prefix written");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -452,6 +452,9 @@ pub fn push_guard_lists_now(shared: &Arc<Shared>) {
         return;
     };
     let _w = shared.live_blocks.writing.lock().unwrap_or_else(|e| e.into_inner());
+    // the RRL settings first: with the kernel's RRL on, the lists carry the whole allowlist
+    // (allowlisted sources are never limited; xdns_bpf::guard::Guard::replace_lists)
+    write_guard_rrl(&guard, &maps);
     let (block, allow, names, exceptions) = guard.kernel_lists(&shared.live_blocks);
     let t = std::time::Instant::now();
     match maps.replace_lists(&block, &allow).and_then(|l| Ok((l, maps.replace_names_with(&names, &exceptions)?))) {
@@ -463,7 +466,6 @@ pub fn push_guard_lists_now(shared: &Arc<Shared>) {
         ),
         Err(e) => tracing::error!("XDP guard lists not replaced (the kernel keeps the old ones): {e:#}"),
     }
-    write_guard_rrl(&guard, &maps);
 }
 
 /// The kernel's RRL and cookie settings alone (see [`push_guard_lists`], which writes them too).
