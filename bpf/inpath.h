@@ -4,8 +4,10 @@
  * behalf of the server (XDP_TX), the record of a forwarded query, and the forwarding of misses.
  *
  * A query is cached in its exact form: (lowercased name, type, class, RD/AD/CD, EDNS present,
- * DO). Queries with EDNS options, another EDNS version, other flags or counts, VLAN tags or
- * IPv4 options are forwarded untouched (query_other): the server answers them.
+ * DO). Its EDNS options may be COOKIE and PADDING (xdns_inpath_opts), answered without them;
+ * a cookie only from an entry whose server ignores cookies (RFC 7873: no cache makes server
+ * cookies). Queries with other options, another EDNS version, other flags or counts, or IPv4
+ * options are forwarded untouched (query_other): the server answers them.
  *
  * The reply is built whole in the per-CPU scratch (frame headers, the client's header and
  * question as sent, the server's records with TTLs aged), its checksums computed there, then
@@ -251,6 +253,43 @@ static __always_inline __u16 xdns_inpath_fold(__u64 s)
 }
 
 /*
+ * The EDNS options in [at, end) of the message in scratch (an OPT record's rdata): the
+ * XDNS_INPATH_Q_* bits of those seen, or -1 for any other option, a malformed one (a COOKIE
+ * of a length RFC 7873 4 does not allow, a second one) or more than eight.
+ */
+__attribute__((noinline)) int xdns_inpath_opts(struct xdns_inpath_scratch *sc, __u32 at, __u32 end)
+{
+	const __u8 *m;
+	__u32 i, code, olen;
+	int bits = 0;
+
+	if (!sc || end > XDNS_INPATH_MSG || at > end)
+		return -1;
+	m = sc->buf + XDNS_INPATH_DNS_AT;
+	for (i = 0; i < 8; i++) {
+		if (at == end)
+			return bits;
+		if (at > XDNS_INPATH_MSG - 4 || at + 4 > end)
+			return -1;
+		code = bpf_ntohs(*(const __u16 *)(m + at));
+		olen = bpf_ntohs(*(const __u16 *)(m + at + 2));
+		if (code == 10) {
+			if ((bits & XDNS_INPATH_Q_COOKIE) || (olen != 8 && (olen < 16 || olen > 40)))
+				return -1;
+			bits |= XDNS_INPATH_Q_COOKIE;
+		} else if (code == 12) {
+			bits |= XDNS_INPATH_Q_PADDING;
+		} else {
+			return -1;
+		}
+		at += 4 + olen;
+		if (at > end)
+			return -1;
+	}
+	return at == end ? bits : -1;
+}
+
+/*
  * Record the query in scratch (sc->buf; its name's length, type, class, kflags in sc->pend) as forwarded: its response is
  * learnt only if it matches this.
  */
@@ -451,7 +490,8 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 len = pkt->dns_len, qlen, o, set, way, key, limit, rlen;
 	int tc;
-	__u16 flags, qtype, qclass, kflags, payload = 512;
+	__u16 flags, qtype, qclass, kflags, payload = 512, rdlen;
+	int opts = 0;
 	struct xdns_inpath_entry *e, *hit = NULL;
 	enum xdns_inpath_verdict v;
 	__u64 h, now;
@@ -482,12 +522,19 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	kflags = flags & XDNS_INPATH_K_HDR;
 	o += 4;
 	if (m[11]) {
-		/* a root OPT with no options, version 0 */
-		if (o + 11 != len || o > 12 + 255 + 4)
+		/* a root OPT of version 0; of its options only COOKIE and PADDING (answered without) */
+		if (o + 11 > len || o > 12 + 255 + 4)
 			return XDNS_INPATH_QUERY_OTHER;
-		if (m[o] != 0 || *(__u16 *)(m + o + 1) != bpf_htons(41) || m[o + 5] != 0 || m[o + 6] != 0 ||
-		    *(__u16 *)(m + o + 9) != 0)
+		if (m[o] != 0 || *(__u16 *)(m + o + 1) != bpf_htons(41) || m[o + 5] != 0 || m[o + 6] != 0)
 			return XDNS_INPATH_QUERY_OTHER;
+		rdlen = bpf_ntohs(*(__u16 *)(m + o + 9));
+		if (o + 11 + rdlen != len)
+			return XDNS_INPATH_QUERY_OTHER;
+		if (rdlen) {
+			opts = xdns_inpath_opts(sc, o + 11, len);
+			if (opts < 0)
+				return XDNS_INPATH_QUERY_OTHER;
+		}
 		payload = bpf_ntohs(*(__u16 *)(m + o + 3));
 		if (payload < 512)
 			payload = 512;
@@ -517,6 +564,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 		rlen = 12 + qlen + 4 + hit->rest_len;
 		if (now >= hit->expires_ns) {
 			v = XDNS_INPATH_MISS_EXPIRED;
+		} else if ((opts & XDNS_INPATH_Q_COOKIE) && !(hit->eflags & XDNS_INPATH_E_NO_COOKIE)) {
+			/* RFC 7873: only the server makes its cookie; ask it (its answer is learnt) */
+			v = XDNS_INPATH_MISS_COOKIE;
 		} else {
 			tc = rlen > limit;
 			if (tc)
@@ -537,6 +587,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	sc->pend.qtype = qtype;
 	sc->pend.qclass = qclass;
 	sc->pend.kflags = kflags;
+	sc->pend.qopt = opts;
 	xdns_inpath_record(sc, (struct xdns_inpath_pkt *)pkt, now);
 	return v;
 }

@@ -4,7 +4,7 @@
  * learnt only when it answers a query this program forwarded (client address and port,
  * server address, ID, the question with its letter case), within the timeout, first of its
  * kind; and only when it is a complete NOERROR or NXDOMAIN answer the cache can replay
- * (no TC, OPT last with version 0 and no options, records that parse, at most
+ * (no TC, OPT last with version 0 and only COOKIE/PADDING, cut off, records that parse, at most
  * XDNS_INPATH_TTLS of them, a negative answer with its SOA: RFC 2308). Every response is
  * forwarded untouched, learnt or not; why not is counted.
  */
@@ -69,11 +69,13 @@ static long xdns_inpath_rr_step(__u64 i, void *arg)
 			sc->w_err = XDNS_INPATH_REJECT_RCODE;  /* an extended RCODE: BADVERS, BADCOOKIE, ... */
 			return 1;
 		}
-		if (((ttl >> 16) & 0xff) != 0 || rdlen != 0) {
+		if (((ttl >> 16) & 0xff) != 0) {
 			sc->w_err = XDNS_INPATH_REJECT_EDNS;
 			return 1;
 		}
 		sc->w_seen |= 1;
+		sc->w_opt_rd = rd;      /* its options: checked and stripped by the caller */
+		sc->w_opt_len = rdlen;
 	} else {
 		if (sc->e.nttl >= XDNS_INPATH_TTLS)
 			goto form;
@@ -159,7 +161,8 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	struct xdns_inpath_pend *p;
 	struct xdns_inpath_entry *o;
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
-	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8;
+	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8, opt_len;
+	int opts = 0;
 	__u16 flags;
 	__u64 now, best = ~0ULL, h;
 
@@ -218,6 +221,8 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	sc->w_neg_ttl = 0;
 	sc->w_err = 0;
 	sc->w_seen = 0;
+	sc->w_opt_rd = 0;
+	sc->w_opt_len = 0;
 	sc->e.nttl = 0;
 	bpf_loop(XDNS_INPATH_TTLS + 1, xdns_inpath_rr_step, &wc, 0);
 	if (sc->w_err)
@@ -250,10 +255,33 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 #pragma unroll
 	for (k8 = 0; k8 < 5; k8++)
 		sc->e.hdr[k8] = *(__u16 *)(m + 2 + k8 * 2);
-	sc->e.eflags = (sc->w_seen & 1) ? XDNS_INPATH_E_OPT : 0;
-	rest = len - at;
-	if (xdns_inpath_store_rest(sc, at, rest))
+	/*
+	 * The OPT's options are the server's words to this client (its cookie, padding): never
+	 * replayed to another. Stored without them (the OPT is last: the message ends with its
+	 * rdata); the answer is the server's for any client of the same question.
+	 */
+	sc->e.eflags = 0;
+	opt_len = 0;
+	if (sc->w_seen & 1) {
+		sc->e.eflags = XDNS_INPATH_E_OPT;
+		opt_len = sc->w_opt_len;
+		if (opt_len) {
+			opts = xdns_inpath_opts(sc, sc->w_opt_rd, len);
+			if (opts < 0 || sc->w_opt_rd + opt_len != len)
+				return XDNS_INPATH_REJECT_EDNS;
+		}
+	}
+	if ((sc->pend.qopt & XDNS_INPATH_Q_COOKIE) && !(opts & XDNS_INPATH_Q_COOKIE))
+		sc->e.eflags |= XDNS_INPATH_E_NO_COOKIE;
+	rest = len - opt_len - at;
+	if (rest > XDNS_INPATH_REST || xdns_inpath_store_rest(sc, at, rest))
 		return XDNS_INPATH_REJECT_SIZE;
+	if (opt_len) {
+		/* the stored OPT's RDLEN: zero */
+		if (rest < XDNS_INPATH_OPT_LEN)
+			return XDNS_INPATH_REJECT_FORM;
+		*(__u16 *)(sc->e.rest + ((rest - 2) & 0x7ff)) = 0;
+	}
 
 	/* its place: the same question's way, an empty or expired one, else the least recently used */
 	set = (__u32)h & xdns_inpath_cfg.set_mask;

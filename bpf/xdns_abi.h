@@ -895,7 +895,7 @@ enum xdns_inpath_verdict {
 	XDNS_INPATH_MISS = 2,               /* a cacheable query not in the cache: recorded, forwarded */
 	XDNS_INPATH_MISS_EXPIRED = 3,       /* in the cache but expired: recorded, forwarded */
 	XDNS_INPATH_MISS_TOO_BIG = 4,       /* cached, but no reply fits (not even a truncated one): recorded, forwarded */
-	XDNS_INPATH_QUERY_OTHER = 5,        /* a query the cache does not take (opcode, flags, counts, EDNS options or version, class, meta type, VLAN, IP options): forwarded */
+	XDNS_INPATH_QUERY_OTHER = 5,        /* a query the cache does not take (opcode, flags, counts, EDNS options other than COOKIE and PADDING, EDNS version, class, meta type, IP options): forwarded */
 	XDNS_INPATH_LEARNED = 6,            /* a response to a recorded query, stored; forwarded */
 	XDNS_INPATH_REJECT_UNSOLICITED = 7, /* response matching no recorded query (wrong ID, port, server or client): forwarded, not learnt */
 	XDNS_INPATH_REJECT_QUESTION = 8,    /* question differs from the recorded one (name case, type, class): forwarded, not learnt */
@@ -903,7 +903,7 @@ enum xdns_inpath_verdict {
 	XDNS_INPATH_REJECT_DUPLICATE = 10,  /* a second response to one query: forwarded, not learnt */
 	XDNS_INPATH_REJECT_TRUNCATED = 11,  /* TC=1 */
 	XDNS_INPATH_REJECT_RCODE = 12,      /* RCODE other than NOERROR and NXDOMAIN (SERVFAIL, REFUSED, BADVERS, ...) */
-	XDNS_INPATH_REJECT_EDNS = 13,       /* OPT not last, with options, or of an unknown version */
+	XDNS_INPATH_REJECT_EDNS = 13,       /* OPT not last, with options other than COOKIE and PADDING, or of an unknown version */
 	XDNS_INPATH_REJECT_SIZE = 14,       /* longer than XDNS_INPATH_MSG */
 	XDNS_INPATH_REJECT_FORM = 15,       /* records that do not parse, more than XDNS_INPATH_TTLS, a negative answer without SOA */
 	XDNS_INPATH_REJECT_TTL = 16,        /* a TTL of zero: nothing to keep */
@@ -911,7 +911,8 @@ enum xdns_inpath_verdict {
 	XDNS_INPATH_DROP_REWRITE = 18,      /* a helper failed half way through a reply: dropped */
 	XDNS_INPATH_MISS_NO_ROOM = 19,      /* cached, but the frame could not grow to the reply: recorded, forwarded */
 	XDNS_INPATH_ANSWERED_TC = 20,       /* XDP_TX: a hit larger than the client's UDP payload size, answered TC=1 (header, question, the server's OPT) */
-	XDNS_INPATH_VERDICT_MAX = 21,       /* number of verdicts; not a verdict */
+	XDNS_INPATH_MISS_COOKIE = 21,       /* cached, but the query carries a DNS cookie and the server is not known to ignore them (RFC 7873: a cache is not the server, it makes no server cookie): recorded, forwarded */
+	XDNS_INPATH_VERDICT_MAX = 22,       /* number of verdicts; not a verdict */
 };
 #define XDNS_INPATH_SLOTS 32            /* verdict counters per CPU (a power of two >= the verdicts) */
 
@@ -928,7 +929,12 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_K_HDR 0x0130        /* the query's RD, AD and CD bits, in place */
 
 /* eflags of an entry */
-#define XDNS_INPATH_E_OPT 1             /* rest ends with the server's OPT record (11 bytes: no options) */
+#define XDNS_INPATH_E_OPT 1             /* rest ends with the server's OPT record (11 bytes: its options stripped) */
+#define XDNS_INPATH_E_NO_COOKIE 2       /* learnt from a query with a client cookie, answered without a COOKIE option: the server ignores cookies */
+
+/* EDNS options of a query (xdns_inpath_pend.qopt) or a response, as the cache takes them */
+#define XDNS_INPATH_Q_COOKIE 1          /* COOKIE (10): client cookie, or client and server cookie */
+#define XDNS_INPATH_Q_PADDING 2         /* PADDING (12) */
 #define XDNS_INPATH_OPT_LEN 11          /* an OPT record without options */
 
 /* Load-time settings (rodata). */
@@ -962,7 +968,8 @@ struct xdns_inpath_pend {
 	__u16 qtype;            /* network order */
 	__u16 qclass;           /* network order */
 	__u16 kflags;           /* XDNS_INPATH_K_* */
-	__u32 _pad;
+	__u16 qopt;             /* XDNS_INPATH_Q_*: the EDNS options the query carried */
+	__u16 _pad;
 	__u8 name[256];         /* the name as sent (letter case kept) */
 };
 
@@ -1004,6 +1011,8 @@ struct xdns_inpath_scratch {
 	__u32 w_neg_ttl;        /* RFC 2308: min(SOA TTL, SOA MINIMUM) of an authority SOA, 0: none */
 	__u32 w_err;            /* the verdict that ends the walk, 0: none */
 	__u32 w_seen;           /* 1: an OPT record was seen (it must be the last); 2: an authority SOA */
+	__u32 w_opt_rd;         /* the OPT record's rdata: offset in the message */
+	__u32 w_opt_len;        /* ... and length (its options) */
 	__u8 srv[16];           /* this packet's server address (the key's) */
 	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
 	struct xdns_inpath_pend pend;

@@ -339,6 +339,37 @@ def test_truncated_hit_matches_the_server(plab, inpath, knot, unbound):
             assert via == direct, f"{label} {size}: cache {via.hex()} server {direct.hex()}"
 
 
+def test_cookie_and_padding_queries(plab, inpath, knot):
+    """Queries with a client cookie or padding (EDNS options): Knot ignores cookies (no
+    module) and pads nothing over UDP, so a cookie query is learnt, and every later one, with
+    another cookie, or padding, is answered from the cache with Knot's own bytes."""
+    import dns.edns
+
+    def q(qid, options):
+        m = dns.message.make_query("mail.example.com", "AAAA", use_edns=0, payload=1232, options=options)
+        m.id = qid
+        return m.to_wire()
+
+    cookie = [dns.edns.GenericOption(10, bytes(range(1, 9)))]
+    before = counters(plab, inpath)
+    first = plab.udp(knot.addr4, q(0x6a00, cookie))
+    assert first is not None and delta(before, counters(plab, inpath)).get("learned") == 1
+    for i, opts in enumerate(([dns.edns.GenericOption(10, b"\x09" * 8)],
+                              [dns.edns.GenericOption(12, bytes(24))],
+                              [dns.edns.GenericOption(10, b"\x07" * 8), dns.edns.GenericOption(12, bytes(7))])):
+        qq = q(0x6a01 + i, opts)
+        before = counters(plab, inpath)
+        via = plab.udp(knot.addr4, qq)
+        d = delta(before, counters(plab, inpath))
+        assert d.get("answered") == 1, f"{opts}: {d}"
+        s = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.sendto(qq, (knot.addr4, 53))
+        direct = s.recvfrom(4096)[0]
+        s.close()
+        assert no_ttls(via) == no_ttls(direct), f"{opts}: cache {via.hex()} knot {direct.hex()}"
+
+
 FORGED = {
     # name: (script, expected reject counter)
     "wrong_id": (lambda q, send: send(bytes([q[0] ^ 0x55]) + answer_for(q)[1:]), "reject_unsolicited"),

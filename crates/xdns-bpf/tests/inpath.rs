@@ -405,6 +405,94 @@ fn inpath_long_names_every_type() {
     assert_eq!(run(&p, &frame(&v4, &m)).2, vec!["query_other".to_string()]);
 }
 
+/// A query with EDNS options (`opts`: raw option bytes), payload 1232, DO=0.
+fn q_opts(name: &str, qtype: u16, id: u16, opts: &[u8]) -> Vec<u8> {
+    q(name, qtype, id, Some(Opt { payload: 1232, dnssec_ok: false, version: 0, options: opts.to_vec() }))
+}
+
+/// An EDNS option: code, data.
+fn opt(code: u16, data: &[u8]) -> Vec<u8> {
+    let mut o = code.to_be_bytes().to_vec();
+    o.extend_from_slice(&(data.len() as u16).to_be_bytes());
+    o.extend_from_slice(data);
+    o
+}
+
+/// The server's response `r` as the cache keeps it: the OPT's options cut off (RDLEN 0).
+fn stripped(r: &[u8], opts_len: usize) -> Vec<u8> {
+    let mut m = r[..r.len() - opts_len].to_vec();
+    let n = m.len();
+    m[n - 2..].copy_from_slice(&[0, 0]);
+    m
+}
+
+/// Queries with EDNS options: COOKIE and PADDING are taken, others forwarded; the options of
+/// a response are never replayed (stripped when learnt); a cookie query is answered only
+/// when the server is known to ignore cookies (RFC 7873: a cache makes no server cookie).
+#[test]
+fn inpath_edns_options() {
+    require_root("inpath_edns_options");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    let ccookie = opt(10, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    let other_cookie = opt(10, &[9, 9, 9, 9, 9, 9, 9, 9]);
+    let mut both = vec![1, 2, 3, 4, 5, 6, 7, 8];
+    both.extend_from_slice(&[0xaa; 16]);
+    let srv_cookie = opt(10, &both);
+    let pad = opt(12, &[0; 40]);
+    let a = |q: &[u8], opts: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 1, 300, &[192, 0, 2, 7])], &[], Some((0, 0, opts)));
+
+    // a server that makes cookies: its cookie is learnt away; cookie queries go to it
+    let q1 = q_opts("ck.example.com", 1, 0x100, &ccookie);
+    let r1 = a(&q1, &srv_cookie);
+    assert_eq!(run(&p, &frame(&v4, &q1)).2, vec!["miss".to_string()]);
+    assert_eq!(run(&p, &frame(&s4, &r1)).2, vec!["learned".to_string()]);
+    let f = frame(&v4, &q_opts("ck.example.com", 1, 0x101, &other_cookie));
+    let (act, out, moved) = run(&p, &f);
+    assert_eq!((act, moved), (XDP_PASS, vec!["miss_cookie".to_string()]), "a cookie the server answers");
+    assert_eq!(out, f);
+    for (what, opts) in [("no options", vec![]), ("PADDING", pad.clone())] {
+        let qq = q_opts("CK.example.com", 1, 0x102, &opts);
+        let (act, out, moved) = run(&p, &frame(&v4, &qq));
+        assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{what}");
+        check_reply(&v4, &out, &expected(&qq, &stripped(&r1, srv_cookie.len())), what);
+    }
+
+    // a server that ignores cookies (answers a cookie query without one): answered as it does
+    let q2 = q_opts("nc.example.com", 1, 0x200, &ccookie);
+    let r2 = a(&q2, &[]);
+    assert_eq!(run(&p, &frame(&v4, &q2)).2, vec!["miss".to_string()]);
+    assert_eq!(run(&p, &frame(&s4, &r2)).2, vec!["learned".to_string()]);
+    for (what, opts) in [("another client cookie", other_cookie.clone()), ("cookie and padding", [other_cookie.clone(), pad.clone()].concat())] {
+        let qq = q_opts("nc.EXAMPLE.com", 1, 0x201, &opts);
+        let (act, out, moved) = run(&p, &frame(&v4, &qq));
+        assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{what}");
+        check_reply(&v4, &out, &expected(&qq, &r2), what);
+    }
+
+    // options the cache does not take: forwarded untouched, not recorded
+    for (what, opts) in [
+        ("NSID", opt(3, &[])),
+        ("client subnet", opt(8, &[0, 1, 24, 0, 198, 18, 0])),
+        ("a 9-byte cookie", opt(10, &[1; 9])),
+        ("two cookies", [ccookie.clone(), other_cookie.clone()].concat()),
+        ("an option cut short", ccookie[..6].to_vec()),
+    ] {
+        let f = frame(&v4, &q_opts("nc.example.com", 1, 0x300, &opts));
+        let (act, out, moved) = run(&p, &f);
+        assert_eq!((act, moved), (XDP_PASS, vec!["query_other".to_string()]), "{what}");
+        assert_eq!(out, f, "{what}");
+    }
+    // a response with an option other than COOKIE and PADDING: not learnt
+    let q3 = q_opts("ede.example.com", 1, 0x400, &ccookie);
+    run(&p, &frame(&v4, &q3));
+    let r3 = a(&q3, &opt(15, &[0, 3]));
+    assert_eq!(run(&p, &frame(&s4, &r3)).2, vec!["reject_edns".to_string()]);
+    assert_eq!(p.entries().unwrap().live, 2);
+}
+
 /// ns per packet of a hit and a miss (BPF_PROG_TEST_RUN), printed for bench/inpath.py.
 #[test]
 fn inpath_perf() {
