@@ -254,6 +254,9 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
     if let (Role::Catalog, Some(z)) = (&sec.role, &start) {
         super::catalog::sync(&shared, &sec, z).await;
     }
+    // held no longer: the version served at start is the spare of the first IXFR after the
+    // next one
+    drop(start);
     let mut next = Instant::now();
     loop {
         let wake = expire_at.map_or(next, |e| e.min(next));
