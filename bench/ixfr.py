@@ -15,7 +15,7 @@ from the NOTIFY's arrival to the kernel holding the change), how userspace appli
 (`userspace_apply`: `in place: …` or `full: REASON`) and how the kernel took it
 (`kernel_update`: `in place: …` or `full: REASON`). `XDNS_BIN` picks the binary (a build of
 another commit, for before/after). Then a query the kernel must answer
-(the `answered` verdict grows). Results: bench/out/ixfr.json.
+(the `answered` verdict grows). Results: bench/out/ixfr-SHAPE-RECORDS[-LABEL].json.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--shape", choices=["plain", "hosts", "tld"], default="plain")
     ap.add_argument("--changes", type=int, default=5)
+    ap.add_argument("--settle", type=float, default=2.0, help="seconds between the kernel holding the zone and the first change")
+    ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
     args = ap.parse_args()
     zone = zone_file(args.records, args.shape)
     results = []
@@ -93,7 +95,7 @@ def main() -> int:
             if m and "kernel maps filled" in ln:
                 full["fill_s"] = float(m.group(1))
         print("full generation at start:", json.dumps(full))
-        time.sleep(2)
+        time.sleep(args.settle)
         try:
             for i in range(args.changes):
                 def transfer():
@@ -129,7 +131,7 @@ def main() -> int:
         finally:
             lab.stop(srv)
             lab.stop(knot)
-    out = B.OUT / "ixfr.json"
+    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.label if args.label else ''}.json"
     out.write_text(json.dumps({"records": args.records, "shape": args.shape, "full_at_start": full,
                                "changes": results}, indent=1))
     return 0

@@ -136,6 +136,12 @@ impl State {
         self.version = Arc::downgrade(new);
     }
 
+    /// Someone still holds the spare (the stored copy's writer, a transfer out): the next
+    /// change would copy the zone whole.
+    pub fn spare_in_use(&self) -> bool {
+        self.spare.as_ref().is_some_and(|s| Arc::strong_count(&s.zone) > 1)
+    }
+
     /// A private copy equal to `served`, and why it had to be copied whole (if it had).
     fn take_copy(&mut self, served: &Arc<Zone>) -> (Zone, Option<String>) {
         let known = self.version.upgrade().is_some_and(|v| Arc::ptr_eq(&v, served));

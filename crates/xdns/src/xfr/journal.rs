@@ -144,17 +144,41 @@ pub fn write(path: &Path, apex: &[u8], set: &RecordSet) -> std::io::Result<()> {
     write_records(path, apex, set.iter().map(|(k, ttl)| (&k.0[..], k.1, &k.2[..], *ttl)).collect())
 }
 
-/// [`write`] of a zone's records (the version served, after a change applied in place).
-pub fn write_zone(path: &Path, zone: &Zone) -> std::io::Result<()> {
-    let mut recs = Vec::new();
-    for (owner, node) in &zone.nodes {
+/// [`write`] of a zone's records (the version served, after a change applied in place): the
+/// apex SOA first, then the records in the zone's own order (no sort: the writer can stop
+/// between nodes). Stops, leaving `path` partly written, when `stop` is set (`Ok(false)`).
+pub fn write_zone(path: &Path, zone: &Zone, stop: &std::sync::atomic::AtomicBool) -> std::io::Result<bool> {
+    use std::sync::atomic::Ordering;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(f, "; written by xdns from a zone transfer")?;
+    let mut line = String::new();
+    let mut rec = |f: &mut std::io::BufWriter<std::fs::File>, owner: &[u8], rtype: u16, ttl: u32, rd: &[u8]| {
+        line.clear();
+        let _ = write!(line, "{} {} IN ", key_to_text(owner), ttl);
+        rdata_text(&mut line, rtype, rd);
+        writeln!(f, "{line}")
+    };
+    let apex = zone.nodes.get(&zone.apex);
+    if let Some(soa) = apex.and_then(|n| n.rrset(SOA)) {
+        for rd in &soa.rdata {
+            rec(&mut f, &zone.apex, SOA, soa.ttl, rd)?;
+        }
+    }
+    for (i, (owner, node)) in zone.nodes.iter().enumerate() {
+        if i % 1024 == 0 && stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
         for rr in &node.rrsets {
+            if rr.rtype == SOA && owner[..] == zone.apex[..] {
+                continue;
+            }
             for rd in &rr.rdata {
-                recs.push((&owner[..], rr.rtype, &rd[..], rr.ttl));
+                rec(&mut f, owner, rr.rtype, rr.ttl, rd)?;
             }
         }
     }
-    write_records(path, &zone.apex, recs)
+    f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(true)
 }
 
 fn write_records(path: &Path, apex: &[u8], mut recs: Vec<(&[u8], u16, &[u8], u32)>) -> std::io::Result<()> {
@@ -272,6 +296,16 @@ mod tests {
         let back = load_zone(&ZoneSource { name: "a.".into(), file: out.clone() }, None).unwrap();
         assert_eq!(records_of(&back), set);
         assert_eq!(back.serial, 7);
+        // written from the zone (the path of an IXFR applied in place): the same records; a
+        // writer told to stop says so
+        let out2 = dir.join("out2.zone");
+        let go = std::sync::atomic::AtomicBool::new(false);
+        assert!(write_zone(&out2, &z, &go).unwrap());
+        let text2 = std::fs::read_to_string(&out2).unwrap();
+        assert!(text2.lines().nth(1).unwrap().contains(" SOA "), "{text2}");
+        let back2 = load_zone(&ZoneSource { name: "a.".into(), file: out2.clone() }, None).unwrap();
+        assert_eq!(records_of(&back2), set);
+        assert!(!write_zone(&out2, &z, &std::sync::atomic::AtomicBool::new(true)).unwrap());
         // built directly, the same zone as loaded: nodes (empty non-terminals too), TTLs
         let built = build_zone(&z.apex, &out, &set).unwrap();
         assert_eq!(built.serial, 7);

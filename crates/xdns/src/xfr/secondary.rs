@@ -38,6 +38,14 @@ use crate::stats::TransferInfo;
 /// Retry interval while no SOA is known (nothing transferred, no stored copy).
 pub const RETRY_UNKNOWN: Duration = Duration::from_secs(10);
 
+/// After an IXFR applied in place, the stored copy is written this much later (changes in a
+/// burst are written once).
+const STORE_DELAY: Duration = Duration::from_secs(1);
+
+/// How long a change in place waits for the stored copy's writer to let go of its spare
+/// before copying the zone whole.
+const SPARE_WAIT: Duration = Duration::from_millis(500);
+
 /// Every secondary zone: those of the configuration (fixed until a restart), and the
 /// members of catalog zones, which come and go with their catalog's versions.
 #[derive(Debug, Default)]
@@ -131,6 +139,8 @@ pub struct Secondary {
     storing: Mutex<(bool, bool)>,
     /// Held while the stored copy is written.
     store_lock: tokio::sync::Mutex<()>,
+    /// Set by a change in place whose spare the writer holds: the write stops.
+    store_cancel: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Secondary {
@@ -170,6 +180,7 @@ impl Secondary {
             woken: Mutex::new(None),
             storing: Mutex::new((false, false)),
             store_lock: tokio::sync::Mutex::new(()),
+            store_cancel: Arc::default(),
         }))
     }
 
@@ -254,6 +265,9 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
     if let (Role::Catalog, Some(z)) = (&sec.role, &start) {
         super::catalog::sync(&shared, &sec, z).await;
     }
+    // held no longer: the version served at start is the spare of the first IXFR after the
+    // next one
+    drop(start);
     let mut next = Instant::now();
     loop {
         let wake = expire_at.map_or(next, |e| e.min(next));
@@ -383,7 +397,15 @@ async fn transfer_from(
             changed = Some(owners);
             how = "ixfr";
             let inc = sec.inc.clone();
+            let cancel = sec.store_cancel.clone();
             let (applied, diffs) = tokio::task::spawn_blocking(move || {
+                // the stored copy's writer may hold the spare (the version it writes): it
+                // stops, and writes a later version later
+                let t = Instant::now();
+                while inc.lock().unwrap_or_else(|e| e.into_inner()).spare_in_use() && t.elapsed() < SPARE_WAIT {
+                    cancel.store(true, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 let r = inc.lock().unwrap_or_else(|e| e.into_inner()).apply(&base, &diffs);
                 (r, diffs)
             })
@@ -590,10 +612,11 @@ async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, Strin
     .map_err(|e| e.to_string())?
 }
 
-/// Write the version served to the zone's `file` in the background, so that writing a large
-/// zone never delays the next change; changes made meanwhile are written together once the
-/// write in progress ends (the version served then). The writer holds the version it writes:
-/// a change two versions later finds its spare still in use and copies the zone whole.
+/// Write the version served to the zone's `file` in the background, [`STORE_DELAY`] later,
+/// so that writing a large zone never delays the next change; changes made meanwhile are
+/// written together once the write in progress ends (the version served then). The writer
+/// holds the version it writes, which a change two versions later needs as its spare: that
+/// change stops the write ([`Secondary::store_cancel`]), which starts again after it.
 fn store_later(shared: &Arc<Shared>, sec: &Arc<Secondary>) {
     {
         let mut w = sec.storing.lock().unwrap_or_else(|e| e.into_inner());
@@ -606,8 +629,12 @@ fn store_later(shared: &Arc<Shared>, sec: &Arc<Secondary>) {
     let (shared, sec) = (Arc::downgrade(shared), sec.clone());
     tokio::spawn(async move {
         loop {
+            tokio::time::sleep(STORE_DELAY).await;
             if let Some(z) = shared.upgrade().and_then(|s| current(&s, &sec.cfg.name)) {
-                store(&sec, z).await;
+                if !store(&sec, z).await {
+                    // stopped for a change in place: written again after it
+                    sec.storing.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+                }
             }
             let mut w = sec.storing.lock().unwrap_or_else(|e| e.into_inner());
             if !w.1 {
@@ -620,14 +647,17 @@ fn store_later(shared: &Arc<Shared>, sec: &Arc<Secondary>) {
 }
 
 /// Write `zone` to the zone's `file` (`FILE.tmp`, then renamed over it): the copy served at
-/// the next start. Nothing without `file`. One write at a time.
-async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) {
+/// the next start. Nothing without `file`. One write at a time. False when a change in
+/// place stopped it (the file is left as it was).
+async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) -> bool {
     let (path, keep) = target(sec);
     if !keep {
-        return;
+        return true;
     }
     let _one = sec.store_lock.lock().await;
     let name = sec.cfg.name.clone();
+    let cancel = sec.store_cancel.clone();
+    cancel.store(false, Ordering::Relaxed);
     let r = tokio::task::spawn_blocking(move || {
         let mut new = path.clone().into_os_string();
         new.push(".tmp");
@@ -635,15 +665,21 @@ async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) {
         if let Some(dir) = new.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        journal::write_zone(&new, &zone)?;
-        std::fs::rename(&new, &path)
+        let done = journal::write_zone(&new, &zone, &cancel)?;
+        drop(zone);
+        if !done {
+            let _ = std::fs::remove_file(&new);
+            return Ok(false);
+        }
+        std::fs::rename(&new, &path).map(|()| true)
     })
     .await;
     match r {
-        Ok(Ok(())) => {}
+        Ok(Ok(done)) => return done,
         Ok(Err(e)) => tracing::error!(zone = %name, error = %e, "the transferred copy could not be stored; it is served all the same"),
         Err(e) => tracing::error!(zone = %name, error = %e, "storing the transferred copy failed"),
     }
+    true
 }
 
 /// Swap `zone` in as the version of `name` served, atomically, as a reload does.
