@@ -334,3 +334,39 @@ fn rrl_never_limits_allowlisted_sources() {
     assert_eq!(r.entries, 0, "no block: no allow prefix written");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// The daemon's rotation of the cookie secret, as the kernel sees it: each rotation writes
+/// (new current, previous); a cookie made before a rotation passes as valid after one and
+/// is an invalid cookie after two (limited, then passed for a new cookie); IPv4 and IPv6.
+#[test]
+fn a_cookie_outlives_one_rotation_not_two() {
+    require_root("a_cookie_outlives_one_rotation_not_two");
+    stay_on_one_cpu();
+    let mut secrets = xdns_guard::cookies::CookieSecrets::new(OLD_SECRET);
+    let settings = |s: &xdns_guard::cookies::CookieSecrets| RrlSettings { cookies: Some((*s.current(), s.previous().copied())), ..rrl(100, 2, true) };
+    let p = prog(false, settings(&secrets));
+    let g = p.guard().unwrap();
+    let mut failed = Vec::new();
+    let cookies: Vec<_> = ["198.18.40.1", "2001:db8:40::1"].iter().map(|src| (*src, full_cookie(&OLD_SECRET, src, now()))).collect();
+    let ask = |src: &str, c: &[u8]| verdict(&p, &frame(&net(if src.contains(':') { "ipv6" } else { "ipv4" }, src), &query(&wire("www.example.com"), 1, cookie_opt(c)))).2.join(",");
+    for (round, want) in ["pass_cookie", "pass_cookie", "pass_cookie_new"].into_iter().enumerate() {
+        if round > 0 {
+            secrets.rotate([round as u8; 16]);
+            g.set_rrl(&settings(&secrets)).unwrap();
+        }
+        for (src, c) in &cookies {
+            let got = ask(src, c);
+            if got != want {
+                failed.push(format!("after {round} rotations, {src}: {got}, want {want}"));
+            }
+        }
+    }
+    // a cookie of the current secret passes
+    for (src, _) in &cookies {
+        let got = ask(src, &full_cookie(&[2u8; 16], src, now()));
+        if got != "pass_cookie" {
+            failed.push(format!("current secret, {src}: {got}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -18,8 +18,10 @@
 //!
 //! Secret rotation: [`CookieSecrets`] holds the current secret and optionally the previous
 //! one; both verify, only the current one builds. A cookie that verified with the previous
-//! secret asks for a fresh cookie, so clients move over within one exchange. The daemon must
-//! keep the previous secret for at least [`MAX_AGE`] after a rotation.
+//! secret asks for a fresh cookie, so clients move over within one exchange. The daemon
+//! rotates every `[guard] cookie_secret_lifetime` (26 h by default) and keeps the previous
+//! secret until the next rotation, which is at least [`MAX_AGE`] with any lifetime of an hour
+//! or more.
 //!
 //! The COOKIE option (code 10) in OPT RDATA: a client cookie of 8 bytes, optionally followed by
 //! a server cookie of 8 to 32 bytes. Any other length is malformed and the server answers

@@ -884,6 +884,8 @@ file = "z.zone"
             ("listen = 5\n", Some(1), "sequence"),
             ("listen = [\n", Some(1), "array"),
             ("[xdp]\nmode = \"fast\"\n", Some(2), "fast"),
+            ("[guard]\ncookies = true\ncookie_secret_lifetime = \"0\"\n", Some(3), "cookie_secret_lifetime"),
+            ("[guard]\ncookie_secret_lifetime = \"1w\"\n", Some(2), "unit"),
             ("\n[[key]]\nname = \"k\"\nalgorithm = \"hmac-md5\"\nsecret = \"AAAA\"\n", Some(2), "hmac-md5"),
             ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"%%%\"\n", Some(1), "base64"),
             ("[[key]]\nname = \"k\"\nalgorithm = \"hmac-sha256\"\nsecret = \"AAAA\"\nsize = 1\n", Some(5), "size"),

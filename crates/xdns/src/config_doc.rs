@@ -42,6 +42,7 @@ pub const KEYS: &[Key] = &[
     k("guard", "detect_unblock_after", "5", "Intervals below the threshold before a detected block is lifted (hysteresis)."),
     k("guard", "detect_block_for", "1h", "Expiry of a detected block (s, m, h, d), or \"never\" (only the rate monitor lifts it)."),
     k("guard", "offload_slots", "0", "Size of the hardware tier holding the heaviest blocked sources (top-K): ethtool n-tuple rules where the interface supports them, else a modelled K-slot table in XDP (at most 16; a model, not a NIC)."),
+    k("guard", "cookie_secret_lifetime", "26h", "Rotation period of the server cookie secret (s, m, h, d), or \"never\"; the previous secret keeps verifying until the next rotation, in userspace and in XDP (Knot DNS's secret-lifetime)."),
     k("guard", "cookies", "false", "DNS cookies (RFC 7873, RFC 9018 server cookies): a valid server cookie bypasses RRL; a malformed COOKIE option gets FORMERR."),
     k("dnstap", "socket", "none", "Unix socket of a Frame Streams reader (fstrm_capture, a dnstap collector) to send dnstap messages to: READY/ACCEPT/START handshake, reconnected every second while it is away. One of socket or file."),
     k("dnstap", "file", "none", "File to write dnstap messages to (Frame Streams, truncated at start; kdig -G and dnstap-read read it)."),

@@ -7,7 +7,10 @@
 //!   gets no answer (`dropped.blocked`); an allowlisted source is never blocked nor limited.
 //! - **Cookies** (RFC 7873, server cookies of RFC 9018): a query with a client cookie gets
 //!   the server's cookie back in its answer; a malformed COOKIE option gets FORMERR; a valid
-//!   server cookie proves the client's address, and such a client bypasses RRL.
+//!   server cookie proves the client's address, and such a client bypasses RRL. The secret is
+//!   drawn at start, kept across reloads, and rotated every `cookie_secret_lifetime` (26 h,
+//!   Knot's default): the previous secret keeps verifying until the next rotation (RFC 9018
+//!   §4.3), in userspace and in the kernel alike, so a cookie outlives one rotation, not two.
 //! - **RRL** (`rrl = { rate, slip, ipv4_prefix, ipv6_prefix }`): UDP answers per client
 //!   prefix and response class over `rate` per second are dropped (`dropped.rate_limited`),
 //!   every `slip`-th of them sent truncated (TC=1, the question only) so that a real
@@ -39,6 +42,7 @@ pub struct FileGuard {
     block_names: Option<Spanned<String>>,
     rrl: Option<Spanned<FileRrl>>,
     cookies: Option<bool>,
+    cookie_secret_lifetime: Option<Spanned<String>>,
     detect: Option<bool>,
     detect_interval_ms: Option<Spanned<u32>>,
     detect_min_rate: Option<Spanned<u32>>,
@@ -66,6 +70,9 @@ pub struct GuardSettings {
     /// `(rate, slip, ipv4_prefix, ipv6_prefix)`; `None`: no RRL.
     pub rrl: Option<(u32, u32, u8, u8)>,
     pub cookies: bool,
+    /// `cookie_secret_lifetime`: seconds between rotations of the server cookie secret
+    /// (`None`: never rotated).
+    pub cookie_secret_lifetime: Option<u64>,
     /// `detect = true`: the detection loop (`crate::detect`); `None` = off.
     pub detect: Option<DetectSettings>,
     /// `offload_slots`: size of the hardware tier (0 = none).
@@ -90,6 +97,10 @@ impl Default for DetectSettings {
         Self { interval_ms: 500, min_rate: 200, unblock_after: 5, block_for: Some(3600) }
     }
 }
+
+/// Seconds between rotations of the server cookie secret by default: Knot DNS's
+/// `secret-lifetime` (mod-cookies).
+pub const DEFAULT_COOKIE_SECRET_LIFETIME: u64 = 26 * 3600;
 
 /// Validate `[guard]` (paths relative to `base`, the configuration's directory); the list
 /// files are read by [`Guard::load`].
@@ -137,12 +148,24 @@ pub fn settings(
             },
         }
     }
+    let mut cookie_secret_lifetime = Some(DEFAULT_COOKIE_SECRET_LIFETIME);
+    if let Some(l) = &file.cookie_secret_lifetime {
+        match l.get_ref().as_str() {
+            "never" => cookie_secret_lifetime = None,
+            t => match xdns_guard::monitor::parse_duration(t) {
+                Ok(0) => errors.push(err(line(l.span()), "[guard] cookie_secret_lifetime must be longer than 0 (or \"never\")".into())),
+                Ok(secs) => cookie_secret_lifetime = Some(secs),
+                Err(e) => errors.push(err(line(l.span()), format!("[guard] cookie_secret_lifetime: {e}"))),
+            },
+        }
+    }
     GuardSettings {
         blocklist: path(&file.blocklist),
         allowlist: path(&file.allowlist),
         block_names: path(&file.block_names),
         rrl,
         cookies: file.cookies.unwrap_or(false),
+        cookie_secret_lifetime,
         detect: file.detect.unwrap_or(false).then_some(d),
         offload_slots,
     }
@@ -191,8 +214,57 @@ pub struct Guard {
     allow: PrefixList,
     names: NameList,
     rrl: Option<std::sync::Arc<Mutex<Rrl>>>,
-    cookies: Option<CookieSecrets>,
+    cookies: Option<std::sync::Arc<Cookies>>,
     pub counters: GuardCounters,
+}
+
+/// The server cookie secrets (current and previous) and their rotation, handed from guard to
+/// guard across reloads so that a reload neither invalidates cookies nor restarts the clock.
+pub struct Cookies {
+    secrets: arc_swap::ArcSwap<CookieSecrets>,
+    /// When the current secret was made current.
+    since: Mutex<std::time::Instant>,
+    rotations: AtomicU64,
+}
+
+impl Cookies {
+    fn new(now: std::time::Instant) -> Self {
+        Self { secrets: arc_swap::ArcSwap::from_pointee(CookieSecrets::new(rand::random())), since: Mutex::new(now), rotations: AtomicU64::new(0) }
+    }
+
+    /// The secrets now (one load; a rotation swaps them whole).
+    pub fn secrets(&self) -> arc_swap::Guard<std::sync::Arc<CookieSecrets>> {
+        self.secrets.load()
+    }
+
+    /// A new current secret, drawn at random; the current one becomes the previous one and
+    /// the previous one is forgotten (RFC 9018 §4.3's overlap: cookies of the secret just
+    /// replaced keep verifying until the next rotation, and are answered with a new cookie).
+    pub fn rotate(&self, now: std::time::Instant) {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = CookieSecrets::clone(&self.secrets.load());
+        next.rotate(rand::random());
+        self.secrets.store(std::sync::Arc::new(next));
+        *since = now;
+        self.rotations.fetch_add(1, Relaxed);
+    }
+
+    /// Rotate if the current secret is `lifetime` seconds old or older at `now`; whether it did.
+    pub fn rotate_if_due(&self, lifetime: u64, now: std::time::Instant) -> bool {
+        let due = {
+            let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+            now.saturating_duration_since(*since) >= std::time::Duration::from_secs(lifetime)
+        };
+        if due {
+            self.rotate(now);
+        }
+        due
+    }
+
+    /// Rotations since the daemon started.
+    pub fn rotations(&self) -> u64 {
+        self.rotations.load(Relaxed)
+    }
 }
 
 /// What the guard did, for `xdns stats` (`guard.*`).
@@ -240,7 +312,7 @@ impl Guard {
         });
         let cookies = s.cookies.then(|| match previous.and_then(|p| p.cookies.clone()) {
             Some(c) => c,
-            None => CookieSecrets::new(rand::random()),
+            None => std::sync::Arc::new(Cookies::new(std::time::Instant::now())),
         });
         Ok(Self { settings: s.clone(), block, allow, names, rrl, cookies, counters: GuardCounters::default() })
     }
@@ -285,8 +357,25 @@ impl Guard {
             slip,
             ipv4_prefix,
             ipv6_prefix,
-            cookies: self.cookies.as_ref().map(|c| (*c.current(), c.previous().copied())),
+            cookies: self.cookies.as_ref().map(|c| {
+                let c = c.secrets();
+                (*c.current(), c.previous().copied())
+            }),
         }
+    }
+
+    /// Rotate the server cookie secret if `cookie_secret_lifetime` has passed at `now`;
+    /// whether it did (the kernel's copy must then be written: `set_rrl`).
+    pub fn rotate_cookies_if_due(&self, now: std::time::Instant) -> bool {
+        match (&self.cookies, self.settings.cookie_secret_lifetime) {
+            (Some(c), Some(lifetime)) => c.rotate_if_due(lifetime, now),
+            _ => false,
+        }
+    }
+
+    /// The server cookie secrets and their rotation (`None`: cookies off).
+    pub fn cookies(&self) -> Option<&Cookies> {
+        self.cookies.as_deref()
     }
 
     /// Whether `ip` is on the allowlist (never blocked, never limited).
@@ -312,8 +401,9 @@ impl Guard {
             }
         }
         let mut cookie = Cookie { proven: allowed, ..Cookie::default() };
-        if let (Some(secrets), Some(ip)) = (&self.cookies, peer) {
+        if let (Some(cookies), Some(ip)) = (&self.cookies, peer) {
             if let Some(opt) = cookie_option(wire) {
+                let secrets = cookies.secrets();
                 match parse_opt_cookie(&opt) {
                     Ok(Some(c)) => {
                         let (proven, _) = secrets.answer(&c, ip, unix_now());
@@ -337,8 +427,8 @@ impl Guard {
     /// The last step (`end`), on an answer about to be sent: the server cookie added; over
     /// UDP, RRL (`Some(false)`: drop it; the answer may have been cut to a slip).
     pub fn end(&self, answer: &mut Vec<u8>, peer: Option<IpAddr>, udp: bool, cookie: Cookie, zone_hash: u64) -> bool {
-        if let (Some(secrets), Some(client), Some(ip)) = (&self.cookies, cookie.client, peer) {
-            let server = secrets.build(&client, ip, unix_now());
+        if let (Some(cookies), Some(client), Some(ip)) = (&self.cookies, cookie.client, peer) {
+            let server = cookies.secrets().build(&client, ip, unix_now());
             let mut data = client.to_vec();
             data.extend_from_slice(&server);
             if xdns_wire::opt::push_option(answer, 10, &data) {
@@ -380,10 +470,11 @@ impl Guard {
             ("blocklist_entries".to_string(), self.block.len() as u64),
             ("allowlist_entries".to_string(), self.allow.len() as u64),
             ("blocked_names".to_string(), self.names.entries.len() as u64),
+            ("cookie_rotations".to_string(), self.cookies.as_ref().map_or(0, |c| c.rotations())),
         ]);
         s.groups.insert(
             "guard".into(),
-            Group::counters("The userspace guard: messages dropped (blocked source or name, over the rate limit), slipped, cookies, list sizes.", "counter", values),
+            Group::counters("The userspace guard: messages dropped (blocked source or name, over the rate limit), slipped, cookies, rotations of the cookie secret, list sizes.", "counter", values),
         );
     }
 }
@@ -693,6 +784,7 @@ mod tests {
             block_names: Some(dir.join("n.txt")),
             rrl,
             cookies,
+            cookie_secret_lifetime: Some(DEFAULT_COOKIE_SECRET_LIFETIME),
             detect: None,
             offload_slots: 0,
         }
@@ -732,7 +824,7 @@ mod tests {
     }
 
     fn settings_only_block(d: &Path) -> GuardSettings {
-        GuardSettings { blocklist: Some(d.join("b.txt")), allowlist: None, block_names: None, rrl: None, cookies: false, detect: None, offload_slots: 0 }
+        GuardSettings { blocklist: Some(d.join("b.txt")), allowlist: None, block_names: None, rrl: None, cookies: false, cookie_secret_lifetime: None, detect: None, offload_slots: 0 }
     }
 
     #[test]
@@ -814,7 +906,7 @@ mod tests {
         assert!(g.end(&mut a, ip("198.18.1.1"), false, Cookie::default(), 1) && a[2] & 0x02 == 0);
         // a client whose server cookie is valid is not limited, and gets its cookie back
         let client = [7u8; 8];
-        let server = g.cookies.as_ref().unwrap().build(&client, "198.18.1.1".parse().unwrap(), unix_now());
+        let server = g.cookies.as_ref().unwrap().secrets().build(&client, "198.18.1.1".parse().unwrap(), unix_now());
         let mut opt = vec![0, 10, 0, 24];
         opt.extend_from_slice(&client);
         opt.extend_from_slice(&server);
@@ -832,5 +924,56 @@ mod tests {
         // a malformed COOKIE option (client cookie of 5 bytes): FORMERR
         let bad = [0, 10, 0, 5, 1, 2, 3, 4, 5];
         assert!(matches!(g.begin(&query("www.example.com", Some(&bad)), ip("198.18.1.1")), Verdict::FormErr));
+    }
+
+    /// The cookie secret rotates every `cookie_secret_lifetime`, the previous one verifying
+    /// until the next rotation: a cookie made before a rotation still proves its client after
+    /// one (and is answered with a fresh cookie), no longer after two; a reload keeps the
+    /// secrets and the clock; the kernel gets (current, previous).
+    #[test]
+    fn cookie_secrets_rotate_on_time_and_the_previous_verifies_for_one_rotation() {
+        let d = tmp("rotate");
+        let mut s = settings(&d, Some((5, 2, 24, 56)), true);
+        s.cookie_secret_lifetime = Some(10);
+        let g = Guard::load(&s, None).unwrap();
+        let c = g.cookies().unwrap();
+        let t0 = *c.since.lock().unwrap();
+        let client = [9u8; 8];
+        let peer = "198.18.1.9".parse().unwrap();
+        let server = c.secrets().build(&client, peer, unix_now());
+        let mut opt = vec![0, 10, 0, 24];
+        opt.extend_from_slice(&client);
+        opt.extend_from_slice(&server);
+        let proven = |g: &Guard| match g.begin(&query("www.example.com", Some(&opt)), Some(peer)) {
+            Verdict::Pass(c) => c.proven,
+            _ => panic!("not passed"),
+        };
+        assert!(proven(&g));
+        let first = g.kernel_rrl().cookies.unwrap();
+        assert_eq!(first.1, None, "no previous secret before a rotation");
+        // not yet due, then due
+        assert!(!g.rotate_cookies_if_due(t0 + std::time::Duration::from_secs(9)));
+        assert!(g.rotate_cookies_if_due(t0 + std::time::Duration::from_secs(10)));
+        assert_eq!(g.cookies().unwrap().rotations(), 1);
+        let second = g.kernel_rrl().cookies.unwrap();
+        assert_eq!(second.1, Some(first.0), "the kernel verifies the previous secret too");
+        assert_ne!(second.0, first.0);
+        assert!(proven(&g), "a cookie of the previous secret still proves its client");
+        let (_, fresh) = g.cookies().unwrap().secrets().answer(&xdns_guard::cookies::parse_opt_cookie(&opt).unwrap().unwrap(), peer, unix_now());
+        assert_ne!(fresh[..], server[..], "and is answered with a cookie of the new secret");
+        // a reload keeps the secrets and the clock: not due 5 s after the rotation
+        let g = Guard::load(&s, Some(&g)).unwrap();
+        assert!(proven(&g));
+        assert!(!g.rotate_cookies_if_due(t0 + std::time::Duration::from_secs(15)));
+        assert!(g.rotate_cookies_if_due(t0 + std::time::Duration::from_secs(20)));
+        assert!(!proven(&g), "two rotations later the cookie no longer verifies");
+        assert_eq!(g.kernel_rrl().cookies.unwrap().1, Some(second.0));
+        let mut snap = Snapshot::default();
+        g.snapshot(&mut snap);
+        assert_eq!(snap.groups["guard"].values.get("cookie_rotations"), Some(&2));
+        // "never": no rotation
+        s.cookie_secret_lifetime = None;
+        let g = Guard::load(&s, None).unwrap();
+        assert!(!g.rotate_cookies_if_due(std::time::Instant::now() + std::time::Duration::from_secs(1 << 30)));
     }
 }

@@ -397,9 +397,11 @@ async fn stop(
     let _ = tokio::task::spawn_blocking(crate::dnstap::shutdown).await;
 }
 
-/// Once a second, the live blocks whose time has come are lifted; once a minute the kernel's
-/// RRL and cookie settings are written again, which refreshes the offset from the program's
-/// clock to Unix time (cookie timestamps; the clocks drift apart as NTP slews).
+/// Once a second, the live blocks whose time has come are lifted and the cookie secret is
+/// rotated when its lifetime is over (`[guard] cookie_secret_lifetime`; the kernel's copy is
+/// written at once); once a minute the kernel's RRL and cookie settings are written again,
+/// which refreshes the offset from the program's clock to Unix time (cookie timestamps; the
+/// clocks drift apart as NTP slews).
 async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut ticks = 0u32;
     loop {
@@ -407,9 +409,13 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
             _ = stopped(&mut stop) => break,
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
                 ticks = ticks.wrapping_add(1);
+                let rotated = shared.guard.load_full().is_some_and(|g| g.rotate_cookies_if_due(std::time::Instant::now()));
+                if rotated {
+                    tracing::info!("guard: cookie secret rotated (the previous one verifies until the next rotation)");
+                }
                 if shared.live_blocks.expire() {
                     push_guard_lists(&shared).await;
-                } else if ticks % 60 == 0 {
+                } else if rotated || ticks % 60 == 0 {
                     push_guard_rrl(&shared).await;
                 }
             }
