@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import signal
 import sys
 import time
@@ -49,6 +50,7 @@ from lab import Lab  # noqa: E402
 
 ORIGIN = "tld."
 PEERS = ["xdns-xdp", "knot", "nsd"]
+TRIMMED = 'after="filling the XDP maps"'  # heap.rs: the fill's data freed and trimmed
 GOAL_MEMORY_VS_PEER = 2.0  # (RSS + maps) per record at most 2x Knot's and NSD's
 
 
@@ -106,6 +108,20 @@ def group_memory(pid: int) -> tuple[float, float]:
     return peak / 1024, pss / 1024
 
 
+def rss_phases(log: str) -> list[tuple[str, int]]:
+    """The daemon's resident MiB at each logged phase of its start (lines with `rss_mib=`):
+    where the userspace memory goes (zones, compiled kernel data, after the fill, trimmed)."""
+    out = []
+    for line in log.splitlines():
+        m = re.search(r"rss_mib=(\d+)", line)
+        if not m:
+            continue
+        msg = re.sub(r'\s*\b\w+=("[^"]*"|\S+)', "", line.split(": ", 1)[-1]).strip()
+        after = re.search(r'after="([^"]*)"', line)
+        out.append((f"{msg} ({after.group(1)})" if after else msg, int(m.group(1))))
+    return out
+
+
 def bump_serial(zone: Path, serial: int) -> None:
     """Write `serial` over the SOA's serial in place (same width: the file is not rewritten)."""
     with open(zone, "r+b") as f:
@@ -126,6 +142,11 @@ def start_peer(lab: Lab, name: str, zones, timeout: float):
         res["answering_s"] = time.monotonic() - t0
         lab.wait_xdp_data(srv, timeout=timeout)
         res["kernel_s"] = time.monotonic() - t0
+        # steady memory is measured once the daemon has dropped the fill's data and trimmed
+        # its heap (it logs that after the kernel answers; seconds later on a loaded machine)
+        deadline = time.monotonic() + timeout
+        while TRIMMED not in srv.stderr() and time.monotonic() < deadline:
+            time.sleep(0.2)
     elif name == "knot":
         srv = lab.start_knot(zones, name=f"knot-scale-{int(t0)}", timeout=timeout)
         res["answering_s"] = time.monotonic() - t0
@@ -159,6 +180,9 @@ def measure_size(lab: Lab, records: int, peers: list[str], duration: float, relo
                 table = lab.xdns_stats(srv).get("xdp_table", {})
                 res["left_out"] = table.get("answers_left_out")
                 res["in_table"] = table.get("answers_in_table")
+                res["maps_mib_by_map"] = {k: round(v / 2**20, 2) for k, v in sorted(
+                    mem["maps"].items(), key=lambda kv: -kv[1]) if v >= 2**20}
+                res["rss_phases"] = rss_phases(srv.stderr())
             res["records"] = res.get("records") or records
             res["bytes_per_record"] = (res["steady_mib"] + res["maps_mib"]) * 2**20 / res["records"]
             tgt = B.Target(name, srv.addr4, srv, xdns=name.startswith("xdns"))
@@ -227,6 +251,15 @@ def report(results: dict) -> dict:
             g[f"until_kernel_vs_{peer}_answering"] = x["kernel_s"] / p["answering_s"]
         if peers.get("nsd", {}).get("replies_per_s"):
             g["replies_vs_nsd"] = x["replies_per_s"] / peers["nsd"]["replies_per_s"]
+    for size, peers in results.items():
+        x = peers.get("xdns-xdp")
+        if not x or "maps_mib_by_map" not in x:
+            continue
+        print(f"\n== xdns-xdp at {size} records: BPF map MiB by map (>= 1 MiB), daemon RSS by phase")
+        for k, v in x["maps_mib_by_map"].items():
+            print(f"  {k:28} {v:9.1f}")
+        for msg, mib in x.get("rss_phases", []):
+            print(f"  rss {mib:6d} MiB  {msg}")
     print("\n== issue 30 goals (reported, not asserted)")
     for size, g in goals.items():
         for peer in ("knot", "nsd"):

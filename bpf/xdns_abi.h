@@ -140,10 +140,11 @@ struct xdns_answer_key {
  * hash-map call. xdns_index has two halves (generation parity) of table_mask + 1 buckets of
  * XDNS_TABLE_WAYS entries; xdns_vals two halves of table_vals values. The bucket of a key is
  * xdns_table_pos(hash, kind, qtype) & table_mask (hash.h); an entry is the key when its hash
- * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). Every answer is in
- * xdns_answers too; the ones that found no free entry or value are only there, and their
- * bucket's first entry carries XDNS_TABLE_SPILLED in its idx: only a miss in such a bucket
- * looks in the hash map.
+ * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). An answer is in the table
+ * or in xdns_answers, not both: the ones that found no free entry or value are in the hash
+ * map, and their bucket's first entry carries XDNS_TABLE_SPILLED in its idx: only a miss in
+ * such a bucket looks in the hash map. (An in-place update may put a changed answer of the
+ * table in the hash map too, then give up its table entry.)
  */
 #define XDNS_TABLE_WAYS 4
 #define XDNS_TABLE_SPILLED 0x80000000u  /* e[0].idx: a key of this bucket is not in the table */
@@ -264,7 +265,7 @@ struct xdns_config {
 	__u8 _pad;
 	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
 	__u32 table_mask;       /* buckets per half of xdns_index, less one (a power of two less one) */
-	__u32 table_vals;       /* values per half of xdns_vals: a power of two, at least 64 (the kernel
+	__u32 table_vals;       /* values per half of xdns_vals: a multiple of 64, at least 64 (the kernel
 	                         * takes an empty table as authoritative: there is always one) */
 	__u32 cache_mask;       /* buckets of xdns_cache_idx, less one (a power of two less one) */
 	__u32 guard_filter_mask; /* words per half of xdns_guard_filter, less one (a power of two less one) */

@@ -48,6 +48,20 @@ pub trait KernelMaps {
             let _ = self.delete_body(k, *c);
         }
     }
+    /// Write the bodies of answers placed in the answer table: the table's value holds the
+    /// header and the class S bytes, so only class M and L bytes go to their maps and no
+    /// `xdns_answers` entry is written (the kernel asks the hash map only for keys of a
+    /// spilled bucket that the table lacks). Default: [`Self::put_bodies`], as the in-memory
+    /// maps do: their `answers` is every answer, what the table and the hash map hold together.
+    fn put_table_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
+        self.put_bodies(entries)
+    }
+    /// Delete what [`Self::put_table_bodies`] wrote for `(key, class)` (the real maps: the
+    /// M and L bytes; class S keys have nothing outside the table), ignoring missing
+    /// entries; default: [`Self::delete_bodies`].
+    fn delete_table_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
+        self.delete_bodies(keys)
+    }
     /// Words in each half of the presence filter (a power of two).
     fn filter_words(&self) -> usize;
     /// Write `filter` as generation `gen`'s half (`gen & 1`) of the presence filter.
@@ -126,7 +140,11 @@ struct Installed {
     /// Fewest labels of any node of this generation ([`NO_NODES_FLOOR`] when it has none).
     floor: u32,
     nodes: Vec<xdns_node_key>,
+    /// Answers written to `xdns_answers` (with their body class).
     answers: Vec<(xdns_answer_key, u8)>,
+    /// Answers placed in the answer table ([`KernelMaps::put_table_bodies`]), for
+    /// [`KernelMaps::delete_table_bodies`].
+    table_bodies: Vec<(xdns_answer_key, u8)>,
     /// Answers in the answer table, and answers left out of it (found in the hash map).
     table: (usize, usize),
     /// The table index and presence filter as written, kept for in-place updates
@@ -188,7 +206,7 @@ impl Filter {
 /// The answer table of one generation as it is written (`xdns_index`/`xdns_vals`, maps.h):
 /// each key goes to a free entry of its bucket (four per bucket) and takes the next value
 /// index. A key whose bucket is full, or that comes after the values run out, is not in the
-/// table (the kernel finds it in `xdns_answers`, where every answer is), and its bucket is
+/// table (the kernel finds it in `xdns_answers`, which holds these only), and its bucket is
 /// marked [`TABLE_SPILLED`]: a miss in any other bucket means the key does not exist.
 #[derive(Clone, Debug, Default)]
 pub struct Table {
@@ -576,7 +594,6 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     let (buckets, vals) = maps.table_shape();
     let mut table = Table::new(buckets, vals);
     done.nodes.reserve_exact(data.nodes.len());
-    done.answers.reserve_exact(data.answers.len());
     for chunk in data.nodes.chunks(CHUNK) {
         if maps.abandoned() {
             return Err(Abandoned.into());
@@ -593,24 +610,35 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         maps.put_nodes(&enc)?;
         maps.progress(done.nodes.len(), total);
     }
+    let mut written = 0;
     for chunk in data.answers.chunks(CHUNK) {
         if maps.abandoned() {
             return Err(Abandoned.into());
         }
-        let enc: Vec<_> = chunk.iter().map(|a| encode_answer(a, seed, gen)).collect();
-        done.answers.extend(enc.iter().map(|(k, a, _)| (*k, a.class)));
-        let mut placed = Vec::new();
-        for (k, a, b) in &enc {
-            if let Some(tag) = answer_filter_tag(k) {
+        // Answers placed in the table are written there only (with their M and L bytes);
+        // the hash map gets the ones left out.
+        let (mut in_table, mut left_out, mut idx) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, a, b) in chunk.iter().map(|a| encode_answer(a, seed, gen)) {
+            if let Some(tag) = answer_filter_tag(&k) {
                 filter.insert(k.hash, tag);
             }
-            if let Some(i) = table.place(k) {
-                placed.push((i, a, b));
+            match table.place(&k) {
+                Some(i) => {
+                    idx.push(i);
+                    in_table.push((k, a, b));
+                }
+                None => left_out.push((k, a, b)),
             }
         }
-        maps.put_bodies(&enc)?;
+        // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
+        done.answers.extend(left_out.iter().map(|(k, a, _)| (*k, a.class)));
+        done.table_bodies.extend(in_table.iter().map(|(k, a, _)| (*k, a.class)));
+        maps.put_bodies(&left_out)?;
+        maps.put_table_bodies(&in_table)?;
+        let placed: Vec<_> = idx.iter().zip(&in_table).map(|(i, (_, a, b))| (*i, a, b)).collect();
         maps.put_table_values(gen, &placed)?;
-        maps.progress(done.nodes.len() + done.answers.len(), total);
+        written += chunk.len();
+        maps.progress(done.nodes.len() + written, total);
     }
     // The other halves are the active generation's: these are read only after the flip.
     maps.put_table_index(gen, table.buckets())?;
@@ -623,6 +651,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
 
 fn remove(maps: &mut dyn KernelMaps, gen: &Installed) {
     maps.delete_bodies(&gen.answers);
+    maps.delete_table_bodies(&gen.table_bodies);
     maps.delete_nodes(&gen.nodes);
 }
 

@@ -86,8 +86,9 @@ impl Capacity {
             answers: room(data.answers.len()),
             bodies_m: room(c[1] as usize),
             bodies_l: room(c[2] as usize),
-            // twice the first zone set's: a reload may grow it that much and still find room
-            table_vals: (data.answers.len() * 2) as u32,
+            // the first zone set's and a quarter more: a reload that grows further leaves the
+            // excess in the hash map (same answers, a hash lookup each)
+            table_vals: (data.answers.len() + data.answers.len() / 4) as u32,
         }
     }
 
@@ -99,18 +100,18 @@ impl Capacity {
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
 
-    /// Values per half of the answer table: `table_vals` (or `answers`) rounded up to a power
-    /// of two between 64 and [`TABLE_MAX_VALS`]. Preallocated (arrays): two halves of 216
-    /// bytes per value and 32 per value for the index.
+    /// Values per half of the answer table: `table_vals` (or `answers`) rounded up to a
+    /// multiple of 64, between 64 and [`TABLE_MAX_VALS`]. Preallocated (arrays): two halves
+    /// of 216 bytes per value, so not rounded to a power of two (that could double them).
     pub fn table_vals(&self) -> usize {
         let want = if self.table_vals == 0 { self.answers } else { self.table_vals };
-        (want as usize).next_power_of_two().clamp(64, TABLE_MAX_VALS)
+        (want as usize).next_multiple_of(64).clamp(64, TABLE_MAX_VALS)
     }
 
-    /// Buckets per half of the answer table's index: four entries each, twice as many
-    /// entries as values, so a full table is half full.
+    /// Buckets per half of the answer table's index (a power of two): four entries each, at
+    /// least twice as many entries as values, so a full table is at most half full.
     pub fn table_buckets(&self) -> usize {
-        self.table_vals() / 2
+        (self.table_vals() / 2).next_power_of_two()
     }
 }
 
@@ -533,8 +534,9 @@ impl XdpProgram {
         Ok((ret, out))
     }
 
-    /// Entries in (nodes, answers, bodies S+M+L): what is installed, all generations. Class S
-    /// bodies are the answers of class S (inline in their `xdns_answers` value).
+    /// Entries in (nodes, answers, bodies S+M+L) of the hash maps, all generations: answers
+    /// and class S bodies (inline in their value) of `xdns_answers`, which holds the answers
+    /// left out of the answer table only, and the M and L body maps.
     pub fn map_entries(&self) -> (usize, usize, usize) {
         let m = &self.skel.maps;
         let class_at = std::mem::offset_of!(xdns_answer_s, ans) + std::mem::offset_of!(xdns_answer, class);
@@ -667,16 +669,8 @@ impl KernelMaps for LibbpfMaps<'_> {
     fn put_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
         let m = &self.skel.maps;
         for chunk in entries.chunks(BATCH) {
-            let mm = chunk.iter().filter_map(|(k, _, b)| match b {
-                BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
-                _ => None,
-            });
-            batch_update(&m.xdns_bodies_m, mm)?;
-            let l = chunk.iter().filter_map(|(k, _, b)| match b {
-                BodyValue::L(b) => Some((bytes_of(k), bytes_of(&**b))),
-                _ => None,
-            });
-            batch_update(&m.xdns_bodies_l, l)?;
+            // body bytes before the answer entries that point at them
+            self.put_table_bodies(chunk)?;
             let values: Vec<Box<xdns_answer_s>> = chunk.iter().map(|(_, a, b)| answer_value(a, b)).collect();
             batch_update(&m.xdns_answers, chunk.iter().zip(&values).map(|((k, _, _), v)| (bytes_of(k), bytes_of(&**v))))?;
         }
@@ -688,8 +682,31 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn delete_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
+        batch_delete(&self.skel.maps.xdns_answers, keys.iter().map(|(k, _)| bytes_of(k)));
+        self.delete_table_bodies(keys);
+    }
+
+    fn put_table_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
+        // the header and the class S bytes go to the table's value (put_table_values): no
+        // copy in xdns_answers, which the kernel asks only for keys the table lacks
         let m = &self.skel.maps;
-        batch_delete(&m.xdns_answers, keys.iter().map(|(k, _)| bytes_of(k)));
+        for chunk in entries.chunks(BATCH) {
+            let mm = chunk.iter().filter_map(|(k, _, b)| match b {
+                BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
+                _ => None,
+            });
+            batch_update(&m.xdns_bodies_m, mm)?;
+            let l = chunk.iter().filter_map(|(k, _, b)| match b {
+                BodyValue::L(b) => Some((bytes_of(k), bytes_of(&**b))),
+                _ => None,
+            });
+            batch_update(&m.xdns_bodies_l, l)?;
+        }
+        Ok(())
+    }
+
+    fn delete_table_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
+        let m = &self.skel.maps;
         for (class, map) in [
             (xdns_body_class::XDNS_CLASS_M, &m.xdns_bodies_m),
             (xdns_body_class::XDNS_CLASS_L, &m.xdns_bodies_l),

@@ -713,10 +713,13 @@ fn presence_filter_is_consulted() {
     }
 }
 
-/// Answers come from the answer table (xdns_abi.h): with the `xdns_answers` hash map
-/// emptied every kind of answer is still sent, byte for byte as before. With the table's
-/// index emptied but every bucket marked spilled they come from the hash map again (copied
-/// to the CPU's spill value); not marked, the program believes the empty table and passes.
+/// Answers come from the answer table (xdns_abi.h), and an answer placed there has no copy
+/// in the `xdns_answers` hash map: after an install the hash map is empty and every kind of
+/// answer is sent, byte for byte; with every bucket marked spilled the program asks the hash
+/// map, which holds none of them (pass). Answers left out of a full table are in the hash map
+/// only, and come from there (copied to the CPU's spill value) byte for byte the same. With
+/// the table's index emptied and nothing marked spilled, the program believes the empty
+/// table and passes.
 #[test]
 fn answer_table_is_consulted() {
     require_root("answer_table_is_consulted");
@@ -737,13 +740,47 @@ fn answer_table_is_consulted() {
     prog.install(&zone()).unwrap();
     let want: Vec<_> = frames.iter().map(|f| verdict(&prog, f)).collect();
     assert!(want.iter().all(|(act, _, moved)| *act == 3 && moved == &["answered"]), "{want:?}");
+    assert_eq!(prog.table_counts(), (zone().answers.len(), 0), "every answer in the table");
+    assert_eq!(prog.clear_answer_map().unwrap(), 0, "no hash-map copy of an answer in the table");
 
-    assert!(prog.clear_answer_map().unwrap() > 0);
-    for (i, f) in frames.iter().enumerate() {
-        assert_eq!(verdict(&prog, f), want[i], "{:?} from the table alone", asks[i]);
+    // A table of 64 values, filled by 200 other answers written first: the zone's answers
+    // are left out, in the hash map only.
+    let mut padded = KernelData::default();
+    let apex = wire("example.com");
+    for i in 0..200 {
+        let name = wire(&format!("pad{i}.example.com"));
+        let mut w = BodyWriter::new(&name).unwrap();
+        w.set_aa(true);
+        w.write_rr(&name, true, A, 300, &[198, 18, 9, i as u8]).unwrap();
+        padded.nodes.push(NodeEntry { name: name.clone(), apex: apex.clone(), cut: None, wildcard: false });
+        padded.answers.push(AnswerEntry { base: name, kind: Kind::Type(A), body: w.finish() });
     }
+    let z = zone();
+    padded.nodes.extend(z.nodes);
+    padded.answers.extend(z.answers);
+    let cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(0x5eed_0123_4567_89ab),
+        capacity: xdns_bpf::runtime::Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 64 },
+        resolver: None,
+        guard: None,
+    };
+    let mut small = xdns_bpf::runtime::XdpProgram::load(&cfg).expect("load (verifier)");
+    small.install(&padded).unwrap();
+    let (in_table, left_out) = small.table_counts();
+    assert_eq!((in_table, left_out), (64, padded.answers.len() - 64));
+    assert_eq!(small.map_entries().1, left_out, "the hash map holds the answers left out, no others");
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(verdict(&small, f), want[i], "{:?} from the hash map", asks[i]);
+    }
+    small.clear_answer_map().unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let (act, _, moved) = verdict(&small, f);
+        assert_eq!((act, moved.join(",")), (2, "pass_no_body".into()), "{:?} was in the hash map only", asks[i]);
+    }
+    drop(small);
 
-    prog.install(&zone()).unwrap();
     let gen = prog.generation();
     let (buckets, _) = prog.table_shape();
     let empty = vec![xdns_bpf::types::xdns_bucket::default(); buckets];
@@ -751,7 +788,8 @@ fn answer_table_is_consulted() {
     spilled.iter_mut().for_each(|b| b.e[0].idx = xdns_bpf::hash::TABLE_SPILLED);
     prog.put_table_index(gen, &spilled).unwrap();
     for (i, f) in frames.iter().enumerate() {
-        assert_eq!(verdict(&prog, f), want[i], "{:?} from the hash map", asks[i]);
+        let (act, _, moved) = verdict(&prog, f);
+        assert_eq!((act, moved.join(",")), (2, "pass_no_body".into()), "{:?}: spilled, not in the hash map", asks[i]);
     }
     prog.put_table_index(gen, &empty).unwrap();
     for (i, f) in frames.iter().enumerate() {
