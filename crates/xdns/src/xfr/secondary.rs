@@ -548,7 +548,7 @@ fn prepare_later(shared: &Arc<Shared>, sec: &Arc<Secondary>, zone: Arc<Zone>) {
         }
         drop(shared);
         st.prepare(&zone);
-        tracing::debug!(zone = %name, ms = t.elapsed().as_millis() as u64, "spare copy for changes in place made");
+        tracing::info!(zone = %name, ms = t.elapsed().as_millis() as u64, "spare copy for changes in place made");
     });
 }
 
