@@ -409,7 +409,7 @@ impl Tx<'_> {
                 .find(|(k, old)| {
                     k[..] != self.zone.apex[..]
                         && has(old, NS)
-                        && !self.zone.nodes.get(&k[..]).is_some_and(|n| n.rrset(NS).is_some())
+                        && self.zone.nodes.get(&k[..]).is_none_or(|n| n.rrset(NS).is_none())
                         && self.children.get(&k[..]).copied().unwrap_or(0) > 0
                 })
                 .map(|(k, _)| format!("the delegation at {} went away with names below it", key_to_text(k)))

@@ -525,7 +525,7 @@ mod tests {
             journal: Arc::new(vec![d(1, 3)]),
         };
         let marked = Diff { from: 3, to: 5, deleted: vec![], added: vec![super::super::client::Rec { owner: Box::from(&b"\x01x\x01t\x00"[..]), rtype: 1, ttl: 9, rdata: bytes::Bytes::from_static(&[1, 2, 3, 4]) }] };
-        let j = next_journal_with(Some(&old), &zone(5), true, Some(&[marked.clone()]));
+        let j = next_journal_with(Some(&old), &zone(5), true, Some(std::slice::from_ref(&marked)));
         assert_eq!(&j[..], &[d(1, 3), marked.clone()][..]);
         // differences that do not lead to the new serial: computed (nothing differs here)
         let j = next_journal_with(Some(&old), &zone(6), true, Some(&[marked]));

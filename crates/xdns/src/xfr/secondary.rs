@@ -410,7 +410,11 @@ async fn transfer_from(
                 (r, diffs)
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| {
+                // a panic mid-way leaves the copy in no known state: start over
+                *sec.inc.lock().unwrap_or_else(|e| e.into_inner()) = incremental::State::default();
+                e.to_string()
+            })?;
             let whole = match applied {
                 Ok(a) => {
                     tracing::debug!(zone = %name, serial, differences = n, touched = a.touched.len(), "IXFR applied in place");
@@ -479,7 +483,11 @@ async fn transfer_from(
     };
     let built_ms = t0.elapsed().as_millis() as u64;
     let touched_any = touched.is_some();
-    let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
+    let Some(timers) = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)) else {
+        // an applied copy that is not swapped in leaves the spare state behind it
+        *sec.inc.lock().unwrap_or_else(|e| e.into_inner()) = incremental::State::default();
+        return Err("no SOA after the transfer".into());
+    };
     let serial = zone.serial;
     let zone = Arc::new(zone);
     let change = changed.map(|changed| crate::xdp::ZoneChange { apex: zone.apex.to_vec(), changed });
