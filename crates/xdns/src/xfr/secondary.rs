@@ -305,6 +305,7 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
                 st.last_error = None;
             }
             Err(e) => {
+                sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let retry = timers.map_or(RETRY_UNKNOWN, |t| t.retry);
                 tracing::warn!(zone = %name, error = %e, retry_s = retry.as_secs(), "refresh failed; the zone keeps serving what it has");
                 next = Instant::now() + retry;
@@ -568,6 +569,7 @@ async fn up_to_date(
     expired: bool,
     primary: SocketAddr,
 ) -> Result<Timers, String> {
+    sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take();
     let cur = cur.ok_or("the primary says up to date, but we have no copy")?;
     let t = soa_rdata(&cur).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA in our copy")?;
     if expired {
