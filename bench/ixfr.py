@@ -96,6 +96,16 @@ def main() -> int:
                 full["fill_s"] = float(m.group(1))
         print("full generation at start:", json.dumps(full))
         time.sleep(args.settle)
+
+        def rss_mb():
+            try:
+                for ln in Path(f"/proc/{srv.proc.pid}/status").read_text().splitlines():
+                    if ln.startswith("VmRSS:"):
+                        return int(ln.split()[1]) // 1024
+            except OSError:
+                return None
+        rss_start = rss_mb()
+        print("RSS before the changes (MB):", rss_start)
         try:
             for i in range(args.changes):
                 def transfer():
@@ -128,11 +138,12 @@ def main() -> int:
                      "kernel_answered_of_5": kernel}
                 print(json.dumps(r))
                 results.append(r)
+            print("RSS after the changes (MB):", rss_mb())
         finally:
             lab.stop(srv)
             lab.stop(knot)
     out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.label if args.label else ''}.json"
-    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "full_at_start": full,
+    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "full_at_start": full, "rss_mb_before_changes": rss_start,
                                "changes": results}, indent=1))
     return 0
 

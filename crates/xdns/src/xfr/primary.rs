@@ -509,4 +509,27 @@ mod tests {
         assert!(chain(&j, 1, 7).is_none(), "does not reach 7");
         assert!(chain(&[d(1, 2), d(3, 4)], 1, 4).is_none(), "a gap");
     }
+
+    /// An IXFR applied in place hands its differences to the journal: kept as they are when
+    /// they lead from the old serial to the new one, else the versions are compared whole.
+    #[test]
+    fn known_differences_join_the_journal_as_they_are() {
+        let zone = |serial: u32| {
+            let mut nodes = hashbrown::HashMap::new();
+            nodes.insert(Box::from(&b"\x01t\x00"[..]), xdns_zone::Node::default());
+            Arc::new(Zone::new(Box::from(&b"\x01t\x00"[..]), nodes, "t.zone".into(), serial))
+        };
+        let old = LoadedZone {
+            source: xdns_zone::ZoneSource { name: "t.".into(), file: "t.zone".into() },
+            zone: zone(3),
+            journal: Arc::new(vec![d(1, 3)]),
+        };
+        let marked = Diff { from: 3, to: 5, deleted: vec![], added: vec![super::super::client::Rec { owner: Box::from(&b"\x01x\x01t\x00"[..]), rtype: 1, ttl: 9, rdata: bytes::Bytes::from_static(&[1, 2, 3, 4]) }] };
+        let j = next_journal_with(Some(&old), &zone(5), true, Some(std::slice::from_ref(&marked)));
+        assert_eq!(&j[..], &[d(1, 3), marked.clone()][..]);
+        // differences that do not lead to the new serial: computed (nothing differs here)
+        let j = next_journal_with(Some(&old), &zone(6), true, Some(&[marked]));
+        assert_eq!(j.len(), 2);
+        assert_eq!((j[1].from, j[1].to, j[1].added.len()), (3, 6, 0));
+    }
 }

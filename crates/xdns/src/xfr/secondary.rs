@@ -305,6 +305,7 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
                 st.last_error = None;
             }
             Err(e) => {
+                sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let retry = timers.map_or(RETRY_UNKNOWN, |t| t.retry);
                 tracing::warn!(zone = %name, error = %e, retry_s = retry.as_secs(), "refresh failed; the zone keeps serving what it has");
                 next = Instant::now() + retry;
@@ -410,7 +411,11 @@ async fn transfer_from(
                 (r, diffs)
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| {
+                // a panic mid-way leaves the copy in no known state: start over
+                *sec.inc.lock().unwrap_or_else(|e| e.into_inner()) = incremental::State::default();
+                e.to_string()
+            })?;
             let whole = match applied {
                 Ok(a) => {
                     tracing::debug!(zone = %name, serial, differences = n, touched = a.touched.len(), "IXFR applied in place");
@@ -479,7 +484,11 @@ async fn transfer_from(
     };
     let built_ms = t0.elapsed().as_millis() as u64;
     let touched_any = touched.is_some();
-    let timers = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA after the transfer")?;
+    let Some(timers) = soa_rdata(&zone).and_then(|s| Timers::from_soa(&s)) else {
+        // an applied copy that is not swapped in leaves the spare state behind it
+        *sec.inc.lock().unwrap_or_else(|e| e.into_inner()) = incremental::State::default();
+        return Err("no SOA after the transfer".into());
+    };
     let serial = zone.serial;
     let zone = Arc::new(zone);
     let change = changed.map(|changed| crate::xdp::ZoneChange { apex: zone.apex.to_vec(), changed });
@@ -548,7 +557,7 @@ fn prepare_later(shared: &Arc<Shared>, sec: &Arc<Secondary>, zone: Arc<Zone>) {
         }
         drop(shared);
         st.prepare(&zone);
-        tracing::debug!(zone = %name, ms = t.elapsed().as_millis() as u64, "spare copy for changes in place made");
+        tracing::info!(zone = %name, ms = t.elapsed().as_millis() as u64, "spare copy for changes in place made");
     });
 }
 
@@ -560,6 +569,7 @@ async fn up_to_date(
     expired: bool,
     primary: SocketAddr,
 ) -> Result<Timers, String> {
+    sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take();
     let cur = cur.ok_or("the primary says up to date, but we have no copy")?;
     let t = soa_rdata(&cur).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA in our copy")?;
     if expired {
