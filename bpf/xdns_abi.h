@@ -609,7 +609,8 @@ struct xdns_guard_feat_key {
 };
 struct xdns_guard_slot {
 	__u32 interval;         /* which interval these counts are of */
-	__u32 _pad;
+	__u32 any;              /* source features only: queries of type ANY (the name check,
+	                         * guard.h; amplification) among `packets`; 0 in the other maps */
 	__u64 packets;
 	__u64 bytes;            /* IP length */
 };
@@ -655,6 +656,9 @@ struct xdns_guard_scratch {
 	__u64 cookie_bad;       /* COOKIE options with a server cookie that did not verify (or malformed) */
 	__u64 rfeat_full;       /* answers not counted: the answer feature map refused a new prefix */
 	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
+	struct xdns_guard_feat_key src_fkey; /* the key this packet's source features were
+	                         * counted under (guard.h, with features): the name check counts an
+	                         * ANY query into the same entry */
 	__u64 nx_hash;          /* this query's parent suffix (the name check, with features) ... */
 	__u32 nx_len;           /* ... its wire length (0: none) */
 	__u32 src_allowed;      /* this packet's source matched an allow prefix (guard.h; the gate,
