@@ -554,7 +554,7 @@ struct xdns_guard_rrl {
 	__u64 mask6[2];         /* the IPv6 client prefix over the two address words */
 	__u32 cookies;          /* 1: COOKIE options are checked here (cookie-bearing queries pass) */
 	__u32 cookie_prev;      /* 1: secret[1], the previous secret, verifies too */
-	__s64 clock_off;        /* Unix time less bpf_ktime_get_ns(), in ns (the daemon refreshes it) */
+	__s64 clock_off;        /* Unix time less the monotonic clock (rrl.h reads the coarse one), in ns (the daemon refreshes it) */
 	__u64 secret[2][2];     /* SipHash-2-4 keys: the 16 secret bytes as two little-endian words */
 };
 
@@ -571,7 +571,7 @@ struct xdns_rrl_key {
 /* Value of `xdns_guard_rrl`: the bucket, updated without a lock (approximate only when
  * two CPUs answer one account at the same instant). */
 struct xdns_rrl_account {
-	__u64 stamp;            /* ns (bpf_ktime_get_ns) of the last update */
+	__u64 stamp;            /* ns (bpf_ktime_get_coarse_ns) of the last update */
 	__s64 balance;          /* thousandths of an answer */
 	__u32 limited;          /* limited answers since the account was made (the slip pattern) */
 	__u32 _pad;

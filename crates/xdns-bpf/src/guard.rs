@@ -1104,7 +1104,7 @@ impl Guard {
         Ok(())
     }
 
-    /// Write the offset from the program's clock (`bpf_ktime_get_ns`, CLOCK_MONOTONIC) to
+    /// Write the offset from the program's clock (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC_COARSE: the epoch of CLOCK_MONOTONIC) to
     /// Unix time, which cookie timestamps are in.
     pub fn refresh_clock(&self) {
         let off = clock_ns(libc::CLOCK_REALTIME) as i64 - clock_ns(libc::CLOCK_MONOTONIC) as i64;
