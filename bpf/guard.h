@@ -56,6 +56,7 @@ static __always_inline void xdns_feat_add(struct xdns_scratch *sc, void *map, co
 	s = &f->slot[iv & 1];
 	if (s->interval != iv) {
 		s->interval = iv;
+		s->any = 0;
 		s->packets = 0;
 		s->bytes = 0;
 	}
@@ -74,14 +75,40 @@ static __always_inline __u64 xdns_feat_prefix(__u64 a0, int ipv6)
 	return a0 & mask;
 }
 
-/* Count the packet into its source prefix's slot of the current interval (xdns_abi.h). */
+/* Count the packet into its source prefix's slot of the current interval (xdns_abi.h); the
+ * key stays in the scratch (src_fkey) for the name check's ANY count. */
 static __always_inline void xdns_guard_count(struct xdns_scratch *sc, __u64 a0, __u8 family, __u32 bytes, __u32 iv)
 {
-	struct xdns_guard_feat_key k = {};
+	struct xdns_guard_feat_key *k = &sc->guard.src_fkey;
 
-	k.addr = xdns_feat_prefix(a0, family != 4);
-	k.family = family;
-	xdns_feat_add(sc, &xdns_guard_feat, &k, iv, bytes, &sc->guard.feat_full);
+	__builtin_memset(k, 0, sizeof(*k));
+	k->addr = xdns_feat_prefix(a0, family != 4);
+	k->family = family;
+	xdns_feat_add(sc, &xdns_guard_feat, k, iv, bytes, &sc->guard.feat_full);
+}
+
+/*
+ * A query of type ANY (the two bytes after the name, when the fetch holds them) counts into
+ * the `any` of its source's slot, the entry the guard stage counted the packet into
+ * (src_fkey): amplification by ANY (xdns_guard::detect's AnyFlood). A second lookup, for ANY
+ * queries only; none if the entry is gone or the interval moved on since.
+ */
+static __always_inline void xdns_guard_count_any(struct xdns_scratch *sc, __u32 iv)
+{
+	struct xdns_guard_feat *f;
+	struct xdns_guard_slot *s;
+	__u32 qlen = sc->walk.qlen;
+
+	if (qlen > 253 || qlen + 2 > sc->walk.avail)
+		return;
+	if (sc->walk.name[qlen & 255] != 0 || sc->walk.name[(qlen + 1) & 255] != 255)
+		return;
+	f = bpf_map_lookup_elem(&xdns_guard_feat, &sc->guard.src_fkey);
+	if (!f)
+		return;
+	s = &f->slot[iv & 1];
+	if (s->interval == iv)
+		s->any++;
 }
 
 /* The entry of the longest listed prefix holding the source, by hash per length in use. */
@@ -345,6 +372,8 @@ __attribute__((noinline)) int xdns_guard_names_check(struct xdns_scratch *sc)
 		return XDNS_CONTINUE;
 	xdns_suffix_hashes(sc);
 	n = sc->lookup.nsfx;
+	if (xdns_cfg.guard_features)
+		xdns_guard_count_any(sc, c->interval);   /* the root's and a TLD's ANY too */
 	if (xdns_cfg.guard_features && n >= 3 && n <= 128 && n <= sc->walk.nlab) {
 		/* the parent: n - 1 labels, the root included (sfx[n - 2]) */
 		struct xdns_guard_qfeat_key fk = {};

@@ -233,7 +233,10 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 			return XDNS_CONTINUE;
 		a0 = ip->saddr;
 	}
-	now = bpf_ktime_get_ns();
+	/* the coarse clock (a tick's resolution, CLOCK_MONOTONIC_COARSE: the same epoch as the
+	 * daemon's clock offset): the bucket's clock moves on only with the credit it gives,
+	 * so a tick's steps lose nothing, and cookie stamps are in seconds */
+	now = bpf_ktime_get_coarse_ns();
 	cookie = g->cookies ? sc->guard.gate_cookie : 0;
 	if (cookie & 0xffff) {
 		if (xdns_cookie_valid(ctx, g, cookie, a0, a1, ipv6, now))

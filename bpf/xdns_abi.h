@@ -555,7 +555,7 @@ struct xdns_guard_rrl {
 	__u64 mask6[2];         /* the IPv6 client prefix over the two address words */
 	__u32 cookies;          /* 1: COOKIE options are checked here (cookie-bearing queries pass) */
 	__u32 cookie_prev;      /* 1: secret[1], the previous secret, verifies too */
-	__s64 clock_off;        /* Unix time less bpf_ktime_get_ns(), in ns (the daemon refreshes it) */
+	__s64 clock_off;        /* Unix time less the monotonic clock (rrl.h reads the coarse one), in ns (the daemon refreshes it) */
 	__u64 secret[2][2];     /* SipHash-2-4 keys: the 16 secret bytes as two little-endian words */
 };
 
@@ -572,7 +572,7 @@ struct xdns_rrl_key {
 /* Value of `xdns_guard_rrl`: the bucket, updated without a lock (approximate only when
  * two CPUs answer one account at the same instant). */
 struct xdns_rrl_account {
-	__u64 stamp;            /* ns (bpf_ktime_get_ns) of the last update */
+	__u64 stamp;            /* ns (bpf_ktime_get_coarse_ns) of the last update */
 	__s64 balance;          /* thousandths of an answer */
 	__u32 limited;          /* limited answers since the account was made (the slip pattern) */
 	__u32 _pad;
@@ -610,7 +610,8 @@ struct xdns_guard_feat_key {
 };
 struct xdns_guard_slot {
 	__u32 interval;         /* which interval these counts are of */
-	__u32 _pad;
+	__u32 any;              /* source features only: queries of type ANY (the name check,
+	                         * guard.h; amplification) among `packets`; 0 in the other maps */
 	__u64 packets;
 	__u64 bytes;            /* IP length */
 };
@@ -656,6 +657,9 @@ struct xdns_guard_scratch {
 	__u64 cookie_bad;       /* COOKIE options with a server cookie that did not verify (or malformed) */
 	__u64 rfeat_full;       /* answers not counted: the answer feature map refused a new prefix */
 	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
+	struct xdns_guard_feat_key src_fkey; /* the key this packet's source features were
+	                         * counted under (guard.h, with features): the name check counts an
+	                         * ANY query into the same entry */
 	__u64 nx_hash;          /* this query's parent suffix (the name check, with features) ... */
 	__u32 nx_len;           /* ... its wire length (0: none) */
 	__u32 src_allowed;      /* this packet's source matched an allow prefix (guard.h; the gate,

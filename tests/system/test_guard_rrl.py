@@ -11,7 +11,9 @@ knotd with mod-rrl at the same rate and slip, get the same flood from one client
   it to userspace (`xdp.pass_cookie`), which echoes it;
 - another client (another prefix) is answered whole while the flood goes on;
 - an allowlisted client of the flooded /24 is never limited: its answers are the kernel's
-  (`xdp.answered`), whole, however fast it asks (`[guard] allowlist`: never rate limited).
+  (`xdp.answered`), whole, however fast it asks (`[guard] allowlist`: never rate limited);
+- the daemon rotates the cookie secret (`cookie_secret_lifetime`): a cookie outlives one
+  rotation in the kernel and in userspace, not two.
 """
 
 from __future__ import annotations
@@ -193,4 +195,46 @@ def test_kernel_rrl_beside_knot_and_cookies_bypass_it():
         print(f"xdns after the cookie client: xdp {st['xdp']}, guard {st['guard']}, xdp_guard {st.get('xdp_guard')}")
         assert st["xdp"]["pass_cookie"] >= 60, st["xdp"]
         assert st["guard"]["cookie_valid"] >= 60, st["guard"]
+        assert lab.stop(srv) == 0
+
+
+def test_cookie_secret_rotation_keeps_the_previous_secret_for_one_rotation():
+    """`[guard] cookie_secret_lifetime`: the daemon rotates the secret on time and writes it to
+    the kernel; a server cookie made before a rotation is verified by the kernel
+    (`xdp.pass_cookie`) and userspace (`guard.cookie_valid`) after one rotation, and is an
+    invalid cookie after two (`xdp.pass_cookie_new`, answered with a new cookie)."""
+    with Lab(prefix="xdl") as lab:
+        srv = lab.start_xdns(DEFAULT_ZONES, name="xdns-rot", xdp="generic",
+                             extra='\n[guard]\nrrl = { rate = 100 }\ncookies = true\ncookie_secret_lifetime = "4s"\n')
+        client_cookie = bytes(range(11, 19))
+        r = ask(lab, srv.addr4, lab.client_addr4, options=[dns.edns.GenericOption(10, client_cookie)])
+        first = next(o for o in r.options if o.otype == 10).to_wire()
+        assert first[:8] == client_cookie and len(first) == 24, first
+        proven = [dns.edns.GenericOption(10, first)]
+
+        def stats():
+            st = lab.xdns_stats(srv)
+            return st["xdp"]["pass_cookie"], st["xdp"]["pass_cookie_new"], st["guard"]["cookie_valid"], st["guard"]["cookie_rotations"]
+
+        def after_rotation(n):
+            deadline = time.monotonic() + 8
+            while stats()[3] < n:
+                assert time.monotonic() < deadline, f"no rotation {n}: {stats()}"
+                time.sleep(0.1)
+
+        rot0 = stats()[3]
+        seen = []
+        for n in (rot0 + 1, rot0 + 2):
+            after_rotation(n)
+            before = stats()
+            r = ask(lab, srv.addr4, lab.client_addr4, options=proven)
+            assert r is not None and r.answer, r
+            after = stats()
+            seen.append((n, [a - b for a, b in zip(after, before)], next(o for o in r.options if o.otype == 10).to_wire()))
+        print(f"rotations from {rot0}: {[(n, d) for n, d, _ in seen]}")
+        (_, d1, c1), (_, d2, c2) = seen
+        assert d1[:3] == [1, 0, 1], f"after one rotation the cookie still verifies: {d1}"
+        assert c1[:8] == client_cookie and c1 != first, "answered with a cookie of the new secret"
+        assert d2[:3] == [0, 1, 0], f"after two it no longer does: {d2}"
+        assert c2[:8] == client_cookie and c2 != first
         assert lab.stop(srv) == 0

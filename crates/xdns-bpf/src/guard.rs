@@ -249,6 +249,8 @@ pub struct SourceFeature {
     pub packets: u64,
     /// IP bytes (headers included).
     pub bytes: u64,
+    /// Queries of type ANY among `packets` (amplification; counted by the name check).
+    pub any: u64,
 }
 
 /// Queries under one qname suffix in one interval (summed over CPUs): the parent of each
@@ -302,7 +304,7 @@ pub struct NxDomainFeature {
 }
 
 /// One finished interval's features.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// The interval these counts are of.
     pub interval: u32,
@@ -997,12 +999,13 @@ impl Guard {
         let mut out = Vec::new();
         for k in self.inner.feat.keys() {
             let Some(vals) = self.inner.feat.lookup_percpu(&k, MapFlags::ANY)? else { continue };
-            let (mut packets, mut bytes) = (0u64, 0u64);
+            let (mut packets, mut bytes, mut any) = (0u64, 0u64, 0u64);
             for v in vals {
                 let f = read_struct::<xdns_guard_feat>(&v);
                 if f.slot[s].interval == iv {
                     packets += f.slot[s].packets;
                     bytes += f.slot[s].bytes;
+                    any += u64::from(f.slot[s].any);
                 }
             }
             if packets == 0 {
@@ -1016,7 +1019,7 @@ impl Guard {
                 a[..8].copy_from_slice(&addr);
                 Prefix::V6(V6Prefix { addr: a, len: 56 })
             };
-            out.push(SourceFeature { prefix, packets, bytes });
+            out.push(SourceFeature { prefix, packets, bytes, any });
         }
         out.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.prefix.cmp(&b.prefix)));
         let mut suffixes = Vec::new();
@@ -1101,7 +1104,7 @@ impl Guard {
         Ok(())
     }
 
-    /// Write the offset from the program's clock (`bpf_ktime_get_ns`, CLOCK_MONOTONIC) to
+    /// Write the offset from the program's clock (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC_COARSE: the epoch of CLOCK_MONOTONIC) to
     /// Unix time, which cookie timestamps are in.
     pub fn refresh_clock(&self) {
         let off = clock_ns(libc::CLOCK_REALTIME) as i64 - clock_ns(libc::CLOCK_MONOTONIC) as i64;

@@ -375,6 +375,52 @@ fn guard_feature_snapshots() {
     assert_eq!(g.flip_interval().unwrap().sources[0].packets, 1);
 }
 
+/// ANY queries count per source (amplification): into the `any` of the packet's own source
+/// entry, beside its packets; the root's and a TLD's ANY too; other types not; a slot reused
+/// by a later interval starts again at 0; over IPv4, IPv6 and VLAN.
+#[test]
+fn guard_feature_snapshots_count_any_per_source() {
+    require_root("guard_feature_snapshots_count_any_per_source");
+    stay_on_one_cpu();
+    let prog = load_with(None, Some(stage()));
+    let g = prog.guard().unwrap();
+    g.flip_interval().unwrap();
+    let net = |src: &str, vlan: bool| {
+        let ip: IpAddr = src.parse().unwrap();
+        let mut n = match ip {
+            IpAddr::V4(a) => Net { src: a.octets().to_vec(), ..Net::v4() },
+            IpAddr::V6(a) => Net { src: a.octets().to_vec(), ..Net::v6() },
+        };
+        if vlan {
+            n.vlan = Some((0x8100, 42));
+        }
+        n
+    };
+    let ask = |n: &Net, name: &str, qtype: u16| prog.test_run(&frame(n, &query(&wire(name), qtype, None))).unwrap();
+    let (a, b, c) = (net("198.18.7.1", false), net("2001:db8:7::1", false), net("198.18.8.1", true));
+    for n in [&a, &b, &c] {
+        ask(n, "www.example.com", 255);
+        ask(n, "example.com", 255);
+        ask(n, "com", 255);
+        ask(n, "", 255); // the root
+        ask(n, "www.example.com", 1);
+        ask(n, "www.example.com", 28);
+    }
+    ask(&a, "www.example.com", 255);
+    let s = g.flip_interval().unwrap();
+    let got = |p: &str| s.sources.iter().find(|x| x.prefix == parse_prefix(p).unwrap()).map(|x| (x.packets, x.any));
+    assert_eq!(got("198.18.7.0/24"), Some((7, 5)), "{s:?}");
+    assert_eq!(got("2001:db8:7::/56"), Some((6, 4)), "{s:?}");
+    assert_eq!(got("198.18.8.0/24"), Some((6, 4)), "VLAN: {s:?}");
+    // the next interval: A queries only; then interval 3 reuses this slot, from 0
+    ask(&a, "www.example.com", 1);
+    assert_eq!(g.flip_interval().unwrap().sources.iter().map(|x| x.any).sum::<u64>(), 0);
+    ask(&a, "www.example.com", 1);
+    ask(&a, "www.example.com", 255);
+    let s3 = g.flip_interval().unwrap();
+    assert_eq!(s3.sources.iter().map(|x| (x.packets, x.any)).collect::<Vec<_>>(), [(2, 1)], "{s3:?}");
+}
+
 /// Snapshots taken while another thread runs packets: every packet lands in exactly one
 /// interval, and each snapshot is final when returned (reading it again later gives the same).
 #[test]

@@ -362,20 +362,7 @@ impl Loop {
             }
             suffixes.push(stat);
         }
-        // bytes of the kernel's answers per client prefix (the same /24 or /56 as the sources):
-        // what the amplification check weighs
-        let answered: HashMap<_, u64> = snap.answers.iter().map(|a| (a.prefix, a.bytes)).collect();
-        let sources = snap
-            .sources
-            .iter()
-            .map(|s| SourceStat {
-                prefix: s.prefix,
-                packets: s.packets,
-                bytes: s.bytes,
-                any_queries: 0,
-                response_bytes: answered.get(&s.prefix).copied().unwrap_or(0),
-            })
-            .collect();
+        let sources = source_stats(&snap);
         let report = detector.observe(&xdns_guard::detect::Snapshot { seconds: secs, sources, suffixes });
         counters.intervals.fetch_add(1, Relaxed);
         counters.threshold_pps.store(report.threshold_pps as u64, Relaxed);
@@ -551,6 +538,23 @@ impl Loop {
     }
 }
 
+/// The detector's view of the kernel's sources: packets, bytes and ANY queries per /24 or
+/// /56, with the bytes of the kernel's answers to the same prefix (what the amplification
+/// check weighs).
+fn source_stats(snap: &xdns_bpf::guard::Snapshot) -> Vec<SourceStat> {
+    let answered: HashMap<_, u64> = snap.answers.iter().map(|a| (a.prefix, a.bytes)).collect();
+    snap.sources
+        .iter()
+        .map(|s| SourceStat {
+            prefix: s.prefix,
+            packets: s.packets,
+            bytes: s.bytes,
+            any_queries: s.any,
+            response_bytes: answered.get(&s.prefix).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
 fn t_capacity(t: &Tier) -> usize {
     match t {
         Tier::Modelled(m) => m.capacity(),
@@ -576,5 +580,37 @@ mod tests {
         assert_eq!(parent(b"\x00"), None);
         assert_eq!(parent(b""), None);
         assert_eq!(parent(b"\x05ab"), None); // cut short
+    }
+
+    /// The kernel's ANY count per source reaches the detector: a source mostly asking ANY is
+    /// blocked as an ANY flood, one asking a few among many other queries is not, and an
+    /// allowlisted one never.
+    #[test]
+    fn any_counts_from_the_kernel_make_any_flood_blocks() {
+        use xdns_bpf::guard::{Snapshot, SourceFeature};
+        let p = |s: &str| xdns_guard::lists::parse_prefix(s).unwrap();
+        let src = |prefix: &str, packets, any| SourceFeature { prefix: p(prefix), packets, bytes: packets * 60, any };
+        let snap = Snapshot {
+            interval: 1,
+            sources: vec![src("198.18.1.0/24", 100, 90), src("198.18.2.0/24", 100, 10), src("198.18.3.0/24", 100, 90), src("2001:db8:4::/56", 50, 50)],
+            ..Default::default()
+        };
+        let stats = source_stats(&snap);
+        assert_eq!(stats.iter().map(|s| s.any_queries).collect::<Vec<_>>(), [90, 10, 90, 50]);
+        let allow = xdns_guard::lists::parse_prefix_list("a", "198.18.3.0/24\n").unwrap();
+        let mut d = Detector::new(DetectConfig::default(), allow);
+        let r = d.observe(&xdns_guard::detect::Snapshot { seconds: 1.0, sources: stats, suffixes: Vec::new() });
+        let blocked: Vec<_> = r
+            .findings
+            .iter()
+            .filter_map(|f| match &f.action {
+                Action::BlockSource { prefix, .. } => Some((*prefix, f.reason.to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            blocked,
+            [(p("198.18.1.0/24"), "ANY flood: 90 ANY q/s".to_string()), (p("2001:db8:4::/56"), "ANY flood: 50 ANY q/s".to_string())]
+        );
     }
 }

@@ -409,9 +409,11 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
             _ = stopped(&mut stop) => break,
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
                 ticks = ticks.wrapping_add(1);
-                let rotated = shared.guard.load_full().is_some_and(|g| g.rotate_cookies_if_due(std::time::Instant::now()));
+                let guard = shared.guard.load_full();
+                let rotated = guard.as_ref().is_some_and(|g| g.rotate_cookies_if_due(std::time::Instant::now()));
                 if rotated {
-                    tracing::info!("guard: cookie secret rotated (the previous one verifies until the next rotation)");
+                    let rotations = guard.as_ref().and_then(|g| g.cookies()).map_or(0, |c| c.rotations());
+                    tracing::info!(rotations, "guard: cookie secret rotated (the previous one verifies until the next rotation)");
                 }
                 if shared.live_blocks.expire() {
                     push_guard_lists(&shared).await;
