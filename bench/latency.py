@@ -377,7 +377,7 @@ def chart(res: dict, loads: list, path: Path) -> None:
     for ax, ln in zip(axes[0], names):
         for peer, r in res.items():
             v = r.get(ln)
-            if not v:
+            if not v or peer in ("xdns-xdp-off", "xdns-xdp-unsel"):  # the cost rows: table only
                 continue
             ys = [(v["rtt"][p] or 0) / 1000 for p in PCTS]
             base = peer in ("noop-xdp", "reflector")

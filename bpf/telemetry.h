@@ -4,14 +4,18 @@
  * selected by rules userspace rewrites while traffic flows, kept in per-CPU log-linear
  * histograms, and written back in band into queries that carry the probe option.
  *
- * Two halves around the other stages (xdns.bpf.c):
- *   begin  before the parse stage: one read of xdns_tel_ctl; no active set: nothing more (no
- *          clock read, no other map); else the receive time (bpf_ktime_get_ns).
- *   end    a global function (verified once, alone), called only when begin took a time:
- *          for an answer about to leave with XDP_TX, the rules (client and server prefix, qname
- *          suffix, qtype, path, 1 in N), the histogram of its path, and for a query that
- *          carried option XDNS_TEL_OPTION (empty or 16 bytes) the option in the answer's OPT:
- *          receive ns and transmit ns, big-endian, this host's monotonic clock.
+ * Three parts around the other stages (xdns.bpf.c):
+ *   begin   before the parse stage: one read of xdns_tel_ctl; no active set: nothing more (no
+ *           clock read, no other map); else the receive time (bpf_ktime_get_ns).
+ *   select  once the question is known (xdns_tel_select, a global function: verified once):
+ *           the rules (client and server prefix, qname suffix, qtype, either kernel path)
+ *           against the query's addresses and the question the stages found, as a mask in
+ *           scratch; none: the answer leaves without the end half.
+ *   end     a program of its own (xdns_tel_xdp), tail-called for an answer about to leave
+ *           with XDP_TX that a rule selects: the first rule for its path with its 1 in N,
+ *           the histogram of its path, and for a query that carried option XDNS_TEL_OPTION
+ *           (empty or 16 bytes) the option in the answer's OPT: receive ns and transmit ns,
+ *           big-endian, this host's monotonic clock.
  * The probe option itself is noticed by the walk of the OPT record (dns.h) without a
  * branch, and left in scratch.tel.probe.
  */
@@ -22,6 +26,10 @@
 #include "maps.h"
 #include "csum.h"
 #include "parse.h"
+
+/* scratch.tel.slot: does the answer go on to the end half (xdns_tel_prog's slot 0)? */
+#define XDNS_TEL_END 0          /* yes (set by the begin half, kept by the selection) */
+#define XDNS_TEL_DONE 1         /* no: no rule selects the question, or telemetry is off */
 
 #define XDNS_TEL_GROW 20        /* option code, length, 16 bytes */
 
@@ -34,6 +42,8 @@ static __always_inline __u64 xdns_tel_begin(struct xdns_scratch *sc)
 	if (!ctl || !ctl->active)
 		return 0;
 	sc->tel.probe = 0;      /* the reply memo answers before the OPT walk sets it */
+	sc->tel.slot = XDNS_TEL_END;    /* until the selection decides (the reply memo: never) */
+	sc->tel.decided = 0;
 	return bpf_ktime_get_ns();
 }
 
@@ -82,6 +92,49 @@ static __always_inline int xdns_tel_prefix(const __u8 *addr, const __u8 *p, __u3
 	return 1;
 }
 
+/*
+ * The question name's label starts into scratch.tel, from the bytes the fetch stage copied
+ * (walk.name); with `find`, its length and type too (a reply-memo answer, which skipped the
+ * walk). A global function: verified once.
+ */
+__attribute__((noinline)) int xdns_tel_walk(struct xdns_scratch *sc, int find)
+{
+	__u32 i, pos;
+
+	if (!sc)
+		return 0;
+	__builtin_memset(sc->tel.label_starts, 0, 32);
+	pos = 0;
+	for (i = 0; i < 128; i++) {
+		__u32 at = pos;
+		__u8 l;
+
+		asm volatile("" : "+r"(at));    /* keep the masks: the verifier needs them */
+		l = sc->walk.name[at & 255];
+		sc->tel.label_starts[(at >> 6) & 3] |= 1ULL << (at & 63);
+		if (l == 0 || l > 63)
+			break;
+		pos += l + 1;
+		if (pos > 254)
+			break;
+	}
+	if (!find)
+		return 0;
+	sc->tel.qlen = 0;
+	sc->tel.qtype = 0;
+	if (pos <= 253) {
+		__u32 at = pos;
+
+		asm volatile("" : "+r"(at));
+		at &= 255;
+		if (at <= 253 && sc->walk.name[at] == 0) {
+			sc->tel.qlen = at + 1;
+			sc->tel.qtype = ((__u32)sc->walk.name[at + 1] << 8) | sc->walk.name[at + 2];
+		}
+	}
+	return 0;
+}
+
 /* Does rule `r` select this answer (before sampling)? A global function: verified once. */
 __attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdns_tel_rule *r, __u32 path)
 {
@@ -90,8 +143,8 @@ __attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdn
 
 	if (!sc || !r)
 		return 0;
-	if (r->paths && !(r->paths & (1U << path)))
-		return 0;
+	if (r->paths && !(r->paths & (path < XDNS_TEL_PATHS ? 1U << path : 3U)))
+		return 0;       /* path XDNS_TEL_PATHS: either kernel path */
 	if (r->family && r->family != sc->tel.family)
 		return 0;
 	if (r->src_len && !xdns_tel_prefix(sc->tel.client, r->src, r->src_len > 128 ? 128 : r->src_len))
@@ -103,6 +156,10 @@ __attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdn
 	if (r->sfx_len) {
 		if (r->sfx_len > XDNS_TEL_SFX_MAX || r->sfx_len > sc->tel.qlen)
 			return 0;
+		if (!sc->tel.walked) {
+			xdns_tel_walk(sc, 0);
+			sc->tel.walked = 1;
+		}
 		start = sc->tel.qlen - r->sfx_len;
 		asm volatile("" : "+r"(start));
 		if (!(sc->tel.label_starts[(start >> 6) & 3] & (1ULL << (start & 63))))
@@ -153,49 +210,109 @@ __attribute__((noinline)) int xdns_tel_move_down(struct xdp_md *ctx, struct xdns
 	return len <= 32 * 64 ? 0 : -1;
 }
 
-/*
- * The question name's length, type and label starts into scratch.tel, from the bytes the
- * fetch stage copied (walk.name). A global function: verified once.
- */
-__attribute__((noinline)) int xdns_tel_qname(struct xdns_scratch *sc)
+/* Count `t1 - t0` ns of server time in histogram `h`. */
+static __always_inline void xdns_tel_count(struct xdns_tel_hist *h, __u64 t0, __u64 t1)
 {
-	__u32 i, pos;
+	__u64 d = t1 > t0 ? t1 - t0 : 0;
+	__u32 b = xdns_tel_bucket(d);
+
+	h->count++;
+	h->sum_ns += d;
+	h->rx_ktime++;
+	asm volatile("" : "+r"(b));     /* keep the mask: the verifier needs it */
+	h->b[b & (XDNS_TEL_BUCKETS - 1)]++;
+}
+
+/*
+ * The selection, in the main program once the question is known (telemetry on): the rules
+ * of the active set that select this query on either kernel path, as a mask, against the
+ * query's addresses, the question's length the walk or the memo found (`qlen`) and its type
+ * (from the fetch stage's copy); the name's labels are walked only for a rule with a suffix.
+ * No rule: slot XDNS_TEL_DONE, and the answer leaves without the end half (no tail call,
+ * no second clock read). A global function: verified once, whatever state the main program
+ * reaches it in.
+ */
+__attribute__((noinline)) int xdns_tel_select(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 qlen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_tel_ctl *ctl;
+	struct xdns_tel_set *set;
+	__u32 zero = 0, i, l3, at, mask = 0;
+	__u16 proto;
+	__u8 *p, *ip;
 
 	if (!sc)
 		return 0;
-	sc->tel.qlen = 0;
-	sc->tel.qtype = 0;
-	pos = 0;
-	for (i = 0; i < 128; i++) {
-		__u32 at = pos;
-		__u8 l;
-
-		asm volatile("" : "+r"(at));    /* keep the masks: the verifier needs them */
-		l = sc->walk.name[at & 255];
-		sc->tel.label_starts[(at >> 6) & 3] |= 1ULL << (at & 63);
-		if (l == 0 || l > 63)
-			break;
-		pos += l + 1;
-		if (pos > 254)
-			break;
+	ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
+	if (!ctl || (ctl->active != 1 && ctl->active != 2)) {
+		sc->tel.slot = XDNS_TEL_DONE;   /* off since: the next packets skip this call */
+		return 0;
 	}
-	if (pos <= 253) {
-		__u32 at = pos;
+	set = &ctl->sets[(ctl->active - 1) & 1];
 
+	/* the query's addresses: client first */
+	p = data;
+	if ((void *)(p + 14) > data_end)
+		return 0;
+	proto = ((__u16)p[12] << 8) | p[13];
+	l3 = 14;
+	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+		if ((void *)(p + 18) > data_end)
+			return 0;
+		proto = ((__u16)p[16] << 8) | p[17];
+		l3 = 18;
+	}
+	ip = p + l3;
+	__builtin_memset(sc->tel.client, 0, 32);
+	if (proto == ETH_P_IP) {
+		if ((void *)(ip + 20) > data_end)
+			return 0;
+		sc->tel.family = 4;
+		__builtin_memcpy(sc->tel.client, ip + 12, 4);
+		__builtin_memcpy(sc->tel.server, ip + 16, 4);
+	} else if (proto == ETH_P_IPV6) {
+		if ((void *)(ip + 40) > data_end)
+			return 0;
+		sc->tel.family = 6;
+		__builtin_memcpy(sc->tel.client, ip + 8, 16);
+		__builtin_memcpy(sc->tel.server, ip + 24, 16);
+	} else {
+		return 0;
+	}
+
+	/* the question: its length as found, the type after it */
+	at = qlen;
+	sc->tel.walked = 0;
+	if (at == 0 || at > 253) {
+		xdns_tel_walk(sc, 1);
+		sc->tel.walked = 1;
+	} else {
 		asm volatile("" : "+r"(at));
 		at &= 255;
-		if (at <= 253 && sc->walk.name[at] == 0) {
-			sc->tel.qlen = at + 1;
-			sc->tel.qtype = ((__u32)sc->walk.name[at + 1] << 8) | sc->walk.name[at + 2];
-		}
+		if (at > 253)
+			return 0;
+		sc->tel.qlen = at;
+		sc->tel.qtype = ((__u32)sc->walk.name[at] << 8) | sc->walk.name[at + 1];
 	}
 
+	for (i = 0; i < XDNS_TEL_RULES; i++) {
+		if (i >= set->nrules)
+			break;
+		if (xdns_tel_match(sc, &set->rules[i], XDNS_TEL_PATHS))
+			mask |= 1U << i;
+	}
+	sc->tel.mask = mask;
+	sc->tel.decided = ctl->active;  /* the set the mask is of */
+	sc->tel.slot = mask ? XDNS_TEL_END : XDNS_TEL_DONE;
 	return 0;
 }
 
 /*
- * The end half: for an answer leaving with XDP_TX whose rule selects it, count its server
- * time and write the probe option if asked. Returns the verdict to count: `v`, or
+ * The end half, for an answer leaving with XDP_TX that some rule selects on the question
+ * (scratch.tel.mask, xdns_tel_select; or any answer of the reply memo, selected here): the
+ * first rule for its path decides, with its 1 in N; count the server time and write the probe
+ * option if asked. Returns the verdict to count: `v`, or
  * drop_rewrite when the frame was left half moved (a helper failed midway).
  */
 __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
@@ -206,8 +323,8 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 	struct xdns_tel_set *set;
 	struct xdns_tel_hist *h;
 	struct xdns_scratch *sc;
-	__u32 zero = 0, path, i, pos, l3, l4, dns, dlen, frame, sel = 0, probe, moved = 0;
-	__u64 t1, d, s;
+	__u32 zero = 0, path, i, pos, l3, l4, dns, dlen, frame, probe, mask, sel = 0, moved = 0;
+	__u64 t1, s;
 	__u16 proto, old_udp, csum;
 	__u8 *p, *opt, *u, *ip;
 
@@ -218,15 +335,9 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 	else
 		return v;
 	sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
-	ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
 	h = bpf_map_lookup_elem(&xdns_tel_hist, &path);
-	if (!sc || !ctl || !h)
+	if (!sc || !h)
 		return v;
-	if (ctl->active != 1 && ctl->active != 2)
-		return v;
-	set = &ctl->sets[(ctl->active - 1) & 1];
-	__builtin_memset(sc->tel.client, 0, 32);
-	__builtin_memset(sc->tel.label_starts, 0, 32);
 
 	/* the answer's headers: Ethernet, one tag, IPv4 (no options left) or IPv6, UDP */
 	p = data;
@@ -245,16 +356,10 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 		if ((void *)(ip + 20) > data_end)
 			return v;
 		l4 = l3 + (ip[0] & 0xf) * 4;
-		sc->tel.family = 4;
-		__builtin_memcpy(sc->tel.server, ip + 12, 4);
-		__builtin_memcpy(sc->tel.client, ip + 16, 4);
 	} else if (proto == ETH_P_IPV6) {
 		if ((void *)(ip + 40) > data_end)
 			return v;
 		l4 = l3 + 40;
-		sc->tel.family = 6;
-		__builtin_memcpy(sc->tel.server, ip + 8, 16);
-		__builtin_memcpy(sc->tel.client, ip + 24, 16);
 	} else {
 		return v;
 	}
@@ -269,19 +374,56 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 		return v;
 	dlen = old_udp - 8;
 
-	xdns_tel_qname(sc);
-
-	for (i = 0; i < XDNS_TEL_RULES; i++) {
-		if (i >= set->nrules)
-			break;
-		if (xdns_tel_match(sc, &set->rules[i], path)) {
-			__u32 n = set->rules[i].sample;
-
-			sel = 1;
-			if (n > 1 && (sc->tel.seen[i]++ % n) != 0)
-				sel = 0;
-			break;
+	ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
+	if (!ctl)
+		return v;
+	i = sc->tel.decided;
+	if (i != 1 && i != 2)
+		i = ctl->active;
+	if (i != 1 && i != 2)
+		return v;
+	set = &ctl->sets[(i - 1) & 1];
+	if (!sc->tel.decided) {
+		/* answered before the question was known (the reply memo): select on the answer,
+		 * whose addresses are swapped */
+		__builtin_memset(sc->tel.client, 0, 32);
+		if (proto == ETH_P_IP) {
+			sc->tel.family = 4;
+			__builtin_memcpy(sc->tel.server, ip + 12, 4);
+			__builtin_memcpy(sc->tel.client, ip + 16, 4);
+		} else {
+			if ((void *)(ip + 40) > data_end)
+				return v;
+			sc->tel.family = 6;
+			__builtin_memcpy(sc->tel.server, ip + 8, 16);
+			__builtin_memcpy(sc->tel.client, ip + 24, 16);
 		}
+		xdns_tel_walk(sc, 1);
+		sc->tel.walked = 1;
+		mask = 0;
+		for (i = 0; i < XDNS_TEL_RULES; i++) {
+			if (i >= set->nrules)
+				break;
+			if (xdns_tel_match(sc, &set->rules[i], path))
+				mask |= 1U << i;
+		}
+	} else {
+		mask = sc->tel.mask;
+	}
+	/* the first rule selecting the query on this path decides, with its 1 in N */
+	for (i = 0; i < XDNS_TEL_RULES; i++) {
+		struct xdns_tel_rule *r = &set->rules[i];
+		__u32 n;
+
+		if (!(mask & (1U << i)))
+			continue;
+		if (r->paths && !(r->paths & (1U << path)))
+			continue;
+		n = r->sample;
+		if (n > 1 && (sc->tel.seen[i]++ % n) != 0)
+			return v;
+		sel = 1;
+		break;
 	}
 	if (!sel)
 		return v;
@@ -323,16 +465,7 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 	}
 
 	t1 = bpf_ktime_get_ns();
-	d = t1 > t0 ? t1 - t0 : 0;
-	h->count++;
-	h->sum_ns += d;
-	h->rx_ktime++;
-	{
-		__u32 b = xdns_tel_bucket(d);
-
-		asm volatile("" : "+r"(b));     /* keep the mask: the verifier needs it */
-		h->b[b & (XDNS_TEL_BUCKETS - 1)]++;
-	}
+	xdns_tel_count(h, t0, t1);
 	if (!probe)
 		return v;
 

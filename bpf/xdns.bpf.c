@@ -122,6 +122,8 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	if (v != XDNS_CONTINUE)
 		return v;
 	sc->tel.probe = q.probe;        /* for the telemetry stage's end (telemetry.h) */
+	if (sc->tel.slot == XDNS_TEL_END)       /* telemetry on: select on the question */
+		xdns_tel_select(ctx, sc, q.qlen);
 	if (gen == 0)
 		return XDNS_PASS_NOT_LOADED;
 
@@ -179,11 +181,15 @@ int xdns_xdp(struct xdp_md *ctx)
 	 */
 	asm volatile("" : "+r"(t0));
 	v = xdns_handle(ctx, sc);
-	if (t0 && (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED)) {
-		/* the end half counts the verdict; should the call fail, it is counted here */
+	if (t0 && (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED) && sc->tel.slot == XDNS_TEL_END) {
+		/*
+		 * Only when a rule selects the question (xdns_tel_select; slot XDNS_TEL_DONE: none,
+		 * no tail call, no second clock read). The end half counts the verdict; should the
+		 * call fail, it is counted here.
+		 */
 		sc->tel.v = v;
 		sc->tel.t0 = t0;
-		bpf_tail_call(ctx, &xdns_tel_prog, 0);
+		bpf_tail_call(ctx, &xdns_tel_prog, XDNS_TEL_END);
 	}
 	return xdns_verdict(sc, v);
 }
