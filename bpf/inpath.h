@@ -255,35 +255,6 @@ __attribute__((noinline)) int xdns_inpath_name_eq(struct xdns_inpath_scratch *sc
 	return 1;
 }
 
-/* The checksum of `n` bytes (a multiple of 4, at most 1536) at p, in chunks csum_diff takes (512 bytes at most). */
-static __always_inline __u64 xdns_inpath_sum(const __u8 *p, __u32 n, __u64 seed)
-{
-	__s64 s = (__s64)seed;
-	__u32 c, sz;
-
-#pragma unroll
-	for (c = 0; c < 6; c++) {
-		if (c * 256 >= n)
-			break;
-		sz = n - c * 256;
-		if (sz > 256)
-			sz = 256;
-		s = bpf_csum_diff(NULL, 0, (void *)(p + c * 256), sz & 0x1fc, (__u32)s);
-		if (s < 0)
-			return 0;
-	}
-	return (__u64)s;
-}
-
-static __always_inline __u16 xdns_inpath_fold(__u64 s)
-{
-	s = (s & 0xffffffff) + (s >> 32);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
-}
-
 /*
  * The EDNS options in [at, end) of the message in scratch (an OPT record's rdata): the
  * XDNS_INPATH_Q_* bits of those seen, or -1 for any other option, a malformed one (a COOKIE
