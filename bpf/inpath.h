@@ -9,9 +9,10 @@
  * cookies). Queries with other options, another EDNS version, other flags or counts, or IPv4
  * options are forwarded untouched (query_other): the server answers them.
  *
- * The reply is built whole in the per-CPU scratch (frame headers, the client's header and
- * question as sent, the server's records with TTLs aged), its checksums computed there, then
- * written over the frame, grown at the tail (or the head, where the driver leaves no tailroom).
+ * The reply is written over the query in place (xdns_inpath_reply): the frame's tail moved to
+ * the reply's length, the entry's records copied after the client's question, TTLs aged in
+ * place, addresses swapped; the UDP checksum from parts (the records' sum kept in the entry,
+ * the question's from the key's loop), never summed over the message per hit.
  */
 #ifndef XDNS_INPATH_H
 #define XDNS_INPATH_H
@@ -28,6 +29,7 @@
 #include "inpath_maps.h"
 #include "hash.h"
 #include "word.h"
+#include "csum.h"
 
 #define XDNS_INPATH_PORT 53
 #define XDNS_NS 1000000000ULL
@@ -42,6 +44,8 @@ struct xdns_inpath_pkt {
 	__u16 dport;
 	__u8 src[16];           /* IPv4 as ::ffff:a.b.c.d */
 	__u8 dst[16];
+	__u32 l3_off;           /* 14, or 18 behind one VLAN tag */
+	__u32 _pad2;
 };
 
 static __always_inline void xdns_inpath_mapped(__u8 *a, __u32 v4)
@@ -58,12 +62,26 @@ static __always_inline int xdns_inpath_parse(struct xdp_md *ctx, struct xdns_inp
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
-	__u32 ulen;
+	__u32 ulen, l3 = sizeof(*eth);
+	__u16 proto;
+	void *l3p;
 
 	if ((void *)(eth + 1) > end)
 		return -1;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
+	proto = eth->h_proto;
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+		/* one VLAN tag: answered behind it (the tag kept), forwarded by the kernel */
+		__be16 *tag = (void *)(eth + 1);
+
+		if ((void *)(tag + 2) > end)
+			return -1;
+		proto = tag[1];
+		l3 = sizeof(*eth) + 4;
+	}
+	pkt->l3_off = l3;
+	l3p = data + l3;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = l3p;
 
 		if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
 			return -1;
@@ -78,9 +96,9 @@ static __always_inline int xdns_inpath_parse(struct xdp_md *ctx, struct xdns_inp
 		pkt->ipv6 = 0;
 		xdns_inpath_mapped(pkt->src, ip->saddr);
 		xdns_inpath_mapped(pkt->dst, ip->daddr);
-		pkt->dns_off = sizeof(*eth) + sizeof(*ip) + sizeof(*udp);
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		pkt->dns_off = l3 + sizeof(*ip) + sizeof(*udp);
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3p;
 
 		if ((void *)(ip6 + 1) > end || ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
 			return -1;
@@ -93,9 +111,9 @@ static __always_inline int xdns_inpath_parse(struct xdp_md *ctx, struct xdns_inp
 		pkt->ipv6 = 1;
 		__builtin_memcpy(pkt->src, &ip6->saddr, 16);
 		__builtin_memcpy(pkt->dst, &ip6->daddr, 16);
-		pkt->dns_off = sizeof(*eth) + sizeof(*ip6) + sizeof(*udp);
+		pkt->dns_off = l3 + sizeof(*ip6) + sizeof(*udp);
 	} else {
-		return -1;              /* ARP, VLAN-tagged frames, ...: forwarded untouched */
+		return -1;              /* ARP, two VLAN tags, ...: forwarded untouched */
 	}
 	if (ulen < sizeof(*udp) || data + pkt->dns_off + (ulen - sizeof(*udp)) > end)
 		return -1;
@@ -171,7 +189,7 @@ __attribute__((noinline)) int xdns_inpath_qlen(struct xdns_inpath_scratch *sc, _
 __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, int from_pend, __u32 qlen,
 						 __u32 typeclass, __u32 kflags)
 {
-	__u64 h = XDNS_HASH_SUFFIX, w;
+	__u64 h = XDNS_HASH_SUFFIX, w, sum = 0;
 	const __u8 *src;
 	__u8 *dst;
 	__u32 k;
@@ -184,14 +202,28 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 	if (qlen > 255)
 		qlen = 255;
 
-	/* words past the name are never compared (xdns_inpath_name_eq stops at qlen) */
-	for (k = 0; k < 32; k++) {
-		if (k * 8 >= qlen)
+	/*
+	 * Words past the name are never compared (xdns_inpath_name_eq stops at qlen). From the
+	 * message, the same words give the question's checksum (name, type and class as sent,
+	 * from DNS offset 12: even), which the reply needs.
+	 */
+	for (k = 0; k < 33; k++) {
+		if (k * 8 >= qlen + 4)
 			break;
-		w = xdns_lower8(xdns_ld64(src + k * 8) & xdns_inpath_mask(qlen - k * 8));
-		xdns_st64(dst + k * 8, w);
+		w = xdns_ld64(src + k * 8);
+		if (!from_pend) {
+			__u64 r = w & xdns_inpath_mask(qlen + 4 - k * 8);
+
+			sum += (r & 0xffffffff) + (r >> 32);
+		}
+		if (k * 8 >= qlen)
+			continue;
+		w = xdns_lower8(w & xdns_inpath_mask(qlen - k * 8));
+		xdns_st64(dst + (k & 31) * 8, w);
 		h = xdns_hash_step(h, w);
 	}
+	if (!from_pend)
+		sc->qsum = sum;
 	h = xdns_hash_step(h, (__u64)typeclass | ((__u64)(kflags & 0xffff) << 32) | ((__u64)qlen << 48));
 	h = xdns_hash_step(h, xdns_ld64(sc->srv));
 	h = xdns_hash_step(h, xdns_ld64(sc->srv + 8));
@@ -221,35 +253,6 @@ __attribute__((noinline)) int xdns_inpath_name_eq(struct xdns_inpath_scratch *sc
 			return 0;
 	}
 	return 1;
-}
-
-/* The checksum of `n` bytes (a multiple of 4, at most 1536) at p, in chunks csum_diff takes (512 bytes at most). */
-static __always_inline __u64 xdns_inpath_sum(const __u8 *p, __u32 n, __u64 seed)
-{
-	__s64 s = (__s64)seed;
-	__u32 c, sz;
-
-#pragma unroll
-	for (c = 0; c < 6; c++) {
-		if (c * 256 >= n)
-			break;
-		sz = n - c * 256;
-		if (sz > 256)
-			sz = 256;
-		s = bpf_csum_diff(NULL, 0, (void *)(p + c * 256), sz & 0x1fc, (__u32)s);
-		if (s < 0)
-			return 0;
-	}
-	return (__u64)s;
-}
-
-static __always_inline __u16 xdns_inpath_fold(__u64 s)
-{
-	s = (s & 0xffffffff) + (s >> 32);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
 }
 
 /*
@@ -318,168 +321,208 @@ __attribute__((noinline)) int xdns_inpath_record(struct xdns_inpath_scratch *sc,
 	return bpf_map_update_elem(&xdns_inpath_pending, &k, &sc->pend, BPF_ANY);
 }
 
-/*
- * The reply's message in scratch from entry `e`: the server's records after the client's
- * header and question (in place), TTLs aged, the server's flags and counts. 0, or -1.
- */
-__attribute__((noinline)) int xdns_inpath_fill(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
-					       __u32 qlen, __u64 now, int tc)
-{
-	__u32 at, n, k, off, old, sub, nt, rlen;
-	__u8 *m;
-	__u64 el;
+/* Add a network-order 16-bit word (as loaded natively) to a native-order sum. */
+#define XDNS_INPATH_W(x) ((__u64)(__u16)(x))
 
-	qlen &= 0x1ff;
-	at = 12 + qlen + 4;
-	if (!sc || !e)
-		return -1;
-	m = sc->buf + XDNS_INPATH_DNS_AT;
-	n = e->rest_len & 0x7ff;
-	if (tc) {
-		/* RFC 2181 9 / 6891 7: header with TC, the question, the server's OPT; no records */
-		if (!(e->eflags & XDNS_INPATH_E_OPT)) {
-			n = 0;
-		} else {
-			if (n < XDNS_INPATH_OPT_LEN || n > XDNS_INPATH_REST || at > 12 + 255 + 4)
-				return -1;
-			off = n - XDNS_INPATH_OPT_LEN;
-			asm volatile("" : "+r"(off));   /* bound the value the copy uses, not n */
-			if (off > XDNS_INPATH_REST - XDNS_INPATH_OPT_LEN)
-				return -1;
-			__builtin_memcpy(m + at, e->rest + off, XDNS_INPATH_OPT_LEN);
-			n = XDNS_INPATH_OPT_LEN;
-		}
-		*(__u16 *)(m + 2) = e->hdr[0] | bpf_htons(0x0200);
-		*(__u16 *)(m + 4) = e->hdr[1];
-		*(__u32 *)(m + 6) = 0;
-		*(__u16 *)(m + 10) = n ? bpf_htons(1) : 0;
-		*(__u32 *)(m + ((at + n) & 0x7ff)) = 0;
-		return 0;
-	}
-	rlen = at + n;
-	if (n > XDNS_INPATH_REST || at > 12 + 255 + 4 || rlen > XDNS_INPATH_MSG)
-		return -1;
-	/* the server's records */
-	for (k = 0; k < XDNS_INPATH_REST / 8; k++) {
-		if (k * 8 >= n)
-			break;
-		xdns_st64(m + at + k * 8, xdns_ld64(e->rest + k * 8));
-	}
-	/* TTLs aged by the whole seconds since the entry was learnt */
-	el = now > e->stored_ns ? (now - e->stored_ns) / XDNS_NS : 0;
-	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
-	nt = e->nttl;
-	for (k = 0; k < XDNS_INPATH_TTLS; k++) {
-		if (k >= nt)
-			break;
-		off = e->ttl_off[k];
-		if (off > XDNS_INPATH_REST - 4)
-			break;
-		old = bpf_ntohl(*(const __u32 *)(e->rest + off));
-		*(__u32 *)(m + at + off) = bpf_htonl(old > sub ? old - sub : 0);
-	}
-	/* header: the client's ID (in place), the server's flags and counts */
-#pragma unroll
-	for (k = 0; k < 5; k++)
-		*(__u16 *)(m + 2 + k * 2) = e->hdr[k];
-	*(__u32 *)(m + rlen) = 0;     /* pad to a multiple of 4 for the checksum */
-	return 0;
+/* Fold a native-order sum to 16 bits (not complemented). */
+static __always_inline __u16 xdns_inpath_fold16(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
 }
 
 /*
- * The reply from entry `e` to the query in scratch (name length qlen, message rlen bytes
- * once built), written over the frame. XDNS_INPATH_ANSWERED, MISS_NO_ROOM (the frame could
- * not grow: untouched), MISS_TOO_BIG or DROP_REWRITE.
+ * The reply from entry `e`, written over the query in place: the frame cut or grown at the
+ * tail to the reply's length (rlen DNS bytes), the stored records copied after the question
+ * (one helper call), their TTLs aged in place, the header's flags and counts, addresses, ports
+ * and MACs swapped. Nothing is summed over the records: the entry holds their checksum (taken
+ * when learnt), the question's comes from the key's loop (sc->qsum), the ageing adjusts it.
+ * `tc`: no records, the server's OPT alone (XDNS_INPATH_E_OPT), TC set.
+ * XDNS_INPATH_ANSWERED(_TC), MISS_NO_ROOM (the frame could not grow: untouched),
+ * MISS_TOO_BIG or DROP_REWRITE.
  */
 static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
 								  const struct xdns_inpath_pkt *pkt,
 								  struct xdns_inpath_entry *e, __u32 qlen,
 								  __u32 rlen, __u64 now, int tc)
 {
-	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
-	__u32 k, hl, start, frame;
-	__u32 pseudo[2];
-	__u64 s;
+	__u32 qend, n, k, off, at, old, nw, sub, nt, hl, l3, lost_even = 0, lost_odd = 0, src_off = 0;
+	__u64 s, el, be;
+	__u16 body, ulen;
 	void *data, *end;
-	struct ethhdr *eth;
-	__u8 *h;
+	__u8 *p, *d;
 	long grow;
 
-	if (rlen > XDNS_INPATH_MSG || rlen < 17 || xdns_inpath_fill(sc, e, qlen, now, tc))
+	qlen &= 0x1ff;
+	qend = 12 + qlen + 4;
+	hl = pkt->dns_off;
+	l3 = pkt->l3_off;
+	if (qlen > 255 || hl < 42 || hl > 66 || (l3 != 14 && l3 != 18) || rlen > XDNS_INPATH_MSG || rlen < qend)
 		return XDNS_INPATH_MISS_TOO_BIG;
+	n = rlen - qend;
+	if (tc) {
+		if (n != 0) {
+			if (n != XDNS_INPATH_OPT_LEN || e->rest_len < XDNS_INPATH_OPT_LEN || e->rest_len > XDNS_INPATH_REST)
+				return XDNS_INPATH_MISS_TOO_BIG;
+			src_off = e->rest_len - XDNS_INPATH_OPT_LEN;
+		}
+	} else if (n != e->rest_len || n > XDNS_INPATH_REST) {
+		return XDNS_INPATH_MISS_TOO_BIG;
+	}
 
-	/* frame headers, right before the message */
+	/* the frame to the reply's length: the tail, else the head (the headers and question moved) */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > end)
-		return XDNS_INPATH_QUERY_OTHER;
-	hl = pkt->ipv6 ? 14 + 40 + 8 : 14 + 20 + 8;
-	start = XDNS_INPATH_DNS_AT - hl;
-	h = sc->buf + (start & 63);
-	__builtin_memcpy(h, eth->h_source, 6);
-	__builtin_memcpy(h + 6, eth->h_dest, 6);
-	*(__u16 *)(h + 12) = eth->h_proto;
-	if (pkt->ipv6) {
-		struct ipv6hdr *ip6 = (void *)(h + 14);
-		struct udphdr *udp = (void *)(h + 54);
+	grow = (long)(hl + rlen) - (long)(end - data);
+	if (grow != 0 && bpf_xdp_adjust_tail(ctx, (int)grow)) {
+		if (grow < 0)
+			return XDNS_INPATH_MISS_NO_ROOM;
+		/* frame headers right before the message in scratch, all moved down at once */
+		__u32 fo = XDNS_INPATH_DNS_AT - hl;
 
+		asm volatile("" : "+r"(fo));
+		fo &= 63;
+		if (bpf_xdp_load_bytes(ctx, 0, sc->buf + fo, hl))
+			return XDNS_INPATH_MISS_NO_ROOM;
+		if (bpf_xdp_adjust_head(ctx, (int)-grow))
+			return XDNS_INPATH_MISS_NO_ROOM;
+		if (bpf_xdp_store_bytes(ctx, 0, sc->buf + fo, hl + qend))
+			return XDNS_INPATH_DROP_REWRITE;
+	}
+	/* the records (or the OPT) after the question, from the entry */
+	if (tc) {
+		asm volatile("" : "+r"(src_off));
+		if (src_off > XDNS_INPATH_REST - XDNS_INPATH_OPT_LEN)
+			return XDNS_INPATH_DROP_REWRITE;
+		if (n && bpf_xdp_store_bytes(ctx, hl + qend, e->rest + src_off, XDNS_INPATH_OPT_LEN))
+			return XDNS_INPATH_DROP_REWRITE;
+	} else if (n) {
+		if (bpf_xdp_store_bytes(ctx, hl + qend, e->rest, n))
+			return XDNS_INPATH_DROP_REWRITE;
+	}
+
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	/* TTLs aged by the whole seconds since the entry was learnt, in place */
+	el = now > e->stored_ns ? (now - e->stored_ns) / XDNS_NS : 0;
+	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
+	nt = tc ? 0 : e->nttl;
+	if (sub) {
+		for (k = 0; k < XDNS_INPATH_TTLS; k++) {
+			if (k >= nt)
+				break;
+			off = e->ttl_off[k];
+			if (off > XDNS_INPATH_REST - 4 || off + 4 > n)
+				break;
+			at = hl + qend + off;
+			p = data + (at & 0x7ff);
+			if ((void *)(p + 4) > end)
+				return XDNS_INPATH_DROP_REWRITE;
+			old = bpf_ntohl(*(const __u32 *)(e->rest + off));
+			nw = old > sub ? old - sub : 0;
+			*(__u32 *)p = bpf_htonl(nw);
+			if ((qend + off) & 1)
+				lost_odd += old - nw;
+			else
+				lost_even += old - nw;
+		}
+	}
+
+	/* the DNS header: the client's ID, the server's flags and counts */
+	d = data + (hl & 0x7f);
+	if ((void *)(d + 12) > end)
+		return XDNS_INPATH_DROP_REWRITE;
+	if (tc) {
+		*(__u16 *)(d + 2) = e->hdr[0] | bpf_htons(0x0200);
+		*(__u16 *)(d + 4) = e->hdr[1];
+		*(__u16 *)(d + 6) = 0;
+		*(__u16 *)(d + 8) = 0;
+		*(__u16 *)(d + 10) = n ? bpf_htons(1) : 0;
+		body = e->opt_sum;
+	} else {
+		*(__u16 *)(d + 2) = e->hdr[0];
+		*(__u16 *)(d + 4) = e->hdr[1];
+		*(__u16 *)(d + 6) = e->hdr[2];
+		*(__u16 *)(d + 8) = e->hdr[3];
+		*(__u16 *)(d + 10) = e->hdr[4];
+		body = e->rest_sum;
+	}
+	if (qend & 1)
+		body = (__u16)((body << 8) | (body >> 8));      /* the records start at an odd offset */
+
+	/* the UDP checksum, from parts: nothing summed over the message here */
+	ulen = 8 + rlen;
+	s = sc->qsum + body + XDNS_INPATH_W(*(__u16 *)d);
+#pragma unroll
+	for (k = 0; k < 5; k++)
+		s += XDNS_INPATH_W(*(__u16 *)(d + 2 + k * 2));
+	s += XDNS_INPATH_W(bpf_htons(IPPROTO_UDP)) + 2 * XDNS_INPATH_W(bpf_htons(ulen));
+	s += XDNS_INPATH_W(pkt->sport) + XDNS_INPATH_W(pkt->dport);
+	if (pkt->ipv6) {
+		s += (xdns_ld64(pkt->src) & 0xffffffff) + (xdns_ld64(pkt->src) >> 32);
+		s += (xdns_ld64(pkt->src + 8) & 0xffffffff) + (xdns_ld64(pkt->src + 8) >> 32);
+		s += (xdns_ld64(pkt->dst) & 0xffffffff) + (xdns_ld64(pkt->dst) >> 32);
+		s += (xdns_ld64(pkt->dst + 8) & 0xffffffff) + (xdns_ld64(pkt->dst + 8) >> 32);
+	} else {
+		s += (__u64)*(const __u32 *)(pkt->src + 12) + *(const __u32 *)(pkt->dst + 12);
+	}
+	/* native order folded, then to big-endian for the TTLs' change (csum.h works big-endian) */
+	be = bpf_ntohs(xdns_inpath_fold16(s));
+	if (lost_even | lost_odd)
+		be += xdns_csum_shrunk(lost_even, lost_odd);
+	be = (__u16)~xdns_inpath_fold16(be);
+
+	/* layers 2 to 4, swapped in place */
+	p = data;
+	if ((void *)(p + hl) > end || (void *)(p + 14) > end)
+		return XDNS_INPATH_DROP_REWRITE;
+	{
+		__u8 mac[6];
+
+		__builtin_memcpy(mac, p, 6);
+		__builtin_memcpy(p, p + 6, 6);
+		__builtin_memcpy(p + 6, mac, 6);
+	}
+	if (pkt->ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+		struct udphdr *udp = (void *)(ip6 + 1);
+
+		if ((void *)(udp + 1) > end)
+			return XDNS_INPATH_DROP_REWRITE;
 		*(__u32 *)ip6 = bpf_htonl(0x60000000);
-		ip6->payload_len = bpf_htons(8 + rlen);
-		ip6->nexthdr = IPPROTO_UDP;
+		ip6->payload_len = bpf_htons(ulen);
 		ip6->hop_limit = 64;
 		__builtin_memcpy(&ip6->saddr, pkt->dst, 16);
 		__builtin_memcpy(&ip6->daddr, pkt->src, 16);
 		udp->source = pkt->dport;
 		udp->dest = pkt->sport;
-		udp->len = bpf_htons(8 + rlen);
-		udp->check = 0;
-		pseudo[0] = bpf_htonl(8 + rlen);
-		pseudo[1] = bpf_htonl(IPPROTO_UDP);
-		s = bpf_csum_diff(NULL, 0, (void *)&ip6->saddr, 32, 0);
-		s = bpf_csum_diff(NULL, 0, pseudo, 8, (__u32)s);
-		s = bpf_csum_diff(NULL, 0, (void *)udp, 8, (__u32)s);
-		s = xdns_inpath_sum(m, (rlen + 3) & ~3U, (__u32)s);
-		udp->check = xdns_inpath_fold(s) ?: 0xffff;
+		udp->len = bpf_htons(ulen);
+		udp->check = bpf_htons((__u16)be) ?: 0xffff;
 	} else {
-		struct iphdr *ip = (void *)(h + 14);
-		struct udphdr *udp = (void *)(h + 34);
+		struct iphdr *ip = data + l3;
+		struct udphdr *udp = (void *)(ip + 1);
+		__u64 is = 0;
 
-		*(__u16 *)ip = bpf_htons(0x4500);
-		ip->tot_len = bpf_htons(20 + 8 + rlen);
-		ip->id = 0;
-		ip->frag_off = 0;
+		if ((void *)(udp + 1) > end)
+			return XDNS_INPATH_DROP_REWRITE;
+		ip->tot_len = bpf_htons(20 + ulen);
 		ip->ttl = 64;
-		ip->protocol = IPPROTO_UDP;
 		ip->check = 0;
-		__builtin_memcpy(&ip->saddr, pkt->dst + 12, 4);
-		__builtin_memcpy(&ip->daddr, pkt->src + 12, 4);
-		ip->check = xdns_inpath_fold(bpf_csum_diff(NULL, 0, (void *)ip, 20, 0));
+		ip->saddr = *(const __u32 *)(pkt->dst + 12);
+		ip->daddr = *(const __u32 *)(pkt->src + 12);
+#pragma unroll
+		for (k = 0; k < 5; k++)
+			is += *(const __u32 *)((__u8 *)ip + k * 4);
+		ip->check = (__u16)~xdns_inpath_fold16(is);
 		udp->source = pkt->dport;
 		udp->dest = pkt->sport;
-		udp->len = bpf_htons(8 + rlen);
-		udp->check = 0;
-		pseudo[0] = bpf_htonl(IPPROTO_UDP);
-		pseudo[1] = bpf_htonl(8 + rlen);
-		s = bpf_csum_diff(NULL, 0, (void *)&ip->saddr, 8, 0);
-		s = bpf_csum_diff(NULL, 0, pseudo, 8, (__u32)s);
-		s = bpf_csum_diff(NULL, 0, (void *)udp, 8, (__u32)s);
-		s = xdns_inpath_sum(m, (rlen + 3) & ~3U, (__u32)s);
-		udp->check = xdns_inpath_fold(s) ?: 0xffff;
+		udp->len = bpf_htons(ulen);
+		udp->check = bpf_htons((__u16)be) ?: 0xffff;
 	}
-
-	/* the frame to the reply's length: the tail first, else the head */
-	frame = (__u32)(end - data);
-	grow = (long)(hl + rlen) - (long)frame;
-	if (grow != 0 && bpf_xdp_adjust_tail(ctx, (int)grow)) {
-		if (grow < 0 || bpf_xdp_adjust_head(ctx, (int)-grow))
-			return XDNS_INPATH_MISS_NO_ROOM;
-	}
-	k = hl + rlen;
-	if (k < 14 || k > 64 + XDNS_INPATH_MSG)
-		return XDNS_INPATH_DROP_REWRITE;
-	if (bpf_xdp_store_bytes(ctx, 0, h, k))
-		return XDNS_INPATH_DROP_REWRITE;
 	return tc ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
 }
 
@@ -573,13 +616,12 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 				rlen = 12 + qlen + 4 + ((hit->eflags & XDNS_INPATH_E_OPT) ? XDNS_INPATH_OPT_LEN : 0);
 			v = xdns_inpath_reply(ctx, sc, pkt, hit, qlen, rlen, now, tc);
 			if (v == XDNS_INPATH_ANSWERED || v == XDNS_INPATH_ANSWERED_TC) {
-				hit->used_ns = now;
+				/* a second's precision is enough for the replacement: fewer writes to a shared line */
+				if (now - hit->used_ns > XDNS_NS)
+					hit->used_ns = now;
 				return v;
 			}
-			if (v == XDNS_INPATH_DROP_REWRITE || v == XDNS_INPATH_QUERY_OTHER)
-				return v;
-			/* the scratch message was overwritten by the reply: record from the packet */
-			if (bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
+			if (v == XDNS_INPATH_DROP_REWRITE)
 				return v;
 		}
 	}

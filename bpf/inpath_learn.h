@@ -131,6 +131,7 @@ __attribute__((noinline)) int xdns_inpath_same_question(struct xdns_inpath_scrat
 __attribute__((noinline)) int xdns_inpath_store_rest(struct xdns_inpath_scratch *sc, __u32 at, __u32 rest)
 {
 	const __u8 *m;
+	__u64 w, sum = 0;
 	__u32 k;
 
 	rest &= 0x7ff;
@@ -139,10 +140,27 @@ __attribute__((noinline)) int xdns_inpath_store_rest(struct xdns_inpath_scratch 
 		return -1;
 	m = sc->buf + XDNS_INPATH_DNS_AT;
 	sc->e.rest_len = rest;
+	/* the bytes and their checksum (a reply adds it, nothing summed per hit) */
 	for (k = 0; k < XDNS_INPATH_REST / 8; k++) {
 		if (k * 8 >= rest)
 			break;
-		xdns_st64(sc->e.rest + k * 8, xdns_ld64(m + at + k * 8));
+		w = xdns_ld64(m + at + k * 8) & xdns_inpath_mask(rest - k * 8);
+		xdns_st64(sc->e.rest + k * 8, w);
+		sum += (w & 0xffffffff) + (w >> 32);
+	}
+	sc->e.rest_sum = xdns_inpath_fold16(sum);
+	sc->e.opt_sum = 0;
+	if ((sc->e.eflags & XDNS_INPATH_E_OPT) && rest >= XDNS_INPATH_OPT_LEN) {
+		/* the OPT alone (the TC=1 reply), as if at an even offset */
+		const __u8 *o = sc->e.rest + ((rest - XDNS_INPATH_OPT_LEN) & 0x7ff);
+		__u64 os = 0;
+
+		if (rest - XDNS_INPATH_OPT_LEN <= XDNS_INPATH_REST - XDNS_INPATH_OPT_LEN) {
+			w = xdns_ld64(o);
+			os = (w & 0xffffffff) + (w >> 32);
+			os += (__u64)o[8] + ((__u64)o[9] << 8) + (__u64)o[10];
+		}
+		sc->e.opt_sum = xdns_inpath_fold16(os);
 	}
 	for (k = 0; k < XDNS_INPATH_TTLS; k++) {
 		if (k >= sc->e.nttl)
@@ -274,14 +292,17 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	if ((sc->pend.qopt & XDNS_INPATH_Q_COOKIE) && !(opts & XDNS_INPATH_Q_COOKIE))
 		sc->e.eflags |= XDNS_INPATH_E_NO_COOKIE;
 	rest = len - opt_len - at;
-	if (rest > XDNS_INPATH_REST || xdns_inpath_store_rest(sc, at, rest))
+	if (rest > XDNS_INPATH_REST)
 		return XDNS_INPATH_REJECT_SIZE;
 	if (opt_len) {
-		/* the stored OPT's RDLEN: zero */
-		if (rest < XDNS_INPATH_OPT_LEN)
+		/* the OPT's RDLEN: zero (in the message, before it is copied and summed) */
+		k8 = len - opt_len - 2;
+		if (rest < XDNS_INPATH_OPT_LEN || k8 > XDNS_INPATH_MSG - 2)
 			return XDNS_INPATH_REJECT_FORM;
-		*(__u16 *)(sc->e.rest + ((rest - 2) & 0x7ff)) = 0;
+		*(__u16 *)(m + k8) = 0;
 	}
+	if (xdns_inpath_store_rest(sc, at, rest))
+		return XDNS_INPATH_REJECT_SIZE;
 
 	/* its place: the same question's way, an empty or expired one, else the least recently used */
 	set = (__u32)h & xdns_inpath_cfg.set_mask;

@@ -931,7 +931,7 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_TTLS 32             /* records per entry (each TTL is aged) */
 #define XDNS_INPATH_WAYS 4              /* entries per set */
 #define XDNS_INPATH_BUF 1600            /* scratch frame: 64 bytes of headers, the message, room for the word copies */
-#define XDNS_INPATH_DNS_AT 64           /* where the DNS message starts in the scratch frame */
+#define XDNS_INPATH_DNS_AT 80           /* where the DNS message starts in the scratch frame (the frame headers, up to 66 bytes, before it) */
 
 /* kflags: what of a query, besides its name, type and class, selects the answer */
 #define XDNS_INPATH_K_EDNS 0x8000       /* the query had an OPT record */
@@ -998,6 +998,9 @@ struct xdns_inpath_entry {
 	__u16 nttl;             /* records whose TTL is aged */
 	__u16 ttl_off[XDNS_INPATH_TTLS]; /* offsets of their TTLs in rest */
 	__u16 eflags;           /* XDNS_INPATH_E_* */
+	__u16 rest_sum;         /* checksum of rest (folded, native order, as if at an even offset) */
+	__u16 opt_sum;          /* ... of its OPT record alone (XDNS_INPATH_E_OPT: the last 11 bytes) */
+	__u16 _pad2;
 	__u8 server[16];        /* the server that gave it (IPv4 as ::ffff:a.b.c.d): each answers for itself */
 	__u8 name[256];         /* lowercased (the last word zero padded; words past the name unused) */
 	__u8 rest[XDNS_INPATH_REST]; /* answer, authority, additional (OPT included), as the server sent them */
@@ -1023,6 +1026,7 @@ struct xdns_inpath_scratch {
 	__u32 w_seen;           /* 1: an OPT record was seen (it must be the last); 2: an authority SOA */
 	__u32 w_opt_rd;         /* the OPT record's rdata: offset in the message */
 	__u32 w_opt_len;        /* ... and length (its options) */
+	__u64 qsum;             /* the question's checksum as sent (native order, unfolded): xdns_inpath_key */
 	__u8 srv[16];           /* this packet's server address (the key's) */
 	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
 	struct xdns_inpath_pend pend;
