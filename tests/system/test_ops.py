@@ -212,11 +212,12 @@ def _reload_beyond_map_capacity(lab, tmp_path):
     srv = lab.start_xdns([("example.com.", zone)], name="xdns-grow", xdp="generic")
     assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.10") == 20
 
-    def version(serial: int, addr: str, names: int) -> str:
+    def version(serial: int, addr: str, names: int, shift: int = 0) -> str:
         z = original.replace("2024060101", str(serial)).replace(
             "www\t300\tIN\tA\t198.18.0.10", f"www\t300\tIN\tA\t{addr}")
         assert z.count(addr) == 1, "zone layout changed: update this test"
-        return z + "".join(f"h{i}\tA\t198.18.{i // 250 % 250}.{i % 250 + 1}\n" for i in range(names))
+        return z + "".join(f"h{i}\tA\t198.18.{i // 250 % 250}.{(i + shift) % 250 + 1}\n"
+                           for i in range(names))
 
     def xdp_outcomes() -> int:
         err = srv.stderr()
@@ -231,20 +232,28 @@ def _reload_beyond_map_capacity(lab, tmp_path):
                 any(z["serial"] == serial for z in _stats(srv)["zones"]) and xdp_outcomes() > seen):
             time.sleep(0.1)
 
-    # 440 more names (about 990 answers): beside the old generation (113 answers) they overflow
-    # the 1024-entry answer map; alone they fit.
-    zone.write_text(version(2024060102, "198.18.0.210", 440))
+    # 440 more names (about 990 answers): the answer table sized at start takes 192 of them,
+    # the 1024-entry answer map the other ~800, beside the old generation's few.
+    zone.write_text(version(2024060102, "198.18.0.209", 440))
     reload_to(2024060102)
+    err = srv.stderr()
+    assert "does not fit beside" not in err, err[-3000:]
+    assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.209") == 20, err[-3000:]
+
+    # The same names with other addresses: beside the ~800 of the version above they overflow
+    # the answer map; alone they fit.
+    zone.write_text(version(2024060103, "198.18.0.210", 440, shift=7))
+    reload_to(2024060103)
     err = srv.stderr()
     assert "does not fit beside the old; old data retired" in err, err[-3000:]
     assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.210") == 20, err[-3000:]
-    assert _answer_a(lab, srv.addr4, "h439.example.com.") == ("NOERROR", "198.18.1.190")
+    assert _answer_a(lab, srv.addr4, "h439.example.com.") == ("NOERROR", "198.18.1.197")
     fill = _stats(srv)["xdp_fill"]
     assert fill["written"] == fill["total"] > 900, fill
 
     # 5000 more names: more than the maps hold at all. Userspace answers, with the new data.
-    zone.write_text(version(2024060103, "198.18.0.211", 5000))
-    reload_to(2024060103)
+    zone.write_text(version(2024060104, "198.18.0.211", 5000))
+    reload_to(2024060104)
     err = srv.stderr()
     assert "does not fit in the kernel maps sized at start" in err, err[-3000:]
     assert _answered_in_kernel(lab, srv, "www.example.com.", "198.18.0.211") == 0, err[-3000:]
