@@ -686,6 +686,20 @@ def chart(tp: dict, ld: dict, sm: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def keep_peers(peers: list, wanted: str | None, who: str) -> bool:
+    """Narrow `peers` ((name, starter) pairs) in place to the comma-separated `wanted`
+    (`--peers`); False, with a message, when it names a peer not in the list."""
+    if not wanted:
+        return True
+    keep = wanted.split(",")
+    unknown = set(keep) - {n for n, _ in peers}
+    if unknown:
+        print(f"{who}: unknown peers {sorted(unknown)}", file=sys.stderr)
+        return False
+    peers[:] = [p for p in peers if p[0] in keep]
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="xdns benchmark")
     ap.add_argument("--smoke", action="store_true", help="a few seconds per peer, small zone")
@@ -701,13 +715,8 @@ def main() -> int:
     qps = a.qps or (20_000 if a.smoke else 4_000_000)
     rounds = a.rounds or (1 if a.smoke else 5)
     records = a.records or (20_000 if a.smoke else 1_000_000)
-    if a.peers:
-        keep = a.peers.split(",")
-        unknown = set(keep) - {n for n, _ in PEERS}
-        if unknown:
-            print(f"bench: unknown peers {sorted(unknown)}", file=sys.stderr)
-            return 2
-        PEERS[:] = [p for p in PEERS if p[0] in keep]
+    if not keep_peers(PEERS, a.peers, "bench"):
+        return 2
     if os.cpu_count() < 2:
         print("bench: needs 2 CPUs (generator and server pinned apart)", file=sys.stderr)
         return 1

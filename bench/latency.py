@@ -412,13 +412,8 @@ def main() -> int:
     rate = a.rate or (200 if a.smoke else 2000)
     rounds = a.rounds or (1 if a.smoke else 3)
     loads = parse_loads(a.loads or ("0,2000" if a.smoke else "0,20000,max"))
-    if a.peers:
-        keep = a.peers.split(",")
-        unknown = set(keep) - {n for n, _ in PEERS}
-        if unknown:
-            print(f"latency: unknown peers {sorted(unknown)}", file=sys.stderr)
-            return 2
-        PEERS[:] = [p for p in PEERS if p[0] in keep]
+    if not B.keep_peers(PEERS, a.peers, "latency"):
+        return 2
     if os.cpu_count() < 2:
         print("latency: needs 2 CPUs (client and server pinned apart)", file=sys.stderr)
         return 1
