@@ -369,6 +369,11 @@ class Tree:
             ns_run(self.relay_ns, ["ip", "link", "set", dev, "up"])
             ns_run(self.relay_ns, ["ethtool", "-K", dev, "gro", "off"], check=False)
             lab.xdp_pass(self.relay_ns, dev)
+            # A real qdisc, so that a full XDP ring on the far side pushes back instead of
+            # dropping (veth's default is noqueue); the relay releases frames in bursts.
+            ns_run(self.relay_ns, ["ip", "link", "set", "dev", dev, "txqueuelen", "10000"])
+            ns_run(self.relay_ns, ["tc", "qdisc", "replace", "dev", dev, "root", "pfifo",
+                                   "limit", "10000"])
         ns_run(lab.server_ns, ["ip", "route", "add", f"{self.net4}.0/24", "via", self.gateway4])
         ns_run(lab.server_ns, ["ip", "-6", "route", "add", f"{self.net6}::/64", "via", self.gateway6])
         ns_run(self.ns, ["ip", "route", "add", "default", "via", self.uplink_addr4])

@@ -6,8 +6,12 @@
 //! - `PACKET_VNET_HDR`: each frame comes with a virtio-net header that is written back
 //!   unchanged (NEEDS_CSUM kept), so frames whose checksum a sender left to offload (a
 //!   socket's UDP on a veth) leave with the same promise instead of a wrong checksum;
-//! - `PACKET_IGNORE_OUTGOING`: the relay does not read back what it sends;
-//! - `PACKET_QDISC_BYPASS`: frames go straight to the driver (a veth: the peer's receive).
+//! - `PACKET_IGNORE_OUTGOING`: the relay does not read back what it sends.
+//!
+//! Frames go through the interface's qdisc (no `PACKET_QDISC_BYPASS`): a veth whose peer
+//! has an XDP program hands frames to a 256-slot ring, and when that is full it pushes back
+//! on a real qdisc (the lab gives the relay's veths a long `pfifo`) where a bypass or
+//! `noqueue` would drop them; frames released together after a delay come in bursts.
 
 use std::ffi::CString;
 use std::io;
@@ -69,7 +73,6 @@ fn packet_socket(name: &str) -> io::Result<RawFd> {
     )?;
     setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1, "PACKET_VNET_HDR")?;
     setsockopt(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")?;
-    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS")?;
     // Room for bursts: tens of thousands of frames held by the kernel while we send.
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 64 << 20, "SO_RCVBUFFORCE")?;
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 64 << 20, "SO_SNDBUFFORCE")?;
