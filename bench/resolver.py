@@ -1,11 +1,12 @@
 """Resolver benchmark: xdns's caching resolver (with its XDP cache stage and userspace only)
 against Unbound, Knot Resolver and PowerDNS Recursor on the lab's fake DNS tree.
 
-    make bench-resolver          # full run (about 11 minutes)
+    make bench-resolver          # full run (about 15 minutes)
     make bench-resolver-smoke    # tiny and quick; checks the harness only (CI)
-    /usr/bin/python3 bench/resolver.py [--smoke] [--parts throughput,cold,prefetch]
+    make bench-resolver-delay    # part 5 only, and the relay's ceiling
+    /usr/bin/python3 bench/resolver.py [--smoke] [--parts throughput,cold,prefetch,cold-delay]
                                        [--peers xdns-xdp,unbound,...] [--duration S] [--qps N]
-                                       [--rounds N] [--samples N]
+                                       [--rounds N] [--samples N] [--nice N]
 
 Needs root, clang, kxdpgun, knotd, nsd, unbound, kresd, pdns_recursor, bpftool, 2 CPUs.
 Everything runs in one lab (tests/lab/lab.py) on the tree of tests/lab/tree.py: ~10
@@ -55,6 +56,14 @@ Four measurements, in this order:
    delegation cached, each miss and each refresh is one upstream query. Refreshes: xdns `resolver.prefetches`, Unbound `total.num.prefetch`,
    kresd `request.internal` (its own requests: prefetch and other refreshes), Recursor
    `almost-expired-run`. Each ask's latency is recorded too (p99, max).
+
+5. Cold cache over a remote tree with delay (`cold-delay`, bench/resolver_delay.py, issue
+   32): the tree moved to its own namespace behind a veth and a delaying relay, 5 ms one-way
+   per server; cold and delegation-cached resolution latency (mean, p99), misses per second
+   (unique wildcard names at increasing rates, >= 99% answered) and CPU per miss (busy time of
+   the server CPU, and the resolver's + its NAPI threads' run time). Its own table, goals and
+   chart (bench/out/resolver-delay.png); `relay-ceiling` (not in the default parts) measures
+   the relay alone.
 
 Goals of issue 4, reported next to the numbers and never asserted: xdns-xdp cache-hit
 replies/s >= 2.5x Unbound's, >= 0.8x the ceiling; kernel ns per hit <= 3.5x the no-op's;
@@ -644,8 +653,12 @@ def main() -> int:
     ap.add_argument("--qps", type=int, help="kxdpgun send rate")
     ap.add_argument("--rounds", type=int, help="kxdpgun runs per peer (median kept)")
     ap.add_argument("--samples", type=int, help="cold resolutions per resolver")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="cold-delay: niceness of the resolver, tree, relay, kxdpgun and NAPI "
+                         "threads (e.g. -10 on a shared machine)")
     a = ap.parse_args()
     smoke = a.smoke
+    D.NICE = a.nice
     duration = a.duration or (1 if smoke else 10)
     qps = a.qps or (20_000 if smoke else 4_000_000)
     rounds = a.rounds or (1 if smoke else 5)

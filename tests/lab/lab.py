@@ -22,7 +22,8 @@ the client namespace (`Lab.client_socket`: setns(2) on the calling thread, socke
 back); a socket keeps the namespace it was created in.
 
 Teardown (`close`, also run by `__exit__`, atexit and on SIGTERM/SIGINT) kills every process the
-lab started (their whole process group) and deletes both namespaces, which removes the veth pair.
+lab started (their whole process group) and deletes both namespaces, which removes the veth pair,
+and any namespace made on the lab's behalf (`extra_ns`: a remote tree's, tests/lab/tree.py).
 
 XDP: `start_xdns(xdp=...)` attaches xdns's program to the server veth. A veth delivers frames
 sent by *native* XDP_TX on its peer only if it has an XDP receive ring, i.e. an XDP program of
