@@ -191,8 +191,8 @@ def server_side(lab: Lab, tree: T.Tree, srv) -> list[int]:
     B.pin(srv.proc.pid, B.SERVER_CPU)
     for p in B.group_pids(srv.proc.pid):
         renice([int(t.name) for t in Path(f"/proc/{p}/task").iterdir()])
-    return B.group_pids(srv.proc.pid) + B.napi_pids(lab, lab.server_if) + \
-        B.napi_pids(lab, tree.uplink_if)
+    return {"resolver": B.group_pids(srv.proc.pid),
+            "napi": B.napi_pids(lab, lab.server_if) + B.napi_pids(lab, tree.uplink_if)}
 
 
 def detach(lab: Lab, tree: T.Tree) -> None:
@@ -234,7 +234,7 @@ def B_pct(xs: list[float], p: float) -> float | None:
 
 
 def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
-              pids: list[int], bg: float) -> dict:
+              pids: dict, bg: float) -> dict:
     """One kxdpgun run of unique names; CPU sampled over 25%..85% of it."""
     cmd = ["ip", "netns", "exec", lab.client_ns, "nice", "-n", str(NICE), "taskset", "-c",
            str(B.CLIENT_CPU), "kxdpgun", "-t", str(duration), "-Q", str(rate), "-b", "10",
@@ -242,9 +242,11 @@ def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.monotonic()
     time.sleep(0.25 * duration)
-    b0, p0, w0 = cpu_stat(B.SERVER_CPU), task_ns(pids), time.monotonic()
+    b0, w0 = cpu_stat(B.SERVER_CPU), time.monotonic()
+    p0 = {k: task_ns(v) for k, v in pids.items()}
     time.sleep(max(0.0, t0 + 0.85 * duration - time.monotonic()))
-    b1, p1, w1 = cpu_stat(B.SERVER_CPU), task_ns(pids), time.monotonic()
+    b1, w1 = cpu_stat(B.SERVER_CPU), time.monotonic()
+    p1 = {k: task_ns(v) for k, v in pids.items()}
     try:
         out, _ = p.communicate(timeout=duration + 30)
     except subprocess.TimeoutExpired:
@@ -259,7 +261,8 @@ def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
     window = w1 - w0
     raw = (b1[0] - b0[0]) / hz
     busy = max(0.0, raw - bg * (w1 - w0))
-    proc = (p1 - p0) / 1e9
+    part = {k: (p1[k] - p0[k]) / 1e9 for k in pids}
+    proc = sum(part.values())
     rps = int(r.group(2))
     misses = rps * window  # replies in the window, at the run's average reply rate
     return {"rate": rate, "queries": int(q.group(1)), "replies": int(r.group(1)),
@@ -268,13 +271,15 @@ def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
             "proc_busy": proc / window,
             "cpu_us_per_miss": busy * 1e6 / misses if misses and bg <= BACKGROUND_MAX else None,
             "cpu_raw_us_per_miss": raw * 1e6 / misses if misses else None,
-            "proc_us_per_miss": proc * 1e6 / misses if misses else None}
+            "proc_us_per_miss": proc * 1e6 / misses if misses else None,
+            # the two parts of proc: the resolver's threads, its veths' NAPI threads
+            **{f"{k}_us_per_miss": v * 1e6 / misses if misses else None for k, v in part.items()}}
 
 
-def misses_per_s(lab: Lab, srv, pids: list[int], rates: list[int], duration: float,
+def misses_per_s(lab: Lab, srv, pids: dict, rates: list[int], duration: float,
                  tag: str) -> list[dict]:
     steps = []
-    bg = background()
+    bg = background(0.3 if duration < 2 else 1.0)
     print(f"    server CPU busy with the resolver idle: {100 * bg:.0f}% (subtracted"
           f"{'' if bg <= BACKGROUND_MAX else '; too busy: /proc/stat per miss not reported'})",
           flush=True)
@@ -291,7 +296,8 @@ def misses_per_s(lab: Lab, srv, pids: list[int], rates: list[int], duration: flo
               f"{st['replies_per_s']}/s, server CPU {100 * st['cpu_raw_busy']:.0f}% "
               f"(net {100 * st['cpu_busy']:.0f}%, proc {100 * st['proc_busy']:.0f}%), "
               f"{st['cpu_us_per_miss'] if st['cpu_us_per_miss'] is not None else '-':.4} us/miss "
-              f"(proc {st['proc_us_per_miss'] or 0:.1f})",
+              f"(proc {st['proc_us_per_miss'] or 0:.1f} = resolver "
+              f"{st['resolver_us_per_miss'] or 0:.1f} + NAPI {st['napi_us_per_miss'] or 0:.1f})",
               flush=True)
         if st["answered"] < ANSWERED_MIN:
             break
@@ -348,6 +354,8 @@ def _cold_delay(lab: Lab, peers: list[str], cfg: dict, timed_ask, shapes) -> dic
         ref = next((s for s in p["steps"] if s["rate"] == ref_rate), None)
         p["cpu_us_per_miss_ref"] = ref["cpu_us_per_miss"] if ref else None
         p["proc_us_per_miss_ref"] = ref["proc_us_per_miss"] if ref else None
+        p["resolver_us_per_miss_ref"] = ref["resolver_us_per_miss"] if ref else None
+        p["napi_us_per_miss_ref"] = ref["napi_us_per_miss"] if ref else None
         p["ref_answered"] = ref["answered"] if ref else None
     relay = tree.relay_counters()
     return {"delay_ms": DELAY_MS, "ref_rate": ref_rate, "rates": cfg["rates"],
@@ -467,6 +475,9 @@ def report(cd: dict, ceiling: dict, smoke: bool) -> dict:
               "was sustained). us/miss: busy time of the server CPU (/proc/stat) per answered miss, "
               "at\n the reference rate and at the peer's highest sustained rate; proc: the "
               "resolver's threads + its veths' NAPI threads only)")
+        print(f"proc per miss at {cd['ref_rate']}/s, split: " + ", ".join(
+            f"{n} {f(r.get('resolver_us_per_miss_ref'))} + {f(r.get('napi_us_per_miss_ref'))}"
+            for n, r in cd["peers"].items()) + "  (resolver threads + NAPI threads, us)")
         c = cd.get("relay", {})
         print(f"relay: {c.get('a_to_b_frames')} frames to the tree, {c.get('b_to_a_frames')} back, "
               f"at most {c.get('max_held')} held, kernel drops {c.get('rx_drops_a', 0) + c.get('rx_drops_b', 0)}, "
