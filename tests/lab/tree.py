@@ -36,7 +36,9 @@ longer; everything else (ARP, neighbour discovery, TCP, the spoofer's forgeries,
 addresses) passes unchanged: a resolver sees the hosts' real addresses and ports. The
 relay's veths carry an XDP_PASS program (lab.py's veth rule: native XDP_TX or a redirect out
 of xt reaches the relay only so), so a resolver's XDP program on xt (`Tree.uplink_if`) can
-send upstream queries itself, addressed with `bpf_fib_lookup` to the gateway's MAC. The
+send upstream queries itself, addressed with `bpf_fib_lookup` to the gateway's MAC, and a
+10000-frame pfifo qdisc (the relay releases frames in bursts; a full XDP ring on the far side
+then pushes back instead of dropping; XDP_TX into a full ring still drops). The
 server namespace still has no default route; `Tree.udp` asks a tree host from the server
 namespace (the client namespace has no route to the tree). This kernel has no netem qdisc
 (`tc qdisc add ... netem` says "Specified qdisc kind is unknown"), hence the relay.
