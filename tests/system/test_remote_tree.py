@@ -9,15 +9,17 @@ xdns resolver (userspace) runs on each. Checked:
   (no default route), the client namespace not at all, and the relay's veths carry an XDP
   program (the veth rule of lab.py, for XDP_TX out of the uplink);
 - answers: for a few corpus cases (a leaf, a CNAME across TLDs, a chain through a glueless
-  zone, NXDOMAIN, a wildcard, NODATA), the resolver on the remote tree gives what the resolver
-  on the loopback tree gives, and both give the corpus answer (rcode, answer RRs, SOA owner);
+  zone, NXDOMAIN, a wildcard, NODATA, the spoofer's zones, a zone with a silent server), the
+  resolver on the remote tree gives what the resolver on the loopback tree gives, and both
+  give the corpus answer (rcode, answer RRs, SOA owner);
 - the delay: a round trip to a delayed host, asked directly from the server namespace, takes
   2 x its one-way delay more than one to an undelayed host (lowest of the samples within
   DELAY_TOLERANCE_MS; median within MEDIAN_SLACK_MS, the machine being shared), over IPv4 and
   IPv6; a miss the resolver sends to leaf1 alone (delegation cached) takes at least 2 x the
   delay too;
-- TCP crosses the relay unchanged; and the relay held and passed frames (its counters) with
-  no kernel drops and no send errors.
+- TCP crosses the relay unchanged, and so do the spoofer's forged replies (from another port,
+  another address, with another ID); the relay held and passed frames (its counters) with no
+  kernel drops and no send errors.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ DELAY = {"leaf1": 15.0, "tld-lab": 5.0}  # one-way ms
 DELAY_TOLERANCE_MS = 2.0    # lowest sample: 2 x delay <= added <= 2 x delay + this
 MEDIAN_SLACK_MS = 12.0      # median: added <= 2 x delay + this (scheduling on a busy host)
 CASE_IDS = ["a-leaf", "cname-cross", "cname-chain", "nx-leaf", "wild-a", "nodata-leaf",
-            "glueless-lab", "a-other-tld"]
+            "glueless-lab", "a-other-tld",
+            # forgeries and a silent server cross the relay too: the resolver still gets the
+            # genuine answer (spoofer: wrong ID, port, address, question, 0x20 case; blackhole)
+            "spoof-a", "spoofonly-a", "case-spoof-a", "slow-a"]
 SAMPLES = 15
 
 
@@ -181,3 +186,32 @@ def test_relay_counters(trees):
     assert c["a_to_b_frames"] > 50 and c["b_to_a_frames"] > 50, c
     assert c["max_held"] >= 1, c
     assert c["send_errors"] == 0 and c["rx_drops_a"] == 0 and c["rx_drops_b"] == 0, c
+
+
+def test_forgeries_cross_the_relay(trees):
+    """The spoofer's forged replies (wrong ID, from port 5300, from its second address,
+    another question) and then the genuine one all reach the server namespace: resolvers on
+    the remote tree meet the same attacks as on the loopback tree."""
+    lab, _, remote, _, _ = trees
+    spoofer, spoof2 = remote.hosts["spoofer"], remote.hosts["spoof2"]
+    q = dns.message.make_query("www.spoof.lab.", "A")
+    got = []
+    with lab.ns_socket(lab.server_ns) as s:
+        s.settimeout(0.5)
+        s.sendto(q.to_wire(), (spoofer.addr4, 53))
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                data, peer = s.recvfrom(65535)
+            except (TimeoutError, OSError):
+                break
+            got.append((peer, dns.message.from_wire(data)))
+    sources = {peer for peer, _ in got}
+    assert (spoofer.addr4, 5300) in sources, sources
+    assert (spoof2.addr4, 53) in sources, sources
+    ids = [m.id for _, m in got]
+    assert (q.id + 1) & 0xFFFF in ids, ids
+    genuine = [m for peer, m in got if peer == (spoofer.addr4, 53) and m.id == q.id
+               and m.question == q.question
+               and [rd.to_text() for r in m.answer for rd in r] == ["198.19.80.1"]]
+    assert genuine, got
