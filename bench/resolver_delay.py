@@ -550,21 +550,27 @@ def chart(cd: dict, sm: dict, path: Path) -> None:
         ax2.text(0.01, 0.97, f"xdns-xdp = {sm['baseline_misses_vs_unbound']:.2f}x unbound "
                  f"(goal for xdns-kiter: >= {GOAL_MISSES_VS_UNBOUND}x)", transform=ax2.transAxes,
                  va="top", fontsize=8)
-    ref = [r["cpu_us_per_miss_ref"] or 0 for r in rs]
+    ref = [r["cpu_us_per_miss_ref"] for r in rs]
     proc = [r["proc_us_per_miss_ref"] or 0 for r in rs]
-    ax3.bar([x - 0.2 for x in xs], ref, width=0.4, color=[B.peer_color(n) for n in names],
+    res = [r.get("resolver_us_per_miss_ref") or 0 for r in rs]
+    napi = [r.get("napi_us_per_miss_ref") or 0 for r in rs]
+    colors = [B.peer_color(n) for n in names]
+    ax3.bar([x - 0.2 for x in xs], [v or 0 for v in ref], width=0.4, color=colors,
             label="server CPU busy (/proc/stat)")
-    ax3.bar([x + 0.2 for x in xs], proc, width=0.4, color=[B.peer_color(n) for n in names],
-            alpha=0.45, hatch="//", label="resolver + NAPI threads")
+    ax3.bar([x + 0.2 for x in xs], res, width=0.4, color=colors, alpha=0.6, hatch="//",
+            label="resolver threads")
+    ax3.bar([x + 0.2 for x in xs], napi, width=0.4, bottom=res, color=colors, alpha=0.3,
+            hatch="..", label="its veths' NAPI threads")
     for i, (a, b) in enumerate(zip(ref, proc)):
-        ax3.text(i - 0.2, a, f"{a:.0f}", ha="center", va="bottom", fontsize=7)
+        ax3.text(i - 0.2, a or 0, f"{a:.0f}" if a is not None else "n/a", ha="center",
+                 va="bottom", fontsize=7)
         ax3.text(i + 0.2, b, f"{b:.0f}", ha="center", va="bottom", fontsize=7)
     ax3.set_xticks(list(xs), names)
     ax3.set_ylabel("us of CPU per miss")
     ax3.legend(fontsize=7, loc="upper right")
-    ax3.set_title(f"CPU per miss at {cd['ref_rate']}/s (goal for xdns-kiter: "
+    ax3.set_title(f"CPU per miss at {cd['ref_rate']}/s (xdns-kiter goal: "
                   f"<= {GOAL_CPU_PER_MISS_VS_XDNS}x {BASELINE})")
-    ax3.set_ylim(0, max(ref + proc + [1]) * 1.3)
+    ax3.set_ylim(0, max([v or 0 for v in ref] + proc + [1]) * 1.4)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
