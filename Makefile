@@ -9,7 +9,10 @@ SHELL := /bin/bash
 #                    (profile-resolver: the same for cache hits)
 #   make bench-resolver        resolver benchmark: xdns vs Unbound, Knot Resolver, PowerDNS
 #                              Recursor on the lab tree, chart in bench/out/resolver.png
-#   make bench-resolver-smoke  the same in about a minute, checks the harness only
+#   make bench-resolver-smoke  the same in about two minutes, checks the harness only
+#   make bench-resolver-delay  only its cold-delay part (misses over the remote lab tree with a
+#                              delaying relay: latency, misses/s, CPU per miss) and the relay's
+#                              own ceiling; chart in bench/out/resolver-delay.png
 #   make bench-guard flood guard: drop rate vs blocked sources (1 .. 1M) for xdns, nftables, iptables,
 #                    an empty XDP program; legitimate answers and time to mitigate; bench/out/guard.png
 #   make bench-inpath  in-path cache on a router: xdns hits vs dnsdist's packet cache vs the
@@ -29,7 +32,7 @@ PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
 .PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale package \
-	bench-resolver-smoke bench-guard bench-inpath bench-latency profile profile-resolver clean-lab
+	bench-resolver-smoke bench-resolver-delay bench-guard bench-inpath bench-latency profile profile-resolver clean-lab
 
 all: build
 
@@ -102,6 +105,10 @@ profile-resolver: build
 
 bench-resolver-smoke: build
 	$(PYTHON) bench/resolver.py --smoke
+
+# Issue 32's rows: the remote tree (tests/lab/tree.py) with 5 ms one-way per server.
+bench-resolver-delay: build
+	$(PYTHON) bench/resolver.py --parts cold-delay,relay-ceiling
 
 # Remove namespaces left behind by a killed run (only lab-made ones: prefix xdl-).
 clean-lab:

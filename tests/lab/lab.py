@@ -22,7 +22,8 @@ the client namespace (`Lab.client_socket`: setns(2) on the calling thread, socke
 back); a socket keeps the namespace it was created in.
 
 Teardown (`close`, also run by `__exit__`, atexit and on SIGTERM/SIGINT) kills every process the
-lab started (their whole process group) and deletes both namespaces, which removes the veth pair.
+lab started (their whole process group) and deletes both namespaces, which removes the veth pair,
+and any namespace made on the lab's behalf (`extra_ns`: a remote tree's, tests/lab/tree.py).
 
 XDP: `start_xdns(xdp=...)` attaches xdns's program to the server veth. A veth delivers frames
 sent by *native* XDP_TX on its peer only if it has an XDP receive ring, i.e. an XDP program of
@@ -143,6 +144,8 @@ class Lab:
         self.keep_dir = keep_dir
         self._next_host = 2
         self._procs: list[subprocess.Popen] = []
+        # More namespaces made on this lab's behalf (the remote tree's), deleted on close.
+        self.extra_ns: list[str] = []
         self.servers: dict[str, Server] = {}
         self.dir = Path(tempfile.mkdtemp(prefix=f"xdns-lab-{self.id}-"))
         self._closed = False
@@ -188,7 +191,7 @@ class Lab:
         self._closed = True
         for p in reversed(self._procs):
             _stop(p)
-        for ns in (self.client_ns, self.server_ns):
+        for ns in (self.client_ns, self.server_ns, *self.extra_ns):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         if not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -210,7 +213,13 @@ class Lab:
     def client_xdp_pass(self) -> None:
         """Give the client veth an XDP receive ring (see the module docstring): attach an
         XDP_PASS program unless some XDP program is attached already."""
-        link = self.client_run(["ip", "link", "show", "dev", self.client_if]).stdout
+        self.xdp_pass(self.client_ns, self.client_if)
+
+    def xdp_pass(self, ns: str, dev: str) -> None:
+        """Attach the one-line XDP_PASS program to `dev` in `ns` unless some XDP program is
+        attached already: the veth then has an XDP receive ring (native XDP_TX or redirect on
+        its peer reaches it) and a NAPI context."""
+        link = self.ns_run(ns, ["ip", "link", "show", "dev", dev]).stdout
         if "prog/xdp" in link:
             return
         obj = self.dir / "xdp_pass.o"
@@ -218,8 +227,7 @@ class Lab:
             src = self.dir / "xdp_pass.c"
             src.write_text(_XDP_PASS_C)
             run(["clang", "-O2", "-target", "bpf", *_bpf_includes(), "-c", src, "-o", obj])
-        self.client_run(["ip", "link", "set", "dev", self.client_if, "xdpdrv", "obj", obj,
-                         "sec", "xdp"])
+        self.ns_run(ns, ["ip", "link", "set", "dev", dev, "xdpdrv", "obj", obj, "sec", "xdp"])
 
     def _spawn(self, ns: str, cmd, name: str, cwd=None, env=None) -> tuple[subprocess.Popen, Path]:
         out = self.dir / f"{name}.stdout"
@@ -262,8 +270,12 @@ class Lab:
 
     def client_socket(self, family=socket.AF_INET, type=socket.SOCK_DGRAM) -> socket.socket:
         """A socket living in the client namespace."""
+        return self.ns_socket(self.client_ns, family, type)
+
+    def ns_socket(self, ns: str, family=socket.AF_INET, type=socket.SOCK_DGRAM) -> socket.socket:
+        """A socket living in namespace `ns` (setns on this thread, socket(), setns back)."""
         orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(f"/var/run/netns/{self.client_ns}", os.O_RDONLY)
+        target = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
         try:
             _setns(target)
             try:
@@ -275,10 +287,12 @@ class Lab:
             os.close(target)
 
     # ---------------------------------------------------------------- DNS I/O
-    def udp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 2.0) -> bytes | None:
-        """Send one UDP datagram and return the first reply (None on timeout)."""
+    def udp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 2.0,
+            ns: str | None = None) -> bytes | None:
+        """Send one UDP datagram (from the client namespace, or `ns`) and return the first
+        reply (None on timeout)."""
         fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-        with self.client_socket(fam, socket.SOCK_DGRAM) as s:
+        with self.ns_socket(ns or self.client_ns, fam, socket.SOCK_DGRAM) as s:
             s.settimeout(timeout)
             s.sendto(wire, (addr, port))
             try:
@@ -287,10 +301,12 @@ class Lab:
             except socket.timeout:
                 return None
 
-    def tcp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 3.0) -> bytes | None:
-        """Send one length-prefixed query over TCP and return the reply (None if closed)."""
+    def tcp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 3.0,
+            ns: str | None = None) -> bytes | None:
+        """Send one length-prefixed query over TCP (from the client namespace, or `ns`) and
+        return the reply (None if closed)."""
         fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-        with self.client_socket(fam, socket.SOCK_STREAM) as s:
+        with self.ns_socket(ns or self.client_ns, fam, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect((addr, port))
             s.sendall(len(wire).to_bytes(2, "big") + wire)
@@ -353,19 +369,22 @@ class Lab:
         return srv
 
     def write_xdns_config(self, zones=DEFAULT_ZONES, name: str = "xdns", addrs=None,
-                          extra: str = "", xdp: str | None = None) -> tuple[Path, str, str]:
+                          extra: str = "", xdp: str | None = None,
+                          more_interfaces: list[str] = ()) -> tuple[Path, str, str]:
         """Write xdns.toml for a new address pair (or `addrs`).
 
         `extra` is TOML inserted before the zones (top-level keys first, then tables).
         `xdp` = "native" | "generic" | "auto" attaches xdns's XDP program to the server veth
         (`[xdp] interfaces = [server_if]`), "default" the same with no `mode` key (as a user
         would write it); None = userspace only. One XDP program per interface: only one XDP
-        xdns (or other XDP peer) can run in a lab at a time.
+        xdns (or other XDP peer) can run in a lab at a time. `more_interfaces`: more
+        interfaces of the server namespace in `[xdp] interfaces` (a remote tree's uplink).
         """
         a4, a6 = addrs if addrs else self.new_address()
         if xdp is not None:
             mode = "" if xdp == "default" else f'mode = "{xdp}"\n'
-            extra += f'\n[xdp]\ninterfaces = ["{self.server_if}"]\n{mode}'
+            ifs = ", ".join(f'"{i}"' for i in [self.server_if, *more_interfaces])
+            extra += f'\n[xdp]\ninterfaces = [{ifs}]\n{mode}'
 
         wd = self.dir / name
         wd.mkdir(parents=True, exist_ok=True)

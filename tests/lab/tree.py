@@ -18,6 +18,31 @@ is started through `Lab.server`, so `Lab.close()` stops it. The server namespace
 route: a resolver that tried to reach a real root server would get ENETUNREACH; besides, the only
 hints any starter gives are `tree.root_hints` (the lab's roots).
 
+Remote tree (`Tree(lab, remote=True, delay_ms=...)`): the same hosts, zones and helper
+processes, in a namespace of their own, reached from the server namespace through a veth
+pair with routes and a delaying relay on the path:
+
+    [server netns] xt<id> 198.18.L.1/24 2001:db8:L::1/64; routes 198.18.T.0/24, 2001:db8:T::/64
+          |                                                  via 198.18.L.2 / 2001:db8:L::2
+    [relay netns]  xa<id> ==(xdns-lab-delay)== xb<id>       no addresses: an Ethernet bridge
+          |
+    [tree netns]   xn<id> 198.18.L.2/24 2001:db8:L::2/64; default routes via .1 / ::1
+                   lo: 198.18.T.N/32, 2001:db8:T::N/128 (one pair per host, N = 2, 3, ...)
+
+(L and T: two more of the lab's /24s and /64s.) The relay (crates/xdns-lab-delay, run in the
+lab's directory as <tree name>-relay) copies every frame from one veth to the other after the
+one-way delay of the host it is to or from, so a round trip to a host with delay d takes 2d
+longer; everything else (ARP, neighbour discovery, TCP, the spoofer's forgeries, MAC
+addresses) passes unchanged: a resolver sees the hosts' real addresses and ports. The
+relay's veths carry an XDP_PASS program (lab.py's veth rule: native XDP_TX or a redirect out
+of xt reaches the relay only so), so a resolver's XDP program on xt (`Tree.uplink_if`) can
+send upstream queries itself, addressed with `bpf_fib_lookup` to the gateway's MAC, and a
+10000-frame pfifo qdisc (the relay releases frames in bursts; a full XDP ring on the far side
+then pushes back instead of dropping; XDP_TX into a full ring still drops). The
+server namespace still has no default route; `Tree.udp` asks a tree host from the server
+namespace (the client namespace has no route to the tree). This kernel has no netem qdisc
+(`tc qdisc add ... netem` says "Specified qdisc kind is unknown"), hence the relay.
+
 The tree (host: software, zones; "glue" = address records in the parent; data addresses in
 198.19.0.0/16 and 2001:db8:f00d::/48 are data only, never contacted):
 
@@ -88,6 +113,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab import write_knot_conf, write_nsd_conf  # noqa: E402
 
 PY = "/usr/bin/python3"
+RELAY_BIN = Path(os.environ.get("XDNS_LAB_DELAY_BIN",
+                                Path(__file__).resolve().parents[2] / "target" / "release" / "xdns-lab-delay"))
 
 # Poison the spoofer puts in forged replies; a resolver answer containing it was poisoned.
 POISON_A = "198.19.255.66"
@@ -149,9 +176,14 @@ def _file_name(origin: str) -> str:
 
 class Tree:
     """The fake DNS tree. `start()` allocates addresses, writes zones and root hints, starts
-    every server and waits until each answers SOA for each of its zones."""
+    every server and waits until each answers SOA for each of its zones.
 
-    def __init__(self, lab, name: str = "tree"):
+    `remote=True` puts the tree in its own namespace behind a delaying relay (module doc,
+    "Remote tree"); `delay_ms` is then the one-way delay of every host (a number) or of the
+    hosts named (a dict, others 0)."""
+
+    def __init__(self, lab, name: str = "tree", remote: bool = False,
+                 delay_ms: float | dict[str, float] = 0.0):
         self.lab = lab
         self.dir = Path(lab.dir) / name
         self.hosts: dict[str, Host] = {n: Host(n, sw, list(z)) for n, (sw, z) in HOSTS.items()}
@@ -159,6 +191,40 @@ class Tree:
         self.serials: dict[str, int] = {}
         self.overrides: dict[str, dict[tuple[str, str], list[str]]] = {}
         self.started = False
+        self.remote = remote
+        if not remote and delay_ms:
+            raise ValueError("delay_ms needs remote=True (the relay is on the remote tree's path)")
+        if isinstance(delay_ms, dict):
+            unknown = set(delay_ms) - set(self.hosts)
+            if unknown:
+                raise KeyError(f"delay_ms: no such tree host {sorted(unknown)}")
+            self.delay_ms = {h: float(delay_ms.get(h, 0.0)) for h in self.hosts}
+        else:
+            self.delay_ms = {h: float(delay_ms) for h in self.hosts}
+        # Where the tree's processes run: the server namespace, or the tree's own.
+        self.ns = lab.server_ns
+        self.relay = None  # the relay's Popen (remote)
+        if remote:
+            # k-th remote tree of this lab (names and subnets differ per tree)
+            k = getattr(lab, "_remote_trees", 0)
+            lab._remote_trees = k + 1
+            sfx = str(k) if k else ""
+            base = lab.server_ns.rsplit("-", 1)[0]
+            self.ns = f"{base}-t{sfx}"          # the authoritative servers
+            self.relay_ns = f"{base}-d{sfx}"    # the relay (a bridge with no addresses)
+            self.uplink_if = f"xt{sfx}{lab.id}"[:15]   # server namespace -> relay
+            self.relay_a_if = f"xa{sfx}{lab.id}"[:15]  # relay, facing the server namespace
+            self.relay_b_if = f"xb{sfx}{lab.id}"[:15]  # relay, facing the tree
+            self.tree_if = f"xn{sfx}{lab.id}"[:15]     # tree namespace -> relay
+            link = (lab.x + 128 + 16 * k) % 512
+            tree = (lab.x + 384 + 16 * k) % 512
+            self.link_net4 = f"198.{18 + link // 256}.{link % 256}"
+            self.link_net6 = f"2001:db8:{link:x}"
+            self.net4 = f"198.{18 + tree // 256}.{tree % 256}"
+            self.net6 = f"2001:db8:{tree:x}"
+            self.uplink_addr4, self.uplink_addr6 = f"{self.link_net4}.1", f"{self.link_net6}::1"
+            self.gateway4, self.gateway6 = f"{self.link_net4}.2", f"{self.link_net6}::2"
+            self._next_host = 2
 
     # ------------------------------------------------------------ public API
     def start(self) -> "Tree":
@@ -168,10 +234,14 @@ class Tree:
         if routes.strip():
             raise RuntimeError(f"server namespace has a default route: {routes}")
         self.dir.mkdir(parents=True, exist_ok=True)
+        if self.remote:
+            self._remote_up()
         for h in self.hosts.values():
-            h.addr4, h.addr6 = self.lab.new_address()
+            h.addr4, h.addr6 = self._tree_address() if self.remote else self.lab.new_address()
             h.workdir = self.dir / h.name
             h.workdir.mkdir(exist_ok=True)
+        if self.remote:
+            self._start_relay()
         for origin in self.zones():
             self.serials[origin] = 1
             self._write_zone(origin)
@@ -236,6 +306,103 @@ class Tree:
                     h.proc.wait(timeout=5)
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     pass
+
+    def udp(self, addr: str, wire: bytes, timeout: float = 2.0) -> bytes | None:
+        """Ask a tree server directly: from the client namespace (local tree), or from the
+        server namespace, where resolvers run, through the relay (remote tree)."""
+        return self.lab.udp(addr, wire, timeout=timeout,
+                            ns=self.lab.server_ns if self.remote else None)
+
+    def pids(self) -> list[int]:
+        """Process ids of the tree's servers and of the relay (to pin them to a CPU)."""
+        return [p.pid for p in [h.proc for h in self.hosts.values()] + [self.relay]
+                if p is not None and p.poll() is None]
+
+    def relay_counters(self, timeout: float = 5.0) -> dict:
+        """The relay's counters (frames and bytes each way, frames held now and at most,
+        kernel drops, send errors): SIGUSR1 makes it print them as one JSON line."""
+        import json
+        out = Path(self.lab.dir) / f"{self.dir.name}-relay.stdout"
+        n = len(out.read_text().splitlines()) if out.exists() else 0
+        self.relay.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = out.read_text().splitlines()
+            if len(lines) > n:
+                return json.loads(lines[n])
+            time.sleep(0.02)
+        raise TimeoutError(f"the relay printed no counters:\n{self._stderr_of(self.dir.name + '-relay')}")
+
+    # ------------------------------------------------------------ remote tree
+    def _spawn(self, cmd, name: str, cwd=None) -> subprocess.Popen:
+        return self.lab._spawn(self.ns, cmd, name, cwd=cwd)[0]
+
+    def _tree_address(self) -> tuple[str, str]:
+        n = self._next_host
+        self._next_host += 1
+        a4, a6 = f"{self.net4}.{n}", f"{self.net6}::{n:x}"
+        self.lab.ns_run(self.ns, ["ip", "addr", "add", f"{a4}/32", "dev", "lo"])
+        self.lab.ns_run(self.ns, ["ip", "-6", "addr", "add", f"{a6}/128", "dev", "lo"])
+        return a4, a6
+
+    def _remote_up(self) -> None:
+        """Namespaces, veths, addresses and routes of the remote tree (module doc)."""
+        from lab import run
+        lab = self.lab
+        for ns in (self.ns, self.relay_ns):
+            run(["ip", "netns", "add", ns])
+            lab.extra_ns.append(ns)
+        run(["ip", "link", "add", self.uplink_if, "netns", lab.server_ns, "type", "veth",
+             "peer", "name", self.relay_a_if, "netns", self.relay_ns])
+        run(["ip", "link", "add", self.relay_b_if, "netns", self.relay_ns, "type", "veth",
+             "peer", "name", self.tree_if, "netns", self.ns])
+        ns_run = lab.ns_run
+        ns_run(self.ns, ["ip", "link", "set", "lo", "up"])
+        for ns, dev, a4, a6 in ((lab.server_ns, self.uplink_if, self.uplink_addr4, self.uplink_addr6),
+                                (self.ns, self.tree_if, self.gateway4, self.gateway6)):
+            ns_run(ns, ["ip", "addr", "add", f"{a4}/24", "dev", dev])
+            ns_run(ns, ["ip", "-6", "addr", "add", f"{a6}/64", "dev", dev, "nodad"])
+            ns_run(ns, ["ip", "link", "set", dev, "up"])
+        # The relay's veths: no addresses, no IPv6 of their own (no router solicitations or
+        # MLD reports), no GRO (frames stay as sent), an XDP receive ring each (XDP_TX or
+        # redirect out of the uplink reaches the relay only so: lab.py's docstring).
+        for dev in (self.relay_a_if, self.relay_b_if):
+            ns_run(self.relay_ns, ["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
+            ns_run(self.relay_ns, ["ip", "link", "set", dev, "up"])
+            ns_run(self.relay_ns, ["ethtool", "-K", dev, "gro", "off"], check=False)
+            lab.xdp_pass(self.relay_ns, dev)
+            # A real qdisc, so that a full XDP ring on the far side pushes back instead of
+            # dropping (veth's default is noqueue); the relay releases frames in bursts.
+            ns_run(self.relay_ns, ["ip", "link", "set", "dev", dev, "txqueuelen", "10000"])
+            ns_run(self.relay_ns, ["tc", "qdisc", "replace", "dev", dev, "root", "pfifo",
+                                   "limit", "10000"])
+        ns_run(lab.server_ns, ["ip", "route", "add", f"{self.net4}.0/24", "via", self.gateway4])
+        ns_run(lab.server_ns, ["ip", "-6", "route", "add", f"{self.net6}::/64", "via", self.gateway6])
+        ns_run(self.ns, ["ip", "route", "add", "default", "via", self.uplink_addr4])
+        ns_run(self.ns, ["ip", "-6", "route", "add", "default", "via", self.uplink_addr6])
+
+    def _start_relay(self) -> None:
+        if not RELAY_BIN.exists():
+            raise FileNotFoundError(f"{RELAY_BIN} not built (run cargo build --release)")
+        cmd = [RELAY_BIN, "--a", self.relay_a_if, "--b", self.relay_b_if]
+        for h in self.hosts.values():
+            ms = self.delay_ms[h.name]
+            if ms:
+                cmd += ["--delay", f"{h.addr4}={ms:g}", "--delay", f"{h.addr6}={ms:g}"]
+        self.relay, _ = self.lab._spawn(self.relay_ns, cmd, f"{self.dir.name}-relay")
+        # Up when it has said so (its sockets are bound before the line is printed).
+        deadline = time.monotonic() + 10
+        err = Path(self.lab.dir) / f"{self.dir.name}-relay.stderr"
+        while "relaying" not in (err.read_text() if err.exists() else ""):
+            if self.relay.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the relay did not start:\n{self._stderr_of(self.dir.name + '-relay')}")
+            time.sleep(0.02)
+
+    def _stderr_of(self, name: str) -> str:
+        try:
+            return (Path(self.lab.dir) / f"{name}.stderr").read_text(errors="replace")[-3000:]
+        except FileNotFoundError:
+            return ""
 
     # ------------------------------------------------------------ zone data
     def _a(self, owner: str, host: str) -> list[str]:
@@ -368,31 +535,31 @@ class Tree:
         (wd / "db").mkdir(exist_ok=True)
         conf = write_knot_conf(wd, h.addr4, h.addr6,
                                [(o, self.dir / _file_name(o)) for o in h.zones], log_level="notice")
-        h.proc = self.lab.server(["knotd", "-c", conf], name=f"tree-{h.name}")
+        h.proc = self._spawn(["knotd", "-c", conf], f"{self.dir.name}-{h.name}")
         h.extra["conf"] = conf
 
     def _start_nsd(self, h: Host) -> None:
         wd = h.workdir
         conf = write_nsd_conf(wd, h.addr4, h.addr6, [(o, self.dir / _file_name(o)) for o in h.zones])
-        h.proc = self.lab.server(["nsd", "-c", conf, "-d"], name=f"tree-{h.name}", cwd=self.dir)
+        h.proc = self._spawn(["nsd", "-c", conf, "-d"], f"{self.dir.name}-{h.name}", cwd=self.dir)
         h.extra["conf"] = conf
 
     def _start_blackhole(self, h: Host) -> None:
-        h.proc = self.lab.server([PY, Path(__file__).resolve(), "blackhole", h.addr4, h.addr6],
-                                 name="tree-blackhole")
+        h.proc = self._spawn([PY, Path(__file__).resolve(), "blackhole", h.addr4, h.addr6],
+                             f"{self.dir.name}-blackhole")
         self._wait_listening(h)
 
     def _start_tarpit(self, h: Host) -> None:
-        h.proc = self.lab.server([PY, Path(__file__).resolve(), "tarpit", h.addr4, h.addr6,
-                                  str(TARPIT_DELAY_MS)], name="tree-tarpit")
+        h.proc = self._spawn([PY, Path(__file__).resolve(), "tarpit", h.addr4, h.addr6,
+                              str(TARPIT_DELAY_MS)], f"{self.dir.name}-tarpit")
         self._wait_listening(h)
 
     def _start_spoofer(self, h: Host) -> None:
         s2 = self.hosts["spoof2"]
         leaf2 = self.hosts["leaf2"]
-        h.proc = self.lab.server([PY, Path(__file__).resolve(), "spoofer",
-                                  h.addr4, h.addr6, s2.addr4, s2.addr6, leaf2.addr4, leaf2.addr6],
-                                 name="tree-spoofer")
+        h.proc = self._spawn([PY, Path(__file__).resolve(), "spoofer",
+                              h.addr4, h.addr6, s2.addr4, s2.addr6, leaf2.addr4, leaf2.addr6],
+                             f"{self.dir.name}-spoofer")
         self._wait_listening(h)
         # The spoofer relays to leaf2: it answers SOA like leaf2 once it is up.
         self._wait(h, "other.example.")  # not a spoofed zone: relayed as is
@@ -402,7 +569,7 @@ class Tree:
         while time.monotonic() < deadline:
             if h.proc.poll() is not None:
                 raise RuntimeError(f"tree {h.name} exited: {self._stderr(h)}")
-            out = self.lab.server_run(["ss", "-Hlnu", f"sport = :53"], check=False).stdout
+            out = self.lab.ns_run(self.ns, ["ss", "-Hlnu", "sport = :53"], check=False).stdout
             if h.addr4 in out and h.addr6 in out:
                 return
             time.sleep(0.05)
@@ -410,7 +577,7 @@ class Tree:
 
     def _stderr(self, h: Host) -> str:
         try:
-            return (Path(self.lab.dir) / f"tree-{h.name}.stderr").read_text(errors="replace")[-3000:]
+            return (Path(self.lab.dir) / f"{self.dir.name}-{h.name}.stderr").read_text(errors="replace")[-3000:]
         except FileNotFoundError:
             return ""
 
@@ -426,7 +593,7 @@ class Tree:
             for a in (h.addr4, h.addr6):
                 q = dns.message.make_query(origin, "SOA")
                 try:
-                    w = self.lab.udp(a, q.to_wire(), timeout=0.3)
+                    w = self.udp(a, q.to_wire(), timeout=0.3 + 0.004 * max(self.delay_ms.values()))
                     m = dns.message.from_wire(w) if w else None
                 except Exception:
                     m = None
@@ -638,7 +805,7 @@ security-poll-suffix=
 
 def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: bool = False,
                         extra: str = "", wait: bool = True, xdp: str | None = None,
-                        root_hints: Path | None = None):
+                        root_hints: Path | None = None, uplink: bool = False):
     """xdns as a pure resolver (no zones):
 
         listen = ["198.18.X.N:53", "[2001:db8:X::N]:53"]
@@ -649,7 +816,9 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
     plus `prefetch_percent = 0` unless `prefetch` (prefetch off, as for the peers). The hints
     path is absolute (xdns resolves a relative one against the config file's directory).
     `extra` is more TOML inside [resolver] (fanout, timeouts, cache size...), `xdp` as in
-    Lab.write_xdns_config, `root_hints` another hints file than the tree's."""
+    Lab.write_xdns_config, `root_hints` another hints file than the tree's. `uplink` (a
+    remote tree, with `xdp`): the XDP program goes on the tree's uplink veth too
+    (`[xdp] interfaces = [server veth, uplink]`), where upstream answers arrive."""
     from lab import XDNS_BIN
     if not XDNS_BIN.exists():
         raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
@@ -657,6 +826,10 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
                 f'allow = ["198.18.0.0/15", "2001:db8::/32"]\n'
                 f'prefetch_percent = {10 if prefetch else 0}\n{extra}\n')
     kw = {"xdp": xdp} if xdp is not None else {}
+    if uplink:
+        if not (tree.remote and xdp is not None):
+            raise ValueError("uplink=True needs a remote tree and xdp")
+        kw["more_interfaces"] = [tree.uplink_if]
     conf, a4, a6 = lab.write_xdns_config([], name, extra=resolver, **kw)
     if xdp is not None:
         lab.client_xdp_pass()  # XDP_TX frames reach the client veth only with an XDP ring there
