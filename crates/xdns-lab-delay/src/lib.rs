@@ -49,7 +49,9 @@ MS may have decimals. SIGUSR1 prints the counters as one JSON line on stdout; SI
 SIGINT print them and exit.";
 
 fn parse_ms(s: &str, what: &str) -> Result<Duration, ArgError> {
-    let ms: f64 = s.parse().map_err(|_| ArgError(format!("{what}: {s:?} is not a number of milliseconds")))?;
+    let ms: f64 = s
+        .parse()
+        .map_err(|_| ArgError(format!("{what}: {s:?} is not a number of milliseconds")))?;
     if !ms.is_finite() || !(0.0..=60_000.0).contains(&ms) {
         return Err(ArgError(format!("{what}: {s} ms is outside 0 ..= 60000")));
     }
@@ -65,7 +67,10 @@ impl Config {
         let mut default = Duration::ZERO;
         let mut it = args.into_iter();
         while let Some(arg) = it.next() {
-            let mut value = |name: &str| it.next().ok_or_else(|| ArgError(format!("{name} needs a value")));
+            let mut value = |name: &str| {
+                it.next()
+                    .ok_or_else(|| ArgError(format!("{name} needs a value")))
+            };
             match arg.as_str() {
                 "--a" => a = Some(value("--a")?),
                 "--b" => b = Some(value("--b")?),
@@ -75,9 +80,9 @@ impl Config {
                     let (addr, ms) = v
                         .rsplit_once('=')
                         .ok_or_else(|| ArgError(format!("--delay {v}: expected ADDR=MS")))?;
-                    let ip: IpAddr = addr
-                        .parse()
-                        .map_err(|_| ArgError(format!("--delay {v}: {addr:?} is not an IP address")))?;
+                    let ip: IpAddr = addr.parse().map_err(|_| {
+                        ArgError(format!("--delay {v}: {addr:?} is not an IP address"))
+                    })?;
                     delays.push((ip, parse_ms(ms, &format!("--delay {v}"))?));
                 }
                 "-h" | "--help" => return Err(ArgError(USAGE.into())),
@@ -87,9 +92,16 @@ impl Config {
         let a = a.ok_or_else(|| ArgError(format!("--a is required\n{USAGE}")))?;
         let b = b.ok_or_else(|| ArgError(format!("--b is required\n{USAGE}")))?;
         if a == b {
-            return Err(ArgError(format!("--a and --b are the same interface ({a})")));
+            return Err(ArgError(format!(
+                "--a and --b are the same interface ({a})"
+            )));
         }
-        Ok(Config { a, b, delays, default })
+        Ok(Config {
+            a,
+            b,
+            delays,
+            default,
+        })
     }
 }
 
@@ -111,7 +123,10 @@ fn key(ip: IpAddr) -> [u8; 16] {
 
 impl DelayTable {
     pub fn new(delays: &[(IpAddr, Duration)], default: Duration) -> DelayTable {
-        DelayTable { by_addr: delays.iter().map(|&(ip, d)| (key(ip), d)).collect(), default }
+        DelayTable {
+            by_addr: delays.iter().map(|&(ip, d)| (key(ip), d)).collect(),
+            default,
+        }
     }
 
     fn lookup(&self, k: [u8; 16]) -> Option<Duration> {
@@ -178,14 +193,21 @@ impl Queues {
 
     /// Hold `buf`, received at `now`, for `delay`, then send it on output `out`.
     pub fn push(&mut self, out: usize, delay: Duration, now: Instant, buf: Vec<u8>) {
-        let i = match self.fifos.iter().position(|(o, d, _)| *o == out && *d == delay) {
+        let i = match self
+            .fifos
+            .iter()
+            .position(|(o, d, _)| *o == out && *d == delay)
+        {
             Some(i) => i,
             None => {
                 self.fifos.push((out, delay, VecDeque::new()));
                 self.fifos.len() - 1
             }
         };
-        self.fifos[i].2.push_back(Held { due: now + delay, buf });
+        self.fifos[i].2.push_back(Held {
+            due: now + delay,
+            buf,
+        });
         self.held += 1;
         self.max_held = self.max_held.max(self.held);
     }
@@ -206,7 +228,10 @@ impl Queues {
 
     /// When the next frame is due, if any is held.
     pub fn next_due(&self) -> Option<Instant> {
-        self.fifos.iter().filter_map(|(_, _, q)| q.front().map(|h| h.due)).min()
+        self.fifos
+            .iter()
+            .filter_map(|(_, _, q)| q.front().map(|h| h.due))
+            .min()
     }
 
     /// Frames held now.
@@ -225,8 +250,10 @@ mod tests {
 
     #[test]
     fn parses_a_full_command_line() {
-        let c = Config::parse(args("--a ra --b rb --delay 198.18.1.2=5 --delay 2001:db8:1::2=0.25 --default-ms 1"))
-            .unwrap();
+        let c = Config::parse(args(
+            "--a ra --b rb --delay 198.18.1.2=5 --delay 2001:db8:1::2=0.25 --default-ms 1",
+        ))
+        .unwrap();
         assert_eq!(c.a, "ra");
         assert_eq!(c.b, "rb");
         assert_eq!(
@@ -290,16 +317,39 @@ mod tests {
             ],
             ms(1),
         );
-        assert_eq!(t.of_frame(&v4([198, 18, 1, 1], [198, 18, 9, 2])), ms(5), "query to the server");
-        assert_eq!(t.of_frame(&v4([198, 18, 9, 2], [198, 18, 1, 1])), ms(5), "its reply");
-        assert_eq!(t.of_frame(&v4([198, 18, 9, 2], [198, 18, 9, 3])), ms(20), "both listed: the larger");
-        assert_eq!(t.of_frame(&v4([198, 18, 1, 1], [198, 18, 1, 2])), ms(1), "unlisted: default");
+        assert_eq!(
+            t.of_frame(&v4([198, 18, 1, 1], [198, 18, 9, 2])),
+            ms(5),
+            "query to the server"
+        );
+        assert_eq!(
+            t.of_frame(&v4([198, 18, 9, 2], [198, 18, 1, 1])),
+            ms(5),
+            "its reply"
+        );
+        assert_eq!(
+            t.of_frame(&v4([198, 18, 9, 2], [198, 18, 9, 3])),
+            ms(20),
+            "both listed: the larger"
+        );
+        assert_eq!(
+            t.of_frame(&v4([198, 18, 1, 1], [198, 18, 1, 2])),
+            ms(1),
+            "unlisted: default"
+        );
         assert_eq!(t.of_frame(&v6("2001:db8:1::1", "2001:db8:9::2")), ms(7));
         assert_eq!(t.of_frame(&v6("2001:db8:9::2", "2001:db8:1::1")), ms(7));
         // 198.18.9.2 as an IPv6 address (v4-mapped) is not the IPv4 server
-        assert_eq!(t.of_frame(&v6("::ffff:198.18.9.3", "2001:db8:1::1")), ms(20));
+        assert_eq!(
+            t.of_frame(&v6("::ffff:198.18.9.3", "2001:db8:1::1")),
+            ms(20)
+        );
         assert_eq!(t.of_frame(&eth(0x0806, &[0u8; 28])), ms(1), "ARP: default");
-        assert_eq!(t.of_frame(&v4([198, 18, 9, 2], [1, 1, 1, 1])[..30]), ms(1), "truncated IPv4");
+        assert_eq!(
+            t.of_frame(&v4([198, 18, 9, 2], [1, 1, 1, 1])[..30]),
+            ms(1),
+            "truncated IPv4"
+        );
         assert_eq!(t.of_frame(&[0u8; 5]), ms(1), "runt");
     }
 

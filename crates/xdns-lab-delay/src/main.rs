@@ -48,34 +48,80 @@ fn check(r: libc::c_int, what: &str) -> io::Result<libc::c_int> {
     Ok(r)
 }
 
-fn setsockopt(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_int, what: &str) -> io::Result<()> {
+fn setsockopt(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: libc::c_int,
+    what: &str,
+) -> io::Result<()> {
     // SAFETY: `val` is a live c_int and its size is passed.
     let r = unsafe {
-        libc::setsockopt(fd, level, opt, &val as *const _ as *const libc::c_void, mem::size_of::<libc::c_int>() as u32)
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            &val as *const _ as *const libc::c_void,
+            mem::size_of::<libc::c_int>() as u32,
+        )
     };
     check(r, what).map(|_| ())
 }
 
 /// A raw packet socket bound to interface `name`, receiving every frame of it.
 fn packet_socket(name: &str) -> io::Result<RawFd> {
-    let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
+    let cname = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
     // SAFETY: a NUL-terminated string.
     let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if ifindex == 0 {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface {name}"),
+        ));
     }
     // Protocol 0 at creation: nothing is received until bind, which names the interface (a
     // socket made with ETH_P_ALL would read every interface's frames until then).
     // SAFETY: plain socket(2).
     let fd = check(
-        unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) },
+        unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        },
         "socket(AF_PACKET)",
     )?;
-    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1, "PACKET_VNET_HDR")?;
-    setsockopt(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")?;
+    setsockopt(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_VNET_HDR,
+        1,
+        "PACKET_VNET_HDR",
+    )?;
+    setsockopt(
+        fd,
+        libc::SOL_PACKET,
+        PACKET_IGNORE_OUTGOING,
+        1,
+        "PACKET_IGNORE_OUTGOING",
+    )?;
     // Room for bursts: tens of thousands of frames held by the kernel while we send.
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 64 << 20, "SO_RCVBUFFORCE")?;
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 64 << 20, "SO_SNDBUFFORCE")?;
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        64 << 20,
+        "SO_RCVBUFFORCE",
+    )?;
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUFFORCE,
+        64 << 20,
+        "SO_SNDBUFFORCE",
+    )?;
     // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
@@ -84,7 +130,11 @@ fn packet_socket(name: &str) -> io::Result<RawFd> {
     // SAFETY: sll is a valid sockaddr_ll and its size is passed.
     check(
         unsafe {
-            libc::bind(fd, &sll as *const _ as *const libc::sockaddr, mem::size_of::<libc::sockaddr_ll>() as u32)
+            libc::bind(
+                fd,
+                &sll as *const _ as *const libc::sockaddr,
+                mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
         },
         &format!("bind({name})"),
     )?;
@@ -97,8 +147,13 @@ fn drops(fd: RawFd) -> u64 {
     unsafe {
         let mut st: libc::tpacket_stats = mem::zeroed();
         let mut len = mem::size_of::<libc::tpacket_stats>() as u32;
-        if libc::getsockopt(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, &mut st as *mut _ as *mut libc::c_void, &mut len)
-            == 0
+        if libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            &mut st as *mut _ as *mut libc::c_void,
+            &mut len,
+        ) == 0
         {
             st.tp_drops as u64
         } else {
@@ -128,7 +183,13 @@ fn recv_batch(fd: RawFd, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }
-        let n = libc::recvmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut());
+        let n = libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            BATCH as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        );
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -156,14 +217,20 @@ fn send_all(fd: RawFd, frames: &[Vec<u8>]) -> u64 {
             let mut done = 0usize;
             let mut tries = 0;
             while done < chunk.len() {
-                let n = libc::sendmmsg(fd, msgs.as_mut_ptr().add(done), (chunk.len() - done) as u32, 0);
+                let n = libc::sendmmsg(
+                    fd,
+                    msgs.as_mut_ptr().add(done),
+                    (chunk.len() - done) as u32,
+                    0,
+                );
                 if n > 0 {
                     done += n as usize;
                     continue;
                 }
                 let e = io::Error::last_os_error();
                 tries += 1;
-                if e.raw_os_error() == Some(libc::EINTR) || (e.raw_os_error() == Some(libc::ENOBUFS) && tries < 100)
+                if e.raw_os_error() == Some(libc::EINTR)
+                    || (e.raw_os_error() == Some(libc::ENOBUFS) && tries < 100)
                     || (e.kind() == io::ErrorKind::WouldBlock && tries < 100)
                 {
                     continue;
@@ -211,14 +278,20 @@ fn run(cfg: Config) -> io::Result<()> {
     let mut out: Vec<Vec<u8>> = Vec::new();
     let mut c = Counters::default();
     let mut reported = 0;
-    eprintln!("xdns-lab-delay: relaying {} <-> {} ({} delays, default {:?})", cfg.a, cfg.b, cfg.delays.len(), cfg.default);
+    eprintln!(
+        "xdns-lab-delay: relaying {} <-> {} ({} delays, default {:?})",
+        cfg.a,
+        cfg.b,
+        cfg.delays.len(),
+        cfg.default
+    );
     while !STOP.load(Ordering::Relaxed) {
         // Send what is due.
         let now = Instant::now();
-        for o in 0..2 {
+        for (o, &fd) in fds.iter().enumerate() {
             queues.take_due(o, now, &mut out);
             if !out.is_empty() {
-                c.send_errors += send_all(fds[o], &out);
+                c.send_errors += send_all(fd, &out);
                 c.frames[o] += out.len() as u64;
                 c.bytes[o] += out.iter().map(|f| (f.len() - VNET_HDR) as u64).sum::<u64>();
                 pool.append(&mut out);
@@ -233,15 +306,33 @@ fn run(cfg: Config) -> io::Result<()> {
             println!("{}", report(&c, &queues, fds));
         }
         // Wait for frames or for the next due time.
-        let timeout = queues.next_due().map(|d| d.saturating_duration_since(Instant::now()));
-        let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ });
+        let timeout = queues
+            .next_due()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs() as _,
+            tv_nsec: t.subsec_nanos() as _,
+        });
         let mut pfd = [
-            libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: fds[1], events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: fds[0],
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: fds[1],
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: pfd and ts live across the call.
         let n = unsafe {
-            libc::ppoll(pfd.as_mut_ptr(), 2, ts.as_ref().map_or(std::ptr::null(), |t| t as *const _), std::ptr::null())
+            libc::ppoll(
+                pfd.as_mut_ptr(),
+                2,
+                ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+                std::ptr::null(),
+            )
         };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -259,7 +350,12 @@ fn run(cfg: Config) -> io::Result<()> {
             for _ in 0..8 {
                 let got = match recv_batch(fds[i], &mut rbufs, &mut lens) {
                     Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::EINTR) => 0,
+                    Err(e)
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            || e.raw_os_error() == Some(libc::EINTR) =>
+                    {
+                        0
+                    }
                     Err(e) => return Err(e),
                 };
                 let now = Instant::now();
