@@ -130,6 +130,25 @@ static __always_inline int xdns_cookie_valid(struct xdp_md *ctx, const struct xd
 	return g->cookie_prev && xdns_cookie_mac(g->secret[1][0], g->secret[1][1], m0, m1, a0, a1, ipv6) == mac;
 }
 
+/*
+ * The coarse clock (CLOCK_MONOTONIC_COARSE, the epoch of the daemon's clock offset), read
+ * once per tick on each CPU as the cache stage reads it (cache.h, xdns_cache_now: the same
+ * scratch fields, the same value): bpf_jiffies64 is an inlined load, while the coarse clock's
+ * helper costs about 50 ns an answer in a guest (docs/perf/2026-11-28-rrl-table.md). It lags
+ * by less than two ticks; the bucket's clock moves on only with the credit it gives, so no
+ * step loses anything, and cookie stamps are in seconds.
+ */
+static __always_inline __u64 xdns_rrl_now(struct xdns_scratch *sc)
+{
+	__u64 j = bpf_jiffies64();
+
+	if (j != sc->cache.clock_jiffies) {
+		sc->cache.clock_ns = bpf_ktime_get_coarse_ns();
+		sc->cache.clock_jiffies = j;
+	}
+	return sc->cache.clock_ns;
+}
+
 /* The token bucket of account sc->guard.gate_key: 0 answer, 1 drop, 2 slip
  * (xdns_guard::rrl::Rrl::decide). */
 static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 now)
@@ -233,10 +252,7 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 			return XDNS_CONTINUE;
 		a0 = ip->saddr;
 	}
-	/* the coarse clock (a tick's resolution, CLOCK_MONOTONIC_COARSE: the same epoch as the
-	 * daemon's clock offset): the bucket's clock moves on only with the credit it gives,
-	 * so a tick's steps lose nothing, and cookie stamps are in seconds */
-	now = bpf_ktime_get_coarse_ns();
+	now = xdns_rrl_now(sc);
 	cookie = g->cookies ? sc->guard.gate_cookie : 0;
 	if (cookie & 0xffff) {
 		if (xdns_cookie_valid(ctx, g, cookie, a0, a1, ipv6, now))

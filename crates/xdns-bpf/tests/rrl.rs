@@ -370,3 +370,29 @@ fn a_cookie_outlives_one_rotation_not_two() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// In-kernel ns (BPF_PROG_TEST_RUN medians, single runs) of an allowed zone answer with the
+/// guard off and with the guard, RRL (a rate never reached) and cookies on: the figure behind
+/// the ≤ 1.15× goal, on a short deterministic path (bench/ab.py measures it under load).
+/// Printed, and bounded loosely (the gate must not double an answer's cost).
+#[test]
+fn rrl_gate_perf() {
+    require_root("rrl_gate_perf");
+    stay_on_one_cpu();
+    let mut off = load();
+    off.install(&compile_kernel_data(&zones())).unwrap();
+    let on = prog(false, rrl(1_000_000_000, 2, true));
+    let runs = 3000;
+    let best = |p: &XdpProgram, f: &[u8]| (0..5).map(|_| p.bench(f, runs).unwrap()).min().unwrap();
+    let mut worst = 0.0f64;
+    for (shape, src, _) in shapes() {
+        let f = frame(&net(shape, src), &query(&wire("www.example.com"), 1, None));
+        // warm the account (its first answer inserts it)
+        verdict(&on, &f);
+        let (a, b) = (best(&off, &f), best(&on, &f));
+        let r = b as f64 / a as f64;
+        worst = worst.max(r);
+        println!("perf rrl gate {shape}: guard off {a} ns, guard + RRL + cookies {b} ns, ratio {r:.3}");
+    }
+    assert!(worst < 2.0, "the gate more than doubles an allowed answer's cost: {worst:.3}");
+}
