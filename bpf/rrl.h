@@ -44,6 +44,7 @@
 #include "word.h"
 #include "dns.h"
 #include "guard.h"
+#include "hash.h"
 
 #define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
 #define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
@@ -149,23 +150,64 @@ static __always_inline __u64 xdns_rrl_now(struct xdns_scratch *sc)
 	return sc->cache.clock_ns;
 }
 
-/* The token bucket of account sc->guard.gate_key: 0 answer, 1 drop, 2 slip
- * (xdns_guard::rrl::Rrl::decide). */
-static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 now)
+/* The account's tag (xdns_abi.h): a seeded hash of its key's words, never 0. Seeded per
+ * load (xdns_cfg.seed), so that no client can aim its accounts at another's set. */
+static __always_inline __u64 xdns_rrl_tag(__u64 a0, __u64 a1, __u64 meta)
 {
-	struct xdns_rrl_account *a;
-	__s64 rate_m = (__s64)g->rate * XDNS_RRL_MILLI, bal;
-	__u64 el, credit;
-	__u32 lim, slip = g->slip;
+	__u64 h = xdns_hash_step(xdns_cfg.seed ^ 0x52524c2d61636374ULL, a0);
 
-	a = bpf_map_lookup_elem(&xdns_guard_rrl, &sc->guard.gate_key);
+	h = xdns_hash_fin(xdns_hash_step(xdns_hash_step(h, a1), meta));
+	return h ? h : 1;
+}
+
+/*
+ * The token bucket of the account `tag`: 0 answer, 1 drop, 2 slip
+ * (xdns_guard::rrl::Rrl::decide). Its set is one inlined array read; the ways are compared
+ * by tag, no lock; a new account takes an empty way or the one updated longest ago.
+ */
+static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 tag,
+					   __u64 now)
+{
+	struct xdns_rrl_account *a = NULL, *w;
+	struct xdns_rrl_set *set;
+	__s64 rate_m = (__s64)g->rate * XDNS_RRL_MILLI, bal;
+	__u32 at = (__u32)(tag >> 32) & xdns_cfg.guard_rrl_mask, lim, slip = g->slip, i;
+	__u64 el, credit, oldest = ~0ULL;
+
+	set = bpf_map_lookup_elem(&xdns_guard_rrl, &at);
+	if (!set)
+		return 0;
+	for (i = 0; i < XDNS_RRL_WAYS; i++) {
+		w = &set->way[i];
+		if (w->tag == tag) {
+			a = w;
+			break;
+		}
+	}
 	if (!a) {
-		/* a new account starts full and pays for this answer (rate >= 1) */
-		sc->guard.gate_acct.stamp = now;
-		sc->guard.gate_acct.balance = rate_m - XDNS_RRL_MILLI;
-		sc->guard.gate_acct.limited = 0;
-		if (bpf_map_update_elem(&xdns_guard_rrl, &sc->guard.gate_key, &sc->guard.gate_acct, BPF_NOEXIST))
-			sc->guard.rrl_full++;
+		/* a new account: an empty way, else the one updated longest ago */
+		for (i = 0; i < XDNS_RRL_WAYS; i++) {
+			w = &set->way[i];
+			if (!w->tag) {
+				a = w;
+				break;
+			}
+			if (w->stamp < oldest) {
+				oldest = w->stamp;
+				a = w;
+			}
+		}
+		if (!a)
+			return 0;
+		if (a->tag && now - a->stamp < 1000000000ULL)
+			sc->guard.rrl_full++;   /* a live account goes: the table is small */
+		/* it starts full and pays for this answer (rate >= 1); the tag last, so that a
+		 * reader on another CPU sees the new bucket under it (x86: stores keep their order) */
+		a->stamp = now;
+		a->balance = rate_m - XDNS_RRL_MILLI;
+		a->limited = 0;
+		asm volatile("" ::: "memory");
+		a->tag = tag;
 		return 0;
 	}
 	el = now > a->stamp ? now - a->stamp : 0;
@@ -223,9 +265,8 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct xdns_guard_rrl *g;
 	struct xdns_guard_ctl *c;
-	struct xdns_rrl_key *k;
 	__u32 key = 0, l3, cookie, len;
-	__u64 a0, a1 = 0, now;
+	__u64 a0, a1 = 0, now, tag;
 	int ipv6, d, v;
 
 	if (!xdns_cfg.guard || !sc)
@@ -263,15 +304,12 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 	len = sc->guard.gate_len;
 	/* an allowlisted source (the guard stage's own match for this packet) is never limited */
 	if (g->rate && !sc->guard.src_allowed) {
-		k = &sc->guard.gate_key;
-		k->addr[0] = a0 & (ipv6 ? g->mask6[0] : g->mask4);
-		k->addr[1] = a1 & g->mask6[1];
-		k->family = ipv6 ? 6 : 4;
-		k->class = sc->guard.gate_class;
-		k->ident = (__u32)ident;
-		k->src = (__u8)(ident >> 32);
-		k->_pad = 0;
-		d = xdns_rrl_decide(sc, g, now);
+		/* the account's key (struct xdns_rrl_key): prefix words, then answer, family, class
+		 * and source in one word */
+		tag = xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1],
+				   (__u64)(__u32)ident | (__u64)(ipv6 ? 6 : 4) << 32 |
+				   (__u64)(sc->guard.gate_class & 0xff) << 40 | (ident >> 32 & 0xff) << 48);
+		d = xdns_rrl_decide(sc, g, tag, now);
 		if (d == 1)
 			return XDNS_DROP_RRL;
 		if (d == 2) {
