@@ -24,7 +24,7 @@
  *     NXDOMAIN answers and bytes per queried parent suffix; then XDNS_CONTINUE.
  *
  * Semantics follow xdns_guard::rrl (and so Knot's mod-rrl): the bucket holds one second's
- * worth, is credited `rate` answers a second in thousandths, and a limited answer costs
+ * worth, is credited `rate` answers a second (exactly: in 10^-9 answers), and a limited answer costs
  * nothing (no debt: BIND's window 0), so a flood still gets `rate` answers a second. The class comes from the answer's header as userspace
  * classifies its own (positive, NXDOMAIN, NODATA, referral, error); the answer's identity is
  * its value in the zone data (or its cache entry), whose body is the qname's own for a
@@ -48,7 +48,7 @@
 
 #define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
 #define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
-#define XDNS_RRL_MILLI 1000
+#define XDNS_RRL_ANSWER 1000000000LL  /* an answer in bucket units: el (ns) * rate (a second) */
 
 /* Written by answer.h: the slip, header and question with TC=1, from the gate's inputs. */
 static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struct xdns_scratch *sc);
@@ -136,8 +136,8 @@ static __always_inline int xdns_cookie_valid(struct xdp_md *ctx, const struct xd
  * once per tick on each CPU as the cache stage reads it (cache.h, xdns_cache_now: the same
  * scratch fields, the same value): bpf_jiffies64 is an inlined load, while the coarse clock's
  * helper costs about 50 ns an answer in a guest (docs/perf/2026-11-28-rrl-table.md). It lags
- * by less than two ticks; the bucket's clock moves on only with the credit it gives, so no
- * step loses anything, and cookie stamps are in seconds.
+ * by less than two ticks; the bucket's credit is exact at any step, and cookie stamps are in
+ * seconds.
  */
 static __always_inline __u64 xdns_rrl_now(struct xdns_scratch *sc)
 {
@@ -170,9 +170,9 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 {
 	struct xdns_rrl_account *a = NULL, *w;
 	struct xdns_rrl_set *set;
-	__s64 rate_m = (__s64)g->rate * XDNS_RRL_MILLI, bal;
+	__s64 full = (__s64)g->rate * XDNS_RRL_ANSWER, bal;
 	__u32 at = (__u32)(tag >> 32) & xdns_cfg.guard_rrl_mask, lim, slip = g->slip, i;
-	__u64 el, credit, oldest = ~0ULL;
+	__u64 el, oldest = ~0ULL;
 
 	set = bpf_map_lookup_elem(&xdns_guard_rrl, &at);
 	if (!set)
@@ -204,27 +204,27 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 		/* it starts full and pays for this answer (rate >= 1); the tag last, so that a
 		 * reader on another CPU sees the new bucket under it (x86: stores keep their order) */
 		a->stamp = now;
-		a->balance = rate_m - XDNS_RRL_MILLI;
+		a->balance = full - XDNS_RRL_ANSWER;
 		a->limited = 0;
 		asm volatile("" ::: "memory");
 		a->tag = tag;
 		return 0;
 	}
-	el = now > a->stamp ? now - a->stamp : 0;
-	if (el > 2000000000ULL)
-		el = 2000000000ULL;     /* a second fills any bucket; bounds el * rate below 2^64 */
-	credit = el * g->rate / 1000000;
-	bal = a->balance + (__s64)credit;
-	/* the clock moves on only with the credit it gave (or over a full bucket): under a
-	 * flood a step may credit less than a thousandth, which must not be lost */
-	if (bal >= rate_m) {
-		bal = rate_m;
-		a->stamp = now;
-	} else if (credit) {
+	/* another CPU's clock may be a tick ahead: then no credit, and the stamp stays */
+	el = 0;
+	if (now > a->stamp) {
+		el = now - a->stamp;
 		a->stamp = now;
 	}
-	if (bal >= XDNS_RRL_MILLI) {
-		a->balance = bal - XDNS_RRL_MILLI;
+	if (el > 1000000000ULL)
+		el = 1000000000ULL;     /* a second fills any bucket (no debt: bal >= 0); bounds below */
+	/* the credit is exact, in 10^-9 answers (ns * answers a second): no division, nothing
+	 * lost at any step; bal <= 2 * rate * 10^9 < 2^63 for any u32 rate */
+	bal = a->balance + (__s64)(el * g->rate);
+	if (bal > full)
+		bal = full;
+	if (bal >= XDNS_RRL_ANSWER) {
+		a->balance = bal - XDNS_RRL_ANSWER;
 		return 0;
 	}
 	a->balance = bal;               /* no debt (window 0): a limited answer costs nothing */

@@ -581,7 +581,7 @@ struct xdns_rrl_key {
 struct xdns_rrl_account {
 	__u64 tag;              /* the account's tag (never 0); 0: an empty way */
 	__u64 stamp;            /* ns (the coarse clock) of the last update */
-	__s64 balance;          /* thousandths of an answer */
+	__s64 balance;          /* 10^-9 answers (rrl.h: ns since `stamp` times the rate) */
 	__u32 limited;          /* limited answers since the account was made (the slip pattern) */
 	__u32 _pad;
 };
