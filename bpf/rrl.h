@@ -48,6 +48,7 @@
 
 #define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
 #define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
+#define XDNS_RRL_SLIP_NOW (1ULL << 63) /* in the gate's `ident`: RRL decided a slip inline */
 #define XDNS_RRL_ANSWER 1000000000LL  /* an answer in bucket units: el (ns) * rate (a second) */
 
 /* Written by answer.h: the slip, header and question with TC=1, from the gate's inputs. */
@@ -158,6 +159,16 @@ static __always_inline __u64 xdns_rrl_tag(__u64 a0, __u64 a1, __u64 meta)
 
 	h = xdns_hash_fin(xdns_hash_step(xdns_hash_step(h, a1), meta));
 	return h ? h : 1;
+}
+
+/* The tag of the account (struct xdns_rrl_key) of an answer: the client's prefix words, then
+ * answer, family, class and source in one word. */
+static __always_inline __u64 xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1, int ipv6,
+					      __u32 class, __u64 ident)
+{
+	return xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1],
+			    (__u64)(__u32)ident | (__u64)(ipv6 ? 6 : 4) << 32 | (__u64)(class & 0xff) << 40 |
+			    (ident >> 32 & 0xff) << 48);
 }
 
 /*
@@ -304,12 +315,12 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 	len = sc->guard.gate_len;
 	/* an allowlisted source (the guard stage's own match for this packet) is never limited */
 	if (g->rate && !sc->guard.src_allowed) {
-		/* the account's key (struct xdns_rrl_key): prefix words, then answer, family, class
-		 * and source in one word */
-		tag = xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1],
-				   (__u64)(__u32)ident | (__u64)(ipv6 ? 6 : 4) << 32 |
-				   (__u64)(sc->guard.gate_class & 0xff) << 40 | (ident >> 32 & 0xff) << 48);
-		d = xdns_rrl_decide(sc, g, tag, now);
+		if (ident & XDNS_RRL_SLIP_NOW) {
+			d = 2;          /* decided inline (xdns_rrl_stage) */
+		} else {
+			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident);
+			d = xdns_rrl_decide(sc, g, tag, now);
+		}
 		if (d == 1)
 			return XDNS_DROP_RRL;
 		if (d == 2) {
@@ -362,6 +373,41 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 	if (!c || !(c->rrl.rate || (c->rrl.cookies && q->cookie_len) || xdns_cfg.guard_features))
 		return XDNS_CONTINUE;
 	sc->guard.gate_class = xdns_rrl_class(a->flags, a->ancount, a->nscount);
+	if (!xdns_cfg.guard_features && !(c->rrl.cookies && q->cookie_len)) {
+		/* RRL alone (rate > 0 here), the common case, inline: no call but for a slip
+		 * (docs/perf/2026-11-28-rrl-table.md); the gate does the rest */
+		void *data = (void *)(long)ctx->data;
+		void *data_end = (void *)(long)ctx->data_end;
+		__u32 l3 = pkt->l3_off;
+		__u64 a0, a1 = 0;
+		int d;
+
+		if (sc->guard.src_allowed)
+			return XDNS_CONTINUE;   /* allowlisted: never limited */
+		if (l3 != 14 && l3 != 18)
+			return XDNS_CONTINUE;
+		if (pkt->ipv6) {
+			struct ipv6hdr *ip6 = data + l3;
+
+			if ((void *)(ip6 + 1) > data_end)
+				return XDNS_CONTINUE;
+			a0 = xdns_ld64(&ip6->saddr);
+			a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+		} else {
+			struct iphdr *ip = data + l3;
+
+			if ((void *)(ip + 1) > data_end)
+				return XDNS_CONTINUE;
+			a0 = ip->saddr;
+		}
+		d = xdns_rrl_decide(sc, &c->rrl, xdns_rrl_account(&c->rrl, a0, a1, pkt->ipv6, sc->guard.gate_class, ident),
+				    xdns_rrl_now(sc));
+		if (d == 0)
+			return XDNS_CONTINUE;
+		if (d == 1)
+			return XDNS_DROP_RRL;
+		ident |= XDNS_RRL_SLIP_NOW;     /* the gate writes the slip */
+	}
 	sc->guard.gate_flags = flags;
 	sc->guard.gate_len = dns_out + 8 + (pkt->ipv6 ? 40 : 20);
 	sc->guard.gate_l3 = pkt->l3_off;
