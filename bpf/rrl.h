@@ -6,7 +6,8 @@
  * xdns_rrl_stage once they know the reply they would send and before they touch the frame.
  * Nothing at all without xdns_cfg.guard (read-only data); with it, one read of the control
  * value, and a call of xdns_guard_gate (a global function, verified once alone) only while
- * RRL, cookies (and a COOKIE option in the query) or the features are on:
+ * cookies (and a COOKIE option in the query) or the features are on, or when RRL alone, which
+ * the answer stage decides inline (xdns_rrl_stage), slips the answer:
  *
  *  1. cookies (xdns_guard_rrl.cookies) and a COOKIE option: a 16-byte version 1 server
  *     cookie that verifies (RFC 9018: SipHash-2-4 of client cookie | version | reserved |

@@ -343,7 +343,8 @@ pub struct GuardCounters {
     pub feature_full: u64,
     /// Queries the suffix feature map could not count.
     pub suffix_full: u64,
-    /// Kernel answers the RRL map could not account (sent; the map refused a new account).
+    /// New kernel RRL accounts that evicted an account used within the last second (the
+    /// table's sets are full for the traffic; the evicted account restarts full).
     pub rrl_full: u64,
     /// COOKIE options whose server cookie did not verify here (or malformed ones).
     pub cookie_bad: u64,
