@@ -320,13 +320,14 @@ struct {
 	__type(value, struct xdns_guard_feat);
 } xdns_guard_qfeat SEC(".maps");
 
-/* struct xdns_rrl_key (client prefix, class, answer) -> struct xdns_rrl_account, shared by
- * the CPUs: the kernel answers' RRL buckets (rrl.h); the program writes, nobody else. */
+/* Set (xdns_cfg.guard_rrl_mask + 1 of them) -> struct xdns_rrl_set, shared by the CPUs: the
+ * kernel answers' RRL buckets, set-associative by account tag (xdns_abi.h, rrl.h); the
+ * program writes, nobody else. An array: an inlined lookup, no hash or LRU bookkeeping. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
-	__type(key, struct xdns_rrl_key);
-	__type(value, struct xdns_rrl_account);
+	__type(key, __u32);
+	__type(value, struct xdns_rrl_set);
 } xdns_guard_rrl SEC(".maps");
 
 /* struct xdns_guard_feat_key (client /24 or /56) -> struct xdns_guard_feat per CPU: kernel

@@ -6,7 +6,8 @@
  * xdns_rrl_stage once they know the reply they would send and before they touch the frame.
  * Nothing at all without xdns_cfg.guard (read-only data); with it, one read of the control
  * value, and a call of xdns_guard_gate (a global function, verified once alone) only while
- * RRL, cookies (and a COOKIE option in the query) or the features are on:
+ * cookies (and a COOKIE option in the query) or the features are on, or when RRL alone, which
+ * the answer stage decides inline (xdns_rrl_stage), slips the answer:
  *
  *  1. cookies (xdns_guard_rrl.cookies) and a COOKIE option: a 16-byte version 1 server
  *     cookie that verifies (RFC 9018: SipHash-2-4 of client cookie | version | reserved |
@@ -24,7 +25,7 @@
  *     NXDOMAIN answers and bytes per queried parent suffix; then XDNS_CONTINUE.
  *
  * Semantics follow xdns_guard::rrl (and so Knot's mod-rrl): the bucket holds one second's
- * worth, is credited `rate` answers a second in thousandths, and a limited answer costs
+ * worth, is credited `rate` answers a second (exactly: in 10^-9 answers), and a limited answer costs
  * nothing (no debt: BIND's window 0), so a flood still gets `rate` answers a second. The class comes from the answer's header as userspace
  * classifies its own (positive, NXDOMAIN, NODATA, referral, error); the answer's identity is
  * its value in the zone data (or its cache entry), whose body is the qname's own for a
@@ -44,10 +45,12 @@
 #include "word.h"
 #include "dns.h"
 #include "guard.h"
+#include "hash.h"
 
 #define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
 #define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
-#define XDNS_RRL_MILLI 1000
+#define XDNS_RRL_SLIP_NOW (1ULL << 63) /* in the gate's `ident`: RRL decided a slip inline */
+#define XDNS_RRL_ANSWER 1000000000LL  /* an answer in bucket units: el (ns) * rate (a second) */
 
 /* Written by answer.h: the slip, header and question with TC=1, from the gate's inputs. */
 static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struct xdns_scratch *sc);
@@ -130,40 +133,110 @@ static __always_inline int xdns_cookie_valid(struct xdp_md *ctx, const struct xd
 	return g->cookie_prev && xdns_cookie_mac(g->secret[1][0], g->secret[1][1], m0, m1, a0, a1, ipv6) == mac;
 }
 
-/* The token bucket of account sc->guard.gate_key: 0 answer, 1 drop, 2 slip
- * (xdns_guard::rrl::Rrl::decide). */
-static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 now)
+/*
+ * The coarse clock (CLOCK_MONOTONIC_COARSE, the epoch of the daemon's clock offset), read
+ * once per tick on each CPU as the cache stage reads it (cache.h, xdns_cache_now: the same
+ * scratch fields, the same value): bpf_jiffies64 is an inlined load, while the coarse clock's
+ * helper costs about 50 ns an answer in a guest (docs/perf/2026-11-28-rrl-table.md). It lags
+ * by less than two ticks; the bucket's credit is exact at any step, and cookie stamps are in
+ * seconds.
+ */
+static __always_inline __u64 xdns_rrl_now(struct xdns_scratch *sc)
 {
-	struct xdns_rrl_account *a;
-	__s64 rate_m = (__s64)g->rate * XDNS_RRL_MILLI, bal;
-	__u64 el, credit;
-	__u32 lim, slip = g->slip;
+	__u64 j = bpf_jiffies64();
 
-	a = bpf_map_lookup_elem(&xdns_guard_rrl, &sc->guard.gate_key);
+	if (j != sc->cache.clock_jiffies) {
+		sc->cache.clock_ns = bpf_ktime_get_coarse_ns();
+		sc->cache.clock_jiffies = j;
+	}
+	return sc->cache.clock_ns;
+}
+
+/* The account's tag (xdns_abi.h): a seeded hash of its key's words, never 0. Seeded per
+ * load (xdns_cfg.seed), so that no client can aim its accounts at another's set. */
+static __always_inline __u64 xdns_rrl_tag(__u64 a0, __u64 a1, __u64 meta)
+{
+	__u64 h = xdns_hash_step(xdns_cfg.seed ^ 0x52524c2d61636374ULL, a0);
+
+	h = xdns_hash_fin(xdns_hash_step(xdns_hash_step(h, a1), meta));
+	return h ? h : 1;
+}
+
+/* The tag of the account (struct xdns_rrl_key) of an answer: the client's prefix words, then
+ * answer, family, class and source in one word. */
+static __always_inline __u64 xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1, int ipv6,
+					      __u32 class, __u64 ident)
+{
+	return xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1],
+			    (__u64)(__u32)ident | (__u64)(ipv6 ? 6 : 4) << 32 | (__u64)(class & 0xff) << 40 |
+			    (ident >> 32 & 0xff) << 48);
+}
+
+/*
+ * The token bucket of the account `tag`: 0 answer, 1 drop, 2 slip
+ * (xdns_guard::rrl::Rrl::decide). Its set is one inlined array read; the ways are compared
+ * by tag, no lock; a new account takes an empty way or the one updated longest ago.
+ */
+static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 tag,
+					   __u64 now)
+{
+	struct xdns_rrl_account *a = NULL, *w;
+	struct xdns_rrl_set *set;
+	__s64 full = (__s64)g->rate * XDNS_RRL_ANSWER, bal;
+	__u32 at = (__u32)(tag >> 32) & xdns_cfg.guard_rrl_mask, lim, slip = g->slip, i;
+	__u64 el, oldest = ~0ULL;
+
+	set = bpf_map_lookup_elem(&xdns_guard_rrl, &at);
+	if (!set)
+		return 0;
+	for (i = 0; i < XDNS_RRL_WAYS; i++) {
+		w = &set->way[i];
+		if (w->tag == tag) {
+			a = w;
+			break;
+		}
+	}
 	if (!a) {
-		/* a new account starts full and pays for this answer (rate >= 1) */
-		sc->guard.gate_acct.stamp = now;
-		sc->guard.gate_acct.balance = rate_m - XDNS_RRL_MILLI;
-		sc->guard.gate_acct.limited = 0;
-		if (bpf_map_update_elem(&xdns_guard_rrl, &sc->guard.gate_key, &sc->guard.gate_acct, BPF_NOEXIST))
-			sc->guard.rrl_full++;
+		/* a new account: an empty way, else the one updated longest ago */
+		for (i = 0; i < XDNS_RRL_WAYS; i++) {
+			w = &set->way[i];
+			if (!w->tag) {
+				a = w;
+				break;
+			}
+			if (w->stamp < oldest) {
+				oldest = w->stamp;
+				a = w;
+			}
+		}
+		if (!a)
+			return 0;
+		if (a->tag && now - a->stamp < 1000000000ULL)
+			sc->guard.rrl_full++;   /* a live account goes: the table is small */
+		/* it starts full and pays for this answer (rate >= 1); the tag last, so that a
+		 * reader on another CPU sees the new bucket under it (x86: stores keep their order) */
+		a->stamp = now;
+		a->balance = full - XDNS_RRL_ANSWER;
+		a->limited = 0;
+		asm volatile("" ::: "memory");
+		a->tag = tag;
 		return 0;
 	}
-	el = now > a->stamp ? now - a->stamp : 0;
-	if (el > 2000000000ULL)
-		el = 2000000000ULL;     /* a second fills any bucket; bounds el * rate below 2^64 */
-	credit = el * g->rate / 1000000;
-	bal = a->balance + (__s64)credit;
-	/* the clock moves on only with the credit it gave (or over a full bucket): under a
-	 * flood a step may credit less than a thousandth, which must not be lost */
-	if (bal >= rate_m) {
-		bal = rate_m;
-		a->stamp = now;
-	} else if (credit) {
+	/* another CPU's clock may be a tick ahead: then no credit, and the stamp stays */
+	el = 0;
+	if (now > a->stamp) {
+		el = now - a->stamp;
 		a->stamp = now;
 	}
-	if (bal >= XDNS_RRL_MILLI) {
-		a->balance = bal - XDNS_RRL_MILLI;
+	if (el > 1000000000ULL)
+		el = 1000000000ULL;     /* a second fills any bucket (no debt: bal >= 0); bounds below */
+	/* the credit is exact, in 10^-9 answers (ns * answers a second): no division, nothing
+	 * lost at any step; bal <= 2 * rate * 10^9 < 2^63 for any u32 rate */
+	bal = a->balance + (__s64)(el * g->rate);
+	if (bal > full)
+		bal = full;
+	if (bal >= XDNS_RRL_ANSWER) {
+		a->balance = bal - XDNS_RRL_ANSWER;
 		return 0;
 	}
 	a->balance = bal;               /* no debt (window 0): a limited answer costs nothing */
@@ -204,9 +277,8 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct xdns_guard_rrl *g;
 	struct xdns_guard_ctl *c;
-	struct xdns_rrl_key *k;
 	__u32 key = 0, l3, cookie, len;
-	__u64 a0, a1 = 0, now;
+	__u64 a0, a1 = 0, now, tag;
 	int ipv6, d, v;
 
 	if (!xdns_cfg.guard || !sc)
@@ -233,10 +305,7 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 			return XDNS_CONTINUE;
 		a0 = ip->saddr;
 	}
-	/* the coarse clock (a tick's resolution, CLOCK_MONOTONIC_COARSE: the same epoch as the
-	 * daemon's clock offset): the bucket's clock moves on only with the credit it gives,
-	 * so a tick's steps lose nothing, and cookie stamps are in seconds */
-	now = bpf_ktime_get_coarse_ns();
+	now = xdns_rrl_now(sc);
 	cookie = g->cookies ? sc->guard.gate_cookie : 0;
 	if (cookie & 0xffff) {
 		if (xdns_cookie_valid(ctx, g, cookie, a0, a1, ipv6, now))
@@ -247,15 +316,12 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 	len = sc->guard.gate_len;
 	/* an allowlisted source (the guard stage's own match for this packet) is never limited */
 	if (g->rate && !sc->guard.src_allowed) {
-		k = &sc->guard.gate_key;
-		k->addr[0] = a0 & (ipv6 ? g->mask6[0] : g->mask4);
-		k->addr[1] = a1 & g->mask6[1];
-		k->family = ipv6 ? 6 : 4;
-		k->class = sc->guard.gate_class;
-		k->ident = (__u32)ident;
-		k->src = (__u8)(ident >> 32);
-		k->_pad = 0;
-		d = xdns_rrl_decide(sc, g, now);
+		if (ident & XDNS_RRL_SLIP_NOW) {
+			d = 2;          /* decided inline (xdns_rrl_stage) */
+		} else {
+			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident);
+			d = xdns_rrl_decide(sc, g, tag, now);
+		}
 		if (d == 1)
 			return XDNS_DROP_RRL;
 		if (d == 2) {
@@ -308,6 +374,41 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 	if (!c || !(c->rrl.rate || (c->rrl.cookies && q->cookie_len) || xdns_cfg.guard_features))
 		return XDNS_CONTINUE;
 	sc->guard.gate_class = xdns_rrl_class(a->flags, a->ancount, a->nscount);
+	if (!xdns_cfg.guard_features && !(c->rrl.cookies && q->cookie_len)) {
+		/* RRL alone (rate > 0 here), the common case, inline: no call but for a slip
+		 * (docs/perf/2026-11-28-rrl-table.md); the gate does the rest */
+		void *data = (void *)(long)ctx->data;
+		void *data_end = (void *)(long)ctx->data_end;
+		__u32 l3 = pkt->l3_off;
+		__u64 a0, a1 = 0;
+		int d;
+
+		if (sc->guard.src_allowed)
+			return XDNS_CONTINUE;   /* allowlisted: never limited */
+		if (l3 != 14 && l3 != 18)
+			return XDNS_CONTINUE;
+		if (pkt->ipv6) {
+			struct ipv6hdr *ip6 = data + l3;
+
+			if ((void *)(ip6 + 1) > data_end)
+				return XDNS_CONTINUE;
+			a0 = xdns_ld64(&ip6->saddr);
+			a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+		} else {
+			struct iphdr *ip = data + l3;
+
+			if ((void *)(ip + 1) > data_end)
+				return XDNS_CONTINUE;
+			a0 = ip->saddr;
+		}
+		d = xdns_rrl_decide(sc, &c->rrl, xdns_rrl_account(&c->rrl, a0, a1, pkt->ipv6, sc->guard.gate_class, ident),
+				    xdns_rrl_now(sc));
+		if (d == 0)
+			return XDNS_CONTINUE;
+		if (d == 1)
+			return XDNS_DROP_RRL;
+		ident |= XDNS_RRL_SLIP_NOW;     /* the gate writes the slip */
+	}
 	sc->guard.gate_flags = flags;
 	sc->guard.gate_len = dns_out + 8 + (pkt->ipv6 ? 40 : 20);
 	sc->guard.gate_l3 = pkt->l3_off;

@@ -269,7 +269,7 @@ struct xdns_config {
 	                         * takes an empty table as authoritative: there is always one) */
 	__u32 cache_mask;       /* buckets of xdns_cache_idx, less one (a power of two less one) */
 	__u32 guard_filter_mask; /* words per half of xdns_guard_filter, less one (a power of two less one) */
-	__u32 _pad2;
+	__u32 guard_rrl_mask;   /* sets of xdns_guard_rrl, less one (a power of two less one) */
 	struct xdns_listen listen[XDNS_MAX_LISTEN];
 };
 
@@ -559,7 +559,14 @@ struct xdns_guard_rrl {
 	__u64 secret[2][2];     /* SipHash-2-4 keys: the 16 secret bytes as two little-endian words */
 };
 
-/* Key of `xdns_guard_rrl`: one RRL account. */
+/*
+ * One RRL account: (client prefix, class, answer). Not stored: its seeded 64-bit hash, the
+ * tag (xdns_rrl_tag, rrl.h), names it and places it: `xdns_guard_rrl` is a set-associative
+ * table in an array map, guard_rrl_mask + 1 sets of XDNS_RRL_WAYS ways; an account lives in
+ * set (tag >> 32) & guard_rrl_mask, in whichever way holds its tag. A new account takes an
+ * empty way or else the way updated longest ago (its bucket is the oldest: one idle for a
+ * second is full, so evicting it loses nothing but its slip count).
+ */
 struct xdns_rrl_key {
 	__u64 addr[2];          /* the client's prefix (masked address words) */
 	__u32 ident;            /* the answer: a zone answer's value index (whose body is the qname's,
@@ -569,13 +576,19 @@ struct xdns_rrl_key {
 	__u8 src;               /* XDNS_RRL_FROM_* */
 	__u8 _pad;
 };
-/* Value of `xdns_guard_rrl`: the bucket, updated without a lock (approximate only when
- * two CPUs answer one account at the same instant). */
+/* A way of a set: one account's bucket, updated without a lock (approximate only when two
+ * CPUs answer one account, or take one way, at the same instant). */
 struct xdns_rrl_account {
-	__u64 stamp;            /* ns (bpf_ktime_get_coarse_ns) of the last update */
-	__s64 balance;          /* thousandths of an answer */
+	__u64 tag;              /* the account's tag (never 0); 0: an empty way */
+	__u64 stamp;            /* ns (the coarse clock) of the last update */
+	__s64 balance;          /* 10^-9 answers (rrl.h: ns since `stamp` times the rate) */
 	__u32 limited;          /* limited answers since the account was made (the slip pattern) */
 	__u32 _pad;
+};
+#define XDNS_RRL_WAYS 4
+/* Value of `xdns_guard_rrl`: one set (two cache lines). */
+struct xdns_rrl_set {
+	struct xdns_rrl_account way[XDNS_RRL_WAYS];
 };
 
 /*
@@ -653,7 +666,8 @@ struct xdns_guard_scratch {
 	__u64 feat_full;        /* packets not counted: the feature map refused a new prefix */
 	__u64 qfeat_full;       /* queries not counted: the suffix feature map refused a new suffix */
 	/* RRL, cookies and answer features (rrl.h) */
-	__u64 rrl_full;         /* answers not accounted: the RRL map refused a new account (answered) */
+	__u64 rrl_full;         /* new RRL accounts that evicted one used in the last second (the
+	                         * table is small for the traffic: that account restarts full) */
 	__u64 cookie_bad;       /* COOKIE options with a server cookie that did not verify (or malformed) */
 	__u64 rfeat_full;       /* answers not counted: the answer feature map refused a new prefix */
 	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
@@ -682,8 +696,6 @@ struct xdns_guard_scratch {
 	__u64 gate_sum;         /* and the question's unfolded checksum (a slip's) */
 	/* the gate's keys and new values, here rather than on its stack (the program's stack
 	 * and the gate's frame share 512 bytes) */
-	struct xdns_rrl_key gate_key;
-	struct xdns_rrl_account gate_acct;
 	struct xdns_guard_feat gate_feat;
 	struct xdns_guard_feat_key gate_fkey;
 	struct xdns_guard_qfeat_key gate_qkey;

@@ -68,8 +68,9 @@ pub struct GuardStage {
     pub feature_prefixes: u32,
     /// Qname suffixes (parents of queried names) the suffix feature map tracks.
     pub feature_suffixes: u32,
-    /// RRL accounts of kernel answers (client prefix, class, answer) the shared LRU map
-    /// holds (least recently used evicted beyond); the answer features' maps take
+    /// RRL accounts of kernel answers (client prefix, class, answer) the shared table
+    /// holds ([`RRL_WAYS`]-way sets, rounded up to a power of two of sets; a new account
+    /// evicts the one updated longest ago in its set); the answer features' maps take
     /// `feature_prefixes` and `feature_suffixes` entries.
     pub rrl_accounts: u32,
 }
@@ -110,6 +111,15 @@ fn filter_words(capacity: u32) -> u32 {
     (capacity / 4).max(64).next_power_of_two()
 }
 
+/// Ways of a set of the RRL account table (`XDNS_RRL_WAYS`).
+pub const RRL_WAYS: u32 = 4;
+
+/// Sets of the RRL account table for `accounts`: a power of two, at least one, holding at
+/// least `accounts` in its ways.
+pub fn rrl_sets(accounts: u32) -> u32 {
+    accounts.max(1).div_ceil(RRL_WAYS).next_power_of_two()
+}
+
 /// Size the guard's maps before load: the smallest sizes when the stage is off.
 pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&GuardStage>) -> Result<()> {
     let cap = g.map_or(1, |g| g.capacity.max(1));
@@ -125,7 +135,9 @@ pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&Gua
     open.maps.xdns_guard_qfeat.set_max_entries(qfeat)?;
     open.maps.xdns_guard_rfeat.set_max_entries(feat)?;
     open.maps.xdns_guard_nxfeat.set_max_entries(qfeat)?;
-    open.maps.xdns_guard_rrl.set_max_entries(g.map_or(1, |g| g.rrl_accounts.max(1)))?;
+    let sets = rrl_sets(g.map_or(1, |g| g.rrl_accounts));
+    open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?.xdns_cfg.guard_rrl_mask = sets - 1;
+    open.maps.xdns_guard_rrl.set_max_entries(sets)?;
     if let Some(g) = g {
         if g.tier_slots as usize > TIER_SLOTS {
             bail!("the modelled hardware tier has at most {TIER_SLOTS} slots ({} asked)", g.tier_slots);
@@ -331,7 +343,8 @@ pub struct GuardCounters {
     pub feature_full: u64,
     /// Queries the suffix feature map could not count.
     pub suffix_full: u64,
-    /// Kernel answers the RRL map could not account (sent; the map refused a new account).
+    /// New kernel RRL accounts that evicted an account used within the last second (the
+    /// table's sets are full for the traffic; the evicted account restarts full).
     pub rrl_full: u64,
     /// COOKIE options whose server cookie did not verify here (or malformed ones).
     pub cookie_bad: u64,
