@@ -313,7 +313,7 @@ fn telemetry_perf() {
         ("on, all selected", vec![Rule::parse("all").unwrap()], &plain),
         ("on, all selected, probe written", vec![Rule::parse("all").unwrap()], &probed),
     ];
-    let (rounds, runs) = (9, 4000);
+    let (rounds, runs) = (120, 400);
     let mut ns = vec![Vec::new(); states.len()];
     for _ in 0..rounds {
         for (i, (what, rules, f)) in states.iter().enumerate() {
@@ -334,11 +334,18 @@ fn telemetry_perf() {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
+    // the machine is shared: other work only adds time, so the rounds' low fifth (the
+    // 20th percentile) is the steadier figure; the median of the per-round ratios beside it
+    let low = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 5]
+    };
+    let base = low(ns[0].clone());
     for (i, (what, _, _)) in states.iter().enumerate() {
         let ratios: Vec<f64> = ns[i].iter().zip(&ns[0]).map(|(a, b)| a / b).collect();
-        let (m, _, _) = median(ns[i].clone());
-        let (r, lo, hi) = median(ratios);
-        println!("perf {m:>6.1} ns/packet  x{r:.3} ({lo:.3}-{hi:.3}) of off  telemetry {what}");
+        let p20 = low(ns[i].clone());
+        let (r, _, _) = median(ratios);
+        println!("perf {p20:>6.1} ns/packet (p20 of rounds)  x{:.3} of off (p20)  x{r:.3} (median of round ratios)  telemetry {what}", p20 / base);
     }
     tel.set_rules(&[]).unwrap();
 }
