@@ -6,11 +6,12 @@
  *
  * Three parts around the other stages (xdns.bpf.c):
  *   begin   before the parse stage: one read of xdns_tel_ctl; no active set: nothing more (no
- *           clock read, no other map); else the receive time (bpf_ktime_get_ns).
- *   select  once the question is known (xdns_tel_select, a global function: verified once):
- *           the rules (client and server prefix, qname suffix, qtype, either kernel path)
- *           against the query's addresses and the question the stages found, as a mask in
- *           scratch; none: the answer leaves without the end half.
+ *           clock read, no other map); else the rules the query's addresses allow on a kernel
+ *           path (family, client and server prefix), and only when some rule is left the
+ *           receive time (bpf_ktime_get_ns). Rules that ask no question are decided here.
+ *   select  once the question is known (xdns_tel_select, a global function: verified once),
+ *           for the rules left that ask it: qname suffix, qtype, as a mask in scratch; none:
+ *           the answer leaves without the end half.
  *   end     a program of its own (xdns_tel_xdp), tail-called for an answer about to leave
  *           with XDP_TX that a rule selects: the first rule for its path with its 1 in N,
  *           the histogram of its path, and for a query that carried option XDNS_TEL_OPTION
