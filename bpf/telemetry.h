@@ -6,11 +6,12 @@
  *
  * Three parts around the other stages (xdns.bpf.c):
  *   begin   before the parse stage: one read of xdns_tel_ctl; no active set: nothing more (no
- *           clock read, no other map); else the receive time (bpf_ktime_get_ns).
- *   select  once the question is known (xdns_tel_select, a global function: verified once):
- *           the rules (client and server prefix, qname suffix, qtype, either kernel path)
- *           against the query's addresses and the question the stages found, as a mask in
- *           scratch; none: the answer leaves without the end half.
+ *           clock read, no other map); else the rules the query's addresses allow on a kernel
+ *           path (family, client and server prefix), and only when some rule is left the
+ *           receive time (bpf_ktime_get_ns). Rules that ask no question are decided here.
+ *   select  once the question is known (xdns_tel_select, a global function: verified once),
+ *           for the rules left that ask it: qname suffix, qtype, as a mask in scratch; none:
+ *           the answer leaves without the end half.
  *   end     a program of its own (xdns_tel_xdp), tail-called for an answer about to leave
  *           with XDP_TX that a rule selects: the first rule for its path with its 1 in N,
  *           the histogram of its path, and for a query that carried option XDNS_TEL_OPTION
@@ -28,22 +29,139 @@
 #include "parse.h"
 
 /* scratch.tel.slot: does the answer go on to the end half (xdns_tel_prog's slot 0)? */
-#define XDNS_TEL_END 0          /* yes (set by the begin half, kept by the selection) */
-#define XDNS_TEL_DONE 1         /* no: no rule selects the question, or telemetry is off */
+#define XDNS_TEL_END 0          /* yes: rules select the query (the begin half or the selection) */
+#define XDNS_TEL_DONE 1         /* no: no rule selects the query, or telemetry is off */
+#define XDNS_TEL_ASK 2          /* the addresses allow rules that ask the question: the main
+				 * program calls the selection (the reply memo: the end half) */
 
 #define XDNS_TEL_GROW 20        /* option code, length, 16 bytes */
 
-/* The receive time when telemetry is on, else 0 (one array read). */
-static __always_inline __u64 xdns_tel_begin(struct xdns_scratch *sc)
+/* A big-endian 8 bytes at `p` (packet or map memory), as a number. */
+static __always_inline __u64 xdns_tel_be64(const __u8 *p)
+{
+	__u64 v;
+
+	__builtin_memcpy(&v, p, 8);
+	return __builtin_bswap64(v);
+}
+
+/* Is the address (c0, c1: its 16 bytes as two big-endian numbers, IPv4 in the top of c0)
+ * under the prefix `p` of `len` bits (1..128, as userspace writes it)? Masks from the
+ * length, no byte loop. No clamp of `len`: a known constant there makes the verifier track
+ * it precisely, and the rule loop's states multiply (a length above 128 masks as 128). */
+static __always_inline int xdns_tel_in(__u64 c0, __u64 c1, const __u8 *p, __u32 len)
+{
+	__u64 m0, m1;
+
+	m0 = len >= 64 ? ~0ULL : ~0ULL << ((64 - len) & 63);
+	m1 = len > 64 ? ~0ULL << ((128 - len) & 63) : 0;
+	return (((c0 ^ xdns_tel_be64(p)) & m0) | ((c1 ^ xdns_tel_be64(p + 8)) & m1)) == 0;
+}
+
+/*
+ * The rules of the active set the query's addresses allow on a kernel path (family, client
+ * and server prefix, read here from the frame), as a mask in scratch.tel.mask; slot
+ * XDNS_TEL_DONE when there are none, XDNS_TEL_ASK when one of them asks the question (name,
+ * type), else XDNS_TEL_END (decided). Returns whether the mask has a rule. A global function:
+ * verified once (inline, the rule loop's states multiplied the main program's past 1M).
+ */
+__attribute__((noinline)) int xdns_tel_by_addr(struct xdp_md *ctx, struct xdns_scratch *sc, struct xdns_tel_ctl *ctl)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_tel_set *set;
+	__u32 i, fam, l3, active;
+	__u64 c0, c1, s0, s1;
+	__u8 *p = data, *ip;
+	__u16 proto;
+
+	if (!sc || !ctl)
+		return 0;
+	sc->tel.probe = 0;      /* the reply memo answers before the OPT walk sets it */
+	sc->tel.decided = 0;
+	sc->tel.mask = 0;
+	sc->tel.slot = XDNS_TEL_DONE;
+	active = ctl->active;
+	if (active != 1 && active != 2)
+		return 0;
+	set = &ctl->sets[(active - 1) & 1];
+	if ((void *)(p + 14) > data_end)
+		return 0;
+	proto = ((__u16)p[12] << 8) | p[13];
+	l3 = 14;
+	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+		if ((void *)(p + 18) > data_end)
+			return 0;
+		proto = ((__u16)p[16] << 8) | p[17];
+		l3 = 18;
+	}
+	ip = p + l3;
+	if (proto == ETH_P_IP) {
+		if ((void *)(ip + 20) > data_end)
+			return 0;
+		fam = 4;
+		c0 = xdns_tel_be64(ip + 12);    /* source 12..15, destination 16..19 */
+		s0 = c0 << 32;
+		c0 &= 0xffffffff00000000ULL;
+		c1 = 0;
+		s1 = 0;
+	} else if (proto == ETH_P_IPV6) {
+		if ((void *)(ip + 40) > data_end)
+			return 0;
+		fam = 6;
+		c0 = xdns_tel_be64(ip + 8);
+		c1 = xdns_tel_be64(ip + 16);
+		s0 = xdns_tel_be64(ip + 24);
+		s1 = xdns_tel_be64(ip + 32);
+	} else {
+		return 0;
+	}
+	/* the mask and "asks the question" go through scratch (volatile: clang kept them on the
+	 * stack, known to the verifier, and its states doubled per rule) */
+	for (i = 0; i < XDNS_TEL_RULES; i++) {
+		struct xdns_tel_rule *r = &set->rules[i];
+
+		if (i >= set->nrules)
+			break;
+		if (r->paths && !(r->paths & ((1U << XDNS_TEL_KERNEL_AUTH) | (1U << XDNS_TEL_KERNEL_CACHE))))
+			continue;
+		if (r->family && r->family != fam)
+			continue;
+		if (r->src_len && !xdns_tel_in(c0, c1, r->src, r->src_len))
+			continue;
+		if (r->dst_len && !xdns_tel_in(s0, s1, r->dst, r->dst_len))
+			continue;
+		*(volatile __u32 *)&sc->tel.mask |= 1U << i;
+		if (r->qtype || r->sfx_len)
+			*(volatile __u32 *)&sc->tel.slot = XDNS_TEL_ASK;
+	}
+	if (!*(volatile __u32 *)&sc->tel.mask)
+		return 0;       /* slot XDNS_TEL_DONE: no clock read */
+	sc->tel.set = active;
+	if (*(volatile __u32 *)&sc->tel.slot != XDNS_TEL_ASK) {
+		sc->tel.decided = active;
+		sc->tel.slot = XDNS_TEL_END;
+	}
+	return 1;
+}
+
+/*
+ * The begin half, before the parse stage. Telemetry off: one array read, nothing more (no
+ * store, no clock). On: the rules the query's addresses allow (xdns_tel_by_addr); none: no
+ * clock read, so traffic no rule can select pays the addresses' check only. Some, none of
+ * them asking the question: decided there (no selection call later). Else the main
+ * program's selection (xdns_tel_select) checks the question against the rules left.
+ * Returns the receive time (bpf_ktime_get_ns) when some rule may select the query, else 0.
+ */
+static __always_inline __u64 xdns_tel_begin(struct xdp_md *ctx, struct xdns_scratch *sc)
 {
 	__u32 zero = 0;
 	struct xdns_tel_ctl *ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
 
 	if (!ctl || !ctl->active)
 		return 0;
-	sc->tel.probe = 0;      /* the reply memo answers before the OPT walk sets it */
-	sc->tel.slot = XDNS_TEL_END;    /* until the selection decides (the reply memo: never) */
-	sc->tel.decided = 0;
+	if (!xdns_tel_by_addr(ctx, sc, ctl))
+		return 0;
 	return bpf_ktime_get_ns();
 }
 
@@ -135,12 +253,47 @@ __attribute__((noinline)) int xdns_tel_walk(struct xdns_scratch *sc, int find)
 	return 0;
 }
 
-/* Does rule `r` select this answer (before sampling)? A global function: verified once. */
-__attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdns_tel_rule *r, __u32 path)
+/*
+ * Does the question (scratch.tel.qlen, qtype; the name in walk.name) meet rule `r`'s type
+ * and name suffix? The suffix's bytes first (lowercased), the label boundary only when they
+ * are equal: a name the suffix does not end is not walked. A global function: verified once.
+ */
+__attribute__((noinline)) int xdns_tel_match_q(struct xdns_scratch *sc, struct xdns_tel_rule *r)
 {
 	__u32 i, start, at;
 	__u8 c;
 
+	if (!sc || !r)
+		return 0;
+	if (r->qtype && r->qtype != sc->tel.qtype)
+		return 0;
+	if (!r->sfx_len)
+		return 1;
+	if (r->sfx_len > XDNS_TEL_SFX_MAX || r->sfx_len > sc->tel.qlen)
+		return 0;
+	start = sc->tel.qlen - r->sfx_len;
+	for (i = 0; i < XDNS_TEL_SFX_MAX; i++) {
+		if (i >= r->sfx_len)
+			break;
+		at = start + i;
+		asm volatile("" : "+r"(at));
+		c = sc->walk.name[at & 255];
+		if (c >= 'A' && c <= 'Z')
+			c += 'a' - 'A';
+		if (c != r->sfx[i])
+			return 0;
+	}
+	if (!sc->tel.walked) {
+		xdns_tel_walk(sc, 0);
+		sc->tel.walked = 1;
+	}
+	asm volatile("" : "+r"(start));
+	return !!(sc->tel.label_starts[(start >> 6) & 3] & (1ULL << (start & 63)));
+}
+
+/* Does rule `r` select this answer (before sampling)? A global function: verified once. */
+__attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdns_tel_rule *r, __u32 path)
+{
 	if (!sc || !r)
 		return 0;
 	if (r->paths && !(r->paths & (path < XDNS_TEL_PATHS ? 1U << path : 3U)))
@@ -151,32 +304,7 @@ __attribute__((noinline)) int xdns_tel_match(struct xdns_scratch *sc, struct xdn
 		return 0;
 	if (r->dst_len && !xdns_tel_prefix(sc->tel.server, r->dst, r->dst_len > 128 ? 128 : r->dst_len))
 		return 0;
-	if (r->qtype && r->qtype != sc->tel.qtype)
-		return 0;
-	if (r->sfx_len) {
-		if (r->sfx_len > XDNS_TEL_SFX_MAX || r->sfx_len > sc->tel.qlen)
-			return 0;
-		if (!sc->tel.walked) {
-			xdns_tel_walk(sc, 0);
-			sc->tel.walked = 1;
-		}
-		start = sc->tel.qlen - r->sfx_len;
-		asm volatile("" : "+r"(start));
-		if (!(sc->tel.label_starts[(start >> 6) & 3] & (1ULL << (start & 63))))
-			return 0;
-		for (i = 0; i < XDNS_TEL_SFX_MAX; i++) {
-			if (i >= r->sfx_len)
-				break;
-			at = start + i;
-			asm volatile("" : "+r"(at));
-			c = sc->walk.name[at & 255];
-			if (c >= 'A' && c <= 'Z')
-				c += 'a' - 'A';
-			if (c != r->sfx[i])
-				return 0;
-		}
-	}
-	return 1;
+	return xdns_tel_match_q(sc, r);
 }
 
 /* Move the first `len` bytes of the frame from offset XDNS_TEL_GROW to 0, in 64-byte pieces
@@ -224,62 +352,29 @@ static __always_inline void xdns_tel_count(struct xdns_tel_hist *h, __u64 t0, __
 }
 
 /*
- * The selection, in the main program once the question is known (telemetry on): the rules
- * of the active set that select this query on either kernel path, as a mask, against the
- * query's addresses, the question's length the walk or the memo found (`qlen`) and its type
- * (from the fetch stage's copy); the name's labels are walked only for a rule with a suffix.
- * No rule: slot XDNS_TEL_DONE, and the answer leaves without the end half (no tail call,
- * no second clock read). A global function: verified once, whatever state the main program
- * reaches it in.
+ * The selection, in the main program once the question is known, for a query whose
+ * addresses allow rules that ask the question (slot XDNS_TEL_ASK, the begin half's mask):
+ * those rules' type and name suffix against the question's length the walk or the memo found
+ * (`qlen`) and its type (from the fetch stage's copy). The mask left is the rules that select
+ * the query; none: slot XDNS_TEL_DONE, and the answer leaves without the end half (no tail
+ * call, no second clock read). A global function: verified once, whatever state the main
+ * program reaches it in.
  */
-__attribute__((noinline)) int xdns_tel_select(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 qlen)
+__attribute__((noinline)) int xdns_tel_select(struct xdns_scratch *sc, __u32 qlen)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_tel_ctl *ctl;
 	struct xdns_tel_set *set;
-	__u32 zero = 0, i, l3, at, mask = 0;
-	__u16 proto;
-	__u8 *p, *ip;
+	__u32 zero = 0, i, at, active;
 
 	if (!sc)
 		return 0;
 	ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
-	if (!ctl || (ctl->active != 1 && ctl->active != 2)) {
+	active = sc->tel.set;
+	if (!ctl || !ctl->active || (active != 1 && active != 2)) {
 		sc->tel.slot = XDNS_TEL_DONE;   /* off since: the next packets skip this call */
 		return 0;
 	}
-	set = &ctl->sets[(ctl->active - 1) & 1];
-
-	/* the query's addresses: client first */
-	p = data;
-	if ((void *)(p + 14) > data_end)
-		return 0;
-	proto = ((__u16)p[12] << 8) | p[13];
-	l3 = 14;
-	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
-		if ((void *)(p + 18) > data_end)
-			return 0;
-		proto = ((__u16)p[16] << 8) | p[17];
-		l3 = 18;
-	}
-	ip = p + l3;
-	__builtin_memset(sc->tel.client, 0, 32);
-	if (proto == ETH_P_IP) {
-		if ((void *)(ip + 20) > data_end)
-			return 0;
-		sc->tel.family = 4;
-		__builtin_memcpy(sc->tel.client, ip + 12, 4);
-		__builtin_memcpy(sc->tel.server, ip + 16, 4);
-	} else if (proto == ETH_P_IPV6) {
-		if ((void *)(ip + 40) > data_end)
-			return 0;
-		sc->tel.family = 6;
-		__builtin_memcpy(sc->tel.client, ip + 8, 16);
-		__builtin_memcpy(sc->tel.server, ip + 24, 16);
-	} else {
-		return 0;
-	}
+	set = &ctl->sets[(active - 1) & 1];     /* the set the begin half's mask is of */
 
 	/* the question: its length as found, the type after it */
 	at = qlen;
@@ -297,14 +392,13 @@ __attribute__((noinline)) int xdns_tel_select(struct xdp_md *ctx, struct xdns_sc
 	}
 
 	for (i = 0; i < XDNS_TEL_RULES; i++) {
-		if (i >= set->nrules)
-			break;
-		if (xdns_tel_match(sc, &set->rules[i], XDNS_TEL_PATHS))
-			mask |= 1U << i;
+		if (!(*(volatile __u32 *)&sc->tel.mask & (1U << i)))
+			continue;
+		if (!xdns_tel_match_q(sc, &set->rules[i]))
+			*(volatile __u32 *)&sc->tel.mask &= ~(1U << i);
 	}
-	sc->tel.mask = mask;
-	sc->tel.decided = ctl->active;  /* the set the mask is of */
-	sc->tel.slot = mask ? XDNS_TEL_END : XDNS_TEL_DONE;
+	sc->tel.decided = active;       /* the set the mask is of */
+	sc->tel.slot = *(volatile __u32 *)&sc->tel.mask ? XDNS_TEL_END : XDNS_TEL_DONE;
 	return 0;
 }
 
@@ -315,7 +409,7 @@ __attribute__((noinline)) int xdns_tel_select(struct xdp_md *ctx, struct xdns_sc
  * option if asked. Returns the verdict to count: `v`, or
  * drop_rewrite when the frame was left half moved (a helper failed midway).
  */
-__attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
+static __always_inline int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -494,7 +588,7 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 	}
 	u[4] = (__u8)((old_udp + XDNS_TEL_GROW) >> 8);
 	u[5] = (__u8)(old_udp + XDNS_TEL_GROW);
-	if (sc->tel.family == 4) {
+	if (proto == ETH_P_IP) {
 		__u16 tot = ((__u16)ip[2] << 8) | ip[3];
 		__u16 ck = ((__u16)ip[10] << 8) | ip[11];
 
@@ -513,7 +607,7 @@ __attribute__((noinline)) int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0
 		ip[5] = (__u8)pl;
 	}
 	csum = ((__u16)u[6] << 8) | u[7];
-	if (csum == 0 && sc->tel.family == 4)
+	if (csum == 0 && proto == ETH_P_IP)
 		return v;       /* no UDP checksum over IPv4: none to keep */
 	/* UDP length twice (header and pseudo-header), RDLENGTH, the option's bytes */
 	s = (__u16)~csum;

@@ -122,8 +122,8 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	if (v != XDNS_CONTINUE)
 		return v;
 	sc->tel.probe = q.probe;        /* for the telemetry stage's end (telemetry.h) */
-	if (sc->tel.slot == XDNS_TEL_END)       /* telemetry on: select on the question */
-		xdns_tel_select(ctx, sc, q.qlen);
+	if (sc->tel.slot == XDNS_TEL_ASK)       /* telemetry on: select on the question */
+		xdns_tel_select(sc, q.qlen);
 	if (gen == 0)
 		return XDNS_PASS_NOT_LOADED;
 
@@ -174,14 +174,14 @@ int xdns_xdp(struct xdp_md *ctx)
 
 	if (!sc)
 		return XDP_PASS;        /* never: key 0 of an array map always exists */
-	t0 = xdns_tel_begin(sc);        /* telemetry (telemetry.h): 0 when off */
+	t0 = xdns_tel_begin(ctx, sc);   /* telemetry (telemetry.h): 0 when off or unselected */
 	/*
 	 * One state for the stages below whether telemetry is on or not: a known 0 on one way
 	 * and a time on the other would have the verifier walk every stage twice.
 	 */
 	asm volatile("" : "+r"(t0));
 	v = xdns_handle(ctx, sc);
-	if (t0 && (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED) && sc->tel.slot == XDNS_TEL_END) {
+	if (t0 && (v == XDNS_ANSWERED || v == XDNS_CACHE_ANSWERED) && sc->tel.slot != XDNS_TEL_DONE) {
 		/*
 		 * Only when a rule selects the question (xdns_tel_select; slot XDNS_TEL_DONE: none,
 		 * no tail call, no second clock read). The end half counts the verdict; should the

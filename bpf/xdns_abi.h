@@ -787,10 +787,12 @@ struct xdns_tel_scratch {
 	__u32 v;                /* the verdict, handed to the end half (a tail call) */
 	__u64 t0;               /* the receive time, likewise */
 	/* the selection, decided on the query (xdns_tel_select), used by the end half */
-	__u32 slot;             /* 0: on to the end half; 1: not (telemetry.h XDNS_TEL_END/DONE) */
+	__u32 slot;             /* telemetry.h XDNS_TEL_END (on to the end half), _DONE, _ASK */
 	__u32 mask;             /* rules that select this query on any kernel path (bit per rule) */
 	__u32 decided;          /* mask, client, server, qlen, qtype are this packet's */
 	__u32 walked;           /* label_starts filled for this packet */
+	__u32 set;              /* the set (1, 2) the begin half's address mask is of */
+	__u32 _pad2;
 };
 
 /*

@@ -576,6 +576,13 @@ impl XdpProgram {
         Ok((info.xlated_prog_len as usize / 8, info.verified_insns as usize))
     }
 
+    /// `(run_cnt, run_time_ns)` of the main program (counted while `kernel.bpf_stats_enabled`
+    /// or a `BPF_ENABLE_STATS` fd is held; a tail-called program's time is its caller's).
+    pub fn run_stats(&self) -> Result<(u64, u64)> {
+        let info = self.info()?;
+        Ok((info.run_cnt, info.run_time_ns))
+    }
+
     /// The program's id (as `bpftool prog show` and `ip link` print it).
     pub fn prog_id(&self) -> Result<u32> {
         Ok(self.info()?.id)
