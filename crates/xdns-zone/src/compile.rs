@@ -577,8 +577,8 @@ mod tests {
             let mut v: Vec<Rrset> = Vec::new();
             for (t, ttl, rd) in rrsets {
                 match v.iter_mut().find(|r| r.rtype == t) {
-                    Some(r) => r.rdata.push(Bytes::from(rd)),
-                    None => v.push(Rrset { rtype: t, ttl, rdata: vec![Bytes::from(rd)] }),
+                    Some(r) => r.rdata.push(&rd),
+                    None => v.push(Rrset { rtype: t, ttl, rdata: crate::tree::Rdatas::one(&rd) }),
                 }
             }
             v.sort_by_key(|r| r.rtype);
@@ -628,7 +628,7 @@ mod tests {
     fn oversized_body_is_servfail() {
         let mut z = zone();
         let big: Vec<Bytes> = (0..300u16).map(|i| Bytes::from([&i.to_be_bytes()[..], &[b'x'; 250]].concat())).collect();
-        z.nodes.insert(n("big.t."), Node { rrsets: vec![Rrset { rtype: 16, ttl: 1, rdata: big }] });
+        z.nodes.insert(n("big.t."), Node { rrsets: vec![Rrset { rtype: 16, ttl: 1, rdata: big.into() }] });
         let b = compile(&z, &BodyKey { base: n("big.t."), kind: BodyKind::Type(16) });
         assert_eq!(b.flags, rcode::SERVFAIL);
         assert!(b.bytes.is_empty());

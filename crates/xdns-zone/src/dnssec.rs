@@ -150,7 +150,7 @@ pub fn covered(rdata: &[u8]) -> Option<u16> {
 }
 
 /// The signatures in `sigs` (a node's RRSIG RRset) that cover `rtype`.
-pub fn sigs_covering(sigs: Option<&Rrset>, rtype: u16) -> impl Iterator<Item = &bytes::Bytes> {
+pub fn sigs_covering(sigs: Option<&Rrset>, rtype: u16) -> impl Iterator<Item = &[u8]> {
     sigs.into_iter().flat_map(|s| s.rdata.iter()).filter(move |d| covered(d) == Some(rtype))
 }
 

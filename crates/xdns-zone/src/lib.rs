@@ -14,4 +14,4 @@ pub use load::{load_zone, LoadError, ZoneSource};
 pub use compile::{compile, compile_all};
 pub use lookup::{enumerate, select, BodyKey, BodyKind};
 pub use respond::{respond, DropReason, Outcome, RespondConfig, Transport};
-pub use tree::{NameKey, Node, Rrset, Zone, ZoneSet};
+pub use tree::{NameKey, Node, Rdatas, Rrset, Zone, ZoneSet};

@@ -24,7 +24,8 @@
 //!   kept as written, after checking that it parses for types `domain` knows.
 //! - One TTL per RRset (RFC 2181 §5.2): the smallest wins, with a warning. Duplicate records
 //!   are dropped (RFC 2181 §5).
-//! - RDATA bytes live in shared 64 KiB arenas, so a record costs no allocation of its own.
+//! - Each RRset's RDATA is packed into one buffer ([`crate::tree::Rdatas`]), shrunk to size at
+//!   the end, so a record costs no allocation of its own.
 
 use std::collections::HashSet as StdHashSet;
 use std::hash::BuildHasher;
@@ -40,7 +41,7 @@ use domain::rdata::ZoneRecordData;
 use domain::zonefile::inplace::{Entry, Zonefile};
 use hashbrown::HashMap;
 
-use crate::tree::{NameKey, Node, Rrset, Zone};
+use crate::tree::{NameKey, Node, Rdatas, Rrset, Zone};
 use crate::validate::{self, ZoneView};
 
 /// Deepest `$INCLUDE` nesting accepted.
@@ -397,9 +398,6 @@ struct RecLoc {
 
 /// RRsets above this size are deduplicated at the end instead of on insertion.
 const LINEAR_DEDUP_MAX: usize = 32;
-/// Size of the shared RDATA arenas. Above glibc's initial mmap threshold, so freeing one does
-/// not make glibc consolidate every small free chunk (which made dropping a zone slow).
-const ARENA: usize = 256 * 1024;
 
 /// Accumulates a zone while its files are scanned.
 struct Builder<'p> {
@@ -414,7 +412,8 @@ struct Builder<'p> {
     warnings_dropped: u64,
     records: u64,
     progress: Option<&'p dyn Fn(u64)>,
-    arena: BytesMut,
+    /// Scratch buffer each record's RDATA is composed into.
+    scratch: BytesMut,
     key_buf: Vec<u8>,
     /// Whether the error cap was hit.
     gave_up: bool,
@@ -433,7 +432,7 @@ impl<'p> Builder<'p> {
             warnings_dropped: 0,
             records: 0,
             progress,
-            arena: BytesMut::new(),
+            scratch: BytesMut::with_capacity(65_536),
             key_buf: Vec::with_capacity(256),
             gave_up: false,
         }
@@ -701,21 +700,20 @@ impl<'p> Builder<'p> {
                 return;
             }
         }
-        // RDATA into the shared arena.
-        if self.arena.capacity() - self.arena.len() < 1024 {
-            self.arena = BytesMut::with_capacity(ARENA);
-        }
-        if data.compose_rdata(&mut self.arena).is_err() {
-            self.arena.clear();
+        // RDATA into the scratch buffer (copied into its RRset's buffer below).
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if data.compose_rdata(&mut scratch).is_err() {
+            self.scratch = scratch;
             self.error(path, line, "cannot encode RDATA".into());
             return;
         }
-        if self.arena.len() > 65_535 {
-            self.arena.clear();
+        if scratch.len() > 65_535 {
+            self.scratch = scratch;
             self.error(path, line, "RDATA longer than 65535 octets".into());
             return;
         }
-        let rdata = self.arena.split().freeze();
+        let rdata = &scratch[..];
 
         // Owner key.
         let mut key = std::mem::take(&mut self.key_buf);
@@ -773,6 +771,7 @@ impl<'p> Builder<'p> {
             self.warning(w);
         }
         self.key_buf = key;
+        self.scratch = scratch;
     }
 
     /// Deduplicates big RRsets, validates, and builds the [`Zone`].
@@ -780,10 +779,13 @@ impl<'p> Builder<'p> {
         for node in self.nodes.values_mut() {
             for rr in node.rrsets.iter_mut() {
                 if rr.rdata.len() > LINEAR_DEDUP_MAX {
-                    let mut seen: StdHashSet<Bytes> = StdHashSet::with_capacity(rr.rdata.len());
-                    rr.rdata.retain(|d| seen.insert(d.clone()));
+                    let old = std::mem::take(&mut rr.rdata);
+                    let mut seen: StdHashSet<&[u8]> = StdHashSet::with_capacity(old.len());
+                    rr.rdata = old.iter().filter(|d| seen.insert(*d)).collect();
                 }
+                rr.rdata.shrink_to_fit();
             }
+            node.rrsets.shrink_to_fit();
         }
         let findings = validate::validate(&self);
         for w in findings.warnings {
@@ -866,7 +868,7 @@ enum Inserted {
 }
 
 /// Inserts one record into a node, keeping RRsets sorted by type.
-fn insert_rr(node: &mut Node, rtype: u16, ttl: u32, rdata: Bytes) -> Inserted {
+fn insert_rr(node: &mut Node, rtype: u16, ttl: u32, rdata: &[u8]) -> Inserted {
     let rrsets = &mut node.rrsets;
     match rrsets.binary_search_by_key(&rtype, |r| r.rtype) {
         Err(i) => {
@@ -875,14 +877,14 @@ fn insert_rr(node: &mut Node, rtype: u16, ttl: u32, rdata: Bytes) -> Inserted {
                 Rrset {
                     rtype,
                     ttl,
-                    rdata: vec![rdata],
+                    rdata: Rdatas::one(rdata),
                 },
             );
             Inserted::Added
         }
         Ok(i) => {
             let rr = &mut rrsets[i];
-            if rr.rdata.len() <= LINEAR_DEDUP_MAX && rr.rdata.iter().any(|d| d[..] == rdata[..]) {
+            if rr.rdata.iter().take(LINEAR_DEDUP_MAX + 1).count() <= LINEAR_DEDUP_MAX && rr.rdata.contains(rdata) {
                 return Inserted::Duplicate;
             }
             rr.rdata.push(rdata);

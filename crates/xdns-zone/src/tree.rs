@@ -18,7 +18,141 @@ pub struct Rrset {
     pub ttl: u32,
     /// Uncompressed wire RDATA of each record, names as written in the zone file (case kept),
     /// duplicates removed, in zone-file order.
-    pub rdata: Vec<Bytes>,
+    pub rdata: Rdatas,
+}
+
+/// The RDATA of one RRset, packed into one buffer: each record is a 16-bit big-endian length
+/// and its bytes. One allocation per RRset instead of a vector of handles into shared arenas
+/// (32 bytes per record for the handle alone); records are read in order, which is how every
+/// user reads them (RRsets are small; `get(i)` scans).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Rdatas {
+    buf: Vec<u8>,
+}
+
+impl Rdatas {
+    /// An empty set.
+    pub const fn new() -> Rdatas {
+        Rdatas { buf: Vec::new() }
+    }
+    /// A set of one record.
+    pub fn one(rd: &[u8]) -> Rdatas {
+        let mut r = Rdatas { buf: Vec::with_capacity(2 + rd.len()) };
+        r.push(rd);
+        r
+    }
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// Appends a record (at most 65,535 bytes: longer RDATA is not representable on the wire).
+    pub fn push(&mut self, rd: &[u8]) {
+        let n = u16::try_from(rd.len()).expect("RDATA longer than 65535 octets");
+        self.buf.extend_from_slice(&n.to_be_bytes());
+        self.buf.extend_from_slice(rd);
+    }
+    /// The records in order.
+    pub fn iter(&self) -> RdataIter<'_> {
+        RdataIter { buf: &self.buf }
+    }
+    pub fn first(&self) -> Option<&[u8]> {
+        self.iter().next()
+    }
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        self.iter().nth(i)
+    }
+    pub fn contains(&self, rd: &[u8]) -> bool {
+        self.iter().any(|x| x == rd)
+    }
+    /// Keeps the records for which `f` is true, in order.
+    pub fn retain(&mut self, mut f: impl FnMut(&[u8]) -> bool) {
+        let old = std::mem::take(self);
+        for rd in old.iter() {
+            if f(rd) {
+                self.push(rd);
+            }
+        }
+        self.shrink_to_fit();
+    }
+    /// Sorts the records by their bytes.
+    pub fn sort(&mut self) {
+        let mut v: Vec<&[u8]> = self.iter().collect();
+        v.sort();
+        let mut out = Rdatas { buf: Vec::with_capacity(self.buf.len()) };
+        v.into_iter().for_each(|rd| out.push(rd));
+        *self = out;
+    }
+    /// Replaces record `i` (no-op when out of range).
+    pub fn set(&mut self, i: usize, rd: &[u8]) {
+        let old = std::mem::take(self);
+        for (j, x) in old.iter().enumerate() {
+            self.push(if j == i { rd } else { x });
+        }
+    }
+    /// Gives back spare capacity (the loader grows sets one record at a time).
+    pub fn shrink_to_fit(&mut self) {
+        self.buf.shrink_to_fit();
+    }
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.buf.capacity()
+    }
+}
+
+impl std::fmt::Debug for Rdatas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().map(Bytes::copy_from_slice)).finish()
+    }
+}
+
+impl std::ops::Index<usize> for Rdatas {
+    type Output = [u8];
+    fn index(&self, i: usize) -> &[u8] {
+        self.get(i).expect("RDATA index out of range")
+    }
+}
+
+impl<T: AsRef<[u8]>> FromIterator<T> for Rdatas {
+    fn from_iter<I: IntoIterator<Item = T>>(it: I) -> Rdatas {
+        let mut r = Rdatas::new();
+        it.into_iter().for_each(|x| r.push(x.as_ref()));
+        r.shrink_to_fit();
+        r
+    }
+}
+
+impl<T: AsRef<[u8]>> From<Vec<T>> for Rdatas {
+    fn from(v: Vec<T>) -> Rdatas {
+        v.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Rdatas {
+    type Item = &'a [u8];
+    type IntoIter = RdataIter<'a>;
+    fn into_iter(self) -> RdataIter<'a> {
+        self.iter()
+    }
+}
+
+/// The records of an [`Rdatas`], in order.
+#[derive(Clone)]
+pub struct RdataIter<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Iterator for RdataIter<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (h, rest) = self.buf.split_first_chunk::<2>()?;
+        let n = u16::from_be_bytes(*h) as usize;
+        let (rd, rest) = rest.split_at(n);
+        self.buf = rest;
+        Some(rd)
+    }
 }
 
 /// A node of the zone tree. Empty non-terminals exist as nodes with no RRsets.

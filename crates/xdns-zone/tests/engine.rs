@@ -291,14 +291,14 @@ fn additional_dropped_or_truncated_per_requirement() {
     let mut apex_ns: Vec<Bytes> = (0..6).map(|i| Bytes::from(key(&long(i)).to_vec())).collect();
     apex_ns.truncate(6);
     nodes.insert(key("t."), Node { rrsets: vec![
-        Rrset { rtype: 2, ttl: 60, rdata: apex_ns },
-        Rrset { rtype: 6, ttl: 60, rdata: vec![Bytes::from(soa)] },
+        Rrset { rtype: 2, ttl: 60, rdata: apex_ns.into() },
+        Rrset { rtype: 6, ttl: 60, rdata: vec![Bytes::from(soa)].into() },
     ] });
     for i in 0..6 {
-        nodes.insert(key(&long(i)), Node { rrsets: vec![Rrset { rtype: 1, ttl: 60, rdata: vec![Bytes::from_static(&[198, 18, 0, 1])] }] });
-        nodes.insert(key(&format!("{}.d.t.", "g".repeat(50) + &i.to_string())), Node { rrsets: vec![Rrset { rtype: 1, ttl: 60, rdata: vec![Bytes::from_static(&[198, 18, 0, 2])] }] });
+        nodes.insert(key(&long(i)), Node { rrsets: vec![Rrset { rtype: 1, ttl: 60, rdata: vec![Bytes::from_static(&[198, 18, 0, 1])].into() }] });
+        nodes.insert(key(&format!("{}.d.t.", "g".repeat(50) + &i.to_string())), Node { rrsets: vec![Rrset { rtype: 1, ttl: 60, rdata: vec![Bytes::from_static(&[198, 18, 0, 2])].into() }] });
     }
-    nodes.insert(key("d.t."), Node { rrsets: vec![Rrset { rtype: 2, ttl: 60, rdata: ns_rd }] });
+    nodes.insert(key("d.t."), Node { rrsets: vec![Rrset { rtype: 2, ttl: 60, rdata: ns_rd.into() }] });
     let zone = Zone::new(key("t."), nodes, "t".into(), 1);
     let mut set = ZoneSet::default();
     set.zones.insert(zone.apex.clone(), Arc::new(zone));

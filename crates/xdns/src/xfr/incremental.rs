@@ -328,8 +328,8 @@ impl Tx<'_> {
         }
         let node = self.node_mut(&r.owner);
         match node.rrsets.binary_search_by_key(&r.rtype, |s| s.rtype) {
-            Ok(i) => node.rrsets[i].rdata.push(r.rdata.clone()),
-            Err(i) => node.rrsets.insert(i, Rrset { rtype: r.rtype, ttl: r.ttl, rdata: vec![r.rdata.clone()] }),
+            Ok(i) => node.rrsets[i].rdata.push(&r.rdata),
+            Err(i) => node.rrsets.insert(i, Rrset { rtype: r.rtype, ttl: r.ttl, rdata: xdns_zone::Rdatas::one(&r.rdata) }),
         }
         Ok(())
     }

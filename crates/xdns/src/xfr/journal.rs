@@ -24,7 +24,7 @@ pub fn records_of(zone: &Zone) -> RecordSet {
     for (owner, node) in &zone.nodes {
         for rr in &node.rrsets {
             for rd in &rr.rdata {
-                set.insert((owner.clone(), rr.rtype, rd.clone()), rr.ttl);
+                set.insert((owner.clone(), rr.rtype, Bytes::copy_from_slice(rd)), rr.ttl);
             }
         }
     }
@@ -92,9 +92,9 @@ pub fn build_zone(apex: &[u8], file: &Path, set: &RecordSet) -> Result<Zone, Vec
             Ok(i) => {
                 let rr = &mut node.rrsets[i];
                 rr.ttl = rr.ttl.min(*ttl);
-                rr.rdata.push(rdata.clone());
+                rr.rdata.push(rdata);
             }
-            Err(i) => node.rrsets.insert(i, Rrset { rtype: *rtype, ttl: *ttl, rdata: vec![rdata.clone()] }),
+            Err(i) => node.rrsets.insert(i, Rrset { rtype: *rtype, ttl: *ttl, rdata: xdns_zone::Rdatas::one(rdata) }),
         }
     }
     if !errors.is_empty() {

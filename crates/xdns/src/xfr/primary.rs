@@ -141,7 +141,7 @@ impl std::fmt::Debug for Outgoing {
 impl Outgoing {
     fn soa(&self) -> Option<(NameKey, u16, u32, Bytes)> {
         let rr = self.zone.nodes.get(&self.zone.apex)?.rrset(SOA)?;
-        Some((self.zone.apex.clone(), SOA, rr.ttl, rr.rdata.first()?.clone()))
+        Some((self.zone.apex.clone(), SOA, rr.ttl, Bytes::copy_from_slice(rr.rdata.first()?)))
     }
 
     fn next_record(&mut self) -> Option<(NameKey, u16, u32, Bytes)> {
@@ -162,7 +162,7 @@ impl Outgoing {
                             let skip = rr.rtype == SOA && *owner == self.zone.apex;
                             if let (false, Some(rd)) = (skip, rr.rdata.get(*rdata)) {
                                 *rdata += 1;
-                                return Some((owner.clone(), rr.rtype, rr.ttl, rd.clone()));
+                                return Some((owner.clone(), rr.rtype, rr.ttl, Bytes::copy_from_slice(rd)));
                             }
                             *rrset += 1;
                             *rdata = 0;

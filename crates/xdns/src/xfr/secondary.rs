@@ -241,7 +241,7 @@ fn current(shared: &Shared, name: &str) -> Option<Arc<Zone>> {
 
 /// The apex SOA RDATA of a zone.
 fn soa_rdata(zone: &Zone) -> Option<Bytes> {
-    zone.nodes.get(&zone.apex)?.rrset(client::SOA)?.rdata.first().cloned()
+    zone.nodes.get(&zone.apex)?.rrset(client::SOA)?.rdata.first().map(Bytes::copy_from_slice)
 }
 
 async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver<bool>) {
@@ -872,9 +872,9 @@ mod tests {
         let mut rd = soa.rdata[0].to_vec();
         let at = rd.len() - 20;
         rd[at..at + 4].copy_from_slice(&3u32.to_be_bytes());
-        soa.rdata[0] = rd.into();
+        soa.rdata.set(0, &rd);
         let node: &mut Node = bad.nodes.get_mut(&b"\x02h1\x01t\x00"[..]).unwrap();
-        node.rrsets.push(Rrset { rtype: 5, ttl: 60, rdata: vec![Bytes::from_static(b"\x02ns\x01t\x00")] });
+        node.rrsets.push(Rrset { rtype: 5, ttl: 60, rdata: xdns_zone::Rdatas::one(b"\x02ns\x01t\x00") });
         let mut bad_served = primary_served(&dir, &zone_text(2, 3001), None);
         bad_served.loaded[0].zone = Arc::new(bad);
         bad_served.loaded[0].journal = Arc::default();
