@@ -390,7 +390,7 @@ fn rrl_table_collisions_ways_and_eviction() {
     let mut failed = Vec::new();
     for (shape, _, _) in shapes() {
         // a fresh table for each shape: one set of four ways
-        let p = prog_with(GuardStage { rrl_accounts: 4, ..stage(false) }, rrl(2, 0, false));
+        let p = prog_with(GuardStage { rrl_accounts: 4, ..stage(false) }, rrl(1, 0, false));
         let g = p.guard().unwrap();
         let q = query(&wire("www.example.com"), 1, None);
         let client = |i: u32| {
@@ -399,10 +399,11 @@ fn rrl_table_collisions_ways_and_eviction() {
         };
         let ask = |i: u32| verdict(&p, &client(i)).2.join(",");
         // four prefixes, a tick or more apart (the account's clock is the coarse one): each
-        // gets its two answers, then is limited; the ways hold four buckets
+        // gets its answer, then is limited (rate 1: a token a second, so that a slow run
+        // does not refill a bucket before the checks below); the ways hold four buckets
         for i in 1..=4 {
-            let got: Vec<_> = (0..3).map(|_| ask(i)).collect();
-            if got != ["answered", "answered", "drop_rrl"] {
+            let got: Vec<_> = (0..2).map(|_| ask(i)).collect();
+            if got != ["answered", "drop_rrl"] {
                 failed.push(format!("{shape}: account {i} in a shared set: {got:?}"));
             }
             std::thread::sleep(std::time::Duration::from_millis(30));
@@ -414,8 +415,8 @@ fn rrl_table_collisions_ways_and_eviction() {
         }
         let full = g.counters().unwrap().rrl_full;
         // a fifth: it takes the way of account 1 (updated longest ago), which restarts full
-        let fifth: Vec<_> = (0..3).map(|_| ask(5)).collect();
-        if fifth != ["answered", "answered", "drop_rrl"] {
+        let fifth: Vec<_> = (0..2).map(|_| ask(5)).collect();
+        if fifth != ["answered", "drop_rrl"] {
             failed.push(format!("{shape}: the fifth account: {fifth:?}"));
         }
         if g.counters().unwrap().rrl_full != full + 1 {
