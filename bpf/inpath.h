@@ -392,6 +392,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 			return XDNS_INPATH_MISS_NO_ROOM;
 		if (bpf_xdp_store_bytes(ctx, 0, sc->buf + fo, hl + qend))
 			return XDNS_INPATH_DROP_REWRITE;
+		sc->head_grown++;
 	}
 	/* the records (or the OPT) after the question, from the entry */
 	if (tc) {

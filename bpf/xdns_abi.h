@@ -1026,7 +1026,7 @@ struct xdns_inpath_scratch {
 	__u64 evicted;          /* live entries replaced by another name (capacity pressure) */
 	__u64 redirected;       /* misses and responses forwarded by bpf_redirect */
 	__u64 fib_passed;       /* redirect on, but the FIB said no (or not our interface): XDP_PASS */
-	__u64 _cnt_pad;
+	__u64 head_grown;         /* answers whose frame had no tailroom: grown at the head instead */
 	/* the walk of a response's records (a bpf_loop) */
 	__u32 w_off;            /* next record, offset in the message */
 	__u32 w_len;            /* message length */

@@ -92,6 +92,8 @@ pub struct InpathCounters {
     /// DNS packets redirect would have forwarded, passed to the kernel instead (no complete
     /// FIB answer, or an interface not ours).
     pub fib_passed: u64,
+    /// Answers whose frame had no tailroom left for the reply: grown at the head instead.
+    pub head_grown: u64,
 }
 
 /// Entries of the cache as counted by userspace.
@@ -354,10 +356,11 @@ fn expires(v: &[u8]) -> u64 {
     v.get(EXPIRES_AT..EXPIRES_AT + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
 }
 
-/// Sum the per-CPU scratch values' counters: verdicts, then evicted, redirected, fib_passed.
+/// Sum the per-CPU scratch values' counters: verdicts, then evicted, redirected, fib_passed,
+/// head_grown.
 pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
     let slots = std::mem::size_of::<[u64; 32]>() / 8;
-    let mut sums = vec![0u64; slots + 3];
+    let mut sums = vec![0u64; slots + 4];
     for v in per_cpu {
         for (i, s) in sums.iter_mut().enumerate() {
             if let Some(b) = v.get(i * 8..i * 8 + 8) {
@@ -366,7 +369,7 @@ pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
         }
     }
     let verdicts = (0..INPATH_VERDICT_NAMES.len()).map(|i| (verdict_name(i).unwrap_or_default(), sums[i])).collect();
-    InpathCounters { verdicts, evicted: sums[slots], redirected: sums[slots + 1], fib_passed: sums[slots + 2] }
+    InpathCounters { verdicts, evicted: sums[slots], redirected: sums[slots + 1], fib_passed: sums[slots + 2], head_grown: sums[slots + 3] }
 }
 
 impl InpathView for InpathProgram {

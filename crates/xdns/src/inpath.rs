@@ -207,6 +207,7 @@ impl Inpath {
                 values.push(("evicted".into(), c.evicted));
                 values.push(("redirected".into(), c.redirected));
                 values.push(("fib_passed".into(), c.fib_passed));
+                values.push(("head_grown".into(), c.head_grown));
             }
             Err(e) => tracing::warn!("in-path counters: {e:#}"),
         }
@@ -323,7 +324,7 @@ mod tests {
 
     impl InpathView for Fake {
         fn counters(&self) -> anyhow::Result<InpathCounters> {
-            Ok(InpathCounters { verdicts: vec![("answered".into(), 7), ("learned".into(), 2)], evicted: 1, redirected: 0, fib_passed: 0 })
+            Ok(InpathCounters { verdicts: vec![("answered".into(), 7), ("learned".into(), 2)], evicted: 1, redirected: 0, fib_passed: 0, head_grown: 0 })
         }
         fn entries(&self) -> anyhow::Result<InpathEntries> {
             Ok(InpathEntries { live: *self.entries.lock().unwrap(), expired: 0, capacity: 8, entry_bytes: 100 })
