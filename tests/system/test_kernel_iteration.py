@@ -1,11 +1,14 @@
 """Kernel iteration (issue 32) end to end on the lab tree: xdns with its XDP program on the
-server veth and `[resolver] kernel_iteration = true`. A cold miss is rewritten in the kernel
-into a query to a root server (from the hints; the zone map knows no deeper cut yet), with a
-random ID, port of the reserved range and 0x20 case; the root's response is checked in the
-kernel and handed to the daemon's socket on that port, and userspace finishes the resolution
-and answers the client, once. Every corpus case must then get the tree's answer, exactly as
-without kernel iteration (test_resolver.py checks the same cases the same way), and the
-counters must show that the kernel sent the queries and accepted the responses.
+server veth and `[resolver] kernel_iteration = true`, every corpus case under good.lab. asked
+cold over UDP: each must get the tree's answer, exactly once, as without kernel iteration.
+
+What this lab exercises: the lab's authoritative servers live in the server namespace beside
+xdns (tests/lab/lab.py, "Layout"), so for the kernel a server's address is local and
+bpf_fib_lookup finds no next hop to send a frame to: every miss is handed to userspace with
+the reason `fib` (counted in the `kit` group), and userspace resolves and answers it. The
+kernel-sent path (the rewrite, XDP_TX/redirect, the response checks and every spoofing case)
+is covered by the fixture tables (crates/xdns-bpf/tests/kit.rs); with servers behind a
+router (the delaying relay of the lab's next topology) this test's misses go through it.
 """
 
 from __future__ import annotations
@@ -47,14 +50,7 @@ def ask(lab, addr, qname, qtype):
 def test_cold_misses_iterated_in_the_kernel_get_their_answers(kit_lab):
     lab, srv = kit_lab
     assert PLAIN, "corpus cases under good.lab."
-    # The first miss finds no neighbour entry for the root server yet (bpf_fib_lookup:
-    # NO_NEIGH): it is handed over, and userspace's own query to the root resolves the
-    # neighbour. Then the caches are emptied: the corpus below is all cold misses again.
-    q, m = ask(lab, srv.addr4, PLAIN[0].qname, PLAIN[0].qtype)
-    assert m is not None and m.rcode() == 0, m
-    assert lab.xdns_stats(srv)["kit"]["handover_fib"] >= 1, lab.xdns_stats(srv)["kit"]
-    flush(lab, srv)
-    before = lab.xdns_stats(srv)["xdp"]
+    before = lab.xdns_stats(srv)["kit"]
     with cf.ThreadPoolExecutor(max_workers=8) as ex:
         futs = {c.id: ex.submit(ask, lab, srv.addr4, c.qname, c.qtype) for c in PLAIN}
         got = {cid: f.result() for cid, f in futs.items()}
@@ -67,10 +63,13 @@ def test_cold_misses_iterated_in_the_kernel_get_their_answers(kit_lab):
         for want in c.answer:
             name, rtype, data = want.split(" ", 2)
             assert any(name.lower() in a.lower() and f" {rtype} " in a and a.endswith(data) for a in answer), f"{c.id}: {answer}"
-    after = lab.xdns_stats(srv)["xdp"]
-    sent = after.get("kit_sent", 0) + after.get("kit_redirected", 0) - before.get("kit_sent", 0) - before.get("kit_redirected", 0)
-    assert sent >= len(PLAIN) // 2, f"the kernel sent the first queries: {after}"
-    assert after.get("pass_kit_response", 0) > before.get("pass_kit_response", 0), f"responses accepted: {after}"
-    assert after.get("drop_kit_question", 0) == before.get("drop_kit_question", 0), after
-    kit = lab.xdns_stats(srv)["kit"]
-    assert kit["responses"] >= 1 and kit["pending"] == 0, kit
+    after = lab.xdns_stats(srv)["kit"]
+    moved = {k: after[k] - before.get(k, 0) for k in after if k != "pending" and after[k] != before.get(k, 0)}
+    # the misses reached kernel iteration (not every case is one: a resolution caches what a
+    # later case asks, NS good.lab. for one); here each was handed over for want of a next hop
+    assert moved.get("handover_fib", 0) + moved.get("sent", 0) >= len(PLAIN) // 2, moved
+    assert set(moved) <= {"handover_fib", "sent", "responses"}, f"no other handover reason: {moved}"
+    assert moved.get("sent", 0) == moved.get("responses", 0), f"each query sent got its response: {moved}"
+    xdp = lab.xdns_stats(srv)["xdp"]
+    assert xdp["drop_kit_question"] == xdp["drop_kit_unsolicited"] == 0, xdp
+    assert after["pending"] == 0, after
