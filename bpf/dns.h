@@ -68,6 +68,8 @@ static __always_inline enum xdns_verdict xdns_parse_header(struct xdp_md *ctx, s
 	q->flags = bpf_ntohs(h[1]);
 	if (q->flags & XDNS_F_QR)
 		return xdns_response_stage(ctx, sc, pkt, q);
+	if (pkt->kit)
+		return XDNS_DROP_KIT_MALFORMED;        /* a query to a reserved port (kit.h) */
 	if (q->flags & XDNS_F_OPCODE)
 		return XDNS_PASS_DNS_OPCODE;
 	if (h[2] != bpf_htons(1) || h[3] || h[4] || bpf_ntohs(h[5]) > 1)

@@ -384,4 +384,7 @@ struct {
 	__type(value, __u32);
 } xdns_tel_prog SEC(".maps");
 
+/* kernel iteration (issue 32) */
+#include "kit_maps.h"
+
 #endif /* XDNS_MAPS_H */

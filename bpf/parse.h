@@ -28,7 +28,8 @@ struct xdns_pkt {
 	__u32 dns_off;          /* DNS header */
 	__u32 dns_len;          /* DNS message length, from the UDP length */
 	__u8 ipv6;
-	__u8 _pad[3];
+	__u8 kit;               /* 1: to a reserved port of kernel iteration, not a listen address */
+	__u8 _pad[2];
 };
 
 /*
@@ -114,8 +115,11 @@ static __always_inline enum xdns_verdict xdns_parse_l2_l4(struct xdp_md *ctx, st
 		udp = data + pkt->l4_off;
 		if ((void *)(udp + 1) > data_end)
 			return XDNS_PASS_L3_SHORT;
-		if (!xdns_listening((const __u8 *)&ip->daddr, 4, bpf_ntohs(udp->dest)))
-			return XDNS_PASS_NOT_OUR_ADDR;
+		if (!xdns_listening((const __u8 *)&ip->daddr, 4, bpf_ntohs(udp->dest))) {
+			if (!xdns_kit_port(bpf_ntohs(udp->dest)))
+				return XDNS_PASS_NOT_OUR_ADDR;
+			pkt->kit = 1;   /* an answer to kernel iteration (kit.h), or nothing of ours */
+		}
 		ulen = bpf_ntohs(udp->len);
 		if (ulen != tot - pkt->ip_hlen)
 			return XDNS_PASS_UDP_BAD;
@@ -141,8 +145,11 @@ static __always_inline enum xdns_verdict xdns_parse_l2_l4(struct xdp_md *ctx, st
 		udp = data + pkt->l4_off;
 		if ((void *)(udp + 1) > data_end)
 			return XDNS_PASS_L3_SHORT;
-		if (!xdns_listening((const __u8 *)&ip6->daddr, 6, bpf_ntohs(udp->dest)))
-			return XDNS_PASS_NOT_OUR_ADDR;
+		if (!xdns_listening((const __u8 *)&ip6->daddr, 6, bpf_ntohs(udp->dest))) {
+			if (!xdns_kit_port(bpf_ntohs(udp->dest)))
+				return XDNS_PASS_NOT_OUR_ADDR;
+			pkt->kit = 1;   /* an answer to kernel iteration (kit.h), or nothing of ours */
+		}
 		ulen = bpf_ntohs(udp->len);
 		if (ulen != plen)
 			return XDNS_PASS_UDP_BAD;

@@ -12,9 +12,9 @@
  * XDNS_PASS_DNS_RESPONSE, as the header check did before it existed.
  *
  * Which responses reach it: those that parse.h lets through, UDP to a listen address and
- * port. A stage that learns from the answers to the daemon's own queries will have to widen
- * that filter (their destination is the resolver's source address and port), and must never
- * trust a response it did not ask for (ID, source, question: DESIGN-NOTES.md).
+ * port, or, with kernel iteration on, to a port of its reserved range (pkt->kit): those go
+ * on by a tail call to xdns_kit_in_xdp (kit.h), which trusts only what it asked for (server,
+ * port, ID, question with its 0x20 case).
  *
  * Its scratch (struct xdns_response_scratch) and counters are empty until it does something;
  * its verdict is XDNS_PASS_DNS_RESPONSE.
@@ -24,6 +24,7 @@
 
 #include "stage.h"
 #include "parse.h"
+#include "kit_call.h"
 
 struct xdns_query;      /* dns.h, which calls this stage */
 
@@ -31,6 +32,8 @@ static __always_inline enum xdns_verdict xdns_response_stage(struct xdp_md *ctx,
 							      const struct xdns_pkt *pkt,
 							      const struct xdns_query *q)
 {
+	if (pkt->kit)   /* to a reserved port: kernel iteration's (kit.h) */
+		return xdns_kit_response(ctx, pkt);
 	return XDNS_PASS_DNS_RESPONSE;
 }
 

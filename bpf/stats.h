@@ -53,8 +53,16 @@ static const __u8 xdns_actions[XDNS_VERDICT_SLOTS] = {
 	[XDNS_ANSWERED_SLIP] = XDP_TX,
 	[XDNS_PASS_COOKIE] = XDP_PASS,
 	[XDNS_PASS_COOKIE_NEW] = XDP_PASS,
+	[XDNS_KIT_SENT] = XDP_TX,
+	[XDNS_KIT_REDIRECTED] = XDP_REDIRECT,
+	[XDNS_PASS_KIT_HANDOVER] = XDP_PASS,
+	[XDNS_PASS_KIT_RESPONSE] = XDP_PASS,
+	[XDNS_DROP_KIT_UNSOLICITED] = XDP_DROP,
+	[XDNS_DROP_KIT_SRC_PORT] = XDP_DROP,
+	[XDNS_DROP_KIT_QUESTION] = XDP_DROP,
+	[XDNS_DROP_KIT_MALFORMED] = XDP_DROP,
 };
-_Static_assert(XDNS_VERDICT_MAX == XDNS_PASS_COOKIE_NEW + 1, "a new verdict needs its row in xdns_actions");
+_Static_assert(XDNS_VERDICT_MAX == XDNS_DROP_KIT_MALFORMED + 1, "a new verdict needs its row in xdns_actions");
 
 /*
  * Count `v` on this CPU (in its scratch value) and return the XDP action it stands for.

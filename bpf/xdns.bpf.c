@@ -23,6 +23,8 @@
  *   answer    answer.h        the reply written in place from the answer value
  *   telemetry telemetry.h     (rules set) receive time before parse; for an answer leaving,
  *                             the rules, its histogram and the in-band probe option
+ *   kit       kit.h           (xdns_kit_cfg.on) kernel iteration: a cache miss rewritten into a
+ *                             query to a server, the response checked; programs of their own
  *
  * The authoritative and the resolver program differ by xdns_cfg.resolver (read-only data:
  * the verifier drops the branches of the other program), tested where their paths part.
@@ -48,6 +50,7 @@
 #include "memo.h"
 #include "reply.h"
 #include "telemetry.h"
+#include "kit.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -140,7 +143,9 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		}
 		/* one call site: the verifier walks the stage once for both ways in */
 		if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
-			return xdns_cache_answer(ctx, sc, &pkt, &q);
+			/* a miss goes on to kernel iteration when it is on (kit_call.h, kit.h) */
+			return xdns_kit_miss(ctx, &pkt, xdns_cache_answer(ctx, sc, &pkt, &q), q.id, q.flags, q.qtype,
+					     q.payload, q.has_opt, q.do_bit, q.cookie_len);
 		if (v != XDNS_CONTINUE)
 			return v;
 		/*
@@ -207,4 +212,30 @@ int xdns_tel_xdp(struct xdp_md *ctx)
 	if (!sc)
 		return XDP_PASS;
 	return xdns_verdict(sc, xdns_tel_end(ctx, sc->tel.v, sc->tel.t0));
+}
+
+/*
+ * Kernel iteration (kit.h): the miss side, reached by a tail call from the cache stage's
+ * miss, and the response side, from the response stage. Programs of their own, verified alone.
+ */
+SEC("xdp")
+int xdns_kit_out_xdp(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct xdns_scratch *sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+
+	if (!sc)
+		return XDP_PASS;
+	return xdns_verdict(sc, xdns_kit_out(ctx, sc));
+}
+
+SEC("xdp")
+int xdns_kit_in_xdp(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct xdns_scratch *sc = bpf_map_lookup_elem(&xdns_scratch, &zero);
+
+	if (!sc)
+		return XDP_PASS;
+	return xdns_verdict(sc, xdns_kit_in(ctx));
 }

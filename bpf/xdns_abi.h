@@ -60,7 +60,16 @@ enum xdns_verdict {
 	XDNS_ANSWERED_SLIP = 38,      /* XDP_TX: over the rate, the slip-th: header and question, TC=1 */
 	XDNS_PASS_COOKIE = 39,        /* a valid server cookie (verified here): userspace answers, never limited */
 	XDNS_PASS_COOKIE_NEW = 40,    /* other COOKIE option, within the rate: userspace adds a new server cookie */
-	XDNS_VERDICT_MAX = 41,        /* number of verdicts; not a verdict */
+	/* kernel iteration (issue 32; kit.h, its own programs xdns_kit_out_xdp and xdns_kit_in_xdp) */
+	XDNS_KIT_SENT = 41,           /* XDP_TX: a cache miss rewritten into a query to a server (out the interface it came in) */
+	XDNS_KIT_REDIRECTED = 42,     /* XDP_REDIRECT: the same, out another interface (bpf_redirect) */
+	XDNS_PASS_KIT_HANDOVER = 43,  /* a miss the kernel does not iterate: passed untouched (reason: xdns_kit_scratch.handover[]) */
+	XDNS_PASS_KIT_RESPONSE = 44,  /* a response that passed every check: to the reserved-port socket, userspace finishes */
+	XDNS_DROP_KIT_UNSOLICITED = 45, /* a response to a reserved port that matches no pending query (server, port, ID) */
+	XDNS_DROP_KIT_SRC_PORT = 46,  /* ... from a source port other than 53 */
+	XDNS_DROP_KIT_QUESTION = 47,  /* ... whose question is not the one sent (name with its 0x20 case, type, class) */
+	XDNS_DROP_KIT_MALFORMED = 48, /* ... too short, QDCOUNT != 1, or a query (QR=0) to a reserved port */
+	XDNS_VERDICT_MAX = 49,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -904,6 +913,120 @@ struct xdns_scratch {
 	__u64 verdicts[XDNS_VERDICT_SLOTS];
 };
 _Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed with a mask");
+
+/*
+ * ---- Kernel iteration (issue 32): bpf/kit.h, programs xdns_kit_out_xdp and xdns_kit_in_xdp ----
+ *
+ * A cache miss of the resolver program (pass_cache_miss, pass_cache_expired) is tail-called
+ * into xdns_kit_out_xdp, which rewrites the client's packet into a query to a server of the
+ * deepest zone cut the zone map knows for the question name, records the client's state in
+ * xdns_kit_pending and sends it. The answer, to a port of the reserved range, is tail-called
+ * from the response stage into xdns_kit_in_xdp, which checks it against the pending query and
+ * passes it to the daemon's socket on that port (or drops it, counted). bpf/README.md,
+ * "Kernel iteration", is the design.
+ */
+#define XDNS_KIT_ADDRS 4                /* server addresses per family kept per zone cut */
+#define XDNS_KIT_SLOT_OUT 0             /* xdns_kit_prog: the miss side */
+#define XDNS_KIT_SLOT_IN 1              /* xdns_kit_prog: the response side */
+
+/* Load-time settings of kernel iteration (rodata `xdns_kit_cfg`). */
+struct xdns_kit_config {
+	__u8 on;                /* 1: misses are iterated (xdns_cfg.resolver must be 1) */
+	__u8 _pad;
+	__u16 port_lo;          /* reserved source ports, host order, inclusive */
+	__u16 port_hi;
+	__u16 edns_payload;     /* advertised in our queries */
+};
+
+/* Key of `xdns_kit_zones`: a zone cut, by the hash of its lowercased wire name (xdns_name_hash). */
+struct xdns_kit_zone_key {
+	__u64 hash;
+};
+
+/*
+ * Value of `xdns_kit_zones`: a delegation the resolver learnt (or the root, from the hints):
+ * its servers' addresses (glue or known addresses), the zone's name (bailiwick) and expiry.
+ * Written by userspace (xdns_bpf::kit), read by xdns_kit_out_xdp.
+ */
+struct xdns_kit_zone {
+	__u64 expires_ns;       /* CLOCK_MONOTONIC; the root: never (u64 max) */
+	__u8 name_len;          /* wire length of name[] (checked against the suffix: a collision is no cut) */
+	__u8 labels;            /* its labels, the root excluded */
+	__u8 n4;                /* entries of a4[] */
+	__u8 n6;                /* entries of a6[] */
+	__u32 _pad;
+	__u8 a4[XDNS_KIT_ADDRS][4];     /* IPv4 servers, network order */
+	__u8 a6[XDNS_KIT_ADDRS][16];    /* IPv6 servers */
+	__u8 name[256];         /* the zone's lowercased wire name, zero padded */
+};
+
+/* Key of `xdns_kit_pending`: a query the kernel sent, by (server, our port, ID). */
+struct xdns_kit_pend_key {
+	__u8 server[16];        /* IPv4 in the first 4 bytes (the rest 0) */
+	__u16 port;             /* our source port, network order */
+	__u16 id;               /* the ID sent, network order */
+	__u8 family;            /* 4 or 6 */
+	__u8 _pad[3];
+};
+
+/*
+ * Value of `xdns_kit_pending`: the client's state, to answer it (userspace, on a handover or
+ * a timeout) and the question sent, to check the response (the kernel and userspace).
+ */
+struct xdns_kit_pend {
+	__u64 sent_ns;          /* bpf_ktime_get_ns() when sent (the daemon's timer) */
+	__u8 client[16];        /* the client's address (IPv4 in the first 4 bytes) */
+	__u8 local[16];         /* the address it asked (our source address for the query) */
+	__u64 zone_hash;        /* the cut asked (xdns_kit_zones' key): bailiwick */
+	__u16 cport;            /* the client's port, network order */
+	__u16 cid;              /* the client's ID, network order */
+	__u16 cflags;           /* the client's header flags, host order */
+	__u16 qtype;            /* host order */
+	__u16 payload;          /* the client's EDNS UDP payload size (0: no EDNS) */
+	__u8 family;            /* 4 or 6 */
+	__u8 do_bit;            /* the client's DO bit */
+	__u8 qlen;              /* wire length of the name */
+	__u8 zone_len;          /* wire length of the cut's name */
+	__u8 hops;              /* queries sent for this client question (1 on the first) */
+	__u8 cookie;            /* the client's COOKIE option's length (0: none) */
+	__u8 _pad[4];
+	__u8 cname[256];        /* the question name as the client sent it */
+	__u8 qname[256];        /* the name as sent to the server, with its 0x20 case */
+};
+
+/* Why a miss was handed to userspace untouched (xdns_kit_scratch.handover[]). */
+enum xdns_kit_handover {
+	XDNS_KIT_HO_NO_WALK = 0,        /* the name came through a cache hint: no label hashes for the zone walk */
+	XDNS_KIT_HO_NO_ZONE = 1,        /* no cut known, not even the root */
+	XDNS_KIT_HO_FAMILY = 2,         /* the cut has no server of the client's address family */
+	XDNS_KIT_HO_LAYOUT = 3,         /* VLAN tag, IPv4 options, an EDNS option: frames the rewrite does not take */
+	XDNS_KIT_HO_PENDING_FULL = 4,   /* xdns_kit_pending refused the entry (full, or the key taken) */
+	XDNS_KIT_HO_FIB = 5,            /* bpf_fib_lookup found no next hop (no route, no neighbour, not forwarded) */
+	XDNS_KIT_HO_REWRITE = 6,        /* a helper refused to resize the frame (untouched until then) */
+	XDNS_KIT_HO_MAX = 7,
+};
+#define XDNS_KIT_HO_SLOTS 8
+
+/* Per-CPU scratch and counters of kernel iteration (value of `xdns_kit_scratch`). */
+struct xdns_kit_scratch {
+	/* counters (userspace reads and sums them) */
+	__u64 handover[XDNS_KIT_HO_SLOTS]; /* misses passed, by enum xdns_kit_handover */
+	__u64 sent;             /* queries sent (first hops) */
+	__u64 responses;        /* responses that passed every check */
+	/* handed over by the resolver program before the tail call */
+	__u32 l3_off;           /* struct xdns_pkt's layout */
+	__u32 l4_off;
+	__u32 dns_off;
+	__u32 dns_len;
+	__u32 ipv6;
+	__u32 verdict;          /* the cache stage's verdict (a miss's), returned if the call goes nowhere */
+	__u64 zone_hash;        /* the cut chosen */
+	__u32 zone_len;
+	__u32 _pad;
+	__u8 fib[64];           /* the struct bpf_fib_lookup asked, kept for the second try */
+	struct xdns_kit_pend pend;      /* the entry being built */
+	__u8 msg[296];          /* the query being built: header, name, type, class, OPT; padded to words */
+};
 
 /*
  * ---- The in-path cache (issue 26): its own program, bpf/inpath.bpf.c ----

@@ -20,6 +20,8 @@
 //!   modelled hardware tier (an `xdns_guard::topk::HardwareTier`), feature snapshots, counters.
 //! - [`telemetry`]: stage 5 (issue 27): selection rules, the histogram bucket math shared with
 //!   userspace, the kernel histograms.
+//! - [`kit`]: kernel iteration (issue 32): the zone map, the pending queries userspace claims,
+//!   the counters.
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
 mod skel {
@@ -42,6 +44,7 @@ pub mod delta;
 pub mod guard;
 pub mod hash;
 pub mod inpath;
+pub mod kit;
 pub mod iface;
 pub mod maps;
 pub mod runtime;

@@ -44,6 +44,9 @@ pub struct LoadConfig {
     /// The guard stage (`bpf/guard.h`); `None` = off: one load-time-constant branch, no map
     /// lookup. Lists, tier and features are then driven through [`XdpProgram::guard`].
     pub guard: Option<crate::guard::GuardStage>,
+    /// Kernel iteration (`bpf/kit.h`, issue 32; needs `resolver`); `None` = off: a miss
+    /// passes as `pass_cache_miss` and the tail calls are dropped by the verifier.
+    pub kit: Option<crate::kit::KitStage>,
 }
 
 /// Load-time settings of the cache stage.
@@ -178,6 +181,21 @@ impl XdpProgram {
             ro.xdns_cfg.guard = u8::from(cfg.guard.is_some());
             ro.xdns_cfg.guard_features = u8::from(cfg.guard.as_ref().is_some_and(|g| g.features));
         }
+        if let Some(k) = &cfg.kit {
+            if cfg.resolver.is_none() {
+                bail!("kernel iteration needs the resolver's cache stage");
+            }
+            let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
+            ro.xdns_kit_cfg.on = 1;
+            ro.xdns_kit_cfg.port_lo = k.ports.0;
+            ro.xdns_kit_cfg.port_hi = k.ports.1;
+            ro.xdns_kit_cfg.edns_payload = cfg.edns_payload;
+            open.maps.xdns_kit_pending.set_max_entries(k.pending.max(1))?;
+            open.maps.xdns_kit_zones.set_max_entries(k.zones.max(1))?;
+        } else {
+            open.maps.xdns_kit_pending.set_max_entries(1)?;
+            open.maps.xdns_kit_zones.set_max_entries(1)?;
+        }
         crate::guard::size_maps(&mut open, cfg.guard.as_ref())?;
         open.maps.xdns_cache_idx.set_max_entries(cc.buckets())?;
         open.maps.xdns_cache_s.set_max_entries(cc.s)?;
@@ -219,7 +237,32 @@ impl XdpProgram {
         // the telemetry stage's end half, reached by a tail call (bpf/telemetry.h)
         let tel_fd = prog.skel.progs.xdns_tel_xdp.as_fd().as_raw_fd();
         prog.skel.maps.xdns_tel_prog.update(&0u32.to_ne_bytes(), &tel_fd.to_ne_bytes(), MapFlags::ANY).context("setting the telemetry program")?;
+        // kernel iteration's two sides, reached by tail calls (bpf/kit.h)
+        if cfg.kit.is_some() {
+            let out_fd = prog.skel.progs.xdns_kit_out_xdp.as_fd().as_raw_fd();
+            let in_fd = prog.skel.progs.xdns_kit_in_xdp.as_fd().as_raw_fd();
+            let slots = &prog.skel.maps.xdns_kit_prog;
+            slots.update(&0u32.to_ne_bytes(), &out_fd.to_ne_bytes(), MapFlags::ANY).context("setting kernel iteration's miss program")?;
+            slots.update(&1u32.to_ne_bytes(), &in_fd.to_ne_bytes(), MapFlags::ANY).context("setting kernel iteration's response program")?;
+        }
         Ok(prog)
+    }
+
+    /// Kernel iteration's maps (zones, pending queries, counters), on duplicated fds.
+    pub fn kit(&self) -> Result<crate::kit::KitMaps> {
+        let m = &self.skel.maps;
+        let dup = |map: &libbpf_rs::Map<'_>| libbpf_rs::MapHandle::try_from(map).context("duplicating a kernel iteration map's fd");
+        Ok(crate::kit::KitMaps::new(dup(&m.xdns_kit_zones)?, dup(&m.xdns_kit_pending)?, dup(&m.xdns_kit_scratch)?, self.loader.seed()))
+    }
+
+    /// `(translated instructions, instructions the verifier processed)` of kernel
+    /// iteration's two programs (`xdns_kit_out_xdp`, `xdns_kit_in_xdp`), each verified alone.
+    pub fn kit_insn_counts(&self) -> Result<[(usize, usize); 2]> {
+        let c = |fd| -> Result<(usize, usize)> {
+            let info = prog_info(fd)?;
+            Ok((info.xlated_prog_len as usize / 8, info.verified_insns as usize))
+        };
+        Ok([c(self.skel.progs.xdns_kit_out_xdp.as_fd().as_raw_fd())?, c(self.skel.progs.xdns_kit_in_xdp.as_fd().as_raw_fd())?])
     }
 
     /// The telemetry stage's maps (rules and histograms), on duplicated fds.
@@ -527,6 +570,22 @@ impl XdpProgram {
     pub fn test_run(&self, packet: &[u8]) -> Result<(u32, Vec<u8>)> {
         let mut out = vec![0u8; 4096];
         let input = ProgramInput { data_in: Some(packet), data_out: Some(&mut out), ..Default::default() };
+        let res = self.skel.progs.xdns_xdp.test_run(input)?;
+        let n = res.data.map_or(0, |d| d.len());
+        let ret = res.return_value;
+        out.truncate(n);
+        Ok((ret, out))
+    }
+
+    /// As [`Self::test_run`], the frame received on interface `ifindex` (of the caller's
+    /// network namespace; the XDP context's `ingress_ifindex`, queue 0).
+    pub fn test_run_on(&self, packet: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
+        let mut out = vec![0u8; 4096];
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(packet.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        let input = ProgramInput { data_in: Some(packet), data_out: Some(&mut out), context_in: Some(&mut ctx), ..Default::default() };
         let res = self.skel.progs.xdns_xdp.test_run(input)?;
         let n = res.data.map_or(0, |d| d.len());
         let ret = res.return_value;

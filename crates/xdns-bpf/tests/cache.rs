@@ -58,6 +58,7 @@ fn load_resolver_with(seed: u64, guard: Option<xdns_bpf::guard::GuardStage>) -> 
         capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0 },
         resolver: Some(ResolverStage { allow: allow(), capacity: CacheCapacity { s: 1024, m: 256, l: 128 } }),
         guard,
+        kit: None,
     };
     let mut prog = XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)");
     prog.install(&zone()).unwrap();

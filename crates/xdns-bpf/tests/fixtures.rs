@@ -651,6 +651,7 @@ fn userspace_only_bodies() {
         capacity: xdns_bpf::runtime::Capacity { nodes: 64, answers: 64, bodies_m: 64, bodies_l: 64, table_vals: 0 },
         resolver: None,
         guard: None,
+        kit: None,
     };
     let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
     let mut data = zone();
@@ -765,6 +766,7 @@ fn answer_table_is_consulted() {
         capacity: xdns_bpf::runtime::Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 64 },
         resolver: None,
         guard: None,
+        kit: None,
     };
     let mut small = xdns_bpf::runtime::XdpProgram::load(&cfg).expect("load (verifier)");
     small.install(&padded).unwrap();

@@ -92,6 +92,7 @@ fn peer_program(ns: &str, dev: &str) -> xdns_bpf::runtime::XdpProgram {
         capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
         resolver: None,
         guard: None,
+        kit: None,
     };
     in_netns(ns, || {
         let mut p = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
@@ -209,6 +210,7 @@ fn kdig_answered_from_the_cache() {
                 capacity: xdns_bpf::cache::CacheCapacity { s: 1024, m: 256, l: 64 },
             }),
             guard: None,
+            kit: None,
         };
         let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
         prog.install(&data).unwrap();

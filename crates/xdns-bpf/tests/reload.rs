@@ -125,6 +125,7 @@ fn install_and_reload_100k_names() {
         capacity: xdns_bpf::runtime::Capacity::for_data(&data),
         resolver: None,
         guard: None,
+        kit: None,
     };
     let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
     let t = std::time::Instant::now();

@@ -20,6 +20,7 @@ mod dnstap;
 mod guard;
 mod heap;
 mod inpath;
+mod kit;
 mod metrics;
 mod privilege;
 mod query;

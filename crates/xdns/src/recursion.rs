@@ -63,6 +63,8 @@ pub struct FileResolver {
     fetches_per_server: Option<Spanned<i64>>,
     fetches_per_zone: Option<Spanned<i64>>,
     fetches_floor: Option<Spanned<i64>>,
+    kernel_iteration: Option<bool>,
+    kernel_iteration_ports: Option<Spanned<String>>,
 }
 
 /// An address prefix of `allow`.
@@ -127,6 +129,10 @@ pub struct ResolverSettings {
     pub max_pending: usize,
     /// The resolver's own settings.
     pub resolver: xdns_resolver::Config,
+    /// Cache misses iterated in the kernel (`bpf/kit.h`, issue 32; with `[xdp]` only).
+    pub kernel_iteration: bool,
+    /// The source ports the daemon reserves for them (inclusive).
+    pub kit_ports: (u16, u16),
 }
 
 impl ResolverSettings {
@@ -140,6 +146,12 @@ impl ResolverSettings {
         }
         if self.max_pending != other.max_pending {
             v.push("resolver.max_pending".to_string());
+        }
+        if self.kernel_iteration != other.kernel_iteration {
+            v.push("resolver.kernel_iteration".to_string());
+        }
+        if self.kit_ports != other.kit_ports {
+            v.push("resolver.kernel_iteration_ports".to_string());
         }
         for f in Resolver::fixed_settings_changed(&self.resolver, &other.resolver) {
             v.push(format!("resolver.{f}"));
@@ -294,6 +306,17 @@ pub fn parse_section(
             )),
         }
     }
+    let kernel_iteration = r.kernel_iteration.unwrap_or(false);
+    let mut kit_ports = xdns_bpf::kit::KitStage::default().ports;
+    if let Some(p) = &r.kernel_iteration_ports {
+        match xdns_bpf::kit::parse_ports(p.get_ref()) {
+            Ok(range) => kit_ports = range,
+            Err(why) => errors.push(err(line(p.span()), format!("[resolver] kernel_iteration_ports: {why}"))),
+        }
+    }
+    if kernel_iteration && !cfg.forwarders.is_empty() {
+        errors.push(err(None, "[resolver] kernel_iteration with forwarders: the kernel iterates, it does not forward".into()));
+    }
     if errors.len() > n_before {
         return None;
     }
@@ -302,6 +325,8 @@ pub fn parse_section(
         allow,
         max_pending,
         resolver: cfg,
+        kernel_iteration,
+        kit_ports,
     })
 }
 

@@ -55,6 +55,7 @@ pub fn load_with(resolver: Option<xdns_bpf::runtime::ResolverStage>, guard: Opti
         capacity: Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0 },
         resolver,
         guard,
+        kit: None,
     };
     XdpProgram::load(&cfg).expect("load (verifier)")
 }

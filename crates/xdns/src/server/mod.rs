@@ -122,6 +122,7 @@ impl Shared {
         if let Some(r) = self.recursion.get() {
             r.snapshot(&mut s);
         }
+        crate::kit::snapshot(&mut s);
         if let Some(slots) = self.tcp_slots.get() {
             slots.snapshot(&mut s);
         }
@@ -190,6 +191,11 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     let mut session = if takeover { start::take_over(&cfg).await? } else { None };
     let inherited = session.as_mut().map(|s| std::mem::take(&mut s.inherited)).unwrap_or_default();
     let listeners = start::Listeners::bind(&cfg, inherited, &shared).await?;
+    // kernel iteration's source ports, reserved before the program can send from them
+    let kit_reserved = match &cfg.resolver {
+        Some(rs) if rs.kernel_iteration && !cfg.xdp.interfaces.is_empty() => Some(crate::kit::reserve(rs.kit_ports)?),
+        _ => None,
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -217,9 +223,16 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
 
     let workers = cfg.effective_udp_workers();
     let mut threads = Vec::new();
+    let mut answer_socks = Vec::new();
     for (n, (addr, sock)) in listeners.udp.into_iter().enumerate() {
         let wildcard = addr.ip().is_unspecified();
+        let sock = Arc::new(sock);
+        answer_socks.push((addr, sock.clone()));
         threads.push(udp::spawn(sock, wildcard, shared.clone(), format!("xdns-udp-{n}")).context("starting UDP worker")?);
+    }
+    // kernel iteration's handover: the reserved ports, bound above, read from here (crate::kit)
+    if let Some(reserved) = kit_reserved {
+        tasks.extend(crate::kit::spawn(&cfg, &shared, reserved, answer_socks, stop_rx.clone())?);
     }
     let slots = shared.tcp_slots.get_or_init(|| slots::Slots::new(cfg.tcp.clone())).clone();
     for (_, l) in listeners.tcp {

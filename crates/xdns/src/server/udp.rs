@@ -105,16 +105,16 @@ fn set_pktinfo(sock: &Socket, v6: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Start a worker thread serving `sock`.
+/// Start a worker thread serving `sock` (shared with kernel iteration's handover, which
+/// answers its clients from it: `crate::kit`).
 pub fn spawn(
-    sock: Socket,
+    sock: Arc<Socket>,
     wildcard: bool,
     shared: Arc<Shared>,
     name: String,
 ) -> io::Result<JoinHandle<()>> {
     let shard = shared.stats.shard();
     let batch = batch_size(std::env::var("XDNS_UDP_BATCH").ok().as_deref());
-    let sock = Arc::new(sock);
     let beat = shared.heartbeats.register(&name);
     let local = sock.local_addr().ok().and_then(|a| a.as_socket());
     std::thread::Builder::new().name(name).spawn(move || {
@@ -146,6 +146,27 @@ impl Pending {
     /// The client's address (for the resolver's per-client fairness).
     pub fn peer(&self) -> Option<IpAddr> {
         peer_ip(&self.name)
+    }
+
+    /// A query kernel iteration handed over (`crate::kit`): answered from `sock` (a listen
+    /// socket of `local`'s family bound to `local` or its wildcard) from `local` to `client`.
+    pub fn handed_over(sock: Arc<Socket>, client: SocketAddr, local: IpAddr, query: Box<Query>, key: CacheKey) -> Pending {
+        let sa = socket2::SockAddr::from(client);
+        let pktinfo = match local {
+            IpAddr::V4(a) => Pktinfo::V4(libc::in_pktinfo { ipi_ifindex: 0, ipi_spec_dst: libc::in_addr { s_addr: u32::from(a).to_be() }, ipi_addr: libc::in_addr { s_addr: u32::from(a).to_be() } }),
+            IpAddr::V6(a) => {
+                // SAFETY: plain-data struct, zero is valid.
+                let mut i: libc::in6_pktinfo = unsafe { zeroed() };
+                i.ipi6_addr.s6_addr = a.octets();
+                Pktinfo::V6(i)
+            }
+        };
+        // SAFETY: plain-data struct, zero is valid.
+        let mut name: libc::sockaddr_storage = unsafe { zeroed() };
+        let namelen = sa.len();
+        // SAFETY: `sa` holds `namelen` (<= size_of sockaddr_storage) valid bytes of a sockaddr.
+        unsafe { std::ptr::copy_nonoverlapping(sa.as_ptr().cast::<u8>(), (&mut name as *mut libc::sockaddr_storage).cast::<u8>(), namelen as usize) };
+        Pending { sock, name, namelen, pktinfo, query, key, ends: Default::default(), timed: None }
     }
 
     /// Sends `answer` to the client (non-blocking: a full socket buffer drops it).

@@ -35,6 +35,7 @@ enum Cmd {
     Links(mpsc::Sender<anyhow::Result<Vec<InheritedLink>>>),
     Reclaim(mpsc::Sender<anyhow::Result<()>>),
     Cache(mpsc::Sender<anyhow::Result<Option<CacheHandles>>>),
+    Kit(mpsc::Sender<anyhow::Result<Option<xdns_bpf::kit::KitMaps>>>),
     SetAllow(
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
@@ -361,6 +362,9 @@ impl Fastpath {
                         Cmd::Cache(reply) => {
                             let _ = reply.send(rt.cache());
                         }
+                        Cmd::Kit(reply) => {
+                            let _ = reply.send(rt.kit_maps());
+                        }
                         Cmd::SetAllow(allow, reply) => {
                             let _ = reply.send(rt.set_allow(&allow));
                         }
@@ -428,6 +432,11 @@ impl Fastpath {
     /// consumer of the ring buffer.
     pub fn cache(&self) -> anyhow::Result<Option<CacheHandles>> {
         self.call(Cmd::Cache)
+    }
+
+    /// Kernel iteration's maps (blocking); `Ok(None)` when it is off.
+    pub fn kit(&self) -> anyhow::Result<Option<xdns_bpf::kit::KitMaps>> {
+        self.call(Cmd::Kit)
     }
 
     /// Replace the resolver's allow list in the kernel (blocking).

@@ -40,6 +40,10 @@ pub struct XdpConfig {
     /// later (`crate::server::push_guard_lists`, through `XdpStatus::guard`). Set by the daemon, not read from `[xdp]`.
     #[serde(skip)]
     pub guard: Option<xdns_bpf::guard::GuardStage>,
+    /// Kernel iteration (`bpf/kit.h`), from `[resolver] kernel_iteration`. Set by the daemon,
+    /// not read from `[xdp]`.
+    #[serde(skip)]
+    pub kit: Option<xdns_bpf::kit::KitStage>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]

@@ -40,6 +40,8 @@ pub struct XdpRuntime {
     /// The guard stage's maps (`[guard]`): one handle whose clones share its writer state,
     /// so that every list generation follows the last one.
     guard_maps: Option<xdns_bpf::guard::Guard>,
+    /// Loaded with kernel iteration (`bpf/kit.h`).
+    kit: bool,
     /// The zones the active generation holds (`None`: unknown, e.g. a failed install), and
     /// for each apex the names whose stored bodies carry its SOA: what an in-place update
     /// ([`Self::update`]) starts from.
@@ -108,6 +110,7 @@ impl XdpRuntime {
             capacity: Capacity::for_data(&data),
             resolver: cfg.resolver.clone(),
             guard: cfg.guard.clone(),
+            kit: cfg.kit.clone(),
         };
         let t = std::time::Instant::now();
         let prog = XdpProgram::load(&load)?;
@@ -133,6 +136,7 @@ impl XdpRuntime {
         };
         Ok(Some(Self {
             guard_maps,
+            kit: cfg.kit.is_some(),
             prog,
             interfaces: cfg.interfaces.clone(),
             mode: cfg.mode,
@@ -414,6 +418,14 @@ impl XdpRuntime {
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
     /// when the cache stage is off (`XdpConfig::resolver` unset).
+    /// Kernel iteration's maps, when the program was loaded with it.
+    pub fn kit_maps(&self) -> anyhow::Result<Option<xdns_bpf::kit::KitMaps>> {
+        if !self.kit {
+            return Ok(None);
+        }
+        Ok(Some(self.prog.kit()?))
+    }
+
     pub fn cache(
         &self,
     ) -> anyhow::Result<

@@ -1,0 +1,312 @@
+//! Kernel iteration (issue 32; `bpf/kit.h`, bpf/README.md "Kernel iteration"): the zone map
+//! userspace writes (delegations and the root), the pending queries the kernel sent, which
+//! userspace claims, and the counters.
+//!
+//! The kernel keys a zone cut by the seeded hash of its lowercased wire name ([`crate::hash`],
+//! the same function as `bpf/hash.h`), and checks the name's length; the pending map by
+//! (server, our port, ID). Claiming a pending entry is deleting it: whoever deletes it (the
+//! handover of a response, the daemon's timer) answers the client, so a client is answered
+//! once.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use crate::types::{xdns_kit_pend, xdns_kit_pend_key, xdns_kit_scratch, xdns_kit_zone, xdns_kit_zone_key};
+
+/// Server addresses per family the kernel keeps per cut (`XDNS_KIT_ADDRS`).
+pub const ADDRS: usize = 4;
+
+/// Handover reasons, in the order of `enum xdns_kit_handover` (the counter names).
+pub const HANDOVER: [&str; 7] = ["no_walk", "no_zone", "family", "layout", "pending_full", "fib", "rewrite"];
+
+/// Load-time settings of kernel iteration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KitStage {
+    /// The reserved source ports (inclusive), at most 2^15 of them.
+    pub ports: (u16, u16),
+    /// Queries the kernel may have outstanding (`xdns_kit_pending`'s size).
+    pub pending: u32,
+    /// Zone cuts the kernel may know (`xdns_kit_zones`' size).
+    pub zones: u32,
+}
+
+impl Default for KitStage {
+    fn default() -> Self {
+        Self { ports: (61000, 61255), pending: 16384, zones: 4096 }
+    }
+}
+
+/// A zone cut as the kernel keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KitZone {
+    /// The zone's wire name (lowercased when written).
+    pub name: Vec<u8>,
+    /// Its servers' addresses (the first [`ADDRS`] of each family are kept).
+    pub addrs: Vec<IpAddr>,
+    /// CLOCK_MONOTONIC nanoseconds at which the kernel stops using it (`u64::MAX`: never).
+    pub expires_ns: u64,
+}
+
+/// A query the kernel sent for a client, claimed by userspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KitPending {
+    /// The client's address and port.
+    pub client: SocketAddr,
+    /// The address the client asked (ours).
+    pub local: IpAddr,
+    /// The client's ID (as it sent it) and header flags.
+    pub id: u16,
+    pub flags: u16,
+    /// The question: the name as the client sent it, and its type.
+    pub qname: Vec<u8>,
+    pub qtype: u16,
+    /// The client's EDNS payload size (`None`: no EDNS) and DO bit.
+    pub payload: Option<u16>,
+    pub dnssec_ok: bool,
+    /// The name as sent to the server (its 0x20 case).
+    pub sent_name: Vec<u8>,
+    /// CLOCK_MONOTONIC nanoseconds when the kernel sent it.
+    pub sent_ns: u64,
+}
+
+/// The counters of kernel iteration, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KitCounters {
+    /// Misses handed over untouched, by [`HANDOVER`] reason.
+    pub handover: [u64; 7],
+    /// Queries sent by the kernel.
+    pub sent: u64,
+    /// Responses that passed every check.
+    pub responses: u64,
+}
+
+fn bytes_of<T>(v: &T) -> &[u8] {
+    // SAFETY: the ABI types are plain old data with explicit padding (xdns_abi.h).
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+fn from_bytes<T: Default>(b: &[u8]) -> Result<T> {
+    if b.len() < std::mem::size_of::<T>() {
+        bail!("map value shorter than its type");
+    }
+    // SAFETY: `b` holds at least size_of::<T>() bytes of a value of T written by the kernel
+    // (plain old data: every bit pattern is valid).
+    Ok(unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) })
+}
+
+/// The pending map's key for (server, our port, ID).
+pub fn pend_key(server: IpAddr, port: u16, id: u16) -> xdns_kit_pend_key {
+    let mut k = xdns_kit_pend_key::default();
+    match server {
+        IpAddr::V4(a) => {
+            k.server[..4].copy_from_slice(&a.octets());
+            k.family = 4;
+        }
+        IpAddr::V6(a) => {
+            k.server.copy_from_slice(&a.octets());
+            k.family = 6;
+        }
+    }
+    k.port = port.to_be();
+    k.id = id.to_be();
+    k
+}
+
+fn addr_of(family: u8, b: &[u8; 16]) -> IpAddr {
+    if family == 6 {
+        IpAddr::V6(Ipv6Addr::from(*b))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+    }
+}
+
+impl KitPending {
+    fn of(v: &xdns_kit_pend) -> Self {
+        let q = usize::from(v.qlen).min(255);
+        Self {
+            client: SocketAddr::new(addr_of(v.family, &v.client), u16::from_be(v.cport)),
+            local: addr_of(v.family, &v.local),
+            id: u16::from_be(v.cid),
+            flags: v.cflags,
+            qname: v.cname[..q].to_vec(),
+            qtype: v.qtype,
+            payload: (v.payload != 0).then_some(v.payload),
+            dnssec_ok: v.do_bit != 0,
+            sent_name: v.qname[..q].to_vec(),
+            sent_ns: v.sent_ns,
+        }
+    }
+}
+
+/// Kernel iteration's maps, on duplicated fds.
+pub struct KitMaps {
+    zones: MapHandle,
+    pending: MapHandle,
+    scratch: MapHandle,
+    seed: u64,
+}
+
+impl KitMaps {
+    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, seed: u64) -> Self {
+        Self { zones, pending, scratch, seed }
+    }
+
+    fn zone_key(&self, name: &[u8]) -> xdns_kit_zone_key {
+        xdns_kit_zone_key { hash: crate::hash::name_hash(self.seed, &name.to_ascii_lowercase()) }
+    }
+
+    /// Write (or replace) a cut. A name longer than 255 bytes or without an address is refused.
+    pub fn set_zone(&self, z: &KitZone) -> Result<()> {
+        if z.name.is_empty() || z.name.len() > 255 {
+            bail!("zone name of {} bytes", z.name.len());
+        }
+        let mut v = xdns_kit_zone { expires_ns: z.expires_ns, name_len: z.name.len() as u8, ..Default::default() };
+        let lower = z.name.to_ascii_lowercase();
+        v.name[..lower.len()].copy_from_slice(&lower);
+        v.labels = label_count(&lower);
+        for a in &z.addrs {
+            match a {
+                IpAddr::V4(a) if usize::from(v.n4) < ADDRS => {
+                    v.a4[usize::from(v.n4)] = a.octets();
+                    v.n4 += 1;
+                }
+                IpAddr::V6(a) if usize::from(v.n6) < ADDRS => {
+                    v.a6[usize::from(v.n6)] = a.octets();
+                    v.n6 += 1;
+                }
+                _ => {}
+            }
+        }
+        if v.n4 == 0 && v.n6 == 0 {
+            bail!("a zone cut without a server address");
+        }
+        let k = self.zone_key(&z.name);
+        self.zones.update(bytes_of(&k), bytes_of(&v), MapFlags::ANY).context("writing a zone cut")
+    }
+
+    /// Forget a cut (absent: nothing to do).
+    pub fn remove_zone(&self, name: &[u8]) -> Result<()> {
+        let k = self.zone_key(name);
+        match self.zones.delete(bytes_of(&k)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).context("deleting a zone cut"),
+        }
+    }
+
+    /// The cuts the kernel knows: (lowercased name, addresses, expiry).
+    pub fn zones(&self) -> Result<Vec<KitZone>> {
+        let mut out = Vec::new();
+        for k in self.zones.keys() {
+            let Some(v) = self.zones.lookup(&k, MapFlags::ANY)? else { continue };
+            let v: xdns_kit_zone = from_bytes(&v)?;
+            let mut addrs: Vec<IpAddr> = v.a4[..usize::from(v.n4).min(ADDRS)].iter().map(|a| IpAddr::V4(Ipv4Addr::from(*a))).collect();
+            addrs.extend(v.a6[..usize::from(v.n6).min(ADDRS)].iter().map(|a| IpAddr::V6(Ipv6Addr::from(*a))));
+            out.push(KitZone { name: v.name[..usize::from(v.name_len)].to_vec(), addrs, expires_ns: v.expires_ns });
+        }
+        Ok(out)
+    }
+
+    /// Claim the query sent to `server` from our `port` with `id`: read and delete its entry.
+    /// `None`: no such query, or claimed already (then the caller must not answer).
+    pub fn claim(&self, server: IpAddr, port: u16, id: u16) -> Result<Option<KitPending>> {
+        self.claim_key(&pend_key(server, port, id))
+    }
+
+    fn claim_key(&self, k: &xdns_kit_pend_key) -> Result<Option<KitPending>> {
+        let Some(v) = self.pending.lookup(bytes_of(k), MapFlags::ANY)? else { return Ok(None) };
+        match self.pending.delete(bytes_of(k)) {
+            Ok(()) => Ok(Some(KitPending::of(&from_bytes(&v)?))),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).context("claiming a pending query"),
+        }
+    }
+
+    /// Claim every query sent at or before `before_ns` (CLOCK_MONOTONIC): the daemon's timer
+    /// for servers that never answer.
+    pub fn claim_older(&self, before_ns: u64) -> Result<Vec<KitPending>> {
+        let mut out = Vec::new();
+        let keys: Vec<Vec<u8>> = self.pending.keys().collect();
+        for k in keys {
+            let Some(v) = self.pending.lookup(&k, MapFlags::ANY)? else { continue };
+            let p: xdns_kit_pend = from_bytes(&v)?;
+            if p.sent_ns > before_ns {
+                continue;
+            }
+            let key: xdns_kit_pend_key = from_bytes(&k)?;
+            if let Some(p) = self.claim_key(&key)? {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pending entries now.
+    pub fn pending_len(&self) -> usize {
+        self.pending.keys().count()
+    }
+
+    /// The counters, summed over CPUs.
+    pub fn counters(&self) -> Result<KitCounters> {
+        let mut c = KitCounters::default();
+        let vals = self.scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("no scratch value")?;
+        for cpu in vals {
+            let s: xdns_kit_scratch = from_bytes(&cpu)?;
+            for (i, n) in c.handover.iter_mut().enumerate() {
+                *n += s.handover[i];
+            }
+            c.sent += s.sent;
+            c.responses += s.responses;
+        }
+        Ok(c)
+    }
+}
+
+fn label_count(name: &[u8]) -> u8 {
+    let (mut i, mut n) = (0usize, 0u8);
+    while i < name.len() && name[i] != 0 {
+        i += 1 + usize::from(name[i]);
+        n = n.saturating_add(1);
+    }
+    n
+}
+
+/// The reserved range as written in the configuration (`"61000-61255"`): inclusive bounds,
+/// both above 1023, at most 2^15 ports. The error says why not.
+pub fn parse_ports(s: &str) -> std::result::Result<(u16, u16), String> {
+    let (a, b) = s.trim().split_once('-').ok_or_else(|| format!("`{s}`: expected LOW-HIGH (e.g. 61000-61255)"))?;
+    let lo: u16 = a.trim().parse().map_err(|_| format!("`{}`: not a port number", a.trim()))?;
+    let hi: u16 = b.trim().parse().map_err(|_| format!("`{}`: not a port number", b.trim()))?;
+    if lo < 1024 {
+        return Err(format!("{lo}: reserved ports start at 1024 or above"));
+    }
+    if hi < lo {
+        return Err(format!("{lo}-{hi}: the range is empty"));
+    }
+    if u32::from(hi) - u32::from(lo) + 1 > 1 << 15 {
+        return Err(format!("{lo}-{hi}: at most 32768 ports"));
+    }
+    Ok((lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports() {
+        assert_eq!(parse_ports("61000-61255"), Ok((61000, 61255)));
+        assert_eq!(parse_ports(" 2000 - 2000 "), Ok((2000, 2000)));
+        for bad in ["61000", "53-100", "200-100", "x-2", "1024-40000", "70000-70001"] {
+            assert!(parse_ports(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(label_count(&[0]), 0);
+        assert_eq!(label_count(b"\x07example\x03com\x00"), 2);
+    }
+}

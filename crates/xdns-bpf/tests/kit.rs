@@ -1,0 +1,418 @@
+//! Kernel iteration (bpf/kit.h, issue 32; needs root): fixture tables through
+//! BPF_PROG_TEST_RUN. A cache miss in → verdict → the exact query out (its random ID, port
+//! and letter case read back from the pending entry the kernel recorded), IPv4 and IPv6; the
+//! misses the kernel hands over untouched, by reason; and the response side: the genuine
+//! response passes to userspace, every spoofing case is dropped and counted.
+//!
+//! The next hop comes from bpf_fib_lookup, so the rows run in a network namespace made for
+//! the test: a veth interface with a route to the "servers" and permanent neighbour entries
+//! for them. A server with no route there is the fib-failure row (handed over, untouched).
+
+mod common;
+
+use std::net::IpAddr;
+use std::process::Command;
+
+use common::*;
+use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
+use xdns_bpf::kit::{KitMaps, KitStage, KitZone};
+use xdns_bpf::runtime::{Capacity, LoadConfig, ResolverStage, XdpProgram};
+use xdns_wire::body::BodyWriter;
+
+const A: u16 = 1;
+const AAAA: u16 = 28;
+const PORTS: (u16, u16) = (61000, 61255);
+const ROOT4: [u8; 4] = [198, 18, 5, 53];
+const ORG4: [u8; 4] = [198, 18, 5, 54];
+const ROOT6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x53];
+const ROOT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x53];
+const ORG_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x54];
+const DEV_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x10];
+
+fn sh(args: &[&str]) {
+    let o = Command::new(args[0]).args(&args[1..]).output().expect(args[0]);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A namespace with a veth interface towards the servers; deleted on drop.
+struct Ns(String);
+
+impl Ns {
+    fn new(tag: &str) -> Self {
+        let ns = format!("xdnskit{tag}{}", std::process::id());
+        sh(&["ip", "netns", "add", &ns]);
+        let n = Ns(ns);
+        let ip = |a: &[&str]| {
+            let mut v = vec!["ip", "-n", n.0.as_str()];
+            v.extend_from_slice(a);
+            sh(&v);
+        };
+        ip(&["link", "add", "kd0", "address", "02:00:00:00:00:10", "type", "veth", "peer", "name", "kd1"]);
+        ip(&["link", "set", "kd0", "up"]);
+        ip(&["link", "set", "kd1", "up"]);
+        ip(&["link", "set", "lo", "up"]);
+        ip(&["addr", "add", "198.18.5.1/24", "dev", "kd0"]);
+        ip(&["addr", "add", "2001:db8:5::1/64", "dev", "kd0", "nodad"]);
+        ip(&["neigh", "add", "198.18.5.53", "lladdr", "02:00:00:00:00:53", "dev", "kd0", "nud", "permanent"]);
+        ip(&["neigh", "add", "198.18.5.54", "lladdr", "02:00:00:00:00:54", "dev", "kd0", "nud", "permanent"]);
+        ip(&["-6", "neigh", "add", "2001:db8:5::53", "lladdr", "02:00:00:00:00:53", "dev", "kd0", "nud", "permanent"]);
+        // forwarding, for the row that comes in on kd1 and leaves on kd0 (bpf_redirect)
+        sh(&["ip", "netns", "exec", &n.0, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]);
+        n
+    }
+
+    /// The index of interface `dev` in the namespace.
+    fn ifindex(&self, dev: &str) -> u32 {
+        let o = Command::new("ip").args(["-n", &self.0, "-o", "link", "show", dev]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).split(':').next().unwrap().trim().parse().unwrap()
+    }
+
+    /// Run `f` on a thread inside the namespace (setns is per thread).
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let file = std::fs::File::open(&path).expect("netns file");
+                use std::os::fd::AsRawFd;
+                // SAFETY: `file` is an open netns file; setns changes only this thread's namespace.
+                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+fn zone() -> KernelData {
+    let apex = wire("example.com");
+    let www = wire("www.example.com");
+    let mut w = BodyWriter::new(&www).unwrap();
+    w.set_aa(true);
+    w.write_rr(&www, true, A, 300, &[192, 0, 2, 1]).unwrap();
+    KernelData {
+        nodes: vec![
+            NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false },
+            NodeEntry { name: www.clone(), apex, cut: None, wildcard: false },
+        ],
+        answers: vec![AnswerEntry { base: www, kind: Kind::Type(A), body: w.finish() }],
+    }
+}
+
+fn load_kit(pending: u32, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProgram {
+    let cfg = LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(0x5eed_0123_4567_89ab),
+        capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0 },
+        resolver: Some(ResolverStage {
+            allow: vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)],
+            capacity: xdns_bpf::cache::CacheCapacity { s: 1024, m: 256, l: 128 },
+        }),
+        guard,
+        kit: Some(KitStage { ports: PORTS, pending, zones: 64 }),
+    };
+    let mut prog = XdpProgram::load(&cfg).expect("load with kernel iteration (verifier)");
+    prog.install(&zone()).unwrap();
+    prog
+}
+
+fn ip(b: &[u8]) -> IpAddr {
+    if b.len() == 4 {
+        IpAddr::from(<[u8; 4]>::try_from(b).unwrap())
+    } else {
+        IpAddr::from(<[u8; 16]>::try_from(b).unwrap())
+    }
+}
+
+fn zones(k: &KitMaps) {
+    k.set_zone(&KitZone { name: vec![0], addrs: vec![ip(&ROOT4), ip(&ROOT6)], expires_ns: u64::MAX }).unwrap();
+    k.set_zone(&KitZone { name: wire("example.org"), addrs: vec![ip(&ORG4)], expires_ns: u64::MAX }).unwrap();
+    // expired: never chosen (its parent, the root, is)
+    k.set_zone(&KitZone { name: wire("expired.net"), addrs: vec![ip(&ORG4)], expires_ns: 1 }).unwrap();
+    // no route in the namespace: bpf_fib_lookup fails
+    k.set_zone(&KitZone { name: wire("nowhere.test"), addrs: vec!["203.0.113.9".parse().unwrap(), "2001:db9::9".parse().unwrap()], expires_ns: u64::MAX }).unwrap();
+    // IPv6 servers only
+    k.set_zone(&KitZone { name: wire("six.test"), addrs: vec![ip(&ROOT6)], expires_ns: u64::MAX }).unwrap();
+}
+
+/// Run the program on `f` received on `ifindex`: (XDP action, output frame, verdicts moved).
+fn run(prog: &XdpProgram, f: &[u8], ifindex: u32) -> (u32, Vec<u8>, Vec<String>) {
+    let before = prog.counters().unwrap();
+    let (act, out) = prog.test_run_on(f, ifindex).unwrap();
+    let after = prog.counters().unwrap();
+    let moved = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
+    (act, out, moved)
+}
+
+fn counter(prog: &XdpProgram, name: &str) -> u64 {
+    prog.counters().unwrap().into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no verdict {name}")).1
+}
+
+/// The query the kernel must have sent: the client's frame with the server's headers, our
+/// header (`id`, RD=0, one question, our OPT), the name `sent` (as recorded), the type.
+fn expected_query(net: &Net, server: &[u8], mac: [u8; 6], port: u16, id: u16, sent: &[u8], qtype: u16) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 1]);
+    m.extend_from_slice(sent);
+    m.extend_from_slice(&qtype.to_be_bytes());
+    m.extend_from_slice(&[0, 1]);
+    m.extend_from_slice(&[0, 0, 41]);
+    m.extend_from_slice(&OUR_PAYLOAD.to_be_bytes());
+    m.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    let out = Net {
+        src_mac: DEV_MAC,
+        dst_mac: mac,
+        src: net.dst.clone(),
+        dst: server.to_vec(),
+        sport: port,
+        dport: 53,
+        ttl: 64,
+        frag: 0x4000,
+        ..net.clone()
+    };
+    let mut f = frame(&out, &m);
+    if !net.v6 {
+        // our IPv4 header has ID 0 (the frame builder writes 0x1234): fix it and its checksum
+        f[18] = 0;
+        f[19] = 0;
+        f[24] = 0;
+        f[25] = 0;
+        let c = !fold(sum16(&f[14..34], 0));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+    f
+}
+
+/// The (port, ID) of a query frame the kernel sent.
+fn port_id(f: &[u8], v6: bool) -> (u16, u16) {
+    let l4 = if v6 { 54 } else { 34 };
+    (u16::from_be_bytes([f[l4], f[l4 + 1]]), u16::from_be_bytes([f[l4 + 8], f[l4 + 9]]))
+}
+
+/// A response from `server`:`sport` to our `port`, with `id` and the question `name`/`qtype`.
+fn response(v6: bool, server: &[u8], sport: u16, port: u16, id: u16, name: &[u8], qtype: u16) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend_from_slice(&[0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    m.extend_from_slice(name);
+    m.extend_from_slice(&qtype.to_be_bytes());
+    m.extend_from_slice(&[0, 1]);
+    let base = if v6 { Net::v6() } else { Net::v4() };
+    let net = Net { src: server.to_vec(), dst: base.dst.clone(), sport, dport: port, src_mac: ROOT_MAC, dst_mac: DEV_MAC, ..base };
+    frame(&net, &m)
+}
+
+#[test]
+fn kit_programs_pass_the_verifier() {
+    require_root("kit_programs_pass_the_verifier");
+    for guard in [None, Some(xdns_bpf::guard::GuardStage { capacity: 1024, tier_slots: 4, features: true, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024, rrl_accounts: 1024 })] {
+        let on = guard.is_some();
+        let prog = load_kit(64, guard);
+        let (_, main) = prog.insn_count().unwrap();
+        let [(_, out), (_, inp)] = prog.kit_insn_counts().unwrap();
+        println!("verified: resolver program with kernel iteration (guard {on}) {main}, xdns_kit_out_xdp {out}, xdns_kit_in_xdp {inp}");
+        assert!(main < 1_000_000 && out < 1_000_000 && inp < 1_000_000);
+        assert!(out > 0 && inp > 0, "both kit programs were verified");
+    }
+}
+
+/// A miss row: (what, frame, server asked, its MAC, the zone expected to be asked).
+struct Out {
+    what: &'static str,
+    net: Net,
+    qname: &'static str,
+    qtype: u16,
+    server: Vec<u8>,
+    mac: [u8; 6],
+}
+
+#[test]
+fn misses_are_rewritten_into_queries_and_responses_checked() {
+    require_root("misses_are_rewritten_into_queries_and_responses_checked");
+    stay_on_one_cpu();
+    let ns = Ns::new("a");
+    let (kd0, kd1) = (ns.ifindex("kd0"), ns.ifindex("kd1"));
+    let verdict = |prog: &XdpProgram, f: &[u8]| run(prog, f, kd0);
+    ns.run(|| {
+        let prog = load_kit(1024, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+        let rows = vec![
+            Out { what: "ipv4, the root", net: Net::v4(), qname: "www.example.net", qtype: A, server: ROOT4.to_vec(), mac: ROOT_MAC },
+            Out { what: "ipv6, the root", net: Net::v6(), qname: "www.example.net", qtype: AAAA, server: ROOT6.to_vec(), mac: ROOT_MAC },
+            Out { what: "ipv4, the deepest cut", net: Net::v4(), qname: "a.b.WWW.Example.Org", qtype: A, server: ORG4.to_vec(), mac: ORG_MAC },
+            Out { what: "ipv4, the cut itself", net: Net::v4(), qname: "example.org", qtype: A, server: ORG4.to_vec(), mac: ORG_MAC },
+            Out { what: "ipv6, a cut without IPv6: its parent is not asked either (handed over)", net: Net::v6(), qname: "www.example.org", qtype: A, server: vec![], mac: [0; 6] },
+            Out { what: "ipv4, an expired cut: the root", net: Net::v4(), qname: "x.expired.net", qtype: A, server: ROOT4.to_vec(), mac: ROOT_MAC },
+        ];
+        for r in rows {
+            let q = query(&wire(r.qname), r.qtype, Opt::new(1232, false));
+            let f = frame(&r.net, &q);
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = verdict(&prog, &f);
+            if r.server.is_empty() {
+                assert_eq!(moved, vec!["pass_kit_handover".to_string()], "{}", r.what);
+                assert_eq!(out, f, "{}: untouched", r.what);
+                assert_eq!(kit.counters().unwrap().handover[2], before.handover[2] + 1, "{}: reason family", r.what);
+                continue;
+            }
+            assert_eq!(moved, vec!["kit_sent".to_string()], "{}: {:?}", r.what, kit.counters().unwrap());
+            assert_eq!(act, 3, "{}: XDP_TX (the servers are behind the interface it came in)", r.what);
+            assert!(checksums_ok(&out), "{}: checksums", r.what);
+            let (port, id) = port_id(&out, r.net.v6);
+            assert!((PORTS.0..=PORTS.1).contains(&port), "{}: port {port} in the reserved range", r.what);
+            let p = kit.claim(ip(&r.server), port, id).unwrap().unwrap_or_else(|| panic!("{}: a pending entry for the query sent", r.what));
+            assert_eq!(p.qname, wire(r.qname), "{}: the client's name, as sent", r.what);
+            assert!(p.sent_name.eq_ignore_ascii_case(&wire(r.qname)), "{}: the same name sent", r.what);
+            assert_eq!((p.qtype, p.id, p.flags, p.payload), (r.qtype, 0xbeef, 0x0100, Some(1232)), "{}", r.what);
+            assert_eq!(p.client, std::net::SocketAddr::new(ip(&r.net.src), r.net.sport), "{}", r.what);
+            assert_eq!(p.local, ip(&r.net.dst), "{}", r.what);
+            assert_eq!(out, expected_query(&r.net, &r.server, r.mac, port, id, &p.sent_name, r.qtype), "{}: exact bytes", r.what);
+            assert_eq!(kit.counters().unwrap().sent, before.sent + 1, "{}", r.what);
+        }
+        assert_eq!(kit.pending_len(), 0, "every entry claimed");
+
+        // 0x20: over many queries for a long name, both cases of its letters are sent
+        let name = wire("abcdefghijklmnopqrstuvwxyz.example.net");
+        let (mut upper, mut lower) = (0, 0);
+        let mut ids = std::collections::BTreeSet::new();
+        let mut ports = std::collections::BTreeSet::new();
+        for _ in 0..16 {
+            let (_, out, moved) = verdict(&prog, &frame(&Net::v4(), &query(&name, A, None)));
+            assert_eq!(moved, vec!["kit_sent".to_string()]);
+            let (port, id) = port_id(&out, false);
+            ids.insert(id);
+            ports.insert(port);
+            let p = kit.claim(ip(&ROOT4), port, id).unwrap().expect("pending");
+            upper += p.sent_name.iter().filter(|c| c.is_ascii_uppercase()).count();
+            lower += p.sent_name.iter().filter(|c| c.is_ascii_lowercase()).count();
+            assert_eq!(p.payload, None, "no EDNS from the client");
+        }
+        assert!(upper > 100 && lower > 100, "random case: {upper} upper, {lower} lower");
+        assert!(ids.len() >= 15 && ports.len() >= 14, "random IDs {ids:?} and ports {ports:?}");
+
+        // handed over untouched, by reason
+        let mut vlan = Net::v4();
+        vlan.vlan = Some((0x8100, 42));
+        let mut opts = Net::v4();
+        opts.ip_opts = vec![1, 1, 1, 0];
+        let cookie = Some(Opt { payload: 1232, dnssec_ok: false, version: 0, options: vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8] });
+        for (what, net, name, opt, reason) in [
+            ("no route to the server (fib)", Net::v4(), "a.nowhere.test", None, 5),
+            ("no route to the server (fib), ipv6", Net::v6(), "a.nowhere.test", None, 5),
+            ("a cut with IPv6 servers only, an IPv4 client", Net::v4(), "www.six.test", None, 2),
+            ("one VLAN tag", vlan, "www.example.net", None, 3),
+            ("IPv4 options", opts, "www.example.net", None, 3),
+            ("a client cookie", Net::v4(), "www.example.net", cookie, 3),
+        ] {
+            let f = frame(&net, &query(&wire(name), A, opt));
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = verdict(&prog, &f);
+            assert_eq!((act, moved), (2, vec!["pass_kit_handover".to_string()]), "{what}");
+            assert_eq!(out, f, "{what}: untouched");
+            assert_eq!(kit.counters().unwrap().handover[reason], before.handover[reason] + 1, "{what}: reason {}", xdns_bpf::kit::HANDOVER[reason]);
+        }
+        assert_eq!(kit.pending_len(), 0, "nothing recorded for a handover");
+
+        // no kernel iteration where the cache stage does not send the query on
+        let mut rd0 = query(&wire("www.example.net"), A, None);
+        rd0[2] = 0;
+        let (_, _, moved) = verdict(&prog, &frame(&Net::v4(), &rd0));
+        assert_eq!(moved, vec!["pass_rd0".to_string()]);
+
+        // the response side: one query out, then its spoofs and the genuine answer
+        for v6 in [false, true] {
+            let net = if v6 { Net::v6() } else { Net::v4() };
+            let server: Vec<u8> = if v6 { ROOT6.to_vec() } else { ROOT4.to_vec() };
+            let (_, out, moved) = verdict(&prog, &frame(&net, &query(&wire("www.example.net"), A, None)));
+            assert_eq!(moved, vec!["kit_sent".to_string()]);
+            let (port, id) = port_id(&out, v6);
+            let sent = {
+                let p = kit.claim(ip(&server), port, id).unwrap().unwrap();
+                // put it back as the kernel had it: claim and re-send is simpler; take the name
+                p.sent_name
+            };
+            // claiming removed the entry: send again and keep it this time
+            let (_, out, _) = verdict(&prog, &frame(&net, &query(&wire("www.example.net"), A, None)));
+            let (port, id) = port_id(&out, v6);
+            let sent2 = dns_of(&out)[12..12 + sent.len()].to_vec();
+            let mut flipped = sent2.clone();
+            let at = flipped.iter().position(|c| c.is_ascii_alphabetic()).unwrap();
+            flipped[at] ^= 0x20;
+            let other_port = if port == PORTS.1 { PORTS.0 } else { port + 1 };
+            let other_server: Vec<u8> = if v6 { SERVER_V6.to_vec() } else { CLIENT_V4.to_vec() };
+            let spoofs: Vec<(&str, Vec<u8>, &str)> = vec![
+                ("wrong ID", response(v6, &server, 53, port, id ^ 1, &sent2, A), "drop_kit_unsolicited"),
+                ("wrong port (of the range)", response(v6, &server, 53, other_port, id, &sent2, A), "drop_kit_unsolicited"),
+                ("wrong server", response(v6, &other_server, 53, port, id, &sent2, A), "drop_kit_unsolicited"),
+                ("from port 5353", response(v6, &server, 5353, port, id, &sent2, A), "drop_kit_src_port"),
+                ("the name in another case", response(v6, &server, 53, port, id, &flipped, A), "drop_kit_question"),
+                ("another type", response(v6, &server, 53, port, id, &sent2, AAAA), "drop_kit_question"),
+                ("another name", response(v6, &server, 53, port, id, &wire("www.example.com"), A), "drop_kit_question"),
+            ];
+            for (what, f, want) in spoofs {
+                let (act, _, moved) = verdict(&prog, &f);
+                assert_eq!((act, moved), (1, vec![want.to_string()]), "{what} (ipv6 {v6}): XDP_DROP");
+            }
+            let mut q = response(v6, &server, 53, port, id, &sent2, A);
+            let d = q.len() - dns_of(&q).len();
+            q[d + 2] = 0;
+            let (_, _, moved) = verdict(&prog, &{
+                // a query (QR=0) to a reserved port: the checksum does not matter to the program
+                q.clone()
+            });
+            assert_eq!(moved, vec!["drop_kit_malformed".to_string()], "a query to a reserved port");
+            let before = kit.counters().unwrap().responses;
+            let (act, out, moved) = verdict(&prog, &response(v6, &server, 53, port, id, &sent2, A));
+            assert_eq!((act, moved), (2, vec!["pass_kit_response".to_string()]), "the genuine response (ipv6 {v6}), after the spoofs");
+            assert_eq!(out, response(v6, &server, 53, port, id, &sent2, A), "passed untouched");
+            assert_eq!(kit.counters().unwrap().responses, before + 1);
+            assert!(kit.claim(ip(&server), port, id).unwrap().is_some(), "userspace claims it");
+            let (_, _, moved) = verdict(&prog, &response(v6, &server, 53, port, id, &sent2, A));
+            assert_eq!(moved, vec!["drop_kit_unsolicited".to_string()], "a second copy after the claim");
+        }
+        // a response to a port outside the range is not ours
+        let (_, _, moved) = verdict(&prog, &response(false, &ROOT4, 53, PORTS.1 + 1, 7, &wire("x"), A));
+        assert_eq!(moved, vec!["pass_not_our_addr".to_string()]);
+        assert!(counter(&prog, "kit_sent") > 0);
+
+        // in on kd1, out on kd0: the forwarding lookup, bpf_redirect
+        let net = Net::v4();
+        let (act, out, moved) = run(&prog, &frame(&net, &query(&wire("www.example.net"), A, None)), kd1);
+        assert_eq!((act, moved), (4, vec!["kit_redirected".to_string()]), "XDP_REDIRECT");
+        let (port, id) = port_id(&out, false);
+        let p = kit.claim(ip(&ROOT4), port, id).unwrap().expect("pending");
+        assert_eq!(out, expected_query(&net, &ROOT4, ROOT_MAC, port, id, &p.sent_name, A), "exact bytes, redirected");
+    });
+}
+
+#[test]
+fn a_full_pending_map_hands_misses_over() {
+    require_root("a_full_pending_map_hands_misses_over");
+    stay_on_one_cpu();
+    let ns = Ns::new("b");
+    let kd0 = ns.ifindex("kd0");
+    let verdict = |prog: &XdpProgram, f: &[u8]| run(prog, f, kd0);
+    ns.run(|| {
+        let prog = load_kit(1, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+        let f = frame(&Net::v4(), &query(&wire("www.example.net"), A, None));
+        let (_, _, moved) = verdict(&prog, &f);
+        assert_eq!(moved, vec!["kit_sent".to_string()]);
+        let (act, out, moved) = verdict(&prog, &f);
+        assert_eq!((act, moved), (2, vec!["pass_kit_handover".to_string()]), "the second miss finds the map full");
+        assert_eq!(out, f);
+        assert_eq!(kit.counters().unwrap().handover[4], 1, "reason pending_full");
+        assert_eq!(kit.claim_older(u64::MAX).unwrap().len(), 1, "the timer claims the one sent");
+        let (_, _, moved) = verdict(&prog, &f);
+        assert_eq!(moved, vec!["kit_sent".to_string()], "room again");
+    });
+}
