@@ -11,6 +11,7 @@
 
 #include "stage.h"
 #include "parse.h"
+#include "dns.h"
 #include "kit_maps.h"
 
 static __always_inline struct xdns_kit_scratch *xdns_kit_layout(const struct xdns_pkt *pkt, __u32 v)
@@ -42,29 +43,38 @@ static __always_inline enum xdns_verdict xdns_kit_response(struct xdp_md *ctx, c
 }
 
 /*
- * A cache miss `v` (pass_cache_miss, pass_cache_expired) of a query with these header
- * fields: iterated by xdns_kit_out_xdp. Returns `v` when it is no miss or the call goes
- * nowhere: the query passes to userspace as without kernel iteration.
+ * Before the cache stage, for a query `q` that may miss: its layout and header fields
+ * written for xdns_kit_out_xdp, which xdns_xdp tail-calls on a miss (xdns_kit_go). Written
+ * before the stage, not after it: reading `pkt` and `q` after the inlined stage kept them in
+ * registers across it and grew the entry's stack by 32 bytes, past the 512 the verifier
+ * allows with the guard's calls.
  */
-static __always_inline enum xdns_verdict xdns_kit_miss(struct xdp_md *ctx, const struct xdns_pkt *pkt,
-							enum xdns_verdict v, __u16 id, __u16 flags, __u16 qtype,
-							__u16 payload, __u8 has_opt, __u8 do_bit, __u8 cookie_len)
+static __always_inline void xdns_kit_miss(const struct xdns_pkt *pkt, const struct xdns_query *q)
 {
 	struct xdns_kit_scratch *ks;
 
-	if (!xdns_kit_cfg.on || (v != XDNS_PASS_CACHE_MISS && v != XDNS_PASS_CACHE_EXPIRED))
-		return v;
-	ks = xdns_kit_layout(pkt, v);
+	if (!xdns_kit_cfg.on)
+		return;
+	ks = xdns_kit_layout(pkt, XDNS_PASS_CACHE_MISS);
 	if (!ks)
-		return v;
-	ks->pend.cid = id;
-	ks->pend.cflags = flags;
-	ks->pend.qtype = qtype;
-	ks->pend.payload = has_opt ? (payload < 512 ? 512 : payload) : 0;  /* RFC 6891 6.2.5 */
-	ks->pend.do_bit = do_bit;
-	ks->pend.cookie = cookie_len;
-	bpf_tail_call(ctx, &xdns_kit_prog, XDNS_KIT_SLOT_OUT);
-	return v;
+		return;
+	ks->pend.cid = q->id;
+	ks->pend.cflags = q->flags;
+	ks->pend.qtype = q->qtype;
+	ks->pend.payload = q->has_opt ? (q->payload < 512 ? 512 : q->payload) : 0;  /* RFC 6891 6.2.5 */
+	ks->pend.do_bit = q->do_bit;
+	ks->pend.cookie = q->cookie_len;
+}
+
+/*
+ * In xdns_xdp, for the verdict `v` of xdns_handle: a miss xdns_kit_miss prepared goes to
+ * xdns_kit_out_xdp. Returns only when the call goes nowhere (the program not set): then the
+ * miss passes to userspace as without kernel iteration.
+ */
+static __always_inline void xdns_kit_go(struct xdp_md *ctx, enum xdns_verdict v)
+{
+	if (xdns_kit_cfg.on && (v == XDNS_PASS_CACHE_MISS || v == XDNS_PASS_CACHE_EXPIRED))
+		bpf_tail_call(ctx, &xdns_kit_prog, XDNS_KIT_SLOT_OUT);
 }
 
 #endif /* XDNS_KIT_CALL_H */

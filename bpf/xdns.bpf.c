@@ -142,10 +142,11 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 			v = xdns_select(sc, &q, gen, &key, &a);        /* the lookup stage */
 		}
 		/* one call site: the verifier walks the stage once for both ways in */
-		if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver)
-			/* a miss goes on to kernel iteration when it is on (kit_call.h, kit.h) */
-			return xdns_kit_miss(ctx, &pkt, xdns_cache_answer(ctx, sc, &pkt, &q), q.id, q.flags, q.qtype,
-					     q.payload, q.has_opt, q.do_bit, q.cookie_len);
+		if (v == XDNS_PASS_NO_ZONE && xdns_cfg.resolver) {
+			/* for kernel iteration, when it is on, should it miss (kit_call.h, kit.h) */
+			xdns_kit_miss(&pkt, &q);
+			return xdns_cache_answer(ctx, sc, &pkt, &q);
+		}
 		if (v != XDNS_CONTINUE)
 			return v;
 		/*
@@ -196,6 +197,7 @@ int xdns_xdp(struct xdp_md *ctx)
 		sc->tel.t0 = t0;
 		bpf_tail_call(ctx, &xdns_tel_prog, XDNS_TEL_END);
 	}
+	xdns_kit_go(ctx, v);      /* a miss, to kernel iteration when it is on (kit_call.h) */
 	return xdns_verdict(sc, v);
 }
 

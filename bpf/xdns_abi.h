@@ -1019,7 +1019,7 @@ struct xdns_kit_scratch {
 	__u32 dns_off;
 	__u32 dns_len;
 	__u32 ipv6;
-	__u32 verdict;          /* the cache stage's verdict (a miss's), returned if the call goes nowhere */
+	__u32 verdict;          /* what the resolver program meant to return (a response; pass_cache_miss for a query that may miss) */
 	__u64 zone_hash;        /* the cut chosen */
 	__u32 zone_len;
 	__u32 _pad;
