@@ -265,6 +265,33 @@ static __always_inline void xdns_answer_features(struct xdns_scratch *sc, __u32 
 }
 
 /*
+ * The query's source address as the RRL account and the cookie MAC take it (IPv6: two words;
+ * IPv4: a0, with a1 = 0), from the IP header at `l3` (14, or 18 behind one VLAN tag).
+ * Returns 0 when there is no such header.
+ */
+static __always_inline int xdns_rrl_src(void *data, void *data_end, __u32 l3, int ipv6, __u64 *a0, __u64 *a1)
+{
+	if (l3 != 14 && l3 != 18)
+		return 0;
+	if (ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return 0;
+		*a0 = xdns_ld64(&ip6->saddr);
+		*a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+	} else {
+		struct iphdr *ip = data + l3;
+
+		if ((void *)(ip + 1) > data_end)
+			return 0;
+		*a0 = ip->saddr;
+		*a1 = 0;
+	}
+	return 1;
+}
+
+/*
  * The gate (a global function: verified once alone, one call per gated answer). Its inputs
  * are in sc->guard.gate_* (xdns_abi.h); `ident` is the answer's identity, src << 32 | index.
  * Returns XDNS_CONTINUE (send the answer), XDNS_DROP_RRL, XDNS_ANSWERED_SLIP with the frame
@@ -289,22 +316,8 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 	g = &c->rrl;
 	l3 = sc->guard.gate_l3;
 	ipv6 = sc->guard.gate_ipv6 != 0;
-	if (l3 != 14 && l3 != 18)
+	if (!xdns_rrl_src(data, data_end, l3, ipv6, &a0, &a1))
 		return XDNS_CONTINUE;
-	if (ipv6) {
-		struct ipv6hdr *ip6 = data + l3;
-
-		if ((void *)(ip6 + 1) > data_end)
-			return XDNS_CONTINUE;
-		a0 = xdns_ld64(&ip6->saddr);
-		a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
-	} else {
-		struct iphdr *ip = data + l3;
-
-		if ((void *)(ip + 1) > data_end)
-			return XDNS_CONTINUE;
-		a0 = ip->saddr;
-	}
 	now = xdns_rrl_now(sc);
 	cookie = g->cookies ? sc->guard.gate_cookie : 0;
 	if (cookie & 0xffff) {
@@ -385,22 +398,8 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 
 		if (sc->guard.src_allowed)
 			return XDNS_CONTINUE;   /* allowlisted: never limited */
-		if (l3 != 14 && l3 != 18)
+		if (!xdns_rrl_src(data, data_end, l3, pkt->ipv6, &a0, &a1))
 			return XDNS_CONTINUE;
-		if (pkt->ipv6) {
-			struct ipv6hdr *ip6 = data + l3;
-
-			if ((void *)(ip6 + 1) > data_end)
-				return XDNS_CONTINUE;
-			a0 = xdns_ld64(&ip6->saddr);
-			a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
-		} else {
-			struct iphdr *ip = data + l3;
-
-			if ((void *)(ip + 1) > data_end)
-				return XDNS_CONTINUE;
-			a0 = ip->saddr;
-		}
 		d = xdns_rrl_decide(sc, &c->rrl, xdns_rrl_account(&c->rrl, a0, a1, pkt->ipv6, sc->guard.gate_class, ident),
 				    xdns_rrl_now(sc));
 		if (d == 0)
