@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use xdns_bpf::cache::{CacheCapacity, KernelCache};
-use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
+use xdns_bpf::data::{AnswerEntry, Kind, NodeEntry};
 use xdns_bpf::runtime::{Capacity, LoadConfig, ResolverStage, XdpProgram};
 use xdns_wire::body::{BodyWriter, Section};
 use xdns_wire::cache::replay;
@@ -44,7 +44,7 @@ fn allow() -> Vec<(IpAddr, u8)> {
     vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)]
 }
 
-/// The program with the cache stage, the lab's allow list and `zone()` installed.
+/// The program with the cache stage, the lab's allow list and `www_example_com()` installed.
 fn load_resolver(seed: u64) -> XdpProgram {
     load_resolver_with(seed, None)
 }
@@ -61,25 +61,10 @@ fn load_resolver_with(seed: u64, guard: Option<xdns_bpf::guard::GuardStage>) -> 
         kit: None,
     };
     let mut prog = XdpProgram::load(&cfg).expect("load with the resolver stage (verifier)");
-    prog.install(&zone()).unwrap();
+    prog.install(&www_example_com()).unwrap();
     prog
 }
 
-/// A served zone, example.com, with www A: names under it are answered authoritatively.
-fn zone() -> KernelData {
-    let apex = wire("example.com");
-    let www = wire("www.example.com");
-    let mut w = BodyWriter::new(&www).unwrap();
-    w.set_aa(true);
-    w.write_rr(&www, true, A, 300, &[192, 0, 2, 1]).unwrap();
-    KernelData {
-        nodes: vec![
-            NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false },
-            NodeEntry { name: www.clone(), apex, cut: None, wildcard: false },
-        ],
-        answers: vec![AnswerEntry { base: www, kind: Kind::Type(A), body: w.finish() }],
-    }
-}
 
 fn soa() -> Vec<u8> {
     let mut r = wire("ns1.example.org");
@@ -400,7 +385,7 @@ fn cache_hints_are_never_wrong() {
     let mut w = BodyWriter::new(&name).unwrap();
     w.set_aa(true);
     w.write_rr(&name, true, A, 60, &[192, 0, 2, 99]).unwrap();
-    let mut data = zone();
+    let mut data = www_example_com();
     data.nodes.push(NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false });
     data.nodes.push(NodeEntry { name: name.clone(), apex, cut: None, wildcard: false });
     data.answers.push(AnswerEntry { base: name, kind: Kind::Type(A), body: w.finish() });
@@ -699,7 +684,7 @@ fn cache_prefetch_events() {
 fn resolver_off_ignores_cache() {
     require_root("resolver_off_ignores_cache");
     let mut prog = load();
-    prog.install(&zone()).unwrap();
+    prog.install(&www_example_com()).unwrap();
     assert!(!prog.resolver_enabled());
     let cache = prog.cache().unwrap();
     cache.insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
@@ -1071,7 +1056,7 @@ fn responses_reach_the_response_stage() {
     let resolver = load_resolver(0x5eed_0000_0000_0024);
     resolver.cache().unwrap().insert(&entry("host.example.org", A, false, body_a("host.example.org", 300, [198, 18, 1, 1]), 0, 300)).unwrap();
     let mut auth = load();
-    auth.install(&zone()).unwrap();
+    auth.install(&www_example_com()).unwrap();
     let q = query(&wire("host.example.org"), A, None);
     let answered = query(&wire("www.example.com"), A, None);
     for (what, dns) in [

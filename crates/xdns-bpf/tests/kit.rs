@@ -14,10 +14,8 @@ use std::net::IpAddr;
 use std::process::Command;
 
 use common::*;
-use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
 use xdns_bpf::kit::{KitMaps, KitStage, KitZone};
 use xdns_bpf::runtime::{Capacity, LoadConfig, ResolverStage, XdpProgram};
-use xdns_wire::body::BodyWriter;
 
 const A: u16 = 1;
 const AAAA: u16 = 28;
@@ -91,20 +89,6 @@ impl Drop for Ns {
     }
 }
 
-fn zone() -> KernelData {
-    let apex = wire("example.com");
-    let www = wire("www.example.com");
-    let mut w = BodyWriter::new(&www).unwrap();
-    w.set_aa(true);
-    w.write_rr(&www, true, A, 300, &[192, 0, 2, 1]).unwrap();
-    KernelData {
-        nodes: vec![
-            NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false },
-            NodeEntry { name: www.clone(), apex, cut: None, wildcard: false },
-        ],
-        answers: vec![AnswerEntry { base: www, kind: Kind::Type(A), body: w.finish() }],
-    }
-}
 
 fn load_kit(pending: u32, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProgram {
     let cfg = LoadConfig {
@@ -120,7 +104,7 @@ fn load_kit(pending: u32, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProg
         kit: Some(KitStage { ports: PORTS, pending, zones: 64 }),
     };
     let mut prog = XdpProgram::load(&cfg).expect("load with kernel iteration (verifier)");
-    prog.install(&zone()).unwrap();
+    prog.install(&www_example_com()).unwrap();
     prog
 }
 

@@ -4,7 +4,9 @@
 
 use std::net::SocketAddr;
 
+use xdns_bpf::data::{AnswerEntry, KernelData, Kind, NodeEntry};
 use xdns_bpf::runtime::{Capacity, LoadConfig, XdpProgram};
+use xdns_wire::body::BodyWriter;
 
 pub const SERVER_V4: [u8; 4] = [198, 18, 0, 1];
 pub const CLIENT_V4: [u8; 4] = [198, 18, 0, 2];
@@ -296,4 +298,21 @@ pub fn verdict(prog: &XdpProgram, f: &[u8]) -> (u32, Vec<u8>, Vec<String>) {
     let after = prog.counters().unwrap();
     let moved = before.iter().zip(&after).filter(|(b, a)| a.1 != b.1).map(|(_, a)| a.0.clone()).collect();
     (act, out, moved)
+}
+
+/// A served zone, example.com, with www A 192.0.2.1: names under it are answered
+/// authoritatively, every other name is under no zone.
+pub fn www_example_com() -> KernelData {
+    let apex = wire("example.com");
+    let www = wire("www.example.com");
+    let mut w = BodyWriter::new(&www).unwrap();
+    w.set_aa(true);
+    w.write_rr(&www, true, 1, 300, &[192, 0, 2, 1]).unwrap();
+    KernelData {
+        nodes: vec![
+            NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false },
+            NodeEntry { name: www.clone(), apex, cut: None, wildcard: false },
+        ],
+        answers: vec![AnswerEntry { base: www, kind: Kind::Type(1), body: w.finish() }],
+    }
 }
