@@ -1329,17 +1329,26 @@ async fn flood_of_a_dead_zone_is_bounded_and_fails_at_once() {
     // the healthy zone resolves while the flood waits on the dead server
     s.res.resolve(key("www.example.net.", rtype::A)).await.unwrap();
     let (mut quota, mut failed) = (0, 0);
+    // "At once": no refused query waited as long as the quickest one that went to the dead
+    // server (at least the 100 ms upstream timeout). Compared with each other rather than
+    // with a fixed bound: on a loaded machine the runtime's turns stretch both alike.
+    let (mut slowest_refused, mut quickest_failed) = (Duration::ZERO, Duration::MAX);
     while let Some(r) = first.join_next().await {
         match r.unwrap() {
             (Err(ResolveError::Quota), took) => {
                 quota += 1;
-                assert!(took < Duration::from_millis(50), "{took:?}");
+                slowest_refused = slowest_refused.max(took);
             }
-            (Err(_), _) => failed += 1,
+            (Err(_), took) => {
+                failed += 1;
+                quickest_failed = quickest_failed.min(took);
+            }
             (Ok(_), _) => panic!("the dead zone answered"),
         }
     }
     assert_eq!((quota, failed), (260, 40));
+    assert!(quickest_failed >= Duration::from_millis(100), "{quickest_failed:?}");
+    assert!(slowest_refused < quickest_failed, "refused after {slowest_refused:?}, a timeout took {quickest_failed:?}");
     assert_eq!(s.net.count("198.18.3.1"), 1 + 40);
     assert_eq!(s.res.server_quota(dead).unwrap().limit, 2);
     let c = s.res.counters.snapshot();
