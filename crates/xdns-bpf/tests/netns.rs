@@ -229,7 +229,9 @@ fn kdig_answered_from_the_cache() {
             ("198.18.0.1", vec!["www.example.com", "A"]),
         ] {
             let at = format!("@{server}");
-            let mut args = vec!["ip", "netns", "exec", cli.as_str(), "kdig", at.as_str(), "+timeout=1", "+retry=0"];
+            // One try (the counters below count each ask once), 3 s for it: under load a 1 s
+            // wait was seen to end before the answer came.
+            let mut args = vec!["ip", "netns", "exec", cli.as_str(), "kdig", at.as_str(), "+timeout=3", "+retry=0"];
             args.extend(q.iter().copied());
             let o = sh(&args);
             outputs.push(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
