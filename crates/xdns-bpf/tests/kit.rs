@@ -67,19 +67,7 @@ impl Ns {
 
     /// Run `f` on a thread inside the namespace (setns is per thread).
     fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.0);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let file = std::fs::File::open(&path).expect("netns file");
-                use std::os::fd::AsRawFd;
-                // SAFETY: `file` is an open netns file; setns changes only this thread's namespace.
-                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .unwrap()
-        })
+        in_netns(&self.0, f)
     }
 }
 

@@ -55,7 +55,6 @@ impl Drop for Lab {
     }
 }
 
-/// Run `f` on a thread that has entered network namespace `ns` (setns is per thread).
 /// The kernel data of tests/zones/example.com.zone.
 fn example_com_kernel_data() -> xdns_bpf::data::KernelData {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
@@ -65,21 +64,6 @@ fn example_com_kernel_data() -> xdns_bpf::data::KernelData {
     compile_kernel_data(&zones)
 }
 
-fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let file = std::fs::File::open(&path).expect("netns file");
-            use std::os::fd::AsRawFd;
-            // SAFETY: `file` is an open netns file; setns changes only this thread's namespace.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .unwrap()
-    })
-}
 
 /// Give the veth `dev` in namespace `ns` an XDP receive ring, as a real peer must for native
 /// `XDP_TX` to reach it: the same program with an empty listen set (it passes everything).

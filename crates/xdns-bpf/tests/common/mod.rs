@@ -316,3 +316,20 @@ pub fn www_example_com() -> KernelData {
         answers: vec![AnswerEntry { base: www, kind: Kind::Type(1), body: w.finish() }],
     }
 }
+
+/// Run `f` on a thread that has entered network namespace `ns` (setns is per thread).
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(&path).expect("netns file");
+            use std::os::fd::AsRawFd;
+            // SAFETY: `file` is an open netns file; setns changes only this thread's namespace.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
