@@ -257,6 +257,16 @@ class BpfStats:
 
 
 # ------------------------------------------------------------------ throughput
+def kxdpgun_summary(returncode: int, out: str) -> tuple[int, int, int, int]:
+    """kxdpgun's closing lines as (queries, queries/s, replies, replies/s); raises with its
+    output when it failed or printed no summary."""
+    q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", out)
+    r = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", out)
+    if returncode != 0 or not q or not r:
+        raise RuntimeError(f"kxdpgun failed ({returncode}):\n{out}")
+    return int(q.group(1)), int(q.group(2)), int(r.group(1)), int(r.group(2))
+
+
 def kxdpgun(lab: Lab, addr: str, qfile: Path, duration: float, qps: int,
             server_pids: list[int], prog_id: int | None = None) -> dict:
     """One kxdpgun run. Also samples, in the middle of it (25% to 85% of the duration, away
@@ -281,12 +291,9 @@ def kxdpgun(lab: Lab, addr: str, qfile: Path, duration: float, qps: int,
     except subprocess.TimeoutExpired:
         p.kill()
         out, _ = p.communicate()
-    q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", out)
-    r = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", out)
-    if p.returncode != 0 or not q or not r:
-        raise RuntimeError(f"kxdpgun failed ({p.returncode}):\n{out}")
-    return {"queries": int(q.group(1)), "qps_sent": int(q.group(2)),
-            "replies": int(r.group(1)), "replies_per_s": int(r.group(2)),
+    queries, qps_sent, replies, replies_per_s = kxdpgun_summary(p.returncode, out)
+    return {"queries": queries, "qps_sent": qps_sent,
+            "replies": replies, "replies_per_s": replies_per_s,
             "mode": "native" if "native mode" in out else "generic" if "generic" in out else "?",
             # A server side well under 100% busy means the generator side is the limit.
             "server_cpu_busy": cpu_s / max(1e-9, w1 - w0),

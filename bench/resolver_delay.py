@@ -253,21 +253,16 @@ def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
     except subprocess.TimeoutExpired:
         p.kill()
         out, _ = p.communicate()
-    import re
-    q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", out)
-    r = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", out)
-    if p.returncode != 0 or not q or not r:
-        raise RuntimeError(f"kxdpgun failed ({p.returncode}):\n{out}")
+    queries, _, replies, rps = B.kxdpgun_summary(p.returncode, out)
     hz = os.sysconf("SC_CLK_TCK")
     window = w1 - w0
     raw = (b1[0] - b0[0]) / hz
     busy = max(0.0, raw - bg * (w1 - w0))
     part = {k: (p1[k] - p0[k]) / 1e9 for k in pids}
     proc = sum(part.values())
-    rps = int(r.group(2))
     misses = rps * window  # replies in the window, at the run's average reply rate
-    return {"rate": rate, "queries": int(q.group(1)), "replies": int(r.group(1)),
-            "replies_per_s": rps, "answered": int(r.group(1)) / max(1, int(q.group(1))),
+    return {"rate": rate, "queries": queries, "replies": replies,
+            "replies_per_s": rps, "answered": replies / max(1, queries),
             "cpu_busy": busy / window, "cpu_raw_busy": raw / window, "background": bg,
             "proc_busy": proc / window,
             "cpu_us_per_miss": busy * 1e6 / misses if misses and bg <= BACKGROUND_MAX else None,
@@ -412,15 +407,11 @@ def relay_ceiling(lab: Lab, smoke: bool) -> dict:
         p = run(cmd, check=False, timeout=duration + 30)
         w1 = time.monotonic()
         c1 = tree.relay_counters()
-        import re
-        q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", p.stdout)
-        r = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", p.stdout)
-        if p.returncode != 0 or not q or not r:
-            raise RuntimeError(f"kxdpgun failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        queries, _, replies, rps = B.kxdpgun_summary(p.returncode, p.stdout + p.stderr)
         frames = (c1["a_to_b_frames"] - c0["a_to_b_frames"]) + (c1["b_to_a_frames"] - c0["b_to_a_frames"])
         cpu = (task_ns(relay_pids) - t0) / 1e9
-        st = {"rate": rate, "queries": int(q.group(1)), "replies": int(r.group(1)),
-              "replies_per_s": int(r.group(2)), "answered": int(r.group(1)) / max(1, int(q.group(1))),
+        st = {"rate": rate, "queries": queries, "replies": replies,
+              "replies_per_s": rps, "answered": replies / max(1, queries),
               "relay_frames": frames, "relay_cpu_s": cpu, "wall_s": w1 - w0,
               "relay_us_per_frame": cpu * 1e6 / frames if frames else None,
               "max_held": c1["max_held"],
