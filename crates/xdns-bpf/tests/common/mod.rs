@@ -333,3 +333,17 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
         .unwrap()
     })
 }
+
+/// Delete the namespaces `prefix<pid>...` left by a test process that no longer runs (one
+/// killed before its namespaces' `Drop`, e.g. by a timeout). Those of live processes, this one
+/// and a concurrent run's, are kept.
+pub fn sweep_stale_netns(prefix: &str) {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
+    for name in dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()) {
+        let Some(rest) = name.strip_prefix(prefix) else { continue };
+        let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::process::Command::new("ip").args(["netns", "del", &name]).output();
+        }
+    }
+}
