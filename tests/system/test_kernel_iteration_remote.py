@@ -43,12 +43,10 @@ SPOOF_IDS = ["spoof-a", "spoofonly-a", "case-spoof-a"]
 def remote():
     with Lab() as lab:
         tree = Tree(lab, name="tree-kit", remote=True, delay_ms=DELAY).start()
-        # the kernel's query leaves by the uplink, not by the interface the client's query
-        # came in: bpf_fib_lookup finds that next hop as a router would forward from the
-        # server veth, which needs forwarding on it (bpf/README.md, "Kernel iteration")
-        for key in (f"net.ipv4.conf.{lab.server_if}.forwarding", f"net.ipv6.conf.{lab.server_if}.forwarding"):
-            lab.server_run(["sysctl", "-qw", f"{key}=1"])
-        srv = start_xdns_resolver(lab, tree, name="xdns-kit", xdp="native", uplink=True, extra=KIT)
+        # forwarding: the kernel's query leaves by the uplink, not by the interface the
+        # client's query came in (start_xdns_resolver's doc)
+        srv = start_xdns_resolver(lab, tree, name="xdns-kit", xdp="native", uplink=True,
+                                  forwarding=True, extra=KIT)
         ub = start_unbound(lab, tree)
         yield lab, tree, srv, ub
         assert srv.alive(), srv.stderr()[-3000:]
