@@ -7,8 +7,8 @@ xdns (tests/lab/lab.py, "Layout"), so for the kernel a server's address is local
 bpf_fib_lookup finds no next hop to send a frame to: every miss is handed to userspace with
 the reason `fib` (counted in the `kit` group), and userspace resolves and answers it. The
 kernel-sent path (the rewrite, XDP_TX/redirect, the response checks and every spoofing case)
-is covered by the fixture tables (crates/xdns-bpf/tests/kit.rs); with servers behind a
-router (the delaying relay of the lab's next topology) this test's misses go through it.
+is covered by the fixture tables (crates/xdns-bpf/tests/kit.rs) and, with the servers behind
+a route and the delaying relay, by test_kernel_iteration_remote.py.
 """
 
 from __future__ import annotations
