@@ -165,3 +165,54 @@ def test_spoofed_zones_get_the_genuine_answer(remote, case_id):
     if case_id == "spoofonly-a":
         # the spoofer is the zone's only server: the kernel asked it, and dropped its forgeries
         assert sum(dropped.values()) > 0, dropped
+
+
+def test_takeover_with_kernel_iteration_loses_no_client():
+    """`xdns serve --takeover` with kernel iteration on: the new process takes the reserved
+    ports' sockets over with the listeners (else it could not bind them), the old one, when
+    it stops, resolves in userspace every query its program still had pending (their
+    responses reach the new program, which does not know them, and are dropped). Misses
+    asked before, during and after the hand-over each get exactly one, right answer, and the
+    new process iterates in the kernel too."""
+    import concurrent.futures as cf
+    import threading
+    with Lab() as lab:
+        tree = Tree(lab, name="tree-kit-to", remote=True, delay_ms=DELAY).start()
+        srv = start_xdns_resolver(lab, tree, name="xdns-kit-a", xdp="native", uplink=True,
+                                  forwarding=True, extra=KIT)
+        one_answer(lab, srv.addr4, "warm.wild.example.", "A")
+        stop_load = threading.Event()
+        results = []
+
+        def load(k: int) -> None:
+            i = 0
+            while not stop_load.is_set():
+                name = f"to{k}-{i}.wild.example."
+                q, got = ask_all(lab, srv.addr4, name, "A", linger=0.3)
+                results.append((name, q, got))
+                i += 1
+
+        with cf.ThreadPoolExecutor(max_workers=4) as ex:
+            futs = [ex.submit(load, k) for k in range(4)]
+            time.sleep(1.0)
+            during = len(results)
+            new = lab.xdns_takeover(srv, "xdns-kit-b")
+            time.sleep(1.0)
+            stop_load.set()
+            for f in futs:
+                f.result()
+        assert srv.proc.returncode == 0, srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr() + new.stderr()
+        assert len(results) > during > 0, (during, len(results))
+        bad = []
+        for name, q, got in results:
+            ms = [dns.message.from_wire(w) for w in got]
+            if len(ms) != 1 or ms[0].id != q.id or \
+                    [rd.to_text() for r in ms[0].answer for rd in r] != ["198.19.50.1"]:
+                bad.append((name, [str(m) for m in ms]))
+        assert not bad, bad[:5]
+        before = kit(lab, new)
+        m, _ = one_answer(lab, new.addr4, "after.wild.example.", "A")
+        assert [rd.to_text() for r in m.answer for rd in r] == ["198.19.50.1"]
+        assert kit(lab, new)["sent"] - before["sent"] == 1, "the new process iterates in the kernel"
+        assert stop(lab, new) == 0, new.stderr()[-3000:]

@@ -42,16 +42,32 @@ use crate::server::Shared;
 pub struct Reserved(Vec<(u16, std::net::UdpSocket)>);
 
 /// Bind every port of `ports` (dual-stack IPv6 wildcard). A port taken is an error naming it.
-pub fn reserve(ports: (u16, u16)) -> anyhow::Result<Reserved> {
+/// With `--takeover`, the running server's sockets for those ports are `inherited` (taken
+/// from it) instead; each socket is offered for the next takeover.
+pub fn reserve(ports: (u16, u16), inherited: &mut Vec<(u16, std::os::fd::OwnedFd)>, shared: &Shared) -> anyhow::Result<Reserved> {
+    use std::os::fd::AsFd;
     let mut v = Vec::new();
     for p in ports.0..=ports.1 {
-        let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_only_v6(false)?;
-        s.set_nonblocking(true)?;
-        s.bind(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), p).into())
-            .with_context(|| format!("[resolver] kernel_iteration_ports: reserving port {p} (taken by another socket?)"))?;
-        v.push((p, s.into()));
+        let s: std::net::UdpSocket = match inherited.iter().position(|(q, _)| *q == p) {
+            Some(i) => {
+                let s = std::net::UdpSocket::from(inherited.swap_remove(i).1);
+                s.set_nonblocking(true)?;
+                s
+            }
+            None => {
+                let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+                s.set_only_v6(false)?;
+                s.set_nonblocking(true)?;
+                s.bind(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), p).into())
+                    .with_context(|| format!("[resolver] kernel_iteration_ports: reserving port {p} (taken by another socket?)"))?;
+                s.into()
+            }
+        };
+        shared.takeover.offer(crate::takeover::Role::Kit { port: p }, s.as_fd())?;
+        v.push((p, s));
     }
+    // ports no longer in the range: closed with `inherited`
+    inherited.clear();
     Ok(Reserved(v))
 }
 
@@ -116,8 +132,10 @@ fn answer_socket(socks: &[(SocketAddr, Arc<Socket>)], p: &KitPending) -> Option<
 }
 
 /// Finish `p` in userspace: the resolver's route (REFUSED, a cache hit) or a resolution
-/// (taking `handed` as its first exchange), answered from the listen socket.
-fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>) {
+/// (taking `handed` as its first exchange), answered from the listen socket. The resolution
+/// goes through the resolver's pending queue, or, `direct` (the daemon stopping: the queue's
+/// reader has stopped), in a task of its own.
+fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>, direct: bool) {
     let Some(rec) = shared.recursion.get().cloned() else { return };
     let Some(sock) = answer_socket(socks, &p) else {
         tracing::debug!(client = %p.client, "kernel iteration: no listen socket for the address asked");
@@ -140,7 +158,16 @@ fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPendi
             let _ = pend.send(&mut out);
         }
         crate::recursion::Route::Resolve(q, key) => {
-            let pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, handed);
+            let mut pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, handed);
+            if direct {
+                tokio::spawn(async move {
+                    let (mut out, outcome) =
+                        crate::recursion::resolve_and_answer(&rec, &pend.query, pend.key.clone(), Transport::Udp, payload, pend.handed.take()).await;
+                    rec.shard.record(Transport::Udp, outcome);
+                    let _ = pend.send(&mut out);
+                });
+                return;
+            }
             if let Err(e) = rec.pending.try_send(pend) {
                 let mut pend = e.into_inner();
                 let mut out = Vec::new();
@@ -210,7 +237,7 @@ pub fn spawn(
                     r = sock.recv_from(&mut buf) => match r { Ok(x) => x, Err(_) => continue },
                 };
                 if let Some((p, handed)) = claim(&kit, port, from, &buf[..n]) {
-                    finish(&shared, &socks, p, handed);
+                    finish(&shared, &socks, p, handed, false);
                 }
             }
         }));
@@ -226,8 +253,15 @@ pub fn spawn(
             let before = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
             for p in kit.claim_older(before).unwrap_or_default() {
                 note(&TIMEOUTS);
-                finish(&shared, &socks, p, None);
+                finish(&shared, &socks, p, None, false);
             }
+        }
+        // Stopping (a takeover's new program may already hold the links: responses to the
+        // queries this process's program sent no longer reach it): every query still pending
+        // is resolved here, from scratch, and answered before the process exits.
+        for p in kit.claim_older(u64::MAX).unwrap_or_default() {
+            note(&TIMEOUTS);
+            finish(&shared, &socks, p, None, true);
         }
     }));
     Ok(tasks)
