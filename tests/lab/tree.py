@@ -805,7 +805,8 @@ security-poll-suffix=
 
 def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: bool = False,
                         extra: str = "", wait: bool = True, xdp: str | None = None,
-                        root_hints: Path | None = None, uplink: bool = False):
+                        root_hints: Path | None = None, uplink: bool = False,
+                        forwarding: bool = False):
     """xdns as a pure resolver (no zones):
 
         listen = ["198.18.X.N:53", "[2001:db8:X::N]:53"]
@@ -818,7 +819,11 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
     `extra` is more TOML inside [resolver] (fanout, timeouts, cache size...), `xdp` as in
     Lab.write_xdns_config, `root_hints` another hints file than the tree's. `uplink` (a
     remote tree, with `xdp`): the XDP program goes on the tree's uplink veth too
-    (`[xdp] interfaces = [server veth, uplink]`), where upstream answers arrive."""
+    (`[xdp] interfaces = [server veth, uplink]`), where upstream answers arrive.
+    `forwarding` (with `uplink`): IPv4 and IPv6 forwarding on the server veth, for kernel
+    iteration (`kernel_iteration = true` in `extra`): its queries leave by the uplink, not by
+    the veth the client's query came in, and bpf_fib_lookup finds that next hop only as a
+    router forwarding from the veth would (bpf/README.md, "Kernel iteration")."""
     from lab import XDNS_BIN
     if not XDNS_BIN.exists():
         raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
@@ -830,6 +835,11 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
         if not (tree.remote and xdp is not None):
             raise ValueError("uplink=True needs a remote tree and xdp")
         kw["more_interfaces"] = [tree.uplink_if]
+    if forwarding:
+        if not uplink:
+            raise ValueError("forwarding=True needs uplink=True")
+        for key in (f"net.ipv4.conf.{lab.server_if}.forwarding", f"net.ipv6.conf.{lab.server_if}.forwarding"):
+            lab.server_run(["sysctl", "-qw", f"{key}=1"])
     conf, a4, a6 = lab.write_xdns_config([], name, extra=resolver, **kw)
     if xdp is not None:
         lab.client_xdp_pass()  # XDP_TX frames reach the client veth only with an XDP ring there

@@ -69,6 +69,12 @@ pub struct KitPending {
     pub sent_name: Vec<u8>,
     /// CLOCK_MONOTONIC nanoseconds when the kernel sent it.
     pub sent_ns: u64,
+    /// The cut asked: its key in `xdns_kit_zones` and its name's wire length (the name is
+    /// the suffix of that length of the question name: [`KitMaps::zone_of`]).
+    pub zone_hash: u64,
+    pub zone_len: u8,
+    /// Queries the kernel sent for this question (1: the first).
+    pub hops: u8,
 }
 
 /// The counters of kernel iteration, summed over CPUs.
@@ -136,6 +142,9 @@ impl KitPending {
             dnssec_ok: v.do_bit != 0,
             sent_name: v.qname[..q].to_vec(),
             sent_ns: v.sent_ns,
+            zone_hash: v.zone_hash,
+            zone_len: v.zone_len,
+            hops: v.hops,
         }
     }
 }
@@ -184,6 +193,11 @@ impl KitMaps {
         }
         let k = self.zone_key(&z.name);
         self.zones.update(bytes_of(&k), bytes_of(&v), MapFlags::ANY).context("writing a zone cut")
+    }
+
+    /// The cut `p` was sent to ([`sent_zone`] with this program's seed).
+    pub fn zone_of(&self, p: &KitPending) -> Option<Vec<u8>> {
+        sent_zone(self.seed, p)
     }
 
     /// Forget a cut (absent: nothing to do).
@@ -264,6 +278,23 @@ impl KitMaps {
     }
 }
 
+/// The cut `p` was sent to (lowercased wire name): the suffix of its question name of
+/// `zone_len` bytes, at a label boundary, whose hash under `seed` is the one the kernel keyed
+/// the cut by. `None` when there is no such suffix (the entry does not say which zone).
+pub fn sent_zone(seed: u64, p: &KitPending) -> Option<Vec<u8>> {
+    let name = p.sent_name.to_ascii_lowercase();
+    let at = name.len().checked_sub(usize::from(p.zone_len))?;
+    let mut i = 0usize;
+    while i < at {
+        i += 1 + usize::from(*name.get(i)?);
+    }
+    if i != at || p.zone_len == 0 {
+        return None;
+    }
+    let zone = name[at..].to_vec();
+    (crate::hash::name_hash(seed, &zone) == p.zone_hash).then_some(zone)
+}
+
 fn label_count(name: &[u8]) -> u8 {
     let (mut i, mut n) = (0usize, 0u8);
     while i < name.len() && name[i] != 0 {
@@ -302,6 +333,35 @@ mod tests {
         for bad in ["61000", "53-100", "200-100", "x-2", "1024-40000", "70000-70001"] {
             assert!(parse_ports(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_zone_sent_to_is_a_suffix_with_its_hash() {
+        let seed = 0x1234_5678_9abc_def0;
+        let mut p = KitPending {
+            client: "198.18.0.2:1".parse().unwrap(),
+            local: "198.18.0.1".parse().unwrap(),
+            id: 1,
+            flags: 0,
+            qname: b"\x03www\x07example\x03net\x00".to_vec(),
+            qtype: 1,
+            payload: None,
+            dnssec_ok: false,
+            sent_name: b"\x03wWw\x07ExaMple\x03NeT\x00".to_vec(),
+            sent_ns: 0,
+            zone_hash: crate::hash::name_hash(seed, b"\x07example\x03net\x00"),
+            zone_len: 13,
+            hops: 1,
+        };
+        assert_eq!(sent_zone(seed, &p), Some(b"\x07example\x03net\x00".to_vec()));
+        p.zone_len = 1;
+        assert_eq!(sent_zone(seed, &p), None, "the hash is another zone's");
+        p.zone_hash = crate::hash::name_hash(seed, b"\x00");
+        assert_eq!(sent_zone(seed, &p), Some(vec![0]));
+        p.zone_len = 12; // not at a label boundary
+        assert_eq!(sent_zone(seed, &p), None);
+        p.zone_len = 200;
+        assert_eq!(sent_zone(seed, &p), None);
     }
 
     #[test]

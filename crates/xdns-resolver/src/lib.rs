@@ -38,7 +38,7 @@ pub mod store;
 
 pub use hints::{HintsError, RootHints};
 pub use net::{Network, SystemNetwork};
-pub use resolve::{Clock, Counters, ResolveError, Resolver};
+pub use resolve::{Clock, Counters, Delegation, Handed, HandedUse, ResolveError, Resolver};
 pub use store::KeyRef;
 
 use std::net::SocketAddr;

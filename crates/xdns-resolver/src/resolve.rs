@@ -19,6 +19,7 @@
 //! answers), and identical questions share one resolution (coalescing).
 
 pub mod classify;
+mod handed;
 mod iterate;
 mod prime;
 pub mod quota;
@@ -43,6 +44,7 @@ use crate::Config;
 use prime::Priming;
 
 pub use classify::{classify, Class, Step};
+pub use handed::{Delegation, Handed, HandedUse};
 
 /// Deepest nesting of glueless NS name resolutions.
 pub const MAX_DEPTH: u32 = 4;
@@ -286,6 +288,7 @@ impl Resolver {
         lock(&self.infra.nx).clear();
         lock(&self.infra.failures).clear();
         lock(&self.infra.rtt).clear();
+        self.infra.changed();
         self.fetches.clear();
         keys.len()
     }
@@ -328,6 +331,7 @@ impl Resolver {
         lock(&self.infra.addrs).retain(|n, a| a.expires_ns == u64::MAX || !hit(n));
         lock(&self.infra.nx).retain(|n, _| !hit(n) && !is_subdomain(name, n));
         lock(&self.infra.failures).retain(|(n, _), _| !hit(n));
+        self.infra.changed();
         keys.len()
     }
 
@@ -495,6 +499,12 @@ impl Resolver {
     }
 
     async fn coalesced(self: &Arc<Self>, key: CacheKey) -> Resolution {
+        self.coalesced_from(key, None).await
+    }
+
+    /// [`Resolver::coalesced`], the leader's first upstream reply already in hand (`first`,
+    /// dropped when the question joins a running resolution).
+    async fn coalesced_from(self: &Arc<Self>, key: CacheKey, first: Option<handed::First>) -> Resolution {
         let (tx, rx) = oneshot::channel();
         let leader = {
             let mut m = lock(&self.inflight);
@@ -514,7 +524,7 @@ impl Resolver {
             // In a task of its own: a client that goes away does not strand the waiters.
             let this = self.clone();
             tokio::spawn(async move {
-                let r = this.resolve_uncached(&key).await;
+                let r = this.resolve_uncached(&key, first).await;
                 let waiters = lock(&this.inflight).remove(&key).unwrap_or_default();
                 for w in waiters {
                     let _ = w.send(r.clone());
@@ -524,7 +534,7 @@ impl Resolver {
         rx.await.unwrap_or(Err(ResolveError::Failed))
     }
 
-    async fn resolve_uncached(self: &Arc<Self>, key: &CacheKey) -> Resolution {
+    async fn resolve_uncached(self: &Arc<Self>, key: &CacheKey, first: Option<handed::First>) -> Resolution {
         self.prime_when_due().await;
         let now = self.now_ns();
         let fkey = (key.qname.clone(), key.qtype);
@@ -543,7 +553,7 @@ impl Resolver {
         };
         let r = tokio::time::timeout(
             self.cfg.load().resolve_timeout,
-            self.resolve_records(&mut ctx, &key.qname, key.qtype),
+            self.resolve_records(&mut ctx, &key.qname, key.qtype, first),
         )
         .await;
         let now = self.now_ns();

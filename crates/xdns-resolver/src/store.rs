@@ -232,9 +232,17 @@ pub struct Infra {
     pub failures: Mutex<HashMap<(Vec<u8>, u16), u64>>,
     /// Server address → RTT state.
     pub rtt: Mutex<HashMap<IpAddr, Rtt>>,
+    /// Bumped whenever `zones` or `addrs` change ([`Infra::changed`]): kernel iteration's
+    /// zone map writer copies the delegations only then.
+    pub generation: std::sync::atomic::AtomicU64,
 }
 
 impl Infra {
+    /// Notes that `zones` or `addrs` changed.
+    pub fn changed(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The longest zone cut at or above `name` that has not expired.
     pub fn closest_cut(&self, name: &[u8], now_ns: u64) -> Option<(Vec<u8>, Deleg)> {
         let zones = lock(&self.zones);

@@ -1391,3 +1391,165 @@ async fn identical_questions_in_a_flood_share_one_resolution() {
     let c = s.res.counters.snapshot();
     assert_eq!(c.iter().find(|(k, _)| *k == "coalesced").unwrap().1, 199);
 }
+
+/// What kernel iteration would get: the reply of `server` to `name`/`qtype` (full name, RD=0),
+/// asked outside the resolver.
+async fn asked_directly(net: &FakeNet, server: &str, name: &str, qtype: u16) -> Vec<u8> {
+    use crate::net::Network;
+    let server: std::net::SocketAddr = format!("{server}:53").parse().unwrap();
+    let q = crate::msg::build_query(0x4242, &n(name), qtype, false, 1232);
+    let expect = crate::msg::Expect {
+        server,
+        id: 0x4242,
+        qname: n(name),
+        qtype,
+        rejected: Default::default(),
+    };
+    net.udp(&q, &expect, Duration::from_millis(100)).await.unwrap()
+}
+
+fn handed(zone: &str, server: &str, reply: Vec<u8>) -> crate::Handed {
+    crate::Handed {
+        zone: n(zone),
+        server: format!("{server}:53").parse().unwrap(),
+        reply,
+        rtt: Some(Duration::from_millis(3)),
+    }
+}
+
+/// The delegations kernel iteration copies: every cut learnt below the root with its known
+/// addresses (glue, or resolved NS names), expiring with the earlier of its NS set and
+/// those addresses; the generation moves when they change.
+#[tokio::test]
+async fn delegations_are_the_cuts_learnt_with_their_addresses() {
+    let s = setup(cfg());
+    assert!(s.res.delegations(4).is_empty(), "the root is not one of them");
+    let g0 = s.res.infra_generation();
+    for q in ["www.example.test.", "www.glueless.test.", "www.shortglue.test."] {
+        s.res.resolve(key(q, rtype::A)).await.unwrap();
+    }
+    assert!(s.res.infra_generation() > g0);
+    let now = s.clock.load(Relaxed);
+    let mut d = s.res.delegations(4);
+    d.sort_by(|a, b| a.zone.cmp(&b.zone));
+    let got: Vec<(String, Vec<String>, u64)> = d
+        .iter()
+        .map(|d| {
+            (
+                xdns_wire::name::to_presentation(&d.zone),
+                d.addrs.iter().map(|a| a.to_string()).collect(),
+                (d.expires_ns - now) / NS,
+            )
+        })
+        .collect();
+    let want = |z: &str, a: &[&str], ttl: u64| (z.to_string(), a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), ttl);
+    assert!(got.contains(&want("example.test.", &["198.18.3.1"], 3600)), "{got:?}");
+    assert!(got.contains(&want("glueless.test.", &["198.18.4.1"], 3600)), "{got:?}");
+    assert!(got.contains(&want("shortglue.test.", &["198.18.6.3"], 60)), "glue TTL 60: {got:?}");
+    let test = got.iter().find(|g| g.0 == "test.").unwrap();
+    assert_eq!(test.2, 86400, "NS TTL 172800 capped by max_ttl");
+    assert_eq!(test.1.len(), 2, "{test:?}");
+    // one per family at most when asked so; the first is the best known (a silent server has
+    // no RTT yet here, so by address)
+    assert!(s.res.delegations(1).iter().all(|d| d.addrs.len() == 1));
+    // expired cuts are left out
+    s.clock.fetch_add(61 * NS, Relaxed);
+    assert!(!s.res.delegations(4).iter().any(|d| d.zone == n("shortglue.test.")));
+    let g1 = s.res.infra_generation();
+    s.res.flush_name(&n("example.test."), false);
+    assert!(s.res.infra_generation() > g1);
+    assert!(!s.res.delegations(4).iter().any(|d| d.zone == n("example.test.")));
+}
+
+/// A referral the kernel got from the root is followed as the resolver's own: no root query
+/// of the resolver's, the cut cached, the answer as a cold resolution gives it.
+#[tokio::test]
+async fn handed_referral_continues_from_the_child() {
+    let s = setup(cfg());
+    let reply = asked_directly(&s.net, "198.18.0.1", "www.example.test.", rtype::A).await;
+    let (r, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed(".", "198.18.0.1", reply)).await;
+    assert_eq!(used, crate::HandedUse::Referral);
+    let a = r.unwrap();
+    let now = s.clock.load(Relaxed);
+    assert_eq!(a_records(&replay(&a, now)), vec!["198.18.3.80".parse::<IpAddr>().unwrap(), "198.18.3.81".parse().unwrap()]);
+    assert_eq!(s.net.count("198.18.0.1"), 1, "the root asked once, by the 'kernel'");
+    assert_eq!(s.net.count("198.18.1.1"), 1);
+    assert_eq!(s.net.count("198.18.3.1"), 1);
+    assert!(s.res.delegations(4).iter().any(|d| d.zone == n("test.")));
+    assert_eq!(s.kernel.0.lock().unwrap().len(), 1, "pushed to the kernel cache");
+}
+
+/// A final answer the kernel got is cached exactly as the resolver caches its own (the same
+/// body, TTLs, negative caching with the SOA), with no upstream query of the resolver's.
+#[tokio::test]
+async fn handed_final_answers_are_cached_as_the_resolvers_own() {
+    for (name, qtype, rcode) in [
+        ("www.example.test.", rtype::A, 0u16),
+        ("local.example.test.", rtype::A, 0),
+        ("nothere.example.test.", rtype::A, 3),
+        ("www.example.test.", rtype::AAAA, 0),
+    ] {
+        let own = setup(cfg());
+        let want = own.res.resolve(key(name, qtype)).await.unwrap();
+        let s = setup(cfg());
+        s.res.resolve(key("ns1.example.test.", rtype::A)).await.unwrap();
+        let before = s.net.total.load(Relaxed);
+        let reply = asked_directly(&s.net, "198.18.3.1", name, qtype).await;
+        let (r, used) = s.res.resolve_handed(key(name, qtype), handed("example.test.", "198.18.3.1", reply)).await;
+        assert_eq!(used, crate::HandedUse::Answer, "{name}");
+        let got = r.unwrap();
+        assert_eq!(s.net.total.load(Relaxed), before + 1, "{name}: only the 'kernel' query");
+        assert_eq!(got.body, want.body, "{name}: the resolver's own body");
+        assert_eq!(got.expires_at_ns - got.stored_at_ns, want.expires_at_ns - want.stored_at_ns, "{name}");
+        assert_eq!(replay(&got, got.stored_at_ns).rcode(), rcode, "{name}");
+        // cached: the next question is a hit
+        assert!(s.res.cached(&key(name, qtype)).is_some(), "{name}");
+        assert_eq!(s.kernel.0.lock().unwrap().last().unwrap().body, want.body, "{name}");
+    }
+}
+
+/// Replies the iteration cannot take leave the question to an ordinary resolution (which
+/// still gets the right answer), and say why; out-of-bailiwick glue in a handed referral is
+/// never used.
+#[tokio::test]
+async fn unusable_handed_replies_fall_back_to_a_resolution() {
+    use crate::HandedUse::*;
+    let s = setup(cfg());
+    // TC=1
+    s.res.resolve(key("ns1.example.test.", rtype::A)).await.unwrap();
+    let reply = asked_directly(&s.net, "198.18.1.1", "www.tc.test.", rtype::A).await;
+    let (_, used) = s.res.resolve_handed(key("www.tc.test.", rtype::A), handed("test.", "198.18.1.1", reply)).await;
+    assert_eq!(used, Referral);
+    let reply = asked_directly(&s.net, "198.18.6.1", "x.tc.test.", rtype::A).await;
+    let (r, used) = s.res.resolve_handed(key("x.tc.test.", rtype::A), handed("tc.test.", "198.18.6.1", reply)).await;
+    assert_eq!((used, r.map(|a| replay(&a, 0).rcode()).ok()), (Truncated, Some(3)));
+    // SERVFAIL
+    let mut reply = asked_directly(&s.net, "198.18.3.1", "a.example.test.", rtype::A).await;
+    reply[3] = (reply[3] & 0xf0) | 2;
+    let (r, used) = s.res.resolve_handed(key("a.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
+    assert_eq!((used, r.map(|a| replay(&a, 0).rcode()).ok()), (Rcode, Some(3)));
+    // malformed
+    let (r, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed("example.test.", "198.18.3.1", vec![1, 2, 3])).await;
+    assert_eq!(used, Malformed);
+    assert!(r.is_ok());
+    // lame: the root's referral to test. said to come from example.test.'s server
+    let reply = asked_directly(&s.net, "198.18.0.1", "b.example.test.", rtype::A).await;
+    let (r, used) = s.res.resolve_handed(key("b.example.test.", rtype::A), handed("example.test.", "198.18.0.1", reply)).await;
+    assert_eq!(used, Lame);
+    assert_eq!(r.map(|a| replay(&a, 0).rcode()).ok(), Some(3));
+    // a name outside the zone said asked
+    let reply = asked_directly(&s.net, "198.18.2.1", "www.example.net.", rtype::A).await;
+    let (_, used) = s.res.resolve_handed(key("www.example.net.", rtype::A), handed("test.", "198.18.2.1", reply)).await;
+    assert_eq!(used, Lame);
+    // out-of-bailiwick glue (ns.example.net. 6.6.6.6 in test.'s referral to evil.test.)
+    let reply = asked_directly(&s.net, "198.18.1.1", "www.evil.test.", rtype::A).await;
+    let (r, used) = s.res.resolve_handed(key("www.evil.test.", rtype::A), handed("test.", "198.18.1.1", reply)).await;
+    assert_eq!(used, Referral);
+    let a = r.unwrap();
+    assert_eq!(a_records(&replay(&a, 0)), vec!["198.18.2.81".parse::<IpAddr>().unwrap()]);
+    assert_eq!(s.net.count("6.6.6.6"), 0, "the out-of-bailiwick glue was not used");
+    // cached already: the reply is not needed
+    let reply = asked_directly(&s.net, "198.18.3.1", "www.example.test.", rtype::A).await;
+    let (_, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
+    assert_eq!(used, Joined);
+}

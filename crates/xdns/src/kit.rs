@@ -7,13 +7,26 @@
 //! - [`spawn`] starts the tasks that read them: a response claims its pending entry (deletes
 //!   it from `xdns_kit_pending`; only the claimer answers), is checked again as the userspace
 //!   resolver checks its own (from port 53 of the server asked, the ID, the question with its
-//!   0x20 case), and the client's question is finished by the userspace resolver (its caches,
-//!   delegations, every fallback) and answered from the listen socket, once. A timer claims
-//!   the entries of servers that never answered and resolves them the same way.
-//! - The zone map: the root from the hints when the tasks start, and the resolver's known
-//!   delegations are not written yet (the kernel asks the root for every miss until then).
+//!   0x20 case), and is then *used*: it becomes the first exchange of the userspace
+//!   resolution of the client's question ([`xdns_resolver::Resolver::resolve_handed`]): a
+//!   referral continues from the child zone, a final answer is cached as the resolver caches
+//!   its own (and pushed to the kernel cache) and answered from the listen socket, once. A
+//!   response the resolver cannot use (TC=1, SERVFAIL/REFUSED, lame, malformed, the cut asked
+//!   unknown) leaves the question to an ordinary resolution. A timer claims the entries of
+//!   servers that never answered and resolves them from scratch.
+//! - The zone map ([`ZoneWriter`]): the root from the hints when the tasks start, then the
+//!   delegations the resolver learns ([`xdns_resolver::Resolver::delegations`]: the cut, its
+//!   servers' addresses from in-bailiwick glue or resolved NS names, the earlier expiry of
+//!   the NS set and those addresses), copied whenever the resolver's zone map changes and as
+//!   cuts expire, so the kernel sends a miss straight to the deepest cut known. The map is
+//!   bounded (`xdns_kit_zones`' size less the root): past it, the cuts with the fewest labels
+//!   are kept (a TLD's cut serves every name below it), then those expiring last.
+//! - The stats group `kit`: the kernel's counters, and what became of each response handed
+//!   over (`response_<use>`) and of entries the timer claimed (`timeout`).
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,23 +42,41 @@ use crate::server::Shared;
 pub struct Reserved(Vec<(u16, std::net::UdpSocket)>);
 
 /// Bind every port of `ports` (dual-stack IPv6 wildcard). A port taken is an error naming it.
-pub fn reserve(ports: (u16, u16)) -> anyhow::Result<Reserved> {
+/// With `--takeover`, the running server's sockets for those ports are `inherited` (taken
+/// from it) instead; each socket is offered for the next takeover.
+pub fn reserve(ports: (u16, u16), inherited: &mut Vec<(u16, std::os::fd::OwnedFd)>, shared: &Shared) -> anyhow::Result<Reserved> {
+    use std::os::fd::AsFd;
     let mut v = Vec::new();
     for p in ports.0..=ports.1 {
-        let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_only_v6(false)?;
-        s.set_nonblocking(true)?;
-        s.bind(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), p).into())
-            .with_context(|| format!("[resolver] kernel_iteration_ports: reserving port {p} (taken by another socket?)"))?;
-        v.push((p, s.into()));
+        let s: std::net::UdpSocket = match inherited.iter().position(|(q, _)| *q == p) {
+            Some(i) => {
+                let s = std::net::UdpSocket::from(inherited.swap_remove(i).1);
+                s.set_nonblocking(true)?;
+                s
+            }
+            None => {
+                let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+                s.set_only_v6(false)?;
+                s.set_nonblocking(true)?;
+                s.bind(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), p).into())
+                    .with_context(|| format!("[resolver] kernel_iteration_ports: reserving port {p} (taken by another socket?)"))?;
+                s.into()
+            }
+        };
+        shared.takeover.offer(crate::takeover::Role::Kit { port: p }, s.as_fd())?;
+        v.push((p, s));
     }
+    // ports no longer in the range: closed with `inherited`
+    inherited.clear();
     Ok(Reserved(v))
 }
 
 /// Claims the pending query a response on `port` from `from` answers, if it is the one sent:
 /// from port 53, with the ID and question sent (the kernel checked all this already; a
-/// response that reached the socket another way is checked here the same).
-fn claim(kit: &KitMaps, port: u16, from: SocketAddr, msg: &[u8]) -> Option<KitPending> {
+/// response that reached the socket another way is checked here the same). With the claim,
+/// the response as the resolver takes it when it is the answer to the question sent (its
+/// zone known): `None` otherwise (the client's question is then resolved from scratch).
+fn claim(kit: &KitMaps, port: u16, from: SocketAddr, msg: &[u8]) -> Option<(KitPending, Option<xdns_resolver::Handed>)> {
     if from.port() != 53 || msg.len() < 12 {
         return None;
     }
@@ -55,12 +86,22 @@ fn claim(kit: &KitMaps, port: u16, from: SocketAddr, msg: &[u8]) -> Option<KitPe
     };
     let id = u16::from_be_bytes([msg[0], msg[1]]);
     let p = kit.claim(ip, port, id).ok()??;
-    let q = msg.get(12..12 + p.sent_name.len() + 4)?;
-    if q[..p.sent_name.len()] != p.sent_name[..] || q[p.sent_name.len()..] != [(p.qtype >> 8) as u8, p.qtype as u8, 0, 1] {
+    let same = msg.get(12..12 + p.sent_name.len() + 4).is_some_and(|q| {
+        q[..p.sent_name.len()] == p.sent_name[..] && q[p.sent_name.len()..] == [(p.qtype >> 8) as u8, p.qtype as u8, 0, 1]
+    });
+    if !same || u16::from_be_bytes([msg[4], msg[5]]) != 1 || msg[2] & 0x80 == 0 {
         // claimed, but not its answer: resolved by userspace all the same (the client waits)
         tracing::debug!(%from, "kernel iteration: a response to a reserved port with another question");
+        note(&MALFORMED);
+        return Some((p, None));
     }
-    Some(p)
+    let Some(zone) = kit.zone_of(&p) else {
+        note(&NO_ZONE);
+        return Some((p, None));
+    };
+    let rtt = monotonic_ns().checked_sub(p.sent_ns).map(Duration::from_nanos);
+    let handed = xdns_resolver::Handed { zone, server: SocketAddr::new(ip, 53), reply: msg.to_vec(), rtt };
+    Some((p, Some(handed)))
 }
 
 /// The client's query as it sent it (its ID, flags, name, type, EDNS payload and DO).
@@ -90,9 +131,11 @@ fn answer_socket(socks: &[(SocketAddr, Arc<Socket>)], p: &KitPending) -> Option<
         .map(|(_, s)| s.clone())
 }
 
-/// Finish `p` in userspace: the resolver's route (REFUSED, a cache hit) or a resolution,
-/// answered from the listen socket.
-fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending) {
+/// Finish `p` in userspace: the resolver's route (REFUSED, a cache hit) or a resolution
+/// (taking `handed` as its first exchange), answered from the listen socket. The resolution
+/// goes through the resolver's pending queue, or, `direct` (the daemon stopping: the queue's
+/// reader has stopped), in a task of its own.
+fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>, direct: bool) {
     let Some(rec) = shared.recursion.get().cloned() else { return };
     let Some(sock) = answer_socket(socks, &p) else {
         tracing::debug!(client = %p.client, "kernel iteration: no listen socket for the address asked");
@@ -108,11 +151,23 @@ fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPendi
             let Ok(q) = xdns_wire::Query::parse(&msg) else { return };
             let Some(qq) = q.question.as_ref() else { return };
             let key = xdns_resolver::KeyRef { qname: qq.key(), qtype: qq.qtype, dnssec_ok: p.dnssec_ok }.to_owned_key();
-            let mut pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key);
+            if handed.is_some() {
+                note_use(xdns_resolver::HandedUse::Joined);
+            }
+            let mut pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key, None);
             let _ = pend.send(&mut out);
         }
         crate::recursion::Route::Resolve(q, key) => {
-            let pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key);
+            let mut pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, handed);
+            if direct {
+                tokio::spawn(async move {
+                    let (mut out, outcome) =
+                        crate::recursion::resolve_and_answer(&rec, &pend.query, pend.key.clone(), Transport::Udp, payload, pend.handed.take()).await;
+                    rec.shard.record(Transport::Udp, outcome);
+                    let _ = pend.send(&mut out);
+                });
+                return;
+            }
             if let Err(e) = rec.pending.try_send(pend) {
                 let mut pend = e.into_inner();
                 let mut out = Vec::new();
@@ -151,6 +206,26 @@ pub fn spawn(
     let _ = MAPS.set(kit.clone());
     let socks = Arc::new(socks);
     let mut tasks = Vec::new();
+    // the zone map writer: the resolver's delegations, as they change and expire
+    let cap = (xdns_bpf::kit::KitStage::default().zones as usize).saturating_sub(1);
+    let (kit_w, shared_w, mut stop_w) = (kit.clone(), shared.clone(), stop.clone());
+    tasks.push(tokio::spawn(async move {
+        let mut writer = ZoneWriter::new(cap);
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = crate::server::stopped(&mut stop_w) => break,
+                _ = tick.tick() => {}
+            }
+            let Some(rec) = shared_w.recursion.get() else { continue };
+            let (generation, now) = (rec.resolver.infra_generation(), rec.resolver.now_ns());
+            if writer.due(generation, now) {
+                let d = rec.resolver.delegations(xdns_bpf::kit::ADDRS);
+                writer.sync(&*kit_w, d, generation, now);
+            }
+        }
+    }));
     for (port, sock) in reserved.0 {
         let sock = tokio::net::UdpSocket::from_std(sock).context("registering a reserved port")?;
         let (kit, socks, shared, mut stop) = (kit.clone(), socks.clone(), shared.clone(), stop.clone());
@@ -161,8 +236,8 @@ pub fn spawn(
                     _ = crate::server::stopped(&mut stop) => break,
                     r = sock.recv_from(&mut buf) => match r { Ok(x) => x, Err(_) => continue },
                 };
-                if let Some(p) = claim(&kit, port, from, &buf[..n]) {
-                    finish(&shared, &socks, p);
+                if let Some((p, handed)) = claim(&kit, port, from, &buf[..n]) {
+                    finish(&shared, &socks, p, handed, false);
                 }
             }
         }));
@@ -177,11 +252,133 @@ pub fn spawn(
             }
             let before = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
             for p in kit.claim_older(before).unwrap_or_default() {
-                finish(&shared, &socks, p);
+                note(&TIMEOUTS);
+                finish(&shared, &socks, p, None, false);
             }
+        }
+        // Stopping (a takeover's new program may already hold the links: responses to the
+        // queries this process's program sent no longer reach it): every query still pending
+        // is resolved here, from scratch, and answered before the process exits.
+        for p in kit.claim_older(u64::MAX).unwrap_or_default() {
+            note(&TIMEOUTS);
+            finish(&shared, &socks, p, None, true);
         }
     }));
     Ok(tasks)
+}
+
+/// Where [`ZoneWriter`] writes: `xdns_kit_zones` ([`KitMaps`]), or a map in memory (tests).
+pub trait ZoneMap {
+    /// Write or replace a cut.
+    fn set_zone(&self, z: &KitZone) -> anyhow::Result<()>;
+    /// Forget a cut.
+    fn remove_zone(&self, name: &[u8]) -> anyhow::Result<()>;
+}
+
+impl ZoneMap for KitMaps {
+    fn set_zone(&self, z: &KitZone) -> anyhow::Result<()> {
+        KitMaps::set_zone(self, z)
+    }
+    fn remove_zone(&self, name: &[u8]) -> anyhow::Result<()> {
+        KitMaps::remove_zone(self, name)
+    }
+}
+
+/// Copies the resolver's delegations into the kernel's zone map: what is new or changed is
+/// written, what is gone (expired, flushed, evicted by the resolver) is removed, at most
+/// `cap` cuts besides the root (the root is written once, from the hints, and never here).
+pub struct ZoneWriter {
+    cap: usize,
+    /// What the map holds (as written).
+    written: HashMap<Vec<u8>, KitZone>,
+    /// The resolver's generation last copied (`None`: never).
+    generation: Option<u64>,
+    /// The earliest expiry among the cuts written.
+    next_expiry: u64,
+}
+
+impl ZoneWriter {
+    /// A writer for a map with room for `cap` cuts besides the root.
+    pub fn new(cap: usize) -> Self {
+        Self { cap, written: HashMap::new(), generation: None, next_expiry: u64::MAX }
+    }
+
+    /// True when a copy is due: the resolver's zone map changed since the last one
+    /// (`generation`), or a cut written has expired by `now` (then removed, so a later
+    /// delegation of the same name is written afresh).
+    pub fn due(&self, generation: u64, now: u64) -> bool {
+        self.generation != Some(generation) || now >= self.next_expiry
+    }
+
+    /// Makes the map hold `desired` (the resolver's delegations at `generation`, `now`
+    /// its clock, CLOCK_MONOTONIC like the kernel's): expired cuts dropped; past `cap`, the
+    /// cuts with the fewest labels kept, then those expiring last. Returns (written,
+    /// removed). A cut the map refuses is left out (and tried again at the next copy).
+    pub fn sync(&mut self, map: &dyn ZoneMap, desired: Vec<xdns_resolver::Delegation>, generation: u64, now: u64) -> (usize, usize) {
+        let mut want: Vec<KitZone> = desired
+            .into_iter()
+            .filter(|d| d.expires_ns > now && d.zone.as_slice() != [0] && !d.addrs.is_empty() && d.zone.len() <= 255)
+            .map(|d| KitZone { name: d.zone.to_ascii_lowercase(), addrs: d.addrs, expires_ns: d.expires_ns })
+            .collect();
+        if want.len() > self.cap {
+            want.sort_by(|a, b| labels(&a.name).cmp(&labels(&b.name)).then(b.expires_ns.cmp(&a.expires_ns)).then(a.name.cmp(&b.name)));
+            want.truncate(self.cap);
+        }
+        let want: HashMap<Vec<u8>, KitZone> = want.into_iter().map(|z| (z.name.clone(), z)).collect();
+        let mut removed = 0;
+        let gone: Vec<Vec<u8>> = self.written.keys().filter(|k| !want.contains_key(*k)).cloned().collect();
+        for name in gone {
+            if let Err(e) = map.remove_zone(&name) {
+                tracing::debug!(error = %e, "kernel iteration: removing a zone cut");
+                continue;
+            }
+            self.written.remove(&name);
+            removed += 1;
+        }
+        let mut written = 0;
+        for (name, z) in want {
+            if self.written.get(&name) == Some(&z) {
+                continue;
+            }
+            match map.set_zone(&z) {
+                Ok(()) => {
+                    self.written.insert(name, z);
+                    written += 1;
+                }
+                Err(e) => tracing::debug!(error = %e, "kernel iteration: writing a zone cut"),
+            }
+        }
+        self.generation = Some(generation);
+        self.next_expiry = self.written.values().map(|z| z.expires_ns).min().unwrap_or(u64::MAX);
+        ZONES.store(self.written.len() as u64, Relaxed);
+        (written, removed)
+    }
+}
+
+fn labels(name: &[u8]) -> usize {
+    xdns_wire::name::label_count(name)
+}
+
+/// What became of the responses handed over, by [`xdns_resolver::HandedUse`] (in its order).
+static USES: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+/// Responses claimed whose question was not the one sent, or not a response.
+static MALFORMED: AtomicU64 = AtomicU64::new(0);
+/// Responses claimed whose entry names no cut (`zone_len`/`zone_hash`): resolved from scratch.
+static NO_ZONE: AtomicU64 = AtomicU64::new(0);
+/// Entries the timer claimed (the server never answered): resolved from scratch.
+static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+/// Cuts the writer holds in the zone map (besides the root).
+static ZONES: AtomicU64 = AtomicU64::new(0);
+
+fn note(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+/// Counts what became of a response handed over (`crate::recursion::resolve_and_answer`).
+pub fn note_use(u: xdns_resolver::HandedUse) {
+    if let Some(i) = xdns_resolver::HandedUse::ALL.iter().position(|x| *x == u) {
+        note(&USES[i]);
+    }
 }
 
 /// Kernel iteration's maps once its tasks run (for the counters).
@@ -196,9 +393,21 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("sent".into(), c.sent));
     v.push(("responses".into(), c.responses));
     v.push(("pending".into(), kit.pending_len() as u64));
+    v.extend(xdns_resolver::HandedUse::ALL.iter().zip(&USES).map(|(u, n)| (format!("response_{}", u.name()), n.load(Relaxed))));
+    let mal = USES[xdns_resolver::HandedUse::ALL.iter().position(|u| *u == xdns_resolver::HandedUse::Malformed).unwrap_or(0)].load(Relaxed);
+    if let Some(x) = v.iter_mut().find(|(k, _)| k == "response_malformed") {
+        x.1 = mal + MALFORMED.load(Relaxed);
+    }
+    v.push(("response_no_zone".into(), NO_ZONE.load(Relaxed)));
+    v.push(("timeout".into(), TIMEOUTS.load(Relaxed)));
+    v.push(("zones".into(), ZONES.load(Relaxed)));
     s.groups.insert(
         "kit".into(),
-        crate::stats::Group::counters("Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, entries pending.", "counter", v),
+        crate::stats::Group::counters(
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
+            "counter",
+            v,
+        ),
     );
 }
 
@@ -236,6 +445,89 @@ mod tests {
         assert_eq!(z.addrs, vec!["198.18.1.1".parse::<IpAddr>().unwrap(), "2001:db8::53".parse().unwrap()]);
     }
 
+    /// A zone map in memory; names in `refuse` are refused.
+    #[derive(Default)]
+    struct MemMap {
+        zones: std::sync::Mutex<HashMap<Vec<u8>, KitZone>>,
+        writes: AtomicU64,
+        refuse: Vec<Vec<u8>>,
+    }
+
+    impl ZoneMap for MemMap {
+        fn set_zone(&self, z: &KitZone) -> anyhow::Result<()> {
+            if self.refuse.contains(&z.name) {
+                anyhow::bail!("full");
+            }
+            self.writes.fetch_add(1, Relaxed);
+            self.zones.lock().unwrap().insert(z.name.clone(), z.clone());
+            Ok(())
+        }
+        fn remove_zone(&self, name: &[u8]) -> anyhow::Result<()> {
+            self.zones.lock().unwrap().remove(name);
+            Ok(())
+        }
+    }
+
+    fn wire(s: &str) -> Vec<u8> {
+        xdns_wire::name::from_presentation(s).unwrap()
+    }
+
+    fn deleg(zone: &str, addrs: &[&str], expires_ns: u64) -> xdns_resolver::Delegation {
+        xdns_resolver::Delegation { zone: wire(zone), addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(), expires_ns }
+    }
+
+    fn held(m: &MemMap) -> Vec<String> {
+        let mut v: Vec<String> = m.zones.lock().unwrap().keys().map(|k| xdns_wire::name::to_presentation(k)).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn zone_writer_copies_changes_and_expiry() {
+        let m = MemMap::default();
+        let mut w = ZoneWriter::new(10);
+        assert!(w.due(0, 0), "never copied");
+        let d = vec![deleg("lab.", &["198.18.1.1"], 100), deleg("Good.Lab.", &["198.18.2.1", "2001:db8::2"], 50), deleg(".", &["198.18.0.1"], 1000), deleg("none.lab.", &[], 1000)];
+        assert_eq!(w.sync(&m, d.clone(), 1, 10), (2, 0));
+        assert_eq!(held(&m), ["good.lab.", "lab."], "the root and cuts without an address are not the writer's");
+        assert_eq!(m.zones.lock().unwrap()[&wire("good.lab.")].addrs.len(), 2);
+        assert!(!w.due(1, 49));
+        // the same again writes nothing
+        assert_eq!(w.sync(&m, d.clone(), 2, 11), (0, 0));
+        assert_eq!(m.writes.load(Relaxed), 2);
+        // good.lab. expires: due, removed
+        assert!(w.due(2, 50));
+        assert_eq!(w.sync(&m, d.clone(), 2, 50), (0, 1));
+        assert_eq!(held(&m), ["lab."]);
+        // a new address for lab. is written; a cut the resolver dropped is removed
+        let d2 = vec![deleg("lab.", &["198.18.1.2"], 200)];
+        assert_eq!(w.sync(&m, d2, 3, 60), (1, 0));
+        assert_eq!(m.zones.lock().unwrap()[&wire("lab.")].addrs, vec!["198.18.1.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(w.sync(&m, vec![], 4, 61), (0, 1));
+        assert!(held(&m).is_empty());
+    }
+
+    #[test]
+    fn zone_writer_keeps_the_map_bounded() {
+        let m = MemMap::default();
+        let mut w = ZoneWriter::new(3);
+        let d = vec![
+            deleg("a.b.lab.", &["198.18.1.1"], 500),
+            deleg("b.lab.", &["198.18.1.2"], 100),
+            deleg("c.lab.", &["198.18.1.3"], 300),
+            deleg("lab.", &["198.18.1.4"], 50),
+            deleg("d.lab.", &["198.18.1.5"], 200),
+        ];
+        w.sync(&m, d, 1, 0);
+        // fewest labels first (lab.), then the latest expiry (c.lab. 300, d.lab. 200)
+        assert_eq!(held(&m), ["c.lab.", "d.lab.", "lab."]);
+        // a refused cut is left out and tried again
+        let m2 = MemMap { refuse: vec![wire("x.lab.")], ..Default::default() };
+        let mut w2 = ZoneWriter::new(3);
+        assert_eq!(w2.sync(&m2, vec![deleg("x.lab.", &["198.18.1.1"], 500)], 1, 0), (0, 0));
+        assert!(held(&m2).is_empty());
+    }
+
     #[test]
     fn client_query_is_what_the_client_sent() {
         let p = KitPending {
@@ -249,6 +541,9 @@ mod tests {
             dnssec_ok: true,
             sent_name: vec![],
             sent_ns: 0,
+            zone_hash: 0,
+            zone_len: 0,
+            hops: 1,
         };
         let m = client_query(&p);
         let q = xdns_wire::Query::parse(&m).unwrap();

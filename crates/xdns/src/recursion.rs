@@ -545,14 +545,25 @@ pub fn answer(
 }
 
 /// Resolves `key` for `q` and writes the reply into a new buffer (SERVFAIL on failure).
+/// With `handed`, the reply kernel iteration got for it is the first exchange's
+/// ([`xdns_resolver::Resolver::resolve_handed`]; what became of it is counted by
+/// `crate::kit`).
 pub async fn resolve_and_answer(
-    rec: &Recursion,
+    rec: &Arc<Recursion>,
     q: &Query,
     key: CacheKey,
     transport: Transport,
     edns_payload: u16,
+    handed: Option<xdns_resolver::Handed>,
 ) -> (Vec<u8>, Outcome) {
-    let r = rec.resolver.resolve(key).await;
+    let r = match handed {
+        Some(h) => {
+            let (r, used) = rec.resolver.resolve_handed(key, h).await;
+            crate::kit::note_use(used);
+            r
+        }
+        None => rec.resolver.resolve(key).await,
+    };
     let mut out = Vec::new();
     let outcome = match &r {
         Ok(a) => answer(
@@ -706,7 +717,7 @@ pub async fn serve_udp_pending(
             let mut p = p;
             let payload = shared.served.load().respond.edns_payload;
             let (mut out, outcome) =
-                resolve_and_answer(&rec, &p.query, p.key.clone(), Transport::Udp, payload).await;
+                resolve_and_answer(&rec, &p.query, p.key.clone(), Transport::Udp, payload, p.handed.take()).await;
             rec.shard.record(Transport::Udp, outcome);
             if let Some(t) = p.timed.take() {
                 shared.telemetry.finish(t, &mut out);

@@ -60,6 +60,8 @@ pub enum Role {
     Metrics { addr: SocketAddr },
     /// An XDP BPF link.
     Xdp { interface: String, mode: XdpMode },
+    /// A socket reserving a source port of kernel iteration (`crate::kit::reserve`).
+    Kit { port: u16 },
 }
 
 /// The JSON line after the fds: their roles, in order, and the sender's pid.
@@ -330,6 +332,8 @@ pub struct Inherited {
     pub metrics: Option<(SocketAddr, OwnedFd)>,
     /// XDP links.
     pub xdp: Vec<InheritedLink>,
+    /// Kernel iteration's reserved ports, by port.
+    pub kit: Vec<(u16, OwnedFd)>,
 }
 
 impl Inherited {
@@ -406,6 +410,11 @@ fn sort_fds(roles: Vec<Role>, fds: Vec<OwnedFd>) -> anyhow::Result<Inherited> {
                 mode,
                 fd,
             }),
+            Role::Kit { port } => {
+                let any = SocketAddr::new(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
+                check_socket(&fd, socket2::Type::DGRAM, any)?;
+                inh.kit.push((port, fd));
+            }
         }
     }
     Ok(inh)
@@ -558,6 +567,7 @@ mod tests {
             tcp: vec![(b, fd())],
             metrics: Some((a, fd())),
             xdp: Vec::new(),
+            kit: Vec::new(),
         };
         assert_eq!(inh.take_udp(a).len(), 2);
         assert!(inh.take_tcp(a).is_none());

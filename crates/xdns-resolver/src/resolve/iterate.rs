@@ -14,6 +14,7 @@ use hashbrown::HashMap;
 use xdns_wire::name::to_presentation;
 
 use super::classify::{classify, Class, Step};
+use super::handed::First;
 use super::{Ctx, Final, ResolveError, Resolver, NS, RCODE_NOERROR, RCODE_NXDOMAIN};
 use crate::msg::{rtype, Rr};
 use crate::store::{lock, make_room, Addrs, Deleg};
@@ -24,17 +25,19 @@ const MAX_REFERRALS: usize = 24;
 const MAX_MINIMISE: usize = 10;
 
 impl Resolver {
-    /// The records answering `qname`/`qtype`, following CNAMEs across zones.
+    /// The records answering `qname`/`qtype`, following CNAMEs across zones; `first`, the
+    /// reply to the first full-name query already in hand (kernel iteration's).
     pub(super) async fn resolve_records(
         &self,
         ctx: &mut Ctx,
         qname: &[u8],
         qtype: u16,
+        mut first: Option<First>,
     ) -> Result<Final, ResolveError> {
         let mut chain: Vec<Rr> = Vec::new();
         let mut name = qname.to_vec();
         for _ in 0..=self.cfg.load().max_cname {
-            let step = self.iterate(ctx, &name, qtype).await?;
+            let step = self.iterate(ctx, &name, qtype, first.take()).await?;
             chain.extend(step.answer);
             match step.next {
                 Some(next) if !chain.iter().any(|r| r.owner == next) => name = next,
@@ -51,8 +54,16 @@ impl Resolver {
         Err(ResolveError::Budget)
     }
 
-    /// One name: from the closest known cut down the referrals to an answer.
-    async fn iterate(&self, ctx: &mut Ctx, name: &[u8], qtype: u16) -> Result<Step, ResolveError> {
+    /// One name: from the closest known cut down the referrals to an answer. With `first`,
+    /// from its zone, its reply taken as the answer to the full name asked of its server
+    /// there (the reply of an exchange made by someone else: kernel iteration).
+    async fn iterate(
+        &self,
+        ctx: &mut Ctx,
+        name: &[u8],
+        qtype: u16,
+        mut first: Option<First>,
+    ) -> Result<Step, ResolveError> {
         let now = self.now_ns();
         if let Some((_, until, mut soa)) = self.infra.nx_cut(name, now) {
             self.counters.nxdomain_cut_hits.fetch_add(1, Relaxed);
@@ -65,7 +76,16 @@ impl Resolver {
             });
         }
         let forwarding = !self.cfg.load().forwarders.is_empty();
-        let (mut zone, mut deleg) = if forwarding {
+        let (mut zone, mut deleg) = if let Some(f) = first.as_ref().filter(|_| !forwarding) {
+            let d = lock(&self.infra.zones).get(&f.zone).cloned();
+            (
+                f.zone.clone(),
+                d.unwrap_or(Deleg {
+                    ns: vec![],
+                    expires_ns: now,
+                }),
+            )
+        } else if forwarding {
             (
                 vec![0],
                 Deleg {
@@ -86,66 +106,77 @@ impl Resolver {
         let mut full = false;
         let mut minimised = 0usize;
         for _ in 0..MAX_REFERRALS + MAX_MINIMISE {
-            let servers = if forwarding {
-                self.cfg.load()
-                    .forwarders
-                    .iter()
-                    .copied()
-                    .filter(|s| !excluded.contains(s))
-                    .collect()
+            let handed = first.take().filter(|_| !forwarding);
+            let (server, reply) = if let Some(f) = handed {
+                ctx.queries += 1;
+                (f.server, f.reply)
             } else {
-                self.servers_for(ctx, &zone, &deleg, &excluded).await?
+                let servers = if forwarding {
+                    self.cfg
+                        .load()
+                        .forwarders
+                        .iter()
+                        .copied()
+                        .filter(|s| !excluded.contains(s))
+                        .collect()
+                } else {
+                    self.servers_for(ctx, &zone, &deleg, &excluded).await?
+                };
+                if servers.is_empty() {
+                    // No address known for this cut (its glue expired before its NS records, or
+                    // was never given): forget the cut and ask the parent again, which refers
+                    // with fresh glue.
+                    if forwarding || zone == [0] || !excluded.is_empty() {
+                        return Err(ResolveError::Failed);
+                    }
+                    lock(&self.infra.zones).remove(&zone);
+                    self.infra.changed();
+                    let parent = xdns_wire::name::parent(&zone).unwrap_or(&[0]).to_vec();
+                    (zone, deleg) = self
+                        .infra
+                        .closest_cut(&parent, self.now_ns())
+                        .ok_or(ResolveError::Failed)?;
+                    continue;
+                }
+                let name_labels = xdns_wire::name::label_count(name);
+                let next_labels = asked_labels.max(xdns_wire::name::label_count(&zone)) + 1;
+                if minimised >= MAX_MINIMISE {
+                    full = true;
+                }
+                if minimise && !full && next_labels < name_labels {
+                    minimised += 1;
+                    // Ask for the next label below the cut only, type A (RFC 9156 §2.1).
+                    let qn = suffix_with_labels(name, next_labels);
+                    let (server, reply) = self
+                        .ask(ctx, &servers, Some(&zone), qn, rtype::A, false)
+                        .await?;
+                    match classify(&reply, qn, rtype::A, &zone, self.cfg.load().max_cname) {
+                        Class::Referral {
+                            zone: child,
+                            ns,
+                            glue,
+                        } => {
+                            deleg = self.note_referral(&child, &ns, &glue, now);
+                            zone = child;
+                            excluded.clear();
+                            asked_labels = 0;
+                        }
+                        // The name exists here and is no cut (data, CNAME or an empty
+                        // non-terminal): one label more.
+                        Class::Answer(_) | Class::NoData(_) => asked_labels = next_labels,
+                        // NXDOMAIN above the name, a lame or odd reply: relaxed mode asks the
+                        // full name instead (an NXDOMAIN is then proven for the name itself).
+                        Class::NxDomain(_) | Class::Lame => {
+                            tracing::debug!(%server, zone = %to_presentation(&zone), "minimised query: asking the full name");
+                            full = true;
+                        }
+                    }
+                    continue;
+                }
+                let zone_bound = (!forwarding).then_some(&zone[..]);
+                self.ask(ctx, &servers, zone_bound, name, qtype, forwarding)
+                    .await?
             };
-            if servers.is_empty() {
-                // No address known for this cut (its glue expired before its NS records, or
-                // was never given): forget the cut and ask the parent again, which refers
-                // with fresh glue.
-                if forwarding || zone == [0] || !excluded.is_empty() {
-                    return Err(ResolveError::Failed);
-                }
-                lock(&self.infra.zones).remove(&zone);
-                let parent = xdns_wire::name::parent(&zone).unwrap_or(&[0]).to_vec();
-                (zone, deleg) = self
-                    .infra
-                    .closest_cut(&parent, self.now_ns())
-                    .ok_or(ResolveError::Failed)?;
-                continue;
-            }
-            let name_labels = xdns_wire::name::label_count(name);
-            let next_labels = asked_labels.max(xdns_wire::name::label_count(&zone)) + 1;
-            if minimised >= MAX_MINIMISE {
-                full = true;
-            }
-            if minimise && !full && next_labels < name_labels {
-                minimised += 1;
-                // Ask for the next label below the cut only, type A (RFC 9156 §2.1).
-                let qn = suffix_with_labels(name, next_labels);
-                let (server, reply) = self.ask(ctx, &servers, Some(&zone), qn, rtype::A, false).await?;
-                match classify(&reply, qn, rtype::A, &zone, self.cfg.load().max_cname) {
-                    Class::Referral {
-                        zone: child,
-                        ns,
-                        glue,
-                    } => {
-                        deleg = self.note_referral(&child, &ns, &glue, now);
-                        zone = child;
-                        excluded.clear();
-                        asked_labels = 0;
-                    }
-                    // The name exists here and is no cut (data, CNAME or an empty
-                    // non-terminal): one label more.
-                    Class::Answer(_) | Class::NoData(_) => asked_labels = next_labels,
-                    // NXDOMAIN above the name, a lame or odd reply: relaxed mode asks the
-                    // full name instead (an NXDOMAIN is then proven for the name itself).
-                    Class::NxDomain(_) | Class::Lame => {
-                        tracing::debug!(%server, zone = %to_presentation(&zone), "minimised query: asking the full name");
-                        full = true;
-                    }
-                }
-                continue;
-            }
-            let zone_bound = (!forwarding).then_some(&zone[..]);
-            let (server, reply) = self.ask(ctx, &servers, zone_bound, name, qtype, forwarding).await?;
             match classify(&reply, name, qtype, &zone, self.cfg.load().max_cname) {
                 Class::Answer(step) => {
                     if step.rcode == RCODE_NXDOMAIN {
@@ -225,9 +256,12 @@ impl Resolver {
         };
         {
             let mut z = lock(&self.infra.zones);
-            make_room(&mut z, self.cfg.load().infra_entries, |d| d.expires_ns <= now);
+            make_room(&mut z, self.cfg.load().infra_entries, |d| {
+                d.expires_ns <= now
+            });
             z.insert(child.to_vec(), deleg.clone());
         }
+        self.infra.changed();
         let mut by_name: HashMap<Vec<u8>, Addrs> = HashMap::new();
         for g in glue {
             let ip = match (g.rtype, g.rdata.len()) {
@@ -253,7 +287,9 @@ impl Resolver {
                 if a.get(&n).is_some_and(|x| x.expires_ns == u64::MAX) {
                     continue;
                 }
-                make_room(&mut a, self.cfg.load().infra_entries, |x| x.expires_ns <= now);
+                make_room(&mut a, self.cfg.load().infra_entries, |x| {
+                    x.expires_ns <= now
+                });
                 a.insert(n, v);
             }
         }

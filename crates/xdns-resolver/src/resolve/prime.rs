@@ -66,6 +66,8 @@ impl Resolver {
                 },
             );
         }
+        drop(addrs);
+        self.infra.changed();
     }
 
     /// The root servers in use (NS name, addresses): the hints, or the primed set.

@@ -30,7 +30,7 @@ use crate::store::{lock, make_room, Addrs, Deleg, Rtt};
 const GLUELESS_PER_CUT: usize = 3;
 /// SRTT given to a server never asked (microseconds), randomised a little so that new servers
 /// are spread; like Unbound's 376 ms, low enough that they get tried.
-const INITIAL_SRTT_US: u64 = 200_000;
+pub(super) const INITIAL_SRTT_US: u64 = 200_000;
 /// Ceiling of a smoothed RTT (microseconds).
 const MAX_SRTT_US: u64 = 10_000_000;
 
@@ -67,7 +67,7 @@ impl Resolver {
                 ctx.glueless += 1;
                 ctx.depth += 1;
                 let qt = if self.cfg.load().ipv4 { rtype::A } else { rtype::AAAA };
-                let r = Box::pin(self.resolve_records(ctx, &n, qt)).await;
+                let r = Box::pin(self.resolve_records(ctx, &n, qt, None)).await;
                 ctx.depth -= 1;
                 if let Ok(f) = r {
                     let now = self.now_ns();
@@ -92,6 +92,7 @@ impl Resolver {
                             },
                         );
                         drop(a);
+                        self.infra.changed();
                         out = self.known_addrs(deleg, excluded);
                         if !out.is_empty() {
                             break;
@@ -140,7 +141,7 @@ impl Resolver {
         }
     }
 
-    fn note_rtt(&self, server: SocketAddr, elapsed: Option<Duration>) {
+    pub(super) fn note_rtt(&self, server: SocketAddr, elapsed: Option<Duration>) {
         let now = self.now_ns();
         let mut rtt = lock(&self.infra.rtt);
         if !rtt.contains_key(&server.ip()) {

@@ -189,13 +189,16 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
 
     // Everything that can fail on this host's state has been done: ask for the sockets.
     let mut session = if takeover { start::take_over(&cfg).await? } else { None };
-    let inherited = session.as_mut().map(|s| std::mem::take(&mut s.inherited)).unwrap_or_default();
+    let mut inherited = session.as_mut().map(|s| std::mem::take(&mut s.inherited)).unwrap_or_default();
+    let mut kit_inherited = std::mem::take(&mut inherited.kit);
     let listeners = start::Listeners::bind(&cfg, inherited, &shared).await?;
-    // kernel iteration's source ports, reserved before the program can send from them
+    // kernel iteration's source ports, reserved before the program can send from them (taken
+    // from the running server on a takeover)
     let kit_reserved = match &cfg.resolver {
-        Some(rs) if rs.kernel_iteration && !cfg.xdp.interfaces.is_empty() => Some(crate::kit::reserve(rs.kit_ports)?),
+        Some(rs) if rs.kernel_iteration && !cfg.xdp.interfaces.is_empty() => Some(crate::kit::reserve(rs.kit_ports, &mut kit_inherited, &shared)?),
         _ => None,
     };
+    drop(kit_inherited);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();

@@ -233,7 +233,7 @@ async fn connection(
                     let payload = shared.served.load().respond.edns_payload;
                     tokio::spawn(async move {
                         let (answer, outcome) =
-                            recursion::resolve_and_answer(&rec, &q, key, Transport::Tcp, payload)
+                            recursion::resolve_and_answer(&rec, &q, key, Transport::Tcp, payload, None)
                                 .await;
                         crate::dnstap::client_response(ends, crate::dnstap::Proto::Tcp, &answer, None);
                         rec.shard.record(Transport::Tcp, outcome);

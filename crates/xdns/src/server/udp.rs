@@ -140,6 +140,9 @@ pub struct Pending {
     ends: crate::dnstap::Ends,
     /// Telemetry's selection (`crate::telemetry`), when a rule selects it.
     pub timed: Option<crate::telemetry::Timed>,
+    /// The reply kernel iteration got for it, to be the resolution's first exchange
+    /// (`crate::kit`).
+    pub handed: Option<xdns_resolver::Handed>,
 }
 
 impl Pending {
@@ -150,7 +153,7 @@ impl Pending {
 
     /// A query kernel iteration handed over (`crate::kit`): answered from `sock` (a listen
     /// socket of `local`'s family bound to `local` or its wildcard) from `local` to `client`.
-    pub fn handed_over(sock: Arc<Socket>, client: SocketAddr, local: IpAddr, query: Box<Query>, key: CacheKey) -> Pending {
+    pub fn handed_over(sock: Arc<Socket>, client: SocketAddr, local: IpAddr, query: Box<Query>, key: CacheKey, handed: Option<xdns_resolver::Handed>) -> Pending {
         let sa = socket2::SockAddr::from(client);
         let pktinfo = match local {
             IpAddr::V4(a) => Pktinfo::V4(libc::in_pktinfo { ipi_ifindex: 0, ipi_spec_dst: libc::in_addr { s_addr: u32::from(a).to_be() }, ipi_addr: libc::in_addr { s_addr: u32::from(a).to_be() } }),
@@ -166,7 +169,7 @@ impl Pending {
         let namelen = sa.len();
         // SAFETY: `sa` holds `namelen` (<= size_of sockaddr_storage) valid bytes of a sockaddr.
         unsafe { std::ptr::copy_nonoverlapping(sa.as_ptr().cast::<u8>(), (&mut name as *mut libc::sockaddr_storage).cast::<u8>(), namelen as usize) };
-        Pending { sock, name, namelen, pktinfo, query, key, ends: Default::default(), timed: None }
+        Pending { sock, name, namelen, pktinfo, query, key, ends: Default::default(), timed: None, handed }
     }
 
     /// Sends `answer` to the client (non-blocking: a full socket buffer drops it).
@@ -420,7 +423,7 @@ impl Worker {
                 Action::Resolve(q, key) => {
                     let rec = recursion.expect("only the resolver's step asks to resolve");
                     let timed = tel_at.and_then(|(c, s, rx)| tel.start(crate::telemetry::RESOLVER_MISS, query, c, s, rx, payload));
-                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key, ends, timed };
+                    let p = Pending { sock: sock.clone(), name: *name, namelen, pktinfo, query: q, key, ends, timed, handed: None };
                     match rec.pending.try_send(p) {
                         // answered later by a resolver task
                         Ok(()) => continue,

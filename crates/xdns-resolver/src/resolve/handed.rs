@@ -1,0 +1,236 @@
+//! What kernel iteration (issue 32; the daemon's `kit` module) takes from the resolver and
+//! gives it:
+//! - [`Resolver::delegations`]: the zone cuts the resolver learnt, with their servers'
+//!   addresses and expiry, for the kernel's zone map (the kernel then sends a miss straight to
+//!   the deepest known cut).
+//! - [`Resolver::resolve_handed`]: a reply the kernel got for a client's question, used as if
+//!   the resolver's own exchange with that server had got it: a referral continues the
+//!   iteration from the child zone, a final answer is cached and answered as any other. A
+//!   reply that cannot be used ([`HandedUse`]) leaves the question to an ordinary resolution.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use xdns_wire::CacheKey;
+
+use super::classify::{classify, Class};
+use super::{Resolution, Resolver, RCODE_NOERROR, RCODE_NXDOMAIN};
+use crate::msg::{parse_reply, Reply};
+use crate::store::lock;
+
+/// A zone cut as kernel iteration keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delegation {
+    /// The cut (lowercased wire name).
+    pub zone: Vec<u8>,
+    /// Its servers' addresses, best first.
+    pub addrs: Vec<IpAddr>,
+    /// CLOCK_MONOTONIC nanoseconds (the resolver's clock) when it stops being valid.
+    pub expires_ns: u64,
+}
+
+/// A reply someone else (the kernel) got for the resolver: to the client's name and type,
+/// asked in full with RD=0 of `server`, a server of `zone`. Whoever asked has checked it came
+/// from that server's port 53 with the ID and the question (0x20 case included) sent.
+#[derive(Clone, Debug)]
+pub struct Handed {
+    /// The cut asked (lowercased wire name).
+    pub zone: Vec<u8>,
+    /// The server asked.
+    pub server: SocketAddr,
+    /// The reply as received.
+    pub reply: Vec<u8>,
+    /// Time from the query to the reply, when known (an RTT sample for the server).
+    pub rtt: Option<Duration>,
+}
+
+/// What became of a handed reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandedUse {
+    /// A final answer (data, CNAME chain, NXDOMAIN, NODATA): cached and answered.
+    Answer,
+    /// A referral: the iteration went on from the child zone.
+    Referral,
+    /// Not needed: the answer was cached, or a resolution of the same question was running.
+    Joined,
+    /// TC=1: resolved afresh (over TCP when the server truncates again).
+    Truncated,
+    /// An RCODE other than NOERROR and NXDOMAIN (SERVFAIL, REFUSED, FORMERR...).
+    Rcode,
+    /// Lame: no data, SOA or downward referral within the zone asked (out-of-bailiwick
+    /// records only, an upward referral...).
+    Lame,
+    /// Not a DNS reply the resolver can parse.
+    Malformed,
+}
+
+impl HandedUse {
+    /// Every use, in counter order.
+    pub const ALL: [HandedUse; 7] = [
+        HandedUse::Answer,
+        HandedUse::Referral,
+        HandedUse::Joined,
+        HandedUse::Truncated,
+        HandedUse::Rcode,
+        HandedUse::Lame,
+        HandedUse::Malformed,
+    ];
+
+    /// Its stable name (counters).
+    pub fn name(self) -> &'static str {
+        match self {
+            HandedUse::Answer => "answer",
+            HandedUse::Referral => "referral",
+            HandedUse::Joined => "joined",
+            HandedUse::Truncated => "truncated",
+            HandedUse::Rcode => "rcode",
+            HandedUse::Lame => "lame",
+            HandedUse::Malformed => "malformed",
+        }
+    }
+
+    /// True when the reply was used (the iteration took it as its own exchange's).
+    pub fn used(self) -> bool {
+        matches!(self, HandedUse::Answer | HandedUse::Referral)
+    }
+}
+
+/// A reply in hand for the first step of an iteration.
+pub(super) struct First {
+    pub zone: Vec<u8>,
+    pub server: SocketAddr,
+    pub reply: Reply,
+}
+
+impl Resolver {
+    /// Bumped whenever the zone map or the server addresses change: copy
+    /// [`Resolver::delegations`] again only then (and as cuts expire).
+    pub fn infra_generation(&self) -> u64 {
+        self.infra.generation.load(Relaxed)
+    }
+
+    /// The zone cuts below the root that the resolver knows and that have not expired, each
+    /// with the known addresses of its servers (at most `per_family` of each family the
+    /// resolver asks; by smoothed RTT, servers held down last, then by address, so that the
+    /// same state gives the same list) and the earlier of the NS set's and those addresses'
+    /// expiry. A cut with no known address is left out. Every cut came through the bailiwick
+    /// rules of [`classify`] (a referral strictly below the zone asked, towards the name),
+    /// its addresses from in-bailiwick glue or from resolving its NS names.
+    pub fn delegations(&self, per_family: usize) -> Vec<Delegation> {
+        let now = self.now_ns();
+        let zones: Vec<(Vec<u8>, crate::store::Deleg)> = lock(&self.infra.zones)
+            .iter()
+            .filter(|(z, d)| z.as_slice() != [0] && d.expires_ns > now)
+            .map(|(z, d)| (z.clone(), d.clone()))
+            .collect();
+        let mut out = Vec::with_capacity(zones.len());
+        let addrs = lock(&self.infra.addrs);
+        let mut found: Vec<(Vec<u8>, Vec<(IpAddr, u64)>, u64)> = Vec::with_capacity(zones.len());
+        for (zone, d) in zones {
+            let mut ips: Vec<(IpAddr, u64)> = Vec::new();
+            for n in &d.ns {
+                if let Some(a) = addrs.get(n).filter(|a| a.expires_ns > now) {
+                    for ip in &a.ips {
+                        if self.family_ok(ip) && !ips.iter().any(|(i, _)| i == ip) {
+                            ips.push((*ip, a.expires_ns));
+                        }
+                    }
+                }
+            }
+            if !ips.is_empty() {
+                found.push((zone, ips, d.expires_ns));
+            }
+        }
+        drop(addrs);
+        let rtt = lock(&self.infra.rtt);
+        for (zone, mut ips, expires) in found {
+            ips.sort_by_key(|(ip, _)| match rtt.get(ip) {
+                Some(r) => (r.held_until_ns > now, r.srtt_us, *ip),
+                None => (false, super::servers::INITIAL_SRTT_US, *ip),
+            });
+            let mut kept: Vec<IpAddr> = Vec::new();
+            let mut until = expires;
+            for (v4, _) in [(true, ()), (false, ())] {
+                for (ip, exp) in ips
+                    .iter()
+                    .filter(|(ip, _)| ip.is_ipv4() == v4)
+                    .take(per_family)
+                {
+                    kept.push(*ip);
+                    until = until.min(*exp);
+                }
+            }
+            out.push(Delegation {
+                zone,
+                addrs: kept,
+                expires_ns: until,
+            });
+        }
+        out
+    }
+
+    /// What `h` is to the question `key`: the class of the reply (bailiwick-scrubbed) when
+    /// the iteration can take it, else why not.
+    fn handed_class(&self, key: &CacheKey, h: &Handed) -> Result<(Reply, HandedUse), HandedUse> {
+        let reply = parse_reply(&h.reply).ok_or(HandedUse::Malformed)?;
+        if reply.truncated() {
+            return Err(HandedUse::Truncated);
+        }
+        let rc = reply.rcode();
+        if rc != RCODE_NOERROR && rc != RCODE_NXDOMAIN {
+            return Err(HandedUse::Rcode);
+        }
+        if !xdns_wire::name::is_subdomain(&key.qname, &h.zone) {
+            return Err(HandedUse::Lame);
+        }
+        match classify(
+            &reply,
+            &key.qname,
+            key.qtype,
+            &h.zone,
+            self.cfg.load().max_cname,
+        ) {
+            Class::Lame => Err(HandedUse::Lame),
+            Class::Referral { .. } => Ok((reply, HandedUse::Referral)),
+            _ => Ok((reply, HandedUse::Answer)),
+        }
+    }
+
+    /// Resolves `key` taking `h` as the reply to its first upstream query (the full name and
+    /// type asked of `h.server`, a server of `h.zone`): a referral is followed as the
+    /// resolver's own (the cut and its glue cached, the iteration going on below it), a final
+    /// answer is cached and returned as any resolution's ([`Resolver::resolve`]: same
+    /// answer, TTL rules, negative caching, kernel cache). A fresh cached answer, or a
+    /// resolution of the same question already running, is used instead (`Joined`); a reply
+    /// that cannot be used leaves `key` to an ordinary resolution, and says why.
+    pub async fn resolve_handed(
+        self: &Arc<Self>,
+        key: CacheKey,
+        h: Handed,
+    ) -> (Resolution, HandedUse) {
+        let now = self.now_ns();
+        if let Some(e) = self.answers.get(&key) {
+            if e.answer.expires_at_ns > now {
+                return (Ok(e.answer.clone()), HandedUse::Joined);
+            }
+        }
+        let (reply, used) = match self.handed_class(&key, &h) {
+            Ok(x) => x,
+            Err(why) => return (self.resolve(key).await, why),
+        };
+        if lock(&self.inflight).contains_key(&key) {
+            return (self.resolve(key).await, HandedUse::Joined);
+        }
+        if let Some(rtt) = h.rtt {
+            self.note_rtt(h.server, Some(rtt));
+        }
+        let first = First {
+            zone: h.zone,
+            server: h.server,
+            reply,
+        };
+        (self.coalesced_from(key, Some(first)).await, used)
+    }
+}

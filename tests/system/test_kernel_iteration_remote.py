@@ -1,0 +1,218 @@
+"""Kernel iteration (issue 32) where the kernel really sends: the lab's remote tree
+(tests/lab/tree.py, "Remote tree"), its servers behind a route and the delaying relay, xdns's
+XDP program on the server veth and on the uplink (where the responses arrive), forwarding on
+the server veth (the kernel's queries are redirected to the uplink: `kit_redirected`), and
+`[resolver] kernel_iteration = true`. Unbound runs on the same tree as the reference.
+
+Checked:
+- a corpus of names (a leaf, CNAMEs within and across TLDs, a glueless zone, NXDOMAIN,
+  NODATA, a wildcard...), asked cold one after the other: xdns's answer equals Unbound's
+  (rcode, answer RRs, SOA owner of a negative answer); the kernel sent queries (`kit`
+  group `sent`), none of the misses was handed over for want of a next hop (`fib`), the
+  responses were used (`response_answer`/`response_referral`), and the zone map holds the
+  delegations learnt (`zones`);
+- each client gets exactly one answer (a socket listening on after the first);
+- the same question again is a kernel cache hit (`cache_answered` moves), byte for byte the
+  answer given before except the ID and the TTLs;
+- the spoofer's zones (forged ID, source port, source address, question, 0x20 case): the
+  genuine answer, and the kernel dropped the forgeries (`drop_kit_*`), none accepted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import dns.flags
+import dns.message
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+import resolver_corpus as corpus
+from lab import Lab
+from tree import Tree, start_unbound, start_xdns_resolver, stop
+
+DELAY = {"leaf1": 4.0, "tld-lab": 2.0}  # one-way ms
+KIT = 'kernel_iteration = true\nkernel_iteration_ports = "61000-61063"\n'
+CASE_IDS = ["a-leaf", "cname-cross", "cname-chain", "nx-leaf", "wild-a", "nodata-leaf",
+            "glueless-lab", "a-other-tld"]
+SPOOF_IDS = ["spoof-a", "spoofonly-a", "case-spoof-a"]
+
+
+@pytest.fixture(scope="module")
+def remote():
+    with Lab() as lab:
+        tree = Tree(lab, name="tree-kit", remote=True, delay_ms=DELAY).start()
+        # forwarding: the kernel's query leaves by the uplink, not by the interface the
+        # client's query came in (start_xdns_resolver's doc)
+        srv = start_xdns_resolver(lab, tree, name="xdns-kit", xdp="native", uplink=True,
+                                  forwarding=True, extra=KIT)
+        ub = start_unbound(lab, tree)
+        yield lab, tree, srv, ub
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert stop(lab, srv) == 0, srv.stderr()[-3000:]
+
+
+def summarize(m: dns.message.Message | None) -> dict:
+    if m is None:
+        return {"rcode": "no response"}
+    answer = sorted(f"{rr.name.to_text().lower()} {dns.rdatatype.to_text(rr.rdtype)} "
+                    f"{rd.to_text().lower() if rr.rdtype in (dns.rdatatype.CNAME, dns.rdatatype.NS, dns.rdatatype.MX) else rd.to_text()}"
+                    for rr in m.answer for rd in rr)
+    rcode = dns.rcode.to_text(m.rcode())
+    soa = None
+    if rcode == "NXDOMAIN" or (rcode == "NOERROR" and m.question[0].rdtype not in {r.rdtype for r in m.answer}):
+        soa = sorted({r.name.to_text().lower() for r in m.authority if r.rdtype == dns.rdatatype.SOA}) or None
+    return {"rcode": rcode, "answer": answer, "soa": soa}
+
+
+def ask_all(lab, addr: str, qname: str, qtype: str, linger: float = 1.0):
+    """Asks once from the client namespace; returns the query and every reply received until
+    `linger` seconds after the first (or 8 s without one)."""
+    q = dns.message.make_query(qname, qtype, use_edns=0, payload=1232)
+    got = []
+    with lab.client_socket() as s:
+        s.sendto(q.to_wire(), (addr, 53))
+        deadline = time.monotonic() + 8.0
+        while time.monotonic() < deadline:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data, _ = s.recvfrom(65535)
+            except (TimeoutError, OSError):
+                break
+            got.append(data)
+            deadline = min(deadline, time.monotonic() + linger) if len(got) == 1 else deadline
+    return q, got
+
+
+def one_answer(lab, addr, qname, qtype):
+    q, got = ask_all(lab, addr, qname, qtype)
+    assert len(got) == 1, f"{qname} {qtype}: {len(got)} answers"
+    m = dns.message.from_wire(got[0])
+    assert m.id == q.id and m.question == q.question, m
+    return m, got[0]
+
+
+def kit(lab, srv) -> dict:
+    return lab.xdns_stats(srv)["kit"]
+
+
+def test_corpus_iterated_by_the_kernel_equals_unbound(remote):
+    lab, _, srv, ub = remote
+    before = kit(lab, srv)
+    diffs = []
+    for cid in CASE_IDS:
+        c = corpus.BY_ID[cid]
+        m, _ = one_answer(lab, srv.addr4, c.qname, c.qtype)
+        want = summarize(dns.message.from_wire(lab.udp(ub.addr4, dns.message.make_query(
+            c.qname, c.qtype, use_edns=0, payload=1232).to_wire(), timeout=8.0)))
+        if summarize(m) != want:
+            diffs.append((cid, summarize(m), want))
+    assert not diffs, diffs
+    after = kit(lab, srv)
+    moved = {k: after[k] - before.get(k, 0) for k in after if k not in ("pending", "zones")}
+    assert moved["sent"] >= len(CASE_IDS) // 2, moved
+    assert moved["handover_fib"] == 0, f"the kernel found a next hop for every miss: {moved}"
+    assert moved["responses"] > 0, moved
+    assert moved["response_answer"] + moved["response_referral"] > 0, f"responses used: {moved}"
+    assert after["zones"] >= 3, f"delegations copied into the zone map: {after}"
+    assert after["pending"] == 0, after
+
+
+def test_a_deeper_cut_is_asked_directly_and_answered_from_its_response(remote):
+    """Once good.lab.'s cut is in the zone map, a new name under it is one kernel query to
+    leaf1, whose final answer the daemon uses (response_answer) without asking again."""
+    lab, _, srv, _ = remote
+    one_answer(lab, srv.addr4, "www.good.lab.", "A")
+    time.sleep(0.2)  # the writer copies the resolver's delegations every 20 ms
+    before = kit(lab, srv)
+    res_before = lab.xdns_stats(srv)["resolver"]["upstream_queries"]
+    m, _ = one_answer(lab, srv.addr4, "good.lab.", "MX")
+    assert m.rcode() == dns.rcode.NOERROR
+    after = kit(lab, srv)
+    assert after["sent"] - before["sent"] == 1, (before, after)
+    assert after["response_answer"] - before["response_answer"] == 1, (before, after)
+    assert lab.xdns_stats(srv)["resolver"]["upstream_queries"] == res_before, "userspace asked nothing"
+
+
+def test_a_later_query_is_a_kernel_cache_hit(remote):
+    lab, _, srv, _ = remote
+    first, w1 = one_answer(lab, srv.addr4, "good.lab.", "TXT")
+    time.sleep(0.1)
+    xdp_before = lab.xdns_stats(srv)["xdp"]
+    second, w2 = one_answer(lab, srv.addr4, "good.lab.", "TXT")
+    xdp_after = lab.xdns_stats(srv)["xdp"]
+    assert xdp_after["cache_answered"] - xdp_before["cache_answered"] == 1, (xdp_before, xdp_after)
+    assert summarize(first) == summarize(second)
+    assert len(w1) == len(w2)
+
+
+@pytest.mark.parametrize("case_id", SPOOF_IDS)
+def test_spoofed_zones_get_the_genuine_answer(remote, case_id):
+    lab, _, srv, ub = remote
+    c = corpus.BY_ID[case_id]
+    # learn the zone's cut first, so the kernel asks the spoofer's zone itself
+    one_answer(lab, srv.addr4, "learn." + c.qname.split(".", 1)[1], "A")
+    time.sleep(0.2)
+    xdp_before = lab.xdns_stats(srv)["xdp"]
+    m, _ = one_answer(lab, srv.addr4, c.qname, c.qtype)
+    want = summarize(dns.message.from_wire(lab.udp(ub.addr4, dns.message.make_query(
+        c.qname, c.qtype, use_edns=0, payload=1232).to_wire(), timeout=8.0)))
+    assert summarize(m) == want
+    xdp_after = lab.xdns_stats(srv)["xdp"]
+    dropped = {k: xdp_after[k] - xdp_before.get(k, 0) for k in xdp_after if k.startswith("drop_kit_")}
+    if case_id == "spoofonly-a":
+        # the spoofer is the zone's only server: the kernel asked it, and dropped its forgeries
+        assert sum(dropped.values()) > 0, dropped
+
+
+def test_takeover_with_kernel_iteration_loses_no_client():
+    """`xdns serve --takeover` with kernel iteration on: the new process takes the reserved
+    ports' sockets over with the listeners (else it could not bind them), the old one, when
+    it stops, resolves in userspace every query its program still had pending (their
+    responses reach the new program, which does not know them, and are dropped). Misses
+    asked before, during and after the hand-over each get exactly one, right answer, and the
+    new process iterates in the kernel too."""
+    import concurrent.futures as cf
+    import threading
+    with Lab() as lab:
+        tree = Tree(lab, name="tree-kit-to", remote=True, delay_ms=DELAY).start()
+        srv = start_xdns_resolver(lab, tree, name="xdns-kit-a", xdp="native", uplink=True,
+                                  forwarding=True, extra=KIT)
+        one_answer(lab, srv.addr4, "warm.wild.example.", "A")
+        stop_load = threading.Event()
+        results = []
+
+        def load(k: int) -> None:
+            i = 0
+            while not stop_load.is_set():
+                name = f"to{k}-{i}.wild.example."
+                q, got = ask_all(lab, srv.addr4, name, "A", linger=0.3)
+                results.append((name, q, got))
+                i += 1
+
+        with cf.ThreadPoolExecutor(max_workers=4) as ex:
+            futs = [ex.submit(load, k) for k in range(4)]
+            time.sleep(1.0)
+            during = len(results)
+            new = lab.xdns_takeover(srv, "xdns-kit-b")
+            time.sleep(1.0)
+            stop_load.set()
+            for f in futs:
+                f.result()
+        assert srv.proc.returncode == 0, srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr() + new.stderr()
+        assert len(results) > during > 0, (during, len(results))
+        bad = []
+        for name, q, got in results:
+            ms = [dns.message.from_wire(w) for w in got]
+            if len(ms) != 1 or ms[0].id != q.id or \
+                    [rd.to_text() for r in ms[0].answer for rd in r] != ["198.19.50.1"]:
+                bad.append((name, [str(m) for m in ms]))
+        assert not bad, bad[:5]
+        before = kit(lab, new)
+        m, _ = one_answer(lab, new.addr4, "after.wild.example.", "A")
+        assert [rd.to_text() for r in m.answer for rd in r] == ["198.19.50.1"]
+        assert kit(lab, new)["sent"] - before["sent"] == 1, "the new process iterates in the kernel"
+        assert stop(lab, new) == 0, new.stderr()[-3000:]
