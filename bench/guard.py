@@ -289,6 +289,7 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
                "-t", str(seconds), "-Q", "3000000", "-b", "32", "-l", flood, "-i", str(qfile), srv.addr4]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         first = mitigated = None
+        at_mitigation = None    # (legit sent, legit answered, kernel answers) when the drop began
         intervals = []
         while p.poll() is None:
             x = lab.xdns_stats(srv)
@@ -300,6 +301,7 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
             if first is not None and mitigated is None and v.get("drop_blocked", 0) + v.get("drop_tier", 0) > \
                     base.get("drop_blocked", 0) + base.get("drop_tier", 0):
                 mitigated = now
+                at_mitigation = (legit.sent, legit.answered, v.get("answered", 0))
             if "detect" in x:
                 intervals.append(x["detect"].get("last_interval_us", 0))
             time.sleep(0.02)
@@ -308,6 +310,15 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
         legit.halt.set()
         legit.join(3)
         drops1 = link_drops(lab)
+        # after the first drop the flood's answers stop: the kernel's answers from then on are
+        # the legitimate client's, so what it sent, what the server answered and what came
+        # back tell where its losses are (on the way in, or back)
+        after_mit = None
+        if at_mitigation:
+            end = lab.xdns_stats(srv)["xdp"]
+            after_mit = {"legit_sent": legit.sent - at_mitigation[0],
+                         "legit_answered": legit.answered - at_mitigation[1],
+                         "kernel_answered": end.get("answered", 0) - at_mitigation[2]}
         lost = [t for t in legit.lost[n_lost0:] if t >= t_start]
         # where the legitimate client's queries were lost: before the first drop of the flood
         # (the kernel answering it at the generator's rate) or after (the flood dropped)
@@ -318,7 +329,7 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
                 "legit_lost_times_s": [round(t - t_start, 2) for t in lost],
                 "mitigated_at_s": round(mitigated - t_start, 2) if mitigated else None,
                 "link_drops": {k: drops1[k] - drops0.get(k, 0) for k in drops1 if drops1[k] != drops0.get(k, 0)},
-                "flood_s": seconds,
+                "flood_s": seconds, "after_mitigation": after_mit,
                 "loop_ms_max": max(intervals) / 1000 if intervals else None,
                 "interval_ms": 500,
                 "legit_answers_per_s": answered / elapsed, "legit_share": answered / max(1, sent)}
@@ -352,8 +363,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,1000,100000,1000000")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--peers", default=",".join(PEERS), help="a subset of " + ",".join(PEERS))
+    ap.add_argument("--detect-only", action="store_true", help="only the detection run (legitimate answers, time to mitigate)")
     args = ap.parse_args()
     sizes = [1, 1000] if args.smoke else [int(x) for x in args.sizes.split(",")]
+    if args.detect_only:
+        sizes = []
     seconds = 3.0 if args.smoke else args.seconds
     OUT.mkdir(exist_ok=True)
     res = {"sizes": {}, "seconds": seconds, "smoke": args.smoke}
@@ -362,7 +376,7 @@ def main() -> int:
         flood = f"198.18.{third}.0/24"
         qfile = lab.dir / "flood.q"
         qfile.write_text("www.example.com A\n")
-        for n in sizes:
+        for n in ([] if args.detect_only else sizes):
             entries = prefixes(n, flood)
             row = {}
             for peer in PEERS:
@@ -395,7 +409,7 @@ def main() -> int:
     # ratios and goals
     def mpps(n, peer):
         return res["sizes"].get(str(n), {}).get(peer, {}).get("drop_mpps")
-    first, last = sizes[0], sizes[-1]
+    first, last = (sizes[0], sizes[-1]) if sizes else (0, 0)
     ratios = {"xdns_last_vs_first": (mpps(last, "xdns") / mpps(first, "xdns")) if mpps(last, "xdns") and mpps(first, "xdns") else None}
     def prog(n):
         return res["sizes"].get(str(n), {}).get("xdns", {}).get("prog_ns")
@@ -449,7 +463,7 @@ def main() -> int:
               f"({100 * d['legit_share']:.1f}%) during the flood; lost before the first drop "
               f"{d['legit_lost_before_mitigation']}, after {d['legit_lost_after_mitigation']} "
               f"(at {d['legit_lost_times_s']} s, mitigated at {d['mitigated_at_s']} s); "
-              f"veth drops {d['link_drops']}")
+              f"veth drops {d['link_drops']}; after the first drop {d['after_mitigation']}")
     print("goals: 1M >= 0.9x 1 entry; >= 3x nftables at every size; detection-to-drop < 1 s")
     if args.smoke:
         assert all(r.get("drop_mpps") or r.get("skipped") for row in res["sizes"].values() for r in row.values()), res
