@@ -14,6 +14,9 @@ floods from a spoofed /24 (`-l`, 256 sources) as fast as it can; the server veth
   nftables  a native XDP_PASS program (drop_xdp.bpf.c built with ACTION=XDP_PASS) so that
             packets take the same NAPI thread, then `inet` prerouting at raw priority:
             `ip saddr @blocked counter drop`, the set an interval set of N prefixes;
+  nft-ingress  the same set in a `netdev` table's ingress hook on the server veth: the
+            earliest place nftables can drop (before IP receive, as early as a netfilter
+            filter gets), behind the same XDP_PASS front: the fair peer of an XDP drop;
   iptables  (Debian's, the nf_tables backend) the same XDP_PASS front, then N rules
             `-t raw -A PREROUTING -s P -j DROP`, the
             flood's last (a linear chain: its worst case). Sizes it cannot load within
@@ -59,7 +62,7 @@ from lab import DEFAULT_ZONES, Lab, _bpf_includes, run  # noqa: E402
 OUT = HERE / "out"
 DROP_SRC = HERE / "drop_xdp.bpf.c"
 IPT_TIMEOUT = 300
-PEERS = ["xdns", "nftables", "iptables", "drop-xdp"]
+PEERS = ["xdns", "nftables", "nft-ingress", "iptables", "drop-xdp"]
 
 
 def build_xdp(lab: Lab, action: str) -> Path:
@@ -162,14 +165,20 @@ def run_xdns(lab: Lab, entries: list[str], flood: str, qfile: Path, seconds: flo
         lab.stop(srv)
 
 
-def nft_run(lab: Lab, entries: list[str], flood: str, qfile: Path, seconds: float) -> dict:
+def nft_run(lab: Lab, entries: list[str], flood: str, qfile: Path, seconds: float,
+            ingress: bool = False) -> dict:
+    """nftables' set at raw prerouting (`inet`), or with `ingress` at the server veth's
+    netdev ingress hook (before IP receive)."""
     rules = lab.dir / "nft.rules"
+    family, chain = ("netdev", "ing") if ingress else ("inet", "pre")
+    hook = (f"type filter hook ingress device \"{lab.server_if}\" priority -500;" if ingress
+            else "type filter hook prerouting priority raw;")
     with open(rules, "w") as f:
-        f.write("table inet xbench {\n set blocked { type ipv4_addr; flags interval; auto-merge; }\n"
-                " chain pre { type filter hook prerouting priority raw; policy accept;\n"
+        f.write(f"table {family} xbench {{\n set blocked {{ type ipv4_addr; flags interval; auto-merge; }}\n"
+                f" chain {chain} {{ {hook} policy accept;\n"
                 "  ip saddr @blocked counter drop\n }\n}\n")
         for i in range(0, len(entries), 10000):
-            f.write(f"add element inet xbench blocked {{ {', '.join(entries[i:i + 10000])} }}\n")
+            f.write(f"add element {family} xbench blocked {{ {', '.join(entries[i:i + 10000])} }}\n")
     t = time.monotonic()
     lab.server_run(["nft", "-f", str(rules)], timeout=900)
     load_s = time.monotonic() - t
@@ -177,7 +186,7 @@ def nft_run(lab: Lab, entries: list[str], flood: str, qfile: Path, seconds: floa
     try:
         r = flood_run(lab, lab.server_addr4, flood, qfile, seconds, [])
         r["load_s"] = load_s
-        cnt = json.loads(lab.server_run(["nft", "-j", "list", "chain", "inet", "xbench", "pre"]).stdout)
+        cnt = json.loads(lab.server_run(["nft", "-j", "list", "chain", family, "xbench", chain]).stdout)
         r["dropped"] = next((x["rule"]["expr"][1]["counter"]["packets"] for x in cnt["nftables"]
                              if "rule" in x), 0)
         if r["dropped"] <= 0:
@@ -185,7 +194,7 @@ def nft_run(lab: Lab, entries: list[str], flood: str, qfile: Path, seconds: floa
         return r
     finally:
         B.detach_xdp(lab)
-        lab.server_run(["nft", "delete", "table", "inet", "xbench"], check=False)
+        lab.server_run(["nft", "delete", "table", family, "xbench"], check=False)
 
 
 def ipt_run(lab: Lab, entries: list[str], flood: str, qfile: Path, seconds: float) -> dict:
@@ -229,6 +238,7 @@ class Legit(threading.Thread):
         super().__init__(daemon=True)
         self.lab, self.addr = lab, addr
         self.sent = self.answered = 0
+        self.lost: list[float] = []     # monotonic times of the queries that got no answer
         self.halt = threading.Event()
 
     def run(self):
@@ -245,8 +255,23 @@ class Legit(threading.Thread):
                         pass
                     self.answered += 1
                 except socket.timeout:
-                    pass
+                    self.lost.append(time.monotonic() - 0.5)
                 time.sleep(0.02)
+
+
+def link_drops(lab: Lab) -> dict:
+    """Drop counters of both veths: the stack's (`ip -s link`) and the veth driver's own
+    (`ethtool -S`: XDP drops, a full peer ring, failed XDP_TX), by side."""
+    out = {}
+    for side, ns, dev in (("server", lab.server_ns, lab.server_if), ("client", lab.client_ns, lab.client_if)):
+        st = json.loads(lab.ns_run(ns, ["ip", "-j", "-s", "link", "show", "dev", dev]).stdout)[0]["stats64"]
+        out[f"{side}_rx_dropped"] = st["rx"]["dropped"]
+        out[f"{side}_tx_dropped"] = st["tx"]["dropped"]
+        for line in lab.ns_run(ns, ["ethtool", "-S", dev], check=False).stdout.splitlines():
+            k, _, v = line.strip().partition(":")
+            if v.strip().isdigit() and any(w in k for w in ("drop", "err", "full")):
+                out[f"{side}_{k.strip()}"] = out.get(f"{side}_{k.strip()}", 0) + int(v)
+    return out
 
 
 def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
@@ -257,11 +282,14 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
         legit.start()
         time.sleep(3)  # warm-up: the detector learns
         base = lab.xdns_stats(srv)["xdp"]
+        drops0 = link_drops(lab)
         s0, a0, t_start = legit.sent, legit.answered, time.monotonic()
+        n_lost0 = len(legit.lost)
         cmd = ["ip", "netns", "exec", lab.client_ns, "taskset", "-c", str(B.CLIENT_CPU), "kxdpgun",
                "-t", str(seconds), "-Q", "3000000", "-b", "32", "-l", flood, "-i", str(qfile), srv.addr4]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         first = mitigated = None
+        at_mitigation = None    # (legit sent, legit answered, kernel answers) when the drop began
         intervals = []
         while p.poll() is None:
             x = lab.xdns_stats(srv)
@@ -273,6 +301,7 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
             if first is not None and mitigated is None and v.get("drop_blocked", 0) + v.get("drop_tier", 0) > \
                     base.get("drop_blocked", 0) + base.get("drop_tier", 0):
                 mitigated = now
+                at_mitigation = (legit.sent, legit.answered, v.get("answered", 0))
             if "detect" in x:
                 intervals.append(x["detect"].get("last_interval_us", 0))
             time.sleep(0.02)
@@ -280,7 +309,27 @@ def detection(lab: Lab, flood: str, qfile: Path, seconds: float) -> dict:
         sent, answered = legit.sent - s0, legit.answered - a0
         legit.halt.set()
         legit.join(3)
+        drops1 = link_drops(lab)
+        # after the first drop the flood's answers stop: the kernel's answers from then on are
+        # the legitimate client's, so what it sent, what the server answered and what came
+        # back tell where its losses are (on the way in, or back)
+        after_mit = None
+        if at_mitigation:
+            end = lab.xdns_stats(srv)["xdp"]
+            after_mit = {"legit_sent": legit.sent - at_mitigation[0],
+                         "legit_answered": legit.answered - at_mitigation[1],
+                         "kernel_answered": end.get("answered", 0) - at_mitigation[2]}
+        lost = [t for t in legit.lost[n_lost0:] if t >= t_start]
+        # where the legitimate client's queries were lost: before the first drop of the flood
+        # (the kernel answering it at the generator's rate) or after (the flood dropped)
+        cut = mitigated or float("inf")
         return {"time_to_mitigate_s": (mitigated - first) if first and mitigated else None,
+                "legit_lost_before_mitigation": sum(1 for t in lost if t < cut),
+                "legit_lost_after_mitigation": sum(1 for t in lost if t >= cut),
+                "legit_lost_times_s": [round(t - t_start, 2) for t in lost],
+                "mitigated_at_s": round(mitigated - t_start, 2) if mitigated else None,
+                "link_drops": {k: drops1[k] - drops0.get(k, 0) for k in drops1 if drops1[k] != drops0.get(k, 0)},
+                "flood_s": seconds, "after_mitigation": after_mit,
                 "loop_ms_max": max(intervals) / 1000 if intervals else None,
                 "interval_ms": 500,
                 "legit_answers_per_s": answered / elapsed, "legit_share": answered / max(1, sent)}
@@ -314,8 +363,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,1000,100000,1000000")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--peers", default=",".join(PEERS), help="a subset of " + ",".join(PEERS))
+    ap.add_argument("--detect-only", action="store_true", help="only the detection run (legitimate answers, time to mitigate)")
     args = ap.parse_args()
     sizes = [1, 1000] if args.smoke else [int(x) for x in args.sizes.split(",")]
+    if args.detect_only:
+        sizes = []
     seconds = 3.0 if args.smoke else args.seconds
     OUT.mkdir(exist_ok=True)
     res = {"sizes": {}, "seconds": seconds, "smoke": args.smoke}
@@ -324,7 +376,7 @@ def main() -> int:
         flood = f"198.18.{third}.0/24"
         qfile = lab.dir / "flood.q"
         qfile.write_text("www.example.com A\n")
-        for n in sizes:
+        for n in ([] if args.detect_only else sizes):
             entries = prefixes(n, flood)
             row = {}
             for peer in PEERS:
@@ -340,6 +392,8 @@ def main() -> int:
                         row[peer] = run_xdns(lab, entries, flood, qfile, seconds)
                     elif peer == "nftables":
                         row[peer] = nft_run(lab, entries, flood, qfile, seconds)
+                    elif peer == "nft-ingress":
+                        row[peer] = nft_run(lab, entries, flood, qfile, seconds, ingress=True)
                     elif peer == "iptables":
                         row[peer] = ipt_run(lab, entries, flood, qfile, seconds)
                     else:
@@ -355,7 +409,7 @@ def main() -> int:
     # ratios and goals
     def mpps(n, peer):
         return res["sizes"].get(str(n), {}).get(peer, {}).get("drop_mpps")
-    first, last = sizes[0], sizes[-1]
+    first, last = (sizes[0], sizes[-1]) if sizes else (0, 0)
     ratios = {"xdns_last_vs_first": (mpps(last, "xdns") / mpps(first, "xdns")) if mpps(last, "xdns") and mpps(first, "xdns") else None}
     def prog(n):
         return res["sizes"].get(str(n), {}).get("xdns", {}).get("prog_ns")
@@ -364,6 +418,8 @@ def main() -> int:
     for n in sizes:
         x, nf = mpps(n, "xdns"), mpps(n, "nftables")
         ratios[f"xdns_vs_nftables_{n}"] = x / nf if x and nf else None
+        ni = mpps(n, "nft-ingress")
+        ratios[f"xdns_vs_nft_ingress_{n}"] = x / ni if x and ni else None
         d = mpps(n, "drop-xdp")
         ratios[f"xdns_vs_ceiling_{n}"] = x / d if x and d else None
         # what each adds over the ceiling's cost (the veth and NAPI cost every peer pays here,
@@ -371,6 +427,18 @@ def main() -> int:
         if x and nf and d:
             ex, en = 1e3 / x - 1e3 / d, 1e3 / nf - 1e3 / d
             ratios[f"over_ceiling_nftables_vs_xdns_{n}"] = en / ex if ex > 0 and en > 0 else None
+            if ni:
+                ei = 1e3 / ni - 1e3 / d
+                ratios[f"over_ceiling_nft_ingress_vs_xdns_{n}"] = ei / ex if ex > 0 and ei > 0 else None
+        # the same with xdns's side from bpf_stats (its program's ns over the empty program's,
+        # steadier than the difference of two whole-CPU figures within noise of each other):
+        # the cost each filter adds beyond the veth floor every peer pays here
+        px = res["sizes"].get(str(n), {}).get("xdns", {}).get("prog_ns")
+        pd = res["sizes"].get(str(n), {}).get("drop-xdp", {}).get("prog_ns")
+        for peer, key in (("nftables", "added_nftables_vs_xdns"), ("nft-ingress", "added_nft_ingress_vs_xdns")):
+            m = mpps(n, peer)
+            if px and pd and px > pd and m and d:
+                ratios[f"{key}_{n}"] = (1e3 / m - 1e3 / d) / (px - pd)
     res["ratios"] = ratios
     (OUT / "guard.json").write_text(json.dumps(res, indent=1))
     chart(res, OUT / "guard.png")
@@ -387,12 +455,15 @@ def main() -> int:
     print("\ndrop rate = 1 / server CPU per packet (one core); ns = server CPU per dropped packet / "
           "the XDP program's own ns per run")
     for k, v in ratios.items():
-        print(f"{k:<28} {v:.2f}x" if v else f"{k:<28} n/a")
+        print(f"{k:<42} {v:.2f}x" if v else f"{k:<42} n/a")
     d = res.get("detection")
     if d:
         print(f"\ndetection: time to mitigate {d['time_to_mitigate_s']} s (interval {d['interval_ms']} ms), "
               f"loop max {d['loop_ms_max']} ms, legitimate answers {d['legit_answers_per_s']:.1f}/s "
-              f"({100 * d['legit_share']:.1f}%) during the flood")
+              f"({100 * d['legit_share']:.1f}%) during the flood; lost before the first drop "
+              f"{d['legit_lost_before_mitigation']}, after {d['legit_lost_after_mitigation']} "
+              f"(at {d['legit_lost_times_s']} s, mitigated at {d['mitigated_at_s']} s); "
+              f"veth drops {d['link_drops']}; after the first drop {d['after_mitigation']}")
     print("goals: 1M >= 0.9x 1 entry; >= 3x nftables at every size; detection-to-drop < 1 s")
     if args.smoke:
         assert all(r.get("drop_mpps") or r.get("skipped") for row in res["sizes"].values() for r in row.values()), res

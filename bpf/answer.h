@@ -265,8 +265,8 @@ static __always_inline int xdns_body_get(const struct xdns_answer_key *key, stru
  * Write OPT (after the r->blen body bytes at DNS offset r->body_at) and the header, by direct
  * packet access (the frame is linear: the program is not multi-buffer).
  */
-static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_pkt *pkt,
-					 const struct xdns_query *q, struct xdns_reply *r)
+static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_scratch *sc,
+					 const struct xdns_pkt *pkt, const struct xdns_query *q, struct xdns_reply *r)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -293,6 +293,23 @@ static __always_inline int xdns_put_head(struct xdp_md *ctx, const struct xdns_p
 			  xdns_csum_byte(r->body_at + r->blen + 3, xdns_cfg.edns_payload >> 8) +
 			  xdns_csum_byte(r->body_at + r->blen + 4, xdns_cfg.edns_payload & 0xff) +
 			  xdns_csum_byte(r->body_at + r->blen + 7, dob);
+		if (XDNS_ECHO_ON && sc->guard.echo_len) {
+			/* the query's COOKIE option echoed (rrl.h, xdns_cookie_echo): RDLENGTH 28,
+			 * code 10, length 24, the 24 bytes; dns_out counted them */
+			__u32 b = r->body_at + r->blen;
+			__u8 *o = opt + XDNS_OPT_LEN;
+
+			if ((void *)(o + XDNS_COOKIE_OPT_LEN) > data_end)
+				return -1;
+			opt[10] = XDNS_COOKIE_OPT_LEN;
+			*(__u32 *)o = bpf_htonl(10 << 16 | 24);
+			xdns_st64(o + 4, sc->guard.echo[0]);
+			xdns_st64(o + 12, sc->guard.echo[1]);
+			xdns_st64(o + 20, sc->guard.echo[2]);
+			r->sum += xdns_csum_byte(b + 10, XDNS_COOKIE_OPT_LEN) + xdns_csum_byte(b + 12, 10) +
+				  xdns_csum_byte(b + 14, 24) +
+				  (((b + 15) & 1) ? xdns_csum_swap((__u16)sc->guard.echo_sum) : (__u16)sc->guard.echo_sum);
+		}
 	}
 	if (pkt->dns_off > XDNS_DNS_OFF_MAX)
 		return -1;
@@ -333,7 +350,7 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 		if (err || xdns_put_fixups(ctx, sc, at, fixups, a->nfixups, r))
 			return -1;
 	}
-	return xdns_put_head(ctx, pkt, q, r);
+	return xdns_put_head(ctx, sc, pkt, q, r);
 }
 
 /*
@@ -554,7 +571,7 @@ static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struc
 	/* never longer than the query, which holds the question: the tail only shrinks */
 	if (grow > 0 || (grow < 0 && bpf_xdp_adjust_tail(ctx, (int)grow)))
 		return XDNS_DROP_RRL;
-	if (xdns_put_head(ctx, &p, &q, &r))
+	if (xdns_put_head(ctx, sc, &p, &q, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, &p))
 		return XDNS_DROP_REWRITE;
@@ -596,6 +613,8 @@ static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, s
 	v = xdns_rrl_stage(ctx, sc, pkt, q, &a->ans, r.flags, r.dns_out, q->qsum, (__u64)XDNS_RRL_FROM_ZONE << 32 | vi);
 	if (v != XDNS_CONTINUE)
 		return v;
+	if (XDNS_ECHO_ON)
+		r.dns_out += sc->guard.echo_len & XDNS_COOKIE_OPT_LEN;  /* an echoed COOKIE (rrl.h) */
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
 	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);

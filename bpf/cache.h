@@ -453,6 +453,8 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	v = xdns_rrl_stage(ctx, sc, pkt, q, &mt->ans, r.flags, r.dns_out, qsum, (__u64)XDNS_RRL_FROM_CACHE << 32 | idx);
 	if (v != XDNS_CONTINUE)
 		return v;
+	if (XDNS_ECHO_ON)
+		r.dns_out += sc->guard.echo_len & XDNS_COOKIE_OPT_LEN;  /* an echoed COOKIE (rrl.h) */
 	xdns_cache_prefetch(mt, q, now);
 
 	frame = ctx->data_end - ctx->data;
@@ -469,7 +471,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	xdns_barrier();
 	if (mt->tag != tag_end)
 		return XDNS_DROP_CACHE_RACE;
-	if (xdns_put_head(ctx, pkt, q, &r))
+	if (xdns_put_head(ctx, sc, pkt, q, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, pkt))
 		return XDNS_DROP_REWRITE;
@@ -481,7 +483,8 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 		 * Asked before: keep the reply (reply.h) until the TTLs would age one more second,
 		 * the entry expires (less the clock's slack) or its prefetch is due, if not sent.
 		 */
-		if (el < 0xffffffffULL) {
+		/* a reply carrying this client's cookie is kept for no one else */
+		if (el < 0xffffffffULL && !(XDNS_ECHO_ON && sc->guard.echo_len)) {
 			until = mt->stored_ns + (el + 1) * XDNS_NS_PER_S;
 			if (until > mt->expires_ns - XDNS_COARSE_SLACK_NS)
 				until = mt->expires_ns - XDNS_COARSE_SLACK_NS;

@@ -49,6 +49,11 @@
 
 #define XDNS_COOKIE_MAX_AGE 3600        /* seconds (RFC 9018 4.3; xdns_guard::cookies::MAX_AGE) */
 #define XDNS_COOKIE_MAX_FUTURE 300      /* seconds (xdns_guard::cookies::MAX_FUTURE) */
+#define XDNS_COOKIE_REFRESH_AGE 1800    /* seconds: older valid cookies are refreshed (::REFRESH_AGE) */
+#define XDNS_COOKIE_OPT_LEN 28          /* an echoed COOKIE option: code, length, 8 + 16 bytes */
+/* Whether an answer may echo a cookie: the guard on, its features off (with them, every
+ * cookie takes the gate). Read-only data: otherwise the verifier drops the echo's paths. */
+#define XDNS_ECHO_ON (xdns_cfg.guard && !xdns_cfg.guard_features)
 #define XDNS_RRL_SLIP_NOW (1ULL << 63) /* in the gate's `ident`: RRL decided a slip inline */
 #define XDNS_RRL_ANSWER 1000000000LL  /* an answer in bucket units: el (ns) * rate (a second) */
 
@@ -150,6 +155,82 @@ static __always_inline __u64 xdns_rrl_now(struct xdns_scratch *sc)
 		sc->cache.clock_jiffies = j;
 	}
 	return sc->cache.clock_ns;
+}
+
+/*
+ * A query's COOKIE option that the kernel answers by echoing it (RFC 9018 4.3: a valid server
+ * cookie at most XDNS_COOKIE_REFRESH_AGE old, under the current secret, may be sent back as it
+ * came; userspace does the same, xdns_guard::cookies::CookieSecrets::answer). A global
+ * function of its own, not the gate, verified once alone: inlined at the answer and cache
+ * stages' call sites, the resolver program with the guard (features off) went past the
+ * verifier's 1M (docs/perf/2026-11-29-guard-goals.md). The 24 bytes at frame offset `at` (client cookie, version 1,
+ * reserved, timestamp, hash) and their sum go to sc->guard.echo, since the answer's body
+ * overwrites them in the frame. 0: not such a cookie (an older one, one of the previous
+ * secret, or an invalid one: the gate decides, and userspace answers).
+ */
+__attribute__((noinline)) int xdns_cookie_echo(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 at, __u32 l3,
+					      __u32 ipv6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	const struct xdns_guard_rrl *g;
+	struct xdns_guard_ctl *ctl;
+	__u64 m0, m1, mac, s, a0, a1 = 0, now_ns;
+	__u32 stamp, now, key = 0;
+	__u8 *c;
+	__s32 age;
+
+	if (!xdns_cfg.guard || !sc)
+		return 0;
+	ctl = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!ctl)
+		return 0;
+	g = &ctl->rrl;
+	now_ns = xdns_rrl_now(sc);
+
+	/* the source address as xdns_rrl_src reads it, by value (no pointer: the entry's frame) */
+	if (l3 != 14 && l3 != 18)
+		return 0;
+	if (ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return 0;
+		a0 = xdns_ld64(&ip6->saddr);
+		a1 = xdns_ld64((__u8 *)&ip6->saddr + 8);
+	} else {
+		struct iphdr *ip = data + l3;
+
+		if ((void *)(ip + 1) > data_end)
+			return 0;
+		a0 = ip->saddr;
+	}
+
+	asm volatile("" : "+r"(at));   /* as xdns_cookie_valid: keep the bound below */
+	if (at > 0x3fff)
+		return 0;
+	c = data + at;
+	if ((void *)(c + 24) > data_end)
+		return 0;
+	if (c[8] != 1)
+		return 0;               /* version 1 only */
+	stamp = (__u32)c[12] << 24 | (__u32)c[13] << 16 | (__u32)c[14] << 8 | c[15];
+	now = (__u32)((__u64)((__s64)now_ns + g->clock_off) / 1000000000ULL);
+	age = (__s32)(now - stamp);
+	if (age > XDNS_COOKIE_REFRESH_AGE || age < -XDNS_COOKIE_MAX_FUTURE)
+		return 0;
+	m0 = xdns_ld64(c);
+	m1 = xdns_ld64(c + 8);
+	mac = xdns_ld64(c + 16);
+	if (xdns_cookie_mac(g->secret[0][0], g->secret[0][1], m0, m1, a0, a1, ipv6) != mac)
+		return 0;
+	sc->guard.echo[0] = m0;
+	sc->guard.echo[1] = m1;
+	sc->guard.echo[2] = mac;
+	/* little-endian words: their lane sum is the big-endian one byte-swapped (csum.h) */
+	s = (m0 & 0xffffffff) + (m0 >> 32) + (m1 & 0xffffffff) + (m1 >> 32) + (mac & 0xffffffff) + (mac >> 32);
+	sc->guard.echo_sum = xdns_csum_swap(xdns_csum_fold(s));
+	return 1;
 }
 
 /* The account's tag (xdns_abi.h): a seeded hash of its key's words, never 0. Seeded per
@@ -369,6 +450,20 @@ static __always_inline __u32 xdns_rrl_class(__u16 flags, __u16 an, __u16 ns)
 }
 
 /*
+ * Whether the reply of `dns_out` bytes still fits the payload limit xdns_plan chose its body by
+ * with an echoed COOKIE option (a query with one has an OPT record, so the reply has ours).
+ * If not, the query goes through the gate: a valid cookie then passes to userspace.
+ */
+static __always_inline int xdns_echo_fits(const struct xdns_query *q, __u32 dns_out)
+{
+	__u32 limit = q->payload < xdns_cfg.edns_payload ? q->payload : xdns_cfg.edns_payload;
+
+	if (limit < 512)
+		limit = 512;
+	return q->has_opt && dns_out + XDNS_COOKIE_OPT_LEN <= limit;
+}
+
+/*
  * The gate, as the answer stages call it: `a` is the whole answer (its class), `flags` and
  * `dns_out` the reply planned, `qsum` the question's unfolded checksum, `ident` the answer's
  * identity (src << 32 | index). XDNS_CONTINUE: write the answer.
@@ -383,9 +478,19 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 
 	if (!xdns_cfg.guard)
 		return XDNS_CONTINUE;
+	sc->guard.echo_len = 0;         /* until a cookie below is echoed (answer.h reads it) */
 	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
 	if (!c || !(c->rrl.rate || (c->rrl.cookies && q->cookie_len) || xdns_cfg.guard_features))
 		return XDNS_CONTINUE;
+	if (c->rrl.cookies && q->cookie_len == 24 && !xdns_cfg.guard_features && xdns_echo_fits(q, dns_out)) {
+		/* a fresh valid server cookie: the client proved its address, so no RRL; answered
+		 * here with the cookie echoed, not through the gate (docs/perf/2026-11-29-guard-goals.md) */
+		if (xdns_cookie_echo(ctx, sc, q->cookie_at, pkt->l3_off, pkt->ipv6)) {
+			sc->guard.echo_len = XDNS_COOKIE_OPT_LEN;
+			sc->guard.cookie_echoed++;
+			return XDNS_CONTINUE;
+		}
+	}
 	sc->guard.gate_class = xdns_rrl_class(a->flags, a->ancount, a->nscount);
 	if (!xdns_cfg.guard_features && !(c->rrl.cookies && q->cookie_len)) {
 		/* RRL alone (rate > 0 here), the common case, inline: no call but for a slip

@@ -680,6 +680,13 @@ struct xdns_guard_scratch {
 	__u64 cookie_bad;       /* COOKIE options with a server cookie that did not verify (or malformed) */
 	__u64 rfeat_full;       /* answers not counted: the answer feature map refused a new prefix */
 	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
+	__u64 cookie_echoed;    /* kernel answers that echoed a fresh valid server cookie (rrl.h) */
+	/* this answer's COOKIE option to echo (rrl.h, xdns_cookie_echo): client and server
+	 * cookie as they lay in the query (read before the body overwrites them), their folded
+	 * sum as at an even offset, and the option's length in echo_len (28; 0: none) */
+	__u64 echo[3];
+	__u32 echo_sum;
+	__u32 echo_len;
 	struct xdns_guard_feat_key src_fkey; /* the key this packet's source features were
 	                         * counted under (guard.h, with features): the name check counts an
 	                         * ANY query into the same entry */

@@ -348,6 +348,8 @@ pub struct GuardCounters {
     pub rrl_full: u64,
     /// COOKIE options whose server cookie did not verify here (or malformed ones).
     pub cookie_bad: u64,
+    /// Kernel answers that echoed the query's fresh, valid server cookie (RFC 9018 §4.3).
+    pub cookie_echoed: u64,
     /// Kernel answers the answer feature map could not count.
     pub answer_full: u64,
     /// Kernel NXDOMAIN answers the NXDOMAIN feature map could not count.
@@ -554,6 +556,7 @@ pub(crate) fn counters_of(scratch: &MapHandle, tier_slots: usize) -> Result<Guar
         c.suffix_full += word(std::mem::offset_of!(xdns_guard_scratch, qfeat_full));
         c.rrl_full += word(std::mem::offset_of!(xdns_guard_scratch, rrl_full));
         c.cookie_bad += word(std::mem::offset_of!(xdns_guard_scratch, cookie_bad));
+        c.cookie_echoed += word(std::mem::offset_of!(xdns_guard_scratch, cookie_echoed));
         c.answer_full += word(std::mem::offset_of!(xdns_guard_scratch, rfeat_full));
         c.nxdomain_full += word(std::mem::offset_of!(xdns_guard_scratch, nxfeat_full));
     }

@@ -173,8 +173,9 @@ fn rrl_slip_has_no_opt_and_settings_apply_at_once() {
     }
 }
 
-/// Cookies: a valid server cookie (current or previous secret) passes to userspace before any
-/// RRL, however many; a client cookie alone, a bad hash, an expired or future stamp, another
+/// Cookies: a valid server cookie is never limited: a fresh one of the current secret is
+/// answered in the kernel (its echo: `fresh_cookies_are_echoed_in_kernel_answers`), one of the
+/// previous secret passes to userspace, however many; a client cookie alone, a bad hash, an expired or future stamp, another
 /// version and a malformed option are limited like any answer and within the rate passed
 /// for userspace to add a cookie; over IPv4, IPv6 and VLAN.
 #[test]
@@ -188,9 +189,13 @@ fn cookies_valid_bypass_rrl_others_are_limited() {
         let n = net(shape, src);
         let ask = |name: &str, c: &[u8]| verdict(&p, &frame(&n, &query(&wire(name), 1, cookie_opt(c)))).2.join(",");
         let t = now();
-        for (what, c) in [("current secret", full_cookie(&SECRET, src, t)), ("previous secret", full_cookie(&OLD_SECRET, src, t - 100))] {
+        for (what, c, want) in [
+            ("current secret", full_cookie(&SECRET, src, t), "answered"),
+            ("current secret, 31 minutes old", full_cookie(&SECRET, src, t - 1860), "pass_cookie"),
+            ("previous secret", full_cookie(&OLD_SECRET, src, t - 100), "pass_cookie"),
+        ] {
             let got: Vec<_> = (0..4).map(|_| ask("www.example.com", &c)).collect();
-            if got.iter().any(|v| v != "pass_cookie") {
+            if got.iter().any(|v| v != want) {
                 failed.push(format!("{shape}: valid cookie ({what}): {got:?}"));
             }
         }
@@ -231,6 +236,57 @@ fn cookies_valid_bypass_rrl_others_are_limited() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     // per shape: bad hash, expired, future, version, address, malformed, twice each
     assert_eq!(bad, 3 * 6 * 2, "cookie_bad counts server cookies that did not verify");
+}
+
+/// A fresh valid server cookie (the current secret, at most 30 minutes old) is answered in
+/// the kernel with its COOKIE option echoed (RFC 9018 §4.3): exactly the answer to the query
+/// without a cookie, plus the option as userspace adds it (`xdns_wire::opt::push_option`, the
+/// daemon's `Guard::end`), checksums right; never rate limited (rate 1, four times); a
+/// positive answer, an NXDOMAIN and a referral-less NODATA, IPv4, IPv6 and VLAN; counted in
+/// `cookie_echoed`. An answer that would pass the client's payload with the option goes to
+/// userspace. (The resolver's cache answers echo through the same put_head; the resolver
+/// program with the guard and no features does not load yet: docs/perf/2026-11-29-guard-goals.md.)
+#[test]
+fn fresh_cookies_are_echoed_in_kernel_answers() {
+    require_root("fresh_cookies_are_echoed_in_kernel_answers");
+    stay_on_one_cpu();
+    let p = prog(false, RrlSettings { cookies: Some((SECRET, Some(OLD_SECRET))), ..rrl(1, 0, true) });
+    let plain = prog(false, rrl(0, 0, false));
+    let g = p.guard().unwrap();
+    let mut failed = Vec::new();
+    let mut echoed = 0;
+    for (shape, src, _) in shapes() {
+        let n = net(shape, src);
+        for (name, qt) in [("www.example.com", 1), ("gone.example.com", 1), ("www.example.com", 99)] {
+            let c = full_cookie(&SECRET, src, now() - 600);
+            let (act, out, _) = verdict(&plain, &frame(&n, &query(&wire(name), qt, Opt::new(1232, false))));
+            assert_eq!(act, XDP_TX, "{shape} {name}: the plain answer");
+            let mut dns = dns_of(&out).to_vec();
+            assert!(xdns_wire::opt::push_option(&mut dns, 10, &c));
+            let want = frame(&n.reply(), &dns);
+            for i in 0..4 {
+                let (act, got, moved) = verdict(&p, &frame(&n, &query(&wire(name), qt, cookie_opt(&c))));
+                if act != XDP_TX || moved != ["answered"] || got != want || !checksums_ok(&got) {
+                    failed.push(format!("{shape} {name}/{qt} #{i}: {moved:?}\n got  {got:02x?}\n want {want:02x?}"));
+                }
+                echoed += 1;
+            }
+        }
+        // big.example.com TXT (1202 bytes over IPv4) fits a payload of 1210 but for the
+        // option: userspace's
+        let big = "big.example.com";
+        let (_, out, _) = verdict(&plain, &frame(&n, &query(&wire(big), 16, Opt::new(1210, false))));
+        let len = dns_of(&out).len();
+        assert!(len <= 1210 && len + 28 > 1210 && out[out.len() - len + 2] & 2 == 0, "{shape}: big TXT is {len} bytes, untruncated");
+        let mut o = cookie_opt(&full_cookie(&SECRET, src, now())).unwrap();
+        o.payload = 1210;
+        let (_, _, moved) = verdict(&p, &frame(&n, &query(&wire(big), 16, Some(o))));
+        if moved != ["pass_cookie"] {
+            failed.push(format!("{shape}: over the payload with the option: {moved:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_eq!(g.counters().unwrap().cookie_echoed, echoed, "cookie_echoed counts the echoed answers");
 }
 
 /// Cookies off: COOKIE options are not looked at (the kernel answers as a server without
@@ -283,10 +339,10 @@ fn answer_features_in_snapshots() {
 fn cookie_passes_leave_the_frame_whole() {
     require_root("cookie_passes_leave_the_frame_whole");
     stay_on_one_cpu();
-    let p = prog(false, rrl(5, 2, true));
+    let p = prog(false, RrlSettings { cookies: Some((SECRET, Some(OLD_SECRET))), ..rrl(5, 2, true) });
     for (shape, src, _) in shapes() {
         let n = net(shape, src);
-        for c in [full_cookie(&SECRET, src, now()), b"client01".to_vec(), vec![7u8; 300]] {
+        for c in [full_cookie(&SECRET, src, now() - 1860), full_cookie(&OLD_SECRET, src, now()), b"client01".to_vec(), vec![7u8; 300]] {
             let f = frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(&c)));
             let (act, out, moved) = verdict(&p, &f);
             assert_eq!(act, XDP_PASS, "{shape}: {moved:?}");
@@ -353,7 +409,8 @@ fn a_cookie_outlives_one_rotation_not_two() {
     let mut failed = Vec::new();
     let cookies: Vec<_> = ["198.18.40.1", "2001:db8:40::1"].iter().map(|src| (*src, full_cookie(&OLD_SECRET, src, now()))).collect();
     let ask = |src: &str, c: &[u8]| verdict(&p, &frame(&net(if src.contains(':') { "ipv6" } else { "ipv4" }, src), &query(&wire("www.example.com"), 1, cookie_opt(c)))).2.join(",");
-    for (round, want) in ["pass_cookie", "pass_cookie", "pass_cookie_new"].into_iter().enumerate() {
+    // fresh under the current secret: echoed by the kernel; under the previous: userspace's
+    for (round, want) in ["answered", "pass_cookie", "pass_cookie_new"].into_iter().enumerate() {
         if round > 0 {
             secrets.rotate([round as u8; 16]);
             g.set_rrl(&settings(&secrets)).unwrap();
@@ -365,10 +422,10 @@ fn a_cookie_outlives_one_rotation_not_two() {
             }
         }
     }
-    // a cookie of the current secret passes
+    // a cookie of the current secret is answered
     for (src, _) in &cookies {
         let got = ask(src, &full_cookie(&[2u8; 16], src, now()));
-        if got != "pass_cookie" {
+        if got != "answered" {
             failed.push(format!("current secret, {src}: {got}"));
         }
     }
@@ -460,6 +517,12 @@ fn rrl_gate_perf() {
         let r = b / a;
         worst = worst.max(r);
         println!("perf rrl gate {shape}: guard off {a:.1} ns, guard + RRL + cookies {b:.1} ns, ratio {r:.3}");
+        // a fresh valid cookie: answered here with it echoed (the guard off answers the same
+        // query ignoring its cookie), where it used to pass to userspace
+        let fc = frame(&net(shape, src), &query(&wire("www.example.com"), 1, cookie_opt(&full_cookie(&SECRET, src, now()))));
+        assert_eq!(verdict(&on, &fc).2, ["answered"], "{shape}: a fresh cookie is echoed");
+        let (a, b) = (best(&off, &fc), best(&on, &fc));
+        println!("perf rrl gate {shape} with a fresh cookie: guard off {a:.1} ns, echoed {b:.1} ns, ratio {:.3}", b / a);
     }
     assert!(worst < 2.0, "the gate more than doubles an allowed answer's cost: {worst:.3}");
 }

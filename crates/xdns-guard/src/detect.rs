@@ -9,7 +9,8 @@
 //!
 //! What it decides, in order:
 //! 1. **Per-source rate.** A source prefix whose packet rate exceeds the learned threshold in
-//!    [`DetectConfig::confirm`] consecutive intervals is blocked. The threshold is
+//!    [`DetectConfig::confirm`] consecutive intervals is blocked, at once if it is over
+//!    [`DetectConfig::immediate`] times the threshold. The threshold is
 //!    `max(min_threshold_pps, margin × baseline)`, where the baseline is an EWMA of a high
 //!    quantile (default: the maximum) of the per-source rates seen in *quiet* intervals. The
 //!    maximum rather than a median+MAD is learned on purpose: a legitimate heavy client (a big
@@ -109,6 +110,11 @@ pub struct DetectConfig {
     pub max_growth: f64,
     /// Consecutive intervals over threshold before a block. Default 2.
     pub confirm: u32,
+    /// A source over `immediate × threshold` is blocked in its first interval over, without
+    /// waiting for `confirm`: a flood far above anything legitimate loses its victims' answers
+    /// for one interval fewer (docs/perf/2026-11-29-guard-goals.md). Default 10;
+    /// `f64::INFINITY` always confirms.
+    pub immediate: f64,
     /// Entropy alarm at this many mean absolute deviations. Default 4.
     pub entropy_k: f64,
     /// Smallest entropy shift (bits) that raises an alarm. Default 1.
@@ -145,6 +151,7 @@ impl Default for DetectConfig {
             alpha: 0.1,
             max_growth: 2.0,
             confirm: 2,
+            immediate: 10.0,
             entropy_k: 4.0,
             entropy_min_shift: 1.0,
             wt_min_qps: 50.0,
@@ -432,7 +439,7 @@ impl Detector {
                 Some(Reason::AnyFlood { qps: any_qps })
             } else if warm && pps > threshold {
                 let seen = self.suspects.get(&s.prefix).copied().unwrap_or(0) + 1;
-                if seen >= self.cfg.confirm {
+                if seen >= self.cfg.confirm || pps > self.cfg.immediate * threshold {
                     Some(Reason::Rate { pps, threshold })
                 } else {
                     if suspects.len() < self.cfg.max_suspects {
@@ -703,6 +710,26 @@ mod tests {
         }
         let want: HashSet<Prefix> = attackers.iter().copied().collect();
         assert_eq!(blocked, want, "exactly the attackers, nobody else");
+    }
+
+    #[test]
+    fn flood_far_over_threshold_is_blocked_in_its_first_interval() {
+        // 5000 pkt/s is over 10× the threshold (~310): blocked at once; 1500 (about 5×)
+        // waits for the second interval, as does everything with `immediate` off.
+        for (immediate, pps, first) in [(10.0, 5000, true), (10.0, 1500, false), (f64::INFINITY, 5000, false)] {
+            let mut d = trained();
+            d.cfg.immediate = immediate;
+            let attacker = v4(200_000);
+            let mut snap = normal(100);
+            snap.sources.push(src(attacker, pps));
+            let got = blocked_sources(&d.observe(&snap));
+            assert_eq!(got == vec![attacker], first, "immediate {immediate}, {pps} pkt/s: first interval blocked {got:?}");
+            assert!(got.iter().all(|p| *p == attacker), "only the attacker: {got:?}");
+            let mut snap = normal(101);
+            snap.sources.push(src(attacker, pps));
+            let got = blocked_sources(&d.observe(&snap));
+            assert!(first || got == vec![attacker], "immediate {immediate}, {pps} pkt/s: second interval {got:?}");
+        }
     }
 
     #[test]

@@ -293,6 +293,9 @@ pub enum Verdict {
 #[derive(Default, Clone, Copy)]
 pub struct Cookie {
     client: Option<[u8; 8]>,
+    /// The server cookie to answer with when the client's own is valid and fresh (echoed as
+    /// it came, RFC 9018 §4.3, as the kernel does); None: build a new one.
+    echo: Option<[u8; 16]>,
     proven: bool,
 }
 
@@ -406,9 +409,13 @@ impl Guard {
                 let secrets = cookies.secrets();
                 match parse_opt_cookie(&opt) {
                     Ok(Some(c)) => {
-                        let (proven, _) = secrets.answer(&c, ip, unix_now());
+                        let (proven, server) = secrets.answer(&c, ip, unix_now());
                         if proven {
                             self.counters.cookie_valid.fetch_add(1, Relaxed);
+                        }
+                        // the client's own cookie, when `answer` kept it (valid, fresh)
+                        if c.server() == Some(&server[..]) {
+                            cookie.echo = Some(server);
                         }
                         cookie.client = Some(c.client);
                         cookie.proven |= proven;
@@ -428,7 +435,7 @@ impl Guard {
     /// UDP, RRL (`Some(false)`: drop it; the answer may have been cut to a slip).
     pub fn end(&self, answer: &mut Vec<u8>, peer: Option<IpAddr>, udp: bool, cookie: Cookie, zone_hash: u64) -> bool {
         if let (Some(cookies), Some(client), Some(ip)) = (&self.cookies, cookie.client, peer) {
-            let server = cookies.secrets().build(&client, ip, unix_now());
+            let server = cookie.echo.unwrap_or_else(|| cookies.secrets().build(&client, ip, unix_now()));
             let mut data = client.to_vec();
             data.extend_from_slice(&server);
             if xdns_wire::opt::push_option(answer, 10, &data) {
@@ -919,7 +926,8 @@ mod tests {
         for _ in 0..10 {
             let mut b = a.clone();
             assert!(g.end(&mut b, ip("198.18.1.1"), true, cookie, 1));
-            assert_eq!(xdns_wire::opt::option(&b, 10).map(|c| c.len()), Some(24));
+            // fresh (RFC 9018 §4.3): echoed as it came, as the kernel does (bpf/rrl.h)
+            assert_eq!(xdns_wire::opt::option(&b, 10), Some(&[&client[..], &server[..]].concat()[..]));
         }
         // a malformed COOKIE option (client cookie of 5 bytes): FORMERR
         let bad = [0, 10, 0, 5, 1, 2, 3, 4, 5];

@@ -169,12 +169,13 @@ impl XdpStatus {
                 ("suffix_full".to_string(), g.suffix_full),
                 ("rrl_full".to_string(), g.rrl_full),
                 ("cookie_bad".to_string(), g.cookie_bad),
+                ("cookie_echoed".to_string(), g.cookie_echoed),
                 ("answer_feature_full".to_string(), g.answer_full),
                 ("nxdomain_feature_full".to_string(), g.nxdomain_full),
             ];
             v.extend(g.tier_hits.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| (format!("modelled_tier_slot_{i}"), n)));
             groups.push(("xdp_guard", Group::counters(
-                "XDP guard stage: sources let through by an allow prefix, packets the feature maps could not count, kernel answers the RRL map could not account, COOKIE options whose server cookie did not verify in XDP, drops per slot of the modelled hardware tier (a model of a NIC table). Its drops, RRL drops, slips and cookie passes are verdicts (xdp).",
+                "XDP guard stage: sources let through by an allow prefix, packets the feature maps could not count, kernel answers the RRL map could not account, COOKIE options whose server cookie did not verify in XDP, kernel answers that echoed a fresh valid server cookie, drops per slot of the modelled hardware tier (a model of a NIC table). Its drops, RRL drops, slips and cookie passes are verdicts (xdp).",
                 "counter", v)));
         }
         groups.push(("xdp_fallbacks", Group::counters(
