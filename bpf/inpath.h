@@ -125,20 +125,42 @@ static __always_inline int xdns_inpath_parse(struct xdp_md *ctx, struct xdns_inp
 	return 0;
 }
 
-/* Is `addr` (16 bytes, IPv4 mapped) under a configured server prefix? */
+/*
+ * Is `addr` (16 bytes, IPv4 mapped) under a configured server prefix? Up to
+ * XDNS_INPATH_INLINE prefixes are compared from rodata (the verifier knows their number: the
+ * loop is as long as the list), more take the LPM trie.
+ */
 static __always_inline int xdns_inpath_server(const __u8 *addr)
 {
 	struct xdns_inpath_prefix k = { .prefixlen = 128 };
+	__u32 n = xdns_inpath_cfg.nsrv, i;
+	__u64 a0, a1;
 
+	if (n) {
+		a0 = xdns_ld64(addr);
+		a1 = xdns_ld64(addr + 8);
+		for (i = 0; i < XDNS_INPATH_INLINE; i++) {
+			if (i >= n)
+				break;
+			if ((a0 & xdns_inpath_cfg.srv[i].mask[0]) == xdns_inpath_cfg.srv[i].addr[0] &&
+			    (a1 & xdns_inpath_cfg.srv[i].mask[1]) == xdns_inpath_cfg.srv[i].addr[1])
+				return 1;
+		}
+		return 0;
+	}
 	__builtin_memcpy(k.addr, addr, 16);
 	return bpf_map_lookup_elem(&xdns_inpath_servers, &k) != NULL;
 }
 
-/* The role bits of interface `ifindex` (0: not ours). */
+/* The role bits of interface `ifindex` (0: not ours): the array below XDNS_INPATH_ROLE_SLOTS. */
 static __always_inline __u32 xdns_inpath_role(__u32 ifindex)
 {
-	__u32 *r = bpf_map_lookup_elem(&xdns_inpath_ifaces, &ifindex);
+	__u32 *r;
 
+	if (ifindex < XDNS_INPATH_ROLE_SLOTS)
+		r = bpf_map_lookup_elem(&xdns_inpath_roles, &ifindex);
+	else
+		r = bpf_map_lookup_elem(&xdns_inpath_ifaces, &ifindex);
 	return r ? *r : 0;
 }
 
@@ -537,6 +559,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	__u16 flags, qtype, qclass, kflags, payload = 512, rdlen;
 	int opts = 0;
 	struct xdns_inpath_entry *e, *hit = NULL;
+	struct xdns_inpath_tags *tags;
 	enum xdns_inpath_verdict v;
 	__u64 h, now;
 
@@ -590,7 +613,10 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	__builtin_memcpy(sc->srv, pkt->dst, 16);
 	h = xdns_inpath_key(sc, 0, qlen, (__u32)qtype | ((__u32)qclass << 16), kflags);
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
+	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &set);
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
+		if (!tags || tags->h[way] != h)
+			continue;
 		key = set * XDNS_INPATH_WAYS + way;
 		e = bpf_map_lookup_elem(&xdns_inpath_cache, &key);
 		if (!e || e->hash != h || e->qlen != qlen || e->qtype != qtype || e->qclass != qclass ||

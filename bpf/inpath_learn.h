@@ -178,6 +178,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	struct xdns_inpath_pend_key k = {};
 	struct xdns_inpath_pend *p;
 	struct xdns_inpath_entry *o;
+	struct xdns_inpath_tags *tags;
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8, opt_len;
 	int opts = 0;
@@ -306,9 +307,13 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 
 	/* its place: the same question's way, an empty or expired one, else the least recently used */
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
+	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &set);
+	if (!tags)
+		return XDNS_INPATH_REJECT_NOMEM;        /* never: set <= set_mask < the array's size */
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
 		key = set * XDNS_INPATH_WAYS + way;
-		o = bpf_map_lookup_elem(&xdns_inpath_cache, &key);
+		/* a way without a tag holds nothing the query side can find: taken as empty */
+		o = tags->h[way] ? bpf_map_lookup_elem(&xdns_inpath_cache, &key) : NULL;
 		if (!o || (o->hash == h && o->qlen == qlen && o->qtype == sc->e.qtype && o->qclass == sc->e.qclass &&
 			   o->kflags == sc->e.kflags)) {
 			pick = way;
@@ -330,6 +335,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	key = set * XDNS_INPATH_WAYS + pick;
 	if (bpf_map_update_elem(&xdns_inpath_cache, &key, &sc->e, BPF_ANY))
 		return XDNS_INPATH_REJECT_NOMEM;
+	tags->h[pick & (XDNS_INPATH_WAYS - 1)] = h;
 	if (evict)
 		sc->evicted++;
 	return XDNS_INPATH_LEARNED;

@@ -1084,13 +1084,29 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_Q_PADDING 2         /* PADDING (12) */
 #define XDNS_INPATH_OPT_LEN 11          /* an OPT record without options */
 
+#define XDNS_INPATH_INLINE 8           /* server prefixes compared inline (rodata); more: the LPM trie */
+#define XDNS_INPATH_ROLE_SLOTS 1024     /* interface indexes below this have their role in an array (xdns_inpath_roles) */
+
+/* A server prefix compared inline: the address (IPv4 as ::ffff:a.b.c.d) read as two native words, masked. */
+struct xdns_inpath_net {
+	__u64 addr[2];          /* already masked */
+	__u64 mask[2];
+};
+
 /* Load-time settings (rodata). */
 struct xdns_inpath_cfg {
 	__u64 timeout_ns;       /* a response later than this after its query is not learnt */
 	__u32 set_mask;         /* sets - 1 (sets a power of two) */
 	__u32 max_ttl;          /* seconds an entry lives at most */
 	__u8 redirect;          /* forward misses with bpf_fib_lookup + bpf_redirect (else XDP_PASS) */
-	__u8 _pad[7];
+	__u8 nsrv;              /* server prefixes in srv[] (1..XDNS_INPATH_INLINE); 0: they are in the LPM trie */
+	__u8 _pad[6];
+	struct xdns_inpath_net srv[XDNS_INPATH_INLINE];
+};
+
+/* Value of xdns_inpath_tags (key: set): the hashes of the set's ways' entries, 0 for none. */
+struct xdns_inpath_tags {
+	__u64 h[XDNS_INPATH_WAYS];
 };
 
 /* xdns_inpath_servers: an LPM key; IPv4 as ::ffff:a.b.c.d (prefix + 96) */

@@ -543,3 +543,26 @@ fn inpath_redirect_falls_back_to_the_kernel() {
         assert_eq!(after.redirected, before.redirected, "role {role}");
     }
 }
+
+/// More server prefixes than the program compares inline (`INLINE_SERVERS`): they go to the
+/// LPM trie, and a query is cached exactly when its server is under one of them.
+#[test]
+fn inpath_many_server_prefixes_use_the_trie() {
+    require_root("inpath_many_server_prefixes_use_the_trie");
+    stay_on_one_cpu();
+    let mut servers: Vec<(std::net::IpAddr, u8)> =
+        (0..xdns_bpf::inpath::INLINE_SERVERS as u8).map(|i| (format!("198.19.{i}.0").parse().unwrap(), 24)).collect();
+    servers.push(("198.18.0.0".parse().unwrap(), 31));
+    let p = load_inpath(InpathSettings { servers, ..settings() });
+    let v4 = Net::v4();
+    let qq = q("trie.example.com", 1, 0x77, None);
+    assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "server 198.18.0.1 under the last prefix");
+    run(&p, &frame(&server_side(&v4), &a_answer(&qq, 300)));
+    let (act, _, moved) = run(&p, &frame(&v4, &qq));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]));
+    let mut other = v4.clone();
+    other.dst = vec![198, 18, 0, 9];
+    let f = frame(&other, &qq);
+    let (act, out, moved) = run(&p, &f);
+    assert_eq!((act, moved, out), (XDP_PASS, vec!["pass_other".to_string()], f), "198.18.0.9 is under no prefix");
+}
