@@ -47,15 +47,18 @@ struct {
 } xdns_inpath_servers SEC(".maps");
 
 /*
- * Queries forwarded, awaiting their response: key (client, server, port, ID), value the
- * question as sent; written by the program on a miss, marked done by the first response.
- * An LRU: under a flood of queries the oldest are forgotten (their responses then pass, not
- * learnt). Sized by userspace (`pending`).
+ * Queries forwarded, awaiting their response: slot = a keyed hash (cfg.seed) of (client,
+ * server, port, ID) & pend_mask, value that key and the question as sent; written in place by
+ * the program on a miss, marked done by the first response. A newer query whose key hashes to
+ * the same slot takes it: under a flood the older are forgotten (their responses then pass,
+ * not learnt), as an LRU would, without an LRU's list locks and node allocation per miss (the
+ * record was the largest cost of a miss: docs/perf/2026-11-29-inpath-cost.md). Sized by
+ * userspace (`pending`, rounded up to a power of two).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 16384);
-	__type(key, struct xdns_inpath_pend_key);
+	__type(key, __u32);
 	__type(value, struct xdns_inpath_pend);
 } xdns_inpath_pending SEC(".maps");
 

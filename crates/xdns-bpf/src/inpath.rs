@@ -62,7 +62,9 @@ pub struct InpathSettings {
     pub max_ttl: u32,
     /// Entries the cache holds (rounded up to a power of two of sets of [`WAYS`]).
     pub capacity: u32,
-    /// Forwarded queries remembered at once (an LRU).
+    /// Forwarded queries remembered at once: slots of a table indexed by a keyed hash of
+    /// (client, server, port, ID), rounded up to a power of two; a newer query takes an older
+    /// one's slot.
     pub pending: u32,
     /// A response later than this after its query is not learnt.
     pub timeout_ms: u32,
@@ -81,6 +83,11 @@ impl InpathSettings {
     /// Sets of [`WAYS`] entries: `capacity / WAYS` rounded up to a power of two, at least 1.
     pub fn sets(&self) -> u32 {
         (self.capacity.div_ceil(WAYS)).max(1).next_power_of_two()
+    }
+
+    /// Slots of the pending table: `pending` rounded up to a power of two, at least 64.
+    pub fn pending_slots(&self) -> u32 {
+        self.pending.clamp(64, 1 << 24).next_power_of_two()
     }
 }
 
@@ -191,6 +198,8 @@ impl InpathProgram {
             c.set_mask = sets - 1;
             c.max_ttl = s.max_ttl;
             c.redirect = u8::from(s.redirect);
+            c.pend_mask = s.pending_slots() - 1;
+            c.seed = rand::random();
             // a short list is compared inline (no trie lookup per packet); a long one in the trie
             if s.servers.len() <= INLINE_SERVERS {
                 c.nsrv = s.servers.len() as u8;
@@ -201,7 +210,7 @@ impl InpathProgram {
         }
         open.maps.xdns_inpath_cache.set_max_entries(sets * WAYS)?;
         open.maps.xdns_inpath_tags.set_max_entries(sets)?;
-        open.maps.xdns_inpath_pending.set_max_entries(s.pending.max(64))?;
+        open.maps.xdns_inpath_pending.set_max_entries(s.pending_slots())?;
         let skel = open.load().context("loading the in-path XDP program (verifier)")?;
         let dup = |m: &libbpf_rs::Map<'_>| MapHandle::try_from(m).context("duplicating an in-path map handle");
         let prog_fd = skel.progs.xdns_inpath.as_fd().try_clone_to_owned().context("duplicating the program fd")?;
@@ -368,9 +377,14 @@ impl InpathProgram {
         Ok(n)
     }
 
-    /// Recorded queries not yet answered (or answered, until the LRU reuses them).
+    /// Recorded queries not yet answered (or answered, until another query takes the slot).
     pub fn pending_count(&self) -> usize {
-        self.pending.keys().count()
+        let tag = std::mem::offset_of!(types::xdns_inpath_pend, tag);
+        self.pending
+            .keys()
+            .filter_map(|k| self.pending.lookup(&k, MapFlags::ANY).ok().flatten())
+            .filter(|v| v.get(tag..tag + 8).is_some_and(|b| b != [0u8; 8]))
+            .count()
     }
 
     /// Every entry's value (tests and the sweep).
