@@ -48,17 +48,40 @@ HOT = [("www.example.com", "A"), ("www.example.com", "AAAA"), ("example.com", "M
        ("www.example.com", "TXT"), ("example.net", "SOA"), ("example.com", "CAA")]
 
 
-def dnsperf(lab: PathLab, server: str, qfile: Path, seconds: float, edns: bool = False) -> float:
-    cmd = ["dnsperf", "-s", server, "-d", str(qfile), "-l", str(seconds), "-c", "8", "-q", "200",
-           "-t", "2"]
+CPU = {}   # part -> dnsperf's CPU seconds per wall second (1.0: one core busy all the time)
+
+
+def dnsperf(lab: PathLab, server: str, qfile: Path, seconds: float, edns: bool = False,
+            part: str | None = None) -> float:
+    # /usr/bin/time: dnsperf's own CPU use; near one core (its one sending thread busy all
+    # the time) means the client, not the path measured, sets the rate
+    cmd = ["/usr/bin/time", "-f", "cpu-seconds %U %S %e", "dnsperf", "-s", server, "-d", str(qfile),
+           "-l", str(seconds), "-c", "8", "-q", "200", "-t", "2"]
     if edns:
         cmd.append("-e")
     p = lab.client_run(cmd, timeout=seconds + 30)
     m = re.search(r"Queries per second:\s+([\d.]+)", p.stdout)
     if not m:
         raise RuntimeError(f"dnsperf output:\n{p.stdout}\n{p.stderr}")
+    c = re.search(r"cpu-seconds ([\d.]+) ([\d.]+) ([\d.]+)", p.stderr)
+    if part and c and float(c.group(3)) > 0:
+        CPU[part] = (float(c.group(1)) + float(c.group(2))) / float(c.group(3))
     lost = re.search(r"Queries lost:\s+(\d+)", p.stdout)
     return float(m.group(1)) if not lost or int(lost.group(1)) == 0 or float(m.group(1)) > 0 else 0.0
+
+
+def prog_run_stats(lab: PathLab) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of the XDP program on the router's client veth, over every
+    interface it runs on (kernel BPF statistics, sysctl kernel.bpf_stats_enabled; (0, 0)
+    when off)."""
+    p = lab.router_run(["ip", "-j", "-d", "link", "show", "dev", lab.router_cif])
+    info = json.loads(p.stdout)[0]
+    prog = info.get("xdp", {}).get("prog") or (info.get("xdp", {}).get("attached") or [{}])[0].get("prog", {})
+    pid = prog.get("id")
+    if not pid:
+        return (0, 0)
+    j = json.loads(run(["bpftool", "-j", "prog", "show", "id", str(pid)]).stdout)
+    return (int(j.get("run_time_ns", 0)), int(j.get("run_cnt", 0)))
 
 
 def stats(lab, srv) -> dict:
@@ -135,8 +158,8 @@ def main() -> int:
             f.write_text("".join(f"u{i}-{tag}.example.com A\n" for i in range(n)))
             return f
 
-        res["direct"] = dnsperf(lab, knot.addr4, hot, dur)
-        res["miss-plain"] = dnsperf(lab, knot.addr4, unique("plain"), dur)
+        res["direct"] = dnsperf(lab, knot.addr4, hot, dur, part="direct")
+        res["miss-plain"] = dnsperf(lab, knot.addr4, unique("plain"), dur, part="miss-plain")
         # the router with an XDP program that passes everything on both veths: what any XDP
         # program costs there (on a veth, native XDP turns every skb into a frame and back)
         lab.client_xdp_pass()   # compiles xdp_pass.o (and gives the client veth a program)
@@ -144,7 +167,7 @@ def main() -> int:
         how = "xdpdrv" if a.mode == "native" else "xdpgeneric"
         for dev in (lab.router_cif, lab.router_uif):
             lab.router_run(["ip", "link", "set", "dev", dev, how, "obj", obj, "sec", "xdp"])
-        res["miss-xdp-pass"] = dnsperf(lab, knot.addr4, unique("xdppass"), dur)
+        res["miss-xdp-pass"] = dnsperf(lab, knot.addr4, unique("xdppass"), dur, part="miss-xdp-pass")
         for dev in (lab.router_cif, lab.router_uif):
             lab.router_run(["ip", "link", "set", "dev", dev, how, "off"])
         if a.mode != "native":
@@ -152,24 +175,31 @@ def main() -> int:
 
         dd = start_dnsdist(lab, knot.addr4)
         dnsperf(lab, lab.router_caddr4, hot, 1)  # warm
-        res["dnsdist"] = dnsperf(lab, lab.router_caddr4, hot, dur)
+        res["dnsdist"] = dnsperf(lab, lab.router_caddr4, hot, dur, part="dnsdist")
         dd.terminate()
         dd.wait(10)
 
         srv = lab.start_inpath(name="bench-pass", extra="capacity = 1048576\n" + extra_mode)
         dnsperf(lab, knot.addr4, hot, 1)  # warm
         before = stats(lab, srv)
-        res["xdns-hits"] = dnsperf(lab, knot.addr4, hot, dur)
+        k0 = prog_run_stats(lab)
+        res["xdns-hits"] = dnsperf(lab, knot.addr4, hot, dur, part="xdns-hits")
+        k1 = prog_run_stats(lab)
         after = stats(lab, srv)
+        # in-kernel ns per packet of the real run (every packet on the client veth: the hits)
+        res["run_ns_hits"] = (k1[0] - k0[0]) / max(1, k1[1] - k0[1])
         answered = after["answered"] - before["answered"]
         misses = sum(after[k] - before[k] for k in after if k.startswith("miss"))
         res["xdns-hit-share"] = answered / max(1, answered + misses)
-        res["miss-pass"] = dnsperf(lab, knot.addr4, unique("pass"), dur)
+        k0 = prog_run_stats(lab)
+        res["miss-pass"] = dnsperf(lab, knot.addr4, unique("pass"), dur, part="miss-pass")
+        k1 = prog_run_stats(lab)
+        res["run_ns_miss_packets"] = (k1[0] - k0[0]) / max(1, k1[1] - k0[1])
         lab.stop(srv)
 
         srv = lab.start_inpath(name="bench-redirect", extra="capacity = 1048576\nforward = \"redirect\"\n" + extra_mode)
         before = stats(lab, srv)
-        res["miss-redirect"] = dnsperf(lab, knot.addr4, unique("redirect"), dur)
+        res["miss-redirect"] = dnsperf(lab, knot.addr4, unique("redirect"), dur, part="miss-redirect")
         after = stats(lab, srv)
         res["redirected"] = after["redirected"] - before["redirected"]
         res["fib_passed"] = after["fib_passed"] - before["fib_passed"]
@@ -195,6 +225,10 @@ def main() -> int:
         print(f"{part:<16} {r[part]:>12.0f}")
     print(f"xdns hit share {r['xdns-hit-share']:.3f}; redirect: {r['redirected']} redirected, "
           f"{r['fib_passed']} passed by the FIB check")
+    r["dnsperf_cpu"] = CPU
+    print("dnsperf CPU (cores busy):", " ".join(f"{k} {v:.2f}" for k, v in CPU.items()))
+    print(f"in-kernel ns/packet in the run (bpf_stats): hits {r['run_ns_hits']:.0f}, "
+          f"misses (queries and their learnt responses) {r['run_ns_miss_packets']:.0f}")
     if "kernel_ns" in r:
         print("kernel ns/packet (test run):", json.dumps(r["kernel_ns"]))
     for k, v in ratios.items():

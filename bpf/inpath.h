@@ -33,6 +33,8 @@
 
 #define XDNS_INPATH_PORT 53
 #define XDNS_NS 1000000000ULL
+/* Two ticks at the lowest HZ Linux runs with (10 ms at HZ=100): see xdns_inpath_now. */
+#define XDNS_INPATH_SLACK_NS 20000000ULL
 
 /* The layers of one packet (plain Ethernet, IPv4 without options or IPv6, UDP). */
 struct xdns_inpath_pkt {
@@ -125,21 +127,63 @@ static __always_inline int xdns_inpath_parse(struct xdp_md *ctx, struct xdns_inp
 	return 0;
 }
 
-/* Is `addr` (16 bytes, IPv4 mapped) under a configured server prefix? */
+/*
+ * Is `addr` (16 bytes, IPv4 mapped) under a configured server prefix? Up to
+ * XDNS_INPATH_INLINE prefixes are compared from rodata (the verifier knows their number: the
+ * loop is as long as the list), more take the LPM trie.
+ */
 static __always_inline int xdns_inpath_server(const __u8 *addr)
 {
 	struct xdns_inpath_prefix k = { .prefixlen = 128 };
+	__u32 n = xdns_inpath_cfg.nsrv, i;
+	__u64 a0, a1;
 
+	if (n) {
+		a0 = xdns_ld64(addr);
+		a1 = xdns_ld64(addr + 8);
+		for (i = 0; i < XDNS_INPATH_INLINE; i++) {
+			if (i >= n)
+				break;
+			if ((a0 & xdns_inpath_cfg.srv[i].mask[0]) == xdns_inpath_cfg.srv[i].addr[0] &&
+			    (a1 & xdns_inpath_cfg.srv[i].mask[1]) == xdns_inpath_cfg.srv[i].addr[1])
+				return 1;
+		}
+		return 0;
+	}
 	__builtin_memcpy(k.addr, addr, 16);
 	return bpf_map_lookup_elem(&xdns_inpath_servers, &k) != NULL;
 }
 
-/* The role bits of interface `ifindex` (0: not ours). */
+/* The role bits of interface `ifindex` (0: not ours): the array below XDNS_INPATH_ROLE_SLOTS. */
 static __always_inline __u32 xdns_inpath_role(__u32 ifindex)
 {
-	__u32 *r = bpf_map_lookup_elem(&xdns_inpath_ifaces, &ifindex);
+	__u32 *r;
 
+	if (ifindex < XDNS_INPATH_ROLE_SLOTS)
+		r = bpf_map_lookup_elem(&xdns_inpath_roles, &ifindex);
+	else
+		r = bpf_map_lookup_elem(&xdns_inpath_ifaces, &ifindex);
 	return r ? *r : 0;
+}
+
+/*
+ * The query side's clock: never behind CLOCK_MONOTONIC, at most XDNS_INPATH_SLACK_NS ahead.
+ * The coarse clock is read once per tick on each CPU (the tick advances jiffies first, an
+ * inlined load), as the resolver cache does (cache.h, xdns_cache_now): it lags by less than
+ * two ticks, so the slack added makes it an upper bound. An entry then counts as expired and
+ * its TTLs age up to the slack early, never late (the learning side stamps entries with
+ * bpf_ktime_get_ns); a forwarded query's stamp is up to the slack late, which the learning
+ * side's timeout check allows for.
+ */
+static __always_inline __u64 xdns_inpath_now(struct xdns_inpath_scratch *sc)
+{
+	__u64 j = bpf_jiffies64();
+
+	if (j != sc->clock_jiffies) {
+		sc->clock_ns = bpf_ktime_get_coarse_ns();
+		sc->clock_jiffies = j;
+	}
+	return sc->clock_ns + XDNS_INPATH_SLACK_NS;
 }
 
 /* Mask of the low `left` bytes of a little-endian word (all of it from 8 up). */
@@ -292,33 +336,84 @@ __attribute__((noinline)) int xdns_inpath_opts(struct xdns_inpath_scratch *sc, _
 	return at == end ? bits : -1;
 }
 
+/* The key's five words (xdns_inpath_pend_key is 40 bytes). */
+#define XDNS_INPATH_KW(k, i) xdns_ld64((const __u8 *)(k) + (i) * 8)
+
+/* The pending slot of a key: a hash keyed by the load's random seed (no chosen collisions). */
+static __always_inline __u32 xdns_inpath_pend_slot(const struct xdns_inpath_pend_key *k)
+{
+	__u64 h = xdns_inpath_cfg.seed;
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < 5; i++)
+		h = xdns_hash_step(h, XDNS_INPATH_KW(k, i));
+	return (__u32)(h ^ (h >> 29)) & xdns_inpath_cfg.pend_mask;
+}
+
+/* The tag of a record: its key and fields before the name (never 0). */
+static __always_inline __u64 xdns_inpath_pend_tag(const struct xdns_inpath_pend *p)
+{
+	__u64 h = XDNS_HASH_SUFFIX;
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < 5; i++)
+		h = xdns_hash_step(h, XDNS_INPATH_KW(&p->key, i));
+	h = xdns_hash_step(h, p->sent_ns);
+	h = xdns_hash_step(h, (__u64)p->qlen | (__u64)p->qtype << 16 | (__u64)p->qclass << 32 | (__u64)p->kflags << 48);
+	h = xdns_hash_step(h, p->qopt);
+	return h | 1;
+}
+
 /*
- * Record the query in scratch (sc->buf; its name's length, type, class, kflags in sc->pend) as forwarded: its response is
- * learnt only if it matches this.
+ * Record the query in scratch (sc->buf; its name's length, type, class, kflags and options in
+ * sc->pend) as forwarded, written in place into its slot: its response is learnt only if it
+ * matches this. The tag is cleared first and set last (x86 keeps stores in order; the
+ * compiler barriers keep them so): a reader that copies a slot mid-write sees tag 0 or a tag
+ * that does not match what it copied.
  */
 __attribute__((noinline)) int xdns_inpath_record(struct xdns_inpath_scratch *sc, struct xdns_inpath_pkt *pkt, __u64 now)
 {
-	struct xdns_inpath_pend_key k = {};
+	struct xdns_inpath_pend *p;
 	const __u8 *m;
-	__u32 i, qlen;
+	__u32 i, qlen, slot;
 
 	if (!sc || !pkt)
 		return 0;
 	m = sc->buf + XDNS_INPATH_DNS_AT;
-	__builtin_memcpy(k.client, pkt->src, 16);
-	__builtin_memcpy(k.server, pkt->dst, 16);
-	k.cport = pkt->sport;
-	k.id = *(const __u16 *)m;
+	__builtin_memcpy(sc->pend.key.client, pkt->src, 16);
+	__builtin_memcpy(sc->pend.key.server, pkt->dst, 16);
+	sc->pend.key.cport = pkt->sport;
+	sc->pend.key.id = *(const __u16 *)m;
+	sc->pend.key._pad = 0;
 	sc->pend.sent_ns = now;
 	sc->pend.done = 0;
+	sc->pend._pad = 0;
+	slot = xdns_inpath_pend_slot(&sc->pend.key);
+	p = bpf_map_lookup_elem(&xdns_inpath_pending, &slot);
+	if (!p)
+		return -1;
+	p->tag = 0;
+	asm volatile("" ::: "memory");
+	__builtin_memcpy(&p->key, &sc->pend.key, sizeof(p->key));
+	p->sent_ns = now;
+	p->done = 0;
+	p->qlen = sc->pend.qlen;
+	p->qtype = sc->pend.qtype;
+	p->qclass = sc->pend.qclass;
+	p->kflags = sc->pend.kflags;
+	p->qopt = sc->pend.qopt;
+	p->_pad = 0;
 	qlen = sc->pend.qlen & 0x1ff;
 	for (i = 0; i < 32; i++) {
 		if (i * 8 >= qlen)
-			xdns_st64(sc->pend.name + i * 8, 0);
-		else
-			xdns_st64(sc->pend.name + i * 8, xdns_ld64(m + 12 + i * 8) & xdns_inpath_mask(qlen - i * 8));
+			break;  /* words past the name are never read (xdns_inpath_same_question, _key) */
+		xdns_st64(p->name + i * 8, xdns_ld64(m + 12 + i * 8) & xdns_inpath_mask(qlen - i * 8));
 	}
-	return bpf_map_update_elem(&xdns_inpath_pending, &k, &sc->pend, BPF_ANY);
+	asm volatile("" ::: "memory");
+	p->tag = xdns_inpath_pend_tag(&sc->pend);
+	return 0;
 }
 
 /* Add a network-order 16-bit word (as loaded natively) to a native-order sum. */
@@ -537,6 +632,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	__u16 flags, qtype, qclass, kflags, payload = 512, rdlen;
 	int opts = 0;
 	struct xdns_inpath_entry *e, *hit = NULL;
+	struct xdns_inpath_tags *tags;
 	enum xdns_inpath_verdict v;
 	__u64 h, now;
 
@@ -590,7 +686,10 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	__builtin_memcpy(sc->srv, pkt->dst, 16);
 	h = xdns_inpath_key(sc, 0, qlen, (__u32)qtype | ((__u32)qclass << 16), kflags);
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
+	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &set);
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
+		if (!tags || tags->h[way] != h)
+			continue;
 		key = set * XDNS_INPATH_WAYS + way;
 		e = bpf_map_lookup_elem(&xdns_inpath_cache, &key);
 		if (!e || e->hash != h || e->qlen != qlen || e->qtype != qtype || e->qclass != qclass ||
@@ -601,7 +700,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 			break;
 		}
 	}
-	now = bpf_ktime_get_ns();
+	now = xdns_inpath_now(sc);
 	v = XDNS_INPATH_MISS;
 	if (hit) {
 		limit = payload;
@@ -618,7 +717,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 			v = xdns_inpath_reply(ctx, sc, pkt, hit, qlen, rlen, now, tc);
 			if (v == XDNS_INPATH_ANSWERED || v == XDNS_INPATH_ANSWERED_TC) {
 				/* a second's precision is enough for the replacement: fewer writes to a shared line */
-				if (now - hit->used_ns > XDNS_NS)
+				if (now > hit->used_ns + XDNS_NS)
 					hit->used_ns = now;
 				return v;
 			}

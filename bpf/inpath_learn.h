@@ -177,7 +177,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	struct xdns_inpath_walk_ctx wc = { .sc = sc };
 	struct xdns_inpath_pend_key k = {};
 	struct xdns_inpath_pend *p;
+	__u32 slot;
 	struct xdns_inpath_entry *o;
+	struct xdns_inpath_tags *tags;
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8, opt_len;
 	int opts = 0;
@@ -197,16 +199,25 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	__builtin_memcpy(k.server, pkt->src, 16);
 	k.cport = pkt->dport;
 	k.id = *(__u16 *)m;
-	p = bpf_map_lookup_elem(&xdns_inpath_pending, &k);
-	if (!p)
+	slot = xdns_inpath_pend_slot(&k);
+	p = bpf_map_lookup_elem(&xdns_inpath_pending, &slot);
+	if (!p || p->tag == 0 || XDNS_INPATH_KW(&p->key, 0) != XDNS_INPATH_KW(&k, 0) ||
+	    XDNS_INPATH_KW(&p->key, 1) != XDNS_INPATH_KW(&k, 1) || XDNS_INPATH_KW(&p->key, 2) != XDNS_INPATH_KW(&k, 2) ||
+	    XDNS_INPATH_KW(&p->key, 3) != XDNS_INPATH_KW(&k, 3) || XDNS_INPATH_KW(&p->key, 4) != XDNS_INPATH_KW(&k, 4))
 		return XDNS_INPATH_REJECT_UNSOLICITED;
 	if (__sync_fetch_and_add(&p->done, 1) != 0)
 		return XDNS_INPATH_REJECT_DUPLICATE;
-	now = bpf_ktime_get_ns();
-	if (now - p->sent_ns > xdns_inpath_cfg.timeout_ns)
-		return XDNS_INPATH_REJECT_LATE;
 	/* the question, exactly as asked (the case of every letter too) */
 	__builtin_memcpy(&sc->pend, p, sizeof(sc->pend));
+	/* rewritten meanwhile by another query of this slot: not the record the response answers */
+	if (sc->pend.tag != xdns_inpath_pend_tag(&sc->pend) || XDNS_INPATH_KW(&sc->pend.key, 0) != XDNS_INPATH_KW(&k, 0) ||
+	    XDNS_INPATH_KW(&sc->pend.key, 1) != XDNS_INPATH_KW(&k, 1) || XDNS_INPATH_KW(&sc->pend.key, 2) != XDNS_INPATH_KW(&k, 2) ||
+	    XDNS_INPATH_KW(&sc->pend.key, 3) != XDNS_INPATH_KW(&k, 3) || XDNS_INPATH_KW(&sc->pend.key, 4) != XDNS_INPATH_KW(&k, 4))
+		return XDNS_INPATH_REJECT_UNSOLICITED;
+	now = bpf_ktime_get_ns();
+	/* the stamp may be ahead of this clock by the query side's slack (xdns_inpath_now) */
+	if (now > sc->pend.sent_ns && now - sc->pend.sent_ns > xdns_inpath_cfg.timeout_ns)
+		return XDNS_INPATH_REJECT_LATE;
 	qlen = sc->pend.qlen;
 	if (qlen == 0 || qlen > 255 || *(__u16 *)(m + 4) != bpf_htons(1) || 12 + qlen + 4 > copy)
 		return XDNS_INPATH_REJECT_QUESTION;
@@ -306,9 +317,13 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 
 	/* its place: the same question's way, an empty or expired one, else the least recently used */
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
+	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &set);
+	if (!tags)
+		return XDNS_INPATH_REJECT_NOMEM;        /* never: set <= set_mask < the array's size */
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
 		key = set * XDNS_INPATH_WAYS + way;
-		o = bpf_map_lookup_elem(&xdns_inpath_cache, &key);
+		/* a way without a tag holds nothing the query side can find: taken as empty */
+		o = tags->h[way] ? bpf_map_lookup_elem(&xdns_inpath_cache, &key) : NULL;
 		if (!o || (o->hash == h && o->qlen == qlen && o->qtype == sc->e.qtype && o->qclass == sc->e.qclass &&
 			   o->kflags == sc->e.kflags)) {
 			pick = way;
@@ -330,6 +345,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	key = set * XDNS_INPATH_WAYS + pick;
 	if (bpf_map_update_elem(&xdns_inpath_cache, &key, &sc->e, BPF_ANY))
 		return XDNS_INPATH_REJECT_NOMEM;
+	tags->h[pick & (XDNS_INPATH_WAYS - 1)] = h;
 	if (evict)
 		sc->evicted++;
 	return XDNS_INPATH_LEARNED;

@@ -14,7 +14,18 @@ const volatile struct xdns_inpath_cfg xdns_inpath_cfg = {};
 #define XDNS_INPATH_ROLE_UPSTREAM 2     /* responses of the servers arrive here */
 #define XDNS_INPATH_ROLE_NO_REDIRECT 4  /* frames arriving here may carry partial checksums (native XDP on a veth): never redirected */
 
-/* Interface roles: key ifindex, value XDNS_INPATH_ROLE_* bits; written by userspace at attach. */
+/*
+ * Interface roles: key ifindex, value XDNS_INPATH_ROLE_* bits; written by userspace at attach.
+ * An array for indexes below XDNS_INPATH_ROLE_SLOTS (the verifier inlines its lookup: no
+ * hash per packet), the hash map for larger ones.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XDNS_INPATH_ROLE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} xdns_inpath_roles SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
@@ -22,7 +33,11 @@ struct {
 	__type(value, __u32);
 } xdns_inpath_ifaces SEC(".maps");
 
-/* Server prefixes whose queries are cached: key xdns_inpath_prefix, value 1; userspace at load. */
+/*
+ * Server prefixes whose queries are cached, when there are more than XDNS_INPATH_INLINE
+ * (else they are compared inline from xdns_inpath_cfg.srv): key xdns_inpath_prefix, value 1;
+ * userspace at load.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 256);
@@ -32,15 +47,18 @@ struct {
 } xdns_inpath_servers SEC(".maps");
 
 /*
- * Queries forwarded, awaiting their response: key (client, server, port, ID), value the
- * question as sent; written by the program on a miss, marked done by the first response.
- * An LRU: under a flood of queries the oldest are forgotten (their responses then pass, not
- * learnt). Sized by userspace (`pending`).
+ * Queries forwarded, awaiting their response: slot = a keyed hash (cfg.seed) of (client,
+ * server, port, ID) & pend_mask, value that key and the question as sent; written in place by
+ * the program on a miss, marked done by the first response. A newer query whose key hashes to
+ * the same slot takes it: under a flood the older are forgotten (their responses then pass,
+ * not learnt), as an LRU would, without an LRU's list locks and node allocation per miss (the
+ * record was the largest cost of a miss: docs/perf/2026-11-29-inpath-cost.md). Sized by
+ * userspace (`pending`, rounded up to a power of two).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 16384);
-	__type(key, struct xdns_inpath_pend_key);
+	__type(key, __u32);
 	__type(value, struct xdns_inpath_pend);
 } xdns_inpath_pending SEC(".maps");
 
@@ -57,6 +75,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xdns_inpath_entry);
 } xdns_inpath_cache SEC(".maps");
+
+/*
+ * The hashes of each set's entries (key set, value xdns_inpath_tags): a query reads its set's
+ * four in one array lookup (inlined, one cache line) and looks up only a way whose hash is
+ * its own; a miss looks up none. Written by the program after it stores an entry; a tag whose
+ * entry userspace deleted (flush, sweep) or another CPU replaced costs one lookup that finds
+ * nothing or another question: the entry itself is always compared. Sized by userspace (sets).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct xdns_inpath_tags);
+} xdns_inpath_tags SEC(".maps");
 
 /* Per-CPU scratch and counters (one value). */
 struct {

@@ -1091,13 +1091,31 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_Q_PADDING 2         /* PADDING (12) */
 #define XDNS_INPATH_OPT_LEN 11          /* an OPT record without options */
 
+#define XDNS_INPATH_INLINE 8           /* server prefixes compared inline (rodata); more: the LPM trie */
+#define XDNS_INPATH_ROLE_SLOTS 1024     /* interface indexes below this have their role in an array (xdns_inpath_roles) */
+
+/* A server prefix compared inline: the address (IPv4 as ::ffff:a.b.c.d) read as two native words, masked. */
+struct xdns_inpath_net {
+	__u64 addr[2];          /* already masked */
+	__u64 mask[2];
+};
+
 /* Load-time settings (rodata). */
 struct xdns_inpath_cfg {
 	__u64 timeout_ns;       /* a response later than this after its query is not learnt */
 	__u32 set_mask;         /* sets - 1 (sets a power of two) */
 	__u32 max_ttl;          /* seconds an entry lives at most */
 	__u8 redirect;          /* forward misses with bpf_fib_lookup + bpf_redirect (else XDP_PASS) */
-	__u8 _pad[7];
+	__u8 nsrv;              /* server prefixes in srv[] (1..XDNS_INPATH_INLINE); 0: they are in the LPM trie */
+	__u8 _pad[2];
+	__u32 pend_mask;        /* slots of xdns_inpath_pending - 1 (a power of two) */
+	__u64 seed;             /* random, per load: keys the pending slots' hash */
+	struct xdns_inpath_net srv[XDNS_INPATH_INLINE];
+};
+
+/* Value of xdns_inpath_tags (key: set): the hashes of the set's ways' entries, 0 for none. */
+struct xdns_inpath_tags {
+	__u64 h[XDNS_INPATH_WAYS];
 };
 
 /* xdns_inpath_servers: an LPM key; IPv4 as ::ffff:a.b.c.d (prefix + 96) */
@@ -1115,7 +1133,14 @@ struct xdns_inpath_pend_key {
 	__u32 _pad;
 };
 
+/*
+ * A slot of xdns_inpath_pending (and its copy in scratch). `tag` covers the key and the fields
+ * up to `qopt` (xdns_inpath_pend_tag): a slot being rewritten by another CPU, read half old
+ * and half new, fails it; the name is compared with the response's question anyway.
+ */
 struct xdns_inpath_pend {
+	struct xdns_inpath_pend_key key;
+	__u64 tag;              /* 0 while written */
 	__u64 sent_ns;          /* bpf_ktime_get_ns() when forwarded */
 	__u32 done;             /* responses seen (the first one alone is considered) */
 	__u16 qlen;             /* wire length of the name */
@@ -1157,6 +1182,8 @@ struct xdns_inpath_scratch {
 	__u64 redirected;       /* misses and responses forwarded by bpf_redirect */
 	__u64 fib_passed;       /* redirect on, but the FIB said no (or not our interface): XDP_PASS */
 	__u64 head_grown;         /* answers whose frame had no tailroom: grown at the head instead */
+	__u64 clock_ns;         /* the coarse clock as of tick clock_jiffies (xdns_inpath_now) */
+	__u64 clock_jiffies;
 	/* the walk of a response's records (a bpf_loop) */
 	__u32 w_off;            /* next record, offset in the message */
 	__u32 w_len;            /* message length */

@@ -41,6 +41,10 @@ pub const ROLE_UPSTREAM: u32 = 2;
 pub const ROLE_NO_REDIRECT: u32 = 4;
 /// Entries per set of the cache (`XDNS_INPATH_WAYS`).
 pub const WAYS: u32 = 4;
+/// Server prefixes compared inline by the program (`XDNS_INPATH_INLINE`); more go to its LPM trie.
+pub const INLINE_SERVERS: usize = 8;
+/// Interface indexes below this keep their role in the program's array (`XDNS_INPATH_ROLE_SLOTS`).
+const ROLE_SLOTS: u32 = 1024;
 
 /// Name of in-path verdict `v` (`"answered"`, `"reject_unsolicited"`, ...) as shown by stats
 /// and metrics.
@@ -58,7 +62,9 @@ pub struct InpathSettings {
     pub max_ttl: u32,
     /// Entries the cache holds (rounded up to a power of two of sets of [`WAYS`]).
     pub capacity: u32,
-    /// Forwarded queries remembered at once (an LRU).
+    /// Forwarded queries remembered at once: slots of a table indexed by a keyed hash of
+    /// (client, server, port, ID), rounded up to a power of two; a newer query takes an older
+    /// one's slot.
     pub pending: u32,
     /// A response later than this after its query is not learnt.
     pub timeout_ms: u32,
@@ -77,6 +83,11 @@ impl InpathSettings {
     /// Sets of [`WAYS`] entries: `capacity / WAYS` rounded up to a power of two, at least 1.
     pub fn sets(&self) -> u32 {
         (self.capacity.div_ceil(WAYS)).max(1).next_power_of_two()
+    }
+
+    /// Slots of the pending table: `pending` rounded up to a power of two, at least 64.
+    pub fn pending_slots(&self) -> u32 {
+        self.pending.clamp(64, 1 << 24).next_power_of_two()
     }
 }
 
@@ -125,6 +136,7 @@ pub struct InpathProgram {
     cache: MapHandle,
     scratch: MapHandle,
     ifaces: MapHandle,
+    roles: MapHandle,
     pending: MapHandle,
     links: Vec<(String, OwnedFd)>,
     capacity: u32,
@@ -150,6 +162,19 @@ fn prefix_key(addr: IpAddr, len: u8) -> Vec<u8> {
     k
 }
 
+/// A prefix as the program compares it inline: (address masked, mask), each as two native
+/// words of the 16-byte (IPv4-mapped) address.
+fn inline_net(addr: IpAddr, len: u8) -> ([u64; 2], [u64; 2]) {
+    let (bytes, plen) = match addr {
+        IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), 96 + u32::from(len.min(32))),
+        IpAddr::V6(a) => (a.octets(), u32::from(len.min(128))),
+    };
+    let mask = if plen == 0 { 0u128 } else { u128::MAX << (128 - plen) }.to_be_bytes();
+    let word = |b: &[u8; 16], i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+    let masked: [u8; 16] = std::array::from_fn(|i| bytes[i] & mask[i]);
+    ([word(&masked, 0), word(&masked, 1)], [word(&mask, 0), word(&mask, 1)])
+}
+
 fn ifindex(ifname: &str) -> Result<u32> {
     crate::iface::ifindex(ifname).with_context(|| format!("no interface {ifname}"))
 }
@@ -173,9 +198,19 @@ impl InpathProgram {
             c.set_mask = sets - 1;
             c.max_ttl = s.max_ttl;
             c.redirect = u8::from(s.redirect);
+            c.pend_mask = s.pending_slots() - 1;
+            c.seed = rand::random();
+            // a short list is compared inline (no trie lookup per packet); a long one in the trie
+            if s.servers.len() <= INLINE_SERVERS {
+                c.nsrv = s.servers.len() as u8;
+                for (slot, &(a, l)) in c.srv.iter_mut().zip(&s.servers) {
+                    (slot.addr, slot.mask) = inline_net(a, l);
+                }
+            }
         }
         open.maps.xdns_inpath_cache.set_max_entries(sets * WAYS)?;
-        open.maps.xdns_inpath_pending.set_max_entries(s.pending.max(64))?;
+        open.maps.xdns_inpath_tags.set_max_entries(sets)?;
+        open.maps.xdns_inpath_pending.set_max_entries(s.pending_slots())?;
         let skel = open.load().context("loading the in-path XDP program (verifier)")?;
         let dup = |m: &libbpf_rs::Map<'_>| MapHandle::try_from(m).context("duplicating an in-path map handle");
         let prog_fd = skel.progs.xdns_inpath.as_fd().try_clone_to_owned().context("duplicating the program fd")?;
@@ -183,6 +218,7 @@ impl InpathProgram {
             cache: dup(&skel.maps.xdns_inpath_cache)?,
             scratch: dup(&skel.maps.xdns_inpath_scratch)?,
             ifaces: dup(&skel.maps.xdns_inpath_ifaces)?,
+            roles: dup(&skel.maps.xdns_inpath_roles)?,
             pending: dup(&skel.maps.xdns_inpath_pending)?,
             prog: prog_fd,
             links: Vec::new(),
@@ -206,6 +242,7 @@ impl InpathProgram {
             cache: dup(&self.cache)?,
             scratch: dup(&self.scratch)?,
             ifaces: dup(&self.ifaces)?,
+            roles: dup(&self.roles)?,
             pending: dup(&self.pending)?,
             links: Vec::new(),
             capacity: self.capacity,
@@ -226,6 +263,10 @@ impl InpathProgram {
     /// Give interface index `ifindex` the role bits `role` ([`ROLE_CLIENT`], [`ROLE_UPSTREAM`]);
     /// 0 removes it. (Tests give the loopback's index, that of BPF_PROG_TEST_RUN's packets.)
     pub fn set_role(&self, ifindex: u32, role: u32) -> Result<()> {
+        if ifindex < ROLE_SLOTS {
+            self.roles.update(&ifindex.to_ne_bytes(), &role.to_ne_bytes(), MapFlags::ANY)?;
+            return Ok(());
+        }
         if role == 0 {
             let _ = self.ifaces.delete(&ifindex.to_ne_bytes());
             return Ok(());
@@ -272,7 +313,8 @@ impl InpathProgram {
     }
 
     fn role_of(&self, idx: u32) -> u32 {
-        self.ifaces
+        let map = if idx < ROLE_SLOTS { &self.roles } else { &self.ifaces };
+        map
             .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
             .ok()
             .flatten()
@@ -335,9 +377,14 @@ impl InpathProgram {
         Ok(n)
     }
 
-    /// Recorded queries not yet answered (or answered, until the LRU reuses them).
+    /// Recorded queries not yet answered (or answered, until another query takes the slot).
     pub fn pending_count(&self) -> usize {
-        self.pending.keys().count()
+        let tag = std::mem::offset_of!(types::xdns_inpath_pend, tag);
+        self.pending
+            .keys()
+            .filter_map(|k| self.pending.lookup(&k, MapFlags::ANY).ok().flatten())
+            .filter(|v| v.get(tag..tag + 8).is_some_and(|b| b != [0u8; 8]))
+            .count()
     }
 
     /// Every entry's value (tests and the sweep).
@@ -465,6 +512,22 @@ mod tests {
         assert_eq!(c.evicted, 2);
         assert_eq!(c.redirected, 5);
         assert_eq!(c.verdicts.len(), INPATH_VERDICT_NAMES.len());
+    }
+
+    #[test]
+    fn inline_nets() {
+        let (a, m) = inline_net("198.18.0.0".parse().unwrap(), 15);
+        let mut want = [0u8; 16];
+        want[10..14].copy_from_slice(&[0xff, 0xff, 198, 18]);
+        let mut mask = [0xffu8; 16];
+        mask[13..16].copy_from_slice(&[0xfe, 0, 0]);
+        let w = |b: &[u8; 16], i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!((a, m), ([w(&want, 0), w(&want, 1)], [w(&mask, 0), w(&mask, 1)]));
+        // host bits are cleared; /0 matches everything of the family's mapping
+        let (a, _) = inline_net("2001:db8::1".parse().unwrap(), 32);
+        assert_eq!(a[1], 0);
+        let (a, m) = inline_net("::".parse().unwrap(), 0);
+        assert_eq!((a, m), ([0, 0], [0, 0]));
     }
 
     #[test]

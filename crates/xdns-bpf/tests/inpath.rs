@@ -513,11 +513,21 @@ fn inpath_perf() {
     let qq = q("www.example.com", 1, 1, None);
     run(&p, &frame(&v4, &qq));
     run(&p, &frame(&server_side(&v4), &a_answer(&qq, 300)));
-    let hit = p.bench(&frame(&v4, &qq), 2000).unwrap();
-    let miss = p.bench(&frame(&v4, &q("other.example.com", 1, 1, None)), 2000).unwrap();
     let mut other = v4.clone();
     other.dport = 5353;
-    let pass = p.bench(&frame(&other, &qq), 2000).unwrap();
+    let rows = [frame(&v4, &qq), frame(&v4, &q("other.example.com", 1, 1, None)), frame(&other, &qq)];
+    assert_eq!(run(&p, &rows[0]).2, vec!["answered".to_string()], "the hit row");
+    assert_eq!(run(&p, &rows[1]).2, vec!["miss".to_string()], "the miss row");
+    assert_eq!(run(&p, &rows[2]).2, vec!["pass_other".to_string()], "the other-port row");
+    // as cache_perf times the resolver cache (the goal's yardstick): the best median of 9
+    // rounds of 1000 single runs, rounds interleaved
+    let mut best = [u64::MAX; 3];
+    for _ in 0..9 {
+        for (b, f) in best.iter_mut().zip(&rows) {
+            *b = (*b).min(p.bench(f, 1000).unwrap());
+        }
+    }
+    let [hit, miss, pass] = best;
     println!("inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass}");
     assert!(hit > 0 && miss > 0);
     let _ = XDP_DROP;
@@ -542,4 +552,55 @@ fn inpath_redirect_falls_back_to_the_kernel() {
         assert_eq!(after.fib_passed, before.fib_passed + 1, "role {role}");
         assert_eq!(after.redirected, before.redirected, "role {role}");
     }
+}
+
+/// More server prefixes than the program compares inline (`INLINE_SERVERS`): they go to the
+/// LPM trie, and a query is cached exactly when its server is under one of them.
+#[test]
+fn inpath_many_server_prefixes_use_the_trie() {
+    require_root("inpath_many_server_prefixes_use_the_trie");
+    stay_on_one_cpu();
+    let mut servers: Vec<(std::net::IpAddr, u8)> =
+        (0..xdns_bpf::inpath::INLINE_SERVERS as u8).map(|i| (format!("198.19.{i}.0").parse().unwrap(), 24)).collect();
+    servers.push(("198.18.0.0".parse().unwrap(), 31));
+    let p = load_inpath(InpathSettings { servers, ..settings() });
+    let v4 = Net::v4();
+    let qq = q("trie.example.com", 1, 0x77, None);
+    assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "server 198.18.0.1 under the last prefix");
+    run(&p, &frame(&server_side(&v4), &a_answer(&qq, 300)));
+    let (act, _, moved) = run(&p, &frame(&v4, &qq));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]));
+    let mut other = v4.clone();
+    other.dst = vec![198, 18, 0, 9];
+    let f = frame(&other, &qq);
+    let (act, out, moved) = run(&p, &f);
+    assert_eq!((act, moved, out), (XDP_PASS, vec!["pass_other".to_string()], f), "198.18.0.9 is under no prefix");
+}
+
+/// The pending table holds `pending` slots (64 here): of 512 queries forwarded before any
+/// answer, at most 64 are remembered (a newer query takes an older one's slot), so at most 64
+/// responses are learnt and the rest pass as unsolicited; the last query's slot is its own.
+#[test]
+fn inpath_pending_slots_are_taken_by_newer_queries() {
+    require_root("inpath_pending_slots_are_taken_by_newer_queries");
+    stay_on_one_cpu();
+    let p = load_inpath(InpathSettings { pending: 64, capacity: 4096, ..settings() });
+    let v4 = Net::v4();
+    let qs: Vec<Vec<u8>> = (0..512u16).map(|i| q(&format!("p{i}.example.com"), 1, i, None)).collect();
+    for qq in &qs {
+        assert_eq!(run(&p, &frame(&v4, qq)).2, vec!["miss".to_string()]);
+    }
+    assert!(p.pending_count() <= 64, "{} slots in use", p.pending_count());
+    let (mut learned, mut unsolicited) = (0, 0);
+    for qq in qs.iter().rev() {
+        match run(&p, &frame(&server_side(&v4), &a_answer(qq, 300))).2.as_slice() {
+            [v] if v == "learned" => learned += 1,
+            [v] if v == "reject_unsolicited" => unsolicited += 1,
+            other => panic!("{other:?}"),
+        }
+        if learned + unsolicited == 1 {
+            assert_eq!(learned, 1, "the last query's response is learnt");
+        }
+    }
+    assert!(learned <= 64 && learned + unsolicited == 512, "learned {learned}, unsolicited {unsolicited}");
 }

@@ -59,7 +59,7 @@ pub const KEYS: &[Key] = &[
     k("inpath", "servers", "(required)", "Server prefixes (ADDR or ADDR/LEN) whose UDP port 53 answers are cached; everything else is forwarded untouched."),
     k("inpath", "max_ttl", "3600", "Seconds an entry lives at most (RFC 2308 negative answers: min(SOA TTL, SOA MINIMUM) under this)."),
     k("inpath", "capacity", "65536", "Entries kept (sets of 4, least recently used replaced, evictions counted); about 2 KiB each when held."),
-    k("inpath", "pending", "65536", "Forwarded queries remembered while their response is awaited (an LRU)."),
+    k("inpath", "pending", "65536", "Forwarded queries remembered while their response is awaited (slots of a hashed table, rounded up to a power of two; a newer query takes an older one's slot)."),
     k("inpath", "timeout_ms", "3000", "A response later than this after its query is forwarded, not learnt."),
     k("inpath", "forward", "pass", "How cache misses and responses are forwarded: pass (the kernel routes them) or redirect (bpf_fib_lookup + bpf_redirect to an interface of [inpath], the kernel otherwise)."),
     k("inpath", "mode", "auto", "auto, native or generic, as [xdp] mode (auto: generic on a veth whose peer runs no XDP program)."),
