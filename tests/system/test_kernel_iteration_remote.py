@@ -15,7 +15,9 @@ Checked:
 - the same question again is a kernel cache hit (`cache_answered` moves), byte for byte the
   answer given before except the ID and the TTLs;
 - the spoofer's zones (forged ID, source port, source address, question, 0x20 case): the
-  genuine answer, and the kernel dropped the forgeries (`drop_kit_*`), none accepted.
+  genuine answer (the corpus's: Unbound without 0x20 checks may take the forged case), and
+  the kernel dropped the forgeries (`drop_kit_*`), none accepted;
+- `--takeover` with kernel iteration on: no client lost, none answered twice.
 """
 
 from __future__ import annotations
@@ -150,16 +152,19 @@ def test_a_later_query_is_a_kernel_cache_hit(remote):
 
 @pytest.mark.parametrize("case_id", SPOOF_IDS)
 def test_spoofed_zones_get_the_genuine_answer(remote, case_id):
-    lab, _, srv, ub = remote
+    lab, _, srv, _ = remote
     c = corpus.BY_ID[case_id]
     # learn the zone's cut first, so the kernel asks the spoofer's zone itself
     one_answer(lab, srv.addr4, "learn." + c.qname.split(".", 1)[1], "A")
     time.sleep(0.2)
     xdp_before = lab.xdns_stats(srv)["xdp"]
     m, _ = one_answer(lab, srv.addr4, c.qname, c.qtype)
-    want = summarize(dns.message.from_wire(lab.udp(ub.addr4, dns.message.make_query(
-        c.qname, c.qtype, use_edns=0, payload=1232).to_wire(), timeout=8.0)))
-    assert summarize(m) == want
+    # the corpus answer, not Unbound's: a forged reply can win against a resolver without
+    # 0x20 checks (the case-spoof zone), which is what these cases are about
+    got = summarize(m)
+    assert got["rcode"] == c.rcode, got
+    assert got["answer"] == sorted(a.lower() if a.split(" ", 2)[1] in ("CNAME", "NS", "MX") else a
+                                   for a in c.answer), got
     xdp_after = lab.xdns_stats(srv)["xdp"]
     dropped = {k: xdp_after[k] - xdp_before.get(k, 0) for k in xdp_after if k.startswith("drop_kit_")}
     if case_id == "spoofonly-a":
