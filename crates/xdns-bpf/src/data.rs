@@ -26,7 +26,7 @@ use xdns_zone::ZoneSet;
 use crate::hash::name_hash;
 use crate::types::{
     xdns_answer, xdns_answer_key, xdns_answer_s, xdns_body_class, xdns_body_kind, xdns_body_l,
-    xdns_body_m, xdns_body_s, xdns_node, xdns_node_key,
+    xdns_body_m, xdns_node, xdns_node_key,
 };
 
 /// Body key kinds (DESIGN-NOTES.md); numbered by `enum xdns_body_kind`.
@@ -303,7 +303,8 @@ pub fn csum16(bytes: &[u8]) -> u16 {
 /// Body bytes in the size class that holds them.
 #[derive(Clone)]
 pub enum BodyValue {
-    S(Box<xdns_body_s>),
+    /// Inline in the answer record: the bytes and the first [`MAX_FIXUPS`] fixups.
+    S { bytes: Vec<u8>, fixups: Vec<u16> },
     M(Box<xdns_body_m>),
     L(Box<xdns_body_l>),
     /// Larger than the largest class: answered by userspace only.
@@ -311,13 +312,22 @@ pub enum BodyValue {
 }
 
 /// Fixups stored per body (`XDNS_MAX_FIXUPS`), from the generated layout.
-pub const MAX_FIXUPS: usize = std::mem::offset_of!(xdns_body_s, bytes) / 2;
+pub const MAX_FIXUPS: usize = std::mem::offset_of!(xdns_body_m, bytes) / 2;
+/// Bytes of the answer header that begins every record (`struct xdns_answer`).
+pub const HEADER_LEN: usize = std::mem::size_of::<xdns_answer>();
 /// Body bytes of each size class (`XDNS_CLASS_{S,M,L}_LEN`), from the generated layouts.
-pub const CLASS_S_LEN: usize = std::mem::size_of::<xdns_body_s>() - std::mem::offset_of!(xdns_body_s, bytes);
+pub const CLASS_S_LEN: usize =
+    std::mem::size_of::<xdns_answer_s>() - std::mem::offset_of!(xdns_answer_s, data) - 2 * MAX_FIXUPS;
 pub const CLASS_M_LEN: usize = std::mem::size_of::<xdns_body_m>() - std::mem::offset_of!(xdns_body_m, bytes);
 pub const CLASS_L_LEN: usize = std::mem::size_of::<xdns_body_l>() - std::mem::offset_of!(xdns_body_l, bytes);
 /// Largest body the kernel stores.
 pub const MAX_KERNEL_BODY: usize = CLASS_L_LEN;
+/// Answer-table pages (`XDNS_PAGE`, `XDNS_PAGE_SLACK` of `bpf/xdns_abi.h`): records start in
+/// the first `PAGE` bytes of a page value and end in its slack at the latest.
+pub const PAGE: usize = 1 << 15;
+pub const PAGE_SLACK: usize = 384;
+/// Bytes per CPU of the spill slots after the table's two halves (`XDNS_SPILL_SLOT`).
+pub const SPILL_SLOT: usize = 256;
 
 fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], body: &Body) {
     for (d, s) in fixups.iter_mut().zip(&body.fixups) {
@@ -326,14 +336,18 @@ fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], bod
     bytes[..body.bytes.len()].copy_from_slice(&body.bytes);
 }
 
+/// Offset in the record's data of a class S body's fixups (`XDNS_FIX_AT`): after the bytes, even.
+pub fn fix_at(len: usize) -> usize {
+    (len + 1) & 0xfe
+}
+
 /// The answer value and body bytes of one body.
 pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
     let n = body.bytes.len();
     let an_ns = usize::from(body.an_ns_len).min(n);
     let value = if n <= CLASS_S_LEN {
-        let mut b = Box::<xdns_body_s>::default();
-        fill(&mut b.fixups, &mut b.bytes, body);
-        BodyValue::S(b)
+        let fixups = body.fixups.iter().take(MAX_FIXUPS).copied().collect();
+        BodyValue::S { bytes: body.bytes.to_vec(), fixups }
     } else if n <= CLASS_M_LEN {
         let mut b = Box::<xdns_body_m>::default();
         fill(&mut b.fixups, &mut b.bytes, body);
@@ -346,7 +360,7 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
         BodyValue::Userspace
     };
     let class = match value {
-        BodyValue::S(_) => xdns_body_class::XDNS_CLASS_S,
+        BodyValue::S { .. } => xdns_body_class::XDNS_CLASS_S,
         BodyValue::M(_) => xdns_body_class::XDNS_CLASS_M,
         BodyValue::L(_) => xdns_body_class::XDNS_CLASS_L,
         BodyValue::Userspace => xdns_body_class::XDNS_CLASS_USERSPACE,
@@ -370,13 +384,36 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
     (a, value)
 }
 
-/// The `xdns_answers` value of one body: its header and, for class S, the bytes inline.
+/// Bytes of the answer table's record of one body (`struct xdns_answer_s`, packed): the
+/// header, then for class S the bytes and, at [`fix_at`], the fixups; a multiple of four.
+pub fn record_len(body: &BodyValue) -> usize {
+    let data = match body {
+        BodyValue::S { bytes, fixups } => fix_at(bytes.len()) + 2 * fixups.len(),
+        _ => 0,
+    };
+    (HEADER_LEN + data).next_multiple_of(4)
+}
+
+/// Write the record of one body into `out` (at least [`record_len`] bytes long).
+pub fn write_record(out: &mut [u8], answer: &xdns_answer, body: &BodyValue) {
+    out[..HEADER_LEN].copy_from_slice(crate::maps::bytes_of(answer));
+    if let BodyValue::S { bytes, fixups } = body {
+        let data = &mut out[HEADER_LEN..];
+        data[..bytes.len()].copy_from_slice(bytes);
+        let at = fix_at(bytes.len());
+        for (i, f) in fixups.iter().enumerate() {
+            data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&f.to_ne_bytes());
+        }
+    }
+}
+
+/// The `xdns_answers` value of one body: its record, zero-padded to the whole struct.
 pub fn answer_value(answer: &xdns_answer, body: &BodyValue) -> Box<xdns_answer_s> {
     let mut v = Box::<xdns_answer_s>::default();
+    let mut buf = vec![0u8; std::mem::size_of::<xdns_answer_s>()];
+    write_record(&mut buf, answer, body);
     v.ans = *answer;
-    if let BodyValue::S(b) = body {
-        v.body = **b;
-    }
+    v.data.copy_from_slice(&buf[HEADER_LEN..]);
     v
 }
 
@@ -460,7 +497,8 @@ pub fn bytes_per_entry() -> [(&'static str, usize); 4] {
     let ak = std::mem::size_of::<xdns_answer_key>();
     [
         ("node", ELEM + r8(std::mem::size_of::<xdns_node_key>()) + r8(std::mem::size_of::<xdns_node>())),
-        // class S bodies live inline in the answer value; M and L have a body entry besides
+        // in the hash map (answers left out of the table): class S bodies live inline in the
+        // answer value; M and L have a body entry besides
         ("answer+body S", ELEM + r8(ak) + r8(std::mem::size_of::<xdns_answer_s>())),
         ("answer+body M", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer_s>()) + r8(std::mem::size_of::<xdns_body_m>())),
         ("answer+body L", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer_s>()) + r8(std::mem::size_of::<xdns_body_l>())),
