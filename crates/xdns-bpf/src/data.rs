@@ -558,6 +558,37 @@ mod tests {
         assert!(u.answers.iter().all(|a| !(a.base == www && a.kind == Kind::Other)), "www's NODATA is the apex's");
     }
 
+    /// An answer record (the table's, packed): the header, the class S bytes at once after
+    /// it, the fixups at the next even offset, the length a multiple of four; the hash map's
+    /// value is the same record padded with zeros. Classes M and L are the header alone.
+    #[test]
+    fn record_layout() {
+        let body = Body { flags: 0x0400, ancount: 1, bytes: vec![0xab; 7], fixups: vec![0x0102, 0x0304], an_ns_len: 7, base_len: 5, ..Default::default() };
+        let (a, v) = encode_body(&body);
+        assert_eq!((HEADER_LEN, fix_at(7), fix_at(8)), (24, 8, 8));
+        assert_eq!(record_len(&v), 24 + 8 + 4);
+        let mut rec = vec![0xee; record_len(&v)];
+        write_record(&mut rec, &a, &v);
+        assert_eq!(&rec[..HEADER_LEN], crate::maps::bytes_of(&a));
+        assert_eq!(&rec[24..31], &[0xab; 7]);
+        assert_eq!(&rec[32..36], &[0x0102u16.to_ne_bytes(), 0x0304u16.to_ne_bytes()].concat()[..]);
+        let full = answer_value(&a, &v);
+        assert_eq!(&crate::maps::bytes_of(&*full)[24..36], &{
+            let mut r = rec[24..36].to_vec();
+            r[7] = 0; // the pad byte before the fixups, zero in the hash map's value
+            r
+        }[..]);
+        assert!(crate::maps::bytes_of(&*full)[36..].iter().all(|&b| b == 0));
+        let big = Body { bytes: vec![1; CLASS_S_LEN + 1], ..Default::default() };
+        let (_, m) = encode_body(&big);
+        assert!(matches!(m, BodyValue::M(_)) && record_len(&m) == HEADER_LEN);
+        let longest = Body { bytes: vec![1; CLASS_S_LEN], fixups: vec![0; MAX_FIXUPS + 5], ..Default::default() };
+        let (_, s) = encode_body(&longest);
+        assert_eq!(record_len(&s), std::mem::size_of::<xdns_answer_s>(), "the largest record is the whole struct");
+        // the kernel reads a record's fixups at up to 254 bytes into its data: the page's slack
+        assert!(HEADER_LEN + 254 + 2 * MAX_FIXUPS <= PAGE_SLACK && record_len(&s) <= SPILL_SLOT);
+    }
+
     /// Checksums of bodies: odd lengths pad with zero, sums fold.
     #[test]
     fn csum16_table() {
