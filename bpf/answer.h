@@ -232,13 +232,13 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 
 /* The body bytes of one answer: exactly one pointer is set, the one of its size class. */
 struct xdns_body_ref {
-	struct xdns_body_s *s;
+	struct xdns_answer_s *s;
 	struct xdns_body_m *m;
 	struct xdns_body_l *l;
 };
 
 /*
- * Find the body bytes of `a` before the frame is touched: class S bytes are in `a` itself;
+ * Find the body bytes of `a` before the frame is touched: class S bytes are in `a`'s record;
  * M and L are looked up, and if a reload deleted them meanwhile, the packet still goes to
  * userspace intact. (A value found stays valid until the program returns.) Separate typed
  * pointers let the verifier know each one's size.
@@ -247,7 +247,7 @@ static __always_inline int xdns_body_get(const struct xdns_answer_key *key, stru
 					 struct xdns_body_ref *ref)
 {
 	if (a->ans.class == XDNS_CLASS_S) {
-		ref->s = &a->body;
+		ref->s = a;
 		return 0;
 	}
 	if (a->ans.class == XDNS_CLASS_M) {
@@ -337,8 +337,8 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 		const __u16 *fixups;
 
 		if (ref->s) {
-			err = xdns_put_body(ctx, at, ref->s->bytes, XDNS_CLASS_S_LEN, r);
-			fixups = ref->s->fixups;
+			err = xdns_put_body(ctx, at, ref->s->data, XDNS_CLASS_S_LEN, r);
+			fixups = (const __u16 *)(ref->s->data + XDNS_FIX_AT(a->len));
 		} else if (ref->m) {
 			err = xdns_put_body(ctx, at, ref->m->bytes, XDNS_CLASS_M_LEN, r);
 			fixups = ref->m->fixups;
@@ -581,7 +581,7 @@ static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struc
 }
 
 /*
- * The answer stage: the reply to query q from answer `vi` of xdns_vals (found by the lookup
+ * The answer stage: the reply to query q from the answer at `vi` of xdns_vals (found by the lookup
  * or the question memo; `key` names its M or L body), written in place. Returns XDNS_ANSWERED
  * with the frame rewritten, a pass reason with the frame untouched, or XDNS_DROP_REWRITE when
  * a helper failed halfway. The one source of the answer for both ways in: the verifier walks
@@ -599,7 +599,7 @@ static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, s
 	long grow;
 	int moved;
 
-	a = bpf_map_lookup_elem(&xdns_vals, &vi);
+	a = xdns_val(vi);
 	if (!a)
 		return XDNS_PASS_NO_BODY;
 	v = xdns_plan(q, &a->ans, &r);

@@ -67,6 +67,13 @@ static __always_inline __u32 xdns_table_pos(__u64 hash, __u32 kind, __u32 qtype)
 	return (__u32)((hash ^ ((__u64)(kind << 16 | qtype) * XDNS_HASH_MUL)) >> 32);
 }
 
+/* Answer-table bucket of a key: its position scaled to the bucket count (any count, not only a
+ * power of two: the index is sized to the zone), the high half of a 32 x 32-bit product. */
+static __always_inline __u32 xdns_table_bucket(__u64 hash, __u32 kind, __u32 qtype, __u32 buckets)
+{
+	return (__u32)(((__u64)xdns_table_pos(hash, kind, qtype) * buckets) >> 32);
+}
+
 /* Cache bucket of a key (xdns_abi.h): like xdns_table_pos, with the DO bit beside the type. */
 static __always_inline __u32 xdns_cache_pos(__u64 hash, __u32 qtype, __u32 do_bit)
 {

@@ -128,14 +128,14 @@ static __always_inline __u64 xdns_ways_match(const struct xdns_table_entry *e, _
  * inlined, so this costs no call (a hash-map lookup costs a call and a jhash).
  *
  * A miss is final unless the bucket lost a key (XDNS_TABLE_SPILLED): then the hash map is
- * asked, and an answer found there is copied to this CPU's spill value of xdns_vals (after
+ * asked, and an answer found there is copied to this CPU's spill slot of xdns_vals (after
  * both halves), so that every answer reaches the rest of the program as a pointer into the
  * same map: the verifier then walks the reply code once, not once per map an answer may come
  * from (that doubled its work). The bit is tested where it is read, not kept in a variable:
  * a known 0 or 1 carried along split the verifier's states further down.
  */
 /*
- * Every answer found also leaves its xdns_vals index in sc->memo.last_v (and whether it came from
+ * Every answer found also leaves its xdns_vals address in sc->memo.last_v (and whether it came from
  * the table in sc->memo.last_table): the program reads the answer of xdns_select and of a memo hit
  * through one lookup by that index, and the memo keeps it (memo.h).
  */
@@ -150,15 +150,15 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	key->hash = hash;
 	key->kind = kind;
 	key->qtype = qtype;
-	b = half * (xdns_cfg.table_mask + 1) + (xdns_table_pos(hash, kind, qtype) & xdns_cfg.table_mask);
+	b = half * xdns_cfg.table_buckets + xdns_table_bucket(hash, kind, qtype, xdns_cfg.table_buckets);
 	bk = bpf_map_lookup_elem(&xdns_index, &b);
 	if (bk) {
 		found = xdns_ways_match(bk->e, hash, meta, XDNS_TABLE_IDX);
 		if (found) {
-			v = half * xdns_cfg.table_vals + (__u32)(found - 1);
+			v = half * (xdns_cfg.val_pages << (XDNS_PAGE_SHIFT - 2)) + (__u32)(found - 1);
 			sc->memo.last_v = v;
 			sc->memo.last_table = 1;
-			return bpf_map_lookup_elem(&xdns_vals, &v);
+			return xdns_val(v);
 		}
 		if (!(bk->e[0].idx & XDNS_TABLE_SPILLED))
 			return NULL;
@@ -166,10 +166,10 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	h = bpf_map_lookup_elem(&xdns_answers, key);
 	if (!h)
 		return NULL;
-	v = 2 * xdns_cfg.table_vals + bpf_get_smp_processor_id();
+	v = (2 * xdns_cfg.val_pages << (XDNS_PAGE_SHIFT - 2)) + bpf_get_smp_processor_id() * (XDNS_SPILL_SLOT / 4);
 	sc->memo.last_v = v;
 	sc->memo.last_table = 0;
-	a = bpf_map_lookup_elem(&xdns_vals, &v);
+	a = xdns_val(v);
 	if (a)
 		__builtin_memcpy(a, h, sizeof(*a));
 	return a;

@@ -97,10 +97,11 @@ struct {
 
 /*
  * Answer table (xdns_abi.h): bucket index -> struct xdns_bucket, two halves of
- * (xdns_cfg.table_mask + 1) buckets; value index -> struct xdns_answer_s, two halves of
- * xdns_cfg.table_vals, then one spill value per CPU (lookup.h, xdns_answer_get). Userspace
- * sizes both before load and writes the staged generation's halves (the index whole) before
- * the flip. Array lookups are inlined (no call).
+ * xdns_cfg.table_buckets buckets; page -> struct xdns_val_page, two halves of
+ * xdns_cfg.val_pages pages holding the answer records packed, then the pages of the spill
+ * slots, one per CPU (lookup.h, xdns_answer_get). Userspace sizes both before load (to the
+ * zones' answers and their bytes) and writes the staged generation's halves (the index
+ * whole) before the flip. Array lookups are inlined (no call).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -111,10 +112,24 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
-	__type(value, struct xdns_answer_s);
+	__type(value, struct xdns_val_page);
 } xdns_vals SEC(".maps");
+
+/*
+ * The answer record at address `v` of xdns_vals (bytes / 4; xdns_abi.h), or NULL. The
+ * offset is masked to the page, whose slack holds the longest record read from there.
+ */
+static __always_inline struct xdns_answer_s *xdns_val(__u32 v)
+{
+	__u32 page = v >> (XDNS_PAGE_SHIFT - 2);
+	__u8 *p = bpf_map_lookup_elem(&xdns_vals, &page);
+
+	if (!p)
+		return NULL;
+	return (struct xdns_answer_s *)(p + ((v << 2) & (XDNS_PAGE - 1)));
+}
 
 /* (name hash, gen) -> struct xdns_node for every name that exists; userspace writes. */
 struct {

@@ -9,7 +9,7 @@
  * question whose name, type and class (as sent, letter case included) equal those of one
  * answered earlier on this CPU, under the same data generation, they can only find the same
  * answer. The memo keeps what they found (the name's length and label count, the checksum of
- * name, type and class, and the answer's index in xdns_vals) and the program goes straight to
+ * name, type and class, and the answer's address in xdns_vals) and the program goes straight to
  * the rest: the OPT record and the header flags are parsed from the packet as on the full path
  * (type and class are known: they are part of the compared bytes), and everything after
  * the lookup (truncation, EDNS, fixups, header, checksums) runs as before from the same answer
@@ -143,7 +143,7 @@ static __always_inline struct xdns_memo *xdns_memo_victim(const struct xdns_scra
 
 /*
  * Is this packet's question (sc->walk.name, sc->walk.avail bytes) in this CPU's memo under generation
- * `gen`? Returns the answer's xdns_vals index, with memo.qlen and memo.nlab set as the walk
+ * `gen`? Returns the answer's xdns_vals address, with memo.qlen and memo.nlab set as the walk
  * would have found them and memo.sum as xdns_parse_tail would have; or -1, with memo.hash set
  * for xdns_memo_learn.
  */

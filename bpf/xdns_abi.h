@@ -146,9 +146,10 @@ struct xdns_answer_key {
 /*
  * Answer table (lookup.h, xdns_answer_get): the answers of a generation indexed by open
  * addressing in array maps, so that finding one is two inlined array reads instead of a
- * hash-map call. xdns_index has two halves (generation parity) of table_mask + 1 buckets of
- * XDNS_TABLE_WAYS entries; xdns_vals two halves of table_vals values. The bucket of a key is
- * xdns_table_pos(hash, kind, qtype) & table_mask (hash.h); an entry is the key when its hash
+ * hash-map call. xdns_index has two halves (generation parity) of table_buckets buckets of
+ * XDNS_TABLE_WAYS entries; xdns_vals two halves of val_pages pages, where the answer records
+ * are packed, each as long as it needs (struct xdns_answer_s). The bucket of a key is
+ * xdns_table_bucket(hash, kind, qtype, table_buckets) (hash.h); an entry is the key when its hash
  * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). An answer is in the table
  * or in xdns_answers, not both: the ones that found no free entry or value are in the hash
  * map, and their bucket's first entry carries XDNS_TABLE_SPILLED in its idx: only a miss in
@@ -164,8 +165,9 @@ struct xdns_answer_key {
 struct xdns_table_entry {
 	__u64 hash;             /* the key's hash */
 	__u32 meta;             /* XDNS_TABLE_META (XDNS_CACHE_META) of the key; 0: empty */
-	__u32 idx;              /* its value: in the generation's half of xdns_vals (its size
-	                         * class << 30 | its slot in that class's cache array) */
+	__u32 idx;              /* its value: the record's address (bytes / 4) in the generation's
+	                         * half of xdns_vals (the cache: its size class << 30 | its slot
+	                         * in that class's cache array) */
 };
 struct xdns_bucket {
 	struct xdns_table_entry e[XDNS_TABLE_WAYS];
@@ -184,7 +186,7 @@ struct xdns_bucket {
 #define XDNS_MEMO_SLOTS 4096            /* per CPU, a power of two: 2048 sets of 2 ways */
 #define XDNS_MEMO_MAX_Q 40              /* longest name + type + class kept (bytes) */
 struct xdns_memo_question {     /* the question memo's use of a slot (authoritative programs) */
-	__u32 v;                /* the answer's index in xdns_vals (a class S answer) */
+	__u32 v;                /* the answer's record address in xdns_vals (a class S answer) */
 	__u32 qsum;             /* checksum of name, type and class (xdns_query.qsum), folded to 32 bits */
 	__u32 seen;             /* low half of the hash of a question seen once in this set: the
 				 * latest in the first way, the one before in the second */
@@ -232,20 +234,37 @@ struct xdns_answer {
 	__u8 _pad;
 };
 
-/* Bodies: class S inline in `xdns_answer_s`; M and L values of `xdns_bodies_{m,l}`, keyed like `xdns_answers`. */
-struct xdns_body_s {
-	__u16 fixups[XDNS_MAX_FIXUPS];  /* offsets of compression pointers to shift by delta */
-	__u8 bytes[XDNS_CLASS_S_LEN];
-};
 /*
- * Value of `xdns_answers`: the header fields and, for class S, the body itself, so the most
- * common answers take one lookup. Classes M and L keep their bytes in `xdns_bodies_{m,l}`
- * (`body` unused, zero); class USERSPACE has none in the kernel.
+ * An answer record: the header fields, then for class S the body bytes and, at the next even
+ * offset (XDNS_FIX_AT), the offsets of its first XDNS_MAX_FIXUPS pointers. The answer table
+ * (xdns_vals) stores only the record's first XDNS_REC_SIZE bytes, packed; a value of
+ * `xdns_answers` is the whole struct (and the spill slot it is copied to). Classes M and L
+ * keep bytes and fixups in `xdns_bodies_{m,l}` (the record is the header alone); class
+ * USERSPACE has none in the kernel.
  */
 struct xdns_answer_s {
 	struct xdns_answer ans;
-	struct xdns_body_s body;
+	__u8 data[XDNS_CLASS_S_LEN + 2 * XDNS_MAX_FIXUPS];
 };
+/* Offset in data[] of a class S record's fixups: after its bytes, even. */
+#define XDNS_FIX_AT(len) (((__u32)(len) + 1) & 0xfe)
+/*
+ * The answer table's values (xdns_vals): pages of XDNS_PAGE bytes, each followed by
+ * XDNS_PAGE_SLACK bytes so that a record starting anywhere in the page fits whole (the
+ * largest read from a record start: the header, fixups at XDNS_FIX_AT(len) <= 254 bytes into
+ * data[], 32 of them). A record's address is its byte offset in the table / 4 (records start
+ * on four-byte boundaries): page (address >> (XDNS_PAGE_SHIFT - 2)), offset ((address << 2)
+ * & (XDNS_PAGE - 1)). The spill slots follow the two halves, XDNS_SPILL_SLOT bytes per CPU.
+ */
+#define XDNS_PAGE_SHIFT 15
+#define XDNS_PAGE (1u << XDNS_PAGE_SHIFT)
+#define XDNS_PAGE_SLACK 384
+#define XDNS_SPILL_SLOT 256
+struct xdns_val_page {
+	__u8 b[XDNS_PAGE + XDNS_PAGE_SLACK];
+};
+_Static_assert(sizeof(struct xdns_answer) + 254 + 2 * XDNS_MAX_FIXUPS <= XDNS_PAGE_SLACK, "a record fits in a page's slack");
+_Static_assert(sizeof(struct xdns_answer_s) <= XDNS_SPILL_SLOT, "a spilled answer fits its slot");
 struct xdns_body_m {
 	__u16 fixups[XDNS_MAX_FIXUPS];
 	__u8 bytes[XDNS_CLASS_M_LEN];
@@ -273,9 +292,9 @@ struct xdns_config {
 	__u8 guard_features;    /* 1: the guard counts packets and bytes per source prefix (guard.h) */
 	__u8 _pad;
 	__u32 filter_mask;      /* words per half of xdns_filter, less one (a power of two less one) */
-	__u32 table_mask;       /* buckets per half of xdns_index, less one (a power of two less one) */
-	__u32 table_vals;       /* values per half of xdns_vals: a multiple of 64, at least 64 (the kernel
-	                         * takes an empty table as authoritative: there is always one) */
+	__u32 table_buckets;    /* buckets per half of xdns_index, at least 1 (the kernel takes an empty
+	                         * table as authoritative: there is always one) */
+	__u32 val_pages;        /* pages (struct xdns_val_page) per half of xdns_vals, at least 1 */
 	__u32 cache_mask;       /* buckets of xdns_cache_idx, less one (a power of two less one) */
 	__u32 guard_filter_mask; /* words per half of xdns_guard_filter, less one (a power of two less one) */
 	__u32 guard_rrl_mask;   /* sets of xdns_guard_rrl, less one (a power of two less one) */
@@ -881,7 +900,7 @@ struct xdns_hint_scratch {      /* cache hints (memo.h), a resolver program's se
 };
 
 struct xdns_memo_scratch {      /* the question memo (memo.h); its key and name for hints too */
-	__u32 last_v;           /* xdns_vals index of the answer the lookup found (the spill value's too) */
+	__u32 last_v;           /* xdns_vals address of the answer the lookup found (the spill slot's too) */
 	__u32 last_table;       /* 1 when that answer came from the table (0: the hash map) */
 	__u64 hash;             /* of this packet's question (0: not memoisable) */
 	__u64 sum;              /* checksum of name, type and class (xdns_query.qsum after them) */

@@ -26,7 +26,7 @@ use xdns_zone::ZoneSet;
 use crate::hash::name_hash;
 use crate::types::{
     xdns_answer, xdns_answer_key, xdns_answer_s, xdns_body_class, xdns_body_kind, xdns_body_l,
-    xdns_body_m, xdns_body_s, xdns_node, xdns_node_key,
+    xdns_body_m, xdns_node, xdns_node_key,
 };
 
 /// Body key kinds (DESIGN-NOTES.md); numbered by `enum xdns_body_kind`.
@@ -303,7 +303,8 @@ pub fn csum16(bytes: &[u8]) -> u16 {
 /// Body bytes in the size class that holds them.
 #[derive(Clone)]
 pub enum BodyValue {
-    S(Box<xdns_body_s>),
+    /// Inline in the answer record: the bytes and the first [`MAX_FIXUPS`] fixups.
+    S { bytes: Vec<u8>, fixups: Vec<u16> },
     M(Box<xdns_body_m>),
     L(Box<xdns_body_l>),
     /// Larger than the largest class: answered by userspace only.
@@ -311,13 +312,22 @@ pub enum BodyValue {
 }
 
 /// Fixups stored per body (`XDNS_MAX_FIXUPS`), from the generated layout.
-pub const MAX_FIXUPS: usize = std::mem::offset_of!(xdns_body_s, bytes) / 2;
+pub const MAX_FIXUPS: usize = std::mem::offset_of!(xdns_body_m, bytes) / 2;
+/// Bytes of the answer header that begins every record (`struct xdns_answer`).
+pub const HEADER_LEN: usize = std::mem::size_of::<xdns_answer>();
 /// Body bytes of each size class (`XDNS_CLASS_{S,M,L}_LEN`), from the generated layouts.
-pub const CLASS_S_LEN: usize = std::mem::size_of::<xdns_body_s>() - std::mem::offset_of!(xdns_body_s, bytes);
+pub const CLASS_S_LEN: usize =
+    std::mem::size_of::<xdns_answer_s>() - std::mem::offset_of!(xdns_answer_s, data) - 2 * MAX_FIXUPS;
 pub const CLASS_M_LEN: usize = std::mem::size_of::<xdns_body_m>() - std::mem::offset_of!(xdns_body_m, bytes);
 pub const CLASS_L_LEN: usize = std::mem::size_of::<xdns_body_l>() - std::mem::offset_of!(xdns_body_l, bytes);
 /// Largest body the kernel stores.
 pub const MAX_KERNEL_BODY: usize = CLASS_L_LEN;
+/// Answer-table pages (`XDNS_PAGE`, `XDNS_PAGE_SLACK` of `bpf/xdns_abi.h`): records start in
+/// the first `PAGE` bytes of a page value and end in its slack at the latest.
+pub const PAGE: usize = 1 << 15;
+pub const PAGE_SLACK: usize = 384;
+/// Bytes per CPU of the spill slots after the table's two halves (`XDNS_SPILL_SLOT`).
+pub const SPILL_SLOT: usize = 256;
 
 fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], body: &Body) {
     for (d, s) in fixups.iter_mut().zip(&body.fixups) {
@@ -326,14 +336,18 @@ fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], bod
     bytes[..body.bytes.len()].copy_from_slice(&body.bytes);
 }
 
+/// Offset in the record's data of a class S body's fixups (`XDNS_FIX_AT`): after the bytes, even.
+pub fn fix_at(len: usize) -> usize {
+    (len + 1) & 0xfe
+}
+
 /// The answer value and body bytes of one body.
 pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
     let n = body.bytes.len();
     let an_ns = usize::from(body.an_ns_len).min(n);
     let value = if n <= CLASS_S_LEN {
-        let mut b = Box::<xdns_body_s>::default();
-        fill(&mut b.fixups, &mut b.bytes, body);
-        BodyValue::S(b)
+        let fixups = body.fixups.iter().take(MAX_FIXUPS).copied().collect();
+        BodyValue::S { bytes: body.bytes.to_vec(), fixups }
     } else if n <= CLASS_M_LEN {
         let mut b = Box::<xdns_body_m>::default();
         fill(&mut b.fixups, &mut b.bytes, body);
@@ -346,7 +360,7 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
         BodyValue::Userspace
     };
     let class = match value {
-        BodyValue::S(_) => xdns_body_class::XDNS_CLASS_S,
+        BodyValue::S { .. } => xdns_body_class::XDNS_CLASS_S,
         BodyValue::M(_) => xdns_body_class::XDNS_CLASS_M,
         BodyValue::L(_) => xdns_body_class::XDNS_CLASS_L,
         BodyValue::Userspace => xdns_body_class::XDNS_CLASS_USERSPACE,
@@ -370,13 +384,36 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
     (a, value)
 }
 
-/// The `xdns_answers` value of one body: its header and, for class S, the bytes inline.
+/// Bytes of the answer table's record of one body (`struct xdns_answer_s`, packed): the
+/// header, then for class S the bytes and, at [`fix_at`], the fixups; a multiple of four.
+pub fn record_len(body: &BodyValue) -> usize {
+    let data = match body {
+        BodyValue::S { bytes, fixups } => fix_at(bytes.len()) + 2 * fixups.len(),
+        _ => 0,
+    };
+    (HEADER_LEN + data).next_multiple_of(4)
+}
+
+/// Write the record of one body into `out` (at least [`record_len`] bytes long).
+pub fn write_record(out: &mut [u8], answer: &xdns_answer, body: &BodyValue) {
+    out[..HEADER_LEN].copy_from_slice(crate::maps::bytes_of(answer));
+    if let BodyValue::S { bytes, fixups } = body {
+        let data = &mut out[HEADER_LEN..];
+        data[..bytes.len()].copy_from_slice(bytes);
+        let at = fix_at(bytes.len());
+        for (i, f) in fixups.iter().enumerate() {
+            data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&f.to_ne_bytes());
+        }
+    }
+}
+
+/// The `xdns_answers` value of one body: its record, zero-padded to the whole struct.
 pub fn answer_value(answer: &xdns_answer, body: &BodyValue) -> Box<xdns_answer_s> {
     let mut v = Box::<xdns_answer_s>::default();
+    let mut buf = vec![0u8; std::mem::size_of::<xdns_answer_s>()];
+    write_record(&mut buf, answer, body);
     v.ans = *answer;
-    if let BodyValue::S(b) = body {
-        v.body = **b;
-    }
+    v.data.copy_from_slice(&buf[HEADER_LEN..]);
     v
 }
 
@@ -460,7 +497,8 @@ pub fn bytes_per_entry() -> [(&'static str, usize); 4] {
     let ak = std::mem::size_of::<xdns_answer_key>();
     [
         ("node", ELEM + r8(std::mem::size_of::<xdns_node_key>()) + r8(std::mem::size_of::<xdns_node>())),
-        // class S bodies live inline in the answer value; M and L have a body entry besides
+        // in the hash map (answers left out of the table): class S bodies live inline in the
+        // answer value; M and L have a body entry besides
         ("answer+body S", ELEM + r8(ak) + r8(std::mem::size_of::<xdns_answer_s>())),
         ("answer+body M", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer_s>()) + r8(std::mem::size_of::<xdns_body_m>())),
         ("answer+body L", 2 * ELEM + 2 * r8(ak) + r8(std::mem::size_of::<xdns_answer_s>()) + r8(std::mem::size_of::<xdns_body_l>())),
@@ -518,6 +556,37 @@ mod tests {
         let u = load(unsigned);
         assert!(u.answers.iter().all(|a| !a.body.dnssec && !matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)));
         assert!(u.answers.iter().all(|a| !(a.base == www && a.kind == Kind::Other)), "www's NODATA is the apex's");
+    }
+
+    /// An answer record (the table's, packed): the header, the class S bytes at once after
+    /// it, the fixups at the next even offset, the length a multiple of four; the hash map's
+    /// value is the same record padded with zeros. Classes M and L are the header alone.
+    #[test]
+    fn record_layout() {
+        let body = Body { flags: 0x0400, ancount: 1, bytes: vec![0xab; 7], fixups: vec![0x0102, 0x0304], an_ns_len: 7, base_len: 5, ..Default::default() };
+        let (a, v) = encode_body(&body);
+        assert_eq!((HEADER_LEN, fix_at(7), fix_at(8)), (24, 8, 8));
+        assert_eq!(record_len(&v), 24 + 8 + 4);
+        let mut rec = vec![0xee; record_len(&v)];
+        write_record(&mut rec, &a, &v);
+        assert_eq!(&rec[..HEADER_LEN], crate::maps::bytes_of(&a));
+        assert_eq!(&rec[24..31], &[0xab; 7]);
+        assert_eq!(&rec[32..36], &[0x0102u16.to_ne_bytes(), 0x0304u16.to_ne_bytes()].concat()[..]);
+        let full = answer_value(&a, &v);
+        assert_eq!(&crate::maps::bytes_of(&*full)[24..36], &{
+            let mut r = rec[24..36].to_vec();
+            r[7] = 0; // the pad byte before the fixups, zero in the hash map's value
+            r
+        }[..]);
+        assert!(crate::maps::bytes_of(&*full)[36..].iter().all(|&b| b == 0));
+        let big = Body { bytes: vec![1; CLASS_S_LEN + 1], ..Default::default() };
+        let (_, m) = encode_body(&big);
+        assert!(matches!(m, BodyValue::M(_)) && record_len(&m) == HEADER_LEN);
+        let longest = Body { bytes: vec![1; CLASS_S_LEN], fixups: vec![0; MAX_FIXUPS + 5], ..Default::default() };
+        let (_, s) = encode_body(&longest);
+        assert_eq!(record_len(&s), std::mem::size_of::<xdns_answer_s>(), "the largest record is the whole struct");
+        // the kernel reads a record's fixups at up to 254 bytes into its data: the page's slack
+        assert!(HEADER_LEN + 254 + 2 * MAX_FIXUPS <= PAGE_SLACK && record_len(&s) <= SPILL_SLOT);
     }
 
     /// Checksums of bodies: odd lengths pad with zero, sums fold.

@@ -376,7 +376,7 @@ mod tests {
 
     fn shaped() -> MemMaps {
         let mut m = MemMaps::default();
-        (m.table_shape, m.filter_words) = ((64, 512), 256);
+        (m.table_shape, m.filter_words) = ((64, 512 * 128), 256);
         m
     }
 
@@ -421,7 +421,7 @@ mod tests {
         if half.index.is_empty() {
             return maps.answer(key).map(|a| (*a, body()));
         }
-        let b = crate::hash::table_pos(key.hash, key.kind, key.qtype) as usize & (half.index.len() - 1);
+        let b = crate::hash::table_bucket(key.hash, key.kind, key.qtype, half.index.len() as u32) as usize;
         let meta = table_meta(key.kind, key.qtype, key.gen);
         let bucket = &half.index[b];
         if let Some(e) = bucket.e.iter().find(|e| e.hash == key.hash && e.meta == meta) {

@@ -69,6 +69,12 @@ pub fn table_pos(hash: u64, kind: u8, qtype: u16) -> u32 {
     ((hash ^ k.wrapping_mul(MUL)) >> 32) as u32
 }
 
+/// Answer-table bucket of key (`hash`, `kind`, `qtype`) among `buckets` (`xdns_table_bucket`,
+/// hash.h): its position scaled to the count, the high half of a 32 x 32-bit product.
+pub fn table_bucket(hash: u64, kind: u8, qtype: u16, buckets: u32) -> u32 {
+    ((u64::from(table_pos(hash, kind, qtype)) * u64::from(buckets)) >> 32) as u32
+}
+
 /// Resolver-cache bucket of key (`hash`, `qtype`, DO) (`xdns_cache_pos`, hash.h), before the
 /// mask.
 pub fn cache_pos(hash: u64, qtype: u16, dnssec_ok: bool) -> u32 {

@@ -15,9 +15,9 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 
-use crate::data::{encode_answer, encode_node, name_shape, own_other, BodyValue, KernelData};
+use crate::data::{encode_answer, encode_node, name_shape, own_other, record_len, BodyValue, KernelData};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
-use crate::hash::{filter_pos, table_meta, table_pos, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
+use crate::hash::{filter_pos, table_bucket, table_meta, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
@@ -66,9 +66,10 @@ pub trait KernelMaps {
     fn filter_words(&self) -> usize;
     /// Write `filter` as generation `gen`'s half (`gen & 1`) of the presence filter.
     fn put_filter(&mut self, gen: u32, filter: &Filter) -> Result<()>;
-    /// Buckets and values in each half of the answer table (`(0, 0)`: no table).
+    /// Buckets and record bytes in each half of the answer table (`(0, 0)`: no table).
     fn table_shape(&self) -> (usize, usize);
-    /// Write answer values at their indices into generation `gen`'s half of the table.
+    /// Write answer records at their addresses (bytes / 4, [`Table::place`]) into generation
+    /// `gen`'s half of the table.
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()>;
     /// Write generation `gen`'s half of the table index, whole.
     fn put_table_index(&mut self, gen: u32, index: &[xdns_bucket]) -> Result<()>;
@@ -204,50 +205,59 @@ impl Filter {
 }
 
 /// The answer table of one generation as it is written (`xdns_index`/`xdns_vals`, maps.h):
-/// each key goes to a free entry of its bucket (four per bucket) and takes the next value
-/// index. A key whose bucket is full, or that comes after the values run out, is not in the
-/// table (the kernel finds it in `xdns_answers`, which holds these only), and its bucket is
-/// marked [`TABLE_SPILLED`]: a miss in any other bucket means the key does not exist.
+/// each key goes to a free entry of its bucket (four per bucket) and its record to the next
+/// free bytes of the half (packed, each as long as it needs: [`record_len`]). A key whose
+/// bucket is full, or whose record no longer fits, is not in the table (the kernel finds it
+/// in `xdns_answers`, which holds these only), and its bucket is marked [`TABLE_SPILLED`]: a
+/// miss in any other bucket means the key does not exist.
 #[derive(Clone, Debug, Default)]
 pub struct Table {
     buckets: Vec<xdns_bucket>,
-    vals: u32,
-    used: u32,
+    /// Bytes of records per half, and bytes used.
+    bytes: usize,
+    used: usize,
+    placed: usize,
     left_out: usize,
+    /// A record found no room: no later one is placed (whichever its size), so the keys in
+    /// the table are the first ones written.
+    full: bool,
 }
 
 impl Table {
-    /// An empty table of `buckets` buckets (a power of two, or 0: no table) and `vals` values.
-    pub fn new(buckets: usize, vals: usize) -> Self {
-        assert!(buckets == 0 || buckets.is_power_of_two(), "table buckets must be a power of two, not {buckets}");
-        Self { buckets: vec![xdns_bucket::default(); buckets], vals: vals as u32, used: 0, left_out: 0 }
+    /// An empty table of `buckets` buckets (0: no table) and `bytes` bytes of records.
+    pub fn new(buckets: usize, bytes: usize) -> Self {
+        Self { buckets: vec![xdns_bucket::default(); buckets], bytes, used: 0, placed: 0, left_out: 0, full: false }
     }
 
     fn bucket_of(&self, key: &xdns_answer_key) -> usize {
-        table_pos(key.hash, key.kind, key.qtype) as usize & (self.buckets.len() - 1)
+        table_bucket(key.hash, key.kind, key.qtype, self.buckets.len() as u32) as usize
     }
 
-    /// Place `key`; its value index, or `None` when there is no room for it.
-    pub fn place(&mut self, key: &xdns_answer_key) -> Option<u32> {
+    /// Place `key`, whose record takes `len` bytes (a multiple of four); its record's address
+    /// (bytes / 4 into the half), or `None` when there is no room for it.
+    pub fn place(&mut self, key: &xdns_answer_key, len: usize) -> Option<u32> {
         if self.buckets.is_empty() {
             self.left_out += 1;
             return None;
         }
         let b = self.bucket_of(key);
         let free = self.buckets[b].e.iter().position(|e| e.meta == 0);
-        let (Some(i), true) = (free, self.used < self.vals) else {
+        self.full |= self.used + len > self.bytes;
+        let (Some(i), false) = (free, self.full) else {
             self.buckets[b].e[0].idx |= TABLE_SPILLED;
             self.left_out += 1;
             return None;
         };
+        let at = (self.used / 4) as u32;
         let e = &mut self.buckets[b].e[i];
         e.hash = key.hash;
         e.meta = table_meta(key.kind, key.qtype, key.gen);
-        // plain: the spilled bit lives in e[0], set only once the bucket is full or the values
+        // plain: the spilled bit lives in e[0], set only once the bucket is full or the bytes
         // ran out, so never before an entry of it is written here
-        e.idx = self.used;
-        self.used += 1;
-        Some(self.used - 1)
+        e.idx = at;
+        self.used += len;
+        self.placed += 1;
+        Some(at)
     }
 
     /// The value index of `key`, as the kernel finds it (`xdns_answer_get`).
@@ -267,7 +277,12 @@ impl Table {
 
     /// Keys placed and keys left out.
     pub fn counts(&self) -> (usize, usize) {
-        (self.used as usize, self.left_out)
+        (self.placed, self.left_out)
+    }
+
+    /// Record bytes used in the half.
+    pub fn bytes_used(&self) -> usize {
+        self.used
     }
 
     pub fn buckets(&self) -> &[xdns_bucket] {
@@ -591,8 +606,8 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     maps.progress(0, total);
     let own = own_other(&data.answers);
     let mut filter = Filter::new(maps.filter_words());
-    let (buckets, vals) = maps.table_shape();
-    let mut table = Table::new(buckets, vals);
+    let (buckets, bytes) = maps.table_shape();
+    let mut table = Table::new(buckets, bytes);
     done.nodes.reserve_exact(data.nodes.len());
     for chunk in data.nodes.chunks(CHUNK) {
         if maps.abandoned() {
@@ -622,7 +637,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
             if let Some(tag) = answer_filter_tag(&k) {
                 filter.insert(k.hash, tag);
             }
-            match table.place(&k) {
+            match table.place(&k, record_len(&b)) {
                 Some(i) => {
                     idx.push(i);
                     in_table.push((k, a, b));
@@ -679,7 +694,7 @@ pub struct MemMaps {
     pub filter: [Option<Filter>; 2],
     /// Words per filter half (0: 64).
     pub filter_words: usize,
-    /// Answer-table shape per half (buckets, values); (0, 0): no table.
+    /// Answer-table shape per half (buckets, record bytes); (0, 0): no table.
     pub table_shape: (usize, usize),
     /// The answer table's halves as written.
     pub table: [MemTable; 2],
@@ -696,7 +711,7 @@ pub struct MemMaps {
 #[derive(Default)]
 pub struct MemTable {
     pub index: Vec<xdns_bucket>,
-    /// Answer values by index.
+    /// Answer records (their headers) by address.
     pub vals: HashMap<u32, xdns_answer>,
 }
 
@@ -748,7 +763,7 @@ impl KernelMaps for MemMaps {
         let n = usize::from(answer.len);
         let nf = usize::from(answer.nfixups).min(crate::data::MAX_FIXUPS);
         let stored = match body {
-            BodyValue::S(b) => Some((b.bytes[..n].to_vec(), b.fixups[..nf].to_vec())),
+            BodyValue::S { bytes, fixups } => Some((bytes[..n].to_vec(), fixups[..nf].to_vec())),
             BodyValue::M(b) => Some((b.bytes[..n].to_vec(), b.fixups[..nf].to_vec())),
             BodyValue::L(b) => Some((b.bytes[..n].to_vec(), b.fixups[..nf].to_vec())),
             BodyValue::Userspace => None,
@@ -1017,10 +1032,11 @@ mod tests {
     /// bucket spilled (only there does a miss ask the hash map); other buckets stay clean.
     #[test]
     fn table_places_until_full() {
-        let mut t = Table::new(4, 6);
+        // six records of 32 bytes (addresses in words of four bytes), then none: the bytes ran out
+        let mut t = Table::new(4, 6 * 32 + 16);
         let keys: Vec<_> = (0..6u64).map(|i| akey(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1, 7)).collect();
-        let idx: Vec<_> = keys.iter().map(|k| t.place(k)).collect();
-        assert_eq!(idx, (0..6).map(Some).collect::<Vec<_>>());
+        let idx: Vec<_> = keys.iter().map(|k| t.place(k, 32)).collect();
+        assert_eq!(idx, (0..6).map(|i| Some(i * 8)).collect::<Vec<_>>());
         for (k, i) in keys.iter().zip(&idx) {
             assert_eq!(t.get(k), *i);
             assert_eq!(t.get(&akey(k.hash, 1, 9)), None, "another generation");
@@ -1028,7 +1044,7 @@ mod tests {
             assert!(!t.spilled(k));
         }
         let late = akey(99, 1, 7);
-        assert_eq!(t.place(&late), None, "no value left");
+        assert_eq!(t.place(&late, 32), None, "no bytes left");
         assert!(t.spilled(&late));
         assert_eq!(t.counts(), (6, 1));
         for (k, i) in keys.iter().zip(&idx) {
@@ -1036,16 +1052,16 @@ mod tests {
         }
 
         // five keys of one bucket: the fifth finds no entry, and only that bucket is spilled
-        let mut t = Table::new(2, 100);
+        let mut t = Table::new(2, 4000);
         let in_bucket = |t: &Table, b: usize| {
-            (0..1000u64).map(|h| akey(h << 32, 1, 1)).filter(|k| t.bucket_of(k) == b).take(5).collect::<Vec<_>>()
+            (0..1000u64).map(|h| akey(h.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1, 1)).filter(|k| t.bucket_of(k) == b).take(5).collect::<Vec<_>>()
         };
         let (same, other) = (in_bucket(&t, 0), in_bucket(&t, 1));
         assert_eq!((same.len(), other.len()), (5, 5));
-        let placed: Vec<_> = same.iter().map(|k| t.place(k)).collect();
-        assert_eq!(placed, vec![Some(0), Some(1), Some(2), Some(3), None]);
+        let placed: Vec<_> = same.iter().map(|k| t.place(k, 40)).collect();
+        assert_eq!(placed, vec![Some(0), Some(10), Some(20), Some(30), None]);
         assert_eq!(t.get(&same[4]), None);
-        assert_eq!(t.get(&same[0]), Some(0));
+        assert_eq!(t.get(&same[3]), Some(30));
         assert!(t.spilled(&same[4]) && !t.spilled(&other[0]));
     }
 
@@ -1053,15 +1069,13 @@ mod tests {
     /// the active half is left alone.
     #[test]
     fn table_halves_follow_generations() {
-        let mut maps = MemMaps { table_shape: (8, 16), ..Default::default() };
+        let mut maps = MemMaps { table_shape: (8, 4096), ..Default::default() };
         let mut l = Loader::new(3);
         l.install(&mut maps, &data(0xA)).unwrap();
         let www = crate::hash::name_hash(3, WWW);
         let table = |maps: &MemMaps, gen: u32| Table {
             buckets: maps.table[(gen & 1) as usize].index.clone(),
-            vals: 16,
-            used: 0,
-            left_out: 0,
+            ..Default::default()
         };
         let find = |maps: &MemMaps, gen: u32| {
             let i = table(maps, gen).get(&akey(www, 1, gen))?;

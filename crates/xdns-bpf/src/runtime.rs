@@ -64,34 +64,48 @@ pub struct ResolverStage {
 #[derive(Clone, Copy, Debug)]
 pub struct Capacity {
     pub nodes: u32,
-    /// Answers (header + class S body inline).
+    /// Answers of the `xdns_answers` hash map (header + class S body inline): the answers
+    /// left out of the answer table.
     pub answers: u32,
     pub bodies_m: u32,
     pub bodies_l: u32,
-    /// Answer values per half of the answer table (preallocated; 0: as many as `answers`).
+    /// Answers per half of the answer table (its index; 0: as many as `answers`).
     pub table_vals: u32,
+    /// Bytes of answer records per half of the answer table (preallocated; 0: 128 per answer
+    /// of `table_vals`).
+    pub table_bytes: u64,
 }
 
 impl Capacity {
-    /// Room for `data` three times over (old + new generation during a reload, plus growth).
+    /// Room for `data`: the answer table holds every answer of the first zone set and an
+    /// eighth more (a reload that grows further leaves the excess in the hash map: same
+    /// answers, a hash lookup each), in each of its two halves (old and new generations
+    /// coexist during a reload); the hash maps three times the nodes and the bodies of class
+    /// M and L, and the answers as many as the table (those it leaves out, spilled buckets
+    /// and a reload's growth).
     pub fn for_data(data: &KernelData) -> Self {
         let mut c = [0u32; 3];
+        let mut bytes = 0u64;
         for a in &data.answers {
             match a.body.bytes.len() {
                 n if n <= crate::data::CLASS_S_LEN => c[0] += 1,
                 n if n <= crate::data::CLASS_M_LEN => c[1] += 1,
                 _ => c[2] += 1,
             }
+            bytes += crate::data::record_len(&crate::data::encode_body(&a.body).1) as u64;
         }
         let room = |n: usize| ((n as u32).saturating_mul(3)).max(1024);
+        let n = data.answers.len();
+        // answers the table cannot hold at all (past its largest size) go to the hash map,
+        // for both generations of a reload
+        let over = bytes.saturating_sub(TABLE_MAX_BYTES as u64) * n as u64 / bytes.max(1);
         Self {
             nodes: room(data.nodes.len()),
-            answers: room(data.answers.len()),
+            answers: (n as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
             bodies_m: room(c[1] as usize),
             bodies_l: room(c[2] as usize),
-            // the first zone set's and a quarter more: a reload that grows further leaves the
-            // excess in the hash map (same answers, a hash lookup each)
-            table_vals: (data.answers.len() + data.answers.len() / 4) as u32,
+            table_vals: (n + n / 8) as u32,
+            table_bytes: bytes + bytes / 8,
         }
     }
 
@@ -103,24 +117,35 @@ impl Capacity {
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
 
-    /// Values per half of the answer table: `table_vals` (or `answers`) rounded up to a
-    /// multiple of 64, between 64 and [`TABLE_MAX_VALS`]. Preallocated (arrays): two halves
-    /// of 216 bytes per value, so not rounded to a power of two (that could double them).
-    pub fn table_vals(&self) -> usize {
-        let want = if self.table_vals == 0 { self.answers } else { self.table_vals };
-        (want as usize).next_multiple_of(64).clamp(64, TABLE_MAX_VALS)
+    fn table_answers(&self) -> usize {
+        (if self.table_vals == 0 { self.answers } else { self.table_vals }) as usize
     }
 
-    /// Buckets per half of the answer table's index (a power of two): four entries each, at
-    /// least twice as many entries as values, so a full table is at most half full.
+    /// Bytes of answer records per half of the answer table: `table_bytes` (or 128 per
+    /// answer) in whole pages, between one page and [`TABLE_MAX_BYTES`]. Preallocated
+    /// (arrays): each record takes what it needs (`data::record_len`: 24 bytes of header,
+    /// then a class S body's bytes and fixups).
+    pub fn table_bytes(&self) -> usize {
+        let want = if self.table_bytes == 0 { 128 * self.table_answers() as u64 } else { self.table_bytes };
+        (want as usize).next_multiple_of(crate::data::PAGE).clamp(crate::data::PAGE, TABLE_MAX_BYTES)
+    }
+
+    /// Pages per half of the answer table's values.
+    pub fn table_pages(&self) -> usize {
+        self.table_bytes() / crate::data::PAGE
+    }
+
+    /// Buckets per half of the answer table's index: four entries each, twice as many
+    /// entries as answers (so a bucket that overflows, and spills a key to the hash map, is
+    /// rare), at least one.
     pub fn table_buckets(&self) -> usize {
-        (self.table_vals() / 2).next_power_of_two()
+        self.table_answers().div_ceil(2).clamp(1, TABLE_MAX_BYTES / 64)
     }
 }
 
-/// Most values per half of the answer table (about 62 MiB per half with its index); answers
-/// beyond it are found in `xdns_answers` (a hash-map lookup each).
-pub const TABLE_MAX_VALS: usize = 1 << 18;
+/// Most bytes of answer records per half of the answer table; answers beyond them are found
+/// in `xdns_answers` (a hash-map lookup each).
+pub const TABLE_MAX_BYTES: usize = 1 << 30;
 
 /// The XDP program with its maps, attachments and loaded data.
 pub struct XdpProgram {
@@ -175,8 +200,8 @@ impl XdpProgram {
             let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
             ro.xdns_cfg.resolver = u8::from(cfg.resolver.is_some());
             ro.xdns_cfg.filter_mask = (cfg.capacity.filter_words() - 1) as u32;
-            ro.xdns_cfg.table_mask = (cfg.capacity.table_buckets() - 1) as u32;
-            ro.xdns_cfg.table_vals = cfg.capacity.table_vals() as u32;
+            ro.xdns_cfg.table_buckets = cfg.capacity.table_buckets() as u32;
+            ro.xdns_cfg.val_pages = cfg.capacity.table_pages() as u32;
             ro.xdns_cfg.cache_mask = cc.buckets() - 1;
             ro.xdns_cfg.guard = u8::from(cfg.guard.is_some());
             ro.xdns_cfg.guard_features = u8::from(cfg.guard.as_ref().is_some_and(|g| g.features));
@@ -212,9 +237,10 @@ impl XdpProgram {
         open.maps.xdns_bodies_l.set_max_entries(c.bodies_l)?;
         open.maps.xdns_filter.set_max_entries(2 * c.filter_words() as u32)?;
         open.maps.xdns_index.set_max_entries(2 * c.table_buckets() as u32)?;
-        // two halves, then a spill value per CPU (lookup.h)
+        // two halves, then a spill slot per CPU (lookup.h)
         let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
-        open.maps.xdns_vals.set_max_entries(2 * c.table_vals() as u32 + cpus)?;
+        let spill_pages = (cpus as usize * crate::data::SPILL_SLOT).div_ceil(crate::data::PAGE) as u32;
+        open.maps.xdns_vals.set_max_entries(2 * c.table_pages() as u32 + spill_pages)?;
         // a run of memo slots per CPU (maps.h): the object's max_entries is XDNS_MEMO_SLOTS
         let slots = open.maps.xdns_memo.max_entries();
         open.maps.xdns_memo.set_max_entries(cpus * slots)?;
@@ -461,7 +487,7 @@ impl XdpProgram {
         Ok(crate::maps::Filter::from_words(words))
     }
 
-    /// Buckets and values per half of the answer table.
+    /// Buckets and record bytes per half of the answer table.
     pub fn table_shape(&self) -> (usize, usize) {
         self.maps().table_shape()
     }
@@ -706,7 +732,7 @@ impl KernelMaps for LibbpfMaps<'_> {
         match body {
             BodyValue::M(b) => m.xdns_bodies_m.update(k, bytes_of(&**b), MapFlags::ANY)?,
             BodyValue::L(b) => m.xdns_bodies_l.update(k, bytes_of(&**b), MapFlags::ANY)?,
-            BodyValue::S(_) | BodyValue::Userspace => {}
+            BodyValue::S { .. } | BodyValue::Userspace => {}
         }
         m.xdns_answers.update(k, bytes_of(&*answer_value(answer, body)), MapFlags::ANY)?;
         Ok(())
@@ -804,16 +830,38 @@ impl KernelMaps for LibbpfMaps<'_> {
 
     fn table_shape(&self) -> (usize, usize) {
         self.skel.maps.rodata_data.as_ref().map_or((0, 0), |ro| {
-            (ro.xdns_cfg.table_mask as usize + 1, ro.xdns_cfg.table_vals as usize)
+            (ro.xdns_cfg.table_buckets as usize, ro.xdns_cfg.val_pages as usize * crate::data::PAGE)
         })
     }
 
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
-        let base = (gen & 1) * self.table_shape().1 as u32;
-        for chunk in values.chunks(BATCH) {
-            let keys: Vec<[u8; 4]> = chunk.iter().map(|(i, _, _)| (base + i).to_ne_bytes()).collect();
-            let vals: Vec<Box<xdns_answer_s>> = chunk.iter().map(|(_, a, b)| answer_value(a, b)).collect();
-            batch_update(&self.skel.maps.xdns_vals, keys.iter().zip(&vals).map(|(k, v)| (&k[..], bytes_of(&**v))))?;
+        use crate::data::{record_len, write_record, PAGE, PAGE_SLACK};
+        // records are packed into pages: each page touched is read, patched and written back
+        // (a chunk's records are consecutive; the page it shares with the chunk before keeps
+        // that chunk's records)
+        let (_, half_bytes) = self.table_shape();
+        let base = (gen & 1) as usize * half_bytes;
+        let map = &self.skel.maps.xdns_vals;
+        let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = std::collections::BTreeMap::new();
+        for (addr, a, b) in values {
+            let at = base + 4 * *addr as usize;
+            let (page, off) = ((at / PAGE) as u32, at % PAGE);
+            let len = record_len(b);
+            if 4 * *addr as usize + len > half_bytes || off + len > PAGE + PAGE_SLACK {
+                bail!("answer record at {addr} of {len} bytes outside a table half of {half_bytes}");
+            }
+            let buf = match pages.entry(page) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let old = map.lookup(&page.to_ne_bytes(), MapFlags::ANY)?.context("answer table page missing")?;
+                    e.insert(old)
+                }
+            };
+            write_record(&mut buf[off..off + len], a, b);
+        }
+        let keys: Vec<[u8; 4]> = pages.keys().map(|p| p.to_ne_bytes()).collect();
+        for (ks, vs) in keys.chunks(64).zip(pages.values().collect::<Vec<_>>().chunks(64)) {
+            batch_update(map, ks.iter().zip(vs).map(|(k, v)| (&k[..], &v[..])))?;
         }
         Ok(())
     }

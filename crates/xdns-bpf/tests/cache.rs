@@ -55,7 +55,7 @@ fn load_resolver_with(seed: u64, guard: Option<xdns_bpf::guard::GuardStage>) -> 
         listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
         edns_payload: OUR_PAYLOAD,
         seed: Some(seed),
-        capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0 },
+        capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0, table_bytes: 0 },
         resolver: Some(ResolverStage { allow: allow(), capacity: CacheCapacity { s: 1024, m: 256, l: 128 } }),
         guard,
         kit: None,

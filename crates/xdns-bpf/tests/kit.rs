@@ -83,7 +83,7 @@ fn load_kit(pending: u32, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProg
         listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
         edns_payload: OUR_PAYLOAD,
         seed: Some(0x5eed_0123_4567_89ab),
-        capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0 },
+        capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0, table_bytes: 0 },
         resolver: Some(ResolverStage {
             allow: vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)],
             capacity: xdns_bpf::cache::CacheCapacity { s: 1024, m: 256, l: 128 },

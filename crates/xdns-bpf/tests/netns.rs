@@ -74,7 +74,7 @@ fn peer_program(ns: &str, dev: &str) -> xdns_bpf::runtime::XdpProgram {
         listen: vec![],
         edns_payload: OUR_PAYLOAD,
         seed: Some(1),
-        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0 },
+        capacity: xdns_bpf::runtime::Capacity { nodes: 16, answers: 16, bodies_m: 16, bodies_l: 16, table_vals: 0, table_bytes: 0 },
         resolver: None,
         guard: None,
         kit: None,
@@ -191,7 +191,7 @@ fn kdig_answered_from_the_cache() {
             listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
             edns_payload: OUR_PAYLOAD,
             seed: None,
-            capacity: xdns_bpf::runtime::Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0 },
+            capacity: xdns_bpf::runtime::Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0, table_bytes: 0 },
             resolver: Some(xdns_bpf::runtime::ResolverStage {
                 allow: vec![xdns_bpf::cache::parse_prefix("198.18.0.0/15").unwrap(), xdns_bpf::cache::parse_prefix("2001:db8::/32").unwrap()],
                 capacity: xdns_bpf::cache::CacheCapacity { s: 1024, m: 256, l: 64 },

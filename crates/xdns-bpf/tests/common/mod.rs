@@ -54,7 +54,7 @@ pub fn load_with(resolver: Option<xdns_bpf::runtime::ResolverStage>, guard: Opti
         listen,
         edns_payload: OUR_PAYLOAD,
         seed: Some(0x5eed_0123_4567_89ab),
-        capacity: Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0 },
+        capacity: Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 0, table_bytes: 0 },
         resolver,
         guard,
         kit: None,
