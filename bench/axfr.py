@@ -144,6 +144,7 @@ def main() -> int:
     ap.add_argument("--xdp", action="store_true", help="xdns with XDP (default mode); also time the kernel maps")
     ap.add_argument("--nsd", action="store_true", help="NSD as a third secondary")
     ap.add_argument("--knot", action=argparse.BooleanOptionalAction, default=True, help="Knot as a secondary")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds a secondary has to serve the zone")
     ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
     ap.add_argument("--perf", default="", help="record `perf record -g` of the first xdns run into this file")
     args = ap.parse_args()
@@ -166,7 +167,12 @@ def main() -> int:
                     import subprocess
                     perf = subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", args.perf, "-p", str(srv.proc.pid)],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                wait_record(lab, srv.addr4, last, srv.proc, timeout)
+                try:
+                    wait_record(lab, srv.addr4, last, srv.proc, args.timeout)
+                except (TimeoutError, RuntimeError):
+                    print(srv.stderr()[-3000:])
+                    print(knot.stderr()[-3000:])
+                    raise
                 served = time.monotonic() - t0
                 kernel = None
                 if args.xdp:

@@ -32,6 +32,9 @@ pub const SOA: u16 = 6;
 pub const MAX_RECORDS: usize = 20_000_000;
 /// Connect, and each read, must complete within this.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages received ahead of their parsing, at most (a 1M-record zone is about 1,500
+/// messages from Knot DNS; 4,096 of at most 64 KiB bound the memory to 256 MiB).
+const READ_AHEAD: usize = 4096;
 /// A whole transfer must complete within this.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -317,60 +320,81 @@ pub async fn fetch(
     tcp.write_all(&framed).await.map_err(io)?;
 
     let mut stream = Stream::new(name_key(&name), if qtype == Rtype::IXFR { have.as_ref().map(|h| h.0) } else { None });
-    let mut first = true;
-    // one owner and one RDATA buffer for the whole transfer: the stream copies what it keeps
-    let (mut owner, mut rdata) = (Vec::with_capacity(256), Vec::with_capacity(1024));
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now()).min(IO_TIMEOUT);
-        let wire = tokio::time::timeout(left, read_message(&mut tcp))
-            .await
-            .map_err(|_| XfrError::Io("read timed out".into()))??;
-        let mut msg = Message::from_octets(wire).map_err(|_| XfrError::Malformed("shorter than a header".into()))?;
-        let h = msg.header();
-        if h.id() != id || !h.qr() || h.opcode() != Opcode::QUERY {
-            return Err(XfrError::Malformed("an answer with another ID, or not an answer".into()));
-        }
-        if let Some(seq) = seq.as_mut() {
-            seq.answer(&mut msg, Time48::now()).map_err(|e| XfrError::Tsig(e.to_string()))?;
-        }
-        if msg.header().rcode() != Rcode::NOERROR {
-            return Err(XfrError::Rcode(msg.header().rcode()));
-        }
-        if first {
-            // RFC 5936 §2.2.1: the first message repeats the question (later ones may not).
-            let ok = msg.first_question().is_some_and(|q| q.qname().name_eq(&name) && q.qtype() == qtype);
-            if !ok && msg.header_counts().qdcount() > 0 {
-                return Err(XfrError::Malformed("the answer is for another question".into()));
+    // The socket is drained by its own task while the messages are checked and their
+    // records parsed into the zone on a blocking thread: the primary never waits on our
+    // parsing (Knot DNS drops a transfer whose reader stalls), and on two cores receiving
+    // and building overlap. At most [`READ_AHEAD`] messages wait (a bound on memory).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, XfrError>>(READ_AHEAD);
+    let reader = tokio::spawn(async move {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now()).min(IO_TIMEOUT);
+            let got = tokio::select! {
+                _ = tx.closed() => return,
+                r = tokio::time::timeout(left, read_message(&mut tcp)) => r,
+            };
+            let got = got.map_err(|_| XfrError::Io("read timed out".into())).and_then(|r| r);
+            let failed = got.is_err();
+            if tx.send(got).await.is_err() || failed {
+                return;
             }
-            first = false;
         }
-        let answer = msg.answer().map_err(|e| XfrError::Malformed(e.to_string()))?;
-        let mut done = false;
-        for rr in answer {
-            let rr = rr.map_err(|e| XfrError::Malformed(e.to_string()))?;
-            if done {
-                return Err(XfrError::Malformed("records after the closing SOA".into()));
+    });
+    let parse = tokio::task::spawn_blocking(move || {
+        let mut first = true;
+        // one owner and one RDATA buffer for the whole transfer: the stream copies what it keeps
+        let (mut owner, mut rdata) = (Vec::with_capacity(256), Vec::with_capacity(1024));
+        loop {
+            let wire = rx.blocking_recv().ok_or_else(|| XfrError::Io("connection closed mid-transfer".into()))??;
+            let mut msg = Message::from_octets(wire).map_err(|_| XfrError::Malformed("shorter than a header".into()))?;
+            let h = msg.header();
+            if h.id() != id || !h.qr() || h.opcode() != Opcode::QUERY {
+                return Err(XfrError::Malformed("an answer with another ID, or not an answer".into()));
             }
-            if rr.class() != Class::IN {
-                return Err(XfrError::Malformed(format!("class {} (only IN)", rr.class())));
+            if let Some(seq) = seq.as_mut() {
+                seq.answer(&mut msg, Time48::now()).map_err(|e| XfrError::Tsig(e.to_string()))?;
             }
-            let rec = rr
-                .to_record::<ZoneRecordData<&[u8], ParsedName<&[u8]>>>()
-                .map_err(|e| XfrError::Malformed(e.to_string()))?
-                .ok_or_else(|| XfrError::Malformed(format!("a {} record in a transfer", rr.rtype())))?;
-            rdata.clear();
-            rec.data().compose_rdata(&mut rdata).map_err(|_| XfrError::Malformed("RDATA".into()))?;
-            owner.clear();
-            push_name_key(&mut owner, rec.owner());
-            done = stream.push_parts(&owner, rec.rtype().to_int(), rec.ttl().as_secs(), &rdata)?;
+            if msg.header().rcode() != Rcode::NOERROR {
+                return Err(XfrError::Rcode(msg.header().rcode()));
+            }
+            if first {
+                // RFC 5936 §2.2.1: the first message repeats the question (later ones may not).
+                let ok = msg.first_question().is_some_and(|q| q.qname().name_eq(&name) && q.qtype() == qtype);
+                if !ok && msg.header_counts().qdcount() > 0 {
+                    return Err(XfrError::Malformed("the answer is for another question".into()));
+                }
+                first = false;
+            }
+            let answer = msg.answer().map_err(|e| XfrError::Malformed(e.to_string()))?;
+            let mut done = false;
+            for rr in answer {
+                let rr = rr.map_err(|e| XfrError::Malformed(e.to_string()))?;
+                if done {
+                    return Err(XfrError::Malformed("records after the closing SOA".into()));
+                }
+                if rr.class() != Class::IN {
+                    return Err(XfrError::Malformed(format!("class {} (only IN)", rr.class())));
+                }
+                let rec = rr
+                    .to_record::<ZoneRecordData<&[u8], ParsedName<&[u8]>>>()
+                    .map_err(|e| XfrError::Malformed(e.to_string()))?
+                    .ok_or_else(|| XfrError::Malformed(format!("a {} record in a transfer", rr.rtype())))?;
+                rdata.clear();
+                rec.data().compose_rdata(&mut rdata).map_err(|_| XfrError::Malformed("RDATA".into()))?;
+                owner.clear();
+                push_name_key(&mut owner, rec.owner());
+                done = stream.push_parts(&owner, rec.rtype().to_int(), rec.ttl().as_secs(), &rdata)?;
+            }
+            if let Some(f) = stream.end_of_message() {
+                if let Some(seq) = seq {
+                    seq.done().map_err(|e| XfrError::Tsig(e.to_string()))?;
+                }
+                return Ok(f);
+            }
         }
-        if let Some(f) = stream.end_of_message() {
-            if let Some(seq) = seq {
-                seq.done().map_err(|e| XfrError::Tsig(e.to_string()))?;
-            }
-            return Ok(f);
-        }
-    }
+    });
+    let r = parse.await.map_err(|e| XfrError::Malformed(format!("parsing stopped: {e}")));
+    reader.abort();
+    r?
 }
 
 /// One length-prefixed message.
