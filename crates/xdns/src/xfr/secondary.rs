@@ -5,8 +5,9 @@
 //! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
 //! as the fallback when the primary cannot answer IXFR or its differences do not apply to
 //! our copy). An IXFR is applied in place to a spare copy of the zone and validated where it
-//! touched ([`super::incremental`]); what that cannot decide, and an AXFR, build the zone
-//! whole from its records and validate it as the loader does a zone file. The new version
+//! touched ([`super::incremental`]); what that cannot decide builds the zone whole from its
+//! records, and an AXFR builds it as the records arrive ([`client::fetch`],
+//! `xdns_zone::records`); either is validated as the loader does a zone file. The new version
 //! is then swapped in as a reload does: the served set in userspace, then the XDP maps (an
 //! IXFR's owners only, in place, when the kernel can). The copy served is written to the
 //! zone's `file` afterwards (in the background after an IXFR applied in place). Anything that fails keeps the old version serving and is
