@@ -31,7 +31,7 @@ CARGO   ?= cargo
 PYTEST   = $(PYTHON) -m pytest -p no:cacheprovider -o xfail_strict=true -rfEs
 SYSTEST ?= tests/system
 
-.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale package \
+.PHONY: all deps build demo test test-unit test-system bench bench-smoke bench-resolver bench-scale bench-axfr package \
 	bench-resolver-smoke bench-resolver-delay bench-guard bench-inpath bench-latency profile profile-resolver clean-lab
 
 all: build
@@ -90,6 +90,10 @@ bench-latency: deps
 
 bench-inpath: deps
 	$(PYTHON) bench/inpath.py
+
+# AXFR of a 1M-record zone as a secondary (issue 28): xdns against Knot DNS, same primary.
+bench-axfr: build
+	$(PYTHON) bench/axfr.py
 
 bench-resolver: deps
 	$(PYTHON) bench/resolver.py

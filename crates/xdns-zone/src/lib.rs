@@ -6,6 +6,7 @@ pub mod compile;
 pub mod dnssec;
 pub mod load;
 pub mod lookup;
+pub mod records;
 pub mod respond;
 pub mod tree;
 pub mod validate;

@@ -151,7 +151,7 @@ pub fn name_key(name: &impl ToName) -> NameKey {
 }
 
 /// Appends the lowercased wire form of `name` to `out`.
-fn push_name_key(out: &mut Vec<u8>, name: &impl ToName) {
+pub fn push_name_key(out: &mut Vec<u8>, name: &impl ToName) {
     for label in name.iter_labels() {
         let s = label.as_slice();
         out.push(s.len() as u8);
@@ -397,7 +397,7 @@ struct RecLoc {
 }
 
 /// RRsets above this size are deduplicated at the end instead of on insertion.
-const LINEAR_DEDUP_MAX: usize = 32;
+pub(crate) const LINEAR_DEDUP_MAX: usize = 32;
 
 /// Accumulates a zone while its files are scanned.
 struct Builder<'p> {
@@ -776,17 +776,7 @@ impl<'p> Builder<'p> {
 
     /// Deduplicates big RRsets, validates, and builds the [`Zone`].
     fn finish(mut self) -> Result<Loaded, Vec<LoadError>> {
-        for node in self.nodes.values_mut() {
-            for rr in node.rrsets.iter_mut() {
-                if rr.rdata.len() > LINEAR_DEDUP_MAX {
-                    let old = std::mem::take(&mut rr.rdata);
-                    let mut seen: StdHashSet<&[u8]> = StdHashSet::with_capacity(old.len());
-                    rr.rdata = old.iter().filter(|d| seen.insert(*d)).collect();
-                }
-                rr.rdata.shrink_to_fit();
-            }
-            node.rrsets.shrink_to_fit();
-        }
+        settle_rrsets(&mut self.nodes);
         let findings = validate::validate(&self);
         for w in findings.warnings {
             self.warning(w);
@@ -857,8 +847,24 @@ impl ZoneView for Builder<'_> {
     }
 }
 
+/// Drops the duplicates of RRsets too big to deduplicate on insertion ([`insert_rr`]) and
+/// gives back the spare capacity of sets grown one record at a time.
+pub(crate) fn settle_rrsets(nodes: &mut HashMap<NameKey, Node>) {
+    for node in nodes.values_mut() {
+        for rr in node.rrsets.iter_mut() {
+            if rr.rdata.len() > LINEAR_DEDUP_MAX {
+                let old = std::mem::take(&mut rr.rdata);
+                let mut seen: StdHashSet<&[u8]> = StdHashSet::with_capacity(old.len());
+                rr.rdata = old.iter().filter(|d| seen.insert(*d)).collect();
+            }
+            rr.rdata.shrink_to_fit();
+        }
+        node.rrsets.shrink_to_fit();
+    }
+}
+
 /// What inserting a record did.
-enum Inserted {
+pub(crate) enum Inserted {
     /// Added.
     Added,
     /// Dropped as a duplicate.
@@ -868,7 +874,7 @@ enum Inserted {
 }
 
 /// Inserts one record into a node, keeping RRsets sorted by type.
-fn insert_rr(node: &mut Node, rtype: u16, ttl: u32, rdata: &[u8]) -> Inserted {
+pub(crate) fn insert_rr(node: &mut Node, rtype: u16, ttl: u32, rdata: &[u8]) -> Inserted {
     let rrsets = &mut node.rrsets;
     match rrsets.binary_search_by_key(&rtype, |r| r.rtype) {
         Err(i) => {

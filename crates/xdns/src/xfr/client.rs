@@ -20,7 +20,8 @@ use domain::rdata::ZoneRecordData;
 use domain::tsig::{ClientSequence, Key};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use xdns_zone::load::name_key;
+use xdns_zone::load::{name_key, push_name_key};
+use xdns_zone::records::RecordBuilder;
 use xdns_zone::NameKey;
 
 use super::serial;
@@ -31,6 +32,9 @@ pub const SOA: u16 = 6;
 pub const MAX_RECORDS: usize = 20_000_000;
 /// Connect, and each read, must complete within this.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages received ahead of their parsing, at most (a 1M-record zone is about 1,500
+/// messages from Knot DNS; 4,096 of at most 64 KiB bound the memory to 256 MiB).
+const READ_AHEAD: usize = 4096;
 /// A whole transfer must complete within this.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -59,8 +63,9 @@ pub struct Diff {
 pub enum Fetched {
     /// The primary's serial is not newer than ours.
     UpToDate { serial: u32 },
-    /// The whole zone (AXFR, or an IXFR answered with the whole zone).
-    Full { serial: u32, records: Vec<Rec> },
+    /// The whole zone (AXFR, or an IXFR answered with the whole zone), built as it arrived
+    /// (not yet validated).
+    Full { serial: u32, zone: Box<RecordBuilder> },
     /// Differences from our serial to `serial`, in order.
     Incremental { serial: u32, diffs: Vec<Diff> },
 }
@@ -96,8 +101,8 @@ enum State {
     Start,
     /// Only the first SOA so far.
     First(Rec),
-    /// A whole zone, until the SOA again.
-    Axfr(Vec<Rec>),
+    /// A whole zone, until the SOA again: built as the records arrive.
+    Axfr(Box<RecordBuilder>),
     /// Reading the deletions of a difference.
     Deleting(Diff),
     /// Reading the additions of a difference.
@@ -127,47 +132,69 @@ impl Stream {
         Self { apex, have, serial: 0, diffs: Vec::new(), state: State::Start, count: 0 }
     }
 
-    fn soa_serial(&self, r: &Rec) -> Option<u32> {
-        if r.rtype == SOA && r.owner == self.apex {
-            serial::soa_serial(&r.rdata)
+    fn soa_serial(&self, owner: &[u8], rtype: u16, rdata: &[u8]) -> Option<u32> {
+        if rtype == SOA && owner == &self.apex[..] {
+            serial::soa_serial(rdata)
         } else {
             None
         }
     }
 
+    /// A whole zone starting with `first` (the SOA).
+    fn whole(&self, first: Rec) -> Box<RecordBuilder> {
+        let mut b = Box::new(RecordBuilder::new(self.apex.clone()));
+        b.add(&first.owner, first.rtype, first.ttl, &first.rdata);
+        b
+    }
+
     /// Take one record. `Ok(true)` once the answer is complete.
+    #[cfg(test)]
     pub fn push(&mut self, r: Rec) -> Result<bool, XfrError> {
+        self.push_parts(&r.owner, r.rtype, r.ttl, &r.rdata)
+    }
+
+    /// [`Stream::push`] of a record given by parts (`owner` lowercased): the records of a
+    /// whole zone go into its zone as they come, with no copy of their own.
+    pub fn push_parts(&mut self, owner: &[u8], rtype: u16, ttl: u32, rdata: &[u8]) -> Result<bool, XfrError> {
         self.count += 1;
         if self.count > MAX_RECORDS {
             self.state = State::Failed;
             return Err(XfrError::Malformed(format!("more than {MAX_RECORDS} records")));
         }
-        let soa = self.soa_serial(&r);
+        let soa = self.soa_serial(owner, rtype, rdata);
+        let rec = || Rec { owner: owner.into(), rtype, ttl, rdata: Bytes::copy_from_slice(rdata) };
         let state = std::mem::replace(&mut self.state, State::Failed);
         let bad = |m: &str| Err(XfrError::Malformed(m.to_string()));
         self.state = match state {
             State::Start => match soa {
                 Some(s) => {
                     self.serial = s;
-                    State::First(r)
+                    State::First(rec())
                 }
                 None => return bad("the first record is not the zone's SOA"),
             },
             State::First(first) => match soa {
-                Some(s) if s == self.serial => State::Done(Fetched::Full { serial: s, records: vec![first] }),
-                Some(s) if Some(s) == self.have => State::Deleting(Diff { from: s, deleted: vec![r], ..Default::default() }),
+                Some(s) if s == self.serial => State::Done(Fetched::Full { serial: s, zone: self.whole(first) }),
+                Some(s) if Some(s) == self.have => State::Deleting(Diff { from: s, deleted: vec![rec()], ..Default::default() }),
                 Some(_) => return bad("an SOA of another serial right after the first"),
-                None => State::Axfr(vec![first, r]),
-            },
-            State::Axfr(mut records) => match soa {
-                Some(s) if s == self.serial => State::Done(Fetched::Full { serial: s, records }),
-                Some(_) => return bad("an SOA of another serial inside the zone"),
                 None => {
-                    if r.rtype == SOA {
+                    if rtype == SOA {
                         return bad("an SOA record below the apex");
                     }
-                    records.push(r);
-                    State::Axfr(records)
+                    let mut zone = self.whole(first);
+                    zone.add(owner, rtype, ttl, rdata);
+                    State::Axfr(zone)
+                }
+            },
+            State::Axfr(mut zone) => match soa {
+                Some(s) if s == self.serial => State::Done(Fetched::Full { serial: s, zone }),
+                Some(_) => return bad("an SOA of another serial inside the zone"),
+                None => {
+                    if rtype == SOA {
+                        return bad("an SOA record below the apex");
+                    }
+                    zone.add(owner, rtype, ttl, rdata);
+                    State::Axfr(zone)
                 }
             },
             State::Deleting(mut d) => match soa {
@@ -176,11 +203,11 @@ impl Stream {
                         return bad("a difference whose new serial is not newer than its old");
                     }
                     d.to = s;
-                    d.added.push(r);
+                    d.added.push(rec());
                     State::Adding(d)
                 }
                 None => {
-                    d.deleted.push(r);
+                    d.deleted.push(rec());
                     State::Deleting(d)
                 }
             },
@@ -191,13 +218,13 @@ impl Stream {
                     if to == self.serial && s == self.serial {
                         State::Done(Fetched::Incremental { serial: s, diffs: std::mem::take(&mut self.diffs) })
                     } else if s == to {
-                        State::Deleting(Diff { from: s, deleted: vec![r], ..Default::default() })
+                        State::Deleting(Diff { from: s, deleted: vec![rec()], ..Default::default() })
                     } else {
                         return bad("a difference that does not start where the previous one ended");
                     }
                 }
                 None => {
-                    d.added.push(r);
+                    d.added.push(rec());
                     State::Adding(d)
                 }
             },
@@ -293,61 +320,81 @@ pub async fn fetch(
     tcp.write_all(&framed).await.map_err(io)?;
 
     let mut stream = Stream::new(name_key(&name), if qtype == Rtype::IXFR { have.as_ref().map(|h| h.0) } else { None });
-    let mut first = true;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now()).min(IO_TIMEOUT);
-        let wire = tokio::time::timeout(left, read_message(&mut tcp))
-            .await
-            .map_err(|_| XfrError::Io("read timed out".into()))??;
-        let mut msg = Message::from_octets(wire).map_err(|_| XfrError::Malformed("shorter than a header".into()))?;
-        let h = msg.header();
-        if h.id() != id || !h.qr() || h.opcode() != Opcode::QUERY {
-            return Err(XfrError::Malformed("an answer with another ID, or not an answer".into()));
-        }
-        if let Some(seq) = seq.as_mut() {
-            seq.answer(&mut msg, Time48::now()).map_err(|e| XfrError::Tsig(e.to_string()))?;
-        }
-        if msg.header().rcode() != Rcode::NOERROR {
-            return Err(XfrError::Rcode(msg.header().rcode()));
-        }
-        if first {
-            // RFC 5936 §2.2.1: the first message repeats the question (later ones may not).
-            let ok = msg.first_question().is_some_and(|q| q.qname().name_eq(&name) && q.qtype() == qtype);
-            if !ok && msg.header_counts().qdcount() > 0 {
-                return Err(XfrError::Malformed("the answer is for another question".into()));
+    // The socket is drained by its own task while the messages are checked and their
+    // records parsed into the zone on a blocking thread: the primary never waits on our
+    // parsing (Knot DNS drops a transfer whose reader stalls), and on two cores receiving
+    // and building overlap. At most [`READ_AHEAD`] messages wait (a bound on memory).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, XfrError>>(READ_AHEAD);
+    let reader = tokio::spawn(async move {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now()).min(IO_TIMEOUT);
+            let got = tokio::select! {
+                _ = tx.closed() => return,
+                r = tokio::time::timeout(left, read_message(&mut tcp)) => r,
+            };
+            let got = got.map_err(|_| XfrError::Io("read timed out".into())).and_then(|r| r);
+            let failed = got.is_err();
+            if tx.send(got).await.is_err() || failed {
+                return;
             }
-            first = false;
         }
-        let answer = msg.answer().map_err(|e| XfrError::Malformed(e.to_string()))?;
-        let mut done = false;
-        for rr in answer {
-            let rr = rr.map_err(|e| XfrError::Malformed(e.to_string()))?;
-            if done {
-                return Err(XfrError::Malformed("records after the closing SOA".into()));
+    });
+    let parse = tokio::task::spawn_blocking(move || {
+        let mut first = true;
+        // one owner and one RDATA buffer for the whole transfer: the stream copies what it keeps
+        let (mut owner, mut rdata) = (Vec::with_capacity(256), Vec::with_capacity(1024));
+        loop {
+            let wire = rx.blocking_recv().ok_or_else(|| XfrError::Io("connection closed mid-transfer".into()))??;
+            let mut msg = Message::from_octets(wire).map_err(|_| XfrError::Malformed("shorter than a header".into()))?;
+            let h = msg.header();
+            if h.id() != id || !h.qr() || h.opcode() != Opcode::QUERY {
+                return Err(XfrError::Malformed("an answer with another ID, or not an answer".into()));
             }
-            if rr.class() != Class::IN {
-                return Err(XfrError::Malformed(format!("class {} (only IN)", rr.class())));
+            if let Some(seq) = seq.as_mut() {
+                seq.answer(&mut msg, Time48::now()).map_err(|e| XfrError::Tsig(e.to_string()))?;
             }
-            let rec = rr
-                .to_record::<ZoneRecordData<&[u8], ParsedName<&[u8]>>>()
-                .map_err(|e| XfrError::Malformed(e.to_string()))?
-                .ok_or_else(|| XfrError::Malformed(format!("a {} record in a transfer", rr.rtype())))?;
-            let mut rdata = Vec::new();
-            rec.data().compose_rdata(&mut rdata).map_err(|_| XfrError::Malformed("RDATA".into()))?;
-            done = stream.push(Rec {
-                owner: name_key(rec.owner()),
-                rtype: rec.rtype().to_int(),
-                ttl: rec.ttl().as_secs(),
-                rdata: Bytes::from(rdata),
-            })?;
+            if msg.header().rcode() != Rcode::NOERROR {
+                return Err(XfrError::Rcode(msg.header().rcode()));
+            }
+            if first {
+                // RFC 5936 §2.2.1: the first message repeats the question (later ones may not).
+                let ok = msg.first_question().is_some_and(|q| q.qname().name_eq(&name) && q.qtype() == qtype);
+                if !ok && msg.header_counts().qdcount() > 0 {
+                    return Err(XfrError::Malformed("the answer is for another question".into()));
+                }
+                first = false;
+            }
+            let answer = msg.answer().map_err(|e| XfrError::Malformed(e.to_string()))?;
+            let mut done = false;
+            for rr in answer {
+                let rr = rr.map_err(|e| XfrError::Malformed(e.to_string()))?;
+                if done {
+                    return Err(XfrError::Malformed("records after the closing SOA".into()));
+                }
+                if rr.class() != Class::IN {
+                    return Err(XfrError::Malformed(format!("class {} (only IN)", rr.class())));
+                }
+                let rec = rr
+                    .to_record::<ZoneRecordData<&[u8], ParsedName<&[u8]>>>()
+                    .map_err(|e| XfrError::Malformed(e.to_string()))?
+                    .ok_or_else(|| XfrError::Malformed(format!("a {} record in a transfer", rr.rtype())))?;
+                rdata.clear();
+                rec.data().compose_rdata(&mut rdata).map_err(|_| XfrError::Malformed("RDATA".into()))?;
+                owner.clear();
+                push_name_key(&mut owner, rec.owner());
+                done = stream.push_parts(&owner, rec.rtype().to_int(), rec.ttl().as_secs(), &rdata)?;
+            }
+            if let Some(f) = stream.end_of_message() {
+                if let Some(seq) = seq {
+                    seq.done().map_err(|e| XfrError::Tsig(e.to_string()))?;
+                }
+                return Ok(f);
+            }
         }
-        if let Some(f) = stream.end_of_message() {
-            if let Some(seq) = seq {
-                seq.done().map_err(|e| XfrError::Tsig(e.to_string()))?;
-            }
-            return Ok(f);
-        }
-    }
+    });
+    let r = parse.await.map_err(|e| XfrError::Malformed(format!("parsing stopped: {e}")));
+    reader.abort();
+    r?
 }
 
 /// One length-prefixed message.
@@ -400,6 +447,14 @@ mod tests {
         Rec { owner: owner.into(), rtype: 1, ttl: 60, rdata: Bytes::from(vec![198, 18, 0, last]) }
     }
 
+    /// A whole zone's records, sorted by owner and type.
+    fn records(zone: &RecordBuilder) -> Vec<Rec> {
+        let mut v = Vec::new();
+        zone.for_each_record(|owner, rtype, ttl, rd| v.push(Rec { owner: owner.into(), rtype, ttl, rdata: Bytes::copy_from_slice(rd) }));
+        v.sort_by(|x, y| (&x.owner, x.rtype).cmp(&(&y.owner, y.rtype)));
+        v
+    }
+
     fn feed(have: Option<u32>, recs: &[Rec]) -> Result<Option<Fetched>, XfrError> {
         let mut s = Stream::new(APEX.into(), have);
         for r in recs {
@@ -411,8 +466,13 @@ mod tests {
     #[test]
     fn axfr_ixfr_and_up_to_date() {
         // AXFR
-        let f = feed(None, &[soa(5), a("a", 1), a("b", 2), soa(5)]).unwrap();
-        assert_eq!(f, Some(Fetched::Full { serial: 5, records: vec![soa(5), a("a", 1), a("b", 2)] }));
+        let f = feed(None, &[soa(5), a("a", 1), a("b", 2), a("b", 2), soa(5)]).unwrap();
+        let Some(Fetched::Full { serial: 5, zone }) = f else { panic!("{f:?}") };
+        assert_eq!(records(&zone), {
+            let mut v = vec![soa(5), a("a", 1), a("b", 2)];
+            v.sort_by(|x, y| (&x.owner, x.rtype).cmp(&(&y.owner, y.rtype)));
+            v
+        });
         // an IXFR answered with the whole zone
         let f = feed(Some(3), &[soa(5), a("a", 1), soa(5)]).unwrap();
         assert!(matches!(f, Some(Fetched::Full { serial: 5, .. })), "{f:?}");
@@ -452,6 +512,7 @@ mod tests {
         // an SOA below the apex
         let mut low = soa(5);
         low.owner = a("x", 0).owner;
-        assert!(feed(None, &[soa(5), a("a", 1), low]).is_err());
+        assert!(feed(None, &[soa(5), a("a", 1), low.clone()]).is_err());
+        assert!(feed(None, &[soa(5), low]).is_err(), "right after the first");
     }
 }

@@ -31,11 +31,6 @@ pub fn records_of(zone: &Zone) -> RecordSet {
     set
 }
 
-/// Records of a whole transfer.
-pub fn from_records(recs: Vec<Rec>) -> RecordSet {
-    recs.into_iter().map(|r| ((r.owner, r.rtype, r.rdata), r.ttl)).collect()
-}
-
 /// Apply IXFR differences in order. A deletion of a record we do not have means our copy and
 /// the primary's history disagree: an error (the caller falls back to AXFR).
 pub fn apply(set: &mut RecordSet, diffs: &[Diff]) -> Result<(), String> {
@@ -72,61 +67,23 @@ pub fn diff(old: &RecordSet, new: &RecordSet, from: u32, to: u32) -> Diff {
 }
 
 /// The zone of `set` at `apex`, validated as the loader validates a zone file
-/// ([`xdns_zone::validate::validate`]): empty non-terminals added, RRsets sorted by type,
-/// one TTL per RRset (the smallest), owners outside the zone refused. Errors and warnings
-/// name `file` (where the copy is kept) and the owner; warnings are logged (the first 100).
+/// ([`xdns_zone::records::RecordBuilder`], as an AXFR is built): empty non-terminals added,
+/// RRsets sorted by type, one TTL per RRset (the smallest), owners outside the zone refused.
+/// Errors and warnings name `file` (where the copy is kept) and the owner; warnings are
+/// logged (the first 100).
 pub fn build_zone(apex: &[u8], file: &Path, set: &RecordSet) -> Result<Zone, Vec<xdns_zone::LoadError>> {
-    use xdns_zone::validate::{in_zone, out_of_zone_reason, validate};
-    use xdns_zone::{LoadError, Node, Rrset};
-    let mut errors = Vec::new();
-    let mut nodes: hashbrown::HashMap<NameKey, Node> = hashbrown::HashMap::with_capacity(set.len());
+    let mut b = xdns_zone::records::RecordBuilder::new(apex.into());
     for ((owner, rtype, rdata), ttl) in set {
-        if !in_zone(apex, owner) {
-            if errors.len() < 100 {
-                errors.push(LoadError { file: file.to_path_buf(), line: None, reason: out_of_zone_reason(owner, apex) });
-            }
-            continue;
-        }
-        let node = nodes.entry(owner.clone()).or_default();
-        match node.rrsets.binary_search_by_key(rtype, |r| r.rtype) {
-            Ok(i) => {
-                let rr = &mut node.rrsets[i];
-                rr.ttl = rr.ttl.min(*ttl);
-                rr.rdata.push(rdata);
-            }
-            Err(i) => node.rrsets.insert(i, Rrset { rtype: *rtype, ttl: *ttl, rdata: xdns_zone::Rdatas::one(rdata) }),
-        }
+        b.add(owner, *rtype, *ttl, rdata);
     }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    // empty non-terminals between each owner and the apex
-    let owners: Vec<NameKey> = nodes.keys().cloned().collect();
-    for key in owners {
-        let mut pos = 0usize;
-        while key.len() - pos > apex.len() {
-            pos += 1 + key[pos] as usize;
-            if nodes.contains_key(&key[pos..]) {
-                break;
-            }
-            nodes.insert(key[pos..].into(), Node::default());
-        }
-    }
-    let serial = nodes
-        .get(apex)
-        .and_then(|n| n.rrset(SOA))
-        .and_then(|s| s.rdata.first())
-        .and_then(|d| super::serial::soa_serial(d))
-        .unwrap_or(0);
-    let zone = Zone::new(apex.into(), nodes, file.to_path_buf(), serial);
-    let findings = validate(&zone);
-    for w in findings.warnings.iter().take(100) {
+    let built = b.build(file.to_path_buf());
+    for w in built.warnings.iter().take(100) {
         tracing::warn!("{w}");
     }
-    if !findings.errors.is_empty() {
-        return Err(findings.errors);
+    if !built.errors.is_empty() {
+        return Err(built.errors);
     }
-    Ok(zone)
+    Ok(built.zone)
 }
 
 /// The apex SOA (serial and RDATA) of a record set.

@@ -5,8 +5,9 @@
 //! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
 //! as the fallback when the primary cannot answer IXFR or its differences do not apply to
 //! our copy). An IXFR is applied in place to a spare copy of the zone and validated where it
-//! touched ([`super::incremental`]); what that cannot decide, and an AXFR, build the zone
-//! whole from its records and validate it as the loader does a zone file. The new version
+//! touched ([`super::incremental`]); what that cannot decide builds the zone whole from its
+//! records, and an AXFR builds it as the records arrive ([`client::fetch`],
+//! `xdns_zone::records`); either is validated as the loader does a zone file. The new version
 //! is then swapped in as a reload does: the served set in userspace, then the XDP maps (an
 //! IXFR's owners only, in place, when the kernel can). The copy served is written to the
 //! zone's `file` afterwards (in the background after an IXFR applied in place). Anything that fails keeps the old version serving and is
@@ -24,6 +25,7 @@ use domain::base::iana::Rcode;
 use domain::tsig::Key;
 use tokio::sync::{watch, Notify};
 use xdns_zone::load::text_to_key;
+use xdns_zone::records::RecordBuilder;
 use xdns_zone::{NameKey, Zone, ZoneSource};
 
 use super::client::{self, Fetched, Kind, XfrError};
@@ -370,12 +372,14 @@ async fn transfer_from(
     let mut how = "axfr";
     // the whole path: a record set built and validated as a zone file is
     let mut set: Option<RecordSet> = None;
+    // an AXFR: the zone built as it arrived, validated below
+    let mut built: Option<Box<RecordBuilder>> = None;
     match got {
         Fetched::UpToDate { serial } => {
             tracing::debug!(zone = %name, %primary, serial, "up to date");
             return up_to_date(shared, sec, cur, expired, primary).await;
         }
-        Fetched::Full { serial, records } => {
+        Fetched::Full { serial, zone } => {
             if let Some(h) = have_serial {
                 if !force && !serial::gt(serial, h) {
                     if serial != h {
@@ -384,7 +388,7 @@ async fn transfer_from(
                     return up_to_date(shared, sec, cur, expired, primary).await;
                 }
             }
-            set = Some(journal::from_records(records));
+            built = Some(zone);
         }
         Fetched::Incremental { serial, diffs } => {
             let Some(base) = cur.clone() else {
@@ -457,7 +461,7 @@ async fn transfer_from(
                     tracing::warn!(zone = %name, %primary, error = %e, "IXFR does not apply to our copy: AXFR");
                     sec.note_apply(format!("axfr: {e}"), false);
                     match client::fetch(primary, name, key, Kind::Axfr, None).await.map_err(|e| e.to_string())? {
-                        Fetched::Full { records, .. } => set = Some(journal::from_records(records)),
+                        Fetched::Full { zone, .. } => built = Some(zone),
                         other => return Err(format!("AXFR answered {other:?}")),
                     }
                 }
@@ -466,6 +470,7 @@ async fn transfer_from(
     };
     let applied_ms = t0.elapsed().as_millis() as u64;
     let (zone, touched) = match (in_place, set) {
+        (None, None) if built.is_some() => (materialize_built(sec, built.take().ok_or("no zone")?).await?, None),
         (Some(a), _) => {
             let note = match (&a.copied, &a.validation) {
                 (None, None) => format!("in place: {} names", a.touched.len()),
@@ -617,6 +622,40 @@ async fn materialize(sec: &Arc<Secondary>, set: RecordSet) -> Result<Zone, Strin
             let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
             Err(format!("the transferred zone did not validate ({} errors, first: {first}){kept}", errs.len()))
         }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Validate the zone an AXFR built as it arrived ([`RecordBuilder`]), as the loader
+/// validates a zone file. A zone that does not validate is written to `FILE.new` for
+/// inspection. The good copy is written by [`store`] once it serves.
+async fn materialize_built(sec: &Arc<Secondary>, zone: Box<RecordBuilder>) -> Result<Zone, String> {
+    let (path, _) = target(sec);
+    let name = sec.cfg.name.clone();
+    tokio::task::spawn_blocking(move || {
+        let built = zone.build(path.clone());
+        for w in built.warnings.iter().take(100) {
+            tracing::warn!(zone = %name, "{w}");
+        }
+        if built.errors.is_empty() {
+            return Ok(built.zone);
+        }
+        for e in &built.errors {
+            tracing::error!(zone = %name, "transferred zone rejected: {e}");
+        }
+        let mut new = path.into_os_string();
+        new.push(".new");
+        let new = PathBuf::from(new);
+        if let Some(dir) = new.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let kept = match journal::write_zone(&new, &built.zone, &std::sync::atomic::AtomicBool::new(false)) {
+            Ok(_) => format!("; kept in {}", new.display()),
+            Err(_) => String::new(),
+        };
+        let first = built.errors.first().map(|e| e.to_string()).unwrap_or_default();
+        Err(format!("the transferred zone did not validate ({} errors, first: {first}){kept}", built.errors.len()))
     })
     .await
     .map_err(|e| e.to_string())?
