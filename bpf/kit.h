@@ -811,7 +811,7 @@ static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, str
 		return XDNS_PASS_KIT_UNPARSED;
 	flags = xdns_kit_be16(&h[2]);
 	/* NOERROR, no answer, something in authority; AA=0, TC=0 (TC: userspace retries over TCP) */
-	if ((flags & 0x7a0f) != 0 || xdns_kit_be16(&h[6]) != 0 || xdns_kit_be16(&h[8]) == 0)
+	if ((flags & 0x7e0f) != 0 || xdns_kit_be16(&h[6]) != 0 || xdns_kit_be16(&h[8]) == 0)
 		return XDNS_PASS_KIT_RESPONSE;
 	if (ks->l3_off != ETH_HLEN || ks->l4_off != ETH_HLEN + (ks->ipv6 ? 40 : 20))
 		return XDNS_PASS_KIT_UNPARSED;
