@@ -44,6 +44,11 @@
 #define XDNS_KIT_AF_INET6 10
 #define XDNS_KIT_TTL 64
 #define XDNS_KIT_OPT_LEN 11
+/*
+ * Hide a value's range from the verifier's view of the code after a loop that ends on it:
+ * a bound narrowed by each possible exit would make the rest verified once per exit.
+ */
+#define XDNS_KIT_OPAQUE(x) asm volatile("" : "+r"(x))
 
 _Static_assert(sizeof(struct bpf_fib_lookup) == sizeof(((struct xdns_kit_scratch *)0)->fib), "the fib request fits its copy");
 
@@ -147,13 +152,22 @@ static __always_inline struct xdns_kit_zone *xdns_kit_cut(struct xdns_scratch *s
 	return bpf_map_lookup_elem(&xdns_kit_zones, &k);
 }
 
-/* The question sent: header, the name in random case, type, class IN, our OPT. Its length. */
-static __always_inline __u32 xdns_kit_build(struct xdns_scratch *sc, struct xdns_kit_scratch *ks, __u16 id)
+/*
+ * The question sent: header (`id`, RD=0, QDCOUNT 1, ARCOUNT 1), the name `name` (`qlen`
+ * bytes, any case) in random case, the type of ks->pend, class IN, our OPT. The name sent
+ * goes to ks->pend.qname, the name as given to ks->pend.cname. Returns the message's length.
+ */
+static __always_inline __u32 xdns_kit_build(struct xdns_kit_scratch *ks, const __u8 *name, __u32 qlen, __u16 id)
 {
-	__u32 qlen = sc->walk.qlen & 0xff, k, off;
+	__u32 k, off;
 	__u64 w, r;
 	__u8 *m = ks->msg;
 
+	__u32 qn;
+
+	qlen &= 0xff;
+	qn = qlen;
+	XDNS_KIT_OPAQUE(qn);
 	xdns_st64(&m[0], 0);
 	xdns_st64(&m[8], 0);
 	*(__u16 *)&m[0] = id;
@@ -161,20 +175,20 @@ static __always_inline __u32 xdns_kit_build(struct xdns_scratch *sc, struct xdns
 	m[5] = 1;
 	m[11] = 1;
 	for (k = 0; k < 32; k++) {
+		__u64 mask;
+
 		off = k * 8;
-		if (off >= qlen)
+		if (off >= qn)
 			break;
-		w = xdns_ld64(&sc->walk.name[off]);
-		if (qlen - off < 8)
-			w &= (1ULL << ((qlen - off) * 8)) - 1;
+		mask = qn - off < 8 ? (1ULL << ((qn - off) * 8)) - 1 : ~0ULL;
+		w = xdns_ld64(&name[off]) & mask;
 		r = (__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32();
+		xdns_st64(&ks->pend.cname[off], w);
 		w = xdns_kit_case(w, r);
 		xdns_st64(&m[12 + off], w);
 		xdns_st64(&ks->pend.qname[off], w);
-		xdns_st64(&ks->pend.cname[off], xdns_ld64(&sc->walk.name[off]) &
-			  (qlen - off < 8 ? (1ULL << ((qlen - off) * 8)) - 1 : ~0ULL));
 	}
-	off = 12 + (qlen & 0xff);
+	off = 12 + qlen;
 	/* type, class IN, then OPT: root, type 41, our payload, rcode/version/flags 0, no rdata */
 	m[off] = ks->pend.qtype >> 8;
 	m[off + 1] = ks->pend.qtype & 0xff;
@@ -190,6 +204,166 @@ static __always_inline __u32 xdns_kit_build(struct xdns_scratch *sc, struct xdns
 	return off + 4 + XDNS_KIT_OPT_LEN;
 }
 
+/* A random ID and a random port of the reserved range (its size at most 2^15: validated by userspace). */
+static __always_inline void xdns_kit_port_id(struct xdns_kit_pend_key *key)
+{
+	__u32 r = bpf_get_prandom_u32(), n = (__u32)xdns_kit_cfg.port_hi - xdns_kit_cfg.port_lo + 1;
+
+	key->id = (__u16)r;
+	key->port = bpf_htons(xdns_kit_cfg.port_lo + (__u16)((r >> 16) % (n ? n : 1)));
+}
+
+/* How xdns_kit_send ended. */
+enum xdns_kit_sent {
+	XDNS_KIT_TX = 0,        /* rewritten, out the interface it came in */
+	XDNS_KIT_REDIRECT,      /* rewritten, bpf_redirect to another */
+	XDNS_KIT_NO_FIB,        /* no next hop: the frame untouched, nothing recorded */
+	XDNS_KIT_NO_ENTRY,      /* the pending map refused the entry: untouched, nothing recorded */
+	XDNS_KIT_NO_RESIZE,     /* the frame could not be resized: untouched, nothing recorded */
+	XDNS_KIT_CLAIMED,       /* the entry replaced was claimed by userspace meanwhile: untouched, nothing recorded */
+	XDNS_KIT_BROKEN,        /* a helper failed after the frame changed (cannot happen): drop */
+};
+
+/*
+ * Send the query in ks->msg (`dlen` bytes) to key->server from the frame in ctx (an
+ * untagged IPv4 without options or IPv6 frame, its layout in ks): the next hop by
+ * bpf_fib_lookup, the entry ks->pend recorded under `key` (with `old`, a response's entry,
+ * replaced: inserted, then the old one deleted, so the client's state always has one
+ * owner), the frame resized, the message stored, the headers rewritten (source
+ * ks->pend.local; TTL or hop limit 64; IPv4 ID 0, DF) and the checksums computed whole.
+ * Shared by the miss (xdns_kit_out) and a followed referral (xdns_kit_in).
+ */
+static __always_inline enum xdns_kit_sent xdns_kit_send(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+							  struct xdns_kit_pend_key *key, __u32 dlen,
+							  const struct xdns_kit_pend_key *old)
+{
+	struct bpf_fib_lookup f = {};
+	__u32 plen = 8 + dlen, ifindex, l4 = ks->l4_off & 0xff, dns = ks->dns_off & 0xff;
+	void *data, *end;
+	struct ethhdr *eth;
+	struct udphdr *udp;
+	long rc;
+	__s64 s;
+
+	if (ks->ipv6) {
+		f.family = XDNS_KIT_AF_INET6;
+		__builtin_memcpy(f.ipv6_src, ks->pend.local, 16);
+		__builtin_memcpy(f.ipv6_dst, key->server, 16);
+	} else {
+		f.family = XDNS_KIT_AF_INET;
+		__builtin_memcpy(&f.ipv4_src, ks->pend.local, 4);
+		__builtin_memcpy(&f.ipv4_dst, key->server, 4);
+	}
+	/* the next hop, as the host's own output would take it (we are the query's source) */
+	f.l4_protocol = IPPROTO_UDP;
+	f.sport = key->port;
+	f.dport = bpf_htons(53);
+	f.tot_len = plen + (ks->ipv6 ? 40 : 20);
+	f.ifindex = ctx->ingress_ifindex;
+	__builtin_memcpy(&ks->fib, &f, sizeof(f));
+	/*
+	 * First as the host's own output through the interface the packet came in (the usual
+	 * case: the servers are behind the same uplink); then as a router would forward it from
+	 * there, to another interface (needs forwarding on the one it came in).
+	 */
+	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		__builtin_memcpy(&f, &ks->fib, sizeof(f));
+		rc = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDNS_KIT_NO_FIB;
+	ifindex = f.ifindex;
+
+	ks->pend.sent_ns = bpf_ktime_get_ns();
+	ks->pend.family = key->family;
+	if (bpf_map_update_elem(&xdns_kit_pending, key, &ks->pend, BPF_NOEXIST))
+		return XDNS_KIT_NO_ENTRY;
+	if (old && bpf_map_delete_elem(&xdns_kit_pending, old)) {
+		/* claimed since it was read (the daemon's timer): that claim answers the client */
+		bpf_map_delete_elem(&xdns_kit_pending, key);
+		return XDNS_KIT_CLAIMED;
+	}
+
+	/* the frame to its new length: nothing of it written yet */
+	s = (__s64)(dns + dlen) - (__s64)(ctx->data_end - ctx->data);
+	if (s && bpf_xdp_adjust_tail(ctx, (int)s)) {
+		/*
+		 * A miss: the entry deleted, the miss handed over. A referral: the old entry is
+		 * gone already, so the new one stays, never sent; the daemon's timer claims it
+		 * and resolves the question (the client is answered late, never lost).
+		 */
+		if (!old)
+			bpf_map_delete_elem(&xdns_kit_pending, key);
+		return XDNS_KIT_NO_RESIZE;
+	}
+	if (bpf_xdp_store_bytes(ctx, dns, ks->msg, dlen & 0x1ff))
+		return XDNS_KIT_BROKEN;         /* cannot fail: the frame has these bytes now */
+
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDNS_KIT_BROKEN;
+	__builtin_memcpy(eth->h_dest, f.dmac, 6);
+	__builtin_memcpy(eth->h_source, f.smac, 6);
+	{
+		/* the pseudo-header and UDP header, summed with the message (bpf_csum_diff) */
+		__u32 ph[12] = {};
+		__u64 sum;
+
+		sum = bpf_csum_diff(NULL, 0, (__be32 *)ks->msg, (dlen + 3) & 0x1fc, 0);
+		if (ks->ipv6) {
+			struct ipv6hdr *ip6 = data + ETH_HLEN;
+
+			if ((void *)(ip6 + 1) > end)
+				return XDNS_KIT_BROKEN;
+			__builtin_memcpy(&ip6->saddr, ks->pend.local, 16);
+			__builtin_memcpy(&ip6->daddr, key->server, 16);
+			ip6->payload_len = bpf_htons(plen);
+			ip6->hop_limit = XDNS_KIT_TTL;
+			__builtin_memcpy(ph, &ip6->saddr, 32);
+			ph[8] = bpf_htonl(plen);
+			ph[9] = bpf_htonl(IPPROTO_UDP);
+			ph[10] = (__u32)key->port | (__u32)bpf_htons(53) << 16;
+			ph[11] = bpf_htons(plen);
+			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
+		} else {
+			struct iphdr *ip = data + ETH_HLEN;
+
+			if ((void *)(ip + 1) > end)
+				return XDNS_KIT_BROKEN;
+			__builtin_memcpy(&ip->saddr, ks->pend.local, 4);
+			__builtin_memcpy(&ip->daddr, key->server, 4);
+			ip->tot_len = bpf_htons(20 + plen);
+			ip->id = 0;
+			ip->frag_off = bpf_htons(0x4000);       /* DF */
+			ip->ttl = XDNS_KIT_TTL;
+			ip->check = 0;
+			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
+			ph[0] = ip->saddr;
+			ph[1] = ip->daddr;
+			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
+			ph[3] = (__u32)key->port | (__u32)bpf_htons(53) << 16;
+			ph[4] = bpf_htons(plen);
+			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
+		}
+		udp = data + l4;
+		if ((void *)(udp + 1) > end)
+			return XDNS_KIT_BROKEN;
+		udp->source = key->port;
+		udp->dest = bpf_htons(53);
+		udp->len = bpf_htons(plen);
+		udp->check = xdns_kit_csum_fold(sum);
+		if (udp->check == 0)
+			udp->check = 0xffff;
+	}
+	if (ifindex == ctx->ingress_ifindex)
+		return XDNS_KIT_TX;
+	bpf_redirect(ifindex, 0);
+	return XDNS_KIT_REDIRECT;
+}
+
 /*
  * The miss side (xdns_kit_out_xdp). Frame and question as the resolver program left them:
  * the layout in ks, the name in sc->walk (a walk ran: no cache hint), the header fields in
@@ -197,18 +371,13 @@ static __always_inline __u32 xdns_kit_build(struct xdns_scratch *sc, struct xdns
  */
 static __always_inline enum xdns_verdict xdns_kit_out(struct xdp_md *ctx, struct xdns_scratch *sc)
 {
-	__u32 zero = 0, qlen, dlen, plen, n, ifindex, l3, l4, dns;
+	__u32 zero = 0, qlen, dlen, n, l3, l4, dns;
 	struct xdns_kit_scratch *ks = bpf_map_lookup_elem(&xdns_kit_scratch, &zero);
 	struct xdns_kit_pend_key key = {};
-	struct bpf_fib_lookup f = {};
 	struct xdns_kit_zone *z;
 	void *data, *end;
-	struct ethhdr *eth;
 	struct udphdr *udp;
-	__u16 port, id;
 	__u32 r;
-	long rc;
-	__s64 s;
 
 	if (!ks)
 		return XDNS_PASS_CACHE_MISS;
@@ -246,9 +415,6 @@ static __always_inline enum xdns_verdict xdns_kit_out(struct xdp_md *ctx, struct
 		__builtin_memcpy(ks->pend.client, &ip6->saddr, 16);
 		__builtin_memcpy(ks->pend.local, &ip6->daddr, 16);
 		key.family = 6;
-		f.family = XDNS_KIT_AF_INET6;
-		__builtin_memcpy(f.ipv6_src, &ip6->daddr, 16);
-		__builtin_memcpy(f.ipv6_dst, key.server, 16);
 	} else {
 		struct iphdr *ip = data + ETH_HLEN;
 
@@ -265,135 +431,500 @@ static __always_inline enum xdns_verdict xdns_kit_out(struct xdp_md *ctx, struct
 		__builtin_memcpy(ks->pend.client, &ip->saddr, 4);
 		__builtin_memcpy(ks->pend.local, &ip->daddr, 4);
 		key.family = 4;
-		f.family = XDNS_KIT_AF_INET;
-		f.ipv4_src = ip->daddr;
-		__builtin_memcpy(&f.ipv4_dst, key.server, 4);
 	}
 	udp = data + l4;
 	if ((void *)(udp + 1) > end)
 		return xdns_kit_handover(ks, XDNS_KIT_HO_LAYOUT);
 	ks->pend.cport = udp->source;
 
-	/* random ID and port of the reserved range (its size at most 2^15: validated by userspace) */
-	r = bpf_get_prandom_u32();
-	id = (__u16)r;
-	n = (__u32)xdns_kit_cfg.port_hi - xdns_kit_cfg.port_lo + 1;
-	port = xdns_kit_cfg.port_lo + (__u16)((r >> 16) % (n ? n : 1));
-	key.port = bpf_htons(port);
-	key.id = id;
-
-	dlen = xdns_kit_build(sc, ks, id);
+	xdns_kit_port_id(&key);
+	dlen = xdns_kit_build(ks, sc->walk.name, qlen, key.id);
 	if (dlen < 12 + 1 + 4 + XDNS_KIT_OPT_LEN || dlen > 12 + 255 + 4 + XDNS_KIT_OPT_LEN)
 		return xdns_kit_handover(ks, XDNS_KIT_HO_LAYOUT);
-	plen = 8 + dlen;        /* UDP length */
 
-	/* the next hop, as the host's own output would take it (we are the query's source) */
-	f.l4_protocol = IPPROTO_UDP;
-	f.sport = key.port;
-	f.dport = bpf_htons(53);
-	f.tot_len = plen + (ks->ipv6 ? 40 : 20);
-	f.ifindex = ctx->ingress_ifindex;
-	__builtin_memcpy(&ks->fib, &f, sizeof(f));
-	/*
-	 * First as the host's own output through the interface the query came in (the usual
-	 * case: the servers are behind the same uplink); then as a router would forward it from
-	 * there, to another interface (needs forwarding on the one it came in).
-	 */
-	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		__builtin_memcpy(&f, &ks->fib, sizeof(f));
-		rc = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
-	}
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return xdns_kit_handover(ks, XDNS_KIT_HO_FIB);
-	ifindex = f.ifindex;
-
-	ks->pend.sent_ns = bpf_ktime_get_ns();
 	ks->pend.zone_hash = ks->zone_hash;
 	ks->pend.zone_len = ks->zone_len;
 	ks->pend.qlen = qlen;
-	ks->pend.family = key.family;
 	ks->pend.hops = 1;
-	if (bpf_map_update_elem(&xdns_kit_pending, &key, &ks->pend, BPF_NOEXIST))
-		return xdns_kit_handover(ks, XDNS_KIT_HO_PENDING_FULL);
-
-	/* the frame to its new length: nothing of it written yet */
-	s = (__s64)(dns + dlen) - (__s64)(ctx->data_end - ctx->data);
-	if (s && bpf_xdp_adjust_tail(ctx, (int)s)) {
-		bpf_map_delete_elem(&xdns_kit_pending, &key);
-		return xdns_kit_handover(ks, XDNS_KIT_HO_REWRITE);
-	}
-	if (bpf_xdp_store_bytes(ctx, dns, ks->msg, dlen & 0x1ff))
-		return XDNS_DROP_REWRITE;       /* cannot fail: the frame has these bytes now */
-
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > end)
-		return XDNS_DROP_REWRITE;
-	__builtin_memcpy(eth->h_dest, f.dmac, 6);
-	__builtin_memcpy(eth->h_source, f.smac, 6);
-	{
-		/* the pseudo-header and UDP header, summed with the message (bpf_csum_diff) */
-		__u32 ph[12] = {};
-		__u64 sum;
-
-		sum = bpf_csum_diff(NULL, 0, (__be32 *)ks->msg, (dlen + 3) & 0x1fc, 0);
-		if (ks->ipv6) {
-			struct ipv6hdr *ip6 = data + ETH_HLEN;
-
-			if ((void *)(ip6 + 1) > end)
-				return XDNS_DROP_REWRITE;
-			__builtin_memcpy(&ip6->saddr, ks->pend.local, 16);
-			__builtin_memcpy(&ip6->daddr, key.server, 16);
-			ip6->payload_len = bpf_htons(plen);
-			ip6->hop_limit = XDNS_KIT_TTL;
-			__builtin_memcpy(ph, &ip6->saddr, 32);
-			ph[8] = bpf_htonl(plen);
-			ph[9] = bpf_htonl(IPPROTO_UDP);
-			ph[10] = (__u32)key.port | (__u32)bpf_htons(53) << 16;
-			ph[11] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
-		} else {
-			struct iphdr *ip = data + ETH_HLEN;
-
-			if ((void *)(ip + 1) > end)
-				return XDNS_DROP_REWRITE;
-			__builtin_memcpy(&ip->saddr, ks->pend.local, 4);
-			__builtin_memcpy(&ip->daddr, key.server, 4);
-			ip->tot_len = bpf_htons(20 + plen);
-			ip->id = 0;
-			ip->frag_off = bpf_htons(0x4000);       /* DF */
-			ip->ttl = XDNS_KIT_TTL;
-			ip->check = 0;
-			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
-			ph[0] = ip->saddr;
-			ph[1] = ip->daddr;
-			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
-			ph[3] = (__u32)key.port | (__u32)bpf_htons(53) << 16;
-			ph[4] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
-		}
-		udp = data + l4;
-		if ((void *)(udp + 1) > end)
-			return XDNS_DROP_REWRITE;
-		udp->source = key.port;
-		udp->dest = bpf_htons(53);
-		udp->len = bpf_htons(plen);
-		udp->check = xdns_kit_csum_fold(sum);
-		if (udp->check == 0)
-			udp->check = 0xffff;
-	}
-	ks->sent++;
-	if (ifindex == ctx->ingress_ifindex)
+	switch (xdns_kit_send(ctx, ks, &key, dlen, NULL)) {
+	case XDNS_KIT_TX:
+		ks->sent++;
 		return XDNS_KIT_SENT;
-	bpf_redirect(ifindex, 0);
-	return XDNS_KIT_REDIRECTED;
+	case XDNS_KIT_REDIRECT:
+		ks->sent++;
+		return XDNS_KIT_REDIRECTED;
+	case XDNS_KIT_NO_FIB:
+		return xdns_kit_handover(ks, XDNS_KIT_HO_FIB);
+	case XDNS_KIT_NO_ENTRY:
+		return xdns_kit_handover(ks, XDNS_KIT_HO_PENDING_FULL);
+	case XDNS_KIT_NO_RESIZE:
+		return xdns_kit_handover(ks, XDNS_KIT_HO_REWRITE);
+	default:
+		return XDNS_DROP_REWRITE;
+	}
+}
+
+/* ---- the response side: a referral read within bounds, followed when it has glue ---- */
+
+/* Argument of the response side's loops: the scratch (bpf_loop takes one pointer). */
+struct xdns_kit_in_ctx {
+	struct xdns_kit_scratch *ks;
+};
+
+/*
+ * One step of reading a name at ks->ref.npos in resp[] into nb[] (a bpf_loop body): a
+ * label copied lowercased (eight words; nb[] has the room) and its start marked in nbits,
+ * or a compression pointer followed, which must point before itself (so no loop), at the
+ * message (not into the header). The name's end in the record (after its first pointer or
+ * its root label) goes to nend. Over 255 bytes, past the message, a label type other than
+ * 0 or 3: ndone 2.
+ */
+static long xdns_kit_label(__u64 i, void *arg)
+{
+	struct xdns_kit_scratch *ks = ((struct xdns_kit_in_ctx *)arg)->ks;
+	struct xdns_kit_ref *r;
+	__u32 pos, o, len, b, k, ptr;
+
+	if (!ks)
+		return 1;
+	r = &ks->ref;
+	pos = r->npos;
+	o = r->nlen;
+	len = r->len;
+	if (pos >= len || len > XDNS_KIT_RESP_MAX || o > 255)
+		goto bad;
+	b = ks->resp[pos & 2047];
+	if (b >= 0xc0) {
+		if (pos + 1 >= len)
+			goto bad;
+		ptr = (b & 0x3f) << 8 | ks->resp[(pos + 1) & 2047];
+		if (ptr >= pos || ptr < 12)
+			goto bad;
+		if (!r->nend)
+			r->nend = pos + 2;
+		r->npos = ptr;
+		r->jumps++;
+		return 0;
+	}
+	if (b > 63 || pos + 1 + b > len || o + 1 + b > 255)
+		goto bad;
+	r->nbits[(o >> 6) & 3] |= 1ULL << (o & 63);
+	for (k = 0; k < 8; k++) {
+		if (k * 8 > b)
+			break;
+		xdns_st64(&ks->nb[(o & 255) + k * 8], xdns_lower8(xdns_ld64(&ks->resp[(pos & 2047) + k * 8])));
+	}
+	r->nlen = o + 1 + b;
+	if (b == 0) {
+		if (!r->nend)
+			r->nend = pos + 1;
+		r->ndone = 1;
+		return 1;
+	}
+	r->npos = pos + 1 + b;
+	return 0;
+bad:
+	r->ndone = 2;
+	return 1;
+}
+
+/* Read the name at `pos` of resp[] into nb[] (lowercased, ref.nlen bytes, label starts in
+ * ref.nbits); its end in the record in ref.nend. Returns 1 when it is a valid name. */
+static __always_inline int xdns_kit_name(struct xdns_kit_in_ctx *c, __u32 pos)
+{
+	struct xdns_kit_ref *r = &c->ks->ref;
+
+	r->npos = pos;
+	r->nend = 0;
+	r->nlen = 0;
+	r->jumps = 0;
+	r->ndone = 0;
+	r->nbits[0] = 0;
+	r->nbits[1] = 0;
+	r->nbits[2] = 0;
+	r->nbits[3] = 0;
+	bpf_loop(160, xdns_kit_label, c, 0);
+	return r->ndone == 1;
+}
+
+/* Is byte `off` a label start in `bits`? */
+static __always_inline int xdns_kit_bit(const __u64 *bits, __u32 off)
+{
+	return (bits[(off >> 6) & 3] >> (off & 63)) & 1;
+}
+
+/* nb[a .. a+n) == lq[b .. b+n) (both lowercased; a + n and b + n at most 255). */
+static __always_inline int xdns_kit_suffix_eq(struct xdns_kit_scratch *ks, __u32 a, __u32 b, __u32 n)
+{
+	__u32 k, off;
+
+	if (a + n > 255 || b + n > 255)
+		return 0;
+	XDNS_KIT_OPAQUE(n);
+	for (k = 0; k < 32; k++) {
+		__u64 mask;
+
+		off = k * 8;
+		if (off >= n)
+			break;
+		mask = n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL;
+		if ((xdns_ld64(&ks->nb[(a + off) & 255]) ^ xdns_ld64(&ks->lq[(b + off) & 255])) & mask)
+			return 0;
+	}
+	return 1;
+}
+
+/* Seeded hash of nb[0 .. nlen) (NS names and glue owners compared by it). */
+static __always_inline __u64 xdns_kit_nb_hash(struct xdns_kit_scratch *ks)
+{
+	__u32 n = ks->ref.nlen, k, off;
+	__u64 s = xdns_cfg.seed ^ 0x6e73;
+
+	for (k = 0; k < 32; k++) {
+		__u64 w;
+
+		off = k * 8;
+		if (off >= n || n > 255)
+			break;
+		w = xdns_ld64(&ks->nb[off & 255]);
+		if (n - off < 8)
+			w &= (1ULL << ((n - off) * 8)) - 1;
+		s = xdns_hash_step(s, w);
+	}
+	return xdns_hash_fin(s ^ n);
+}
+
+static __always_inline __u32 xdns_kit_be16(const __u8 *p)
+{
+	return (__u32)p[0] << 8 | p[1];
+}
+
+/*
+ * Record `i` of the authority and additional sections (a bpf_loop body), at ref.pos:
+ * authority: an SOA ends the parse (a negative answer); an NS record's owner must be
+ * strictly below the cut asked and an ancestor-or-self of the question name, the same for
+ * every NS record (the new cut), its name's hash kept; other types are skipped. Additional:
+ * an A or AAAA of class IN whose owner is one of those NS names and within the cut asked
+ * (out-of-bailiwick glue is never taken) is kept, up to four of each family; the rest is
+ * skipped.
+ */
+static long xdns_kit_record(__u64 i, void *arg)
+{
+	struct xdns_kit_in_ctx *c = arg;
+	struct xdns_kit_scratch *ks = c->ks;
+	struct xdns_kit_ref *r;
+	__u32 L, p, type, class, ttl, rdlen, rd, end, qlen, z, k, n;
+	__u64 h;
+
+	if (!ks)
+		return 1;
+	r = &ks->ref;
+	if (i >= r->total)
+		return 1;
+	if (!xdns_kit_name(c, r->pos))
+		goto bad;
+	L = r->nlen;
+	p = r->nend;
+	if (p + 10 > r->len || p > 2047)
+		goto bad;
+	type = xdns_kit_be16(&ks->resp[p & 2047]);
+	class = xdns_kit_be16(&ks->resp[(p & 2047) + 2]);
+	ttl = xdns_kit_be16(&ks->resp[(p & 2047) + 4]) << 16 | xdns_kit_be16(&ks->resp[(p & 2047) + 6]);
+	rdlen = xdns_kit_be16(&ks->resp[(p & 2047) + 8]);
+	rd = p + 10;
+	end = rd + rdlen;
+	if (end > r->len)
+		goto bad;
+	r->pos = end;
+	qlen = r->qlen;
+	z = r->zone_len;
+	if (i < r->nscount) {
+		if (type == 6) {
+			r->why = XDNS_KIT_REF_NEGATIVE;
+			return 1;
+		}
+		if (type != 2 || class != 1)
+			return 0;
+		/* the owner: strictly below the cut asked, above or at the question name */
+		if (L <= z || L > qlen || !xdns_kit_bit(r->qbits, qlen - L) || !xdns_kit_suffix_eq(ks, 0, qlen - L, L)) {
+			r->why = XDNS_KIT_REF_BAILIWICK;
+			return 1;
+		}
+		if (r->cut_len && r->cut_len != L) {
+			r->why = XDNS_KIT_REF_MIXED;
+			return 1;
+		}
+		r->cut_len = L;
+		if (ttl & 0x80000000)
+			ttl = 0;        /* RFC 2181 8: read as 0 */
+		if (ttl < r->ttl)
+			r->ttl = ttl;
+		if (!xdns_kit_name(c, rd) || r->nend != end)
+			goto bad;
+		n = r->n_ns;
+		if (n < XDNS_KIT_NS) {
+			r->ns_hash[n & (XDNS_KIT_NS - 1)] = xdns_kit_nb_hash(ks);
+			r->n_ns = n + 1;
+		}
+		return 0;
+	}
+	if (class != 1 || !((type == 1 && rdlen == 4) || (type == 28 && rdlen == 16)))
+		return 0;
+	/* glue: within the cut asked, the owner of one of the NS names */
+	if (L < z || !xdns_kit_bit(r->nbits, L - z) || !xdns_kit_suffix_eq(ks, L - z, qlen - z, z))
+		return 0;
+	h = xdns_kit_nb_hash(ks);
+	n = r->n_ns;
+	for (k = 0; k < XDNS_KIT_NS; k++) {
+		if (k >= n)
+			return 0;
+		if (r->ns_hash[k] == h)
+			break;
+	}
+	if (k == XDNS_KIT_NS)
+		return 0;
+	if (rd > 2047)
+		goto bad;
+	if (type == 1) {
+		n = r->n4;
+		if (n < XDNS_KIT_ADDRS) {
+			__builtin_memcpy(r->g4[n & (XDNS_KIT_ADDRS - 1)], &ks->resp[rd & 2047], 4);
+			r->n4 = n + 1;
+		}
+	} else {
+		n = r->n6;
+		if (n < XDNS_KIT_ADDRS) {
+			xdns_st64(r->g6[n & (XDNS_KIT_ADDRS - 1)], xdns_ld64(&ks->resp[rd & 2047]));
+			xdns_st64(&r->g6[n & (XDNS_KIT_ADDRS - 1)][8], xdns_ld64(&ks->resp[(rd & 2047) + 8]));
+			r->n6 = n + 1;
+		}
+	}
+	return 0;
+bad:
+	r->why = XDNS_KIT_REF_BAD;
+	return 1;
+}
+
+/*
+ * One label of lq[] at ref.hoff hashed into lh[ref.hn] (a bpf_loop body): words of (length
+ * octet, label bytes), the last zero padded, absorbed into the seed: hash.h's label hash,
+ * as the walk computes it. Its start marked in qbits. Ends after the root label.
+ */
+static long xdns_kit_label_hash(__u64 i, void *arg)
+{
+	struct xdns_kit_scratch *ks = ((struct xdns_kit_in_ctx *)arg)->ks;
+	struct xdns_kit_ref *r;
+	__u32 o, b, k, j;
+	__u64 s = xdns_cfg.seed;
+
+	if (!ks)
+		return 1;
+	r = &ks->ref;
+	o = r->hoff;
+	j = r->hn;
+	if (o > 254 || j > 127)
+		return 1;
+	b = ks->lq[o];
+	if (b > 63)
+		return 1;
+	r->qbits[(o >> 6) & 3] |= 1ULL << (o & 63);
+	for (k = 0; k < 8; k++) {
+		__u64 w;
+
+		if (k * 8 > b)
+			break;
+		w = xdns_ld64(&ks->lq[o + k * 8]);
+		if (b + 1 - k * 8 < 8)
+			w &= (1ULL << ((b + 1 - k * 8) * 8)) - 1;
+		s = xdns_hash_step(s, w);
+	}
+	ks->lh[j] = s;
+	r->loff[j] = o;
+	r->hn = j + 1;
+	r->hoff = o + 1 + b;
+	return b == 0;
+}
+
+/*
+ * The cut learnt from a followed referral into xdns_kit_zones, as userspace writes one
+ * (xdns_bpf::kit::KitMaps::set_zone): its lowercased name, the glue of both families, the
+ * expiry from the NS RRset's TTL (at most XDNS_KIT_LEARN_TTL). Written only where no
+ * unexpired cut of that name is (userspace's entries win); a full map keeps nothing.
+ */
+#define XDNS_KIT_LEARN_TTL 86400
+static __always_inline void xdns_kit_learn(struct xdns_kit_scratch *ks, __u64 hash, __u32 labels)
+{
+	struct xdns_kit_zone_key k = { .hash = hash };
+	struct xdns_kit_zone *old = bpf_map_lookup_elem(&xdns_kit_zones, &k);
+	struct xdns_kit_zone *v = &ks->zone;
+	struct xdns_kit_ref *r = &ks->ref;
+	__u32 n = r->cut_len, q = r->qlen, off, j, ttl = r->ttl;
+	__u64 now = bpf_ktime_get_ns();
+
+	if (old && old->expires_ns > now)
+		return;
+	if (n == 0 || n > q || q > 255 || ttl == 0)
+		return;
+	__builtin_memset(v, 0, sizeof(*v));
+	v->expires_ns = now + (__u64)(ttl < XDNS_KIT_LEARN_TTL ? ttl : XDNS_KIT_LEARN_TTL) * 1000000000ULL;
+	v->name_len = n;
+	v->labels = labels;
+	XDNS_KIT_OPAQUE(n);
+	for (j = 0; j < 32; j++) {
+		off = j * 8;
+		if (off >= n)
+			break;
+		xdns_st64(&v->name[off], xdns_ld64(&ks->lq[(q - n + off) & 255]) &
+			  (n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL));
+	}
+	v->n4 = r->n4 < XDNS_KIT_ADDRS ? r->n4 : XDNS_KIT_ADDRS;
+	v->n6 = r->n6 < XDNS_KIT_ADDRS ? r->n6 : XDNS_KIT_ADDRS;
+	__builtin_memcpy(v->a4, r->g4, sizeof(v->a4));
+	__builtin_memcpy(v->a6, r->g6, sizeof(v->a6));
+	if (!bpf_map_update_elem(&xdns_kit_zones, &k, v, BPF_ANY))
+		ks->learnt++;
+}
+
+/*
+ * A genuine response (checked by xdns_kit_in against the pending entry `p` under `old`):
+ * followed when it is a referral with glue, else handed to the daemon's socket as before.
+ * A referral: NOERROR, AA=0, TC=0, no answer, an NS RRset in authority owned by a name
+ * strictly below the cut asked and above (or at) the question name, no SOA. Followed when
+ * the glue of one of its NS names (within the cut asked) has an address of the client's
+ * family and fewer than XDNS_KIT_HOPS queries were sent: the same frame becomes the next
+ * query (new ID, port and case), the entry is replaced (hops + 1, the new cut).
+ */
+static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+							   struct xdns_kit_pend *p, const struct xdns_kit_pend_key *old)
+{
+	struct xdns_kit_in_ctx c = { .ks = ks };
+	struct xdns_kit_pend_key key = {};
+	struct xdns_kit_ref *r = &ks->ref;
+	__u32 flags, len, qlen, k, off, nlab, jc, dlen, n, x;
+	__u64 s;
+	__u8 *h = ks->resp;
+
+	len = ks->dns_len;
+	if (len > XDNS_KIT_RESP_MAX || len < 12)
+		return XDNS_PASS_KIT_RESPONSE;
+	if (bpf_xdp_load_bytes(ctx, ks->dns_off & 0xff, ks->resp, len))
+		return XDNS_PASS_KIT_UNPARSED;
+	flags = xdns_kit_be16(&h[2]);
+	/* NOERROR, no answer, something in authority; AA=0, TC=0 (TC: userspace retries over TCP) */
+	if ((flags & 0x7e0f) != 0 || xdns_kit_be16(&h[6]) != 0 || xdns_kit_be16(&h[8]) == 0)
+		return XDNS_PASS_KIT_RESPONSE;
+	if (ks->l3_off != ETH_HLEN || ks->l4_off != ETH_HLEN + (ks->ipv6 ? 40 : 20))
+		return XDNS_PASS_KIT_UNPARSED;
+	qlen = p->qlen;
+	if (qlen == 0 || qlen > 255 || p->zone_len == 0 || p->zone_len > qlen)
+		return XDNS_PASS_KIT_UNPARSED;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->len = len;
+	r->qlen = qlen;
+	r->zone_len = p->zone_len;
+	r->nscount = xdns_kit_be16(&h[8]);
+	r->total = r->nscount + xdns_kit_be16(&h[10]);
+	r->pos = 12 + qlen + 4;
+	r->ttl = ~0U;
+	if (r->total > XDNS_KIT_RECORDS)
+		return XDNS_PASS_KIT_UNPARSED;
+	/* the question name lowercased; its label hashes and starts */
+	n = qlen;
+	XDNS_KIT_OPAQUE(n);
+	for (k = 0; k < 33; k++) {
+		off = k * 8;
+		if (off >= n + 8)
+			break;
+		xdns_st64(&ks->lq[off & 255], off < n ? xdns_lower8(xdns_ld64(&p->cname[off & 255])) &
+			  (n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL) : 0);
+	}
+	bpf_loop(128, xdns_kit_label_hash, &c, 0);
+	nlab = r->hn;
+	if (nlab == 0 || nlab > 128 || r->hoff != qlen)
+		return XDNS_PASS_KIT_UNPARSED;
+
+	bpf_loop(XDNS_KIT_RECORDS, xdns_kit_record, &c, 0);
+	switch (r->why) {
+	case XDNS_KIT_REF_OK:
+		break;
+	case XDNS_KIT_REF_NEGATIVE:
+		return XDNS_PASS_KIT_RESPONSE;
+	case XDNS_KIT_REF_BAILIWICK:
+	case XDNS_KIT_REF_MIXED:
+		return XDNS_PASS_KIT_BAILIWICK;
+	default:
+		return XDNS_PASS_KIT_UNPARSED;
+	}
+	if (r->cut_len == 0)
+		return XDNS_PASS_KIT_RESPONSE;  /* no NS RRset: not a referral */
+	if (p->hops >= XDNS_KIT_HOPS)
+		return XDNS_PASS_KIT_HOP_LIMIT;
+	n = ks->ipv6 ? r->n6 : r->n4;
+	if (n == 0)
+		return XDNS_PASS_KIT_GLUELESS;
+
+	/* the new cut's hash: its labels' hashes folded root first (hash.h), as userspace keys it */
+	s = xdns_cfg.seed ^ XDNS_HASH_SUFFIX;
+	r->cut_labels = 0xff;
+	for (k = 0; k < 128; k++) {
+		__u32 j = (nlab - 1 - k) & 127;
+
+		if (k >= nlab)
+			break;
+		s = xdns_hash_step(s, ks->lh[j]);
+		if (r->loff[j] == qlen - r->cut_len) {
+			/* the results to memory: read back unknown, so what follows is verified once, not once per k */
+			r->cut_labels = k;
+			ks->zone_hash = xdns_hash_fin(s);
+			break;
+		}
+	}
+	jc = *(volatile __u32 *)&r->cut_labels;
+	if (jc > 127)
+		return XDNS_PASS_KIT_UNPARSED;
+
+	/* the next server: a glue address of the client's family, at random */
+	x = bpf_get_prandom_u32() % (n < XDNS_KIT_ADDRS ? n : XDNS_KIT_ADDRS);
+	asm volatile("" : "+r"(x));     /* keep the mask below: clang drops it, the verifier needs it */
+	if (ks->ipv6) {
+		__builtin_memcpy(key.server, r->g6[x & (XDNS_KIT_ADDRS - 1)], 16);
+		key.family = 6;
+	} else {
+		__builtin_memcpy(key.server, r->g4[x & (XDNS_KIT_ADDRS - 1)], 4);
+		key.family = 4;
+	}
+	__builtin_memcpy(&ks->pend, p, sizeof(ks->pend));
+	xdns_kit_port_id(&key);
+	dlen = xdns_kit_build(ks, ks->pend.cname, qlen, key.id);
+	if (dlen < 12 + 1 + 4 + XDNS_KIT_OPT_LEN || dlen > 12 + 255 + 4 + XDNS_KIT_OPT_LEN)
+		return XDNS_PASS_KIT_UNPARSED;
+	ks->pend.zone_hash = *(volatile __u64 *)&ks->zone_hash;
+	ks->pend.zone_len = r->cut_len;
+	ks->pend.hops = p->hops + 1;
+	switch (xdns_kit_send(ctx, ks, &key, dlen, old)) {
+	case XDNS_KIT_TX:
+		ks->hops++;
+		xdns_kit_learn(ks, ks->pend.zone_hash, jc);
+		return XDNS_KIT_REFERRAL_FOLLOWED;
+	case XDNS_KIT_REDIRECT:
+		ks->hops++;
+		xdns_kit_learn(ks, ks->pend.zone_hash, jc);
+		return XDNS_KIT_REFERRAL_REDIRECTED;
+	case XDNS_KIT_CLAIMED:
+		return XDNS_DROP_KIT_UNSOLICITED;
+	case XDNS_KIT_NO_FIB:
+	case XDNS_KIT_NO_ENTRY:
+	case XDNS_KIT_NO_RESIZE:
+		return XDNS_PASS_KIT_NO_HOP;
+	default:
+		return XDNS_DROP_REWRITE;
+	}
 }
 
 /*
  * The response side (xdns_kit_in_xdp): a response (QR=1) to a reserved port, the layout in
- * ks. Checked as the userspace resolver checks its own (xdns_resolver::net, Expect::matches).
+ * ks. Checked as the userspace resolver checks its own (xdns_resolver::net, Expect::matches),
+ * then followed if it is a referral with glue (xdns_kit_follow), else passed to userspace.
  */
 static __always_inline enum xdns_verdict xdns_kit_in(struct xdp_md *ctx)
 {
@@ -466,7 +997,7 @@ static __always_inline enum xdns_verdict xdns_kit_in(struct xdp_md *ctx)
 	    ks->msg[(qlen + 2) & 0x1ff] != 0 || ks->msg[(qlen + 3) & 0x1ff] != 1)
 		return XDNS_DROP_KIT_QUESTION;
 	ks->responses++;
-	return XDNS_PASS_KIT_RESPONSE;
+	return xdns_kit_follow(ctx, ks, p, &key);
 }
 
 #endif /* XDNS_KIT_H */

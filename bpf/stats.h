@@ -61,8 +61,15 @@ static const __u8 xdns_actions[XDNS_VERDICT_SLOTS] = {
 	[XDNS_DROP_KIT_SRC_PORT] = XDP_DROP,
 	[XDNS_DROP_KIT_QUESTION] = XDP_DROP,
 	[XDNS_DROP_KIT_MALFORMED] = XDP_DROP,
+	[XDNS_KIT_REFERRAL_FOLLOWED] = XDP_TX,
+	[XDNS_KIT_REFERRAL_REDIRECTED] = XDP_REDIRECT,
+	[XDNS_PASS_KIT_HOP_LIMIT] = XDP_PASS,
+	[XDNS_PASS_KIT_GLUELESS] = XDP_PASS,
+	[XDNS_PASS_KIT_BAILIWICK] = XDP_PASS,
+	[XDNS_PASS_KIT_UNPARSED] = XDP_PASS,
+	[XDNS_PASS_KIT_NO_HOP] = XDP_PASS,
 };
-_Static_assert(XDNS_VERDICT_MAX == XDNS_DROP_KIT_MALFORMED + 1, "a new verdict needs its row in xdns_actions");
+_Static_assert(XDNS_VERDICT_MAX == XDNS_PASS_KIT_NO_HOP + 1, "a new verdict needs its row in xdns_actions");
 
 /*
  * Count `v` on this CPU (in its scratch value) and return the XDP action it stands for.

@@ -69,7 +69,15 @@ enum xdns_verdict {
 	XDNS_DROP_KIT_SRC_PORT = 46,  /* ... from a source port other than 53 */
 	XDNS_DROP_KIT_QUESTION = 47,  /* ... whose question is not the one sent (name with its 0x20 case, type, class) */
 	XDNS_DROP_KIT_MALFORMED = 48, /* ... too short, QDCOUNT != 1, or a query (QR=0) to a reserved port */
-	XDNS_VERDICT_MAX = 49,        /* number of verdicts; not a verdict */
+	/* kernel iteration, the response side: referrals followed in the kernel (issue 32) */
+	XDNS_KIT_REFERRAL_FOLLOWED = 49, /* XDP_TX: a referral with in-bailiwick glue rewritten into the next query (out the interface it came in) */
+	XDNS_KIT_REFERRAL_REDIRECTED = 50, /* XDP_REDIRECT: the same, out another interface */
+	XDNS_PASS_KIT_HOP_LIMIT = 51, /* a referral past the hop limit: to the daemon's socket, userspace finishes */
+	XDNS_PASS_KIT_GLUELESS = 52,  /* a referral without in-bailiwick glue of the client's family: to userspace */
+	XDNS_PASS_KIT_BAILIWICK = 53, /* a referral whose NS owner is not below the cut asked and above the name (upward, sideways, elsewhere): to userspace */
+	XDNS_PASS_KIT_UNPARSED = 54,  /* a response the kernel's bounded parse does not take (malformed, truncated, too long, too many records): to userspace */
+	XDNS_PASS_KIT_NO_HOP = 55,    /* a referral it would follow but cannot send (no next hop, pending map full, frame resize): to userspace untouched */
+	XDNS_VERDICT_MAX = 56,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -1033,6 +1041,53 @@ enum xdns_kit_handover {
 };
 #define XDNS_KIT_HO_SLOTS 8
 
+#define XDNS_KIT_HOPS 8                 /* queries per client question the kernel sends; past it, userspace */
+#define XDNS_KIT_RESP_MAX 1984          /* longest response the kernel parses (bytes of DNS message) */
+#define XDNS_KIT_RESP_ROOM 2112         /* resp[]: offsets masked to 2047, eight words read past them */
+#define XDNS_KIT_NAME_ROOM 328          /* a name (<= 255) masked to 255, eight words past its last label start */
+#define XDNS_KIT_RECORDS 64             /* authority + additional records the kernel reads at most */
+#define XDNS_KIT_NS 16                  /* NS names of a referral kept (their hashes) to match glue */
+
+/* A referral being read by xdns_kit_in (its own parse state, in xdns_kit_scratch). */
+struct xdns_kit_ref {
+	__u64 ns_hash[XDNS_KIT_NS];     /* seeded hashes of the NS names (lowercased) */
+	__u64 nbits[4];         /* label starts of nb[] (bit per offset) */
+	__u64 qbits[4];         /* label starts of lq[] */
+	__u32 pos;              /* offset of the next record in resp[] */
+	__u32 len;              /* bytes of resp[] (the DNS message) */
+	__u32 nscount;          /* authority records */
+	__u32 total;            /* authority + additional records */
+	__u32 n_ns;             /* ns_hash[] entries */
+	__u32 cut_len;          /* wire length of the NS owner (the new cut), 0 until the first NS */
+	__u32 ttl;              /* smallest TTL of the NS RRset */
+	__u32 why;              /* how the parse ended (enum xdns_kit_ref_end) */
+	__u32 qlen;             /* wire length of lq[] */
+	__u32 zone_len;         /* wire length of the cut asked */
+	/* the name reader's state (xdns_kit_name) */
+	__u32 npos;             /* where the next label is read */
+	__u32 nend;             /* where the name ends in the record (after its first pointer, or its root) */
+	__u32 nlen;             /* bytes written to nb[] */
+	__u32 jumps;            /* compression pointers followed */
+	__u32 ndone;            /* 1: the name is read; 2: malformed */
+	__u32 n4;               /* g4[] entries */
+	__u32 n6;               /* g6[] entries */
+	__u32 hoff;             /* the label hasher's next offset in lq[] (xdns_kit_label_hash) */
+	__u32 hn;               /* labels of lq[] hashed */
+	__u32 cut_labels;       /* labels of the new cut, the root excluded (0xff: not found) */
+	__u8 g4[XDNS_KIT_ADDRS][4];     /* in-bailiwick glue of an NS name: A */
+	__u8 g6[XDNS_KIT_ADDRS][16];    /* ... AAAA */
+	__u8 loff[128];         /* offset in lq[] of each label (xdns_kit_label_hash), first label first */
+};
+
+/* How the referral parse ended (xdns_kit_ref.why). */
+enum xdns_kit_ref_end {
+	XDNS_KIT_REF_OK = 0,            /* every record read: a referral, if it has an NS RRset */
+	XDNS_KIT_REF_BAD = 1,           /* malformed, a name over 255, a pointer forward or looping */
+	XDNS_KIT_REF_NEGATIVE = 2,      /* an SOA in authority: a negative answer, not a referral */
+	XDNS_KIT_REF_BAILIWICK = 3,     /* an NS owner not strictly below the cut asked and above the name */
+	XDNS_KIT_REF_MIXED = 4,         /* NS records of more than one owner */
+};
+
 /* Per-CPU scratch and counters of kernel iteration (value of `xdns_kit_scratch`). */
 struct xdns_kit_scratch {
 	/* counters (userspace reads and sums them) */
@@ -1052,6 +1107,15 @@ struct xdns_kit_scratch {
 	__u8 fib[64];           /* the struct bpf_fib_lookup asked, kept for the second try */
 	struct xdns_kit_pend pend;      /* the entry being built */
 	__u8 msg[296];          /* the query being built: header, name, type, class, OPT; padded to words */
+	/* the response side (xdns_kit_in): counters, then the referral's parse */
+	__u64 hops;             /* referrals followed: next queries sent by the kernel */
+	__u64 learnt;           /* cuts the kernel wrote into xdns_kit_zones from a followed referral */
+	struct xdns_kit_ref ref;        /* the referral being parsed (kit.h) */
+	__u8 lq[XDNS_KIT_NAME_ROOM];    /* the question name lowercased, zero padded */
+	__u8 nb[XDNS_KIT_NAME_ROOM];    /* the name being read, decompressed and lowercased */
+	__u64 lh[128];          /* label hashes of lq (hash.h), first label first */
+	struct xdns_kit_zone zone;      /* a cut learnt, being written to xdns_kit_zones */
+	__u8 resp[XDNS_KIT_RESP_ROOM];  /* the response, copied from the frame */
 };
 
 /*

@@ -86,6 +86,10 @@ pub struct KitCounters {
     pub sent: u64,
     /// Responses that passed every check.
     pub responses: u64,
+    /// Referrals followed in the kernel (next queries it sent).
+    pub hops: u64,
+    /// Cuts the kernel wrote into the zone map from referrals it followed.
+    pub learnt: u64,
 }
 
 fn bytes_of<T>(v: &T) -> &[u8] {
@@ -262,6 +266,16 @@ impl KitMaps {
         self.pending.keys().count()
     }
 
+    /// The entry of the query sent to `server` from our `port` with `id`, as the kernel
+    /// wrote it (hops, the cut asked), without claiming it.
+    pub fn peek(&self, server: IpAddr, port: u16, id: u16) -> Result<Option<xdns_kit_pend>> {
+        let k = pend_key(server, port, id);
+        match self.pending.lookup(bytes_of(&k), MapFlags::ANY)? {
+            Some(v) => Ok(Some(from_bytes(&v)?)),
+            None => Ok(None),
+        }
+    }
+
     /// The counters, summed over CPUs.
     pub fn counters(&self) -> Result<KitCounters> {
         let mut c = KitCounters::default();
@@ -273,6 +287,8 @@ impl KitMaps {
             }
             c.sent += s.sent;
             c.responses += s.responses;
+            c.hops += s.hops;
+            c.learnt += s.learnt;
         }
         Ok(c)
     }

@@ -23,6 +23,9 @@ const PORTS: (u16, u16) = (61000, 61255);
 const ROOT4: [u8; 4] = [198, 18, 5, 53];
 const ORG4: [u8; 4] = [198, 18, 5, 54];
 const ROOT6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x53];
+const ORG6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x54];
+const NS: u16 = 2;
+const SEED: u64 = 0x5eed_0123_4567_89ab;
 const ROOT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x53];
 const ORG_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x54];
 const DEV_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x10];
@@ -54,6 +57,7 @@ impl Ns {
         ip(&["neigh", "add", "198.18.5.53", "lladdr", "02:00:00:00:00:53", "dev", "kd0", "nud", "permanent"]);
         ip(&["neigh", "add", "198.18.5.54", "lladdr", "02:00:00:00:00:54", "dev", "kd0", "nud", "permanent"]);
         ip(&["-6", "neigh", "add", "2001:db8:5::53", "lladdr", "02:00:00:00:00:53", "dev", "kd0", "nud", "permanent"]);
+        ip(&["-6", "neigh", "add", "2001:db8:5::54", "lladdr", "02:00:00:00:00:54", "dev", "kd0", "nud", "permanent"]);
         // forwarding, for the row that comes in on kd1 and leaves on kd0 (bpf_redirect)
         sh(&["ip", "netns", "exec", &n.0, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]);
         n
@@ -82,7 +86,7 @@ fn load_kit(pending: u32, guard: Option<xdns_bpf::guard::GuardStage>) -> XdpProg
     let cfg = LoadConfig {
         listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
         edns_payload: OUR_PAYLOAD,
-        seed: Some(0x5eed_0123_4567_89ab),
+        seed: Some(SEED),
         capacity: Capacity { nodes: 256, answers: 256, bodies_m: 256, bodies_l: 256, table_vals: 0, table_bytes: 0 },
         resolver: Some(ResolverStage {
             allow: vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)],
@@ -386,5 +390,278 @@ fn a_full_pending_map_hands_misses_over() {
         assert_eq!(kit.claim_older(u64::MAX).unwrap().len(), 1, "the timer claims the one sent");
         let (_, _, moved) = verdict(&prog, &f);
         assert_eq!(moved, vec!["kit_sent".to_string()], "room again");
+    });
+}
+
+/// A response message to our query `id` for `sent`/`qtype` with header `flags` (QR=1 added),
+/// no records yet: [`add`] appends them.
+fn message(id: u16, flags: u16, sent: &[u8], qtype: u16) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend_from_slice(&(0x8000 | flags).to_be_bytes());
+    m.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    m.extend_from_slice(sent);
+    m.extend_from_slice(&qtype.to_be_bytes());
+    m.extend_from_slice(&[0, 1]);
+    m
+}
+
+/// Append a record of class IN to `section` (1 answer, 2 authority, 3 additional); the
+/// offset of its rdata (for compression pointers to it).
+fn add(m: &mut Vec<u8>, section: usize, owner: &[u8], rtype: u16, ttl: u32, rdata: &[u8]) -> usize {
+    let at = 4 + 2 * section;
+    let n = u16::from_be_bytes([m[at], m[at + 1]]) + 1;
+    m[at..at + 2].copy_from_slice(&n.to_be_bytes());
+    m.extend_from_slice(owner);
+    m.extend_from_slice(&rtype.to_be_bytes());
+    m.extend_from_slice(&[0, 1]);
+    m.extend_from_slice(&ttl.to_be_bytes());
+    m.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    m.extend_from_slice(rdata);
+    m.len() - rdata.len()
+}
+
+/// A pointer to offset `off`.
+fn ptr(off: usize) -> Vec<u8> {
+    vec![0xc0 | (off >> 8) as u8, off as u8]
+}
+
+/// An OPT record (payload 1232, no options) at the end of the additional section.
+fn opt(m: &mut Vec<u8>) {
+    let n = u16::from_be_bytes([m[10], m[11]]) + 1;
+    m[10..12].copy_from_slice(&n.to_be_bytes());
+    m.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+}
+
+/// The frame of message `m` from `server`:53 to our `port`.
+fn from_server(v6: bool, server: &[u8], port: u16, m: &[u8]) -> Vec<u8> {
+    let base = if v6 { Net::v6() } else { Net::v4() };
+    let net = Net { src: server.to_vec(), dst: base.dst.clone(), sport: 53, dport: port, src_mac: ROOT_MAC, dst_mac: DEV_MAC, ..base };
+    frame(&net, m)
+}
+
+/// A referral to `cut` for the question sent: NS `ns` (each with the glue given, A or AAAA
+/// by length), TTL 3600, and an OPT.
+fn referral(id: u16, sent: &[u8], qtype: u16, cut: &str, ns: &[(&str, Vec<Vec<u8>>)]) -> Vec<u8> {
+    let mut m = message(id, 0, sent, qtype);
+    for (name, _) in ns {
+        add(&mut m, 2, &wire(cut), NS, 3600, &wire(name));
+    }
+    for (name, glue) in ns {
+        for a in glue {
+            add(&mut m, 3, &wire(name), if a.len() == 4 { A } else { AAAA }, 3600, a);
+        }
+    }
+    opt(&mut m);
+    m
+}
+
+/// A client's miss for `name` sent by the kernel: (server's port, ID, the name as sent).
+fn ask(prog: &XdpProgram, ifindex: u32, v6: bool, name: &str, qtype: u16) -> (u16, u16, Vec<u8>) {
+    let net = if v6 { Net::v6() } else { Net::v4() };
+    let (_, out, moved) = run(prog, &frame(&net, &query(&wire(name), qtype, Opt::new(1232, false))), ifindex);
+    assert_eq!(moved, vec!["kit_sent".to_string()], "{name}: sent by the kernel");
+    let (port, id) = port_id(&out, v6);
+    let q = wire(name).len();
+    (port, id, dns_of(&out)[12..12 + q].to_vec())
+}
+
+#[test]
+fn referrals_with_glue_are_followed_in_the_kernel() {
+    require_root("referrals_with_glue_are_followed_in_the_kernel");
+    stay_on_one_cpu();
+    let ns = Ns::new("c");
+    let kd0 = ns.ifindex("kd0");
+    ns.run(|| {
+        let prog = load_kit(1024, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+
+        // the rewrite, IPv4 and IPv6: a referral from the root, its owner and one NS name
+        // compressed, glue for the second NS name only (by a pointer to its NS rdata)
+        for (v6, tld, qtype) in [(false, "net", A), (true, "six", AAAA)] {
+            let (root, next, base): (Vec<u8>, Vec<u8>, Net) =
+                if v6 { (ROOT6.to_vec(), ORG6.to_vec(), Net::v6()) } else { (ROOT4.to_vec(), ORG4.to_vec(), Net::v4()) };
+            let name = format!("www.example.{tld}");
+            let (port, id, sent) = ask(&prog, kd0, v6, &name, qtype);
+            let mut m = message(id, 0, &sent, qtype);
+            let tld_at = 12 + wire(&name).len() - wire(tld).len();
+            add(&mut m, 2, &ptr(tld_at), NS, 172800, &[&b"\x01a\x04gtld"[..], &ptr(tld_at)].concat());
+            let b_at = add(&mut m, 2, &wire(&tld.to_uppercase()), NS, 86400, &wire(&format!("b.gtld.{tld}")));
+            add(&mut m, 3, &ptr(b_at), A, 172800, &ORG4);
+            add(&mut m, 3, &ptr(b_at), AAAA, 172800, &ORG6);
+            opt(&mut m);
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &from_server(v6, &root, port, &m), kd0);
+            assert_eq!((act, moved), (3, vec!["kit_referral_followed".to_string()]), "ipv6 {v6}: XDP_TX, the next query");
+            assert!(checksums_ok(&out), "ipv6 {v6}: checksums");
+            let (port2, id2) = port_id(&out, v6);
+            assert!((PORTS.0..=PORTS.1).contains(&port2), "a port of the range");
+            assert!(kit.claim(ip(&root), port, id).unwrap().is_none(), "ipv6 {v6}: the old entry is gone");
+            let raw = kit.peek(ip(&next), port2, id2).unwrap().expect("the new entry, under the glue's address");
+            assert_eq!((raw.hops, raw.zone_len), (2, wire(tld).len() as u8), "hop 2, the cut {tld}.");
+            assert_eq!(raw.zone_hash, xdns_bpf::hash::name_hash(SEED, &wire(tld)), "keyed as userspace keys {tld}.");
+            let p = kit.claim(ip(&next), port2, id2).unwrap().expect("the new entry, under the glue's address");
+            assert_eq!(out, expected_query(&base, &next, ORG_MAC, port2, id2, &p.sent_name, qtype), "ipv6 {v6}: exact bytes");
+            assert_eq!(p.qname, wire(&name), "the client's name kept");
+            assert!(p.sent_name.eq_ignore_ascii_case(&sent), "the same name, in its own case");
+            assert_eq!((p.qtype, p.id, p.flags, p.payload), (qtype, 0xbeef, 0x0100, Some(1232)), "the client's state kept");
+            assert_eq!(p.client, std::net::SocketAddr::new(ip(&base.src), base.sport));
+            assert_eq!(p.local, ip(&base.dst));
+            let after = kit.counters().unwrap();
+            assert_eq!((after.hops, after.learnt), (before.hops + 1, before.learnt + 1), "one hop followed, one cut learnt");
+            let z = kit.zones().unwrap().into_iter().find(|z| z.name == wire(tld)).expect("the cut learnt");
+            assert_eq!(z.addrs, vec![ip(&ORG4), ip(&ORG6)], "both families of glue");
+            assert!(z.expires_ns < u64::MAX && z.expires_ns > p.sent_ns + 86_000 * 1_000_000_000, "expiry from the smaller NS TTL");
+            // the next miss under it goes straight to the cut learnt
+            let net = if v6 { Net::v6() } else { Net::v4() };
+            let (_, out, moved) = run(&prog, &frame(&net, &query(&wire(&format!("other.{tld}")), qtype, None)), kd0);
+            assert_eq!(moved, vec!["kit_sent".to_string()]);
+            let (port3, id3) = port_id(&out, v6);
+            assert!(kit.claim(ip(&next), port3, id3).unwrap().is_some(), "asked at the cut learnt");
+        }
+
+        // a referral coming in on kd1 leaves on kd0: the forwarding lookup, bpf_redirect
+        let kd1 = ns.ifindex("kd1");
+        let (port, id, sent) = ask(&prog, kd0, false, "www.example.redir", A);
+        let m = referral(id, &sent, A, "redir", &[("ns.redir", vec![ORG4.to_vec()])]);
+        let (act, out, moved) = run(&prog, &from_server(false, &ROOT4, port, &m), kd1);
+        assert_eq!((act, moved), (4, vec!["kit_referral_redirected".to_string()]), "XDP_REDIRECT");
+        let (port2, id2) = port_id(&out, false);
+        let p = kit.claim(ip(&ORG4), port2, id2).unwrap().expect("the new entry");
+        assert_eq!(out, expected_query(&Net::v4(), &ORG4, ORG_MAC, port2, id2, &p.sent_name, A), "exact bytes, redirected");
+
+        // a cut below the root, to be asked (its servers at ORG4)
+        kit.set_zone(&KitZone { name: wire("upward.test"), addrs: vec![ip(&ORG4)], expires_ns: u64::MAX }).unwrap();
+        let glue = |a: &[u8; 4]| vec![a.to_vec()];
+        // handed to userspace untouched, the entry left for it to claim
+        type Make = Box<dyn Fn(u16, &[u8]) -> Vec<u8>>;
+        let rows: Vec<(&str, &str, Make, &str)> = vec![
+            ("out-of-bailiwick NS owner (not above the name)", "www.example.test",
+             Box::new(move |id, s| referral(id, s, A, "example.com", &[("ns.example.com", glue(&ORG4))])), "pass_kit_bailiwick"),
+            ("upward referral (to the root, asked at upward.test)", "www.upward.test",
+             Box::new(move |id, s| referral(id, s, A, ".", &[("a.root.test", glue(&ORG4))])), "pass_kit_bailiwick"),
+            ("upward referral (to test)", "www.upward.test",
+             Box::new(move |id, s| referral(id, s, A, "test", &[("ns.upward.test", glue(&ORG4))])), "pass_kit_bailiwick"),
+            ("sideways referral (the cut asked itself)", "www.upward.test",
+             Box::new(move |id, s| referral(id, s, A, "upward.test", &[("ns.upward.test", glue(&ORG4))])), "pass_kit_bailiwick"),
+            ("out-of-bailiwick glue (asked at upward.test, glue under net)", "www.upward.test",
+             Box::new(move |id, s| referral(id, s, A, "www.upward.test", &[("ns.elsewhere.net", glue(&ORG4))])), "pass_kit_glueless"),
+            ("glue for no NS name", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 add(&mut m, 2, &wire("test"), NS, 3600, &wire("ns.test"));
+                 add(&mut m, 3, &wire("other.test"), A, 3600, &ORG4);
+                 m
+             }), "pass_kit_glueless"),
+            ("glueless", "www.example.test",
+             Box::new(move |id, s| referral(id, s, A, "test", &[("ns.test", vec![])])), "pass_kit_glueless"),
+            ("glue of the other family only", "www.example.test",
+             Box::new(move |id, s| referral(id, s, A, "test", &[("ns.test", vec![ORG6.to_vec()])])), "pass_kit_glueless"),
+            ("NS owners of two names", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 add(&mut m, 2, &wire("test"), NS, 3600, &wire("ns.test"));
+                 add(&mut m, 2, &wire("example.test"), NS, 3600, &wire("ns.test"));
+                 add(&mut m, 3, &wire("ns.test"), A, 3600, &ORG4);
+                 m
+             }), "pass_kit_bailiwick"),
+            ("truncated: rdlength past the end", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
+                 m.truncate(m.len() - 13);
+                 m
+             }), "pass_kit_unparsed"),
+            ("malformed: a compression pointer forward", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 let at = m.len() + 2;
+                 add(&mut m, 2, &ptr(at + 200), NS, 3600, &wire("ns.test"));
+                 add(&mut m, 3, &wire("ns.test"), A, 3600, &ORG4);
+                 m
+             }), "pass_kit_unparsed"),
+            ("malformed: a pointer to itself", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 let at = m.len();
+                 add(&mut m, 2, &ptr(at), NS, 3600, &wire("ns.test"));
+                 add(&mut m, 3, &wire("ns.test"), A, 3600, &ORG4);
+                 m
+             }), "pass_kit_unparsed"),
+            ("TC=1", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
+                 m[2] |= 0x02;
+                 m
+             }), "pass_kit_response"),
+            ("AA=1 (an answer, not a referral)", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
+                 m[2] |= 0x04;
+                 m
+             }), "pass_kit_response"),
+            ("NXDOMAIN", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
+                 m[3] |= 3;
+                 m
+             }), "pass_kit_response"),
+            ("SOA in authority (no data)", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 add(&mut m, 2, &wire("test"), 6, 3600, &[&wire("ns.test")[..], &wire("h.test"), &[0; 20]].concat());
+                 add(&mut m, 2, &wire("test"), NS, 3600, &wire("ns.test"));
+                 add(&mut m, 3, &wire("ns.test"), A, 3600, &ORG4);
+                 m
+             }), "pass_kit_response"),
+            ("an answer", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 add(&mut m, 1, &ptr(12), A, 3600, &ORG4);
+                 m
+             }), "pass_kit_response"),
+        ];
+        for (what, name, make, want) in rows {
+            let server = if name.contains("upward") { ORG4 } else { ROOT4 };
+            let (port, id, sent) = ask(&prog, kd0, false, name, A);
+            let f = from_server(false, &server, port, &make(id, &sent));
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &f, kd0);
+            assert_eq!((act, moved), (2, vec![want.to_string()]), "{what}: XDP_PASS");
+            assert_eq!(out, f, "{what}: untouched");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.responses, after.hops), (before.responses + 1, before.hops), "{what}: accepted, not followed");
+            let p = kit.peek(ip(&server), port, id).unwrap().unwrap_or_else(|| panic!("{what}: the entry left for userspace"));
+            assert_eq!(p.hops, 1, "{what}");
+            assert!(kit.claim(ip(&server), port, id).unwrap().is_some());
+        }
+        assert!(kit.zones().unwrap().iter().all(|z| z.name != wire("test") && z.name != wire("example.com")), "nothing learnt from a referral not followed");
+
+        // the hop limit: a chain of referrals one label deeper each, glue under the cut asked;
+        // the kernel sends XDNS_KIT_HOPS (8) queries, the next referral goes to userspace
+        let name = "a.b.c.d.e.f.g.h.i.j.hops.test";
+        let labels: Vec<&str> = name.split('.').collect();
+        let (mut port, mut id, mut sent) = ask(&prog, kd0, false, name, A);
+        let mut server = ROOT4;
+        for hop in 1..=8u8 {
+            let cut = labels[labels.len() - hop as usize..].join(".");
+            let m = referral(id, &sent, A, &cut, &[(&format!("ns.{cut}"), vec![ORG4.to_vec()])]);
+            let f = from_server(false, &server, port, &m);
+            let (act, out, moved) = run(&prog, &f, kd0);
+            if hop == 8 {
+                assert_eq!((act, moved), (2, vec!["pass_kit_hop_limit".to_string()]), "the ninth query is userspace's");
+                assert_eq!(out, f, "untouched");
+                let p = kit.peek(ip(&server), port, id).unwrap().expect("the entry left for userspace");
+                assert_eq!((p.hops, p.zone_len), (8, wire(&labels[labels.len() - 7..].join(".")).len() as u8), "the eighth query, to the seventh cut");
+                assert!(kit.claim(ip(&server), port, id).unwrap().is_some());
+                break;
+            }
+            assert_eq!((act, moved), (3, vec!["kit_referral_followed".to_string()]), "hop {hop} followed");
+            (port, id) = port_id(&out, false);
+            sent = dns_of(&out)[12..12 + sent.len()].to_vec();
+            server = ORG4;
+            let p = kit.peek(ip(&server), port, id).unwrap().expect("the new entry");
+            assert_eq!((p.hops, p.zone_len), (hop + 1, wire(&cut).len() as u8), "hop {hop}: the entry sent to {cut}");
+        }
+        assert_eq!(kit.pending_len(), 0);
     });
 }
