@@ -171,6 +171,12 @@ impl XdpProgram {
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = XdnsSkelBuilder::default().open(storage).context("opening the XDP object")?;
         let seed = cfg.seed.unwrap_or_else(rand::random);
+        // The resolver program with the guard loads only with the answer features on: without
+        // them, RRL and the cookie echo are decided inline in the answer and cache stages, and
+        // their paths take the entry's frame past the verifier's 512-byte stack for three calls
+        // (docs/perf/2026-11-29-guard-goals.md). So its RRL and cookies go through the gate,
+        // whose features are then counted whether detection reads them or not.
+        let guard = cfg.guard.as_ref().map(|g| crate::guard::GuardStage { features: g.features || cfg.resolver.is_some(), ..g.clone() });
         {
             let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
             let c = &mut ro.xdns_cfg;
@@ -203,8 +209,8 @@ impl XdpProgram {
             ro.xdns_cfg.table_buckets = cfg.capacity.table_buckets() as u32;
             ro.xdns_cfg.val_pages = cfg.capacity.table_pages() as u32;
             ro.xdns_cfg.cache_mask = cc.buckets() - 1;
-            ro.xdns_cfg.guard = u8::from(cfg.guard.is_some());
-            ro.xdns_cfg.guard_features = u8::from(cfg.guard.as_ref().is_some_and(|g| g.features));
+            ro.xdns_cfg.guard = u8::from(guard.is_some());
+            ro.xdns_cfg.guard_features = u8::from(guard.as_ref().is_some_and(|g| g.features));
         }
         if let Some(k) = &cfg.kit {
             if cfg.resolver.is_none() {
@@ -221,7 +227,7 @@ impl XdpProgram {
             open.maps.xdns_kit_pending.set_max_entries(1)?;
             open.maps.xdns_kit_zones.set_max_entries(1)?;
         }
-        crate::guard::size_maps(&mut open, cfg.guard.as_ref())?;
+        crate::guard::size_maps(&mut open, guard.as_ref())?;
         open.maps.xdns_cache_idx.set_max_entries(cc.buckets())?;
         open.maps.xdns_cache_s.set_max_entries(cc.s)?;
         open.maps.xdns_cache_m.set_max_entries(cc.m)?;

@@ -20,7 +20,10 @@
 //!   the NS set and those addresses), copied whenever the resolver's zone map changes and as
 //!   cuts expire, so the kernel sends a miss straight to the deepest cut known. The map is
 //!   bounded (`xdns_kit_zones`' size less the root): past it, the cuts with the fewest labels
-//!   are kept (a TLD's cut serves every name below it), then those expiring last.
+//!   are kept (a TLD's cut serves every name below it), then those expiring last. The
+//!   kernel adds the cuts of the referrals it follows itself, where the map has no live entry
+//!   of that name; every 5 s [`ZoneWriter::sweep`] removes those once expired (the kernel
+//!   never deletes one).
 //! - The stats group `kit`: the kernel's counters, and what became of each response handed
 //!   over (`response_<use>`) and of entries the timer claimed (`timeout`).
 
@@ -213,6 +216,7 @@ pub fn spawn(
         let mut writer = ZoneWriter::new(cap);
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = 0u64;
         loop {
             tokio::select! {
                 _ = crate::server::stopped(&mut stop_w) => break,
@@ -223,6 +227,11 @@ pub fn spawn(
             if writer.due(generation, now) {
                 let d = rec.resolver.delegations(xdns_bpf::kit::ADDRS);
                 writer.sync(&*kit_w, d, generation, now);
+            }
+            ticks += 1;
+            if ticks % 250 == 0 {
+                // every 5 s: the expired cuts the kernel learnt
+                writer.sweep(&*kit_w, now);
             }
         }
     }));
@@ -273,6 +282,8 @@ pub trait ZoneMap {
     fn set_zone(&self, z: &KitZone) -> anyhow::Result<()>;
     /// Forget a cut.
     fn remove_zone(&self, name: &[u8]) -> anyhow::Result<()>;
+    /// Every cut the map holds, whoever wrote it (the writer, or the kernel from a referral).
+    fn cuts(&self) -> anyhow::Result<Vec<KitZone>>;
 }
 
 impl ZoneMap for KitMaps {
@@ -281,6 +292,9 @@ impl ZoneMap for KitMaps {
     }
     fn remove_zone(&self, name: &[u8]) -> anyhow::Result<()> {
         KitMaps::remove_zone(self, name)
+    }
+    fn cuts(&self) -> anyhow::Result<Vec<KitZone>> {
+        self.zones()
     }
 }
 
@@ -355,6 +369,20 @@ impl ZoneWriter {
     }
 }
 
+impl ZoneWriter {
+    /// Removes the expired cuts the writer did not write: those the kernel learnt from the
+    /// referrals it followed (bpf/README.md, "Referrals"). The kernel ignores an expired cut
+    /// and never deletes one, so without this they would fill the map and the writer's cuts
+    /// would be refused. Returns how many went.
+    pub fn sweep(&self, map: &dyn ZoneMap, now: u64) -> usize {
+        let Ok(cuts) = map.cuts() else { return 0 };
+        cuts.into_iter()
+            .filter(|z| z.expires_ns <= now && z.name.as_slice() != [0] && !self.written.contains_key(&z.name))
+            .filter(|z| map.remove_zone(&z.name).is_ok())
+            .count()
+    }
+}
+
 fn labels(name: &[u8]) -> usize {
     xdns_wire::name::label_count(name)
 }
@@ -392,6 +420,8 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     let mut v: Vec<(String, u64)> = xdns_bpf::kit::HANDOVER.iter().zip(c.handover).map(|(r, n)| (format!("handover_{r}"), n)).collect();
     v.push(("sent".into(), c.sent));
     v.push(("responses".into(), c.responses));
+    v.push(("hops".into(), c.hops));
+    v.push(("learnt".into(), c.learnt));
     v.push(("pending".into(), kit.pending_len() as u64));
     v.extend(xdns_resolver::HandedUse::ALL.iter().zip(&USES).map(|(u, n)| (format!("response_{}", u.name()), n.load(Relaxed))));
     let mal = USES[xdns_resolver::HandedUse::ALL.iter().position(|u| *u == xdns_resolver::HandedUse::Malformed).unwrap_or(0)].load(Relaxed);
@@ -404,7 +434,7 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
             "counter",
             v,
         ),
@@ -466,6 +496,9 @@ mod tests {
             self.zones.lock().unwrap().remove(name);
             Ok(())
         }
+        fn cuts(&self) -> anyhow::Result<Vec<KitZone>> {
+            Ok(self.zones.lock().unwrap().values().cloned().collect())
+        }
     }
 
     fn wire(s: &str) -> Vec<u8> {
@@ -505,6 +538,24 @@ mod tests {
         assert_eq!(m.zones.lock().unwrap()[&wire("lab.")].addrs, vec!["198.18.1.2".parse::<IpAddr>().unwrap()]);
         assert_eq!(w.sync(&m, vec![], 4, 61), (0, 1));
         assert!(held(&m).is_empty());
+    }
+
+    #[test]
+    fn sweep_removes_the_kernels_expired_cuts_only() {
+        let m = MemMap::default();
+        let mut w = ZoneWriter::new(10);
+        w.sync(&m, vec![deleg("lab.", &["198.18.1.1"], 100)], 1, 10);
+        let kz = |n: &str, exp: u64| KitZone { name: wire(n), addrs: vec!["198.18.2.1".parse().unwrap()], expires_ns: exp };
+        for z in [kz(".", u64::MAX), kz("old.lab.", 40), kz("live.lab.", 500)] {
+            m.zones.lock().unwrap().insert(z.name.clone(), z);
+        }
+        assert_eq!(w.sweep(&m, 50), 1);
+        assert_eq!(held(&m), [".", "lab.", "live.lab."]);
+        // the writer's own expired cut is the writer's to remove (at its next sync), not the sweep's
+        assert_eq!(w.sweep(&m, 200), 0);
+        assert_eq!(held(&m), [".", "lab.", "live.lab."]);
+        assert_eq!(w.sweep(&m, 600), 1);
+        assert_eq!(held(&m), [".", "lab."]);
     }
 
     #[test]
