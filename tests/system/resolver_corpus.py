@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import dns.message
+import dns.rcode
+import dns.rdatatype
+
 
 @dataclass(frozen=True)
 class Case:
@@ -107,3 +111,37 @@ CASES: list[Case] = [
 
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES), "duplicate case id"
+
+
+# ------------------------------------------------------------------ comparison
+# What the resolver tests (test_resolver, test_remote_tree, test_kernel_iteration_remote)
+# compare of an answer.
+
+NAME_TYPES = {dns.rdatatype.from_text(t) for t in ("NS", "CNAME", "MX", "PTR", "SOA", "SRV")}
+
+
+def rr_texts(rrset) -> list[str]:
+    out = []
+    for rd in rrset:
+        text = rd.to_text()
+        if rrset.rdtype in NAME_TYPES:
+            text = text.lower()
+        out.append(f"{rrset.name.to_text().lower()} {dns.rdatatype.to_text(rrset.rdtype)} {text}")
+    return out
+
+
+def summarize(m: dns.message.Message | None) -> dict:
+    """What the comparison looks at: rcode, answer RRs (no TTL), and the negative proof."""
+    if m is None:
+        return {"rcode": "no response"}
+    answer = sorted(t for rrset in m.answer for t in rr_texts(rrset))
+    rcode = dns.rcode.to_text(m.rcode())
+    qtype = m.question[0].rdtype if m.question else None
+    final = {rrset.rdtype for rrset in m.answer}
+    negative = rcode == "NXDOMAIN" or (rcode == "NOERROR" and qtype not in final)
+    soa = None
+    if negative:
+        owners = sorted({rrset.name.to_text().lower() for rrset in m.authority
+                         if rrset.rdtype == dns.rdatatype.SOA})
+        soa = owners[0] if len(owners) == 1 else (owners or None)
+    return {"rcode": rcode, "answer": answer, "soa": soa}

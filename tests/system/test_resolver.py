@@ -73,8 +73,9 @@ DEVIATIONS: dict[tuple[str, str], tuple[list[dict], str, bool]] = {
 # Recursor 4.8 has no 0x20 (RESOLVER_TRAITS["pdns"]["checks_0x20"] is False); against the
 # case-spoof zone it caches the forged answer whenever it asks the spoofer first.
 
-# Names in RDATA of these types are compared case-insensitively.
-NAME_TYPES = {dns.rdatatype.from_text(t) for t in ("NS", "CNAME", "MX", "PTR", "SOA", "SRV")}
+# Names in RDATA of these types are compared case-insensitively (corpus.NAME_TYPES).
+NAME_TYPES = corpus.NAME_TYPES
+summarize = corpus.summarize
 
 QUERY_TIMEOUT = 8.0  # seconds; the slowest peer's failover away from the blackhole is ~1.5 s
 
@@ -185,33 +186,6 @@ def _applies(kind: str, case: corpus.Case) -> bool:
 
 
 # ------------------------------------------------------------------ comparison
-
-
-def _rr_texts(rrset) -> list[str]:
-    out = []
-    for rd in rrset:
-        text = rd.to_text()
-        if rrset.rdtype in NAME_TYPES:
-            text = text.lower()
-        out.append(f"{rrset.name.to_text().lower()} {dns.rdatatype.to_text(rrset.rdtype)} {text}")
-    return out
-
-
-def summarize(m: dns.message.Message | None) -> dict:
-    """What the comparison looks at: rcode, answer RRs (no TTL), and the negative proof."""
-    if m is None:
-        return {"rcode": "no response"}
-    answer = sorted(t for rrset in m.answer for t in _rr_texts(rrset))
-    rcode = dns.rcode.to_text(m.rcode())
-    qtype = m.question[0].rdtype if m.question else None
-    final = {rrset.rdtype for rrset in m.answer}
-    negative = rcode == "NXDOMAIN" or (rcode == "NOERROR" and qtype not in final)
-    soa = None
-    if negative:
-        owners = sorted({rrset.name.to_text().lower() for rrset in m.authority
-                         if rrset.rdtype == dns.rdatatype.SOA})
-        soa = owners[0] if len(owners) == 1 else (owners or None)
-    return {"rcode": rcode, "answer": answer, "soa": soa}
 
 
 def truth(case: corpus.Case) -> dict:
