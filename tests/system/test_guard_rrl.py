@@ -13,7 +13,9 @@ knotd with mod-rrl at the same rate and slip, get the same flood from one client
 - an allowlisted client of the flooded /24 is never limited: its answers are the kernel's
   (`xdp.answered`), whole, however fast it asks (`[guard] allowlist`: never rate limited);
 - the daemon rotates the cookie secret (`cookie_secret_lifetime`): a cookie outlives one
-  rotation in the kernel and in userspace, not two.
+  rotation in the kernel and in userspace, not two;
+- a resolver with RRL and cookies and no detection starts, and its kernel cache answers are
+  limited.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ import dns.edns
 import dns.flags
 import dns.message
 
+import resolver_corpus as corpus
 from lab import DEFAULT_ZONES, Lab, write_knot_conf
+from tree import Tree, start_xdns_resolver, stop
 
 RATE = 20
 SLIP = 2
 FLOOD = 400
 
 
-def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 2.0) -> tuple[int, int, int, float, list, int]:
-    """Send `n` queries for www.example.com A from `src` over `seconds`; (whole, slipped,
+def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 2.0,
+          qname: str = "www.example.com.", qtype: str = "A") -> tuple[int, int, int, float, list, int]:
+    """Send `n` queries for `qname` `qtype` from `src` over `seconds`; (whole, slipped,
     lost, elapsed, the slips' wire, whole answers to the second half of the queries)."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     with lab.client_socket(fam, socket.SOCK_DGRAM) as s:
@@ -54,7 +59,7 @@ def flood(lab: Lab, addr: str, src: str, n: int = FLOOD, seconds: float = 2.0) -
 
         t0 = time.monotonic()
         for i in range(n):
-            q = dns.message.make_query("www.example.com.", "A")
+            q = dns.message.make_query(qname, qtype)
             q.id = i
             s.sendto(q.to_wire(), (addr, 53))
             drain()
@@ -240,3 +245,34 @@ def test_cookie_secret_rotation_keeps_the_previous_secret_for_one_rotation():
         assert d2[:3] == [0, 1, 0], f"after two it no longer does: {d2}"
         assert c2[:8] == client_cookie and c2 != first
         assert lab.stop(srv) == 0
+
+
+def test_resolver_with_rrl_and_cookies_and_no_detection():
+    """The configuration a resolver's operator writes: `[resolver]` with `[guard] rrl` and
+    `cookies`, no `detect`. Its program did not load at all before 2026-11-29 (the entry's
+    stack: bpf/README.md, "The cookie echo"); now the daemon starts, resolves over the lab
+    tree, and the kernel limits a flood of one cached answer from one address."""
+    case = next(c for c in corpus.CASES if c.qname.endswith("good.lab.") and c.rcode == "NOERROR" and c.answer)
+    with Lab(prefix="xdl") as lab:
+        tree = Tree(lab).start()
+        srv = start_xdns_resolver(lab, tree, name="xdns-rg", xdp="generic",
+                                  extra=f"\n[guard]\nrrl = {{ rate = {RATE}, slip = {SLIP} }}\ncookies = true\n")
+        try:
+            w = lab.udp(srv.addr4, dns.message.make_query(case.qname, case.qtype).to_wire(), timeout=8.0)
+            assert w is not None, "no answer to the first (cold) query"
+            first = dns.message.from_wire(w)
+            assert first.rcode() == 0 and first.answer, first
+            time.sleep(0.3)  # the answer reaches the kernel cache
+            before = lab.xdns_stats(srv)["xdp"]
+            whole, slipped, lost, elapsed, _, late = flood(lab, srv.addr4, lab.client_addr4,
+                                                           qname=case.qname, qtype=case.qtype)
+            after = lab.xdns_stats(srv)["xdp"]
+            moved = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+            print(f"{case.qname} {case.qtype}: {FLOOD} queries in {elapsed:.2f} s: {whole} whole "
+                  f"({late} in the last second), {slipped} slipped, {lost} dropped; {moved}")
+            assert moved.get("cache_answered", 0) > 0, moved
+            assert moved.get("drop_rrl", 0) > 0 and moved.get("answered_slip", 0) > 0, moved
+            assert slipped > 0 and late <= 2 * RATE, (whole, slipped, lost, late)
+        finally:
+            assert srv.alive(), srv.stderr()[-3000:]
+            assert stop(lab, srv) == 0, srv.stderr()[-3000:]
