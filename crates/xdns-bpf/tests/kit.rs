@@ -272,7 +272,10 @@ fn misses_are_rewritten_into_queries_and_responses_checked() {
             assert_eq!(p.payload, None, "no EDNS from the client");
         }
         assert!(upper > 100 && lower > 100, "random case: {upper} upper, {lower} lower");
-        assert!(ids.len() >= 15 && ports.len() >= 14, "random IDs {ids:?} and ports {ports:?}");
+        // 16 draws: of 65536 IDs, two repeats happen once in ~10^6 runs; of the 256 ports
+        // three repeats happen once in ~80 runs (a CI run failed on 13 distinct), seven once
+        // in ~10^6: so at least 15 IDs and 9 ports
+        assert!(ids.len() >= 15 && ports.len() >= 9, "random IDs {ids:?} and ports {ports:?}");
 
         // handed over untouched, by reason
         let mut vlan = Net::v4();
