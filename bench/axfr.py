@@ -1,17 +1,21 @@
-"""AXFR of a large zone as a secondary (issue 28): xdns against Knot DNS (and NSD) as
+"""AXFR of a large zone as a secondary (issue 28): xdns against Knot DNS and NSD as
 secondaries of the same Knot DNS primary, in the same run.
 
-    /usr/bin/python3 bench/axfr.py [--records 1000000] [--runs 3] [--xdp] [--nsd]
+    /usr/bin/python3 bench/axfr.py [--records 1000000] [--runs 3] [--no-xdp] [--no-nsd]
 
-Needs root, knotd (and nsd with --nsd). The zone (N `hN A` records, bench/ixfr.py's `plain`
-shape) is generated once into bench/out/. Each run starts each secondary with no copy of the
-zone, in turn (xdns, Knot, NSD, then again), and times from the process's start to the zone's
-last record answered (**served**, polled every 10 ms over UDP); xdns also reports its log
-line's phases (`fetched_ms`: the TCP stream received and parsed; `built_ms`: the zone built
-and validated; `ms`: swapped in, kernel included) and with `--xdp` (`default` mode: generic
-on the lab veth) the time until the kernel maps hold the zone (**kernel**). Peak RSS
-(VmHWM) per secondary. `XDNS_BIN` picks the binary (a build of another commit, for
-before/after). Results: bench/out/axfr-RECORDS[-LABEL].json, ratios to Knot's median.
+Needs root, knotd and nsd. The zone (N `hN A` records, bench/ixfr.py's `plain` shape) is
+generated once into bench/out/. Each run starts each secondary with no copy of the zone, in
+turn (xdns, Knot, NSD, then again), and times from the process's start to the zone's last
+record answered (**served**, polled every 10 ms over UDP). xdns runs with XDP on (`default`
+mode: generic on the lab veth) unless `--no-xdp`; **kernel** is then the time until the XDP
+program itself answers that record (the `answered` verdict counter grows with the answer),
+which is what "served" means for xdns: its row's ratio to Knot uses it. xdns also reports
+its log line's phases (`fetched_ms`: the TCP stream received and parsed into the zone;
+`built_ms`: validated; `ms`: swapped in, kernel included). Peak RSS (VmHWM) per secondary.
+Each xdns run's log is kept in bench/out/axfr-xdns-RUN.log. `XDNS_BIN` picks the binary (a
+build of another commit, for before/after). Results: a table on stdout,
+bench/out/axfr-RECORDS[-LABEL].json and the chart bench/out/axfr-RECORDS[-LABEL].png, ratios
+to Knot's median.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 import bench as B  # noqa: E402
 from ixfr import zone_file  # noqa: E402
-from lab import XDNS_BIN, Lab  # noqa: E402
+from lab import XDNS_BIN, Lab, write_knot_conf, write_nsd_conf  # noqa: E402
 
 import dns.message  # noqa: E402
 import dns.rcode  # noqa: E402
@@ -69,32 +73,7 @@ def knot_secondary(lab: Lab, name: str, primary: str):
     a4, a6 = lab.new_address()
     wd = lab.dir / name
     (wd / "db").mkdir(parents=True)
-    conf = wd / "knot.conf"
-    conf.write_text(f"""server:
-    rundir: "{wd}"
-    listen: [ {a4}@53, {a6}@53 ]
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-remote:
-  - id: primary
-    address: {primary}@53
-control:
-    listen: "{wd}/knot.sock"
-database:
-    storage: "{wd}/db"
-log:
-  - target: stderr
-    any: info
-template:
-  - id: default
-    storage: "{wd}"
-    zonefile-sync: -1
-    journal-content: none
-zone:
-  - domain: "{ORIGIN}"
-    master: primary
-""")
+    conf = write_knot_conf(wd, a4, a6, [ORIGIN], primary=primary)
     return lab.server(["knotd", "-c", conf], name=name), a4
 
 
@@ -102,30 +81,28 @@ def nsd_secondary(lab: Lab, name: str, primary: str):
     a4, a6 = lab.new_address()
     wd = lab.dir / name
     wd.mkdir()
-    conf = wd / "nsd.conf"
-    conf.write_text(f"""server:
-    ip-address: {a4}
-    ip-address: {a6}
-    port: 53
-    username: ""
-    chroot: ""
-    database: ""
-    zonesdir: "{wd}"
-    zonelistfile: "{wd}/zone.list"
-    xfrdfile: "{wd}/xfrd.state"
-    xfrdir: "{wd}"
-    pidfile: "{wd}/nsd.pid"
-    server-count: 1
-    verbosity: 1
-    rrl-ratelimit: 0
-remote-control:
-    control-enable: no
-zone:
-    name: "{ORIGIN}"
-    zonefile: "{wd}/{ORIGIN}zone"
-    request-xfr: {primary} NOKEY
-""")
+    conf = write_nsd_conf(wd, a4, a6, [ORIGIN], primary=primary)
     return lab.server(["nsd", "-c", conf, "-d"], name=name, cwd=wd), a4
+
+
+def wait_kernel(lab: Lab, srv, name: str, timeout: float) -> float | None:
+    """Seconds (from now) until the XDP program answers `name` A itself: the `answered`
+    verdict counter grows across a query answered NOERROR with data. None if it never does
+    within `timeout` (the kernel maps did not take the zone: see the log)."""
+    q = dns.message.make_query(name, "A")
+    q.flags = 0
+    wire = q.to_wire()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        before = lab.xdns_stats(srv)["xdp"].get("answered", 0)
+        r = lab.udp(srv.addr4, wire, timeout=0.2)
+        after = lab.xdns_stats(srv)["xdp"].get("answered", 0)
+        if r is not None and after > before:
+            m = dns.message.from_wire(r)
+            if m.rcode() == dns.rcode.NOERROR and m.answer:
+                return time.monotonic() - t0
+        time.sleep(0.02)
+    return None
 
 
 def stop(proc) -> None:
@@ -137,21 +114,90 @@ def stop(proc) -> None:
         proc.wait()
 
 
+def chart(res: dict, summary: dict, records: int, path: Path) -> None:
+    """Served time per secondary (bars: median; dots: each run), xdns's kernel time beside
+    its userspace one, and peak RSS."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(label, key, who) for label, key, who in [
+        ("xdns (userspace)", "served_s", "xdns"), ("xdns (kernel)", "kernel_s", "xdns"),
+        ("Knot DNS", "served_s", "knot"), ("NSD", "served_s", "nsd")]
+        if [r[key] for r in res.get(who, []) if r.get(key) is not None]]
+    colors = {"xdns (userspace)": "navajowhite", "xdns (kernel)": "tab:orange", "Knot DNS": "dimgray", "NSD": "silver"}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [2.2, 1]})
+    for i, (label, key, who) in enumerate(rows):
+        vals = [r[key] for r in res[who] if r.get(key) is not None]
+        med = statistics.median(vals)
+        ax1.bar(i, med, color=colors[label])
+        ax1.plot([i] * len(vals), vals, "o", color="black", ms=3)
+        ratio = med / summary["knot"]["median_s"] if "knot" in summary else None
+        ax1.text(i, max(vals), f"{med:.2f} s" + (f"\n{ratio:.2f}x Knot" if ratio else ""), ha="center", va="bottom", fontsize=8)
+    if res.get("xdns") and not any(r.get("kernel_s") is not None for r in res["xdns"]) and summary["xdns"].get("kernel_answered_runs") == 0:
+        ax1.text(0.01, 0.97, "xdns's XDP program never answered the transferred zone (kernel maps sized at start)",
+                 transform=ax1.transAxes, va="top", fontsize=8, color="tab:red")
+    ax1.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax1.set_ylabel("seconds from process start")
+    ax1.set_title(f"AXFR of {records:,} records: start to last record answered")
+    ax1.set_ylim(0, max([r[k] for _, k, w in rows for r in res[w] if r.get(k) is not None] + [0.1]) * 1.3)
+    who = [w for w in ("xdns", "knot", "nsd") if res.get(w)]
+    rss = [statistics.median(r["peak_rss_mb"] or 0 for r in res[w]) for w in who]
+    ax2.bar(who, rss, color=["tab:orange", "dimgray", "silver"][:len(who)])
+    for i, v in enumerate(rss):
+        ax2.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+    ax2.set_title("peak RSS (MB)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(res: dict, summary: dict) -> str:
+    lines = ["| secondary | served (s, runs) | median (s) | ratio to Knot | peak RSS (MB) | notes |",
+             "|---|---|---|---|---|---|"]
+    for who, label in [("xdns", "xdns"), ("knot", "Knot DNS"), ("nsd", "NSD")]:
+        runs = res.get(who) or []
+        if not runs:
+            continue
+        sm = summary[who]
+        served = ", ".join(f"{r['served_s']:.2f}" for r in runs)
+        notes = ""
+        if who == "xdns":
+            if any(r.get("kernel_s") is not None for r in runs):
+                served = ", ".join(f"{r['served_s']:.2f}/{r['kernel_s']:.2f}" if r.get("kernel_s") is not None
+                                   else f"{r['served_s']:.2f}/-" for r in runs)
+                label = "xdns (userspace/kernel)"
+            ph = runs[-1].get("phases_ms", {})
+            notes = "last run: " + ", ".join(f"{k} {v}" for k, v in ph.items())
+            if sm.get("kernel_answered_runs") == 0:
+                notes += "; the XDP program never answered the zone"
+        if who == "knot":
+            notes = "Knot's AXFR: " + ", ".join(f"{r['knot_axfr_s']}" for r in runs if "knot_axfr_s" in r) + " s"
+        ratio = sm.get("ratio_to_knot")
+        lines.append(f"| {label} | {served} | {sm['median_s']:.2f} | {ratio if ratio is not None else '-'} | "
+                     f"{statistics.median(r['peak_rss_mb'] or 0 for r in runs):.0f} | {notes} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--xdp", action="store_true", help="xdns with XDP (default mode); also time the kernel maps")
-    ap.add_argument("--nsd", action="store_true", help="NSD as a third secondary")
+    ap.add_argument("--xdp", action=argparse.BooleanOptionalAction, default=True,
+                    help="xdns with XDP (default mode); served = the kernel answers")
+    ap.add_argument("--nsd", action=argparse.BooleanOptionalAction, default=True, help="NSD as a secondary")
     ap.add_argument("--knot", action=argparse.BooleanOptionalAction, default=True, help="Knot as a secondary")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a secondary has to serve the zone")
-    ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
+    ap.add_argument("--kernel-timeout", type=float, default=120,
+                    help="seconds after userspace serves for the XDP program to answer")
+    ap.add_argument("--label", default="", help="added to the result files' names (before/after)")
     ap.add_argument("--perf", default="", help="record `perf record -g` of the first xdns run into this file")
     args = ap.parse_args()
     zone = zone_file(args.records, "plain")
     last = f"h{args.records - 4}.{ORIGIN}"
-    timeout = 600
+    timeout = args.timeout
     res: dict[str, list] = {"xdns": [], "knot": [], "nsd": []}
+    B.OUT.mkdir(exist_ok=True)
     with Lab(prefix="axb") as lab:
         knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-primary")
         try:
@@ -168,7 +214,7 @@ def main() -> int:
                     perf = subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", args.perf, "-p", str(srv.proc.pid)],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
-                    wait_record(lab, srv.addr4, last, srv.proc, args.timeout)
+                    wait_record(lab, srv.addr4, last, srv.proc, timeout)
                 except (TimeoutError, RuntimeError):
                     print(srv.stderr()[-3000:])
                     print(knot.stderr()[-3000:])
@@ -176,11 +222,11 @@ def main() -> int:
                 served = time.monotonic() - t0
                 kernel = None
                 if args.xdp:
-                    lab.wait_xdp_data(srv, timeout=timeout)
-                    kernel = time.monotonic() - t0
+                    k = wait_kernel(lab, srv, last, args.kernel_timeout)
+                    kernel = k and time.monotonic() - t0
                 # the log line comes right after the swap
                 line = ""
-                for _ in range(200):
+                for _ in range(1200):  # after the kernel's reload, which takes seconds
                     ls = [ln for ln in srv.stderr().splitlines() if "transferred and serving" in ln]
                     if ls:
                         line = ls[-1]
@@ -195,6 +241,7 @@ def main() -> int:
                 print(f"run {run} xdns: {json.dumps(r)}", flush=True)
                 res["xdns"].append(r)
                 lab.stop(srv, timeout=60)
+                (B.OUT / f"axfr-xdns-{run}.log").write_text(srv.stderr())
                 # Knot DNS
                 if args.knot:
                     t0 = time.monotonic()
@@ -219,15 +266,32 @@ def main() -> int:
                     stop(proc)
         finally:
             lab.stop(knot)
-    med = {k: statistics.median(r["served_s"] for r in v) for k, v in res.items() if v}
-    summary = {k: {"median_served_s": m, "ratio_to_knot": round(m / med["knot"], 2) if "knot" in med else None}
+    res = {k: v for k, v in res.items() if v}
+
+    def served_of(who: str, r: dict) -> float:
+        # xdns with XDP serves once its kernel answers (a run whose kernel never did counts
+        # its userspace time and is flagged in the table)
+        if who == "xdns" and args.xdp and r.get("kernel_s") is not None:
+            return r["kernel_s"]
+        return r["served_s"]
+
+    med = {k: statistics.median(served_of(k, r) for r in v) for k, v in res.items()}
+    summary = {k: {"median_s": round(m, 3), "ratio_to_knot": round(m / med["knot"], 2) if "knot" in med else None}
                for k, m in med.items()}
-    print("summary:", json.dumps(summary))
-    B.OUT.mkdir(exist_ok=True)
-    out = B.OUT / f"axfr-{args.records}{'-' + args.label if args.label else ''}.json"
+    if args.xdp and "xdns" in res:
+        summary["xdns"]["kernel_answered_runs"] = sum(r.get("kernel_s") is not None for r in res["xdns"])
+    print()
+    print(table(res, summary))
+    print("\nsummary:", json.dumps(summary))
+    stem = f"axfr-{args.records}{'-' + args.label if args.label else ''}"
+    out = B.OUT / f"{stem}.json"
     out.write_text(json.dumps({"records": args.records, "xdns_bin": str(XDNS_BIN), "xdp": args.xdp,
                                "runs": res, "summary": summary}, indent=1))
-    print("written", out)
+    try:
+        chart(res, summary, args.records, B.OUT / f"{stem}.png")
+        print("written", out, "and", B.OUT / f"{stem}.png")
+    except ImportError:
+        print("written", out, "(matplotlib missing: no chart)", file=sys.stderr)
     return 0
 
 

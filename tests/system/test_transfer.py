@@ -37,7 +37,7 @@ import dns.tsigkeyring
 import pytest
 
 import corpus
-from lab import REPO, XDNS_BIN, Lab, run
+from lab import REPO, XDNS_BIN, Lab, run, write_knot_conf, write_nsd_conf
 from test_differential import summarize
 
 ZONES = REPO / "tests" / "zones"
@@ -403,81 +403,19 @@ mx  MX  10 www
 
 
 def start_nsd_secondary(lab, addrs, primary: str, zone: str, key) -> tuple:
-    a4, a6 = addrs
     wd = lab.dir / "nsd-secondary"
     wd.mkdir()
-    conf = wd / "nsd.conf"
-    conf.write_text(f"""server:
-    ip-address: {a4}
-    ip-address: {a6}
-    port: 53
-    username: ""
-    chroot: ""
-    database: ""
-    zonesdir: "{wd}"
-    zonelistfile: "{wd}/zone.list"
-    xfrdfile: "{wd}/xfrd.state"
-    xfrdir: "{wd}"
-    pidfile: "{wd}/nsd.pid"
-    server-count: 1
-    verbosity: 2
-    rrl-ratelimit: 0
-remote-control:
-    control-enable: no
-key:
-    name: "{key[0]}"
-    algorithm: {key[1]}
-    secret: "{key[2]}"
-zone:
-    name: "{zone}"
-    zonefile: "{wd}/{zone}zone"
-    request-xfr: {primary} {key[0]}
-    allow-notify: 198.18.0.0/15 {key[0]}
-""")
+    conf = write_nsd_conf(wd, *addrs, [zone], primary=primary, key=key,
+                          allow_notify="198.18.0.0/15", verbosity=2)
     proc = lab.server(["nsd", "-c", conf, "-d"], name="nsd-secondary", cwd=wd)
     return proc, wd
 
 
 def start_knot_secondary(lab, addrs, primary: str, zone: str, key) -> tuple:
-    a4, a6 = addrs
     wd = lab.dir / "knot-secondary"
     (wd / "db").mkdir(parents=True)
-    conf = wd / "knot.conf"
-    conf.write_text(f"""server:
-    rundir: "{wd}"
-    listen: [ {a4}@53, {a6}@53 ]
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-key:
-  - id: {key[0]}
-    algorithm: {key[1]}
-    secret: {key[2]}
-remote:
-  - id: xdns
-    address: {primary}@53
-    key: {key[0]}
-acl:
-  - id: notify
-    address: 198.18.0.0/15
-    key: {key[0]}
-    action: notify
-control:
-    listen: "{wd}/knot.sock"
-database:
-    storage: "{wd}/db"
-log:
-  - target: stderr
-    any: info
-template:
-  - id: default
-    storage: "{wd}"
-    zonefile-sync: -1
-zone:
-  - domain: "{zone}"
-    master: xdns
-    acl: notify
-""")
+    conf = write_knot_conf(wd, *addrs, [zone], primary=primary, key=key,
+                           allow_notify="198.18.0.0/15", journal="changes")
     proc = lab.server(["knotd", "-c", conf], name="knot-secondary")
     return proc, wd
 

@@ -5,6 +5,12 @@
 //!
 //! Nothing is allocated per record: a record's owner is copied only when it is a new node, its
 //! RDATA into its RRset's buffer.
+//!
+//! Validation looks only where it can find something: the builder notes, as records arrive,
+//! the owners of the types the rules are about (SOA, CNAME, DS) and whether the zone has
+//! cuts (NS below the apex) or signatures (RRSIG). Without cuts and signatures no other node
+//! can break a rule (see `validate`'s table), so [`RecordBuilder::build`] validates the apex
+//! and the noted owners only; with either, the whole zone, as the loader does.
 
 use std::path::PathBuf;
 
@@ -25,6 +31,11 @@ pub struct RecordBuilder {
     /// TTL differences within an RRset (at most [`MAX_WARNINGS`]).
     warnings: Vec<String>,
     records: usize,
+    /// Owners (not the apex) of SOA, CNAME and DS records, in arrival order (repeats
+    /// possible): all that validation has to look at when `whole` is false.
+    notable: Vec<NameKey>,
+    /// A cut (NS below the apex) or a signature arrived: validation must see every node.
+    whole: bool,
 }
 
 /// What [`RecordBuilder::build`] made: the zone (validated only when `errors` is empty).
@@ -38,7 +49,22 @@ pub struct Built {
 impl RecordBuilder {
     /// An empty zone at `apex` (a lowercased wire name).
     pub fn new(apex: NameKey) -> Self {
-        RecordBuilder { apex, nodes: HashMap::new(), errors: Vec::new(), refused: 0, warnings: Vec::new(), records: 0 }
+        Self::with_capacity(apex, 0)
+    }
+
+    /// [`RecordBuilder::new`] with room for `nodes` names (e.g. the previous version's count),
+    /// so that the node table does not grow step by step as a large zone arrives.
+    pub fn with_capacity(apex: NameKey, nodes: usize) -> Self {
+        RecordBuilder {
+            apex,
+            nodes: HashMap::with_capacity(nodes),
+            errors: Vec::new(),
+            refused: 0,
+            warnings: Vec::new(),
+            records: 0,
+            notable: Vec::new(),
+            whole: false,
+        }
     }
 
     /// The apex.
@@ -57,6 +83,13 @@ impl RecordBuilder {
         if rdata.len() > 65_535 {
             self.refuse(format!("{}: RDATA longer than 65535 octets", key_to_text(owner)));
             return;
+        }
+        use xdns_wire::rtype::{CNAME, DS, NS, RRSIG, SOA};
+        match rtype {
+            RRSIG => self.whole = true,
+            NS if owner != &self.apex[..] => self.whole = true,
+            SOA | CNAME | DS if owner != &self.apex[..] && !self.whole => self.notable.push(owner.into()),
+            _ => {}
         }
         let inserted = if let Some(node) = self.nodes.get_mut(owner) {
             insert_rr(node, rtype, ttl, rdata)
@@ -131,11 +164,48 @@ impl RecordBuilder {
         let mut warnings: Vec<LoadError> = self.warnings.into_iter().map(err).collect();
         let zone = Zone::new(self.apex, self.nodes, file, serial);
         if errors.is_empty() {
-            let findings = validate::validate(&zone);
+            let findings = if self.whole {
+                validate::validate(&zone)
+            } else {
+                let mut names = self.notable;
+                names.sort_unstable();
+                names.dedup();
+                validate::validate(&Only { zone: &zone, names: &names })
+            };
             errors = findings.errors;
             warnings.extend(findings.warnings);
         }
         Built { zone, errors, warnings }
+    }
+}
+
+/// A zone as validation sees it, narrowed to the apex and `names` (those of a zone without
+/// cuts or signatures that the rules are about).
+struct Only<'a> {
+    zone: &'a Zone,
+    names: &'a [NameKey],
+}
+
+impl validate::ZoneView for Only<'_> {
+    fn apex(&self) -> &[u8] {
+        &self.zone.apex
+    }
+    fn node(&self, name: &[u8]) -> Option<&Node> {
+        self.zone.nodes.get(name)
+    }
+    fn for_each_node(&self, f: &mut dyn FnMut(&[u8], &Node)) {
+        let apex = std::iter::once(&self.zone.apex).filter(|a| !self.names.contains(a));
+        for name in apex.chain(self.names) {
+            if let Some(n) = self.zone.nodes.get(name) {
+                f(name, n)
+            }
+        }
+    }
+    fn file(&self) -> &std::path::Path {
+        &self.zone.file
+    }
+    fn locate(&self, _name: &[u8], _rtype: u16, _nth: usize) -> Option<(PathBuf, usize)> {
+        None
     }
 }
 
@@ -179,6 +249,47 @@ mod tests {
         assert!(zone.nodes[&k("b.c.test.")].rrsets.is_empty());
         assert!(zone.nodes[&k("c.test.")].rrsets.is_empty());
         assert_eq!(zone.nodes.len(), 5);
+    }
+
+    /// The narrowed validation finds what the whole one finds, with and without cuts and
+    /// signatures.
+    #[test]
+    fn narrowed_validation_finds_what_the_whole_finds() {
+        type Recs = Vec<(&'static str, u16, Vec<u8>)>;
+        let a = |x: u8| vec![198, 18, 0, x];
+        let cases: Vec<(&str, Recs)> = vec![
+            ("plain", vec![("a.test.", 1, a(1)), ("b.c.test.", 16, b"\x01x".to_vec())]),
+            ("cname beside data", vec![("a.test.", 5, b"\x01b\x04test\x00".to_vec()), ("a.test.", 1, a(1))]),
+            ("two cnames", vec![("a.test.", 5, b"\x01b\x04test\x00".to_vec()), ("a.test.", 5, b"\x01c\x04test\x00".to_vec())]),
+            ("ds not at a cut", vec![("a.test.", 43, vec![0, 1, 8, 2, 1, 2, 3, 4]), ("a.test.", 1, a(1))]),
+            ("ds at the apex", vec![("test.", 43, vec![0, 1, 8, 2, 1, 2, 3, 4])]),
+            ("data below a cut", vec![
+                ("sub.test.", 2, b"\x02ns\x03sub\x04test\x00".to_vec()),
+                ("x.sub.test.", 16, b"\x01x".to_vec()),
+                ("ns.sub.test.", 1, a(2)),
+                ("sub.test.", 16, b"\x01y".to_vec()),
+                ("sub.test.", 43, vec![0, 1, 8, 2, 1, 2, 3, 4]),
+            ]),
+            ("signed", vec![("a.test.", 1, a(1)), ("a.test.", 46, vec![0, 1, 8, 2, 0, 0, 0, 60, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 4, b't', b'e', b's', b't', 0, 9])]),
+        ];
+        for (what, recs) in cases {
+            let mut b = RecordBuilder::new(k("test."));
+            b.add(&k("test."), 6, 60, &soa(7));
+            b.add(&k("test."), 2, 60, b"\x02ns\x04test\x00");
+            for (owner, t, rd) in &recs {
+                b.add(&k(owner), *t, 60, rd);
+            }
+            let built = b.build("f".into());
+            let whole = validate::validate(&built.zone);
+            let mut want = whole.warnings.clone();
+            want.sort_by_key(|e| e.reason.clone());
+            let mut got = built.warnings.clone();
+            got.sort_by_key(|e| e.reason.clone());
+            assert_eq!(built.errors, whole.errors, "{what}");
+            assert_eq!(got, want, "{what}");
+            let expect_errors = matches!(what, "cname beside data" | "two cnames" | "ds not at a cut" | "ds at the apex");
+            assert_eq!(!built.errors.is_empty(), expect_errors, "{what}: {:?}", built.errors);
+        }
     }
 
     #[test]

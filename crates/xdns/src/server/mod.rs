@@ -168,6 +168,14 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         return Ok(());
     };
     let shared = Arc::new(Shared::new(served?));
+    // Secondary zones start transferring now, while the XDP program loads (the verifier
+    // takes seconds) and the sockets are bound; what they bring is swapped in only once
+    // start-up is done, as before: the swap lock is held until then.
+    let gate = shared.clone();
+    let startup = gate.swap.lock().await;
+    crate::xfr::primary::set_sources(&cfg.listen);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = crate::xfr::secondary::spawn(&shared, stop_rx.clone());
     if let Some(g) = &cfg.guard {
         let guard = crate::guard::Guard::load(g, None).map_err(|e| anyhow::anyhow!("[guard]: {}", e.join("; ")))?;
         shared.guard.store(Some(Arc::new(guard)));
@@ -200,8 +208,6 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     };
     drop(kit_inherited);
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks = Vec::new();
     tasks.extend(start::resolver(&cfg, &shared, stop_rx.clone()).await?);
     // The control socket exists before anything answers (the kernel path answers as soon as it
     // is attached), so whoever sees answers can also ask `xdns stats`.
@@ -245,8 +251,8 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     if let Some(l) = listeners.metrics {
         tasks.push(tokio::spawn(metrics::serve(l, shared.clone(), stop_rx.clone())));
     }
-    crate::xfr::primary::set_sources(&cfg.listen);
-    tasks.extend(crate::xfr::secondary::spawn(&shared, stop_rx.clone()));
+    // started: the secondaries' first versions may be swapped in
+    drop(startup);
     // secondaries of our zones learn at once that we (re)started
     crate::xfr::primary::notify_changed(None, &shared.served.load());
     let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);

@@ -124,12 +124,20 @@ pub struct Stream {
     diffs: Vec<Diff>,
     state: State,
     count: usize,
+    /// Names a whole zone is expected to have (its table is made that large at once).
+    nodes_hint: usize,
 }
 
 impl Stream {
     /// A stream for the zone at `apex`; `have` is our serial when we asked for an IXFR.
     pub fn new(apex: NameKey, have: Option<u32>) -> Self {
-        Self { apex, have, serial: 0, diffs: Vec::new(), state: State::Start, count: 0 }
+        Self { apex, have, serial: 0, diffs: Vec::new(), state: State::Start, count: 0, nodes_hint: 0 }
+    }
+
+    /// A whole zone's table is made for `nodes` names at once (e.g. the version we have).
+    pub fn with_nodes_hint(mut self, nodes: usize) -> Self {
+        self.nodes_hint = nodes;
+        self
     }
 
     fn soa_serial(&self, owner: &[u8], rtype: u16, rdata: &[u8]) -> Option<u32> {
@@ -142,7 +150,7 @@ impl Stream {
 
     /// A whole zone starting with `first` (the SOA).
     fn whole(&self, first: Rec) -> Box<RecordBuilder> {
-        let mut b = Box::new(RecordBuilder::new(self.apex.clone()));
+        let mut b = Box::new(RecordBuilder::with_capacity(self.apex.clone(), self.nodes_hint));
         b.add(&first.owner, first.rtype, first.ttl, &first.rdata);
         b
     }
@@ -267,13 +275,15 @@ pub enum Kind {
 }
 
 /// Transfer the zone `apex` (presentation form) from `primary`: an IXFR from `have` (our
-/// serial and SOA RDATA) or an AXFR, signed with `key` when set.
+/// serial and SOA RDATA) or an AXFR, signed with `key` when set. A whole zone's table is
+/// made for `nodes_hint` names at once (the version we have: zones change little).
 pub async fn fetch(
     primary: SocketAddr,
     apex: &str,
     key: Option<&Arc<Key>>,
     kind: Kind,
     have: Option<(u32, Bytes)>,
+    nodes_hint: usize,
 ) -> Result<Fetched, XfrError> {
     let name: Name<Vec<u8>> = apex.parse().map_err(|e| XfrError::Malformed(format!("zone name: {e}")))?;
     let id: u16 = rand_id();
@@ -319,7 +329,8 @@ pub async fn fetch(
     framed.extend_from_slice(&query);
     tcp.write_all(&framed).await.map_err(io)?;
 
-    let mut stream = Stream::new(name_key(&name), if qtype == Rtype::IXFR { have.as_ref().map(|h| h.0) } else { None });
+    let mut stream = Stream::new(name_key(&name), if qtype == Rtype::IXFR { have.as_ref().map(|h| h.0) } else { None })
+        .with_nodes_hint(nodes_hint);
     // The socket is drained by its own task while the messages are checked and their
     // records parsed into the zone on a blocking thread: the primary never waits on our
     // parsing (Knot DNS drops a transfer whose reader stalls), and on two cores receiving
@@ -374,15 +385,29 @@ pub async fn fetch(
                 if rr.class() != Class::IN {
                     return Err(XfrError::Malformed(format!("class {} (only IN)", rr.class())));
                 }
-                let rec = rr
-                    .to_record::<ZoneRecordData<&[u8], ParsedName<&[u8]>>>()
-                    .map_err(|e| XfrError::Malformed(e.to_string()))?
-                    .ok_or_else(|| XfrError::Malformed(format!("a {} record in a transfer", rr.rtype())))?;
-                rdata.clear();
-                rec.data().compose_rdata(&mut rdata).map_err(|_| XfrError::Malformed("RDATA".into()))?;
                 owner.clear();
-                push_name_key(&mut owner, rec.owner());
-                done = stream.push_parts(&owner, rec.rtype().to_int(), rec.ttl().as_secs(), &rdata)?;
+                push_name_key(&mut owner, &rr.owner());
+                let rtype = rr.rtype().to_int();
+                // RDATA without names is the same bytes parsed and composed again: checked
+                // and copied as it is; the rest is parsed (names decompressed) and composed
+                let raw = rr
+                    .to_record::<UnknownRecordData<&[u8]>>()
+                    .map_err(|e| XfrError::Malformed(e.to_string()))?
+                    .ok_or_else(|| XfrError::Malformed("RDATA".into()))?;
+                let rd = match name_free_rdata(rtype, raw.data().data()) {
+                    Some(Ok(rd)) => rd,
+                    Some(Err(why)) => return Err(XfrError::Malformed(format!("a {} record: {why}", rr.rtype()))),
+                    None => {
+                        let rec = rr
+                            .to_record::<ZoneRecordData<&[u8], ParsedName<&[u8]>>>()
+                            .map_err(|e| XfrError::Malformed(e.to_string()))?
+                            .ok_or_else(|| XfrError::Malformed(format!("a {} record in a transfer", rr.rtype())))?;
+                        rdata.clear();
+                        rec.data().compose_rdata(&mut rdata).map_err(|_| XfrError::Malformed("RDATA".into()))?;
+                        &rdata[..]
+                    }
+                };
+                done = stream.push_parts(&owner, rtype, rr.ttl().as_secs(), rd)?;
             }
             if let Some(f) = stream.end_of_message() {
                 if let Some(seq) = seq {
@@ -395,6 +420,31 @@ pub async fn fetch(
     let r = parse.await.map_err(|e| XfrError::Malformed(format!("parsing stopped: {e}")));
     reader.abort();
     r?
+}
+
+/// The RDATA of the common types that carry no domain name (A, AAAA, TXT), checked as
+/// `domain`'s parser checks it: `Some(Ok(rdata))` to keep as it is, `Some(Err(why))` if
+/// malformed, `None` for every other type (parsed and composed, names decompressed).
+fn name_free_rdata(rtype: u16, rd: &[u8]) -> Option<Result<&[u8], &'static str>> {
+    Some(match rtype {
+        1 if rd.len() == 4 => Ok(rd),
+        1 => Err("RDATA not 4 octets"),
+        28 if rd.len() == 16 => Ok(rd),
+        28 => Err("RDATA not 16 octets"),
+        16 => {
+            // a sequence of character strings, each a length octet and that many octets
+            let mut pos = 0usize;
+            while pos < rd.len() {
+                pos += 1 + rd[pos] as usize;
+            }
+            if pos == rd.len() {
+                Ok(rd)
+            } else {
+                Err("a character string runs past the RDATA")
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// One length-prefixed message.
@@ -495,6 +545,37 @@ mod tests {
         // cut: no closing SOA
         assert_eq!(feed(None, &[soa(5), a("a", 1)]).unwrap(), None);
         assert_eq!(feed(Some(3), &[soa(5), soa(3), a("a", 1), soa(5)]).unwrap(), None);
+    }
+
+    /// Name-free RDATA is kept as it came when `domain` would accept it, refused when it
+    /// would not, and every other type is left to `domain`.
+    #[test]
+    fn name_free_rdata_is_checked_as_domain_checks_it() {
+        use domain::base::rdata::ParseRecordData;
+        let rows: Vec<(u16, Vec<u8>)> = vec![
+            (1, vec![198, 18, 0, 1]),
+            (1, vec![198, 18, 0]),
+            (1, vec![198, 18, 0, 1, 2]),
+            (28, vec![0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            (28, vec![1, 2, 3, 4]),
+            (16, b"\x03abc\x00\x01d".to_vec()),
+            (16, b"\x03ab".to_vec()),
+            (16, b"".to_vec()),
+        ];
+        for (t, rd) in rows {
+            let mut p = domain::dep::octseq::Parser::from_ref(&rd[..]);
+            let parsed = ZoneRecordData::<&[u8], ParsedName<&[u8]>>::parse_rdata(Rtype::from_int(t), &mut p);
+            let domain_ok = matches!(parsed, Ok(Some(_))) && p.remaining() == 0;
+            let ours = name_free_rdata(t, &rd).expect("a name-free type");
+            assert_eq!(ours.is_ok(), domain_ok, "type {t} {rd:?}");
+            if let (Ok(kept), Ok(Some(rec))) = (ours, parsed) {
+                let mut composed = Vec::new();
+                rec.compose_rdata(&mut composed).unwrap();
+                assert_eq!(kept, &composed[..], "type {t}");
+            }
+        }
+        assert!(name_free_rdata(2, b"\x00").is_none());
+        assert!(name_free_rdata(15, b"\x00\x01\x00").is_none());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Secondary zones: one task per zone keeps it current from its primaries.
 //!
-//! The task checks the primary at start, then every SOA refresh interval (retry interval
+//! The task checks the primary at start (the tasks start with the daemon, beside the XDP
+//! program's load; a version they bring is swapped in once start-up is done: the server
+//! holds the swap lock until then), then every SOA refresh interval (retry interval
 //! after a failure), and at once on an accepted NOTIFY or `xdns zone refresh`. A check is an
 //! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
 //! as the fallback when the primary cannot answer IXFR or its differences do not apply to
@@ -351,13 +353,15 @@ async fn transfer_from(
     let key = sec.key.as_ref();
     let t0 = Instant::now();
     let mut kind = if have.is_some() && !force { Kind::Ixfr } else { Kind::Axfr };
-    let mut got = client::fetch(primary, name, key, kind, have.clone()).await;
+    // a whole zone's table is made as large as the version served at once
+    let hint = cur.as_ref().map_or(0, |z| z.nodes.len());
+    let mut got = client::fetch(primary, name, key, kind, have.clone(), hint).await;
     if kind == Kind::Ixfr {
         if let Err(XfrError::Rcode(rc)) = &got {
             if *rc != Rcode::REFUSED && *rc != Rcode::NOTAUTH {
                 tracing::info!(zone = %name, %primary, rcode = %rc, "IXFR not answered: AXFR");
                 kind = Kind::Axfr;
-                got = client::fetch(primary, name, key, kind, have.clone()).await;
+                got = client::fetch(primary, name, key, kind, have.clone(), hint).await;
             }
         }
     }
@@ -460,7 +464,7 @@ async fn transfer_from(
                     how = "axfr";
                     tracing::warn!(zone = %name, %primary, error = %e, "IXFR does not apply to our copy: AXFR");
                     sec.note_apply(format!("axfr: {e}"), false);
-                    match client::fetch(primary, name, key, Kind::Axfr, None).await.map_err(|e| e.to_string())? {
+                    match client::fetch(primary, name, key, Kind::Axfr, None, hint).await.map_err(|e| e.to_string())? {
                         Fetched::Full { zone, .. } => built = Some(zone),
                         other => return Err(format!("AXFR answered {other:?}")),
                     }
