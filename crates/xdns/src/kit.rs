@@ -89,22 +89,29 @@ fn claim(kit: &KitMaps, port: u16, from: SocketAddr, msg: &[u8]) -> Option<(KitP
     };
     let id = u16::from_be_bytes([msg[0], msg[1]]);
     let p = kit.claim(ip, port, id).ok()??;
+    let handed = handed_of(kit, &p, ip, msg);
+    Some((p, handed))
+}
+
+/// The response `msg` from `ip` to the claimed entry `p`, as the resolver takes it when it
+/// is the answer to the question sent (its zone known): `None` otherwise (the client's
+/// question is then resolved from scratch).
+fn handed_of(kit: &KitMaps, p: &KitPending, ip: IpAddr, msg: &[u8]) -> Option<xdns_resolver::Handed> {
     let same = msg.get(12..12 + p.sent_name.len() + 4).is_some_and(|q| {
         q[..p.sent_name.len()] == p.sent_name[..] && q[p.sent_name.len()..] == [(p.qtype >> 8) as u8, p.qtype as u8, 0, 1]
     });
     if !same || u16::from_be_bytes([msg[4], msg[5]]) != 1 || msg[2] & 0x80 == 0 {
         // claimed, but not its answer: resolved by userspace all the same (the client waits)
-        tracing::debug!(%from, "kernel iteration: a response to a reserved port with another question");
+        tracing::debug!(%ip, "kernel iteration: a response to a reserved port with another question");
         note(&MALFORMED);
-        return Some((p, None));
+        return None;
     }
-    let Some(zone) = kit.zone_of(&p) else {
+    let Some(zone) = kit.zone_of(p) else {
         note(&NO_ZONE);
-        return Some((p, None));
+        return None;
     };
     let rtt = monotonic_ns().checked_sub(p.sent_ns).map(Duration::from_nanos);
-    let handed = xdns_resolver::Handed { zone, server: SocketAddr::new(ip, 53), reply: msg.to_vec(), rtt };
-    Some((p, Some(handed)))
+    Some(xdns_resolver::Handed { zone, server: SocketAddr::new(ip, 53), reply: msg.to_vec(), rtt })
 }
 
 /// The client's query as it sent it (its ID, flags, name, type, EDNS payload and DO).
@@ -235,6 +242,37 @@ pub fn spawn(
             }
         }
     }));
+    // The final responses the kernel hands over through its ring buffer (it claimed their
+    // entries): read in batches on a thread of their own, each finished as one read from a
+    // reserved port would be. Stopping, the records left are finished before the thread ends.
+    {
+        let (kit, socks, shared, mut stop_r) = (kit.clone(), socks.clone(), shared.clone(), stop.clone());
+        let rt = tokio::runtime::Handle::current();
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag_t = flag.clone();
+        let thread = std::thread::Builder::new().name("xdns-kit-events".into()).spawn(move || {
+            // SAFETY: prctl with integer arguments only; it affects this thread alone (it needs
+            // no capability: see PrefetchEvents).
+            unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) };
+            let _rt = rt.enter();
+            let handle = |e: xdns_bpf::kit::KitEvent, direct: bool| {
+                note(&RING);
+                let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
+                finish(&shared, &socks, e.pending, handed, direct);
+            };
+            if let Err(e) = kit.read_events(Duration::from_millis(100), &flag_t, |e| handle(e, false)) {
+                tracing::warn!(error = %e, "kernel iteration: reading the kernel's responses");
+            }
+            for e in kit.take_events().unwrap_or_default() {
+                handle(e, true);
+            }
+        })?;
+        tasks.push(tokio::spawn(async move {
+            crate::server::stopped(&mut stop_r).await;
+            flag.store(true, Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }));
+    }
     for (port, sock) in reserved.0 {
         let sock = tokio::net::UdpSocket::from_std(sock).context("registering a reserved port")?;
         let (kit, socks, shared, mut stop) = (kit.clone(), socks.clone(), shared.clone(), stop.clone());
@@ -253,15 +291,27 @@ pub fn spawn(
     }
     let (shared, mut stop) = (shared.clone(), stop.clone());
     tasks.push(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        // Every 20 ms: the queries that waited as long as the resolver waits for its own
+        // before asking another server (Resolver::handed_wait: from the server's RTT, at most
+        // upstream_timeout) are taken back and resolved here (the resolver asks the next
+        // servers); the server is charged a timeout, as for a query of the resolver's own.
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = crate::server::stopped(&mut stop) => break,
                 _ = tick.tick() => {}
             }
-            let before = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
-            for p in kit.claim_older(before).unwrap_or_default() {
+            let rec = shared.recursion.get().cloned();
+            let waits = std::cell::RefCell::new(HashMap::<IpAddr, u64>::new());
+            let wait = |ip: IpAddr| {
+                *waits.borrow_mut().entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
+            };
+            for (server, p) in kit.claim_stale(monotonic_ns(), wait).unwrap_or_default() {
                 note(&TIMEOUTS);
+                if let Some(r) = &rec {
+                    r.resolver.note_handed_timeout(server);
+                }
                 finish(&shared, &socks, p, None, false);
             }
         }
@@ -393,6 +443,8 @@ static USES: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 static MALFORMED: AtomicU64 = AtomicU64::new(0);
 /// Responses claimed whose entry names no cut (`zone_len`/`zone_hash`): resolved from scratch.
 static NO_ZONE: AtomicU64 = AtomicU64::new(0);
+/// Responses read from the kernel's ring buffer (their entries claimed by the kernel).
+static RING: AtomicU64 = AtomicU64::new(0);
 /// Entries the timer claimed (the server never answered): resolved from scratch.
 static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 /// Cuts the writer holds in the zone map (besides the root).
@@ -422,6 +474,9 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("responses".into(), c.responses));
     v.push(("hops".into(), c.hops));
     v.push(("learnt".into(), c.learnt));
+    v.push(("handed".into(), c.handed));
+    v.push(("ring_full".into(), c.ring_full));
+    v.push(("ring_read".into(), RING.load(Relaxed)));
     v.push(("pending".into(), kit.pending_len() as u64));
     v.extend(xdns_resolver::HandedUse::ALL.iter().zip(&USES).map(|(u, n)| (format!("response_{}", u.name()), n.load(Relaxed))));
     let mal = USES[xdns_resolver::HandedUse::ALL.iter().position(|u| *u == xdns_resolver::HandedUse::Malformed).unwrap_or(0)].load(Relaxed);
