@@ -18,10 +18,13 @@
  *   in   xdns_kit_in_xdp   a response to a reserved port: accepted only from port 53 of the
  *                          server asked, to the address that asked, with the ID sent and the
  *                          question sent byte for byte (the 0x20 case included); anything
- *                          else is dropped and counted. Accepted responses pass to the
- *                          daemon's socket on that port (pass_kit_response): userspace claims
- *                          the pending entry (deletes it), finishes the resolution and answers
- *                          the client once.
+ *                          else is dropped and counted. A referral with glue is followed
+ *                          (xdns_kit_follow); any other accepted response is handed over in
+ *                          the ring buffer xdns_kit_events with its pending entry, which the
+ *                          kernel claims (xdns_kit_hand, kit_handed); a full ring or a long
+ *                          response passes to the daemon's socket on that port instead
+ *                          (pass_kit_response), where userspace claims the entry. Userspace
+ *                          finishes the resolution and answers the client once.
  *
  * QNAME minimisation (RFC 9156) is not done here: see README.md, "Kernel iteration".
  */

@@ -4,16 +4,21 @@
 //!   (IPv6 wildcard, dual-stack) before the XDP program may send from them: no other socket
 //!   of the host can take one, and a response the kernel checks and passes
 //!   (`pass_kit_response`) arrives on it.
-//! - [`spawn`] starts the tasks that read them: a response claims its pending entry (deletes
-//!   it from `xdns_kit_pending`; only the claimer answers), is checked again as the userspace
+//! - [`spawn`] starts a thread that reads the kernel's ring buffer `xdns_kit_events` in
+//!   batches: each record is a final response with the pending entry the kernel claimed for
+//!   it (the usual way), used as below. It also starts the tasks that read the reserved
+//!   ports, where a response arrives when the ring was full or it was too long: it claims
+//!   its pending entry (deletes it from `xdns_kit_pending`; only the claimer answers), is
+//!   checked again as the userspace
 //!   resolver checks its own (from port 53 of the server asked, the ID, the question with its
 //!   0x20 case), and is then *used*: it becomes the first exchange of the userspace
 //!   resolution of the client's question ([`xdns_resolver::Resolver::resolve_handed`]): a
 //!   referral continues from the child zone, a final answer is cached as the resolver caches
 //!   its own (and pushed to the kernel cache) and answered from the listen socket, once. A
 //!   response the resolver cannot use (TC=1, SERVFAIL/REFUSED, lame, malformed, the cut asked
-//!   unknown) leaves the question to an ordinary resolution. A timer claims the entries of
-//!   servers that never answered and resolves them from scratch.
+//!   unknown) leaves the question to an ordinary resolution. A timer (20 ms) claims the
+//!   entries that waited past [`xdns_resolver::Resolver::handed_wait`] (from the server's
+//!   RTT), raises the server's SRTT to the time waited and resolves them from scratch.
 //! - The zone map ([`ZoneWriter`]): the root from the hints when the tasks start, then the
 //!   delegations the resolver learns ([`xdns_resolver::Resolver::delegations`]: the cut, its
 //!   servers' addresses from in-bailiwick glue or resolved NS names, the earlier expiry of
@@ -24,8 +29,9 @@
 //!   kernel adds the cuts of the referrals it follows itself, where the map has no live entry
 //!   of that name; every 5 s [`ZoneWriter::sweep`] removes those once expired (the kernel
 //!   never deletes one).
-//! - The stats group `kit`: the kernel's counters, and what became of each response handed
-//!   over (`response_<use>`) and of entries the timer claimed (`timeout`).
+//! - The stats group `kit`: the kernel's counters (`handed`, `ring_full` among them), the
+//!   records read from the ring (`ring_read`), what became of each response handed over
+//!   (`response_<use>`) and of entries the timer claimed (`timeout`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -291,10 +297,9 @@ pub fn spawn(
     }
     let (shared, mut stop) = (shared.clone(), stop.clone());
     tasks.push(tokio::spawn(async move {
-        // Every 20 ms: the queries that waited as long as the resolver waits for its own
-        // before asking another server (Resolver::handed_wait: from the server's RTT, at most
-        // upstream_timeout) are taken back and resolved here (the resolver asks the next
-        // servers); the server is charged a timeout, as for a query of the resolver's own.
+        // Every 20 ms: the queries that waited past Resolver::handed_wait (from the server's
+        // RTT, 150 ms to upstream_timeout) are taken back and resolved here (the resolver
+        // asks the best servers, with its own timeouts); the wait raises the server's SRTT.
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -307,10 +312,11 @@ pub fn spawn(
             let wait = |ip: IpAddr| {
                 *waits.borrow_mut().entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
             };
-            for (server, p) in kit.claim_stale(monotonic_ns(), wait).unwrap_or_default() {
+            let now = monotonic_ns();
+            for (server, p) in kit.claim_stale(now, wait).unwrap_or_default() {
                 note(&TIMEOUTS);
                 if let Some(r) = &rec {
-                    r.resolver.note_handed_timeout(server);
+                    r.resolver.note_handed_timeout(server, Duration::from_nanos(now.saturating_sub(p.sent_ns)));
                 }
                 finish(&shared, &socks, p, None, false);
             }
@@ -489,7 +495,7 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
             "counter",
             v,
         ),

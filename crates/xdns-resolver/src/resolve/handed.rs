@@ -177,26 +177,27 @@ impl Resolver {
     }
 
     /// How long a query someone else (the kernel) sent to `server` is waited for before
-    /// the question is taken back and resolved here: the time the resolver gives its own
-    /// query before asking another server (its SRTT, doubled, plus `fanout_delay`), at least
-    /// 50 ms and at most `upstream_timeout` (which a server with no RTT sample gets).
+    /// the question is taken back and resolved here: four times the server's SRTT plus
+    /// `fanout_delay`, at least 150 ms (a reply late because this host is busy is not worth
+    /// a second query that makes it busier) and at most `upstream_timeout` (which a server
+    /// with no RTT sample, or held down, gets).
     pub fn handed_wait(&self, server: IpAddr) -> Duration {
         let cfg = self.cfg.load();
         let most = cfg.upstream_timeout;
         let srtt = lock(&self.infra.rtt).get(&server).map(|r| (r.srtt_us, r.held_until_ns));
         match srtt {
             Some((us, held)) if held <= self.now_ns() => {
-                (Duration::from_micros(us.saturating_mul(2)) + cfg.fanout_delay).clamp(Duration::from_millis(50).min(most), most)
+                (Duration::from_micros(us.saturating_mul(4)) + cfg.fanout_delay).clamp(Duration::from_millis(150).min(most), most)
             }
             _ => most,
         }
     }
 
-    /// A query someone else (the kernel) sent to `server` was not answered in time: counted
-    /// against the server as a timeout of the resolver's own (its SRTT grows; a server that
-    /// keeps timing out is held down, and the kernel's zone map is copied without it).
-    pub fn note_handed_timeout(&self, server: IpAddr) {
-        self.note_rtt(SocketAddr::new(server, 53), None);
+    /// A query someone else (the kernel) sent to `server` had no reply after `waited`: a
+    /// lower bound of its RTT, which only raises its SRTT (not a timeout: the query taken
+    /// back is asked again by the resolver, whose own timeouts hold a dead server down).
+    pub fn note_handed_timeout(&self, server: IpAddr, waited: Duration) {
+        self.note_slow(SocketAddr::new(server, 53), waited);
     }
 
     /// What `h` is to the question `key`: the class of the reply (bailiwick-scrubbed) when
