@@ -490,8 +490,8 @@ def report(cd: dict, ceiling: dict, smoke: bool) -> dict:
                   f"{f(r['cpu_us_per_miss_best']):>11} {f(r['proc_us_per_miss_best']):>6}")
         print("(latency in ms from the client namespace, one query at a time; cold: caches flushed, "
               "3-6 zones from the root;\n miss: delegations cached, one upstream query. misses/s: "
-              "replies/s at the highest offered rate with >= 99% answered\n (+: every rate tried "
-              "was sustained). us/miss: busy time of the server CPU (/proc/stat) per answered miss, "
+              "NOERROR replies/s at the highest offered rate with >= 99% resolved\n (+: every rate tried "
+              "was sustained). us/miss: busy time of the server CPU (/proc/stat) per resolved miss, "
               "at\n the reference rate and at the peer's highest sustained rate; proc: the "
               "resolver's threads + its veths' NAPI threads only)")
         print(f"proc per miss at {cd['ref_rate']}/s, split: " + ", ".join(
@@ -554,7 +554,7 @@ def chart(cd: dict, sm: dict, path: Path) -> None:
         ax2.text(i, v, f"{v:.1f}k{'+' if r['limited_by_rates'] else ''}", ha="center", va="bottom",
                  fontsize=8)
     ax2.set_ylim(0, max(vals + [0.001]) * 1.3)
-    ax2.set_ylabel("thousand misses/s (>= 99% answered)")
+    ax2.set_ylabel("thousand misses/s (>= 99% resolved)")
     ax2.set_title("cache misses per second (delegation cached)")
     if sm.get("baseline_misses_vs_unbound"):
         ax2.text(0.01, 0.97, f"xdns-xdp = {sm['baseline_misses_vs_unbound']:.2f}x unbound "
