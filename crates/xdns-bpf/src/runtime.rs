@@ -226,6 +226,8 @@ impl XdpProgram {
         } else {
             open.maps.xdns_kit_pending.set_max_entries(1)?;
             open.maps.xdns_kit_zones.set_max_entries(1)?;
+            // no handover without the stage: one page instead of 4 MiB
+            open.maps.xdns_kit_events.set_max_entries(4096)?;
         }
         crate::guard::size_maps(&mut open, guard.as_ref())?;
         open.maps.xdns_cache_idx.set_max_entries(cc.buckets())?;
