@@ -18,10 +18,13 @@
  *   in   xdns_kit_in_xdp   a response to a reserved port: accepted only from port 53 of the
  *                          server asked, to the address that asked, with the ID sent and the
  *                          question sent byte for byte (the 0x20 case included); anything
- *                          else is dropped and counted. Accepted responses pass to the
- *                          daemon's socket on that port (pass_kit_response): userspace claims
- *                          the pending entry (deletes it), finishes the resolution and answers
- *                          the client once.
+ *                          else is dropped and counted. A referral with glue is followed
+ *                          (xdns_kit_follow); any other accepted response is handed over in
+ *                          the ring buffer xdns_kit_events with its pending entry, which the
+ *                          kernel claims (xdns_kit_hand, kit_handed); a full ring or a long
+ *                          response passes to the daemon's socket on that port instead
+ *                          (pass_kit_response), where userspace claims the entry. Userspace
+ *                          finishes the resolution and answers the client once.
  *
  * QNAME minimisation (RFC 9156) is not done here: see README.md, "Kernel iteration".
  */
@@ -922,6 +925,47 @@ static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, str
 }
 
 /*
+ * A final response (not a referral the kernel follows: an answer, a negative answer, or
+ * anything else xdns_kit_follow leaves as pass_kit_response) handed to userspace through
+ * the ring buffer: its pending entry `p` (under `key`) copied into the record, then claimed
+ * (deleted) by the kernel, so whoever deletes it answers the client, as when userspace
+ * claims; the frame is dropped. Userspace reads the records in batches: no socket read and no
+ * claim syscall per response. A response longer than XDNS_KIT_RESP_MAX or a full ring keeps
+ * the socket path (pass_kit_response); an entry the daemon's timer claimed meanwhile makes
+ * the response unsolicited.
+ */
+static __always_inline enum xdns_verdict xdns_kit_hand(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+						         struct xdns_kit_pend *p, const struct xdns_kit_pend_key *key)
+{
+	struct xdns_kit_event *ev;
+	__u32 len = ks->dns_len, dns = ks->dns_off & 0xff;
+
+	if (len < 12 || len > XDNS_KIT_RESP_MAX)
+		return XDNS_PASS_KIT_RESPONSE;
+	ev = bpf_ringbuf_reserve(&xdns_kit_events, sizeof(*ev), 0);
+	if (!ev) {
+		ks->ring_full++;
+		return XDNS_PASS_KIT_RESPONSE;
+	}
+	if (bpf_xdp_load_bytes(ctx, dns, ev->msg, len)) {
+		bpf_ringbuf_discard(ev, 0);
+		return XDNS_PASS_KIT_RESPONSE;
+	}
+	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
+	__builtin_memcpy(&ev->pend, p, sizeof(ev->pend));
+	ev->len = len;
+	ev->_pad = 0;
+	if (bpf_map_delete_elem(&xdns_kit_pending, key)) {
+		/* claimed since it was read (the daemon's timer): that claim answers the client */
+		bpf_ringbuf_discard(ev, 0);
+		return XDNS_DROP_KIT_UNSOLICITED;
+	}
+	bpf_ringbuf_submit(ev, 0);
+	ks->handed++;
+	return XDNS_KIT_HANDED;
+}
+
+/*
  * The response side (xdns_kit_in_xdp): a response (QR=1) to a reserved port, the layout in
  * ks. Checked as the userspace resolver checks its own (xdns_resolver::net, Expect::matches),
  * then followed if it is a referral with glue (xdns_kit_follow), else passed to userspace.
@@ -935,6 +979,7 @@ static __always_inline enum xdns_verdict xdns_kit_in(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct udphdr *udp;
+	enum xdns_verdict v;
 	__u16 *h;
 	__u8 local[16] = {};
 
@@ -997,7 +1042,10 @@ static __always_inline enum xdns_verdict xdns_kit_in(struct xdp_md *ctx)
 	    ks->msg[(qlen + 2) & 0x1ff] != 0 || ks->msg[(qlen + 3) & 0x1ff] != 1)
 		return XDNS_DROP_KIT_QUESTION;
 	ks->responses++;
-	return xdns_kit_follow(ctx, ks, p, &key);
+	v = xdns_kit_follow(ctx, ks, p, &key);
+	if (v == XDNS_PASS_KIT_RESPONSE)
+		return xdns_kit_hand(ctx, ks, p, &key);
+	return v;
 }
 
 #endif /* XDNS_KIT_H */

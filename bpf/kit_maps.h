@@ -33,6 +33,13 @@ struct {
 	__type(value, struct xdns_kit_pend);
 } xdns_kit_pending SEC(".maps");
 
+/* struct xdns_kit_event records: final responses handed to userspace (xdns_kit_in_xdp
+ * writes, the daemon reads in batches). Full: the response goes to the reserved port's socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} xdns_kit_events SEC(".maps");
+
 /* key 0 -> struct xdns_kit_scratch, per CPU: the programs' working memory and counters. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -68,8 +68,9 @@ static const __u8 xdns_actions[XDNS_VERDICT_SLOTS] = {
 	[XDNS_PASS_KIT_BAILIWICK] = XDP_PASS,
 	[XDNS_PASS_KIT_UNPARSED] = XDP_PASS,
 	[XDNS_PASS_KIT_NO_HOP] = XDP_PASS,
+	[XDNS_KIT_HANDED] = XDP_DROP,
 };
-_Static_assert(XDNS_VERDICT_MAX == XDNS_PASS_KIT_NO_HOP + 1, "a new verdict needs its row in xdns_actions");
+_Static_assert(XDNS_VERDICT_MAX == XDNS_KIT_HANDED + 1, "a new verdict needs its row in xdns_actions");
 
 /*
  * Count `v` on this CPU (in its scratch value) and return the XDP action it stands for.

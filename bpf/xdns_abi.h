@@ -77,7 +77,8 @@ enum xdns_verdict {
 	XDNS_PASS_KIT_BAILIWICK = 53, /* a referral whose NS owner is not below the cut asked and above the name (upward, sideways, elsewhere): to userspace */
 	XDNS_PASS_KIT_UNPARSED = 54,  /* a response the kernel's bounded parse does not take (malformed, truncated, too long, too many records): to userspace */
 	XDNS_PASS_KIT_NO_HOP = 55,    /* a referral it would follow but cannot send (no next hop, pending map full, frame resize): to userspace untouched */
-	XDNS_VERDICT_MAX = 56,        /* number of verdicts; not a verdict */
+	XDNS_KIT_HANDED = 56,         /* XDP_DROP: a final response, its pending entry claimed by the kernel, handed to userspace in the ring buffer xdns_kit_events (no socket, no claim syscall) */
+	XDNS_VERDICT_MAX = 57,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -1088,6 +1089,22 @@ enum xdns_kit_ref_end {
 	XDNS_KIT_REF_MIXED = 4,         /* NS records of more than one owner */
 };
 
+/*
+ * A record of the ring buffer `xdns_kit_events`: a response the kernel checked (xdns_kit_in)
+ * that is not a referral it follows, with the pending entry it answers, which the kernel
+ * deleted (claimed) before submitting: userspace finishes the client's question with it,
+ * as with a response read from a reserved port, without reading a socket or claiming.
+ */
+struct xdns_kit_event {
+	struct xdns_kit_pend_key key;   /* the query answered: server, our port, ID */
+	struct xdns_kit_pend pend;      /* its entry, as it was when claimed */
+	__u32 len;              /* bytes of msg[] (the DNS message), 12 .. XDNS_KIT_RESP_MAX */
+	__u32 _pad;
+	__u8 msg[XDNS_KIT_RESP_MAX];    /* the response as received */
+};
+_Static_assert(__builtin_offsetof(struct xdns_kit_event, msg) == sizeof(struct xdns_kit_pend_key) + sizeof(struct xdns_kit_pend) + 8,
+	       "userspace reads the message right after the entry and its length (xdns_bpf::kit::KitEvent)");
+
 /* Per-CPU scratch and counters of kernel iteration (value of `xdns_kit_scratch`). */
 struct xdns_kit_scratch {
 	/* counters (userspace reads and sums them) */
@@ -1110,6 +1127,8 @@ struct xdns_kit_scratch {
 	/* the response side (xdns_kit_in): counters, then the referral's parse */
 	__u64 hops;             /* referrals followed: next queries sent by the kernel */
 	__u64 learnt;           /* cuts the kernel wrote into xdns_kit_zones from a followed referral */
+	__u64 handed;           /* responses handed over through xdns_kit_events (XDNS_KIT_HANDED) */
+	__u64 ring_full;        /* ... that found the ring full: passed to the reserved port's socket instead */
 	struct xdns_kit_ref ref;        /* the referral being parsed (kit.h) */
 	__u8 lq[XDNS_KIT_NAME_ROOM];    /* the question name lowercased, zero padded */
 	__u8 nb[XDNS_KIT_NAME_ROOM];    /* the name being read, decompressed and lowercased */

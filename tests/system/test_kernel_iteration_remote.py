@@ -112,7 +112,8 @@ def test_corpus_iterated_by_the_kernel_equals_unbound(remote):
 
 def test_a_deeper_cut_is_asked_directly_and_answered_from_its_response(remote):
     """Once good.lab.'s cut is in the zone map, a new name under it is one kernel query to
-    leaf1, whose final answer the daemon uses (response_answer) without asking again."""
+    leaf1, whose final answer the kernel hands over in its ring buffer (handed, ring_read)
+    and the daemon uses (response_answer) without asking again."""
     lab, _, srv, _ = remote
     one_answer(lab, srv.addr4, "www.good.lab.", "A")
     time.sleep(0.2)  # the writer copies the resolver's delegations every 20 ms
@@ -123,6 +124,9 @@ def test_a_deeper_cut_is_asked_directly_and_answered_from_its_response(remote):
     after = kit(lab, srv)
     assert after["sent"] - before["sent"] == 1, (before, after)
     assert after["response_answer"] - before["response_answer"] == 1, (before, after)
+    # handed over through the kernel's ring buffer (the entry claimed by the kernel), not read
+    # from a reserved port's socket
+    assert (after["handed"] - before["handed"], after["ring_read"] - before["ring_read"]) == (1, 1), (before, after)
     assert lab.xdns_stats(srv)["resolver"]["upstream_queries"] == res_before, "userspace asked nothing"
 
 

@@ -90,7 +90,61 @@ pub struct KitCounters {
     pub hops: u64,
     /// Cuts the kernel wrote into the zone map from referrals it followed.
     pub learnt: u64,
+    /// Final responses handed over through the ring buffer (`kit_handed`).
+    pub handed: u64,
+    /// ... that found the ring full (passed to the reserved port's socket instead).
+    pub ring_full: u64,
 }
+
+/// A response the kernel checked and handed over through the ring buffer `xdns_kit_events`,
+/// with the pending entry it answers, which the kernel claimed (deleted) already: whoever
+/// reads it answers the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KitEvent {
+    /// The entry, as when the kernel claimed it.
+    pub pending: KitPending,
+    /// The server asked (the response's source, port 53).
+    pub server: IpAddr,
+    /// Our port and the ID sent (the response's destination port and ID).
+    pub port: u16,
+    pub id: u16,
+    /// The DNS message as received.
+    pub msg: Vec<u8>,
+}
+
+impl KitEvent {
+    /// A record of `xdns_kit_events`; `None` when it is not one.
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let off = std::mem::size_of::<KitEventHead>();
+        if b.len() < off {
+            return None;
+        }
+        let head: KitEventHead = from_bytes(&b[..off]).ok()?;
+        let len = head.len as usize;
+        if len < 12 || b.len() < off + len {
+            return None;
+        }
+        Some(Self {
+            pending: KitPending::of(&head.pend),
+            server: addr_of(head.key.family, &head.key.server),
+            port: u16::from_be(head.key.port),
+            id: u16::from_be(head.key.id),
+            msg: b[off..off + len].to_vec(),
+        })
+    }
+}
+
+/// `struct xdns_kit_event` up to its message (bpf/xdns_abi.h asserts the message follows
+/// these fields with no padding; the skeleton has no type for a ring buffer's records).
+#[derive(Default)]
+#[repr(C)]
+struct KitEventHead {
+    key: xdns_kit_pend_key,
+    pend: xdns_kit_pend,
+    len: u32,
+    _pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<KitEventHead>() == std::mem::size_of::<xdns_kit_pend_key>() + std::mem::size_of::<xdns_kit_pend>() + 8);
 
 fn bytes_of<T>(v: &T) -> &[u8] {
     // SAFETY: the ABI types are plain old data with explicit padding (xdns_abi.h).
@@ -158,12 +212,51 @@ pub struct KitMaps {
     zones: MapHandle,
     pending: MapHandle,
     scratch: MapHandle,
+    events: MapHandle,
     seed: u64,
 }
 
 impl KitMaps {
-    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, seed: u64) -> Self {
-        Self { zones, pending, scratch, seed }
+    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, events: MapHandle, seed: u64) -> Self {
+        Self { zones, pending, scratch, events, seed }
+    }
+
+    /// Read the ring buffer `xdns_kit_events` until `stop` is set: every record to `f`, in
+    /// batches (one wake-up for all the records waiting), waiting at most `poll` between
+    /// looks at `stop`. Runs on the caller's thread.
+    pub fn read_events(&self, poll: std::time::Duration, stop: &std::sync::atomic::AtomicBool, mut f: impl FnMut(KitEvent)) -> Result<()> {
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&self.events, |rec: &[u8]| {
+            if let Some(e) = KitEvent::parse(rec) {
+                f(e);
+            }
+            0
+        })?;
+        let rb = b.build()?;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match rb.poll(poll) {
+                Ok(()) => {}
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("reading xdns_kit_events"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every record waiting in `xdns_kit_events` now (tests, and a stopping daemon).
+    pub fn take_events(&self) -> Result<Vec<KitEvent>> {
+        let mut out = Vec::new();
+        {
+            let mut b = libbpf_rs::RingBufferBuilder::new();
+            b.add(&self.events, |rec: &[u8]| {
+                if let Some(e) = KitEvent::parse(rec) {
+                    out.push(e);
+                }
+                0
+            })?;
+            b.build()?.consume()?;
+        }
+        Ok(out)
     }
 
     fn zone_key(&self, name: &[u8]) -> xdns_kit_zone_key {
@@ -233,29 +326,55 @@ impl KitMaps {
         self.claim_key(&pend_key(server, port, id))
     }
 
+    /// One syscall (BPF_MAP_LOOKUP_AND_DELETE_ELEM): the value read is the one deleted, and
+    /// only one of the claimers racing for it (the kernel's handover, the timer) gets it.
     fn claim_key(&self, k: &xdns_kit_pend_key) -> Result<Option<KitPending>> {
-        let Some(v) = self.pending.lookup(bytes_of(k), MapFlags::ANY)? else { return Ok(None) };
-        match self.pending.delete(bytes_of(k)) {
-            Ok(()) => Ok(Some(KitPending::of(&from_bytes(&v)?))),
+        match self.pending.lookup_and_delete(bytes_of(k)) {
+            Ok(Some(v)) => Ok(Some(KitPending::of(&from_bytes(&v)?))),
+            Ok(None) => Ok(None),
             Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).context("claiming a pending query"),
         }
     }
 
     /// Claim every query sent at or before `before_ns` (CLOCK_MONOTONIC): the daemon's timer
-    /// for servers that never answer.
+    /// for servers that never answer. The entries are read in batches (a few syscalls per
+    /// scan, not two per entry), then the stale ones claimed one by one.
     pub fn claim_older(&self, before_ns: u64) -> Result<Vec<KitPending>> {
-        let mut out = Vec::new();
-        let keys: Vec<Vec<u8>> = self.pending.keys().collect();
-        for k in keys {
-            let Some(v) = self.pending.lookup(&k, MapFlags::ANY)? else { continue };
+        Ok(self.claim_stale(before_ns, |_| 0)?.into_iter().map(|(_, p)| p).collect())
+    }
+
+    /// Claim every query that has waited `wait_ns(server asked)` or more by `now_ns`
+    /// (CLOCK_MONOTONIC), with the server each was sent to.
+    pub fn claim_stale(&self, now_ns: u64, wait_ns: impl Fn(IpAddr) -> u64) -> Result<Vec<(IpAddr, KitPending)>> {
+        let stale_at = |k: &[u8], p: &xdns_kit_pend| -> bool {
+            let Ok(key) = from_bytes::<xdns_kit_pend_key>(k) else { return false };
+            p.sent_ns.saturating_add(wait_ns(addr_of(key.family, &key.server))) <= now_ns
+        };
+        let mut stale: Vec<Vec<u8>> = Vec::new();
+        let mut seen = 0usize;
+        for (k, v) in self.pending.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {
+            seen += 1;
             let p: xdns_kit_pend = from_bytes(&v)?;
-            if p.sent_ns > before_ns {
-                continue;
+            if stale_at(&k, &p) {
+                stale.push(k);
             }
+        }
+        if seen == 0 && self.pending.keys().next().is_some() {
+            // the batch read gave nothing on a map that has entries: one by one
+            for k in self.pending.keys() {
+                let Some(v) = self.pending.lookup(&k, MapFlags::ANY)? else { continue };
+                let p: xdns_kit_pend = from_bytes(&v)?;
+                if stale_at(&k, &p) {
+                    stale.push(k);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for k in stale {
             let key: xdns_kit_pend_key = from_bytes(&k)?;
             if let Some(p) = self.claim_key(&key)? {
-                out.push(p);
+                out.push((addr_of(key.family, &key.server), p));
             }
         }
         Ok(out)
@@ -289,6 +408,8 @@ impl KitMaps {
             c.responses += s.responses;
             c.hops += s.hops;
             c.learnt += s.learnt;
+            c.handed += s.handed;
+            c.ring_full += s.ring_full;
         }
         Ok(c)
     }

@@ -348,12 +348,18 @@ fn misses_are_rewritten_into_queries_and_responses_checked() {
                 q.clone()
             });
             assert_eq!(moved, vec!["drop_kit_malformed".to_string()], "a query to a reserved port");
-            let before = kit.counters().unwrap().responses;
-            let (act, out, moved) = verdict(&prog, &response(v6, &server, 53, port, id, &sent2, A));
-            assert_eq!((act, moved), (2, vec!["pass_kit_response".to_string()]), "the genuine response (ipv6 {v6}), after the spoofs");
-            assert_eq!(out, response(v6, &server, 53, port, id, &sent2, A), "passed untouched");
-            assert_eq!(kit.counters().unwrap().responses, before + 1);
-            assert!(kit.claim(ip(&server), port, id).unwrap().is_some(), "userspace claims it");
+            let before = kit.counters().unwrap();
+            let genuine = response(v6, &server, 53, port, id, &sent2, A);
+            let (act, _, moved) = verdict(&prog, &genuine);
+            assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "the genuine response (ipv6 {v6}), after the spoofs: handed over, XDP_DROP");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.responses, after.handed), (before.responses + 1, before.handed + 1));
+            let ev = kit.take_events().unwrap();
+            assert_eq!(ev.len(), 1, "one record in the ring");
+            assert_eq!((ev[0].server, ev[0].port, ev[0].id), (ip(&server), port, id));
+            assert_eq!(ev[0].msg, dns_of(&genuine).to_vec(), "the response as received");
+            assert_eq!((ev[0].pending.sent_name.clone(), ev[0].pending.hops), (sent2.clone(), 1), "with its entry");
+            assert!(kit.claim(ip(&server), port, id).unwrap().is_none(), "the kernel claimed it: userspace cannot");
             let (_, _, moved) = verdict(&prog, &response(v6, &server, 53, port, id, &sent2, A));
             assert_eq!(moved, vec!["drop_kit_unsolicited".to_string()], "a second copy after the claim");
         }
@@ -595,19 +601,19 @@ fn referrals_with_glue_are_followed_in_the_kernel() {
                  let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
                  m[2] |= 0x02;
                  m
-             }), "pass_kit_response"),
+             }), "kit_handed"),
             ("AA=1 (an answer, not a referral)", "www.example.test",
              Box::new(move |id, s| {
                  let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
                  m[2] |= 0x04;
                  m
-             }), "pass_kit_response"),
+             }), "kit_handed"),
             ("NXDOMAIN", "www.example.test",
              Box::new(move |id, s| {
                  let mut m = referral(id, s, A, "test", &[("ns.test", glue(&ORG4))]);
                  m[3] |= 3;
                  m
-             }), "pass_kit_response"),
+             }), "kit_handed"),
             ("SOA in authority (no data)", "www.example.test",
              Box::new(move |id, s| {
                  let mut m = message(id, 0, s, A);
@@ -615,11 +621,20 @@ fn referrals_with_glue_are_followed_in_the_kernel() {
                  add(&mut m, 2, &wire("test"), NS, 3600, &wire("ns.test"));
                  add(&mut m, 3, &wire("ns.test"), A, 3600, &ORG4);
                  m
-             }), "pass_kit_response"),
+             }), "kit_handed"),
             ("an answer", "www.example.test",
              Box::new(move |id, s| {
                  let mut m = message(id, 0, s, A);
                  add(&mut m, 1, &ptr(12), A, 3600, &ORG4);
+                 m
+             }), "kit_handed"),
+            ("an answer longer than the kernel reads (XDNS_KIT_RESP_MAX): the socket's", "www.example.test",
+             Box::new(move |id, s| {
+                 let mut m = message(id, 0, s, A);
+                 for _ in 0..130 {
+                     add(&mut m, 1, &ptr(12), A, 3600, &ORG4);
+                 }
+                 assert!(m.len() > 1984);
                  m
              }), "pass_kit_response"),
         ];
@@ -629,6 +644,18 @@ fn referrals_with_glue_are_followed_in_the_kernel() {
             let f = from_server(false, &server, port, &make(id, &sent));
             let before = kit.counters().unwrap();
             let (act, out, moved) = run(&prog, &f, kd0);
+            if want == "kit_handed" {
+                // a final response: handed over in the ring with its entry, claimed by the kernel
+                assert_eq!((act, moved), (1, vec![want.to_string()]), "{what}: XDP_DROP");
+                let after = kit.counters().unwrap();
+                assert_eq!((after.responses, after.hops, after.handed), (before.responses + 1, before.hops, before.handed + 1), "{what}: accepted, handed over");
+                let ev = kit.take_events().unwrap();
+                assert_eq!(ev.len(), 1, "{what}: one record");
+                assert_eq!((ev[0].server, ev[0].port, ev[0].id, ev[0].pending.hops), (ip(&server), port, id, 1), "{what}");
+                assert_eq!(ev[0].msg, dns_of(&f).to_vec(), "{what}: the response as received");
+                assert!(kit.peek(ip(&server), port, id).unwrap().is_none(), "{what}: the entry claimed");
+                continue;
+            }
             assert_eq!((act, moved), (2, vec![want.to_string()]), "{what}: XDP_PASS");
             assert_eq!(out, f, "{what}: untouched");
             let after = kit.counters().unwrap();

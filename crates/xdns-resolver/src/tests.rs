@@ -1553,3 +1553,23 @@ async fn unusable_handed_replies_fall_back_to_a_resolution() {
     let (_, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
     assert_eq!(used, Joined);
 }
+
+/// How long a kernel query is waited for: four times the server's SRTT plus fanout_delay,
+/// 150 ms at least, upstream_timeout for a server with no sample; a kernel query taken back
+/// raises the server's SRTT (a lower bound), so the next wait is longer.
+#[tokio::test]
+async fn handed_wait_follows_the_servers_rtt() {
+    let mut c = cfg();
+    c.upstream_timeout = Duration::from_secs(5);
+    let (most, fan) = (c.upstream_timeout, c.fanout_delay);
+    let s = setup(c);
+    let a: IpAddr = "198.18.3.1".parse().unwrap();
+    assert_eq!(s.res.handed_wait(a), most, "no sample: upstream_timeout");
+    s.res.resolve(key("www.example.test.", rtype::A)).await.unwrap();
+    let w = s.res.handed_wait(a);
+    assert!(w >= Duration::from_millis(150).max(fan) && w < most, "a sample (SRTT blended from 200 ms): {w:?} < {most:?}");
+    s.res.note_handed_timeout(a, Duration::from_secs(3));
+    let w2 = s.res.handed_wait(a);
+    assert!(w2 > w, "taken back after 3 s: a longer wait ({w:?} -> {w2:?})");
+    assert_eq!(s.res.handed_wait("198.18.9.9".parse().unwrap()), most);
+}

@@ -4,16 +4,21 @@
 //!   (IPv6 wildcard, dual-stack) before the XDP program may send from them: no other socket
 //!   of the host can take one, and a response the kernel checks and passes
 //!   (`pass_kit_response`) arrives on it.
-//! - [`spawn`] starts the tasks that read them: a response claims its pending entry (deletes
-//!   it from `xdns_kit_pending`; only the claimer answers), is checked again as the userspace
+//! - [`spawn`] starts a thread that reads the kernel's ring buffer `xdns_kit_events` in
+//!   batches: each record is a final response with the pending entry the kernel claimed for
+//!   it (the usual way), used as below. It also starts the tasks that read the reserved
+//!   ports, where a response arrives when the ring was full or it was too long: it claims
+//!   its pending entry (deletes it from `xdns_kit_pending`; only the claimer answers), is
+//!   checked again as the userspace
 //!   resolver checks its own (from port 53 of the server asked, the ID, the question with its
 //!   0x20 case), and is then *used*: it becomes the first exchange of the userspace
 //!   resolution of the client's question ([`xdns_resolver::Resolver::resolve_handed`]): a
 //!   referral continues from the child zone, a final answer is cached as the resolver caches
 //!   its own (and pushed to the kernel cache) and answered from the listen socket, once. A
 //!   response the resolver cannot use (TC=1, SERVFAIL/REFUSED, lame, malformed, the cut asked
-//!   unknown) leaves the question to an ordinary resolution. A timer claims the entries of
-//!   servers that never answered and resolves them from scratch.
+//!   unknown) leaves the question to an ordinary resolution. A timer (20 ms) claims the
+//!   entries that waited past [`xdns_resolver::Resolver::handed_wait`] (from the server's
+//!   RTT), raises the server's SRTT to the time waited and resolves them from scratch.
 //! - The zone map ([`ZoneWriter`]): the root from the hints when the tasks start, then the
 //!   delegations the resolver learns ([`xdns_resolver::Resolver::delegations`]: the cut, its
 //!   servers' addresses from in-bailiwick glue or resolved NS names, the earlier expiry of
@@ -24,8 +29,9 @@
 //!   kernel adds the cuts of the referrals it follows itself, where the map has no live entry
 //!   of that name; every 5 s [`ZoneWriter::sweep`] removes those once expired (the kernel
 //!   never deletes one).
-//! - The stats group `kit`: the kernel's counters, and what became of each response handed
-//!   over (`response_<use>`) and of entries the timer claimed (`timeout`).
+//! - The stats group `kit`: the kernel's counters (`handed`, `ring_full` among them), the
+//!   records read from the ring (`ring_read`), what became of each response handed over
+//!   (`response_<use>`) and of entries the timer claimed (`timeout`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -89,22 +95,29 @@ fn claim(kit: &KitMaps, port: u16, from: SocketAddr, msg: &[u8]) -> Option<(KitP
     };
     let id = u16::from_be_bytes([msg[0], msg[1]]);
     let p = kit.claim(ip, port, id).ok()??;
+    let handed = handed_of(kit, &p, ip, msg);
+    Some((p, handed))
+}
+
+/// The response `msg` from `ip` to the claimed entry `p`, as the resolver takes it when it
+/// is the answer to the question sent (its zone known): `None` otherwise (the client's
+/// question is then resolved from scratch).
+fn handed_of(kit: &KitMaps, p: &KitPending, ip: IpAddr, msg: &[u8]) -> Option<xdns_resolver::Handed> {
     let same = msg.get(12..12 + p.sent_name.len() + 4).is_some_and(|q| {
         q[..p.sent_name.len()] == p.sent_name[..] && q[p.sent_name.len()..] == [(p.qtype >> 8) as u8, p.qtype as u8, 0, 1]
     });
     if !same || u16::from_be_bytes([msg[4], msg[5]]) != 1 || msg[2] & 0x80 == 0 {
         // claimed, but not its answer: resolved by userspace all the same (the client waits)
-        tracing::debug!(%from, "kernel iteration: a response to a reserved port with another question");
+        tracing::debug!(%ip, "kernel iteration: a response to a reserved port with another question");
         note(&MALFORMED);
-        return Some((p, None));
+        return None;
     }
-    let Some(zone) = kit.zone_of(&p) else {
+    let Some(zone) = kit.zone_of(p) else {
         note(&NO_ZONE);
-        return Some((p, None));
+        return None;
     };
     let rtt = monotonic_ns().checked_sub(p.sent_ns).map(Duration::from_nanos);
-    let handed = xdns_resolver::Handed { zone, server: SocketAddr::new(ip, 53), reply: msg.to_vec(), rtt };
-    Some((p, Some(handed)))
+    Some(xdns_resolver::Handed { zone, server: SocketAddr::new(ip, 53), reply: msg.to_vec(), rtt })
 }
 
 /// The client's query as it sent it (its ID, flags, name, type, EDNS payload and DO).
@@ -235,6 +248,37 @@ pub fn spawn(
             }
         }
     }));
+    // The final responses the kernel hands over through its ring buffer (it claimed their
+    // entries): read in batches on a thread of their own, each finished as one read from a
+    // reserved port would be. Stopping, the records left are finished before the thread ends.
+    {
+        let (kit, socks, shared, mut stop_r) = (kit.clone(), socks.clone(), shared.clone(), stop.clone());
+        let rt = tokio::runtime::Handle::current();
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag_t = flag.clone();
+        let thread = std::thread::Builder::new().name("xdns-kit-events".into()).spawn(move || {
+            // SAFETY: prctl with integer arguments only; it affects this thread alone (it needs
+            // no capability: see PrefetchEvents).
+            unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) };
+            let _rt = rt.enter();
+            let handle = |e: xdns_bpf::kit::KitEvent, direct: bool| {
+                note(&RING);
+                let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
+                finish(&shared, &socks, e.pending, handed, direct);
+            };
+            if let Err(e) = kit.read_events(Duration::from_millis(100), &flag_t, |e| handle(e, false)) {
+                tracing::warn!(error = %e, "kernel iteration: reading the kernel's responses");
+            }
+            for e in kit.take_events().unwrap_or_default() {
+                handle(e, true);
+            }
+        })?;
+        tasks.push(tokio::spawn(async move {
+            crate::server::stopped(&mut stop_r).await;
+            flag.store(true, Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }));
+    }
     for (port, sock) in reserved.0 {
         let sock = tokio::net::UdpSocket::from_std(sock).context("registering a reserved port")?;
         let (kit, socks, shared, mut stop) = (kit.clone(), socks.clone(), shared.clone(), stop.clone());
@@ -253,15 +297,27 @@ pub fn spawn(
     }
     let (shared, mut stop) = (shared.clone(), stop.clone());
     tasks.push(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        // Every 20 ms: the queries that waited past Resolver::handed_wait (from the server's
+        // RTT, 150 ms to upstream_timeout) are taken back and resolved here (the resolver
+        // asks the best servers, with its own timeouts); the wait raises the server's SRTT.
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = crate::server::stopped(&mut stop) => break,
                 _ = tick.tick() => {}
             }
-            let before = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
-            for p in kit.claim_older(before).unwrap_or_default() {
+            let rec = shared.recursion.get().cloned();
+            let waits = std::cell::RefCell::new(HashMap::<IpAddr, u64>::new());
+            let wait = |ip: IpAddr| {
+                *waits.borrow_mut().entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
+            };
+            let now = monotonic_ns();
+            for (server, p) in kit.claim_stale(now, wait).unwrap_or_default() {
                 note(&TIMEOUTS);
+                if let Some(r) = &rec {
+                    r.resolver.note_handed_timeout(server, Duration::from_nanos(now.saturating_sub(p.sent_ns)));
+                }
                 finish(&shared, &socks, p, None, false);
             }
         }
@@ -393,6 +449,8 @@ static USES: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 static MALFORMED: AtomicU64 = AtomicU64::new(0);
 /// Responses claimed whose entry names no cut (`zone_len`/`zone_hash`): resolved from scratch.
 static NO_ZONE: AtomicU64 = AtomicU64::new(0);
+/// Responses read from the kernel's ring buffer (their entries claimed by the kernel).
+static RING: AtomicU64 = AtomicU64::new(0);
 /// Entries the timer claimed (the server never answered): resolved from scratch.
 static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 /// Cuts the writer holds in the zone map (besides the root).
@@ -422,6 +480,9 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("responses".into(), c.responses));
     v.push(("hops".into(), c.hops));
     v.push(("learnt".into(), c.learnt));
+    v.push(("handed".into(), c.handed));
+    v.push(("ring_full".into(), c.ring_full));
+    v.push(("ring_read".into(), RING.load(Relaxed)));
     v.push(("pending".into(), kit.pending_len() as u64));
     v.extend(xdns_resolver::HandedUse::ALL.iter().zip(&USES).map(|(u, n)| (format!("response_{}", u.name()), n.load(Relaxed))));
     let mal = USES[xdns_resolver::HandedUse::ALL.iter().position(|u| *u == xdns_resolver::HandedUse::Malformed).unwrap_or(0)].load(Relaxed);
@@ -434,7 +495,7 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
             "counter",
             v,
         ),

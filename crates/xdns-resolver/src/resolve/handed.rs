@@ -115,7 +115,8 @@ impl Resolver {
     /// with the known addresses of its servers (at most `per_family` of each family the
     /// resolver asks; by smoothed RTT, servers held down last, then by address, so that the
     /// same state gives the same list) and the earlier of the NS set's and those addresses'
-    /// expiry. A cut with no known address is left out. Every cut came through the bailiwick
+    /// expiry; servers held down for timing out are left out while the cut has another. A
+    /// cut with no known address is left out. Every cut came through the bailiwick
     /// rules of [`classify`] (a referral strictly below the zone asked, towards the name),
     /// its addresses from in-bailiwick glue or from resolving its NS names.
     pub fn delegations(&self, per_family: usize) -> Vec<Delegation> {
@@ -150,6 +151,10 @@ impl Resolver {
                 Some(r) => (r.held_until_ns > now, r.srtt_us, *ip),
                 None => (false, super::servers::INITIAL_SRTT_US, *ip),
             });
+            // servers held down (timing out) are left out while another is not
+            if ips.iter().any(|(ip, _)| !rtt.get(ip).is_some_and(|r| r.held_until_ns > now)) {
+                ips.retain(|(ip, _)| !rtt.get(ip).is_some_and(|r| r.held_until_ns > now));
+            }
             let mut kept: Vec<IpAddr> = Vec::new();
             let mut until = expires;
             for (v4, _) in [(true, ()), (false, ())] {
@@ -169,6 +174,30 @@ impl Resolver {
             });
         }
         out
+    }
+
+    /// How long a query someone else (the kernel) sent to `server` is waited for before
+    /// the question is taken back and resolved here: four times the server's SRTT plus
+    /// `fanout_delay`, at least 150 ms (a reply late because this host is busy is not worth
+    /// a second query that makes it busier) and at most `upstream_timeout` (which a server
+    /// with no RTT sample, or held down, gets).
+    pub fn handed_wait(&self, server: IpAddr) -> Duration {
+        let cfg = self.cfg.load();
+        let most = cfg.upstream_timeout;
+        let srtt = lock(&self.infra.rtt).get(&server).map(|r| (r.srtt_us, r.held_until_ns));
+        match srtt {
+            Some((us, held)) if held <= self.now_ns() => {
+                (Duration::from_micros(us.saturating_mul(4)) + cfg.fanout_delay).clamp(Duration::from_millis(150).min(most), most)
+            }
+            _ => most,
+        }
+    }
+
+    /// A query someone else (the kernel) sent to `server` had no reply after `waited`: a
+    /// lower bound of its RTT, which only raises its SRTT (not a timeout: the query taken
+    /// back is asked again by the resolver, whose own timeouts hold a dead server down).
+    pub fn note_handed_timeout(&self, server: IpAddr, waited: Duration) {
+        self.note_slow(SocketAddr::new(server, 53), waited);
     }
 
     /// What `h` is to the question `key`: the class of the reply (bailiwick-scrubbed) when

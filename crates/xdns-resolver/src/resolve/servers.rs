@@ -177,7 +177,7 @@ impl Resolver {
     /// `server` has not answered after `waited`: a lower bound of its RTT. Only ever raises
     /// its SRTT (and keeps its timeout count), so a silent server is not rewarded for having
     /// been asked late.
-    fn note_slow(&self, server: SocketAddr, waited: Duration) {
+    pub(super) fn note_slow(&self, server: SocketAddr, waited: Duration) {
         let mut rtt = lock(&self.infra.rtt);
         let e = rtt.entry(server.ip()).or_insert(Rtt {
             srtt_us: INITIAL_SRTT_US,
