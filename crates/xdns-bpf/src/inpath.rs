@@ -105,6 +105,10 @@ pub struct InpathCounters {
     pub fib_passed: u64,
     /// Answers whose frame had no tailroom left for the reply: grown at the head instead.
     pub head_grown: u64,
+    /// Answers sent from the reply memo (whole replies kept per CPU for the exact query).
+    pub reply_hits: u64,
+    /// Replies written into the reply memo.
+    pub reply_kept: u64,
 }
 
 /// Entries of the cache as counted by userspace.
@@ -211,6 +215,10 @@ impl InpathProgram {
         open.maps.xdns_inpath_cache.set_max_entries(sets * WAYS)?;
         open.maps.xdns_inpath_tags.set_max_entries(sets)?;
         open.maps.xdns_inpath_pending.set_max_entries(s.pending_slots())?;
+        // the reply memo: a run of slots for each possible CPU (bpf/inpath_maps.h)
+        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
+        let slots = open.maps.xdns_inpath_replies.max_entries();
+        open.maps.xdns_inpath_replies.set_max_entries(cpus * slots)?;
         let skel = open.load().context("loading the in-path XDP program (verifier)")?;
         let dup = |m: &libbpf_rs::Map<'_>| MapHandle::try_from(m).context("duplicating an in-path map handle");
         let prog_fd = skel.progs.xdns_inpath.as_fd().try_clone_to_owned().context("duplicating the program fd")?;
@@ -404,10 +412,10 @@ fn expires(v: &[u8]) -> u64 {
 }
 
 /// Sum the per-CPU scratch values' counters: verdicts, then evicted, redirected, fib_passed,
-/// head_grown.
+/// head_grown, reply_hits, reply_kept.
 pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
     let slots = std::mem::size_of::<[u64; 32]>() / 8;
-    let mut sums = vec![0u64; slots + 4];
+    let mut sums = vec![0u64; slots + 6];
     for v in per_cpu {
         for (i, s) in sums.iter_mut().enumerate() {
             if let Some(b) = v.get(i * 8..i * 8 + 8) {
@@ -416,7 +424,15 @@ pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
         }
     }
     let verdicts = (0..INPATH_VERDICT_NAMES.len()).map(|i| (verdict_name(i).unwrap_or_default(), sums[i])).collect();
-    InpathCounters { verdicts, evicted: sums[slots], redirected: sums[slots + 1], fib_passed: sums[slots + 2], head_grown: sums[slots + 3] }
+    InpathCounters {
+        verdicts,
+        evicted: sums[slots],
+        redirected: sums[slots + 1],
+        fib_passed: sums[slots + 2],
+        head_grown: sums[slots + 3],
+        reply_hits: sums[slots + 4],
+        reply_kept: sums[slots + 5],
+    }
 }
 
 impl InpathView for InpathProgram {
