@@ -226,10 +226,11 @@ __attribute__((noinline)) int xdns_inpath_qlen(struct xdns_inpath_scratch *sc, _
 }
 
 /*
- * Lowercase a name (qlen bytes, its last word zero padded) into a 256-byte buffer, and hash it with the
- * server's address (sc->srv; into the entry too, from_pend), type,
- * class (typeclass: qtype | qclass << 16, network order each) and kflags: the cache key. `from_pend`: the recorded query's name into the entry
- * being built, else the message's into sc->qname.
+ * Lowercase the name of the message in scratch (qlen bytes, its last word zero padded) into
+ * a 256-byte buffer, and hash it with the server's address (sc->srv; into the entry too,
+ * from_pend), type, class (typeclass: qtype | qclass << 16, network order each) and kflags:
+ * the cache key. `from_pend`: a response's name (the recorded query's, byte for byte) into
+ * the entry being built; else a query's into sc->qname, with its question's checksum.
  */
 __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, int from_pend, __u32 qlen,
 						 __u32 typeclass, __u32 kflags)
@@ -242,7 +243,8 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 	qlen &= 0x1ff;
 	if (!sc)
 		return 0;
-	src = from_pend ? sc->pend.name : sc->buf + XDNS_INPATH_DNS_AT + 12;
+	/* a response's name is the recorded one byte for byte (xdns_inpath_same_question) */
+	src = sc->buf + XDNS_INPATH_DNS_AT + 12;
 	dst = from_pend ? sc->e.name : sc->qname;
 	if (qlen > 255)
 		qlen = 255;
