@@ -671,11 +671,14 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
  * The reply memo. For one query (its bytes after the DNS ID, to one server) a hit sends the
  * same DNS message until the entry's TTLs age another second, the entry expires, or it is
  * rewritten (learnt again, backdated, flushed: its stored_ns changes or it is gone). So the
- * stage's reply after the question, its header words and checksum are kept per CPU in the
- * resolver's reply-memo slots (slot.h), keyed by the query's flags, ARCOUNT and bytes after the
- * header, at most XDNS_REPLY_MAX_Q, and the server; bounded by `until_ns` and checked against
- * the entry (`ref`, `tag` = its stored_ns, its server) on every use. Kept at the second stage
- * hit of a query in its set (xdns_first_sighting), so names hit once each do not churn it.
+ * stage's reply after the question (at most XDNS_INPATH_MEMO_A bytes), its header words and
+ * checksum are kept per CPU in the resolver's reply-memo slots (slot.h), keyed by the query's
+ * flags, ARCOUNT and bytes after the header (at most XDNS_REPLY_MAX_Q) and the server, whose
+ * address follows the kept bytes in a[] and is compared; bounded by `until_ns`, and checked
+ * against its way's stamp in the set's tags (`ref` the entry's key, `tag` its stored_ns: a
+ * new learn or a userspace backdate changes the stamp, a flush clears it) on every use.
+ * Kept at the second stage hit of a query in its set (xdns_first_sighting), so names hit
+ * once each do not churn it.
  */
 
 /* This query's slot key (sc->mq, sc->mn bytes, flags, ARCOUNT, the server at pkt->dst): never 0. */
@@ -707,7 +710,8 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	void *end = (void *)(long)ctx->data_end;
 	__u32 len = pkt->dns_len, hl = pkt->dns_off, n, set, body_at, an, rlen, ref;
 	struct xdns_reply_memo *t;
-	struct xdns_inpath_entry *e;
+	struct xdns_inpath_tags *tags;
+	__u32 tset;
 	__u16 ar, dsum;
 	__u8 *hdr, *dst;
 	__u64 h, now, s;
@@ -744,15 +748,22 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	now = xdns_inpath_now(sc);
 	if (now >= t->until_ns)
 		return -1;
+	/* this server's reply (its address after the kept bytes) */
+	if (xdns_ld64(t->a + XDNS_INPATH_MEMO_A) != xdns_ld64(pkt->dst) ||
+	    xdns_ld64(t->a + XDNS_INPATH_MEMO_A + 8) != xdns_ld64(pkt->dst + 8))
+		return -1;
+	/*
+	 * from the entry as it is: its way's stamp unchanged (a new learn, a backdate, a flush
+	 * change or clear it), read from the set's tags (an inlined array lookup), not the entry
+	 */
 	ref = t->ref;
-	e = bpf_map_lookup_elem(&xdns_inpath_cache, &ref);
-	/* the entry it came from, unchanged (a rewrite or a backdate moves stored_ns), and this server's */
-	if (!e || e->stored_ns != t->tag || xdns_ld64(e->server) != xdns_ld64(pkt->dst) ||
-	    xdns_ld64(e->server + 8) != xdns_ld64(pkt->dst + 8))
+	tset = ref / XDNS_INPATH_WAYS;
+	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &tset);
+	if (!tags || tags->stamp[ref & (XDNS_INPATH_WAYS - 1)] != t->tag)
 		return -1;
 	body_at = t->body_at;
 	an = t->an;
-	if (body_at < 12 + 1 + 4 || body_at > 12 + XDNS_REPLY_MAX_Q || an > XDNS_REPLY_MAX_A || (an && an < 8))
+	if (body_at < 12 + 1 + 4 || body_at > 12 + XDNS_REPLY_MAX_Q || an > XDNS_INPATH_MEMO_A || (an && an < 8))
 		return -1;      /* never kept so (xdns_inpath_memo_keep): the frame stays whole */
 	rlen = body_at + an;
 	grow = (long)(hl + rlen) - (long)(end - data);
@@ -776,8 +787,10 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	dsum = xdns_inpath_fold16(s);
 	if (xdns_inpath_finish(ctx, pkt, dsum, rlen))
 		return XDNS_INPATH_DROP_REWRITE;
-	if (now > e->used_ns + XDNS_NS)
-		e->used_ns = now;
+	/*
+	 * The entry's used_ns (the set's replacement) is left to the stage: it keeps the reply
+	 * again at least once a second (until_ns), and writes used_ns then.
+	 */
 	sc->reply_hits++;
 	return (t->rflags & bpf_htons(0x0200)) ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
 }
@@ -805,7 +818,7 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 	h = sc->mh;
 	n = sc->mn;
 	if (h == 0 || n < 8 || n > XDNS_REPLY_MAX_Q || hl > 66 || qend < 12 + 1 + 4 || qend > 12 + n ||
-	    an > XDNS_REPLY_MAX_A || (an && an < 8))
+	    an > XDNS_INPATH_MEMO_A || (an && an < 8))
 		return 0;
 	len = hl;
 	asm volatile("%0 &= 0x7f" : "+r"(len));
@@ -827,8 +840,10 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	len = an;
 	asm volatile("%0 &= 0xff" : "+r"(len)); /* one register, checked as the helper gets it */
-	if (len > XDNS_REPLY_MAX_A || (len && bpf_xdp_load_bytes(ctx, hl + qend, t->a, len)))
+	if (len > XDNS_INPATH_MEMO_A || (len && bpf_xdp_load_bytes(ctx, hl + qend, t->a, len)))
 		return 0;
+	xdns_st64(t->a + XDNS_INPATH_MEMO_A, xdns_ld64(sc->srv));
+	xdns_st64(t->a + XDNS_INPATH_MEMO_A + 8, xdns_ld64(sc->srv + 8));
 	xdns_reply_slot_key(t, sc->mq, n, sc->mqflags, sc->mqar);
 	t->rflags = rflags;
 	t->counts = counts;

@@ -363,6 +363,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	key = set * XDNS_INPATH_WAYS + pick;
 	if (bpf_map_update_elem(&xdns_inpath_cache, &key, &sc->e, BPF_ANY))
 		return XDNS_INPATH_REJECT_NOMEM;
+	tags->stamp[pick & (XDNS_INPATH_WAYS - 1)] = now;
 	tags->h[pick & (XDNS_INPATH_WAYS - 1)] = h;
 	if (evict)
 		sc->evicted++;

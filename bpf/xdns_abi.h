@@ -1176,6 +1176,7 @@ enum xdns_inpath_verdict {
 
 #define XDNS_INPATH_INLINE 8           /* server prefixes compared inline (rodata); more: the LPM trie */
 #define XDNS_INPATH_ROLE_SLOTS 1024     /* interface indexes below this have their role in an array (xdns_inpath_roles) */
+#define XDNS_INPATH_MEMO_A (XDNS_REPLY_MAX_A - 16) /* reply bytes a memo slot keeps: its a[] ends with the server's address */
 #define XDNS_INPATH_MEMO_Q 128          /* scratch room for a query's bytes after the header (xdns_copy_words: > XDNS_REPLY_MAX_Q) */
 
 /* A server prefix compared inline: the address (IPv4 as ::ffff:a.b.c.d) read as two native words, masked. */
@@ -1197,9 +1198,14 @@ struct xdns_inpath_cfg {
 	struct xdns_inpath_net srv[XDNS_INPATH_INLINE];
 };
 
-/* Value of xdns_inpath_tags (key: set): the hashes of the set's ways' entries, 0 for none. */
+/*
+ * Value of xdns_inpath_tags (key: set): the hashes of the set's ways' entries, 0 for none,
+ * and their stamps (the entry's stored_ns: a new one for every write of the way, by the
+ * program or userspace), which the reply memo checks instead of looking the entry up.
+ */
 struct xdns_inpath_tags {
 	__u64 h[XDNS_INPATH_WAYS];
+	__u64 stamp[XDNS_INPATH_WAYS];
 };
 
 /* xdns_inpath_servers: an LPM key; IPv4 as ::ffff:a.b.c.d (prefix + 96) */

@@ -142,6 +142,7 @@ pub struct InpathProgram {
     ifaces: MapHandle,
     roles: MapHandle,
     pending: MapHandle,
+    tags: MapHandle,
     links: Vec<(String, OwnedFd)>,
     capacity: u32,
     verified: u32,
@@ -228,6 +229,7 @@ impl InpathProgram {
             ifaces: dup(&skel.maps.xdns_inpath_ifaces)?,
             roles: dup(&skel.maps.xdns_inpath_roles)?,
             pending: dup(&skel.maps.xdns_inpath_pending)?,
+            tags: dup(&skel.maps.xdns_inpath_tags)?,
             prog: prog_fd,
             links: Vec::new(),
             capacity: sets * WAYS,
@@ -252,6 +254,7 @@ impl InpathProgram {
             ifaces: dup(&self.ifaces)?,
             roles: dup(&self.roles)?,
             pending: dup(&self.pending)?,
+            tags: dup(&self.tags)?,
             links: Vec::new(),
             capacity: self.capacity,
             verified: self.verified,
@@ -380,9 +383,23 @@ impl InpathProgram {
                 v[at..at + 8].copy_from_slice(&old.saturating_sub(ns).to_ne_bytes());
             }
             self.cache.update(&k, &v, MapFlags::EXIST)?;
+            // the way's stamp follows its stored time: a reply memo kept before is not used
+            let stored = std::mem::offset_of!(types::xdns_inpath_entry, stored_ns);
+            self.set_stamp(&k, u64::from_ne_bytes(v[stored..stored + 8].try_into().unwrap()))?;
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Set the stamp of the way with cache key `k` (set * WAYS + way) in its set's tags.
+    fn set_stamp(&self, k: &[u8], stamp: u64) -> Result<()> {
+        let key = u32::from_ne_bytes(k.try_into().context("a cache key is 4 bytes")?);
+        let set = (key / WAYS).to_ne_bytes();
+        let at = std::mem::offset_of!(types::xdns_inpath_tags, stamp) + (key % WAYS) as usize * 8;
+        let mut t = self.tags.lookup(&set, MapFlags::ANY)?.context("a set's tags")?;
+        t[at..at + 8].copy_from_slice(&stamp.to_ne_bytes());
+        self.tags.update(&set, &t, MapFlags::ANY)?;
+        Ok(())
     }
 
     /// Recorded queries not yet answered (or answered, until another query takes the slot).
@@ -459,6 +476,12 @@ impl InpathView for InpathProgram {
     }
 
     fn flush(&self) -> Result<usize> {
+        // the tags first: from then on neither a query's lookup nor a kept reply (the reply
+        // memo checks its way's stamp) finds an entry; then the entries
+        let zero = vec![0u8; std::mem::size_of::<types::xdns_inpath_tags>()];
+        for set in 0..self.capacity / WAYS {
+            self.tags.update(&set.to_ne_bytes(), &zero, MapFlags::ANY).context("clearing a set's tags")?;
+        }
         let keys: Vec<_> = self.cache.keys().collect();
         let mut n = 0;
         for k in keys {
