@@ -30,6 +30,7 @@
 #include "hash.h"
 #include "word.h"
 #include "csum.h"
+#include "slot.h"
 
 #define XDNS_INPATH_PORT 53
 #define XDNS_NS 1000000000ULL
@@ -225,10 +226,11 @@ __attribute__((noinline)) int xdns_inpath_qlen(struct xdns_inpath_scratch *sc, _
 }
 
 /*
- * Lowercase a name (qlen bytes, its last word zero padded) into a 256-byte buffer, and hash it with the
- * server's address (sc->srv; into the entry too, from_pend), type,
- * class (typeclass: qtype | qclass << 16, network order each) and kflags: the cache key. `from_pend`: the recorded query's name into the entry
- * being built, else the message's into sc->qname.
+ * Lowercase the name of the message in scratch (qlen bytes, its last word zero padded) into
+ * a 256-byte buffer, and hash it with the server's address (sc->srv; into the entry too,
+ * from_pend), type, class (typeclass: qtype | qclass << 16, network order each) and kflags:
+ * the cache key. `from_pend`: a response's name (the recorded query's, byte for byte) into
+ * the entry being built; else a query's into sc->qname, with its question's checksum.
  */
 __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, int from_pend, __u32 qlen,
 						 __u32 typeclass, __u32 kflags)
@@ -241,7 +243,8 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 	qlen &= 0x1ff;
 	if (!sc)
 		return 0;
-	src = from_pend ? sc->pend.name : sc->buf + XDNS_INPATH_DNS_AT + 12;
+	/* a response's name is the recorded one byte for byte (xdns_inpath_same_question) */
+	src = sc->buf + XDNS_INPATH_DNS_AT + 12;
 	dst = from_pend ? sc->e.name : sc->qname;
 	if (qlen > 255)
 		qlen = 255;
@@ -431,6 +434,117 @@ static __always_inline __u16 xdns_inpath_fold16(__u64 s)
 }
 
 /*
+ * The reply's layers 2 to 4, written over the query's in place (MACs, addresses and ports
+ * swapped, lengths, TTL or hop limit), with the IPv4 header's checksum and the UDP checksum
+ * from `dsum`, the DNS message's checksum (folded, native order: the sum of its words as
+ * loaded). The message is rlen bytes at pkt->dns_off. 0, or -1 when the frame is shorter.
+ */
+static __always_inline int xdns_inpath_finish(struct xdp_md *ctx, const struct xdns_inpath_pkt *pkt, __u16 dsum,
+					      __u32 rlen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 hl = pkt->dns_off, l3 = pkt->l3_off, k;
+	__u16 ulen = 8 + rlen, ck;
+	__u64 s;
+	__u8 *p;
+
+	if (hl > 66 || (l3 != 14 && l3 != 18))
+		return -1;
+	/* the UDP checksum: the message's, the header's, the pseudo-header's */
+	s = (__u64)dsum + XDNS_INPATH_W(bpf_htons(IPPROTO_UDP)) + 2 * XDNS_INPATH_W(bpf_htons(ulen));
+	s += XDNS_INPATH_W(pkt->sport) + XDNS_INPATH_W(pkt->dport);
+	if (pkt->ipv6) {
+		s += (xdns_ld64(pkt->src) & 0xffffffff) + (xdns_ld64(pkt->src) >> 32);
+		s += (xdns_ld64(pkt->src + 8) & 0xffffffff) + (xdns_ld64(pkt->src + 8) >> 32);
+		s += (xdns_ld64(pkt->dst) & 0xffffffff) + (xdns_ld64(pkt->dst) >> 32);
+		s += (xdns_ld64(pkt->dst + 8) & 0xffffffff) + (xdns_ld64(pkt->dst + 8) >> 32);
+	} else {
+		s += (__u64)*(const __u32 *)(pkt->src + 12) + *(const __u32 *)(pkt->dst + 12);
+	}
+	ck = (__u16)~xdns_inpath_fold16(s) ?: 0xffff;
+
+	/* layers 2 to 4, swapped in place */
+	p = data;
+	if ((void *)(p + hl) > end || (void *)(p + 14) > end)
+		return -1;
+	{
+		__u8 mac[6];
+
+		__builtin_memcpy(mac, p, 6);
+		__builtin_memcpy(p, p + 6, 6);
+		__builtin_memcpy(p + 6, mac, 6);
+	}
+	if (pkt->ipv6) {
+		struct ipv6hdr *ip6 = data + l3;
+		struct udphdr *udp = (void *)(ip6 + 1);
+
+		if ((void *)(udp + 1) > end)
+			return -1;
+		*(__u32 *)ip6 = bpf_htonl(0x60000000);
+		ip6->payload_len = bpf_htons(ulen);
+		ip6->hop_limit = 64;
+		__builtin_memcpy(&ip6->saddr, pkt->dst, 16);
+		__builtin_memcpy(&ip6->daddr, pkt->src, 16);
+		udp->source = pkt->dport;
+		udp->dest = pkt->sport;
+		udp->len = bpf_htons(ulen);
+		udp->check = ck;
+	} else {
+		struct iphdr *ip = data + l3;
+		struct udphdr *udp = (void *)(ip + 1);
+		__u64 is = 0;
+
+		if ((void *)(udp + 1) > end)
+			return -1;
+		ip->tot_len = bpf_htons(20 + ulen);
+		ip->ttl = 64;
+		ip->check = 0;
+		ip->saddr = *(const __u32 *)(pkt->dst + 12);
+		ip->daddr = *(const __u32 *)(pkt->src + 12);
+#pragma unroll
+		for (k = 0; k < 5; k++)
+			is += *(const __u32 *)((__u8 *)ip + k * 4);
+		ip->check = (__u16)~xdns_inpath_fold16(is);
+		udp->source = pkt->dport;
+		udp->dest = pkt->sport;
+		udp->len = bpf_htons(ulen);
+		udp->check = ck;
+	}
+	return 0;
+}
+
+/*
+ * Make the frame `grow` bytes longer or shorter: the tail, else (longer, too little tailroom:
+ * veth, generic XDP) the head, with the frame headers and the question (hl + qend bytes) moved
+ * down through scratch. 0: resized; 1: unchanged (no room); -1: changed half way (drop).
+ */
+static __always_inline int xdns_inpath_resize(struct xdp_md *ctx, struct xdns_inpath_scratch *sc, __u32 hl,
+					      __u32 qend, long grow)
+{
+	__u32 fo, n;
+
+	if (grow == 0 || !bpf_xdp_adjust_tail(ctx, (int)grow))
+		return 0;
+	if (grow < 0 || hl > 66 || qend > 12 + 255 + 4)
+		return 1;
+	/* frame headers right before the message in scratch, all moved down at once */
+	fo = XDNS_INPATH_DNS_AT - hl;
+	asm volatile("" : "+r"(fo));
+	fo &= 63;
+	n = hl + qend;
+	asm volatile("" : "+r"(n));
+	if (n > 66 + 12 + 255 + 4 || bpf_xdp_load_bytes(ctx, 0, sc->buf + fo, n))
+		return 1;
+	if (bpf_xdp_adjust_head(ctx, (int)-grow))
+		return 1;
+	if (bpf_xdp_store_bytes(ctx, 0, sc->buf + fo, n))
+		return -1;
+	sc->head_grown++;
+	return 0;
+}
+
+/*
  * The reply from entry `e`, written over the query in place: the frame cut or grown at the
  * tail to the reply's length (rlen DNS bytes), the stored records copied after the question
  * (one helper call), their TTLs aged in place, the header's flags and counts, addresses, ports
@@ -447,10 +561,11 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 {
 	__u32 qend, n, k, off, at, old, nw, sub, nt, hl, l3, lost_even = 0, lost_odd = 0, src_off = 0;
 	__u64 s, el, be;
-	__u16 body, ulen;
+	__u16 body;
 	void *data, *end;
 	__u8 *p, *d;
 	long grow;
+	int moved;
 
 	qlen &= 0x1ff;
 	qend = 12 + qlen + 4;
@@ -473,22 +588,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	grow = (long)(hl + rlen) - (long)(end - data);
-	if (grow != 0 && bpf_xdp_adjust_tail(ctx, (int)grow)) {
-		if (grow < 0)
-			return XDNS_INPATH_MISS_NO_ROOM;
-		/* frame headers right before the message in scratch, all moved down at once */
-		__u32 fo = XDNS_INPATH_DNS_AT - hl;
-
-		asm volatile("" : "+r"(fo));
-		fo &= 63;
-		if (bpf_xdp_load_bytes(ctx, 0, sc->buf + fo, hl))
-			return XDNS_INPATH_MISS_NO_ROOM;
-		if (bpf_xdp_adjust_head(ctx, (int)-grow))
-			return XDNS_INPATH_MISS_NO_ROOM;
-		if (bpf_xdp_store_bytes(ctx, 0, sc->buf + fo, hl + qend))
-			return XDNS_INPATH_DROP_REWRITE;
-		sc->head_grown++;
-	}
+	moved = xdns_inpath_resize(ctx, sc, hl, qend, grow);
+	if (moved)
+		return moved > 0 ? XDNS_INPATH_MISS_NO_ROOM : XDNS_INPATH_DROP_REWRITE;
 	/* the records (or the OPT) after the question, from the entry */
 	if (tc) {
 		asm volatile("" : "+r"(src_off));
@@ -550,76 +652,212 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 	if (qend & 1)
 		body = (__u16)((body << 8) | (body >> 8));      /* the records start at an odd offset */
 
-	/* the UDP checksum, from parts: nothing summed over the message here */
-	ulen = 8 + rlen;
+	/* the message's checksum, from parts: nothing summed over the message here */
 	s = sc->qsum + body + XDNS_INPATH_W(*(__u16 *)d);
 #pragma unroll
 	for (k = 0; k < 5; k++)
 		s += XDNS_INPATH_W(*(__u16 *)(d + 2 + k * 2));
-	s += XDNS_INPATH_W(bpf_htons(IPPROTO_UDP)) + 2 * XDNS_INPATH_W(bpf_htons(ulen));
-	s += XDNS_INPATH_W(pkt->sport) + XDNS_INPATH_W(pkt->dport);
-	if (pkt->ipv6) {
-		s += (xdns_ld64(pkt->src) & 0xffffffff) + (xdns_ld64(pkt->src) >> 32);
-		s += (xdns_ld64(pkt->src + 8) & 0xffffffff) + (xdns_ld64(pkt->src + 8) >> 32);
-		s += (xdns_ld64(pkt->dst) & 0xffffffff) + (xdns_ld64(pkt->dst) >> 32);
-		s += (xdns_ld64(pkt->dst + 8) & 0xffffffff) + (xdns_ld64(pkt->dst + 8) >> 32);
-	} else {
-		s += (__u64)*(const __u32 *)(pkt->src + 12) + *(const __u32 *)(pkt->dst + 12);
-	}
 	/* native order folded, then to big-endian for the TTLs' change (csum.h works big-endian) */
 	be = bpf_ntohs(xdns_inpath_fold16(s));
 	if (lost_even | lost_odd)
 		be += xdns_csum_shrunk(lost_even, lost_odd);
-	be = (__u16)~xdns_inpath_fold16(be);
-
-	/* layers 2 to 4, swapped in place */
-	p = data;
-	if ((void *)(p + hl) > end || (void *)(p + 14) > end)
+	sc->rsum = bpf_htons(xdns_inpath_fold16(be));   /* kept by the reply memo */
+	if (xdns_inpath_finish(ctx, pkt, sc->rsum, rlen))
 		return XDNS_INPATH_DROP_REWRITE;
-	{
-		__u8 mac[6];
-
-		__builtin_memcpy(mac, p, 6);
-		__builtin_memcpy(p, p + 6, 6);
-		__builtin_memcpy(p + 6, mac, 6);
-	}
-	if (pkt->ipv6) {
-		struct ipv6hdr *ip6 = data + l3;
-		struct udphdr *udp = (void *)(ip6 + 1);
-
-		if ((void *)(udp + 1) > end)
-			return XDNS_INPATH_DROP_REWRITE;
-		*(__u32 *)ip6 = bpf_htonl(0x60000000);
-		ip6->payload_len = bpf_htons(ulen);
-		ip6->hop_limit = 64;
-		__builtin_memcpy(&ip6->saddr, pkt->dst, 16);
-		__builtin_memcpy(&ip6->daddr, pkt->src, 16);
-		udp->source = pkt->dport;
-		udp->dest = pkt->sport;
-		udp->len = bpf_htons(ulen);
-		udp->check = bpf_htons((__u16)be) ?: 0xffff;
-	} else {
-		struct iphdr *ip = data + l3;
-		struct udphdr *udp = (void *)(ip + 1);
-		__u64 is = 0;
-
-		if ((void *)(udp + 1) > end)
-			return XDNS_INPATH_DROP_REWRITE;
-		ip->tot_len = bpf_htons(20 + ulen);
-		ip->ttl = 64;
-		ip->check = 0;
-		ip->saddr = *(const __u32 *)(pkt->dst + 12);
-		ip->daddr = *(const __u32 *)(pkt->src + 12);
-#pragma unroll
-		for (k = 0; k < 5; k++)
-			is += *(const __u32 *)((__u8 *)ip + k * 4);
-		ip->check = (__u16)~xdns_inpath_fold16(is);
-		udp->source = pkt->dport;
-		udp->dest = pkt->sport;
-		udp->len = bpf_htons(ulen);
-		udp->check = bpf_htons((__u16)be) ?: 0xffff;
-	}
 	return tc ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
+}
+
+/*
+ * The reply memo. For one query (its bytes after the DNS ID, to one server) a hit sends the
+ * same DNS message until the entry's TTLs age another second, the entry expires, or it is
+ * rewritten (learnt again, backdated, flushed: its stored_ns changes or it is gone). So the
+ * stage's reply after the question (at most XDNS_INPATH_MEMO_A bytes), its header words and
+ * checksum are kept per CPU in the resolver's reply-memo slots (slot.h), keyed by the query's
+ * flags, ARCOUNT and bytes after the header (at most XDNS_REPLY_MAX_Q) and the server, whose
+ * address follows the kept bytes in a[] and is compared; bounded by `until_ns`, and checked
+ * against its way's stamp in the set's tags (`ref` the entry's key, `tag` its stored_ns: a
+ * new learn or a userspace backdate changes the stamp, a flush clears it) on every use.
+ * Kept at the second stage hit of a query in its set (xdns_first_sighting), so names hit
+ * once each do not churn it.
+ */
+
+/* This query's slot key (sc->mq, sc->mn bytes, flags, ARCOUNT, the server at pkt->dst): never 0. */
+static __always_inline __u64 xdns_inpath_memo_key(struct xdns_inpath_scratch *sc, const struct xdns_inpath_pkt *pkt)
+{
+	__u32 n = sc->mn;
+	__u64 h;
+	int i;
+
+	h = xdns_hash_step(xdns_inpath_cfg.seed ^ 0x7265706cULL,
+			   (__u64)sc->mqflags | (__u64)sc->mqar << 16 | (__u64)n << 32);
+#pragma clang loop unroll(full)
+	for (i = 0; i < 3; i++)
+		if ((__u32)i * 8 < n)
+			h = xdns_hash_step(h, xdns_memo_word(sc->mq, i, n));
+	h = xdns_hash_step(h, xdns_ld64(pkt->dst) ^ xdns_ld64(pkt->dst + 8));
+	return h ? h : 1;
+}
+
+/*
+ * A query to a configured server, first: answer it from the reply memo. Returns a verdict
+ * (ANSWERED, ANSWERED_TC, DROP_REWRITE), or -1 to go on with the frame untouched; leaves
+ * sc->mh (0: not a query the memo takes) and the query's bytes for xdns_inpath_memo_keep.
+ */
+static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
+						   const struct xdns_inpath_pkt *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 len = pkt->dns_len, hl = pkt->dns_off, n, set, body_at, an, rlen, ref;
+	struct xdns_reply_memo *t;
+	struct xdns_inpath_tags *tags;
+	__u32 tset;
+	__u16 ar, dsum;
+	__u8 *hdr, *dst;
+	__u64 h, now, s;
+	long grow;
+	int moved;
+
+	sc->mh = 0;
+	if (len < 12 + 8 || len > 12 + XDNS_REPLY_MAX_Q || hl > 66)
+		return -1;
+	n = len - 12;
+	hdr = data + (hl & 0x7f);
+	if ((void *)(hdr + 12) > end)
+		return -1;
+	ar = bpf_ntohs(*(__u16 *)(hdr + 10));
+	if (*(__u16 *)(hdr + 4) != bpf_htons(1) || *(__u32 *)(hdr + 6) != 0 || ar > 1)
+		return -1;
+	sc->mqflags = *(__u16 *)(hdr + 2);
+	sc->mqar = ar;
+	sc->mn = n;
+	if (xdns_copy_words(sc->mq, hdr + 12, end, n, XDNS_INPATH_MEMO_Q))
+		return -1;
+	h = xdns_inpath_memo_key(sc, pkt);
+	sc->mh = h;
+	set = xdns_reply_set(h);
+	t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
+	if (!t)
+		return -1;
+	if (t->hash != h || !xdns_reply_slot_is(t, sc->mq, n, sc->mqflags, ar)) {
+		set++;
+		t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
+		if (!t || t->hash != h || !xdns_reply_slot_is(t, sc->mq, n, sc->mqflags, ar))
+			return -1;
+	}
+	now = xdns_inpath_now(sc);
+	if (now >= t->until_ns)
+		return -1;
+	/* this server's reply (its address after the kept bytes) */
+	if (xdns_ld64(t->a + XDNS_INPATH_MEMO_A) != xdns_ld64(pkt->dst) ||
+	    xdns_ld64(t->a + XDNS_INPATH_MEMO_A + 8) != xdns_ld64(pkt->dst + 8))
+		return -1;
+	/*
+	 * from the entry as it is: its way's stamp unchanged (a new learn, a backdate, a flush
+	 * change or clear it), read from the set's tags (an inlined array lookup), not the entry
+	 */
+	ref = t->ref;
+	tset = ref / XDNS_INPATH_WAYS;
+	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &tset);
+	if (!tags || tags->stamp[ref & (XDNS_INPATH_WAYS - 1)] != t->tag)
+		return -1;
+	body_at = t->body_at;
+	an = t->an;
+	if (body_at < 12 + 1 + 4 || body_at > 12 + XDNS_REPLY_MAX_Q || an > XDNS_INPATH_MEMO_A || (an && an < 8))
+		return -1;      /* never kept so (xdns_inpath_memo_keep): the frame stays whole */
+	rlen = body_at + an;
+	grow = (long)(hl + rlen) - (long)(end - data);
+	moved = xdns_inpath_resize(ctx, sc, hl, body_at, grow);
+	if (moved)
+		return moved > 0 ? -1 : XDNS_INPATH_DROP_REWRITE;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (hl > 66 || body_at > 12 + XDNS_REPLY_MAX_Q)
+		return XDNS_INPATH_DROP_REWRITE;        /* the verifier's bounds: checked above */
+	hdr = data + hl;
+	dst = hdr + body_at;
+	if (an && xdns_copy16(dst, t->a, dst, end, an, XDNS_REPLY_MAX_A))
+		return XDNS_INPATH_DROP_REWRITE;
+	if ((void *)(hdr + 12) > end)
+		return XDNS_INPATH_DROP_REWRITE;
+	/* the ID is the query's, in place; then the flags and the four counts */
+	*(__u16 *)(hdr + 2) = t->rflags;
+	xdns_st64(hdr + 4, t->counts);
+	s = t->sum + XDNS_INPATH_W(*(__u16 *)hdr);
+	dsum = xdns_inpath_fold16(s);
+	if (xdns_inpath_finish(ctx, pkt, dsum, rlen))
+		return XDNS_INPATH_DROP_REWRITE;
+	/*
+	 * The entry's used_ns (the set's replacement) is left to the stage: it keeps the reply
+	 * again at least once a second (until_ns), and writes used_ns then.
+	 */
+	sc->reply_hits++;
+	return (t->rflags & bpf_htons(0x0200)) ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
+}
+
+/*
+ * After the stage answered this packet's query (sc->mh set by xdns_inpath_memo_answer) from
+ * the entry sc->mk_ref (stored sc->mk_tag), the same until sc->mk_until: keep the reply (the
+ * frame as it is now: the message at `hl`, the question ending at DNS offset `qend`, `an`
+ * bytes after it; its checksum sc->rsum) at the query's second sighting in its set. A global
+ * function: the verifier checks it once, alone.
+ */
+__attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct xdns_inpath_scratch *sc, __u32 hl,
+						    __u32 qend, __u32 an)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct xdns_reply_memo *t, *t0, *t1;
+	__u32 set, n, len;
+	__u64 h, counts, s;
+	__u16 rflags, id;
+	__u8 *hdr;
+
+	if (!sc)
+		return 0;
+	h = sc->mh;
+	n = sc->mn;
+	if (h == 0 || n < 8 || n > XDNS_REPLY_MAX_Q || hl > 66 || qend < 12 + 1 + 4 || qend > 12 + n ||
+	    an > XDNS_INPATH_MEMO_A || (an && an < 8))
+		return 0;
+	len = hl;
+	asm volatile("%0 &= 0x7f" : "+r"(len));
+	hdr = data + len;
+	if ((void *)(hdr + 12) > end)
+		return 0;
+	id = *(__u16 *)hdr;
+	rflags = *(__u16 *)(hdr + 2);   /* read before the helper call, which voids packet pointers */
+	counts = xdns_ld64(hdr + 4);
+	set = xdns_reply_set(h);
+	t0 = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
+	set++;
+	t1 = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
+	if (!t0 || !t1)
+		return 0;
+	t = xdns_reply_slot_pick(t0, t1, h, sc->mq, n, sc->mqflags, sc->mqar, sc->reply_kept);
+	if (!t)
+		return 0;       /* kept at its second sighting */
+	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
+	len = an;
+	asm volatile("%0 &= 0xff" : "+r"(len)); /* one register, checked as the helper gets it */
+	if (len > XDNS_INPATH_MEMO_A || (len && bpf_xdp_load_bytes(ctx, hl + qend, t->a, len)))
+		return 0;
+	xdns_st64(t->a + XDNS_INPATH_MEMO_A, xdns_ld64(sc->srv));
+	xdns_st64(t->a + XDNS_INPATH_MEMO_A + 8, xdns_ld64(sc->srv + 8));
+	xdns_reply_slot_key(t, sc->mq, n, sc->mqflags, sc->mqar);
+	t->rflags = rflags;
+	t->counts = counts;
+	t->body_at = qend;
+	t->an = an;
+	/* the message's checksum without the ID: a hit adds its own */
+	s = (__u64)sc->rsum + (__u16)~id;
+	t->sum = xdns_inpath_fold16(s);
+	t->ref = sc->mk_ref;
+	t->tag = sc->mk_tag;
+	t->until_ns = sc->mk_until;
+	sc->reply_kept++;
+	t->hash = h;
+	return 0;
 }
 
 /* A query from a client to a configured server: answered from the cache, or recorded. */
@@ -634,10 +872,14 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	struct xdns_inpath_entry *e, *hit = NULL;
 	struct xdns_inpath_tags *tags;
 	enum xdns_inpath_verdict v;
-	__u64 h, now;
+	__u64 h, now, el;
+	int mv;
 
 	if (len < 17 || len > 512)
 		return XDNS_INPATH_QUERY_OTHER;
+	mv = xdns_inpath_memo_answer(ctx, sc, pkt);
+	if (mv >= 0)
+		return mv;
 	if (bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
 		return XDNS_INPATH_QUERY_OTHER;
 	flags = bpf_ntohs(*(__u16 *)(m + 2));
@@ -719,6 +961,14 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 				/* a second's precision is enough for the replacement: fewer writes to a shared line */
 				if (now > hit->used_ns + XDNS_NS)
 					hit->used_ns = now;
+				/* the same reply until the TTLs age another second, or the entry expires */
+				el = now > hit->stored_ns ? (now - hit->stored_ns) / XDNS_NS : 0;
+				sc->mk_until = hit->stored_ns + (el + 1) * XDNS_NS;
+				if (sc->mk_until > hit->expires_ns)
+					sc->mk_until = hit->expires_ns;
+				sc->mk_tag = hit->stored_ns;
+				sc->mk_ref = key;
+				xdns_inpath_memo_keep(ctx, sc, pkt->dns_off, 12 + qlen + 4, rlen - (12 + qlen + 4));
 				return v;
 			}
 			if (v == XDNS_INPATH_DROP_REWRITE)

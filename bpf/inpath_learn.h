@@ -13,6 +13,9 @@
 
 #include "inpath.h"
 
+/* The bytes of a pending record before its name: what a response's check copies. */
+#define XDNS_INPATH_PEND_HEAD __builtin_offsetof(struct xdns_inpath_pend, name)
+
 struct xdns_inpath_walk_ctx {
 	struct xdns_inpath_scratch *sc;
 };
@@ -108,20 +111,24 @@ form:
 	return 1;
 }
 
-/* Is the message's question (sc->buf) the recorded one (sc->pend), byte for byte? */
-__attribute__((noinline)) int xdns_inpath_same_question(struct xdns_inpath_scratch *sc, __u32 qlen)
+/*
+ * Is the message's question (sc->buf) the recorded one, byte for byte: the name as recorded
+ * in slot p (read in place), type and class as copied into sc->pend?
+ */
+__attribute__((noinline)) int xdns_inpath_same_question(struct xdns_inpath_scratch *sc, struct xdns_inpath_pend *p,
+							__u32 qlen)
 {
 	const __u8 *m;
 	__u32 k;
 
 	qlen &= 0x1ff;
-	if (!sc || qlen == 0 || qlen > 255)
+	if (!sc || !p || qlen == 0 || qlen > 255)
 		return 0;
 	m = sc->buf + XDNS_INPATH_DNS_AT;
 	for (k = 0; k < 32; k++) {
 		if (k * 8 >= qlen)
 			break;
-		if ((xdns_ld64(m + 12 + k * 8) & xdns_inpath_mask(qlen - k * 8)) != xdns_ld64(sc->pend.name + k * 8))
+		if ((xdns_ld64(m + 12 + k * 8) & xdns_inpath_mask(qlen - k * 8)) != xdns_ld64(p->name + k * 8))
 			return 0;
 	}
 	return *(const __u16 *)(m + 12 + qlen) == sc->pend.qtype && *(const __u16 *)(m + 12 + qlen + 2) == sc->pend.qclass;
@@ -184,7 +191,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8, opt_len;
 	int opts = 0;
 	__u16 flags;
-	__u64 now, best = ~0ULL, h;
+	__u64 now, best = ~0ULL, h, ptag;
 
 	if (len < 12)
 		return XDNS_INPATH_PASS_OTHER;
@@ -207,10 +214,17 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 		return XDNS_INPATH_REJECT_UNSOLICITED;
 	if (__sync_fetch_and_add(&p->done, 1) != 0)
 		return XDNS_INPATH_REJECT_DUPLICATE;
-	/* the question, exactly as asked (the case of every letter too) */
-	__builtin_memcpy(&sc->pend, p, sizeof(sc->pend));
+	/*
+	 * The record's fields, not its name (compared in place below): the tag read first, the
+	 * fields, the name, then the tag again. A query of this slot rewriting it meanwhile (tag
+	 * cleared first, set last: xdns_inpath_record) fails one of the checks; x86 keeps loads
+	 * in order, the compiler barriers keep them so.
+	 */
+	ptag = *(volatile __u64 *)&p->tag;
+	asm volatile("" ::: "memory");
+	__builtin_memcpy(&sc->pend, p, XDNS_INPATH_PEND_HEAD);
 	/* rewritten meanwhile by another query of this slot: not the record the response answers */
-	if (sc->pend.tag != xdns_inpath_pend_tag(&sc->pend) || XDNS_INPATH_KW(&sc->pend.key, 0) != XDNS_INPATH_KW(&k, 0) ||
+	if (ptag != xdns_inpath_pend_tag(&sc->pend) || XDNS_INPATH_KW(&sc->pend.key, 0) != XDNS_INPATH_KW(&k, 0) ||
 	    XDNS_INPATH_KW(&sc->pend.key, 1) != XDNS_INPATH_KW(&k, 1) || XDNS_INPATH_KW(&sc->pend.key, 2) != XDNS_INPATH_KW(&k, 2) ||
 	    XDNS_INPATH_KW(&sc->pend.key, 3) != XDNS_INPATH_KW(&k, 3) || XDNS_INPATH_KW(&sc->pend.key, 4) != XDNS_INPATH_KW(&k, 4))
 		return XDNS_INPATH_REJECT_UNSOLICITED;
@@ -221,8 +235,12 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	qlen = sc->pend.qlen;
 	if (qlen == 0 || qlen > 255 || *(__u16 *)(m + 4) != bpf_htons(1) || 12 + qlen + 4 > copy)
 		return XDNS_INPATH_REJECT_QUESTION;
-	if (!xdns_inpath_same_question(sc, qlen))
+	/* the question, exactly as asked (the case of every letter too) */
+	if (!xdns_inpath_same_question(sc, p, qlen))
 		return XDNS_INPATH_REJECT_QUESTION;
+	asm volatile("" ::: "memory");
+	if (*(volatile __u64 *)&p->tag != ptag)
+		return XDNS_INPATH_REJECT_UNSOLICITED;  /* rewritten while its name was compared */
 	if (len > XDNS_INPATH_MSG)
 		return XDNS_INPATH_REJECT_SIZE;
 	if (flags & 0x7800)
@@ -345,6 +363,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	key = set * XDNS_INPATH_WAYS + pick;
 	if (bpf_map_update_elem(&xdns_inpath_cache, &key, &sc->e, BPF_ANY))
 		return XDNS_INPATH_REJECT_NOMEM;
+	tags->stamp[pick & (XDNS_INPATH_WAYS - 1)] = now;
 	tags->h[pick & (XDNS_INPATH_WAYS - 1)] = h;
 	if (evict)
 		sc->evicted++;

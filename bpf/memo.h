@@ -42,17 +42,7 @@
 
 #include "hash.h"
 #include "word.h"
-
-/* Word `i` of a question, only the bytes below `n` (little-endian: the low bytes). */
-static __always_inline __u64 xdns_memo_word(const __u8 *name, int i, __u32 n)
-{
-	__u64 w = xdns_ld64(&name[i * 8]);
-	__u32 left = n - (__u32)i * 8;
-
-	if (left < 8)
-		w &= (1ULL << (left * 8)) - 1;
-	return w;
-}
+#include "slot.h"	/* xdns_memo_word, xdns_first_sighting */
 
 /* The set is the hash's top bits: after a multiply, the only bits every input bit reaches. */
 #define XDNS_MEMO_SET_SHIFT (64 - __builtin_ctz(XDNS_MEMO_SLOTS / 2))
@@ -106,20 +96,6 @@ static __always_inline __u64 xdns_memo_key(struct xdns_scratch *sc, __u32 avail,
 	h = h ? h : 1;
 	sc->memo.hash = h;
 	return h;
-}
-
-/*
- * A set's sightings (`seen` of its two ways, the newer first): is `h` (a key's low half) in
- * neither? Then it is a first sighting: note it, dropping the older of the two, and return 1;
- * else 0 (seen before: keep it). The question memo and the reply memo (reply.h) admit so.
- */
-static __always_inline int xdns_first_sighting(__u32 *seen0, __u32 *seen1, __u32 h)
-{
-	if (*seen0 == h || *seen1 == h)
-		return 0;
-	*seen1 = *seen0;
-	*seen0 = h;
-	return 1;
 }
 
 /* The way of a set a new entry takes: an empty one, else the two in turn. */

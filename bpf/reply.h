@@ -32,16 +32,7 @@
 
 #include "stage.h"
 #include "cache.h"
-
-#define XDNS_REPLY_SET_SHIFT (64 - __builtin_ctz(XDNS_REPLY_SLOTS / 2))
-_Static_assert((XDNS_REPLY_SLOTS & (XDNS_REPLY_SLOTS - 1)) == 0, "reply sets are indexed by hash bits");
-_Static_assert(XDNS_REPLY_MAX_Q % 8 == 0 && XDNS_REPLY_MAX_Q < 256, "q[] is compared in words");
-
-/* The first of the two slots of a key's set, in this CPU's run (memo.h, xdns_memo_set). */
-static __always_inline __u32 xdns_reply_set(__u64 h)
-{
-	return bpf_get_smp_processor_id() * XDNS_REPLY_SLOTS + ((__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1);
-}
+#include "slot.h"	/* the slots, shared with the in-path cache's reply memo */
 
 /*
  * Is slot t's query this packet's: its flags and ARCOUNT, and its n bytes after the header
@@ -50,8 +41,7 @@ static __always_inline __u32 xdns_reply_set(__u64 h)
 static __always_inline int xdns_reply_is_query(const struct xdns_reply_memo *t, const struct xdns_scratch *sc,
 					       __u32 n, __u16 qflags, __u16 qar)
 {
-	return t->qn == n && t->qflags == qflags && t->qar == qar &&
-	       xdns_same_bytes(sc->walk.name, t->q, n, XDNS_REPLY_MAX_Q);
+	return xdns_reply_slot_is(t, sc->walk.name, n, qflags, qar);
 }
 
 /* The tag of cache entry `ref` as it is now (0: none, or being written). */
@@ -164,7 +154,6 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 	__u64 h, len, counts;
 	__u16 rflags;
 	__u8 *hdr;
-	int i;
 
 	if (!sc)
 		return 0;
@@ -188,20 +177,9 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 	t1 = bpf_map_lookup_elem(&xdns_replies, &set);
 	if (!t0 || !t1)
 		return 0;
-	if (t0->hash == h && xdns_reply_is_query(t0, sc, n, sc->reply.qflags, sc->reply.qar))
-		t = t0;         /* this query's reply again: a new second, or a new write of the entry */
-	else if (t1->hash == h && xdns_reply_is_query(t1, sc, n, sc->reply.qflags, sc->reply.qar))
-		t = t1;
-	else if (xdns_first_sighting(&t0->seen, &t1->seen, (__u32)h))
+	t = xdns_reply_slot_pick(t0, t1, h, sc->walk.name, n, sc->reply.qflags, sc->reply.qar, sc->reply_kept);
+	if (!t)
 		return 0;       /* kept at its second sighting */
-	else if (t0->hash == 0)
-		t = t0;
-	else if (t1->hash == 0)
-		t = t1;
-	else if (t0->hash == h || t1->hash == h)
-		t = t0->hash == h ? t1 : t0;    /* another query of the same first bytes: keep both */
-	else
-		t = (sc->reply_kept & 1) ? t1 : t0;
 	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	len = an;
 	asm volatile("%0 &= 0xff" : "+r"(len)); /* one register, checked as the helper gets it */
@@ -209,12 +187,7 @@ __attribute__((noinline)) int xdns_reply_learn(struct xdp_md *ctx, struct xdns_s
 		return 0;
 	t->rflags = rflags;
 	t->counts = counts;
-#pragma clang loop unroll(full)
-	for (i = 0; i < XDNS_REPLY_MAX_Q / 8; i++)
-		xdns_st64(&t->q[i * 8], (__u32)i * 8 < n ? xdns_memo_word(sc->walk.name, i, n) : 0);
-	t->qn = n;
-	t->qflags = sc->reply.qflags;
-	t->qar = sc->reply.qar;
+	xdns_reply_slot_key(t, sc->walk.name, n, sc->reply.qflags, sc->reply.qar);
 	t->body_at = body_at;
 	t->an = an;
 	t->sum = sum;

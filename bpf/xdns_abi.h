@@ -1195,6 +1195,8 @@ enum xdns_inpath_verdict {
 
 #define XDNS_INPATH_INLINE 8           /* server prefixes compared inline (rodata); more: the LPM trie */
 #define XDNS_INPATH_ROLE_SLOTS 1024     /* interface indexes below this have their role in an array (xdns_inpath_roles) */
+#define XDNS_INPATH_MEMO_A (XDNS_REPLY_MAX_A - 16) /* reply bytes a memo slot keeps: its a[] ends with the server's address */
+#define XDNS_INPATH_MEMO_Q 128          /* scratch room for a query's bytes after the header (xdns_copy_words: > XDNS_REPLY_MAX_Q) */
 
 /* A server prefix compared inline: the address (IPv4 as ::ffff:a.b.c.d) read as two native words, masked. */
 struct xdns_inpath_net {
@@ -1215,9 +1217,14 @@ struct xdns_inpath_cfg {
 	struct xdns_inpath_net srv[XDNS_INPATH_INLINE];
 };
 
-/* Value of xdns_inpath_tags (key: set): the hashes of the set's ways' entries, 0 for none. */
+/*
+ * Value of xdns_inpath_tags (key: set): the hashes of the set's ways' entries, 0 for none,
+ * and their stamps (the entry's stored_ns: a new one for every write of the way, by the
+ * program or userspace), which the reply memo checks instead of looking the entry up.
+ */
 struct xdns_inpath_tags {
 	__u64 h[XDNS_INPATH_WAYS];
+	__u64 stamp[XDNS_INPATH_WAYS];
 };
 
 /* xdns_inpath_servers: an LPM key; IPv4 as ::ffff:a.b.c.d (prefix + 96) */
@@ -1284,6 +1291,8 @@ struct xdns_inpath_scratch {
 	__u64 redirected;       /* misses and responses forwarded by bpf_redirect */
 	__u64 fib_passed;       /* redirect on, but the FIB said no (or not our interface): XDP_PASS */
 	__u64 head_grown;         /* answers whose frame had no tailroom: grown at the head instead */
+	__u64 reply_hits;       /* answers sent from the reply memo (xdns_inpath_memo_answer) */
+	__u64 reply_kept;       /* replies written into it */
 	__u64 clock_ns;         /* the coarse clock as of tick clock_jiffies (xdns_inpath_now) */
 	__u64 clock_jiffies;
 	/* the walk of a response's records (a bpf_loop) */
@@ -1300,6 +1309,17 @@ struct xdns_inpath_scratch {
 	__u32 w_opt_rd;         /* the OPT record's rdata: offset in the message */
 	__u32 w_opt_len;        /* ... and length (its options) */
 	__u64 qsum;             /* the question's checksum as sent (native order, unfolded): xdns_inpath_key */
+	/* the reply memo (inpath.h: xdns_inpath_memo_answer, _keep) */
+	__u64 mh;               /* this query's slot key, 0: not one the memo takes */
+	__u64 mk_tag;           /* the answering entry's stored_ns, ... */
+	__u64 mk_until;         /* ... until when its reply stays the same, ... */
+	__u32 mk_ref;           /* ... and its key in xdns_inpath_cache */
+	__u16 rsum;             /* the reply's DNS checksum (folded, native order) */
+	__u16 mqflags;          /* the query's header flags as they sit */
+	__u16 mqar;             /* ... its ARCOUNT (0 or 1) */
+	__u16 mn;               /* ... and its length after the header */
+	__u32 _mpad;
+	__u8 mq[XDNS_INPATH_MEMO_Q]; /* the query after the header, from the packet */
 	__u8 srv[16];           /* this packet's server address (the key's) */
 	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
 	struct xdns_inpath_pend pend;

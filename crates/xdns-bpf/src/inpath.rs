@@ -105,6 +105,10 @@ pub struct InpathCounters {
     pub fib_passed: u64,
     /// Answers whose frame had no tailroom left for the reply: grown at the head instead.
     pub head_grown: u64,
+    /// Answers sent from the reply memo (whole replies kept per CPU for the exact query).
+    pub reply_hits: u64,
+    /// Replies written into the reply memo.
+    pub reply_kept: u64,
 }
 
 /// Entries of the cache as counted by userspace.
@@ -138,6 +142,7 @@ pub struct InpathProgram {
     ifaces: MapHandle,
     roles: MapHandle,
     pending: MapHandle,
+    tags: MapHandle,
     links: Vec<(String, OwnedFd)>,
     capacity: u32,
     verified: u32,
@@ -211,6 +216,10 @@ impl InpathProgram {
         open.maps.xdns_inpath_cache.set_max_entries(sets * WAYS)?;
         open.maps.xdns_inpath_tags.set_max_entries(sets)?;
         open.maps.xdns_inpath_pending.set_max_entries(s.pending_slots())?;
+        // the reply memo: a run of slots for each possible CPU (bpf/inpath_maps.h)
+        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
+        let slots = open.maps.xdns_inpath_replies.max_entries();
+        open.maps.xdns_inpath_replies.set_max_entries(cpus * slots)?;
         let skel = open.load().context("loading the in-path XDP program (verifier)")?;
         let dup = |m: &libbpf_rs::Map<'_>| MapHandle::try_from(m).context("duplicating an in-path map handle");
         let prog_fd = skel.progs.xdns_inpath.as_fd().try_clone_to_owned().context("duplicating the program fd")?;
@@ -220,6 +229,7 @@ impl InpathProgram {
             ifaces: dup(&skel.maps.xdns_inpath_ifaces)?,
             roles: dup(&skel.maps.xdns_inpath_roles)?,
             pending: dup(&skel.maps.xdns_inpath_pending)?,
+            tags: dup(&skel.maps.xdns_inpath_tags)?,
             prog: prog_fd,
             links: Vec::new(),
             capacity: sets * WAYS,
@@ -244,6 +254,7 @@ impl InpathProgram {
             ifaces: dup(&self.ifaces)?,
             roles: dup(&self.roles)?,
             pending: dup(&self.pending)?,
+            tags: dup(&self.tags)?,
             links: Vec::new(),
             capacity: self.capacity,
             verified: self.verified,
@@ -372,9 +383,23 @@ impl InpathProgram {
                 v[at..at + 8].copy_from_slice(&old.saturating_sub(ns).to_ne_bytes());
             }
             self.cache.update(&k, &v, MapFlags::EXIST)?;
+            // the way's stamp follows its stored time: a reply memo kept before is not used
+            let stored = std::mem::offset_of!(types::xdns_inpath_entry, stored_ns);
+            self.set_stamp(&k, u64::from_ne_bytes(v[stored..stored + 8].try_into().unwrap()))?;
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Set the stamp of the way with cache key `k` (set * WAYS + way) in its set's tags.
+    fn set_stamp(&self, k: &[u8], stamp: u64) -> Result<()> {
+        let key = u32::from_ne_bytes(k.try_into().context("a cache key is 4 bytes")?);
+        let set = (key / WAYS).to_ne_bytes();
+        let at = std::mem::offset_of!(types::xdns_inpath_tags, stamp) + (key % WAYS) as usize * 8;
+        let mut t = self.tags.lookup(&set, MapFlags::ANY)?.context("a set's tags")?;
+        t[at..at + 8].copy_from_slice(&stamp.to_ne_bytes());
+        self.tags.update(&set, &t, MapFlags::ANY)?;
+        Ok(())
     }
 
     /// Recorded queries not yet answered (or answered, until another query takes the slot).
@@ -404,10 +429,10 @@ fn expires(v: &[u8]) -> u64 {
 }
 
 /// Sum the per-CPU scratch values' counters: verdicts, then evicted, redirected, fib_passed,
-/// head_grown.
+/// head_grown, reply_hits, reply_kept.
 pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
     let slots = std::mem::size_of::<[u64; 32]>() / 8;
-    let mut sums = vec![0u64; slots + 4];
+    let mut sums = vec![0u64; slots + 6];
     for v in per_cpu {
         for (i, s) in sums.iter_mut().enumerate() {
             if let Some(b) = v.get(i * 8..i * 8 + 8) {
@@ -416,7 +441,15 @@ pub fn sum_counters(per_cpu: &[Vec<u8>]) -> InpathCounters {
         }
     }
     let verdicts = (0..INPATH_VERDICT_NAMES.len()).map(|i| (verdict_name(i).unwrap_or_default(), sums[i])).collect();
-    InpathCounters { verdicts, evicted: sums[slots], redirected: sums[slots + 1], fib_passed: sums[slots + 2], head_grown: sums[slots + 3] }
+    InpathCounters {
+        verdicts,
+        evicted: sums[slots],
+        redirected: sums[slots + 1],
+        fib_passed: sums[slots + 2],
+        head_grown: sums[slots + 3],
+        reply_hits: sums[slots + 4],
+        reply_kept: sums[slots + 5],
+    }
 }
 
 impl InpathView for InpathProgram {
@@ -443,6 +476,12 @@ impl InpathView for InpathProgram {
     }
 
     fn flush(&self) -> Result<usize> {
+        // the tags first: from then on neither a query's lookup nor a kept reply (the reply
+        // memo checks its way's stamp) finds an entry; then the entries
+        let zero = vec![0u8; std::mem::size_of::<types::xdns_inpath_tags>()];
+        for set in 0..self.capacity / WAYS {
+            self.tags.update(&set.to_ne_bytes(), &zero, MapFlags::ANY).context("clearing a set's tags")?;
+        }
         let keys: Vec<_> = self.cache.keys().collect();
         let mut n = 0;
         for k in keys {

@@ -138,16 +138,105 @@ fn pass(what: &'static str, frame: Vec<u8>, verdict: &'static str) -> Row {
     Row { what, frame, verdict, action: XDP_PASS, reply: None }
 }
 
+/// Every answered row is asked four times: the first two from the cache stage (the second
+/// keeps the reply), the last two from the reply memo; all four must send the same bytes.
 fn run_table(p: &InpathProgram, rows: Vec<Row>) {
     for r in rows {
-        let (act, out, moved) = run(p, &r.frame);
-        assert_eq!(moved, vec![r.verdict.to_string()], "{}: verdict", r.what);
-        assert_eq!(act, r.action, "{}: action", r.what);
-        match &r.reply {
-            None => assert_eq!(out, r.frame, "{}: frame must cross unchanged", r.what),
-            Some((net, dns)) => check_reply(net, &out, dns, r.what),
+        let asks = if r.reply.is_some() { 4 } else { 1 };
+        let before = p.counters().unwrap().reply_hits;
+        for ask in 0..asks {
+            let (act, out, moved) = run(p, &r.frame);
+            assert_eq!(moved, vec![r.verdict.to_string()], "{} (ask {ask}): verdict", r.what);
+            assert_eq!(act, r.action, "{} (ask {ask}): action", r.what);
+            match &r.reply {
+                None => assert_eq!(out, r.frame, "{}: frame must cross unchanged", r.what),
+                Some((net, dns)) => check_reply(net, &out, dns, &format!("{} (ask {ask})", r.what)),
+            }
+        }
+        if asks > 1 {
+            assert!(p.counters().unwrap().reply_hits >= before + 2, "{}: the last asks from the reply memo", r.what);
         }
     }
+}
+
+/// The reply memo (a hit's whole reply, kept per CPU for the exact query) sends what the cache
+/// stage would send at that moment: another ID is the same query; the next second of ageing,
+/// a backdated (rewritten) entry, an expired one, a flushed and learnt-again one each end it.
+#[test]
+fn inpath_reply_memo_is_what_the_stage_would_send() {
+    require_root("inpath_reply_memo_is_what_the_stage_would_send");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    let hits = |p: &InpathProgram| p.counters().unwrap().reply_hits;
+    let learn = |name: &str, id: u16, r: &dyn Fn(&[u8]) -> Vec<u8>| {
+        let qq = q(name, 1, id, None);
+        assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "{name}: recorded");
+        let rr = r(&qq);
+        assert_eq!(run(&p, &frame(&s4, &rr)).2, vec!["learned".to_string()], "{name}: learnt");
+        rr
+    };
+    let ask = |id: u16, name: &str, want: &[u8], what: &str| {
+        let qq = q(name, 1, id, None);
+        let (act, out, moved) = run(&p, &frame(&v4, &qq));
+        assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{what}");
+        let mut w = expected(&qq, want);
+        w[..2].copy_from_slice(&id.to_be_bytes());
+        check_reply(&v4, &out, &w, what);
+    };
+    let r1 = learn("memo.example.com", 0x100, &|q| a_answer(q, 300));
+    let ttl_at = r1.len() - 10;
+    // two from the stage (the second keeps it), then from the memo, each with its own ID
+    for id in 0..4u16 {
+        ask(0x200 + id, "memo.example.com", &r1, &format!("ask {id}"));
+    }
+    let h = hits(&p);
+    assert!(h >= 2, "the third and fourth ask from the memo: {h}");
+    // another letter case: another query (the stage answers it with its own question)
+    ask(0x300, "MEMO.example.com", &r1, "another case");
+    assert_eq!(hits(&p), h, "another case is not the kept query");
+    // the next second: the TTL one lower, the memo not used past its bound
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let mut aged = r1.clone();
+    set_ttls(&mut aged, &[ttl_at], 299);
+    ask(0x400, "memo.example.com", &aged, "one second later");
+    assert_eq!(hits(&p), h, "one second later: from the stage");
+    ask(0x401, "memo.example.com", &aged, "one second later, again");
+    assert_eq!(hits(&p), h + 1, "kept again for the new second");
+    // backdated 100 s (the entry rewritten: its stored time moves): 101 s old, TTL 199 at once
+    assert_eq!(p.backdate(100).unwrap(), 1);
+    set_ttls(&mut aged, &[ttl_at], 199);
+    ask(0x500, "memo.example.com", &aged, "backdated");
+    assert_eq!(hits(&p), h + 1, "backdated: from the stage");
+    ask(0x501, "memo.example.com", &aged, "backdated, again");
+    assert_eq!(hits(&p), h + 2);
+    // expired (backdated past its TTL): a miss, then a new answer learnt in its place
+    assert_eq!(p.backdate(250).unwrap(), 1);
+    let qq = q("memo.example.com", 1, 0x600, None);
+    assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss_expired".to_string()], "expired");
+    let r2 = resp(&qq, 0x8580, &[rr(&PTR_Q, 1, 77, &[192, 0, 2, 7])], &[], None);
+    assert_eq!(run(&p, &frame(&s4, &r2)).2, vec!["learned".to_string()]);
+    for id in 0..3u16 {
+        ask(0x700 + id, "memo.example.com", &r2, &format!("the new answer, ask {id}"));
+    }
+    let h = hits(&p);
+    // flushed: a miss at once, though the memo holds the reply; learnt again: the new one
+    assert_eq!(p.flush().unwrap(), 1);
+    let qq = q("memo.example.com", 1, 0x800, None);
+    assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "flushed");
+    let r3 = resp(&qq, 0x8580, &[rr(&PTR_Q, 1, 1, &[192, 0, 2, 9])], &[], None);
+    assert_eq!(run(&p, &frame(&s4, &r3)).2, vec!["learned".to_string()]);
+    for id in 0..3u16 {
+        ask(0x900 + id, "memo.example.com", &r3, &format!("learnt after the flush, ask {id}"));
+    }
+    // the slot still holds this query: rewritten at the first hit, the next two from it
+    assert_eq!(hits(&p), h + 2, "the second and third ask from the memo");
+    // its TTL of 1 s ends: expired, though the memo's reply was kept within that second
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let qq = q("memo.example.com", 1, 0xa00, None);
+    assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss_expired".to_string()], "expired by the clock");
+    assert_eq!(hits(&p), h + 2);
 }
 
 fn server_side(net: &Net) -> Net {
@@ -528,8 +617,22 @@ fn inpath_perf() {
         }
     }
     let [hit, miss, pass] = best;
-    println!("inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass}");
-    assert!(hit > 0 && miss > 0);
+    // a query for a new name and its response, each timed once (a name is new only once):
+    // the median of 600 pairs, every one of them learnt
+    let learned = |p: &InpathProgram| p.counters().unwrap().verdicts.iter().find(|(n, _)| n == "learned").unwrap().1;
+    let before = learned(&p);
+    let (mut new_miss, mut learn) = (Vec::new(), Vec::new());
+    for i in 0..600u16 {
+        let qi = q(&format!("l{i}.example.com"), 1, i, None);
+        new_miss.push(p.bench(&frame(&v4, &qi), 1).unwrap());
+        learn.push(p.bench(&frame(&server_side(&v4), &a_answer(&qi, 300)), 1).unwrap());
+    }
+    assert_eq!(learned(&p), before + 600, "every timed response learnt");
+    new_miss.sort_unstable();
+    learn.sort_unstable();
+    let (new_miss, learn) = (new_miss[300], learn[300]);
+    println!("inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass} new_name_miss_ns={new_miss} learnt_ns={learn}");
+    assert!(hit > 0 && miss > 0 && learn > 0);
     let _ = XDP_DROP;
 }
 

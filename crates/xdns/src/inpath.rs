@@ -208,6 +208,8 @@ impl Inpath {
                 values.push(("redirected".into(), c.redirected));
                 values.push(("fib_passed".into(), c.fib_passed));
                 values.push(("head_grown".into(), c.head_grown));
+                values.push(("reply_hits".into(), c.reply_hits));
+                values.push(("reply_kept".into(), c.reply_kept));
             }
             Err(e) => tracing::warn!("in-path counters: {e:#}"),
         }
@@ -324,7 +326,7 @@ mod tests {
 
     impl InpathView for Fake {
         fn counters(&self) -> anyhow::Result<InpathCounters> {
-            Ok(InpathCounters { verdicts: vec![("answered".into(), 7), ("learned".into(), 2)], evicted: 1, redirected: 0, fib_passed: 0, head_grown: 0 })
+            Ok(InpathCounters { verdicts: vec![("answered".into(), 7), ("learned".into(), 2)], evicted: 1, redirected: 0, fib_passed: 0, head_grown: 0, ..Default::default() })
         }
         fn entries(&self) -> anyhow::Result<InpathEntries> {
             Ok(InpathEntries { live: *self.entries.lock().unwrap(), expired: 0, capacity: 8, entry_bytes: 100 })
