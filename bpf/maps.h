@@ -97,11 +97,15 @@ struct {
 
 /*
  * Answer table (xdns_abi.h): bucket index -> struct xdns_bucket, two halves of
- * xdns_cfg.table_buckets buckets; page -> struct xdns_val_page, two halves of
- * xdns_cfg.val_pages pages holding the answer records packed, then the pages of the spill
- * slots, one per CPU (lookup.h, xdns_answer_get). Userspace sizes both before load (to the
- * zones' answers and their bytes) and writes the staged generation's halves (the index
- * whole) before the flip. Array lookups are inlined (no call).
+ * xdns_cfg.table_buckets buckets (generation parity); xdns_vals: generation parity -> the
+ * generation's own array of pages (struct xdns_val_page), xdns_cfg.val_pages pages holding
+ * its answer records packed, then the pages of the spill slots, one per CPU (lookup.h,
+ * xdns_answer_get). Userspace sizes the index and the page arrays before load (to the
+ * zones' answers and their bytes); it creates a generation's page array when it stages the
+ * generation, writes it and the generation's index half before the flip, and drops the page
+ * array of the generation the flip retired: between reloads only one exists. Every page
+ * array has the template's size (no BPF_F_INNER_MAP), so both lookups, the outer and the
+ * inner, are inlined array reads (no call).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -110,22 +114,30 @@ struct {
 	__type(value, struct xdns_bucket);
 } xdns_index SEC(".maps");
 
+/* The page arrays' shape (key 4 bytes, a struct xdns_val_page per key, val_pages + the spill
+ * pages) is a template userspace makes before load (bpf_map__set_inner_map_fd). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 3);
-	__type(key, __u32);
-	__type(value, struct xdns_val_page);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
 } xdns_vals SEC(".maps");
 
 /*
- * The answer record at address `v` of xdns_vals (bytes / 4; xdns_abi.h), or NULL. The
- * offset is masked to the page, whose slack holds the longest record read from there.
+ * The answer record at address `v` (XDNS_VAL_HALF: the generation's parity, then bytes / 4
+ * into its page array; xdns_abi.h), or NULL (no page array for that parity: its generation
+ * is gone). The offset is masked to the page, whose slack holds the longest record read from
+ * there.
  */
 static __always_inline struct xdns_answer_s *xdns_val(__u32 v)
 {
-	__u32 page = v >> (XDNS_PAGE_SHIFT - 2);
-	__u8 *p = bpf_map_lookup_elem(&xdns_vals, &page);
+	__u32 half = (v & XDNS_VAL_HALF) != 0, page = (v & XDNS_VAL_ADDR) >> (XDNS_PAGE_SHIFT - 2);
+	void *pages = bpf_map_lookup_elem(&xdns_vals, &half);
+	__u8 *p;
 
+	if (!pages)
+		return NULL;
+	p = bpf_map_lookup_elem(pages, &page);
 	if (!p)
 		return NULL;
 	return (struct xdns_answer_s *)(p + ((v << 2) & (XDNS_PAGE - 1)));
