@@ -145,13 +145,15 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	__u32 meta = XDNS_TABLE_META(kind, qtype, key->gen), half = key->gen & 1, b, v;
 	struct xdns_answer_s *a, *h;
 	struct xdns_bucket *bk;
+	void *index;
 	__u64 found;
 
 	key->hash = hash;
 	key->kind = kind;
 	key->qtype = qtype;
-	b = half * xdns_cfg.table_buckets + xdns_table_bucket(hash, kind, qtype, xdns_cfg.table_buckets);
-	bk = bpf_map_lookup_elem(&xdns_index, &b);
+	b = xdns_table_bucket(hash, kind, qtype, xdns_cfg.table_buckets);
+	index = bpf_map_lookup_elem(&xdns_index, &half);
+	bk = index ? bpf_map_lookup_elem(index, &b) : NULL;
 	if (bk) {
 		found = xdns_ways_match(bk->e, hash, meta, XDNS_TABLE_IDX);
 		if (found) {

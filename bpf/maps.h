@@ -64,6 +64,7 @@ const volatile struct xdns_cache_event xdns_btf_cache_event = {};
 const volatile struct xdns_cache_key xdns_btf_cache_key = {};
 const volatile enum xdns_tel_const xdns_btf_tel_const = XDNS_TEL_SUB_BITS;
 const volatile enum xdns_tel_path xdns_btf_tel_path = XDNS_TEL_KERNEL_AUTH;
+const volatile struct xdns_bucket xdns_btf_bucket = {};  /* the answer table index's buckets */
 
 /*
  * key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload.
@@ -96,26 +97,24 @@ struct {
 } xdns_filter SEC(".maps");
 
 /*
- * Answer table (xdns_abi.h): bucket index -> struct xdns_bucket, two halves of
- * xdns_cfg.table_buckets buckets (generation parity); xdns_vals: generation parity -> the
- * generation's own array of pages (struct xdns_val_page), xdns_cfg.val_pages pages holding
- * its answer records packed, then the pages of the spill slots, one per CPU (lookup.h,
- * xdns_answer_get). Userspace sizes the index and the page arrays before load (to the
- * zones' answers and their bytes); it creates a generation's page array when it stages the
- * generation, writes it and the generation's index half before the flip, and drops the page
- * array of the generation the flip retired: between reloads only one exists. Every page
- * array has the template's size (no BPF_F_INNER_MAP), so both lookups, the outer and the
- * inner, are inlined array reads (no call).
+ * Answer table (xdns_abi.h), one per generation, in the slot of its parity: xdns_index:
+ * generation parity -> the generation's index, xdns_cfg.table_buckets buckets (struct
+ * xdns_bucket); xdns_vals: generation parity -> its array of pages (struct xdns_val_page),
+ * xdns_cfg.val_pages pages holding its answer records packed, then the pages of the spill
+ * slots, one per CPU (lookup.h, xdns_answer_get). Userspace sizes both before load (to the
+ * zones' answers and their bytes: a template each, bpf_map__set_inner_map_fd); it creates a
+ * generation's two maps when it stages the generation, writes them before the flip, and
+ * drops those of the generation the flip retired: between reloads only one of each exists.
+ * Each has its template's size (no BPF_F_INNER_MAP), so every lookup, the outer and the
+ * inner, is an inlined array read (no call).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, struct xdns_bucket);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
 } xdns_index SEC(".maps");
 
-/* The page arrays' shape (key 4 bytes, a struct xdns_val_page per key, val_pages + the spill
- * pages) is a template userspace makes before load (bpf_map__set_inner_map_fd). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 2);

@@ -154,10 +154,10 @@ struct xdns_answer_key {
 /*
  * Answer table (lookup.h, xdns_answer_get): the answers of a generation indexed by open
  * addressing in array maps, so that finding one is two inlined array reads instead of a
- * hash-map call. xdns_index has two halves (generation parity) of table_buckets buckets of
- * XDNS_TABLE_WAYS entries; xdns_vals a page array per generation of val_pages pages (and the
- * spill slots), where the answer records
- * are packed, each as long as it needs (struct xdns_answer_s). The bucket of a key is
+ * hash-map call. Each generation has its own (maps.h: a map per generation in xdns_index and
+ * xdns_vals, in the slot of its parity): an index of table_buckets buckets of
+ * XDNS_TABLE_WAYS entries, and an array of val_pages pages (then the spill slots), where the
+ * answer records are packed, each as long as it needs (struct xdns_answer_s). The bucket of a key is
  * xdns_table_bucket(hash, kind, qtype, table_buckets) (hash.h); an entry is the key when its hash
  * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). An answer is in the table
  * or in xdns_answers, not both: the ones that found no free entry or value are in the hash

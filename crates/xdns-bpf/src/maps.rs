@@ -870,7 +870,7 @@ impl KernelMaps for MemMaps {
     }
 
     fn free_table_half(&mut self, gen: u32) {
-        self.table[(gen & 1) as usize].vals.clear();
+        self.table[(gen & 1) as usize] = MemTable::default();
     }
 
     fn table_bucket(&self, gen: u32, bucket: usize) -> Result<xdns_bucket> {
