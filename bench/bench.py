@@ -217,12 +217,37 @@ def prog_info(prog_id: int) -> dict:
     return json.loads(run(["bpftool", "-j", "prog", "show", "id", str(prog_id)]).stdout)
 
 
+def inner_map_ids(outer_id: int) -> list[int]:
+    """The maps held by a map-in-map (an array or hash of maps): their ids, from its dump."""
+    try:
+        entries = json.loads(run(["bpftool", "-j", "map", "dump", "id", str(outer_id)]).stdout or "[]")
+    except (json.JSONDecodeError, subprocess.CalledProcessError):
+        return []
+    ids = []
+    for e in entries:
+        v = e.get("formatted", e).get("value", e.get("value")) if isinstance(e, dict) else None
+        if isinstance(v, dict):
+            v = v.get("inner_map_id", v.get("id"))
+        if isinstance(v, list):  # raw bytes, hex strings, little endian
+            v = int.from_bytes(bytes(int(b, 16) if isinstance(b, str) else b for b in v[:4]), "little")
+        if isinstance(v, int) and v > 0:
+            ids.append(v)
+    return ids
+
+
 def map_memory(prog_id: int) -> dict:
-    """bytes_memlock of every map the program uses, by map name."""
+    """bytes_memlock of every map the program uses, by map name; the maps a map-in-map of
+    the program holds (the answer table's page array per generation) count too, as
+    OUTER/INNER:type[slot]."""
     out = {}
     for mid in prog_info(prog_id).get("map_ids", []):
         m = json.loads(run(["bpftool", "-j", "map", "show", "id", str(mid)]).stdout)
-        out[f"{m.get('name', mid)}:{m.get('type')}"] = int(m.get("bytes_memlock", 0))
+        name = f"{m.get('name', mid)}:{m.get('type')}"
+        out[name] = int(m.get("bytes_memlock", 0))
+        if str(m.get("type", "")).endswith("of_maps"):
+            for slot, iid in enumerate(inner_map_ids(mid)):
+                im = json.loads(run(["bpftool", "-j", "map", "show", "id", str(iid)]).stdout)
+                out[f"{m.get('name', mid)}/{im.get('name', iid)}:{im.get('type')}[{slot}]"] = int(im.get("bytes_memlock", 0))
     return out
 
 

@@ -128,8 +128,8 @@ static __always_inline __u64 xdns_ways_match(const struct xdns_table_entry *e, _
  * inlined, so this costs no call (a hash-map lookup costs a call and a jhash).
  *
  * A miss is final unless the bucket lost a key (XDNS_TABLE_SPILLED): then the hash map is
- * asked, and an answer found there is copied to this CPU's spill slot of xdns_vals (after
- * both halves), so that every answer reaches the rest of the program as a pointer into the
+ * asked, and an answer found there is copied to this CPU's spill slot in the generation's
+ * page array of xdns_vals (after its pages), so that every answer reaches the rest of the program as a pointer into the
  * same map: the verifier then walks the reply code once, not once per map an answer may come
  * from (that doubled its work). The bit is tested where it is read, not kept in a variable:
  * a known 0 or 1 carried along split the verifier's states further down.
@@ -145,17 +145,19 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	__u32 meta = XDNS_TABLE_META(kind, qtype, key->gen), half = key->gen & 1, b, v;
 	struct xdns_answer_s *a, *h;
 	struct xdns_bucket *bk;
+	void *index;
 	__u64 found;
 
 	key->hash = hash;
 	key->kind = kind;
 	key->qtype = qtype;
-	b = half * xdns_cfg.table_buckets + xdns_table_bucket(hash, kind, qtype, xdns_cfg.table_buckets);
-	bk = bpf_map_lookup_elem(&xdns_index, &b);
+	b = xdns_table_bucket(hash, kind, qtype, xdns_cfg.table_buckets);
+	index = bpf_map_lookup_elem(&xdns_index, &half);
+	bk = index ? bpf_map_lookup_elem(index, &b) : NULL;
 	if (bk) {
 		found = xdns_ways_match(bk->e, hash, meta, XDNS_TABLE_IDX);
 		if (found) {
-			v = half * (xdns_cfg.val_pages << (XDNS_PAGE_SHIFT - 2)) + (__u32)(found - 1);
+			v = half * XDNS_VAL_HALF | (__u32)(found - 1);
 			sc->memo.last_v = v;
 			sc->memo.last_table = 1;
 			return xdns_val(v);
@@ -166,7 +168,7 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 	h = bpf_map_lookup_elem(&xdns_answers, key);
 	if (!h)
 		return NULL;
-	v = (2 * xdns_cfg.val_pages << (XDNS_PAGE_SHIFT - 2)) + bpf_get_smp_processor_id() * (XDNS_SPILL_SLOT / 4);
+	v = half * XDNS_VAL_HALF | ((xdns_cfg.val_pages << (XDNS_PAGE_SHIFT - 2)) + bpf_get_smp_processor_id() * (XDNS_SPILL_SLOT / 4));
 	sc->memo.last_v = v;
 	sc->memo.last_table = 0;
 	a = xdns_val(v);

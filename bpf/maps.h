@@ -64,6 +64,7 @@ const volatile struct xdns_cache_event xdns_btf_cache_event = {};
 const volatile struct xdns_cache_key xdns_btf_cache_key = {};
 const volatile enum xdns_tel_const xdns_btf_tel_const = XDNS_TEL_SUB_BITS;
 const volatile enum xdns_tel_path xdns_btf_tel_path = XDNS_TEL_KERNEL_AUTH;
+const volatile struct xdns_bucket xdns_btf_bucket = {};  /* the answer table index's buckets */
 
 /*
  * key 0 -> active data generation (u32, 0 = nothing loaded); userspace flips it on reload.
@@ -96,36 +97,46 @@ struct {
 } xdns_filter SEC(".maps");
 
 /*
- * Answer table (xdns_abi.h): bucket index -> struct xdns_bucket, two halves of
- * xdns_cfg.table_buckets buckets; page -> struct xdns_val_page, two halves of
- * xdns_cfg.val_pages pages holding the answer records packed, then the pages of the spill
+ * Answer table (xdns_abi.h), one per generation, in the slot of its parity: xdns_index:
+ * generation parity -> the generation's index, xdns_cfg.table_buckets buckets (struct
+ * xdns_bucket); xdns_vals: generation parity -> its array of pages (struct xdns_val_page),
+ * xdns_cfg.val_pages pages holding its answer records packed, then the pages of the spill
  * slots, one per CPU (lookup.h, xdns_answer_get). Userspace sizes both before load (to the
- * zones' answers and their bytes) and writes the staged generation's halves (the index
- * whole) before the flip. Array lookups are inlined (no call).
+ * zones' answers and their bytes: a template each, bpf_map__set_inner_map_fd); it creates a
+ * generation's two maps when it stages the generation, writes them before the flip, and
+ * drops those of the generation the flip retired: between reloads only one of each exists.
+ * Each has its template's size (no BPF_F_INNER_MAP), so every lookup, the outer and the
+ * inner, is an inlined array read (no call).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, struct xdns_bucket);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
 } xdns_index SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 3);
-	__type(key, __u32);
-	__type(value, struct xdns_val_page);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
 } xdns_vals SEC(".maps");
 
 /*
- * The answer record at address `v` of xdns_vals (bytes / 4; xdns_abi.h), or NULL. The
- * offset is masked to the page, whose slack holds the longest record read from there.
+ * The answer record at address `v` (XDNS_VAL_HALF: the generation's parity, then bytes / 4
+ * into its page array; xdns_abi.h), or NULL (no page array for that parity: its generation
+ * is gone). The offset is masked to the page, whose slack holds the longest record read from
+ * there.
  */
 static __always_inline struct xdns_answer_s *xdns_val(__u32 v)
 {
-	__u32 page = v >> (XDNS_PAGE_SHIFT - 2);
-	__u8 *p = bpf_map_lookup_elem(&xdns_vals, &page);
+	__u32 half = (v & XDNS_VAL_HALF) != 0, page = (v & XDNS_VAL_ADDR) >> (XDNS_PAGE_SHIFT - 2);
+	void *pages = bpf_map_lookup_elem(&xdns_vals, &half);
+	__u8 *p;
 
+	if (!pages)
+		return NULL;
+	p = bpf_map_lookup_elem(pages, &page);
 	if (!p)
 		return NULL;
 	return (struct xdns_answer_s *)(p + ((v << 2) & (XDNS_PAGE - 1)));

@@ -155,9 +155,10 @@ struct xdns_answer_key {
 /*
  * Answer table (lookup.h, xdns_answer_get): the answers of a generation indexed by open
  * addressing in array maps, so that finding one is two inlined array reads instead of a
- * hash-map call. xdns_index has two halves (generation parity) of table_buckets buckets of
- * XDNS_TABLE_WAYS entries; xdns_vals two halves of val_pages pages, where the answer records
- * are packed, each as long as it needs (struct xdns_answer_s). The bucket of a key is
+ * hash-map call. Each generation has its own (maps.h: a map per generation in xdns_index and
+ * xdns_vals, in the slot of its parity): an index of table_buckets buckets of
+ * XDNS_TABLE_WAYS entries, and an array of val_pages pages (then the spill slots), where the
+ * answer records are packed, each as long as it needs (struct xdns_answer_s). The bucket of a key is
  * xdns_table_bucket(hash, kind, qtype, table_buckets) (hash.h); an entry is the key when its hash
  * is the key's and its meta is XDNS_TABLE_META(kind, qtype, gen). An answer is in the table
  * or in xdns_answers, not both: the ones that found no free entry or value are in the hash
@@ -263,8 +264,13 @@ struct xdns_answer_s {
  * largest read from a record start: the header, fixups at XDNS_FIX_AT(len) <= 254 bytes into
  * data[], 32 of them). A record's address is its byte offset in the table / 4 (records start
  * on four-byte boundaries): page (address >> (XDNS_PAGE_SHIFT - 2)), offset ((address << 2)
- * & (XDNS_PAGE - 1)). The spill slots follow the two halves, XDNS_SPILL_SLOT bytes per CPU.
+ * & (XDNS_PAGE - 1)). The spill slots follow the generation's pages in its page array,
+ * XDNS_SPILL_SLOT bytes per CPU. An address as the program passes it on (xdns_val, the memo's
+ * v) carries the generation's parity in bit 30 (XDNS_VAL_HALF; bit 31 stays clear: the memo
+ * probe returns it as a non-negative int).
  */
+#define XDNS_VAL_HALF 0x40000000u
+#define XDNS_VAL_ADDR 0x3fffffffu
 #define XDNS_PAGE_SHIFT 15
 #define XDNS_PAGE (1u << XDNS_PAGE_SHIFT)
 #define XDNS_PAGE_SLACK 384

@@ -56,16 +56,23 @@ pub trait KernelMaps {
     fn put_table_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
         self.put_bodies(entries)
     }
-    /// Delete what [`Self::put_table_bodies`] wrote for `(key, class)` (the real maps: the
-    /// M and L bytes; class S keys have nothing outside the table), ignoring missing
-    /// entries; default: [`Self::delete_bodies`].
-    fn delete_table_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
-        self.delete_bodies(keys)
-    }
+    /// Delete what [`Self::put_table_bodies`] wrote for generation `gen`: `keys` are its
+    /// answers placed in the table whose bytes are of class M or L (the real maps: those
+    /// bytes; class S answers have nothing outside the table, and the loader does not keep
+    /// their keys), ignoring missing entries.
+    fn delete_table_bodies(&mut self, gen: u32, keys: &[(xdns_answer_key, u8)]);
     /// Words in each half of the presence filter (a power of two).
     fn filter_words(&self) -> usize;
     /// Write `filter` as generation `gen`'s half (`gen & 1`) of the presence filter.
     fn put_filter(&mut self, gen: u32, filter: &Filter) -> Result<()>;
+    /// Make generation `gen`'s page array of the answer table (`xdns_vals`, maps.h), empty,
+    /// before its records are written; default: nothing to make.
+    fn new_table_half(&mut self, _gen: u32) -> Result<()> {
+        Ok(())
+    }
+    /// Drop generation `gen`'s page array (the generation is gone, or never became active);
+    /// default: nothing to drop.
+    fn free_table_half(&mut self, _gen: u32) {}
     /// Buckets and record bytes in each half of the answer table (`(0, 0)`: no table).
     fn table_shape(&self) -> (usize, usize);
     /// Write answer records at their addresses (bytes / 4, [`Table::place`]) into generation
@@ -78,6 +85,12 @@ pub trait KernelMaps {
     /// Write these words (index in the half, value) of generation `gen`'s half of the
     /// presence filter (in-place updates: bits are only added).
     fn put_filter_words(&mut self, gen: u32, words: &[(usize, u64)]) -> Result<()>;
+    /// Bucket `bucket` of generation `gen`'s half of the table index, read back (in-place
+    /// updates: the loader keeps no copy of the index).
+    fn table_bucket(&self, gen: u32, bucket: usize) -> Result<xdns_bucket>;
+    /// Word `word` of generation `gen`'s half of the presence filter, read back (in-place
+    /// updates: the loader keeps no copy of the filter).
+    fn filter_word(&self, gen: u32, word: usize) -> Result<u64>;
     /// Set the question memo's epoch (`xdns_gen[2]`): memo entries learnt under another
     /// epoch are never matched again (after an in-place update of the active generation).
     fn set_memo_epoch(&mut self, epoch: u32) -> Result<()>;
@@ -143,15 +156,12 @@ struct Installed {
     nodes: Vec<xdns_node_key>,
     /// Answers written to `xdns_answers` (with their body class).
     answers: Vec<(xdns_answer_key, u8)>,
-    /// Answers placed in the answer table ([`KernelMaps::put_table_bodies`]), for
-    /// [`KernelMaps::delete_table_bodies`].
+    /// Answers placed in the answer table whose bytes are of class M or L (in their own
+    /// maps), for [`KernelMaps::delete_table_bodies`]; class S answers live in the table
+    /// alone, and their keys are not kept.
     table_bodies: Vec<(xdns_answer_key, u8)>,
     /// Answers in the answer table, and answers left out of it (found in the hash map).
     table: (usize, usize),
-    /// The table index and presence filter as written, kept for in-place updates
-    /// ([`Loader::apply`]).
-    index: Option<Table>,
-    filter: Option<Filter>,
 }
 
 /// The presence filter of one generation (`xdns_filter`, maps.h): one bit per node and per
@@ -172,8 +182,7 @@ impl Filter {
     }
 
     fn at(&self, hash: u64, tag: u32) -> (usize, u64) {
-        let x = filter_pos(hash, tag);
-        ((x >> 6) as usize & (self.words.len() - 1), 1 << (x & 63))
+        filter_bit(self.words.len(), hash, tag)
     }
 
     pub fn insert(&mut self, hash: u64, tag: u32) {
@@ -202,6 +211,12 @@ impl Filter {
         let set: u32 = self.words.iter().map(|w| w.count_ones()).sum();
         f64::from(set) / (self.words.len() * 64) as f64
     }
+}
+
+/// Word and bit of (`hash`, `tag`) in a presence-filter half of `words` words (a power of two).
+fn filter_bit(words: usize, hash: u64, tag: u32) -> (usize, u64) {
+    let x = filter_pos(hash, tag);
+    ((x >> 6) as usize & (words - 1), 1 << (x & 63))
 }
 
 /// The answer table of one generation as it is written (`xdns_index`/`xdns_vals`, maps.h):
@@ -288,37 +303,58 @@ impl Table {
     pub fn buckets(&self) -> &[xdns_bucket] {
         &self.buckets
     }
+}
+
+/// Buckets of the active generation's table index as an in-place update reads them back from
+/// the map ([`KernelMaps::table_bucket`]), each once, with the changes made to them so far.
+struct BucketsRead {
+    count: usize,
+    read: HashMap<usize, xdns_bucket>,
+}
+
+impl BucketsRead {
+    fn new(count: usize) -> Self {
+        Self { count, read: HashMap::new() }
+    }
+
+    fn bucket_of(&self, key: &xdns_answer_key) -> Option<usize> {
+        (self.count > 0).then(|| table_bucket(key.hash, key.kind, key.qtype, self.count as u32) as usize)
+    }
+
+    fn get(&mut self, maps: &dyn KernelMaps, gen: u32, b: usize) -> Result<&mut xdns_bucket> {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.read.entry(b) {
+            v.insert(maps.table_bucket(gen, b)?);
+        }
+        Ok(self.read.get_mut(&b).expect("read above"))
+    }
 
     /// Bucket and entry of `key`, if it is in the table.
-    fn entry_of(&self, key: &xdns_answer_key) -> Option<(usize, usize)> {
-        if self.buckets.is_empty() {
-            return None;
-        }
+    fn entry_of(&mut self, maps: &dyn KernelMaps, key: &xdns_answer_key) -> Result<Option<(usize, usize)>> {
+        let Some(b) = self.bucket_of(key) else { return Ok(None) };
         let meta = table_meta(key.kind, key.qtype, key.gen);
-        let b = self.bucket_of(key);
-        self.buckets[b].e.iter().position(|e| e.hash == key.hash && e.meta == meta).map(|i| (b, i))
+        let bk = self.get(maps, key.gen, b)?;
+        Ok(bk.e.iter().position(|e| e.hash == key.hash && e.meta == meta).map(|i| (b, i)))
     }
 
     /// Mark `key`'s bucket spilled (its misses ask the hash map); `Some(bucket)` if it was not.
-    fn spill(&mut self, key: &xdns_answer_key) -> Option<usize> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        let b = self.bucket_of(key);
-        let e0 = &mut self.buckets[b].e[0].idx;
-        (*e0 & TABLE_SPILLED == 0).then(|| {
+    fn spill(&mut self, maps: &dyn KernelMaps, key: &xdns_answer_key) -> Result<Option<usize>> {
+        let Some(b) = self.bucket_of(key) else { return Ok(None) };
+        let e0 = &mut self.get(maps, key.gen, b)?.e[0].idx;
+        Ok((*e0 & TABLE_SPILLED == 0).then(|| {
             *e0 |= TABLE_SPILLED;
             b
-        })
+        }))
     }
 
-    /// Empty entry `i` of bucket `b` (keeping the bucket's spilled mark).
-    fn clear(&mut self, b: usize, i: usize) {
-        let e = &mut self.buckets[b].e[i];
+    /// Empty entry `i` of bucket `b` (read before; keeping the bucket's spilled mark).
+    fn clear(&mut self, b: usize, i: usize) -> xdns_bucket {
+        let bk = self.read.get_mut(&b).expect("bucket read by entry_of");
+        let e = &mut bk.e[i];
         let spilled = e.idx & TABLE_SPILLED;
         e.hash = 0;
         e.meta = 0;
         e.idx = if i == 0 { spilled } else { 0 };
+        *bk
     }
 }
 
@@ -509,39 +545,42 @@ impl Loader {
         cur.nodes.extend(nodes.iter().map(|(k, _)| *k));
         done.nodes += nodes.len();
         // 3. new keys reachable: spilled buckets, then presence bits
-        let mut table = cur.index.take().unwrap_or_default();
+        // the buckets and filter words touched are read back from the maps (no copy is kept)
+        let mut table = BucketsRead::new(maps.table_shape().0);
         let result = (|| -> Result<()> {
             for a in delta.answers.iter().filter(|a| a.old.is_none()) {
                 let k = answer_key(seed, gen, &a.base, a.kind);
-                if let Some(b) = table.spill(&k) {
-                    maps.put_table_bucket(gen, b, &table.buckets[b])?;
+                if let Some(b) = table.spill(&*maps, &k)? {
+                    let v = table.read[&b];
+                    maps.put_table_bucket(gen, b, &v)?;
                     done.table_writes += 1;
                 }
             }
-            if let Some(filter) = cur.filter.as_mut() {
-                // only the words these keys touch are written (the filter is large)
-                let mut touched = Vec::new();
-                let mut set = |hash: u64, tag: u32| {
-                    filter.insert(hash, tag);
-                    touched.push(filter.at(hash, tag).0);
-                };
-                for (k, n) in &nodes {
-                    set(k.hash, FILTER_NODE);
-                    if let Some(tag) = node_filter_tag(k.hash, n) {
-                        set(k.hash, tag);
-                    }
+            // only the words these keys touch are written (the filter is large)
+            let nwords = maps.filter_words();
+            let mut touched: HashMap<usize, u64> = HashMap::new();
+            let mut set = |hash: u64, tag: u32| {
+                let (w, bit) = filter_bit(nwords, hash, tag);
+                *touched.entry(w).or_default() |= bit;
+            };
+            for (k, n) in &nodes {
+                set(k.hash, FILTER_NODE);
+                if let Some(tag) = node_filter_tag(k.hash, n) {
+                    set(k.hash, tag);
                 }
-                for (k, _, _) in &puts {
-                    if let Some(tag) = answer_filter_tag(k) {
-                        set(k.hash, tag);
-                    }
-                }
-                touched.sort_unstable();
-                touched.dedup();
-                let words: Vec<(usize, u64)> = touched.iter().map(|&i| (i, filter.words()[i])).collect();
-                maps.put_filter_words(gen, &words)?;
-                done.filter_words += words.len();
             }
+            for (k, _, _) in &puts {
+                if let Some(tag) = answer_filter_tag(k) {
+                    set(k.hash, tag);
+                }
+            }
+            let mut words = Vec::with_capacity(touched.len());
+            for (i, bits) in touched {
+                words.push((i, maps.filter_word(gen, i)? | bits));
+            }
+            words.sort_unstable();
+            maps.put_filter_words(gen, &words)?;
+            done.filter_words += words.len();
             // 4. removed nodes
             let gone: Vec<_> = delta
                 .nodes
@@ -553,7 +592,7 @@ impl Loader {
             // 5. the table gives up changed and removed keys
             for a in delta.answers.iter().filter(|a| a.old.is_some()) {
                 let k = answer_key(seed, gen, &a.base, a.kind);
-                let Some((b, i)) = table.entry_of(&k) else {
+                let Some((b, i)) = table.entry_of(&*maps, &k)? else {
                     if a.new.is_none() {
                         cur.table.1 = cur.table.1.saturating_sub(1);
                     }
@@ -562,19 +601,19 @@ impl Loader {
                 cur.table.0 = cur.table.0.saturating_sub(1);
                 if a.new.is_some() {
                     cur.table.1 += 1;
-                    if table.spill(&k).is_some() {
-                        maps.put_table_bucket(gen, b, &table.buckets[b])?;
+                    if table.spill(&*maps, &k)?.is_some() {
+                        let v = table.read[&b];
+                        maps.put_table_bucket(gen, b, &v)?;
                         done.table_writes += 1;
                     }
                 }
-                table.clear(b, i);
-                maps.put_table_bucket(gen, b, &table.buckets[b])?;
+                let v = table.clear(b, i);
+                maps.put_table_bucket(gen, b, &v)?;
                 done.table_writes += 1;
             }
             cur.table.1 += delta.answers.iter().filter(|a| a.old.is_none() && a.new.is_some()).count();
             Ok(())
         })();
-        cur.index = Some(table);
         result?;
         // 6. the memo forgets
         self.epoch = self.epoch.wrapping_add(1);
@@ -608,6 +647,7 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     let mut filter = Filter::new(maps.filter_words());
     let (buckets, bytes) = maps.table_shape();
     let mut table = Table::new(buckets, bytes);
+    maps.new_table_half(gen)?;
     done.nodes.reserve_exact(data.nodes.len());
     for chunk in data.nodes.chunks(CHUNK) {
         if maps.abandoned() {
@@ -647,7 +687,8 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         }
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
         done.answers.extend(left_out.iter().map(|(k, a, _)| (*k, a.class)));
-        done.table_bodies.extend(in_table.iter().map(|(k, a, _)| (*k, a.class)));
+        let s_class = crate::types::xdns_body_class::XDNS_CLASS_S.0 as u8;
+        done.table_bodies.extend(in_table.iter().filter(|(_, a, _)| a.class != s_class).map(|(k, a, _)| (*k, a.class)));
         maps.put_bodies(&left_out)?;
         maps.put_table_bodies(&in_table)?;
         let placed: Vec<_> = idx.iter().zip(&in_table).map(|(i, (_, a, b))| (*i, a, b)).collect();
@@ -659,14 +700,13 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
     maps.put_table_index(gen, table.buckets())?;
     done.table = table.counts();
     maps.put_filter(gen, &filter)?;
-    done.index = Some(table);
-    done.filter = Some(filter);
     Ok(())
 }
 
 fn remove(maps: &mut dyn KernelMaps, gen: &Installed) {
     maps.delete_bodies(&gen.answers);
-    maps.delete_table_bodies(&gen.table_bodies);
+    maps.delete_table_bodies(gen.gen, &gen.table_bodies);
+    maps.free_table_half(gen.gen);
     maps.delete_nodes(&gen.nodes);
 }
 
@@ -813,6 +853,33 @@ impl KernelMaps for MemMaps {
         let half = &mut self.table[(gen & 1) as usize].index;
         *half.get_mut(bucket).ok_or_else(|| anyhow::anyhow!("bucket {bucket} outside the table"))? = *value;
         Ok(())
+    }
+
+    fn delete_table_bodies(&mut self, gen: u32, keys: &[(xdns_answer_key, u8)]) {
+        // `answers` and `bodies` hold every answer, of the table or not: the generation's
+        // class S answers of the table, whose keys the loader does not keep, go by their gen
+        self.delete_bodies(keys);
+        let other = |k: &Vec<u8>| k[8..12] != gen.to_ne_bytes();
+        self.answers.retain(|k, _| other(k));
+        self.bodies.retain(|k, _| other(k));
+    }
+
+    fn new_table_half(&mut self, gen: u32) -> Result<()> {
+        self.table[(gen & 1) as usize].vals.clear();
+        Ok(())
+    }
+
+    fn free_table_half(&mut self, gen: u32) {
+        self.table[(gen & 1) as usize] = MemTable::default();
+    }
+
+    fn table_bucket(&self, gen: u32, bucket: usize) -> Result<xdns_bucket> {
+        let half = &self.table[(gen & 1) as usize].index;
+        half.get(bucket).copied().ok_or_else(|| anyhow::anyhow!("bucket {bucket} outside the table"))
+    }
+
+    fn filter_word(&self, gen: u32, word: usize) -> Result<u64> {
+        Ok(self.filter[(gen & 1) as usize].as_ref().map_or(0, |f| f.words()[word]))
     }
 
     fn put_filter_words(&mut self, gen: u32, words: &[(usize, u64)]) -> Result<()> {

@@ -158,6 +158,18 @@ pub struct XdpProgram {
     abandon: Arc<AtomicBool>,
     /// How far the install under way has got ([`Self::fill_progress`]).
     progress: Arc<crate::maps::FillProgress>,
+    /// The answer table's maps by generation parity (`xdns_vals`, `xdns_index`, maps.h): the
+    /// active generation's, and the staged one's during a reload.
+    halves: std::sync::Mutex<[Option<TableHalf>; 2]>,
+    /// Pages of each page array: the table's pages, then the spill slots.
+    vals_entries: u32,
+}
+
+/// One generation's answer table in the kernel: its page array (`xdns_vals`) and its index
+/// (`xdns_index`), each a map of its own held in the outer map's slot of its parity.
+struct TableHalf {
+    pages: libbpf_rs::MapHandle,
+    index: libbpf_rs::MapHandle,
 }
 
 impl XdpProgram {
@@ -244,11 +256,18 @@ impl XdpProgram {
         open.maps.xdns_bodies_m.set_max_entries(c.bodies_m)?;
         open.maps.xdns_bodies_l.set_max_entries(c.bodies_l)?;
         open.maps.xdns_filter.set_max_entries(2 * c.filter_words() as u32)?;
-        open.maps.xdns_index.set_max_entries(2 * c.table_buckets() as u32)?;
+        // xdns_index likewise holds one index per generation (maps.h)
+        let index_template = new_index(c.table_buckets() as u32).context("creating the answer table index's template")?;
+        open.maps.xdns_index.set_inner_map_fd(index_template.as_fd())?;
         // two halves, then a spill slot per CPU (lookup.h)
         let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u32;
         let spill_pages = (cpus as usize * crate::data::SPILL_SLOT).div_ceil(crate::data::PAGE) as u32;
-        open.maps.xdns_vals.set_max_entries(2 * c.table_pages() as u32 + spill_pages)?;
+        // xdns_vals holds one page array per generation (made when the generation is staged):
+        // its template's size is every page array's (maps.h)
+        let vals_entries = c.table_pages() as u32 + spill_pages;
+        // the template lives until the load: the kernel keeps its shape, not the array
+        let vals_template = new_val_pages(vals_entries).context("creating the answer table pages' template")?;
+        open.maps.xdns_vals.set_inner_map_fd(vals_template.as_fd())?;
         // a run of memo slots per CPU (maps.h): the object's max_entries is XDNS_MEMO_SLOTS
         let slots = open.maps.xdns_memo.max_entries();
         open.maps.xdns_memo.set_max_entries(cpus * slots)?;
@@ -256,6 +275,7 @@ impl XdpProgram {
         let slots = if cfg.resolver.is_some() { open.maps.xdns_replies.max_entries() } else { 1 };
         open.maps.xdns_replies.set_max_entries(cpus * slots)?;
         let skel = open.load().context("loading the XDP program (verifier)")?;
+        drop((vals_template, index_template));
         let prog = Self {
             skel,
             loader: Loader::new(seed),
@@ -263,6 +283,8 @@ impl XdpProgram {
             cache: std::sync::OnceLock::new(),
             abandon: Arc::new(AtomicBool::new(false)),
             progress: Arc::default(),
+            halves: std::sync::Mutex::default(),
+            vals_entries,
         };
         if let Some(r) = &cfg.resolver {
             prog.set_allow(&r.allow)?;
@@ -425,7 +447,7 @@ impl XdpProgram {
 
     /// The maps, as the loader writes them.
     fn maps(&self) -> LibbpfMaps<'_> {
-        LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress }
+        LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries }
     }
 
     /// A flag that makes an install under way (a fill or reload, on another thread) give up
@@ -442,23 +464,43 @@ impl XdpProgram {
         self.progress.clone()
     }
 
+    /// The answer table's page arrays in `xdns_vals` by generation parity: each one's map id,
+    /// `None` for an empty slot (tests: only the generations alive have one); an error when
+    /// `xdns_index` does not have an index in the same slots.
+    #[doc(hidden)]
+    pub fn val_page_arrays(&self) -> Result<[Option<u32>; 2]> {
+        let mut out = [None; 2];
+        for (half, slot) in out.iter_mut().enumerate() {
+            let id = |m: &libbpf_rs::Map<'_>| -> Result<Option<u32>> {
+                let v = m.lookup(&(half as u32).to_ne_bytes(), MapFlags::ANY)?;
+                Ok(v.map(|v| u32::from_ne_bytes(v[..4].try_into().expect("4-byte map id"))))
+            };
+            let (pages, index) = (id(&self.skel.maps.xdns_vals)?, id(&self.skel.maps.xdns_index)?);
+            if pages.is_some() != index.is_some() {
+                bail!("generation parity {half}: page array {pages:?} but index {index:?}");
+            }
+            *slot = pages;
+        }
+        Ok(out)
+    }
+
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.install(&mut maps, data)
     }
 
     /// Update the active generation in place with one zone's change
     /// ([`crate::maps::Loader::apply`]).
     pub fn apply(&mut self, delta: &crate::delta::Delta) -> Result<crate::maps::Applied> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.apply(&mut maps, delta)
     }
 
     /// Make packets read no generation (each query passes to userspace) and delete the active
     /// one ([`crate::maps::Loader::retire`]).
     pub fn retire(&mut self) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.retire(&mut maps)
     }
 
@@ -550,7 +592,7 @@ impl XdpProgram {
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress };
+        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.commit(&mut maps, staged)
     }
 
@@ -713,6 +755,9 @@ struct LibbpfMaps<'a> {
     abandon: &'a AtomicBool,
     /// [`XdpProgram::fill_progress`].
     progress: &'a crate::maps::FillProgress,
+    /// [`XdpProgram::vals`].
+    halves: &'a std::sync::Mutex<[Option<TableHalf>; 2]>,
+    vals_entries: u32,
 }
 
 impl KernelMaps for LibbpfMaps<'_> {
@@ -783,7 +828,7 @@ impl KernelMaps for LibbpfMaps<'_> {
 
     fn delete_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
         batch_delete(&self.skel.maps.xdns_answers, keys.iter().map(|(k, _)| bytes_of(k)));
-        self.delete_table_bodies(keys);
+        self.delete_table_bodies(0, keys);
     }
 
     fn put_table_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
@@ -805,7 +850,7 @@ impl KernelMaps for LibbpfMaps<'_> {
         Ok(())
     }
 
-    fn delete_table_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
+    fn delete_table_bodies(&mut self, _gen: u32, keys: &[(xdns_answer_key, u8)]) {
         let m = &self.skel.maps;
         for (class, map) in [
             (xdns_body_class::XDNS_CLASS_M, &m.xdns_bodies_m),
@@ -842,20 +887,40 @@ impl KernelMaps for LibbpfMaps<'_> {
         })
     }
 
+    fn new_table_half(&mut self, gen: u32) -> Result<()> {
+        let half = gen & 1;
+        let pages = new_val_pages(self.vals_entries).context("creating a generation's answer table pages")?;
+        let index = new_index(self.table_shape().0 as u32).context("creating a generation's answer table index")?;
+        let m = &self.skel.maps;
+        m.xdns_vals.update(&half.to_ne_bytes(), &pages.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table pages")?;
+        m.xdns_index.update(&half.to_ne_bytes(), &index.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table index")?;
+        self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[half as usize] = Some(TableHalf { pages, index });
+        Ok(())
+    }
+
+    fn free_table_half(&mut self, gen: u32) {
+        let half = gen & 1;
+        // the kernel waits for programs running meanwhile before it returns (map-in-map
+        // deletes), then frees the array once our handle is closed too
+        let _ = self.skel.maps.xdns_index.delete(&half.to_ne_bytes());
+        let _ = self.skel.maps.xdns_vals.delete(&half.to_ne_bytes());
+        self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[half as usize] = None;
+    }
+
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
         use crate::data::{record_len, write_record, PAGE, PAGE_SLACK};
         // records are packed into pages: each page touched is read, patched and written back
         // (a chunk's records are consecutive; the page it shares with the chunk before keeps
         // that chunk's records)
         let (_, half_bytes) = self.table_shape();
-        let base = (gen & 1) as usize * half_bytes;
-        let map = &self.skel.maps.xdns_vals;
+        let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.pages;
         let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = std::collections::BTreeMap::new();
         for (addr, a, b) in values {
-            let at = base + 4 * *addr as usize;
+            let at = 4 * *addr as usize;
             let (page, off) = ((at / PAGE) as u32, at % PAGE);
             let len = record_len(b);
-            if 4 * *addr as usize + len > half_bytes || off + len > PAGE + PAGE_SLACK {
+            if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
                 bail!("answer record at {addr} of {len} bytes outside a table half of {half_bytes}");
             }
             let buf = match pages.entry(page) {
@@ -879,11 +944,12 @@ impl KernelMaps for LibbpfMaps<'_> {
         if index.len() != buckets {
             bail!("answer table index of {} buckets for a map half of {buckets}", index.len());
         }
-        let base = (gen & 1) * buckets as u32;
+        let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.index;
         for (n, chunk) in index.chunks(BATCH).enumerate() {
-            let first = base + (n * BATCH) as u32;
+            let first = (n * BATCH) as u32;
             let keys: Vec<[u8; 4]> = (first..first + chunk.len() as u32).map(u32::to_ne_bytes).collect();
-            batch_update(&self.skel.maps.xdns_index, keys.iter().zip(chunk).map(|(k, b)| (&k[..], bytes_of(b))))?;
+            batch_update(map, keys.iter().zip(chunk).map(|(k, b)| (&k[..], bytes_of(b))))?;
         }
         Ok(())
     }
@@ -893,9 +959,36 @@ impl KernelMaps for LibbpfMaps<'_> {
         if bucket >= buckets {
             bail!("answer table bucket {bucket} outside a map half of {buckets}");
         }
-        let key = ((gen & 1) * buckets as u32 + bucket as u32).to_ne_bytes();
-        self.skel.maps.xdns_index.update(&key, bytes_of(value), MapFlags::ANY)?;
+        let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.index;
+        map.update(&(bucket as u32).to_ne_bytes(), bytes_of(value), MapFlags::ANY)?;
         Ok(())
+    }
+
+    fn table_bucket(&self, gen: u32, bucket: usize) -> Result<xdns_bucket> {
+        let (buckets, _) = self.table_shape();
+        if bucket >= buckets {
+            bail!("answer table bucket {bucket} outside a map half of {buckets}");
+        }
+        let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.index;
+        let v = map.lookup(&(bucket as u32).to_ne_bytes(), MapFlags::ANY)?.context("answer table bucket missing")?;
+        if v.len() < std::mem::size_of::<xdns_bucket>() {
+            bail!("answer table bucket of {} bytes", v.len());
+        }
+        // SAFETY: the value is one `xdns_bucket` (the map's value type: plain integers, no
+        // padding), read unaligned from a buffer at least that long (checked above).
+        Ok(unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+    }
+
+    fn filter_word(&self, gen: u32, word: usize) -> Result<u64> {
+        let n = self.filter_words();
+        if word >= n {
+            bail!("presence filter word {word} outside a map half of {n}");
+        }
+        let key = ((gen & 1) * n as u32 + word as u32).to_ne_bytes();
+        let v = self.skel.maps.xdns_filter.lookup(&key, MapFlags::ANY)?.context("presence filter word missing")?;
+        Ok(u64::from_ne_bytes(v.get(..8).context("presence filter word of fewer than 8 bytes")?.try_into()?))
     }
 
     fn put_filter_words(&mut self, gen: u32, words: &[(usize, u64)]) -> Result<()> {
@@ -1092,8 +1185,22 @@ fn flatten<'a>(it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> (Vec<u8>, Vec<
     (ks, vs)
 }
 
+/// An answer table index of `buckets` buckets (`xdns_index`, maps.h), empty.
+fn new_index(buckets: u32) -> Result<libbpf_rs::MapHandle> {
+    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+    let size = std::mem::size_of::<xdns_bucket>() as u32;
+    Ok(libbpf_rs::MapHandle::create(libbpf_rs::MapType::Array, Some("xdns_index_gen"), 4, size, buckets.max(1), &opts)?)
+}
+
+/// An answer table page array of `entries` pages (`xdns_vals`, maps.h), zeroed.
+fn new_val_pages(entries: u32) -> Result<libbpf_rs::MapHandle> {
+    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+    let size = (crate::data::PAGE + crate::data::PAGE_SLACK) as u32;
+    Ok(libbpf_rs::MapHandle::create(libbpf_rs::MapType::Array, Some("xdns_vals_gen"), 4, size, entries, &opts)?)
+}
+
 /// One BPF_MAP_UPDATE_BATCH for the entries (none: no call).
-fn batch_update<'a>(map: &libbpf_rs::MapMut<'_>, it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<()> {
+fn batch_update<'a, M: MapCore + ?Sized>(map: &M, it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<()> {
     let (k, v) = flatten(it);
     let n = k.len() / map.key_size() as usize;
     if n > 0 {

@@ -46,14 +46,30 @@ fn flip_is_atomic() {
     assert_eq!((act, answered_tag(&out)), (3, 0xA));
     // both answers in the answer table, none in the hash map (class S: no body map either)
     assert_eq!((prog.map_entries(), prog.table_counts()), ((2, 0, 0), (2, 0)));
+    // the answer table's pages: one array per live generation (generation 1: odd parity)
+    let arrays = |p: &xdns_bpf::runtime::XdpProgram| p.val_page_arrays().unwrap().map(|a| a.is_some());
+    assert_eq!(arrays(&prog), [false, true], "one page array between reloads");
+    let first = prog.val_page_arrays().unwrap()[1];
     let staged = prog.stage(&zone(0xB)).unwrap();
     assert_eq!(prog.map_entries(), (4, 0, 0), "both generations while staged");
+    assert_eq!(arrays(&prog), [true, true], "both generations' page arrays while staged");
     let (act, out) = prog.test_run(&f).unwrap();
     assert_eq!((act, answered_tag(&out)), (3, 0xA), "generation B written but not flipped");
     prog.commit(staged).unwrap();
     let (act, out) = prog.test_run(&f).unwrap();
     assert_eq!((act, answered_tag(&out)), (3, 0xB), "flipped");
     assert_eq!(prog.map_entries(), (2, 0, 0), "old generation deleted");
+    assert_eq!(arrays(&prog), [true, false], "the old generation's page array dropped");
+    // a third generation takes a new array in the first one's slot, answered from it
+    prog.install(&zone(0xC)).unwrap();
+    let third = prog.val_page_arrays().unwrap()[1];
+    assert!(third.is_some() && third != first, "a new array per generation: {first:?} then {third:?}");
+    let (act, out) = prog.test_run(&f).unwrap();
+    assert_eq!((act, answered_tag(&out)), (3, 0xC));
+    prog.retire().unwrap();
+    assert_eq!(arrays(&prog), [false, false], "no page array once retired");
+    let (act, _) = prog.test_run(&f).unwrap();
+    assert_eq!(act, 2, "retired: the query passes to userspace");
 }
 
 #[test]
