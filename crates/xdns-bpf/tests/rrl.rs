@@ -11,9 +11,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::*;
+use xdns_bpf::cache::CacheCapacity;
 use xdns_bpf::data::compile_kernel_data;
 use xdns_bpf::guard::{GuardStage, RrlSettings};
-use xdns_bpf::runtime::XdpProgram;
+use xdns_bpf::runtime::{ResolverStage, XdpProgram};
+use xdns_wire::body::{BodyWriter, Section};
+use xdns_wire::CachedAnswer;
 use xdns_guard::cookies::server_cookie;
 use xdns_zone::{load_zone, ZoneSet, ZoneSource};
 
@@ -244,8 +247,7 @@ fn cookies_valid_bypass_rrl_others_are_limited() {
 /// daemon's `Guard::end`), checksums right; never rate limited (rate 1, four times); a
 /// positive answer, an NXDOMAIN and a referral-less NODATA, IPv4, IPv6 and VLAN; counted in
 /// `cookie_echoed`. An answer that would pass the client's payload with the option goes to
-/// userspace. (The resolver's cache answers echo through the same put_head; the resolver
-/// program with the guard and no features does not load yet: docs/perf/2026-11-29-guard-goals.md.)
+/// userspace. (The resolver's cache answers: `resolver_cache_answers_echo_fresh_cookies`.)
 #[test]
 fn fresh_cookies_are_echoed_in_kernel_answers() {
     require_root("fresh_cookies_are_echoed_in_kernel_answers");
@@ -287,6 +289,155 @@ fn fresh_cookies_are_echoed_in_kernel_answers() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     assert_eq!(g.counters().unwrap().cookie_echoed, echoed, "cookie_echoed counts the echoed answers");
+}
+
+/// The resolver program (cache stage) with `guard` (None: the guard off) and RRL as given,
+/// the zones installed and `entries` in its cache.
+fn resolver_prog(guard: Option<GuardStage>, rrl: Option<RrlSettings>, entries: &[CachedAnswer]) -> XdpProgram {
+    let allow = vec![("198.18.0.0".parse().unwrap(), 15), ("2001:db8::".parse().unwrap(), 32)];
+    let r = ResolverStage { allow, capacity: CacheCapacity { s: 1024, m: 256, l: 128 } };
+    let mut p = load_with(Some(r), guard);
+    p.install(&compile_kernel_data(&zones())).unwrap();
+    if let Some(s) = rrl {
+        p.guard().unwrap().set_rrl(&s).unwrap();
+    }
+    let cache = p.cache().unwrap();
+    for e in entries {
+        assert_eq!(cache.try_insert(e).unwrap(), Ok(()), "{:?} cached in the kernel", e.qname);
+    }
+    p
+}
+
+/// Two resolver cache entries under no served zone, stored 10.5 s ago: host.example.org A
+/// (positive) and nx.example.org A (NXDOMAIN with the SOA).
+fn cache_entries() -> Vec<CachedAnswer> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let stored = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64 - 10_500_000_000;
+    let entry = |name: &str, body: xdns_wire::Body| CachedAnswer {
+        qname: wire(name),
+        qtype: 1,
+        dnssec_ok: false,
+        body,
+        stored_at_ns: stored,
+        expires_at_ns: stored + 300_000_000_000,
+        prefetch_at_ns: u64::MAX,
+    };
+    let n = wire("host.example.org");
+    let mut w = BodyWriter::new(&n).unwrap();
+    w.write_rr(&n, true, 1, 300, &[198, 18, 1, 1]).unwrap();
+    let host = w.finish();
+    let mut soa = wire("ns1.example.org");
+    soa.extend(wire("hostmaster.example.org"));
+    for v in [2026112901u32, 7200, 3600, 1209600, 300] {
+        soa.extend_from_slice(&v.to_be_bytes());
+    }
+    let mut w = BodyWriter::new(&wire("nx.example.org")).unwrap();
+    w.set_rcode(3);
+    w.set_section(Section::Authority).unwrap();
+    w.write_rr(&wire("example.org"), false, 6, 300, &soa).unwrap();
+    vec![entry("host.example.org", host), entry("nx.example.org", w.finish())]
+}
+
+/// Resolver cache answers with a fresh valid server cookie (the resolver program with the
+/// guard and without the features, which loads since its entry's frame shrank, bpf/README.md
+/// "Stack"): answered in the kernel with the COOKIE option echoed, exactly the cache answer
+/// of the program without the guard to the query without a cookie plus the option as
+/// userspace adds it, checksums right; never rate limited (rate 1, four times: the first
+/// through the name walk, the others through the cache hint); a positive answer and an
+/// NXDOMAIN, IPv4, IPv6 and VLAN; counted in `cookie_echoed`; a cookie of the previous secret
+/// still passes to userspace.
+#[test]
+fn resolver_cache_answers_echo_fresh_cookies() {
+    require_root("resolver_cache_answers_echo_fresh_cookies");
+    stay_on_one_cpu();
+    let entries = cache_entries();
+    let p = resolver_prog(Some(stage(false)), Some(RrlSettings { cookies: Some((SECRET, Some(OLD_SECRET))), ..rrl(1, 0, true) }), &entries);
+    let plain = resolver_prog(None, None, &entries);
+    let g = p.guard().unwrap();
+    let mut failed = Vec::new();
+    let mut echoed = 0;
+    for (shape, src, _) in shapes() {
+        let n = net(shape, src);
+        for name in ["host.example.org", "nx.example.org"] {
+            let c = full_cookie(&SECRET, src, now() - 600);
+            let (act, out, moved) = verdict(&plain, &frame(&n, &query(&wire(name), 1, Opt::new(1232, false))));
+            assert_eq!((act, moved), (XDP_TX, vec!["cache_answered".to_string()]), "{shape} {name}: the plain cache answer");
+            let mut dns = dns_of(&out).to_vec();
+            assert!(xdns_wire::opt::push_option(&mut dns, 10, &c));
+            let want = frame(&n.reply(), &dns);
+            for i in 0..4 {
+                let (act, got, moved) = verdict(&p, &frame(&n, &query(&wire(name), 1, cookie_opt(&c))));
+                if act != XDP_TX || moved != ["cache_answered"] || got != want || !checksums_ok(&got) {
+                    failed.push(format!("{shape} {name} #{i}: {moved:?}\n got  {got:02x?}\n want {want:02x?}"));
+                }
+                echoed += 1;
+            }
+            let old = full_cookie(&OLD_SECRET, src, now() - 100);
+            let (_, _, moved) = verdict(&p, &frame(&n, &query(&wire(name), 1, cookie_opt(&old))));
+            if moved != ["pass_cookie"] {
+                failed.push(format!("{shape} {name}: a cookie of the previous secret: {moved:?}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_eq!(g.counters().unwrap().cookie_echoed, echoed, "cookie_echoed counts the echoed cache answers");
+}
+
+/// RRL on resolver cache answers, decided inline (no features): over the rate they are
+/// dropped and every slip-th one is a TC=1 slip with the exact bytes (the query's header with
+/// QR, TC and RA set, AA clear, no record, no OPT; the question); with cookies on, a query
+/// without a cookie is limited alike, and one with a client cookie only goes through the gate
+/// (within the rate, to userspace for a new cookie); IPv4, IPv6 and VLAN.
+#[test]
+fn resolver_cache_answers_are_rate_limited_and_slip() {
+    require_root("resolver_cache_answers_are_rate_limited_and_slip");
+    stay_on_one_cpu();
+    let entries = cache_entries();
+    let mut failed = Vec::new();
+    for cookies in [false, true] {
+        let p = resolver_prog(Some(stage(false)), Some(rrl(1, 2, cookies)), &entries);
+        for (shape, src, other) in shapes() {
+            let n = net(shape, src);
+            let q = query(&wire("host.example.org"), 1, None);
+            let f = frame(&n, &q);
+            let mut slip = q.clone();
+            slip[2] = 0x80 | 0x02 | 0x01; // QR, TC, RD
+            slip[3] = 0x80; // RA
+            slip[6..12].fill(0);
+            let want_slip = frame(&n.reply(), &slip);
+            let mut got = Vec::new();
+            for i in 0..6 {
+                let (act, out, moved) = verdict(&p, &f);
+                if moved == ["answered_slip"] && (act != XDP_TX || out != want_slip || !checksums_ok(&out)) {
+                    failed.push(format!("cookies {cookies} {shape}: slip {i}: action {act}\n got  {out:02x?}\n want {want_slip:02x?}"));
+                }
+                if moved == ["drop_rrl"] && act != XDP_DROP {
+                    failed.push(format!("cookies {cookies} {shape}: drop_rrl with action {act}"));
+                }
+                got.push(moved.join(","));
+            }
+            let want = ["cache_answered", "drop_rrl", "answered_slip", "drop_rrl", "answered_slip", "drop_rrl"];
+            if got != want {
+                failed.push(format!("cookies {cookies} {shape}: {got:?}, want {want:?}"));
+            }
+            // another prefix: its own account
+            let (_, _, moved) = verdict(&p, &frame(&net(shape, other), &q));
+            if moved != ["cache_answered"] {
+                failed.push(format!("cookies {cookies} {shape}: another prefix: {moved:?}"));
+            }
+            if cookies {
+                // a client cookie alone, the NXDOMAIN entry (its own account): through the gate
+                let qc = |c: &[u8]| verdict(&p, &frame(&n, &query(&wire("nx.example.org"), 1, cookie_opt(c)))).2.join(",");
+                let got = [qc(b"client01"), qc(b"client01")];
+                if got != ["pass_cookie_new", "drop_rrl"] {
+                    failed.push(format!("{shape}: client cookie only: {got:?}"));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
 /// Cookies off: COOKIE options are not looked at (the kernel answers as a server without
@@ -427,6 +578,55 @@ fn a_cookie_outlives_one_rotation_not_two() {
         let got = ask(src, &full_cookie(&[2u8; 16], src, now()));
         if got != "answered" {
             failed.push(format!("current secret, {src}: {got}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The verified cookies the kernel keeps per CPU (`xdns_guard_cookies`, bpf/rrl.h) answer
+/// only for what was verified: once a client's cookie is echoed, the same 24 bytes from
+/// another address, with one bit of the hash or the stamp changed, are not echoed (they are
+/// invalid: limited, then passed for a new cookie), while the client's own still is, however
+/// often; another client's own cookie is verified on its own, and the first client's still
+/// answers after it. IPv4, IPv6 and VLAN.
+#[test]
+fn a_verified_cookie_answers_only_for_its_bytes_and_address() {
+    require_root("a_verified_cookie_answers_only_for_its_bytes_and_address");
+    stay_on_one_cpu();
+    let p = prog(false, rrl(1, 0, true));
+    let mut failed = Vec::new();
+    for (shape, src, other) in shapes() {
+        let t = now() - 60;
+        let c = full_cookie(&SECRET, src, t);
+        let ask = |from: &str, c: &[u8], name: &str| verdict(&p, &frame(&net(shape, from), &query(&wire(name), 1, cookie_opt(c)))).2.join(",");
+        for i in 0..3 {
+            let got = ask(src, &c, "www.example.com");
+            if got != "answered" {
+                failed.push(format!("{shape}: the client's own cookie, #{i}: {got}"));
+            }
+        }
+        let mut hash = c.clone();
+        hash[20] ^= 0x40;
+        let mut stamp = c.clone();
+        stamp[15] ^= 1;
+        // each its own name (account): within the rate, passed for a new cookie, then limited
+        for (what, from, bytes, name) in [
+            ("from another address", other, c.clone(), "ns1.example.com"),
+            ("one bit of the hash", src, hash, "ns2.example.com"),
+            ("one bit of the stamp", src, stamp, "mail.example.com"),
+        ] {
+            let got = [ask(from, &bytes, name), ask(from, &bytes, name)];
+            if got != ["pass_cookie_new", "drop_rrl"] {
+                failed.push(format!("{shape}: the client's cookie {what}: {got:?}"));
+            }
+        }
+        // the other client's own cookie verifies on its own, and the first still answers
+        let oc = full_cookie(&SECRET, other, t);
+        for (from, cookie) in [(other, &oc), (src, &c), (other, &oc)] {
+            let got = ask(from, cookie, "www.example.com");
+            if got != "answered" {
+                failed.push(format!("{shape}: {from}'s own cookie after the other's: {got}"));
+            }
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
