@@ -5,16 +5,21 @@
  * The answer stages (answer.h for zone answers, cache.h for resolver cache answers) call
  * xdns_rrl_stage once they know the reply they would send and before they touch the frame.
  * Nothing at all without xdns_cfg.guard (read-only data); with it, one read of the control
- * value, and a call of xdns_guard_gate (a global function, verified once alone) only while
- * cookies (and a COOKIE option in the query) or the features are on, or when RRL alone, which
- * the answer stage decides inline (xdns_rrl_stage), slips the answer:
+ * value, then (small global functions, each verified once alone, so that neither the
+ * verifier's steps nor the entry's stack frame grow at both call sites):
+ *  - without the features, a fresh server cookie of the current secret is checked by
+ *    xdns_cookie_echo (a cookie verified before on this CPU is compared, not hashed again:
+ *    xdns_guard_cookies) and the answer goes out with it echoed, never limited;
+ *  - without the features and without a COOKIE option, RRL alone is xdns_rrl_check (the
+ *    bucket), and the gate is called only to write a slip;
+ *  - otherwise the gate, xdns_guard_gate, decides:
  *
  *  1. cookies (xdns_guard_rrl.cookies) and a COOKIE option: a 16-byte version 1 server
  *     cookie that verifies (RFC 9018: SipHash-2-4 of client cookie | version | reserved |
  *     timestamp | client address, under the current or the previous secret; at most an hour
- *     old, five minutes ahead) passes the query to userspace, XDNS_PASS_COOKIE, before any
- *     RRL: a client that proved its address is never limited here. Userspace echoes or
- *     refreshes the cookie (the kernel does not build cookies: see bpf/README.md);
+ *     old, five minutes ahead) and was not echoed above passes the query to userspace,
+ *     XDNS_PASS_COOKIE, before any RRL: a client that proved its address is never limited
+ *     here. Userspace refreshes the cookie (the kernel does not build cookies: see bpf/README.md);
  *  2. RRL (xdns_guard_rrl.rate), unless the guard stage matched the source to an allow
  *     prefix (sc->guard.src_allowed: allowlisted clients are never limited): the account of (client prefix, class, answer) pays a token;
  *     without one the answer is dropped (XDNS_DROP_RRL) or, every slip-th time, replaced by
