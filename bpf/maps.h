@@ -356,6 +356,16 @@ struct {
 	__type(value, struct xdns_rrl_set);
 } xdns_guard_rrl SEC(".maps");
 
+/* Slot (a verified server cookie's hash & (XDNS_COOKIE_SLOTS - 1)) -> struct xdns_cookie_slot
+ * per CPU: the server cookies the kernel verified (xdns_abi.h, rrl.h); the program writes,
+ * nobody else. XDNS_COOKIE_SLOTS with the guard, 1 without (xdns_bpf::guard::size_maps). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdns_cookie_slot);
+} xdns_guard_cookies SEC(".maps");
+
 /* struct xdns_guard_feat_key (client /24 or /56) -> struct xdns_guard_feat per CPU: kernel
  * answers and their bytes (rrl.h); the program writes, userspace reads the idle slot. */
 struct {

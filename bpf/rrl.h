@@ -5,16 +5,21 @@
  * The answer stages (answer.h for zone answers, cache.h for resolver cache answers) call
  * xdns_rrl_stage once they know the reply they would send and before they touch the frame.
  * Nothing at all without xdns_cfg.guard (read-only data); with it, one read of the control
- * value, and a call of xdns_guard_gate (a global function, verified once alone) only while
- * cookies (and a COOKIE option in the query) or the features are on, or when RRL alone, which
- * the answer stage decides inline (xdns_rrl_stage), slips the answer:
+ * value, then (small global functions, each verified once alone, so that neither the
+ * verifier's steps nor the entry's stack frame grow at both call sites):
+ *  - without the features, a fresh server cookie of the current secret is checked by
+ *    xdns_cookie_echo (a cookie verified before on this CPU is compared, not hashed again:
+ *    xdns_guard_cookies) and the answer goes out with it echoed, never limited;
+ *  - without the features and without a COOKIE option, RRL alone is xdns_rrl_check (the
+ *    bucket), and the gate is called only to write a slip;
+ *  - otherwise the gate, xdns_guard_gate, decides:
  *
  *  1. cookies (xdns_guard_rrl.cookies) and a COOKIE option: a 16-byte version 1 server
  *     cookie that verifies (RFC 9018: SipHash-2-4 of client cookie | version | reserved |
  *     timestamp | client address, under the current or the previous secret; at most an hour
- *     old, five minutes ahead) passes the query to userspace, XDNS_PASS_COOKIE, before any
- *     RRL: a client that proved its address is never limited here. Userspace echoes or
- *     refreshes the cookie (the kernel does not build cookies: see bpf/README.md);
+ *     old, five minutes ahead) and was not echoed above passes the query to userspace,
+ *     XDNS_PASS_COOKIE, before any RRL: a client that proved its address is never limited
+ *     here. Userspace refreshes the cookie (the kernel does not build cookies: see bpf/README.md);
  *  2. RRL (xdns_guard_rrl.rate), unless the guard stage matched the source to an allow
  *     prefix (sc->guard.src_allowed: allowlisted clients are never limited): the account of (client prefix, class, answer) pays a token;
  *     without one the answer is dropped (XDNS_DROP_RRL) or, every slip-th time, replaced by
@@ -175,8 +180,10 @@ __attribute__((noinline)) int xdns_cookie_echo(struct xdp_md *ctx, struct xdns_s
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct xdns_guard_rrl *g;
 	struct xdns_guard_ctl *ctl;
-	__u64 m0, m1, mac, s, a0, a1 = 0, now_ns;
-	__u32 stamp, now, key = 0;
+	struct xdns_cookie_slot *m;
+	__u64 m0, m1, mac, s, a0, a1 = 0, now_ns, k0, k1, fam;
+	__u32 stamp, now, key = 0, slot;
+	__s64 off;
 	__u8 *c;
 	__s32 age;
 
@@ -215,15 +222,42 @@ __attribute__((noinline)) int xdns_cookie_echo(struct xdp_md *ctx, struct xdns_s
 	if (c[8] != 1)
 		return 0;               /* version 1 only */
 	stamp = (__u32)c[12] << 24 | (__u32)c[13] << 16 | (__u32)c[14] << 8 | c[15];
-	now = (__u32)((__u64)((__s64)now_ns + g->clock_off) / 1000000000ULL);
+	/* the division once per tick (a 64-bit divide is tens of ns), not once per query */
+	off = *(volatile __s64 *)&g->clock_off;        /* one read: the daemon rewrites it */
+	if (sc->guard.sec_ns != now_ns || sc->guard.sec_off != off) {
+		sc->guard.sec = (__u32)((__u64)((__s64)now_ns + off) / 1000000000ULL);
+		sc->guard.sec_ns = now_ns;
+		sc->guard.sec_off = off;
+	}
+	now = sc->guard.sec;
 	age = (__s32)(now - stamp);
 	if (age > XDNS_COOKIE_REFRESH_AGE || age < -XDNS_COOKIE_MAX_FUTURE)
 		return 0;
 	m0 = xdns_ld64(c);
 	m1 = xdns_ld64(c + 8);
 	mac = xdns_ld64(c + 16);
-	if (xdns_cookie_mac(g->secret[0][0], g->secret[0][1], m0, m1, a0, a1, ipv6) != mac)
-		return 0;
+	k0 = g->secret[0][0];
+	k1 = g->secret[0][1];
+	fam = ipv6 ? 6 : 4;
+	/* verified before on this CPU, byte for byte, from this address under this secret? */
+	slot = (__u32)mac & (XDNS_COOKIE_SLOTS - 1);
+	m = bpf_map_lookup_elem(&xdns_guard_cookies, &slot);
+	if (!m || m->cookie[0] != m0 || m->cookie[1] != m1 || m->cookie[2] != mac || m->addr[0] != a0 ||
+	    m->addr[1] != a1 || m->secret[0] != k0 || m->secret[1] != k1 || m->family != fam) {
+		if (xdns_cookie_mac(k0, k1, m0, m1, a0, a1, ipv6) != mac)
+			return 0;
+		if (m) {
+			/* per CPU: XDP does not nest on a CPU, so no reader sees it half written */
+			m->cookie[0] = m0;
+			m->cookie[1] = m1;
+			m->cookie[2] = mac;
+			m->addr[0] = a0;
+			m->addr[1] = a1;
+			m->secret[0] = k0;
+			m->secret[1] = k1;
+			m->family = fam;
+		}
+	}
 	sc->guard.echo[0] = m0;
 	sc->guard.echo[1] = m1;
 	sc->guard.echo[2] = mac;
@@ -373,6 +407,34 @@ static __always_inline int xdns_rrl_src(void *data, void *data_end, __u32 l3, in
 }
 
 /*
+ * RRL alone (no cookie to check, no features), as the answer stages decide it: 0 answer,
+ * 1 drop, 2 slip (the gate then writes it). A global function of its own, verified once
+ * alone and with a small frame: inlined at the answer and cache stages' call sites, its
+ * bucket's values took the entry's frame from about 344 to 400 bytes, past what the
+ * verifier allows with the gate's frame below it (bpf/README.md, "Stack"). `where` is the
+ * IP header's offset | IPv6 << 16; the class is in sc->guard.gate_class.
+ */
+__attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 where, __u64 ident)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_guard_ctl *c;
+	__u64 a0, a1 = 0;
+	__u32 key = 0;
+	int ipv6 = (where >> 16) & 1;
+
+	if (!xdns_cfg.guard || !sc)
+		return 0;
+	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
+	if (!c || !c->rrl.rate)
+		return 0;
+	if (!xdns_rrl_src(data, data_end, where & 0xffff, ipv6, &a0, &a1))
+		return 0;
+	return xdns_rrl_decide(sc, &c->rrl, xdns_rrl_account(&c->rrl, a0, a1, ipv6, sc->guard.gate_class, ident),
+			       xdns_rrl_now(sc));
+}
+
+/*
  * The gate (a global function: verified once alone, one call per gated answer). Its inputs
  * are in sc->guard.gate_* (xdns_abi.h); `ident` is the answer's identity, src << 32 | index.
  * Returns XDNS_CONTINUE (send the answer), XDNS_DROP_RRL, XDNS_ANSWERED_SLIP with the frame
@@ -495,18 +557,11 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 	if (!xdns_cfg.guard_features && !(c->rrl.cookies && q->cookie_len)) {
 		/* RRL alone (rate > 0 here), the common case, inline: no call but for a slip
 		 * (docs/perf/2026-11-28-rrl-table.md); the gate does the rest */
-		void *data = (void *)(long)ctx->data;
-		void *data_end = (void *)(long)ctx->data_end;
-		__u32 l3 = pkt->l3_off;
-		__u64 a0, a1 = 0;
 		int d;
 
 		if (sc->guard.src_allowed)
 			return XDNS_CONTINUE;   /* allowlisted: never limited */
-		if (!xdns_rrl_src(data, data_end, l3, pkt->ipv6, &a0, &a1))
-			return XDNS_CONTINUE;
-		d = xdns_rrl_decide(sc, &c->rrl, xdns_rrl_account(&c->rrl, a0, a1, pkt->ipv6, sc->guard.gate_class, ident),
-				    xdns_rrl_now(sc));
+		d = xdns_rrl_check(ctx, sc, pkt->l3_off | (__u32)pkt->ipv6 << 16, ident);
 		if (d == 0)
 			return XDNS_CONTINUE;
 		if (d == 1)

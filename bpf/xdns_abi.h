@@ -635,6 +635,22 @@ struct xdns_rrl_set {
 };
 
 /*
+ * A server cookie the kernel verified (rrl.h, xdns_cookie_echo), kept per CPU in
+ * `xdns_guard_cookies` at the slot its hash's low bits name: a client sends the same cookie
+ * with every query until it refreshes it, so the next query with those 24 bytes from that
+ * address under that secret needs no SipHash. Everything the MAC covers is compared (and the
+ * secret it was made with): a slot answers only for exactly what was verified; the stamp's
+ * age is checked on every query. XDNS_COOKIE_SLOTS slots a CPU (a power of two).
+ */
+#define XDNS_COOKIE_SLOTS 1024
+struct xdns_cookie_slot {
+	__u64 cookie[3];        /* client cookie, version | reserved | stamp, hash: as they lay */
+	__u64 addr[2];          /* the client's address words (IPv4: addr[0], addr[1] = 0) */
+	__u64 secret[2];        /* the secret it verified under */
+	__u64 family;           /* 4 or 6; 0: an empty slot */
+};
+
+/*
  * The one value of `xdns_guard_ctl` (an mmapable array): everything the stage reads before its
  * lookups, in one inlined array read. Userspace writes the halves no run reads (the staged
  * list, the inactive tier table) through its mapping, then stores the selector (a 32-bit
@@ -721,6 +737,12 @@ struct xdns_guard_scratch {
 	__u64 echo[3];
 	__u32 echo_sum;
 	__u32 echo_len;
+	/* the cookie check's clock in seconds (rrl.h, xdns_cookie_echo), worked out once per
+	 * tick: `sec` for the coarse clock's `sec_ns` under the clock offset `sec_off` */
+	__u64 sec_ns;
+	__s64 sec_off;
+	__u32 sec;
+	__u32 _sec_pad;
 	struct xdns_guard_feat_key src_fkey; /* the key this packet's source features were
 	                         * counted under (guard.h, with features): the name check counts an
 	                         * ANY query into the same entry */

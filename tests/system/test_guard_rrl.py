@@ -14,8 +14,8 @@ knotd with mod-rrl at the same rate and slip, get the same flood from one client
   (`xdp.answered`), whole, however fast it asks (`[guard] allowlist`: never rate limited);
 - the daemon rotates the cookie secret (`cookie_secret_lifetime`): a cookie outlives one
   rotation in the kernel and in userspace, not two;
-- a resolver with RRL and cookies and no detection starts, and its kernel cache answers are
-  limited.
+- a resolver with RRL and cookies and no detection starts, its kernel cache answers are
+  limited, and a client with a server cookie gets them with the cookie echoed.
 """
 
 from __future__ import annotations
@@ -251,7 +251,8 @@ def test_resolver_with_rrl_and_cookies_and_no_detection():
     """The configuration a resolver's operator writes: `[resolver]` with `[guard] rrl` and
     `cookies`, no `detect`. Its program did not load at all before 2026-11-29 (the entry's
     stack: bpf/README.md, "The cookie echo"); now the daemon starts, resolves over the lab
-    tree, and the kernel limits a flood of one cached answer from one address."""
+    tree, the kernel limits a flood of one cached answer from one address, and answers that
+    address, once it presents a server cookie, from its cache with the cookie echoed."""
     case = next(c for c in corpus.CASES if c.qname.endswith("good.lab.") and c.rcode == "NOERROR" and c.answer)
     with Lab(prefix="xdl") as lab:
         tree = Tree(lab).start()
@@ -273,6 +274,36 @@ def test_resolver_with_rrl_and_cookies_and_no_detection():
             assert moved.get("cache_answered", 0) > 0, moved
             assert moved.get("drop_rrl", 0) > 0 and moved.get("answered_slip", 0) > 0, moved
             assert slipped > 0 and late <= 2 * RATE, (whole, slipped, lost, late)
+            # the flooding client (its account spent) learns a server cookie from userspace,
+            # then the kernel answers it from the cache with the cookie echoed, never limited
+            client_cookie = bytes(range(21, 29))
+
+            def ask_cached(options):
+                q = dns.message.make_query(case.qname, case.qtype, use_edns=0, options=options)
+                w = lab.udp(srv.addr4, q.to_wire(), timeout=2.0)
+                return dns.message.from_wire(w) if w is not None else None
+
+            r = None
+            for _ in range(20):     # limited while the account refills: ask again
+                r = ask_cached([dns.edns.GenericOption(10, client_cookie)])
+                if r is not None and any(o.otype == 10 for o in r.options):
+                    break
+                time.sleep(0.2)
+            assert r is not None, "no answer to the client cookie"
+            cookie = next(o for o in r.options if o.otype == 10).to_wire()
+            assert cookie[:8] == client_cookie and len(cookie) == 24, cookie
+            before = lab.xdns_stats(srv)
+            answered = sum(1 for _ in range(40)
+                           if (x := ask_cached([dns.edns.GenericOption(10, cookie)])) is not None
+                           and not x.flags & dns.flags.TC and x.answer
+                           and [o.to_wire() for o in x.options if o.otype == 10] == [cookie])
+            after = lab.xdns_stats(srv)
+            echoed = after["xdp_guard"]["cookie_echoed"] - before.get("xdp_guard", {}).get("cookie_echoed", 0)
+            cached = after["xdp"].get("cache_answered", 0) - before["xdp"].get("cache_answered", 0)
+            print(f"a proven client: {answered} of 40 answered with its cookie, {echoed} echoed by the kernel, "
+                  f"{cached} cache answers")
+            assert answered == 40, answered
+            assert echoed >= 40 and cached >= 40, (echoed, cached)
         finally:
             assert srv.alive(), srv.stderr()[-3000:]
             assert stop(lab, srv) == 0, srv.stderr()[-3000:]

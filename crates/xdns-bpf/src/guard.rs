@@ -114,6 +114,9 @@ fn filter_words(capacity: u32) -> u32 {
 /// Ways of a set of the RRL account table (`XDNS_RRL_WAYS`).
 pub const RRL_WAYS: u32 = 4;
 
+/// Slots per CPU of the verified server cookies (`XDNS_COOKIE_SLOTS`, `xdns_guard_cookies`).
+pub const COOKIE_SLOTS: u32 = 1024;
+
 /// Sets of the RRL account table for `accounts`: a power of two, at least one, holding at
 /// least `accounts` in its ways.
 pub fn rrl_sets(accounts: u32) -> u32 {
@@ -138,6 +141,7 @@ pub(crate) fn size_maps(open: &mut crate::skel::OpenXdnsSkel<'_>, g: Option<&Gua
     let sets = rrl_sets(g.map_or(1, |g| g.rrl_accounts));
     open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?.xdns_cfg.guard_rrl_mask = sets - 1;
     open.maps.xdns_guard_rrl.set_max_entries(sets)?;
+    open.maps.xdns_guard_cookies.set_max_entries(if g.is_some() { COOKIE_SLOTS } else { 1 })?;
     if let Some(g) = g {
         if g.tier_slots as usize > TIER_SLOTS {
             bail!("the modelled hardware tier has at most {TIER_SLOTS} slots ({} asked)", g.tier_slots);

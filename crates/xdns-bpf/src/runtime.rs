@@ -183,12 +183,7 @@ impl XdpProgram {
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = XdnsSkelBuilder::default().open(storage).context("opening the XDP object")?;
         let seed = cfg.seed.unwrap_or_else(rand::random);
-        // The resolver program with the guard loads only with the answer features on: without
-        // them, RRL and the cookie echo are decided inline in the answer and cache stages, and
-        // their paths take the entry's frame past the verifier's 512-byte stack for three calls
-        // (docs/perf/2026-11-29-guard-goals.md). So its RRL and cookies go through the gate,
-        // whose features are then counted whether detection reads them or not.
-        let guard = cfg.guard.as_ref().map(|g| crate::guard::GuardStage { features: g.features || cfg.resolver.is_some(), ..g.clone() });
+        let guard = cfg.guard.clone();
         {
             let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
             let c = &mut ro.xdns_cfg;

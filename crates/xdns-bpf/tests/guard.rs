@@ -573,22 +573,30 @@ fn guard_perf() {
     }
 }
 
-/// Both program flavours load with the stage on (features too); prints the verifier's count.
+/// Both program flavours load with the stage on, with the features (detection) and without:
+/// without, RRL and the cookie echo are decided in the answer and cache stages themselves
+/// (bpf/rrl.h), paths the features' program does not have. Each of the four loads then runs
+/// with RRL and cookies each on and off (set at run time: the same program): a blocked source
+/// is dropped and an allowed one answered. Prints the verifier's count.
 #[test]
 fn guard_verifier_both_flavours() {
     require_root("guard_verifier_both_flavours");
-    // with the features (detection) and without: without, RRL and the cookie echo are decided
-    // in the answer stages themselves (bpf/rrl.h), paths the features' program does not have
-    // (the resolver program is loaded with the features whatever is asked: without them its
-    // stack is too deep, docs/perf/2026-11-29-guard-goals.md; the last row holds it to that)
     for (resolver, features) in [(false, true), (false, false), (true, true), (true, false)] {
         let resolver = resolver.then(|| ResolverStage { allow: vec![], capacity: xdns_bpf::cache::CacheCapacity { s: 64, m: 64, l: 64 } });
         let flavour = if resolver.is_some() { "resolver" } else { "authoritative" };
-        let prog = load_with(resolver, Some(GuardStage { features, ..stage() }));
+        let mut prog = load_with(resolver, Some(GuardStage { features, ..stage() }));
         let (insns, verified) = prog.insn_count().unwrap();
         println!("verified {flavour} program with the guard (features {features}): {insns} instructions, {verified} processed by the verifier");
         assert!(verified < 1_000_000);
+        prog.install(&www_example_com()).unwrap();
         prog.guard().unwrap().replace_lists(&blocklist(), &allowlist()).unwrap();
-        assert_eq!(verdict(&prog, &from("198.18.1.1", false)).2, ["drop_blocked"]);
+        for (rate, cookies) in [(0, false), (1000, false), (0, true), (1000, true)] {
+            let s = xdns_bpf::guard::RrlSettings { rate, slip: 2, ipv4_prefix: 24, ipv6_prefix: 56, cookies: cookies.then_some((*b"0123456789abcdef", None)) };
+            prog.guard().unwrap().set_rrl(&s).unwrap();
+            let what = format!("{flavour}, features {features}, rate {rate}, cookies {cookies}");
+            assert_eq!(verdict(&prog, &from("198.18.1.1", false)).2, ["drop_blocked"], "{what}");
+            assert_eq!(verdict(&prog, &from("198.18.200.1", false)).2, ["answered"], "{what}");
+            assert_eq!(verdict(&prog, &from("2001:db8:200::1", true)).2, ["answered"], "{what}");
+        }
     }
 }
