@@ -97,6 +97,7 @@ DELAY_MS after its query (one thread, a queue ordered by due time: thousands per
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import random
 import shutil
@@ -222,8 +223,9 @@ class Tree:
             self.link_net6 = f"2001:db8:{link:x}"
             self.net4 = f"198.{18 + tree // 256}.{tree % 256}"
             self.net6 = f"2001:db8:{tree:x}"
-            self.uplink_addr4, self.uplink_addr6 = f"{self.link_net4}.1", f"{self.link_net6}::1"
-            self.gateway4, self.gateway6 = f"{self.link_net4}.2", f"{self.link_net6}::2"
+            v6 = lambda net, n: str(ipaddress.IPv6Address(f"{net}::{n:x}"))  # noqa: E731
+            self.uplink_addr4, self.uplink_addr6 = f"{self.link_net4}.1", v6(self.link_net6, 1)
+            self.gateway4, self.gateway6 = f"{self.link_net4}.2", v6(self.link_net6, 2)
             self._next_host = 2
 
     # ------------------------------------------------------------ public API
@@ -340,7 +342,9 @@ class Tree:
     def _tree_address(self) -> tuple[str, str]:
         n = self._next_host
         self._next_host += 1
-        a4, a6 = f"{self.net4}.{n}", f"{self.net6}::{n:x}"
+        # written as the kernel and `ss` print it (2001:db8::9 when the tree's /64 is
+        # 2001:db8:0::/64), so that _wait_listening's text comparison holds
+        a4, a6 = f"{self.net4}.{n}", str(ipaddress.IPv6Address(f"{self.net6}::{n:x}"))
         self.lab.ns_run(self.ns, ["ip", "addr", "add", f"{a4}/32", "dev", "lo"])
         self.lab.ns_run(self.ns, ["ip", "-6", "addr", "add", f"{a6}/128", "dev", "lo"])
         return a4, a6
