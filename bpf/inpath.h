@@ -681,7 +681,14 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
  * once each do not churn it.
  */
 
-/* This query's slot key (sc->mq, sc->mn bytes, flags, ARCOUNT, the server at pkt->dst): never 0. */
+/*
+ * The query's bytes after its header as the memo reads them: in the stage's copy of the
+ * message (sc->buf), where xdns_inpath_memo_answer puts them, so that a query the memo does
+ * not answer is not copied twice.
+ */
+#define XDNS_INPATH_MQ(sc) ((sc)->buf + XDNS_INPATH_DNS_AT + 12)
+
+/* This query's slot key (its sc->mn bytes, flags, ARCOUNT, the server at pkt->dst): never 0. */
 static __always_inline __u64 xdns_inpath_memo_key(struct xdns_inpath_scratch *sc, const struct xdns_inpath_pkt *pkt)
 {
 	__u32 n = sc->mn;
@@ -693,28 +700,33 @@ static __always_inline __u64 xdns_inpath_memo_key(struct xdns_inpath_scratch *sc
 #pragma clang loop unroll(full)
 	for (i = 0; i < 3; i++)
 		if ((__u32)i * 8 < n)
-			h = xdns_hash_step(h, xdns_memo_word(sc->mq, i, n));
+			h = xdns_hash_step(h, xdns_memo_word(XDNS_INPATH_MQ(sc), i, n));
 	h = xdns_hash_step(h, xdns_ld64(pkt->dst) ^ xdns_ld64(pkt->dst + 8));
 	return h ? h : 1;
 }
 
 /*
  * A query to a configured server, first: answer it from the reply memo. Returns a verdict
- * (ANSWERED, ANSWERED_TC, DROP_REWRITE), or -1 to go on with the frame untouched; leaves
- * sc->mh (0: not a query the memo takes) and the query's bytes for xdns_inpath_memo_keep.
+ * (ANSWERED, ANSWERED_TC, DROP_REWRITE), or to go on with the frame untouched -1, or -2 when
+ * the whole message is in sc->buf already (a query the memo takes is at most 12 +
+ * XDNS_REPLY_MAX_Q bytes: read once, for the memo and the stage); leaves sc->mh (0: not a
+ * query the memo takes) and the query's bytes for xdns_inpath_memo_keep.
+ *
+ * A miss reads no slot whose bit in sc->mocc (this CPU's slots ever written) is clear: in
+ * a memo of a few hot queries, the query of a new name touches none of its cold lines.
  */
 static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
 						   const struct xdns_inpath_pkt *pkt)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u32 len = pkt->dns_len, hl = pkt->dns_off, n, set, body_at, an, rlen, ref;
-	struct xdns_reply_memo *t;
+	__u32 len = pkt->dns_len, hl = pkt->dns_off, n, set, body_at, an, rlen, ref, idx;
+	struct xdns_reply_memo *t = NULL;
 	struct xdns_inpath_tags *tags;
 	__u32 tset;
 	__u16 ar, dsum;
-	__u8 *hdr, *dst;
-	__u64 h, now, s;
+	__u8 *hdr, *dst, *m = sc->buf + XDNS_INPATH_DNS_AT;
+	__u64 h, now, s, occ;
 	long grow;
 	int moved;
 
@@ -731,27 +743,36 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	sc->mqflags = *(__u16 *)(hdr + 2);
 	sc->mqar = ar;
 	sc->mn = n;
-	if (xdns_copy_words(sc->mq, hdr + 12, end, n, XDNS_INPATH_MEMO_Q))
+	/* the message into the stage's buffer: the header, then the bytes the memo compares */
+	xdns_st64(m, xdns_ld64(hdr));
+	*(__u32 *)(m + 8) = *(__u32 *)(hdr + 8);
+	if (xdns_copy_words(XDNS_INPATH_MQ(sc), hdr + 12, end, n, XDNS_INPATH_MEMO_Q))
 		return -1;
 	h = xdns_inpath_memo_key(sc, pkt);
 	sc->mh = h;
+	idx = (__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1;
+	occ = sc->mocc[(idx >> 6) & (XDNS_REPLY_SLOTS / 64 - 1)] >> (idx & 63);
 	set = xdns_reply_set(h);
-	t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
-	if (!t)
-		return -1;
-	if (t->hash != h || !xdns_reply_slot_is(t, sc->mq, n, sc->mqflags, ar)) {
+	if (occ & 1) {
+		t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
+		if (t && (t->hash != h || !xdns_reply_slot_is(t, XDNS_INPATH_MQ(sc), n, sc->mqflags, ar)))
+			t = NULL;
+	}
+	if (!t && (occ & 2)) {
 		set++;
 		t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
-		if (!t || t->hash != h || !xdns_reply_slot_is(t, sc->mq, n, sc->mqflags, ar))
-			return -1;
+		if (t && (t->hash != h || !xdns_reply_slot_is(t, XDNS_INPATH_MQ(sc), n, sc->mqflags, ar)))
+			t = NULL;
 	}
+	if (!t)
+		return -2;
 	now = xdns_inpath_now(sc);
 	if (now >= t->until_ns)
-		return -1;
+		return -2;
 	/* this server's reply (its address after the kept bytes) */
 	if (xdns_ld64(t->a + XDNS_INPATH_MEMO_A) != xdns_ld64(pkt->dst) ||
 	    xdns_ld64(t->a + XDNS_INPATH_MEMO_A + 8) != xdns_ld64(pkt->dst + 8))
-		return -1;
+		return -2;
 	/*
 	 * from the entry as it is: its way's stamp unchanged (a new learn, a backdate, a flush
 	 * change or clear it), read from the set's tags (an inlined array lookup), not the entry
@@ -760,16 +781,16 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	tset = ref / XDNS_INPATH_WAYS;
 	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &tset);
 	if (!tags || tags->stamp[ref & (XDNS_INPATH_WAYS - 1)] != t->tag)
-		return -1;
+		return -2;
 	body_at = t->body_at;
 	an = t->an;
 	if (body_at < 12 + 1 + 4 || body_at > 12 + XDNS_REPLY_MAX_Q || an > XDNS_INPATH_MEMO_A || (an && an < 8))
-		return -1;      /* never kept so (xdns_inpath_memo_keep): the frame stays whole */
+		return -2;      /* never kept so (xdns_inpath_memo_keep): the frame stays whole */
 	rlen = body_at + an;
 	grow = (long)(hl + rlen) - (long)(end - data);
 	moved = xdns_inpath_resize(ctx, sc, hl, body_at, grow);
 	if (moved)
-		return moved > 0 ? -1 : XDNS_INPATH_DROP_REWRITE;
+		return moved > 0 ? -2 : XDNS_INPATH_DROP_REWRITE;      /* unchanged, sc->buf as it was */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	if (hl > 66 || body_at > 12 + XDNS_REPLY_MAX_Q)
@@ -834,9 +855,12 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 	t1 = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
 	if (!t0 || !t1)
 		return 0;
-	t = xdns_reply_slot_pick(t0, t1, h, sc->mq, n, sc->mqflags, sc->mqar, sc->reply_kept);
+	t = xdns_reply_slot_pick(t0, t1, h, XDNS_INPATH_MQ(sc), n, sc->mqflags, sc->mqar, sc->reply_kept);
 	if (!t)
 		return 0;       /* kept at its second sighting */
+	/* the slot's bit: xdns_inpath_memo_answer reads only slots ever written */
+	set = ((__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1) + (t == t1);
+	sc->mocc[(set >> 6) & (XDNS_REPLY_SLOTS / 64 - 1)] |= 1ULL << (set & 63);
 	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
 	len = an;
 	asm volatile("%0 &= 0xff" : "+r"(len)); /* one register, checked as the helper gets it */
@@ -844,7 +868,7 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 		return 0;
 	xdns_st64(t->a + XDNS_INPATH_MEMO_A, xdns_ld64(sc->srv));
 	xdns_st64(t->a + XDNS_INPATH_MEMO_A + 8, xdns_ld64(sc->srv + 8));
-	xdns_reply_slot_key(t, sc->mq, n, sc->mqflags, sc->mqar);
+	xdns_reply_slot_key(t, XDNS_INPATH_MQ(sc), n, sc->mqflags, sc->mqar);
 	t->rflags = rflags;
 	t->counts = counts;
 	t->body_at = qend;
@@ -880,7 +904,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	mv = xdns_inpath_memo_answer(ctx, sc, pkt);
 	if (mv >= 0)
 		return mv;
-	if (bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
+	if (mv != -2 && bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
 		return XDNS_INPATH_QUERY_OTHER;
 	flags = bpf_ntohs(*(__u16 *)(m + 2));
 	if ((flags & ~XDNS_INPATH_K_HDR) != 0)
@@ -988,9 +1012,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
  * Forward a DNS packet the program let through, as the kernel would route it: with redirect
  * on, bpf_fib_lookup and bpf_redirect to an interface of ours (TTL lowered, MACs set);
  * anything the FIB does not resolve completely (neighbour unknown, needs fragmenting, local
- * delivery, ...) goes to the kernel (XDP_PASS).
+ * delivery, ...) goes to the kernel (XDP_PASS). `role`: the ingress interface's bits.
  */
-static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_inpath_scratch *sc)
+static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_inpath_scratch *sc, __u32 role)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -1008,7 +1032,7 @@ static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_i
 	 * (CHECKSUM_PARTIAL): native XDP sees them without that note, and a redirected frame
 	 * would leave with a wrong checksum. The kernel forwards those (userspace marks them).
 	 */
-	if (xdns_inpath_role(ctx->ingress_ifindex) & XDNS_INPATH_ROLE_NO_REDIRECT)
+	if (role & XDNS_INPATH_ROLE_NO_REDIRECT)        /* the ingress interface's (xdns_inpath_handle) */
 		goto pass;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		ip = (void *)(eth + 1);

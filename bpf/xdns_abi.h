@@ -1224,7 +1224,7 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_INLINE 8           /* server prefixes compared inline (rodata); more: the LPM trie */
 #define XDNS_INPATH_ROLE_SLOTS 1024     /* interface indexes below this have their role in an array (xdns_inpath_roles) */
 #define XDNS_INPATH_MEMO_A (XDNS_REPLY_MAX_A - 16) /* reply bytes a memo slot keeps: its a[] ends with the server's address */
-#define XDNS_INPATH_MEMO_Q 128          /* scratch room for a query's bytes after the header (xdns_copy_words: > XDNS_REPLY_MAX_Q) */
+#define XDNS_INPATH_MEMO_Q 128          /* buffer room for a query's bytes after the header (xdns_copy_words: > XDNS_REPLY_MAX_Q) */
 
 /* A server prefix compared inline: the address (IPv4 as ::ffff:a.b.c.d) read as two native words, masked. */
 struct xdns_inpath_net {
@@ -1347,7 +1347,7 @@ struct xdns_inpath_scratch {
 	__u16 mqar;             /* ... its ARCOUNT (0 or 1) */
 	__u16 mn;               /* ... and its length after the header */
 	__u32 _mpad;
-	__u8 mq[XDNS_INPATH_MEMO_Q]; /* the query after the header, from the packet */
+	__u64 mocc[XDNS_REPLY_SLOTS / 64]; /* this CPU's reply memo slots ever written, a bit each */
 	__u8 srv[16];           /* this packet's server address (the key's) */
 	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
 	struct xdns_inpath_pend pend;
