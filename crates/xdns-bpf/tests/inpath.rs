@@ -253,6 +253,56 @@ fn inpath_reply_memo_is_what_the_stage_would_send() {
     assert_eq!(hits(&p), h + 2);
 }
 
+/// TXT rdata of exactly `n` bytes (character strings of up to 255 bytes each).
+fn txt_rdata(n: usize) -> Vec<u8> {
+    let mut d = Vec::new();
+    while d.len() < n {
+        let l = (n - d.len() - 1).min(255);
+        d.push(l as u8);
+        d.extend(std::iter::repeat(b'a' + (d.len() % 26) as u8).take(l));
+    }
+    assert_eq!(d.len(), n);
+    d
+}
+
+/// The reply memo keeps replies of up to 496 bytes after the question (every reply of at most
+/// 512 bytes): a long one (eight AAAA and the OPT, 235 bytes), one at the bound (496) and one
+/// past it (497), each asked four times with its own ID; every reply is the exact frame the
+/// stage would send, the last two asks of the first two from the memo, none of the third.
+#[test]
+fn inpath_reply_memo_long_replies() {
+    require_root("inpath_reply_memo_long_replies");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    let txt = |n: usize| move |q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 16, 300, &txt_rdata(n))], &[], Some((0, 0, &[])));
+    let cases: [(&str, u16, Box<dyn Fn(&[u8]) -> Vec<u8>>, usize, bool); 3] = [
+        ("long.example.com", 28, Box::new(|q: &[u8]| long_answer(q, 8)), 235, true),
+        ("bound.example.com", 16, Box::new(txt(473)), 496, true),
+        ("over.example.com", 16, Box::new(txt(474)), 497, false),
+    ];
+    for (i, (name, qtype, answer, after_q, kept)) in cases.iter().enumerate() {
+        let opt = || Opt::new(1232, false);
+        let qq = q(name, *qtype, 0x100 + i as u16, opt());
+        assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "{name}: recorded");
+        let r = answer(&qq);
+        let qend = 12 + wire(name).len() + 4;
+        assert_eq!(r.len() - qend, *after_q, "{name}: bytes after the question");
+        assert_eq!(run(&p, &frame(&s4, &r)).2, vec!["learned".to_string()], "{name}: learnt");
+        let before = p.counters().unwrap().reply_hits;
+        for ask in 0..4u16 {
+            let qa = q(name, *qtype, 0x200 + ask, opt());
+            let (act, out, moved) = run(&p, &frame(&v4, &qa));
+            let what = format!("{name} (ask {ask})");
+            assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{what}");
+            check_reply(&v4, &out, &expected(&qa, &r), &what);
+        }
+        let memo = p.counters().unwrap().reply_hits - before;
+        assert_eq!(memo, if *kept { 2 } else { 0 }, "{name}: answers from the reply memo");
+    }
+}
+
 fn server_side(net: &Net) -> Net {
     Net { ttl: 60, ..net.reply() }
 }
