@@ -896,7 +896,7 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 	t->rflags = rflags;
 	t->counts = counts;
 	t->body_at = qend;
-	t->an = 0;              /* the whole count is the in-path slot's own (below) */
+	t->an = 0;              /* the whole count is the in-path slot's own: tp->an */
 	/* the message's checksum without the ID: a hit adds its own */
 	s = (__u64)sc->rsum + (__u16)~id;
 	t->sum = xdns_inpath_fold16(s);
