@@ -26,7 +26,8 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-static __always_inline enum xdns_inpath_verdict xdns_inpath_handle(struct xdp_md *ctx, struct xdns_inpath_scratch *sc)
+static __always_inline enum xdns_inpath_verdict xdns_inpath_handle(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
+								   __u32 *rolep)
 {
 	struct xdns_inpath_pkt pkt = {};
 	__u32 role;
@@ -34,6 +35,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_handle(struct xdp_md
 	if (xdns_inpath_parse(ctx, &pkt))
 		return XDNS_INPATH_PASS_OTHER;
 	role = xdns_inpath_role(ctx->ingress_ifindex);
+	*rolep = role;
 	if ((role & XDNS_INPATH_ROLE_CLIENT) && pkt.dport == bpf_htons(XDNS_INPATH_PORT) && xdns_inpath_server(pkt.dst))
 		return xdns_inpath_query(ctx, sc, &pkt);
 	if ((role & XDNS_INPATH_ROLE_UPSTREAM) && pkt.sport == bpf_htons(XDNS_INPATH_PORT) && xdns_inpath_server(pkt.src))
@@ -47,10 +49,11 @@ int xdns_inpath(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct xdns_inpath_scratch *sc = bpf_map_lookup_elem(&xdns_inpath_scratch, &zero);
 	enum xdns_inpath_verdict v;
+	__u32 role = 0;
 
 	if (!sc)
 		return XDP_PASS;        /* never: key 0 of an array map always exists */
-	v = xdns_inpath_handle(ctx, sc);
+	v = xdns_inpath_handle(ctx, sc, &role);
 	sc->verdicts[v & (XDNS_INPATH_SLOTS - 1)]++;
 	if (v == XDNS_INPATH_ANSWERED || v == XDNS_INPATH_ANSWERED_TC)
 		return XDP_TX;
@@ -58,5 +61,5 @@ int xdns_inpath(struct xdp_md *ctx)
 		return XDP_DROP;
 	if (v == XDNS_INPATH_PASS_OTHER || !xdns_inpath_cfg.redirect)
 		return XDP_PASS;
-	return xdns_inpath_forward(ctx, sc);
+	return xdns_inpath_forward(ctx, sc, role);
 }

@@ -671,17 +671,28 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
  * The reply memo. For one query (its bytes after the DNS ID, to one server) a hit sends the
  * same DNS message until the entry's TTLs age another second, the entry expires, or it is
  * rewritten (learnt again, backdated, flushed: its stored_ns changes or it is gone). So the
- * stage's reply after the question (at most XDNS_INPATH_MEMO_A bytes), its header words and
- * checksum are kept per CPU in the resolver's reply-memo slots (slot.h), keyed by the query's
- * flags, ARCOUNT and bytes after the header (at most XDNS_REPLY_MAX_Q) and the server, whose
- * address follows the kept bytes in a[] and is compared; bounded by `until_ns`, and checked
+ * stage's reply after the question (at most XDNS_INPATH_MEMO_A bytes: every reply of up to 512
+ * bytes), its header words and checksum are kept per CPU in the resolver's reply-memo slots
+ * (slot.h) with room for more bytes after them (struct xdns_inpath_memo), keyed by the
+ * query's flags, ARCOUNT and bytes after the header (at most XDNS_REPLY_MAX_Q) and the server,
+ * whose address follows the kept bytes and is compared; bounded by `until_ns`, and checked
  * against its way's stamp in the set's tags (`ref` the entry's key, `tag` its stored_ns: a
  * new learn or a userspace backdate changes the stamp, a flush clears it) on every use.
  * Kept at the second stage hit of a query in its set (xdns_first_sighting), so names hit
  * once each do not churn it.
  */
 
-/* This query's slot key (sc->mq, sc->mn bytes, flags, ARCOUNT, the server at pkt->dst): never 0. */
+/*
+ * The query's bytes after its header as the memo reads them: in the stage's copy of the
+ * message (sc->buf), where xdns_inpath_memo_answer puts them, so that a query the memo does
+ * not answer is not copied twice.
+ */
+#define XDNS_INPATH_MQ(sc) ((sc)->buf + XDNS_INPATH_DNS_AT + 12)
+
+/* A slot's kept reply bytes: a[] and on into more[] (XDNS_INPATH_MEMO_A, then the server). */
+#define XDNS_INPATH_MEMO_BYTES(t) ((__u8 *)(t) + __builtin_offsetof(struct xdns_reply_memo, a))
+
+/* This query's slot key (its sc->mn bytes, flags, ARCOUNT, the server at pkt->dst): never 0. */
 static __always_inline __u64 xdns_inpath_memo_key(struct xdns_inpath_scratch *sc, const struct xdns_inpath_pkt *pkt)
 {
 	__u32 n = sc->mn;
@@ -693,28 +704,33 @@ static __always_inline __u64 xdns_inpath_memo_key(struct xdns_inpath_scratch *sc
 #pragma clang loop unroll(full)
 	for (i = 0; i < 3; i++)
 		if ((__u32)i * 8 < n)
-			h = xdns_hash_step(h, xdns_memo_word(sc->mq, i, n));
+			h = xdns_hash_step(h, xdns_memo_word(XDNS_INPATH_MQ(sc), i, n));
 	h = xdns_hash_step(h, xdns_ld64(pkt->dst) ^ xdns_ld64(pkt->dst + 8));
 	return h ? h : 1;
 }
 
 /*
  * A query to a configured server, first: answer it from the reply memo. Returns a verdict
- * (ANSWERED, ANSWERED_TC, DROP_REWRITE), or -1 to go on with the frame untouched; leaves
- * sc->mh (0: not a query the memo takes) and the query's bytes for xdns_inpath_memo_keep.
+ * (ANSWERED, ANSWERED_TC, DROP_REWRITE), or to go on with the frame untouched -1, or -2 when
+ * the whole message is in sc->buf already (a query the memo takes is at most 12 +
+ * XDNS_REPLY_MAX_Q bytes: read once, for the memo and the stage); leaves sc->mh (0: not a
+ * query the memo takes) and the query's bytes for xdns_inpath_memo_keep.
+ *
+ * A miss reads no slot whose bit in sc->mocc (this CPU's slots ever written) is clear: in
+ * a memo of a few hot queries, the query of a new name touches none of its cold lines.
  */
 static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
 						   const struct xdns_inpath_pkt *pkt)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u32 len = pkt->dns_len, hl = pkt->dns_off, n, set, body_at, an, rlen, ref;
-	struct xdns_reply_memo *t;
+	__u32 len = pkt->dns_len, hl = pkt->dns_off, n, set, body_at, an, rlen, ref, idx;
+	struct xdns_inpath_memo *t = NULL;
 	struct xdns_inpath_tags *tags;
 	__u32 tset;
 	__u16 ar, dsum;
-	__u8 *hdr, *dst;
-	__u64 h, now, s;
+	__u8 *hdr, *dst, *m = sc->buf + XDNS_INPATH_DNS_AT;
+	__u64 h, now, s, occ;
 	long grow;
 	int moved;
 
@@ -731,59 +747,83 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	sc->mqflags = *(__u16 *)(hdr + 2);
 	sc->mqar = ar;
 	sc->mn = n;
-	if (xdns_copy_words(sc->mq, hdr + 12, end, n, XDNS_INPATH_MEMO_Q))
+	/* the message into the stage's buffer: the header, then the bytes the memo compares */
+	xdns_st64(m, xdns_ld64(hdr));
+	*(__u32 *)(m + 8) = *(__u32 *)(hdr + 8);
+	if (xdns_copy_words(XDNS_INPATH_MQ(sc), hdr + 12, end, n, XDNS_INPATH_MEMO_Q))
 		return -1;
 	h = xdns_inpath_memo_key(sc, pkt);
 	sc->mh = h;
+	idx = (__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1;
+	occ = sc->mocc[(idx >> 6) & (XDNS_REPLY_SLOTS / 64 - 1)] >> (idx & 63);
 	set = xdns_reply_set(h);
-	t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
-	if (!t)
-		return -1;
-	if (t->hash != h || !xdns_reply_slot_is(t, sc->mq, n, sc->mqflags, ar)) {
+	if (occ & 1) {
+		t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
+		if (t && (t->m.hash != h || !xdns_reply_slot_is(&t->m, XDNS_INPATH_MQ(sc), n, sc->mqflags, ar)))
+			t = NULL;
+	}
+	if (!t && (occ & 2)) {
 		set++;
 		t = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
-		if (!t || t->hash != h || !xdns_reply_slot_is(t, sc->mq, n, sc->mqflags, ar))
-			return -1;
+		if (t && (t->m.hash != h || !xdns_reply_slot_is(&t->m, XDNS_INPATH_MQ(sc), n, sc->mqflags, ar)))
+			t = NULL;
 	}
+	if (!t)
+		return -2;
 	now = xdns_inpath_now(sc);
-	if (now >= t->until_ns)
-		return -1;
+	if (now >= t->m.until_ns)
+		return -2;
 	/* this server's reply (its address after the kept bytes) */
-	if (xdns_ld64(t->a + XDNS_INPATH_MEMO_A) != xdns_ld64(pkt->dst) ||
-	    xdns_ld64(t->a + XDNS_INPATH_MEMO_A + 8) != xdns_ld64(pkt->dst + 8))
-		return -1;
+	if (xdns_ld64(XDNS_INPATH_MEMO_BYTES(t) + XDNS_INPATH_MEMO_A) != xdns_ld64(pkt->dst) ||
+	    xdns_ld64(XDNS_INPATH_MEMO_BYTES(t) + XDNS_INPATH_MEMO_A + 8) != xdns_ld64(pkt->dst + 8))
+		return -2;
 	/*
 	 * from the entry as it is: its way's stamp unchanged (a new learn, a backdate, a flush
 	 * change or clear it), read from the set's tags (an inlined array lookup), not the entry
 	 */
-	ref = t->ref;
+	ref = t->m.ref;
 	tset = ref / XDNS_INPATH_WAYS;
 	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &tset);
-	if (!tags || tags->stamp[ref & (XDNS_INPATH_WAYS - 1)] != t->tag)
-		return -1;
-	body_at = t->body_at;
+	if (!tags || tags->stamp[ref & (XDNS_INPATH_WAYS - 1)] != t->m.tag)
+		return -2;
+	body_at = t->m.body_at;
 	an = t->an;
 	if (body_at < 12 + 1 + 4 || body_at > 12 + XDNS_REPLY_MAX_Q || an > XDNS_INPATH_MEMO_A || (an && an < 8))
-		return -1;      /* never kept so (xdns_inpath_memo_keep): the frame stays whole */
+		return -2;      /* never kept so (xdns_inpath_memo_keep): the frame stays whole */
 	rlen = body_at + an;
 	grow = (long)(hl + rlen) - (long)(end - data);
 	moved = xdns_inpath_resize(ctx, sc, hl, body_at, grow);
 	if (moved)
-		return moved > 0 ? -1 : XDNS_INPATH_DROP_REWRITE;
+		return moved > 0 ? -2 : XDNS_INPATH_DROP_REWRITE;      /* unchanged, sc->buf as it was */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	if (hl > 66 || body_at > 12 + XDNS_REPLY_MAX_Q)
 		return XDNS_INPATH_DROP_REWRITE;        /* the verifier's bounds: checked above */
 	hdr = data + hl;
 	dst = hdr + body_at;
-	if (an && xdns_copy16(dst, t->a, dst, end, an, XDNS_REPLY_MAX_A))
+	/* the kept bytes: the first XDNS_REPLY_MAX_A copied directly, a longer reply by the helper */
+	if (an > XDNS_REPLY_MAX_A) {
+		/* one register the verifier sees bounded on both sides: never zero, within the slot */
+		rlen = an - (XDNS_REPLY_MAX_A + 1);
+		asm volatile("%0 &= 0x1ff" : "+r"(rlen));
+		if (rlen > XDNS_INPATH_MEMO_A - (XDNS_REPLY_MAX_A + 1))
+			return XDNS_INPATH_DROP_REWRITE;
+		rlen += XDNS_REPLY_MAX_A + 1;
+		if (bpf_xdp_store_bytes(ctx, hl + body_at, XDNS_INPATH_MEMO_BYTES(t), rlen))
+			return XDNS_INPATH_DROP_REWRITE;
+		rlen = body_at + an;
+		data = (void *)(long)ctx->data;
+		end = (void *)(long)ctx->data_end;
+		hdr = data + hl;
+	} else if (an && xdns_copy16(dst, XDNS_INPATH_MEMO_BYTES(t), dst, end, an, XDNS_REPLY_MAX_A)) {
 		return XDNS_INPATH_DROP_REWRITE;
+	}
 	if ((void *)(hdr + 12) > end)
 		return XDNS_INPATH_DROP_REWRITE;
 	/* the ID is the query's, in place; then the flags and the four counts */
-	*(__u16 *)(hdr + 2) = t->rflags;
-	xdns_st64(hdr + 4, t->counts);
-	s = t->sum + XDNS_INPATH_W(*(__u16 *)hdr);
+	*(__u16 *)(hdr + 2) = t->m.rflags;
+	xdns_st64(hdr + 4, t->m.counts);
+	s = t->m.sum + XDNS_INPATH_W(*(__u16 *)hdr);
 	dsum = xdns_inpath_fold16(s);
 	if (xdns_inpath_finish(ctx, pkt, dsum, rlen))
 		return XDNS_INPATH_DROP_REWRITE;
@@ -792,7 +832,7 @@ static __always_inline int xdns_inpath_memo_answer(struct xdp_md *ctx, struct xd
 	 * again at least once a second (until_ns), and writes used_ns then.
 	 */
 	sc->reply_hits++;
-	return (t->rflags & bpf_htons(0x0200)) ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
+	return (t->m.rflags & bpf_htons(0x0200)) ? XDNS_INPATH_ANSWERED_TC : XDNS_INPATH_ANSWERED;
 }
 
 /*
@@ -807,7 +847,9 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct xdns_reply_memo *t, *t0, *t1;
+	struct xdns_inpath_memo *t0, *t1, *tp;
+	struct xdns_reply_memo *t;
+	__u8 *ka;
 	__u32 set, n, len;
 	__u64 h, counts, s;
 	__u16 rflags, id;
@@ -834,21 +876,27 @@ __attribute__((noinline)) int xdns_inpath_memo_keep(struct xdp_md *ctx, struct x
 	t1 = bpf_map_lookup_elem(&xdns_inpath_replies, &set);
 	if (!t0 || !t1)
 		return 0;
-	t = xdns_reply_slot_pick(t0, t1, h, sc->mq, n, sc->mqflags, sc->mqar, sc->reply_kept);
+	t = xdns_reply_slot_pick(&t0->m, &t1->m, h, XDNS_INPATH_MQ(sc), n, sc->mqflags, sc->mqar, sc->reply_kept);
 	if (!t)
 		return 0;       /* kept at its second sighting */
+	/* the slot's bit: xdns_inpath_memo_answer reads only slots ever written */
+	set = ((__u32)(h >> XDNS_REPLY_SET_SHIFT) << 1) + (t == &t1->m);
+	sc->mocc[(set >> 6) & (XDNS_REPLY_SLOTS / 64 - 1)] |= 1ULL << (set & 63);
 	t->hash = 0;            /* not whole until the end (nothing else runs here meanwhile) */
+	tp = t == &t1->m ? t1 : t0;
+	ka = XDNS_INPATH_MEMO_BYTES(tp);
+	tp->an = an;
 	len = an;
-	asm volatile("%0 &= 0xff" : "+r"(len)); /* one register, checked as the helper gets it */
-	if (len > XDNS_INPATH_MEMO_A || (len && bpf_xdp_load_bytes(ctx, hl + qend, t->a, len)))
+	asm volatile("%0 &= 0x1ff" : "+r"(len));        /* one register, checked as the helper gets it */
+	if (len > XDNS_INPATH_MEMO_A || (len && bpf_xdp_load_bytes(ctx, hl + qend, ka, len)))
 		return 0;
-	xdns_st64(t->a + XDNS_INPATH_MEMO_A, xdns_ld64(sc->srv));
-	xdns_st64(t->a + XDNS_INPATH_MEMO_A + 8, xdns_ld64(sc->srv + 8));
-	xdns_reply_slot_key(t, sc->mq, n, sc->mqflags, sc->mqar);
+	xdns_st64(ka + XDNS_INPATH_MEMO_A, xdns_ld64(sc->srv));
+	xdns_st64(ka + XDNS_INPATH_MEMO_A + 8, xdns_ld64(sc->srv + 8));
+	xdns_reply_slot_key(t, XDNS_INPATH_MQ(sc), n, sc->mqflags, sc->mqar);
 	t->rflags = rflags;
 	t->counts = counts;
 	t->body_at = qend;
-	t->an = an;
+	t->an = 0;              /* the whole count is the in-path slot's own: tp->an */
 	/* the message's checksum without the ID: a hit adds its own */
 	s = (__u64)sc->rsum + (__u16)~id;
 	t->sum = xdns_inpath_fold16(s);
@@ -880,7 +928,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	mv = xdns_inpath_memo_answer(ctx, sc, pkt);
 	if (mv >= 0)
 		return mv;
-	if (bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
+	if (mv != -2 && bpf_xdp_load_bytes(ctx, pkt->dns_off, m, len))
 		return XDNS_INPATH_QUERY_OTHER;
 	flags = bpf_ntohs(*(__u16 *)(m + 2));
 	if ((flags & ~XDNS_INPATH_K_HDR) != 0)
@@ -988,9 +1036,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
  * Forward a DNS packet the program let through, as the kernel would route it: with redirect
  * on, bpf_fib_lookup and bpf_redirect to an interface of ours (TTL lowered, MACs set);
  * anything the FIB does not resolve completely (neighbour unknown, needs fragmenting, local
- * delivery, ...) goes to the kernel (XDP_PASS).
+ * delivery, ...) goes to the kernel (XDP_PASS). `role`: the ingress interface's bits.
  */
-static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_inpath_scratch *sc)
+static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_inpath_scratch *sc, __u32 role)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -1008,7 +1056,7 @@ static __always_inline int xdns_inpath_forward(struct xdp_md *ctx, struct xdns_i
 	 * (CHECKSUM_PARTIAL): native XDP sees them without that note, and a redirected frame
 	 * would leave with a wrong checksum. The kernel forwards those (userspace marks them).
 	 */
-	if (xdns_inpath_role(ctx->ingress_ifindex) & XDNS_INPATH_ROLE_NO_REDIRECT)
+	if (role & XDNS_INPATH_ROLE_NO_REDIRECT)        /* the ingress interface's (xdns_inpath_handle) */
 		goto pass;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		ip = (void *)(eth + 1);

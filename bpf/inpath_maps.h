@@ -93,14 +93,15 @@ struct {
 /*
  * The reply memo (inpath.h): whole replies to cache hits, kept per CPU for the exact query
  * (the resolver's reply memo's slots, struct xdns_reply_memo and slot.h, here with `ref` the
- * entry's key in xdns_inpath_cache and `tag` its stored_ns). XDNS_REPLY_SLOTS for each
+ * entry's key in xdns_inpath_cache and `tag` its stored_ns; struct xdns_inpath_memo: 384
+ * bytes more for replies of up to XDNS_INPATH_MEMO_A bytes after the question). XDNS_REPLY_SLOTS for each
  * possible CPU: userspace multiplies max_entries by their number at load.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XDNS_REPLY_SLOTS);
 	__type(key, __u32);
-	__type(value, struct xdns_reply_memo);
+	__type(value, struct xdns_inpath_memo);
 } xdns_inpath_replies SEC(".maps");
 
 /* Per-CPU scratch and counters (one value). */

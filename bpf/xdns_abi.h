@@ -1223,8 +1223,28 @@ enum xdns_inpath_verdict {
 
 #define XDNS_INPATH_INLINE 8           /* server prefixes compared inline (rodata); more: the LPM trie */
 #define XDNS_INPATH_ROLE_SLOTS 1024     /* interface indexes below this have their role in an array (xdns_inpath_roles) */
-#define XDNS_INPATH_MEMO_A (XDNS_REPLY_MAX_A - 16) /* reply bytes a memo slot keeps: its a[] ends with the server's address */
-#define XDNS_INPATH_MEMO_Q 128          /* scratch room for a query's bytes after the header (xdns_copy_words: > XDNS_REPLY_MAX_Q) */
+#define XDNS_INPATH_MEMO_MORE 384       /* bytes of an in-path memo slot past the resolver's slot (struct xdns_inpath_memo) */
+/*
+ * Reply bytes after the question an in-path memo slot keeps: 496, so every reply of at most
+ * 512 bytes (12 of header, a question of at least 5) is kept whole; a[] and more[] are one
+ * run of 512 bytes, the reply's bytes then the server's address in the last 16.
+ */
+#define XDNS_INPATH_MEMO_A (XDNS_REPLY_MAX_A + XDNS_INPATH_MEMO_MORE - 16)
+#define XDNS_INPATH_MEMO_Q 128          /* buffer room for a query's bytes after the header (xdns_copy_words: > XDNS_REPLY_MAX_Q) */
+
+/*
+ * A slot of the in-path reply memo (xdns_inpath_replies): the resolver's slot (its key, header
+ * words, checksum and a[], slot.h's helpers work on it), then more room for the reply's
+ * bytes, which run on from a[] into more[]: XDNS_INPATH_MEMO_A of them, then the server.
+ */
+struct xdns_inpath_memo {
+	struct xdns_reply_memo m;       /* m.an unused: an below */
+	__u8 more[XDNS_INPATH_MEMO_MORE];
+	__u16 an;               /* reply bytes after the question (m.an holds at most 255) */
+	__u16 _pad[3];
+};
+_Static_assert(sizeof(struct xdns_inpath_memo) == 648, "an in-path memo slot: the resolver's and 392 bytes");
+_Static_assert(XDNS_INPATH_MEMO_A >= 512 - 12 - 5 + 1 - 1, "every reply of at most 512 bytes is kept");
 
 /* A server prefix compared inline: the address (IPv4 as ::ffff:a.b.c.d) read as two native words, masked. */
 struct xdns_inpath_net {
@@ -1347,7 +1367,7 @@ struct xdns_inpath_scratch {
 	__u16 mqar;             /* ... its ARCOUNT (0 or 1) */
 	__u16 mn;               /* ... and its length after the header */
 	__u32 _mpad;
-	__u8 mq[XDNS_INPATH_MEMO_Q]; /* the query after the header, from the packet */
+	__u64 mocc[XDNS_REPLY_SLOTS / 64]; /* this CPU's reply memo slots ever written, a bit each */
 	__u8 srv[16];           /* this packet's server address (the key's) */
 	__u8 qname[256];        /* the question's name, lowercased (as the entry's name) */
 	struct xdns_inpath_pend pend;

@@ -87,6 +87,20 @@ fn a_answer(q: &[u8], ttl: u32) -> Vec<u8> {
     resp(q, 0x8580, &[rr(&PTR_Q, 1, ttl, &[192, 0, 2, 1])], &[], None)
 }
 
+/// A response of `n` AAAA records (2001:db8::1, ::2, ...) and the server's OPT: 28 n + 11
+/// bytes after the question.
+fn long_answer(q: &[u8], n: u8) -> Vec<u8> {
+    let an: Vec<Vec<u8>> = (1..=n)
+        .map(|i| {
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+            a[15] = i;
+            rr(&PTR_Q, 28, 300, &a)
+        })
+        .collect();
+    resp(q, 0x8580, &an, &[], Some((0, 0, &[])))
+}
+
 /// The reply the cache must send for `query`, from the server's `response` (TTLs as given).
 fn expected(query: &[u8], response: &[u8]) -> Vec<u8> {
     let qend = 12 + query[12..].iter().position(|&b| b == 0).unwrap() + 1 + 4;
@@ -237,6 +251,56 @@ fn inpath_reply_memo_is_what_the_stage_would_send() {
     let qq = q("memo.example.com", 1, 0xa00, None);
     assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss_expired".to_string()], "expired by the clock");
     assert_eq!(hits(&p), h + 2);
+}
+
+/// TXT rdata of exactly `n` bytes (character strings of up to 255 bytes each).
+fn txt_rdata(n: usize) -> Vec<u8> {
+    let mut d = Vec::new();
+    while d.len() < n {
+        let l = (n - d.len() - 1).min(255);
+        d.push(l as u8);
+        d.extend(std::iter::repeat(b'a' + (d.len() % 26) as u8).take(l));
+    }
+    assert_eq!(d.len(), n);
+    d
+}
+
+/// The reply memo keeps replies of up to 496 bytes after the question (every reply of at most
+/// 512 bytes): a long one (eight AAAA and the OPT, 235 bytes), one at the bound (496) and one
+/// past it (497), each asked four times with its own ID; every reply is the exact frame the
+/// stage would send, the last two asks of the first two from the memo, none of the third.
+#[test]
+fn inpath_reply_memo_long_replies() {
+    require_root("inpath_reply_memo_long_replies");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    let txt = |n: usize| move |q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 16, 300, &txt_rdata(n))], &[], Some((0, 0, &[])));
+    let cases: [(&str, u16, Box<dyn Fn(&[u8]) -> Vec<u8>>, usize, bool); 3] = [
+        ("long.example.com", 28, Box::new(|q: &[u8]| long_answer(q, 8)), 235, true),
+        ("bound.example.com", 16, Box::new(txt(473)), 496, true),
+        ("over.example.com", 16, Box::new(txt(474)), 497, false),
+    ];
+    for (i, (name, qtype, answer, after_q, kept)) in cases.iter().enumerate() {
+        let opt = || Opt::new(1232, false);
+        let qq = q(name, *qtype, 0x100 + i as u16, opt());
+        assert_eq!(run(&p, &frame(&v4, &qq)).2, vec!["miss".to_string()], "{name}: recorded");
+        let r = answer(&qq);
+        let qend = 12 + wire(name).len() + 4;
+        assert_eq!(r.len() - qend, *after_q, "{name}: bytes after the question");
+        assert_eq!(run(&p, &frame(&s4, &r)).2, vec!["learned".to_string()], "{name}: learnt");
+        let before = p.counters().unwrap().reply_hits;
+        for ask in 0..4u16 {
+            let qa = q(name, *qtype, 0x200 + ask, opt());
+            let (act, out, moved) = run(&p, &frame(&v4, &qa));
+            let what = format!("{name} (ask {ask})");
+            assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{what}");
+            check_reply(&v4, &out, &expected(&qa, &r), &what);
+        }
+        let memo = p.counters().unwrap().reply_hits - before;
+        assert_eq!(memo, if *kept { 2 } else { 0 }, "{name}: answers from the reply memo");
+    }
 }
 
 fn server_side(net: &Net) -> Net {
@@ -602,21 +666,31 @@ fn inpath_perf() {
     let qq = q("www.example.com", 1, 1, None);
     run(&p, &frame(&v4, &qq));
     run(&p, &frame(&server_side(&v4), &a_answer(&qq, 300)));
+    // a long reply: eight AAAA and the server's OPT, 235 bytes after the question
+    let ql = q("long.example.com", 28, 1, Opt::new(1232, false));
+    run(&p, &frame(&v4, &ql));
+    run(&p, &frame(&server_side(&v4), &long_answer(&ql, 8)));
     let mut other = v4.clone();
     other.dport = 5353;
-    let rows = [frame(&v4, &qq), frame(&v4, &q("other.example.com", 1, 1, None)), frame(&other, &qq)];
+    let rows = [
+        frame(&v4, &qq),
+        frame(&v4, &q("other.example.com", 1, 1, None)),
+        frame(&other, &qq),
+        frame(&v4, &ql),
+    ];
     assert_eq!(run(&p, &rows[0]).2, vec!["answered".to_string()], "the hit row");
     assert_eq!(run(&p, &rows[1]).2, vec!["miss".to_string()], "the miss row");
     assert_eq!(run(&p, &rows[2]).2, vec!["pass_other".to_string()], "the other-port row");
+    assert_eq!(run(&p, &rows[3]).2, vec!["answered".to_string()], "the long hit row");
     // as cache_perf times the resolver cache (the goal's yardstick): the best median of 9
     // rounds of 1000 single runs, rounds interleaved
-    let mut best = [u64::MAX; 3];
+    let mut best = [u64::MAX; 4];
     for _ in 0..9 {
         for (b, f) in best.iter_mut().zip(&rows) {
             *b = (*b).min(p.bench(f, 1000).unwrap());
         }
     }
-    let [hit, miss, pass] = best;
+    let [hit, miss, pass, long_hit] = best;
     // a query for a new name and its response, each timed once (a name is new only once):
     // the median of 600 pairs, every one of them learnt
     let learned = |p: &InpathProgram| p.counters().unwrap().verdicts.iter().find(|(n, _)| n == "learned").unwrap().1;
@@ -631,7 +705,9 @@ fn inpath_perf() {
     new_miss.sort_unstable();
     learn.sort_unstable();
     let (new_miss, learn) = (new_miss[300], learn[300]);
-    println!("inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass} new_name_miss_ns={new_miss} learnt_ns={learn}");
+    println!(
+        "inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass} new_name_miss_ns={new_miss} learnt_ns={learn} long_hit_ns={long_hit}"
+    );
     assert!(hit > 0 && miss > 0 && learn > 0);
     let _ = XDP_DROP;
 }
