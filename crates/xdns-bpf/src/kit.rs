@@ -222,9 +222,16 @@ impl KitMaps {
     }
 
     /// Read the ring buffer `xdns_kit_events` until `stop` is set: every record to `f`, in
-    /// batches (one wake-up for all the records waiting), waiting at most `poll` between
-    /// looks at `stop`. Runs on the caller's thread.
-    pub fn read_events(&self, poll: std::time::Duration, stop: &std::sync::atomic::AtomicBool, mut f: impl FnMut(KitEvent)) -> Result<()> {
+    /// batches (one wake-up for all the records waiting), then `batch_done` once per wake-up
+    /// (also after a wait that found none), waiting at most `poll` between looks at `stop`.
+    /// Runs on the caller's thread.
+    pub fn read_events(
+        &self,
+        poll: std::time::Duration,
+        stop: &std::sync::atomic::AtomicBool,
+        mut f: impl FnMut(KitEvent),
+        mut batch_done: impl FnMut(),
+    ) -> Result<()> {
         let mut b = libbpf_rs::RingBufferBuilder::new();
         b.add(&self.events, |rec: &[u8]| {
             if let Some(e) = KitEvent::parse(rec) {
@@ -239,6 +246,7 @@ impl KitMaps {
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e).context("reading xdns_kit_events"),
             }
+            batch_done();
         }
         Ok(())
     }

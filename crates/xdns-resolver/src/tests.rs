@@ -1508,6 +1508,41 @@ async fn handed_final_answers_are_cached_as_the_resolvers_own() {
     }
 }
 
+/// The inline variant (the daemon's ring reader): a final answer in hand is done at the
+/// first poll (nothing awaited: the reply goes out with its batch), cached exactly as
+/// `resolve_handed` caches it; a referral is not done at once and, driven on, gives the
+/// same answer; a resolution of the same question that joins meanwhile gets its result.
+#[tokio::test]
+async fn handed_inline_final_answers_are_ready_at_the_first_poll() {
+    use std::future::Future;
+    let name = "www.example.test.";
+    let own = setup(cfg());
+    let want = own.res.resolve(key(name, rtype::A)).await.unwrap();
+    let s = setup(cfg());
+    s.res.resolve(key("ns1.example.test.", rtype::A)).await.unwrap();
+    let reply = asked_directly(&s.net, "198.18.3.1", name, rtype::A).await;
+    let mut fut = Box::pin(s.res.resolve_handed_inline(key(name, rtype::A), handed("example.test.", "198.18.3.1", reply)));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let std::task::Poll::Ready((r, used)) = fut.as_mut().poll(&mut cx) else { panic!("a final answer in hand must not wait") };
+    assert_eq!(used, crate::HandedUse::Answer);
+    assert_eq!(r.unwrap().body, want.body);
+    assert!(s.res.cached(&key(name, rtype::A)).is_some());
+    assert!(s.res.inflight_len() == 0, "the leader's place is given back");
+    // a referral from the root: not done at the first poll; a joiner waits for it
+    let s = setup(cfg());
+    let reply = asked_directly(&s.net, "198.18.0.1", name, rtype::A).await;
+    let mut fut = Box::pin(s.res.resolve_handed_inline(key(name, rtype::A), handed(".", "198.18.0.1", reply)));
+    assert!(fut.as_mut().poll(&mut cx).is_pending(), "a referral has servers to ask");
+    let res = s.res.clone();
+    let joiner = tokio::spawn(async move { res.resolve(key(name, rtype::A)).await });
+    let (r, used) = fut.await;
+    assert_eq!(used, crate::HandedUse::Referral);
+    let a = r.unwrap();
+    assert_eq!(joiner.await.unwrap().unwrap().body, a.body, "the joiner gets the leader's answer");
+    assert_eq!(a.body, want.body);
+    assert_eq!(s.net.count("198.18.3.1"), 1, "one resolution, not two");
+}
+
 /// Replies the iteration cannot take leave the question to an ordinary resolution (which
 /// still gets the right answer), and say why; out-of-bailiwick glue in a handed referral is
 /// never used.

@@ -34,6 +34,7 @@
 //!   (`response_<use>`) and of entries the timer claimed (`timeout`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -195,6 +196,71 @@ fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPendi
     }
 }
 
+/// A reply ready for its client: sent with the others of its ring batch (one `sendmmsg`).
+type Ready = (crate::server::udp::Pending, Vec<u8>);
+
+/// Resolutions [`finish_ring`] spawned that have not answered yet (those not done at their
+/// first poll: a referral to follow, a CNAME leaving the zone, an unusable response).
+static RING_SPAWNED: AtomicU64 = AtomicU64::new(0);
+
+/// [`finish`] for a record of the ring buffer, on the ring reader's thread: the reply to a
+/// final answer is built here, at once (the resolution run in this thread,
+/// [`crate::recursion::resolve_handed_and_answer`], done at its first poll: cached as the
+/// resolver caches its own, pushed to the kernel cache) and pushed onto `batch`, sent with
+/// the rest of the batch by one `sendmmsg` ([`crate::server::udp::send_batch`]). A
+/// resolution not done at its first poll goes on in a task of its own, which answers. With
+/// no usable response, or `cap` such tasks already running (the resolver's `max_pending`
+/// bounds these as it bounds the queue), the question goes through the resolver's queue as
+/// before ([`finish`]).
+fn finish_ring(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>, batch: &mut Vec<Ready>, cap: u64) {
+    let h = match handed {
+        Some(h) if RING_SPAWNED.load(Relaxed) < cap => h,
+        other => return finish(shared, socks, p, other, false),
+    };
+    let Some(rec) = shared.recursion.get().cloned() else { return };
+    let Some(sock) = answer_socket(socks, &p) else {
+        tracing::debug!(client = %p.client, "kernel iteration: no listen socket for the address asked");
+        return;
+    };
+    let msg = client_query(&p);
+    let served = shared.served.load();
+    let payload = served.respond.edns_payload;
+    let mut out = Vec::new();
+    match crate::recursion::route(&rec, &served.zones, &msg, p.client.ip(), Transport::Udp, payload, &mut out) {
+        crate::recursion::Route::Answered(outcome) => {
+            rec.shard.record(Transport::Udp, outcome);
+            let Ok(q) = xdns_wire::Query::parse(&msg) else { return };
+            let Some(qq) = q.question.as_ref() else { return };
+            let key = xdns_resolver::KeyRef { qname: qq.key(), qtype: qq.qtype, dnssec_ok: p.dnssec_ok }.to_owned_key();
+            note_use(xdns_resolver::HandedUse::Joined);
+            batch.push((crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key, None), out));
+        }
+        crate::recursion::Route::Resolve(q, key) => {
+            let pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, None);
+            let mut fut = Box::pin(async move {
+                let (out, outcome) = crate::recursion::resolve_handed_and_answer(&rec, &pend.query, pend.key.clone(), payload, h).await;
+                rec.shard.record(Transport::Udp, outcome);
+                (pend, out)
+            });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match fut.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(ready) => batch.push(ready),
+                std::task::Poll::Pending => {
+                    // driven to its end in a task (a resolution joined meanwhile waits for it)
+                    RING_SPAWNED.fetch_add(1, Relaxed);
+                    note(&SPAWNED);
+                    tokio::spawn(async move {
+                        let (mut pend, mut out) = fut.await;
+                        let _ = pend.send(&mut out);
+                        RING_SPAWNED.fetch_sub(1, Relaxed);
+                    });
+                }
+            }
+        }
+        crate::recursion::Route::Authoritative => {}
+    }
+}
+
 /// Start reading the reserved ports and the timer for servers that never answer. Writes the
 /// root (from the hints) into the zone map first.
 pub fn spawn(
@@ -218,6 +284,7 @@ pub fn spawn(
     }
     kit.set_zone(&root)?;
     let timeout = rs.resolver.upstream_timeout;
+    let spawn_cap = (rs.max_pending as u64 / 2).max(1);
     let kit = Arc::new(kit);
     let _ = MAPS.set(kit.clone());
     let socks = Arc::new(socks);
@@ -266,7 +333,30 @@ pub fn spawn(
                 let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
                 finish(&shared, &socks, e.pending, handed, direct);
             };
-            if let Err(e) = kit.read_events(Duration::from_millis(100), &flag_t, |e| handle(e, false)) {
+            // the replies of one wake-up's records, sent together when the batch is read
+            let batch = std::cell::RefCell::new(Vec::<Ready>::new());
+            let each = |e: xdns_bpf::kit::KitEvent| {
+                note(&RING);
+                let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
+                finish_ring(&shared, &socks, e.pending, handed, &mut batch.borrow_mut(), spawn_cap);
+            };
+            let done = || {
+                let mut b = batch.borrow_mut();
+                if b.is_empty() {
+                    return;
+                }
+                note(&BATCHES);
+                BATCHED.fetch_add(b.len() as u64, Relaxed);
+                let failed = crate::server::udp::send_batch(&mut b);
+                if failed > 0 {
+                    if let Some(rec) = shared.recursion.get() {
+                        for _ in 0..failed {
+                            crate::stats::Shard::drop(&rec.shard, crate::stats::DropKind::SendFailed);
+                        }
+                    }
+                }
+            };
+            if let Err(e) = kit.read_events(Duration::from_millis(100), &flag_t, each, done) {
                 tracing::warn!(error = %e, "kernel iteration: reading the kernel's responses");
             }
             for e in kit.take_events().unwrap_or_default() {
@@ -453,6 +543,12 @@ static NO_ZONE: AtomicU64 = AtomicU64::new(0);
 static RING: AtomicU64 = AtomicU64::new(0);
 /// Entries the timer claimed (the server never answered): resolved from scratch.
 static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+/// Wake-ups of the ring reader that sent replies, and the replies they sent (one
+/// `sendmmsg` per listen socket per wake-up).
+static BATCHES: AtomicU64 = AtomicU64::new(0);
+static BATCHED: AtomicU64 = AtomicU64::new(0);
+/// Resolutions of ring records not done at once, answered from a task of their own.
+static SPAWNED: AtomicU64 = AtomicU64::new(0);
 /// Cuts the writer holds in the zone map (besides the root).
 static ZONES: AtomicU64 = AtomicU64::new(0);
 
@@ -491,11 +587,14 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     }
     v.push(("response_no_zone".into(), NO_ZONE.load(Relaxed)));
     v.push(("timeout".into(), TIMEOUTS.load(Relaxed)));
+    v.push(("reply_batches".into(), BATCHES.load(Relaxed)));
+    v.push(("replies_batched".into(), BATCHED.load(Relaxed)));
+    v.push(("replies_spawned".into(), SPAWNED.load(Relaxed)));
     v.push(("zones".into(), ZONES.load(Relaxed)));
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), cuts in the zone map.",
             "counter",
             v,
         ),

@@ -239,6 +239,28 @@ impl Resolver {
         key: CacheKey,
         h: Handed,
     ) -> (Resolution, HandedUse) {
+        self.resolve_handed_as(key, h, false).await
+    }
+
+    /// [`Resolver::resolve_handed`], the resolution run in the caller's future rather than a
+    /// task of its own: a final answer in hand completes at the first poll, nothing
+    /// awaited. The caller must drive the future to its end (a resolution of the same
+    /// question joined meanwhile waits for it): the daemon's ring reader polls it once and
+    /// spawns it when it is not done.
+    pub async fn resolve_handed_inline(
+        self: &Arc<Self>,
+        key: CacheKey,
+        h: Handed,
+    ) -> (Resolution, HandedUse) {
+        self.resolve_handed_as(key, h, true).await
+    }
+
+    async fn resolve_handed_as(
+        self: &Arc<Self>,
+        key: CacheKey,
+        h: Handed,
+        inline: bool,
+    ) -> (Resolution, HandedUse) {
         let now = self.now_ns();
         if let Some(e) = self.answers.get(&key) {
             if e.answer.expires_at_ns > now {
@@ -260,6 +282,9 @@ impl Resolver {
             server: h.server,
             reply,
         };
+        if inline {
+            return (self.coalesced_inline(key, first).await, used);
+        }
         (self.coalesced_from(key, Some(first)).await, used)
     }
 }
