@@ -1543,6 +1543,46 @@ async fn handed_inline_final_answers_are_ready_at_the_first_poll() {
     assert_eq!(s.net.count("198.18.3.1"), 1, "one resolution, not two");
 }
 
+/// Redundant queries (kernel iteration's failure prevention, sent by the daemon): asked as
+/// the resolver asks its own (the spoofer's forged ID, case, question and source are not
+/// taken: the genuine answer, or nothing from a server that only forges), the reply used
+/// as a handed one; the wait before one is `fanout_delay` for a server with no answer yet
+/// (or only timeouts), twice its SRTT when longer; three kernel queries lost to a redundant
+/// answer hold the silent server down, and a held server is never the redundant choice.
+#[tokio::test]
+async fn redundant_queries_follow_the_resolvers_rules() {
+    let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+    let s = setup(cfg());
+    let delay = s.res.config().fanout_delay;
+    assert_eq!(s.res.redundant_after(ip("198.18.9.9")), Some(delay), "no sample yet");
+    // forgeries first, then the real reply: only the real one is taken
+    let rejected = s.res.counters.rejected_replies.load(Relaxed);
+    let h = s.res.ask_redundant(&n("spoofed.test."), ip("198.18.5.1"), &n("www.spoofed.test."), rtype::A).await.unwrap();
+    assert!(s.res.counters.rejected_replies.load(Relaxed) > rejected, "the forgeries were seen and rejected");
+    assert_eq!(h.server, "198.18.5.1:53".parse().unwrap());
+    let (r, used) = s.res.resolve_handed(key("www.spoofed.test.", rtype::A), h).await;
+    assert_eq!(used, crate::HandedUse::Answer);
+    assert_eq!(a_records(&replay(&r.unwrap(), s.clock.load(Relaxed))), vec![ip("198.18.5.80")]);
+    // a server that only forges: nothing
+    assert!(s.res.ask_redundant(&n("poisoned.test."), ip("198.18.5.2"), &n("www.poisoned.test."), rtype::A).await.is_none());
+    // a fast server's wait follows its RTT, not below fanout_delay
+    let w = s.res.redundant_after(ip("198.18.5.1")).unwrap();
+    assert!(w >= delay, "{w:?}");
+    // a silent server: lost three times, held down, never chosen while held
+    let dead = ip("198.18.9.9");
+    assert!(!s.res.note_handed_lost(dead));
+    assert_eq!(s.res.redundant_after(dead), Some(delay), "timeouts are no sample: fanout_delay again");
+    assert!(!s.res.note_handed_lost(dead));
+    assert!(s.res.note_handed_lost(dead), "held down at the third");
+    assert!(s.res.held_down(dead));
+    assert_eq!(s.res.redundant_server(&[dead, ip("198.18.5.1")], &[ip("198.18.5.1")]), None);
+    assert_eq!(s.res.redundant_server(&[dead, ip("198.18.5.1")], &[dead]), Some(ip("198.18.5.1")));
+    assert_eq!(s.res.redundant_server(&[ip("198.18.5.1")], &[ip("198.18.5.1")]), None, "no other server");
+    // one server at a time: no redundant queries
+    let one = setup(Config { fanout: 1, ..cfg() });
+    assert_eq!(one.res.redundant_after(ip("198.18.9.9")), None);
+}
+
 /// Replies the iteration cannot take leave the question to an ordinary resolution (which
 /// still gets the right answer), and say why; out-of-bailiwick glue in a handed referral is
 /// never used.

@@ -6,7 +6,9 @@
 //!   (`pass_kit_response`) arrives on it.
 //! - [`spawn`] starts a thread that reads the kernel's ring buffer `xdns_kit_events` in
 //!   batches: each record is a final response with the pending entry the kernel claimed for
-//!   it (the usual way), used as below. It also starts the tasks that read the reserved
+//!   it (the usual way), used as below, on that thread ([`finish_ring`]): the resolution
+//!   runs inline and a final answer is done at once, so the replies of one wake-up's
+//!   records go out together, one `sendmmsg` per listen socket. It also starts the tasks that read the reserved
 //!   ports, where a response arrives when the ring was full or it was too long: it claims
 //!   its pending entry (deletes it from `xdns_kit_pending`; only the claimer answers), is
 //!   checked again as the userspace
@@ -19,6 +21,10 @@
 //!   unknown) leaves the question to an ordinary resolution. A timer (20 ms) claims the
 //!   entries that waited past [`xdns_resolver::Resolver::handed_wait`] (from the server's
 //!   RTT), raises the server's SRTT to the time waited and resolves them from scratch.
+//!   Before that, an entry unanswered for the server's expected time gets a redundant query
+//!   ([`redundant`]: the same question to another server of the cut, by the resolver's own
+//!   exchange); the first valid answer claims the entry and wins, and a server that keeps
+//!   losing is held down and taken out of the kernel's cuts ([`ZoneWriter::drop_held`]).
 //! - The zone map ([`ZoneWriter`]): the root from the hints when the tasks start, then the
 //!   delegations the resolver learns ([`xdns_resolver::Resolver::delegations`]: the cut, its
 //!   servers' addresses from in-bailiwick glue or resolved NS names, the earlier expiry of
@@ -42,7 +48,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
-use xdns_bpf::kit::{KitMaps, KitPending, KitZone};
+use xdns_bpf::kit::{KitMaps, KitPending, KitZone, PendKey};
 use xdns_zone::Transport;
 
 use crate::config::Config;
@@ -308,6 +314,10 @@ pub fn spawn(
                 let d = rec.resolver.delegations(xdns_bpf::kit::ADDRS);
                 writer.sync(&*kit_w, d, generation, now);
             }
+            if HELD.swap(false, Relaxed) {
+                let n = writer.drop_held(&*kit_w, |ip| rec.resolver.held_until(ip));
+                HELD_REMOVED.fetch_add(n as u64, Relaxed);
+            }
             ticks += 1;
             if ticks % 250 == 0 {
                 // every 5 s: the expired cuts the kernel learnt
@@ -392,23 +402,34 @@ pub fn spawn(
         // asks the best servers, with its own timeouts); the wait raises the server's SRTT.
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut asked = HashMap::new();
         loop {
             tokio::select! {
                 _ = crate::server::stopped(&mut stop) => break,
                 _ = tick.tick() => {}
             }
             let rec = shared.recursion.get().cloned();
-            let waits = std::cell::RefCell::new(HashMap::<IpAddr, u64>::new());
-            let wait = |ip: IpAddr| {
-                *waits.borrow_mut().entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
+            let mut waits = HashMap::<IpAddr, u64>::new();
+            let mut wait = |ip: IpAddr| {
+                *waits.entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
             };
             let now = monotonic_ns();
-            for (server, p) in kit.claim_stale(now, wait).unwrap_or_default() {
+            let entries = kit.entries().unwrap_or_default();
+            let mut live = Vec::with_capacity(entries.len());
+            for (k, p) in entries {
+                if p.sent_ns.saturating_add(wait(k.server)) > now {
+                    live.push((k, p));
+                    continue;
+                }
+                let Ok(Some(p)) = kit.claim(k.server, k.port, k.id) else { continue };
                 note(&TIMEOUTS);
                 if let Some(r) = &rec {
-                    r.resolver.note_handed_timeout(server, Duration::from_nanos(now.saturating_sub(p.sent_ns)));
+                    r.resolver.note_handed_timeout(k.server, Duration::from_nanos(now.saturating_sub(p.sent_ns)));
                 }
                 finish(&shared, &socks, p, None, false);
+            }
+            if let Some(r) = &rec {
+                redundant(&kit, r, &shared, &socks, live, now, &mut asked);
             }
         }
         // Stopping (a takeover's new program may already hold the links: responses to the
@@ -421,6 +442,74 @@ pub fn spawn(
     }));
     Ok(tasks)
 }
+
+/// Redundant queries (AtesN-DS's failure prevention, sent by userspace): every pending
+/// kernel query of `live` that has waited [`xdns_resolver::Resolver::redundant_after`] (the
+/// server's expected time) and was not asked again yet gets the same question sent, by the
+/// resolver's own exchange (random ID and port, 0x20 case, the reply taken only from that
+/// server with that ID and question), to another address of the cut the kernel asked
+/// ([`xdns_resolver::Resolver::redundant_server`]). The first valid answer wins through the
+/// entry's single claim: the redundant reply claims the kernel's entry (one
+/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM`) and, if it got it, is used as the kernel's response
+/// would be ([`finish`]: the resolver's bailiwick rules, cached once, the client answered
+/// once), the silent server charged a timeout (three hold it down: then
+/// [`ZoneWriter::drop_held`] takes it out of the kernel's cuts); the kernel's own response,
+/// if it comes later, finds no entry (`drop_kit_unsolicited`). If the kernel's response (or
+/// the timer) claimed the entry first, the redundant reply is dropped unused and uncached.
+/// A server that does not answer the redundant query either is followed, `redundant_after`
+/// later, by the next (at most [`REDUNDANT_MAX`] per kernel query). `asked` holds, per entry
+/// asked again, the servers asked and when the last was (forgotten once the entry is gone).
+fn redundant(
+    kit: &Arc<KitMaps>,
+    rec: &Arc<crate::recursion::Recursion>,
+    shared: &Arc<Shared>,
+    socks: &Arc<Vec<(SocketAddr, Arc<Socket>)>>,
+    live: Vec<(PendKey, KitPending)>,
+    now: u64,
+    asked: &mut HashMap<PendKey, (Vec<IpAddr>, u64)>,
+) {
+    asked.retain(|k, _| live.iter().any(|(l, _)| l == k));
+    let mut afters = HashMap::<IpAddr, Option<Duration>>::new();
+    for (k, p) in live {
+        let Some(after) = *afters.entry(k.server).or_insert_with(|| rec.resolver.redundant_after(k.server)) else { continue };
+        let after = after.as_nanos() as u64;
+        // the first redundant query once the kernel's has waited `after`; the next ones (to
+        // servers not asked yet, at most REDUNDANT_MAX) each `after` later, as ask() staggers
+        let (tried, last) = asked.get(&k).cloned().unwrap_or_else(|| (vec![k.server], p.sent_ns));
+        if tried.len() > REDUNDANT_MAX || last.saturating_add(after) > now {
+            continue;
+        }
+        let Some(zone) = kit.zone_of(&p) else { continue };
+        let Ok(Some(cut)) = kit.zone(&zone) else { continue };
+        let Some(other) = rec.resolver.redundant_server(&cut.addrs, &tried) else { continue };
+        let mut tried = tried;
+        tried.push(other);
+        asked.insert(k, (tried, now));
+        note(&REDUNDANT_SENT);
+        let (kit, rec, shared, socks) = (kit.clone(), rec.clone(), shared.clone(), socks.clone());
+        tokio::spawn(async move {
+            let Some(h) = rec.resolver.ask_redundant(&zone, other, &p.qname, p.qtype).await else {
+                note(&REDUNDANT_FAILED);
+                return;
+            };
+            match kit.claim(k.server, k.port, k.id) {
+                Ok(Some(p)) => {
+                    note(&REDUNDANT_WON);
+                    if rec.resolver.note_handed_lost(k.server) {
+                        HELD.store(true, Relaxed);
+                    }
+                    finish(&shared, &socks, p, Some(h), false);
+                }
+                // answered already (the kernel's response, the timer, another redundant
+                // reply): this one is dropped, unused and uncached
+                _ => note(&REDUNDANT_LOST),
+            }
+        });
+    }
+}
+
+/// Redundant queries per kernel query at most (each to a server of the cut not asked yet).
+const REDUNDANT_MAX: usize = 3;
 
 /// Where [`ZoneWriter`] writes: `xdns_kit_zones` ([`KitMaps`]), or a map in memory (tests).
 pub trait ZoneMap {
@@ -516,6 +605,40 @@ impl ZoneWriter {
 }
 
 impl ZoneWriter {
+    /// Takes the servers held down (`held`: until when, the kernel's clock) out of every cut
+    /// of the map but the root, the kernel's own (learnt from referrals) included, where the
+    /// cut keeps another address. A cut the kernel learnt then expires when the hold ends
+    /// (the kernel learns it again, all its glue, from the next referral: the server is asked
+    /// again, as the resolver asks a server whose hold ended); the writer's cuts are written
+    /// again from the resolver's delegations at the next copy. Returns the addresses removed.
+    pub fn drop_held(&mut self, map: &dyn ZoneMap, held: impl Fn(IpAddr) -> Option<u64>) -> usize {
+        let Ok(cuts) = map.cuts() else { return 0 };
+        let mut removed = 0;
+        for mut z in cuts {
+            let before = z.addrs.len();
+            let mut until = u64::MAX;
+            z.addrs.retain(|a| match held(*a) {
+                Some(t) => {
+                    until = until.min(t);
+                    false
+                }
+                None => true,
+            });
+            if z.name.as_slice() == [0] || z.addrs.is_empty() || z.addrs.len() == before {
+                continue;
+            }
+            if !self.written.contains_key(&z.name) {
+                z.expires_ns = z.expires_ns.min(until);
+            }
+            if map.set_zone(&z).is_ok() {
+                removed += before - z.addrs.len();
+                self.written.remove(&z.name);
+            }
+        }
+        self.generation = None;
+        removed
+    }
+
     /// Removes the expired cuts the writer did not write: those the kernel learnt from the
     /// referrals it followed (bpf/README.md, "Referrals"). The kernel ignores an expired cut
     /// and never deletes one, so without this they would fill the map and the writer's cuts
@@ -549,6 +672,16 @@ static BATCHES: AtomicU64 = AtomicU64::new(0);
 static BATCHED: AtomicU64 = AtomicU64::new(0);
 /// Resolutions of ring records not done at once, answered from a task of their own.
 static SPAWNED: AtomicU64 = AtomicU64::new(0);
+/// Redundant queries sent, and what became of them: no valid reply, won (the reply used),
+/// lost (the kernel's response or the timer claimed the entry first: dropped).
+static REDUNDANT_SENT: AtomicU64 = AtomicU64::new(0);
+static REDUNDANT_FAILED: AtomicU64 = AtomicU64::new(0);
+static REDUNDANT_WON: AtomicU64 = AtomicU64::new(0);
+static REDUNDANT_LOST: AtomicU64 = AtomicU64::new(0);
+/// A server became held down by a redundant win: the writer takes it out of the cuts.
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Addresses taken out of the kernel's cuts because held down.
+static HELD_REMOVED: AtomicU64 = AtomicU64::new(0);
 /// Cuts the writer holds in the zone map (besides the root).
 static ZONES: AtomicU64 = AtomicU64::new(0);
 
@@ -590,11 +723,16 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("reply_batches".into(), BATCHES.load(Relaxed)));
     v.push(("replies_batched".into(), BATCHED.load(Relaxed)));
     v.push(("replies_spawned".into(), SPAWNED.load(Relaxed)));
+    v.push(("redundant_sent".into(), REDUNDANT_SENT.load(Relaxed)));
+    v.push(("redundant_failed".into(), REDUNDANT_FAILED.load(Relaxed)));
+    v.push(("redundant_won".into(), REDUNDANT_WON.load(Relaxed)));
+    v.push(("redundant_lost".into(), REDUNDANT_LOST.load(Relaxed)));
+    v.push(("held_removed".into(), HELD_REMOVED.load(Relaxed)));
     v.push(("zones".into(), ZONES.load(Relaxed)));
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped), server addresses taken out of the kernel's cuts as held down (held_removed), cuts in the zone map.",
             "counter",
             v,
         ),
@@ -716,6 +854,28 @@ mod tests {
         assert_eq!(held(&m), [".", "lab.", "live.lab."]);
         assert_eq!(w.sweep(&m, 600), 1);
         assert_eq!(held(&m), [".", "lab."]);
+    }
+
+    #[test]
+    fn held_servers_leave_every_cut_that_keeps_another() {
+        let m = MemMap::default();
+        let mut w = ZoneWriter::new(10);
+        w.sync(&m, vec![deleg("lab.", &["198.18.1.1", "198.18.9.9"], 100)], 1, 10);
+        let kz = |n: &str, a: &[&str]| KitZone { name: wire(n), addrs: a.iter().map(|x| x.parse().unwrap()).collect(), expires_ns: 500 };
+        for z in [kz(".", &["198.18.9.9", "198.18.0.1"]), kz("slow.lab.", &["198.18.9.9", "2001:db8::9", "198.18.2.1"]), kz("dead.lab.", &["198.18.9.9"])] {
+            m.zones.lock().unwrap().insert(z.name.clone(), z);
+        }
+        let held = |a: IpAddr| (a == "198.18.9.9".parse::<IpAddr>().unwrap()).then_some(300);
+        assert_eq!(w.drop_held(&m, held), 2, "lab. (the writer's) and slow.lab. (the kernel's)");
+        let z = m.zones.lock().unwrap();
+        assert_eq!(z[&wire("slow.lab.")].addrs.len(), 2);
+        assert_eq!(z[&wire("slow.lab.")].expires_ns, 300, "the kernel's cut expires when the hold ends");
+        assert_eq!(z[&wire("lab.")].addrs, vec!["198.18.1.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(z[&wire("lab.")].expires_ns, 100, "the writer's keeps its expiry");
+        assert_eq!(z[&wire("dead.lab.")].addrs.len(), 1, "its only server stays");
+        assert_eq!(z[&wire(".")].addrs.len(), 2, "the root (the hints) is left alone");
+        drop(z);
+        assert!(w.due(1, 11), "the writer copies the resolver's delegations again");
     }
 
     #[test]
