@@ -1552,7 +1552,8 @@ async fn handed_inline_final_answers_are_ready_at_the_first_poll() {
 #[tokio::test]
 async fn redundant_queries_follow_the_resolvers_rules() {
     let ip = |a: &str| a.parse::<IpAddr>().unwrap();
-    let s = setup(cfg());
+    // a timeout long enough for a wait of twice a first SRTT (still mostly the initial 200 ms)
+    let s = setup(Config { upstream_timeout: Duration::from_millis(1000), ..cfg() });
     let delay = s.res.config().fanout_delay;
     assert_eq!(s.res.redundant_after(ip("198.18.9.9")), Some(delay), "no sample yet");
     // forgeries first, then the real reply: only the real one is taken
@@ -1565,9 +1566,20 @@ async fn redundant_queries_follow_the_resolvers_rules() {
     assert_eq!(a_records(&replay(&r.unwrap(), s.clock.load(Relaxed))), vec![ip("198.18.5.80")]);
     // a server that only forges: nothing
     assert!(s.res.ask_redundant(&n("poisoned.test."), ip("198.18.5.2"), &n("www.poisoned.test."), rtype::A).await.is_none());
+    // bailiwick: test.'s referral to evil.test. carries out-of-bailiwick glue (ns.example.net.
+    // 6.6.6.6); asked redundantly, it is classified as the kernel's would be: never used
+    let h = s.res.ask_redundant(&n("test."), ip("198.18.1.1"), &n("www.evil.test."), rtype::A).await.unwrap();
+    let (r, used) = s.res.resolve_handed(key("www.evil.test.", rtype::A), h).await;
+    assert_eq!(used, crate::HandedUse::Referral);
+    assert_eq!(a_records(&replay(&r.unwrap(), 0)), vec![ip("198.18.2.81")]);
+    assert_eq!(s.net.count("6.6.6.6"), 0, "the out-of-bailiwick glue was not used");
+    // the zone said asked must hold the name: a reply for a name outside it is lame
+    let h = s.res.ask_redundant(&n("test."), ip("198.18.2.1"), &n("www.example.net."), rtype::A).await.unwrap();
+    let (_, used) = s.res.resolve_handed(key("www.example.net.", rtype::A), h).await;
+    assert_eq!(used, crate::HandedUse::Lame);
     // a fast server's wait follows its RTT, not below fanout_delay
     let w = s.res.redundant_after(ip("198.18.5.1")).unwrap();
-    assert!(w >= delay, "{w:?}");
+    assert!(w >= delay && w < s.res.handed_wait(ip("198.18.5.1")), "{w:?}");
     // a silent server: lost three times, held down, never chosen while held
     let dead = ip("198.18.9.9");
     assert!(!s.res.note_handed_lost(dead));

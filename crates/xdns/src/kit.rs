@@ -468,8 +468,11 @@ fn redundant(
     now: u64,
     asked: &mut HashMap<PendKey, (Vec<IpAddr>, u64)>,
 ) {
-    asked.retain(|k, _| live.iter().any(|(l, _)| l == k));
+    let keys: std::collections::HashSet<PendKey> = live.iter().map(|(k, _)| *k).collect();
+    asked.retain(|k, _| keys.contains(k));
     let mut afters = HashMap::<IpAddr, Option<Duration>>::new();
+    // the cuts looked up this scan (one map lookup per cut, not per entry)
+    let mut cuts = HashMap::<Vec<u8>, Option<KitZone>>::new();
     for (k, p) in live {
         let Some(after) = *afters.entry(k.server).or_insert_with(|| rec.resolver.redundant_after(k.server)) else { continue };
         let after = after.as_nanos() as u64;
@@ -480,9 +483,15 @@ fn redundant(
             continue;
         }
         let Some(zone) = kit.zone_of(&p) else { continue };
-        let Ok(Some(cut)) = kit.zone(&zone) else { continue };
-        let Some(other) = rec.resolver.redundant_server(&cut.addrs, &tried) else { continue };
+        let cut = cuts.entry(zone.clone()).or_insert_with(|| kit.zone(&zone).ok().flatten());
+        let other = cut.as_ref().and_then(|c| rec.resolver.redundant_server(&c.addrs, &tried));
         let mut tried = tried;
+        let Some(other) = other else {
+            // no other server (now): not looked at again for this entry
+            tried.resize(REDUNDANT_MAX + 1, k.server);
+            asked.insert(k, (tried, now));
+            continue;
+        };
         tried.push(other);
         asked.insert(k, (tried, now));
         note(&REDUNDANT_SENT);
