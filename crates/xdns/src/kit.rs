@@ -471,11 +471,32 @@ fn redundant(
     let keys: std::collections::HashSet<PendKey> = live.iter().map(|(k, _)| *k).collect();
     asked.retain(|k, _| keys.contains(k));
     let mut afters = HashMap::<IpAddr, Option<Duration>>::new();
+    // Many kernel queries late at once is this host behind (its own load: the responses wait
+    // in its queues), not a server down: redundant queries would add load and charge healthy
+    // servers timeouts (a cascade). Then none is sent this scan.
+    let overdue = live
+        .iter()
+        .filter(|(k, p)| {
+            !asked.contains_key(k)
+                && afters
+                    .entry(k.server)
+                    .or_insert_with(|| rec.resolver.redundant_after(k.server))
+                    .is_some_and(|a| p.sent_ns.saturating_add(a.as_nanos() as u64) <= now)
+        })
+        .count();
+    if overdue > REDUNDANT_OVERDUE_MAX {
+        REDUNDANT_SKIPPED.fetch_add(overdue as u64, Relaxed);
+        return;
+    }
     // the cuts looked up this scan (one map lookup per cut, not per entry)
     let mut cuts = HashMap::<Vec<u8>, Option<KitZone>>::new();
     for (k, p) in live {
         let Some(after) = *afters.entry(k.server).or_insert_with(|| rec.resolver.redundant_after(k.server)) else { continue };
         let after = after.as_nanos() as u64;
+        if REDUNDANT_INFLIGHT.load(Relaxed) >= REDUNDANT_INFLIGHT_MAX {
+            REDUNDANT_SKIPPED.fetch_add(1, Relaxed);
+            continue;
+        }
         // the first redundant query once the kernel's has waited `after`; the next ones (to
         // servers not asked yet, at most REDUNDANT_MAX) each `after` later, as ask() staggers
         let (tried, last) = asked.get(&k).cloned().unwrap_or_else(|| (vec![k.server], p.sent_ns));
@@ -495,9 +516,12 @@ fn redundant(
         tried.push(other);
         asked.insert(k, (tried, now));
         note(&REDUNDANT_SENT);
+        REDUNDANT_INFLIGHT.fetch_add(1, Relaxed);
         let (kit, rec, shared, socks) = (kit.clone(), rec.clone(), shared.clone(), socks.clone());
         tokio::spawn(async move {
-            let Some(h) = rec.resolver.ask_redundant(&zone, other, &p.qname, p.qtype).await else {
+            let h = rec.resolver.ask_redundant(&zone, other, &p.qname, p.qtype).await;
+            REDUNDANT_INFLIGHT.fetch_sub(1, Relaxed);
+            let Some(h) = h else {
                 note(&REDUNDANT_FAILED);
                 return;
             };
@@ -519,6 +543,14 @@ fn redundant(
 
 /// Redundant queries per kernel query at most (each to a server of the cut not asked yet).
 const REDUNDANT_MAX: usize = 3;
+/// Kernel queries late at once past which a scan sends no redundant query (the host is
+/// behind, not a server down).
+const REDUNDANT_OVERDUE_MAX: usize = 64;
+/// Redundant queries waiting for their reply at most.
+const REDUNDANT_INFLIGHT_MAX: u64 = 64;
+static REDUNDANT_INFLIGHT: AtomicU64 = AtomicU64::new(0);
+/// Redundant queries not sent: too many late at once, or too many in flight.
+static REDUNDANT_SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Where [`ZoneWriter`] writes: `xdns_kit_zones` ([`KitMaps`]), or a map in memory (tests).
 pub trait ZoneMap {
@@ -736,12 +768,13 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("redundant_failed".into(), REDUNDANT_FAILED.load(Relaxed)));
     v.push(("redundant_won".into(), REDUNDANT_WON.load(Relaxed)));
     v.push(("redundant_lost".into(), REDUNDANT_LOST.load(Relaxed)));
+    v.push(("redundant_skipped".into(), REDUNDANT_SKIPPED.load(Relaxed)));
     v.push(("held_removed".into(), HELD_REMOVED.load(Relaxed)));
     v.push(("zones".into(), ZONES.load(Relaxed)));
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped), server addresses taken out of the kernel's cuts as held down (held_removed), cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed), cuts in the zone map.",
             "counter",
             v,
         ),
