@@ -1510,8 +1510,8 @@ async fn handed_final_answers_are_cached_as_the_resolvers_own() {
 
 /// The inline variant (the daemon's ring reader): a final answer in hand is done at the
 /// first poll (nothing awaited: the reply goes out with its batch), cached exactly as
-/// `resolve_handed` caches it; a referral is not done at once and, driven on, gives the
-/// same answer; a resolution of the same question that joins meanwhile gets its result.
+/// `resolve_handed` caches it; a referral driven on gives the same answer, and a resolution
+/// of the same question asked meanwhile shares it (one resolution).
 #[tokio::test]
 async fn handed_inline_final_answers_are_ready_at_the_first_poll() {
     use std::future::Future;
@@ -1528,17 +1528,18 @@ async fn handed_inline_final_answers_are_ready_at_the_first_poll() {
     assert_eq!(r.unwrap().body, want.body);
     assert!(s.res.cached(&key(name, rtype::A)).is_some());
     assert!(s.res.inflight_len() == 0, "the leader's place is given back");
-    // a referral from the root: not done at the first poll; a joiner waits for it
+    // a referral from the root, driven to its end, and the same question asked meanwhile:
+    // one resolution, the same answer for both
     let s = setup(cfg());
     let reply = asked_directly(&s.net, "198.18.0.1", name, rtype::A).await;
-    let mut fut = Box::pin(s.res.resolve_handed_inline(key(name, rtype::A), handed(".", "198.18.0.1", reply)));
-    assert!(fut.as_mut().poll(&mut cx).is_pending(), "a referral has servers to ask");
-    let res = s.res.clone();
-    let joiner = tokio::spawn(async move { res.resolve(key(name, rtype::A)).await });
-    let (r, used) = fut.await;
+    let (inline, joiner) = tokio::join!(
+        s.res.resolve_handed_inline(key(name, rtype::A), handed(".", "198.18.0.1", reply)),
+        s.res.resolve(key(name, rtype::A))
+    );
+    let (r, used) = inline;
     assert_eq!(used, crate::HandedUse::Referral);
     let a = r.unwrap();
-    assert_eq!(joiner.await.unwrap().unwrap().body, a.body, "the joiner gets the leader's answer");
+    assert_eq!(joiner.unwrap().body, a.body, "the joiner gets the leader's answer");
     assert_eq!(a.body, want.body);
     assert_eq!(s.net.count("198.18.3.1"), 1, "one resolution, not two");
 }
