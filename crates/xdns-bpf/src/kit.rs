@@ -207,6 +207,14 @@ impl KitPending {
     }
 }
 
+/// The key of a pending query: the server asked, our port, the ID sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PendKey {
+    pub server: IpAddr,
+    pub port: u16,
+    pub id: u16,
+}
+
 /// Kernel iteration's maps, on duplicated fds.
 pub struct KitMaps {
     zones: MapHandle,
@@ -222,9 +230,16 @@ impl KitMaps {
     }
 
     /// Read the ring buffer `xdns_kit_events` until `stop` is set: every record to `f`, in
-    /// batches (one wake-up for all the records waiting), waiting at most `poll` between
-    /// looks at `stop`. Runs on the caller's thread.
-    pub fn read_events(&self, poll: std::time::Duration, stop: &std::sync::atomic::AtomicBool, mut f: impl FnMut(KitEvent)) -> Result<()> {
+    /// batches (one wake-up for all the records waiting), then `batch_done` once per wake-up
+    /// (also after a wait that found none), waiting at most `poll` between looks at `stop`.
+    /// Runs on the caller's thread.
+    pub fn read_events(
+        &self,
+        poll: std::time::Duration,
+        stop: &std::sync::atomic::AtomicBool,
+        mut f: impl FnMut(KitEvent),
+        mut batch_done: impl FnMut(),
+    ) -> Result<()> {
         let mut b = libbpf_rs::RingBufferBuilder::new();
         b.add(&self.events, |rec: &[u8]| {
             if let Some(e) = KitEvent::parse(rec) {
@@ -239,6 +254,7 @@ impl KitMaps {
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e).context("reading xdns_kit_events"),
             }
+            batch_done();
         }
         Ok(())
     }
@@ -312,10 +328,7 @@ impl KitMaps {
         let mut out = Vec::new();
         for k in self.zones.keys() {
             let Some(v) = self.zones.lookup(&k, MapFlags::ANY)? else { continue };
-            let v: xdns_kit_zone = from_bytes(&v)?;
-            let mut addrs: Vec<IpAddr> = v.a4[..usize::from(v.n4).min(ADDRS)].iter().map(|a| IpAddr::V4(Ipv4Addr::from(*a))).collect();
-            addrs.extend(v.a6[..usize::from(v.n6).min(ADDRS)].iter().map(|a| IpAddr::V6(Ipv6Addr::from(*a))));
-            out.push(KitZone { name: v.name[..usize::from(v.name_len)].to_vec(), addrs, expires_ns: v.expires_ns });
+            out.push(zone_of_value(&from_bytes(&v)?));
         }
         Ok(out)
     }
@@ -347,37 +360,51 @@ impl KitMaps {
     /// Claim every query that has waited `wait_ns(server asked)` or more by `now_ns`
     /// (CLOCK_MONOTONIC), with the server each was sent to.
     pub fn claim_stale(&self, now_ns: u64, wait_ns: impl Fn(IpAddr) -> u64) -> Result<Vec<(IpAddr, KitPending)>> {
-        let stale_at = |k: &[u8], p: &xdns_kit_pend| -> bool {
-            let Ok(key) = from_bytes::<xdns_kit_pend_key>(k) else { return false };
-            p.sent_ns.saturating_add(wait_ns(addr_of(key.family, &key.server))) <= now_ns
-        };
-        let mut stale: Vec<Vec<u8>> = Vec::new();
-        let mut seen = 0usize;
-        for (k, v) in self.pending.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {
-            seen += 1;
-            let p: xdns_kit_pend = from_bytes(&v)?;
-            if stale_at(&k, &p) {
-                stale.push(k);
-            }
-        }
-        if seen == 0 && self.pending.keys().next().is_some() {
-            // the batch read gave nothing on a map that has entries: one by one
-            for k in self.pending.keys() {
-                let Some(v) = self.pending.lookup(&k, MapFlags::ANY)? else { continue };
-                let p: xdns_kit_pend = from_bytes(&v)?;
-                if stale_at(&k, &p) {
-                    stale.push(k);
-                }
-            }
-        }
+        let stale: Vec<PendKey> = self
+            .entries()?
+            .into_iter()
+            .filter(|(k, p)| p.sent_ns.saturating_add(wait_ns(k.server)) <= now_ns)
+            .map(|(k, _)| k)
+            .collect();
         let mut out = Vec::new();
         for k in stale {
-            let key: xdns_kit_pend_key = from_bytes(&k)?;
-            if let Some(p) = self.claim_key(&key)? {
-                out.push((addr_of(key.family, &key.server), p));
+            if let Some(p) = self.claim(k.server, k.port, k.id)? {
+                out.push((k.server, p));
             }
         }
         Ok(out)
+    }
+
+    /// Every query pending now, with its key, without claiming any: read in batches (a few
+    /// syscalls per scan, not one per entry).
+    pub fn entries(&self) -> Result<Vec<(PendKey, KitPending)>> {
+        let of = |k: &[u8], v: &[u8]| -> Result<(PendKey, KitPending)> {
+            let key: xdns_kit_pend_key = from_bytes(k)?;
+            let p: xdns_kit_pend = from_bytes(v)?;
+            Ok((PendKey { server: addr_of(key.family, &key.server), port: u16::from_be(key.port), id: u16::from_be(key.id) }, KitPending::of(&p)))
+        };
+        let mut out = Vec::new();
+        for (k, v) in self.pending.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {
+            out.push(of(&k, &v)?);
+        }
+        if out.is_empty() && self.pending.keys().next().is_some() {
+            // the batch read gave nothing on a map that has entries: one by one
+            for k in self.pending.keys() {
+                let Some(v) = self.pending.lookup(&k, MapFlags::ANY)? else { continue };
+                out.push(of(&k, &v)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The cut `name` as the kernel knows it now (written by userspace, or learnt by the
+    /// kernel from a referral); `None` when absent (or a hash collision of another name).
+    pub fn zone(&self, name: &[u8]) -> Result<Option<KitZone>> {
+        let k = self.zone_key(name);
+        let Some(v) = self.zones.lookup(bytes_of(&k), MapFlags::ANY)? else { return Ok(None) };
+        let v: xdns_kit_zone = from_bytes(&v)?;
+        let z = zone_of_value(&v);
+        Ok(z.name.eq_ignore_ascii_case(name).then_some(z))
     }
 
     /// Pending entries now.
@@ -413,6 +440,13 @@ impl KitMaps {
         }
         Ok(c)
     }
+}
+
+/// A cut as `xdns_kit_zones` holds it.
+fn zone_of_value(v: &xdns_kit_zone) -> KitZone {
+    let mut addrs: Vec<IpAddr> = v.a4[..usize::from(v.n4).min(ADDRS)].iter().map(|a| IpAddr::V4(Ipv4Addr::from(*a))).collect();
+    addrs.extend(v.a6[..usize::from(v.n6).min(ADDRS)].iter().map(|a| IpAddr::V6(Ipv6Addr::from(*a))));
+    KitZone { name: v.name[..usize::from(v.name_len).min(v.name.len())].to_vec(), addrs, expires_ns: v.expires_ns }
 }
 
 /// The cut `p` was sent to (lowercased wire name): the suffix of its question name of

@@ -439,6 +439,11 @@ impl Resolver {
         }
     }
 
+    /// Resolutions running now (one per question, however many wait for it).
+    pub fn inflight_len(&self) -> usize {
+        lock(&self.inflight).len()
+    }
+
     /// Resolves `key`: from the cache if fresh, else upstream. Concurrent questions for the
     /// same key share one resolution.
     pub async fn resolve(self: &Arc<Self>, key: CacheKey) -> Resolution {
@@ -532,6 +537,38 @@ impl Resolver {
             });
         }
         rx.await.unwrap_or(Err(ResolveError::Failed))
+    }
+
+    /// [`Resolver::coalesced_from`] with the leader's work done in the caller's future, not a
+    /// task of its own: with a final answer in hand it completes at its first poll (kernel
+    /// iteration's ring reader answers a batch of clients with one `sendmmsg`). The caller
+    /// must drive the future to its end (never drop it half-way: a resolution joined
+    /// meanwhile waits for it).
+    async fn coalesced_inline(self: &Arc<Self>, key: CacheKey, first: handed::First) -> Resolution {
+        let joined = {
+            let mut m = lock(&self.inflight);
+            match m.get_mut(&key) {
+                Some(w) => {
+                    let (tx, rx) = oneshot::channel();
+                    w.push(tx);
+                    self.counters.coalesced.fetch_add(1, Relaxed);
+                    Some(rx)
+                }
+                None => {
+                    m.insert(key.clone(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = joined {
+            return rx.await.unwrap_or(Err(ResolveError::Failed));
+        }
+        let r = self.resolve_uncached(&key, Some(first)).await;
+        let waiters = lock(&self.inflight).remove(&key).unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(r.clone());
+        }
+        r
     }
 
     async fn resolve_uncached(self: &Arc<Self>, key: &CacheKey, first: Option<handed::First>) -> Resolution {

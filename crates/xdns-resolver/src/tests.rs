@@ -1508,6 +1508,94 @@ async fn handed_final_answers_are_cached_as_the_resolvers_own() {
     }
 }
 
+/// The inline variant (the daemon's ring reader): a final answer in hand is done at the
+/// first poll (nothing awaited: the reply goes out with its batch), cached exactly as
+/// `resolve_handed` caches it; a referral driven on gives the same answer, and a resolution
+/// of the same question asked meanwhile shares it (one resolution).
+#[tokio::test]
+async fn handed_inline_final_answers_are_ready_at_the_first_poll() {
+    use std::future::Future;
+    let name = "www.example.test.";
+    let own = setup(cfg());
+    let want = own.res.resolve(key(name, rtype::A)).await.unwrap();
+    let s = setup(cfg());
+    s.res.resolve(key("ns1.example.test.", rtype::A)).await.unwrap();
+    let reply = asked_directly(&s.net, "198.18.3.1", name, rtype::A).await;
+    let mut fut = Box::pin(s.res.resolve_handed_inline(key(name, rtype::A), handed("example.test.", "198.18.3.1", reply)));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let std::task::Poll::Ready((r, used)) = fut.as_mut().poll(&mut cx) else { panic!("a final answer in hand must not wait") };
+    assert_eq!(used, crate::HandedUse::Answer);
+    assert_eq!(r.unwrap().body, want.body);
+    assert!(s.res.cached(&key(name, rtype::A)).is_some());
+    assert!(s.res.inflight_len() == 0, "the leader's place is given back");
+    // a referral from the root, driven to its end, and the same question asked meanwhile:
+    // one resolution, the same answer for both
+    let s = setup(cfg());
+    let reply = asked_directly(&s.net, "198.18.0.1", name, rtype::A).await;
+    let (inline, joiner) = tokio::join!(
+        s.res.resolve_handed_inline(key(name, rtype::A), handed(".", "198.18.0.1", reply)),
+        s.res.resolve(key(name, rtype::A))
+    );
+    let (r, used) = inline;
+    assert_eq!(used, crate::HandedUse::Referral);
+    let a = r.unwrap();
+    assert_eq!(joiner.unwrap().body, a.body, "the joiner gets the leader's answer");
+    assert_eq!(a.body, want.body);
+    assert_eq!(s.net.count("198.18.3.1"), 1, "one resolution, not two");
+}
+
+/// Redundant queries (kernel iteration's failure prevention, sent by the daemon): asked as
+/// the resolver asks its own (the spoofer's forged ID, case, question and source are not
+/// taken: the genuine answer, or nothing from a server that only forges), the reply used
+/// as a handed one; the wait before one is `fanout_delay` for a server with no answer yet
+/// (or only timeouts), twice its SRTT when longer; three kernel queries lost to a redundant
+/// answer hold the silent server down, and a held server is never the redundant choice.
+#[tokio::test]
+async fn redundant_queries_follow_the_resolvers_rules() {
+    let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+    // a timeout long enough for a wait of twice a first SRTT (still mostly the initial 200 ms)
+    let s = setup(Config { upstream_timeout: Duration::from_millis(1000), ..cfg() });
+    let delay = s.res.config().fanout_delay;
+    assert_eq!(s.res.redundant_after(ip("198.18.9.9")), Some(delay), "no sample yet");
+    // forgeries first, then the real reply: only the real one is taken
+    let rejected = s.res.counters.rejected_replies.load(Relaxed);
+    let h = s.res.ask_redundant(&n("spoofed.test."), ip("198.18.5.1"), &n("www.spoofed.test."), rtype::A).await.unwrap();
+    assert!(s.res.counters.rejected_replies.load(Relaxed) > rejected, "the forgeries were seen and rejected");
+    assert_eq!(h.server, "198.18.5.1:53".parse().unwrap());
+    let (r, used) = s.res.resolve_handed(key("www.spoofed.test.", rtype::A), h).await;
+    assert_eq!(used, crate::HandedUse::Answer);
+    assert_eq!(a_records(&replay(&r.unwrap(), s.clock.load(Relaxed))), vec![ip("198.18.5.80")]);
+    // a server that only forges: nothing
+    assert!(s.res.ask_redundant(&n("poisoned.test."), ip("198.18.5.2"), &n("www.poisoned.test."), rtype::A).await.is_none());
+    // bailiwick: test.'s referral to evil.test. carries out-of-bailiwick glue (ns.example.net.
+    // 6.6.6.6); asked redundantly, it is classified as the kernel's would be: never used
+    let h = s.res.ask_redundant(&n("test."), ip("198.18.1.1"), &n("www.evil.test."), rtype::A).await.unwrap();
+    let (r, used) = s.res.resolve_handed(key("www.evil.test.", rtype::A), h).await;
+    assert_eq!(used, crate::HandedUse::Referral);
+    assert_eq!(a_records(&replay(&r.unwrap(), 0)), vec![ip("198.18.2.81")]);
+    assert_eq!(s.net.count("6.6.6.6"), 0, "the out-of-bailiwick glue was not used");
+    // the zone said asked must hold the name: a reply for a name outside it is lame
+    let h = s.res.ask_redundant(&n("test."), ip("198.18.2.1"), &n("www.example.net."), rtype::A).await.unwrap();
+    let (_, used) = s.res.resolve_handed(key("www.example.net.", rtype::A), h).await;
+    assert_eq!(used, crate::HandedUse::Lame);
+    // a fast server's wait follows its RTT, not below fanout_delay
+    let w = s.res.redundant_after(ip("198.18.5.1")).unwrap();
+    assert!(w >= delay && w < s.res.handed_wait(ip("198.18.5.1")), "{w:?}");
+    // a silent server: lost three times, held down, never chosen while held
+    let dead = ip("198.18.9.9");
+    assert!(!s.res.note_handed_lost(dead));
+    assert_eq!(s.res.redundant_after(dead), Some(delay), "timeouts are no sample: fanout_delay again");
+    assert!(!s.res.note_handed_lost(dead));
+    assert!(s.res.note_handed_lost(dead), "held down at the third");
+    assert!(s.res.held_down(dead));
+    assert_eq!(s.res.redundant_server(&[dead, ip("198.18.5.1")], &[ip("198.18.5.1")]), None);
+    assert_eq!(s.res.redundant_server(&[dead, ip("198.18.5.1")], &[dead]), Some(ip("198.18.5.1")));
+    assert_eq!(s.res.redundant_server(&[ip("198.18.5.1")], &[ip("198.18.5.1")]), None, "no other server");
+    // one server at a time: no redundant queries
+    let one = setup(Config { fanout: 1, ..cfg() });
+    assert_eq!(one.res.redundant_after(ip("198.18.9.9")), None);
+}
+
 /// Replies the iteration cannot take leave the question to an ordinary resolution (which
 /// still gets the right answer), and say why; out-of-bailiwick glue in a handed referral is
 /// never used.

@@ -6,7 +6,9 @@
 //!   (`pass_kit_response`) arrives on it.
 //! - [`spawn`] starts a thread that reads the kernel's ring buffer `xdns_kit_events` in
 //!   batches: each record is a final response with the pending entry the kernel claimed for
-//!   it (the usual way), used as below. It also starts the tasks that read the reserved
+//!   it (the usual way), used as below, on that thread ([`finish_ring`]): the resolution
+//!   runs inline and a final answer is done at once, so the replies of one wake-up's
+//!   records go out together, one `sendmmsg` per listen socket. It also starts the tasks that read the reserved
 //!   ports, where a response arrives when the ring was full or it was too long: it claims
 //!   its pending entry (deletes it from `xdns_kit_pending`; only the claimer answers), is
 //!   checked again as the userspace
@@ -19,6 +21,10 @@
 //!   unknown) leaves the question to an ordinary resolution. A timer (20 ms) claims the
 //!   entries that waited past [`xdns_resolver::Resolver::handed_wait`] (from the server's
 //!   RTT), raises the server's SRTT to the time waited and resolves them from scratch.
+//!   Before that, an entry unanswered for the server's expected time gets a redundant query
+//!   ([`redundant`]: the same question to another server of the cut, by the resolver's own
+//!   exchange); the first valid answer claims the entry and wins, and a server that keeps
+//!   losing is held down and taken out of the kernel's cuts ([`ZoneWriter::drop_held`]).
 //! - The zone map ([`ZoneWriter`]): the root from the hints when the tasks start, then the
 //!   delegations the resolver learns ([`xdns_resolver::Resolver::delegations`]: the cut, its
 //!   servers' addresses from in-bailiwick glue or resolved NS names, the earlier expiry of
@@ -34,6 +40,7 @@
 //!   (`response_<use>`) and of entries the timer claimed (`timeout`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -41,7 +48,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
-use xdns_bpf::kit::{KitMaps, KitPending, KitZone};
+use xdns_bpf::kit::{KitMaps, KitPending, KitZone, PendKey};
 use xdns_zone::Transport;
 
 use crate::config::Config;
@@ -195,6 +202,71 @@ fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPendi
     }
 }
 
+/// A reply ready for its client: sent with the others of its ring batch (one `sendmmsg`).
+type Ready = (crate::server::udp::Pending, Vec<u8>);
+
+/// Resolutions [`finish_ring`] spawned that have not answered yet (those not done at their
+/// first poll: a referral to follow, a CNAME leaving the zone, an unusable response).
+static RING_SPAWNED: AtomicU64 = AtomicU64::new(0);
+
+/// [`finish`] for a record of the ring buffer, on the ring reader's thread: the reply to a
+/// final answer is built here, at once (the resolution run in this thread,
+/// [`crate::recursion::resolve_handed_and_answer`], done at its first poll: cached as the
+/// resolver caches its own, pushed to the kernel cache) and pushed onto `batch`, sent with
+/// the rest of the batch by one `sendmmsg` ([`crate::server::udp::send_batch`]). A
+/// resolution not done at its first poll goes on in a task of its own, which answers. With
+/// no usable response, or `cap` such tasks already running (the resolver's `max_pending`
+/// bounds these as it bounds the queue), the question goes through the resolver's queue as
+/// before ([`finish`]).
+fn finish_ring(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>, batch: &mut Vec<Ready>, cap: u64) {
+    let h = match handed {
+        Some(h) if RING_SPAWNED.load(Relaxed) < cap => h,
+        other => return finish(shared, socks, p, other, false),
+    };
+    let Some(rec) = shared.recursion.get().cloned() else { return };
+    let Some(sock) = answer_socket(socks, &p) else {
+        tracing::debug!(client = %p.client, "kernel iteration: no listen socket for the address asked");
+        return;
+    };
+    let msg = client_query(&p);
+    let served = shared.served.load();
+    let payload = served.respond.edns_payload;
+    let mut out = Vec::new();
+    match crate::recursion::route(&rec, &served.zones, &msg, p.client.ip(), Transport::Udp, payload, &mut out) {
+        crate::recursion::Route::Answered(outcome) => {
+            rec.shard.record(Transport::Udp, outcome);
+            let Ok(q) = xdns_wire::Query::parse(&msg) else { return };
+            let Some(qq) = q.question.as_ref() else { return };
+            let key = xdns_resolver::KeyRef { qname: qq.key(), qtype: qq.qtype, dnssec_ok: p.dnssec_ok }.to_owned_key();
+            note_use(xdns_resolver::HandedUse::Joined);
+            batch.push((crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key, None), out));
+        }
+        crate::recursion::Route::Resolve(q, key) => {
+            let pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, None);
+            let mut fut = Box::pin(async move {
+                let (out, outcome) = crate::recursion::resolve_handed_and_answer(&rec, &pend.query, pend.key.clone(), payload, h).await;
+                rec.shard.record(Transport::Udp, outcome);
+                (pend, out)
+            });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match fut.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(ready) => batch.push(ready),
+                std::task::Poll::Pending => {
+                    // driven to its end in a task (a resolution joined meanwhile waits for it)
+                    RING_SPAWNED.fetch_add(1, Relaxed);
+                    note(&SPAWNED);
+                    tokio::spawn(async move {
+                        let (mut pend, mut out) = fut.await;
+                        let _ = pend.send(&mut out);
+                        RING_SPAWNED.fetch_sub(1, Relaxed);
+                    });
+                }
+            }
+        }
+        crate::recursion::Route::Authoritative => {}
+    }
+}
+
 /// Start reading the reserved ports and the timer for servers that never answer. Writes the
 /// root (from the hints) into the zone map first.
 pub fn spawn(
@@ -218,6 +290,7 @@ pub fn spawn(
     }
     kit.set_zone(&root)?;
     let timeout = rs.resolver.upstream_timeout;
+    let spawn_cap = (rs.max_pending as u64 / 2).max(1);
     let kit = Arc::new(kit);
     let _ = MAPS.set(kit.clone());
     let socks = Arc::new(socks);
@@ -240,6 +313,10 @@ pub fn spawn(
             if writer.due(generation, now) {
                 let d = rec.resolver.delegations(xdns_bpf::kit::ADDRS);
                 writer.sync(&*kit_w, d, generation, now);
+            }
+            if HELD.swap(false, Relaxed) {
+                let n = writer.drop_held(&*kit_w, |ip| rec.resolver.held_until(ip));
+                HELD_REMOVED.fetch_add(n as u64, Relaxed);
             }
             ticks += 1;
             if ticks % 250 == 0 {
@@ -266,7 +343,30 @@ pub fn spawn(
                 let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
                 finish(&shared, &socks, e.pending, handed, direct);
             };
-            if let Err(e) = kit.read_events(Duration::from_millis(100), &flag_t, |e| handle(e, false)) {
+            // the replies of one wake-up's records, sent together when the batch is read
+            let batch = std::cell::RefCell::new(Vec::<Ready>::new());
+            let each = |e: xdns_bpf::kit::KitEvent| {
+                note(&RING);
+                let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
+                finish_ring(&shared, &socks, e.pending, handed, &mut batch.borrow_mut(), spawn_cap);
+            };
+            let done = || {
+                let mut b = batch.borrow_mut();
+                if b.is_empty() {
+                    return;
+                }
+                note(&BATCHES);
+                BATCHED.fetch_add(b.len() as u64, Relaxed);
+                let failed = crate::server::udp::send_batch(&mut b);
+                if failed > 0 {
+                    if let Some(rec) = shared.recursion.get() {
+                        for _ in 0..failed {
+                            crate::stats::Shard::drop(&rec.shard, crate::stats::DropKind::SendFailed);
+                        }
+                    }
+                }
+            };
+            if let Err(e) = kit.read_events(Duration::from_millis(100), &flag_t, each, done) {
                 tracing::warn!(error = %e, "kernel iteration: reading the kernel's responses");
             }
             for e in kit.take_events().unwrap_or_default() {
@@ -302,23 +402,34 @@ pub fn spawn(
         // asks the best servers, with its own timeouts); the wait raises the server's SRTT.
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut asked = HashMap::new();
         loop {
             tokio::select! {
                 _ = crate::server::stopped(&mut stop) => break,
                 _ = tick.tick() => {}
             }
             let rec = shared.recursion.get().cloned();
-            let waits = std::cell::RefCell::new(HashMap::<IpAddr, u64>::new());
-            let wait = |ip: IpAddr| {
-                *waits.borrow_mut().entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
+            let mut waits = HashMap::<IpAddr, u64>::new();
+            let mut wait = |ip: IpAddr| {
+                *waits.entry(ip).or_insert_with(|| rec.as_ref().map_or(timeout, |r| r.resolver.handed_wait(ip)).as_nanos() as u64)
             };
             let now = monotonic_ns();
-            for (server, p) in kit.claim_stale(now, wait).unwrap_or_default() {
+            let entries = kit.entries().unwrap_or_default();
+            let mut live = Vec::with_capacity(entries.len());
+            for (k, p) in entries {
+                if p.sent_ns.saturating_add(wait(k.server)) > now {
+                    live.push((k, p));
+                    continue;
+                }
+                let Ok(Some(p)) = kit.claim(k.server, k.port, k.id) else { continue };
                 note(&TIMEOUTS);
                 if let Some(r) = &rec {
-                    r.resolver.note_handed_timeout(server, Duration::from_nanos(now.saturating_sub(p.sent_ns)));
+                    r.resolver.note_handed_timeout(k.server, Duration::from_nanos(now.saturating_sub(p.sent_ns)));
                 }
                 finish(&shared, &socks, p, None, false);
+            }
+            if let Some(r) = &rec {
+                redundant(&kit, r, &shared, &socks, live, now, &mut asked);
             }
         }
         // Stopping (a takeover's new program may already hold the links: responses to the
@@ -331,6 +442,115 @@ pub fn spawn(
     }));
     Ok(tasks)
 }
+
+/// Redundant queries (AtesN-DS's failure prevention, sent by userspace): every pending
+/// kernel query of `live` that has waited [`xdns_resolver::Resolver::redundant_after`] (the
+/// server's expected time) and was not asked again yet gets the same question sent, by the
+/// resolver's own exchange (random ID and port, 0x20 case, the reply taken only from that
+/// server with that ID and question), to another address of the cut the kernel asked
+/// ([`xdns_resolver::Resolver::redundant_server`]). The first valid answer wins through the
+/// entry's single claim: the redundant reply claims the kernel's entry (one
+/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM`) and, if it got it, is used as the kernel's response
+/// would be ([`finish`]: the resolver's bailiwick rules, cached once, the client answered
+/// once), the silent server charged a timeout (three hold it down: then
+/// [`ZoneWriter::drop_held`] takes it out of the kernel's cuts); the kernel's own response,
+/// if it comes later, finds no entry (`drop_kit_unsolicited`). If the kernel's response (or
+/// the timer) claimed the entry first, the redundant reply is dropped unused and uncached.
+/// A server that does not answer the redundant query either is followed, `redundant_after`
+/// later, by the next (at most [`REDUNDANT_MAX`] per kernel query). `asked` holds, per entry
+/// asked again, the servers asked and when the last was (forgotten once the entry is gone).
+fn redundant(
+    kit: &Arc<KitMaps>,
+    rec: &Arc<crate::recursion::Recursion>,
+    shared: &Arc<Shared>,
+    socks: &Arc<Vec<(SocketAddr, Arc<Socket>)>>,
+    live: Vec<(PendKey, KitPending)>,
+    now: u64,
+    asked: &mut HashMap<PendKey, (Vec<IpAddr>, u64)>,
+) {
+    let keys: std::collections::HashSet<PendKey> = live.iter().map(|(k, _)| *k).collect();
+    asked.retain(|k, _| keys.contains(k));
+    let mut afters = HashMap::<IpAddr, Option<Duration>>::new();
+    // Many kernel queries late at once is this host behind (its own load: the responses wait
+    // in its queues), not a server down: redundant queries would add load and charge healthy
+    // servers timeouts (a cascade). Then none is sent this scan.
+    let overdue = live
+        .iter()
+        .filter(|(k, p)| {
+            !asked.contains_key(k)
+                && afters
+                    .entry(k.server)
+                    .or_insert_with(|| rec.resolver.redundant_after(k.server))
+                    .is_some_and(|a| p.sent_ns.saturating_add(a.as_nanos() as u64) <= now)
+        })
+        .count();
+    if overdue > REDUNDANT_OVERDUE_MAX {
+        REDUNDANT_SKIPPED.fetch_add(overdue as u64, Relaxed);
+        return;
+    }
+    // the cuts looked up this scan (one map lookup per cut, not per entry)
+    let mut cuts = HashMap::<Vec<u8>, Option<KitZone>>::new();
+    for (k, p) in live {
+        let Some(after) = *afters.entry(k.server).or_insert_with(|| rec.resolver.redundant_after(k.server)) else { continue };
+        let after = after.as_nanos() as u64;
+        if REDUNDANT_INFLIGHT.load(Relaxed) >= REDUNDANT_INFLIGHT_MAX {
+            REDUNDANT_SKIPPED.fetch_add(1, Relaxed);
+            continue;
+        }
+        // the first redundant query once the kernel's has waited `after`; the next ones (to
+        // servers not asked yet, at most REDUNDANT_MAX) each `after` later, as ask() staggers
+        let (tried, last) = asked.get(&k).cloned().unwrap_or_else(|| (vec![k.server], p.sent_ns));
+        if tried.len() > REDUNDANT_MAX || last.saturating_add(after) > now {
+            continue;
+        }
+        let Some(zone) = kit.zone_of(&p) else { continue };
+        let cut = cuts.entry(zone.clone()).or_insert_with(|| kit.zone(&zone).ok().flatten());
+        let other = cut.as_ref().and_then(|c| rec.resolver.redundant_server(&c.addrs, &tried));
+        let mut tried = tried;
+        let Some(other) = other else {
+            // no other server (now): not looked at again for this entry
+            tried.resize(REDUNDANT_MAX + 1, k.server);
+            asked.insert(k, (tried, now));
+            continue;
+        };
+        tried.push(other);
+        asked.insert(k, (tried, now));
+        note(&REDUNDANT_SENT);
+        REDUNDANT_INFLIGHT.fetch_add(1, Relaxed);
+        let (kit, rec, shared, socks) = (kit.clone(), rec.clone(), shared.clone(), socks.clone());
+        tokio::spawn(async move {
+            let h = rec.resolver.ask_redundant(&zone, other, &p.qname, p.qtype).await;
+            REDUNDANT_INFLIGHT.fetch_sub(1, Relaxed);
+            let Some(h) = h else {
+                note(&REDUNDANT_FAILED);
+                return;
+            };
+            match kit.claim(k.server, k.port, k.id) {
+                Ok(Some(p)) => {
+                    note(&REDUNDANT_WON);
+                    if rec.resolver.note_handed_lost(k.server) {
+                        HELD.store(true, Relaxed);
+                    }
+                    finish(&shared, &socks, p, Some(h), false);
+                }
+                // answered already (the kernel's response, the timer, another redundant
+                // reply): this one is dropped, unused and uncached
+                _ => note(&REDUNDANT_LOST),
+            }
+        });
+    }
+}
+
+/// Redundant queries per kernel query at most (each to a server of the cut not asked yet).
+const REDUNDANT_MAX: usize = 3;
+/// Kernel queries late at once past which a scan sends no redundant query (the host is
+/// behind, not a server down).
+const REDUNDANT_OVERDUE_MAX: usize = 64;
+/// Redundant queries waiting for their reply at most.
+const REDUNDANT_INFLIGHT_MAX: u64 = 64;
+static REDUNDANT_INFLIGHT: AtomicU64 = AtomicU64::new(0);
+/// Redundant queries not sent: too many late at once, or too many in flight.
+static REDUNDANT_SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Where [`ZoneWriter`] writes: `xdns_kit_zones` ([`KitMaps`]), or a map in memory (tests).
 pub trait ZoneMap {
@@ -426,6 +646,40 @@ impl ZoneWriter {
 }
 
 impl ZoneWriter {
+    /// Takes the servers held down (`held`: until when, the kernel's clock) out of every cut
+    /// of the map but the root, the kernel's own (learnt from referrals) included, where the
+    /// cut keeps another address. A cut the kernel learnt then expires when the hold ends
+    /// (the kernel learns it again, all its glue, from the next referral: the server is asked
+    /// again, as the resolver asks a server whose hold ended); the writer's cuts are written
+    /// again from the resolver's delegations at the next copy. Returns the addresses removed.
+    pub fn drop_held(&mut self, map: &dyn ZoneMap, held: impl Fn(IpAddr) -> Option<u64>) -> usize {
+        let Ok(cuts) = map.cuts() else { return 0 };
+        let mut removed = 0;
+        for mut z in cuts {
+            let before = z.addrs.len();
+            let mut until = u64::MAX;
+            z.addrs.retain(|a| match held(*a) {
+                Some(t) => {
+                    until = until.min(t);
+                    false
+                }
+                None => true,
+            });
+            if z.name.as_slice() == [0] || z.addrs.is_empty() || z.addrs.len() == before {
+                continue;
+            }
+            if !self.written.contains_key(&z.name) {
+                z.expires_ns = z.expires_ns.min(until);
+            }
+            if map.set_zone(&z).is_ok() {
+                removed += before - z.addrs.len();
+                self.written.remove(&z.name);
+            }
+        }
+        self.generation = None;
+        removed
+    }
+
     /// Removes the expired cuts the writer did not write: those the kernel learnt from the
     /// referrals it followed (bpf/README.md, "Referrals"). The kernel ignores an expired cut
     /// and never deletes one, so without this they would fill the map and the writer's cuts
@@ -453,6 +707,22 @@ static NO_ZONE: AtomicU64 = AtomicU64::new(0);
 static RING: AtomicU64 = AtomicU64::new(0);
 /// Entries the timer claimed (the server never answered): resolved from scratch.
 static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+/// Wake-ups of the ring reader that sent replies, and the replies they sent (one
+/// `sendmmsg` per listen socket per wake-up).
+static BATCHES: AtomicU64 = AtomicU64::new(0);
+static BATCHED: AtomicU64 = AtomicU64::new(0);
+/// Resolutions of ring records not done at once, answered from a task of their own.
+static SPAWNED: AtomicU64 = AtomicU64::new(0);
+/// Redundant queries sent, and what became of them: no valid reply, won (the reply used),
+/// lost (the kernel's response or the timer claimed the entry first: dropped).
+static REDUNDANT_SENT: AtomicU64 = AtomicU64::new(0);
+static REDUNDANT_FAILED: AtomicU64 = AtomicU64::new(0);
+static REDUNDANT_WON: AtomicU64 = AtomicU64::new(0);
+static REDUNDANT_LOST: AtomicU64 = AtomicU64::new(0);
+/// A server became held down by a redundant win: the writer takes it out of the cuts.
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Addresses taken out of the kernel's cuts because held down.
+static HELD_REMOVED: AtomicU64 = AtomicU64::new(0);
 /// Cuts the writer holds in the zone map (besides the root).
 static ZONES: AtomicU64 = AtomicU64::new(0);
 
@@ -491,11 +761,20 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     }
     v.push(("response_no_zone".into(), NO_ZONE.load(Relaxed)));
     v.push(("timeout".into(), TIMEOUTS.load(Relaxed)));
+    v.push(("reply_batches".into(), BATCHES.load(Relaxed)));
+    v.push(("replies_batched".into(), BATCHED.load(Relaxed)));
+    v.push(("replies_spawned".into(), SPAWNED.load(Relaxed)));
+    v.push(("redundant_sent".into(), REDUNDANT_SENT.load(Relaxed)));
+    v.push(("redundant_failed".into(), REDUNDANT_FAILED.load(Relaxed)));
+    v.push(("redundant_won".into(), REDUNDANT_WON.load(Relaxed)));
+    v.push(("redundant_lost".into(), REDUNDANT_LOST.load(Relaxed)));
+    v.push(("redundant_skipped".into(), REDUNDANT_SKIPPED.load(Relaxed)));
+    v.push(("held_removed".into(), HELD_REMOVED.load(Relaxed)));
     v.push(("zones".into(), ZONES.load(Relaxed)));
     s.groups.insert(
         "kit".into(),
         crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, cuts in the zone map.",
+            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed), cuts in the zone map.",
             "counter",
             v,
         ),
@@ -617,6 +896,28 @@ mod tests {
         assert_eq!(held(&m), [".", "lab.", "live.lab."]);
         assert_eq!(w.sweep(&m, 600), 1);
         assert_eq!(held(&m), [".", "lab."]);
+    }
+
+    #[test]
+    fn held_servers_leave_every_cut_that_keeps_another() {
+        let m = MemMap::default();
+        let mut w = ZoneWriter::new(10);
+        w.sync(&m, vec![deleg("lab.", &["198.18.1.1", "198.18.9.9"], 100)], 1, 10);
+        let kz = |n: &str, a: &[&str]| KitZone { name: wire(n), addrs: a.iter().map(|x| x.parse().unwrap()).collect(), expires_ns: 500 };
+        for z in [kz(".", &["198.18.9.9", "198.18.0.1"]), kz("slow.lab.", &["198.18.9.9", "2001:db8::9", "198.18.2.1"]), kz("dead.lab.", &["198.18.9.9"])] {
+            m.zones.lock().unwrap().insert(z.name.clone(), z);
+        }
+        let held = |a: IpAddr| (a == "198.18.9.9".parse::<IpAddr>().unwrap()).then_some(300);
+        assert_eq!(w.drop_held(&m, held), 2, "lab. (the writer's) and slow.lab. (the kernel's)");
+        let z = m.zones.lock().unwrap();
+        assert_eq!(z[&wire("slow.lab.")].addrs.len(), 2);
+        assert_eq!(z[&wire("slow.lab.")].expires_ns, 300, "the kernel's cut expires when the hold ends");
+        assert_eq!(z[&wire("lab.")].addrs, vec!["198.18.1.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(z[&wire("lab.")].expires_ns, 100, "the writer's keeps its expiry");
+        assert_eq!(z[&wire("dead.lab.")].addrs.len(), 1, "its only server stays");
+        assert_eq!(z[&wire(".")].addrs.len(), 2, "the root (the hints) is left alone");
+        drop(z);
+        assert!(w.due(1, 11), "the writer copies the resolver's delegations again");
     }
 
     #[test]

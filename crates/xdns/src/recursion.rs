@@ -564,6 +564,32 @@ pub async fn resolve_and_answer(
         }
         None => rec.resolver.resolve(key).await,
     };
+    answer_resolution(rec, q, r, transport, edns_payload)
+}
+
+/// [`resolve_and_answer`] for a reply kernel iteration handed over, the resolution run in
+/// this future ([`xdns_resolver::Resolver::resolve_handed_inline`]): a final answer is
+/// ready at the first poll. The caller drives it to its end (`crate::kit`'s ring reader).
+pub async fn resolve_handed_and_answer(
+    rec: &Arc<Recursion>,
+    q: &Query,
+    key: CacheKey,
+    edns_payload: u16,
+    handed: xdns_resolver::Handed,
+) -> (Vec<u8>, Outcome) {
+    let (r, used) = rec.resolver.resolve_handed_inline(key, handed).await;
+    crate::kit::note_use(used);
+    answer_resolution(rec, q, r, Transport::Udp, edns_payload)
+}
+
+/// The reply to `q` from a resolution's result (SERVFAIL counted on failure).
+fn answer_resolution(
+    rec: &Arc<Recursion>,
+    q: &Query,
+    r: Result<Arc<xdns_wire::CachedAnswer>, xdns_resolver::ResolveError>,
+    transport: Transport,
+    edns_payload: u16,
+) -> (Vec<u8>, Outcome) {
     let mut out = Vec::new();
     let outcome = match &r {
         Ok(a) => answer(

@@ -200,6 +200,94 @@ impl Resolver {
         self.note_slow(SocketAddr::new(server, 53), waited);
     }
 
+    /// How long a query someone else (the kernel) sent to `server` goes unanswered before
+    /// the same question is asked of another server of its zone (a redundant query,
+    /// AtesN-DS's failure prevention), as [`Resolver::ask`] staggers its own: `fanout_delay`,
+    /// or twice the server's SRTT when it has answered before and that is longer. `None`
+    /// when the resolver asks one server at a time (`fanout` 1) or the wait would reach
+    /// [`Resolver::handed_wait`] (the question is then taken back instead).
+    pub fn redundant_after(&self, server: IpAddr) -> Option<Duration> {
+        let cfg = self.cfg.load();
+        if cfg.fanout <= 1 {
+            return None;
+        }
+        let srtt = lock(&self.infra.rtt).get(&server).filter(|r| r.timeouts == 0).map(|r| r.srtt_us);
+        let after = match srtt {
+            Some(us) => cfg.fanout_delay.max(Duration::from_micros(us.saturating_mul(2))),
+            None => cfg.fanout_delay,
+        };
+        (after < self.handed_wait(server)).then_some(after)
+    }
+
+    /// The server to ask redundantly among `addrs` (the cut's, as the kernel knows it) other
+    /// than those `asked`: of a family the resolver asks, not held down, the fastest known.
+    pub fn redundant_server(&self, addrs: &[IpAddr], asked: &[IpAddr]) -> Option<IpAddr> {
+        let mut v: Vec<SocketAddr> = addrs
+            .iter()
+            .filter(|a| !asked.contains(a) && self.family_ok(a))
+            .map(|a| SocketAddr::new(*a, self.cfg.load().upstream_port))
+            .collect();
+        self.sort_by_rtt(&mut v, self.now_ns());
+        v.first().map(|s| s.ip()).filter(|ip| !self.held_down(*ip))
+    }
+
+    /// True while `server` is held down (it timed out repeatedly).
+    pub fn held_down(&self, server: IpAddr) -> bool {
+        self.held_until(server).is_some()
+    }
+
+    /// When `server`'s hold-down ends (the resolver's clock), while it is held down.
+    pub fn held_until(&self, server: IpAddr) -> Option<u64> {
+        let now = self.now_ns();
+        lock(&self.infra.rtt).get(&server).map(|r| r.held_until_ns).filter(|&t| t > now)
+    }
+
+    /// Asks `server`, a server of `zone`, the question `qname`/`qtype` (the full name, RD=0)
+    /// as the resolver asks its own: a random ID, a socket of its own (a random port), the
+    /// name in random 0x20 case, and a reply taken only from that server's port 53 with that
+    /// ID and the question byte for byte ([`crate::msg::Expect`]); the zone's and server's
+    /// fetch quota applies, the RTT is noted. The reply as received, as a [`Handed`] for
+    /// [`Resolver::resolve_handed`] (whose bailiwick rules then classify it), when it is
+    /// NOERROR or NXDOMAIN (TC=1 too: the iteration resolves afresh over TCP); `None` for no
+    /// reply, a refusal by the quota, or another RCODE.
+    pub async fn ask_redundant(&self, zone: &[u8], server: IpAddr, qname: &[u8], qtype: u16) -> Option<Handed> {
+        let cfg = self.cfg.load();
+        let server = SocketAddr::new(server, cfg.upstream_port);
+        let slot = self.fetches.acquire(Some(zone), server.ip()).ok()?;
+        let (id, cased) = {
+            use rand::Rng;
+            let mut rng = rand::rng();
+            (rng.random::<u16>(), crate::msg::randomize_case(&qname.to_ascii_lowercase(), &mut rng))
+        };
+        let query = crate::msg::build_query(id, &cased, qtype, false, cfg.edns_payload);
+        let expect = crate::msg::Expect { server, id, qname: cased, qtype, rejected: Default::default() };
+        self.counters.upstream_queries.fetch_add(1, Relaxed);
+        let start = tokio::time::Instant::now();
+        let r = self.net.udp(&query, &expect, cfg.upstream_timeout).await;
+        self.counters.rejected_replies.fetch_add(u64::from(expect.rejected.load(Relaxed)), Relaxed);
+        let elapsed = start.elapsed();
+        slot.finish(r.is_ok());
+        let Ok(bytes) = r else {
+            self.note_rtt(server, None);
+            return None;
+        };
+        self.note_rtt(server, Some(elapsed));
+        let reply = parse_reply(&bytes)?;
+        if !reply.truncated() && reply.rcode() != RCODE_NOERROR && reply.rcode() != RCODE_NXDOMAIN {
+            return None;
+        }
+        Some(Handed { zone: zone.to_ascii_lowercase(), server, reply: bytes, rtt: None })
+    }
+
+    /// The kernel's query to `server` had no answer when another server's answer to the
+    /// redundant query won: counted as a timeout of `server` (three in a row hold it down, as
+    /// the resolver's own exchanges do; any reply of it resets the count). Returns whether
+    /// it is held down now.
+    pub fn note_handed_lost(&self, server: IpAddr) -> bool {
+        self.note_rtt(SocketAddr::new(server, self.cfg.load().upstream_port), None);
+        self.held_down(server)
+    }
+
     /// What `h` is to the question `key`: the class of the reply (bailiwick-scrubbed) when
     /// the iteration can take it, else why not.
     fn handed_class(&self, key: &CacheKey, h: &Handed) -> Result<(Reply, HandedUse), HandedUse> {
@@ -239,6 +327,28 @@ impl Resolver {
         key: CacheKey,
         h: Handed,
     ) -> (Resolution, HandedUse) {
+        self.resolve_handed_as(key, h, false).await
+    }
+
+    /// [`Resolver::resolve_handed`], the resolution run in the caller's future rather than a
+    /// task of its own: a final answer in hand completes at the first poll, nothing
+    /// awaited. The caller must drive the future to its end (a resolution of the same
+    /// question joined meanwhile waits for it): the daemon's ring reader polls it once and
+    /// spawns it when it is not done.
+    pub async fn resolve_handed_inline(
+        self: &Arc<Self>,
+        key: CacheKey,
+        h: Handed,
+    ) -> (Resolution, HandedUse) {
+        self.resolve_handed_as(key, h, true).await
+    }
+
+    async fn resolve_handed_as(
+        self: &Arc<Self>,
+        key: CacheKey,
+        h: Handed,
+        inline: bool,
+    ) -> (Resolution, HandedUse) {
         let now = self.now_ns();
         if let Some(e) = self.answers.get(&key) {
             if e.answer.expires_at_ns > now {
@@ -260,6 +370,9 @@ impl Resolver {
             server: h.server,
             reply,
         };
+        if inline {
+            return (self.coalesced_inline(key, first).await, used);
+        }
         (self.coalesced_from(key, Some(first)).await, used)
     }
 }

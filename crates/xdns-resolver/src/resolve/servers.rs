@@ -124,7 +124,7 @@ impl Resolver {
     }
 
     /// Orders servers by smoothed RTT; held-down servers go last.
-    fn sort_by_rtt(&self, servers: &mut [SocketAddr], now: u64) {
+    pub(super) fn sort_by_rtt(&self, servers: &mut [SocketAddr], now: u64) {
         let mut rng = rand::rng();
         let rtt = lock(&self.infra.rtt);
         let mut keyed: Vec<(bool, u64, SocketAddr)> = servers

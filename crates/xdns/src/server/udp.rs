@@ -201,6 +201,64 @@ impl Pending {
     }
 }
 
+/// Sends each reply of `batch` to its client ([`Pending::send`]'s addresses), one
+/// `sendmmsg` per run of replies from the same socket (at most [`MAX_BATCH`] a call), and
+/// empties `batch`. Returns how many could not be sent (non-blocking: a full socket buffer
+/// drops the reply, as [`Pending::send`] does).
+pub fn send_batch(batch: &mut Vec<(Pending, Vec<u8>)>) -> usize {
+    batch.sort_by_key(|(p, _)| p.sock.as_raw_fd());
+    let mut failed = 0;
+    let mut i = 0;
+    while i < batch.len() {
+        let fd = batch[i].0.sock.as_raw_fd();
+        let mut end = i + 1;
+        while end < batch.len() && end - i < MAX_BATCH && batch[end].0.sock.as_raw_fd() == fd {
+            end += 1;
+        }
+        let run = &mut batch[i..end];
+        let n = run.len();
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(n);
+        let mut ctrl: Vec<[u64; CTRL_WORDS]> = vec![[0; CTRL_WORDS]; n];
+        let mut clens = Vec::with_capacity(n);
+        for (j, (p, out)) in run.iter_mut().enumerate() {
+            crate::dnstap::client_response(p.ends, crate::dnstap::Proto::Udp, out, None);
+            iov.push(libc::iovec { iov_base: out.as_mut_ptr() as *mut libc::c_void, iov_len: out.len() });
+            clens.push(write_pktinfo(&mut ctrl[j], p.pktinfo));
+        }
+        // SAFETY: mmsghdr is plain data; zero is valid, every pointer is set below.
+        let mut hdr: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        for (j, (p, _)) in run.iter_mut().enumerate() {
+            let h = &mut hdr[j].msg_hdr;
+            h.msg_name = &mut p.name as *mut _ as *mut libc::c_void;
+            h.msg_namelen = p.namelen;
+            h.msg_iov = &mut iov[j];
+            h.msg_iovlen = 1;
+            if clens[j] > 0 {
+                h.msg_control = ctrl[j].as_mut_ptr() as *mut libc::c_void;
+                h.msg_controllen = clens[j];
+            }
+        }
+        let mut sent = 0;
+        while sent < n {
+            // SAFETY: headers [sent, n) point into `run`, `iov` and `ctrl`, alive for the call.
+            let r = unsafe { libc::sendmmsg(fd, hdr.as_mut_ptr().add(sent), (n - sent) as libc::c_uint, libc::MSG_DONTWAIT) };
+            if r > 0 {
+                sent += r as usize;
+                continue;
+            }
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // the reply at `sent` failed (buffer full, unreachable): skip it
+            failed += 1;
+            sent += 1;
+        }
+        i = end;
+    }
+    batch.clear();
+    failed
+}
+
 /// The client's IP address from a `recvmmsg` source address.
 fn peer_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
     match i32::from(ss.ss_family) {
