@@ -15,6 +15,7 @@ SHELL := /bin/bash
 #                              own ceiling; chart in bench/out/resolver-delay.png
 #   make bench-guard flood guard: drop rate vs blocked sources (1 .. 1M) for xdns, nftables, iptables,
 #                    an empty XDP program; legitimate answers and time to mitigate; bench/out/guard.png
+#                    first the gate's cost on allowed answers (test run; alone: bench/guard.py --gate-only)
 #   make bench-inpath  in-path cache on a router: xdns hits vs dnsdist's packet cache vs the
 #                      plain router, miss forwarding with and without xdns, bench/out/inpath.png
 #   make bench-latency round-trip p50/p90/p99/p99.9 at a few loads: xdns (XDP native, generic,

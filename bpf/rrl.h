@@ -145,9 +145,10 @@ static __always_inline int xdns_cookie_valid(struct xdp_md *ctx, const struct xd
 
 /*
  * The coarse clock (CLOCK_MONOTONIC_COARSE, the epoch of the daemon's clock offset), read
- * once per tick on each CPU as the cache stage reads it (cache.h, xdns_cache_now: the same
- * scratch fields, the same value): bpf_jiffies64 is an inlined load, while the coarse clock's
- * helper costs about 50 ns an answer in a guest (docs/perf/2026-11-28-rrl-table.md). It lags
+ * once per tick on each CPU as the cache stage reads its own (cache.h, xdns_cache_now):
+ * bpf_jiffies64 is an inlined load, while the coarse clock's helper costs about 50 ns an
+ * answer in a guest (docs/perf/2026-11-28-rrl-table.md). Kept in the guard's first scratch
+ * line with the rest of what an answer touches (docs/perf/2026-11-29-guard-floor.md). It lags
  * by less than two ticks; the bucket's credit is exact at any step, and cookie stamps are in
  * seconds.
  */
@@ -155,11 +156,11 @@ static __always_inline __u64 xdns_rrl_now(struct xdns_scratch *sc)
 {
 	__u64 j = bpf_jiffies64();
 
-	if (j != sc->cache.clock_jiffies) {
-		sc->cache.clock_ns = bpf_ktime_get_coarse_ns();
-		sc->cache.clock_jiffies = j;
+	if (j != sc->guard.clock_jiffies) {
+		sc->guard.clock_ns = bpf_ktime_get_coarse_ns();
+		sc->guard.clock_jiffies = j;
 	}
-	return sc->cache.clock_ns;
+	return sc->guard.clock_ns;
 }
 
 /*

@@ -661,9 +661,11 @@ struct xdns_guard_ctl {
 	__u32 interval;         /* feature interval being counted (starts at 1) */
 	__u32 tier;             /* active tier table: 1 (tiers[0]) or 2 (tiers[1]); 0: the tier is empty */
 	__u32 names;            /* active name list generation (0: no name list) */
+	/* RRL and cookies on kernel answers (rrl.h): beside the selectors, so that an allowed
+	 * answer reads one cache line of this value (docs/perf/2026-11-29-guard-floor.md) */
+	struct xdns_guard_rrl rrl;
 	struct xdns_guard_list lists[2];   /* by source list generation parity */
 	struct xdns_guard_tier tiers[2];
-	struct xdns_guard_rrl rrl;         /* RRL and cookies on kernel answers (rrl.h) */
 };
 
 /*
@@ -718,6 +720,19 @@ struct xdns_guard_qfeat_key {
 
 /* The guard stage's scratch and counters (in struct xdns_scratch). */
 struct xdns_guard_scratch {
+	/* what every answer with the guard on touches (guard.h, rrl.h), together in the first
+	 * cache line (docs/perf/2026-11-29-guard-floor.md): */
+	__u32 src_allowed;      /* this packet's source matched an allow prefix (guard.h; the gate,
+	                         * rrl.h, then never limits it: allowlisted, never rate limited) */
+	__u32 echo_len;         /* this answer's echoed COOKIE option's length (28; 0: none) */
+	__u32 gate_class;       /* the answer's RRL class (XDNS_RRL_*) */
+	__u32 echo_sum;         /* the echoed option's folded sum, as at an even offset */
+	/* the coarse clock (CLOCK_MONOTONIC_COARSE) as of tick clock_jiffies (rrl.h, xdns_rrl_now) */
+	__u64 clock_ns;
+	__u64 clock_jiffies;
+	/* this answer's COOKIE option to echo (rrl.h, xdns_cookie_echo): client and server
+	 * cookie as they lay in the query (read before the body overwrites them) */
+	__u64 echo[3];
 	__u32 name_par;         /* the name check: the list generation's parity ... */
 	__u32 name_hit;         /* ... and 1 once a suffix or the name matched */
 	__u64 allowed;          /* packets whose longest match was an allow prefix */
@@ -731,12 +746,6 @@ struct xdns_guard_scratch {
 	__u64 rfeat_full;       /* answers not counted: the answer feature map refused a new prefix */
 	__u64 nxfeat_full;      /* NXDOMAIN answers not counted: the suffix map refused a new suffix */
 	__u64 cookie_echoed;    /* kernel answers that echoed a fresh valid server cookie (rrl.h) */
-	/* this answer's COOKIE option to echo (rrl.h, xdns_cookie_echo): client and server
-	 * cookie as they lay in the query (read before the body overwrites them), their folded
-	 * sum as at an even offset, and the option's length in echo_len (28; 0: none) */
-	__u64 echo[3];
-	__u32 echo_sum;
-	__u32 echo_len;
 	/* the cookie check's clock in seconds (rrl.h, xdns_cookie_echo), worked out once per
 	 * tick: `sec` for the coarse clock's `sec_ns` under the clock offset `sec_off` */
 	__u64 sec_ns;
@@ -748,14 +757,12 @@ struct xdns_guard_scratch {
 	                         * ANY query into the same entry */
 	__u64 nx_hash;          /* this query's parent suffix (the name check, with features) ... */
 	__u32 nx_len;           /* ... its wire length (0: none) */
-	__u32 src_allowed;      /* this packet's source matched an allow prefix (guard.h; the gate,
-	                         * rrl.h, then never limits it: allowlisted, never rate limited) */
+	__u32 _nx_pad;
 	/*
 	 * The gate's inputs (rrl.h), written by the answer stages before they call it: through
 	 * the scratch rather than pointers to their stack, which a global function's call
 	 * would leave unknown to the verifier in the caller's later states.
 	 */
-	__u32 gate_class;       /* the answer's RRL class (XDNS_RRL_*) */
 	__u32 gate_flags;       /* the reply's header flags (host order) */
 	__u32 gate_len;         /* the reply's IP length (answer features) */
 	__u32 gate_l3;          /* struct xdns_pkt of the query: l3_off, */
