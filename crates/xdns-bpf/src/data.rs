@@ -118,12 +118,27 @@ impl From<xdns_zone::lookup::BodyKind> for Kind {
 /// Order: zones by apex, then the engine's `enumerate` order (names sorted), so the same zones
 /// always give the same data without sorting every body.
 pub fn compile_kernel_data(zones: &ZoneSet) -> KernelData {
+    compile_kernel_data_with(zones, &|_| {})
+}
+
+/// [`compile_kernel_data`], telling `progress` the answers compiled so far every
+/// [`PROGRESS_EVERY`] answers (a zone of millions of records compiles for minutes).
+pub fn compile_kernel_data_with(zones: &ZoneSet, progress: &dyn Fn(usize)) -> KernelData {
     let mut answers = Vec::new();
     for zone in zones_in_order(zones) {
-        compile_zone(zones, zone, |base, kind, body| answers.push(AnswerEntry { base, kind, body }));
+        compile_zone(zones, zone, |base, kind, body| {
+            answers.push(AnswerEntry { base, kind, body });
+            if answers.len() % PROGRESS_EVERY == 0 {
+                progress(answers.len());
+            }
+        });
     }
+    progress(answers.len());
     KernelData { nodes: kernel_nodes(zones), answers }
 }
+
+/// How often [`compile_kernel_data_with`] reports progress, in answers.
+pub const PROGRESS_EVERY: usize = 16384;
 
 /// The served zones, sorted by apex.
 fn zones_in_order(zones: &ZoneSet) -> Vec<&xdns_zone::Zone> {
