@@ -165,10 +165,14 @@ pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut
     let mut shared = 0;
     let owned = owned_by(zones, zone);
     let signed = xdns_zone::compile::is_signed(zone);
-    for (key, body) in xdns_zone::compile::compile_all(zone) {
+    for (key, mut body) in xdns_zone::compile::compile_all(zone) {
         if !owned(&key.base) {
             continue;
         }
+        // The writer grew the bytes by doubling: up to half of them spare, held until the
+        // fill for every answer of the zone set (≈ 48 bytes an answer, 2026-11-29-large-zone-peak.md).
+        body.bytes.shrink_to_fit();
+        body.fixups.shrink_to_fit();
         // A signed zone's nodes keep their own `Other`: its DO body is looked up beside it.
         if !signed && key.kind == BodyKind::Other && key.base != zone.apex && apex.matches(&body) {
             shared += 1;
@@ -183,6 +187,8 @@ pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut
             // The base stands for the question: these kinds' proofs depend on it alone.
             let mut b = xdns_zone::compile::compile_dnssec(zone, &key, &key.base);
             b.dnssec = false; // it is the DO=1 answer: the kernel sends it
+            b.bytes.shrink_to_fit();
+            b.fixups.shrink_to_fit();
             out(key.base.clone().into_vec(), k, b);
         }
         out(key.base.into_vec(), key.kind.into(), body);
