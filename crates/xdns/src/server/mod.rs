@@ -175,7 +175,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     // millions of records takes minutes, and its progress shows there (`crate::progress`).
     // A reload asked meanwhile is queued. A takeover binds its socket aside later: until it
     // is done, the running server answers on the path.
-    let _early_control = if takeover {
+    let mut early_control = if takeover {
         None
     } else {
         let l = control::bind(&control_path)?;
@@ -237,8 +237,15 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
             let (l, aside) = control::bind_aside(&control_path)?;
             (Some(l), Some(aside))
         }
-        None => (None, None), // bound at the start
+        // bound at the start; or a --takeover that found no server to take over: bound now
+        None if early_control.is_some() => (None, None),
+        None => {
+            let l = control::bind(&control_path)?;
+            early_control = Some(ControlFile::new(&control_path));
+            (Some(l), None)
+        }
     };
+    let _control_file = early_control; // removes the socket if start-up fails from here on
     if let Err(e) = start::attach(&shared, listeners.xdp_links).await {
         let _ = std::fs::remove_file(aside.as_deref().unwrap_or(&control_path));
         return Err(e);
