@@ -195,7 +195,7 @@ def measure_size(lab: Lab, records: int, peers: list[str], duration: float, relo
                 res.update(reload_once(lab, srv, zone, timeout))
         finally:
             if srv.alive():
-                lab.stop(srv, timeout=60)
+                lab.stop(srv, timeout=max(60.0, timeout))  # 10M: freeing GBs of zone and maps
             B.detach_xdp(lab)
         print(f"    {json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in res.items()})}",
               flush=True)

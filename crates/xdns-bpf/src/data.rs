@@ -118,12 +118,27 @@ impl From<xdns_zone::lookup::BodyKind> for Kind {
 /// Order: zones by apex, then the engine's `enumerate` order (names sorted), so the same zones
 /// always give the same data without sorting every body.
 pub fn compile_kernel_data(zones: &ZoneSet) -> KernelData {
+    compile_kernel_data_with(zones, &|_| {})
+}
+
+/// [`compile_kernel_data`], telling `progress` the answers compiled so far every
+/// [`PROGRESS_EVERY`] answers (a zone of millions of records compiles for minutes).
+pub fn compile_kernel_data_with(zones: &ZoneSet, progress: &dyn Fn(usize)) -> KernelData {
     let mut answers = Vec::new();
     for zone in zones_in_order(zones) {
-        compile_zone(zones, zone, |base, kind, body| answers.push(AnswerEntry { base, kind, body }));
+        compile_zone(zones, zone, |base, kind, body| {
+            answers.push(AnswerEntry { base, kind, body });
+            if answers.len() % PROGRESS_EVERY == 0 {
+                progress(answers.len());
+            }
+        });
     }
+    progress(answers.len());
     KernelData { nodes: kernel_nodes(zones), answers }
 }
+
+/// How often [`compile_kernel_data_with`] reports progress, in answers.
+pub const PROGRESS_EVERY: usize = 16384;
 
 /// The served zones, sorted by apex.
 fn zones_in_order(zones: &ZoneSet) -> Vec<&xdns_zone::Zone> {
@@ -150,10 +165,14 @@ pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut
     let mut shared = 0;
     let owned = owned_by(zones, zone);
     let signed = xdns_zone::compile::is_signed(zone);
-    for (key, body) in xdns_zone::compile::compile_all(zone) {
+    for (key, mut body) in xdns_zone::compile::compile_all(zone) {
         if !owned(&key.base) {
             continue;
         }
+        // The writer grew the bytes by doubling: up to half of them spare, held until the
+        // fill for every answer of the zone set (≈ 48 bytes an answer, 2026-11-29-large-zone-peak.md).
+        body.bytes.shrink_to_fit();
+        body.fixups.shrink_to_fit();
         // A signed zone's nodes keep their own `Other`: its DO body is looked up beside it.
         if !signed && key.kind == BodyKind::Other && key.base != zone.apex && apex.matches(&body) {
             shared += 1;
@@ -168,6 +187,8 @@ pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut
             // The base stands for the question: these kinds' proofs depend on it alone.
             let mut b = xdns_zone::compile::compile_dnssec(zone, &key, &key.base);
             b.dnssec = false; // it is the DO=1 answer: the kernel sends it
+            b.bytes.shrink_to_fit();
+            b.fixups.shrink_to_fit();
             out(key.base.clone().into_vec(), k, b);
         }
         out(key.base.into_vec(), key.kind.into(), body);

@@ -776,7 +776,7 @@ impl<'p> Builder<'p> {
 
     /// Deduplicates big RRsets, validates, and builds the [`Zone`].
     fn finish(mut self) -> Result<Loaded, Vec<LoadError>> {
-        settle_rrsets(&mut self.nodes);
+        let records = settle_rrsets(&mut self.nodes);
         let findings = validate::validate(&self);
         for w in findings.warnings {
             self.warning(w);
@@ -812,7 +812,7 @@ impl<'p> Builder<'p> {
             .and_then(|d| soa_serial(d))
             .unwrap_or(0);
         Ok(Loaded {
-            zone: Zone::new(self.apex, self.nodes, self.main_file, serial),
+            zone: Zone::new(self.apex, self.nodes, self.main_file, serial).counted(records),
             warnings: self.warnings,
             records: self.records,
         })
@@ -848,8 +848,10 @@ impl ZoneView for Builder<'_> {
 }
 
 /// Drops the duplicates of RRsets too big to deduplicate on insertion ([`insert_rr`]) and
-/// gives back the spare capacity of sets grown one record at a time.
-pub(crate) fn settle_rrsets(nodes: &mut HashMap<NameKey, Node>) {
+/// gives back the spare capacity of sets grown one record at a time. Returns the records
+/// left (what [`Zone::record_count`] counts).
+pub(crate) fn settle_rrsets(nodes: &mut HashMap<NameKey, Node>) -> u64 {
+    let mut records = 0u64;
     for node in nodes.values_mut() {
         for rr in node.rrsets.iter_mut() {
             if rr.rdata.len() > LINEAR_DEDUP_MAX {
@@ -858,9 +860,11 @@ pub(crate) fn settle_rrsets(nodes: &mut HashMap<NameKey, Node>) {
                 rr.rdata = old.iter().filter(|d| seen.insert(*d)).collect();
             }
             rr.rdata.shrink_to_fit();
+            records += rr.rdata.len() as u64;
         }
         node.rrsets.shrink_to_fit();
     }
+    records
 }
 
 /// What inserting a record did.

@@ -172,7 +172,7 @@ impl Node {
 }
 
 /// A loaded, validated zone.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Zone {
     /// The apex, as a lowercased wire name.
     pub apex: NameKey,
@@ -185,12 +185,43 @@ pub struct Zone {
     pub serial: u32,
     /// DNSSEC denial data (NSEC/NSEC3 chains), built on first use ([`crate::dnssec`]).
     pub denial: crate::dnssec::DenialCell,
+    /// Records in the zone, counted on first use ([`Zone::record_count`]): counting walks
+    /// every node, too slow to do for each `xdns stats` on a zone of millions of records.
+    records: std::sync::OnceLock<u64>,
+}
+
+/// A clone counts its records afresh: it is made to be changed (an IXFR applied to it).
+impl Clone for Zone {
+    fn clone(&self) -> Zone {
+        Zone {
+            apex: self.apex.clone(),
+            nodes: self.nodes.clone(),
+            file: self.file.clone(),
+            serial: self.serial,
+            denial: self.denial.clone(),
+            records: Default::default(),
+        }
+    }
 }
 
 impl Zone {
     /// A zone of these nodes (its DNSSEC data is built when first needed).
     pub fn new(apex: NameKey, nodes: HashMap<NameKey, Node>, file: PathBuf, serial: u32) -> Zone {
-        Zone { apex, nodes, file, serial, denial: Default::default() }
+        Zone { apex, nodes, file, serial, denial: Default::default(), records: Default::default() }
+    }
+
+    /// This zone, whose records its builder counted: `records` (saves [`Self::record_count`]
+    /// the walk over every node).
+    pub(crate) fn counted(self, records: u64) -> Zone {
+        let _ = self.records.set(records);
+        self
+    }
+
+    /// Number of records (RDATAs of every RRset), counted once: a zone shared between
+    /// threads (`Arc<Zone>`) is not changed any more. Count a zone you are still changing
+    /// yourself (or change a clone).
+    pub fn record_count(&self) -> u64 {
+        *self.records.get_or_init(|| self.nodes.values().flat_map(|n| n.rrsets.iter()).map(|r| r.rdata.len() as u64).sum())
     }
 
     /// The zone's DNSSEC data.

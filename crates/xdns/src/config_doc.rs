@@ -19,7 +19,7 @@ const fn k(section: &'static str, name: &'static str, default: &'static str, mea
 /// Every key, in the order of the manual page.
 pub const KEYS: &[Key] = &[
     k("", "listen", r#"["127.0.0.1:53", "[::1]:53"]"#, "UDP and TCP listen addresses (IPv6 sockets are IPV6_V6ONLY)."),
-    k("", "control", "/run/xdns/control.sock", "Unix control socket of xdns stats, flush and --takeover; created with its directory when ready, removed at stop."),
+    k("", "control", "/run/xdns/control.sock", "Unix control socket of xdns stats, flush and --takeover; created with its directory as a fresh start begins (stats show its progress), removed at stop."),
     k("", "metrics", "none", "ADDR:PORT of a Prometheus GET /metrics endpoint."),
     k("", "edns_payload", "1232", "EDNS payload advertised and the UDP answer cap, 512 to 4096. With [xdp] on, a change needs a restart (the kernel's value is fixed at load)."),
     k("", "udp_workers", "0", "UDP threads per listen address; 0 = one per core."),

@@ -83,6 +83,12 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>, reload: mpsc::Sender<Re
         _ => return,
     }
     if line.trim() == crate::takeover::COMMAND {
+        if crate::progress::STARTUP.phase() != crate::progress::Phase::Serving {
+            // nothing to hand over yet: the sockets and the XDP links come at the end of start-up
+            let mut wr = wr;
+            let _ = wr.write_all(b"error: the server is still starting; try again once it serves\n").await;
+            return;
+        }
         if let Err(e) = crate::takeover::serve(reader, wr, shared, reload).await {
             tracing::warn!(error = %e, "takeover connection failed");
         }

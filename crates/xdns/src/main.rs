@@ -29,6 +29,7 @@ mod reload;
 mod server;
 mod stats;
 mod probe;
+mod progress;
 mod takeover;
 mod telemetry;
 mod xdp;

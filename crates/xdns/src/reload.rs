@@ -86,11 +86,7 @@ pub struct BuildReport {
 
 /// Number of records in a zone.
 pub fn record_count(zone: &Zone) -> u64 {
-    zone.nodes
-        .values()
-        .flat_map(|n| n.rrsets.iter())
-        .map(|r| r.rdata.len() as u64)
-        .sum()
+    zone.record_count()
 }
 
 /// Stats/summary view of one zone.
@@ -111,9 +107,19 @@ pub fn load_guarded(src: &ZoneSource) -> Result<Zone, Vec<LoadError>> {
 /// [`load_guarded`], also returning the warnings (`xdns check` prints them).
 pub fn load_guarded_with_warnings(src: &ZoneSource) -> Result<xdns_zone::load::Loaded, Vec<LoadError>> {
     let name = src.name.clone();
-    let progress = move |n: u64| tracing::info!(zone = %name, records = n, "loading");
+    // `xdns stats` shows the records read by this build so far (`crate::progress`)
+    let last = std::cell::Cell::new(0u64);
+    let progress = |n: u64| {
+        crate::progress::STARTUP.add_records(n - last.replace(n));
+        tracing::info!(zone = %name, records = n, "loading");
+    };
     match catch_unwind(AssertUnwindSafe(|| xdns_zone::load::load_zone_with_warnings(src, Some(&progress)))) {
-        Ok(r) => r,
+        Ok(r) => {
+            if let Ok(l) = &r {
+                crate::progress::STARTUP.add_records(l.records.saturating_sub(last.get()));
+            }
+            r
+        }
         Err(p) => {
             let what = p
                 .downcast_ref::<&str>()
@@ -150,6 +156,7 @@ fn journal_of(cfg: &Config, old: Option<&Served>, name: &str, zone: &Arc<Zone>) 
 pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
     let mut report = BuildReport::default();
     let mut loaded = Vec::with_capacity(cfg.zones.len());
+    crate::progress::STARTUP.records_loaded(0);
     for src in &cfg.zones {
         match load_guarded(src) {
             Ok(zone) => {
@@ -307,6 +314,27 @@ mod tests {
                 transfer: None,
             }
         );
+    }
+
+    #[test]
+    fn record_count_is_kept_and_a_clone_counts_anew() {
+        // a loaded zone comes counted by its loader (no walk at each `xdns stats`)
+        let dir = std::env::temp_dir().join(format!("xdns-count-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("c.zone"),
+            "$ORIGIN c.\n$TTL 60\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 198.18.0.1\nns A 198.18.0.2\nns A 198.18.0.2\n",
+        )
+        .unwrap();
+        let src = ZoneSource { name: "c.".into(), file: dir.join("c.zone") };
+        let z = load_guarded(&src).unwrap();
+        let walked: u64 = z.nodes.values().flat_map(|n| n.rrsets.iter()).map(|r| r.rdata.len() as u64).sum();
+        assert_eq!((record_count(&z), walked), (4, 4), "the duplicate A is not counted");
+        // a clone is made to be changed: it counts its own records
+        let mut c = (*Arc::new(z)).clone();
+        c.nodes.remove(&b"\x02ns\x01c\x00"[..]);
+        assert_eq!(record_count(&c), 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

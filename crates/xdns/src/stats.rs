@@ -483,6 +483,11 @@ pub struct Snapshot {
     /// `[resolver]`. Documented in crates/xdns/README.md.
     #[serde(flatten)]
     pub groups: BTreeMap<String, Group>,
+    /// While the server starts (`crate::progress`): the phase it is in (`loading zones`,
+    /// `compiling answers for the kernel`, `loading the XDP program`, `starting`); absent
+    /// once it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting: Option<String>,
     /// Server time of timed answers by path (`[telemetry]`, `crate::telemetry`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub latency: BTreeMap<String, crate::telemetry::Latency>,
@@ -497,6 +502,9 @@ impl Snapshot {
             let _ = writeln!(s, "{k:<32} {v}");
         };
         row("uptime_seconds", &self.uptime_seconds);
+        if let Some(p) = &self.starting {
+            row("starting", p);
+        }
         for (k, v) in &self.queries {
             row(&format!("queries.{k}"), v);
         }

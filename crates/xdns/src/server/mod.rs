@@ -1,10 +1,11 @@
 //! `xdns serve`: binds every listener, runs the UDP worker threads and the tokio tasks (TCP,
 //! control socket, metrics), and handles signals.
 //!
-//! Start-up order: load zones → load the XDP program and fill its maps → (`--takeover`: take
+//! Start-up order: bind the control socket (a fresh start: `xdns stats` shows the progress,
+//! `crate::progress`) → load zones → load the XDP program and fill its maps → (`--takeover`: take
 //! the running server's sockets and XDP links) → bind UDP, TCP, metrics (what was not
-//! inherited) → attach XDP (or swap it inside the inherited links) → bind the control socket
-//! → start workers → (takeover: tell the old process to stop, move the control socket over
+//! inherited) → attach XDP (or swap it inside the inherited links) → (takeover: bind the
+//! control socket aside) → start workers → (takeover: tell the old process to stop, move the control socket over
 //! the path) → log one start line. SIGHUP (or `reload` on the control socket) rebuilds the
 //! zones aside and swaps them in; SIGTERM/SIGINT, or a completed takeover by a new process,
 //! stop accepting, let in-flight work finish, remove the control socket (unless it is the new
@@ -119,6 +120,7 @@ impl Shared {
         if let Some(status) = self.xdp_status.load_full() {
             status.snapshot(&mut s);
         }
+        crate::progress::STARTUP.snapshot(&mut s);
         if let Some(r) = self.recursion.get() {
             r.snapshot(&mut s);
         }
@@ -162,29 +164,48 @@ pub enum Request {
 /// [`reconfigure`].
 pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result<()> {
     let mut signals = start::Signals::install()?;
+    let control_path = cfg.control.clone();
+    crate::progress::STARTUP.start(!cfg.xdp.interfaces.is_empty());
+    // Nothing is served until the zones are loaded and swapped in below.
+    let shared = Arc::new(Shared::new(Served::default()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
+    let mut tasks = Vec::new();
+    // A fresh start answers `xdns stats` from here on: loading and compiling a zone set of
+    // millions of records takes minutes, and its progress shows there (`crate::progress`).
+    // A reload asked meanwhile is queued. A takeover binds its socket aside later: until it
+    // is done, the running server answers on the path.
+    let mut early_control = if takeover {
+        None
+    } else {
+        let l = control::bind(&control_path)?;
+        tasks.push(tokio::spawn(control::serve(l, shared.clone(), req_tx.clone(), stop_rx.clone())));
+        Some(ControlFile::new(&control_path))
+    };
     // Loading a big zone set or the XDP program takes a while: a stop request meanwhile ends
     // start-up at once, before anything is taken over from a running server.
     let Some(served) = signals.unless_stopped(start::zones(&cfg, takeover)).await else {
         return Ok(());
     };
-    let shared = Arc::new(Shared::new(served?));
+    shared.served.store(Arc::new(served?));
     // Secondary zones start transferring now, while the XDP program loads (the verifier
     // takes seconds) and the sockets are bound; what they bring is swapped in only once
     // start-up is done, as before: the swap lock is held until then.
     let gate = shared.clone();
     let startup = gate.swap.lock().await;
     crate::xfr::primary::set_sources(&cfg.listen);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks = crate::xfr::secondary::spawn(&shared, stop_rx.clone());
+    tasks.extend(crate::xfr::secondary::spawn(&shared, stop_rx.clone()));
     if let Some(g) = &cfg.guard {
         let guard = crate::guard::Guard::load(g, None).map_err(|e| anyhow::anyhow!("[guard]: {}", e.join("; ")))?;
         shared.guard.store(Some(Arc::new(guard)));
     }
     crate::dnstap::install(cfg.dnstap.as_ref());
+    crate::progress::STARTUP.set_phase(crate::progress::Phase::CompilingAnswers);
     let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
         return Ok(());
     };
     let fp = fp?;
+    crate::progress::STARTUP.set_phase(crate::progress::Phase::Starting);
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     shared.telemetry.set(cfg.telemetry.clone());
     shared.telemetry.attach_kernel(fp.as_ref().and_then(|f| f.status().telemetry().ok()));
@@ -211,14 +232,20 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     tasks.extend(start::resolver(&cfg, &shared, stop_rx.clone()).await?);
     // The control socket exists before anything answers (the kernel path answers as soon as it
     // is attached), so whoever sees answers can also ask `xdns stats`.
-    let control_path = cfg.control.clone();
     let (control_listener, aside) = match &session {
         Some(_) => {
             let (l, aside) = control::bind_aside(&control_path)?;
-            (l, Some(aside))
+            (Some(l), Some(aside))
         }
-        None => (control::bind(&control_path)?, None),
+        // bound at the start; or a --takeover that found no server to take over: bound now
+        None if early_control.is_some() => (None, None),
+        None => {
+            let l = control::bind(&control_path)?;
+            early_control = Some(ControlFile::new(&control_path));
+            (Some(l), None)
+        }
     };
+    let _control_file = early_control; // removes the socket if start-up fails from here on
     if let Err(e) = start::attach(&shared, listeners.xdp_links).await {
         let _ = std::fs::remove_file(aside.as_deref().unwrap_or(&control_path));
         return Err(e);
@@ -253,10 +280,12 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     }
     // started: the secondaries' first versions may be swapped in
     drop(startup);
+    crate::progress::STARTUP.set_phase(crate::progress::Phase::Serving);
     // secondaries of our zones learn at once that we (re)started
     crate::xfr::primary::notify_changed(None, &shared.served.load());
-    let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
-    tasks.push(tokio::spawn(control::serve(control_listener, shared.clone(), req_tx, stop_rx.clone())));
+    if let Some(l) = control_listener {
+        tasks.push(tokio::spawn(control::serve(l, shared.clone(), req_tx, stop_rx.clone())));
+    }
 
     // Both processes serve now. The old one stops once it has our word; until its `ok`, a
     // failure here leaves it serving (it takes its XDP links back when we are gone).
@@ -521,6 +550,27 @@ fn write_guard_rrl(guard: &crate::guard::Guard, maps: &xdns_bpf::guard::Guard) {
 
 /// How long a stop waits for recursive resolutions under way.
 const RESOLVING_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The control socket bound at the start of a fresh start: removed when start-up ends early
+/// (an error, a stop signal), unless the path holds another socket by then.
+struct ControlFile {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl ControlFile {
+    fn new(path: &std::path::Path) -> Self {
+        Self { path: path.to_path_buf(), id: control::socket_id(path) }
+    }
+}
+
+impl Drop for ControlFile {
+    fn drop(&mut self) {
+        if self.id.is_some() && control::socket_id(&self.path) == self.id {
+            remove_control(&self.path);
+        }
+    }
+}
 
 fn remove_control(path: &PathBuf) {
     if let Err(e) = std::fs::remove_file(path) {

@@ -496,7 +496,8 @@ fn zone_indexes(zones: &ZoneSet, data: &xdns_bpf::data::KernelData) -> HashMap<V
 fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
     let t = std::time::Instant::now();
     tracing::info!(rss_mib = crate::heap::rss_mib(), "XDP: compiling answers for the kernel");
-    let data = xdns_bpf::data::compile_kernel_data(zones);
+    let data = xdns_bpf::data::compile_kernel_data_with(zones, &|n| crate::progress::STARTUP.answers_compiled(n as u64));
+    crate::progress::STARTUP.compiled();
     // names answering NODATA from their apex's body (XDNS_NODE_NODATA_APEX), not their own
     let own = xdns_bpf::data::own_other(&data.answers);
     let shared = data
