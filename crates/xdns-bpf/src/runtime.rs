@@ -194,18 +194,18 @@ impl Capacity {
 }
 
 /// The sizes of the zone maps, for the log: entries of the hash maps, and the answer table's
-/// index (answers) and pages (MiB) per generation.
+/// index (answers) and pages (KiB) per generation.
 impl std::fmt::Display for Capacity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} nodes, {} hashed answers, {}/{} M/L bodies, a table of {} answers in {} MiB",
+            "{} nodes, {} hashed answers, {}/{} M/L bodies, a table of {} answers in {} KiB",
             self.nodes,
             self.answers,
             self.bodies_m,
             self.bodies_l,
             self.table_answers(),
-            self.table_bytes() >> 20
+            self.table_bytes() >> 10
         )
     }
 }
