@@ -172,3 +172,35 @@ def test_reload_that_outgrows_the_maps_loses_no_query(lab, tmp_path):
           + line.split("XDP: ")[-1])
     assert "panicked" not in err
     assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def test_maps_grow_after_privileges_are_dropped():
+    """With `user = "nobody"` (and the resolver stage, the largest program) the XDP thread
+    keeps what loading the program again needs (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON): a
+    reload to 20,000 records grows the maps and the kernel answers them."""
+    import os
+
+    from test_privilege import start
+    with Lab(prefix="xdl") as plab:
+        os.chmod(plab.dir, 0o755)  # the daemon reads its configuration as nobody on reload
+        zdir = plab.dir / "zones"
+        zdir.mkdir()
+        os.chmod(zdir, 0o755)
+        for f in ("example.com.zone", "example.com.inc"):
+            shutil.copy(ZONES_DIR / f, zdir / f)
+            os.chmod(zdir / f, 0o644)
+        zone = zdir / "example.com.zone"
+        srv = start(plab, "xdns-grow-nobody", [("example.com.", zone)])
+        try:
+            zone.write_text(zone.read_text().replace("2024060101", "2024060109")
+                            + "".join(f"h{i}\tA\t{address(i)}\n" for i in range(20_000)))
+            srv.proc.send_signal(signal.SIGHUP)
+            wait_for("the grown maps", lambda: "kernel maps grown from" in srv.stderr()
+                     or "could not grow" in srv.stderr(), 60)
+            err = srv.stderr()
+            assert "kernel maps grown from" in err and "could not grow" not in err, err[-3000:]
+            plab.wait_xdp_data(srv)
+            assert_kernel_answers(plab, srv, [(f"h{i}.example.com.", address(i)) for i in (0, 19_999)])
+        finally:
+            assert "panicked" not in srv.stderr()
+            assert plab.stop(srv) == 0, srv.stderr()[-3000:]
