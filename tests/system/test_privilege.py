@@ -2,7 +2,7 @@
 once its sockets, XDP program and maps are open.
 
 - every thread runs as nobody; the process holds no capability, except the XDP thread, which
-  keeps CAP_NET_ADMIN and CAP_BPF (for the delivery guard); no_new_privs and the seccomp deny
+  keeps CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON (for the delivery guard and growing maps); no_new_privs and the seccomp deny
   list are on (`/proc/PID/task/*/status`);
 - it answers from XDP and from userspace, reloads a changed zone, flushes the resolver, and a
   new process takes it over;
@@ -23,7 +23,7 @@ import pytest
 
 from lab import DEFAULT_ZONES, XDNS_BIN, ZONES_DIR, Lab, Server
 
-CAP_NET_ADMIN, CAP_BPF = 12, 39
+CAP_NET_ADMIN, CAP_PERFMON, CAP_BPF = 12, 38, 39
 
 
 @pytest.fixture()
@@ -106,7 +106,7 @@ def test_runs_as_nobody_with_only_the_xdp_threads_capabilities(plab):
         assert t["Seccomp"] == "2", (t["comm"], t["Seccomp"])
         eff = caps(t["CapEff"])
         if t["comm"] == "xdns-xdp":
-            assert eff == {CAP_NET_ADMIN, CAP_BPF}, (t["comm"], eff)
+            assert eff == {CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON}, (t["comm"], eff)
         else:
             assert eff == set() and caps(t["CapPrm"]) == set(), (t["comm"], eff)
     assert any(t["comm"] == "xdns-xdp" for t in tasks)

@@ -399,6 +399,13 @@ impl Loader {
         Self { seed, current: None, retired: 0, epoch: 0 }
     }
 
+    /// A loader whose first install writes the generation after `gen`: for a program that
+    /// takes over from one whose active generation is `gen` (maps grown in process,
+    /// `XdpProgram::install_grown`), so that generation numbers go on rising.
+    pub fn after(seed: u64, gen: u32) -> Self {
+        Self { seed, current: None, retired: gen, epoch: 0 }
+    }
+
     pub fn seed(&self) -> u64 {
         self.seed
     }

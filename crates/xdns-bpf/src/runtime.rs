@@ -1,5 +1,23 @@
 //! The loaded program: open, configure rodata, size maps, load (the verifier runs here),
 //! attach with BPF links, install zone data, test-run and read counters.
+//!
+//! **Zone maps that grow** ([`XdpProgram::install_grown`]). The zone maps (nodes, hashed
+//! answers, M and L bodies, the presence filter, the answer table's index and pages) are sized
+//! before load ([`Capacity`]), and part of their size is read-only data the verifier folds
+//! into the program (filter mask, table buckets and pages). Zone data that outgrows them
+//! (a secondary's first transfer, a reload or catalog member that adds many records) is
+//! installed into a second instance of the program loaded with larger zone maps: every other
+//! map (scratch and counters, resolver cache, allow lists, guard lists and state, telemetry,
+//! kernel iteration, the reply memo) is the running program's own, reused by fd before load,
+//! so nothing else notices; the new data is written into the new instance while the old one
+//! keeps answering from its own maps, then each XDP link is switched to the new program in
+//! one `BPF_LINK_UPDATE` (every packet runs the old program with the old data or the new
+//! with the new, whole), and the old instance is dropped with its zone maps. Chosen over
+//! inner maps of per-generation sizes (`BPF_F_INNER_MAP`), which the verifier no longer
+//! inlines, so every lookup of every packet would pay a helper call, and which would still
+//! leave the hash maps and the filter fixed: growing costs one verifier run and a second set
+//! of zone maps for the moment of the switch, and nothing per packet
+//! (docs/perf/2026-11-29-growing-maps.md).
 
 use std::ffi::CString;
 use std::mem::MaybeUninit;
@@ -147,6 +165,72 @@ impl Capacity {
 /// in `xdns_answers` (a hash-map lookup each).
 pub const TABLE_MAX_BYTES: usize = 1 << 30;
 
+impl Capacity {
+    /// Do maps of this capacity hold what `need` asks for ([`Self::for_data`] of a new zone
+    /// set: the new data with the start-up sizing's headroom)? When they do not, the data is
+    /// installed into grown maps ([`XdpProgram::install_grown`]) rather than left, whole or
+    /// in part, to userspace or to the hash map.
+    pub fn holds(&self, need: &Capacity) -> bool {
+        self.nodes >= need.nodes
+            && self.answers >= need.answers
+            && self.bodies_m >= need.bodies_m
+            && self.bodies_l >= need.bodies_l
+            && self.table_buckets() >= need.table_buckets()
+            && self.table_bytes() >= need.table_bytes()
+    }
+
+    /// Each map at the larger of the two sizes: what maps grown for `need` are given, so that
+    /// growing never shrinks a map another zone set filled (no back and forth between sizes).
+    pub fn max(&self, need: &Capacity) -> Capacity {
+        Capacity {
+            nodes: self.nodes.max(need.nodes),
+            answers: self.answers.max(need.answers),
+            bodies_m: self.bodies_m.max(need.bodies_m),
+            bodies_l: self.bodies_l.max(need.bodies_l),
+            table_vals: self.table_answers().max(need.table_answers()) as u32,
+            table_bytes: self.table_bytes().max(need.table_bytes()) as u64,
+        }
+    }
+}
+
+/// The sizes of the zone maps, for the log: entries of the hash maps, and the answer table's
+/// index (answers) and pages (KiB) per generation.
+impl std::fmt::Display for Capacity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} nodes, {} hashed answers, {}/{} M/L bodies, a table of {} answers in {} KiB",
+            self.nodes,
+            self.answers,
+            self.bodies_m,
+            self.bodies_l,
+            self.table_answers(),
+            self.table_bytes() >> 10
+        )
+    }
+}
+
+/// Maps of the program that hold zone data or follow from it, made new (not reused) when the
+/// program is loaded again with larger zone maps ([`XdpProgram::install_grown`]): the
+/// generation and its memo epoch, the presence filter, the answer table, the hash maps of
+/// nodes, answers and bodies, the question memo (its entries name answers of the table),
+/// and the two program arrays, which hold the loaded object's own tail-called programs.
+/// Every other map is the running program's, reused by fd. Read-only data (`.rodata`) is
+/// always the new object's: it carries the new sizes.
+pub const ZONE_MAPS: [&str; 11] = [
+    "xdns_gen",
+    "xdns_filter",
+    "xdns_index",
+    "xdns_vals",
+    "xdns_nodes",
+    "xdns_answers",
+    "xdns_bodies_m",
+    "xdns_bodies_l",
+    "xdns_memo",
+    "xdns_tel_prog",
+    "xdns_kit_prog",
+];
+
 /// The XDP program with its maps, attachments and loaded data.
 pub struct XdpProgram {
     skel: XdnsSkel<'static>,
@@ -163,6 +247,18 @@ pub struct XdpProgram {
     halves: std::sync::Mutex<[Option<TableHalf>; 2]>,
     /// Pages of each page array: the table's pages, then the spill slots.
     vals_entries: u32,
+    /// What it was loaded with: loading it again with larger zone maps
+    /// ([`Self::install_grown`]) keeps everything else.
+    cfg: LoadConfig,
+    /// What status readers read that a grown program replaces.
+    live: Arc<std::sync::RwLock<Live>>,
+}
+
+/// The parts of the program a [`StatusReader`] reads that change when the zone maps grow
+/// ([`XdpProgram::install_grown`] loads a new program, with its own `xdns_gen`).
+struct Live {
+    gen: libbpf_rs::MapHandle,
+    prog_id: u32,
 }
 
 /// One generation's answer table in the kernel: its page array (`xdns_vals`) and its index
@@ -175,6 +271,14 @@ struct TableHalf {
 impl XdpProgram {
     /// Open and load the program (runs the verifier). No data, not attached.
     pub fn load(cfg: &LoadConfig) -> Result<Self> {
+        Self::load_reusing(cfg, None)
+    }
+
+    /// [`Self::load`]; with `reuse`, every map not in [`ZONE_MAPS`] is `reuse`'s own (its fd
+    /// given to the new object before load), its seed is kept (the cache and guard keys
+    /// depend on it), its maps are not initialised again, and the new loader continues from
+    /// its generation.
+    fn load_reusing(cfg: &LoadConfig, reuse: Option<&XdpProgram>) -> Result<Self> {
         if cfg.listen.len() > 8 {
             bail!("the XDP program handles at most 8 listen addresses ({} given)", cfg.listen.len());
         }
@@ -182,7 +286,10 @@ impl XdpProgram {
         // small allocation per load (the daemon loads once).
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = XdnsSkelBuilder::default().open(storage).context("opening the XDP object")?;
-        let seed = cfg.seed.unwrap_or_else(rand::random);
+        let seed = match reuse {
+            Some(old) => old.seed(),
+            None => cfg.seed.unwrap_or_else(rand::random),
+        };
         let guard = cfg.guard.clone();
         {
             let ro = open.maps.rodata_data.as_deref_mut().context("rodata not mapped")?;
@@ -269,22 +376,55 @@ impl XdpProgram {
         // the reply memo's run of slots per CPU likewise, with the cache stage only (reply.h)
         let slots = if cfg.resolver.is_some() { open.maps.xdns_replies.max_entries() } else { 1 };
         open.maps.xdns_replies.set_max_entries(cpus * slots)?;
+        if let Some(old) = reuse {
+            // last, so that the reused maps' own sizes replace those set above
+            use libbpf_rs::skel::{OpenSkel as _, Skel as _};
+            let olds: std::collections::HashMap<String, std::os::fd::RawFd> = old
+                .skel
+                .object()
+                .maps()
+                .map(|m| (m.name().to_string_lossy().into_owned(), m.as_fd().as_raw_fd()))
+                .collect();
+            for mut m in open.open_object_mut().maps_mut() {
+                let name = m.name().to_string_lossy().into_owned();
+                if name.contains('.') || ZONE_MAPS.contains(&name.as_str()) {
+                    continue;
+                }
+                let fd = *olds.get(&name).with_context(|| format!("the running program has no map {name} to reuse"))?;
+                // SAFETY: `fd` is the map's fd owned by `old`'s skeleton, which outlives this
+                // call; libbpf duplicates it.
+                m.reuse_fd(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).with_context(|| format!("reusing map {name}"))?;
+            }
+        }
         let skel = open.load().context("loading the XDP program (verifier)")?;
         drop((vals_template, index_template));
+        let live = Live {
+            gen: libbpf_rs::MapHandle::try_from(&skel.maps.xdns_gen).context("duplicating the generation map's fd")?,
+            prog_id: prog_info(skel.progs.xdns_xdp.as_fd().as_raw_fd())?.id,
+        };
         let prog = Self {
             skel,
-            loader: Loader::new(seed),
+            loader: match reuse {
+                Some(old) => Loader::after(seed, old.generation()),
+                None => Loader::new(seed),
+            },
             links: Vec::new(),
             cache: std::sync::OnceLock::new(),
-            abandon: Arc::new(AtomicBool::new(false)),
-            progress: Arc::default(),
+            abandon: reuse.map_or_else(|| Arc::new(AtomicBool::new(false)), |old| old.abandon.clone()),
+            progress: reuse.map_or_else(Arc::default, |old| old.progress.clone()),
             halves: std::sync::Mutex::default(),
             vals_entries,
+            cfg: LoadConfig { seed: Some(seed), ..cfg.clone() },
+            live: Arc::new(std::sync::RwLock::new(live)),
         };
-        if let Some(r) = &cfg.resolver {
-            prog.set_allow(&r.allow)?;
+        if reuse.is_some() {
+            // the allow lists and the guard's state are the running program's, in use
+        } else {
+            if let Some(r) = &cfg.resolver {
+                prog.set_allow(&r.allow)?;
+            }
+            crate::guard::init_maps(&prog)?;
         }
-        crate::guard::init_maps(&prog)?;
         // the telemetry stage's end half, reached by a tail call (bpf/telemetry.h)
         let tel_fd = prog.skel.progs.xdns_tel_xdp.as_fd().as_raw_fd();
         prog.skel.maps.xdns_tel_prog.update(&0u32.to_ne_bytes(), &tel_fd.to_ne_bytes(), MapFlags::ANY).context("setting the telemetry program")?;
@@ -434,8 +574,7 @@ impl XdpProgram {
         let m = &self.skel.maps;
         Ok(StatusReader {
             scratch: libbpf_rs::MapHandle::try_from(&m.xdns_scratch).context("duplicating the scratch map's fd")?,
-            gen: libbpf_rs::MapHandle::try_from(&m.xdns_gen).context("duplicating the generation map's fd")?,
-            prog_id: self.prog_id()?,
+            live: self.live.clone(),
             guard: m.rodata_data.as_ref().is_some_and(|r| r.xdns_cfg.guard != 0),
         })
     }
@@ -483,6 +622,54 @@ impl XdpProgram {
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
         let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.install(&mut maps, data)
+    }
+
+    /// Every map of the program by name, with its kernel id (tests: which maps a grown
+    /// program reused).
+    #[doc(hidden)]
+    pub fn map_ids(&self) -> Result<Vec<(String, u32)>> {
+        use libbpf_rs::skel::Skel as _;
+        self.skel.object().maps().map(|m| Ok((m.name().to_string_lossy().into_owned(), m.info()?.info.id))).collect()
+    }
+
+    /// The sizes the zone maps were given at load ([`Capacity`]).
+    pub fn capacity(&self) -> Capacity {
+        self.cfg.capacity
+    }
+
+    /// Install `data` into zone maps of `capacity`, in process and without a moment in which
+    /// a packet finds no program or a half-written generation (see the module doc): the
+    /// program is loaded again (the verifier runs) with new zone maps of `capacity` and every
+    /// other map of ours reused; `data` is installed into it while this program keeps
+    /// answering from its own data; then each of our links is switched to it with one
+    /// `BPF_LINK_UPDATE`; then it replaces `self`, and the old program and its zone maps go.
+    /// On an error nothing has changed: this program and its data keep answering (a link
+    /// switched before a later one failed is pointed back at it).
+    pub fn install_grown(&mut self, data: &KernelData, capacity: Capacity) -> Result<()> {
+        let cfg = LoadConfig { capacity, ..self.cfg.clone() };
+        let mut new = Self::load_reusing(&cfg, Some(self)).context("loading the XDP program again with larger zone maps")?;
+        // not attached yet: no packet reads its maps, whatever state they are in
+        new.install(data)?;
+        let live = Live {
+            gen: libbpf_rs::MapHandle::try_from(&new.skel.maps.xdns_gen).context("duplicating the generation map's fd")?,
+            prog_id: new.prog_id()?,
+        };
+        for (i, (ifname, fd)) in self.links.iter().enumerate() {
+            if let Err(e) = update_link(fd.as_fd(), new.skel.progs.xdns_xdp.as_fd()) {
+                for (_, back) in &self.links[..i] {
+                    let _ = update_link(back.as_fd(), self.skel.progs.xdns_xdp.as_fd());
+                }
+                return Err(e).with_context(|| format!("switching the XDP link on {ifname} to the program with larger maps"));
+            }
+        }
+        new.links = std::mem::take(&mut self.links);
+        new.cache = std::mem::take(&mut self.cache);
+        *self.live.write().unwrap_or_else(std::sync::PoisonError::into_inner) = live;
+        new.live = self.live.clone();
+        // the old program, its zone maps and its generation go (maps still held by the new
+        // one stay); packets that were running it finish first (the kernel's RCU)
+        drop(std::mem::replace(self, new));
+        Ok(())
     }
 
     /// Update the active generation in place with one zone's change
@@ -1025,8 +1212,9 @@ impl KernelMaps for LibbpfMaps<'_> {
 /// flips when a new generation is complete.
 pub struct StatusReader {
     scratch: libbpf_rs::MapHandle,
-    gen: libbpf_rs::MapHandle,
-    prog_id: u32,
+    /// The generation map and program id of the program running now (replaced when the zone
+    /// maps grow: [`XdpProgram::install_grown`]).
+    live: Arc<std::sync::RwLock<Live>>,
     /// The guard stage is compiled in.
     guard: bool,
 }
@@ -1058,13 +1246,14 @@ impl StatusReader {
 
     /// The generation packets read (`xdns_gen[0]`; 0 until the first install completes).
     pub fn generation(&self) -> Result<u32> {
-        read_generation(&self.gen)
+        read_generation(&self.live.read().unwrap_or_else(std::sync::PoisonError::into_inner).gen)
     }
 
     /// How interface `ifname` runs the program, asked of the kernel now
     /// ([`xdp_attached_as`]).
     pub fn attached_as(&self, ifname: &str) -> Result<Option<&'static str>> {
-        xdp_attached_as(ifname, self.prog_id)
+        let id = self.live.read().unwrap_or_else(std::sync::PoisonError::into_inner).prog_id;
+        xdp_attached_as(ifname, id)
     }
 }
 
@@ -1306,4 +1495,60 @@ fn ifindex(ifname: &str) -> Result<u32> {
         bail!("no interface {ifname}");
     }
     Ok(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{AnswerEntry, Kind, NodeEntry};
+
+    /// `n` names under one apex, each with a 4-byte A answer (class S).
+    fn data(n: usize) -> KernelData {
+        let apex = b"\x07example\x03com\x00".to_vec();
+        let mut d = KernelData::default();
+        for i in 0..n {
+            let mut name = vec![];
+            let label = format!("h{i}");
+            name.push(label.len() as u8);
+            name.extend_from_slice(label.as_bytes());
+            name.extend_from_slice(&apex);
+            let mut w = xdns_wire::body::BodyWriter::new(&name).unwrap();
+            w.write_rr(&name, true, 1, 300, &[198, 18, 0, 1]).unwrap();
+            d.nodes.push(NodeEntry { name: name.clone(), apex: apex.clone(), cut: None, wildcard: false });
+            d.answers.push(AnswerEntry { base: name, kind: Kind::Type(1), body: w.finish() });
+        }
+        d
+    }
+
+    #[test]
+    fn empty_start_does_not_hold_a_transferred_zone() {
+        let empty = Capacity::for_data(&KernelData::default());
+        assert!(empty.holds(&Capacity::for_data(&data(100))), "small zones fit the smallest maps");
+        let big = Capacity::for_data(&data(50_000));
+        assert!(!empty.holds(&big));
+        // grown maps get the start-up sizing of the new data: three times its nodes, its
+        // answers and an eighth more in the table
+        let grown = empty.max(&big);
+        assert_eq!(grown.nodes, 150_000);
+        assert_eq!(grown.table_answers(), 50_000 + 50_000 / 8);
+        assert!(grown.holds(&big) && grown.holds(&empty));
+        assert_eq!(grown.table_buckets(), big.table_buckets());
+        assert_eq!(grown.table_bytes(), big.table_bytes());
+    }
+
+    #[test]
+    fn growing_never_shrinks_a_map() {
+        let a = Capacity { nodes: 10, answers: 5000, bodies_m: 7, bodies_l: 9, table_vals: 100, table_bytes: 1 << 20 };
+        let b = Capacity { nodes: 9000, answers: 10, bodies_m: 70, bodies_l: 1, table_vals: 0, table_bytes: 0 };
+        let m = a.max(&b);
+        assert_eq!((m.nodes, m.answers, m.bodies_m, m.bodies_l), (9000, 5000, 70, 9));
+        // table_vals 0 means "as many as answers": 10 for b, 100 for a
+        assert_eq!(m.table_answers(), 100);
+        assert_eq!(m.table_bytes(), 1 << 20);
+        assert!(m.holds(&a) && m.holds(&b));
+        assert!(!a.holds(&b) && !b.holds(&a));
+        assert_eq!(m.max(&a).table_bytes(), m.table_bytes(), "max is idempotent");
+        let shown = m.to_string();
+        assert!(shown.contains("9000 nodes") && shown.contains("table of 100 answers"), "{shown}");
+    }
 }

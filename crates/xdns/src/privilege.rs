@@ -4,11 +4,14 @@
 //! - **User and group** (`user`, `group`; the group defaults to the user's primary group):
 //!   `setgroups`, `setresgid`, `setresuid` for the whole process (glibc applies them to every
 //!   thread). The uid change clears every thread's capabilities.
-//! - **Capabilities**: only the XDP thread keeps any, `CAP_NET_ADMIN` and `CAP_BPF` (it sets
-//!   `PR_SET_KEEPCAPS` when it starts, and after the switch, at its next turn, keeps just
-//!   those two; a fill of the maps under way finishes first): the delivery guard needs
-//!   them to attach an interface again in generic mode, and an abandoned takeover to point
-//!   its links back at its program. Threads that read packets (UDP workers, TCP and resolver
+//! - **Capabilities**: only the XDP thread keeps any, `CAP_NET_ADMIN`, `CAP_BPF` and
+//!   `CAP_PERFMON` (it sets `PR_SET_KEEPCAPS` when it starts, and after the switch, at its
+//!   next turn, keeps just those three; a fill of the maps under way finishes first): the
+//!   delivery guard needs them to attach an interface again in generic mode, an abandoned
+//!   takeover to point its links back at its program, and zone data that outgrows the
+//!   kernel maps to load the program again with larger ones (the verifier refuses the
+//!   program without `CAP_PERFMON`, as it would at start).
+//!   `perf_event_open` stays refused by the seccomp filter. Threads that read packets (UDP workers, TCP and resolver
 //!   tasks) hold none. Map updates (reloads, the resolver's kernel cache, flush) go through
 //!   descriptors opened before the switch and need no capability.
 //! - **no_new_privs** on every thread, and a **seccomp** filter (all threads, `TSYNC`) that
@@ -95,7 +98,8 @@ fn unsafe_zeroed<T>() -> T {
 }
 
 /// The capabilities the XDP thread keeps (see the module documentation).
-pub const XDP_THREAD_CAPS: [caps::Capability; 2] = [caps::Capability::CAP_NET_ADMIN, caps::Capability::CAP_BPF];
+pub const XDP_THREAD_CAPS: [caps::Capability; 3] =
+    [caps::Capability::CAP_NET_ADMIN, caps::Capability::CAP_BPF, caps::Capability::CAP_PERFMON];
 
 /// On the calling thread: keep the permitted capabilities across the coming uid change.
 pub fn keep_caps_across_switch() -> anyhow::Result<()> {

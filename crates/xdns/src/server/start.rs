@@ -274,7 +274,7 @@ pub async fn take_over(cfg: &Config) -> anyhow::Result<Option<takeover::Session>
 }
 
 /// Give up root (`user` in the configuration; see [`crate::privilege`]): the control socket
-/// and its directory to that user; then the XDP thread keeps `CAP_NET_ADMIN` and `CAP_BPF`
+/// and its directory to that user; then the XDP thread keeps `CAP_NET_ADMIN`, `CAP_BPF` and `CAP_PERFMON`
 /// across the switch while every other thread loses every capability; then no_new_privs and
 /// the seccomp deny list on every thread. Called once everything that needs root is open,
 /// before anything reads a packet in userspace.
@@ -301,7 +301,7 @@ pub async fn drop_privileges(cfg: &Config, shared: &Arc<Shared>, control: &std::
         user = %privilege::current_user(),
         uid = cfg.run_as.as_ref().map_or(0, |r| r.uid),
         gid = cfg.run_as.as_ref().map_or(0, |r| r.gid),
-        xdp_thread_caps = "CAP_NET_ADMIN CAP_BPF",
+        xdp_thread_caps = "CAP_NET_ADMIN CAP_BPF CAP_PERFMON",
         "privileges dropped: every other thread holds no capability; no_new_privs and seccomp on"
     );
     Ok(())

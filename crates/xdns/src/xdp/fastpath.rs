@@ -307,7 +307,7 @@ impl Fastpath {
                     if !restricted && restrict.load(Ordering::Relaxed) {
                         restricted = true;
                         match crate::privilege::restrict_thread_caps(&crate::privilege::XDP_THREAD_CAPS) {
-                            Ok(()) => tracing::info!("XDP thread keeps CAP_NET_ADMIN and CAP_BPF, nothing else"),
+                            Ok(()) => tracing::info!("XDP thread keeps CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON, nothing else"),
                             Err(e) => tracing::error!("XDP thread capabilities: {e:#}"),
                         }
                     }
@@ -344,7 +344,30 @@ impl Fastpath {
                             let ok = attached.is_ok();
                             let _ = reply.send(attached);
                             if ok {
-                                match rt.fill() {
+                                let mut filled = rt.fill();
+                                if filled.as_ref().is_err_and(|e| !abandoned(e)) {
+                                    // the switch of user clears this thread's effective
+                                    // capabilities until it restricts them (kept: KEEPCAPS); a
+                                    // fill under way then cannot create its maps: take the kept
+                                    // ones back and fill again
+                                    let retry = !restricted && restrict.load(Ordering::Relaxed);
+                                    if retry {
+                                        restricted = true;
+                                        match crate::privilege::restrict_thread_caps(&crate::privilege::XDP_THREAD_CAPS) {
+                                            Ok(()) => tracing::info!("XDP thread keeps CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON, nothing else"),
+                                            Err(e) => tracing::error!("XDP thread capabilities: {e:#}"),
+                                        }
+                                    }
+                                    if retry {
+                                        if let Err(e) = &filled {
+                                            tracing::info!(error = %format!("{e:#}"), "XDP: filling the maps failed during the switch of user: again");
+                                        }
+                                        filled = rt.retry_fill(true);
+                                    } else {
+                                        let _ = rt.retry_fill(false);
+                                    }
+                                }
+                                match filled {
                                     Err(e) if abandoned(&e) => tracing::info!("XDP: filling the maps abandoned: stopping"),
                                     Err(e) => tracing::error!(
                                         "{e:#}; the kernel passes every query to userspace until a reload succeeds"

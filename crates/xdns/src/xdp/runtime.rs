@@ -9,7 +9,15 @@
 //! - `attach` attaches the program (BPF link) to every configured interface, or, on a
 //!   takeover, switches the links handed over by the previous process to this program
 //!   (`link_fds` is the other side of that hand-over).
-//! - `reload` swaps the kernel's data atomically for a new zone set.
+//! - `reload` swaps the kernel's data atomically for a new zone set. Data that outgrows the
+//!   zone maps sized at load (a secondary's first transfer when it had no stored copy, a reload
+//!   or catalog member that adds many records) grows them in process: the program is loaded
+//!   again with zone maps sized for the new data by the start-up rule ([`Capacity::for_data`]),
+//!   every other map reused, filled while the old program answers, and the links switched to
+//!   it atomically (`XdpProgram::install_grown`; logged "kernel maps grown from X to Y"). Only
+//!   if that fails (the verifier, memory) is the old data retired and userspace left to answer.
+//!
+//! [`Capacity::for_data`]: xdns_bpf::runtime::Capacity::for_data
 //! - `guard` is the delivery guard's periodic look ([`super::delivery`]).
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
 //!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
@@ -87,10 +95,8 @@ impl XdpRuntime {
     /// Compile the kernel's data for `zones` and load the program (the verifier runs here);
     /// neither filled ([`Self::fill`]) nor attached ([`Self::attach`]) yet. Map capacity is
     /// three times the initial data (room for the old and the new generation during a
-    /// reload, plus growth); a reload beyond that retires the old data first ([`Self::reload`]). The answer
-    /// table holds twice the initial answers (up to 2^18); a reload with more answers keeps
-    /// the rest in the hash map (`answers_left_out` in the log), slower but the same answers,
-    /// until a restart sizes it again.
+    /// reload, plus growth), the answer table the initial answers and an eighth more; a
+    /// reload beyond that grows the maps in process ([`Self::reload`]).
     pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
@@ -158,11 +164,36 @@ impl XdpRuntime {
             let filled = install_logged(&mut self.prog, &data).context("filling the XDP maps");
             match (&filled, &self.installed) {
                 (Ok(()), Some(z)) => self.index = zone_indexes(z, &data),
+                (Err(e), _) if !super::fastpath::abandoned(e) => {
+                    // kept for one more try (`retry_fill`): the switch of user may have come
+                    // during the fill and cleared this thread's capabilities
+                    self.pending = Some(data);
+                    return filled;
+                }
                 _ => self.installed = None,
             }
             drop(data);
             crate::heap::release_freed("filling the XDP maps");
             filled?;
+        }
+        Ok(())
+    }
+
+    /// After a failed [`Self::fill`]: fill again (the caller has restored what the thread
+    /// needs), or with `again` false give the data up (the kernel passes every query to
+    /// userspace until a reload succeeds).
+    pub fn retry_fill(&mut self, again: bool) -> anyhow::Result<()> {
+        if again {
+            let filled = self.fill();
+            if filled.is_ok() {
+                return filled;
+            }
+            self.retry_fill(false)?;
+            return filled;
+        }
+        if self.pending.take().is_some() {
+            self.installed = None;
+            crate::heap::release_freed("filling the XDP maps");
         }
         Ok(())
     }
@@ -331,12 +362,14 @@ impl XdpRuntime {
 
     /// Swap the kernel's data for `zones` atomically (new generation written, then flipped).
     ///
-    /// If the new generation cannot be written beside the old one (most often: the maps,
-    /// sized at start, are full), the old data must not go on answering in the kernel while
-    /// userspace serves the new zones. So the old generation is retired (every query passes
-    /// to userspace meanwhile, which answers from the new zones) and the install is tried
-    /// once more in the room that freed. If that fails too the kernel answers nothing from
-    /// zones until a reload fits; the error says so.
+    /// If the new data needs larger zone maps than those of the running program (sized by the
+    /// start-up rule for the data of the day), or cannot be written beside the old one, the
+    /// maps grow: a program with larger zone maps takes it, and the links, in process, while
+    /// the old data answers (see the module doc). If growing fails, the old data must not go
+    /// on answering in the kernel while userspace serves the new zones: the old generation
+    /// is retired (every query passes to userspace meanwhile, which answers from the new
+    /// zones) and the install is tried once more in the room that freed. If that fails too
+    /// the kernel answers nothing from zones until a reload fits; the error says so.
     pub fn reload(&mut self, zones: &Arc<ZoneSet>) -> anyhow::Result<()> {
         self.pending = None; // the load's data is older than this
         let data = compile_logged(zones);
@@ -399,16 +432,44 @@ impl XdpRuntime {
         })
     }
 
-    /// [`Self::reload`]'s install: retire the old generation if the new one does not fit.
+    /// [`Self::reload`]'s install: into grown maps if the new data needs them or does not fit
+    /// beside the old; retire the old generation if growing fails too.
     fn install_or_retire(&mut self, data: &xdns_bpf::data::KernelData) -> anyhow::Result<()> {
         use anyhow::Context;
-        match install_logged(&mut self.prog, data) {
-            Err(e) if !super::fastpath::abandoned(&e) && self.prog.generation() != 0 => {
+        use xdns_bpf::runtime::Capacity;
+        let abandoned = super::fastpath::abandoned;
+        let have = self.prog.capacity();
+        let need = Capacity::for_data(data);
+        let mut tried = false;
+        if !have.holds(&need) {
+            tried = true;
+            match grow_logged(&mut self.prog, data, have.max(&need)) {
+                Err(e) if !abandoned(&e) => tracing::warn!(error = %format!("{e:#}"),
+                    "XDP: growing the kernel maps failed; installing into the maps sized at start"),
+                done => return done,
+            }
+        }
+        let installed = match install_logged(&mut self.prog, data) {
+            Err(e) if !tried && !abandoned(&e) => {
+                // the maps hold the new data, but not beside the old: new maps hold it alone
+                tracing::info!(error = %format!("{e:#}"), "XDP: the new zone data does not fit beside the old");
+                match grow_logged(&mut self.prog, data, have.max(&need)) {
+                    Err(g) if !abandoned(&g) => {
+                        tracing::warn!(error = %format!("{g:#}"), "XDP: growing the kernel maps failed");
+                        Err(e)
+                    }
+                    done => return done,
+                }
+            }
+            done => done,
+        };
+        match installed {
+            Err(e) if !abandoned(&e) && self.prog.generation() != 0 => {
                 tracing::warn!(error = %format!("{e:#}"),
-                    "XDP: the new zone data does not fit beside the old; old data retired (userspace answers), trying again");
+                    "XDP: the new zone data does not fit beside the old and the maps could not grow; old data retired (userspace answers), trying again");
                 self.prog.retire().context("retiring the old kernel data")?;
                 install_logged(&mut self.prog, data).context(
-                    "the new zone data does not fit in the kernel maps sized at start: userspace answers every zone \
+                    "the new zone data does not fit in the kernel maps, which could not grow: userspace answers every zone \
                      query until a reload fits (a restart sizes the maps for the zones of the day)",
                 )
             }
@@ -521,15 +582,34 @@ fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
 /// Time between the progress lines of a fill that takes long.
 const FILL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
-fn install_logged(
+/// Installs `data` into a program with zone maps of capacity `to`, which replaces the running
+/// one ([`xdns_bpf::runtime::XdpProgram::install_grown`]), logged.
+fn grow_logged(
     prog: &mut xdns_bpf::runtime::XdpProgram,
     data: &xdns_bpf::data::KernelData,
+    to: xdns_bpf::runtime::Capacity,
 ) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
+    let from = prog.capacity();
+    tracing::info!(%from, %to, rss_mib = crate::heap::rss_mib(),
+        "XDP: the new zone data does not fit in the kernel maps: loading the program again with larger zone maps (the old data answers meanwhile)");
     let progress = prog.fill_progress();
+    with_fill_log(progress, t, || prog.install_grown(data, to))?;
+    let (in_table, left_out) = prog.table_counts();
+    tracing::info!(
+        seconds = t.elapsed().as_secs_f32(),
+        rss_mib = crate::heap::rss_mib(),
+        answers_in_table = in_table,
+        answers_left_out = left_out,
+        generation = prog.generation(),
+        "XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"
+    );
+    Ok(())
+}
+
+/// Runs `f` (an install) with a progress line in the log every [`FILL_LOG_PERIOD`].
+fn with_fill_log<T>(progress: Arc<xdns_bpf::maps::FillProgress>, t: std::time::Instant, f: impl FnOnce() -> T) -> T {
     let (done, finished) = std::sync::mpsc::channel::<()>();
-    // a large zone set takes seconds to write: a line every FILL_LOG_PERIOD says how far
     std::thread::scope(|s| {
         s.spawn(move || {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(FILL_LOG_PERIOD) {
@@ -537,10 +617,21 @@ fn install_logged(
                 tracing::info!(written, total, seconds = t.elapsed().as_secs(), "XDP: filling the kernel maps");
             }
         });
-        let installed = prog.install(data);
+        let out = f();
         drop(done);
-        installed
-    })?;
+        out
+    })
+}
+
+/// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
+fn install_logged(
+    prog: &mut xdns_bpf::runtime::XdpProgram,
+    data: &xdns_bpf::data::KernelData,
+) -> anyhow::Result<()> {
+    let t = std::time::Instant::now();
+    let progress = prog.fill_progress();
+    // a large zone set takes seconds to write: a line every FILL_LOG_PERIOD says how far
+    with_fill_log(progress, t, || prog.install(data))?;
     let (in_table, left_out) = prog.table_counts();
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
