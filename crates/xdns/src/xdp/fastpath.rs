@@ -350,7 +350,11 @@ impl Fastpath {
                                     // capabilities until it restricts them (kept: KEEPCAPS); a
                                     // fill under way then cannot create its maps: take the kept
                                     // ones back and fill again
-                                    let retry = !restricted && restrict.load(Ordering::Relaxed);
+                                    // (the uid tells, not only the flag: the switch comes a
+                                    // moment before the flag is set)
+                                    // SAFETY: geteuid has no arguments and cannot fail.
+                                    let switched = restrict.load(Ordering::Relaxed) || unsafe { libc::geteuid() } != 0;
+                                    let retry = !restricted && switched;
                                     if retry {
                                         restricted = true;
                                         match crate::privilege::restrict_thread_caps(&crate::privilege::XDP_THREAD_CAPS) {
