@@ -350,10 +350,10 @@ impl Fastpath {
                                     // capabilities until it restricts them (kept: KEEPCAPS); a
                                     // fill under way then cannot create its maps: take the kept
                                     // ones back and fill again
-                                    // (the uid tells, not only the flag: the switch comes a
-                                    // moment before the flag is set)
+                                    // (with `user` set, the uid tells, not only the flag: the
+                                    // switch comes a moment before the flag is set)
                                     // SAFETY: geteuid has no arguments and cannot fail.
-                                    let switched = restrict.load(Ordering::Relaxed) || unsafe { libc::geteuid() } != 0;
+                                    let switched = cfg.keep_caps && (restrict.load(Ordering::Relaxed) || unsafe { libc::geteuid() } != 0);
                                     let retry = !restricted && switched;
                                     if retry {
                                         restricted = true;
