@@ -3,14 +3,16 @@
 //!
 //! - **User and group** (`user`, `group`; the group defaults to the user's primary group):
 //!   `setgroups`, `setresgid`, `setresuid` for the whole process (glibc applies them to every
-//!   thread). The uid change clears every thread's capabilities.
+//!   thread). The uid change clears the capabilities of every thread but the XDP thread's.
 //! - **Capabilities**: only the XDP thread keeps any, `CAP_NET_ADMIN`, `CAP_BPF` and
-//!   `CAP_PERFMON` (it sets `PR_SET_KEEPCAPS` when it starts, and after the switch, at its
-//!   next turn, keeps just those three; a fill of the maps under way finishes first): the
-//!   delivery guard needs them to attach an interface again in generic mode, an abandoned
-//!   takeover to point its links back at its program, and zone data that outgrows the
-//!   kernel maps to load the program again with larger ones (the verifier refuses the
-//!   program without `CAP_PERFMON`, as it would at start).
+//!   `CAP_PERFMON`. When it starts it sets `SECBIT_NO_SETUID_FIXUP` on itself, so the switch
+//!   of user, whenever it comes, leaves its capabilities as they are (a fill of the maps or a
+//!   program load under way never loses them half-way); at its next turn after the switch it
+//!   keeps just those three. Threads it creates inherit the bit and drop every capability
+//!   when they start (the prefetch reader). The three are needed to attach an interface
+//!   again in generic mode (the delivery guard), to point an abandoned takeover's links back
+//!   at its program, and to load the program again with larger maps when zone data outgrows
+//!   them (the verifier refuses the program without `CAP_PERFMON`, as it would at start).
 //!   `perf_event_open` stays refused by the seccomp filter. Threads that read packets (UDP workers, TCP and resolver
 //!   tasks) hold none. Map updates (reloads, the resolver's kernel cache, flush) go through
 //!   descriptors opened before the switch and need no capability.
@@ -101,24 +103,43 @@ fn unsafe_zeroed<T>() -> T {
 pub const XDP_THREAD_CAPS: [caps::Capability; 3] =
     [caps::Capability::CAP_NET_ADMIN, caps::Capability::CAP_BPF, caps::Capability::CAP_PERFMON];
 
-/// On the calling thread: keep the permitted capabilities across the coming uid change.
+/// `SECBIT_NO_SETUID_FIXUP` (linux/securebits.h): a uid change leaves the thread's
+/// capability sets alone.
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+
+/// On the calling thread, while it is still root: the coming switch of user changes its uid
+/// but not its capabilities (`SECBIT_NO_SETUID_FIXUP`; needs `CAP_SETPCAP`). The thread then
+/// restricts them itself ([`restrict_thread_caps`]) at a moment of its choosing.
+/// Where the bit cannot be set (no `CAP_SETPCAP`, as in some containers) `PR_SET_KEEPCAPS`
+/// still keeps the permitted set: the effective set is then empty from the switch until the
+/// thread restricts, and a fill of the maps in that moment fails (logged; a reload fills).
 pub fn keep_caps_across_switch() -> anyhow::Result<()> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) } != 0 {
         bail!("PR_SET_KEEPCAPS: {}", std::io::Error::last_os_error());
     }
+    // SAFETY: prctl with integer arguments only; securebits are per thread.
+    let bits = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
+    if bits < 0 {
+        bail!("PR_GET_SECUREBITS: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong | SECBIT_NO_SETUID_FIXUP, 0, 0, 0) } != 0 {
+        bail!("PR_SET_SECUREBITS: {}", std::io::Error::last_os_error());
+    }
     Ok(())
 }
 
-/// On the calling thread, after the switch: exactly `keep` in the effective and permitted
-/// sets, nothing inheritable or ambient.
+/// On the calling thread: exactly `keep` in the effective and permitted sets, nothing
+/// inheritable or ambient.
 pub fn restrict_thread_caps(keep: &[caps::Capability]) -> anyhow::Result<()> {
     use caps::{CapSet, CapsHashSet};
     let set: CapsHashSet = keep.iter().copied().collect();
     caps::set(None, CapSet::Inheritable, &CapsHashSet::new()).context("clearing inheritable capabilities")?;
-    caps::set(None, CapSet::Permitted, &set).context("setting permitted capabilities")?;
-    caps::set(None, CapSet::Effective, &set).context("setting effective capabilities")?;
     let _ = caps::clear(None, CapSet::Ambient);
+    // effective first: it must stay within the permitted set at every step
+    caps::set(None, CapSet::Effective, &set).context("setting effective capabilities")?;
+    caps::set(None, CapSet::Permitted, &set).context("setting permitted capabilities")?;
     Ok(())
 }
 

@@ -285,8 +285,9 @@ pub async fn drop_privileges(cfg: &Config, shared: &Arc<Shared>, control: &std::
     };
     privilege::hand_over_path(control, &who)?;
     let sh = shared.clone();
-    // The XDP thread set PR_SET_KEEPCAPS when it started (`XdpConfig::keep_caps`): it may be
-    // filling the maps now (seconds for a large zone set), and nothing here waits for it.
+    // The XDP thread made the switch leave its capabilities alone when it started
+    // (`XdpConfig::keep_caps`): it may be filling the maps now (seconds for a large zone
+    // set), and it restricts itself to its three at its next turn; nothing here waits for it.
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         privilege::switch_user(&who)?;
         if let Some(fp) = sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {

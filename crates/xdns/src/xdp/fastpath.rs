@@ -257,9 +257,10 @@ impl Fastpath {
             .spawn(move || {
                 // set before anything else, so that the switch of user, whenever it comes
                 // (while this thread fills the maps, say), leaves this thread its capabilities
+                // until it restricts them below, between two commands
                 if cfg.keep_caps {
                     if let Err(e) = crate::privilege::keep_caps_across_switch() {
-                        tracing::error!("{e:#}");
+                        tracing::warn!("XDP thread: {e:#}: a fill of the maps during the switch of user may fail (a reload fills them)");
                     }
                 }
                 let mut restricted = false;
@@ -344,33 +345,7 @@ impl Fastpath {
                             let ok = attached.is_ok();
                             let _ = reply.send(attached);
                             if ok {
-                                let mut filled = rt.fill();
-                                if filled.as_ref().is_err_and(|e| !abandoned(e)) {
-                                    // the switch of user clears this thread's effective
-                                    // capabilities until it restricts them (kept: KEEPCAPS); a
-                                    // fill under way then cannot create its maps: take the kept
-                                    // ones back and fill again
-                                    // (with `user` set, the uid tells, not only the flag: the
-                                    // switch comes a moment before the flag is set)
-                                    // SAFETY: geteuid has no arguments and cannot fail.
-                                    let switched = cfg.keep_caps && (restrict.load(Ordering::Relaxed) || unsafe { libc::geteuid() } != 0);
-                                    let retry = !restricted && switched;
-                                    if retry {
-                                        restricted = true;
-                                        match crate::privilege::restrict_thread_caps(&crate::privilege::XDP_THREAD_CAPS) {
-                                            Ok(()) => tracing::info!("XDP thread keeps CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON, nothing else"),
-                                            Err(e) => tracing::error!("XDP thread capabilities: {e:#}"),
-                                        }
-                                    }
-                                    if retry {
-                                        if let Err(e) = &filled {
-                                            tracing::info!(error = %format!("{e:#}"), "XDP: filling the maps failed during the switch of user: again");
-                                        }
-                                        filled = rt.retry_fill(true);
-                                    } else {
-                                        let _ = rt.retry_fill(false);
-                                    }
-                                }
+                                let filled = rt.fill();
                                 match filled {
                                     Err(e) if abandoned(&e) => tracing::info!("XDP: filling the maps abandoned: stopping"),
                                     Err(e) => tracing::error!(

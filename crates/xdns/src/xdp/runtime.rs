@@ -164,36 +164,12 @@ impl XdpRuntime {
             let filled = install_logged(&mut self.prog, &data).context("filling the XDP maps");
             match (&filled, &self.installed) {
                 (Ok(()), Some(z)) => self.index = zone_indexes(z, &data),
-                (Err(e), _) if !super::fastpath::abandoned(e) => {
-                    // kept for one more try (`retry_fill`): the switch of user may have come
-                    // during the fill and cleared this thread's capabilities
-                    self.pending = Some(data);
-                    return filled;
-                }
-                _ => self.installed = None,
+                (Ok(()), None) => {}
+                (Err(_), _) => self.installed = None,
             }
             drop(data);
             crate::heap::release_freed("filling the XDP maps");
             filled?;
-        }
-        Ok(())
-    }
-
-    /// After a failed [`Self::fill`]: fill again (the caller has restored what the thread
-    /// needs), or with `again` false give the data up (the kernel passes every query to
-    /// userspace until a reload succeeds).
-    pub fn retry_fill(&mut self, again: bool) -> anyhow::Result<()> {
-        if again {
-            let filled = self.fill();
-            if filled.is_ok() {
-                return filled;
-            }
-            self.retry_fill(false)?;
-            return filled;
-        }
-        if self.pending.take().is_some() {
-            self.installed = None;
-            crate::heap::release_freed("filling the XDP maps");
         }
         Ok(())
     }
