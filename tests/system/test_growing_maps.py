@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import threading
 import time
 
 import dns.message
@@ -28,6 +27,7 @@ import dns.rdatatype
 import pytest
 
 from lab import ZONES_DIR, Lab
+from watch import AnswerWatcher
 
 RECORDS = 60_000
 
@@ -128,25 +128,10 @@ def test_reload_that_outgrows_the_maps_loses_no_query(lab, tmp_path):
     srv = lab.start_xdns([("example.com.", zone)], name="xdns-grow-reload", xdp="default")
     assert_kernel_answers(lab, srv, [("www.example.com.", "198.18.0.10")] * 5)
 
-    counts = {"sent": 0, "answered": 0, "old": 0, "new": 0, "other": []}
-    stop = threading.Event()
+    def ask(n: int):
+        return first_a(lab.udp(srv.addr4, query("www.example.com.", n & 0xffff)))
 
-    def client():
-        while not stop.is_set():
-            counts["sent"] += 1
-            rcode, a = first_a(lab.udp(srv.addr4, query("www.example.com.", counts["sent"] & 0xffff)))
-            if rcode is not None:
-                counts["answered"] += 1
-            if a == "198.18.0.10":
-                counts["old"] += 1
-            elif a == "198.18.0.210":
-                counts["new"] += 1
-            else:
-                counts["other"].append((rcode, a))
-
-    t = threading.Thread(target=client, daemon=True)
-    t.start()
-    try:
+    with AnswerWatcher(ask, old="198.18.0.10", new="198.18.0.210") as watch:
         time.sleep(0.5)
         changed = original.replace("2024060101", "2024060102").replace(
             "www\t300\tIN\tA\t198.18.0.10", "www\t300\tIN\tA\t198.18.0.210")
@@ -154,21 +139,15 @@ def test_reload_that_outgrows_the_maps_loses_no_query(lab, tmp_path):
         zone.write_text(changed + "".join(f"h{i}\tA\t{address(i)}\n" for i in range(RECORDS)))
         srv.proc.send_signal(signal.SIGHUP)
         wait_for("the grown maps", lambda: "kernel maps grown from" in srv.stderr(), 120)
-        seen = counts["new"]
-        wait_for("new data answered after the switch", lambda: counts["new"] > seen + 50, 10, 0.05)
-    finally:
-        stop.set()
-        t.join(timeout=10)
+        assert watch.wait_new(50, 10), f"new data never answered after the switch: {watch.counts}"
     err = srv.stderr()
-    assert counts["sent"] == counts["answered"], f"lost answers during the reload: {counts}"
-    assert not counts["other"], counts["other"][:10]
-    assert counts["old"] > 0 and counts["new"] > 50, counts
+    watch.assert_one_version_and_no_loss(min_new=51)
     assert "could not grow" not in err and "sized at start" not in err, err[-3000:]
     lab.wait_xdp_data(srv)
     assert_kernel_answers(lab, srv, [("www.example.com.", "198.18.0.210")]
                           + [(f"h{i}.example.com.", address(i)) for i in (0, 4_242, RECORDS - 1)])
     line = next(l for l in err.splitlines() if "kernel maps grown from" in l)
-    print(f"\nreload to {RECORDS} records under load ({counts['sent']} queries, none lost): "
+    print(f"\nreload to {RECORDS} records under load ({watch.counts['sent']} queries, none lost): "
           + line.split("XDP: ")[-1])
     assert "panicked" not in err
     assert lab.stop(srv) == 0, srv.stderr()[-3000:]

@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import dns.rdatatype
 import pytest
 
 from lab import DEFAULT_ZONES, XDNS_BIN, ZONES_DIR, Lab
+from watch import AnswerWatcher
 
 BAD = sorted((ZONES_DIR / "bad").glob("*.zone"))
 
@@ -121,41 +121,16 @@ def test_reload_under_load_and_broken_reload_and_sigterm(lab, tmp_path):
     srv = lab.start_xdns(zones, name="xdns-reload")
     assert _answer_a(lab, srv.addr4, "www.example.com.") == ("NOERROR", "198.18.0.10")
 
-    counts = {"sent": 0, "answered": 0, "old": 0, "new": 0, "other": []}
-    stop = threading.Event()
-
-    def client():
-        while not stop.is_set():
-            counts["sent"] += 1
-            rcode, a = _answer_a(lab, srv.addr4, "www.example.com.")
-            if rcode is not None:
-                counts["answered"] += 1
-            if a == "198.18.0.10":
-                counts["old"] += 1
-            elif a == "198.18.0.210":
-                counts["new"] += 1
-            else:
-                counts["other"].append((rcode, a))
-
-    t = threading.Thread(target=client, daemon=True)
-    t.start()
-    try:
+    with AnswerWatcher(lambda _n: _answer_a(lab, srv.addr4, "www.example.com."),
+                       old="198.18.0.10", new="198.18.0.210") as watch:
         time.sleep(0.5)
         changed = original.replace("2024060101", "2024060102").replace(
             "www\t300\tIN\tA\t198.18.0.10", "www\t300\tIN\tA\t198.18.0.210")
         assert changed.count("198.18.0.210") == 1, "zone layout changed: update this test"
         zone.write_text(changed)
         srv.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while counts["new"] < 50 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        t.join(timeout=10)
-    assert counts["new"] >= 50, f"new data never served: {counts}"
-    assert counts["sent"] == counts["answered"], f"lost answers during reload: {counts}"
-    assert not counts["other"], counts["other"][:10]
-    assert counts["old"] > 0, counts
+        assert watch.wait_new(50, 10), f"new data never served: {watch.counts}"
+    watch.assert_one_version_and_no_loss()
     assert _answer_a(lab, srv.addr4, "newname.example.com.")[0] == "NXDOMAIN"
 
     # A broken zone on reload keeps the previous data.
