@@ -449,7 +449,7 @@ mod tests {
             assert_eq!(bucket(lower(b)), b);
             assert_eq!(bucket(upper(b) - 1), b);
             let (lo, hi) = (lower(b), upper(b));
-            if lo >= 64 && lo <= 10_000_000_000 {
+            if (64..=10_000_000_000).contains(&lo) {
                 assert!((hi - lo) as f64 / lo as f64 <= 1.0 / 64.0 + 1e-12, "bucket {b}: [{lo}, {hi})");
             }
         }

@@ -345,6 +345,7 @@ mod tests {
         msg.extend_from_slice(b"\xc0\x1d"); // at 35: pointer to ftp (29)
         msg.extend_from_slice(b"\xc0\x25"); // at 37: pointer to itself
         msg.extend_from_slice(b"\xc0"); // at 39: truncated pointer
+        #[allow(clippy::type_complexity)] // a fixture table: one row a case
         let cases: &[(usize, Result<(usize, &[u8]), NameError>)] = &[
             (12, Ok((29, WWW))),
             (29, Ok((35, b"\x03ftp\x07example\x03com\x00"))),

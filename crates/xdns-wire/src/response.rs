@@ -349,6 +349,7 @@ mod tests {
     #[test]
     fn error_responses_table() {
         let mut out = Vec::new();
+        #[allow(clippy::type_complexity)] // a fixture table: one row a case
         let cases: &[(&str, Option<Edns>, bool, u16, u16, Rcode)] = &[
             ("formerr", None, true, 1, 1, Rcode::FORMERR),
             ("refused with edns", edns(1232), true, 5, 5, Rcode::REFUSED),

@@ -161,7 +161,7 @@ impl Denial {
             .and_then(|n| n.rrset(rtype::RRSIG))
             .is_some_and(|s| s.rdata.iter().any(|d| covered(d) == Some(rtype::SOA)));
         let mut nsec: Vec<NameKey> = Vec::new();
-        let nsec3 = apex.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(|d| nsec3param(d));
+        let nsec3 = apex.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(nsec3param);
         let mut nsec3_owners = Vec::new();
         for (owner, node) in &zone.nodes {
             if node.rrset(rtype::NSEC).is_some() {

@@ -809,7 +809,7 @@ impl<'p> Builder<'p> {
             .get(&self.apex)
             .and_then(|n| n.rrset(xdns_wire::rtype::SOA))
             .and_then(|s| s.rdata.first())
-            .and_then(|d| soa_serial(d))
+            .and_then(soa_serial)
             .unwrap_or(0);
         Ok(Loaded {
             zone: Zone::new(self.apex, self.nodes, self.main_file, serial).counted(records),

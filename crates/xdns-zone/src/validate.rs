@@ -353,7 +353,7 @@ fn dnssec_warnings(
     let soon = now.wrapping_add(warn_days.saturating_mul(86400));
     let mut nsec: Vec<(Box<[u8]>, Vec<u8>)> = Vec::new();
     let mut nsec3: Vec<(Box<[u8]>, Box<[u8]>, Vec<u8>)> = Vec::new();
-    let param = apex_node.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(|d| nsec3param(d));
+    let param = apex_node.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(nsec3param);
     z.for_each_node(&mut |name, node| {
         let below = name != apex && cut_above(name).is_some();
         let is_cut = name != apex && node.rrset(rtype::NS).is_some();

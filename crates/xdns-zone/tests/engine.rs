@@ -163,6 +163,7 @@ const OPT_V1: &[u8] = b"\x00\x00\x29\x04\xd0\x00\x01\x00\x00\x00\x00";
 #[test]
 fn errors_and_drops() {
     let z = zone_set();
+    #[allow(clippy::type_complexity)] // a fixture table: one row a case
     let cases: Vec<(&str, Vec<u8>, Transport, Option<(Rcode, u16, bool, bool)>, Option<DropReason>)> = vec![
         // (what, message, transport, Some((header rcode, full rcode, question echoed, OPT)), drop)
         ("short", vec![0; 11], Transport::Udp, None, Some(DropReason::Malformed)),

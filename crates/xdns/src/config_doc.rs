@@ -173,7 +173,7 @@ mod tests {
         for key in KEYS {
             let cell = match key.section {
                 "" | "resolver" => format!("`{}`", key.name),
-                "xdp" | "zone" | "key" | "catalog" => format!("{}", key.name),
+                "xdp" | "zone" | "key" | "catalog" => key.name.to_string(),
                 s => format!("`[{s}] {}`", key.name),
             };
             assert!(readme.contains(&cell), "crates/xdns/README.md lacks {cell}");

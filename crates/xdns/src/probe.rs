@@ -180,7 +180,7 @@ pub fn chart(h: &Histogram, name: &str) -> String {
     if let (Some(f), Some(l)) = (first, last) {
         let max = rows[f..=l].iter().map(|r| r.1).max().unwrap_or(1).max(1);
         for (b, n) in &rows[f..=l] {
-            let bar = "#".repeat(((n * 50 + max - 1) / max) as usize);
+            let bar = "#".repeat((n * 50).div_ceil(max) as usize);
             let _ = writeln!(s, "{:>10.1} {:>8} {bar}", *b as f64 / 1000.0, n);
         }
     }

@@ -162,7 +162,7 @@ impl Telemetry {
         let rules = self.rules.load();
         for (i, r) in rules.iter().enumerate() {
             if r.matches(path, client, server, qname, qtype) {
-                return r.sample <= 1 || self.seen[i].fetch_add(1, Ordering::Relaxed) % u64::from(r.sample) == 0;
+                return r.sample <= 1 || self.seen[i].fetch_add(1, Ordering::Relaxed).is_multiple_of(u64::from(r.sample));
             }
         }
         false

@@ -468,7 +468,7 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
                 }
                 if shared.live_blocks.expire() {
                     push_guard_lists(&shared).await;
-                } else if rotated || ticks % 60 == 0 {
+                } else if rotated || ticks.is_multiple_of(60) {
                     push_guard_rrl(&shared).await;
                 }
             }
