@@ -31,8 +31,9 @@ Per peer, in order:
    zones); `miss` = delegations cached, a new wildcard name under wild.example. (one upstream
    query to leaf1). Mean and p99 of each (SAMPLES of each: the p99 of 40 was the single
    slowest, so one late sample decided it), the cold ones per shape too, and for xdns the
-   `kit` counters that moved around each cold sample (a kernel query taken back by the
-   timer, `timeout`, or raced by a redundant query).
+   counters that moved around each cold sample (a kernel query taken back by the timer,
+   `kit` `timeout`, or raced by a redundant query; an upstream timeout of the resolver's
+   own exchange, `resolver.upstream_timeouts`).
 2. Misses per second: kxdpgun sends unique names under wild.example. (delegation cached, so
    each query is exactly one upstream query) at increasing rates (RATES, DURATION seconds
    each); a step is sustained when >= 99% of the queries are resolved (a NOERROR reply:
@@ -211,11 +212,19 @@ def detach(lab: Lab, tree: T.Tree) -> None:
 # ------------------------------------------------------------------ measurements
 def latency(lab: Lab, tree: T.Tree, srv, samples: int, timed_ask, shapes) -> dict:
     cold, miss, failed, cold_at = [], [], 0, []
-    # kernel iteration's counters around each cold sample (xdns only, outside the timed part):
-    # a slow sample that waited for the timer (`timeout`) or raced (`redundant_*`) shows here
+    # xdns's counters around each cold sample (outside the timed part): a slow sample that
+    # waited for kernel iteration's timer (`timeout`), raced (`redundant_*`) or waited for an
+    # upstream timeout of the resolver's own exchange (`resolver.upstream_timeouts`) shows here
     kit_keys = ("timeout", "redundant_sent", "redundant_won", "ring_full", "replies_spawned")
-    kit_of = (lambda: {k: v for k, v in lab.xdns_stats(srv).get("kit", {}).items() if k in kit_keys}) \
-        if srv.extra.get("kind") in ("xdns", "xdns-xdp") else (lambda: {})
+    res_keys = ("upstream_timeouts", "tcp_fallbacks", "rejected_replies", "servfails")
+
+    def kit_of() -> dict:
+        if srv.extra.get("kind") not in ("xdns", "xdns-xdp"):
+            return {}
+        st = lab.xdns_stats(srv)
+        c = {k: v for k, v in st.get("kit", {}).items() if k in kit_keys}
+        c.update({f"resolver.{k}": v for k, v in st.get("resolver", {}).items() if k in res_keys})
+        return c
     cold_kit = []
     for i in range(samples):
         qname, qtype, _ = shapes[i % len(shapes)]
@@ -523,8 +532,9 @@ def report(cd: dict, ceiling: dict, smoke: bool) -> dict:
                 for d in ck:
                     for k, v in d.items():
                         tot[k] = tot.get(k, 0) + v
-                print(f"  {n} kernel iteration during the cold samples: {tot} (samples with a "
-                      f"timeout: {sum(1 for d in ck if d.get('timeout'))})")
+                slow = [(i, d) for i, d in enumerate(ck) if d.get("timeout") or d.get("resolver.upstream_timeouts")]
+                print(f"  {n} counters moved during the cold samples: {tot} (samples that waited "
+                      f"for a timeout: {slow})")
         print("(latency in ms from the client namespace, one query at a time; cold: caches flushed, "
               "3-6 zones from the root;\n miss: delegations cached, one upstream query. misses/s: "
               "NOERROR replies/s at the highest offered rate with >= 99% resolved\n (+: every rate tried "
