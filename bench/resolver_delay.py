@@ -29,7 +29,11 @@ Per peer, in order:
 1. Latency, one query at a time from the client namespace: `cold` = caches flushed
    (tree.flush) and one name resolved from the root (the COLD_SHAPES of resolver.py: 3 to 6
    zones); `miss` = delegations cached, a new wildcard name under wild.example. (one upstream
-   query to leaf1). Mean and p99 of each.
+   query to leaf1). Mean and p99 of each (SAMPLES of each: the p99 of 40 was the single
+   slowest, so one late sample decided it), the cold ones per shape too, and for xdns the
+   counters that moved around each cold sample (a kernel query taken back by the timer,
+   `kit` `timeout`, or raced by a redundant query; an upstream timeout of the resolver's
+   own exchange, `resolver.upstream_timeouts`).
 2. Misses per second: kxdpgun sends unique names under wild.example. (delegation cached, so
    each query is exactly one upstream query) at increasing rates (RATES, DURATION seconds
    each); a step is sustained when >= 99% of the queries are resolved (a NOERROR reply:
@@ -100,13 +104,13 @@ COLD_DELAY_PEERS: dict[str, tuple[str, dict]] = {
     "pdns": ("pdns", {}),
 }
 
-RATES = [2_000, 4_000, 6_000, 8_000, 10_000, 15_000, 20_000, 30_000, 40_000, 50_000, 60_000,
-         80_000]
+RATES = [2_000, 4_000, 6_000, 8_000, 10_000, 12_500, 15_000, 17_500, 20_000, 25_000, 30_000,
+         35_000, 40_000, 50_000, 60_000, 80_000]
 # /proc/stat busy time is not reported when others kept the server CPU busier than this
 # with the resolver idle (what is left after subtracting is noise).
 BACKGROUND_MAX = 0.5
 DURATION = 4.0
-SAMPLES = 40
+SAMPLES = 120
 SMOKE = {"rates": [500], "duration": 1.0, "samples": 3}
 ANSWERED_MIN = 0.99
 CEILING_RATES = [10_000, 20_000, 30_000, 50_000, 100_000]
@@ -207,14 +211,32 @@ def detach(lab: Lab, tree: T.Tree) -> None:
 
 # ------------------------------------------------------------------ measurements
 def latency(lab: Lab, tree: T.Tree, srv, samples: int, timed_ask, shapes) -> dict:
-    cold, miss, failed = [], [], 0
+    cold, miss, failed, cold_at = [], [], 0, []
+    # xdns's counters around each cold sample (outside the timed part): a slow sample that
+    # waited for kernel iteration's timer (`timeout`), raced (`redundant_*`) or waited for an
+    # upstream timeout of the resolver's own exchange (`resolver.upstream_timeouts`) shows here
+    kit_keys = ("timeout", "redundant_sent", "redundant_won", "ring_full", "replies_spawned")
+    res_keys = ("upstream_timeouts", "tcp_fallbacks", "rejected_replies", "servfails")
+
+    def kit_of() -> dict:
+        if srv.extra.get("kind") not in ("xdns", "xdns-xdp"):
+            return {}
+        st = lab.xdns_stats(srv)
+        c = {k: v for k, v in st.get("kit", {}).items() if k in kit_keys}
+        c.update({f"resolver.{k}": v for k, v in st.get("resolver", {}).items() if k in res_keys})
+        return c
+    cold_kit = []
     for i in range(samples):
         qname, qtype, _ = shapes[i % len(shapes)]
         T.flush(lab, srv)
+        k0 = kit_of()
         ms, m = timed_ask(lab, srv.addr4, qname.format(i=f"d{i}"), qtype)
+        k1 = kit_of()
+        cold_kit.append({k: k1[k] - k0.get(k, 0) for k in k1 if k1[k] != k0.get(k, 0)})
         if m is not None and m.flags & dns.flags.RA and m.rcode() in (dns.rcode.NOERROR,
                                                                       dns.rcode.NXDOMAIN):
             cold.append(ms)
+            cold_at.append((i, ms))
         else:
             failed += 1
     timed_ask(lab, srv.addr4, "prime.wild.example.", "A")
@@ -227,8 +249,14 @@ def latency(lab: Lab, tree: T.Tree, srv, samples: int, timed_ask, shapes) -> dic
 
     def stats(xs):
         return {"n": len(xs), "mean": statistics.fmean(xs) if xs else None,
-                "p50": B_pct(xs, 50), "p99": B_pct(xs, 99)}
-    return {"cold": stats(cold), "miss": stats(miss), "failed": failed}
+                "p50": B_pct(xs, 50), "p99": B_pct(xs, 99), "max": max(xs) if xs else None}
+    # per shape (cold): where a slow tail comes from
+    by_shape = {}
+    for j, (qname, _, what) in enumerate(shapes):
+        xs = [ms for i, ms in cold_at if i % len(shapes) == j]
+        by_shape[what] = stats(xs)
+    return {"cold": stats(cold), "miss": stats(miss), "failed": failed, "cold_by_shape": by_shape,
+            "cold_ms": [round(ms, 2) for _, ms in cold_at], "cold_kit": cold_kit}
 
 
 def B_pct(xs: list[float], p: float) -> float | None:
@@ -328,8 +356,14 @@ def misses_per_s(lab: Lab, srv, pids: dict, rates: list[int], duration: float,
     return steps
 
 
-def cold_delay(lab: Lab, peers: list[str], smoke: bool, timed_ask, shapes) -> dict:
-    cfg = SMOKE if smoke else {"rates": RATES, "duration": DURATION, "samples": SAMPLES}
+def cold_delay(lab: Lab, peers: list[str], smoke: bool, timed_ask, shapes,
+               samples: int | None = None, rates: list[int] | None = None) -> dict:
+    """`samples`, `rates`: other than SAMPLES and RATES (--delay-samples, --delay-rates)."""
+    cfg = dict(SMOKE) if smoke else {"rates": RATES, "duration": DURATION, "samples": SAMPLES}
+    if samples is not None:
+        cfg["samples"] = samples
+    if rates is not None:
+        cfg["rates"] = rates
     old_nice = os.getpriority(os.PRIO_PROCESS, 0)
     os.setpriority(os.PRIO_PROCESS, 0, NICE or old_nice)  # this process: the latency asks
     renice([os.getpid()])
@@ -354,7 +388,7 @@ def _cold_delay(lab: Lab, peers: list[str], cfg: dict, timed_ask, shapes) -> dic
             lat = latency(lab, tree, srv, cfg["samples"], timed_ask, shapes)
             print(f"  {name}: misses/s", flush=True)
             steps = misses_per_s(lab, srv, pids, cfg["rates"], cfg["duration"],
-                                 name.replace("-", ""))
+                                 name.replace("-", "")) if cfg["rates"] else []
         finally:
             if srv.alive():
                 T.stop(lab, srv)
@@ -372,7 +406,7 @@ def _cold_delay(lab: Lab, peers: list[str], cfg: dict, timed_ask, shapes) -> dic
     common = [r for r in cfg["rates"] if all(
         any(s["rate"] == r and s["answered"] >= ANSWERED_MIN for s in p["steps"])
         for p in out.values())]
-    ref_rate = max(common) if common else cfg["rates"][0]
+    ref_rate = max(common) if common else (cfg["rates"][0] if cfg["rates"] else None)
     for p in out.values():
         ref = next((s for s in p["steps"] if s["rate"] == ref_rate), None)
         p["cpu_us_per_miss_ref"] = ref["cpu_us_per_miss"] if ref else None
@@ -488,6 +522,19 @@ def report(cd: dict, ceiling: dict, smoke: bool) -> dict:
                   f"{f(lat['miss']['mean']):>9} {f(lat['miss']['p99']):>9} {rate:>9} "
                   f"{f(r['cpu_us_per_miss_ref']):>12} {f(r['proc_us_per_miss_ref']):>6} "
                   f"{f(r['cpu_us_per_miss_best']):>11} {f(r['proc_us_per_miss_best']):>6}")
+        for n, r in cd["peers"].items():
+            bs = r["latency"].get("cold_by_shape", {})
+            print(f"  {n} cold by shape, mean/max ms: " + ", ".join(
+                f"{w.split(' (')[-1].rstrip(')')} {f(x['mean'])}/{f(x['max'])}" for w, x in bs.items()))
+            ck = r["latency"].get("cold_kit", [])
+            if any(ck):
+                tot = {}
+                for d in ck:
+                    for k, v in d.items():
+                        tot[k] = tot.get(k, 0) + v
+                slow = [(i, d) for i, d in enumerate(ck) if d.get("timeout") or d.get("resolver.upstream_timeouts")]
+                print(f"  {n} counters moved during the cold samples: {tot} (samples that waited "
+                      f"for a timeout: {slow})")
         print("(latency in ms from the client namespace, one query at a time; cold: caches flushed, "
               "3-6 zones from the root;\n miss: delegations cached, one upstream query. misses/s: "
               "NOERROR replies/s at the highest offered rate with >= 99% resolved\n (+: every rate tried "

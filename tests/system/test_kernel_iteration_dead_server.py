@@ -15,7 +15,8 @@ Checked:
   the kernel's slow.lab. cut (`held_removed`), and questions meanwhile never go to it (no
   more redundant queries, still answered quickly).
 The spoofing rules of the redundant query (ID, port, 0x20 case, server asked) are the
-resolver's own exchange's: crates/xdns-resolver's `redundant_queries_follow_the_resolvers_rules`.
+resolver's own exchange's: crates/xdns-resolver's `redundant_queries_follow_the_resolvers_rules`,
+and in the lab test_kernel_iteration_spoof_race.py (a redundant query raced by forgeries).
 """
 
 from __future__ import annotations

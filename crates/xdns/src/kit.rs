@@ -154,34 +154,58 @@ fn answer_socket(socks: &[(SocketAddr, Arc<Socket>)], p: &KitPending) -> Option<
         .map(|(_, s)| s.clone())
 }
 
-/// Finish `p` in userspace: the resolver's route (REFUSED, a cache hit) or a resolution
-/// (taking `handed` as its first exchange), answered from the listen socket. The resolution
-/// goes through the resolver's pending queue, or, `direct` (the daemon stopping: the queue's
-/// reader has stopped), in a task of its own.
-fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>, direct: bool) {
-    let Some(rec) = shared.recursion.get().cloned() else { return };
-    let Some(sock) = answer_socket(socks, &p) else {
+/// What finishing `p` starts from, shared by [`finish`] and [`finish_ring`]: the resolver's
+/// route of the client's query, with the listen socket to answer from. `None`: nothing to
+/// answer from here (no recursion, no listen socket for the address asked, the engine's
+/// question).
+enum Routed {
+    /// Answered by the route itself (REFUSED, a cache hit): the reply, ready to send.
+    Answered(Ready),
+    /// To resolve: the recursion, the client's query (no response handed to it yet) and the
+    /// EDNS payload of the reply.
+    Resolve(Arc<crate::recursion::Recursion>, crate::server::udp::Pending, u16),
+}
+
+fn routed(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: &KitPending) -> Option<Routed> {
+    let rec = shared.recursion.get().cloned()?;
+    let Some(sock) = answer_socket(socks, p) else {
         tracing::debug!(client = %p.client, "kernel iteration: no listen socket for the address asked");
-        return;
+        return None;
     };
-    let msg = client_query(&p);
+    let msg = client_query(p);
     let served = shared.served.load();
     let payload = served.respond.edns_payload;
     let mut out = Vec::new();
     match crate::recursion::route(&rec, &served.zones, &msg, p.client.ip(), Transport::Udp, payload, &mut out) {
         crate::recursion::Route::Answered(outcome) => {
             rec.shard.record(Transport::Udp, outcome);
-            let Ok(q) = xdns_wire::Query::parse(&msg) else { return };
-            let Some(qq) = q.question.as_ref() else { return };
+            let q = xdns_wire::Query::parse(&msg).ok()?;
+            let qq = q.question.as_ref()?;
             let key = xdns_resolver::KeyRef { qname: qq.key(), qtype: qq.qtype, dnssec_ok: p.dnssec_ok }.to_owned_key();
+            Some(Routed::Answered((crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key, None), out)))
+        }
+        crate::recursion::Route::Resolve(q, key) => {
+            Some(Routed::Resolve(rec, crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, None), payload))
+        }
+        crate::recursion::Route::Authoritative => None,
+    }
+}
+
+/// Finish `p` in userspace: the resolver's route (REFUSED, a cache hit) or a resolution
+/// (taking `handed` as its first exchange), answered from the listen socket. The resolution
+/// goes through the resolver's pending queue, or, `direct` (the daemon stopping: the queue's
+/// reader has stopped), in a task of its own.
+fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>, direct: bool) {
+    match routed(shared, socks, &p) {
+        None => {}
+        Some(Routed::Answered((mut pend, mut out))) => {
             if handed.is_some() {
                 note_use(xdns_resolver::HandedUse::Joined);
             }
-            let mut pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key, None);
             let _ = pend.send(&mut out);
         }
-        crate::recursion::Route::Resolve(q, key) => {
-            let mut pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, handed);
+        Some(Routed::Resolve(rec, mut pend, payload)) => {
+            pend.handed = handed;
             if direct {
                 tokio::spawn(async move {
                     let (mut out, outcome) =
@@ -198,7 +222,6 @@ fn finish(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPendi
                 let _ = pend.send(&mut out);
             }
         }
-        crate::recursion::Route::Authoritative => {}
     }
 }
 
@@ -223,26 +246,13 @@ fn finish_ring(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: Kit
         Some(h) if RING_SPAWNED.load(Relaxed) < cap => h,
         other => return finish(shared, socks, p, other, false),
     };
-    let Some(rec) = shared.recursion.get().cloned() else { return };
-    let Some(sock) = answer_socket(socks, &p) else {
-        tracing::debug!(client = %p.client, "kernel iteration: no listen socket for the address asked");
-        return;
-    };
-    let msg = client_query(&p);
-    let served = shared.served.load();
-    let payload = served.respond.edns_payload;
-    let mut out = Vec::new();
-    match crate::recursion::route(&rec, &served.zones, &msg, p.client.ip(), Transport::Udp, payload, &mut out) {
-        crate::recursion::Route::Answered(outcome) => {
-            rec.shard.record(Transport::Udp, outcome);
-            let Ok(q) = xdns_wire::Query::parse(&msg) else { return };
-            let Some(qq) = q.question.as_ref() else { return };
-            let key = xdns_resolver::KeyRef { qname: qq.key(), qtype: qq.qtype, dnssec_ok: p.dnssec_ok }.to_owned_key();
+    match routed(shared, socks, &p) {
+        None => {}
+        Some(Routed::Answered(ready)) => {
             note_use(xdns_resolver::HandedUse::Joined);
-            batch.push((crate::server::udp::Pending::handed_over(sock, p.client, p.local, Box::new(q), key, None), out));
+            batch.push(ready);
         }
-        crate::recursion::Route::Resolve(q, key) => {
-            let pend = crate::server::udp::Pending::handed_over(sock, p.client, p.local, q, key, None);
+        Some(Routed::Resolve(rec, pend, payload)) => {
             let mut fut = Box::pin(async move {
                 let (out, outcome) = crate::recursion::resolve_handed_and_answer(&rec, &pend.query, pend.key.clone(), payload, h).await;
                 rec.shard.record(Transport::Udp, outcome);
@@ -263,7 +273,6 @@ fn finish_ring(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: Kit
                 }
             }
         }
-        crate::recursion::Route::Authoritative => {}
     }
 }
 
