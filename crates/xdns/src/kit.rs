@@ -328,7 +328,7 @@ pub fn spawn(
                 HELD_REMOVED.fetch_add(n as u64, Relaxed);
             }
             ticks += 1;
-            if ticks % 250 == 0 {
+            if ticks.is_multiple_of(250) {
                 // every 5 s: the expired cuts the kernel learnt
                 writer.sweep(&*kit_w, now);
             }

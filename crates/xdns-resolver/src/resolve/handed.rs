@@ -152,8 +152,8 @@ impl Resolver {
                 None => (false, super::servers::INITIAL_SRTT_US, *ip),
             });
             // servers held down (timing out) are left out while another is not
-            if ips.iter().any(|(ip, _)| !rtt.get(ip).is_some_and(|r| r.held_until_ns > now)) {
-                ips.retain(|(ip, _)| !rtt.get(ip).is_some_and(|r| r.held_until_ns > now));
+            if ips.iter().any(|(ip, _)| rtt.get(ip).is_none_or(|r| r.held_until_ns <= now)) {
+                ips.retain(|(ip, _)| rtt.get(ip).is_none_or(|r| r.held_until_ns <= now));
             }
             let mut kept: Vec<IpAddr> = Vec::new();
             let mut until = expires;
