@@ -227,10 +227,12 @@ __attribute__((noinline)) int xdns_inpath_qlen(struct xdns_inpath_scratch *sc, _
 
 /*
  * Lowercase the name of the message in scratch (qlen bytes, its last word zero padded) into
- * a 256-byte buffer, and hash it with the server's address (sc->srv; into the entry too,
+ * sc->qname, and hash it with the server's address (sc->srv; into the entry too,
  * from_pend), type, class (typeclass: qtype | qclass << 16, network order each) and kflags:
- * the cache key. `from_pend`: a response's name (the recorded query's, byte for byte) into
- * the entry being built; else a query's into sc->qname, with its question's checksum.
+ * the cache key (bit 63 clear: a set's tag keeps the way's class there). `from_pend`: a
+ * response's name (the recorded query's, byte for byte), for the entry being built
+ * (xdns_inpath_store_rest copies it after the records); else a query's, with its question's
+ * checksum.
  */
 __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, int from_pend, __u32 qlen,
 						 __u32 typeclass, __u32 kflags)
@@ -245,7 +247,7 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 		return 0;
 	/* a response's name is the recorded one byte for byte (xdns_inpath_same_question) */
 	src = sc->buf + XDNS_INPATH_DNS_AT + 12;
-	dst = from_pend ? sc->e.name : sc->qname;
+	dst = sc->qname;
 	if (qlen > 255)
 		qlen = 255;
 
@@ -279,27 +281,50 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
-	return h;
+	return h & ~XDNS_INPATH_H_CLS;
 }
 
-/* Is the entry the question's: its server's (sc->srv), its name (sc->qname; both lowercased, the last word zero padded)? */
-__attribute__((noinline)) int xdns_inpath_name_eq(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
-						  __u32 qlen)
-{
-	__u32 k;
-
-	qlen &= 0x1ff;
-	if (!sc || !e)
-		return 0;
-	if (xdns_ld64(e->server) != xdns_ld64(sc->srv) || xdns_ld64(e->server + 8) != xdns_ld64(sc->srv + 8))
-		return 0;
-	for (k = 0; k < 32; k++) {
-		if (k * 8 >= qlen)
-			break;
-		if (xdns_ld64(e->name + k * 8) != xdns_ld64(sc->qname + k * 8))
-			return 0;
+/*
+ * Is the entry the question's: its server's (sc->srv), its name (sc->qname; both lowercased,
+ * the last word zero padded; in the entry after its records, from the next multiple of 8)?
+ * One function per size class, each verified once with the class's bound.
+ */
+#define XDNS_INPATH_NAME_EQ(fn, type, cap)                                                              \
+	__attribute__((noinline)) int fn(struct xdns_inpath_scratch *sc, type *e, __u32 qlen)            \
+	{                                                                                               \
+		__u32 k, at, i;                                                                         \
+                                                                                                        \
+		qlen &= 0x1ff;                                                                          \
+		if (!sc || !e)                                                                          \
+			return 0;                                                                       \
+		if (xdns_ld64(e->server) != xdns_ld64(sc->srv) || xdns_ld64(e->server + 8) != xdns_ld64(sc->srv + 8)) \
+			return 0;                                                                       \
+		at = ((__u32)e->rest_len + 7) & ~7U;                                                    \
+		for (k = 0; k < 32; k++) {                                                              \
+			if (k * 8 >= qlen)                                                              \
+				break;                                                                  \
+			i = at + k * 8;                                                                 \
+			asm volatile("" : "+r"(i));     /* one register, checked as it is used */       \
+			if (i > (cap) - 8)                                                              \
+				return 0;                                                               \
+			if (xdns_ld64(e->d + i) != xdns_ld64(sc->qname + k * 8))                        \
+				return 0;                                                               \
+		}                                                                                       \
+		return 1;                                                                               \
 	}
-	return 1;
+XDNS_INPATH_NAME_EQ(xdns_inpath_name_eq_s, struct xdns_inpath_entry_s, XDNS_INPATH_D_S)
+XDNS_INPATH_NAME_EQ(xdns_inpath_name_eq_l, struct xdns_inpath_entry, XDNS_INPATH_D_L)
+
+/*
+ * The entry of cache key `key` in the map of its class (`small`: xdns_inpath_cache_s). A
+ * small entry is the large one's first bytes: the head's fields read alike through either
+ * type; its area `d` only within XDNS_INPATH_D_S, which the verifier holds each path to.
+ */
+static __always_inline struct xdns_inpath_entry *xdns_inpath_entry_get(__u32 small, __u32 *key)
+{
+	if (small)
+		return (struct xdns_inpath_entry *)bpf_map_lookup_elem(&xdns_inpath_cache_s, key);
+	return bpf_map_lookup_elem(&xdns_inpath_cache, key);
 }
 
 /*
@@ -545,25 +570,69 @@ static __always_inline int xdns_inpath_resize(struct xdp_md *ctx, struct xdns_in
 }
 
 /*
+ * Age the TTLs of a reply's records in the frame by `sub` seconds: the records start at
+ * `at` (the frame's offset of the byte after the question; `at_n` is at | n << 16), `n`
+ * bytes of them, the entry's TTL offsets; each TTL read from the frame (the entry's bytes just copied there)
+ * and written back, what it lost summed by the parity of its offset into sc->age_even,
+ * sc->age_odd (the checksum's change). A global function: verified once, for entries of
+ * either size class (the head alone is read: the small class's type fits both). 0, or -1
+ * when the frame is shorter.
+ */
+__attribute__((noinline)) int xdns_inpath_age(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
+					      struct xdns_inpath_entry_s *e, __u32 at_n, __u32 sub)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 k, off, old, nw, even = 0, odd = 0, at = at_n & 0xffff, n = at_n >> 16, nt;
+	__u8 *p;
+
+	if (!sc || !e)
+		return -1;
+	nt = e->nttl;
+	for (k = 0; k < XDNS_INPATH_TTLS; k++) {
+		if (k >= nt)
+			break;
+		off = e->ttl_off[k];
+		if (off > XDNS_INPATH_MSG - 4 || off + 4 > n)
+			break;
+		p = data + ((at + off) & 0x7ff);
+		if ((void *)(p + 4) > end)
+			return -1;
+		old = bpf_ntohl(*(const __u32 *)p);
+		nw = old > sub ? old - sub : 0;
+		*(__u32 *)p = bpf_htonl(nw);
+		if ((at + off) & 1)
+			odd += old - nw;
+		else
+			even += old - nw;
+	}
+	sc->age_even = even;
+	sc->age_odd = odd;
+	return 0;
+}
+
+/*
  * The reply from entry `e`, written over the query in place: the frame cut or grown at the
  * tail to the reply's length (rlen DNS bytes), the stored records copied after the question
  * (one helper call), their TTLs aged in place, the header's flags and counts, addresses, ports
  * and MACs swapped. Nothing is summed over the records: the entry holds their checksum (taken
  * when learnt), the question's comes from the key's loop (sc->qsum), the ageing adjusts it.
- * `tc`: no records, the server's OPT alone (XDNS_INPATH_E_OPT), TC set.
+ * `tc`: no records, the server's OPT alone (XDNS_INPATH_E_OPT), TC set. `small`: the entry
+ * is of the small class (its area XDNS_INPATH_D_S bytes).
  * XDNS_INPATH_ANSWERED(_TC), MISS_NO_ROOM (the frame could not grow: untouched),
  * MISS_TOO_BIG or DROP_REWRITE.
  */
 static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
 								  const struct xdns_inpath_pkt *pkt,
-								  struct xdns_inpath_entry *e, __u32 qlen,
+								  struct xdns_inpath_entry *e, __u32 small, __u32 qlen,
 								  __u32 rlen, __u64 now, int tc)
 {
-	__u32 qend, n, k, off, at, old, nw, sub, nt, hl, l3, lost_even = 0, lost_odd = 0, src_off = 0;
+	__u32 qend, n, k, sub, nt, hl, l3, lost_even = 0, lost_odd = 0, src_off = 0;
+	__u32 cap = small ? XDNS_INPATH_D_S : XDNS_INPATH_D_L;
 	__u64 s, el, be;
 	__u16 body;
 	void *data, *end;
-	__u8 *p, *d;
+	__u8 *d;
 	long grow;
 	int moved;
 
@@ -576,11 +645,11 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 	n = rlen - qend;
 	if (tc) {
 		if (n != 0) {
-			if (n != XDNS_INPATH_OPT_LEN || e->rest_len < XDNS_INPATH_OPT_LEN || e->rest_len > XDNS_INPATH_REST)
+			if (n != XDNS_INPATH_OPT_LEN || e->rest_len < XDNS_INPATH_OPT_LEN || e->rest_len > cap)
 				return XDNS_INPATH_MISS_TOO_BIG;
 			src_off = e->rest_len - XDNS_INPATH_OPT_LEN;
 		}
-	} else if (n != e->rest_len || n > XDNS_INPATH_REST) {
+	} else if (n != e->rest_len || n > cap) {
 		return XDNS_INPATH_MISS_TOO_BIG;
 	}
 
@@ -591,43 +660,30 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 	moved = xdns_inpath_resize(ctx, sc, hl, qend, grow);
 	if (moved)
 		return moved > 0 ? XDNS_INPATH_MISS_NO_ROOM : XDNS_INPATH_DROP_REWRITE;
-	/* the records (or the OPT) after the question, from the entry */
+	/* the records (or the OPT) after the question, from the entry, within its class's area */
 	if (tc) {
 		asm volatile("" : "+r"(src_off));
-		if (src_off > XDNS_INPATH_REST - XDNS_INPATH_OPT_LEN)
+		if (src_off > cap - XDNS_INPATH_OPT_LEN)
 			return XDNS_INPATH_DROP_REWRITE;
-		if (n && bpf_xdp_store_bytes(ctx, hl + qend, e->rest + src_off, XDNS_INPATH_OPT_LEN))
+		if (n && bpf_xdp_store_bytes(ctx, hl + qend, e->d + src_off, XDNS_INPATH_OPT_LEN))
 			return XDNS_INPATH_DROP_REWRITE;
 	} else if (n) {
-		if (bpf_xdp_store_bytes(ctx, hl + qend, e->rest, n))
+		asm volatile("" : "+r"(n));
+		if (n > cap || bpf_xdp_store_bytes(ctx, hl + qend, e->d, n))
 			return XDNS_INPATH_DROP_REWRITE;
 	}
 
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	/* TTLs aged by the whole seconds since the entry was learnt, in place */
+	/* TTLs aged by the whole seconds since the entry was learnt, in place (read from the frame: the entry's bytes just copied) */
 	el = now > e->stored_ns ? (now - e->stored_ns) / XDNS_NS : 0;
 	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
 	nt = tc ? 0 : e->nttl;
-	if (sub) {
-		for (k = 0; k < XDNS_INPATH_TTLS; k++) {
-			if (k >= nt)
-				break;
-			off = e->ttl_off[k];
-			if (off > XDNS_INPATH_REST - 4 || off + 4 > n)
-				break;
-			at = hl + qend + off;
-			p = data + (at & 0x7ff);
-			if ((void *)(p + 4) > end)
-				return XDNS_INPATH_DROP_REWRITE;
-			old = bpf_ntohl(*(const __u32 *)(e->rest + off));
-			nw = old > sub ? old - sub : 0;
-			*(__u32 *)p = bpf_htonl(nw);
-			if ((qend + off) & 1)
-				lost_odd += old - nw;
-			else
-				lost_even += old - nw;
-		}
+	if (sub && nt) {
+		if (xdns_inpath_age(ctx, sc, (struct xdns_inpath_entry_s *)e, (hl + qend) | n << 16, sub))
+			return XDNS_INPATH_DROP_REWRITE;
+		lost_even = sc->age_even;
+		lost_odd = sc->age_odd;
 	}
 
 	/* the DNS header: the client's ID, the server's flags and counts */
@@ -918,6 +974,8 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	__u16 flags, qtype, qclass, kflags, payload = 512, rdlen;
 	int opts = 0;
 	struct xdns_inpath_entry *e, *hit = NULL;
+	__u32 small = 0, cls;
+	__u64 t;
 	struct xdns_inpath_tags *tags;
 	enum xdns_inpath_verdict v;
 	__u64 h, now, el;
@@ -978,15 +1036,21 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
 	tags = bpf_map_lookup_elem(&xdns_inpath_tags, &set);
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
-		if (!tags || tags->h[way] != h)
+		if (!tags)
+			break;
+		t = tags->h[way];
+		if ((t & ~XDNS_INPATH_H_CLS) != h)
 			continue;
+		cls = t >> 63;  /* the way's size class: the map to look in */
 		key = set * XDNS_INPATH_WAYS + way;
-		e = bpf_map_lookup_elem(&xdns_inpath_cache, &key);
+		e = xdns_inpath_entry_get(cls, &key);
 		if (!e || e->hash != h || e->qlen != qlen || e->qtype != qtype || e->qclass != qclass ||
 		    e->kflags != kflags)
 			continue;
-		if (xdns_inpath_name_eq(sc, e, qlen)) {
+		if (cls ? xdns_inpath_name_eq_s(sc, (struct xdns_inpath_entry_s *)e, qlen) :
+			  xdns_inpath_name_eq_l(sc, e, qlen)) {
 			hit = e;
+			small = cls;
 			break;
 		}
 	}
@@ -1004,7 +1068,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 			tc = rlen > limit;
 			if (tc)
 				rlen = 12 + qlen + 4 + ((hit->eflags & XDNS_INPATH_E_OPT) ? XDNS_INPATH_OPT_LEN : 0);
-			v = xdns_inpath_reply(ctx, sc, pkt, hit, qlen, rlen, now, tc);
+			v = xdns_inpath_reply(ctx, sc, pkt, hit, small, qlen, rlen, now, tc);
 			if (v == XDNS_INPATH_ANSWERED || v == XDNS_INPATH_ANSWERED_TC) {
 				/* a second's precision is enough for the replacement: fewer writes to a shared line */
 				if (now > hit->used_ns + XDNS_NS)

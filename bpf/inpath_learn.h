@@ -134,35 +134,54 @@ __attribute__((noinline)) int xdns_inpath_same_question(struct xdns_inpath_scrat
 	return *(const __u16 *)(m + 12 + qlen) == sc->pend.qtype && *(const __u16 *)(m + 12 + qlen + 2) == sc->pend.qclass;
 }
 
-/* The records after the question (at, rest bytes) into the entry, TTL offsets made relative. */
-__attribute__((noinline)) int xdns_inpath_store_rest(struct xdns_inpath_scratch *sc, __u32 at, __u32 rest)
+/*
+ * The records after the question (at, rest bytes) into the entry's area, TTL offsets made
+ * relative, then the lowercased name (sc->qname, qlen bytes, from xdns_inpath_key) from the
+ * next multiple of 8. Returns the area's bytes used (round8(rest) + round8(qlen): the entry's
+ * size class), or -1 when it exceeds the large class's.
+ */
+__attribute__((noinline)) int xdns_inpath_store_rest(struct xdns_inpath_scratch *sc, __u32 at, __u32 rest, __u32 qlen)
 {
 	const __u8 *m;
 	__u64 w, sum = 0;
-	__u32 k;
+	__u32 k, na, i;
 
 	rest &= 0x7ff;
 	at &= 0x1ff;
-	if (!sc || rest > XDNS_INPATH_REST || at > 12 + 255 + 4)
+	qlen &= 0x1ff;
+	if (!sc || rest > XDNS_INPATH_D_L || at > 12 + 255 + 4 || qlen > 255)
+		return -1;
+	na = (rest + 7) & ~7U;
+	if (na + ((qlen + 7) & ~7U) > XDNS_INPATH_D_L)
 		return -1;
 	m = sc->buf + XDNS_INPATH_DNS_AT;
 	sc->e.rest_len = rest;
 	/* the bytes and their checksum (a reply adds it, nothing summed per hit) */
-	for (k = 0; k < XDNS_INPATH_REST / 8; k++) {
+	for (k = 0; k < XDNS_INPATH_D_L / 8; k++) {
 		if (k * 8 >= rest)
 			break;
 		w = xdns_ld64(m + at + k * 8) & xdns_inpath_mask(rest - k * 8);
-		xdns_st64(sc->e.rest + k * 8, w);
+		xdns_st64(sc->e.d + k * 8, w);
 		sum += (w & 0xffffffff) + (w >> 32);
+	}
+	/* the name after them (the query side compares it there: xdns_inpath_name_eq_*) */
+	for (k = 0; k < 32; k++) {
+		if (k * 8 >= qlen)
+			break;
+		i = na + k * 8;
+		asm volatile("" : "+r"(i));     /* one register, checked as it is used */
+		if (i > XDNS_INPATH_D_L - 8)
+			return -1;
+		xdns_st64(sc->e.d + i, xdns_ld64(sc->qname + k * 8));
 	}
 	sc->e.rest_sum = xdns_inpath_fold16(sum);
 	sc->e.opt_sum = 0;
 	if ((sc->e.eflags & XDNS_INPATH_E_OPT) && rest >= XDNS_INPATH_OPT_LEN) {
 		/* the OPT alone (the TC=1 reply), as if at an even offset */
-		const __u8 *o = sc->e.rest + ((rest - XDNS_INPATH_OPT_LEN) & 0x7ff);
+		const __u8 *o = sc->e.d + ((rest - XDNS_INPATH_OPT_LEN) & 0x7ff);
 		__u64 os = 0;
 
-		if (rest - XDNS_INPATH_OPT_LEN <= XDNS_INPATH_REST - XDNS_INPATH_OPT_LEN) {
+		if (rest - XDNS_INPATH_OPT_LEN <= XDNS_INPATH_D_L - XDNS_INPATH_OPT_LEN) {
 			w = xdns_ld64(o);
 			os = (w & 0xffffffff) + (w >> 32);
 			os += (__u64)o[8] + ((__u64)o[9] << 8) + (__u64)o[10];
@@ -174,7 +193,7 @@ __attribute__((noinline)) int xdns_inpath_store_rest(struct xdns_inpath_scratch 
 			break;
 		sc->e.ttl_off[k] -= at;
 	}
-	return 0;
+	return na + ((qlen + 7) & ~7U);
 }
 
 /* A response from a configured server, on an upstream interface. */
@@ -189,6 +208,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	struct xdns_inpath_tags *tags;
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8, opt_len;
+	__u32 small;
+	__u64 old;
+	int used;
 	int opts = 0;
 	__u16 flags;
 	__u64 now, best = ~0ULL, h, ptag;
@@ -321,7 +343,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	if ((sc->pend.qopt & XDNS_INPATH_Q_COOKIE) && !(opts & XDNS_INPATH_Q_COOKIE))
 		sc->e.eflags |= XDNS_INPATH_E_NO_COOKIE;
 	rest = len - opt_len - at;
-	if (rest > XDNS_INPATH_REST)
+	if (rest > XDNS_INPATH_MSG)
 		return XDNS_INPATH_REJECT_SIZE;
 	if (opt_len) {
 		/* the OPT's RDLEN: zero (in the message, before it is copied and summed) */
@@ -330,8 +352,10 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 			return XDNS_INPATH_REJECT_FORM;
 		*(__u16 *)(m + k8) = 0;
 	}
-	if (xdns_inpath_store_rest(sc, at, rest))
+	used = xdns_inpath_store_rest(sc, at, rest, qlen);
+	if (used < 0)
 		return XDNS_INPATH_REJECT_SIZE;
+	small = used <= XDNS_INPATH_D_S;
 
 	/* its place: the same question's way, an empty or expired one, else the least recently used */
 	set = (__u32)h & xdns_inpath_cfg.set_mask;
@@ -341,7 +365,8 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	for (way = 0; way < XDNS_INPATH_WAYS; way++) {
 		key = set * XDNS_INPATH_WAYS + way;
 		/* a way without a tag holds nothing the query side can find: taken as empty */
-		o = tags->h[way] ? bpf_map_lookup_elem(&xdns_inpath_cache, &key) : NULL;
+		old = tags->h[way];
+		o = old ? xdns_inpath_entry_get(old >> 63, &key) : NULL;
 		if (!o || (o->hash == h && o->qlen == qlen && o->qtype == sc->e.qtype && o->qclass == sc->e.qclass &&
 			   o->kflags == sc->e.kflags)) {
 			pick = way;
@@ -361,10 +386,15 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 		}
 	}
 	key = set * XDNS_INPATH_WAYS + pick;
-	if (bpf_map_update_elem(&xdns_inpath_cache, &key, &sc->e, BPF_ANY))
+	/* the small class's map takes the entry's first bytes: the head and XDNS_INPATH_D_S of its area */
+	if (bpf_map_update_elem(small ? (void *)&xdns_inpath_cache_s : (void *)&xdns_inpath_cache, &key, &sc->e, BPF_ANY))
 		return XDNS_INPATH_REJECT_NOMEM;
+	old = tags->h[pick & (XDNS_INPATH_WAYS - 1)];
 	tags->stamp[pick & (XDNS_INPATH_WAYS - 1)] = now;
-	tags->h[pick & (XDNS_INPATH_WAYS - 1)] = h;
+	tags->h[pick & (XDNS_INPATH_WAYS - 1)] = h | ((__u64)small << 63);
+	/* the way changed class: its element in the other map goes, now that no tag names it */
+	if (old && (__u32)(old >> 63) != small)
+		bpf_map_delete_elem((old >> 63) ? (void *)&xdns_inpath_cache_s : (void *)&xdns_inpath_cache, &key);
 	if (evict)
 		sc->evicted++;
 	return XDNS_INPATH_LEARNED;

@@ -63,10 +63,14 @@ struct {
 } xdns_inpath_pending SEC(".maps");
 
 /*
- * The cache: key set * XDNS_INPATH_WAYS + way, value one answer; written by the program when
- * it learns (one bpf_map_update_elem of a whole value: readers see the old or the new entry,
- * never a mix, as elements are freed after an RCU grace period), deleted by userspace (flush,
- * expiry sweep). Not preallocated: memory follows the entries. Sized by userspace (`capacity`).
+ * The cache, in two size classes: key set * XDNS_INPATH_WAYS + way, value one answer, in the
+ * small class's map when it fits (xdns_inpath_entry_s, 448 bytes: a 512-byte element), else
+ * the large one's (xdns_inpath_entry); a way's tag in xdns_inpath_tags says which
+ * (XDNS_INPATH_H_CLS). Written by the program when it learns (one bpf_map_update_elem of a
+ * whole value: readers see the old or the new entry, never a mix, as elements are freed after
+ * an RCU grace period; a way that changes class has its old element deleted after its tag
+ * names the new one), deleted by userspace (flush, expiry sweep). Not preallocated: memory
+ * follows the entries. Both sized by userspace (`capacity`: any way may be in either).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -76,9 +80,17 @@ struct {
 	__type(value, struct xdns_inpath_entry);
 } xdns_inpath_cache SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct xdns_inpath_entry_s);
+} xdns_inpath_cache_s SEC(".maps");
+
 /*
- * The hashes of each set's entries (key set, value xdns_inpath_tags): a query reads its set's
- * four in one array lookup (inlined, one cache line) and looks up only a way whose hash is
+ * The hashes of each set's entries (key set, value xdns_inpath_tags; bit 63 of a hash: the
+ * way's class): a query reads its set's four in one array lookup (inlined, one cache line) and looks up only a way whose hash is
  * its own; a miss looks up none. Written by the program after it stores an entry; a tag whose
  * entry userspace deleted (flush, sweep) or another CPU replaced costs one lookup that finds
  * nothing or another question: the entry itself is always compared. Sized by userspace (sets).

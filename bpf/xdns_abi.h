@@ -1208,7 +1208,6 @@ enum xdns_inpath_verdict {
 #define XDNS_INPATH_SLOTS 32            /* verdict counters per CPU (a power of two >= the verdicts) */
 
 #define XDNS_INPATH_MSG 1232            /* largest DNS message learnt or sent */
-#define XDNS_INPATH_REST 1216           /* bytes after the question: XDNS_INPATH_MSG - 12 - 5, rounded up */
 #define XDNS_INPATH_TTLS 32             /* records per entry (each TTL is aged) */
 #define XDNS_INPATH_WAYS 4              /* entries per set */
 #define XDNS_INPATH_BUF 1600            /* scratch frame: 64 bytes of headers, the message, room for the word copies */
@@ -1316,28 +1315,54 @@ struct xdns_inpath_pend {
 	__u8 name[256];         /* the name as sent (letter case kept) */
 };
 
-/* One cached answer (value of xdns_inpath_cache, key set * WAYS + way). */
+/*
+ * One cached answer, in one of two size classes (value of xdns_inpath_cache_s or
+ * xdns_inpath_cache, key set * WAYS + way; the set's tags say which map holds a way: bit 63
+ * of its hash). The head is the same in both; `d` holds the records after the question
+ * (rest_len bytes, at d[0]) and then, from the next multiple of eight, the lowercased name
+ * (qlen bytes, its last word zero padded): one area, sized to the answer's class, instead of
+ * a name[256] and a rest[1216] whatever the answer. A reply's bytes fit the small class when
+ * round8(rest_len) + round8(qlen) <= XDNS_INPATH_D_S.
+ */
+#define XDNS_INPATH_ENTRY_HEAD \
+	__u64 hash;             /* of the lowercased name, type, class, kflags, server (bit 63 clear) */ \
+	__u64 stored_ns;        /* when learnt */ \
+	__u64 expires_ns;       /* stored_ns + TTL */ \
+	__u64 used_ns;          /* last hit (the set's replacement takes the least recently used) */ \
+	__u16 qlen; \
+	__u16 qtype;            /* network order */ \
+	__u16 qclass;           /* network order */ \
+	__u16 kflags; \
+	__u16 hdr[5];           /* the response's flags and four counts, network order */ \
+	__u16 rest_len;         /* bytes after the question, at d[0] */ \
+	__u16 nttl;             /* records whose TTL is aged */ \
+	__u16 ttl_off[XDNS_INPATH_TTLS]; /* offsets of their TTLs in the records */ \
+	__u16 eflags;           /* XDNS_INPATH_E_* */ \
+	__u16 rest_sum;         /* checksum of the records (folded, native order, as if at an even offset) */ \
+	__u16 opt_sum;          /* ... of its OPT record alone (XDNS_INPATH_E_OPT: the last 11 bytes) */ \
+	__u16 _pad2; \
+	__u8 server[16];        /* the server that gave it (IPv4 as ::ffff:a.b.c.d): each answers for itself */ \
+	__u16 _pad3[1]
+
+#define XDNS_INPATH_D_S 304             /* the small class's area: its value 448 bytes, a hash element in the kernel's 512-byte class */
+#define XDNS_INPATH_D_L 1224            /* the large class's: any answer (rest + qlen <= XDNS_INPATH_MSG - 16, each rounded up to 8) */
+#define XDNS_INPATH_H_CLS (1ULL << 63)  /* in a set's tag: the way's entry is in the small class's map */
+
+/* The large class (value of xdns_inpath_cache); also the entry built in scratch. */
 struct xdns_inpath_entry {
-	__u64 hash;             /* of the lowercased name, type, class, kflags */
-	__u64 stored_ns;        /* when learnt */
-	__u64 expires_ns;       /* stored_ns + TTL */
-	__u64 used_ns;          /* last hit (the set's replacement takes the least recently used) */
-	__u16 qlen;
-	__u16 qtype;            /* network order */
-	__u16 qclass;           /* network order */
-	__u16 kflags;
-	__u16 hdr[5];           /* the response's flags and four counts, network order */
-	__u16 rest_len;         /* bytes after the question */
-	__u16 nttl;             /* records whose TTL is aged */
-	__u16 ttl_off[XDNS_INPATH_TTLS]; /* offsets of their TTLs in rest */
-	__u16 eflags;           /* XDNS_INPATH_E_* */
-	__u16 rest_sum;         /* checksum of rest (folded, native order, as if at an even offset) */
-	__u16 opt_sum;          /* ... of its OPT record alone (XDNS_INPATH_E_OPT: the last 11 bytes) */
-	__u16 _pad2;
-	__u8 server[16];        /* the server that gave it (IPv4 as ::ffff:a.b.c.d): each answers for itself */
-	__u8 name[256];         /* lowercased (the last word zero padded; words past the name unused) */
-	__u8 rest[XDNS_INPATH_REST]; /* answer, authority, additional (OPT included), as the server sent them */
+	XDNS_INPATH_ENTRY_HEAD;
+	__u8 d[XDNS_INPATH_D_L];        /* the records, then the name (above) */
 };
+
+/* The small class (value of xdns_inpath_cache_s): the large one's first bytes. */
+struct xdns_inpath_entry_s {
+	XDNS_INPATH_ENTRY_HEAD;
+	__u8 d[XDNS_INPATH_D_S];
+};
+_Static_assert(sizeof(struct xdns_inpath_entry_s) == 448, "a small entry: 448 + 64 bytes of hash element <= 512");
+_Static_assert(__builtin_offsetof(struct xdns_inpath_entry, d) == 144 &&
+	       __builtin_offsetof(struct xdns_inpath_entry_s, d) == 144, "both classes' area at 144");
+_Static_assert(XDNS_INPATH_D_L >= XDNS_INPATH_MSG - 16 + 8, "the large class holds any answer learnt");
 
 /* Per-CPU scratch and counters of the in-path program. */
 struct xdns_inpath_scratch {
@@ -1364,6 +1389,8 @@ struct xdns_inpath_scratch {
 	__u32 w_opt_rd;         /* the OPT record's rdata: offset in the message */
 	__u32 w_opt_len;        /* ... and length (its options) */
 	__u64 qsum;             /* the question's checksum as sent (native order, unfolded): xdns_inpath_key */
+	__u32 age_even;         /* TTL seconds a reply's records lost, at even offsets (xdns_inpath_age) */
+	__u32 age_odd;          /* ... and at odd ones */
 	/* the reply memo (inpath.h: xdns_inpath_memo_answer, _keep) */
 	__u64 mh;               /* this query's slot key, 0: not one the memo takes */
 	__u64 mk_tag;           /* the answering entry's stored_ns, ... */

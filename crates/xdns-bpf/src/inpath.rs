@@ -120,8 +120,32 @@ pub struct InpathEntries {
     pub expired: u64,
     /// Most entries the map holds.
     pub capacity: u64,
-    /// Bytes of one entry's value (the map's memory is about (value + 64) per entry held).
+    /// Bytes of one entry's value in the large class (`struct xdns_inpath_entry`).
     pub entry_bytes: u64,
+    /// Bytes of one entry's value in the small class (`struct xdns_inpath_entry_s`).
+    pub small_entry_bytes: u64,
+    /// Entries held (live or expired) in the small class.
+    pub small: u64,
+    /// Entries held in the large class.
+    pub large: u64,
+    /// Memory of the entries held: each a hash map element (the value and 64 bytes of header,
+    /// key and the allocator's link), allocated from the kernel's next power-of-two size
+    /// ([`element_bytes`]).
+    pub memory_bytes: u64,
+}
+
+/// Bytes the kernel allocates for one element of a hash map without preallocation whose
+/// value has `value` bytes: the element's header and key (56) and the BPF allocator's link
+/// (8) added, rounded up to kmalloc's size class (a power of two from 256 up; 96 and 192 below).
+pub fn element_bytes(value: u64) -> u64 {
+    let n = value.div_ceil(8) * 8 + 64;
+    match n {
+        0..=64 => n.next_power_of_two().max(8),
+        65..=96 => 96,
+        97..=128 => 128,
+        129..=192 => 192,
+        _ => n.next_power_of_two(),
+    }
 }
 
 /// What the daemon asks of a loaded in-path program.
@@ -138,6 +162,7 @@ pub trait InpathView: Send + Sync {
 pub struct InpathProgram {
     prog: OwnedFd,
     cache: MapHandle,
+    cache_s: MapHandle,
     scratch: MapHandle,
     ifaces: MapHandle,
     roles: MapHandle,
@@ -213,7 +238,9 @@ impl InpathProgram {
                 }
             }
         }
+        // any way may hold either class: each map as large as the cache (memory follows the entries)
         open.maps.xdns_inpath_cache.set_max_entries(sets * WAYS)?;
+        open.maps.xdns_inpath_cache_s.set_max_entries(sets * WAYS)?;
         open.maps.xdns_inpath_tags.set_max_entries(sets)?;
         open.maps.xdns_inpath_pending.set_max_entries(s.pending_slots())?;
         // the reply memo: a run of slots for each possible CPU (bpf/inpath_maps.h)
@@ -225,6 +252,7 @@ impl InpathProgram {
         let prog_fd = skel.progs.xdns_inpath.as_fd().try_clone_to_owned().context("duplicating the program fd")?;
         let me = Self {
             cache: dup(&skel.maps.xdns_inpath_cache)?,
+            cache_s: dup(&skel.maps.xdns_inpath_cache_s)?,
             scratch: dup(&skel.maps.xdns_inpath_scratch)?,
             ifaces: dup(&skel.maps.xdns_inpath_ifaces)?,
             roles: dup(&skel.maps.xdns_inpath_roles)?,
@@ -250,6 +278,7 @@ impl InpathProgram {
         Ok(Self {
             prog: self.prog.try_clone().context("duplicating the program fd")?,
             cache: dup(&self.cache)?,
+            cache_s: dup(&self.cache_s)?,
             scratch: dup(&self.scratch)?,
             ifaces: dup(&self.ifaces)?,
             roles: dup(&self.roles)?,
@@ -373,7 +402,7 @@ impl InpathProgram {
     pub fn backdate(&self, secs: u64) -> Result<usize> {
         let ns = secs * 1_000_000_000;
         let mut n = 0;
-        for (k, mut v) in self.values() {
+        for (map, k, mut v) in self.values() {
             for at in [
                 std::mem::offset_of!(types::xdns_inpath_entry, stored_ns),
                 EXPIRES_AT,
@@ -382,7 +411,7 @@ impl InpathProgram {
                 let old = u64::from_ne_bytes(v[at..at + 8].try_into().unwrap());
                 v[at..at + 8].copy_from_slice(&old.saturating_sub(ns).to_ne_bytes());
             }
-            self.cache.update(&k, &v, MapFlags::EXIST)?;
+            map.update(&k, &v, MapFlags::EXIST)?;
             // the way's stamp follows its stored time: a reply memo kept before is not used
             let stored = std::mem::offset_of!(types::xdns_inpath_entry, stored_ns);
             self.set_stamp(&k, u64::from_ne_bytes(v[stored..stored + 8].try_into().unwrap()))?;
@@ -412,12 +441,21 @@ impl InpathProgram {
             .count()
     }
 
-    /// Every entry's value (tests and the sweep).
-    fn values(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.cache
-            .keys()
-            .filter_map(|k| self.cache.lookup(&k, MapFlags::ANY).ok().flatten().map(|v| (k, v)))
+    /// Every entry's value with its class's map (tests and the sweep). A way's element in the
+    /// map its tag does not name (left by two CPUs learning one way in both classes at once)
+    /// is listed too: the sweep deletes it once expired, flush always.
+    fn values(&self) -> Vec<(&MapHandle, Vec<u8>, Vec<u8>)> {
+        [&self.cache_s, &self.cache]
+            .into_iter()
+            .flat_map(|m| {
+                m.keys().filter_map(move |k| m.lookup(&k, MapFlags::ANY).ok().flatten().map(|v| (m, k, v)))
+            })
             .collect()
+    }
+
+    /// Entries held by size class: (small, large).
+    pub fn class_counts(&self) -> (usize, usize) {
+        (self.cache_s.keys().count(), self.cache.keys().count())
     }
 }
 
@@ -463,15 +501,22 @@ impl InpathView for InpathProgram {
         let mut e = InpathEntries {
             capacity: u64::from(self.capacity),
             entry_bytes: std::mem::size_of::<types::xdns_inpath_entry>() as u64,
+            small_entry_bytes: std::mem::size_of::<types::xdns_inpath_entry_s>() as u64,
             ..Default::default()
         };
-        for (_, v) in self.values() {
+        for (m, _, v) in self.values() {
             if expires(&v) > now {
                 e.live += 1;
             } else {
                 e.expired += 1;
             }
+            if std::ptr::eq(m, &self.cache_s) {
+                e.small += 1;
+            } else {
+                e.large += 1;
+            }
         }
+        e.memory_bytes = e.small * element_bytes(e.small_entry_bytes) + e.large * element_bytes(e.entry_bytes);
         Ok(e)
     }
 
@@ -482,11 +527,13 @@ impl InpathView for InpathProgram {
         for set in 0..self.capacity / WAYS {
             self.tags.update(&set.to_ne_bytes(), &zero, MapFlags::ANY).context("clearing a set's tags")?;
         }
-        let keys: Vec<_> = self.cache.keys().collect();
         let mut n = 0;
-        for k in keys {
-            if self.cache.delete(&k).is_ok() {
-                n += 1;
+        for map in [&self.cache_s, &self.cache] {
+            let keys: Vec<_> = map.keys().collect();
+            for k in keys {
+                if map.delete(&k).is_ok() {
+                    n += 1;
+                }
             }
         }
         Ok(n)
@@ -495,11 +542,11 @@ impl InpathView for InpathProgram {
     fn sweep(&self) -> Result<usize> {
         let now = monotonic_ns();
         let mut n = 0;
-        for (k, v) in self.values() {
+        for (map, k, v) in self.values() {
             // an entry learnt again meanwhile is a new value: deleted only if still expired
             if expires(&v) <= now {
-                let again = self.cache.lookup(&k, MapFlags::ANY).ok().flatten();
-                if again.is_some_and(|a| expires(&a) <= now) && self.cache.delete(&k).is_ok() {
+                let again = map.lookup(&k, MapFlags::ANY).ok().flatten();
+                if again.is_some_and(|a| expires(&a) <= now) && map.delete(&k).is_ok() {
                     n += 1;
                 }
             }
@@ -551,6 +598,17 @@ mod tests {
         assert_eq!(c.evicted, 2);
         assert_eq!(c.redirected, 5);
         assert_eq!(c.verdicts.len(), INPATH_VERDICT_NAMES.len());
+    }
+
+    #[test]
+    fn element_sizes() {
+        // the two classes' values: a small entry's element in 512 bytes, a large one's in 2 KiB
+        assert_eq!(element_bytes(std::mem::size_of::<types::xdns_inpath_entry_s>() as u64), 512);
+        assert_eq!(element_bytes(std::mem::size_of::<types::xdns_inpath_entry>() as u64), 2048);
+        assert_eq!(element_bytes(448), 512);
+        assert_eq!(element_bytes(449), 1024);
+        assert_eq!(element_bytes(100), 192);
+        assert_eq!(element_bytes(1616), 2048);
     }
 
     #[test]

@@ -670,6 +670,12 @@ fn inpath_perf() {
     let ql = q("long.example.com", 28, 1, Opt::new(1232, false));
     run(&p, &frame(&v4, &ql));
     run(&p, &frame(&server_side(&v4), &long_answer(&ql, 8)));
+    // a hit the reply memo does not take (a query of more than 72 bytes after its header:
+    // a PADDING option), answered by the stage every time
+    let pad = opt(12, &[0u8; 60]);
+    let qp = q_opts("pad.example.com", 1, 1, &pad);
+    run(&p, &frame(&v4, &qp));
+    run(&p, &frame(&server_side(&v4), &resp(&qp, 0x8580, &[rr(&PTR_Q, 1, 300, &[192, 0, 2, 1])], &[], Some((0, 0, &[])))));
     let mut other = v4.clone();
     other.dport = 5353;
     let rows = [
@@ -677,20 +683,25 @@ fn inpath_perf() {
         frame(&v4, &q("other.example.com", 1, 1, None)),
         frame(&other, &qq),
         frame(&v4, &ql),
+        frame(&v4, &qp),
     ];
     assert_eq!(run(&p, &rows[0]).2, vec!["answered".to_string()], "the hit row");
     assert_eq!(run(&p, &rows[1]).2, vec!["miss".to_string()], "the miss row");
     assert_eq!(run(&p, &rows[2]).2, vec!["pass_other".to_string()], "the other-port row");
     assert_eq!(run(&p, &rows[3]).2, vec!["answered".to_string()], "the long hit row");
+    let stage_hits = p.counters().unwrap().reply_hits;
+    assert_eq!(run(&p, &rows[4]).2, vec!["answered".to_string()], "the stage hit row");
+    assert_eq!(run(&p, &rows[4]).2, vec!["answered".to_string()], "the stage hit row");
+    assert_eq!(p.counters().unwrap().reply_hits, stage_hits, "the stage hit row: not from the reply memo");
     // as cache_perf times the resolver cache (the goal's yardstick): the best median of 9
     // rounds of 1000 single runs, rounds interleaved
-    let mut best = [u64::MAX; 4];
+    let mut best = [u64::MAX; 5];
     for _ in 0..9 {
         for (b, f) in best.iter_mut().zip(&rows) {
             *b = (*b).min(p.bench(f, 1000).unwrap());
         }
     }
-    let [hit, miss, pass, long_hit] = best;
+    let [hit, miss, pass, long_hit, stage_hit] = best;
     // a query for a new name and its response, each timed once (a name is new only once):
     // the median of 600 pairs, every one of them learnt
     let learned = |p: &InpathProgram| p.counters().unwrap().verdicts.iter().find(|(n, _)| n == "learned").unwrap().1;
@@ -706,7 +717,7 @@ fn inpath_perf() {
     learn.sort_unstable();
     let (new_miss, learn) = (new_miss[300], learn[300]);
     println!(
-        "inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass} new_name_miss_ns={new_miss} learnt_ns={learn} long_hit_ns={long_hit}"
+        "inpath_perf hit_ns={hit} miss_ns={miss} other_ns={pass} new_name_miss_ns={new_miss} learnt_ns={learn} long_hit_ns={long_hit} stage_hit_ns={stage_hit}"
     );
     assert!(hit > 0 && miss > 0 && learn > 0);
     let _ = XDP_DROP;
@@ -782,4 +793,172 @@ fn inpath_pending_slots_are_taken_by_newer_queries() {
         }
     }
     assert!(learned <= 64 && learned + unsolicited == 512, "learned {learned}, unsolicited {unsolicited}");
+}
+
+/// A TXT answer of `n` bytes of rdata and the server's OPT: 23 + n bytes after the question.
+fn txt_answer(q: &[u8], n: usize, ttl: u32) -> Vec<u8> {
+    resp(q, 0x8580, &[rr(&PTR_Q, 16, ttl, &txt_rdata(n))], &[], Some((0, 0, &[])))
+}
+
+/// Learn `r` for `qq` (a miss, then the response): how the entries held by class (small,
+/// large) moved.
+fn learn_in(p: &InpathProgram, v4: &Net, qq: &[u8], r: &[u8], what: &str) -> (i64, i64) {
+    let s4 = server_side(v4);
+    let moved = run(p, &frame(v4, qq)).2;
+    assert!(moved == ["miss"] || moved == ["miss_expired"], "{what}: recorded ({moved:?})");
+    let (s0, l0) = p.class_counts();
+    assert_eq!(run(p, &frame(&s4, r)).2, vec!["learned".to_string()], "{what}: learnt");
+    let (s1, l1) = p.class_counts();
+    (s1 as i64 - s0 as i64, l1 as i64 - l0 as i64)
+}
+
+/// Ask `name` four times (the last two from the reply memo where it keeps the reply), each
+/// with its own ID and letter case: the exact frame the server's response `r` makes.
+fn ask_exact(p: &InpathProgram, v4: &Net, name: &str, qtype: u16, opt: fn() -> Option<Opt>, r: &[u8], what: &str) {
+    for ask in 0..4u16 {
+        let asked = if ask % 2 == 1 { name.to_uppercase() } else { name.to_string() };
+        let qa = q(&asked, qtype, 0x4000 + ask, opt());
+        let (act, out, moved) = run(p, &frame(v4, &qa));
+        let w = format!("{what} (ask {ask})");
+        assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{w}");
+        check_reply(v4, &out, &expected(&qa, r), &w);
+    }
+}
+
+/// Learnt entries come in two size classes (the small one's value 448 bytes, its hash element
+/// in the kernel's 512-byte size class; the large one's for any answer): an entry is small
+/// when its records and name, each rounded up to 8 bytes, take at most 304. At each boundary
+/// (the records' length, the name's), the largest answer of the small class and the smallest
+/// of the large are learnt into their class and answered byte for byte, aged, and as TC=1;
+/// and a 1.2 KB answer still works.
+#[test]
+fn inpath_size_classes_at_their_bound() {
+    require_root("inpath_size_classes_at_their_bound");
+    stay_on_one_cpu();
+    let p = load_inpath(settings());
+    let v4 = Net::v4();
+    let edns = || Opt::new(1232, false);
+    // "class.example.com": 19 bytes of wire name (24 rounded); the records 23 + TXT rdata
+    assert_eq!(wire("class.example.com").len(), 19);
+    // (name, TXT rdata bytes, small?): records 280 + name 24 = 304 (small); 281 -> 288 + 24
+    // (large); records 273 -> 280 with a 24-byte name (small) and a 25-byte one (32: large)
+    let n24 = format!("{}.example.com", "x".repeat(10));
+    let n25 = format!("{}.example.com", "x".repeat(11));
+    assert_eq!((wire(&n24).len(), wire(&n25).len()), (24, 25));
+    let cases: [(String, usize, bool); 4] = [
+        ("class.example.com".into(), 257, true),
+        ("class2.example.com".into(), 258, false),
+        (n24, 250, true),
+        (n25, 250, false),
+    ];
+    for (i, (name, rd, small)) in cases.iter().enumerate() {
+        let qq = q(name, 16, 0x100 + i as u16, edns());
+        let r = txt_answer(&qq, *rd, 300);
+        let what = format!("{name} ({} bytes of records)", 23 + rd);
+        let want = if *small { (1, 0) } else { (0, 1) };
+        assert_eq!(learn_in(&p, &v4, &qq, &r, &what), want, "{what}: its class");
+        ask_exact(&p, &v4, name, 16, edns, &r, &what);
+    }
+    assert_eq!(p.class_counts(), (2, 2));
+    // a 1.2 KB answer (the largest the cache takes: 1232-byte message)
+    let big = "big.example.com";
+    let qb = q(big, 16, 0x300, edns());
+    let rb = txt_answer(&qb, 1232 - (12 + wire(big).len() + 4) - 23, 300);
+    assert_eq!(rb.len(), 1232);
+    assert_eq!(learn_in(&p, &v4, &qb, &rb, "1232-byte answer"), (0, 1));
+    ask_exact(&p, &v4, big, 16, edns, &rb, "1232-byte answer");
+    // TC=1 from the large class's area: the server's OPT (its last 11 bytes)
+    let qt = q(big, 16, 0x301, Opt::new(512, false));
+    let (act, out, moved) = run(&p, &frame(&v4, &qt));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered_tc".to_string()]), "1232 bytes to a 512-byte client");
+    let mut tc = qt[..qt.len() - 11].to_vec();
+    tc[2..4].copy_from_slice(&0x8780u16.to_be_bytes());
+    tc[6..12].copy_from_slice(&[0, 0, 0, 0, 0, 1]);
+    tc.extend_from_slice(&rb[rb.len() - 11..]);
+    check_reply(&v4, &out, &tc, "TC=1 with the server's OPT");
+    // aged: 100 s later both classes' answers say 200
+    assert_eq!(p.backdate(100).unwrap(), 5);
+    for (i, (name, rd, _)) in cases.iter().enumerate().take(2) {
+        let qq = q(name, 16, 0x500 + i as u16, edns());
+        let mut r = txt_answer(&qq, *rd, 200);
+        r[..2].copy_from_slice(&qq[..2]);
+        let (act, out, moved) = run(&p, &frame(&v4, &qq));
+        assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "{name} aged");
+        check_reply(&v4, &out, &r, &format!("{name} aged"));
+    }
+    let mut rb200 = txt_answer(&qb, 1232 - (12 + wire(big).len() + 4) - 23, 200);
+    let qb2 = q(big, 16, 0x302, edns());
+    rb200[..2].copy_from_slice(&qb2[..2]);
+    let (act, out, moved) = run(&p, &frame(&v4, &qb2));
+    assert_eq!((act, moved), (XDP_TX, vec!["answered".to_string()]), "1232 bytes aged");
+    check_reply(&v4, &out, &rb200, "1232 bytes aged");
+    // memory: each class's element size
+    let e = p.entries().unwrap();
+    assert_eq!((e.small, e.large, e.small_entry_bytes), (2, 3, 448));
+    assert_eq!(e.memory_bytes, 2 * 512 + 3 * 2048);
+    // flush empties both classes
+    assert_eq!(p.flush().unwrap(), 5);
+    assert_eq!(p.class_counts(), (0, 0));
+    assert_eq!(run(&p, &frame(&v4, &q(big, 16, 0x303, edns()))).2, vec!["miss".to_string()]);
+}
+
+/// Replacement across the classes: one set of four ways, two of each class; a small answer
+/// takes the least recently used way, a large one's (its element leaves the large map), a
+/// large answer a small one's; each counted as an eviction, the evicted name a miss, the
+/// others still answered byte for byte. A question learnt again in the other class keeps its
+/// way (no eviction) and leaves no element in its old class's map; the sweep and flush see
+/// both maps.
+#[test]
+fn inpath_eviction_across_classes() {
+    require_root("inpath_eviction_across_classes");
+    stay_on_one_cpu();
+    let p = load_inpath(InpathSettings { capacity: 4, ..settings() });
+    let v4 = Net::v4();
+    let edns = || Opt::new(1232, false);
+    let ans = |name: &str, id: u16, small: bool, ttl: u32| {
+        let qq = q(name, 16, id, edns());
+        let r = txt_answer(&qq, if small { 10 } else { 400 }, ttl);
+        (qq, r)
+    };
+    // learnt in this order: the first is the least recently used
+    let names = [("l0.example.com", false), ("s0.example.com", true), ("l1.example.com", false), ("s1.example.com", true)];
+    let mut rs = Vec::new();
+    for (i, (n, small)) in names.iter().enumerate() {
+        let (qq, r) = ans(n, 0x100 + i as u16, *small, 300);
+        assert_eq!(learn_in(&p, &v4, &qq, &r, n), if *small { (1, 0) } else { (0, 1) }, "{n}");
+        rs.push(r);
+    }
+    assert_eq!(p.class_counts(), (2, 2));
+    assert_eq!(p.counters().unwrap().evicted, 0);
+    // a small answer evicts l0 (large): its element leaves the large map
+    let (qq, r_s2) = ans("s2.example.com", 0x200, true, 300);
+    assert_eq!(learn_in(&p, &v4, &qq, &r_s2, "s2"), (1, -1), "l0's way now small");
+    assert_eq!(p.counters().unwrap().evicted, 1);
+    // a large answer evicts s0 (small)
+    let (qq, r_l2) = ans("l2.example.com", 0x201, false, 300);
+    assert_eq!(learn_in(&p, &v4, &qq, &r_l2, "l2"), (-1, 1), "s0's way now large");
+    assert_eq!(p.counters().unwrap().evicted, 2);
+    for gone in ["l0.example.com", "s0.example.com"] {
+        assert_eq!(run(&p, &frame(&v4, &q(gone, 16, 0x300, edns()))).2, vec!["miss".to_string()], "{gone} evicted");
+    }
+    for (n, r) in [("l1.example.com", &rs[2]), ("s1.example.com", &rs[3]), ("s2.example.com", &r_s2), ("l2.example.com", &r_l2)] {
+        ask_exact(&p, &v4, n, 16, edns, r, n);
+    }
+    assert_eq!(p.entries().unwrap().live, 4);
+    // expired, then learnt again in the other class: the same way, no eviction
+    assert_eq!(p.backdate(400).unwrap(), 4);
+    let (qq, r_l1s) = ans("l1.example.com", 0x400, true, 300);
+    assert_eq!(learn_in(&p, &v4, &qq, &r_l1s, "l1 again, small"), (1, -1), "l1's way now small, its large element gone");
+    let (qq, r_s1l) = ans("s1.example.com", 0x401, false, 300);
+    assert_eq!(learn_in(&p, &v4, &qq, &r_s1l, "s1 again, large"), (-1, 1), "s1's way now large, its small element gone");
+    assert_eq!(p.counters().unwrap().evicted, 2, "a question's own way: no eviction");
+    ask_exact(&p, &v4, "l1.example.com", 16, edns, &r_l1s, "l1 small");
+    ask_exact(&p, &v4, "s1.example.com", 16, edns, &r_s1l, "s1 large");
+    // the sweep deletes the two expired (one of each class), flush the rest
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired, e.small, e.large), (2, 2, 2, 2));
+    assert_eq!(p.sweep().unwrap(), 2);
+    assert_eq!(p.class_counts(), (1, 1));
+    assert_eq!(p.flush().unwrap(), 2);
+    assert_eq!(p.class_counts(), (0, 0));
 }

@@ -221,7 +221,6 @@ impl Inpath {
             Group::counters("In-path cache: packets by outcome, evictions, forwarding, flushes.", "counter", values),
         );
         if let Ok(e) = self.view.entries() {
-            let held = e.live + e.expired;
             s.groups.insert(
                 "inpath_cache".into(),
                 Group {
@@ -230,8 +229,11 @@ impl Inpath {
                         ("expired".to_string(), e.expired),
                         ("capacity".to_string(), e.capacity),
                         ("entry_bytes".to_string(), e.entry_bytes),
-                        // a hash map element: the value and about 64 bytes of header and key
-                        ("memory_bytes".to_string(), held * (e.entry_bytes + 64)),
+                        ("small_entry_bytes".to_string(), e.small_entry_bytes),
+                        ("small_entries".to_string(), e.small),
+                        ("large_entries".to_string(), e.large),
+                        // each a hash map element, from the kernel's size class of value + 64
+                        ("memory_bytes".to_string(), e.memory_bytes),
                     ]
                     .into_iter()
                     .collect(),
@@ -329,7 +331,17 @@ mod tests {
             Ok(InpathCounters { verdicts: vec![("answered".into(), 7), ("learned".into(), 2)], evicted: 1, redirected: 0, fib_passed: 0, head_grown: 0, ..Default::default() })
         }
         fn entries(&self) -> anyhow::Result<InpathEntries> {
-            Ok(InpathEntries { live: *self.entries.lock().unwrap(), expired: 0, capacity: 8, entry_bytes: 100 })
+            let live = *self.entries.lock().unwrap();
+            Ok(InpathEntries {
+                live,
+                expired: 0,
+                capacity: 8,
+                entry_bytes: 1368,
+                small_entry_bytes: 448,
+                small: live,
+                large: 0,
+                memory_bytes: live * xdns_bpf::inpath::element_bytes(448),
+            })
         }
         fn flush(&self) -> anyhow::Result<usize> {
             Ok(std::mem::take(&mut *self.entries.lock().unwrap()) as usize)
@@ -348,7 +360,8 @@ mod tests {
         assert_eq!(s.groups["inpath"].values["answered"], 7);
         assert_eq!(s.groups["inpath"].values["evicted"], 1);
         assert_eq!(s.groups["inpath_cache"].values["entries"], 3);
-        assert_eq!(s.groups["inpath_cache"].values["memory_bytes"], 3 * 164);
+        assert_eq!(s.groups["inpath_cache"].values["memory_bytes"], 3 * 512);
+        assert_eq!(s.groups["inpath_cache"].values["small_entries"], 3);
         assert!(s.groups["inpath_cache"].meta.gauge);
         assert_eq!(ip.flush().unwrap(), 3);
         let mut s = Snapshot::default();
