@@ -15,7 +15,8 @@ from the NOTIFY's arrival to the kernel holding the change), how userspace appli
 (`userspace_apply`: `in place: …` or `full: REASON`) and how the kernel took it
 (`kernel_update`: `in place: …` or `full: REASON`). `XDNS_BIN` picks the binary (a build of
 another commit, for before/after). Then a query the kernel must answer
-(the `answered` verdict grows). Results: bench/out/ixfr-SHAPE-RECORDS[-LABEL].json.
+(the `answered` verdict grows). Results: bench/out/ixfr-SHAPE-RECORDS[-LABEL].json, and the
+daemon's log beside it (.log).
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def main() -> int:
         finally:
             lab.stop(srv)
             lab.stop(knot)
+            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
     out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.label if args.label else ''}.json"
     out.write_text(json.dumps({"records": args.records, "shape": args.shape, "full_at_start": full, "rss_mb_before_changes": rss_start,
                                "changes": results}, indent=1))
