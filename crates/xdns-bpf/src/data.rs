@@ -249,51 +249,51 @@ impl Shape {
     }
 
     /// The shape of [`compile_kernel_data`]`(zones)` without holding its bodies: the nodes
-    /// counted exactly, the answers from a sample of the keys compiled (every key when the
-    /// zones have at most [`Self::EXACT_KEYS`] of them; else about one in [`Self::SAMPLE`],
-    /// picked by a hash of its position so that no pattern of the zone aligns with it), scaled
-    /// to every key. A few percent off at worst for zones of millions of keys; the maps get
-    /// headroom on top (`Capacity::for_shape`).
+    /// counted exactly, the answers from the keys of a sample of the names compiled (every
+    /// name when the zones have at most [`Self::EXACT_NAMES`]; else the names whose hash falls
+    /// in one bucket of [`Self::SAMPLE`], so the same names are picked by every estimate of a
+    /// zone), scaled to every name. A few percent off at worst for zones of millions of
+    /// names; the maps get headroom on top (`Capacity::for_shape`).
     pub fn estimate(zones: &ZoneSet) -> Self {
         let names: usize = zones.zones.values().map(|z| z.nodes.len()).sum();
         let every = if names <= Self::EXACT_NAMES { 1 } else { Self::SAMPLE as u64 };
-        let (mut sampled, mut seen, mut owned) = (Shape::default(), 0u64, 0u64);
-        for (zi, zone) in zones_in_order(zones).into_iter().enumerate() {
+        let (mut sampled, mut exact, mut picked) = (Shape::default(), Shape::default(), 0u64);
+        let mut keys = Vec::new();
+        for zone in zones_in_order(zones) {
             let mut c = ZoneCompiler::new(zones, zone);
-            for (i, key) in xdns_zone::compile::keys_in_order(zone).enumerate() {
-                if !c.owns(&key) {
+            for nm in zone.nodes.keys() {
+                if (c.owned)(nm) && zone.node(nm).is_some() {
+                    exact.nodes += 1;
+                }
+                if every > 1 && crate::hash::name_hash(0x5a3b_1e57, nm) % every != 0 {
                     continue;
                 }
-                owned += 1;
-                if every > 1 && mix(i as u64 ^ (zi as u64) << 40) % every != 0 {
-                    continue;
+                picked += 1;
+                keys.clear();
+                xdns_zone::lookup::keys_of_name(zone, nm, &mut keys);
+                for key in keys.drain(..) {
+                    let (d, p) = c.key(key);
+                    d.iter().chain(&p).for_each(|a| sampled.add(&a.body));
                 }
-                seen += 1;
-                let (d, p) = c.key(key);
-                d.iter().chain(&p).for_each(|a| sampled.add(&a.body));
             }
+            // the apex's NXDOMAIN body: one per zone, counted as is
+            let (d, p) = c.key(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
+            d.iter().chain(&p).for_each(|a| exact.add(&a.body));
         }
-        let scale = |v: u64| if seen == 0 { 0 } else { (v as u128 * owned as u128).div_ceil(seen as u128) as u64 };
+        let scale = |v: u64| if picked == 0 { 0 } else { (v as u128 * names as u128).div_ceil(picked as u128) as u64 };
         Shape {
-            nodes: node_names(zones).map(|(_, names)| names.len()).sum(),
-            answers: scale(sampled.answers as u64) as usize,
-            class_m: scale(sampled.class_m as u64) as usize,
-            class_l: scale(sampled.class_l as u64) as usize,
-            record_bytes: scale(sampled.record_bytes),
+            nodes: exact.nodes,
+            answers: exact.answers + scale(sampled.answers as u64) as usize,
+            class_m: exact.class_m + scale(sampled.class_m as u64) as usize,
+            class_l: exact.class_l + scale(sampled.class_l as u64) as usize,
+            record_bytes: exact.record_bytes + scale(sampled.record_bytes),
         }
     }
 
     /// Zone sets of at most this many names are measured exactly (every body compiled once).
     pub const EXACT_NAMES: usize = 1 << 16;
-    /// One key in this many is compiled for the estimate of larger zone sets.
+    /// One name in this many is compiled for the estimate of larger zone sets.
     pub const SAMPLE: usize = 16;
-}
-
-/// A 64-bit mixer (splitmix64's finaliser), to pick sample keys.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 /// Would the kernel send exactly `own` when it answers with `shared` (compiled against a
