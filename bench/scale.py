@@ -19,7 +19,8 @@ For each size, every peer is started in turn in the lab's server namespace:
   the zone pages with its parent after the fork; Pss counts them once);
 - **BPF maps**: bytes_memlock of every map of xdns's program (`bpftool map show`);
 - **total per record**: (steady RSS + BPF maps) / records, the figure the issue's goal
-  compares (at most 2x Knot's and NSD's);
+  compares (at most 2x Knot's and NSD's); the peak RSS is compared too, alone and with the
+  BPF maps added;
 - **left out**: xdns answers not in the kernel's answer table (`answers_left_out`: each costs
   a hash-map lookup);
 - **replies/s**: kxdpgun for `--duration` seconds with queries for delegated names (referrals),
@@ -118,7 +119,9 @@ def rss_phases(log: str) -> list[tuple[str, int]]:
             continue
         msg = re.sub(r'\s*\b\w+=("[^"]*"|\S+)', "", line.split(": ", 1)[-1]).strip()
         after = re.search(r'after="([^"]*)"', line)
-        out.append((f"{msg} ({after.group(1)})" if after else msg, int(m.group(1))))
+        secs = re.search(r"\bseconds=([0-9.]+)", line)
+        msg = f"{msg} ({after.group(1)})" if after else msg
+        out.append((f"{msg} [{float(secs.group(1)):.1f} s]" if secs else msg, int(m.group(1))))
     return out
 
 
@@ -248,6 +251,8 @@ def report(results: dict) -> dict:
             if not p:
                 continue
             g[f"memory_vs_{peer}"] = x["bytes_per_record"] / p["bytes_per_record"]
+            g[f"peak_vs_{peer}"] = x["peak_mib"] / p["peak_mib"]
+            g[f"peak_with_maps_vs_{peer}"] = (x["peak_mib"] + x["maps_mib"]) / p["peak_mib"]
             g[f"until_kernel_vs_{peer}_answering"] = x["kernel_s"] / p["answering_s"]
         if peers.get("nsd", {}).get("replies_per_s"):
             g["replies_vs_nsd"] = x["replies_per_s"] / peers["nsd"]["replies_per_s"]
@@ -267,6 +272,10 @@ def report(results: dict) -> dict:
                 m = g[f"memory_vs_{peer}"]
                 print(f"{size:>9} records: memory (steady RSS + maps) vs {peer:4} {m:6.2f}x "
                       f"(goal <= {GOAL_MEMORY_VS_PEER}x: {'met' if m <= GOAL_MEMORY_VS_PEER else 'NOT met'})")
+                pk, pm = g[f"peak_vs_{peer}"], g[f"peak_with_maps_vs_{peer}"]
+                print(f"{size:>9} records: peak RSS vs {peer:4} {pk:6.2f}x "
+                      f"(goal <= {GOAL_MEMORY_VS_PEER}x: {'met' if pk <= GOAL_MEMORY_VS_PEER else 'NOT met'}); "
+                      f"peak RSS + maps vs {peer}'s peak {pm:6.2f}x")
         if "until_kernel_vs_knot_answering" in g:
             t = g["until_kernel_vs_knot_answering"]
             print(f"{size:>9} records: until the kernel answers vs knot until answering "

@@ -117,27 +117,14 @@ impl From<xdns_zone::lookup::BodyKind> for Kind {
 ///
 /// Order: zones by apex, then the engine's `enumerate` order (names sorted), so the same zones
 /// always give the same data without sorting every body.
+///
+/// This holds every body at once; the daemon streams the same entries, in the same order,
+/// from [`answers`] and [`nodes`] straight into the kernel maps (`maps::Stream`).
 pub fn compile_kernel_data(zones: &ZoneSet) -> KernelData {
-    compile_kernel_data_with(zones, &|_| {})
+    KernelData { nodes: kernel_nodes(zones), answers: answers(zones).collect() }
 }
 
-/// [`compile_kernel_data`], telling `progress` the answers compiled so far every
-/// [`PROGRESS_EVERY`] answers (a zone of millions of records compiles for minutes).
-pub fn compile_kernel_data_with(zones: &ZoneSet, progress: &dyn Fn(usize)) -> KernelData {
-    let mut answers = Vec::new();
-    for zone in zones_in_order(zones) {
-        compile_zone(zones, zone, |base, kind, body| {
-            answers.push(AnswerEntry { base, kind, body });
-            if answers.len() % PROGRESS_EVERY == 0 {
-                progress(answers.len());
-            }
-        });
-    }
-    progress(answers.len());
-    KernelData { nodes: kernel_nodes(zones), answers }
-}
-
-/// How often [`compile_kernel_data_with`] reports progress, in answers.
+/// How often the daemon reports the answers compiled so far, in answers.
 pub const PROGRESS_EVERY: usize = 16384;
 
 /// The served zones, sorted by apex.
@@ -155,45 +142,158 @@ fn owned_by<'a>(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> impl Fn(&[u8])
     move |name: &[u8]| !has_child || zones.find(name).is_some_and(|z| z.apex == zone.apex)
 }
 
+/// The bodies [`compile_kernel_data`] holds, compiled one key at a time as the iterator is
+/// advanced (nothing is collected): zones by apex, each in [`zone_answers`]' order.
+pub fn answers(zones: &ZoneSet) -> impl Iterator<Item = AnswerEntry> + '_ {
+    zones_in_order(zones).into_iter().flat_map(move |zone| zone_answers(zones, zone))
+}
+
 /// The bodies of one zone of `zones` the kernel stores, in the engine's `enumerate` order,
-/// handed to `out` one by one (nothing is collected here): keys of names of another served
-/// zone and shareable `Other` bodies (see [`compile_kernel_data`]) are skipped.
-/// Returns how many `Other` bodies were shared.
-pub fn compile_zone(zones: &ZoneSet, zone: &xdns_zone::Zone, mut out: impl FnMut(Vec<u8>, Kind, Body)) -> usize {
-    let apex_key = BodyKey { base: zone.apex.clone(), kind: BodyKind::Other };
-    let mut apex = Rebased::new(xdns_zone::compile::compile(zone, &apex_key));
-    let mut shared = 0;
-    let owned = owned_by(zones, zone);
-    let signed = xdns_zone::compile::is_signed(zone);
-    for (key, mut body) in xdns_zone::compile::compile_all(zone) {
-        if !owned(&key.base) {
-            continue;
+/// compiled as the iterator is advanced: keys of names of another served zone and shareable
+/// `Other` bodies (see [`compile_kernel_data`]) are skipped; a signed zone's `Type` and
+/// `Other` keys give their DO body first, then the plain one.
+pub fn zone_answers<'a>(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> impl Iterator<Item = AnswerEntry> + 'a {
+    let mut c = ZoneCompiler::new(zones, zone);
+    xdns_zone::compile::keys_in_order(zone).flat_map(move |key| {
+        let (d, p) = c.key(key);
+        d.into_iter().chain(p)
+    })
+}
+
+/// The per-key rules of [`zone_answers`], shared with the size estimate ([`Shape::estimate`]).
+struct ZoneCompiler<'a> {
+    zone: &'a xdns_zone::Zone,
+    apex: Rebased,
+    owned: Box<dyn Fn(&[u8]) -> bool + 'a>,
+    signed: bool,
+}
+
+impl<'a> ZoneCompiler<'a> {
+    fn new(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> Self {
+        let apex_key = BodyKey { base: zone.apex.clone(), kind: BodyKind::Other };
+        Self {
+            zone,
+            apex: Rebased::new(xdns_zone::compile::compile(zone, &apex_key)),
+            owned: Box::new(owned_by(zones, zone)),
+            signed: xdns_zone::compile::is_signed(zone),
         }
-        // The writer grew the bytes by doubling: up to half of them spare, held until the
-        // fill for every answer of the zone set (≈ 48 bytes an answer, 2026-11-29-large-zone-peak.md).
+    }
+
+    /// Does the key belong to this zone (not to a served child zone)?
+    fn owns(&self, key: &BodyKey) -> bool {
+        (self.owned)(&key.base)
+    }
+
+    /// The entries of one key: its DO body (signed zones), its plain body (`None` when
+    /// another zone owns the key or the body is the apex's NODATA, rebased).
+    fn key(&mut self, key: BodyKey) -> (Option<AnswerEntry>, Option<AnswerEntry>) {
+        if !self.owns(&key) {
+            return (None, None);
+        }
+        let mut body = xdns_zone::compile::compile(self.zone, &key);
+        // The writer grew the bytes by doubling: up to half of them spare (≈ 48 bytes an
+        // answer, 2026-11-29-large-zone-peak.md), for as long as the entry is held.
         body.bytes.shrink_to_fit();
         body.fixups.shrink_to_fit();
         // A signed zone's nodes keep their own `Other`: its DO body is looked up beside it.
-        if !signed && key.kind == BodyKind::Other && key.base != zone.apex && apex.matches(&body) {
-            shared += 1;
-            continue;
+        if !self.signed && key.kind == BodyKind::Other && key.base != self.zone.apex && self.apex.matches(&body) {
+            return (None, None);
         }
         let do_kind = match key.kind {
-            BodyKind::Type(t) if signed => Some(Kind::TypeDo(t)),
-            BodyKind::Other if signed => Some(Kind::OtherDo),
+            BodyKind::Type(t) if self.signed => Some(Kind::TypeDo(t)),
+            BodyKind::Other if self.signed => Some(Kind::OtherDo),
             _ => None,
         };
-        if let Some(k) = do_kind {
+        let d = do_kind.map(|k| {
             // The base stands for the question: these kinds' proofs depend on it alone.
-            let mut b = xdns_zone::compile::compile_dnssec(zone, &key, &key.base);
+            let mut b = xdns_zone::compile::compile_dnssec(self.zone, &key, &key.base);
             b.dnssec = false; // it is the DO=1 answer: the kernel sends it
             b.bytes.shrink_to_fit();
             b.fixups.shrink_to_fit();
-            out(key.base.clone().into_vec(), k, b);
-        }
-        out(key.base.into_vec(), key.kind.into(), body);
+            AnswerEntry { base: key.base.clone().into_vec(), kind: k, body: b }
+        });
+        (d, Some(AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body }))
     }
-    shared
+}
+
+/// What the kernel maps must hold for a zone set, to size them before the program is loaded
+/// (`runtime::Capacity::for_shape`): exact from the data ([`Self::of`]) or estimated from the
+/// zones without holding any body ([`Self::estimate`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub nodes: usize,
+    pub answers: usize,
+    /// Bodies of class M and L (bytes in their own maps).
+    pub class_m: usize,
+    pub class_l: usize,
+    /// Bytes of the answer table's records of every answer ([`record_len`]).
+    pub record_bytes: u64,
+}
+
+impl Shape {
+    fn add(&mut self, body: &Body) {
+        match body.bytes.len() {
+            n if n <= CLASS_S_LEN => {}
+            n if n <= CLASS_M_LEN => self.class_m += 1,
+            _ => self.class_l += 1,
+        }
+        self.answers += 1;
+        self.record_bytes += record_len(&encode_body(body).1) as u64;
+    }
+
+    /// The exact shape of `data`.
+    pub fn of(data: &KernelData) -> Self {
+        let mut s = Shape { nodes: data.nodes.len(), ..Default::default() };
+        data.answers.iter().for_each(|a| s.add(&a.body));
+        s
+    }
+
+    /// The shape of [`compile_kernel_data`]`(zones)` without holding its bodies: the nodes
+    /// counted exactly, the answers from the keys of a sample of the names compiled (every
+    /// name when the zones have at most [`Self::EXACT_NAMES`]; else the names whose hash falls
+    /// in one bucket of [`Self::SAMPLE`], so the same names are picked by every estimate of a
+    /// zone), scaled to every name. A few percent off at worst for zones of millions of
+    /// names; the maps get headroom on top (`Capacity::for_shape`).
+    pub fn estimate(zones: &ZoneSet) -> Self {
+        let names: usize = zones.zones.values().map(|z| z.nodes.len()).sum();
+        let every = if names <= Self::EXACT_NAMES { 1 } else { Self::SAMPLE as u64 };
+        let (mut sampled, mut exact, mut picked) = (Shape::default(), Shape::default(), 0u64);
+        let mut keys = Vec::new();
+        for zone in zones_in_order(zones) {
+            let mut c = ZoneCompiler::new(zones, zone);
+            for nm in zone.nodes.keys() {
+                if (c.owned)(nm) && zone.node(nm).is_some() {
+                    exact.nodes += 1;
+                }
+                if every > 1 && crate::hash::name_hash(0x5a3b_1e57, nm) % every != 0 {
+                    continue;
+                }
+                picked += 1;
+                keys.clear();
+                xdns_zone::lookup::keys_of_name(zone, nm, &mut keys);
+                for key in keys.drain(..) {
+                    let (d, p) = c.key(key);
+                    d.iter().chain(&p).for_each(|a| sampled.add(&a.body));
+                }
+            }
+            // the apex's NXDOMAIN body: one per zone, counted as is
+            let (d, p) = c.key(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
+            d.iter().chain(&p).for_each(|a| exact.add(&a.body));
+        }
+        let scale = |v: u64| if picked == 0 { 0 } else { (v as u128 * names as u128).div_ceil(picked as u128) as u64 };
+        Shape {
+            nodes: exact.nodes,
+            answers: exact.answers + scale(sampled.answers as u64) as usize,
+            class_m: exact.class_m + scale(sampled.class_m as u64) as usize,
+            class_l: exact.class_l + scale(sampled.class_l as u64) as usize,
+            record_bytes: exact.record_bytes + scale(sampled.record_bytes),
+        }
+    }
+
+    /// Zone sets of at most this many names are measured exactly (every body compiled once).
+    pub const EXACT_NAMES: usize = 1 << 16;
+    /// One name in this many is compiled for the estimate of larger zone sets.
+    pub const SAMPLE: usize = 16;
 }
 
 /// Would the kernel send exactly `own` when it answers with `shared` (compiled against a
@@ -272,17 +372,28 @@ pub fn parent(name: &[u8]) -> Option<&[u8]> {
 /// (`ZoneSet::find`), exactly as the userspace lookup picks the zone; names a parent zone holds
 /// below a served child zone's apex are left out. Zones by apex, names sorted.
 pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
-    let mut out = Vec::new();
-    for zone in zones_in_order(zones) {
+    nodes(zones).collect()
+}
+
+/// The names of each zone (by apex) that are its nodes in the kernel, sorted.
+fn node_names(zones: &ZoneSet) -> impl Iterator<Item = (&xdns_zone::Zone, Vec<&[u8]>)> + '_ {
+    zones_in_order(zones).into_iter().map(move |zone| {
         let owned = owned_by(zones, zone);
         // NSEC3-only names are outside the name space (the engine's `Zone::node`).
         let mut names: Vec<&[u8]> =
             zone.nodes.keys().map(|k| &k[..]).filter(|n| owned(n) && zone.node(n).is_some()).collect();
         names.sort_unstable();
+        (zone, names)
+    })
+}
+
+/// [`kernel_nodes`], made one node at a time as the iterator is advanced (each zone's sorted
+/// name references are held, not the entries).
+pub fn nodes(zones: &ZoneSet) -> impl Iterator<Item = NodeEntry> + '_ {
+    node_names(zones).flat_map(|(zone, names)| {
         // Without a delegation in the zone no name is at or below a cut: no walk up.
         let has_cut = zone.nodes.iter().any(|(n, node)| n[..] != zone.apex[..] && node.rrset(2).is_some());
-        out.reserve(names.len());
-        for name in names {
+        names.into_iter().map(move |name| {
             // The highest zone cut between the apex (excluded) and the name (included).
             let mut cut = None;
             let mut cur: &[u8] = name;
@@ -298,15 +409,9 @@ pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
             let mut wild = Vec::with_capacity(name.len() + 2);
             wild.extend_from_slice(b"\x01*");
             wild.extend_from_slice(name);
-            out.push(NodeEntry {
-                name: name.to_vec(),
-                apex: zone.apex.to_vec(),
-                cut,
-                wildcard: zone.nodes.contains_key(&wild[..]),
-            });
-        }
-    }
-    out
+            NodeEntry { name: name.to_vec(), apex: zone.apex.to_vec(), cut, wildcard: zone.nodes.contains_key(&wild[..]) }
+        })
+    })
 }
 
 /// Folded one's-complement sum of `bytes` as big-endian 16-bit words (odd tail padded).

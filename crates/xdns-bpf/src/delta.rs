@@ -189,7 +189,7 @@ fn cut_of(zone: &Zone, name: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// One name's node and stored bodies in `zone` (sharing NODATA with `apex_other` as
-/// `compile_zone` does), and whether one of them carries the SOA.
+/// `data::zone_answers` does), and whether one of them carries the SOA.
 fn name_state(zone: &Zone, apex_other: &Body, nm: &[u8]) -> (Option<(NodeEntry, bool)>, Vec<AnswerEntry>, bool) {
     let mut keys = Vec::new();
     keys_of_name(zone, nm, &mut keys);

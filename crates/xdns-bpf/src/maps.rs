@@ -10,12 +10,20 @@
 //! Entries are encoded and written a chunk at a time ([`CHUNK`]; the real maps write each
 //! chunk with one `BPF_MAP_UPDATE_BATCH` per map), so the ABI form of a whole generation never
 //! sits in memory; only the keys are kept, to delete the generation later (batched too).
+//! The entries come from a [`Stream`]: a [`KernelData`] held whole, or the zones compiled one
+//! key at a time as the chunks are written ([`Stream::compile`]), so that the compiled bodies
+//! of a whole zone set are never held at once either (issue 30). Answers are written first,
+//! then the nodes: a node's `XDNS_NODE_NODATA_APEX` flag depends on whether an `Other` body of
+//! its own was among the answers.
 
 use std::collections::HashMap;
 
 use anyhow::Result;
 
-use crate::data::{encode_answer, encode_node, name_shape, own_other, record_len, BodyValue, KernelData};
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use crate::data::{encode_answer, encode_node, name_shape, record_len, AnswerEntry, BodyValue, Kind, KernelData, NodeEntry};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
 use crate::hash::{filter_pos, table_bucket, table_meta, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
@@ -440,16 +448,24 @@ impl Loader {
 
     /// Write `data` as a new generation without activating it.
     pub fn stage(&self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<Staged> {
+        self.stage_stream(maps, Stream::of(data))
+    }
+
+    /// Write the entries of `src` as a new generation without activating it.
+    pub fn stage_stream(&self, maps: &mut dyn KernelMaps, src: Stream<'_>) -> Result<Staged> {
         let gen = self.next_generation();
-        let floor = data.nodes.iter().map(|n| name_shape(&n.name).1 as u32).min().unwrap_or(NO_NODES_FLOOR);
-        // Lower the floor before any new node is visible; it is raised only in `commit`, once
-        // the old generation is gone, so it never exceeds a readable generation's own.
-        maps.set_label_floor(self.current.as_ref().map_or(floor, |c| c.floor.min(floor)))?;
-        let mut done = Installed { gen, floor, ..Default::default() };
-        if let Err(e) = write(maps, data, self.seed, &mut done) {
+        let mut done = Installed { gen, floor: NO_NODES_FLOOR, ..Default::default() };
+        if let Err(e) = write(maps, src, self.seed, &mut done) {
             if !e.is::<Abandoned>() {
                 remove(maps, &done);
             }
+            return Err(e);
+        }
+        // Lower the floor before any new node is visible (the flip, in `commit`); it is raised
+        // only there, once the old generation is gone, so it never exceeds a readable
+        // generation's own.
+        if let Err(e) = maps.set_label_floor(self.current.as_ref().map_or(done.floor, |c| c.floor.min(done.floor))) {
+            remove(maps, &done);
             return Err(e);
         }
         Ok(Staged(done))
@@ -486,7 +502,12 @@ impl Loader {
 
     /// Stage and commit.
     pub fn install(&mut self, maps: &mut dyn KernelMaps, data: &KernelData) -> Result<()> {
-        let staged = self.stage(maps, data)?;
+        self.install_stream(maps, Stream::of(data))
+    }
+
+    /// Stage and commit the entries of `src`.
+    pub fn install_stream(&mut self, maps: &mut dyn KernelMaps, src: Stream<'_>) -> Result<()> {
+        let staged = self.stage_stream(maps, src)?;
         self.commit(maps, staged)
     }
 }
@@ -652,41 +673,88 @@ pub struct Staged(Installed);
 /// Entries encoded and written per step (one batch syscall per map and chunk).
 pub const CHUNK: usize = 4096;
 
-fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Installed) -> Result<()> {
+/// The entries of one generation, in the order they are written: answers (in the order
+/// given: the first ones get the answer table's room), then nodes.
+pub struct Stream<'a> {
+    pub answers: Box<dyn Iterator<Item = Cow<'a, AnswerEntry>> + 'a>,
+    pub nodes: Box<dyn Iterator<Item = Cow<'a, NodeEntry>> + 'a>,
+    /// Entries (nodes and answers) expected, for the progress reports; may be an estimate
+    /// (the total reported grows if more come).
+    pub expected: usize,
+}
+
+impl<'a> Stream<'a> {
+    /// The entries of `data`, held whole.
+    pub fn of(data: &'a KernelData) -> Self {
+        Self {
+            answers: Box::new(data.answers.iter().map(Cow::Borrowed)),
+            nodes: Box::new(data.nodes.iter().map(Cow::Borrowed)),
+            expected: data.nodes.len() + data.answers.len(),
+        }
+    }
+
+    /// The entries of `compile_kernel_data(zones)`, in its order, compiled as they are written
+    /// ([`crate::data::answers`], [`crate::data::nodes`]); `expected` entries (an estimate,
+    /// e.g. from [`crate::data::Shape::estimate`]).
+    pub fn compile(zones: &'a xdns_zone::ZoneSet, expected: usize) -> Self {
+        Self {
+            answers: Box::new(crate::data::answers(zones).map(Cow::Owned)),
+            nodes: Box::new(crate::data::nodes(zones).map(Cow::Owned)),
+            expected,
+        }
+    }
+}
+
+/// Hashes the `u64` name hashes of the loader's own-`Other` set by themselves: they are
+/// seeded hashes already.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut Installed) -> Result<()> {
     let gen = done.gen;
-    let total = data.nodes.len() + data.answers.len();
+    let mut total = src.expected;
     maps.progress(0, total);
-    let own = own_other(&data.answers);
     let mut filter = Filter::new(maps.filter_words());
     let (buckets, bytes) = maps.table_shape();
     let mut table = Table::new(buckets, bytes);
     maps.new_table_half(gen)?;
-    done.nodes.reserve_exact(data.nodes.len());
-    for chunk in data.nodes.chunks(CHUNK) {
+    // Names with an `Other` body of their own, by name hash (the node key's: the kernel
+    // tells names apart by it too): their nodes are not `XDNS_NODE_NODATA_APEX`.
+    let mut own: HashSet<u64, std::hash::BuildHasherDefault<IdHasher>> = HashSet::default();
+    let other = Kind::Other.abi();
+    let mut written = 0;
+    let s_class = crate::types::xdns_body_class::XDNS_CLASS_S.0 as u8;
+    let mut chunk: Vec<Cow<'_, AnswerEntry>> = Vec::with_capacity(CHUNK);
+    loop {
         if maps.abandoned() {
             return Err(Abandoned.into());
         }
-        let enc: Vec<_> = chunk.iter().map(|n| encode_node(n, own.contains(&n.name[..]), seed, gen)).collect();
-        // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
-        done.nodes.extend(enc.iter().map(|(k, _)| *k));
-        enc.iter().for_each(|(k, n)| {
-            filter.insert(k.hash, FILTER_NODE);
-            if let Some(tag) = node_filter_tag(k.hash, n) {
-                filter.insert(k.hash, tag);
-            }
-        });
-        maps.put_nodes(&enc)?;
-        maps.progress(done.nodes.len(), total);
-    }
-    let mut written = 0;
-    for chunk in data.answers.chunks(CHUNK) {
-        if maps.abandoned() {
-            return Err(Abandoned.into());
+        chunk.clear();
+        chunk.extend(src.answers.by_ref().take(CHUNK));
+        if chunk.is_empty() {
+            break;
         }
         // Answers placed in the table are written there only (with their M and L bytes);
         // the hash map gets the ones left out.
         let (mut in_table, mut left_out, mut idx) = (Vec::new(), Vec::new(), Vec::new());
         for (k, a, b) in chunk.iter().map(|a| encode_answer(a, seed, gen)) {
+            if (k.kind, k.qtype) == other {
+                own.insert(k.hash);
+            }
             if let Some(tag) = answer_filter_tag(&k) {
                 filter.insert(k.hash, tag);
             }
@@ -700,19 +768,49 @@ fn write(maps: &mut dyn KernelMaps, data: &KernelData, seed: u64, done: &mut Ins
         }
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
         done.answers.extend(left_out.iter().map(|(k, a, _)| (*k, a.class)));
-        let s_class = crate::types::xdns_body_class::XDNS_CLASS_S.0 as u8;
         done.table_bodies.extend(in_table.iter().filter(|(_, a, _)| a.class != s_class).map(|(k, a, _)| (*k, a.class)));
         maps.put_bodies(&left_out)?;
         maps.put_table_bodies(&in_table)?;
         let placed: Vec<_> = idx.iter().zip(&in_table).map(|(i, (_, a, b))| (*i, a, b)).collect();
         maps.put_table_values(gen, &placed)?;
         written += chunk.len();
-        maps.progress(done.nodes.len() + written, total);
+        total = total.max(written);
+        maps.progress(written, total);
+    }
+    drop(chunk);
+    let mut chunk: Vec<Cow<'_, NodeEntry>> = Vec::with_capacity(CHUNK);
+    loop {
+        if maps.abandoned() {
+            return Err(Abandoned.into());
+        }
+        chunk.clear();
+        chunk.extend(src.nodes.by_ref().take(CHUNK));
+        if chunk.is_empty() {
+            break;
+        }
+        let enc: Vec<_> = chunk
+            .iter()
+            .map(|n| encode_node(n, own.contains(&crate::hash::name_hash(seed, &n.name)), seed, gen))
+            .collect();
+        done.floor = chunk.iter().map(|n| name_shape(&n.name).1 as u32).fold(done.floor, u32::min);
+        // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
+        done.nodes.extend(enc.iter().map(|(k, _)| *k));
+        enc.iter().for_each(|(k, n)| {
+            filter.insert(k.hash, FILTER_NODE);
+            if let Some(tag) = node_filter_tag(k.hash, n) {
+                filter.insert(k.hash, tag);
+            }
+        });
+        maps.put_nodes(&enc)?;
+        written += chunk.len();
+        total = total.max(written);
+        maps.progress(written, total);
     }
     // The other halves are the active generation's: these are read only after the flip.
     maps.put_table_index(gen, table.buckets())?;
     done.table = table.counts();
     maps.put_filter(gen, &filter)?;
+    maps.progress(written, written);
     Ok(())
 }
 
@@ -1013,7 +1111,7 @@ mod tests {
         let n = 2 * CHUNK + 9;
         assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1));
         assert_eq!(maps.progress.get(), ((2 * n - 1) as u64, (2 * n - 1) as u64), "progress: all written");
-        maps.fail_after = Some(maps.puts + n + CHUNK + 3); // in the second answer chunk
+        maps.fail_after = Some(maps.puts + n + CHUNK + 3); // in the second node chunk (answers come first)
         assert!(l.install(&mut maps, &big(0xB)).is_err());
         let (written, total) = maps.progress.get();
         assert!(written >= n as u64 && written < total, "progress stops where the write failed: {written}/{total}");
@@ -1033,7 +1131,7 @@ mod tests {
         let mut maps = MemMaps { abandon_after: Some(1), ..Default::default() };
         let e = Loader::new(9).install(&mut maps, &big(0xA)).unwrap_err();
         assert!(e.is::<Abandoned>(), "{e:#}");
-        assert_eq!((maps.gen, maps.nodes.len(), maps.answers.len()), (0, CHUNK, 0), "nothing active, one chunk left");
+        assert_eq!((maps.gen, maps.nodes.len(), maps.answers.len()), (0, 0, CHUNK), "nothing active, one chunk (of answers) left");
 
         let mut maps = MemMaps::default();
         let mut l = Loader::new(9);
@@ -1042,7 +1140,7 @@ mod tests {
         let e = l.install(&mut maps, &big(0xB)).unwrap_err();
         assert!(e.is::<Abandoned>(), "{e:#}");
         assert_eq!((maps.gen, tag(&maps, 9)), (1, Some(0xA)), "the old generation answers");
-        assert_eq!((maps.nodes.len(), maps.answers.len()), (n + CHUNK, n - 1), "one chunk of nodes, kept");
+        assert_eq!((maps.nodes.len(), maps.answers.len()), (n, n - 1 + CHUNK), "one chunk of answers, kept");
         assert_eq!(l.generation(), 1);
     }
 

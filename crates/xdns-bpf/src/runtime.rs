@@ -102,26 +102,23 @@ impl Capacity {
     /// M and L, and the answers as many as the table (those it leaves out, spilled buckets
     /// and a reload's growth).
     pub fn for_data(data: &KernelData) -> Self {
-        let mut c = [0u32; 3];
-        let mut bytes = 0u64;
-        for a in &data.answers {
-            match a.body.bytes.len() {
-                n if n <= crate::data::CLASS_S_LEN => c[0] += 1,
-                n if n <= crate::data::CLASS_M_LEN => c[1] += 1,
-                _ => c[2] += 1,
-            }
-            bytes += crate::data::record_len(&crate::data::encode_body(&a.body).1) as u64;
-        }
+        Self::for_shape(&crate::data::Shape::of(data))
+    }
+
+    /// [`Self::for_data`] of data of this shape (exact, or estimated from the zones without
+    /// compiling them whole: [`crate::data::Shape::estimate`]).
+    pub fn for_shape(shape: &crate::data::Shape) -> Self {
+        let bytes = shape.record_bytes;
         let room = |n: usize| ((n as u32).saturating_mul(3)).max(1024);
-        let n = data.answers.len();
+        let n = shape.answers;
         // answers the table cannot hold at all (past its largest size) go to the hash map,
         // for both generations of a reload
         let over = bytes.saturating_sub(TABLE_MAX_BYTES as u64) * n as u64 / bytes.max(1);
         Self {
-            nodes: room(data.nodes.len()),
+            nodes: room(shape.nodes),
             answers: (n as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
-            bodies_m: room(c[1] as usize),
-            bodies_l: room(c[2] as usize),
+            bodies_m: room(shape.class_m),
+            bodies_l: room(shape.class_l),
             table_vals: (n + n / 8) as u32,
             table_bytes: bytes + bytes / 8,
         }
@@ -620,8 +617,14 @@ impl XdpProgram {
 
     /// Install `data` as a new generation (atomic for packets; see [`crate::maps`]).
     pub fn install(&mut self, data: &KernelData) -> Result<()> {
+        self.install_stream(crate::maps::Stream::of(data))
+    }
+
+    /// Install the entries of `src` as a new generation, written as they come (e.g. compiled
+    /// one key at a time: [`crate::maps::Stream::compile`]).
+    pub fn install_stream(&mut self, src: crate::maps::Stream<'_>) -> Result<()> {
         let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
-        self.loader.install(&mut maps, data)
+        self.loader.install_stream(&mut maps, src)
     }
 
     /// Every map of the program by name, with its kernel id (tests: which maps a grown
@@ -646,10 +649,15 @@ impl XdpProgram {
     /// On an error nothing has changed: this program and its data keep answering (a link
     /// switched before a later one failed is pointed back at it).
     pub fn install_grown(&mut self, data: &KernelData, capacity: Capacity) -> Result<()> {
+        self.install_grown_stream(crate::maps::Stream::of(data), capacity)
+    }
+
+    /// [`Self::install_grown`] of the entries of `src`, written as they come.
+    pub fn install_grown_stream(&mut self, src: crate::maps::Stream<'_>, capacity: Capacity) -> Result<()> {
         let cfg = LoadConfig { capacity, ..self.cfg.clone() };
         let mut new = Self::load_reusing(&cfg, Some(self)).context("loading the XDP program again with larger zone maps")?;
         // not attached yet: no packet reads its maps, whatever state they are in
-        new.install(data)?;
+        new.install_stream(src)?;
         let live = Live {
             gen: libbpf_rs::MapHandle::try_from(&new.skel.maps.xdns_gen).context("duplicating the generation map's fd")?,
             prog_id: new.prog_id()?,

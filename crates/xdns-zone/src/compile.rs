@@ -554,10 +554,28 @@ fn write_rrsig_answer(
 
 /// Every key of [`lookup::enumerate`] with its compiled body.
 pub fn compile_all(zone: &Zone) -> impl Iterator<Item = (BodyKey, Body)> + '_ {
-    lookup::enumerate(zone).map(move |k| {
+    keys_in_order(zone).map(move |k| {
         let b = compile(zone, &k);
         (k, b)
     })
+}
+
+/// The keys of [`lookup::enumerate`], in its order (names sorted, each name's keys as
+/// [`lookup::keys_of_name`] gives them, the apex's `NxDomain` last), made one name at a time:
+/// only the sorted name references are held, not every key of the zone at once (a zone of
+/// millions of names compiles in a stream into the kernel maps).
+pub fn keys_in_order(zone: &Zone) -> impl Iterator<Item = BodyKey> + '_ {
+    let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).collect();
+    names.sort_unstable();
+    let mut buf = Vec::new();
+    names
+        .into_iter()
+        .flat_map(move |nm| {
+            buf.clear();
+            lookup::keys_of_name(zone, nm, &mut buf);
+            std::mem::take(&mut buf)
+        })
+        .chain(std::iter::once(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain }))
 }
 
 #[cfg(test)]
@@ -613,6 +631,16 @@ mod tests {
             assert_eq!((b.ancount, b.nscount, b.arcount), (*an, *ns, *ar), "{what}");
             assert_eq!(b.ar_required, *req, "{what}");
             assert_eq!(b.base_len as usize, n(base).len(), "{what}");
+        }
+    }
+
+    /// The streamed keys are `enumerate`'s, in its order.
+    #[test]
+    fn keys_in_order_is_enumerate() {
+        for z in [zone(), signed()] {
+            let want: Vec<BodyKey> = lookup::enumerate(&z).collect();
+            assert!(want.len() > 5);
+            assert_eq!(keys_in_order(&z).collect::<Vec<_>>(), want);
         }
     }
 

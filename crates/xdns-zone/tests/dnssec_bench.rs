@@ -95,7 +95,7 @@ fn measure(file: PathBuf, origin: &str) -> (Cost, Zone) {
         bodies += 1;
         body_bytes += b.bytes.len();
     }
-    // The kernel's DO bodies (xdns-bpf's compile_zone): Type and Other keys of a signed zone.
+    // The kernel's DO bodies (xdns-bpf's data::zone_answers): Type and Other keys of a signed zone.
     let (mut do_bodies, mut do_bytes) = (0, 0);
     if xdns_zone::compile::is_signed(&l.zone) {
         for k in xdns_zone::enumerate(&l.zone) {

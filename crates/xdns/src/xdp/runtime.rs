@@ -2,28 +2,35 @@
 //! ([`super::fastpath`]): load (the verifier runs here), fill, attach in the mode that
 //! delivers ([`super::delivery`]), reload, and the delivery guard's look at each interface.
 //!
-//! - `load` compiles the kernel's data from the zones and loads the program; `Ok(None)` when
+//! - `load` sizes the zone maps from an estimate of the kernel's data ([`Shape::estimate`]: the
+//!   names counted, a sample of the answers compiled) and loads the program; `Ok(None)` when
 //!   no interface is configured. The maps are filled by `fill`, before `attach` on a takeover
 //!   (the previous program answers until ours has its data) and after it on a fresh start
 //!   (the program passes every query to the userspace sockets until then: `pass_not_loaded`).
+//!   The fill compiles the answers as it writes them, a chunk at a time
+//!   (`xdns_bpf::maps::Stream::compile`): the compiled bodies of the whole zone set are never
+//!   held at once (issue 30); a reload writes its new generation the same way.
+//!
+//! [`Shape::estimate`]: xdns_bpf::data::Shape::estimate
 //! - `attach` attaches the program (BPF link) to every configured interface, or, on a
 //!   takeover, switches the links handed over by the previous process to this program
 //!   (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set. Data that outgrows the
 //!   zone maps sized at load (a secondary's first transfer when it had no stored copy, a reload
 //!   or catalog member that adds many records) grows them in process: the program is loaded
-//!   again with zone maps sized for the new data by the start-up rule ([`Capacity::for_data`]),
+//!   again with zone maps sized for the new data by the start-up rule ([`Capacity::for_shape`]),
 //!   every other map reused, filled while the old program answers, and the links switched to
 //!   it atomically (`XdpProgram::install_grown`; logged "kernel maps grown from X to Y"). Only
 //!   if that fails (the verifier, memory) is the old data retired and userspace left to answer.
 //!
-//! [`Capacity::for_data`]: xdns_bpf::runtime::Capacity::for_data
+//! [`Capacity::for_shape`]: xdns_bpf::runtime::Capacity::for_shape
 //! - `guard` is the delivery guard's periodic look ([`super::delivery`]).
 //! - With `XdpConfig::resolver` set, `cache` hands out the kernel answer cache (an
 //!   `xdns_wire::AnswerCache`) and the prefetch-event reader; `set_allow` replaces the allow list.
 //! - Dropping the runtime detaches the program.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -37,8 +44,11 @@ pub struct XdpRuntime {
     prog: xdns_bpf::runtime::XdpProgram,
     interfaces: Vec<String>,
     mode: XdpMode,
-    /// Compiled at load, not in the maps yet ([`Self::fill`]).
-    pending: Option<xdns_bpf::data::KernelData>,
+    /// The load's zones (`installed`) are not in the maps yet ([`Self::fill`]).
+    pending: bool,
+    /// Entries the load's zones are expected to give (the estimate the maps were sized by),
+    /// for the fill's progress.
+    expected: usize,
     /// The delivery guard's state of each configured interface (see [`Self::guard`]).
     guards: Vec<Guard>,
     /// Kernel answers (`answered` + `cache_answered`) at the guard's last look.
@@ -92,11 +102,12 @@ impl std::fmt::Display for KernelUpdate {
 const IN_PLACE_LIMIT: usize = 4096;
 
 impl XdpRuntime {
-    /// Compile the kernel's data for `zones` and load the program (the verifier runs here);
-    /// neither filled ([`Self::fill`]) nor attached ([`Self::attach`]) yet. Map capacity is
-    /// three times the initial data (room for the old and the new generation during a
-    /// reload, plus growth), the answer table the initial answers and an eighth more; a
-    /// reload beyond that grows the maps in process ([`Self::reload`]).
+    /// Size the kernel's data for `zones` ([`xdns_bpf::data::Shape::estimate`]) and load the
+    /// program (the verifier runs here); neither filled ([`Self::fill`]) nor attached
+    /// ([`Self::attach`]) yet. Map capacity is three times the initial data (room for the old
+    /// and the new generation during a reload, plus growth), the answer table the initial
+    /// answers and an eighth more; a reload beyond that grows the maps in process
+    /// ([`Self::reload`]).
     pub fn load(
         cfg: &XdpConfig,
         listen: &[SocketAddr],
@@ -108,12 +119,13 @@ impl XdpRuntime {
         if cfg.interfaces.is_empty() {
             return Ok(None);
         }
-        let data = compile_logged(zones);
+        let shape = estimate_logged(zones);
+        crate::progress::STARTUP.compiled();
         let load = LoadConfig {
             listen: listen.to_vec(),
             edns_payload,
             seed: None,
-            capacity: Capacity::for_data(&data),
+            capacity: Capacity::for_shape(&shape),
             resolver: cfg.resolver.clone(),
             guard: cfg.guard.clone(),
             kit: cfg.kit.clone(),
@@ -146,7 +158,8 @@ impl XdpRuntime {
             prog,
             interfaces: cfg.interfaces.clone(),
             mode: cfg.mode,
-            pending: Some(data),
+            pending: true,
+            expected: shape.nodes + shape.answers,
             guards: Vec::new(),
             last_answered: 0,
             report: std::sync::Arc::new(std::sync::Mutex::new(report)),
@@ -155,23 +168,32 @@ impl XdpRuntime {
         }))
     }
 
-    /// Fill the maps with the data compiled at load (nothing if a reload came first). For a
-    /// large zone set this takes seconds: a fresh start attaches first and fills after, so
-    /// that the userspace sockets answer meanwhile.
+    /// Fill the maps with the load's zones, compiled as they are written (nothing if a reload
+    /// came first). For a large zone set this takes seconds to minutes: a fresh start attaches
+    /// first and fills after, so that the userspace sockets answer meanwhile.
     pub fn fill(&mut self) -> anyhow::Result<()> {
         use anyhow::Context;
-        if let Some(data) = self.pending.take() {
-            let filled = install_logged(&mut self.prog, &data).context("filling the XDP maps");
-            match (&filled, &self.installed) {
-                (Ok(()), Some(z)) => self.index = zone_indexes(z, &data),
-                (Ok(()), None) => {}
-                (Err(_), _) => self.installed = None,
-            }
-            drop(data);
-            crate::heap::release_freed("filling the XDP maps");
-            filled?;
+        if !self.pending {
+            return Ok(());
         }
-        Ok(())
+        let Some(zones) = self.installed.clone() else {
+            self.pending = false;
+            return Ok(());
+        };
+        let filled = install_logged(&mut self.prog, &zones, self.expected).context("filling the XDP maps");
+        let out = match filled {
+            Ok(bound) => {
+                self.index = zone_indexes(&zones, bound);
+                Ok(())
+            }
+            Err(e) => {
+                self.installed = None;
+                Err(e)
+            }
+        };
+        self.pending = false;
+        crate::heap::release_freed("filling the XDP maps");
+        out
     }
 
     /// Zone data is in the maps: a generation is active (none until the first fill or reload
@@ -347,16 +369,20 @@ impl XdpRuntime {
     /// zones) and the install is tried once more in the room that freed. If that fails too
     /// the kernel answers nothing from zones until a reload fits; the error says so.
     pub fn reload(&mut self, zones: &Arc<ZoneSet>) -> anyhow::Result<()> {
-        self.pending = None; // the load's data is older than this
-        let data = compile_logged(zones);
-        let installed = self.install_or_retire(&data);
-        if installed.is_ok() {
-            self.installed = Some(zones.clone());
-            self.index = zone_indexes(zones, &data);
-        } else {
-            self.installed = None;
-        }
-        drop(data);
+        self.pending = false; // the load's zones are older than these
+        let shape = estimate_logged(zones);
+        let installed = self.install_or_retire(zones, &shape);
+        let installed = match installed {
+            Ok(bound) => {
+                self.installed = Some(zones.clone());
+                self.index = zone_indexes(zones, bound);
+                Ok(())
+            }
+            Err(e) => {
+                self.installed = None;
+                Err(e)
+            }
+        };
         crate::heap::release_freed("an XDP reload");
         installed
     }
@@ -381,7 +407,7 @@ impl XdpRuntime {
 
     fn in_place(&mut self, zones: &Arc<ZoneSet>, change: &ZoneChange) -> Result<KernelUpdate, String> {
         let t = std::time::Instant::now();
-        if self.pending.is_some() || self.prog.generation() == 0 {
+        if self.pending || self.prog.generation() == 0 {
             return Err("no zone data active in the kernel".into());
         }
         let old = self.installed.clone().ok_or("the kernel's zones are not known (an install failed)")?;
@@ -408,28 +434,31 @@ impl XdpRuntime {
         })
     }
 
-    /// [`Self::reload`]'s install: into grown maps if the new data needs them or does not fit
-    /// beside the old; retire the old generation if growing fails too.
-    fn install_or_retire(&mut self, data: &xdns_bpf::data::KernelData) -> anyhow::Result<()> {
+    /// [`Self::reload`]'s install of `zones` (of about `shape`): into grown maps if the new
+    /// data needs them or does not fit beside the old; retire the old generation if growing
+    /// fails too. Each try compiles the zones again as it writes them. On success, the
+    /// SOA-bound names by apex (what in-place updates start from, [`zone_indexes`]).
+    fn install_or_retire(&mut self, zones: &ZoneSet, shape: &xdns_bpf::data::Shape) -> anyhow::Result<SoaBound> {
         use anyhow::Context;
         use xdns_bpf::runtime::Capacity;
         let abandoned = super::fastpath::abandoned;
+        let expected = shape.nodes + shape.answers;
         let have = self.prog.capacity();
-        let need = Capacity::for_data(data);
+        let need = Capacity::for_shape(shape);
         let mut tried = false;
         if !have.holds(&need) {
             tried = true;
-            match grow_logged(&mut self.prog, data, have.max(&need)) {
+            match grow_logged(&mut self.prog, zones, expected, have.max(&need)) {
                 Err(e) if !abandoned(&e) => tracing::warn!(error = %format!("{e:#}"),
                     "XDP: growing the kernel maps failed; installing into the maps sized at start"),
                 done => return done,
             }
         }
-        let installed = match install_logged(&mut self.prog, data) {
+        let installed = match install_logged(&mut self.prog, zones, expected) {
             Err(e) if !tried && !abandoned(&e) => {
                 // the maps hold the new data, but not beside the old: new maps hold it alone
                 tracing::info!(error = %format!("{e:#}"), "XDP: the new zone data does not fit beside the old");
-                match grow_logged(&mut self.prog, data, have.max(&need)) {
+                match grow_logged(&mut self.prog, zones, expected, have.max(&need)) {
                     Err(g) if !abandoned(&g) => {
                         tracing::warn!(error = %format!("{g:#}"), "XDP: growing the kernel maps failed");
                         Err(e)
@@ -444,7 +473,7 @@ impl XdpRuntime {
                 tracing::warn!(error = %format!("{e:#}"),
                     "XDP: the new zone data does not fit beside the old and the maps could not grow; old data retired (userspace answers), trying again");
                 self.prog.retire().context("retiring the old kernel data")?;
-                install_logged(&mut self.prog, data).context(
+                install_logged(&mut self.prog, zones, expected).context(
                     "the new zone data does not fit in the kernel maps, which could not grow: userspace answers every zone \
                      query until a reload fits (a restart sizes the maps for the zones of the day)",
                 )
@@ -515,10 +544,14 @@ impl XdpRuntime {
     }
 }
 
-/// What in-place updates keep of each zone ([`xdns_bpf::delta::ZoneIndex`]), from a full compile.
-fn zone_indexes(zones: &ZoneSet, data: &xdns_bpf::data::KernelData) -> HashMap<Vec<u8>, xdns_bpf::delta::ZoneIndex> {
+/// The names of each zone (by apex) whose stored bodies carry its SOA
+/// ([`xdns_bpf::delta::soa_bound_by_zone`]), gathered as a fill streams the answers by.
+type SoaBound = HashMap<Vec<u8>, HashSet<Vec<u8>>>;
+
+/// What in-place updates keep of each zone ([`xdns_bpf::delta::ZoneIndex`]), from a full
+/// compile's SOA-bound names.
+fn zone_indexes(zones: &ZoneSet, mut bound: SoaBound) -> HashMap<Vec<u8>, xdns_bpf::delta::ZoneIndex> {
     let t = std::time::Instant::now();
-    let mut bound = xdns_bpf::delta::soa_bound_by_zone(zones, &data.answers);
     let out: HashMap<_, _> = zones
         .zones
         .iter()
@@ -528,59 +561,132 @@ fn zone_indexes(zones: &ZoneSet, data: &xdns_bpf::data::KernelData) -> HashMap<V
     out
 }
 
-/// The kernel's data for `zones`, with its size and the time it took in the log: for a large
-/// zone set this and the map fill take seconds, which an operator should see, not guess.
-fn compile_logged(zones: &ZoneSet) -> xdns_bpf::data::KernelData {
+/// The size of the kernel's data for `zones`, estimated without holding it
+/// ([`xdns_bpf::data::Shape::estimate`]), with the time it took in the log.
+fn estimate_logged(zones: &ZoneSet) -> xdns_bpf::data::Shape {
     let t = std::time::Instant::now();
-    tracing::info!(rss_mib = crate::heap::rss_mib(), "XDP: compiling answers for the kernel");
-    let data = xdns_bpf::data::compile_kernel_data_with(zones, &|n| crate::progress::STARTUP.answers_compiled(n as u64));
-    crate::progress::STARTUP.compiled();
-    // names answering NODATA from their apex's body (XDNS_NODE_NODATA_APEX), not their own
-    let own = xdns_bpf::data::own_other(&data.answers);
-    let shared = data
-        .nodes
-        .iter()
-        .filter(|n| xdns_bpf::data::shares_apex_nodata(n, own.contains(&n.name[..])))
-        .count();
+    tracing::info!(rss_mib = crate::heap::rss_mib(), "XDP: sizing the kernel maps (names counted, a sample of the answers compiled)");
+    let shape = xdns_bpf::data::Shape::estimate(zones);
     tracing::info!(
-        names = data.nodes.len(),
-        answers = data.answers.len(),
-        shared_nodata = shared,
+        names = shape.nodes,
+        answers = shape.answers,
+        record_bytes = shape.record_bytes,
         seconds = t.elapsed().as_secs_f32(),
         rss_mib = crate::heap::rss_mib(),
-        "XDP: answers compiled"
+        "XDP: kernel data sized"
     );
-    data
+    shape
 }
 
-/// Resident memory of this process in MiB (`VmRSS`), for the phase logs; 0 if unknown.
+/// What a streamed install saw go by: entries, and the SOA-bound names.
+#[derive(Default)]
+struct Seen {
+    names: usize,
+    answers: usize,
+    bound: SoaBound,
+}
+
+/// The kernel's data for `zones`, compiled by another thread (`compiler`, see
+/// [`compiling`]) a chunk ahead of the loader that writes it, counted in `seen` (the answers
+/// also in `xdns stats`' `load.answers_compiled`).
+fn streamed<'a>(zones: &'a ZoneSet, expected: usize, compiled: Compiled, seen: &'a RefCell<Seen>) -> xdns_bpf::maps::Stream<'a> {
+    use std::borrow::Cow;
+    let answers = compiled.answers.into_iter().flatten().inspect(move |a| {
+        let mut s = seen.borrow_mut();
+        s.answers += 1;
+        if s.answers % xdns_bpf::data::PROGRESS_EVERY == 0 {
+            crate::progress::STARTUP.answers_compiled(s.answers as u64);
+        }
+        if xdns_bpf::delta::carries_soa(&a.body) {
+            for (apex, names) in xdns_bpf::delta::soa_bound_by_zone(zones, std::slice::from_ref(a)) {
+                s.bound.entry(apex).or_default().extend(names);
+            }
+        }
+    });
+    let nodes = compiled.nodes.into_iter().flatten().inspect(move |_| seen.borrow_mut().names += 1);
+    xdns_bpf::maps::Stream { answers: Box::new(answers.map(Cow::Owned)), nodes: Box::new(nodes.map(Cow::Owned)), expected }
+}
+
+/// The receiving ends of a compiling thread ([`compiler`]): chunks of answers, then of nodes.
+struct Compiled {
+    answers: std::sync::mpsc::Receiver<Vec<xdns_bpf::data::AnswerEntry>>,
+    nodes: std::sync::mpsc::Receiver<Vec<xdns_bpf::data::NodeEntry>>,
+}
+
+/// Chunks compiled ahead of the loader: enough to keep both busy, little memory (≈ 2 MB a chunk).
+const COMPILED_AHEAD: usize = 2;
+
+/// Compiles the kernel's data for `zones` into chunks of [`xdns_bpf::maps::CHUNK`] entries,
+/// answers first then nodes (the loader's order), at most [`COMPILED_AHEAD`] chunks ahead of
+/// the loader: on a machine of two or more cores the compile and the map writes overlap. Ends
+/// early when the loader stops reading (an error, or abandoned).
+fn compiler<'s, 'z: 's>(scope: &'s std::thread::Scope<'s, '_>, zones: &'z ZoneSet) -> std::io::Result<Compiled> {
+    use std::sync::mpsc::sync_channel;
+    let chunk = xdns_bpf::maps::CHUNK;
+    let (atx, answers) = sync_channel(COMPILED_AHEAD);
+    let (ntx, nodes) = sync_channel(COMPILED_AHEAD);
+    std::thread::Builder::new().name("xdns-compile".into()).spawn_scoped(scope, move || {
+        fn send<T>(it: impl Iterator<Item = T>, chunk: usize, tx: std::sync::mpsc::SyncSender<Vec<T>>) -> bool {
+            let mut buf = Vec::with_capacity(chunk);
+            for x in it {
+                buf.push(x);
+                if buf.len() == chunk && tx.send(std::mem::replace(&mut buf, Vec::with_capacity(chunk))).is_err() {
+                    return false;
+                }
+            }
+            buf.is_empty() || tx.send(buf).is_ok()
+        }
+        if send(xdns_bpf::data::answers(zones), chunk, atx) {
+            send(xdns_bpf::data::nodes(zones), chunk, ntx);
+        }
+    })?;
+    Ok(Compiled { answers, nodes })
+}
 
 /// Time between the progress lines of a fill that takes long.
 const FILL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Installs `data` into a program with zone maps of capacity `to`, which replaces the running
-/// one ([`xdns_bpf::runtime::XdpProgram::install_grown`]), logged.
+/// Installs `zones` (about `expected` entries, compiled as they are written) into a program
+/// with zone maps of capacity `to`, which replaces the running one
+/// ([`xdns_bpf::runtime::XdpProgram::install_grown_stream`]), logged.
 fn grow_logged(
     prog: &mut xdns_bpf::runtime::XdpProgram,
-    data: &xdns_bpf::data::KernelData,
+    zones: &ZoneSet,
+    expected: usize,
     to: xdns_bpf::runtime::Capacity,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<SoaBound> {
     let t = std::time::Instant::now();
     let from = prog.capacity();
     tracing::info!(%from, %to, rss_mib = crate::heap::rss_mib(),
         "XDP: the new zone data does not fit in the kernel maps: loading the program again with larger zone maps (the old data answers meanwhile)");
+    let seen = compiling(prog, t, |prog, src| prog.install_grown_stream(src, to), zones, expected)?;
+    log_filled(prog, t, &format!("XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"));
+    Ok(seen.bound)
+}
+
+/// Runs `install` of `zones` compiled as written, with a progress line in the log every
+/// [`FILL_LOG_PERIOD`] and the compile's counts logged at its end.
+fn compiling(
+    prog: &mut xdns_bpf::runtime::XdpProgram,
+    t: std::time::Instant,
+    install: impl FnOnce(&mut xdns_bpf::runtime::XdpProgram, xdns_bpf::maps::Stream<'_>) -> anyhow::Result<()>,
+    zones: &ZoneSet,
+    expected: usize,
+) -> anyhow::Result<Seen> {
+    tracing::info!(rss_mib = crate::heap::rss_mib(), "XDP: compiling answers for the kernel, written to its maps as they come");
+    let seen = RefCell::new(Seen::default());
     let progress = prog.fill_progress();
-    with_fill_log(progress, t, || prog.install_grown(data, to))?;
-    let (in_table, left_out) = prog.table_counts();
-    tracing::info!(
-        seconds = t.elapsed().as_secs_f32(),
-        rss_mib = crate::heap::rss_mib(),
-        answers_in_table = in_table,
-        answers_left_out = left_out,
-        generation = prog.generation(),
-        "XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"
-    );
-    Ok(())
+    std::thread::scope(|s| {
+        let compiled = compiler(s, zones).map_err(|e| anyhow::anyhow!("starting the compiling thread: {e}"))?;
+        // the stream (and with it the receivers) goes when the install returns: the compiling
+        // thread then ends at its next chunk, and the scope waits for it
+        with_fill_log(progress, t, || install(prog, streamed(zones, expected, compiled, &seen)))
+    })?;
+    let seen = seen.into_inner();
+    crate::progress::STARTUP.answers_compiled(seen.answers as u64);
+    tracing::info!(names = seen.names, answers = seen.answers, seconds = t.elapsed().as_secs_f32(),
+        rss_mib = crate::heap::rss_mib(), "XDP: answers compiled");
+    Ok(seen)
 }
 
 /// Runs `f` (an install) with a progress line in the log every [`FILL_LOG_PERIOD`].
@@ -599,23 +705,25 @@ fn with_fill_log<T>(progress: Arc<xdns_bpf::maps::FillProgress>, t: std::time::I
     })
 }
 
-/// Fills the kernel maps with `data` (a new generation, flipped in when complete), logged.
-fn install_logged(
-    prog: &mut xdns_bpf::runtime::XdpProgram,
-    data: &xdns_bpf::data::KernelData,
-) -> anyhow::Result<()> {
+/// Fills the kernel maps with `zones` (about `expected` entries), compiled as they are
+/// written (a new generation, flipped in when complete), logged. The SOA-bound names by apex.
+fn install_logged(prog: &mut xdns_bpf::runtime::XdpProgram, zones: &ZoneSet, expected: usize) -> anyhow::Result<SoaBound> {
     let t = std::time::Instant::now();
-    let progress = prog.fill_progress();
     // a large zone set takes seconds to write: a line every FILL_LOG_PERIOD says how far
-    with_fill_log(progress, t, || prog.install(data))?;
+    let seen = compiling(prog, t, |prog, src| prog.install_stream(src), zones, expected)?;
+    log_filled(prog, t, "XDP: kernel maps filled (batched, chunk by chunk), new data active");
+    Ok(seen.bound)
+}
+
+/// The end of a fill or a growth (started at `t`): time, memory, the answer table's counts.
+fn log_filled(prog: &xdns_bpf::runtime::XdpProgram, t: std::time::Instant, what: &str) {
     let (in_table, left_out) = prog.table_counts();
     tracing::info!(
         seconds = t.elapsed().as_secs_f32(),
         rss_mib = crate::heap::rss_mib(),
         answers_in_table = in_table,
         answers_left_out = left_out,
-        "XDP: kernel maps filled (batched, chunk by chunk), new data active"
+        generation = prog.generation(),
+        "{what}"
     );
-    Ok(())
 }
-
