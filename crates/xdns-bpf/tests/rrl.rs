@@ -5,37 +5,25 @@
 //! in one interval's snapshot, and the same for resolver cache answers.
 
 mod common;
-
-use std::net::IpAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
+#[path = "common/rrl_fixture.rs"]
+mod rrl_fixture;
 
 use common::*;
+use rrl_fixture::{client_and_server_cookie, cookie_opt, net, zones, SECRET};
 use xdns_bpf::cache::CacheCapacity;
 use xdns_bpf::data::compile_kernel_data;
 use xdns_bpf::guard::{GuardStage, RrlSettings};
 use xdns_bpf::runtime::{ResolverStage, XdpProgram};
 use xdns_wire::body::{BodyWriter, Section};
 use xdns_wire::CachedAnswer;
-use xdns_guard::cookies::server_cookie;
-use xdns_zone::{load_zone, ZoneSet, ZoneSource};
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
-const SECRET: [u8; 16] = *b"0123456789abcdef";
 const OLD_SECRET: [u8; 16] = *b"fedcba9876543210";
 
 fn stage(features: bool) -> GuardStage {
     GuardStage { capacity: 1024, tier_slots: 0, features, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024, rrl_accounts: 4096 }
-}
-
-fn zones() -> ZoneSet {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
-    let mut set = ZoneSet::default();
-    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
-    set.zones.insert(z.apex.clone(), Arc::new(z));
-    set
 }
 
 fn prog(features: bool, rrl: RrlSettings) -> XdpProgram {
@@ -53,19 +41,6 @@ fn rrl(rate: u32, slip: u32, cookies: bool) -> RrlSettings {
     RrlSettings { rate, slip, ipv4_prefix: 24, ipv6_prefix: 56, cookies: cookies.then_some((SECRET, None)) }
 }
 
-/// The three frame shapes, from client `src` (v4 or v6 address text).
-fn net(shape: &str, src: &str) -> Net {
-    let ip: IpAddr = src.parse().unwrap();
-    let mut n = match ip {
-        IpAddr::V4(a) => Net { src: a.octets().to_vec(), ..Net::v4() },
-        IpAddr::V6(a) => Net { src: a.octets().to_vec(), ..Net::v6() },
-    };
-    if shape == "vlan" {
-        n.vlan = Some((0x8100, 42));
-    }
-    n
-}
-
 fn shapes() -> [(&'static str, &'static str, &'static str); 3] {
     // (shape, a client, a client of another prefix)
     [("ipv4", "198.18.5.7", "198.18.6.7"), ("ipv6", "2001:db8:5::7", "2001:db8:6::7"), ("vlan", "198.18.7.7", "198.18.8.7")]
@@ -75,20 +50,9 @@ fn now() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as u32
 }
 
-/// An OPT with one COOKIE option of `data`.
-fn cookie_opt(data: &[u8]) -> Option<Opt> {
-    let mut o = Opt::new(1232, false).unwrap();
-    o.options = [&[0u8, 10][..], &(data.len() as u16).to_be_bytes()].concat();
-    o.options.extend_from_slice(data);
-    Some(o)
-}
-
 /// A client cookie with a server cookie made by `secret` for `src` at `at`.
 fn full_cookie(secret: &[u8; 16], src: &str, at: u32) -> Vec<u8> {
-    let client = *b"client01";
-    let mut c = client.to_vec();
-    c.extend_from_slice(&server_cookie(secret, &client, src.parse().unwrap(), at));
-    c
+    client_and_server_cookie(secret, b"client01", src, at)
 }
 
 /// The slip for `q` (a query without OPT from `n`): header (ID, QR AA RD TC, one question) and
@@ -746,8 +710,7 @@ fn gate_bench_paths_answer_alike() {
         }
         for i in 1..=50u64 {
             let client = (7u64 << 32 | i).to_le_bytes();
-            let mut c = client.to_vec();
-            c.extend_from_slice(&server_cookie(&SECRET, &client, src.parse().unwrap(), t));
+            let c = client_and_server_cookie(&SECRET, &client, src, t);
             let (act, got, moved) = verdict(&on, &frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(&c))));
             let opt = cookie_opt_of(dns_of(&got));
             if act != XDP_TX || moved != ["answered"] || opt.as_deref() != Some(&c[..]) || !checksums_ok(&got) {
