@@ -278,29 +278,57 @@ static __always_inline __u64 xdns_rrl_tag(__u64 a0, __u64 a1, __u64 meta)
 	return h ? h : 1;
 }
 
+/* The third word of an account's key (struct xdns_rrl_key): answer, family, class and
+ * source (never 0: the family is 4 or 6). */
+static __always_inline __u64 xdns_rrl_meta(int ipv6, __u32 class, __u64 ident)
+{
+	return (__u64)(__u32)ident | (__u64)(ipv6 ? 6 : 4) << 32 | (__u64)(class & 0xff) << 40 |
+	       (ident >> 32 & 0xff) << 48;
+}
+
 /* The tag of the account (struct xdns_rrl_key) of an answer: the client's prefix words, then
  * answer, family, class and source in one word. */
 static __always_inline __u64 xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1, int ipv6,
 					      __u32 class, __u64 ident)
 {
-	return xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1],
-			    (__u64)(__u32)ident | (__u64)(ipv6 ? 6 : 4) << 32 | (__u64)(class & 0xff) << 40 |
-			    (ident >> 32 & 0xff) << 48);
+	return xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1], xdns_rrl_meta(ipv6, class, ident));
+}
+
+/*
+ * An account's balance at `now` (10^-9 answers) before this answer: credited `rate` answers a
+ * second since `stamp`, at most one second's worth (`full`). Another CPU's clock may be a tick
+ * ahead: then no credit (and the caller leaves the stamp). The credit is exact, in 10^-9
+ * answers (ns * answers a second): no division, nothing lost at any step; bal <= 2 * rate *
+ * 10^9 < 2^63 for any u32 rate.
+ */
+static __always_inline __s64 xdns_rrl_balance(__s64 balance, __u64 stamp, __u32 rate, __u64 now)
+{
+	__s64 full = (__s64)rate * XDNS_RRL_ANSWER, bal;
+	__u64 el = 0;
+
+	if (now > stamp)
+		el = now - stamp;
+	if (el > 1000000000ULL)
+		el = 1000000000ULL;     /* a second fills any bucket (no debt: bal >= 0); bounds below */
+	bal = balance + (__s64)(el * rate);
+	return bal > full ? full : bal;
 }
 
 /*
  * The token bucket of the account `tag`: 0 answer, 1 drop, 2 slip
  * (xdns_guard::rrl::Rrl::decide). Its set is one inlined array read; the ways are compared
- * by tag, no lock; a new account takes an empty way or the one updated longest ago.
+ * by tag, no lock; a new account takes an empty way or the one updated longest ago. `memo`
+ * (a constant): note the way in sc->guard.rrl_memo_way (xdns_rrl_check, whose key and tag
+ * the memo holds).
  */
 static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 tag,
-					   __u64 now)
+					   __u64 now, int memo)
 {
 	struct xdns_rrl_account *a = NULL, *w;
 	struct xdns_rrl_set *set;
 	__s64 full = (__s64)g->rate * XDNS_RRL_ANSWER, bal;
-	__u32 at = (__u32)(tag >> 32) & xdns_cfg.guard_rrl_mask, lim, slip = g->slip, i;
-	__u64 el, oldest = ~0ULL;
+	__u32 at = (__u32)(tag >> 32) & xdns_cfg.guard_rrl_mask, lim, slip = g->slip, i, ai = 0;
+	__u64 stamp, oldest = ~0ULL;
 
 	set = bpf_map_lookup_elem(&xdns_guard_rrl, &at);
 	if (!set)
@@ -309,6 +337,7 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 		w = &set->way[i];
 		if (w->tag == tag) {
 			a = w;
+			ai = i;
 			break;
 		}
 	}
@@ -318,15 +347,19 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 			w = &set->way[i];
 			if (!w->tag) {
 				a = w;
+				ai = i;
 				break;
 			}
 			if (w->stamp < oldest) {
 				oldest = w->stamp;
 				a = w;
+				ai = i;
 			}
 		}
 		if (!a)
 			return 0;
+		if (memo)
+			sc->guard.rrl_memo_way = ai;
 		if (a->tag && now - a->stamp < 1000000000ULL)
 			sc->guard.rrl_full++;   /* a live account goes: the table is small */
 		/* it starts full and pays for this answer (rate >= 1); the tag last, so that a
@@ -338,19 +371,12 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 		a->tag = tag;
 		return 0;
 	}
-	/* another CPU's clock may be a tick ahead: then no credit, and the stamp stays */
-	el = 0;
-	if (now > a->stamp) {
-		el = now - a->stamp;
+	if (memo)
+		sc->guard.rrl_memo_way = ai;
+	stamp = a->stamp;
+	bal = xdns_rrl_balance(a->balance, stamp, g->rate, now);
+	if (now > stamp)
 		a->stamp = now;
-	}
-	if (el > 1000000000ULL)
-		el = 1000000000ULL;     /* a second fills any bucket (no debt: bal >= 0); bounds below */
-	/* the credit is exact, in 10^-9 answers (ns * answers a second): no division, nothing
-	 * lost at any step; bal <= 2 * rate * 10^9 < 2^63 for any u32 rate */
-	bal = a->balance + (__s64)(el * g->rate);
-	if (bal > full)
-		bal = full;
 	if (bal >= XDNS_RRL_ANSWER) {
 		a->balance = bal - XDNS_RRL_ANSWER;
 		return 0;
@@ -420,7 +446,7 @@ __attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scr
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_guard_ctl *c;
-	__u64 a0, a1 = 0;
+	__u64 a0, a1 = 0, meta, tag;
 	__u32 key = 0;
 	int ipv6 = (where >> 16) & 1;
 
@@ -431,8 +457,72 @@ __attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scr
 		return 0;
 	if (!xdns_rrl_src(data, data_end, where & 0xffff, ipv6, &a0, &a1))
 		return 0;
-	return xdns_rrl_decide(sc, &c->rrl, xdns_rrl_account(&c->rrl, a0, a1, ipv6, sc->guard.gate_class, ident),
-			       xdns_rrl_now(sc));
+	/* the memo (xdns_rrl_memo): this account's key, its tag and (decide) its way */
+	a0 &= ipv6 ? c->rrl.mask6[0] : c->rrl.mask4;
+	a1 &= c->rrl.mask6[1];
+	meta = xdns_rrl_meta(ipv6, sc->guard.gate_class, ident);
+	tag = xdns_rrl_tag(a0, a1, meta);
+	sc->guard.rrl_memo_key[0] = a0;
+	sc->guard.rrl_memo_key[1] = a1;
+	sc->guard.rrl_memo_key[2] = meta;
+	sc->guard.rrl_memo_tag = tag;
+	sc->guard.rrl_memo_rate = c->rrl.rate;
+	return xdns_rrl_decide(sc, &c->rrl, tag, xdns_rrl_now(sc), 1);
+}
+
+/*
+ * RRL alone, inline, for an answer of the account this CPU last decided by the call
+ * (xdns_rrl_check left its key, tag and way in sc->guard.rrl_memo_*): 0 when it paid a token
+ * of that account's shared bucket (the same bucket, arithmetic and clock as
+ * xdns_rrl_decide's), -1 when the call must decide: another account (the key's three words
+ * differ), the way no longer holds the tag (evicted, or taken by another account), or no
+ * token (the call then limits, with the slip count). Nothing is written unless it pays, so
+ * the call after a -1 decides as if this had not run; no bucket is copied per CPU, so CPUs
+ * sharing an account spend one balance and never admit more than it holds. It skips the
+ * call, the second control read, the seeded tag and the search of the ways
+ * (docs/perf/2026-11-29-rrl-memo.md).
+ */
+static __always_inline int xdns_rrl_memo(struct xdp_md *ctx, struct xdns_scratch *sc, const struct xdns_pkt *pkt,
+					 const struct xdns_guard_rrl *g, __u64 ident)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_rrl_account *a;
+	struct xdns_rrl_set *set;
+	__u64 a0, a1 = 0, stamp, now;
+	__s64 bal;
+	__u32 at, rate;
+	int ipv6 = pkt->ipv6;
+
+	/* the key and the rate compared before any helper call: nothing of this function is
+	 * live across the calls below (the tag, the way, the time and the rate are read back
+	 * from the scratch), so the entry's frame does not grow */
+	if (!xdns_rrl_src(data, data_end, pkt->l3_off, ipv6, &a0, &a1))
+		return -1;
+	if ((a0 & (ipv6 ? g->mask6[0] : g->mask4)) != sc->guard.rrl_memo_key[0] ||
+	    (a1 & g->mask6[1]) != sc->guard.rrl_memo_key[1] ||
+	    xdns_rrl_meta(ipv6, sc->guard.gate_class, ident) != sc->guard.rrl_memo_key[2] ||
+	    g->rate != sc->guard.rrl_memo_rate)
+		return -1;
+	xdns_rrl_now(sc);
+	at = (__u32)(*(volatile __u64 *)&sc->guard.rrl_memo_tag >> 32) & xdns_cfg.guard_rrl_mask;
+	set = bpf_map_lookup_elem(&xdns_guard_rrl, &at);
+	if (!set)
+		return -1;
+	a = &set->way[*(volatile __u32 *)&sc->guard.rrl_memo_way & (XDNS_RRL_WAYS - 1)];
+	if (a->tag != *(volatile __u64 *)&sc->guard.rrl_memo_tag)
+		return -1;
+	now = *(volatile __u64 *)&sc->guard.clock_ns;
+	rate = *(volatile __u32 *)&sc->guard.rrl_memo_rate;
+	stamp = a->stamp;
+	bal = xdns_rrl_balance(a->balance, stamp, rate, now);
+	if (bal < XDNS_RRL_ANSWER)
+		return -1;
+	if (now > stamp)
+		a->stamp = now;
+	a->balance = bal - XDNS_RRL_ANSWER;
+	sc->guard.rrl_memo_hits++;
+	return 0;
 }
 
 /*
@@ -477,7 +567,7 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 			d = 2;          /* decided inline (xdns_rrl_stage) */
 		} else {
 			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident);
-			d = xdns_rrl_decide(sc, g, tag, now);
+			d = xdns_rrl_decide(sc, g, tag, now, 0);
 		}
 		if (d == 1)
 			return XDNS_DROP_RRL;
@@ -545,7 +635,25 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 	c = bpf_map_lookup_elem(&xdns_guard_ctl, &key);
 	if (!c || !(c->rrl.rate || (c->rrl.cookies && q->cookie_len) || xdns_cfg.guard_features))
 		return XDNS_CONTINUE;
-	if (c->rrl.cookies && q->cookie_len == 24 && !xdns_cfg.guard_features && xdns_echo_fits(q, dns_out)) {
+	sc->guard.gate_class = xdns_rrl_class(a->flags, a->ancount, a->nscount);
+	if (!xdns_cfg.guard_features && !(c->rrl.cookies && q->cookie_len)) {
+		/* RRL alone (rate > 0 here), the common case, inline: no call but for a slip
+		 * (docs/perf/2026-11-28-rrl-table.md); the gate does the rest. Before the cookie
+		 * check below (a query it reaches has a COOKIE option, so never comes here): the
+		 * control value's pointer is not live across that call */
+		int d;
+
+		if (sc->guard.src_allowed)
+			return XDNS_CONTINUE;   /* allowlisted: never limited */
+		if (xdns_rrl_memo(ctx, sc, pkt, &c->rrl, ident) == 0)
+			return XDNS_CONTINUE;   /* the last account's bucket paid, inline */
+		d = xdns_rrl_check(ctx, sc, pkt->l3_off | (__u32)pkt->ipv6 << 16, ident);
+		if (d == 0)
+			return XDNS_CONTINUE;
+		if (d == 1)
+			return XDNS_DROP_RRL;
+		ident |= XDNS_RRL_SLIP_NOW;     /* the gate writes the slip */
+	} else if (c->rrl.cookies && q->cookie_len == 24 && !xdns_cfg.guard_features && xdns_echo_fits(q, dns_out)) {
 		/* a fresh valid server cookie: the client proved its address, so no RRL; answered
 		 * here with the cookie echoed, not through the gate (docs/perf/2026-11-29-guard-goals.md) */
 		if (xdns_cookie_echo(ctx, sc, q->cookie_at, pkt->l3_off, pkt->ipv6)) {
@@ -553,21 +661,6 @@ static __always_inline enum xdns_verdict xdns_rrl_stage(struct xdp_md *ctx, stru
 			sc->guard.cookie_echoed++;
 			return XDNS_CONTINUE;
 		}
-	}
-	sc->guard.gate_class = xdns_rrl_class(a->flags, a->ancount, a->nscount);
-	if (!xdns_cfg.guard_features && !(c->rrl.cookies && q->cookie_len)) {
-		/* RRL alone (rate > 0 here), the common case, inline: no call but for a slip
-		 * (docs/perf/2026-11-28-rrl-table.md); the gate does the rest */
-		int d;
-
-		if (sc->guard.src_allowed)
-			return XDNS_CONTINUE;   /* allowlisted: never limited */
-		d = xdns_rrl_check(ctx, sc, pkt->l3_off | (__u32)pkt->ipv6 << 16, ident);
-		if (d == 0)
-			return XDNS_CONTINUE;
-		if (d == 1)
-			return XDNS_DROP_RRL;
-		ident |= XDNS_RRL_SLIP_NOW;     /* the gate writes the slip */
 	}
 	sc->guard.gate_flags = flags;
 	sc->guard.gate_len = dns_out + 8 + (pkt->ipv6 ? 40 : 20);

@@ -733,6 +733,15 @@ struct xdns_guard_scratch {
 	/* this answer's COOKIE option to echo (rrl.h, xdns_cookie_echo): client and server
 	 * cookie as they lay in the query (read before the body overwrites them) */
 	__u64 echo[3];
+	/* RRL's memo of the last account this CPU decided by the call (rrl.h, xdns_rrl_memo): the
+	 * account's key as its tag hashes it (masked address words; answer, family, class and
+	 * source in one word: never 0), its tag, and the way of its set that held it. A later
+	 * answer with the same key pays the same shared bucket inline, without the call. */
+	__u64 rrl_memo_key[3];
+	__u64 rrl_memo_tag;
+	__u32 rrl_memo_way;
+	__u32 rrl_memo_rate;    /* the rate it was decided at (a new rate: a miss) */
+	__u64 rrl_memo_hits;    /* answers whose account the memo found (paid inline, no call) */
 	__u32 name_par;         /* the name check: the list generation's parity ... */
 	__u32 name_hit;         /* ... and 1 once a suffix or the name matched */
 	__u64 allowed;          /* packets whose longest match was an allow prefix */

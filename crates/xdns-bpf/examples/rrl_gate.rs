@@ -3,15 +3,17 @@
 //!
 //!     cargo run --release -p xdns-bpf --example rrl_gate [-- --runs 3000 --rounds 5 --json OUT]
 //!
-//! Run by `bench/guard.py --gate` (and so by `make bench-guard`). Five cases, each over IPv4,
+//! Run by `bench/guard.py --gate` (and so by `make bench-guard`). Six cases, each over IPv4,
 //! IPv6 and a VLAN tag, from a zone answer (www.example.com A):
 //!  - guard off, a plain query (A);
-//!  - guard + RRL (a rate never reached: every answer pays its account) + cookies, the plain query;
+//!  - guard + RRL (a rate never reached: every answer pays its account) + cookies, the plain query,
+//!    its account the one the CPU's RRL memo holds (a client asking again: paid inline);
+//!  - the same, a memo miss: a client of another prefix asked just before (paid by the call);
 //!  - guard off, the query with a fresh valid server cookie (the guard off ignores it: the base of
 //!    the two below, which parse the same bytes);
 //!  - the cookie echoed, the cookie kept per CPU (`xdns_guard_cookies`: compared, no SipHash);
 //!  - the cookie echoed, a new client cookie every run (a SipHash each).
-//! The five are measured interleaved, run by run, so the machine's load weighs on each alike;
+//! The six are measured interleaved, run by run, so the machine's load weighs on each alike;
 //! each figure is the mean of the fastest 80% of `runs` single runs, best of `rounds`. The clock
 //! behind a test run's duration ticks in about 10 ns here, so single-run medians move in steps.
 //! Only the ratios carry from one machine (and one load) to another.
@@ -22,45 +24,19 @@
 #[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
+// the zone, frame shapes and cookies of tests/rrl.rs, the same file
+#[path = "../tests/common/rrl_fixture.rs"]
+mod rrl_fixture;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use common::*;
+use rrl_fixture::{client_and_server_cookie, cookie_opt, net, zones, SECRET};
 use xdns_bpf::data::compile_kernel_data;
 use xdns_bpf::guard::{GuardStage, RrlSettings};
-use xdns_guard::cookies::server_cookie;
-use xdns_zone::{load_zone, ZoneSet, ZoneSource};
-
-const SECRET: [u8; 16] = *b"0123456789abcdef";
-
-fn zones() -> ZoneSet {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
-    let mut set = ZoneSet::default();
-    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
-    set.zones.insert(z.apex.clone(), Arc::new(z));
-    set
-}
-
-fn net(shape: &str, src: &str) -> Net {
-    let ip: std::net::IpAddr = src.parse().unwrap();
-    let mut n = match ip {
-        std::net::IpAddr::V4(a) => Net { src: a.octets().to_vec(), ..Net::v4() },
-        std::net::IpAddr::V6(a) => Net { src: a.octets().to_vec(), ..Net::v6() },
-    };
-    if shape == "vlan" {
-        n.vlan = Some((0x8100, 42));
-    }
-    n
-}
 
 fn cookie_query(client: &[u8; 8], src: &str, at: u32) -> Vec<u8> {
-    let mut c = client.to_vec();
-    c.extend_from_slice(&server_cookie(&SECRET, client, src.parse().unwrap(), at));
-    let mut o = Opt::new(1232, false).unwrap();
-    o.options = [&[0u8, 10][..], &(c.len() as u16).to_be_bytes()].concat();
-    o.options.extend_from_slice(&c);
-    query(&wire("www.example.com"), 1, Some(o))
+    query(&wire("www.example.com"), 1, cookie_opt(&client_and_server_cookie(&SECRET, client, src, at)))
 }
 
 fn main() {
@@ -96,46 +72,53 @@ fn main() {
         keep.iter().sum::<u64>() as f64 / keep.len() as f64
     };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as u32;
-    println!("| shape | guard off | guard + RRL + cookies | ratio | off, cookie query | echoed, kept cookie | ratio | echoed, SipHash | ratio |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| shape | guard off | guard + RRL + cookies | ratio | memo miss | ratio | off, cookie query | echoed, kept cookie | ratio | echoed, SipHash | ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    for (shape, src) in [("ipv4", "198.18.5.7"), ("ipv6", "2001:db8:5::7"), ("vlan", "198.18.7.7")] {
+    for (shape, src, other) in [("ipv4", "198.18.5.7", "198.18.6.7"), ("ipv6", "2001:db8:5::7", "2001:db8:6::7"), ("vlan", "198.18.7.7", "198.18.8.7")] {
         let n = net(shape, src);
         let plain = frame(&n, &query(&wire("www.example.com"), 1, None));
+        let plain_other = frame(&net(shape, other), &query(&wire("www.example.com"), 1, None));
         let kept = frame(&n, &cookie_query(b"client01", src, now));
         // fresh cookies, another client cookie in every run of every round: never one kept
         let fresh = |round: u64| -> Vec<Vec<u8>> {
             (0..runs as u64).map(|i| frame(&n, &cookie_query(&(round << 32 | (i + 1)).to_le_bytes(), src, now))).collect()
         };
         // warm the account (its first answer inserts it) and the kept cookie
-        for f in [&plain, &kept] {
+        for f in [&plain_other, &plain, &kept] {
             let (act, _, moved) = verdict(&on, f);
             assert!(act == 3 && moved == ["answered"], "{shape}: the guard's answer to a warm-up query: {act} {moved:?}");
         }
-        let mut best = [f64::MAX; 5];
+        let mut best = [f64::MAX; 6];
         for round in 0..rounds {
-            let mut t: [Vec<u64>; 5] = Default::default();
+            let mut t: [Vec<u64>; 6] = Default::default();
             for fr in &fresh(round as u64 + 1) {
+                // each guard-on plain run right after the guard off's: the same caches for both
                 t[0].push(off.bench(&plain, 1).unwrap());
-                t[1].push(on.bench(&plain, 1).unwrap());
+                t[1].push(on.bench(&plain, 1).unwrap()); // a memo hit (the last account decided was this one)
                 t[2].push(off.bench(&kept, 1).unwrap());
                 t[3].push(on.bench(&kept, 1).unwrap());
                 t[4].push(on.bench(fr, 1).unwrap());
+                on.bench(&plain_other, 1).unwrap(); // the memo now holds another account
+                t[0].push(off.bench(&plain, 1).unwrap());
+                t[5].push(on.bench(&plain, 1).unwrap()); // a miss: the call (and the memo again)
             }
             for (b, t) in best.iter_mut().zip(t) {
                 *b = b.min(trimmed(t));
             }
         }
-        let [a, b, ca, k, s] = best;
+        let [a, b, ca, k, s, m] = best;
         println!(
-            "| {shape} | {a:.1} | {b:.1} | {:.3} | {ca:.1} | {k:.1} | {:.3} | {s:.1} | {:.3} |",
+            "| {shape} | {a:.1} | {b:.1} | {:.3} | {m:.1} | {:.3} | {ca:.1} | {k:.1} | {:.3} | {s:.1} | {:.3} |",
             b / a,
+            m / a,
             k / ca,
             s / ca
         );
         rows.push(format!(
-            "{{\"shape\":\"{shape}\",\"off_ns\":{a:.1},\"guard_ns\":{b:.1},\"guard_ratio\":{:.4},\"off_cookie_ns\":{ca:.1},\"kept_ns\":{k:.1},\"kept_ratio\":{:.4},\"siphash_ns\":{s:.1},\"siphash_ratio\":{:.4}}}",
+            "{{\"shape\":\"{shape}\",\"off_ns\":{a:.1},\"guard_ns\":{b:.1},\"guard_ratio\":{:.4},\"miss_ns\":{m:.1},\"miss_ratio\":{:.4},\"off_cookie_ns\":{ca:.1},\"kept_ns\":{k:.1},\"kept_ratio\":{:.4},\"siphash_ns\":{s:.1},\"siphash_ratio\":{:.4}}}",
             b / a,
+            m / a,
             k / ca,
             s / ca
         ));

@@ -354,6 +354,9 @@ pub struct GuardCounters {
     pub cookie_bad: u64,
     /// Kernel answers that echoed the query's fresh, valid server cookie (RFC 9018 §4.3).
     pub cookie_echoed: u64,
+    /// Kernel answers whose RRL account was the one their CPU last decided by the bucket's
+    /// call, paid from that account's (shared) bucket inline (bpf/rrl.h, `xdns_rrl_memo`).
+    pub rrl_memo_hits: u64,
     /// Kernel answers the answer feature map could not count.
     pub answer_full: u64,
     /// Kernel NXDOMAIN answers the NXDOMAIN feature map could not count.
@@ -561,6 +564,7 @@ pub(crate) fn counters_of(scratch: &MapHandle, tier_slots: usize) -> Result<Guar
         c.rrl_full += word(std::mem::offset_of!(xdns_guard_scratch, rrl_full));
         c.cookie_bad += word(std::mem::offset_of!(xdns_guard_scratch, cookie_bad));
         c.cookie_echoed += word(std::mem::offset_of!(xdns_guard_scratch, cookie_echoed));
+        c.rrl_memo_hits += word(std::mem::offset_of!(xdns_guard_scratch, rrl_memo_hits));
         c.answer_full += word(std::mem::offset_of!(xdns_guard_scratch, rfeat_full));
         c.nxdomain_full += word(std::mem::offset_of!(xdns_guard_scratch, nxfeat_full));
     }

@@ -5,37 +5,25 @@
 //! in one interval's snapshot, and the same for resolver cache answers.
 
 mod common;
-
-use std::net::IpAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
+#[path = "common/rrl_fixture.rs"]
+mod rrl_fixture;
 
 use common::*;
+use rrl_fixture::{client_and_server_cookie, cookie_opt, net, zones, SECRET};
 use xdns_bpf::cache::CacheCapacity;
 use xdns_bpf::data::compile_kernel_data;
 use xdns_bpf::guard::{GuardStage, RrlSettings};
 use xdns_bpf::runtime::{ResolverStage, XdpProgram};
 use xdns_wire::body::{BodyWriter, Section};
 use xdns_wire::CachedAnswer;
-use xdns_guard::cookies::server_cookie;
-use xdns_zone::{load_zone, ZoneSet, ZoneSource};
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
-const SECRET: [u8; 16] = *b"0123456789abcdef";
 const OLD_SECRET: [u8; 16] = *b"fedcba9876543210";
 
 fn stage(features: bool) -> GuardStage {
     GuardStage { capacity: 1024, tier_slots: 0, features, names: 1024, feature_prefixes: 1024, feature_suffixes: 1024, rrl_accounts: 4096 }
-}
-
-fn zones() -> ZoneSet {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
-    let mut set = ZoneSet::default();
-    let z = load_zone(&ZoneSource { name: "example.com.".into(), file: dir.join("example.com.zone") }, None).unwrap();
-    set.zones.insert(z.apex.clone(), Arc::new(z));
-    set
 }
 
 fn prog(features: bool, rrl: RrlSettings) -> XdpProgram {
@@ -53,19 +41,6 @@ fn rrl(rate: u32, slip: u32, cookies: bool) -> RrlSettings {
     RrlSettings { rate, slip, ipv4_prefix: 24, ipv6_prefix: 56, cookies: cookies.then_some((SECRET, None)) }
 }
 
-/// The three frame shapes, from client `src` (v4 or v6 address text).
-fn net(shape: &str, src: &str) -> Net {
-    let ip: IpAddr = src.parse().unwrap();
-    let mut n = match ip {
-        IpAddr::V4(a) => Net { src: a.octets().to_vec(), ..Net::v4() },
-        IpAddr::V6(a) => Net { src: a.octets().to_vec(), ..Net::v6() },
-    };
-    if shape == "vlan" {
-        n.vlan = Some((0x8100, 42));
-    }
-    n
-}
-
 fn shapes() -> [(&'static str, &'static str, &'static str); 3] {
     // (shape, a client, a client of another prefix)
     [("ipv4", "198.18.5.7", "198.18.6.7"), ("ipv6", "2001:db8:5::7", "2001:db8:6::7"), ("vlan", "198.18.7.7", "198.18.8.7")]
@@ -75,20 +50,9 @@ fn now() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as u32
 }
 
-/// An OPT with one COOKIE option of `data`.
-fn cookie_opt(data: &[u8]) -> Option<Opt> {
-    let mut o = Opt::new(1232, false).unwrap();
-    o.options = [&[0u8, 10][..], &(data.len() as u16).to_be_bytes()].concat();
-    o.options.extend_from_slice(data);
-    Some(o)
-}
-
 /// A client cookie with a server cookie made by `secret` for `src` at `at`.
 fn full_cookie(secret: &[u8; 16], src: &str, at: u32) -> Vec<u8> {
-    let client = *b"client01";
-    let mut c = client.to_vec();
-    c.extend_from_slice(&server_cookie(secret, &client, src.parse().unwrap(), at));
-    c
+    client_and_server_cookie(secret, b"client01", src, at)
 }
 
 /// The slip for `q` (a query without OPT from `n`): header (ID, QR AA RD TC, one question) and
@@ -746,8 +710,7 @@ fn gate_bench_paths_answer_alike() {
         }
         for i in 1..=50u64 {
             let client = (7u64 << 32 | i).to_le_bytes();
-            let mut c = client.to_vec();
-            c.extend_from_slice(&server_cookie(&SECRET, &client, src.parse().unwrap(), t));
+            let c = client_and_server_cookie(&SECRET, &client, src, t);
             let (act, got, moved) = verdict(&on, &frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(&c))));
             let opt = cookie_opt_of(dns_of(&got));
             if act != XDP_TX || moved != ["answered"] || opt.as_deref() != Some(&c[..]) || !checksums_ok(&got) {
@@ -765,4 +728,132 @@ fn cookie_opt_of(dns: &[u8]) -> Option<Vec<u8>> {
     // an echoed option is the OPT's last 28 bytes: code 10, length 24, the cookie
     let tail = dns.get(dns.len().checked_sub(28)?..)?;
     (tail[..4] == [0, 10, 0, 24]).then(|| tail[4..].to_vec())
+}
+
+/// The RRL memo (bpf/rrl.h, `xdns_rrl_memo`): an answer of the account its CPU last decided by
+/// the bucket's call pays that account's bucket inline (a hit, `rrl_memo_hits`), with the
+/// guard-off answer's exact bytes; the limited answers, another prefix, another answer of the
+/// same client (AAAA), and the account alternating with another are misses, decided by the
+/// call; the drop/slip pattern is the call's alone. IPv4, IPv6, VLAN.
+#[test]
+fn rrl_memo_hits_and_misses() {
+    require_root("rrl_memo_hits_and_misses");
+    stay_on_one_cpu();
+    let mut off = load();
+    off.install(&compile_kernel_data(&zones())).unwrap();
+    let mut failed = Vec::new();
+    for (shape, src, other) in shapes() {
+        let n = net(shape, src);
+        let a = query(&wire("www.example.com"), 1, None);
+        let aaaa = query(&wire("www.example.com"), 28, None);
+        let fa = frame(&n, &a);
+        let fb = frame(&net(shape, other), &a);
+        let f6 = frame(&n, &aaaa);
+        let want = |f: &[u8]| {
+            let (act, out, moved) = verdict(&off, f);
+            assert!(act == XDP_TX && moved == ["answered"] && checksums_ok(&out), "{shape}: the guard off answers");
+            out
+        };
+        let (want_a, want_b, want_6) = (want(&fa), want(&fb), want(&f6));
+        // (frame, its guard-off answer, name) asked in turn; the verdicts and the hits they add
+        let run = |p: &XdpProgram, seq: &[(&Vec<u8>, &Vec<u8>, &str)], failed: &mut Vec<String>, what: &str| -> (Vec<String>, u64) {
+            let h0 = p.guard().unwrap().counters().unwrap().rrl_memo_hits;
+            let mut got = Vec::new();
+            for (i, (f, want, name)) in seq.iter().enumerate() {
+                let (act, out, moved) = verdict(p, f);
+                if moved == ["answered"] && (act != XDP_TX || &out != *want) {
+                    failed.push(format!("{shape} {what} #{i} ({name}): action {act}\n got  {out:02x?}\n want {want:02x?}"));
+                }
+                got.push(moved.join(","));
+            }
+            (got, p.guard().unwrap().counters().unwrap().rrl_memo_hits - h0)
+        };
+        // one account: the first answer inserts it (the call), the next two pay inline, the
+        // limited ones are the call's (drop, slip every 2nd: the slip's bytes as without it)
+        let p = prog(false, rrl(3, 2, false));
+        let seq: Vec<_> = (0..8).map(|_| (&fa, &want_a, "A")).collect();
+        let (got, hits) = run(&p, &seq, &mut failed, "one account");
+        let want_seq = ["answered", "answered", "answered", "drop_rrl", "answered_slip", "drop_rrl", "answered_slip", "drop_rrl"];
+        if got != want_seq || hits != 2 {
+            failed.push(format!("{shape} one account: {got:?}, {hits} hits; want {want_seq:?}, 2 hits"));
+        }
+        let (act, out, moved) = verdict(&p, &fa);
+        if moved != ["answered_slip"] || act != XDP_TX || out != slip_bytes(&n, &a) {
+            failed.push(format!("{shape} one account, the slip: {moved:?} {out:02x?}"));
+        }
+        // two accounts (another prefix) in turn: every answer a miss, each its own bucket
+        let p = prog(false, rrl(3, 2, false));
+        let seq: Vec<_> = (0..4).flat_map(|_| [(&fa, &want_a, "A"), (&fb, &want_b, "A, other prefix")]).collect();
+        let (got, hits) = run(&p, &seq, &mut failed, "two prefixes in turn");
+        let want_seq = ["answered", "answered", "answered", "answered", "answered", "answered", "drop_rrl", "drop_rrl"];
+        if got != want_seq || hits != 0 {
+            failed.push(format!("{shape} two prefixes in turn: {got:?}, {hits} hits; want {want_seq:?}, 0 hits"));
+        }
+        // another answer of the same client (another account): misses; then A again twice: a
+        // miss (the memo holds AAAA's account), then a hit
+        let p = prog(false, rrl(3, 2, false));
+        let seq = [(&fa, &want_a, "A"), (&f6, &want_6, "AAAA"), (&fa, &want_a, "A"), (&fa, &want_a, "A")];
+        let (got, hits) = run(&p, &seq, &mut failed, "two answers");
+        if got != ["answered"; 4] || hits != 1 {
+            failed.push(format!("{shape} two answers: {got:?}, {hits} hits; want 4 answered, 1 hit"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The memo keeps no bucket of its own: what another path spends from the account (here the
+/// gate, which accounts a client-cookie query like the answer, as another CPU's call or memo
+/// would) is gone for it too. Rate 3: a plain answer (the call), a client-cookie query (the
+/// gate: `pass_cookie_new`), a plain answer (the memo), and the fourth is limited; a copy of
+/// the bucket per CPU would have answered it. And a memo whose way another account took (the
+/// gate's new accounts fill the one set of a four-account table and evict the oldest) misses:
+/// the account is made again by the call, restarts full, and its next answer hits.
+#[test]
+fn rrl_memo_spends_the_shared_bucket() {
+    require_root("rrl_memo_spends_the_shared_bucket");
+    stay_on_one_cpu();
+    let mut failed = Vec::new();
+    for (shape, src, _) in shapes() {
+        let n = net(shape, src);
+        let plain = frame(&n, &query(&wire("www.example.com"), 1, None));
+        let client_only = frame(&n, &query(&wire("www.example.com"), 1, cookie_opt(b"client01")));
+        let p = prog(false, rrl(3, 0, true));
+        let g = p.guard().unwrap();
+        let h0 = g.counters().unwrap().rrl_memo_hits;
+        let got: Vec<_> = [&plain, &client_only, &plain, &plain].iter().map(|f| verdict(&p, f).2.join(",")).collect();
+        let hits = g.counters().unwrap().rrl_memo_hits - h0;
+        if got != ["answered", "pass_cookie_new", "answered", "drop_rrl"] || hits != 1 {
+            failed.push(format!("{shape}: one bucket, two paths: {got:?}, {hits} hits; want answered, pass_cookie_new, answered, drop_rrl, 1 hit"));
+        }
+
+        // eviction: one set of four ways
+        let p = prog_with(GuardStage { rrl_accounts: 4, ..stage(false) }, rrl(2, 0, true));
+        let g = p.guard().unwrap();
+        let client = |i: u32| if shape == "ipv6" { format!("2001:db8:{i:x}::7") } else { format!("198.18.{i}.7") };
+        let first = frame(&net(shape, &client(1)), &query(&wire("www.example.com"), 1, None));
+        let mut got = vec![verdict(&p, &first).2.join(",")];
+        // four other accounts through the gate: three empty ways, then the oldest (account 1's)
+        for i in 2..=5 {
+            got.push(verdict(&p, &frame(&net(shape, &client(i)), &query(&wire("www.example.com"), 1, cookie_opt(b"client01")))).2.join(","));
+        }
+        let full0 = g.counters().unwrap().rrl_full;
+        let h0 = g.counters().unwrap().rrl_memo_hits;
+        let again = verdict(&p, &first).2.join(",");
+        let h1 = g.counters().unwrap().rrl_memo_hits;
+        let full1 = g.counters().unwrap().rrl_full;
+        let third = verdict(&p, &first).2.join(",");
+        let h2 = g.counters().unwrap().rrl_memo_hits;
+        let fourth = verdict(&p, &first).2.join(",");
+        let want_fill = ["answered", "pass_cookie_new", "pass_cookie_new", "pass_cookie_new", "pass_cookie_new"];
+        if got != want_fill {
+            failed.push(format!("{shape}: filling the set: {got:?}, want {want_fill:?}"));
+        }
+        if again != "answered" || h1 != h0 || full1 != full0 + 1 {
+            failed.push(format!("{shape}: after its way was taken: {again}, hits +{}, rrl_full +{}; want answered by the call (a miss), one eviction", h1 - h0, full1 - full0));
+        }
+        if third != "answered" || h2 != h1 + 1 || fourth != "drop_rrl" {
+            failed.push(format!("{shape}: the account made again: {third} (hits +{}), then {fourth}; want answered by the memo, then drop_rrl", h2 - h1));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
