@@ -152,15 +152,20 @@ impl Capacity {
 
     /// Buckets per half of the answer table's index: four entries each, twice as many
     /// entries as answers (so a bucket that overflows, and spills a key to the hash map, is
-    /// rare), at least one.
+    /// rare: ≈ 2.7% of the keys), and at least [`TABLE_MIN_BUCKETS`], so that a small zone set
+    /// (a few hundred answers, where one full bucket is a larger share) practically never
+    /// leaves an answer out.
     pub fn table_buckets(&self) -> usize {
-        self.table_answers().div_ceil(2).clamp(1, TABLE_MAX_BYTES / 64)
+        self.table_answers().div_ceil(2).clamp(TABLE_MIN_BUCKETS, TABLE_MAX_BYTES / 64)
     }
 }
 
 /// Most bytes of answer records per half of the answer table; answers beyond them are found
 /// in `xdns_answers` (a hash-map lookup each).
 pub const TABLE_MAX_BYTES: usize = 1 << 30;
+
+/// Fewest buckets per half of the answer table's index (64 KiB of index: 4,096 entries).
+pub const TABLE_MIN_BUCKETS: usize = 1024;
 
 impl Capacity {
     /// Do maps of this capacity hold what `need` asks for ([`Self::for_data`] of a new zone
