@@ -501,7 +501,16 @@ async fn transfer_from(
     let serial = zone.serial;
     let zone = Arc::new(zone);
     let change = changed.map(|changed| crate::xdp::ZoneChange { apex: zone.apex.to_vec(), changed });
-    let kernel = install_change(shared, &sec.cfg.name, zone.clone(), false, change, known.as_deref()).await;
+    // what `xdns stats` says of the version served changes when userspace serves it, not
+    // after the kernel's update (seconds when its maps grow)
+    let served = || {
+        let mut st = sec.status();
+        st.serial = Some(serial);
+        st.source = format!("{how} from {primary}");
+        st.last_transfer = Some(how.to_string());
+        st.last_transfer_at = Some(unix(SystemTime::now()));
+    };
+    let kernel = install_change(shared, &sec.cfg.name, zone.clone(), false, change, known.as_deref(), served).await;
     let ms = t0.elapsed().as_millis() as u64;
     let since_wake_ms = sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take().map(|w| w.elapsed().as_millis() as u64);
     // the old version becomes the spare of the next change in place; after a whole build,
@@ -527,11 +536,7 @@ async fn transfer_from(
         kernel = %kernel.as_ref().map_or("-".to_string(), |k| k.to_string()), "transferred and serving");
     {
         let mut st = sec.status();
-        st.serial = Some(serial);
-        st.source = format!("{how} from {primary}");
-        st.last_transfer = Some(how.to_string());
         st.last_transfer_ms = Some(ms);
-        st.last_transfer_at = Some(unix(SystemTime::now()));
         st.transfers += 1;
         match &kernel {
             Some(crate::xdp::KernelUpdate::InPlace { .. }) => st.kernel_in_place += 1,
@@ -737,11 +742,12 @@ async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) -> bool {
 
 /// Swap `zone` in as the version of `name` served, atomically, as a reload does.
 pub async fn install(shared: &Arc<Shared>, name: &str, zone: Arc<Zone>, expired: bool) {
-    install_change(shared, name, zone, expired, None, None).await;
+    install_change(shared, name, zone, expired, None, None, || {}).await;
 }
 
 /// [`install`], telling the kernel which owners changed (an IXFR's) so that it may update
-/// only their entries. Returns how the kernel took it (`None` without XDP).
+/// only their entries; `served` runs once userspace serves the new version, before the
+/// kernel's update. Returns how the kernel took it (`None` without XDP).
 async fn install_change(
     shared: &Arc<Shared>,
     name: &str,
@@ -749,6 +755,7 @@ async fn install_change(
     expired: bool,
     change: Option<crate::xdp::ZoneChange>,
     known: Option<&[client::Diff]>,
+    served: impl FnOnce(),
 ) -> Option<crate::xdp::KernelUpdate> {
     let _g = shared.swap.lock().await;
     let cur = shared.served.load_full();
@@ -769,6 +776,7 @@ async fn install_change(
     }
     let new = Arc::new(cur.with(loaded, exp));
     shared.served.store(new.clone());
+    served();
     let kernel = match change {
         Some(c) if !expired => crate::server::update_fastpath(shared, c).await,
         _ => {
