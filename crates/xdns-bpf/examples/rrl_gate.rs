@@ -13,6 +13,7 @@
 //!    the two below, which parse the same bytes);
 //!  - the cookie echoed, the cookie kept per CPU (`xdns_guard_cookies`: compared, no SipHash);
 //!  - the cookie echoed, a new client cookie every run (a SipHash each).
+//!
 //! The six are measured interleaved, run by run, so the machine's load weighs on each alike;
 //! each figure is the mean of the fastest 80% of `runs` single runs, best of `rounds`. The clock
 //! behind a test run's duration ticks in about 10 ns here, so single-run medians move in steps.
@@ -21,7 +22,6 @@
 //! What these paths answer (verdicts, exact bytes) is held by tests/rrl.rs; nothing here asserts
 //! a time.
 
-#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 // the zone, frame shapes and cookies of tests/rrl.rs, the same file

@@ -265,7 +265,7 @@ impl Shape {
                 if (c.owned)(nm) && zone.node(nm).is_some() {
                     exact.nodes += 1;
                 }
-                if every > 1 && crate::hash::name_hash(0x5a3b_1e57, nm) % every != 0 {
+                if every > 1 && !crate::hash::name_hash(0x5a3b_1e57, nm).is_multiple_of(every) {
                     continue;
                 }
                 picked += 1;

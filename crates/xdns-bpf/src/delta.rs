@@ -157,7 +157,7 @@ pub fn soa_bound_by_zone(zones: &ZoneSet, answers: &[AnswerEntry]) -> HashMap<Ve
     for a in answers {
         let Some(n) = bound_name(a) else { continue };
         let Some(z) = zones.find(&a.base) else { continue };
-        if n != &z.apex[..] {
+        if *n != z.apex[..] {
             out.entry(z.apex.to_vec()).or_default().insert(n);
         }
     }

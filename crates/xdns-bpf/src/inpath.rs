@@ -576,7 +576,7 @@ mod tests {
     fn names_and_sets() {
         assert_eq!(verdict_name(0).as_deref(), Some("pass_other"));
         assert_eq!(verdict_name(1).as_deref(), Some("answered"));
-        assert!(INPATH_VERDICT_NAMES.iter().any(|n| *n == "XDNS_INPATH_REJECT_UNSOLICITED"));
+        assert!(INPATH_VERDICT_NAMES.contains(&"XDNS_INPATH_REJECT_UNSOLICITED"));
         let s = |capacity| InpathSettings { capacity, ..Default::default() }.sets();
         assert_eq!(s(1), 1);
         assert_eq!(s(4), 1);

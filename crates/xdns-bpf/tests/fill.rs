@@ -61,7 +61,10 @@ fn maps_for(data: &KernelData) -> MemMaps {
 
 /// Everything the maps hold, comparable: nodes, answers, bodies, filter halves, the answer
 /// table's halves (index and records), the generation, the label floor.
-fn contents(m: &MemMaps) -> (BTreeMap<Vec<u8>, String>, BTreeMap<Vec<u8>, String>, BTreeMap<Vec<u8>, String>, String, String) {
+/// One map's entries, key to a printed value.
+type Entries = BTreeMap<Vec<u8>, String>;
+
+fn contents(m: &MemMaps) -> (Entries, Entries, Entries, String, String) {
     let dbg = |v: &dyn std::fmt::Debug| format!("{v:?}");
     let nodes = m.nodes.iter().map(|(k, v)| (k.clone(), dbg(v))).collect();
     let answers = m.answers.iter().map(|(k, v)| (k.clone(), dbg(v))).collect();

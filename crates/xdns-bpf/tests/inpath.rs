@@ -12,6 +12,9 @@ const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 
+/// A function that makes one case's packet from a base frame (fixture tables below).
+type Rewrite = Box<dyn Fn(&[u8]) -> Vec<u8>>;
+
 fn load_inpath(s: InpathSettings) -> InpathProgram {
     let p = InpathProgram::load(&s).expect("loading the in-path program");
     p.set_role(1, ROLE_CLIENT | ROLE_UPSTREAM).unwrap();
@@ -259,7 +262,7 @@ fn txt_rdata(n: usize) -> Vec<u8> {
     while d.len() < n {
         let l = (n - d.len() - 1).min(255);
         d.push(l as u8);
-        d.extend(std::iter::repeat(b'a' + (d.len() % 26) as u8).take(l));
+        d.extend(std::iter::repeat_n(b'a' + (d.len() % 26) as u8, l));
     }
     assert_eq!(d.len(), n);
     d
@@ -277,7 +280,7 @@ fn inpath_reply_memo_long_replies() {
     let v4 = Net::v4();
     let s4 = server_side(&v4);
     let txt = |n: usize| move |q: &[u8]| resp(q, 0x8580, &[rr(&PTR_Q, 16, 300, &txt_rdata(n))], &[], Some((0, 0, &[])));
-    let cases: [(&str, u16, Box<dyn Fn(&[u8]) -> Vec<u8>>, usize, bool); 3] = [
+    let cases: [(&str, u16, Rewrite, usize, bool); 3] = [
         ("long.example.com", 28, Box::new(|q: &[u8]| long_answer(q, 8)), 235, true),
         ("bound.example.com", 16, Box::new(txt(473)), 496, true),
         ("over.example.com", 16, Box::new(txt(474)), 497, false),
@@ -425,7 +428,7 @@ fn inpath_fixture_table() {
     assert_eq!(e.live, 5, "{e:?}");
 
     // what is not learnt, each after its own recorded query
-    let not_learnt: Vec<(&str, Box<dyn Fn(&[u8]) -> Vec<u8>>, &str)> = vec![
+    let not_learnt: Vec<(&str, Rewrite, &str)> = vec![
         ("TC=1", Box::new(|q: &[u8]| resp(q, 0x8780, &[], &[], None)), "reject_truncated"),
         ("SERVFAIL", Box::new(|q: &[u8]| resp(q, 0x8582, &[], &[], None)), "reject_rcode"),
         ("REFUSED", Box::new(|q: &[u8]| resp(q, 0x8585, &[], &[], None)), "reject_rcode"),

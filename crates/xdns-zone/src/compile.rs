@@ -542,7 +542,7 @@ fn write_rrsig_answer(
     sigs: &Rrset,
     node: Option<&Node>,
 ) -> Result<(), BodyError> {
-    let Some(t) = sigs.rdata.iter().filter_map(|d| crate::dnssec::covered(d)).min() else {
+    let Some(t) = sigs.rdata.iter().filter_map(crate::dnssec::covered).min() else {
         return Ok(());
     };
     let ttl = node.and_then(|n| n.rrset(t)).map_or(sigs.ttl, |r| r.ttl);

@@ -594,7 +594,7 @@ fn streamed<'a>(zones: &'a ZoneSet, expected: usize, compiled: Compiled, seen: &
     let answers = compiled.answers.into_iter().flatten().inspect(move |a| {
         let mut s = seen.borrow_mut();
         s.answers += 1;
-        if s.answers % xdns_bpf::data::PROGRESS_EVERY == 0 {
+        if s.answers.is_multiple_of(xdns_bpf::data::PROGRESS_EVERY) {
             crate::progress::STARTUP.answers_compiled(s.answers as u64);
         }
         if xdns_bpf::delta::carries_soa(&a.body) {

@@ -197,7 +197,7 @@ impl State {
         match out {
             Ok((touched, validation)) => {
                 let soa = zone.nodes.get(&zone.apex).and_then(|n| n.rrset(SOA)).and_then(|s| s.rdata.first());
-                zone.serial = soa.and_then(|d| serial::soa_serial(d)).unwrap_or(0);
+                zone.serial = soa.and_then(serial::soa_serial).unwrap_or(0);
                 Ok(Applied { zone, touched, copied, validation })
             }
             Err(e) => {
@@ -300,7 +300,7 @@ impl Tx<'_> {
         let node = self.node_mut(&r.owner);
         let i = node.rrsets.binary_search_by_key(&r.rtype, |s| s.rtype).map_err(|_| missing())?;
         let set = &mut node.rrsets[i];
-        set.rdata.retain(|x| x != &r.rdata);
+        set.rdata.retain(|x| *x != r.rdata);
         if set.rdata.is_empty() {
             node.rrsets.remove(i);
         }
@@ -383,7 +383,7 @@ impl Tx<'_> {
         }
         let apex = &self.zone.apex;
         let soa = self.zone.nodes.get(apex).and_then(|n| n.rrset(SOA)).and_then(|s| s.rdata.first());
-        let new = soa.and_then(|d| serial::soa_serial(d));
+        let new = soa.and_then(serial::soa_serial);
         if new != Some(at) {
             return Err(ApplyError::Mismatch(format!("the differences end at serial {at}, the new SOA has {new:?}")));
         }
