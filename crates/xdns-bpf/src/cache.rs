@@ -709,34 +709,6 @@ unsafe extern "C" fn on_event(ctx: *mut libc::c_void, data: *mut libc::c_void, s
     0
 }
 
-/// On the calling thread, which needs no capability: none after the process gives up root.
-/// It inherited its creator's securebits (the daemon's XDP thread keeps its capabilities
-/// across the switch of user): before the switch they are cleared, so the switch clears this
-/// thread's capabilities as any other's (it keeps `CAP_SETUID` until then: glibc changes the
-/// uid of every thread, and aborts the process if one of them may not); after it, it drops
-/// what it holds.
-fn no_caps_after_switch() {
-    /// `SECBIT_NO_SETUID_FIXUP | SECBIT_KEEP_CAPS` (linux/securebits.h)
-    const KEEP: libc::c_ulong = (1 << 2) | (1 << 4);
-    // SAFETY: prctl with integer arguments only; securebits are per thread. Clearing them
-    // needs CAP_SETPCAP, which a thread created before the switch holds.
-    unsafe {
-        let bits = libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0);
-        if bits > 0 && bits as libc::c_ulong & KEEP != 0 {
-            libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong & !KEEP, 0, 0, 0);
-        }
-        libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
-    }
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        use caps::{CapSet, CapsHashSet};
-        let _ = caps::clear(None, CapSet::Ambient);
-        for set in [CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
-            let _ = caps::set(None, set, &CapsHashSet::new());
-        }
-    }
-}
-
 impl PrefetchEvents {
     /// Start reading the ring buffer `fd` (`xdns_cache_events`).
     pub fn start(fd: OwnedFd) -> Result<Self> {
@@ -745,7 +717,7 @@ impl PrefetchEvents {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new().name("xdns-prefetch".into()).spawn(move || {
-            no_caps_after_switch();
+            crate::threads::no_caps_after_switch();
             let sink = Box::new(SinkCtx { tx });
             let ctx = (&*sink as *const SinkCtx).cast_mut().cast::<libc::c_void>();
             // SAFETY: `fd` is a ring buffer map fd we own for the whole loop; `ctx` points to

@@ -22,6 +22,8 @@
 //!   userspace, the kernel histograms.
 //! - [`kit`]: kernel iteration (issue 32): the zone map, the pending queries userspace claims,
 //!   the counters.
+//! - [`threads`]: a thread created by the daemon's XDP thread gives up the capabilities it
+//!   inherits.
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
 mod skel {
@@ -50,6 +52,7 @@ pub mod maps;
 pub mod runtime;
 pub mod select;
 pub mod telemetry;
+pub mod threads;
 
 include!(concat!(env!("OUT_DIR"), "/verdicts.rs"));
 

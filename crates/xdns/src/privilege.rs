@@ -9,7 +9,8 @@
 //!   of user, whenever it comes, leaves its capabilities as they are (a fill of the maps or a
 //!   program load under way never loses them half-way); at its next turn after the switch it
 //!   keeps just those three. Threads it creates inherit the bit and drop every capability
-//!   when they start (the prefetch reader). The three are needed to attach an interface
+//!   when they start (the prefetch reader, the fill's compiling thread:
+//!   `xdns_bpf::threads`). The three are needed to attach an interface
 //!   again in generic mode (the delivery guard), to point an abandoned takeover's links back
 //!   at its program, and to load the program again with larger maps when zone data outgrows
 //!   them (the verifier refuses the program without `CAP_PERFMON`, as it would at start).

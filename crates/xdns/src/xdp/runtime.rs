@@ -626,6 +626,8 @@ fn compiler<'s, 'z: 's>(scope: &'s std::thread::Scope<'s, '_>, zones: &'z ZoneSe
     let (atx, answers) = sync_channel(COMPILED_AHEAD);
     let (ntx, nodes) = sync_channel(COMPILED_AHEAD);
     std::thread::Builder::new().name("xdns-compile".into()).spawn_scoped(scope, move || {
+        // created by the XDP thread: none of its capabilities, now or after the switch of user
+        xdns_bpf::threads::no_caps_after_switch();
         fn send<T>(it: impl Iterator<Item = T>, chunk: usize, tx: std::sync::mpsc::SyncSender<Vec<T>>) -> bool {
             let mut buf = Vec::with_capacity(chunk);
             for x in it {
