@@ -287,6 +287,28 @@ class Lab:
             os.close(target)
 
     # ---------------------------------------------------------------- DNS I/O
+    def ask_once(self, addr: str, qname: str, linger: float = 0.3):
+        """One A question (EDNS, 1232) from the client namespace: its only answer (asserted:
+        nothing more comes within `linger` s; ID and question echoed) as a dns.message, and
+        the seconds it took."""
+        import dns.message  # the lab itself needs no dnspython; the tests that ask do
+        q = dns.message.make_query(qname, "A", use_edns=0, payload=1232)
+        with self.client_socket() as s:
+            t0 = time.monotonic()
+            s.sendto(q.to_wire(), (addr, 53))
+            s.settimeout(5.0)
+            data, _ = s.recvfrom(65535)
+            took = time.monotonic() - t0
+            s.settimeout(linger)
+            try:
+                extra, _ = s.recvfrom(65535)
+            except (TimeoutError, OSError):
+                extra = None
+        assert extra is None, f"{qname}: a second answer"
+        m = dns.message.from_wire(data)
+        assert m.id == q.id and m.question == q.question, m
+        return m, took
+
     def udp(self, addr: str, wire: bytes, port: int = 53, timeout: float = 2.0,
             ns: str | None = None) -> bytes | None:
         """Send one UDP datagram (from the client namespace, or `ns`) and return the first

@@ -21,9 +21,6 @@ and in the lab test_kernel_iteration_spoof_race.py (a redundant query raced by f
 
 from __future__ import annotations
 
-import time
-
-import dns.message
 import dns.rcode
 import dns.rdatatype
 
@@ -40,22 +37,7 @@ BOUND = 0.6  # s: a redundant query after 20 ms, a 10 ms round trip, a loaded ma
 def timed(lab, srv, qname: str, linger: float = 0.3) -> float:
     """One question, answered once and right (nothing more for `linger` s); the time to its
     answer (s)."""
-    q = dns.message.make_query(qname, "A", use_edns=0, payload=1232)
-    with lab.client_socket() as s:
-        t0 = time.monotonic()
-        s.sendto(q.to_wire(), (srv.addr4, 53))
-        s.settimeout(5.0)
-        data, _ = s.recvfrom(65535)
-        took = time.monotonic() - t0
-        # nothing more for this question
-        s.settimeout(linger)
-        try:
-            extra, _ = s.recvfrom(65535)
-        except (TimeoutError, OSError):
-            extra = None
-    assert extra is None, f"{qname}: a second answer"
-    m = dns.message.from_wire(data)
-    assert m.id == q.id and m.question == q.question, m
+    m, took = lab.ask_once(srv.addr4, qname, linger)
     if qname == "www.slow.lab.":
         assert m.rcode() == dns.rcode.NOERROR, m
         assert [r.address for rr in m.answer for r in rr if rr.rdtype == dns.rdatatype.A] == ["198.19.60.1"], m

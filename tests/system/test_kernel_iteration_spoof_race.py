@@ -147,24 +147,6 @@ from lab import Lab  # noqa: E402
 from tree import PY, Tree, start_xdns_resolver, stop  # noqa: E402
 
 
-def ask_once(lab, addr: str, qname: str, linger: float = 0.3):
-    """One A question from the client namespace: the only answer (asserted), as a message."""
-    q = dns.message.make_query(qname, "A", use_edns=0, payload=1232)
-    with lab.client_socket() as s:
-        s.sendto(q.to_wire(), (addr, 53))
-        s.settimeout(5.0)
-        data, _ = s.recvfrom(65535)
-        s.settimeout(linger)
-        try:
-            extra, _ = s.recvfrom(65535)
-        except (TimeoutError, OSError):
-            extra = None
-    assert extra is None, f"{qname}: a second answer"
-    m = dns.message.from_wire(data)
-    assert m.id == q.id and m.question == q.question, m
-    return m
-
-
 def addresses(m) -> list[str]:
     return sorted(r.address for rr in m.answer for r in rr if rr.rdtype == dns.rdatatype.A)
 
@@ -211,7 +193,7 @@ def test_redundant_query_raced_by_forgeries_takes_only_the_genuine_answer():
             asked = []
             for i in range(NAMES):
                 qname = f"n{i}.race.lab."
-                m = ask_once(lab, srv.addr4, qname)
+                m, _ = lab.ask_once(srv.addr4, qname)
                 asked.append((qname, m))
                 no_poison(m)
                 assert m.rcode() == dns.rcode.NOERROR and addresses(m) == [GENUINE], \
@@ -239,13 +221,13 @@ def test_redundant_query_raced_by_forgeries_takes_only_the_genuine_answer():
             leaf1 = tree.addr("leaf1")[0]
             for qname, want in (("mail.good.lab.", "198.19.10.2"), ("ns1.good.lab.", leaf1),
                                 ("x.ent.good.lab.", "198.19.10.5")):
-                m = ask_once(lab, srv.addr4, qname)
+                m, _ = lab.ask_once(srv.addr4, qname)
                 no_poison(m)
                 assert addresses(m) == [want], m
             seen = len(forger_log(lab, fname))
             # the race.lab. answers as cached: the same again, from the cache (nothing asked)
             for qname, first in asked:
-                m = ask_once(lab, srv.addr4, qname, linger=0.05)
+                m, _ = lab.ask_once(srv.addr4, qname, linger=0.05)
                 assert addresses(m) == addresses(first) == [GENUINE], (m, first)
             assert len(forger_log(lab, fname)) == seen, "answered from the cache"
         finally:
