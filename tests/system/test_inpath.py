@@ -7,7 +7,6 @@ the client receives.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import struct
@@ -19,7 +18,7 @@ import dns.message
 import dns.rdatatype
 import pytest
 
-from lab import DEFAULT_ZONES, PathLab, Server, XDNS_BIN, run, _setns, write_unbound_conf
+from lab import DEFAULT_ZONES, PathLab, Server, XDNS_BIN, run, write_unbound_conf
 
 
 # ---------------------------------------------------------------- helpers
@@ -82,20 +81,6 @@ def delta(before: dict, after: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
 
 
-def socket_in(ns: str, family, type_) -> socket.socket:
-    orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
-    try:
-        _setns(target)
-        try:
-            return socket.socket(family, type_)
-        finally:
-            _setns(orig)
-    finally:
-        os.close(orig)
-        os.close(target)
-
-
 class Scripted:
     """A DNS server in the server namespace whose answer to each query is decided by a
     function: `script(query_wire, send)` where send(wire, src=None, port_delta=0, delay=0)."""
@@ -104,9 +89,9 @@ class Scripted:
         self.lab = lab
         self.addr4, self.addr6 = lab.new_address()
         self.spare4, _ = lab.new_address()
-        self.sock = socket_in(lab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock = lab.ns_socket(lab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((self.addr4, 53))
-        self.spare = socket_in(lab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        self.spare = lab.ns_socket(lab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
         self.spare.bind((self.spare4, 53))
         self.script = None
         self.queries = 0
@@ -285,7 +270,7 @@ def test_differential_knot_and_unbound(plab, inpath, knot, unbound):
     # the answers to the very same query asked of Knot from the server's own namespace (no router)
     for i, (name, rtype, edns, do) in enumerate(CORPUS):
         q = make_query(name, rtype, 0x1000 + i, edns, do)
-        s = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        s = plab.ns_socket(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
         s.settimeout(2)
         s.sendto(q, (knot.addr4, 53))
         direct = s.recvfrom(4096)[0]
@@ -312,7 +297,7 @@ def test_truncated_hit_matches_the_server(plab, inpath, knot, unbound):
             d = delta(before, counters(plab, inpath))
             assert d.get("answered_tc") == 1 and d.get("answered", 0) == 0, f"{label} {size}: {d}"
             fam = socket.AF_INET6 if ":" in srv_addr else socket.AF_INET
-            s = socket_in(plab.server_ns, fam, socket.SOCK_DGRAM)
+            s = plab.ns_socket(plab.server_ns, fam, socket.SOCK_DGRAM)
             s.settimeout(2)
             s.sendto(q, (srv_addr, 53))
             direct = s.recvfrom(4096)[0]
@@ -344,7 +329,7 @@ def test_cookie_and_padding_queries(plab, inpath, knot):
         via = plab.udp(knot.addr4, qq)
         d = delta(before, counters(plab, inpath))
         assert d.get("answered") == 1, f"{opts}: {d}"
-        s = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+        s = plab.ns_socket(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
         s.settimeout(2)
         s.sendto(qq, (knot.addr4, 53))
         direct = s.recvfrom(4096)[0]
@@ -417,7 +402,7 @@ def test_other_traffic_crosses_unchanged(plab, inpath, knot):
     r = plab.tcp(knot.addr4, q)
     assert r is not None and r[:2] == q[:2] and r[3] & 0x0F == 0
     # UDP to another port of the server's address, echoed back byte for byte
-    echo = socket_in(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
+    echo = plab.ns_socket(plab.server_ns, socket.AF_INET, socket.SOCK_DGRAM)
     echo.bind((knot.addr4, 5353))
     payload = q  # looks like DNS, to another port
     t = threading.Thread(target=lambda: echo.sendto(*echo.recvfrom(4096)), daemon=True)
