@@ -286,12 +286,25 @@ static __always_inline __u64 xdns_rrl_meta(int ipv6, __u32 class, __u64 ident)
 	       (ident >> 32 & 0xff) << 48;
 }
 
-/* The tag of the account (struct xdns_rrl_key) of an answer: the client's prefix words, then
- * answer, family, class and source in one word. */
-static __always_inline __u64 xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1, int ipv6,
-					      __u32 class, __u64 ident)
+/* The account (struct xdns_rrl_key) of an answer as its tag hashes it: the client's address
+ * words masked to its prefix, answer, family, class and source in one word (`meta`). */
+struct xdns_rrl_acct {
+	__u64 a0, a1, meta;
+	__u64 tag;
+};
+
+/* The account of an answer from the client's address words (xdns_rrl_src), both the gate's
+ * and the call's (which leaves it in the RRL memo). */
+static __always_inline struct xdns_rrl_acct xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1,
+							     int ipv6, __u32 class, __u64 ident)
 {
-	return xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1], xdns_rrl_meta(ipv6, class, ident));
+	struct xdns_rrl_acct k;
+
+	k.a0 = a0 & (ipv6 ? g->mask6[0] : g->mask4);
+	k.a1 = a1 & g->mask6[1];
+	k.meta = xdns_rrl_meta(ipv6, class, ident);
+	k.tag = xdns_rrl_tag(k.a0, k.a1, k.meta);
+	return k;
 }
 
 /*
@@ -446,7 +459,8 @@ __attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scr
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_guard_ctl *c;
-	__u64 a0, a1 = 0, meta, tag;
+	struct xdns_rrl_acct k;
+	__u64 a0, a1 = 0;
 	__u32 key = 0;
 	int ipv6 = (where >> 16) & 1;
 
@@ -458,16 +472,13 @@ __attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scr
 	if (!xdns_rrl_src(data, data_end, where & 0xffff, ipv6, &a0, &a1))
 		return 0;
 	/* the memo (xdns_rrl_memo): this account's key, its tag and (decide) its way */
-	a0 &= ipv6 ? c->rrl.mask6[0] : c->rrl.mask4;
-	a1 &= c->rrl.mask6[1];
-	meta = xdns_rrl_meta(ipv6, sc->guard.gate_class, ident);
-	tag = xdns_rrl_tag(a0, a1, meta);
-	sc->guard.rrl_memo_key[0] = a0;
-	sc->guard.rrl_memo_key[1] = a1;
-	sc->guard.rrl_memo_key[2] = meta;
-	sc->guard.rrl_memo_tag = tag;
+	k = xdns_rrl_account(&c->rrl, a0, a1, ipv6, sc->guard.gate_class, ident);
+	sc->guard.rrl_memo_key[0] = k.a0;
+	sc->guard.rrl_memo_key[1] = k.a1;
+	sc->guard.rrl_memo_key[2] = k.meta;
+	sc->guard.rrl_memo_tag = k.tag;
 	sc->guard.rrl_memo_rate = c->rrl.rate;
-	return xdns_rrl_decide(sc, &c->rrl, tag, xdns_rrl_now(sc), 1);
+	return xdns_rrl_decide(sc, &c->rrl, k.tag, xdns_rrl_now(sc), 1);
 }
 
 /*
@@ -566,7 +577,7 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 		if (ident & XDNS_RRL_SLIP_NOW) {
 			d = 2;          /* decided inline (xdns_rrl_stage) */
 		} else {
-			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident);
+			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident).tag;
 			d = xdns_rrl_decide(sc, g, tag, now, 0);
 		}
 		if (d == 1)
