@@ -11,7 +11,7 @@
  *    xdns_cookie_echo (a cookie verified before on this CPU is compared, not hashed again:
  *    xdns_guard_cookies) and the answer goes out with it echoed, never limited;
  *  - without the features and without a COOKIE option, RRL alone: an account this CPU
- *    decided before pays its shared bucket inline (xdns_rrl_memo, 16 slots a CPU in
+ *    decided before pays its shared bucket inline (xdns_rrl_memo, XDNS_RRL_MEMO_SLOTS a CPU in
  *    xdns_guard_rrl_memo), else xdns_rrl_check (the bucket) decides, and the gate is called
  *    only to write a slip;
  *  - otherwise the gate, xdns_guard_gate, decides:

@@ -726,7 +726,7 @@ struct xdns_guard_qfeat_key {
  * the same shared bucket inline, without the call. XDNS_RRL_MEMO_SLOTS slots a CPU (a power
  * of two), the slot a cheap hash of the key.
  */
-#define XDNS_RRL_MEMO_SLOTS 16
+#define XDNS_RRL_MEMO_SLOTS 256
 struct xdns_rrl_memo {
 	__u64 key[3];
 	__u64 tag;

@@ -46,6 +46,26 @@ fn shapes() -> [(&'static str, &'static str, &'static str); 3] {
     [("ipv4", "198.18.5.7", "198.18.6.7"), ("ipv6", "2001:db8:5::7", "2001:db8:6::7"), ("vlan", "198.18.7.7", "198.18.8.7")]
 }
 
+/// RRL settings whose accounts are per address (/32, /128): the memo tests' clients, many more
+/// than the /24s of 198.18.0.0/15, so that some share any one of the memo's slots.
+fn rrl_hosts(rate: u32, slip: u32) -> RrlSettings {
+    RrlSettings { rate, slip, ipv4_prefix: 32, ipv6_prefix: 128, cookies: None }
+}
+
+/// How many clients the memo tests try (`host`) when they look for accounts by memo slot.
+const HOSTS: u32 = 0xe000;
+
+/// The memo tests' `i`-th client (i < HOSTS): 198.18.16.0 on, 2001:db8::1000 on, never a
+/// shape's own client.
+fn host(shape: &str, i: u32) -> String {
+    let i = 0x1000 + i;
+    if shape == "ipv6" {
+        format!("2001:db8::{i:x}")
+    } else {
+        format!("198.18.{}.{}", i >> 8 & 0xff, i & 0xff)
+    }
+}
+
 fn now() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as u32
 }
@@ -749,7 +769,6 @@ fn rrl_memo_hits_and_misses() {
         let aaaa = query(&wire("www.example.com"), 28, None);
         let fa = frame(&n, &a);
         let f6 = frame(&n, &aaaa);
-        let client = |i: u32| if shape == "ipv6" { format!("2001:db8:{i:x}::7") } else { format!("198.18.{i}.7") };
         let want = |f: &[u8]| {
             let (act, out, moved) = verdict(&off, f);
             assert!(act == XDP_TX && moved == ["answered"] && checksums_ok(&out), "{shape}: the guard off answers");
@@ -781,14 +800,14 @@ fn rrl_memo_hits_and_misses() {
         if moved != ["answered_slip"] || act != XDP_TX || out != slip_bytes(&n, &a) {
             failed.push(format!("{shape} one account, the slip: {moved:?} {out:02x?}"));
         }
-        // which prefixes' accounts share the memo slot of `fa`'s: asked between two of fa's
-        // answers, a prefix in another slot leaves the second a hit, one in the same slot makes
-        // it a miss (rate never reached)
-        let p = prog(false, rrl(1_000_000_000, 2, false));
+        // which clients' accounts (per address) share the memo slot of `fa`'s: asked between
+        // two of fa's answers, a client in another slot leaves the second a hit, one in the
+        // same slot makes it a miss (rate never reached)
+        let p = prog(false, rrl_hosts(1_000_000_000, 2));
         let mut other_slot = None;
         let mut same_slot = None;
-        for i in 10..250u32 {
-            let fb = frame(&net(shape, &client(i)), &a);
+        for i in 0..HOSTS {
+            let fb = frame(&net(shape, &host(shape, i)), &a);
             let (got, _) = run(&p, &[&fa, &fb], &mut failed, "slot probe");
             let (again, hits) = run(&p, &[&fa], &mut failed, "slot probe");
             if got != ["answered"; 2] || again != ["answered"] {
@@ -804,13 +823,14 @@ fn rrl_memo_hits_and_misses() {
             }
         }
         let (Some(fb), Some(fc)) = (other_slot, same_slot) else {
-            failed.push(format!("{shape}: 240 prefixes, none in another slot or none in the same (16 slots)"));
+            failed.push(format!("{shape}: {HOSTS} clients, none in another memo slot or none in the same"));
             continue;
         };
-        // two accounts in turn, rate 3: the same verdicts whether they hit or miss
+        // two accounts in turn, rate 3: the same verdicts whether they hit or miss (fa's
+        // account per address too)
         let want_seq = ["answered", "answered", "answered", "answered", "answered", "answered", "drop_rrl", "drop_rrl"];
         for (what, fx, want_hits) in [("another slot", &fb, 4), ("the same slot", &fc, 0)] {
-            let p = prog(false, rrl(3, 2, false));
+            let p = prog(false, rrl_hosts(3, 2));
             let seq: Vec<&Vec<u8>> = (0..4).flat_map(|_| [&fa, fx]).collect();
             let (got, hits) = run(&p, &seq, &mut failed, what);
             if got != want_seq || hits != want_hits {
@@ -901,18 +921,17 @@ fn rrl_memo_slot_collisions_never_share_a_bucket() {
     for (shape, src, _) in shapes() {
         let a = query(&wire("www.example.com"), 1, None);
         let fa = frame(&net(shape, src), &a);
-        let client = |i: u32| if shape == "ipv6" { format!("2001:db8:{i:x}::7") } else { format!("198.18.{i}.7") };
         let run = |p: &XdpProgram, seq: &[&Vec<u8>]| -> (Vec<String>, u64) {
             let h0 = p.guard().unwrap().counters().unwrap().rrl_memo_hits;
             let got = seq.iter().map(|f| verdict(p, f).2.join(",")).collect();
             (got, p.guard().unwrap().counters().unwrap().rrl_memo_hits - h0)
         };
-        // the prefixes whose accounts share fa's slot (rate never reached): asked between
-        // two of fa's answers, the second misses; and one in each of the other slots
-        let p = prog(false, rrl(1_000_000_000, 0, false));
+        // clients whose accounts (per address) share fa's slot (rate never reached): asked
+        // between two of fa's answers, the second misses
+        let p = prog(false, rrl_hosts(1_000_000_000, 0));
         let mut same = Vec::new();
-        for i in 10..250u32 {
-            let fb = frame(&net(shape, &client(i)), &a);
+        for i in 0..HOSTS {
+            let fb = frame(&net(shape, &host(shape, i)), &a);
             run(&p, &[&fa, &fb]);
             if run(&p, &[&fa]).1 == 0 {
                 same.push(fb);
@@ -922,12 +941,12 @@ fn rrl_memo_slot_collisions_never_share_a_bucket() {
             }
         }
         if same.len() < 2 {
-            failed.push(format!("{shape}: 240 prefixes, fewer than two in the memo slot of the first's account"));
+            failed.push(format!("{shape}: {HOSTS} clients, fewer than two in the memo slot of the first's account"));
             continue;
         }
         let (fc, fd) = (&same[0], &same[1]);
 
-        let p = prog(false, rrl(3, 0, false));
+        let p = prog(false, rrl_hosts(3, 0));
         let seq: Vec<&Vec<u8>> = (0..4).flat_map(|_| [&fa, fc, fd]).collect();
         let (got, hits) = run(&p, &seq);
         let mut want = vec!["answered"; 9];
@@ -936,21 +955,21 @@ fn rrl_memo_slot_collisions_never_share_a_bucket() {
             failed.push(format!("{shape} three accounts in one slot: {got:?}, {hits} hits; want {want:?}, 0 hits"));
         }
 
-        let p = prog(false, rrl(3, 0, false));
+        let p = prog(false, rrl_hosts(3, 0));
         let (got, hits) = run(&p, &[&fa, &fa, fc, &fa, &fa]);
         let want = ["answered", "answered", "answered", "answered", "drop_rrl"];
         if got != want || hits != 1 {
             failed.push(format!("{shape} a slot taken and taken back: {got:?}, {hits} hits; want {want:?}, 1 hit"));
         }
 
-        // 16 clients (prefixes) whose accounts' slots differ, found greedily: a prefix that
-        // leaves every one chosen before a hit on a second pass takes a slot of its own
-        let p = prog(false, rrl(1_000_000_000, 0, false));
-        let clients: Vec<Vec<u8>> = (10..250u32).map(|i| frame(&net(shape, &client(i)), &a)).collect();
-        let mut distinct: Vec<&Vec<u8>> = Vec::new();
-        for f in &clients {
-            let mut seq = vec![f];
-            seq.extend(distinct.iter().copied());
+        // 16 clients whose accounts' slots differ, found greedily: a client that leaves every
+        // one chosen before a hit on a second pass takes a slot of its own
+        let p = prog(false, rrl_hosts(1_000_000_000, 0));
+        let mut distinct: Vec<Vec<u8>> = Vec::new();
+        for i in 0..HOSTS {
+            let f = frame(&net(shape, &host(shape, i)), &a);
+            let mut seq = vec![&f];
+            seq.extend(distinct.iter());
             run(&p, &seq);
             if run(&p, &seq).1 == seq.len() as u64 {
                 distinct.push(f);
@@ -960,11 +979,11 @@ fn rrl_memo_slot_collisions_never_share_a_bucket() {
             }
         }
         if distinct.len() != 16 {
-            failed.push(format!("{shape}: {} prefixes of 240 in distinct memo slots, want 16", distinct.len()));
+            failed.push(format!("{shape}: {} clients in distinct memo slots, want 16", distinct.len()));
             continue;
         }
-        let p = prog(false, rrl(1_000_000_000, 0, false));
-        let seq: Vec<&Vec<u8>> = (0..3).flat_map(|_| distinct.iter().copied()).collect();
+        let p = prog(false, rrl_hosts(1_000_000_000, 0));
+        let seq: Vec<&Vec<u8>> = (0..3).flat_map(|_| distinct.iter()).collect();
         let (got, hits) = run(&p, &seq);
         if got.iter().any(|g| g != "answered") || hits != 32 {
             failed.push(format!("{shape} 16 accounts in 16 slots, three rounds: {hits} hits, want 32; {got:?}"));
