@@ -356,6 +356,18 @@ struct {
 	__type(value, struct xdns_rrl_set);
 } xdns_guard_rrl SEC(".maps");
 
+/* Slot (a cheap hash of an RRL account's key, rrl.h xdns_rrl_memo_slot) -> struct
+ * xdns_rrl_memo per CPU: the accounts this CPU's RRL call decided, so that a later answer of
+ * one pays its shared bucket inline (xdns_rrl_memo); the program writes, nobody else. A map of
+ * its own, not scratch: a slot is then a map value at offset 0 for the verifier, where a
+ * variable offset into the scratch multiplied its states (docs/perf/2026-11-29-rrl-memo-map.md). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XDNS_RRL_MEMO_SLOTS);
+	__type(key, __u32);
+	__type(value, struct xdns_rrl_memo);
+} xdns_guard_rrl_memo SEC(".maps");
+
 /* Slot (a verified server cookie's hash & (XDNS_COOKIE_SLOTS - 1)) -> struct xdns_cookie_slot
  * per CPU: the server cookies the kernel verified (xdns_abi.h, rrl.h); the program writes,
  * nobody else. XDNS_COOKIE_SLOTS with the guard, 1 without (xdns_bpf::guard::size_maps). */

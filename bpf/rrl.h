@@ -10,8 +10,10 @@
  *  - without the features, a fresh server cookie of the current secret is checked by
  *    xdns_cookie_echo (a cookie verified before on this CPU is compared, not hashed again:
  *    xdns_guard_cookies) and the answer goes out with it echoed, never limited;
- *  - without the features and without a COOKIE option, RRL alone is xdns_rrl_check (the
- *    bucket), and the gate is called only to write a slip;
+ *  - without the features and without a COOKIE option, RRL alone: an account this CPU
+ *    decided before pays its shared bucket inline (xdns_rrl_memo, XDNS_RRL_MEMO_SLOTS a CPU in
+ *    xdns_guard_rrl_memo), else xdns_rrl_check (the bucket) decides, and the gate is called
+ *    only to write a slip;
  *  - otherwise the gate, xdns_guard_gate, decides:
  *
  *  1. cookies (xdns_guard_rrl.cookies) and a COOKIE option: a 16-byte version 1 server
@@ -286,12 +288,25 @@ static __always_inline __u64 xdns_rrl_meta(int ipv6, __u32 class, __u64 ident)
 	       (ident >> 32 & 0xff) << 48;
 }
 
-/* The tag of the account (struct xdns_rrl_key) of an answer: the client's prefix words, then
- * answer, family, class and source in one word. */
-static __always_inline __u64 xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1, int ipv6,
-					      __u32 class, __u64 ident)
+/* The account (struct xdns_rrl_key) of an answer as its tag hashes it: the client's address
+ * words masked to its prefix, answer, family, class and source in one word (`meta`). */
+struct xdns_rrl_acct {
+	__u64 a0, a1, meta;
+	__u64 tag;
+};
+
+/* The account of an answer from the client's address words (xdns_rrl_src), both the gate's
+ * and the call's (which leaves it in the RRL memo). */
+static __always_inline struct xdns_rrl_acct xdns_rrl_account(const struct xdns_guard_rrl *g, __u64 a0, __u64 a1,
+							     int ipv6, __u32 class, __u64 ident)
 {
-	return xdns_rrl_tag(a0 & (ipv6 ? g->mask6[0] : g->mask4), a1 & g->mask6[1], xdns_rrl_meta(ipv6, class, ident));
+	struct xdns_rrl_acct k;
+
+	k.a0 = a0 & (ipv6 ? g->mask6[0] : g->mask4);
+	k.a1 = a1 & g->mask6[1];
+	k.meta = xdns_rrl_meta(ipv6, class, ident);
+	k.tag = xdns_rrl_tag(k.a0, k.a1, k.meta);
+	return k;
 }
 
 /*
@@ -317,12 +332,12 @@ static __always_inline __s64 xdns_rrl_balance(__s64 balance, __u64 stamp, __u32 
 /*
  * The token bucket of the account `tag`: 0 answer, 1 drop, 2 slip
  * (xdns_guard::rrl::Rrl::decide). Its set is one inlined array read; the ways are compared
- * by tag, no lock; a new account takes an empty way or the one updated longest ago. `memo`
- * (a constant): note the way in sc->guard.rrl_memo_way (xdns_rrl_check, whose key and tag
- * the memo holds).
+ * by tag, no lock; a new account takes an empty way or the one updated longest ago. `m`:
+ * the RRL memo's slot of the account (xdns_rrl_check, which wrote its key and tag), whose
+ * way this notes; NULL (a constant: the gate) for none.
  */
 static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct xdns_guard_rrl *g, __u64 tag,
-					   __u64 now, int memo)
+					   __u64 now, struct xdns_rrl_memo *m)
 {
 	struct xdns_rrl_account *a = NULL, *w;
 	struct xdns_rrl_set *set;
@@ -358,8 +373,8 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 		}
 		if (!a)
 			return 0;
-		if (memo)
-			sc->guard.rrl_memo_way = ai;
+		if (m)
+			m->way = ai;
 		if (a->tag && now - a->stamp < 1000000000ULL)
 			sc->guard.rrl_full++;   /* a live account goes: the table is small */
 		/* it starts full and pays for this answer (rate >= 1); the tag last, so that a
@@ -371,8 +386,8 @@ static __always_inline int xdns_rrl_decide(struct xdns_scratch *sc, const struct
 		a->tag = tag;
 		return 0;
 	}
-	if (memo)
-		sc->guard.rrl_memo_way = ai;
+	if (m)
+		m->way = ai;
 	stamp = a->stamp;
 	bal = xdns_rrl_balance(a->balance, stamp, g->rate, now);
 	if (now > stamp)
@@ -433,21 +448,33 @@ static __always_inline int xdns_rrl_src(void *data, void *data_end, __u32 l3, in
 	return 1;
 }
 
+/* The RRL memo's slot of an account's key (xdns_rrl_memo; one multiply, the product's top
+ * bits: two accounts that share a slot cost only misses, so no seed). */
+static __always_inline __u32 xdns_rrl_memo_slot(__u64 a0, __u64 a1, __u64 meta)
+{
+	_Static_assert((XDNS_RRL_MEMO_SLOTS & (XDNS_RRL_MEMO_SLOTS - 1)) == 0, "a power of two");
+	return (__u32)(((a0 ^ a1 ^ meta ^ meta >> 32) * 0x9e3779b97f4a7c15ULL) >> (64 - __builtin_ctz(XDNS_RRL_MEMO_SLOTS))) &
+	       (XDNS_RRL_MEMO_SLOTS - 1);
+}
+
 /*
  * RRL alone (no cookie to check, no features), as the answer stages decide it: 0 answer,
  * 1 drop, 2 slip (the gate then writes it). A global function of its own, verified once
  * alone and with a small frame: inlined at the answer and cache stages' call sites, its
  * bucket's values took the entry's frame from about 344 to 400 bytes, past what the
  * verifier allows with the gate's frame below it (bpf/README.md, "Stack"). `where` is the
- * IP header's offset | IPv6 << 16; the class is in sc->guard.gate_class.
+ * IP header's offset | IPv6 << 16; the class is in sc->guard.gate_class. It writes the
+ * account into its RRL memo slot (key, tag, rate; the way once decided).
  */
 __attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 where, __u64 ident)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_guard_ctl *c;
-	__u64 a0, a1 = 0, meta, tag;
-	__u32 key = 0;
+	struct xdns_rrl_memo *m;
+	struct xdns_rrl_acct k;
+	__u64 a0, a1 = 0;
+	__u32 key = 0, at;
 	int ipv6 = (where >> 16) & 1;
 
 	if (!xdns_cfg.guard || !sc)
@@ -457,30 +484,32 @@ __attribute__((noinline)) int xdns_rrl_check(struct xdp_md *ctx, struct xdns_scr
 		return 0;
 	if (!xdns_rrl_src(data, data_end, where & 0xffff, ipv6, &a0, &a1))
 		return 0;
-	/* the memo (xdns_rrl_memo): this account's key, its tag and (decide) its way */
-	a0 &= ipv6 ? c->rrl.mask6[0] : c->rrl.mask4;
-	a1 &= c->rrl.mask6[1];
-	meta = xdns_rrl_meta(ipv6, sc->guard.gate_class, ident);
-	tag = xdns_rrl_tag(a0, a1, meta);
-	sc->guard.rrl_memo_key[0] = a0;
-	sc->guard.rrl_memo_key[1] = a1;
-	sc->guard.rrl_memo_key[2] = meta;
-	sc->guard.rrl_memo_tag = tag;
-	sc->guard.rrl_memo_rate = c->rrl.rate;
-	return xdns_rrl_decide(sc, &c->rrl, tag, xdns_rrl_now(sc), 1);
+	/* the memo (xdns_rrl_memo): this account's key, its tag, the rate and (decide) its way */
+	k = xdns_rrl_account(&c->rrl, a0, a1, ipv6, sc->guard.gate_class, ident);
+	at = xdns_rrl_memo_slot(k.a0, k.a1, k.meta);
+	m = bpf_map_lookup_elem(&xdns_guard_rrl_memo, &at);
+	if (m) {
+		/* per CPU: XDP does not nest on a CPU, so no reader sees it half written */
+		m->key[0] = k.a0;
+		m->key[1] = k.a1;
+		m->key[2] = k.meta;
+		m->tag = k.tag;
+		m->rate = c->rrl.rate;
+	}
+	return xdns_rrl_decide(sc, &c->rrl, k.tag, xdns_rrl_now(sc), m);
 }
 
 /*
- * RRL alone, inline, for an answer of the account this CPU last decided by the call
- * (xdns_rrl_check left its key, tag and way in sc->guard.rrl_memo_*): 0 when it paid a token
- * of that account's shared bucket (the same bucket, arithmetic and clock as
- * xdns_rrl_decide's), -1 when the call must decide: another account (the key's three words
- * differ), the way no longer holds the tag (evicted, or taken by another account), or no
- * token (the call then limits, with the slip count). Nothing is written unless it pays, so
- * the call after a -1 decides as if this had not run; no bucket is copied per CPU, so CPUs
- * sharing an account spend one balance and never admit more than it holds. It skips the
- * call, the second control read, the seeded tag and the search of the ways
- * (docs/perf/2026-11-29-rrl-memo.md).
+ * RRL alone, inline, for an answer of an account this CPU decided by the call before
+ * (xdns_rrl_check left its key, tag, way and the rate in the RRL memo's slot of its key,
+ * `xdns_guard_rrl_memo`): 0 when it paid a token of that account's shared bucket (the same
+ * bucket, arithmetic and clock as xdns_rrl_decide's), -1 when the call must decide: another
+ * account in the slot (the key's three words differ) or another rate, the way no longer holds
+ * the tag (evicted, or taken by another account), or no token (the call then limits, with the
+ * slip count). Nothing is written unless it pays, so the call after a -1 decides as if this
+ * had not run; no bucket is copied per CPU, so CPUs sharing an account spend one balance and
+ * never admit more than it holds. It skips the call, the second control read, the seeded tag
+ * and the search of the ways (docs/perf/2026-11-29-rrl-memo.md, 2026-11-29-rrl-memo-map.md).
  */
 static __always_inline int xdns_rrl_memo(struct xdp_md *ctx, struct xdns_scratch *sc, const struct xdns_pkt *pkt,
 					 const struct xdns_guard_rrl *g, __u64 ident)
@@ -488,22 +517,46 @@ static __always_inline int xdns_rrl_memo(struct xdp_md *ctx, struct xdns_scratch
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct xdns_rrl_account *a;
+	struct xdns_rrl_memo *m;
 	struct xdns_rrl_set *set;
-	__u64 a0, a1 = 0, stamp, now;
+	__u64 a0, a1 = 0, stamp, now, meta;
 	__s64 bal;
 	__u32 at, rate;
 	int ipv6 = pkt->ipv6;
 
-	/* the key and the rate compared before any helper call: nothing of this function is
-	 * live across the calls below (the tag, the way, the time and the rate are read back
-	 * from the scratch), so the entry's frame does not grow */
-	if (!xdns_rrl_src(data, data_end, pkt->l3_off, ipv6, &a0, &a1))
+	/* nothing of this function is live across its helper calls (the slot's lookup included:
+	 * the verifier inlines it, but clang sees a call): the key, the rate, the slot, the tag
+	 * and the way go through the scratch, so the entry's frame does not grow; the source is
+	 * masked in the branch that reads it (a mask chosen by `?:` kept a word on the stack) */
+	sc->guard.rrl_rate = g->rate;
+	if (pkt->l3_off != 14 && pkt->l3_off != 18)
 		return -1;
-	if ((a0 & (ipv6 ? g->mask6[0] : g->mask4)) != sc->guard.rrl_memo_key[0] ||
-	    (a1 & g->mask6[1]) != sc->guard.rrl_memo_key[1] ||
-	    xdns_rrl_meta(ipv6, sc->guard.gate_class, ident) != sc->guard.rrl_memo_key[2] ||
-	    g->rate != sc->guard.rrl_memo_rate)
+	if (ipv6) {
+		struct ipv6hdr *ip6 = data + pkt->l3_off;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		a0 = xdns_ld64(&ip6->saddr) & g->mask6[0];
+		a1 = xdns_ld64((__u8 *)&ip6->saddr + 8) & g->mask6[1];
+	} else {
+		struct iphdr *ip = data + pkt->l3_off;
+
+		if ((void *)(ip + 1) > data_end)
+			return -1;
+		a0 = ip->saddr & g->mask4;
+	}
+	meta = xdns_rrl_meta(ipv6, sc->guard.gate_class, ident);
+	sc->guard.rrl_key[0] = a0;
+	sc->guard.rrl_key[1] = a1;
+	sc->guard.rrl_key[2] = meta;
+	sc->guard.rrl_memo_at = xdns_rrl_memo_slot(a0, a1, meta);
+	m = bpf_map_lookup_elem(&xdns_guard_rrl_memo, &sc->guard.rrl_memo_at);
+	if (!m || m->key[2] != *(volatile __u64 *)&sc->guard.rrl_key[2] ||
+	    m->key[0] != *(volatile __u64 *)&sc->guard.rrl_key[0] ||
+	    m->key[1] != *(volatile __u64 *)&sc->guard.rrl_key[1] || m->rate != *(volatile __u32 *)&sc->guard.rrl_rate)
 		return -1;
+	sc->guard.rrl_memo_tag = m->tag;
+	sc->guard.rrl_memo_way = m->way;
 	xdns_rrl_now(sc);
 	at = (__u32)(*(volatile __u64 *)&sc->guard.rrl_memo_tag >> 32) & xdns_cfg.guard_rrl_mask;
 	set = bpf_map_lookup_elem(&xdns_guard_rrl, &at);
@@ -513,7 +566,7 @@ static __always_inline int xdns_rrl_memo(struct xdp_md *ctx, struct xdns_scratch
 	if (a->tag != *(volatile __u64 *)&sc->guard.rrl_memo_tag)
 		return -1;
 	now = *(volatile __u64 *)&sc->guard.clock_ns;
-	rate = *(volatile __u32 *)&sc->guard.rrl_memo_rate;
+	rate = *(volatile __u32 *)&sc->guard.rrl_rate;
 	stamp = a->stamp;
 	bal = xdns_rrl_balance(a->balance, stamp, rate, now);
 	if (bal < XDNS_RRL_ANSWER)
@@ -566,8 +619,8 @@ __attribute__((noinline)) int xdns_guard_gate(struct xdp_md *ctx, struct xdns_sc
 		if (ident & XDNS_RRL_SLIP_NOW) {
 			d = 2;          /* decided inline (xdns_rrl_stage) */
 		} else {
-			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident);
-			d = xdns_rrl_decide(sc, g, tag, now, 0);
+			tag = xdns_rrl_account(g, a0, a1, ipv6, sc->guard.gate_class, ident).tag;
+			d = xdns_rrl_decide(sc, g, tag, now, NULL);
 		}
 		if (d == 1)
 			return XDNS_DROP_RRL;

@@ -718,6 +718,22 @@ struct xdns_guard_qfeat_key {
  * NXDOMAIN answers (`packets`) and their IP bytes. Same two interval slots, same reading rule.
  */
 
+/*
+ * A slot of RRL's per-CPU memo (`xdns_guard_rrl_memo`, rrl.h, xdns_rrl_memo): an account this
+ * CPU decided by the call, by its key as its tag hashes it (masked address words; answer,
+ * family, class and source in one word: never 0, so an empty slot matches nothing), its tag,
+ * the way of its set that held it and the rate then. A later answer with the same key pays
+ * the same shared bucket inline, without the call. XDNS_RRL_MEMO_SLOTS slots a CPU (a power
+ * of two), the slot a cheap hash of the key.
+ */
+#define XDNS_RRL_MEMO_SLOTS 256
+struct xdns_rrl_memo {
+	__u64 key[3];
+	__u64 tag;
+	__u32 way;
+	__u32 rate;
+};
+
 /* The guard stage's scratch and counters (in struct xdns_scratch). */
 struct xdns_guard_scratch {
 	/* what every answer with the guard on touches (guard.h, rrl.h), together in the first
@@ -733,14 +749,15 @@ struct xdns_guard_scratch {
 	/* this answer's COOKIE option to echo (rrl.h, xdns_cookie_echo): client and server
 	 * cookie as they lay in the query (read before the body overwrites them) */
 	__u64 echo[3];
-	/* RRL's memo of the last account this CPU decided by the call (rrl.h, xdns_rrl_memo): the
-	 * account's key as its tag hashes it (masked address words; answer, family, class and
-	 * source in one word: never 0), its tag, and the way of its set that held it. A later
-	 * answer with the same key pays the same shared bucket inline, without the call. */
-	__u64 rrl_memo_key[3];
+	/* this answer's RRL account and its memo slot (rrl.h, xdns_rrl_memo), kept here across
+	 * helper calls rather than in the entry's frame: the key's three words, the rate it is
+	 * decided at, the slot (`xdns_guard_rrl_memo`'s key), and the slot's tag and way */
+	__u64 rrl_key[3];
+	__u32 rrl_rate;
+	__u32 rrl_memo_at;
 	__u64 rrl_memo_tag;
 	__u32 rrl_memo_way;
-	__u32 rrl_memo_rate;    /* the rate it was decided at (a new rate: a miss) */
+	__u32 _rrl_pad;
 	__u64 rrl_memo_hits;    /* answers whose account the memo found (paid inline, no call) */
 	__u32 name_par;         /* the name check: the list generation's parity ... */
 	__u32 name_hit;         /* ... and 1 once a suffix or the name matched */

@@ -46,6 +46,26 @@ fn shapes() -> [(&'static str, &'static str, &'static str); 3] {
     [("ipv4", "198.18.5.7", "198.18.6.7"), ("ipv6", "2001:db8:5::7", "2001:db8:6::7"), ("vlan", "198.18.7.7", "198.18.8.7")]
 }
 
+/// RRL settings whose accounts are per address (/32, /128): the memo tests' clients, many more
+/// than the /24s of 198.18.0.0/15, so that some share any one of the memo's slots.
+fn rrl_hosts(rate: u32, slip: u32) -> RrlSettings {
+    RrlSettings { rate, slip, ipv4_prefix: 32, ipv6_prefix: 128, cookies: None }
+}
+
+/// How many clients the memo tests try (`host`) when they look for accounts by memo slot.
+const HOSTS: u32 = 0xe000;
+
+/// The memo tests' `i`-th client (i < HOSTS): 198.18.16.0 on, 2001:db8::1000 on, never a
+/// shape's own client.
+fn host(shape: &str, i: u32) -> String {
+    let i = 0x1000 + i;
+    if shape == "ipv6" {
+        format!("2001:db8::{i:x}")
+    } else {
+        format!("198.18.{}.{}", i >> 8 & 0xff, i & 0xff)
+    }
+}
+
 fn now() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as u32
 }
@@ -730,11 +750,12 @@ fn cookie_opt_of(dns: &[u8]) -> Option<Vec<u8>> {
     (tail[..4] == [0, 10, 0, 24]).then(|| tail[4..].to_vec())
 }
 
-/// The RRL memo (bpf/rrl.h, `xdns_rrl_memo`): an answer of the account its CPU last decided by
-/// the bucket's call pays that account's bucket inline (a hit, `rrl_memo_hits`), with the
-/// guard-off answer's exact bytes; the limited answers, another prefix, another answer of the
-/// same client (AAAA), and the account alternating with another are misses, decided by the
-/// call; the drop/slip pattern is the call's alone. IPv4, IPv6, VLAN.
+/// The RRL memo (bpf/rrl.h, `xdns_rrl_memo`): an answer of an account its CPU decided by the
+/// bucket's call before pays that account's bucket inline (a hit, `rrl_memo_hits`), with the
+/// guard-off answer's exact bytes; the limited answers are the call's (drop, slip: its exact
+/// bytes); two accounts in turn hit when their memo slots differ and miss when they share one,
+/// with the same verdicts either way; and a hit never pays another account's bucket (another
+/// answer of the same client keeps its own count). IPv4, IPv6, VLAN.
 #[test]
 fn rrl_memo_hits_and_misses() {
     require_root("rrl_memo_hits_and_misses");
@@ -742,27 +763,26 @@ fn rrl_memo_hits_and_misses() {
     let mut off = load();
     off.install(&compile_kernel_data(&zones())).unwrap();
     let mut failed = Vec::new();
-    for (shape, src, other) in shapes() {
+    for (shape, src, _) in shapes() {
         let n = net(shape, src);
         let a = query(&wire("www.example.com"), 1, None);
         let aaaa = query(&wire("www.example.com"), 28, None);
         let fa = frame(&n, &a);
-        let fb = frame(&net(shape, other), &a);
         let f6 = frame(&n, &aaaa);
         let want = |f: &[u8]| {
             let (act, out, moved) = verdict(&off, f);
             assert!(act == XDP_TX && moved == ["answered"] && checksums_ok(&out), "{shape}: the guard off answers");
             out
         };
-        let (want_a, want_b, want_6) = (want(&fa), want(&fb), want(&f6));
-        // (frame, its guard-off answer, name) asked in turn; the verdicts and the hits they add
-        let run = |p: &XdpProgram, seq: &[(&Vec<u8>, &Vec<u8>, &str)], failed: &mut Vec<String>, what: &str| -> (Vec<String>, u64) {
+        // frames asked in turn: the verdicts (an answer's bytes checked against the guard off's)
+        // and the hits they added
+        let run = |p: &XdpProgram, seq: &[&Vec<u8>], failed: &mut Vec<String>, what: &str| -> (Vec<String>, u64) {
             let h0 = p.guard().unwrap().counters().unwrap().rrl_memo_hits;
             let mut got = Vec::new();
-            for (i, (f, want, name)) in seq.iter().enumerate() {
+            for (i, f) in seq.iter().enumerate() {
                 let (act, out, moved) = verdict(p, f);
-                if moved == ["answered"] && (act != XDP_TX || &out != *want) {
-                    failed.push(format!("{shape} {what} #{i} ({name}): action {act}\n got  {out:02x?}\n want {want:02x?}"));
+                if moved == ["answered"] && (act != XDP_TX || out != want(f)) {
+                    failed.push(format!("{shape} {what} #{i}: action {act}, bytes {out:02x?}"));
                 }
                 got.push(moved.join(","));
             }
@@ -771,8 +791,7 @@ fn rrl_memo_hits_and_misses() {
         // one account: the first answer inserts it (the call), the next two pay inline, the
         // limited ones are the call's (drop, slip every 2nd: the slip's bytes as without it)
         let p = prog(false, rrl(3, 2, false));
-        let seq: Vec<_> = (0..8).map(|_| (&fa, &want_a, "A")).collect();
-        let (got, hits) = run(&p, &seq, &mut failed, "one account");
+        let (got, hits) = run(&p, &[&fa; 8], &mut failed, "one account");
         let want_seq = ["answered", "answered", "answered", "drop_rrl", "answered_slip", "drop_rrl", "answered_slip", "drop_rrl"];
         if got != want_seq || hits != 2 {
             failed.push(format!("{shape} one account: {got:?}, {hits} hits; want {want_seq:?}, 2 hits"));
@@ -781,21 +800,50 @@ fn rrl_memo_hits_and_misses() {
         if moved != ["answered_slip"] || act != XDP_TX || out != slip_bytes(&n, &a) {
             failed.push(format!("{shape} one account, the slip: {moved:?} {out:02x?}"));
         }
-        // two accounts (another prefix) in turn: every answer a miss, each its own bucket
-        let p = prog(false, rrl(3, 2, false));
-        let seq: Vec<_> = (0..4).flat_map(|_| [(&fa, &want_a, "A"), (&fb, &want_b, "A, other prefix")]).collect();
-        let (got, hits) = run(&p, &seq, &mut failed, "two prefixes in turn");
-        let want_seq = ["answered", "answered", "answered", "answered", "answered", "answered", "drop_rrl", "drop_rrl"];
-        if got != want_seq || hits != 0 {
-            failed.push(format!("{shape} two prefixes in turn: {got:?}, {hits} hits; want {want_seq:?}, 0 hits"));
+        // which clients' accounts (per address) share the memo slot of `fa`'s: asked between
+        // two of fa's answers, a client in another slot leaves the second a hit, one in the
+        // same slot makes it a miss (rate never reached)
+        let p = prog(false, rrl_hosts(1_000_000_000, 2));
+        let mut other_slot = None;
+        let mut same_slot = None;
+        for i in 0..HOSTS {
+            let fb = frame(&net(shape, &host(shape, i)), &a);
+            let (got, _) = run(&p, &[&fa, &fb], &mut failed, "slot probe");
+            let (again, hits) = run(&p, &[&fa], &mut failed, "slot probe");
+            if got != ["answered"; 2] || again != ["answered"] {
+                failed.push(format!("{shape} slot probe {i}: {got:?} {again:?}"));
+            }
+            match hits {
+                1 if other_slot.is_none() => other_slot = Some(fb),
+                0 if same_slot.is_none() => same_slot = Some(fb),
+                _ => {}
+            }
+            if other_slot.is_some() && same_slot.is_some() {
+                break;
+            }
         }
-        // another answer of the same client (another account): misses; then A again twice: a
-        // miss (the memo holds AAAA's account), then a hit
+        let (Some(fb), Some(fc)) = (other_slot, same_slot) else {
+            failed.push(format!("{shape}: {HOSTS} clients, none in another memo slot or none in the same"));
+            continue;
+        };
+        // two accounts in turn, rate 3: the same verdicts whether they hit or miss (fa's
+        // account per address too)
+        let want_seq = ["answered", "answered", "answered", "answered", "answered", "answered", "drop_rrl", "drop_rrl"];
+        for (what, fx, want_hits) in [("another slot", &fb, 4), ("the same slot", &fc, 0)] {
+            let p = prog(false, rrl_hosts(3, 2));
+            let seq: Vec<&Vec<u8>> = (0..4).flat_map(|_| [&fa, fx]).collect();
+            let (got, hits) = run(&p, &seq, &mut failed, what);
+            if got != want_seq || hits != want_hits {
+                failed.push(format!("{shape} two prefixes in turn, {what}: {got:?}, {hits} hits; want {want_seq:?}, {want_hits} hits"));
+            }
+        }
+        // another answer of the same client (another account, whatever the slots): each keeps
+        // its own three answers, so no hit paid the other's bucket
         let p = prog(false, rrl(3, 2, false));
-        let seq = [(&fa, &want_a, "A"), (&f6, &want_6, "AAAA"), (&fa, &want_a, "A"), (&fa, &want_a, "A")];
-        let (got, hits) = run(&p, &seq, &mut failed, "two answers");
-        if got != ["answered"; 4] || hits != 1 {
-            failed.push(format!("{shape} two answers: {got:?}, {hits} hits; want 4 answered, 1 hit"));
+        let (got, _) = run(&p, &[&fa, &f6, &f6, &f6, &fa, &fa, &fa, &f6], &mut failed, "two answers");
+        let want_seq = ["answered", "answered", "answered", "answered", "answered", "answered", "drop_rrl", "drop_rrl"];
+        if got != want_seq {
+            failed.push(format!("{shape} two answers of one client: {got:?}; want {want_seq:?}"));
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
@@ -853,6 +901,92 @@ fn rrl_memo_spends_the_shared_bucket() {
         }
         if third != "answered" || h2 != h1 + 1 || fourth != "drop_rrl" {
             failed.push(format!("{shape}: the account made again: {third} (hits +{}), then {fourth}; want answered by the memo, then drop_rrl", h2 - h1));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The memo's slots (`xdns_guard_rrl_memo`, a cheap hash of the key) collide: accounts that
+/// share a slot take it in turn and never pay each other's bucket. Three prefixes in one slot,
+/// asked in turn at rate 3: each gets its own three answers, then drops, and none hits. An
+/// account whose slot another took and which then comes back is decided by the call, which
+/// refills the slot with the same shared bucket (its balance goes on, it does not restart):
+/// A, A (a hit), C (same slot), A (the call: its third token), A (no token: dropped), one hit.
+/// And 16 accounts in distinct slots, asked in turn, all hit once the call has made them.
+#[test]
+fn rrl_memo_slot_collisions_never_share_a_bucket() {
+    require_root("rrl_memo_slot_collisions_never_share_a_bucket");
+    stay_on_one_cpu();
+    let mut failed = Vec::new();
+    for (shape, src, _) in shapes() {
+        let a = query(&wire("www.example.com"), 1, None);
+        let fa = frame(&net(shape, src), &a);
+        let run = |p: &XdpProgram, seq: &[&Vec<u8>]| -> (Vec<String>, u64) {
+            let h0 = p.guard().unwrap().counters().unwrap().rrl_memo_hits;
+            let got = seq.iter().map(|f| verdict(p, f).2.join(",")).collect();
+            (got, p.guard().unwrap().counters().unwrap().rrl_memo_hits - h0)
+        };
+        // clients whose accounts (per address) share fa's slot (rate never reached): asked
+        // between two of fa's answers, the second misses
+        let p = prog(false, rrl_hosts(1_000_000_000, 0));
+        let mut same = Vec::new();
+        for i in 0..HOSTS {
+            let fb = frame(&net(shape, &host(shape, i)), &a);
+            run(&p, &[&fa, &fb]);
+            if run(&p, &[&fa]).1 == 0 {
+                same.push(fb);
+            }
+            if same.len() == 2 {
+                break;
+            }
+        }
+        if same.len() < 2 {
+            failed.push(format!("{shape}: {HOSTS} clients, fewer than two in the memo slot of the first's account"));
+            continue;
+        }
+        let (fc, fd) = (&same[0], &same[1]);
+
+        let p = prog(false, rrl_hosts(3, 0));
+        let seq: Vec<&Vec<u8>> = (0..4).flat_map(|_| [&fa, fc, fd]).collect();
+        let (got, hits) = run(&p, &seq);
+        let mut want = vec!["answered"; 9];
+        want.extend(["drop_rrl"; 3]);
+        if got != want || hits != 0 {
+            failed.push(format!("{shape} three accounts in one slot: {got:?}, {hits} hits; want {want:?}, 0 hits"));
+        }
+
+        let p = prog(false, rrl_hosts(3, 0));
+        let (got, hits) = run(&p, &[&fa, &fa, fc, &fa, &fa]);
+        let want = ["answered", "answered", "answered", "answered", "drop_rrl"];
+        if got != want || hits != 1 {
+            failed.push(format!("{shape} a slot taken and taken back: {got:?}, {hits} hits; want {want:?}, 1 hit"));
+        }
+
+        // 16 clients whose accounts' slots differ, found greedily: a client that leaves every
+        // one chosen before a hit on a second pass takes a slot of its own
+        let p = prog(false, rrl_hosts(1_000_000_000, 0));
+        let mut distinct: Vec<Vec<u8>> = Vec::new();
+        for i in 0..HOSTS {
+            let f = frame(&net(shape, &host(shape, i)), &a);
+            let mut seq = vec![&f];
+            seq.extend(distinct.iter());
+            run(&p, &seq);
+            if run(&p, &seq).1 == seq.len() as u64 {
+                distinct.push(f);
+            }
+            if distinct.len() == 16 {
+                break;
+            }
+        }
+        if distinct.len() != 16 {
+            failed.push(format!("{shape}: {} clients in distinct memo slots, want 16", distinct.len()));
+            continue;
+        }
+        let p = prog(false, rrl_hosts(1_000_000_000, 0));
+        let seq: Vec<&Vec<u8>> = (0..3).flat_map(|_| distinct.iter()).collect();
+        let (got, hits) = run(&p, &seq);
+        if got.iter().any(|g| g != "answered") || hits != 32 {
+            failed.push(format!("{shape} 16 accounts in 16 slots, three rounds: {hits} hits, want 32; {got:?}"));
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
