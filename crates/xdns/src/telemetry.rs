@@ -387,7 +387,12 @@ impl TxStamps {
     /// time, any other the kernel's; a stamp on the other clock, or of an ID no answer waits
     /// for (already counted lost, or not ours), is ignored. Returns whether it matched.
     pub fn stamp(&mut self, tel: &Telemetry, id: u32, sw: u64, hw: u64) -> bool {
-        let Some(i) = self.waiting.iter().position(|w| w.id == id) else {
+        // IDs wait in the order they were given (gaps where a send failed): a binary search
+        // on the distance from the oldest, wrapping included
+        let Some(base) = self.waiting.front().map(|w| w.id) else {
+            return false;
+        };
+        let Ok(i) = self.waiting.binary_search_by_key(&id.wrapping_sub(base), |w| w.id.wrapping_sub(base)) else {
             return false;
         };
         let w = self.waiting[i];
@@ -864,8 +869,21 @@ mod tests {
 
     #[test]
     fn transmit_stamp_ids_skip_zero() {
-        let mut w = TxStamps { last: u32::MAX - 1, ..Default::default() };
-        assert_eq!([w.next_id(), w.next_id(), w.next_id()], [u32::MAX, 1, 2]);
+        let mut w = TxStamps { last: u32::MAX - 2, ..Default::default() };
+        let t = Telemetry::default();
+        // IDs across the wrap, one given to a send that failed (never waiting)
+        let ids = [w.next_id(), w.next_id(), w.next_id(), w.next_id()];
+        assert_eq!(ids, [u32::MAX - 1, u32::MAX, 1, 2]);
+        for &id in &[ids[0], ids[2], ids[3]] {
+            w.sent(&t, id, timed(USER_AUTH, 10, RxClock::Software), 20);
+        }
+        assert!(!w.stamp(&t, ids[1], 30, 0), "the failed send's ID waits for nothing");
+        assert!(!w.stamp(&t, 0, 30, 0));
+        assert!(w.stamp(&t, 2, 30, 0));
+        assert!(w.stamp(&t, u32::MAX - 1, 30, 0));
+        assert!(w.stamp(&t, 1, 30, 0));
+        assert_eq!(w.waiting(), 0);
+        assert_eq!(counters(&t).1, [3, 0, 0, 0]);
     }
 
     #[test]
