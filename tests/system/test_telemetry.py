@@ -80,6 +80,46 @@ def test_probe_userspace_path_and_metrics(tlab):
     tlab.stop(srv)
 
 
+def tel_counts(lab: Lab, srv) -> tuple[int, dict]:
+    st = lab.xdns_stats(srv)
+    return st["latency"]["user_auth"]["count"], st["telemetry"]
+
+
+def test_userspace_transmit_stamps_from_the_error_queue(tlab):
+    """Every userspace answer a rule times is sent asking for its transmit timestamp, read
+    back from the socket's error queue: the stats say each one came from the kernel's
+    software transmit stamp (`tx_software`), none read before sending or lost, and the
+    histogram holds exactly the answers timed. Rules removed: nothing more is timed."""
+    srv = tlab.start_xdns(DEFAULT_ZONES, name="xdns-tel-tx",
+                          extra=TEL.replace("qname=example.com", "path=user-auth"))
+    n0, t0 = tel_counts(tlab, srv)
+    r = probe(tlab, srv.addr4, "--rate", "300", "--duration", "1", "--query", "www.example.com A")
+    assert (r["sent"], r["answered"], r["stamped"]) == (300, 300, 300), r
+    # the stamps of the last answers may be read on the worker's next turn (its read timeout)
+    deadline = time.monotonic() + 5
+    while True:
+        n1, t1 = tel_counts(tlab, srv)
+        if n1 - n0 >= 300 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    d = {k: t1[k] - t0[k] for k in ("tx_software", "tx_hardware", "tx_read", "tx_lost", "rx_software")}
+    assert n1 - n0 == 300, (n1 - n0, d)
+    assert d == {"tx_software": 300, "tx_hardware": 0, "tx_read": 0, "tx_lost": 0,
+                 "rx_software": 300}, d
+    # every timed answer since the start, the lab's readiness queries too, by one tx clock
+    assert t1["tx_software"] + t1["tx_hardware"] + t1["tx_read"] + t1["tx_lost"] == n1, t1
+    # the server time of a veth answer, socket queues included: under 10 ms
+    st = tlab.xdns_stats(srv)
+    assert 0 < st["latency"]["user_auth"]["p50_ns"] < 10_000_000, st["latency"]["user_auth"]
+    assert control(srv, "del", "all") == "ok 0"
+    r = probe(tlab, srv.addr4, "--rate", "100", "--duration", "0.5", "--query", "www.example.com A")
+    assert (r["answered"], r["stamped"]) == (50, 0), r
+    time.sleep(0.5)
+    n2, t2 = tel_counts(tlab, srv)
+    assert (n2, t2["tx_software"], t2["tx_lost"]) == (n1, t1["tx_software"], t1["tx_lost"]), t2
+    tlab.stop(srv)
+
+
 def test_probe_against_knot_and_the_reflector(tlab):
     knot = tlab.start_knot(DEFAULT_ZONES, name="knot-tel")
     r = probe(tlab, knot.addr4, "--rate", "200", "--duration", "1", "--query", "www.example.com A")

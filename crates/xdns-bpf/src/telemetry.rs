@@ -62,8 +62,9 @@ pub fn upper(b: usize) -> u64 {
     }
 }
 
-/// The paths histograms are kept for (`enum xdns_tel_path`).
-pub const PATHS: [&str; 5] = ["kernel_auth", "kernel_cache", "user_auth", "resolver_hit", "resolver_miss"];
+/// The paths histograms are kept for (`enum xdns_tel_path`, then [`RESOLVER_UPSTREAM`], which
+/// is userspace's alone: a rule's bit for it never matches in the kernel).
+pub const PATHS: [&str; 6] = ["kernel_auth", "kernel_cache", "user_auth", "resolver_hit", "resolver_miss", "resolver_upstream"];
 /// Path index of the kernel's authoritative answers.
 pub const KERNEL_AUTH: usize = 0;
 /// Path index of the kernel's cache answers.
@@ -74,6 +75,9 @@ pub const USER_AUTH: usize = 2;
 pub const RESOLVER_HIT: usize = 3;
 /// Path index of userspace answers after resolving.
 pub const RESOLVER_MISS: usize = 4;
+/// Path index of the resolver's upstream queries (each exchange, send to reply; userspace
+/// only, past `XDNS_TEL_PATHS`).
+pub const RESOLVER_UPSTREAM: usize = 5;
 
 /// A histogram's counts (one path, summed over CPUs).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -243,7 +247,7 @@ impl Rule {
                 "qtype" => r.qtype = Some(xdns_wire::rtype::from_name(v).filter(|&t| t != 0).with_context(|| format!("`{v}` is not a query type"))?),
                 "path" => {
                     for p in v.split(',') {
-                        let i = PATHS.iter().position(|&n| n == p.replace('-', "_")).with_context(|| format!("`{p}` is not a path (kernel-auth, kernel-cache, user-auth, resolver-hit, resolver-miss)"))?;
+                        let i = PATHS.iter().position(|&n| n == p.replace('-', "_")).with_context(|| format!("`{p}` is not a path (kernel-auth, kernel-cache, user-auth, resolver-hit, resolver-miss, resolver-upstream)"))?;
                         r.paths |= 1 << i;
                     }
                 }

@@ -781,10 +781,12 @@ pub fn raise_nofile_limit() -> u64 {
     r.rlim_cur
 }
 
-/// Builds the resolver from the `[resolver]` settings (blocking: reads the root hints).
+/// Builds the resolver from the `[resolver]` settings (blocking: reads the root hints); its
+/// upstream exchanges are timed by `upstream` (telemetry's, when rules select them).
 pub fn build_resolver(
     rs: &ResolverSettings,
     kernel: Arc<dyn xdns_wire::AnswerCache>,
+    upstream: Arc<crate::telemetry::Upstream>,
 ) -> anyhow::Result<Arc<Resolver>> {
     let hints = xdns_resolver::RootHints::load(&rs.root_hints).map_err(|errs| {
         let lines: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
@@ -793,7 +795,8 @@ pub fn build_resolver(
     let res = Resolver::new(
         rs.resolver.clone(),
         &hints,
-        Arc::new(crate::dnstap::Tapped(xdns_resolver::SystemNetwork)),
+        // dnstap logs each exchange, telemetry times the ones its rules select
+        Arc::new(crate::dnstap::Tapped(crate::telemetry::TimedNetwork(xdns_resolver::SystemNetwork, upstream))),
         kernel,
         xdns_resolver::Clock::Monotonic,
     );

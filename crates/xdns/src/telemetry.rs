@@ -7,19 +7,31 @@
 //! XDP program reads them from its map, replaced whole while traffic flows) and userspace
 //! answers ([`Telemetry::select`]); with none, nothing is timed and no clock is read.
 //!
+//! Userspace transmit times: the UDP workers ask the kernel for a software (or the NIC's)
+//! transmit timestamp of each timed answer (`SO_TIMESTAMPING`, per message, with an ID of
+//! their own: `SCM_TS_OPT_ID`), read them from the socket's error queue without waiting, and
+//! match them to the answers with [`TxStamps`]; a stamp that does not come back within
+//! [`TxStamps::PATIENCE_NS`] (or while [`TxStamps::MAX_WAITING`] answers wait) is counted
+//! lost, and the time read before sending is used. [`TxClock`] says which clock gave each.
+//!
+//! Upstream queries: [`Upstream`] wraps the resolver's network and times each exchange that
+//! got a reply (path `resolver_upstream`, selected by the same rules: `dst=` is the server
+//! asked, `src=` never matches).
+//!
 //! In-band probes: a query whose OPT record carries option [`OPTION`] (65050, local use),
 //! empty or 16 bytes, and whose answer is selected, gets the option back in its answer's OPT
 //! with 16 bytes: the server's receive and transmit ns, u64 big-endian. Only their
 //! difference means something (the kernel uses its monotonic clock, userspace the socket's
 //! receive timestamp and `CLOCK_REALTIME`).
 
-use std::net::IpAddr;
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::{Deserialize, Serialize};
-pub use xdns_bpf::telemetry::{Histogram, Rule, MAX_RULES, OPTION, PATHS, PROBE_LEN, RESOLVER_HIT, RESOLVER_MISS, USER_AUTH};
+pub use xdns_bpf::telemetry::{Histogram, Rule, MAX_RULES, OPTION, PATHS, PROBE_LEN, RESOLVER_HIT, RESOLVER_MISS, RESOLVER_UPSTREAM, USER_AUTH};
 use xdns_bpf::telemetry::{bucket, TelemetryMaps, BUCKETS};
 
 /// A histogram many threads add to.
@@ -49,27 +61,54 @@ impl AtomicHist {
     }
 }
 
-/// The server's telemetry state (in `Shared`).
-pub struct Telemetry {
+/// The rules and their sampling counters (shared with [`Upstream`]).
+#[derive(Default)]
+struct Selection {
     rules: ArcSwap<Vec<Rule>>,
     seen: [AtomicU64; MAX_RULES],
+}
+
+impl Selection {
+    fn on(&self) -> bool {
+        !self.rules.load().is_empty()
+    }
+
+    fn select(&self, path: usize, client: IpAddr, server: IpAddr, qname: &[u8], qtype: u16) -> bool {
+        let rules = self.rules.load();
+        for (i, r) in rules.iter().enumerate() {
+            if r.matches(path, client, server, qname, qtype) {
+                return r.sample <= 1 || self.seen[i].fetch_add(1, Ordering::Relaxed).is_multiple_of(u64::from(r.sample));
+            }
+        }
+        false
+    }
+}
+
+/// The server's telemetry state (in `Shared`).
+pub struct Telemetry {
+    sel: Arc<Selection>,
     /// user_auth, resolver_hit, resolver_miss
     hists: [AtomicHist; 3],
+    /// resolver_upstream (the resolver's network holds it too)
+    upstream: Arc<Upstream>,
     probes: AtomicU64,
     probe_bad: AtomicU64,
     probe_room: AtomicU64,
     rx_hw: AtomicU64,
     rx_sw: AtomicU64,
     rx_clock: AtomicU64,
+    /// By [`TxClock`]: software, hardware, read, lost.
+    tx: [AtomicU64; 4],
     /// The kernel's maps, with XDP on.
     kernel: ArcSwapOption<TelemetryMaps>,
 }
 
 impl Default for Telemetry {
     fn default() -> Self {
+        let sel = Arc::new(Selection::default());
         Self {
-            rules: ArcSwap::from_pointee(Vec::new()),
-            seen: Default::default(),
+            upstream: Arc::new(Upstream { sel: sel.clone(), hist: AtomicHist::new() }),
+            sel,
             hists: [AtomicHist::new(), AtomicHist::new(), AtomicHist::new()],
             probes: AtomicU64::new(0),
             probe_bad: AtomicU64::new(0),
@@ -77,9 +116,24 @@ impl Default for Telemetry {
             rx_hw: AtomicU64::new(0),
             rx_sw: AtomicU64::new(0),
             rx_clock: AtomicU64::new(0),
+            tx: Default::default(),
             kernel: ArcSwapOption::empty(),
         }
     }
+}
+
+/// Where a userspace answer's transmit time came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxClock {
+    /// The kernel's software transmit stamp, from the socket's error queue.
+    Software,
+    /// The NIC's transmit stamp (raw hardware), from the error queue.
+    Hardware,
+    /// Read just before sending (no error-queue stamp asked for: the resolver's answers, a
+    /// kernel without `SCM_TS_OPT_ID`, a send that failed).
+    Read,
+    /// Asked for, but it never came back in time: the time read before sending.
+    Lost,
 }
 
 /// Where a userspace answer's receive time came from.
@@ -96,7 +150,12 @@ pub enum RxClock {
 impl Telemetry {
     /// Are any rules set? (One atomic load: the cost of telemetry off per datagram.)
     pub fn on(&self) -> bool {
-        !self.rules.load().is_empty()
+        self.sel.on()
+    }
+
+    /// The upstream queries' timer, for the resolver's network ([`Upstream`]).
+    pub fn upstream(&self) -> Arc<Upstream> {
+        self.upstream.clone()
     }
 
     /// Use the kernel's maps from now on, and give them the rules.
@@ -107,7 +166,7 @@ impl Telemetry {
 
     fn push(&self) {
         if let Some(k) = self.kernel.load_full() {
-            if let Err(e) = k.set_rules(&self.rules.load()) {
+            if let Err(e) = k.set_rules(&self.sel.rules.load()) {
                 tracing::error!("XDP telemetry rules not replaced: {e:#}");
             }
         }
@@ -115,7 +174,7 @@ impl Telemetry {
 
     /// Replace the rules (the configuration's, at start and reload).
     pub fn set(&self, rules: Vec<Rule>) {
-        self.rules.store(Arc::new(rules));
+        self.sel.rules.store(Arc::new(rules));
         self.push();
     }
 
@@ -123,7 +182,7 @@ impl Telemetry {
     pub fn command(&self, cmd: &str) -> String {
         let rest = cmd.trim().strip_prefix("telemetry").unwrap_or("").trim();
         let (verb, arg) = rest.split_once(' ').map_or((rest, ""), |(v, a)| (v, a.trim()));
-        let cur = self.rules.load_full();
+        let cur = self.sel.rules.load_full();
         let list = |rules: &[Rule]| {
             let items: Vec<String> = rules.iter().enumerate().map(|(i, r)| format!("{}: {r}", i + 1)).collect();
             format!("ok {}{}{}", rules.len(), if items.is_empty() { "" } else { "; " }, items.join("; "))
@@ -159,17 +218,12 @@ impl Telemetry {
 
     /// Does a rule select this userspace answer (sampling counted)?
     pub fn select(&self, path: usize, client: IpAddr, server: IpAddr, qname: &[u8], qtype: u16) -> bool {
-        let rules = self.rules.load();
-        for (i, r) in rules.iter().enumerate() {
-            if r.matches(path, client, server, qname, qtype) {
-                return r.sample <= 1 || self.seen[i].fetch_add(1, Ordering::Relaxed).is_multiple_of(u64::from(r.sample));
-            }
-        }
-        false
+        self.sel.select(path, client, server, qname, qtype)
     }
 
-    /// Count one timed userspace answer of `path` (USER_AUTH, RESOLVER_HIT, RESOLVER_MISS).
-    pub fn record(&self, path: usize, ns: u64, clock: RxClock) {
+    /// Count one timed userspace answer of `path` (USER_AUTH, RESOLVER_HIT, RESOLVER_MISS)
+    /// and the clocks of its receive and transmit times.
+    pub fn record(&self, path: usize, ns: u64, clock: RxClock, tx: TxClock) {
         if let Some(h) = path.checked_sub(USER_AUTH).and_then(|i| self.hists.get(i)) {
             h.record(ns);
         }
@@ -179,6 +233,7 @@ impl Telemetry {
             RxClock::Read => &self.rx_clock,
         }
         .fetch_add(1, Ordering::Relaxed);
+        self.tx[tx as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count the outcome of a probe write.
@@ -195,7 +250,7 @@ impl Telemetry {
     pub fn snapshot(&self, s: &mut crate::stats::Snapshot) {
         let mut hists: Vec<Histogram> = vec![Histogram::default(), Histogram::default()];
         let mut c = [
-            ("rules", self.rules.load().len() as u64),
+            ("rules", self.sel.rules.load().len() as u64),
             ("probes", self.probes.load(Ordering::Relaxed)),
             ("probe_bad", self.probe_bad.load(Ordering::Relaxed)),
             ("probe_room", self.probe_room.load(Ordering::Relaxed)),
@@ -203,6 +258,10 @@ impl Telemetry {
             ("rx_software", self.rx_sw.load(Ordering::Relaxed)),
             ("rx_read", self.rx_clock.load(Ordering::Relaxed)),
             ("rx_xdp_ktime", 0),
+            ("tx_software", self.tx[TxClock::Software as usize].load(Ordering::Relaxed)),
+            ("tx_hardware", self.tx[TxClock::Hardware as usize].load(Ordering::Relaxed)),
+            ("tx_read", self.tx[TxClock::Read as usize].load(Ordering::Relaxed)),
+            ("tx_lost", self.tx[TxClock::Lost as usize].load(Ordering::Relaxed)),
         ];
         if let Some(k) = self.kernel.load_full() {
             if let Ok(kh) = k.histograms() {
@@ -216,12 +275,13 @@ impl Telemetry {
             }
         }
         hists.extend(self.hists.iter().map(AtomicHist::read));
+        hists.push(self.upstream.hist.read());
         for (i, h) in hists.iter().enumerate() {
             s.latency.insert(PATHS[i].to_string(), Latency::of(h));
         }
         s.groups.insert(
             "telemetry".into(),
-            crate::stats::Group::counters("Telemetry: rules set, in-band probes (written, bad option, no room), receive clocks of timed answers.", "counter", c.iter().map(|(k, v)| (k.to_string(), *v))),
+            crate::stats::Group::counters("Telemetry: rules set, in-band probes (written, bad option, no room), receive and transmit clocks of timed userspace answers (tx_lost: error-queue stamp never came back).", "counter", c.iter().map(|(k, v)| (k.to_string(), *v))),
         );
     }
 }
@@ -254,15 +314,188 @@ impl Telemetry {
         Some(Timed { path, rx: rx.0, clock: rx.1, probe: a.probe, limit })
     }
 
-    /// The answer is about to be sent: its transmit time, the probe option, the histogram.
+    /// The answer is about to be sent: its transmit time (read now), the probe option, the
+    /// histogram.
     pub fn finish(&self, t: Timed, answer: &mut Vec<u8>) {
+        let tx = self.stamp_probe(t, answer);
+        self.record(t.path, tx.saturating_sub(t.rx), t.clock, TxClock::Read);
+    }
+
+    /// The answer is about to be sent and its transmit time comes later (from the error
+    /// queue, [`TxStamps`]): the probe option (with the time read now, the only one an
+    /// answer can carry); returns that time.
+    pub fn stamp_probe(&self, t: Timed, answer: &mut Vec<u8>) -> u64 {
         let tx = realtime_ns();
         match t.probe {
             Some(0) | Some(PROBE_LEN) => self.probe_outcome(write_probe(answer, t.rx, tx, t.limit)),
             Some(_) => self.probe_outcome(ProbeWrite::Bad),
             None => {}
         }
-        self.record(t.path, tx.saturating_sub(t.rx), t.clock);
+        tx
+    }
+}
+
+/// A timed answer sent with a transmit stamp asked for, waiting for it.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    id: u32,
+    timed: Timed,
+    /// The time read just before sending (CLOCK_REALTIME ns): used if no stamp comes.
+    sent: u64,
+}
+
+/// One UDP worker's timed answers waiting for their transmit stamps from the socket's error
+/// queue, matched by the ID each was sent with (`SCM_TS_OPT_ID`). Stamps that never come
+/// back are counted lost ([`TxClock::Lost`]) after [`Self::PATIENCE_NS`], or at once when
+/// more than [`Self::MAX_WAITING`] answers wait; the answer is then recorded with the time
+/// read before sending. Nothing here blocks.
+#[derive(Debug, Default)]
+pub struct TxStamps {
+    last: u32,
+    waiting: VecDeque<Waiting>,
+}
+
+impl TxStamps {
+    /// Answers waiting at most; past it the oldest is counted lost.
+    pub const MAX_WAITING: usize = 4096;
+    /// How long a stamp is waited for (ns).
+    pub const PATIENCE_NS: u64 = 1_000_000_000;
+
+    /// The ID to send the next timed answer with (never 0).
+    pub fn next_id(&mut self) -> u32 {
+        self.last = self.last.wrapping_add(1).max(1);
+        self.last
+    }
+
+    /// How many answers wait for their stamp.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Answer `id` of `timed` was sent at `sent` (read before sending).
+    pub fn sent(&mut self, tel: &Telemetry, id: u32, timed: Timed, sent: u64) {
+        if self.waiting.len() >= Self::MAX_WAITING {
+            if let Some(w) = self.waiting.pop_front() {
+                tel.record(w.timed.path, w.sent.saturating_sub(w.timed.rx), w.timed.clock, TxClock::Lost);
+            }
+        }
+        self.waiting.push_back(Waiting { id, timed, sent });
+    }
+
+    /// A stamp read from the error queue: ID `id`, software time `sw` and raw hardware time
+    /// `hw` (0: absent). An answer received on the NIC's clock takes the NIC's transmit
+    /// time, any other the kernel's; a stamp on the other clock, or of an ID no answer waits
+    /// for (already counted lost, or not ours), is ignored. Returns whether it matched.
+    pub fn stamp(&mut self, tel: &Telemetry, id: u32, sw: u64, hw: u64) -> bool {
+        // IDs wait in the order they were given (gaps where a send failed): a binary search
+        // on the distance from the oldest, wrapping included
+        let Some(base) = self.waiting.front().map(|w| w.id) else {
+            return false;
+        };
+        let Ok(i) = self.waiting.binary_search_by_key(&id.wrapping_sub(base), |w| w.id.wrapping_sub(base)) else {
+            return false;
+        };
+        let w = self.waiting[i];
+        let (at, clock) = match w.timed.clock {
+            RxClock::Hardware => (hw, TxClock::Hardware),
+            RxClock::Software | RxClock::Read => (sw, TxClock::Software),
+        };
+        if at == 0 {
+            return false;
+        }
+        self.waiting.remove(i);
+        tel.record(w.timed.path, at.saturating_sub(w.timed.rx), w.timed.clock, clock);
+        true
+    }
+
+    /// Count lost the answers that waited longer than [`Self::PATIENCE_NS`] at `now`
+    /// (CLOCK_REALTIME ns); returns how many.
+    pub fn expire(&mut self, tel: &Telemetry, now: u64) -> usize {
+        let mut n = 0;
+        while let Some(w) = self.waiting.front().copied() {
+            if w.sent.saturating_add(Self::PATIENCE_NS) > now {
+                break;
+            }
+            self.waiting.pop_front();
+            tel.record(w.timed.path, w.sent.saturating_sub(w.timed.rx), w.timed.clock, TxClock::Lost);
+            n += 1;
+        }
+        n
+    }
+
+    /// Count every waiting answer lost (stamping is being turned off).
+    pub fn give_up(&mut self, tel: &Telemetry) {
+        self.expire(tel, u64::MAX);
+    }
+}
+
+/// The resolver's network with each upstream exchange timed (path `resolver_upstream`):
+/// from just before the query is sent to its reply, for the exchanges a rule selects
+/// (`dst=` is the server asked, `qname=`/`qtype=` its question; `src=` never matches) and
+/// that got a reply. With no rules: one atomic load per exchange.
+pub struct Upstream {
+    sel: Arc<Selection>,
+    hist: AtomicHist,
+}
+
+impl Upstream {
+    /// Is this upstream query (to `server`) to be timed?
+    pub fn select(&self, query: &[u8], server: IpAddr) -> bool {
+        if !self.sel.on() {
+            return false;
+        }
+        let Some(a) = asked(query) else {
+            return false;
+        };
+        let unspecified = match server {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        };
+        self.sel.select(RESOLVER_UPSTREAM, unspecified, server, a.qname, a.qtype)
+    }
+
+    /// Count one timed exchange.
+    pub fn record(&self, ns: u64) {
+        self.hist.record(ns);
+    }
+}
+
+/// A resolver network whose exchanges [`Upstream`] times.
+pub struct TimedNetwork<N>(pub N, pub Arc<Upstream>);
+
+impl<N: xdns_resolver::Network> xdns_resolver::Network for TimedNetwork<N> {
+    fn udp<'a>(
+        &'a self,
+        query: &'a [u8],
+        expect: &'a xdns_resolver::msg::Expect,
+        timeout: std::time::Duration,
+    ) -> xdns_resolver::net::BoxFut<'a, std::io::Result<Vec<u8>>> {
+        Box::pin(async move { self.timed(query, expect, self.0.udp(query, expect, timeout)).await })
+    }
+
+    fn tcp<'a>(
+        &'a self,
+        query: &'a [u8],
+        expect: &'a xdns_resolver::msg::Expect,
+        timeout: std::time::Duration,
+    ) -> xdns_resolver::net::BoxFut<'a, std::io::Result<Vec<u8>>> {
+        Box::pin(async move { self.timed(query, expect, self.0.tcp(query, expect, timeout)).await })
+    }
+}
+
+impl<N> TimedNetwork<N> {
+    async fn timed(
+        &self,
+        query: &[u8],
+        expect: &xdns_resolver::msg::Expect,
+        exchange: impl std::future::Future<Output = std::io::Result<Vec<u8>>>,
+    ) -> std::io::Result<Vec<u8>> {
+        let start = self.1.select(query, expect.server.ip()).then(std::time::Instant::now);
+        let r = exchange.await;
+        if let (Some(t), Ok(_)) = (start, &r) {
+            self.1.record(t.elapsed().as_nanos() as u64);
+        }
+        r
     }
 }
 
@@ -535,7 +768,7 @@ mod tests {
         let n = (0..9).filter(|_| t.select(USER_AUTH, ip, ip, b"\0", 1)).count();
         assert_eq!(n, 3);
         assert!(!t.select(RESOLVER_MISS, ip, ip, b"\0", 1));
-        t.record(USER_AUTH, 1500, RxClock::Software);
+        t.record(USER_AUTH, 1500, RxClock::Software, TxClock::Read);
         let mut s = crate::stats::Snapshot::default();
         t.snapshot(&mut s);
         assert_eq!(s.latency["user_auth"].count, 1);
@@ -543,5 +776,137 @@ mod tests {
         assert_eq!(s.groups["telemetry"].values["rx_software"], 1);
         let text = metrics_text(&s);
         assert!(text.contains("xdns_latency_seconds_count{path=\"user_auth\"} 1"), "{text}");
+    }
+
+    fn counters(t: &Telemetry) -> (crate::stats::Snapshot, [u64; 4]) {
+        let mut s = crate::stats::Snapshot::default();
+        t.snapshot(&mut s);
+        let v = &s.groups["telemetry"].values;
+        let c = [v["tx_software"], v["tx_hardware"], v["tx_read"], v["tx_lost"]];
+        (s, c)
+    }
+
+    fn timed(path: usize, rx: u64, clock: RxClock) -> Timed {
+        Timed { path, rx, clock, probe: None, limit: 512 }
+    }
+
+    #[test]
+    fn transmit_stamps_matched_by_id_in_any_order() {
+        let t = Telemetry::default();
+        let mut w = TxStamps::default();
+        let ids: Vec<u32> = (0..3).map(|_| w.next_id()).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        // received at 1000, 2000, 3000; read before sending 100 ns later
+        for (k, &id) in ids.iter().enumerate() {
+            let rx = 1000 * (k as u64 + 1);
+            w.sent(&t, id, timed(USER_AUTH, rx, RxClock::Software), rx + 100);
+        }
+        assert_eq!(w.waiting(), 3);
+        // the second's stamp first; an ID nobody waits for is ignored
+        assert!(w.stamp(&t, 2, 2000 + 5000, 0));
+        assert!(!w.stamp(&t, 99, 1, 0));
+        assert!(w.stamp(&t, 1, 1000 + 3000, 0));
+        assert!(w.stamp(&t, 3, 3000 + 7000, 0));
+        assert!(!w.stamp(&t, 3, 3000 + 7000, 0), "a stamp counts once");
+        assert_eq!(w.waiting(), 0);
+        let (s, c) = counters(&t);
+        assert_eq!(c, [3, 0, 0, 0]);
+        let h = &s.latency["user_auth"];
+        // the stamps' times, not the send-time reads (100 ns)
+        assert_eq!((h.count, h.sum_ns), (3, 15_000), "{h:?}");
+        assert_eq!(s.groups["telemetry"].values["rx_software"], 3);
+    }
+
+    #[test]
+    fn transmit_stamps_take_the_receive_clock() {
+        let t = Telemetry::default();
+        let mut w = TxStamps::default();
+        // received on the NIC's clock: only the NIC's transmit stamp will do
+        w.sent(&t, 1, timed(RESOLVER_HIT, 10_000, RxClock::Hardware), 50);
+        assert!(!w.stamp(&t, 1, 99_999, 0), "a software stamp is on another clock");
+        assert!(w.stamp(&t, 1, 99_999, 12_000));
+        // received with no stamp (read time, CLOCK_REALTIME): the kernel's software stamp
+        w.sent(&t, 2, timed(RESOLVER_HIT, 10_000, RxClock::Read), 10_100);
+        assert!(!w.stamp(&t, 2, 0, 12_000), "a hardware stamp is on another clock");
+        assert!(w.stamp(&t, 2, 13_000, 12_000));
+        let (s, c) = counters(&t);
+        assert_eq!(c, [1, 1, 0, 0]);
+        assert_eq!(s.latency["resolver_hit"].sum_ns, 2000 + 3000);
+    }
+
+    #[test]
+    fn lost_transmit_stamps_counted_not_waited_for() {
+        let t = Telemetry::default();
+        let mut w = TxStamps::default();
+        let p = TxStamps::PATIENCE_NS;
+        w.sent(&t, 1, timed(USER_AUTH, 1_000, RxClock::Software), 1_400);
+        w.sent(&t, 2, timed(USER_AUTH, 2_000, RxClock::Software), 2_500);
+        // not yet too old
+        assert_eq!(w.expire(&t, 1_400 + p - 1), 0);
+        assert_eq!(w.waiting(), 2);
+        // the first's never came: lost, recorded with its send-time read (400 ns)
+        assert_eq!(w.expire(&t, 1_400 + p), 1);
+        assert_eq!(w.waiting(), 1);
+        assert!(!w.stamp(&t, 1, 5_000, 0), "too late: already counted lost");
+        assert!(w.stamp(&t, 2, 2_700, 0));
+        let (s, c) = counters(&t);
+        assert_eq!(c, [1, 0, 0, 1]);
+        assert_eq!((s.latency["user_auth"].count, s.latency["user_auth"].sum_ns), (2, 400 + 700));
+        // more than MAX_WAITING at once: the oldest are lost as new ones come
+        for _ in 0..TxStamps::MAX_WAITING + 10 {
+            let id = w.next_id();
+            w.sent(&t, id, timed(USER_AUTH, 0, RxClock::Software), 1);
+        }
+        assert_eq!(w.waiting(), TxStamps::MAX_WAITING);
+        assert_eq!(counters(&t).1, [1, 0, 0, 11]);
+        // stamping turned off: every one still waiting is lost
+        w.give_up(&t);
+        assert_eq!(w.waiting(), 0);
+        let (s, c) = counters(&t);
+        assert_eq!(c, [1, 0, 0, 11 + TxStamps::MAX_WAITING as u64]);
+        assert_eq!(s.latency["user_auth"].count, c.iter().sum::<u64>(), "every timed answer is in the histogram once");
+    }
+
+    #[test]
+    fn transmit_stamp_ids_skip_zero() {
+        let mut w = TxStamps { last: u32::MAX - 2, ..Default::default() };
+        let t = Telemetry::default();
+        // IDs across the wrap, one given to a send that failed (never waiting)
+        let ids = [w.next_id(), w.next_id(), w.next_id(), w.next_id()];
+        assert_eq!(ids, [u32::MAX - 1, u32::MAX, 1, 2]);
+        for &id in &[ids[0], ids[2], ids[3]] {
+            w.sent(&t, id, timed(USER_AUTH, 10, RxClock::Software), 20);
+        }
+        assert!(!w.stamp(&t, ids[1], 30, 0), "the failed send's ID waits for nothing");
+        assert!(!w.stamp(&t, 0, 30, 0));
+        assert!(w.stamp(&t, 2, 30, 0));
+        assert!(w.stamp(&t, u32::MAX - 1, 30, 0));
+        assert!(w.stamp(&t, 1, 30, 0));
+        assert_eq!(w.waiting(), 0);
+        assert_eq!(counters(&t).1, [3, 0, 0, 0]);
+    }
+
+    #[test]
+    fn upstream_queries_timed_when_a_rule_selects_them() {
+        let t = Telemetry::default();
+        let up = t.upstream();
+        let q = query(&[]);
+        let server: IpAddr = "198.18.0.9".parse().unwrap();
+        assert!(!up.select(&q, server), "no rules: nothing timed");
+        t.set(vec![Rule::parse("path=resolver-miss").unwrap()]);
+        assert!(!up.select(&q, server), "a rule for other paths");
+        t.set(vec![Rule::parse("path=resolver-upstream dst=198.18.0.0/24 qname=example.com").unwrap()]);
+        assert!(up.select(&q, server));
+        assert!(!up.select(&q, "198.18.1.9".parse().unwrap()), "dst is the server asked");
+        t.set(vec![Rule::parse("src=198.18.0.0/15").unwrap()]);
+        assert!(!up.select(&q, server), "src never matches an upstream query");
+        t.set(vec![Rule::parse("all").unwrap()]);
+        assert!(up.select(&q, server));
+        up.record(2_000_000);
+        let mut s = crate::stats::Snapshot::default();
+        t.snapshot(&mut s);
+        assert_eq!(s.latency["resolver_upstream"].count, 1);
+        assert!(metrics_text(&s).contains("xdns_latency_seconds_count{path=\"resolver_upstream\"} 1"));
+        assert!(table_rows(&s).iter().any(|(k, v)| k == "latency.resolver_upstream" && v.starts_with("n 1 ")));
     }
 }

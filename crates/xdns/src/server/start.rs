@@ -196,6 +196,7 @@ pub async fn resolver(
     };
     let rs2 = rs.clone();
     let sh = shared.clone();
+    let upstream = shared.telemetry.upstream();
     let (resolver, events) = tokio::task::spawn_blocking(move || {
         let handles = match sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(fp) => fp.cache()?,
@@ -205,7 +206,7 @@ pub async fn resolver(
             Some((k, ev)) => (Arc::new(k), Some(ev)),
             None => (Arc::new(xdns_wire::NoCache), None),
         };
-        recursion::build_resolver(&rs2, kernel).map(|r| (r, events))
+        recursion::build_resolver(&rs2, kernel, upstream).map(|r| (r, events))
     })
     .await?
     .context("starting the resolver")?;

@@ -9,6 +9,12 @@
 //! answer is sent from the address the query was sent to (a multi-homed host would otherwise
 //! answer from whatever address the routing table picks, which clients drop). Specific
 //! addresses need none of this and skip the control messages entirely.
+//!
+//! Telemetry (while rules exist): receive timestamps come with each query (`SO_TIMESTAMPING`);
+//! each timed answer is sent asking for its transmit timestamp with an ID of the worker's own
+//! (`SCM_TS_OPT_ID`, Linux 6.13+), read back from the error queue (`MSG_ERRQUEUE`, never
+//! waiting) after each `sendmmsg` and matched by [`crate::telemetry::TxStamps`]. Other senders
+//! on the socket (the resolver's answers) ask for none, so the IDs stay the worker's.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -37,6 +43,14 @@ const RX_SIZE: usize = 4096;
 /// Control buffer per message, in u64 words (aligned for `cmsghdr`): room for a pktinfo
 /// and a receive timestamp (telemetry).
 const CTRL_WORDS: usize = 16;
+/// Error-queue messages (transmit timestamps) read per `recvmmsg`.
+const ERRQ_BATCH: usize = 64;
+/// Control buffer per error-queue message, in u64 words: a timestamp and an extended error.
+const ERRQ_CTRL_WORDS: usize = 32;
+/// `SCM_TS_OPT_ID` (asm-generic/socket.h, Linux 6.13): the transmit timestamp ID of one message.
+const SCM_TS_OPT_ID: libc::c_int = 81;
+/// `SCM_TSTAMP_SND` (linux/errqueue.h): a stamp taken as the packet left for the device.
+const SCM_TSTAMP_SND: u32 = 0;
 /// How often a worker idle in `recvmmsg` checks for shutdown.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -334,6 +348,17 @@ struct Worker {
     recursion: Option<Arc<Recursion>>,
     /// SO_TIMESTAMPING asked for on the socket (telemetry has rules).
     stamps: bool,
+    /// Transmit timestamps from the error queue asked for with each timed answer.
+    tx_errq: bool,
+    /// For each answer slot, its telemetry selection and the time read before sending,
+    /// when its transmit timestamp is to come from the error queue.
+    tx_timed: Vec<Option<(crate::telemetry::Timed, u64)>>,
+    /// For each answer slot, the timestamp ID it is sent with (0: none asked for).
+    tx_ids: Vec<u32>,
+    /// Timed answers waiting for their transmit timestamps.
+    waiting: crate::telemetry::TxStamps,
+    errq_ctrl: Vec<[u64; ERRQ_CTRL_WORDS]>,
+    errq_hdr: Vec<libc::mmsghdr>,
     /// The socket's own address: dnstap's server end, and the server address of telemetry
     /// rules for a specific listen address (a wildcard listener takes it from the pktinfo).
     local: Option<SocketAddr>,
@@ -364,6 +389,12 @@ impl Worker {
             tx_hdr: vec![hdr; batch],
             recursion: None,
             stamps: false,
+            tx_errq: false,
+            tx_timed: vec![None; batch],
+            tx_ids: vec![0; batch],
+            waiting: Default::default(),
+            errq_ctrl: Vec::new(),
+            errq_hdr: Vec::new(),
             local: None,
         }
     }
@@ -373,9 +404,19 @@ impl Worker {
         self.local = sock.local_addr().ok().and_then(|a| a.as_socket());
         while !shared.shutdown.load(Ordering::Relaxed) {
             beat.fetch_add(1, Ordering::Relaxed);
-            let want = shared.telemetry.on();
+            let tel = &shared.telemetry;
+            let want = tel.on();
             if want != self.stamps {
-                self.stamps = set_timestamping(fd, want).is_ok() && want;
+                if !want {
+                    self.read_errq(fd, tel);
+                    self.waiting.give_up(tel);
+                }
+                self.tx_errq = want && tx_stamps_supported() && set_timestamping(fd, true, true).is_ok();
+                self.stamps = self.tx_errq || (set_timestamping(fd, want, false).is_ok() && want);
+            }
+            if self.waiting.waiting() > 0 {
+                // stamps that came after the last send (idle: on the read timeout)
+                self.read_errq(fd, tel);
             }
             let n = match self.recv(fd) {
                 Ok(n) => n,
@@ -393,7 +434,7 @@ impl Worker {
                 }
             };
             let answers = self.answer(n, sock, shared, shard);
-            self.send(fd, answers, shard);
+            self.send(fd, answers, shard, &shared.telemetry);
         }
     }
 
@@ -458,6 +499,7 @@ impl Worker {
             };
             let query = &self.rx[i * RX_SIZE..i * RX_SIZE + len];
             let buf = &mut self.tx[out];
+            self.tx_timed[out] = None;
             let name = &self.names[i];
             let namelen = hdr.msg_hdr.msg_namelen;
             let recursion = self.recursion.as_deref();
@@ -500,7 +542,12 @@ impl Worker {
                     let aa = buf.get(2).is_some_and(|f| f & 0x04 != 0);
                     let path = if aa || recursion.is_none() { crate::telemetry::USER_AUTH } else { crate::telemetry::RESOLVER_HIT };
                     if let Some(t) = tel.start(path, query, c, s, rx, payload) {
-                        tel.finish(t, buf);
+                        if self.tx_errq {
+                            // the probe option now; the histogram when the stamp comes
+                            self.tx_timed[out] = Some((t, tel.stamp_probe(t, buf)));
+                        } else {
+                            tel.finish(t, buf);
+                        }
                     }
                 }
                 self.tx_to[out] = (i, pktinfo);
@@ -510,7 +557,8 @@ impl Worker {
         out
     }
 
-    fn send(&mut self, fd: i32, count: usize, shard: &Shard) {
+    fn send(&mut self, fd: i32, count: usize, shard: &Shard, tel: &crate::telemetry::Telemetry) {
+        let mut timed = 0;
         for j in 0..count {
             let (i, pktinfo) = self.tx_to[j];
             self.tx_iov[j] = libc::iovec {
@@ -524,7 +572,16 @@ impl Worker {
             h.msg_hdr.msg_iov = &mut self.tx_iov[j];
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_flags = 0;
-            let clen = write_pktinfo(&mut self.tx_ctrl[j], pktinfo);
+            let mut clen = write_pktinfo(&mut self.tx_ctrl[j], pktinfo);
+            self.tx_ids[j] = 0;
+            if self.tx_timed[j].is_some() {
+                let id = self.waiting.next_id();
+                let with = write_tx_stamp(&mut self.tx_ctrl[j], clen, id);
+                if with > clen {
+                    (self.tx_ids[j], clen) = (id, with);
+                    timed += 1;
+                }
+            }
             if clen > 0 {
                 h.msg_hdr.msg_control = self.tx_ctrl[j].as_mut_ptr() as *mut libc::c_void;
                 h.msg_hdr.msg_controllen = clen;
@@ -545,6 +602,14 @@ impl Worker {
                 )
             };
             if r > 0 {
+                for j in sent..sent + r as usize {
+                    if let Some((t, at)) = self.tx_timed[j] {
+                        match self.tx_ids[j] {
+                            0 => tel.record(t.path, at.saturating_sub(t.rx), t.clock, crate::telemetry::TxClock::Read),
+                            id => self.waiting.sent(tel, id, t, at),
+                        }
+                    }
+                }
                 sent += r as usize;
                 continue;
             }
@@ -552,10 +617,67 @@ impl Worker {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
+            if e.raw_os_error() == Some(libc::EINVAL) && self.tx_ids[sent] != 0 {
+                // a kernel that refuses the timestamp ID: send it (and from now on every
+                // answer) without asking for a transmit stamp; the time read before sending
+                tracing::warn!("transmit timestamps with an ID (SCM_TS_OPT_ID) refused: telemetry reads the send time instead");
+                self.tx_errq = false;
+                self.tx_ids[sent] = 0;
+                let h = &mut self.tx_hdr[sent].msg_hdr;
+                let (_, pktinfo) = self.tx_to[sent];
+                let clen = write_pktinfo(&mut self.tx_ctrl[sent], pktinfo);
+                h.msg_controllen = clen;
+                if clen == 0 {
+                    h.msg_control = std::ptr::null_mut();
+                }
+                continue;
+            }
             // The message at `sent` failed (unreachable peer, buffer full): skip it.
+            if let Some((t, at)) = self.tx_timed[sent] {
+                tel.record(t.path, at.saturating_sub(t.rx), t.clock, crate::telemetry::TxClock::Read);
+            }
             shard.drop(DropKind::SendFailed);
             sent += 1;
         }
+        if timed > 0 {
+            self.read_errq(fd, tel);
+        }
+    }
+
+    /// Read the transmit timestamps in the socket's error queue (never waiting), give them to
+    /// the answers waiting for them, and count lost the ones waited for too long.
+    fn read_errq(&mut self, fd: i32, tel: &crate::telemetry::Telemetry) {
+        if self.errq_hdr.is_empty() {
+            // SAFETY: plain-data struct, zero is valid.
+            self.errq_hdr = (0..ERRQ_BATCH).map(|_| unsafe { zeroed() }).collect();
+            self.errq_ctrl = vec![[0; ERRQ_CTRL_WORDS]; ERRQ_BATCH];
+        }
+        loop {
+            for (h, c) in self.errq_hdr.iter_mut().zip(self.errq_ctrl.iter_mut()) {
+                // SAFETY: plain-data struct, zero is valid: no name, no data (OPT_TSONLY).
+                h.msg_hdr = unsafe { zeroed() };
+                h.msg_len = 0;
+                h.msg_hdr.msg_control = c.as_mut_ptr() as *mut libc::c_void;
+                h.msg_hdr.msg_controllen = ERRQ_CTRL_WORDS * 8;
+            }
+            // SAFETY: every header points into buffers owned by self that outlive the call;
+            // vlen matches the array length.
+            let r = unsafe {
+                libc::recvmmsg(fd, self.errq_hdr.as_mut_ptr(), ERRQ_BATCH as libc::c_uint, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT, std::ptr::null_mut())
+            };
+            if r <= 0 {
+                break;
+            }
+            for h in &self.errq_hdr[..r as usize] {
+                if let Some((id, sw, hw)) = tx_timestamp(&h.msg_hdr) {
+                    self.waiting.stamp(tel, id, sw, hw);
+                }
+            }
+            if (r as usize) < ERRQ_BATCH {
+                break;
+            }
+        }
+        self.waiting.expire(tel, crate::telemetry::realtime_ns());
     }
 }
 
@@ -570,12 +692,18 @@ fn pktinfo_addr(p: Pktinfo) -> Option<IpAddr> {
 
 /// Ask for (or stop) receive timestamps: the NIC's where the driver gives them, else the
 /// kernel's software stamp (SO_TIMESTAMPING). Telemetry turns them on while it has rules.
-fn set_timestamping(fd: i32, on: bool) -> io::Result<()> {
-    let flags: libc::c_int = if on {
-        (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RX_HARDWARE | libc::SOF_TIMESTAMPING_RAW_HARDWARE) as libc::c_int
-    } else {
-        0
-    };
+/// `tx`: also prepare transmit stamps, which each timed answer asks for itself
+/// ([`write_tx_stamp`]): with an ID (`OPT_ID`), without the packet (`OPT_TSONLY`), the
+/// kernel's and the NIC's both where the NIC stamps too (`OPT_TX_SWHW`).
+fn set_timestamping(fd: i32, on: bool, tx: bool) -> io::Result<()> {
+    let mut flags = 0;
+    if on {
+        flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RX_HARDWARE | libc::SOF_TIMESTAMPING_RAW_HARDWARE;
+        if tx {
+            flags |= libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_OPT_TX_SWHW;
+        }
+    }
+    let flags = flags as libc::c_int;
     // SAFETY: valid fd, pointer to a c_int that outlives the call, correct length.
     let r = unsafe {
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags as *const libc::c_int as *const libc::c_void, size_of::<libc::c_int>() as libc::socklen_t)
@@ -614,6 +742,106 @@ fn rx_timestamp(msg: &libc::msghdr) -> Option<(u64, crate::telemetry::RxClock)> 
         }
     }
     None
+}
+
+/// Does this kernel take a transmit timestamp ID per message (`SCM_TS_OPT_ID`, Linux 6.13)?
+/// Without it the worker cannot tell its answers' stamps from IDs the kernel counts (other
+/// threads send from the socket too), and reads the send time instead. `XDNS_TEL_TX=read`
+/// in the environment makes it do so anyway (benchmarks: bench/tel_errq.py).
+fn tx_stamps_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        // for benchmarks: the send time read before `sendmmsg`, as without the error queue
+        if std::env::var("XDNS_TEL_TX").is_ok_and(|v| v == "read") {
+            return false;
+        }
+        // SAFETY: plain-data struct, zero is valid; uname fills it.
+        let mut u: libc::utsname = unsafe { zeroed() };
+        // SAFETY: valid pointer for the call.
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return false;
+        }
+        let release: String = u.release.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect();
+        kernel_at_least(&release, (6, 13))
+    })
+}
+
+/// Is a kernel release string ("6.18.44-fc") at least `want` (major, minor)?
+fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
+    }
+}
+
+/// Append to `buf`, after the `at` bytes of control messages already there, the request
+/// for this message's transmit timestamp (software, and hardware where the NIC gives it)
+/// with ID `id`; returns the new length (`at` when there is no room).
+fn write_tx_stamp(buf: &mut [u64; CTRL_WORDS], at: usize, id: u32) -> usize {
+    let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_TX_HARDWARE;
+    let end = put_cmsg(buf, at, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags.to_ne_bytes());
+    if end == at {
+        return at;
+    }
+    let end2 = put_cmsg(buf, end, libc::SOL_SOCKET, SCM_TS_OPT_ID, &id.to_ne_bytes());
+    if end2 == end {
+        return at;
+    }
+    end2
+}
+
+/// Write one control message at byte `at` of `buf` (aligned: a sum of CMSG_SPACEs);
+/// returns the offset after it (`at` when it does not fit).
+fn put_cmsg(buf: &mut [u64; CTRL_WORDS], at: usize, level: libc::c_int, ty: libc::c_int, data: &[u8]) -> usize {
+    // SAFETY: pure arithmetic on a length.
+    let (space, len, head) = unsafe { (libc::CMSG_SPACE(data.len() as u32) as usize, libc::CMSG_LEN(data.len() as u32) as usize, libc::CMSG_LEN(0) as usize) };
+    if at + space > CTRL_WORDS * 8 {
+        return at;
+    }
+    // SAFETY: plain-data struct, zero is valid.
+    let mut h: libc::cmsghdr = unsafe { zeroed() };
+    h.cmsg_len = len as _;
+    h.cmsg_level = level;
+    h.cmsg_type = ty;
+    let base = buf.as_mut_ptr() as *mut u8;
+    // SAFETY: at + space <= the buffer's size, checked above; writes are unaligned-safe.
+    unsafe {
+        std::ptr::write_bytes(base.add(at), 0, space);
+        std::ptr::write_unaligned(base.add(at) as *mut libc::cmsghdr, h);
+        std::ptr::copy_nonoverlapping(data.as_ptr(), base.add(at + head), data.len());
+    }
+    at + space
+}
+
+/// A transmit timestamp read from the error queue: its ID and the software and raw hardware
+/// times (ns; 0: absent). `None` for anything else (an ICMP error, a stamp of another kind).
+fn tx_timestamp(msg: &libc::msghdr) -> Option<(u32, u64, u64)> {
+    if msg.msg_control.is_null() {
+        return None;
+    }
+    let (mut times, mut id) = (None, None);
+    // SAFETY: msg was filled by recvmmsg (or a test); the CMSG macros stay within
+    // msg_controllen, and the data is read unaligned into plain-data structs.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPING {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [libc::timespec; 3]);
+                let ns = |t: libc::timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+                times = Some((ns(ts[0]), ns(ts[2])));
+            } else if (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR) || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR) {
+                let e = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
+                if e.ee_errno == libc::ENOMSG as u32 && e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING && e.ee_info == SCM_TSTAMP_SND {
+                    id = Some(e.ee_data);
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    let (sw, hw) = times?;
+    Some((id?, sw, hw))
 }
 
 fn read_pktinfo(msg: &libc::msghdr) -> Pktinfo {
@@ -686,6 +914,156 @@ fn write_pktinfo(buf: &mut [u64; CTRL_WORDS], p: Pktinfo) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Control messages of `buf[..len]`: (level, type, data).
+    fn cmsgs(buf: &mut [u64], len: usize) -> Vec<(i32, i32, Vec<u8>)> {
+        // SAFETY: plain-data struct, zero is valid; the CMSG macros stay within len.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = len;
+        let mut out = Vec::new();
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let n = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                out.push(((*c).cmsg_level, (*c).cmsg_type, std::slice::from_raw_parts(libc::CMSG_DATA(c), n).to_vec()));
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        out
+    }
+
+    /// A timed answer asks for its transmit stamp after its pktinfo: flags, then its ID.
+    #[test]
+    fn transmit_stamp_request_follows_the_pktinfo() {
+        // SAFETY: plain-data struct, zero is valid.
+        let v6: libc::in6_pktinfo = unsafe { zeroed() };
+        let mut buf = [0u64; CTRL_WORDS];
+        let p = write_pktinfo(&mut buf, Pktinfo::V6(v6));
+        let len = write_tx_stamp(&mut buf, p, 0x01020304);
+        assert!(len > p && len <= CTRL_WORDS * 8);
+        let c = cmsgs(&mut buf, len);
+        let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_TX_HARDWARE;
+        assert_eq!(c.len(), 3, "{c:?}");
+        assert_eq!((c[0].0, c[0].1), (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO));
+        assert_eq!(c[1], (libc::SOL_SOCKET, libc::SO_TIMESTAMPING, flags.to_ne_bytes().to_vec()));
+        assert_eq!(c[2], (libc::SOL_SOCKET, SCM_TS_OPT_ID, 0x01020304u32.to_ne_bytes().to_vec()));
+        // alone (a specific listen address: no pktinfo)
+        let mut buf = [0u64; CTRL_WORDS];
+        let len = write_tx_stamp(&mut buf, 0, 7);
+        assert_eq!(cmsgs(&mut buf, len).len(), 2);
+        // no room: nothing appended
+        assert_eq!(write_tx_stamp(&mut buf, CTRL_WORDS * 8 - 24, 7), CTRL_WORDS * 8 - 24);
+    }
+
+    /// An error-queue message: its timestamps and extended error read back; an ICMP error
+    /// or a stamp without its ID is not a transmit stamp.
+    #[test]
+    fn transmit_stamp_read_from_an_error_queue_message() {
+        let ts = |s: i64, n: i64| libc::timespec { tv_sec: s, tv_nsec: n };
+        let stamp: [libc::timespec; 3] = [ts(5, 7), ts(0, 0), ts(9, 11)];
+        // SAFETY: plain-data struct, zero is valid.
+        let mut e: libc::sock_extended_err = unsafe { zeroed() };
+        e.ee_errno = libc::ENOMSG as u32;
+        e.ee_origin = libc::SO_EE_ORIGIN_TIMESTAMPING;
+        e.ee_info = SCM_TSTAMP_SND;
+        e.ee_data = 42;
+        let bytes = |p: *const u8, n: usize| unsafe { std::slice::from_raw_parts(p, n).to_vec() };
+        let ts_bytes = bytes(stamp.as_ptr() as *const u8, size_of::<[libc::timespec; 3]>());
+        let read = |e: libc::sock_extended_err, level: i32, ty: i32, with_ts: bool| {
+            let mut buf = [0u64; CTRL_WORDS];
+            let mut at = 0;
+            if with_ts {
+                at = put_cmsg(&mut buf, at, libc::SOL_SOCKET, libc::SCM_TIMESTAMPING, &ts_bytes);
+            }
+            at = put_cmsg(&mut buf, at, level, ty, &bytes(&e as *const _ as *const u8, size_of::<libc::sock_extended_err>()));
+            // SAFETY: plain-data struct, zero is valid.
+            let mut msg: libc::msghdr = unsafe { zeroed() };
+            msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = at;
+            tx_timestamp(&msg)
+        };
+        let want = Some((42, 5_000_000_007, 9_000_000_011));
+        assert_eq!(read(e, libc::SOL_IP, libc::IP_RECVERR, true), want);
+        assert_eq!(read(e, libc::SOL_IPV6, libc::IPV6_RECVERR, true), want);
+        assert_eq!(read(e, libc::SOL_IP, libc::IP_RECVERR, false), None, "no timestamp");
+        let mut icmp = e;
+        icmp.ee_errno = libc::ECONNREFUSED as u32;
+        icmp.ee_origin = libc::SO_EE_ORIGIN_ICMP;
+        assert_eq!(read(icmp, libc::SOL_IP, libc::IP_RECVERR, true), None);
+        let mut sched = e;
+        sched.ee_info = 1; // SCM_TSTAMP_SCHED
+        assert_eq!(read(sched, libc::SOL_IP, libc::IP_RECVERR, true), None);
+    }
+
+    #[test]
+    fn kernel_release_compared() {
+        assert!(kernel_at_least("6.18.44-fc-v669", (6, 13)));
+        assert!(kernel_at_least("6.13.0", (6, 13)));
+        assert!(kernel_at_least("7.0.1", (6, 13)));
+        assert!(!kernel_at_least("6.12.9-generic", (6, 13)));
+        assert!(!kernel_at_least("5.15.0", (6, 13)));
+        assert!(!kernel_at_least("garbage", (6, 13)));
+    }
+
+    /// The worker's own path on a loopback socket: timed answers sent with their IDs, the
+    /// stamps read back from the error queue and matched (software clock); an answer sent
+    /// without asking for one (another sender on the socket) takes no ID; one whose stamp
+    /// never comes is counted lost once waited for long enough.
+    #[test]
+    fn transmit_stamps_from_the_error_queue_of_a_socket() {
+        assert!(tx_stamps_supported(), "this kernel has no SCM_TS_OPT_ID (Linux 6.13+)");
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(peer.local_addr().unwrap()).unwrap();
+        let fd = sock.as_raw_fd();
+        set_timestamping(fd, true, true).unwrap();
+        let tel = crate::telemetry::Telemetry::default();
+        let mut w = Worker::new(false, 4);
+        let send = |id: Option<u32>| {
+            let mut buf = [0u64; CTRL_WORDS];
+            let len = id.map_or(0, |id| write_tx_stamp(&mut buf, 0, id));
+            let mut data = *b"answer";
+            let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
+            // SAFETY: plain-data struct, zero is valid; pointers outlive the call.
+            let mut msg: libc::msghdr = unsafe { zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if len > 0 {
+                msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
+                msg.msg_controllen = len;
+            }
+            // SAFETY: valid fd and message.
+            assert_eq!(unsafe { libc::sendmsg(fd, &msg, 0) }, 6);
+        };
+        let before = crate::telemetry::realtime_ns();
+        let t = crate::telemetry::Timed { path: crate::telemetry::USER_AUTH, rx: before, clock: crate::telemetry::RxClock::Software, probe: None, limit: 512 };
+        for _ in 0..3 {
+            let id = w.waiting.next_id();
+            send(Some(id));
+            w.waiting.sent(&tel, id, t, before);
+            send(None);
+        }
+        // one more waiting whose stamp will never come (sent long ago, never asked for)
+        let ghost = w.waiting.next_id();
+        w.waiting.sent(&tel, ghost, t, before - crate::telemetry::TxStamps::PATIENCE_NS);
+        w.read_errq(fd, &tel);
+        assert_eq!(w.waiting.waiting(), 0);
+        let mut s = crate::stats::Snapshot::default();
+        tel.snapshot(&mut s);
+        let v = &s.groups["telemetry"].values;
+        assert_eq!((v["tx_software"], v["tx_hardware"], v["tx_read"], v["tx_lost"]), (3, 0, 0, 1), "{v:?}");
+        assert_eq!(s.latency["user_auth"].count, 4);
+        // nothing more in the queue: the unstamped sends asked for nothing
+        w.read_errq(fd, &tel);
+        let mut s2 = crate::stats::Snapshot::default();
+        tel.snapshot(&mut s2);
+        assert_eq!(s2.latency["user_auth"].count, 4);
+        let mut got = [0u8; 16];
+        for _ in 0..6 {
+            assert_eq!(peer.recv(&mut got).unwrap(), 6, "every answer arrived");
+        }
+    }
 
     #[test]
     fn pktinfo_round_trip() {
