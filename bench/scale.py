@@ -13,7 +13,10 @@ size into bench/out/ and reused.
 For each size, every peer is started in turn in the lab's server namespace:
 - **until answering**: from start until the zone's SOA is answered (xdns answers from
   userspace while its kernel maps fill); for xdns also **until the kernel** holds the zone
-  (`xdp_data_active` in `xdns stats`);
+  (`xdp_data_active` in `xdns stats`); and the **CPU seconds** (user + system, every
+  thread and process of the server) used by then: `cpu s` until answering, `k cpu s` until the
+  kernel. On a machine shared with other work the wall-clock seconds mostly measure the wait
+  for a core; the CPU seconds much less (about what an idle machine of one core would take);
 - **peak RSS** (the largest VmHWM of the server's processes) once loaded, and **steady RSS**
   a few seconds later: the sum of their proportional set sizes (NSD's server child shares
   the zone pages with its parent after the fork; Pss counts them once);
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import signal
@@ -109,6 +113,22 @@ def group_memory(pid: int) -> tuple[float, float]:
     return peak / 1024, pss / 1024
 
 
+def group_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the server's processes have used so far: every thread's,
+    also of threads that have ended (the process's own counters). On a machine shared with
+    other work the wall-clock seconds mostly measure the wait for a core; these do not."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in B.group_pids(pid) or [pid]:
+        try:
+            st = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        f = st[st.rindex(")") + 2:].split()
+        total += int(f[11]) + int(f[12])  # utime, stime
+    return total / tck
+
+
 def rss_phases(log: str) -> list[tuple[str, int]]:
     """The daemon's resident MiB at each logged phase of its start (lines with `rss_mib=`):
     where the userspace memory goes (zones, compiled kernel data, after the fill, trimmed)."""
@@ -143,8 +163,10 @@ def start_peer(lab: Lab, name: str, zones, timeout: float):
         srv = lab.start_xdns(zones, name=f"xdns-scale-{int(t0)}", xdp="native", wait=False)
         lab.wait_answering(srv.addr4, ORIGIN, srv.proc, timeout=timeout)
         res["answering_s"] = time.monotonic() - t0
+        res["answering_cpu_s"] = group_cpu_s(srv.proc.pid)
         lab.wait_xdp_data(srv, timeout=timeout)
         res["kernel_s"] = time.monotonic() - t0
+        res["kernel_cpu_s"] = group_cpu_s(srv.proc.pid)
         # steady memory is measured once the daemon has dropped the fill's data and trimmed
         # its heap (it logs that after the kernel answers; seconds later on a loaded machine)
         deadline = time.monotonic() + timeout
@@ -153,9 +175,11 @@ def start_peer(lab: Lab, name: str, zones, timeout: float):
     elif name == "knot":
         srv = lab.start_knot(zones, name=f"knot-scale-{int(t0)}", timeout=timeout)
         res["answering_s"] = time.monotonic() - t0
+        res["answering_cpu_s"] = group_cpu_s(srv.proc.pid)
     elif name == "nsd":
         srv = lab.start_nsd(zones, name=f"nsd-scale-{int(t0)}", timeout=timeout)
         res["answering_s"] = time.monotonic() - t0
+        res["answering_cpu_s"] = group_cpu_s(srv.proc.pid)
     else:
         raise ValueError(name)
     return srv, res
@@ -230,7 +254,7 @@ def fmt(v, spec=".1f") -> str:
 
 def report(results: dict) -> dict:
     print("\n== large zones: load, memory, answers (lower is better except replies/s)")
-    hdr = (f"{'records':>9} {'peer':9} {'answering s':>11} {'kernel s':>9} {'peak MiB':>9} "
+    hdr = (f"{'records':>9} {'peer':9} {'answering s':>11} {'kernel s':>9} {'cpu s':>6} {'k cpu s':>7} {'peak MiB':>9} "
            f"{'steady MiB':>10} {'maps MiB':>9} {'B/record':>9} {'left out':>9} {'replies/s':>10} "
            f"{'ns/pkt':>7} {'reload s':>9} {'reload peak':>11}")
     print(hdr)
@@ -238,6 +262,7 @@ def report(results: dict) -> dict:
     for size, peers in results.items():
         for name, r in peers.items():
             print(f"{size:>9} {name:9} {fmt(r.get('answering_s'), '.2f'):>11} {fmt(r.get('kernel_s'), '.2f'):>9} "
+                  f"{fmt(r.get('answering_cpu_s'), '.2f'):>6} {fmt(r.get('kernel_cpu_s'), '.2f'):>7} "
                   f"{fmt(r['peak_mib']):>9} {fmt(r['steady_mib']):>10} {fmt(r['maps_mib']):>9} "
                   f"{fmt(r['bytes_per_record'], '.0f'):>9} {fmt(r.get('left_out'), 'd'):>9} "
                   f"{fmt(r.get('replies_per_s'), 'd'):>10} {fmt(r.get('kernel_ns_per_pkt'), '.0f'):>7} "
@@ -254,6 +279,7 @@ def report(results: dict) -> dict:
             g[f"peak_vs_{peer}"] = x["peak_mib"] / p["peak_mib"]
             g[f"peak_with_maps_vs_{peer}"] = (x["peak_mib"] + x["maps_mib"]) / p["peak_mib"]
             g[f"until_kernel_vs_{peer}_answering"] = x["kernel_s"] / p["answering_s"]
+            g[f"kernel_cpu_vs_{peer}_answering_cpu"] = x["kernel_cpu_s"] / max(p["answering_cpu_s"], 0.01)
         if peers.get("nsd", {}).get("replies_per_s"):
             g["replies_vs_nsd"] = x["replies_per_s"] / peers["nsd"]["replies_per_s"]
     for size, peers in results.items():
@@ -280,6 +306,9 @@ def report(results: dict) -> dict:
             t = g["until_kernel_vs_knot_answering"]
             print(f"{size:>9} records: until the kernel answers vs knot until answering "
                   f"{t:6.2f}x (goal <= 1: {'met' if t <= 1 else 'NOT met'})")
+            c = g["kernel_cpu_vs_knot_answering_cpu"]
+            print(f"{size:>9} records: CPU seconds until the kernel answers vs knot's until answering "
+                  f"{c:6.2f}x (about the ratio on an idle machine of one core)")
         if "replies_vs_nsd" in g:
             print(f"{size:>9} records: xdns-xdp replies/s vs nsd {g['replies_vs_nsd']:6.2f}x")
     return goals

@@ -573,10 +573,25 @@ pub fn shares_apex_nodata(n: &NodeEntry, own_other: bool) -> bool {
 /// apex's (`XDNS_NODE_NODATA_APEX`; when the apex has none either, the kernel passes, as it
 /// would without the flag).
 pub fn encode_node(n: &NodeEntry, own_other: bool, seed: u64, gen: u32) -> (xdns_node_key, xdns_node) {
+    encode_node_hashed(n, own_other, name_hash(seed, &n.name), name_hash(seed, &n.apex), seed, gen)
+}
+
+/// [`encode_node`] given the hashes of `n`'s name and apex (`name_hash(seed, ..)`), which the
+/// loader has at hand: it looks the name's hash up in its own-`Other` set, and the apex is
+/// the same for every node of a zone. The cut's hash is the name's when `n` is the cut.
+pub fn encode_node_hashed(
+    n: &NodeEntry,
+    own_other: bool,
+    hash: u64,
+    apex_hash: u64,
+    seed: u64,
+    gen: u32,
+) -> (xdns_node_key, xdns_node) {
+    debug_assert_eq!((hash, apex_hash), (name_hash(seed, &n.name), name_hash(seed, &n.apex)));
     let (len, labels) = name_shape(&n.name);
     let (_, apex_labels) = name_shape(&n.apex);
     let mut v = xdns_node {
-        apex_hash: name_hash(seed, &n.apex),
+        apex_hash,
         name_len: len as u8,
         labels: labels as u8,
         apex_labels: apex_labels as u8,
@@ -587,7 +602,7 @@ pub fn encode_node(n: &NodeEntry, own_other: bool, seed: u64, gen: u32) -> (xdns
     }
     if let Some(cut) = &n.cut {
         v.flags |= NODE_CUT;
-        v.cut_hash = name_hash(seed, cut);
+        v.cut_hash = if *cut == n.name { hash } else { name_hash(seed, cut) };
         v.cut_labels = name_shape(cut).1 as u8;
     }
     if n.wildcard {
@@ -596,7 +611,7 @@ pub fn encode_node(n: &NodeEntry, own_other: bool, seed: u64, gen: u32) -> (xdns
     if shares_apex_nodata(n, own_other) {
         v.flags |= NODE_NODATA_APEX;
     }
-    (xdns_node_key { hash: name_hash(seed, &n.name), r#gen, _pad: 0 }, v)
+    (xdns_node_key { hash, r#gen, _pad: 0 }, v)
 }
 
 /// The map entry of one body: key, answer value and body bytes.

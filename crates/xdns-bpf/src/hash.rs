@@ -93,7 +93,21 @@ pub fn table_meta(kind: u8, qtype: u16, gen: u32) -> u32 {
 
 /// Hash of one lowercased wire name (`\x03www\x07example\x03com\x00`).
 pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
-    fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)))
+    // the label hashes on the stack (a name of at most 255 bytes has at most 128 labels): no
+    // allocation, as the fill hashes every name two to four times
+    let mut hashes = [0u64; 128];
+    let (mut n, mut i) = (0usize, 0usize);
+    while i < name.len() {
+        if n == hashes.len() {
+            // longer than any valid name: the general path
+            return fin(labels(seed, name).iter().rev().fold(seed ^ SUFFIX, |s, &(_, h)| step(s, h)));
+        }
+        let end = (i + 1 + name[i] as usize).min(name.len());
+        hashes[n] = label_hash(seed, &name[i..end]);
+        n += 1;
+        i = end;
+    }
+    fin(hashes[..n].iter().rev().fold(seed ^ SUFFIX, |s, &h| step(s, h)))
 }
 
 /// Presence-filter position of a guard prefix (`xdns_guard_pos` in `bpf/hash.h`): its masked
@@ -174,6 +188,19 @@ mod tests {
         assert_eq!(sh.len(), 4);
         for (off, h) in sh {
             assert_eq!(h, name_hash(7, &name[off..]));
+        }
+    }
+
+    /// The stack buffer of `name_hash` holds 128 label hashes: a name of the most labels a
+    /// valid name has (127 and the root), and one longer (not a valid name, but hashed all
+    /// the same), give the hash of the general path.
+    #[test]
+    fn most_labels_hash_like_the_general_path() {
+        for labels_n in [127usize, 128, 129, 300] {
+            let mut name: Vec<u8> = (0..labels_n - 1).flat_map(|i| [1u8, b'a' + (i % 26) as u8]).collect();
+            name.push(0);
+            let general = fin(labels(9, &name).iter().rev().fold(9 ^ SUFFIX, |s, &(_, h)| step(s, h)));
+            assert_eq!(name_hash(9, &name), general, "{labels_n} labels");
         }
     }
 }

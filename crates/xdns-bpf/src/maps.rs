@@ -23,7 +23,7 @@ use anyhow::Result;
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::data::{encode_answer, encode_node, name_shape, record_len, AnswerEntry, BodyValue, Kind, KernelData, NodeEntry};
+use crate::data::{encode_answer, encode_node_hashed, name_shape, record_len, AnswerEntry, BodyValue, Kind, KernelData, NodeEntry};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
 use crate::hash::{filter_pos, table_bucket, table_meta, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
@@ -779,6 +779,8 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
     }
     drop(chunk);
     let mut chunk: Vec<Cow<'_, NodeEntry>> = Vec::with_capacity(CHUNK);
+    // the last apex seen and its hash (nodes come zone by zone)
+    let mut apex: (Vec<u8>, u64) = (Vec::new(), 0);
     loop {
         if maps.abandoned() {
             return Err(Abandoned.into());
@@ -788,9 +790,17 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
         if chunk.is_empty() {
             break;
         }
+        // each name hashed once (the own-`Other` set's key is the node key's hash), each
+        // zone's apex once
         let enc: Vec<_> = chunk
             .iter()
-            .map(|n| encode_node(n, own.contains(&crate::hash::name_hash(seed, &n.name)), seed, gen))
+            .map(|n| {
+                let hash = crate::hash::name_hash(seed, &n.name);
+                if apex.0 != n.apex {
+                    apex = (n.apex.clone(), crate::hash::name_hash(seed, &n.apex));
+                }
+                encode_node_hashed(n, own.contains(&hash), hash, apex.1, seed, gen)
+            })
             .collect();
         done.floor = chunk.iter().map(|n| name_shape(&n.name).1 as u32).fold(done.floor, u32::min);
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
