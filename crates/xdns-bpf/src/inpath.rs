@@ -402,7 +402,7 @@ impl InpathProgram {
     pub fn backdate(&self, secs: u64) -> Result<usize> {
         let ns = secs * 1_000_000_000;
         let mut n = 0;
-        for (map, k, mut v) in self.values() {
+        for (map, k, mut v) in self.values()? {
             for at in [
                 std::mem::offset_of!(types::xdns_inpath_entry, stored_ns),
                 EXPIRES_AT,
@@ -441,16 +441,73 @@ impl InpathProgram {
             .count()
     }
 
-    /// Every entry's value with its class's map (tests and the sweep). A way's element in the
-    /// map its tag does not name (left by two CPUs learning one way in both classes at once)
-    /// is listed too: the sweep deletes it once expired, flush always.
-    fn values(&self) -> Vec<(&MapHandle, Vec<u8>, Vec<u8>)> {
-        [&self.cache_s, &self.cache]
-            .into_iter()
-            .flat_map(|m| {
-                m.keys().filter_map(move |k| m.lookup(&k, MapFlags::ANY).ok().flatten().map(|v| (m, k, v)))
-            })
-            .collect()
+    /// Every entry's value with its class's map (tests). A way's element in the map its tag
+    /// does not name (left by two CPUs learning one way in both classes at once) is listed
+    /// too: the sweep deletes it once expired, flush always.
+    fn values(&self) -> Result<Vec<(&MapHandle, Vec<u8>, Vec<u8>)>> {
+        let mut all = Vec::new();
+        self.each(|m, k, v| all.push((m, k.to_vec(), v.to_vec())))?;
+        Ok(all)
+    }
+
+    /// Call `f` with every entry of both classes' maps (the map, the key, the value), read
+    /// SCAN_BATCH at a time (`BPF_MAP_LOOKUP_BATCH`): the once-a-second sweep and `entries`
+    /// walk the whole cache, and an entry read with a key walk and a lookup each costs two
+    /// system calls (a full cache of 1M entries kept a core busy). libbpf-rs's batch iterator
+    /// is not used: it ends at the first batch the kernel returns short of the count asked
+    /// for, which a hash map does whenever the next bucket would not fit.
+    fn each<'a>(&'a self, mut f: impl FnMut(&'a MapHandle, &[u8], &[u8])) -> Result<()> {
+        for m in [&self.cache_s, &self.cache] {
+            let (ks, vs) = (m.key_size() as usize, m.value_size() as usize);
+            let mut keys = vec![0u8; ks * SCAN_BATCH as usize];
+            let mut vals = vec![0u8; vs * SCAN_BATCH as usize];
+            // the hash map's position: a bucket index (u32), kept in 8 bytes
+            let (mut at, mut next) = ([0u8; 8], [0u8; 8]);
+            let mut first = true;
+            loop {
+                let mut count = SCAN_BATCH;
+                #[allow(clippy::needless_update)]
+                let opts = libbpf_sys::bpf_map_batch_opts {
+                    sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+                    ..Default::default()
+                };
+                let in_batch = if first { std::ptr::null_mut() } else { at.as_mut_ptr().cast() };
+                // SAFETY: `keys` and `vals` hold SCAN_BATCH keys and values of the map's sizes,
+                // `count` says so; `at` and `next` are 8 bytes, more than a hash map's
+                // position; `opts` is initialised with its size; all outlive the call.
+                let ret = unsafe {
+                    libbpf_sys::bpf_map_lookup_batch(
+                        m.as_fd().as_raw_fd(),
+                        in_batch,
+                        next.as_mut_ptr().cast(),
+                        keys.as_mut_ptr().cast(),
+                        vals.as_mut_ptr().cast(),
+                        &mut count,
+                        &opts,
+                    )
+                };
+                if ret < 0 && ret != -libc::ENOENT {
+                    if ret == -libc::EINTR {
+                        continue;
+                    }
+                    bail!(
+                        "reading the in-path cache's {}: {}",
+                        m.name().to_string_lossy(),
+                        std::io::Error::from_raw_os_error(-ret)
+                    );
+                }
+                let n = (count as usize).min(SCAN_BATCH as usize);
+                for (k, v) in keys.chunks_exact(ks).zip(vals.chunks_exact(vs)).take(n) {
+                    f(m, k, v);
+                }
+                if ret == -libc::ENOENT {
+                    break;
+                }
+                at = next;
+                first = false;
+            }
+        }
+        Ok(())
     }
 
     /// Entries held by size class: (small, large).
@@ -458,6 +515,9 @@ impl InpathProgram {
         (self.cache_s.keys().count(), self.cache.keys().count())
     }
 }
+
+/// Entries read per system call when the whole cache is walked (sweep, entries).
+const SCAN_BATCH: u32 = 256;
 
 /// Offset of `expires_ns` in `struct xdns_inpath_entry`.
 const EXPIRES_AT: usize = std::mem::offset_of!(types::xdns_inpath_entry, expires_ns);
@@ -504,8 +564,8 @@ impl InpathView for InpathProgram {
             small_entry_bytes: std::mem::size_of::<types::xdns_inpath_entry_s>() as u64,
             ..Default::default()
         };
-        for (m, _, v) in self.values() {
-            if expires(&v) > now {
+        self.each(|m, _, v| {
+            if expires(v) > now {
                 e.live += 1;
             } else {
                 e.expired += 1;
@@ -515,7 +575,7 @@ impl InpathView for InpathProgram {
             } else {
                 e.large += 1;
             }
-        }
+        })?;
         e.memory_bytes = e.small * element_bytes(e.small_entry_bytes) + e.large * element_bytes(e.entry_bytes);
         Ok(e)
     }
@@ -541,14 +601,18 @@ impl InpathView for InpathProgram {
 
     fn sweep(&self) -> Result<usize> {
         let now = monotonic_ns();
+        let mut expired = Vec::new();
+        self.each(|map, k, v| {
+            if expires(v) <= now {
+                expired.push((map, k.to_vec()));
+            }
+        })?;
         let mut n = 0;
-        for (map, k, v) in self.values() {
+        for (map, k) in expired {
             // an entry learnt again meanwhile is a new value: deleted only if still expired
-            if expires(&v) <= now {
-                let again = map.lookup(&k, MapFlags::ANY).ok().flatten();
-                if again.is_some_and(|a| expires(&a) <= now) && map.delete(&k).is_ok() {
-                    n += 1;
-                }
+            let again = map.lookup(&k, MapFlags::ANY).ok().flatten();
+            if again.is_some_and(|a| expires(&a) <= now) && map.delete(&k).is_ok() {
+                n += 1;
             }
         }
         Ok(n)

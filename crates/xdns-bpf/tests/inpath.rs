@@ -911,6 +911,39 @@ fn inpath_size_classes_at_their_bound() {
 /// others still answered byte for byte. A question learnt again in the other class keeps its
 /// way (no eviction) and leaves no element in its old class's map; the sweep and flush see
 /// both maps.
+/// The sweep, `entries` and `backdate` walk the whole cache a batch at a time
+/// (BPF_MAP_LOOKUP_BATCH, 256 entries a call): a cache of many batches in both classes (a
+/// hash map's batch often comes back short of 256, its next bucket not fitting) is counted,
+/// backdated and swept whole, in agreement with a walk key by key (`class_counts`).
+#[test]
+fn inpath_whole_cache_walks() {
+    require_root("inpath_whole_cache_walks");
+    stay_on_one_cpu();
+    let p = load_inpath(InpathSettings { capacity: 65536, ..settings() });
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    let (n_small, n_large) = (1500u16, 600u16);
+    for i in 0..n_small + n_large {
+        let qq = q(&format!("w{i}.example.com"), 16, i, Opt::new(1232, false));
+        let r = txt_answer(&qq, if i < n_small { 10 } else { 400 }, 300);
+        run(&p, &frame(&v4, &qq));
+        assert_eq!(run(&p, &frame(&s4, &r)).2, vec!["learned".to_string()], "w{i}");
+    }
+    let evicted = p.counters().unwrap().evicted as usize;
+    let (s, l) = p.class_counts();
+    assert_eq!(s + l + evicted, usize::from(n_small + n_large), "held or evicted");
+    assert!(s > 1400 && l > 550, "both classes span several batches: {s} small, {l} large");
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired, e.small, e.large), ((s + l) as u64, 0, s as u64, l as u64), "counted whole");
+    assert_eq!(p.backdate(400).unwrap(), s + l, "backdated whole");
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired), (0, (s + l) as u64), "every entry expired");
+    assert_eq!(p.sweep().unwrap(), s + l, "swept whole");
+    assert_eq!(p.class_counts(), (0, 0));
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired, e.small, e.large), (0, 0, 0, 0));
+}
+
 #[test]
 fn inpath_eviction_across_classes() {
     require_root("inpath_eviction_across_classes");
