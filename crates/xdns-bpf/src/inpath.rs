@@ -477,9 +477,9 @@ impl InpathProgram {
 
     /// Call `f` with the entries of map `m` from batch position `from` (None: the start),
     /// read SCAN_BATCH at a time (`BPF_MAP_LOOKUP_BATCH`), until at least `budget` were read:
-    /// the position to go on from, or None at the map's end. An entry read with a key walk
-    /// and a lookup costs two system calls (the sweep of a full cache of 1M entries kept a
-    /// core busy). libbpf-rs's batch iterator is not used: it ends at the first batch the
+    /// the position to go on from, or None at the map's end (an entry read with a key walk
+    /// and a lookup would cost two system calls). libbpf-rs's batch iterator is not used: it
+    /// ends at the first batch the
     /// kernel returns short of the count asked for, which a hash map does whenever the next
     /// bucket would not fit.
     fn walk<'a>(
@@ -521,7 +521,8 @@ impl InpathProgram {
                 if ret == -libc::EINTR {
                     continue;
                 }
-                bail!("reading the in-path cache's {}: {}", m.name().to_string_lossy(), std::io::Error::from_raw_os_error(-ret));
+                let e = std::io::Error::from_raw_os_error(-ret);
+                bail!("reading the in-path cache's {}: {e}", m.name().to_string_lossy());
             }
             let n = (count as usize).min(SCAN_BATCH as usize);
             for (k, v) in keys.chunks_exact(ks).zip(vals.chunks_exact(vs)).take(n) {
