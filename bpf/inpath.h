@@ -286,45 +286,71 @@ __attribute__((noinline)) __u64 xdns_inpath_key(struct xdns_inpath_scratch *sc, 
 
 /*
  * Is the entry the question's: its server's (sc->srv), its name (sc->qname; both lowercased,
- * the last word zero padded; in the entry after its records, from the next multiple of 8)?
- * One function per size class, each verified once with the class's bound.
+ * the last word zero padded; in the entry's area `d` after its records, from the next
+ * multiple of 8, within the class's `cap` bytes)?
  */
-#define XDNS_INPATH_NAME_EQ(fn, type, cap)                                                              \
-	__attribute__((noinline)) int fn(struct xdns_inpath_scratch *sc, type *e, __u32 qlen)            \
-	{                                                                                               \
-		__u32 k, at, i;                                                                         \
-                                                                                                        \
-		qlen &= 0x1ff;                                                                          \
-		if (!sc || !e)                                                                          \
-			return 0;                                                                       \
-		if (xdns_ld64(e->server) != xdns_ld64(sc->srv) || xdns_ld64(e->server + 8) != xdns_ld64(sc->srv + 8)) \
-			return 0;                                                                       \
-		at = ((__u32)e->rest_len + 7) & ~7U;                                                    \
-		for (k = 0; k < 32; k++) {                                                              \
-			if (k * 8 >= qlen)                                                              \
-				break;                                                                  \
-			i = at + k * 8;                                                                 \
-			asm volatile("" : "+r"(i));     /* one register, checked as it is used */       \
-			if (i > (cap) - 8)                                                              \
-				return 0;                                                               \
-			if (xdns_ld64(e->d + i) != xdns_ld64(sc->qname + k * 8))                        \
-				return 0;                                                               \
-		}                                                                                       \
-		return 1;                                                                               \
+static __always_inline int xdns_inpath_name_in(const struct xdns_inpath_scratch *sc, const __u8 *server,
+					       __u32 rest_len, const __u8 *d, __u32 cap, __u32 qlen)
+{
+	__u32 k, at, i;
+
+	if (xdns_ld64(server) != xdns_ld64(sc->srv) || xdns_ld64(server + 8) != xdns_ld64(sc->srv + 8))
+		return 0;
+	at = (rest_len + 7) & ~7U;
+	for (k = 0; k < 32; k++) {
+		if (k * 8 >= qlen)
+			break;
+		i = at + k * 8;
+		asm volatile("" : "+r"(i));     /* one register, checked as it is used */
+		if (i > cap - 8)
+			return 0;
+		if (xdns_ld64(d + i) != xdns_ld64(sc->qname + k * 8))
+			return 0;
 	}
-XDNS_INPATH_NAME_EQ(xdns_inpath_name_eq_s, struct xdns_inpath_entry_s, XDNS_INPATH_D_S)
-XDNS_INPATH_NAME_EQ(xdns_inpath_name_eq_l, struct xdns_inpath_entry, XDNS_INPATH_D_L)
+	return 1;
+}
 
 /*
- * The entry of cache key `key` in the map of its class (`small`: xdns_inpath_cache_s). A
- * small entry is the large one's first bytes: the head's fields read alike through either
- * type; its area `d` only within XDNS_INPATH_D_S, which the verifier holds each path to.
+ * xdns_inpath_name_in for an entry of each size class, typed as its class: global
+ * functions, each verified once with its class's bound (a global function's pointer argument
+ * is as large as its type, so a small entry cannot be passed as a large one).
  */
-static __always_inline struct xdns_inpath_entry *xdns_inpath_entry_get(__u32 small, __u32 *key)
+__attribute__((noinline)) int xdns_inpath_name_eq_s(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry_s *e,
+						    __u32 qlen)
+{
+	qlen &= 0x1ff;
+	if (!sc || !e)
+		return 0;
+	return xdns_inpath_name_in(sc, e->server, e->rest_len, e->d, XDNS_INPATH_D_S, qlen);
+}
+
+__attribute__((noinline)) int xdns_inpath_name_eq_l(struct xdns_inpath_scratch *sc, struct xdns_inpath_entry *e,
+						    __u32 qlen)
+{
+	qlen &= 0x1ff;
+	if (!sc || !e)
+		return 0;
+	return xdns_inpath_name_in(sc, e->server, e->rest_len, e->d, XDNS_INPATH_D_L, qlen);
+}
+
+/*
+ * The entry of cache key `key` in the map of its class (`small`: xdns_inpath_cache_s), as the
+ * head both classes begin with: its area `d` is read only through the class's own type
+ * (xdns_inpath_name_eq_s / _l, xdns_inpath_area), never past a small entry's end.
+ */
+static __always_inline struct xdns_inpath_entry_head *xdns_inpath_entry_get(__u32 small, __u32 *key)
 {
 	if (small)
-		return (struct xdns_inpath_entry *)bpf_map_lookup_elem(&xdns_inpath_cache_s, key);
+		return bpf_map_lookup_elem(&xdns_inpath_cache_s, key);
 	return bpf_map_lookup_elem(&xdns_inpath_cache, key);
+}
+
+/* The area `d` of entry `e` of size class `small` (the bytes after the head, in its class's type). */
+static __always_inline __u8 *xdns_inpath_area(struct xdns_inpath_entry_head *e, __u32 small)
+{
+	if (small)
+		return ((struct xdns_inpath_entry_s *)e)->d;
+	return ((struct xdns_inpath_entry *)e)->d;
 }
 
 /*
@@ -575,11 +601,11 @@ static __always_inline int xdns_inpath_resize(struct xdp_md *ctx, struct xdns_in
  * bytes of them, the entry's TTL offsets; each TTL read from the frame (the entry's bytes just copied there)
  * and written back, what it lost summed by the parity of its offset into sc->age_even,
  * sc->age_odd (the checksum's change). A global function: verified once, for entries of
- * either size class (the head alone is read: the small class's type fits both). 0, or -1
+ * either size class (it reads the head alone, which both begin with). 0, or -1
  * when the frame is shorter.
  */
 __attribute__((noinline)) int xdns_inpath_age(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
-					      struct xdns_inpath_entry_s *e, __u32 at_n, __u32 sub)
+					      const struct xdns_inpath_entry_head *e, __u32 at_n, __u32 sub)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -624,11 +650,12 @@ __attribute__((noinline)) int xdns_inpath_age(struct xdp_md *ctx, struct xdns_in
  */
 static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md *ctx, struct xdns_inpath_scratch *sc,
 								  const struct xdns_inpath_pkt *pkt,
-								  struct xdns_inpath_entry *e, __u32 small, __u32 qlen,
+								  struct xdns_inpath_entry_head *e, __u32 small, __u32 qlen,
 								  __u32 rlen, __u64 now, int tc)
 {
 	__u32 qend, n, k, sub, nt, hl, l3, lost_even = 0, lost_odd = 0, src_off = 0;
 	__u32 cap = small ? XDNS_INPATH_D_S : XDNS_INPATH_D_L;
+	__u8 *ed = xdns_inpath_area(e, small);
 	__u64 s, el, be;
 	__u16 body;
 	void *data, *end;
@@ -665,11 +692,11 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 		asm volatile("" : "+r"(src_off));
 		if (src_off > cap - XDNS_INPATH_OPT_LEN)
 			return XDNS_INPATH_DROP_REWRITE;
-		if (n && bpf_xdp_store_bytes(ctx, hl + qend, e->d + src_off, XDNS_INPATH_OPT_LEN))
+		if (n && bpf_xdp_store_bytes(ctx, hl + qend, ed + src_off, XDNS_INPATH_OPT_LEN))
 			return XDNS_INPATH_DROP_REWRITE;
 	} else if (n) {
 		asm volatile("" : "+r"(n));
-		if (n > cap || bpf_xdp_store_bytes(ctx, hl + qend, e->d, n))
+		if (n > cap || bpf_xdp_store_bytes(ctx, hl + qend, ed, n))
 			return XDNS_INPATH_DROP_REWRITE;
 	}
 
@@ -680,7 +707,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_reply(struct xdp_md 
 	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
 	nt = tc ? 0 : e->nttl;
 	if (sub && nt) {
-		if (xdns_inpath_age(ctx, sc, (struct xdns_inpath_entry_s *)e, (hl + qend) | n << 16, sub))
+		if (xdns_inpath_age(ctx, sc, e, (hl + qend) | n << 16, sub))
 			return XDNS_INPATH_DROP_REWRITE;
 		lost_even = sc->age_even;
 		lost_odd = sc->age_odd;
@@ -973,7 +1000,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 	int tc;
 	__u16 flags, qtype, qclass, kflags, payload = 512, rdlen;
 	int opts = 0;
-	struct xdns_inpath_entry *e, *hit = NULL;
+	struct xdns_inpath_entry_head *e, *hit = NULL;
 	__u32 small = 0, cls;
 	__u64 t;
 	struct xdns_inpath_tags *tags;
@@ -1047,8 +1074,9 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_query(struct xdp_md 
 		if (!e || e->hash != h || e->qlen != qlen || e->qtype != qtype || e->qclass != qclass ||
 		    e->kflags != kflags)
 			continue;
+		/* the class is the tag's bit: the entry as its own class's type */
 		if (cls ? xdns_inpath_name_eq_s(sc, (struct xdns_inpath_entry_s *)e, qlen) :
-			  xdns_inpath_name_eq_l(sc, e, qlen)) {
+			  xdns_inpath_name_eq_l(sc, (struct xdns_inpath_entry *)e, qlen)) {
 			hit = e;
 			small = cls;
 			break;

@@ -204,7 +204,7 @@ static __always_inline enum xdns_inpath_verdict xdns_inpath_learn(struct xdp_md 
 	struct xdns_inpath_pend_key k = {};
 	struct xdns_inpath_pend *p;
 	__u32 slot;
-	struct xdns_inpath_entry *o;
+	struct xdns_inpath_entry_head *o;
 	struct xdns_inpath_tags *tags;
 	__u8 *m = sc->buf + XDNS_INPATH_DNS_AT;
 	__u32 len = pkt->dns_len, copy, qlen, at, rest, n, an, ns, ar, ttl, set, way, key, pick = 0, evict = 0, k8, opt_len;

@@ -1374,6 +1374,15 @@ struct xdns_inpath_pend {
 #define XDNS_INPATH_D_L 1224            /* the large class's: any answer (rest + qlen <= XDNS_INPATH_MSG - 16, each rounded up to 8) */
 #define XDNS_INPATH_H_CLS (1ULL << 63)  /* in a set's tag: the way's entry is in the small class's map */
 
+/*
+ * The head alone, which both classes begin with: what a lookup returns before its class is
+ * known (inpath.h: xdns_inpath_entry_get), so that nothing reads an entry's area `d` through
+ * it; the area only through the class's own type.
+ */
+struct xdns_inpath_entry_head {
+	XDNS_INPATH_ENTRY_HEAD;
+};
+
 /* The large class (value of xdns_inpath_cache); also the entry built in scratch. */
 struct xdns_inpath_entry {
 	XDNS_INPATH_ENTRY_HEAD;
@@ -1386,8 +1395,9 @@ struct xdns_inpath_entry_s {
 	__u8 d[XDNS_INPATH_D_S];
 };
 _Static_assert(sizeof(struct xdns_inpath_entry_s) == 448, "a small entry: 448 + 64 bytes of hash element <= 512");
-_Static_assert(__builtin_offsetof(struct xdns_inpath_entry, d) == 144 &&
-	       __builtin_offsetof(struct xdns_inpath_entry_s, d) == 144, "both classes' area at 144");
+_Static_assert(sizeof(struct xdns_inpath_entry_head) == 144 &&
+	       __builtin_offsetof(struct xdns_inpath_entry, d) == 144 &&
+	       __builtin_offsetof(struct xdns_inpath_entry_s, d) == 144, "the head 144 bytes, both classes' area right after it");
 _Static_assert(XDNS_INPATH_D_L >= XDNS_INPATH_MSG - 16 + 8, "the large class holds any answer learnt");
 
 /* Per-CPU scratch and counters of the in-path program. */

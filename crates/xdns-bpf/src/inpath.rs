@@ -15,6 +15,7 @@
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -171,6 +172,11 @@ pub struct InpathProgram {
     links: Vec<(String, OwnedFd)>,
     capacity: u32,
     verified: u32,
+    /// Where the sweep goes on in each class's map (small, large): a hash map's batch
+    /// position; None: from the start.
+    sweep_at: Mutex<[Option<[u8; 8]>; 2]>,
+    /// Entries the sweep reads per map and call at most (SWEEP_BUDGET; tests lower it).
+    sweep_budget: usize,
 }
 
 /// `CLOCK_MONOTONIC` in ns: the clock of `bpf_ktime_get_ns`.
@@ -262,6 +268,8 @@ impl InpathProgram {
             links: Vec::new(),
             capacity: sets * WAYS,
             verified: 0,
+            sweep_at: Mutex::new([None; 2]),
+            sweep_budget: SWEEP_BUDGET,
         };
         let servers = dup(&skel.maps.xdns_inpath_servers)?;
         for &(a, l) in &s.servers {
@@ -287,6 +295,8 @@ impl InpathProgram {
             links: Vec::new(),
             capacity: self.capacity,
             verified: self.verified,
+            sweep_at: Mutex::new([None; 2]),
+            sweep_budget: self.sweep_budget,
         })
     }
 
@@ -395,6 +405,13 @@ impl InpathProgram {
         Ok(times[times.len() / 2])
     }
 
+    /// Let each sweep read at most `entries` entries of each class's map (SWEEP_BUDGET
+    /// otherwise): how tests sweep a cache in parts.
+    #[doc(hidden)]
+    pub fn set_sweep_budget(&mut self, entries: usize) {
+        self.sweep_budget = entries.max(1);
+    }
+
     /// Move every entry's clock `secs` seconds into the past (stored, expiry, last use), as if
     /// it had been learnt that much earlier: how tests age TTLs and expire entries without
     /// waiting. Returns the entries moved.
@@ -402,7 +419,7 @@ impl InpathProgram {
     pub fn backdate(&self, secs: u64) -> Result<usize> {
         let ns = secs * 1_000_000_000;
         let mut n = 0;
-        for (map, k, mut v) in self.values() {
+        for (map, k, mut v) in self.values()? {
             for at in [
                 std::mem::offset_of!(types::xdns_inpath_entry, stored_ns),
                 EXPIRES_AT,
@@ -441,16 +458,86 @@ impl InpathProgram {
             .count()
     }
 
-    /// Every entry's value with its class's map (tests and the sweep). A way's element in the
-    /// map its tag does not name (left by two CPUs learning one way in both classes at once)
-    /// is listed too: the sweep deletes it once expired, flush always.
-    fn values(&self) -> Vec<(&MapHandle, Vec<u8>, Vec<u8>)> {
-        [&self.cache_s, &self.cache]
-            .into_iter()
-            .flat_map(|m| {
-                m.keys().filter_map(move |k| m.lookup(&k, MapFlags::ANY).ok().flatten().map(|v| (m, k, v)))
-            })
-            .collect()
+    /// Every entry's value with its class's map (tests). A way's element in the map its tag
+    /// does not name (left by two CPUs learning one way in both classes at once) is listed
+    /// too: the sweep deletes it once expired, flush always.
+    fn values(&self) -> Result<Vec<(&MapHandle, Vec<u8>, Vec<u8>)>> {
+        let mut all = Vec::new();
+        self.each(|m, k, v| all.push((m, k.to_vec(), v.to_vec())))?;
+        Ok(all)
+    }
+
+    /// Call `f` with every entry of both classes' maps (the map, the key, the value).
+    fn each<'a>(&'a self, mut f: impl FnMut(&'a MapHandle, &[u8], &[u8])) -> Result<()> {
+        for m in [&self.cache_s, &self.cache] {
+            Self::walk(m, None, usize::MAX, &mut f)?;
+        }
+        Ok(())
+    }
+
+    /// Call `f` with the entries of map `m` from batch position `from` (None: the start),
+    /// read SCAN_BATCH at a time (`BPF_MAP_LOOKUP_BATCH`), until at least `budget` were read:
+    /// the position to go on from, or None at the map's end (an entry read with a key walk
+    /// and a lookup would cost two system calls). libbpf-rs's batch iterator is not used: it
+    /// ends at the first batch the
+    /// kernel returns short of the count asked for, which a hash map does whenever the next
+    /// bucket would not fit.
+    fn walk<'a>(
+        m: &'a MapHandle,
+        from: Option<[u8; 8]>,
+        budget: usize,
+        f: &mut impl FnMut(&'a MapHandle, &[u8], &[u8]),
+    ) -> Result<Option<[u8; 8]>> {
+        let (ks, vs) = (m.key_size() as usize, m.value_size() as usize);
+        let mut keys = vec![0u8; ks * SCAN_BATCH as usize];
+        let mut vals = vec![0u8; vs * SCAN_BATCH as usize];
+        // the hash map's position: a bucket index (u32), kept in 8 bytes
+        let (mut at, mut next) = (from.unwrap_or_default(), [0u8; 8]);
+        let mut first = from.is_none();
+        let mut read = 0usize;
+        loop {
+            let mut count = SCAN_BATCH;
+            #[allow(clippy::needless_update)]
+            let opts = libbpf_sys::bpf_map_batch_opts {
+                sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+                ..Default::default()
+            };
+            let in_batch = if first { std::ptr::null_mut() } else { at.as_mut_ptr().cast() };
+            // SAFETY: `keys` and `vals` hold SCAN_BATCH keys and values of the map's sizes,
+            // `count` says so; `at` and `next` are 8 bytes, more than a hash map's position;
+            // `opts` is initialised with its size; all outlive the call.
+            let ret = unsafe {
+                libbpf_sys::bpf_map_lookup_batch(
+                    m.as_fd().as_raw_fd(),
+                    in_batch,
+                    next.as_mut_ptr().cast(),
+                    keys.as_mut_ptr().cast(),
+                    vals.as_mut_ptr().cast(),
+                    &mut count,
+                    &opts,
+                )
+            };
+            if ret < 0 && ret != -libc::ENOENT {
+                if ret == -libc::EINTR {
+                    continue;
+                }
+                let e = std::io::Error::from_raw_os_error(-ret);
+                bail!("reading the in-path cache's {}: {e}", m.name().to_string_lossy());
+            }
+            let n = (count as usize).min(SCAN_BATCH as usize);
+            for (k, v) in keys.chunks_exact(ks).zip(vals.chunks_exact(vs)).take(n) {
+                f(m, k, v);
+            }
+            if ret == -libc::ENOENT {
+                return Ok(None);
+            }
+            at = next;
+            first = false;
+            read += n;
+            if read >= budget {
+                return Ok(Some(at));
+            }
+        }
     }
 
     /// Entries held by size class: (small, large).
@@ -458,6 +545,15 @@ impl InpathProgram {
         (self.cache_s.keys().count(), self.cache.keys().count())
     }
 }
+
+/// Entries read per system call when the cache is walked (sweep, entries).
+const SCAN_BATCH: u32 = 256;
+
+/// Entries of each class's map the once-a-second sweep reads per call at most: a cache larger
+/// than this is swept a part a second, going on where the last call stopped (an expired entry
+/// of a 1M cache is deleted within 16 s; until then `entries` counts it as expired and a
+/// learn takes its way as free), so that the sweep's cost does not grow with the capacity.
+const SWEEP_BUDGET: usize = 65536;
 
 /// Offset of `expires_ns` in `struct xdns_inpath_entry`.
 const EXPIRES_AT: usize = std::mem::offset_of!(types::xdns_inpath_entry, expires_ns);
@@ -504,8 +600,8 @@ impl InpathView for InpathProgram {
             small_entry_bytes: std::mem::size_of::<types::xdns_inpath_entry_s>() as u64,
             ..Default::default()
         };
-        for (m, _, v) in self.values() {
-            if expires(&v) > now {
+        self.each(|m, _, v| {
+            if expires(v) > now {
                 e.live += 1;
             } else {
                 e.expired += 1;
@@ -515,7 +611,7 @@ impl InpathView for InpathProgram {
             } else {
                 e.large += 1;
             }
-        }
+        })?;
         e.memory_bytes = e.small * element_bytes(e.small_entry_bytes) + e.large * element_bytes(e.entry_bytes);
         Ok(e)
     }
@@ -541,14 +637,22 @@ impl InpathView for InpathProgram {
 
     fn sweep(&self) -> Result<usize> {
         let now = monotonic_ns();
-        let mut n = 0;
-        for (map, k, v) in self.values() {
-            // an entry learnt again meanwhile is a new value: deleted only if still expired
-            if expires(&v) <= now {
-                let again = map.lookup(&k, MapFlags::ANY).ok().flatten();
-                if again.is_some_and(|a| expires(&a) <= now) && map.delete(&k).is_ok() {
-                    n += 1;
+        let mut expired = Vec::new();
+        let mut at = self.sweep_at.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, m) in [&self.cache_s, &self.cache].into_iter().enumerate() {
+            at[i] = Self::walk(m, at[i], self.sweep_budget, &mut |map, k, v| {
+                if expires(v) <= now {
+                    expired.push((map, k.to_vec()));
                 }
+            })?;
+        }
+        drop(at);
+        let mut n = 0;
+        for (map, k) in expired {
+            // an entry learnt again meanwhile is a new value: deleted only if still expired
+            let again = map.lookup(&k, MapFlags::ANY).ok().flatten();
+            if again.is_some_and(|a| expires(&a) <= now) && map.delete(&k).is_ok() {
+                n += 1;
             }
         }
         Ok(n)

@@ -911,6 +911,56 @@ fn inpath_size_classes_at_their_bound() {
 /// others still answered byte for byte. A question learnt again in the other class keeps its
 /// way (no eviction) and leaves no element in its old class's map; the sweep and flush see
 /// both maps.
+/// The sweep, `entries` and `backdate` walk the whole cache a batch at a time
+/// (BPF_MAP_LOOKUP_BATCH, 256 entries a call): a cache of many batches in both classes (a
+/// hash map's batch often comes back short of 256, its next bucket not fitting) is counted
+/// and backdated whole, in agreement with a walk key by key (`class_counts`); a sweep reads
+/// a bounded part of each map per call and the next goes on where it stopped (half the
+/// entries live, spread over the map: a sweep that began at the start each time would read
+/// the same live ones again and take ever more calls), until every expired entry is gone,
+/// none twice, the live ones kept.
+#[test]
+fn inpath_whole_cache_walks() {
+    require_root("inpath_whole_cache_walks");
+    stay_on_one_cpu();
+    let mut p = load_inpath(InpathSettings { capacity: 65536, ..settings() });
+    let v4 = Net::v4();
+    let s4 = server_side(&v4);
+    let (n_small, n_large) = (1500u16, 600u16);
+    for i in 0..n_small + n_large {
+        let qq = q(&format!("w{i}.example.com"), 16, i, Opt::new(1232, false));
+        // even: TTL 300, odd: 1000 (expired and live after 400 s)
+        let r = txt_answer(&qq, if i < n_small { 10 } else { 400 }, if i % 2 == 0 { 300 } else { 1000 });
+        run(&p, &frame(&v4, &qq));
+        assert_eq!(run(&p, &frame(&s4, &r)).2, vec!["learned".to_string()], "w{i}");
+    }
+    assert_eq!(p.counters().unwrap().evicted, 0, "65,536 ways for 2,100 names");
+    let (s, l) = p.class_counts();
+    assert_eq!((s, l), (usize::from(n_small), usize::from(n_large)), "both classes span several batches");
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired, e.small, e.large), ((s + l) as u64, 0, s as u64, l as u64), "counted whole");
+    assert_eq!(p.backdate(400).unwrap(), s + l, "backdated whole");
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired), (((s + l) / 2) as u64, ((s + l) / 2) as u64), "the even half expired");
+    // at most 700 of each map read per sweep: the small map (1,500) in two parts
+    p.set_sweep_budget(700);
+    let mut swept = Vec::new();
+    loop {
+        let n = p.sweep().unwrap();
+        if n == 0 {
+            break;
+        }
+        swept.push(n);
+        assert!(swept.len() <= 4, "the sweep goes on where it stopped: {swept:?}");
+    }
+    assert!(swept.len() >= 2 && swept[0] < (s + l) / 2, "a part per call: {swept:?}");
+    assert_eq!(swept.iter().sum::<usize>(), (s + l) / 2, "every expired entry swept once: {swept:?}");
+    assert_eq!(p.class_counts(), (s / 2, l / 2), "the live half kept");
+    assert_eq!(p.flush().unwrap(), (s + l) / 2);
+    let e = p.entries().unwrap();
+    assert_eq!((e.live, e.expired, e.small, e.large), (0, 0, 0, 0));
+}
+
 #[test]
 fn inpath_eviction_across_classes() {
     require_root("inpath_eviction_across_classes");

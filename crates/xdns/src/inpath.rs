@@ -3,7 +3,9 @@
 //! The daemon's side of `bpf/inpath.bpf.c` (loaded by [`xdns_bpf::inpath`]): the section's
 //! settings, the running cache (attached at start, detached at stop; a crash closes the
 //! links and detaches it too), its counters as `xdns stats` / `/metrics` groups, `xdns flush`,
-//! and a sweep of expired entries once a second, so that `entries` counts what lives.
+//! and a sweep of expired entries once a second (at most 64k entries of each class's map read
+//! per second, going on where the last stopped, so that its cost does not grow with the
+//! capacity: an expired entry of a larger cache waits a few seconds, counted as `expired`).
 //!
 //! Groups: `inpath` (every verdict of the program, evictions, redirects, flushes: counters)
 //! and `inpath_cache` (entries, expired entries not yet swept, capacity, bytes: gauges).

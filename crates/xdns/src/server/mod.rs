@@ -476,8 +476,8 @@ async fn expire_live_blocks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
     }
 }
 
-/// Once a second, the in-path cache's expired entries are deleted (so `entries` counts what
-/// lives, and a set's free ways are found first).
+/// Once a second, the in-path cache's expired entries are deleted (so that memory follows
+/// what lives; a cache of more than 64k entries a map is swept a part each second).
 async fn sweep_inpath(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
