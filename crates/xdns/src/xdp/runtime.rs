@@ -650,6 +650,9 @@ struct Seen {
     names: usize,
     answers: usize,
     bound: SoaBound,
+    /// When the loader first asked for an entry: before it, a growth loads the program again
+    /// (the verifier runs, the zone maps are made); nothing is written until then.
+    first_read: Option<std::time::Instant>,
 }
 
 /// The kernel's data for `zones`, compiled by another thread (`compiler`, see
@@ -657,7 +660,12 @@ struct Seen {
 /// also in `xdns stats`' `load.answers_compiled`).
 fn streamed<'a>(zones: &'a ZoneSet, expected: usize, compiled: Compiled, seen: &'a RefCell<Seen>) -> xdns_bpf::maps::Stream<'a> {
     use std::borrow::Cow;
-    let answers = compiled.answers.into_iter().flatten().inspect(move |a| {
+    let mut chunks = compiled.answers.into_iter();
+    let chunks = std::iter::from_fn(move || {
+        seen.borrow_mut().first_read.get_or_insert_with(std::time::Instant::now);
+        chunks.next()
+    });
+    let answers = chunks.flatten().inspect(move |a| {
         let mut s = seen.borrow_mut();
         s.answers += 1;
         if s.answers.is_multiple_of(xdns_bpf::data::PROGRESS_EVERY) {
@@ -728,6 +736,9 @@ fn grow_logged(
     tracing::info!(%from, %to, rss_mib = crate::heap::rss_mib(),
         "XDP: the new zone data does not fit in the kernel maps: loading the program again with larger zone maps (the old data answers meanwhile)");
     let seen = compiling(prog, t, |prog, src| prog.install_grown_stream(src, to), zones, expected)?;
+    // the program loaded again (verifier, zone maps made) before the first entry was asked for
+    let loaded = seen.first_read.map_or(0.0, |r| r.duration_since(t).as_secs_f32());
+    tracing::info!(seconds = loaded, "XDP: grown program loaded (verifier run, zone maps made) before its fill");
     log_filled(prog, t, &format!("XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"));
     Ok(seen.bound)
 }
