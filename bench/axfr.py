@@ -11,9 +11,11 @@ mode: generic on the lab veth) unless `--no-xdp`; **kernel** is then the time un
 program itself answers that record (the `answered` verdict counter grows with the answer),
 which is what "served" means for xdns: its row's ratio to Knot uses it. xdns also reports
 its log line's phases (`fetched_ms`: the TCP stream received and parsed into the zone;
-`built_ms`: validated; `ms`: swapped in, kernel included) and the XDP thread's (`compile`:
-the kernel's answers compiled; `grow`: the program loaded again with zone maps sized for
-them, a verifier run, then filled and switched to; `fill`: filled into the maps of the day).
+`built_ms`: validated; `ms`: swapped in, kernel included) and the XDP thread's (`sized`:
+the kernel data estimated; `grow`: the program loaded again with zone maps sized for it,
+then filled, the answers compiled as they are written, and switched to; `grow_load`: the
+first part of `grow`, the load (a verifier run, the maps made); `fill`: filled into the maps
+of the day).
 Peak RSS (VmHWM) per secondary (NSD's is its first process's only: the transfer and the zone's
 load run in processes it forks, not counted).
 Each xdns run's log is kept in bench/out/axfr-xdns-RUN.log. `XDNS_BIN` picks the binary (a
@@ -115,8 +117,11 @@ def wait_kernel(lab: Lab, srv, name: str, timeout: float, period: float = 0.1) -
 
 def kernel_phases(log: str) -> dict:
     """The XDP thread's phases for the transferred zone, from the daemon's log (seconds): the
-    answers compiled for it, and the maps grown for them (a verifier run, the fill, the
-    links switched) or filled into the maps of the day."""
+    kernel data sized (the estimate), the answers compiled for it, and the maps grown for them
+    (the program loaded again: a verifier run, `grow_load_s`; then the fill, the compile
+    streamed into it, and the links switched) or filled into the maps of the day. Since the
+    compile is streamed into the fill, `compile_s` ends with the fill: it is the fill's time,
+    not a phase of its own."""
     out = {}
     for ln in log.splitlines():
         m = re.search(r"seconds=([0-9.e-]+)", ln)
@@ -124,8 +129,12 @@ def kernel_phases(log: str) -> dict:
             continue
         if "XDP: answers compiled" in ln and not re.search(r"names=0\b", ln):
             out["compile_s"] = round(float(m.group(1)), 2)
+        elif "XDP: grown program loaded" in ln:
+            out["grow_load_s"] = round(float(m.group(1)), 2)
         elif "XDP: kernel maps grown" in ln:
             out["grow_s"] = round(float(m.group(1)), 2)
+        elif "XDP: kernel data sized" in ln and not re.search(r"names=0\b", ln):
+            out["sized_s"] = round(float(m.group(1)), 2)
         elif "XDP: kernel maps filled" in ln and "compile_s" in out:
             out["fill_s"] = round(float(m.group(1)), 2)
     return out
@@ -196,7 +205,7 @@ def table(res: dict, summary: dict) -> str:
             ph = runs[-1].get("phases_ms", {})
             notes = "last run: " + ", ".join(f"{k} {v}" for k, v in ph.items())
             kp = [r.get("kernel_phases_s") or {} for r in runs]
-            for k in ("compile_s", "grow_s", "fill_s"):
+            for k in ("sized_s", "grow_load_s", "grow_s", "fill_s"):
                 if any(k in p for p in kp):
                     notes += f"; XDP {k[:-2]} " + ", ".join(f"{p[k]:.1f}" if k in p else "-" for p in kp) + " s"
             if sm.get("kernel_answered_runs") == 0:

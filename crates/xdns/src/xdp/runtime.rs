@@ -9,7 +9,10 @@
 //!   (the program passes every query to the userspace sockets until then: `pass_not_loaded`).
 //!   The fill compiles the answers as it writes them, a chunk at a time
 //!   (`xdns_bpf::maps::Stream::compile`): the compiled bodies of the whole zone set are never
-//!   held at once (issue 30); a reload writes its new generation the same way.
+//!   held at once (issue 30); a reload writes its new generation the same way. Data that
+//!   does not fit in maps sized from the estimate (one that undersized them) is measured
+//!   exactly and installed into maps grown for it, at the first fill as at a reload
+//!   (`XdpRuntime::grow_to_exact`).
 //!
 //! [`Shape::estimate`]: xdns_bpf::data::Shape::estimate
 //! - `attach` attaches the program (BPF link) to every configured interface, or, on a
@@ -114,18 +117,29 @@ impl XdpRuntime {
         zones: &ZoneSet,
         edns_payload: u16,
     ) -> anyhow::Result<Option<Self>> {
-        use xdns_bpf::runtime::{Capacity, LoadConfig, XdpProgram};
-
         if cfg.interfaces.is_empty() {
             return Ok(None);
         }
         let shape = estimate_logged(zones);
+        Self::load_sized(cfg, listen, zones, edns_payload, &shape).map(Some)
+    }
+
+    /// [`Self::load`] with the zone maps sized for data of `shape` (the estimate of `zones`).
+    fn load_sized(
+        cfg: &XdpConfig,
+        listen: &[SocketAddr],
+        zones: &ZoneSet,
+        edns_payload: u16,
+        shape: &xdns_bpf::data::Shape,
+    ) -> anyhow::Result<Self> {
+        use xdns_bpf::runtime::{Capacity, LoadConfig, XdpProgram};
+
         crate::progress::STARTUP.compiled();
         let load = LoadConfig {
             listen: listen.to_vec(),
             edns_payload,
             seed: None,
-            capacity: Capacity::for_shape(&shape),
+            capacity: Capacity::for_shape(shape),
             resolver: cfg.resolver.clone(),
             guard: cfg.guard.clone(),
             kit: cfg.kit.clone(),
@@ -152,7 +166,7 @@ impl XdpRuntime {
             }
             None => None,
         };
-        Ok(Some(Self {
+        Ok(Self {
             guard_maps,
             kit: cfg.kit.is_some(),
             prog,
@@ -165,12 +179,14 @@ impl XdpRuntime {
             report: std::sync::Arc::new(std::sync::Mutex::new(report)),
             installed: Some(Arc::new(zones.clone())),
             index: HashMap::new(),
-        }))
+        })
     }
 
     /// Fill the maps with the load's zones, compiled as they are written (nothing if a reload
     /// came first). For a large zone set this takes seconds to minutes: a fresh start attaches
-    /// first and fills after, so that the userspace sockets answer meanwhile.
+    /// first and fills after, so that the userspace sockets answer meanwhile. If the data does
+    /// not fit in the maps sized from the estimate (one that undersized them), the maps grow
+    /// to the data's exact size ([`Self::grow_to_exact`]), as a reload's do.
     pub fn fill(&mut self) -> anyhow::Result<()> {
         use anyhow::Context;
         if !self.pending {
@@ -180,7 +196,11 @@ impl XdpRuntime {
             self.pending = false;
             return Ok(());
         };
-        let filled = install_logged(&mut self.prog, &zones, self.expected).context("filling the XDP maps");
+        let filled = match install_logged(&mut self.prog, &zones, self.expected) {
+            Err(e) if !super::fastpath::abandoned(&e) => self.grow_to_exact(&zones, e),
+            done => done,
+        };
+        let filled = filled.context("filling the XDP maps");
         let out = match filled {
             Ok(bound) => {
                 self.index = zone_indexes(&zones, bound);
@@ -468,6 +488,12 @@ impl XdpRuntime {
             }
             done => done,
         };
+        // growing to the estimate's size failed, or was not tried: an estimate that undersized
+        // the data is mended by maps of its exact size
+        let installed = match installed {
+            Err(e) if !abandoned(&e) => self.grow_to_exact(zones, e),
+            done => done,
+        };
         match installed {
             Err(e) if !abandoned(&e) && self.prog.generation() != 0 => {
                 tracing::warn!(error = %format!("{e:#}"),
@@ -480,6 +506,25 @@ impl XdpRuntime {
             }
             done => done,
         }
+    }
+
+    /// After an install of `zones` into maps sized from their estimate failed (`failed`): when
+    /// their exact shape (every answer compiled once more, none held: seconds for a million
+    /// names) needs larger maps than the running program's, the estimate undersized them,
+    /// and `zones` are installed into maps grown for that shape; otherwise (or if that
+    /// fails) `failed`, with the growth's error as context.
+    fn grow_to_exact(&mut self, zones: &ZoneSet, failed: anyhow::Error) -> anyhow::Result<SoaBound> {
+        use xdns_bpf::runtime::Capacity;
+        let have = self.prog.capacity();
+        let shape = exact_shape_logged(zones);
+        let need = Capacity::for_shape(&shape);
+        if have.holds(&need) {
+            return Err(failed);
+        }
+        tracing::warn!(error = %format!("{failed:#}"), %have, %need,
+            "XDP: the zone data does not fit in the kernel maps sized from its estimate: growing them to its exact size");
+        grow_logged(&mut self.prog, zones, shape.nodes + shape.answers, have.max(&need))
+            .map_err(|g| if super::fastpath::abandoned(&g) { g } else { failed.context(format!("growing the maps to the exact size failed too: {g:#}")) })
     }
 
     /// The kernel answer cache and a reader of its refresh events, for the resolver. `None`
@@ -578,12 +623,36 @@ fn estimate_logged(zones: &ZoneSet) -> xdns_bpf::data::Shape {
     shape
 }
 
+/// The exact size of the kernel's data for `zones`: every node counted and every answer
+/// compiled, one at a time (none held), measured as [`xdns_bpf::data::Shape::of`] measures
+/// compiled data; with the time it took in the log. For when the estimate undersized the maps.
+fn exact_shape_logged(zones: &ZoneSet) -> xdns_bpf::data::Shape {
+    use xdns_bpf::data::{encode_body, record_len, CLASS_M_LEN, CLASS_S_LEN};
+    let t = std::time::Instant::now();
+    let mut shape = xdns_bpf::data::Shape { nodes: xdns_bpf::data::nodes(zones).count(), ..Default::default() };
+    for a in xdns_bpf::data::answers(zones) {
+        match a.body.bytes.len() {
+            n if n <= CLASS_S_LEN => {}
+            n if n <= CLASS_M_LEN => shape.class_m += 1,
+            _ => shape.class_l += 1,
+        }
+        shape.answers += 1;
+        shape.record_bytes += record_len(&encode_body(&a.body).1) as u64;
+    }
+    tracing::info!(names = shape.nodes, answers = shape.answers, record_bytes = shape.record_bytes,
+        seconds = t.elapsed().as_secs_f32(), "XDP: kernel data measured exactly");
+    shape
+}
+
 /// What a streamed install saw go by: entries, and the SOA-bound names.
 #[derive(Default)]
 struct Seen {
     names: usize,
     answers: usize,
     bound: SoaBound,
+    /// When the loader first asked for an entry: before it, a growth loads the program again
+    /// (the verifier runs, the zone maps are made); nothing is written until then.
+    first_read: Option<std::time::Instant>,
 }
 
 /// The kernel's data for `zones`, compiled by another thread (`compiler`, see
@@ -591,7 +660,12 @@ struct Seen {
 /// also in `xdns stats`' `load.answers_compiled`).
 fn streamed<'a>(zones: &'a ZoneSet, expected: usize, compiled: Compiled, seen: &'a RefCell<Seen>) -> xdns_bpf::maps::Stream<'a> {
     use std::borrow::Cow;
-    let answers = compiled.answers.into_iter().flatten().inspect(move |a| {
+    let mut chunks = compiled.answers.into_iter();
+    let chunks = std::iter::from_fn(move || {
+        seen.borrow_mut().first_read.get_or_insert_with(std::time::Instant::now);
+        chunks.next()
+    });
+    let answers = chunks.flatten().inspect(move |a| {
         let mut s = seen.borrow_mut();
         s.answers += 1;
         if s.answers.is_multiple_of(xdns_bpf::data::PROGRESS_EVERY) {
@@ -662,6 +736,9 @@ fn grow_logged(
     tracing::info!(%from, %to, rss_mib = crate::heap::rss_mib(),
         "XDP: the new zone data does not fit in the kernel maps: loading the program again with larger zone maps (the old data answers meanwhile)");
     let seen = compiling(prog, t, |prog, src| prog.install_grown_stream(src, to), zones, expected)?;
+    // the program loaded again (verifier, zone maps made) before the first entry was asked for
+    let loaded = seen.first_read.map_or(0.0, |r| r.duration_since(t).as_secs_f32());
+    tracing::info!(seconds = loaded, "XDP: grown program loaded (verifier run, zone maps made) before its fill");
     log_filled(prog, t, &format!("XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"));
     Ok(seen.bound)
 }
@@ -728,4 +805,50 @@ fn log_filled(prog: &xdns_bpf::runtime::XdpProgram, t: std::time::Instant, what:
         generation = prog.generation(),
         "{what}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdns_bpf::runtime::Capacity;
+
+    /// `grow.test` with `n` names `h<i>`, one A record each.
+    fn hosts(n: usize) -> ZoneSet {
+        let dir = std::env::temp_dir().join(format!("xdns-xdp-runtime-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::from("$TTL 300\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 198.18.0.1\n");
+        for i in 0..n {
+            text.push_str(&format!("h{i} A 198.18.{}.{}\n", (i >> 8) & 255, i & 255));
+        }
+        let file = dir.join("grow.test.zone");
+        std::fs::write(&file, text).unwrap();
+        let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "grow.test.".into(), file }, None).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut set = ZoneSet::default();
+        set.zones.insert(z.apex.clone(), Arc::new(z));
+        set
+    }
+
+    /// The first fill at start-up, into maps sized from an estimate that undersized the data
+    /// (here: maps for no zone at all), grows them to the data's exact size as a reload does,
+    /// instead of failing and leaving every query to userspace. Needs root (loads the program).
+    #[test]
+    fn first_fill_grows_maps_the_estimate_undersized() {
+        // SAFETY: geteuid cannot fail.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "first_fill_grows_maps_the_estimate_undersized needs root: it loads the XDP program");
+        let zones = hosts(5000);
+        let cfg = XdpConfig { interfaces: vec!["lo".into()], ..Default::default() };
+        let listen = ["198.18.0.1:53".parse().unwrap()];
+        let mut rt = XdpRuntime::load_sized(&cfg, &listen, &zones, 1232, &xdns_bpf::data::Shape::default()).expect("load (verifier)");
+        let exact = exact_shape_logged(&zones);
+        let need = Capacity::for_shape(&exact);
+        assert!(!rt.prog.capacity().holds(&need), "the maps at load are too small for the data: {}", rt.prog.capacity());
+        rt.fill().expect("the first fill grows the maps the estimate undersized");
+        assert!(rt.data_active(), "a generation is active");
+        assert!(rt.prog.capacity().holds(&need), "grown to the exact size: {} for {need}", rt.prog.capacity());
+        assert_eq!(rt.prog.map_entries().0, exact.nodes, "every node in the kernel");
+        let (in_table, left_out) = rt.table_counts();
+        assert_eq!(in_table + left_out, exact.answers, "every answer in the kernel");
+        assert!(rt.index.contains_key(&b"\x04grow\x04test\x00"[..]), "the zone's index for in-place updates is built");
+    }
 }
