@@ -66,11 +66,21 @@ impl AtomicHist {
 struct Selection {
     rules: ArcSwap<Vec<Rule>>,
     seen: [AtomicU64; MAX_RULES],
+    /// Some rule may select an answer the UDP workers send (user_auth, resolver_hit,
+    /// resolver_miss): they then ask the kernel for timestamps. Written with the rules.
+    udp: std::sync::atomic::AtomicBool,
 }
 
 impl Selection {
     fn on(&self) -> bool {
         !self.rules.load().is_empty()
+    }
+
+    fn store(&self, rules: Vec<Rule>) {
+        const UDP: u8 = 1 << USER_AUTH | 1 << RESOLVER_HIT | 1 << RESOLVER_MISS;
+        let udp = rules.iter().any(|r| r.paths == 0 || r.paths & UDP != 0);
+        self.rules.store(Arc::new(rules));
+        self.udp.store(udp, Ordering::Relaxed);
     }
 
     fn select(&self, path: usize, client: IpAddr, server: IpAddr, qname: &[u8], qtype: u16) -> bool {
@@ -148,9 +158,11 @@ pub enum RxClock {
 }
 
 impl Telemetry {
-    /// Are any rules set? (One atomic load: the cost of telemetry off per datagram.)
+    /// May a rule select answers the UDP workers send? (One atomic load: the cost of
+    /// telemetry off per batch of datagrams.) Rules for the kernel's paths or the resolver's
+    /// upstream queries alone leave the workers' sockets without timestamps.
     pub fn on(&self) -> bool {
-        self.sel.on()
+        self.sel.udp.load(Ordering::Relaxed)
     }
 
     /// The upstream queries' timer, for the resolver's network ([`Upstream`]).
@@ -174,7 +186,7 @@ impl Telemetry {
 
     /// Replace the rules (the configuration's, at start and reload).
     pub fn set(&self, rules: Vec<Rule>) {
-        self.sel.rules.store(Arc::new(rules));
+        self.sel.store(rules);
         self.push();
     }
 
@@ -884,6 +896,22 @@ mod tests {
         assert!(w.stamp(&t, 1, 30, 0));
         assert_eq!(w.waiting(), 0);
         assert_eq!(counters(&t).1, [3, 0, 0, 0]);
+    }
+
+    #[test]
+    fn udp_workers_stamp_only_for_rules_of_their_paths() {
+        let t = Telemetry::default();
+        assert!(!t.on(), "no rules");
+        for only_elsewhere in ["path=kernel-auth", "path=kernel-cache", "path=resolver-upstream", "path=kernel-auth,resolver-upstream"] {
+            t.set(vec![Rule::parse(only_elsewhere).unwrap()]);
+            assert!(!t.on(), "`{only_elsewhere}` selects nothing the UDP workers send");
+        }
+        for theirs in ["all", "src=198.18.0.0/15", "path=user-auth", "path=resolver-hit", "path=kernel-auth,resolver-miss"] {
+            t.set(vec![Rule::parse("path=kernel-auth").unwrap(), Rule::parse(theirs).unwrap()]);
+            assert!(t.on(), "`{theirs}` may select a UDP worker's answer");
+        }
+        t.set(Vec::new());
+        assert!(!t.on(), "rules removed");
     }
 
     #[test]

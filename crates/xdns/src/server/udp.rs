@@ -10,7 +10,7 @@
 //! answer from whatever address the routing table picks, which clients drop). Specific
 //! addresses need none of this and skip the control messages entirely.
 //!
-//! Telemetry (while rules exist): receive timestamps come with each query (`SO_TIMESTAMPING`);
+//! Telemetry (while a rule may select the workers' answers: [`crate::telemetry::Telemetry::on`]): receive timestamps come with each query (`SO_TIMESTAMPING`);
 //! each timed answer is sent asking for its transmit timestamp with an ID of the worker's own
 //! (`SCM_TS_OPT_ID`, Linux 6.13+), read back from the error queue (`MSG_ERRQUEUE`, never
 //! waiting) after each `sendmmsg` and matched by [`crate::telemetry::TxStamps`]. Other senders
