@@ -80,6 +80,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--forward", default="pass", help="comma-separated: pass, redirect")
     ap.add_argument("--mode", choices=["native", "generic"], default="native")
+    ap.add_argument("--capacity", default="1048576",
+                    help="the in-path cache's capacity, one for every build or comma-separated, one a build "
+                         "(the same binary twice with two capacities: what the cache's size costs)")
     ap.add_argument("--kernel-ns", action="store_true",
                     help="after the rounds, one segment per xdns part with kernel.bpf_stats_enabled=1")
     a = ap.parse_args()
@@ -87,6 +90,10 @@ def main() -> int:
         ap.error("one or two builds")
     labels = ["xdns"] if len(a.builds) == 1 else ["A", "B"]
     builds = {lb: Path(p).resolve() for lb, p in zip(labels, a.builds)}
+    caps = [int(c) for c in a.capacity.split(",")]
+    if len(caps) not in (1, len(builds)):
+        ap.error("--capacity: one, or one a build")
+    capacity = {lb: caps[min(i, len(caps) - 1)] for i, lb in enumerate(labels)}
     fws = [f.strip() for f in a.forward.split(",") if f.strip()]
     xparts = [f"{b}-{fw}" for b in builds for fw in fws]
     parts = ["plain", "xdp-pass"] + xparts
@@ -114,7 +121,7 @@ def main() -> int:
             elif part != "plain":
                 b, fw = part.split("-")
                 L.XDNS_BIN = builds[b]
-                srv = lab.start_inpath(name=f"ab{seq}", extra=f'capacity = 1048576\nforward = "{fw}"\n'
+                srv = lab.start_inpath(name=f"ab{seq}", extra=f'capacity = {capacity[b]}\nforward = "{fw}"\n'
                                        f'mode = "{a.mode}"\n')
             c0 = cpu_seconds(srv.proc.pid) if srv else 0.0
             t0 = time.monotonic()
@@ -155,7 +162,7 @@ def main() -> int:
                     else:
                         b, fw = part.split("-")
                         L.XDNS_BIN = builds[b]
-                        srv = lab.start_inpath(name=f"kns{seq}", extra=f'capacity = 1048576\nforward = "{fw}"\n'
+                        srv = lab.start_inpath(name=f"kns{seq}", extra=f'capacity = {capacity[b]}\nforward = "{fw}"\n'
                                                f'mode = "{a.mode}"\n')
                     k0 = I.prog_run_stats(lab)
                     I.dnsperf(lab, knot.addr4, f, a.seconds)
@@ -178,7 +185,7 @@ def main() -> int:
     print(f"\nmode {a.mode}, {a.rounds} rounds of {a.seconds:.0f} s segments, load average "
           f"{min(loads):.1f}-{max(loads):.1f}")
     for lb, p in builds.items():
-        print(f"{lb} = {p}")
+        print(f"{lb} = {p} (capacity {capacity[lb]})")
     print(f"\n{'part':<16} {'queries/s median':>17} {'range':>15} {'dnsperf cores':>14} {'daemon cores':>13}")
     for p in parts:
         dc = f"{statistics.median(dcpu[p]):.3f}" if p in dcpu else "-"
