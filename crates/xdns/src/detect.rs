@@ -430,21 +430,23 @@ impl Loop {
         }
 
         // 3. rates of the blocked entries, then the monitor
-        let tier_packets: HashMap<Prefix, u64> = match &mut self.tier {
-            Some(t) => t.as_dyn().counters().into_iter().filter_map(|c| Some((c.entry.prefix, c.packets?))).collect(),
-            None => HashMap::new(),
-        };
+        let mut tier_packets: HashMap<Prefix, Option<u64>> = HashMap::new();
+        if let Some(t) = &mut self.tier {
+            tier_packets.extend(t.as_dyn().counters().into_iter().map(|c| (c.entry.prefix, c.packets)));
+        }
         let mut seen = HashMap::new();
         for e in m.entries().into_iter().map(|e| e.target.clone()).collect::<Vec<_>>() {
-            let total = match &e {
-                Target::Source(p) => maps.entry_drops(p).ok().flatten().unwrap_or(0) + tier_packets.get(p).copied().unwrap_or(0),
+            let (total, uncounted) = match &e {
+                Target::Source(p) => {
+                    let tier = tier_packets.get(p).copied();
+                    (maps.entry_drops(p).ok().flatten().unwrap_or(0) + tier.flatten().unwrap_or(0), matches!(tier, Some(None)))
+                }
                 Target::UnknownLabels(sfx) => {
-                    maps.name_drops(&NameEntry { wire: sfx.clone(), kind: NameMatch::Suffix }).ok().flatten().unwrap_or(0)
+                    (maps.name_drops(&NameEntry { wire: sfx.clone(), kind: NameMatch::Suffix }).ok().flatten().unwrap_or(0), false)
                 }
             };
-            let before = self.drops.get(&e).copied();
-            if let Some(b) = before {
-                m.set_rate(&e, total.saturating_sub(b) as f64 / secs);
+            if let Some(rate) = interval_rate(self.drops.get(&e).copied(), total, secs, uncounted) {
+                m.set_rate(&e, rate);
             }
             seen.insert(e, total);
         }
@@ -538,6 +540,21 @@ impl Loop {
     }
 }
 
+/// A blocked entry's drops per second over the last interval, from its drop count at the
+/// interval's start (`before`; None: its first interval) and end (`total`); None when it cannot
+/// be measured: the first interval, or a source in a hardware slot of a NIC that counts
+/// nothing (`uncounted`: `ethtool` n-tuple rules carry no counters). Such a source's packets
+/// are dropped where no counter sees them, so its rate stays the one measured before it went
+/// there: the rate monitor does not lift it for a calm it cannot see (it would come back to
+/// XDP, be detected again and go back to the NIC, round after round), and it ends by its
+/// expiry (`detect_block_for`).
+fn interval_rate(before: Option<u64>, total: u64, secs: f64, uncounted: bool) -> Option<f64> {
+    match before {
+        Some(b) if !uncounted => Some(total.saturating_sub(b) as f64 / secs),
+        _ => None,
+    }
+}
+
 /// The detector's view of the kernel's sources: packets, bytes and ANY queries per /24 or
 /// /56, with the bytes of the kernel's answers to the same prefix (what the amplification
 /// check weighs).
@@ -565,6 +582,32 @@ fn t_capacity(t: &Tier) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_in_an_uncounted_hardware_slot_keep_their_rate() {
+        use xdns_guard::monitor::{Monitor, MonitorConfig, Origin, Target, Thresholds};
+        let p = |s: &str| Target::Source(xdns_guard::lists::parse_prefix(s).unwrap());
+        let mut m = Monitor::new(MonitorConfig { hysteresis: 2, detected_ttl: Some(3600), max_entries: 16 });
+        let (counted, offloaded) = (p("198.18.1.0/24"), p("198.18.2.0/24"));
+        for t in [&counted, &offloaded] {
+            m.block(0, t.clone(), Origin::Detected, "rate", None, 50_000.0);
+        }
+        let th = Thresholds { source_pps: 1000.0, suffix_qps: 50.0 };
+        let mut gone = Vec::new();
+        for tick in 1..=4 {
+            // neither entry's counters moved this interval: the first's drops stopped, the
+            // second's go on in a NIC slot that counts nothing
+            for (t, uncounted) in [(&counted, false), (&offloaded, true)] {
+                if let Some(rate) = interval_rate(Some(7), 7, 1.0, uncounted) {
+                    m.set_rate(t, rate);
+                }
+            }
+            gone.extend(m.tick(tick, th).into_iter().map(|(t, _)| t));
+        }
+        assert_eq!(gone, vec![counted], "the calm counted source is lifted, the offloaded one kept");
+        assert_eq!(interval_rate(None, 9, 1.0, false), None, "no rate in an entry's first interval");
+        assert_eq!(interval_rate(Some(1000), 3000, 2.0, false), Some(1000.0));
+    }
 
     #[test]
     fn ntuple_support_reads_ethtool_k() {
