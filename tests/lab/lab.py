@@ -541,6 +541,18 @@ zone:
         p = run([XDNS_BIN, "stats", "--control", srv.extra["control"], "--json"], timeout=10)
         return json.loads(p.stdout)
 
+    def xdns_metrics(self, srv: Server) -> str:
+        """The Prometheus text of a running xdns started by `start_xdns` (`/metrics` on port
+        9153 of its address, asked from the client namespace)."""
+        with self.client_socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(3)
+            s.connect((srv.addr4, 9153))
+            s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        return out.decode()
+
     def wait_xdp_data(self, srv: Server, timeout: float = 20.0) -> None:
         """Return once a running xdns with XDP on has its zone data in the kernel maps (at
         once with XDP off). A fresh start attaches the program first and fills the maps while

@@ -9,7 +9,6 @@ upstream query is.
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -26,17 +25,6 @@ def tree_lab():
     with Lab(prefix="xdl") as lab:
         tree = Tree(lab).start()
         yield lab, tree
-
-
-def metrics(lab: Lab, srv) -> str:
-    with lab.client_socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(3)
-        s.connect((srv.addr4, 9153))
-        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-    return out.decode()
 
 
 def counts(lab: Lab, srv) -> tuple[int, int, int, dict]:
@@ -78,7 +66,7 @@ def test_upstream_queries_timed(tree_lab):
             ask_a(lab, srv.addr4, n, ADDRESS)
         assert settled(lab, srv)[:2] == (h1, q1)
         # exported: /metrics and the stats table
-        text = metrics(lab, srv)
+        text = lab.xdns_metrics(srv)
         assert f'xdns_latency_seconds_count{{path="resolver_upstream"}} {h1}' in text, text[-2000:]
         out = run([str(XDNS_BIN), "stats", "--control", str(srv.extra["control"])], timeout=10).stdout
         assert "latency.resolver_upstream" in out and f"n {h1} " in out, out

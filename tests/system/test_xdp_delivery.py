@@ -18,7 +18,6 @@ Runs in labs of its own (one XDP program per interface).
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 
@@ -65,17 +64,6 @@ def assert_kernel_answers(lab: Lab, srv, n: int = 5) -> None:
 def check(lab: Lab, srv) -> subprocess.CompletedProcess:
     """`xdns check` on the server's configuration, in the server's namespace."""
     return lab.server_run([XDNS_BIN, "check", "--config", srv.extra["conf"]], check=False)
-
-
-def metrics(lab: Lab, srv) -> str:
-    with lab.client_socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(3)
-        s.connect((srv.addr4, 9153))
-        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-    return out.decode()
 
 
 def test_default_config_on_a_bare_veth_answers_from_the_kernel(dlab):
@@ -165,7 +153,7 @@ def guard_falls_back(dlab: Lab) -> None:
     assert "lost in native mode" in reason or reason.endswith("has no XDP program (any more): generic"), reason
     assert_kernel_answers(dlab, srv)
     assert srv.stderr().count("switched to generic mode") == 1, srv.stderr()[-3000:]
-    m = metrics(dlab, srv)
+    m = dlab.xdns_metrics(srv)
     assert f'xdns_xdp_fallbacks_total{{interface="{iface}"}} 1' in m, m[-2000:]
     assert f'xdns_xdp_tx_errors_total{{interface="{iface}"}}' in m
     assert dlab.stop(srv) == 0, srv.stderr()[-2000:]
