@@ -714,31 +714,68 @@ fn set_timestamping(fd: i32, on: bool, tx: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// The control messages of a message: (level, type, data), each data slice within both its
+/// `cmsg_len` and `msg_controllen` (a message cut short, `MSG_CTRUNC`, ends the walk), so
+/// that the readers below copy their values out of bounds-checked bytes ([`cmsg_value`]).
+///
+/// # Safety
+/// `msg.msg_control` is null or points to `msg.msg_controllen` readable bytes (a buffer the
+/// caller owns, written by the kernel or by a test) that outlive the borrow of `msg`.
+unsafe fn control_messages(msg: &libc::msghdr) -> impl Iterator<Item = (i32, i32, &[u8])> + '_ {
+    let end = (msg.msg_control as usize).saturating_add(msg.msg_controllen);
+    // SAFETY: CMSG_FIRSTHDR reads only msg's fields, and returns null when the buffer holds
+    // no header.
+    let mut c = if msg.msg_control.is_null() { std::ptr::null() } else { unsafe { libc::CMSG_FIRSTHDR(msg) as *const libc::cmsghdr } };
+    std::iter::from_fn(move || {
+        if c.is_null() {
+            return None;
+        }
+        // SAFETY: `c` is a header CMSG_FIRSTHDR/NXTHDR found whole within the buffer (the
+        // caller's promise); its data is used only as far as both lengths allow.
+        unsafe {
+            let (len, head) = ((*c).cmsg_len as usize, libc::CMSG_LEN(0) as usize);
+            let data = libc::CMSG_DATA(c);
+            if len < head || (data as usize).saturating_add(len - head) > end {
+                return None;
+            }
+            let item = ((*c).cmsg_level, (*c).cmsg_type, std::slice::from_raw_parts(data, len - head));
+            c = libc::CMSG_NXTHDR(msg, c);
+            Some(item)
+        }
+    })
+}
+
+/// The plain-data value (a libc struct) at the start of a control message's data, if the data
+/// is long enough to hold one.
+fn cmsg_value<T: Copy>(data: &[u8]) -> Option<T> {
+    // SAFETY: `data` holds at least size_of::<T>() bytes; read_unaligned needs no alignment;
+    // T is a plain-data libc struct, valid for any bytes.
+    (data.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(data.as_ptr() as *const T) })
+}
+
+/// ns of a timespec.
+fn timespec_ns(t: libc::timespec) -> u64 {
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// The receive timestamp of a datagram (SCM_TIMESTAMPING: software, legacy, raw hardware),
 /// ns of CLOCK_REALTIME for the software one.
 fn rx_timestamp(msg: &libc::msghdr) -> Option<(u64, crate::telemetry::RxClock)> {
-    if msg.msg_control.is_null() {
-        return None;
-    }
-    // SAFETY: msg was filled by recvmmsg; the CMSG macros stay within msg_controllen, and
-    // the data is read unaligned into plain-data structs.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            let h = &*c;
-            if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPING {
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [libc::timespec; 3]);
-                let ns = |t: libc::timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
-                // the software stamp is CLOCK_REALTIME, the transmit time's clock; the NIC's
-                // (raw hardware) is its own clock: used only when it is the only one
-                if ts[0].tv_sec != 0 || ts[0].tv_nsec != 0 {
-                    return Some((ns(ts[0]), crate::telemetry::RxClock::Software));
-                }
-                if ts[2].tv_sec != 0 || ts[2].tv_nsec != 0 {
-                    return Some((ns(ts[2]), crate::telemetry::RxClock::Hardware));
-                }
-            }
-            c = libc::CMSG_NXTHDR(msg, c);
+    // SAFETY: msg was filled by recvmmsg into the worker's control buffer, alive meanwhile.
+    for (level, ty, data) in unsafe { control_messages(msg) } {
+        if level != libc::SOL_SOCKET || ty != libc::SCM_TIMESTAMPING {
+            continue;
+        }
+        let Some(ts) = cmsg_value::<[libc::timespec; 3]>(data) else {
+            continue;
+        };
+        // the software stamp is CLOCK_REALTIME, the transmit time's clock; the NIC's (raw
+        // hardware) is its own clock: used only when it is the only one
+        if ts[0].tv_sec != 0 || ts[0].tv_nsec != 0 {
+            return Some((timespec_ns(ts[0]), crate::telemetry::RxClock::Software));
+        }
+        if ts[2].tv_sec != 0 || ts[2].tv_nsec != 0 {
+            return Some((timespec_ns(ts[2]), crate::telemetry::RxClock::Hardware));
         }
     }
     None
@@ -817,27 +854,19 @@ fn put_cmsg(buf: &mut [u64; CTRL_WORDS], at: usize, level: libc::c_int, ty: libc
 /// A transmit timestamp read from the error queue: its ID and the software and raw hardware
 /// times (ns; 0: absent). `None` for anything else (an ICMP error, a stamp of another kind).
 fn tx_timestamp(msg: &libc::msghdr) -> Option<(u32, u64, u64)> {
-    if msg.msg_control.is_null() {
-        return None;
-    }
     let (mut times, mut id) = (None, None);
-    // SAFETY: msg was filled by recvmmsg (or a test); the CMSG macros stay within
-    // msg_controllen, and the data is read unaligned into plain-data structs.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            let h = &*c;
-            if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPING {
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const [libc::timespec; 3]);
-                let ns = |t: libc::timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
-                times = Some((ns(ts[0]), ns(ts[2])));
-            } else if (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR) || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR) {
-                let e = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
+    // SAFETY: msg was filled by recvmmsg (or a test) into a control buffer alive meanwhile.
+    for (level, ty, data) in unsafe { control_messages(msg) } {
+        if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPING {
+            if let Some(ts) = cmsg_value::<[libc::timespec; 3]>(data) {
+                times = Some((timespec_ns(ts[0]), timespec_ns(ts[2])));
+            }
+        } else if (level == libc::SOL_IP && ty == libc::IP_RECVERR) || (level == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR) {
+            if let Some(e) = cmsg_value::<libc::sock_extended_err>(data) {
                 if e.ee_errno == libc::ENOMSG as u32 && e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING && e.ee_info == SCM_TSTAMP_SND {
                     id = Some(e.ee_data);
                 }
             }
-            c = libc::CMSG_NXTHDR(msg, c);
         }
     }
     let (sw, hw) = times?;
@@ -845,21 +874,17 @@ fn tx_timestamp(msg: &libc::msghdr) -> Option<(u32, u64, u64)> {
 }
 
 fn read_pktinfo(msg: &libc::msghdr) -> Pktinfo {
-    // SAFETY: msg was filled by recvmmsg; the CMSG macros stay within msg_controllen, and
-    // the data is read unaligned into plain-data structs.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            let h = &*c;
-            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
-                let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in_pktinfo);
+    // SAFETY: msg was filled by recvmmsg (or a test) into a control buffer alive meanwhile.
+    for (level, ty, data) in unsafe { control_messages(msg) } {
+        if level == libc::IPPROTO_IP && ty == libc::IP_PKTINFO {
+            if let Some(p) = cmsg_value::<libc::in_pktinfo>(data) {
                 return Pktinfo::V4(p);
             }
-            if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
-                let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
+        }
+        if level == libc::IPPROTO_IPV6 && ty == libc::IPV6_PKTINFO {
+            if let Some(p) = cmsg_value::<libc::in6_pktinfo>(data) {
                 return Pktinfo::V6(p);
             }
-            c = libc::CMSG_NXTHDR(msg, c);
         }
     }
     Pktinfo::None
@@ -917,20 +942,39 @@ mod tests {
 
     /// Control messages of `buf[..len]`: (level, type, data).
     fn cmsgs(buf: &mut [u64], len: usize) -> Vec<(i32, i32, Vec<u8>)> {
-        // SAFETY: plain-data struct, zero is valid; the CMSG macros stay within len.
+        // SAFETY: plain-data struct, zero is valid.
         let mut msg: libc::msghdr = unsafe { zeroed() };
         msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
         msg.msg_controllen = len;
-        let mut out = Vec::new();
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                let n = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                out.push(((*c).cmsg_level, (*c).cmsg_type, std::slice::from_raw_parts(libc::CMSG_DATA(c), n).to_vec()));
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
-        out
+        // SAFETY: the control buffer is `buf`, of at least `len` bytes, alive for the walk.
+        unsafe { control_messages(&msg) }.map(|(l, t, d)| (l, t, d.to_vec())).collect()
+    }
+
+    /// A control message longer than the buffer that holds it (a receive cut short,
+    /// MSG_CTRUNC) is not read, nor a value longer than its message's data.
+    #[test]
+    fn control_messages_cut_short_are_not_read() {
+        let mut buf = [0u64; CTRL_WORDS];
+        // SAFETY: plain-data struct, zero is valid.
+        let mut p: libc::in_pktinfo = unsafe { zeroed() };
+        p.ipi_addr.s_addr = u32::from_ne_bytes([198, 18, 0, 7]);
+        let len = write_pktinfo(&mut buf, Pktinfo::V4(p));
+        // SAFETY: plain-data struct, zero is valid.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = len;
+        assert!(matches!(read_pktinfo(&msg), Pktinfo::V4(q) if q.ipi_addr.s_addr == p.ipi_addr.s_addr), "whole: read");
+        // SAFETY: CMSG_LEN is arithmetic.
+        let whole = unsafe { libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) } as usize;
+        msg.msg_controllen = whole - 4;
+        assert!(cmsgs(&mut buf, whole - 4).is_empty(), "a header claiming more than the buffer ends the walk");
+        assert!(matches!(read_pktinfo(&msg), Pktinfo::None), "cut short: not read");
+        // a header whose own length leaves the struct 4 bytes short
+        msg.msg_controllen = len;
+        // SAFETY: the buffer holds this header at its start (write_pktinfo put it there).
+        unsafe { (*(buf.as_mut_ptr() as *mut libc::cmsghdr)).cmsg_len = whole - 4 };
+        assert_eq!(cmsgs(&mut buf, len).len(), 1, "the message itself is whole");
+        assert!(matches!(read_pktinfo(&msg), Pktinfo::None), "its data is too short for an in_pktinfo");
     }
 
     /// A timed answer asks for its transmit stamp after its pktinfo: flags, then its ID.
