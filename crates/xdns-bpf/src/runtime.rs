@@ -152,9 +152,9 @@ impl Capacity {
 
     /// Buckets per half of the answer table's index: four entries each, twice as many
     /// entries as answers (so a bucket that overflows, and spills a key to the hash map, is
-    /// rare: ≈ 2.7% of the keys), and at least [`TABLE_MIN_BUCKETS`], so that a small zone set
-    /// (a few hundred answers, where one full bucket is a larger share) practically never
-    /// leaves an answer out.
+    /// rare: the measured share is in docs/perf/2026-11-29-streamed-fill.md), and at least
+    /// [`TABLE_MIN_BUCKETS`], so that a small zone set (a few hundred answers, where one full
+    /// bucket is a larger share) practically never leaves an answer out.
     pub fn table_buckets(&self) -> usize {
         self.table_answers().div_ceil(2).clamp(TABLE_MIN_BUCKETS, TABLE_MAX_BYTES / 64)
     }
