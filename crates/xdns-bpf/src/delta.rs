@@ -62,12 +62,19 @@ pub struct Delta {
 /// that records point at (NS, MX, SRV, SVCB, HTTPS, CNAME targets: a hit means "scan for the
 /// owners"), and whether the zone has wildcards (then a new or removed name can change what a
 /// target below it matches, so every change scans) or DNAME (no in-place updates).
+///
+/// A zone with more SOA-carrying names than a change may recompile (`limit` of [`Self::build`];
+/// a TLD's delegations without DS, whose DS NODATA bodies carry the SOA) keeps none of this:
+/// every change of a zone changes its SOA serial, so none of its changes can be made in place,
+/// and the sets would only hold memory (tens of MiB at a million records).
 #[derive(Clone, Debug, Default)]
 pub struct ZoneIndex {
     pub soa_bound: HashSet<Vec<u8>>,
     pub targets: HashSet<u64>,
     pub wildcards: bool,
     pub dname: bool,
+    /// `Some(n)`: `n` names carry the SOA, over the limit; the sets above are left empty.
+    pub soa_bound_over: Option<usize>,
 }
 
 /// Target hashes: any fixed hash of the lowercased name (only compared with itself).
@@ -76,8 +83,12 @@ fn target_hash(n: &[u8]) -> u64 {
 }
 
 impl ZoneIndex {
-    /// The index of `zone` (one pass over its records), with `soa_bound` from a full compile.
-    pub fn build(zone: &Zone, soa_bound: HashSet<Vec<u8>>) -> Self {
+    /// The index of `zone` (one pass over its records), with `soa_bound` from a full compile;
+    /// nothing but their count when there are more than `limit` of them.
+    pub fn build(zone: &Zone, soa_bound: HashSet<Vec<u8>>, limit: usize) -> Self {
+        if soa_bound.len() > limit {
+            return ZoneIndex { soa_bound_over: Some(soa_bound.len()), ..Default::default() };
+        }
         let mut ix = ZoneIndex { soa_bound, ..Default::default() };
         for (owner, node) in &zone.nodes {
             ix.add_node(owner, node);
@@ -238,6 +249,9 @@ pub fn zone_delta(
     let soa_bound = &index.soa_bound;
     if index.dname {
         return Err("the zone has DNAME records".into());
+    }
+    if let Some(n) = index.soa_bound_over {
+        return Err(format!("{n} names have stored bodies carrying the SOA, which every change changes"));
     }
     let (Some(oz), Some(nz)) = (old.zones.get(apex), new.zones.get(apex)) else {
         return Err("the zone was added or removed".into());
@@ -480,7 +494,7 @@ mod tests {
         let mut loader = Loader::new(seed);
         let data = compile_kernel_data(&zones);
         let first = zones.zones.values().next().unwrap().clone();
-        let mut index = ZoneIndex::build(&first, soa_bound(&data.answers, &first.apex));
+        let mut index = ZoneIndex::build(&first, soa_bound(&data.answers, &first.apex), 1000);
         assert_eq!(index.wildcards, wildcard);
         loader.install(&mut maps, &data).unwrap();
         let apex = xdns_wire::name::from_presentation(APEX).unwrap();
@@ -524,7 +538,7 @@ mod tests {
             // the oracle: a fresh full encode of the new version in generation 1
             let fresh_data = compile_kernel_data(&new);
             assert_eq!(index.soa_bound, soa_bound(&fresh_data.answers, &apex), "round {round}: SOA-bound names kept current");
-            let full = ZoneIndex::build(new.zones.values().next().unwrap(), HashSet::new());
+            let full = ZoneIndex::build(new.zones.values().next().unwrap(), HashSet::new(), 1000);
             assert!(full.targets.is_subset(&index.targets), "round {round}: every target hash kept");
             let mut fresh = shaped();
             Loader::new(seed).install(&mut fresh, &fresh_data).unwrap();
@@ -583,5 +597,16 @@ mod tests {
         let index = ZoneIndex { soa_bound: (0..5).map(|i| vec![i]).collect(), ..Default::default() };
         let e = zone_delta(&old, &new, &apex, &owners(&old, &new), &index, 3).unwrap_err();
         assert!(e.contains("SOA changed and 5 names"), "{e}");
+        // built over the limit: only the count is kept, and no change is made in place
+        let bound: HashSet<Vec<u8>> = (0..5).map(|i| vec![i]).collect();
+        let zone = old.zones.values().next().unwrap();
+        let kept = ZoneIndex::build(zone, bound.clone(), 5);
+        assert_eq!((kept.soa_bound.len(), kept.soa_bound_over), (5, None));
+        assert!(!kept.targets.is_empty(), "the zone's targets are indexed");
+        let over = ZoneIndex::build(zone, bound, 4);
+        assert_eq!(over.soa_bound_over, Some(5));
+        assert!(over.soa_bound.is_empty() && over.targets.is_empty(), "nothing kept but the count");
+        let e = zone_delta(&old, &new, &apex, &owners(&old, &new), &over, 1000).unwrap_err();
+        assert!(e.contains("5 names have stored bodies carrying the SOA"), "{e}");
     }
 }

@@ -438,8 +438,7 @@ impl XdpRuntime {
             return Err("other zones changed too".into());
         }
         let index = self.index.get(apex).ok_or("the zone's index is missing")?;
-        // past an eighth of the zone's names, a full generation costs about as much
-        let limit = zones.zones.get(apex).map_or(0, |z| z.nodes.len() / 8).max(IN_PLACE_LIMIT);
+        let limit = zones.zones.get(apex).map_or(IN_PLACE_LIMIT, |z| in_place_limit(z));
         let delta = xdns_bpf::delta::zone_delta(&old, zones, apex, &change.changed, index, limit)?;
         let applied = self.prog.apply(&delta).map_err(|e| format!("{e:#}"))?;
         if let (Some(ix), Some(z)) = (self.index.get_mut(apex), zones.zones.get(apex)) {
@@ -593,6 +592,12 @@ impl XdpRuntime {
 /// ([`xdns_bpf::delta::soa_bound_by_zone`]), gathered as a fill streams the answers by.
 type SoaBound = HashMap<Vec<u8>, HashSet<Vec<u8>>>;
 
+/// The most names one change of `zone` may recompile in place: past an eighth of the zone's
+/// names, a full generation costs about as much.
+fn in_place_limit(zone: &xdns_zone::Zone) -> usize {
+    (zone.nodes.len() / 8).max(IN_PLACE_LIMIT)
+}
+
 /// What in-place updates keep of each zone ([`xdns_bpf::delta::ZoneIndex`]), from a full
 /// compile's SOA-bound names.
 fn zone_indexes(zones: &ZoneSet, mut bound: SoaBound) -> HashMap<Vec<u8>, xdns_bpf::delta::ZoneIndex> {
@@ -600,7 +605,10 @@ fn zone_indexes(zones: &ZoneSet, mut bound: SoaBound) -> HashMap<Vec<u8>, xdns_b
     let out: HashMap<_, _> = zones
         .zones
         .iter()
-        .map(|(a, z)| (a.to_vec(), xdns_bpf::delta::ZoneIndex::build(z, bound.remove(&a[..]).unwrap_or_default())))
+        .map(|(a, z)| {
+            let bound = bound.remove(&a[..]).unwrap_or_default();
+            (a.to_vec(), xdns_bpf::delta::ZoneIndex::build(z, bound, in_place_limit(z)))
+        })
         .collect();
     tracing::debug!(seconds = t.elapsed().as_secs_f32(), "XDP: zone indexes for in-place updates built");
     out
