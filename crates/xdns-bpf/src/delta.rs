@@ -73,7 +73,7 @@ pub struct ZoneIndex {
     pub targets: HashSet<u64>,
     pub wildcards: bool,
     pub dname: bool,
-    /// `Some(n)`: `n` names carry the SOA, over the limit; the sets above are left empty.
+    /// `Some(limit)`: more names than `limit` carry the SOA; the sets above are left empty.
     pub soa_bound_over: Option<usize>,
 }
 
@@ -83,11 +83,11 @@ fn target_hash(n: &[u8]) -> u64 {
 }
 
 impl ZoneIndex {
-    /// The index of `zone` (one pass over its records), with `soa_bound` from a full compile;
-    /// nothing but their count when there are more than `limit` of them.
+    /// The index of `zone` (one pass over its records), with `soa_bound` from a full compile
+    /// (which may stop gathering past `limit`); nothing but the limit when there are more.
     pub fn build(zone: &Zone, soa_bound: HashSet<Vec<u8>>, limit: usize) -> Self {
         if soa_bound.len() > limit {
-            return ZoneIndex { soa_bound_over: Some(soa_bound.len()), ..Default::default() };
+            return ZoneIndex { soa_bound_over: Some(limit), ..Default::default() };
         }
         let mut ix = ZoneIndex { soa_bound, ..Default::default() };
         for (owner, node) in &zone.nodes {
@@ -251,7 +251,7 @@ pub fn zone_delta(
         return Err("the zone has DNAME records".into());
     }
     if let Some(n) = index.soa_bound_over {
-        return Err(format!("{n} names have stored bodies carrying the SOA, which every change changes"));
+        return Err(format!("more than {n} names have stored bodies carrying the SOA, which every change changes"));
     }
     let (Some(oz), Some(nz)) = (old.zones.get(apex), new.zones.get(apex)) else {
         return Err("the zone was added or removed".into());
@@ -604,9 +604,9 @@ mod tests {
         assert_eq!((kept.soa_bound.len(), kept.soa_bound_over), (5, None));
         assert!(!kept.targets.is_empty(), "the zone's targets are indexed");
         let over = ZoneIndex::build(zone, bound, 4);
-        assert_eq!(over.soa_bound_over, Some(5));
+        assert_eq!(over.soa_bound_over, Some(4));
         assert!(over.soa_bound.is_empty() && over.targets.is_empty(), "nothing kept but the count");
         let e = zone_delta(&old, &new, &apex, &owners(&old, &new), &over, 1000).unwrap_err();
-        assert!(e.contains("5 names have stored bodies carrying the SOA"), "{e}");
+        assert!(e.contains("more than 4 names have stored bodies carrying the SOA"), "{e}");
     }
 }

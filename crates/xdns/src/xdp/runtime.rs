@@ -681,7 +681,12 @@ fn streamed<'a>(zones: &'a ZoneSet, expected: usize, compiled: Compiled, seen: &
         }
         if xdns_bpf::delta::carries_soa(&a.body) {
             for (apex, names) in xdns_bpf::delta::soa_bound_by_zone(zones, std::slice::from_ref(a)) {
-                s.bound.entry(apex).or_default().extend(names);
+                // past the in-place limit only the excess matters (`ZoneIndex::build`)
+                let limit = zones.zones.get(&apex[..]).map_or(usize::MAX, |z| in_place_limit(z));
+                let set = s.bound.entry(apex).or_default();
+                if set.len() <= limit {
+                    set.extend(names);
+                }
             }
         }
     });
