@@ -99,8 +99,10 @@ impl Capacity {
     /// eighth more (a reload that grows further leaves the excess in the hash map: same
     /// answers, a hash lookup each), in each of its two halves (old and new generations
     /// coexist during a reload); the hash maps three times the nodes and the bodies of class
-    /// M and L, and the answers as many as the table (those it leaves out, spilled buckets
-    /// and a reload's growth).
+    /// M and L, and the answers a quarter of the table's (the keys it leaves out: ≈ 3% of a
+    /// generation's, its spilled buckets, for two generations during a reload, plus the keys
+    /// IXFRs add in place until the next full generation), and twice what the table cannot
+    /// hold at all. A hash map that still runs out makes the install grow the maps.
     pub fn for_data(data: &KernelData) -> Self {
         Self::for_shape(&crate::data::Shape::of(data))
     }
@@ -116,7 +118,7 @@ impl Capacity {
         let over = bytes.saturating_sub(TABLE_MAX_BYTES as u64) * n as u64 / bytes.max(1);
         Self {
             nodes: room(shape.nodes),
-            answers: (n as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
+            answers: ((n / 4) as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
             bodies_m: room(shape.class_m),
             bodies_l: room(shape.class_l),
             table_vals: (n + n / 8) as u32,
@@ -128,7 +130,7 @@ impl Capacity {
     /// (so about 48 per key of the first zone set: a false positive in ≈2% of the lookups of
     /// absent keys), a power of two between 64 words (512 B) and 2^22 (32 MiB).
     pub fn filter_words(&self) -> usize {
-        let keys = u64::from(self.nodes) + u64::from(self.answers);
+        let keys = u64::from(self.nodes) + self.table_answers().max(self.answers as usize) as u64;
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
 
@@ -1540,9 +1542,10 @@ mod tests {
         let big = Capacity::for_data(&data(50_000));
         assert!(!empty.holds(&big));
         // grown maps get the start-up sizing of the new data: three times its nodes, its
-        // answers and an eighth more in the table
+        // answers and an eighth more in the table, a quarter of them in the hash map
         let grown = empty.max(&big);
         assert_eq!(grown.nodes, 150_000);
+        assert_eq!(grown.answers, 50_000 / 4);
         assert_eq!(grown.table_answers(), 50_000 + 50_000 / 8);
         assert!(grown.holds(&big) && grown.holds(&empty));
         assert_eq!(grown.table_buckets(), big.table_buckets());
