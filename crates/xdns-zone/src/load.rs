@@ -105,6 +105,21 @@ pub fn load_zone_with_warnings(
     src: &ZoneSource,
     progress: Option<&dyn Fn(u64)>,
 ) -> Result<Loaded, Vec<LoadError>> {
+    load_with(src, progress, SCAN_CHUNK)
+}
+
+/// Bytes of zone-file text one scanner is given at most, about: `domain`'s scanner works on
+/// its own copy of its text, so a whole file in one scanner is held twice while it loads
+/// (≈ 380 MB more at 10M records). A scanner ends at the first entry past this many bytes that
+/// may start afresh ([`chunk_starts`]); the next one starts there.
+const SCAN_CHUNK: usize = 16 << 20;
+
+/// [`load_zone_with_warnings`] with scanners of about `scan_chunk` bytes (tests: tiny ones).
+fn load_with(
+    src: &ZoneSource,
+    progress: Option<&dyn Fn(u64)>,
+    scan_chunk: usize,
+) -> Result<Loaded, Vec<LoadError>> {
     let origin = match Name::<Bytes>::from_str(&src.name) {
         Ok(n) => n,
         Err(e) => {
@@ -116,6 +131,7 @@ pub fn load_zone_with_warnings(
         }
     };
     let mut b = Builder::new(name_key(&origin), src.file.clone(), progress);
+    b.scan_chunk = scan_chunk;
     let text = match std::fs::read(&src.file) {
         Ok(t) => t,
         Err(e) => {
@@ -417,6 +433,8 @@ struct Builder<'p> {
     key_buf: Vec<u8>,
     /// Whether the error cap was hit.
     gave_up: bool,
+    /// Bytes of text per scanner, about ([`SCAN_CHUNK`]).
+    scan_chunk: usize,
 }
 
 impl<'p> Builder<'p> {
@@ -435,6 +453,7 @@ impl<'p> Builder<'p> {
             scratch: BytesMut::with_capacity(65_536),
             key_buf: Vec::with_capacity(256),
             gave_up: false,
+            scan_chunk: SCAN_CHUNK,
         }
     }
 
@@ -490,15 +509,19 @@ impl<'p> Builder<'p> {
         let mut origin = origin;
         let mut ttl = ttl;
         let mut spans = Spans::new(text, 0, 1).peekable();
+        let starts = chunk_starts(text, ttl.is_some(), self.scan_chunk);
 
         'chunks: loop {
-            let mut zf = Zonefile::with_capacity(text.len() - chunk_start + 32);
+            // this scanner's text ends where the next may start afresh
+            let next = starts.iter().find(|(at, _)| *at > chunk_start).copied();
+            let chunk_end = next.map_or(text.len(), |(at, _)| at);
+            let mut zf = Zonefile::with_capacity(chunk_end - chunk_start + 32);
             let mut synthetic = 0usize;
             if let Some(t) = ttl {
                 zf.extend_from_slice(format!("$TTL {t}\n").as_bytes());
                 synthetic = 1;
             }
-            zf.extend_from_slice(&text[chunk_start..]);
+            zf.extend_from_slice(&text[chunk_start..chunk_end]);
             zf.set_origin(origin.clone());
             zf.set_default_class(Class::IN);
 
@@ -517,7 +540,22 @@ impl<'p> Builder<'p> {
                     }
                 };
                 match res {
-                    Ok(None) => break 'chunks,
+                    Ok(None) => {
+                        let Some((at, first_line)) = next else { break 'chunks };
+                        // directives after this scanner's last record: the next one starts
+                        // with their `$TTL` and `$ORIGIN`
+                        while let Some(s) = spans.next_if(|s| s.start < at) {
+                            if s.kind == SpanKind::Ttl {
+                                ttl = dollar_ttl(text, &s).or(ttl);
+                            }
+                        }
+                        if let Ok(o) = zf.origin() {
+                            origin = o;
+                        }
+                        chunk_start = at;
+                        line_base = first_line - 1;
+                        continue 'chunks;
+                    }
                     Ok(Some(entry)) => {
                         // Match the entry with its span, noting $TTL directives on the way.
                         let mut span = None;
@@ -847,6 +885,29 @@ impl ZoneView for Builder<'_> {
     }
 }
 
+/// Where in `text` a scanner may start afresh, with the line it starts on: an entry at least
+/// `every` bytes after the previous such start that is a record naming its owner (not
+/// indented: it inherits nothing from the entries before it), once the file's default TTL is
+/// known (`ttl_known`: the includer's, or a `$TTL` before it). Without a `$TTL`, a record
+/// without a TTL takes the previous record's (RFC 1035 §5.1), which a new scanner would not
+/// know: such a file is scanned whole. The origin is carried from scanner to scanner; the
+/// class is IN throughout (records of other classes are refused).
+fn chunk_starts(text: &[u8], ttl_known: bool, every: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let (mut ttl, mut last) = (ttl_known, 0);
+    for s in Spans::new(text, 0, 1) {
+        match s.kind {
+            SpanKind::Ttl => ttl = true,
+            SpanKind::Record if ttl && !s.indented && s.start >= last + every => {
+                out.push((s.start, s.first_line));
+                last = s.start;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Drops the duplicates of RRsets too big to deduplicate on insertion ([`insert_rr`]) and
 /// gives back the spare capacity of sets grown one record at a time. Returns the records
 /// left (what [`Zone::record_count`] counts).
@@ -964,6 +1025,97 @@ fn split_scan_error(msg: &str) -> (Option<usize>, Option<usize>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A zone loaded by scanners of one entry each (every record naming its owner after the
+    /// first `$TTL` starts a new one) is the zone loaded by one scanner: same nodes, same
+    /// errors at the same lines, same warnings; for the repository's zone files, good and
+    /// bad, and for a text that changes `$TTL` and `$ORIGIN` just before a scanner ends,
+    /// continues owners on indented lines, spans entries over lines, has an error in the
+    /// middle and includes a file.
+    #[test]
+    fn small_scanners_load_what_one_scanner_loads() {
+        let dir = std::env::temp_dir().join(format!("xdns-scan-chunks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("inc.zone"), "inc1 A 198.18.0.21\n  AAAA 2001:db8::21\n").unwrap();
+        let text = "\
+$TTL 300
+$ORIGIN chunks.test.
+@ SOA ns hostmaster ( 1 7200 3600
+        1209600 60 )
+  NS ns
+ns A 198.18.0.1
+a A 198.18.0.2
+  TXT \"x ( y\"
+$TTL 900
+b A 198.18.0.3
+$ORIGIN sub.chunks.test.
+c A 198.18.0.4
+d 60 A 198.18.0.5
+  MX 10 c
+e A 999.1.1.1
+  A 198.18.0.6
+f A 198.18.0.7
+$INCLUDE inc.zone
+$ORIGIN chunks.test.
+g CNAME a
+h A 198.18.0.8
+";
+        std::fs::write(dir.join("chunks.zone"), text).unwrap();
+        let good = text.replace("e A 999.1.1.1\n  A 198.18.0.6\n", "");
+        std::fs::write(dir.join("good.zone"), good).unwrap();
+        let zones = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/zones");
+        let mut files: Vec<(String, PathBuf)> = vec![
+            ("chunks.test.".into(), dir.join("chunks.zone")),
+            ("chunks.test.".into(), dir.join("good.zone")),
+            ("example.com.".into(), zones.join("example.com.zone")),
+            ("example.net.".into(), zones.join("example.net.zone")),
+            ("sec.test.".into(), zones.join("sec.test.zone")),
+        ];
+        for e in std::fs::read_dir(zones.join("bad")).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "zone") {
+                files.push(("example.com.".into(), p));
+            }
+        }
+        let (mut loaded, mut failed, mut several) = (0, 0, 0);
+        for (name, file) in files {
+            let src = ZoneSource { name, file: file.clone() };
+            let text = std::fs::read(&file).unwrap();
+            if chunk_starts(&text, false, 1).len() > 1 {
+                several += 1;
+            }
+            let (one, small) = (load_with(&src, None, usize::MAX), load_with(&src, None, 1));
+            match (one, small) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a.zone.nodes, b.zone.nodes, "{}", file.display());
+                    assert_eq!((a.records, &a.warnings), (b.records, &b.warnings), "{}", file.display());
+                    loaded += 1;
+                }
+                (Err(a), Err(b)) => {
+                    assert_eq!(a, b, "{}", file.display());
+                    failed += 1;
+                }
+                (a, b) => panic!("{}: one scanner {:?}, small ones {:?}", file.display(), a.is_ok(), b.is_ok()),
+            }
+        }
+        assert!(loaded >= 4 && failed >= 10 && several >= 15, "{loaded} {failed} {several}");
+        // the error's line is the file's, whichever scanner read it
+        let errs = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("chunks.zone") }, None, 1)
+            .expect_err("a bad address");
+        assert_eq!(errs.iter().map(|e| e.line).collect::<Vec<_>>(), vec![Some(15)], "{errs:?}");
+        let good = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("good.zone") }, None, 1).unwrap();
+        let ttl = |n: &str, t| {
+            let k = text_to_key(n).unwrap();
+            good.zone.nodes[&k].rrset(t).map(|r| r.ttl)
+        };
+        assert_eq!(ttl("a.chunks.test.", xdns_wire::rtype::A), Some(300));
+        assert_eq!(ttl("b.chunks.test.", xdns_wire::rtype::A), Some(900), "a $TTL just before a scanner ends");
+        assert_eq!(ttl("c.sub.chunks.test.", xdns_wire::rtype::A), Some(900), "an $ORIGIN just before");
+        assert_eq!(ttl("d.sub.chunks.test.", xdns_wire::rtype::MX), Some(900), "an indented record keeps its owner");
+        assert_eq!(ttl("inc1.sub.chunks.test.", xdns_wire::rtype::AAAA), Some(900));
+        assert_eq!(ttl("h.chunks.test.", xdns_wire::rtype::A), Some(900));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn spans_table() {
