@@ -299,6 +299,49 @@ class Tree:
                 h.proc.send_signal(signal.SIGHUP)  # NSD 4: SIGHUP re-reads changed zone files
             self._wait(h, origin, serial=self.serials[origin])
 
+    def set_records(self, records: list[tuple[str, str, list[str]]]) -> None:
+        """set_record for many RRsets at once: (owner, rtype, rdata) each; every zone touched
+        is written and reloaded once (one serial bump), then waited for."""
+        touched = []
+        for owner, rtype, rdata in records:
+            owner = owner.lower()
+            origin = max((z for z in self.zones() if owner == z or owner.endswith("." + z) or z == "."),
+                         key=len)
+            self.overrides.setdefault(origin, {})[(owner, rtype.upper())] = list(rdata)
+            if origin not in touched:
+                touched.append(origin)
+        for origin in touched:
+            self.serials[origin] += 1
+            self._write_zone(origin)
+            for h in self.host_of(origin):
+                if h.software == "knot":
+                    self.lab.server_run(["knotc", "-s", h.workdir / "knot.sock", "zone-reload", origin])
+                else:
+                    h.proc.send_signal(signal.SIGHUP)
+        for origin in touched:
+            for h in self.host_of(origin):
+                self._wait(h, origin, serial=self.serials[origin])
+
+    def start_misbehaving(self, zones: dict[str, str], name: str = "misbehave") -> Host:
+        """Start tests/lab/misbehave.py on a new address pair of the tree, serving each zone
+        of `zones` (a child of lab.: "servfail.lab." -> "servfail", see that file for the
+        modes), and delegate each from lab. to it: NS ns1.ZONE with glue A and AAAA (the
+        server's two addresses). Returns its Host (`proc`, `addr4`, `addr6`); its log is
+        lab.dir/<tree name>-<name>.stdout, one JSON line per query."""
+        for z in zones:
+            if not (z.endswith(".lab.") and z.count(".") == 2):
+                raise ValueError(f"{z}: a child of lab. only")
+        a4, a6 = self._tree_address() if self.remote else self.lab.new_address()
+        h = Host(name, "misbehave", list(zones), a4, a6)
+        h.proc = self._spawn([PY, Path(__file__).resolve().parent / "misbehave.py", a4, a6,
+                              *(f"{z}={m}" for z, m in zones.items())], f"{self.dir.name}-{name}")
+        self._wait_listening(h)
+        recs = []
+        for z in zones:
+            recs += [(z, "NS", [f"ns1.{z}"]), (f"ns1.{z}", "A", [a4]), (f"ns1.{z}", "AAAA", [a6])]
+        self.set_records(recs)
+        return h
+
     def stop(self) -> None:
         """Stop the tree's servers now (the lab would stop them on close anyway)."""
         for h in self.hosts.values():
@@ -796,7 +839,7 @@ security-poll-suffix=
 def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: bool = False,
                         extra: str = "", wait: bool = True, xdp: str | None = None,
                         root_hints: Path | None = None, uplink: bool = False,
-                        forwarding: bool = False):
+                        forwarding: bool = False, uplink_forwarding: bool = False):
     """xdns as a pure resolver (no zones):
 
         listen = ["198.18.X.N:53", "[2001:db8:X::N]:53"]
@@ -813,7 +856,14 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
     `forwarding` (with `uplink`): IPv4 and IPv6 forwarding on the server veth, for kernel
     iteration (`kernel_iteration = true` in `extra`): its queries leave by the uplink, not by
     the veth the client's query came in, and bpf_fib_lookup finds that next hop only as a
-    router forwarding from the veth would (bpf/README.md, "Kernel iteration")."""
+    router forwarding from the veth would (bpf/README.md, "Kernel iteration").
+    `uplink_forwarding` (with `forwarding`): forwarding on the uplink too. A referral's
+    response arrives on the uplink, and the kernel's next query goes back out of it; in this
+    lab bpf_fib_lookup's output lookup through the uplink (with the source address of the
+    server veth) finds no next hop, so without it every referral is passed to userspace
+    (`pass_kit_no_hop`) and only the first query of a miss is the kernel's. With it, the
+    forwarding lookup from the uplink finds the gateway and the kernel follows referrals
+    (`kit_referral_followed`, the `kit` group's `hops`)."""
     from lab import XDNS_BIN
     if not XDNS_BIN.exists():
         raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
@@ -829,6 +879,11 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
         if not uplink:
             raise ValueError("forwarding=True needs uplink=True")
         for key in (f"net.ipv4.conf.{lab.server_if}.forwarding", f"net.ipv6.conf.{lab.server_if}.forwarding"):
+            lab.server_run(["sysctl", "-qw", f"{key}=1"])
+    if uplink_forwarding:
+        if not forwarding:
+            raise ValueError("uplink_forwarding=True needs forwarding=True")
+        for key in (f"net.ipv4.conf.{tree.uplink_if}.forwarding", f"net.ipv6.conf.{tree.uplink_if}.forwarding"):
             lab.server_run(["sysctl", "-qw", f"{key}=1"])
     conf, a4, a6 = lab.write_xdns_config([], name, extra=resolver, **kw)
     if xdp is not None:

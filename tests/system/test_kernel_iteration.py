@@ -2,10 +2,12 @@
 server veth and `[resolver] kernel_iteration = true`, every corpus case under good.lab. asked
 cold over UDP: each must get the tree's answer, exactly once, as without kernel iteration.
 
-What this lab exercises: the lab's authoritative servers live in the server namespace beside
-xdns (tests/lab/lab.py, "Layout"), so for the kernel a server's address is local and
-bpf_fib_lookup finds no next hop to send a frame to: every miss is handed to userspace with
-the reason `fib` (counted in the `kit` group), and userspace resolves and answers it. The
+What this lab exercises: the handover for want of a next hop. The lab's authoritative
+servers live in the server namespace beside xdns (tests/lab/lab.py, "Layout"), so for the
+kernel a server's address is local and bpf_fib_lookup finds no next hop to send a frame to:
+every miss is handed to userspace with the reason `fib` (counted in the `kit` group; the test
+asserts that the kernel sent nothing and no other reason moved), and userspace resolves and
+answers it. Nothing is iterated in the kernel here. The
 kernel-sent path (the rewrite, XDP_TX/redirect, the response checks and every spoofing case)
 is covered by the fixture tables (crates/xdns-bpf/tests/kit.rs) and, with the servers behind
 a route and the delaying relay, by test_kernel_iteration_remote.py.
@@ -47,7 +49,7 @@ def ask(lab, addr, qname, qtype):
     return q, (dns.message.from_wire(wire) if wire is not None else None)
 
 
-def test_cold_misses_iterated_in_the_kernel_get_their_answers(kit_lab):
+def test_misses_without_a_next_hop_are_handed_over_and_answered(kit_lab):
     lab, srv = kit_lab
     assert PLAIN, "corpus cases under good.lab."
     before = lab.xdns_stats(srv)["kit"]
@@ -64,12 +66,12 @@ def test_cold_misses_iterated_in_the_kernel_get_their_answers(kit_lab):
             name, rtype, data = want.split(" ", 2)
             assert any(name.lower() in a.lower() and f" {rtype} " in a and a.endswith(data) for a in answer), f"{c.id}: {answer}"
     after = lab.xdns_stats(srv)["kit"]
-    moved = {k: after[k] - before.get(k, 0) for k in after if k not in ("pending", "zones") and after[k] != before.get(k, 0)}
+    moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     # the misses reached kernel iteration (not every case is one: a resolution caches what a
-    # later case asks, NS good.lab. for one); here each was handed over for want of a next hop
-    assert moved.get("handover_fib", 0) + moved.get("sent", 0) >= len(PLAIN) // 2, moved
-    assert set(moved) <= {"handover_fib", "sent", "responses"}, f"no other handover reason: {moved}"
-    assert moved.get("sent", 0) == moved.get("responses", 0), f"each query sent got its response: {moved}"
+    # later case asks, NS good.lab. for one), and each was handed over for want of a next hop:
+    # the kernel sent nothing here (iterating in the kernel is test_kernel_iteration_remote's)
+    assert moved.get("handover_fib", 0) >= len(PLAIN) // 2, moved
+    assert set(moved) == {"handover_fib"}, f"no query sent, no other handover reason: {moved}"
     xdp = lab.xdns_stats(srv)["xdp"]
     assert xdp["drop_kit_question"] == xdp["drop_kit_unsolicited"] == 0, xdp
-    assert after["pending"] == 0, after
+    assert lab.xdns_stats(srv)["kit_state"]["pending"] == 0

@@ -51,7 +51,7 @@ def test_dead_glue_server_is_raced_then_held_down():
     with Lab() as lab:
         tree = Tree(lab, name="tree-kit-dead", remote=True, delay_ms=DELAY).start()
         srv = start_xdns_resolver(lab, tree, name="xdns-kit-dead", xdp="native", uplink=True,
-                                  forwarding=True, extra=KIT)
+                                  forwarding=True, uplink_forwarding=True, extra=KIT)
         try:
             took = {}
             names = ["www.slow.lab."] + [f"n{i}.slow.lab." for i in range(40)]

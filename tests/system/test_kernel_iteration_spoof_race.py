@@ -187,7 +187,7 @@ def test_redundant_query_raced_by_forgeries_takes_only_the_genuine_answer():
         tree.set_record("ns2.race.lab.", "A", forger4)
         tree.set_record("race.lab.", "NS", "ns1.race.lab.", "ns2.race.lab.")
         srv = start_xdns_resolver(lab, tree, name="xdns-kit-race", xdp="native", uplink=True,
-                                  forwarding=True, extra=KIT)
+                                  forwarding=True, uplink_forwarding=True, extra=KIT)
         try:
             before = counters(lab, srv)
             asked = []

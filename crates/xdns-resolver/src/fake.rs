@@ -90,6 +90,7 @@ pub fn records(text: &str) -> Vec<Rec> {
             ),
             "NS" => (rtype::NS, from_presentation(f[3]).unwrap()),
             "CNAME" => (rtype::CNAME, from_presentation(f[3]).unwrap()),
+            "DNAME" => (rtype::DNAME, from_presentation(f[3]).unwrap()),
             "TXT" => {
                 let mut d = vec![f[3].len() as u8];
                 d.extend_from_slice(f[3].as_bytes());

@@ -1571,7 +1571,8 @@ async fn redundant_queries_follow_the_resolvers_rules() {
     // 6.6.6.6); asked redundantly, it is classified as the kernel's would be: never used
     let h = s.res.ask_redundant(&n("test."), ip("198.18.1.1"), &n("www.evil.test."), rtype::A).await.unwrap();
     let (r, used) = s.res.resolve_handed(key("www.evil.test.", rtype::A), h).await;
-    assert_eq!(used, crate::HandedUse::Referral);
+    // the glue out of the zone asked is no glue: a glueless referral, its NS name resolved
+    assert_eq!(used, crate::HandedUse::Glueless);
     assert_eq!(a_records(&replay(&r.unwrap(), 0)), vec![ip("198.18.2.81")]);
     assert_eq!(s.net.count("6.6.6.6"), 0, "the out-of-bailiwick glue was not used");
     // the zone said asked must hold the name: a reply for a name outside it is lame
@@ -1611,11 +1612,16 @@ async fn unusable_handed_replies_fall_back_to_a_resolution() {
     let reply = asked_directly(&s.net, "198.18.6.1", "x.tc.test.", rtype::A).await;
     let (r, used) = s.res.resolve_handed(key("x.tc.test.", rtype::A), handed("tc.test.", "198.18.6.1", reply)).await;
     assert_eq!((used, r.map(|a| replay(&a, 0).rcode()).ok()), (Truncated, Some(3)));
-    // SERVFAIL
-    let mut reply = asked_directly(&s.net, "198.18.3.1", "a.example.test.", rtype::A).await;
-    reply[3] = (reply[3] & 0xf0) | 2;
-    let (r, used) = s.res.resolve_handed(key("a.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
-    assert_eq!((used, r.map(|a| replay(&a, 0).rcode()).ok()), (Rcode, Some(3)));
+    // SERVFAIL, REFUSED, FORMERR to the kernel's EDNS query, another RCODE (NOTIMP): each
+    // counted apart, each resolved afresh
+    for (i, (rcode, why)) in [(2u8, Servfail), (5, Refused), (1, EdnsFallback), (4, Rcode)].into_iter().enumerate() {
+        let name = format!("a{i}.example.test.");
+        let mut reply = asked_directly(&s.net, "198.18.3.1", &name, rtype::A).await;
+        reply[3] = (reply[3] & 0xf0) | rcode;
+        let (r, used) = s.res.resolve_handed(key(&name, rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
+        assert_eq!((used, r.map(|a| replay(&a, 0).rcode()).ok()), (why, Some(3)), "{name}");
+        assert!(!used.used());
+    }
     // malformed
     let (r, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed("example.test.", "198.18.3.1", vec![1, 2, 3])).await;
     assert_eq!(used, Malformed);
@@ -1632,7 +1638,7 @@ async fn unusable_handed_replies_fall_back_to_a_resolution() {
     // out-of-bailiwick glue (ns.example.net. 6.6.6.6 in test.'s referral to evil.test.)
     let reply = asked_directly(&s.net, "198.18.1.1", "www.evil.test.", rtype::A).await;
     let (r, used) = s.res.resolve_handed(key("www.evil.test.", rtype::A), handed("test.", "198.18.1.1", reply)).await;
-    assert_eq!(used, Referral);
+    assert_eq!(used, Glueless, "the glue out of the zone asked is no glue");
     let a = r.unwrap();
     assert_eq!(a_records(&replay(&a, 0)), vec!["198.18.2.81".parse::<IpAddr>().unwrap()]);
     assert_eq!(s.net.count("6.6.6.6"), 0, "the out-of-bailiwick glue was not used");
@@ -1640,6 +1646,57 @@ async fn unusable_handed_replies_fall_back_to_a_resolution() {
     let reply = asked_directly(&s.net, "198.18.3.1", "www.example.test.", rtype::A).await;
     let (_, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
     assert_eq!(used, Joined);
+}
+
+/// Replies the iteration takes but finishes with more work of its own say which: a referral
+/// without glue (the NS names resolved), a CNAME leaving the zone asked (the chain followed
+/// from its end), a DNAME (RFC 6672: the DNAME kept in the answer, the synthesised CNAME's
+/// target resolved); each gives the answer a cold resolution gives.
+#[tokio::test]
+async fn handed_replies_that_leave_the_zone_say_how() {
+    use crate::HandedUse::*;
+    let s = setup(cfg());
+    // test.'s referral to glueless.test.: NS ns.dns-host.net., no glue
+    let reply = asked_directly(&s.net, "198.18.1.1", "www.glueless.test.", rtype::A).await;
+    let (r, used) = s.res.resolve_handed(key("www.glueless.test.", rtype::A), handed("test.", "198.18.1.1", reply)).await;
+    assert_eq!(used, Glueless);
+    assert!(used.used());
+    assert_eq!(a_records(&replay(&r.unwrap(), 0)), vec!["198.18.4.80".parse::<IpAddr>().unwrap()]);
+    // a referral with glue is a plain referral
+    let reply = asked_directly(&s.net, "198.18.1.1", "www.example.test.", rtype::A).await;
+    let (_, used) = s.res.resolve_handed(key("www.example.test.", rtype::A), handed("test.", "198.18.1.1", reply)).await;
+    assert_eq!(used, Referral);
+    // example.test.'s CNAME to www.glueless.test.
+    s.res.resolve(key("ns1.example.test.", rtype::A)).await.unwrap();
+    let reply = asked_directly(&s.net, "198.18.3.1", "alias.example.test.", rtype::A).await;
+    let (r, used) = s.res.resolve_handed(key("alias.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
+    assert_eq!(used, CnameOut);
+    assert_eq!(a_records(&replay(&r.unwrap(), 0)), vec!["198.18.4.80".parse::<IpAddr>().unwrap()]);
+    // a CNAME within the zone, answered there, is a plain answer
+    let reply = asked_directly(&s.net, "198.18.3.1", "local.example.test.", rtype::A).await;
+    let (_, used) = s.res.resolve_handed(key("local.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
+    assert_eq!(used, Answer);
+    // a DNAME (dn.example.test. DNAME example.net.) and the CNAME synthesised from it
+    let qname = n("www.dn.example.test.");
+    let reply = crate::fake::message(
+        0x4242,
+        0x0400,
+        &qname,
+        rtype::A,
+        [
+            &records("dn.example.test. 300 DNAME example.net.\nwww.dn.example.test. 300 CNAME www.example.net."),
+            &[],
+            &[],
+        ],
+    );
+    let (r, used) = s.res.resolve_handed(key("www.dn.example.test.", rtype::A), handed("example.test.", "198.18.3.1", reply)).await;
+    assert_eq!(used, Dname);
+    assert!(used.used());
+    let m = replay(&r.unwrap(), 0);
+    assert_eq!(m.rcode(), 0);
+    let types: Vec<u16> = m.answer.iter().map(|rr| rr.rtype).collect();
+    assert!(types.contains(&rtype::DNAME) && types.contains(&rtype::CNAME), "{types:?}");
+    assert_eq!(a_records(&m), vec!["198.18.2.80".parse::<IpAddr>().unwrap()]);
 }
 
 /// How long a kernel query is waited for: four times the server's SRTT plus fanout_delay,

@@ -103,6 +103,7 @@ pub const KEYS: &[Key] = &[
     k("resolver", "fetches_floor", "2", "The least an adapting bound falls to: a dead server or zone still gets this many probes."),
     k("resolver", "kernel_iteration", "false", "Cache misses iterated in the XDP program (needs `[xdp]`): the query is rewritten into a query to the deepest known zone cut's server, with a random ID, port and letter case; responses are checked in the kernel, then finished by userspace."),
     k("resolver", "kernel_iteration_ports", r#""61000-61255""#, "LOW-HIGH: source ports the daemon reserves for kernel iteration (binds them all, so no other socket of the host takes them); 1024 and above, at most 32768."),
+    k("resolver", "kernel_iteration_pending", "16384", "Queries the kernel may have sent and not yet seen answered (the pending map's size, 1 to 1048576); a miss that finds it full goes to userspace (`kit.handover_pending_full`)."),
 ];
 
 /// The `xdns.toml(5)` manual page, in roff.

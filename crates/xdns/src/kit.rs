@@ -37,7 +37,8 @@
 //!   never deletes one).
 //! - The stats group `kit`: the kernel's counters (`handed`, `ring_full` among them), the
 //!   records read from the ring (`ring_read`), what became of each response handed over
-//!   (`response_<use>`) and of entries the timer claimed (`timeout`).
+//!   (`response_<use>`) and of entries the timer claimed (`timeout`); the group `kit_state`
+//!   (gauges): entries pending now, cuts the daemon holds in the zone map.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -707,7 +708,7 @@ fn labels(name: &[u8]) -> usize {
 }
 
 /// What became of the responses handed over, by [`xdns_resolver::HandedUse`] (in its order).
-static USES: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static USES: [AtomicU64; xdns_resolver::HandedUse::ALL.len()] = [const { AtomicU64::new(0) }; xdns_resolver::HandedUse::ALL.len()];
 /// Responses claimed whose question was not the one sent, or not a response.
 static MALFORMED: AtomicU64 = AtomicU64::new(0);
 /// Responses claimed whose entry names no cut (`zone_len`/`zone_hash`): resolved from scratch.
@@ -749,11 +750,30 @@ pub fn note_use(u: xdns_resolver::HandedUse) {
 /// Kernel iteration's maps once its tasks run (for the counters).
 static MAPS: std::sync::OnceLock<Arc<KitMaps>> = std::sync::OnceLock::new();
 
-/// The group `kit`: misses handed over by reason (`handover_<reason>`), queries sent,
-/// responses accepted, pending queries now.
+/// The group `kit` (counters): misses handed over by reason (`handover_<reason>`), queries
+/// sent, responses accepted, what became of each (`response_<use>`), timeouts, the ring
+/// reader's and the redundant queries' counts; and the group `kit_state` (gauges, levels
+/// that go down as well as up): entries pending now, cuts the writer holds in the zone map.
 pub fn snapshot(s: &mut crate::stats::Snapshot) {
     let Some(kit) = MAPS.get() else { return };
     let Ok(c) = kit.counters() else { return };
+    s.groups.insert("kit".into(), counters_group(&c));
+    s.groups.insert("kit_state".into(), state_group(kit.pending_len() as u64, ZONES.load(Relaxed)));
+}
+
+/// The `kit_state` group: `pending` entries, `zones` cuts.
+fn state_group(pending: u64, zones: u64) -> crate::stats::Group {
+    let mut state = crate::stats::Group::counters(
+        "Kernel iteration now: queries the kernel sent that wait for their response (pending), zone cuts the daemon holds in the kernel's zone map besides the root (zones).",
+        "gauge",
+        [("pending".to_string(), pending), ("zones".to_string(), zones)],
+    );
+    state.meta.gauge = true;
+    state
+}
+
+/// The `kit` group from the kernel's counters `c` and the daemon's.
+fn counters_group(c: &xdns_bpf::kit::KitCounters) -> crate::stats::Group {
     let mut v: Vec<(String, u64)> = xdns_bpf::kit::HANDOVER.iter().zip(c.handover).map(|(r, n)| (format!("handover_{r}"), n)).collect();
     v.push(("sent".into(), c.sent));
     v.push(("responses".into(), c.responses));
@@ -762,7 +782,6 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("handed".into(), c.handed));
     v.push(("ring_full".into(), c.ring_full));
     v.push(("ring_read".into(), RING.load(Relaxed)));
-    v.push(("pending".into(), kit.pending_len() as u64));
     v.extend(xdns_resolver::HandedUse::ALL.iter().zip(&USES).map(|(u, n)| (format!("response_{}", u.name()), n.load(Relaxed))));
     let mal = USES[xdns_resolver::HandedUse::ALL.iter().position(|u| *u == xdns_resolver::HandedUse::Malformed).unwrap_or(0)].load(Relaxed);
     if let Some(x) = v.iter_mut().find(|(k, _)| k == "response_malformed") {
@@ -779,15 +798,11 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
     v.push(("redundant_lost".into(), REDUNDANT_LOST.load(Relaxed)));
     v.push(("redundant_skipped".into(), REDUNDANT_SKIPPED.load(Relaxed)));
     v.push(("held_removed".into(), HELD_REMOVED.load(Relaxed)));
-    v.push(("zones".into(), ZONES.load(Relaxed)));
-    s.groups.insert(
-        "kit".into(),
-        crate::stats::Group::counters(
-            "Kernel iteration: misses handed to userspace by reason, queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), entries pending, what became of each response handed over (response_<use>), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed), cuts in the zone map.",
-            "counter",
-            v,
-        ),
-    );
+    crate::stats::Group::counters(
+        "Kernel iteration: misses handed to userspace by reason (handover_<reason>), queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), what became of each response handed over (response_<use>: answer, referral, joined; resolved afresh: truncated, servfail, refused, edns_fallback (FORMERR to the kernel's EDNS query), rcode (another RCODE), lame, malformed, no_zone; taken, then more work in userspace: glueless, cname_out, dname), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed).",
+        "counter",
+        v,
+    )
 }
 
 fn monotonic_ns() -> u64 {
@@ -816,6 +831,42 @@ fn root_zone(hints: &str) -> KitZone {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/metrics`: the kit group's totals are counters, one per handover reason and use of a
+    /// response (the list: glueless, CNAME out of the zone, DNAME, EDNS fallback,
+    /// TC=1, SERVFAIL, REFUSED, lame, timeouts, a full pending map); the levels (pending
+    /// entries, cuts) are gauges of their own group, never counters.
+    #[test]
+    fn kit_metrics_are_counters_and_its_levels_gauges() {
+        let mut s = crate::stats::Snapshot::default();
+        s.groups.insert("kit".into(), counters_group(&xdns_bpf::kit::KitCounters { sent: 5, ..Default::default() }));
+        s.groups.insert("kit_state".into(), state_group(3, 7));
+        let text = crate::metrics::render(&s);
+        for want in [
+            "# TYPE xdns_kit counter",
+            "xdns_kit_total{counter=\"sent\"} 5",
+            "# TYPE xdns_kit_state gauge",
+            "xdns_kit_state{gauge=\"pending\"} 3",
+            "xdns_kit_state{gauge=\"zones\"} 7",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        for reason in [
+            "response_glueless",
+            "response_cname_out",
+            "response_dname",
+            "response_edns_fallback",
+            "response_truncated",
+            "response_servfail",
+            "response_refused",
+            "response_lame",
+            "timeout",
+            "handover_pending_full",
+        ] {
+            assert!(text.contains(&format!("xdns_kit_total{{counter=\"{reason}\"}} 0")), "{reason} in\n{text}");
+        }
+        assert!(!text.contains("counter=\"pending\"") && !text.contains("counter=\"zones\""), "{text}");
+    }
 
     #[test]
     fn root_from_hints() {

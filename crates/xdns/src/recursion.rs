@@ -65,6 +65,7 @@ pub struct FileResolver {
     fetches_floor: Option<Spanned<i64>>,
     kernel_iteration: Option<bool>,
     kernel_iteration_ports: Option<Spanned<String>>,
+    kernel_iteration_pending: Option<Spanned<i64>>,
 }
 
 /// An address prefix of `allow`.
@@ -133,6 +134,8 @@ pub struct ResolverSettings {
     pub kernel_iteration: bool,
     /// The source ports the daemon reserves for them (inclusive).
     pub kit_ports: (u16, u16),
+    /// Queries the kernel may have outstanding (`xdns_kit_pending`'s size).
+    pub kit_pending: u32,
 }
 
 impl ResolverSettings {
@@ -152,6 +155,9 @@ impl ResolverSettings {
         }
         if self.kit_ports != other.kit_ports {
             v.push("resolver.kernel_iteration_ports".to_string());
+        }
+        if self.kit_pending != other.kit_pending {
+            v.push("resolver.kernel_iteration_pending".to_string());
         }
         for f in Resolver::fixed_settings_changed(&self.resolver, &other.resolver) {
             v.push(format!("resolver.{f}"));
@@ -283,6 +289,8 @@ pub fn parse_section(
         cfg.fetches_floor = v as u32;
     }
     let max_pending = int(&r.max_pending, "max_pending", 1, 1_000_000).unwrap_or(10_000) as usize;
+    let kit_pending = int(&r.kernel_iteration_pending, "kernel_iteration_pending", 1, 1 << 20)
+        .map_or(xdns_bpf::kit::KitStage::default().pending, |v| v as u32);
     cfg.ipv4 = r.ipv4.unwrap_or(true);
     cfg.ipv6 = r.ipv6.unwrap_or(true);
     cfg.qname_minimisation = r.qname_minimisation.unwrap_or(cfg.qname_minimisation);
@@ -327,6 +335,7 @@ pub fn parse_section(
         resolver: cfg,
         kernel_iteration,
         kit_ports,
+        kit_pending,
     })
 }
 

@@ -13,11 +13,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+use xdns_wire::response::rcode::{FORMERR as RCODE_FORMERR, REFUSED as RCODE_REFUSED, SERVFAIL as RCODE_SERVFAIL};
 use xdns_wire::CacheKey;
 
 use super::classify::{classify, Class};
 use super::{Resolution, Resolver, RCODE_NOERROR, RCODE_NXDOMAIN};
-use crate::msg::{parse_reply, Reply};
+use crate::msg::{parse_reply, rtype, Reply, Rr};
 use crate::store::lock;
 
 /// A zone cut as kernel iteration keeps it.
@@ -57,18 +58,35 @@ pub enum HandedUse {
     Joined,
     /// TC=1: resolved afresh (over TCP when the server truncates again).
     Truncated,
-    /// An RCODE other than NOERROR and NXDOMAIN (SERVFAIL, REFUSED, FORMERR...).
+    /// An RCODE other than NOERROR, NXDOMAIN and those counted apart below (NOTIMP, ...).
     Rcode,
     /// Lame: no data, SOA or downward referral within the zone asked (out-of-bailiwick
     /// records only, an upward referral...).
     Lame,
     /// Not a DNS reply the resolver can parse.
     Malformed,
+    /// SERVFAIL: resolved afresh (the resolver's own exchanges go to the other servers).
+    Servfail,
+    /// REFUSED: resolved afresh, as [`HandedUse::Servfail`].
+    Refused,
+    /// FORMERR to the kernel's query, which always carries an OPT record: a server from
+    /// before EDNS (RFC 6891 section 7). Resolved afresh, where the resolver's exchange asks
+    /// again without EDNS.
+    EdnsFallback,
+    /// A referral without an address for its NS names in the glue (of a family the resolver
+    /// asks): the iteration went on from the child zone and resolved the NS names.
+    Glueless,
+    /// A CNAME chain leaving the zone asked (its end not answered there): the iteration went
+    /// on from the chain's end.
+    CnameOut,
+    /// An answer synthesised from a DNAME (RFC 6672): cached with the DNAME, the iteration
+    /// going on from the synthesised CNAME's target when that leaves the zone.
+    Dname,
 }
 
 impl HandedUse {
     /// Every use, in counter order.
-    pub const ALL: [HandedUse; 7] = [
+    pub const ALL: [HandedUse; 13] = [
         HandedUse::Answer,
         HandedUse::Referral,
         HandedUse::Joined,
@@ -76,6 +94,12 @@ impl HandedUse {
         HandedUse::Rcode,
         HandedUse::Lame,
         HandedUse::Malformed,
+        HandedUse::Servfail,
+        HandedUse::Refused,
+        HandedUse::EdnsFallback,
+        HandedUse::Glueless,
+        HandedUse::CnameOut,
+        HandedUse::Dname,
     ];
 
     /// Its stable name (counters).
@@ -88,12 +112,30 @@ impl HandedUse {
             HandedUse::Rcode => "rcode",
             HandedUse::Lame => "lame",
             HandedUse::Malformed => "malformed",
+            HandedUse::Servfail => "servfail",
+            HandedUse::Refused => "refused",
+            HandedUse::EdnsFallback => "edns_fallback",
+            HandedUse::Glueless => "glueless",
+            HandedUse::CnameOut => "cname_out",
+            HandedUse::Dname => "dname",
         }
     }
 
     /// True when the reply was used (the iteration took it as its own exchange's).
     pub fn used(self) -> bool {
-        matches!(self, HandedUse::Answer | HandedUse::Referral)
+        matches!(
+            self,
+            HandedUse::Answer | HandedUse::Referral | HandedUse::Glueless | HandedUse::CnameOut | HandedUse::Dname
+        )
+    }
+}
+
+/// The address of an A or AAAA glue record.
+fn glue_address(r: &Rr) -> Option<IpAddr> {
+    match r.rtype {
+        rtype::A => <[u8; 4]>::try_from(r.rdata.as_slice()).ok().map(IpAddr::from),
+        rtype::AAAA => <[u8; 16]>::try_from(r.rdata.as_slice()).ok().map(IpAddr::from),
+        _ => None,
     }
 }
 
@@ -295,24 +337,43 @@ impl Resolver {
         if reply.truncated() {
             return Err(HandedUse::Truncated);
         }
-        let rc = reply.rcode();
-        if rc != RCODE_NOERROR && rc != RCODE_NXDOMAIN {
-            return Err(HandedUse::Rcode);
+        match reply.rcode() {
+            RCODE_NOERROR | RCODE_NXDOMAIN => {}
+            RCODE_FORMERR => return Err(HandedUse::EdnsFallback),
+            RCODE_SERVFAIL => return Err(HandedUse::Servfail),
+            RCODE_REFUSED => return Err(HandedUse::Refused),
+            _ => return Err(HandedUse::Rcode),
         }
         if !xdns_wire::name::is_subdomain(&key.qname, &h.zone) {
             return Err(HandedUse::Lame);
         }
-        match classify(
+        let used = match classify(
             &reply,
             &key.qname,
             key.qtype,
             &h.zone,
             self.cfg.load().max_cname,
         ) {
-            Class::Lame => Err(HandedUse::Lame),
-            Class::Referral { .. } => Ok((reply, HandedUse::Referral)),
-            _ => Ok((reply, HandedUse::Answer)),
-        }
+            Class::Lame => return Err(HandedUse::Lame),
+            Class::Referral { glue, .. } => {
+                if glue.iter().filter_map(glue_address).any(|ip| self.family_ok(&ip)) {
+                    HandedUse::Referral
+                } else {
+                    HandedUse::Glueless
+                }
+            }
+            Class::Answer(step) => {
+                if step.answer.iter().any(|r| r.rtype == rtype::DNAME) {
+                    HandedUse::Dname
+                } else if step.next.is_some() {
+                    HandedUse::CnameOut
+                } else {
+                    HandedUse::Answer
+                }
+            }
+            Class::NxDomain(_) | Class::NoData(_) => HandedUse::Answer,
+        };
+        Ok((reply, used))
     }
 
     /// Resolves `key` taking `h` as the reply to its first upstream query (the full name and

@@ -100,7 +100,7 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
             capacity: Default::default(),
         });
         // kernel iteration: the daemon has reserved the ports (crate::kit) before this
-        fp_cfg.xdp.kit = rs.kernel_iteration.then(|| xdns_bpf::kit::KitStage { ports: rs.kit_ports, ..Default::default() });
+        fp_cfg.xdp.kit = rs.kernel_iteration.then(|| xdns_bpf::kit::KitStage { ports: rs.kit_ports, pending: rs.kit_pending, ..Default::default() });
     }
     fp_cfg.xdp.keep_caps = cfg.run_as.is_some();
     fp_cfg.xdp.guard = cfg.guard.as_ref().map(|g| xdns_bpf::guard::GuardStage {
