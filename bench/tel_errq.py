@@ -9,10 +9,17 @@ pinned to bench.py's SERVER_CPU: "errq", XDNS as it is (transmit stamps from the
 error queue); with --ref, "ref", another build (say main's, copied aside). Each round kxdpgun
 (bench.py's query mix, on CLIENT_CPU) runs against each with rules off and with `all` (every
 answer timed; switched live with `xdns telemetry add all | del all`), in an order rotated each
-round, so that the machine's other load falls on all alike. Prints replies/s per server and
+round (each build's two states back to back), so that the machine's other load falls on all
+alike. Prints replies/s per server and
 state (median of the rounds) and the ratios: errq all/off (what timing every answer costs),
 errq/read with every answer timed (what reading the error queue costs over reading the
 clock), errq/read and errq/ref with rules off (must be 1: the off state pays nothing more).
+The same ratios of replies per second of server CPU (the daemon's threads, as bench.py
+counts them): on a shared machine the scheduler gives the server a share of its CPU that
+moves from run to run (autogroups put other sessions' niced builds on a par with it), which
+replies/s follows fully and replies per server CPU-second in part (other work still takes the
+caches); at saturation on a CPU of its own the two ratios are the same. Each also as the
+median of the rounds' own all/off ratios (two runs back to back).
 Needs root, kxdpgun, 2 CPUs (as bench.py).
 """
 from __future__ import annotations
@@ -49,6 +56,7 @@ def main() -> int:
     if a.ref:
         builds["ref"] = str(Path(a.ref).resolve())
     runs: dict[tuple[str, str], list[int]] = {(b, s): [] for b in builds for s in ("off", "all")}
+    eff: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
     print(f"load average at start: {os.getloadavg()}", flush=True)
     with L.Lab(prefix="xdl") as lab:
         qfile = lab.dir / "queries.txt"
@@ -62,10 +70,14 @@ def main() -> int:
             srv = lab.start_xdns(L.DEFAULT_ZONES, name=f"tel-{tag}")
             os.environ.pop("XDNS_TEL_TX", None)
             tgts[tag] = B.Target(f"tel-{tag}", srv.addr4, srv, xdns=True)
-        order = [(b, s) for s in ("off", "all") for b in builds]
+        # each build's two states back to back (their order alternating by round), the builds
+        # in an order rotated each round: a build's all/off ratio of one round is of two runs
+        # seconds apart (the paired ratios below)
+        names = list(builds)
         for rnd in range(a.rounds):
-            k = rnd % len(order)
-            for tag, state in order[k:] + order[:k]:
+            k = rnd % len(names)
+            states = ("off", "all") if rnd % 2 == 0 else ("all", "off")
+            for tag, state in [(b, s) for b in names[k:] + names[:k] for s in states]:
                 tgt, build = tgts[tag], builds[tag]
                 want = "ok 1; 1: all" if state == "all" else "ok 0"
                 got = rules(build, tgt.server, *(("add", "all") if state == "all" else ("del", "all")))
@@ -74,26 +86,38 @@ def main() -> int:
                 r = B.measure(lab, tgt, qfile, a.seconds, a.qps)
                 rules(build, tgt.server, "del", "all")
                 runs[(tag, state)].append(r["replies_per_s"])
+                e = r["replies_per_s"] / max(r["server_cpu_busy"], 1e-9)
+                eff[(tag, state)].append(e)
                 print(f"  round {rnd} {tag} {state:3} {r['replies_per_s']:>9} replies/s "
-                      f"(sent {r['qps_sent']}/s, server side {100 * r['server_cpu_busy']:.0f}% of a CPU)",
-                      flush=True)
-        for tag in ("errq", "read"):
+                      f"(sent {r['qps_sent']}/s, server side {100 * r['server_cpu_busy']:.0f}% of a CPU, "
+                      f"{e:.0f} replies per server CPU-s)", flush=True)
+        for tag in tgts:
             st = lab.xdns_stats(tgts[tag].server)["telemetry"]
-            print(f"{tag}'s transmit clocks at the end: " + ", ".join(f"{k} {v}" for k, v in st.items() if k.startswith("tx_")))
+            asked = st["tx_software"] + st["tx_hardware"] + st["tx_lost"]
+            lost = f", lost {100 * st['tx_lost'] / asked:.0f}% of the stamps asked for" if asked else ""
+            print(f"{tag}'s transmit clocks at the end: "
+                  + ", ".join(f"{k} {v}" for k, v in st.items() if k.startswith("tx_")) + lost)
         for t in tgts.values():
             lab.stop(t.server)
-    med = {k: statistics.median(v) for k, v in runs.items()}
     print(f"load average at end: {os.getloadavg()}")
-    print("\nbuild state  replies/s (median)  runs")
-    for (b, s), v in runs.items():
-        print(f"{b:5} {s:5} {med[(b, s)]:>12.0f}        {v}")
-    r = lambda x, y: f"{med[x] / med[y]:.3f}"
-    print(f"\nerrq all/off     {r(('errq', 'all'), ('errq', 'off'))}")
-    print(f"read all/off     {r(('read', 'all'), ('read', 'off'))}")
-    print(f"errq/read all    {r(('errq', 'all'), ('read', 'all'))}")
-    print(f"errq/read off    {r(('errq', 'off'), ('read', 'off'))}")
-    if a.ref:
-        print(f"errq/ref off     {r(('errq', 'off'), ('ref', 'off'))}")
+    for title, data in (("replies/s", runs), ("replies per server CPU-second", eff)):
+        print(f"\n== {title}, all/off of each round (back-to-back runs): median (range)")
+        for b in builds:
+            pr = sorted(x / y for x, y in zip(data[(b, "all")], data[(b, "off")]))
+            print(f"{b:5} all/off  {statistics.median(pr):.3f} ({pr[0]:.3f}-{pr[-1]:.3f})")
+        med = {k: statistics.median(v) for k, v in data.items()}
+        print(f"\n== {title}\nbuild state  median        runs")
+        for (b, s), v in data.items():
+            print(f"{b:5} {s:5} {med[(b, s)]:>12.0f}  {[round(x) for x in v]}")
+        r = lambda x, y: f"{med[x] / med[y]:.3f}"
+        print(f"errq all/off     {r(('errq', 'all'), ('errq', 'off'))}")
+        print(f"read all/off     {r(('read', 'all'), ('read', 'off'))}")
+        print(f"errq/read all    {r(('errq', 'all'), ('read', 'all'))}")
+        print(f"errq/read off    {r(('errq', 'off'), ('read', 'off'))}")
+        if a.ref:
+            print(f"ref all/off      {r(('ref', 'all'), ('ref', 'off'))}")
+            print(f"errq/ref all     {r(('errq', 'all'), ('ref', 'all'))}")
+            print(f"errq/ref off     {r(('errq', 'off'), ('ref', 'off'))}")
     return 0
 
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::{Deserialize, Serialize};
 pub use xdns_bpf::telemetry::{Histogram, Rule, MAX_RULES, OPTION, PATHS, PROBE_LEN, RESOLVER_HIT, RESOLVER_MISS, RESOLVER_UPSTREAM, USER_AUTH};
+use xdns_bpf::telemetry::{KERNEL_AUTH, KERNEL_CACHE};
 use xdns_bpf::telemetry::{bucket, TelemetryMaps, BUCKETS};
 
 /// A histogram many threads add to.
@@ -176,9 +177,11 @@ impl Telemetry {
         self.push();
     }
 
+    /// Give the kernel the rules that may select its answers (none: telemetry off there, one
+    /// map read per packet and no more).
     fn push(&self) {
         if let Some(k) = self.kernel.load_full() {
-            if let Err(e) = k.set_rules(&self.sel.rules.load()) {
+            if let Err(e) = k.set_rules(&kernel_rules(&self.sel.rules.load())) {
                 tracing::error!("XDP telemetry rules not replaced: {e:#}");
             }
         }
@@ -296,6 +299,15 @@ impl Telemetry {
             crate::stats::Group::counters("Telemetry: rules set, in-band probes (written, bad option, no room), receive and transmit clocks of timed userspace answers (tx_lost: error-queue stamp never came back).", "counter", c.iter().map(|(k, v)| (k.to_string(), *v))),
         );
     }
+}
+
+/// The rules that may select an answer of a kernel path (kernel_auth, kernel_cache), in
+/// their order. A rule for userspace paths or upstream queries only never selects one, and
+/// the kernel would still check it against every packet's addresses: left out, a set of
+/// such rules alone leaves the kernel's telemetry off.
+fn kernel_rules(rules: &[Rule]) -> Vec<Rule> {
+    const KERNEL: u8 = 1 << KERNEL_AUTH | 1 << KERNEL_CACHE;
+    rules.iter().filter(|r| r.paths == 0 || r.paths & KERNEL != 0).cloned().collect()
 }
 
 /// A selected query waiting for its answer: what [`Telemetry::finish`] needs.
@@ -896,6 +908,18 @@ mod tests {
         assert!(w.stamp(&t, 1, 30, 0));
         assert_eq!(w.waiting(), 0);
         assert_eq!(counters(&t).1, [3, 0, 0, 0]);
+    }
+
+    /// The kernel gets the rules that may select its answers, in order; userspace and
+    /// upstream rules alone leave it none (its telemetry off).
+    #[test]
+    fn kernel_gets_only_rules_of_its_paths() {
+        let parse = |v: &[&str]| v.iter().map(|r| Rule::parse(r).unwrap()).collect::<Vec<_>>();
+        let shown = |v: Vec<Rule>| v.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        let only_user = parse(&["path=user-auth", "src=198.18.0.0/15 path=resolver-hit,resolver-miss", "path=resolver-upstream"]);
+        assert!(kernel_rules(&only_user).is_empty());
+        let mixed = parse(&["path=user-auth", "qname=example.com", "src=198.18.0.0/15 path=kernel-cache", "path=kernel-auth,user-auth"]);
+        assert_eq!(shown(kernel_rules(&mixed)), shown(parse(&["qname=example.com", "src=198.18.0.0/15 path=kernel-cache", "path=kernel-auth,user-auth"])));
     }
 
     #[test]

@@ -13,8 +13,11 @@
 //! Telemetry (while a rule may select the workers' answers: [`crate::telemetry::Telemetry::on`]): receive timestamps come with each query (`SO_TIMESTAMPING`);
 //! each timed answer is sent asking for its transmit timestamp with an ID of the worker's own
 //! (`SCM_TS_OPT_ID`, Linux 6.13+), read back from the error queue (`MSG_ERRQUEUE`, never
-//! waiting) after each `sendmmsg` and matched by [`crate::telemetry::TxStamps`]. Other senders
-//! on the socket (the resolver's answers) ask for none, so the IDs stay the worker's.
+//! waiting) once [`ERRQ_EVERY`] timed answers were sent since the last read, or when the
+//! worker has time (a receive that did not fill the batch, or its read timeout), and matched
+//! by [`crate::telemetry::TxStamps`]. Other senders on the socket (the resolver's answers)
+//! ask for none, so the IDs stay the worker's. Older kernels, and any kernel that refuses
+//! the ID, get the send time read just before `sendmmsg` instead (counted `tx_read`).
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -44,7 +47,10 @@ const RX_SIZE: usize = 4096;
 /// and a receive timestamp (telemetry).
 const CTRL_WORDS: usize = 16;
 /// Error-queue messages (transmit timestamps) read per `recvmmsg`.
-const ERRQ_BATCH: usize = 64;
+const ERRQ_BATCH: usize = 128;
+/// Timed answers sent before a busy worker reads the error queue (one `recvmmsg` for the
+/// stamps of several `sendmmsg` batches; an idle worker reads it at once).
+const ERRQ_EVERY: usize = 128;
 /// Control buffer per error-queue message, in u64 words: a timestamp and an extended error.
 const ERRQ_CTRL_WORDS: usize = 32;
 /// `SCM_TS_OPT_ID` (asm-generic/socket.h, Linux 6.13): the transmit timestamp ID of one message.
@@ -357,6 +363,16 @@ struct Worker {
     tx_ids: Vec<u32>,
     /// Timed answers waiting for their transmit timestamps.
     waiting: crate::telemetry::TxStamps,
+    /// Timed answers sent (asking for a stamp) since the error queue was last read.
+    unread: usize,
+    /// The last receive did not fill the batch (or timed out): the worker has time.
+    idle: bool,
+    /// Can this kernel take a transmit timestamp ID per message ([`tx_stamps_supported`]);
+    /// tests set it to try either way on one kernel.
+    tx_ids_ok: bool,
+    /// The control message type asking for the ID (`SCM_TS_OPT_ID`); tests put one no
+    /// kernel knows to see a refusal, as a kernel before 6.13 refuses this one.
+    opt_id_type: libc::c_int,
     errq_ctrl: Vec<[u64; ERRQ_CTRL_WORDS]>,
     errq_hdr: Vec<libc::mmsghdr>,
     /// The socket's own address: dnstap's server end, and the server address of telemetry
@@ -393,6 +409,10 @@ impl Worker {
             tx_timed: vec![None; batch],
             tx_ids: vec![0; batch],
             waiting: Default::default(),
+            unread: 0,
+            idle: true,
+            tx_ids_ok: tx_stamps_supported(),
+            opt_id_type: SCM_TS_OPT_ID,
             errq_ctrl: Vec::new(),
             errq_hdr: Vec::new(),
             local: None,
@@ -407,20 +427,19 @@ impl Worker {
             let tel = &shared.telemetry;
             let want = tel.on();
             if want != self.stamps {
-                if !want {
-                    self.read_errq(fd, tel);
-                    self.waiting.give_up(tel);
-                }
-                self.tx_errq = want && tx_stamps_supported() && set_timestamping(fd, true, true).is_ok();
-                self.stamps = self.tx_errq || (set_timestamping(fd, want, false).is_ok() && want);
+                self.set_stamps(fd, want, tel);
             }
-            if self.waiting.waiting() > 0 {
-                // stamps that came after the last send (idle: on the read timeout)
+            if self.idle && self.waiting.waiting() > 0 {
+                // stamps not read yet (or never to come: counted lost once waited for)
                 self.read_errq(fd, tel);
             }
             let n = match self.recv(fd) {
-                Ok(n) => n,
+                Ok(n) => {
+                    self.idle = n < self.batch;
+                    n
+                }
                 Err(e) => {
+                    self.idle = true;
                     match e.kind() {
                         io::ErrorKind::WouldBlock
                         | io::ErrorKind::TimedOut
@@ -436,6 +455,18 @@ impl Worker {
             let answers = self.answer(n, sock, shared, shard);
             self.send(fd, answers, shard, &shared.telemetry);
         }
+    }
+
+    /// Turn the socket's timestamps on (a rule may select the worker's answers) or off:
+    /// receive stamps, and transmit stamps from the error queue where the kernel takes an ID
+    /// per message. Turned off, the answers still waiting are read or counted lost.
+    fn set_stamps(&mut self, fd: i32, want: bool, tel: &crate::telemetry::Telemetry) {
+        if !want {
+            self.read_errq(fd, tel);
+            self.waiting.give_up(tel);
+        }
+        self.tx_errq = want && self.tx_ids_ok && set_timestamping(fd, true, true).is_ok();
+        self.stamps = self.tx_errq || (set_timestamping(fd, want, false).is_ok() && want);
     }
 
     fn recv(&mut self, fd: i32) -> io::Result<usize> {
@@ -558,7 +589,6 @@ impl Worker {
     }
 
     fn send(&mut self, fd: i32, count: usize, shard: &Shard, tel: &crate::telemetry::Telemetry) {
-        let mut timed = 0;
         for j in 0..count {
             let (i, pktinfo) = self.tx_to[j];
             self.tx_iov[j] = libc::iovec {
@@ -576,10 +606,9 @@ impl Worker {
             self.tx_ids[j] = 0;
             if self.tx_timed[j].is_some() {
                 let id = self.waiting.next_id();
-                let with = write_tx_stamp(&mut self.tx_ctrl[j], clen, id);
+                let with = write_tx_stamp(&mut self.tx_ctrl[j], clen, id, self.opt_id_type);
                 if with > clen {
                     (self.tx_ids[j], clen) = (id, with);
-                    timed += 1;
                 }
             }
             if clen > 0 {
@@ -606,7 +635,10 @@ impl Worker {
                     if let Some((t, at)) = self.tx_timed[j] {
                         match self.tx_ids[j] {
                             0 => tel.record(t.path, at.saturating_sub(t.rx), t.clock, crate::telemetry::TxClock::Read),
-                            id => self.waiting.sent(tel, id, t, at),
+                            id => {
+                                self.waiting.sent(tel, id, t, at);
+                                self.unread += 1;
+                            }
                         }
                     }
                 }
@@ -621,14 +653,19 @@ impl Worker {
                 // a kernel that refuses the timestamp ID: send it (and from now on every
                 // answer) without asking for a transmit stamp; the time read before sending
                 tracing::warn!("transmit timestamps with an ID (SCM_TS_OPT_ID) refused: telemetry reads the send time instead");
-                self.tx_errq = false;
-                self.tx_ids[sent] = 0;
-                let h = &mut self.tx_hdr[sent].msg_hdr;
-                let (_, pktinfo) = self.tx_to[sent];
-                let clen = write_pktinfo(&mut self.tx_ctrl[sent], pktinfo);
-                h.msg_controllen = clen;
-                if clen == 0 {
-                    h.msg_control = std::ptr::null_mut();
+                (self.tx_errq, self.tx_ids_ok) = (false, false);
+                for j in sent..count {
+                    if self.tx_ids[j] == 0 {
+                        continue;
+                    }
+                    self.tx_ids[j] = 0;
+                    let h = &mut self.tx_hdr[j].msg_hdr;
+                    let (_, pktinfo) = self.tx_to[j];
+                    let clen = write_pktinfo(&mut self.tx_ctrl[j], pktinfo);
+                    h.msg_controllen = clen;
+                    if clen == 0 {
+                        h.msg_control = std::ptr::null_mut();
+                    }
                 }
                 continue;
             }
@@ -639,7 +676,7 @@ impl Worker {
             shard.drop(DropKind::SendFailed);
             sent += 1;
         }
-        if timed > 0 {
+        if self.unread > 0 && (self.idle || self.unread >= ERRQ_EVERY) {
             self.read_errq(fd, tel);
         }
     }
@@ -647,6 +684,7 @@ impl Worker {
     /// Read the transmit timestamps in the socket's error queue (never waiting), give them to
     /// the answers waiting for them, and count lost the ones waited for too long.
     fn read_errq(&mut self, fd: i32, tel: &crate::telemetry::Telemetry) {
+        self.unread = 0;
         if self.errq_hdr.is_empty() {
             // SAFETY: plain-data struct, zero is valid.
             self.errq_hdr = (0..ERRQ_BATCH).map(|_| unsafe { zeroed() }).collect();
@@ -815,13 +853,13 @@ fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
 /// Append to `buf`, after the `at` bytes of control messages already there, the request
 /// for this message's transmit timestamp (software, and hardware where the NIC gives it)
 /// with ID `id`; returns the new length (`at` when there is no room).
-fn write_tx_stamp(buf: &mut [u64; CTRL_WORDS], at: usize, id: u32) -> usize {
+fn write_tx_stamp(buf: &mut [u64; CTRL_WORDS], at: usize, id: u32, opt_id_type: libc::c_int) -> usize {
     let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_TX_HARDWARE;
     let end = put_cmsg(buf, at, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags.to_ne_bytes());
     if end == at {
         return at;
     }
-    let end2 = put_cmsg(buf, end, libc::SOL_SOCKET, SCM_TS_OPT_ID, &id.to_ne_bytes());
+    let end2 = put_cmsg(buf, end, libc::SOL_SOCKET, opt_id_type, &id.to_ne_bytes());
     if end2 == end {
         return at;
     }
@@ -984,7 +1022,7 @@ mod tests {
         let v6: libc::in6_pktinfo = unsafe { zeroed() };
         let mut buf = [0u64; CTRL_WORDS];
         let p = write_pktinfo(&mut buf, Pktinfo::V6(v6));
-        let len = write_tx_stamp(&mut buf, p, 0x01020304);
+        let len = write_tx_stamp(&mut buf, p, 0x01020304, SCM_TS_OPT_ID);
         assert!(len > p && len <= CTRL_WORDS * 8);
         let c = cmsgs(&mut buf, len);
         let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_TX_HARDWARE;
@@ -994,10 +1032,10 @@ mod tests {
         assert_eq!(c[2], (libc::SOL_SOCKET, SCM_TS_OPT_ID, 0x01020304u32.to_ne_bytes().to_vec()));
         // alone (a specific listen address: no pktinfo)
         let mut buf = [0u64; CTRL_WORDS];
-        let len = write_tx_stamp(&mut buf, 0, 7);
+        let len = write_tx_stamp(&mut buf, 0, 7, SCM_TS_OPT_ID);
         assert_eq!(cmsgs(&mut buf, len).len(), 2);
         // no room: nothing appended
-        assert_eq!(write_tx_stamp(&mut buf, CTRL_WORDS * 8 - 24, 7), CTRL_WORDS * 8 - 24);
+        assert_eq!(write_tx_stamp(&mut buf, CTRL_WORDS * 8 - 24, 7, SCM_TS_OPT_ID), CTRL_WORDS * 8 - 24);
     }
 
     /// An error-queue message: its timestamps and extended error read back; an ICMP error
@@ -1050,62 +1088,149 @@ mod tests {
         assert!(!kernel_at_least("garbage", (6, 13)));
     }
 
-    /// The worker's own path on a loopback socket: timed answers sent with their IDs, the
-    /// stamps read back from the error queue and matched (software clock); an answer sent
-    /// without asking for one (another sender on the socket) takes no ID; one whose stamp
-    /// never comes is counted lost once waited for long enough.
-    #[test]
-    fn transmit_stamps_from_the_error_queue_of_a_socket() {
-        assert!(tx_stamps_supported(), "this kernel has no SCM_TS_OPT_ID (Linux 6.13+)");
-        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        sock.connect(peer.local_addr().unwrap()).unwrap();
-        let fd = sock.as_raw_fd();
-        set_timestamping(fd, true, true).unwrap();
-        let tel = crate::telemetry::Telemetry::default();
-        let mut w = Worker::new(false, 4);
-        let send = |id: Option<u32>| {
-            let mut buf = [0u64; CTRL_WORDS];
-            let len = id.map_or(0, |id| write_tx_stamp(&mut buf, 0, id));
-            let mut data = *b"answer";
-            let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
-            // SAFETY: plain-data struct, zero is valid; pointers outlive the call.
-            let mut msg: libc::msghdr = unsafe { zeroed() };
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            if len > 0 {
-                msg.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
-                msg.msg_controllen = len;
-            }
-            // SAFETY: valid fd and message.
-            assert_eq!(unsafe { libc::sendmsg(fd, &msg, 0) }, 6);
-        };
-        let before = crate::telemetry::realtime_ns();
-        let t = crate::telemetry::Timed { path: crate::telemetry::USER_AUTH, rx: before, clock: crate::telemetry::RxClock::Software, probe: None, limit: 512 };
-        for _ in 0..3 {
-            let id = w.waiting.next_id();
-            send(Some(id));
-            w.waiting.sent(&tel, id, t, before);
-            send(None);
-        }
-        // one more waiting whose stamp will never come (sent long ago, never asked for)
-        let ghost = w.waiting.next_id();
-        w.waiting.sent(&tel, ghost, t, before - crate::telemetry::TxStamps::PATIENCE_NS);
-        w.read_errq(fd, &tel);
-        assert_eq!(w.waiting.waiting(), 0);
+    /// This kernel's release (`uname -r`).
+    fn release() -> String {
+        // SAFETY: plain-data struct, zero is valid; uname fills it.
+        let mut u: libc::utsname = unsafe { zeroed() };
+        // SAFETY: valid pointer for the call.
+        assert_eq!(unsafe { libc::uname(&mut u) }, 0);
+        u.release.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect()
+    }
+
+    /// What a worker's transmit clocks came to: tx_software, tx_hardware, tx_read, tx_lost
+    /// and the userspace-authoritative histogram's count.
+    fn tx_counts(tel: &crate::telemetry::Telemetry) -> ([u64; 4], u64) {
         let mut s = crate::stats::Snapshot::default();
         tel.snapshot(&mut s);
         let v = &s.groups["telemetry"].values;
-        assert_eq!((v["tx_software"], v["tx_hardware"], v["tx_read"], v["tx_lost"]), (3, 0, 0, 1), "{v:?}");
-        assert_eq!(s.latency["user_auth"].count, 4);
-        // nothing more in the queue: the unstamped sends asked for nothing
-        w.read_errq(fd, &tel);
-        let mut s2 = crate::stats::Snapshot::default();
-        tel.snapshot(&mut s2);
-        assert_eq!(s2.latency["user_auth"].count, 4);
+        ([v["tx_software"], v["tx_hardware"], v["tx_read"], v["tx_lost"]], s.latency["user_auth"].count)
+    }
+
+    /// A worker on a loopback socket, its stamps set as `run` sets them while a rule selects
+    /// its answers (after `prepare` chose how the worker asks for the ID), and a peer.
+    fn stamping_worker(prepare: impl FnOnce(&mut Worker)) -> (Worker, std::net::UdpSocket, std::net::UdpSocket, crate::telemetry::Telemetry) {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tel = crate::telemetry::Telemetry::default();
+        let mut w = Worker::new(false, 4);
+        prepare(&mut w);
+        w.set_stamps(sock.as_raw_fd(), true, &tel);
+        assert!(w.stamps, "receive stamps on");
+        (w, sock, peer, tel)
+    }
+
+    /// One batch through the worker's own `send`: four answers to `peer`, the first not timed
+    /// (as an answer no rule selects), the other three timed; every one arrives.
+    fn send_batch_of_four(w: &mut Worker, sock: &std::net::UdpSocket, peer: &std::net::UdpSocket, tel: &crate::telemetry::Telemetry) {
+        let stats = crate::stats::Stats::new();
+        let shard = stats.shard();
+        let SocketAddr::V4(to) = peer.local_addr().unwrap() else { unreachable!("bound to 127.0.0.1") };
+        // SAFETY: plain-data struct, zero is valid.
+        let mut sin: libc::sockaddr_in = unsafe { zeroed() };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_port = to.port().to_be();
+        sin.sin_addr.s_addr = u32::from(*to.ip()).to_be();
+        let now = crate::telemetry::realtime_ns();
+        let t = crate::telemetry::Timed { path: crate::telemetry::USER_AUTH, rx: now, clock: crate::telemetry::RxClock::Software, probe: None, limit: 512 };
+        for j in 0..4 {
+            // SAFETY: a sockaddr_in fits in a sockaddr_storage; both plain data.
+            unsafe { std::ptr::write_unaligned(&mut w.names[j] as *mut _ as *mut libc::sockaddr_in, sin) };
+            w.rx_hdr[j].msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            w.tx[j].clear();
+            w.tx[j].extend_from_slice(b"answer");
+            w.tx_to[j] = (j, Pktinfo::None);
+            w.tx_timed[j] = (j > 0).then_some((t, now));
+        }
+        w.send(sock.as_raw_fd(), 4, &shard, tel);
         let mut got = [0u8; 16];
-        for _ in 0..6 {
+        for _ in 0..4 {
             assert_eq!(peer.recv(&mut got).unwrap(), 6, "every answer arrived");
+        }
+        assert_eq!(stats.snapshot().dropped.values().sum::<u64>(), 0, "none failed");
+    }
+
+    /// The worker's own path on a loopback socket, on whichever kernel runs the test: from
+    /// Linux 6.13 (`SCM_TS_OPT_ID`) the timed answers go out with their IDs and take the
+    /// stamps read back from the error queue (software clock); before it, the documented
+    /// fallback: no ID asked for, the send time read before `sendmmsg` (`tx_read`). The
+    /// fallback runs here on every kernel too, as a worker that found no ID support (what
+    /// `tx_stamps_supported` says before 6.13, and with `XDNS_TEL_TX=read`). Either way the
+    /// untimed answer takes nothing and a waiting answer whose stamp never comes is counted
+    /// lost once waited for long enough.
+    #[test]
+    fn transmit_stamps_from_the_error_queue_of_a_socket() {
+        let ids = kernel_at_least(&release(), (6, 13));
+        assert_eq!(tx_stamps_supported(), ids, "the worker's choice follows the kernel ({})", release());
+        for (ids_ok, how) in [(ids, "as this kernel allows"), (false, "as before 6.13")] {
+            let (mut w, sock, peer, tel) = stamping_worker(|w| w.tx_ids_ok = ids_ok);
+            assert_eq!(w.tx_errq, ids_ok, "{how}");
+            // one waiting whose stamp will never come (sent long ago, never asked for)
+            let long_ago = crate::telemetry::realtime_ns() - crate::telemetry::TxStamps::PATIENCE_NS;
+            let t = crate::telemetry::Timed { path: crate::telemetry::USER_AUTH, rx: long_ago, clock: crate::telemetry::RxClock::Software, probe: None, limit: 512 };
+            let ghost = w.waiting.next_id();
+            w.waiting.sent(&tel, ghost, t, long_ago);
+            send_batch_of_four(&mut w, &sock, &peer, &tel);
+            assert_eq!(w.tx_errq, ids_ok, "{how}: no refusal on the way");
+            // an idle worker that asked for stamps reads the queue after sending: the stamps
+            // matched, the ghost counted lost; without IDs nothing was asked for, nothing read
+            assert_eq!((w.waiting.waiting(), w.unread), (usize::from(!ids_ok), 0), "{how}");
+            w.read_errq(sock.as_raw_fd(), &tel);
+            let want = if ids_ok { [3, 0, 0, 1] } else { [0, 0, 3, 1] };
+            assert_eq!((w.waiting.waiting(), tx_counts(&tel)), (0, (want, 4)), "{how}, kernel {}", release());
+            // nothing more in the queue: the untimed answer asked for nothing
+            w.read_errq(sock.as_raw_fd(), &tel);
+            assert_eq!(tx_counts(&tel), (want, 4), "{how}");
+        }
+    }
+
+    /// A busy worker (its last receive filled the batch) reads the error queue only once
+    /// [`ERRQ_EVERY`] timed answers went out since the last read, and matches them then.
+    #[test]
+    fn a_busy_worker_reads_the_error_queue_every_few_batches() {
+        let ids = kernel_at_least(&release(), (6, 13));
+        let (mut w, sock, peer, tel) = stamping_worker(|_| {});
+        w.idle = false;
+        let batches = ERRQ_EVERY / 3 + 1;
+        for b in 1..=batches {
+            send_batch_of_four(&mut w, &sock, &peer, &tel);
+            let sent = 3 * b as u64;
+            match (ids, 3 * b >= ERRQ_EVERY) {
+                // before 6.13: nothing ever waits, each answer read its send time
+                (false, _) => assert_eq!((w.waiting.waiting(), tx_counts(&tel)), (0, ([0, 0, sent, 0], sent))),
+                (true, false) => assert_eq!((w.waiting.waiting(), w.unread, tx_counts(&tel).1), (3 * b, 3 * b, 0)),
+                (true, true) => assert_eq!((w.waiting.waiting(), w.unread, tx_counts(&tel)), (0, 0, ([sent, 0, 0, 0], sent))),
+            }
+        }
+    }
+
+    /// A kernel that refuses the ID's control message (`sendmmsg` fails with EINVAL, as
+    /// Linux before 6.13 does with `SCM_TS_OPT_ID`): the batch still goes out, its timed
+    /// answers take the send time read before sending (`tx_read`), none waits, and the
+    /// worker stops asking. Forced here with a control message type no kernel knows, so
+    /// that the fallback runs on every kernel; `SCM_TS_OPT_ID` itself is refused exactly
+    /// where the kernel is older than 6.13.
+    #[test]
+    fn transmit_stamp_ids_refused_fall_back_to_the_send_time() {
+        let ids = kernel_at_least(&release(), (6, 13));
+        for (ty, refused) in [(0x7ff0, true), (SCM_TS_OPT_ID, !ids)] {
+            let (mut w, sock, peer, tel) = stamping_worker(|w| {
+                w.tx_ids_ok = true;
+                w.opt_id_type = ty;
+            });
+            assert!(w.tx_errq, "asked for the ID ({ty})");
+            send_batch_of_four(&mut w, &sock, &peer, &tel);
+            let want = if refused { [0, 0, 3, 0] } else { [3, 0, 0, 0] };
+            assert_eq!(tx_counts(&tel), (want, 3), "type {ty}, kernel {}", release());
+            assert_eq!((w.tx_errq, w.tx_ids_ok, w.waiting.waiting()), (!refused, !refused, 0), "type {ty}");
+            // the next batch asks for nothing more when refused
+            send_batch_of_four(&mut w, &sock, &peer, &tel);
+            let want = if refused { [0, 0, 6, 0] } else { [6, 0, 0, 0] };
+            assert_eq!(tx_counts(&tel), (want, 6), "type {ty}");
+            // stamps turned off and on again: a refusal is remembered
+            w.set_stamps(sock.as_raw_fd(), false, &tel);
+            w.set_stamps(sock.as_raw_fd(), true, &tel);
+            assert_eq!(w.tx_errq, !refused, "type {ty}");
         }
     }
 
