@@ -337,8 +337,17 @@ def test_cookie_and_padding_queries(plab, inpath, knot):
         assert no_ttls(via) == no_ttls(direct), f"{opts}: cache {via.hex()} knot {direct.hex()}"
 
 
+def with_qtype(wire: bytes, qtype: int) -> bytes:
+    """The message with its question's type replaced (the records left as they are)."""
+    o = 12
+    while wire[o]:
+        o += wire[o] + 1
+    return wire[:o + 1] + struct.pack("!H", qtype) + wire[o + 3:]
+
+
 FORGED = {
     # name: (script, expected reject counter)
+    "wrong_type": (lambda q, send: send(with_qtype(answer_for(q), 28)), "reject_question"),
     "wrong_id": (lambda q, send: send(bytes([q[0] ^ 0x55]) + answer_for(q)[1:]), "reject_unsolicited"),
     "wrong_port": (lambda q, send: send(answer_for(q), port_delta=1), "reject_unsolicited"),
     "wrong_server": (lambda q, send: send(answer_for(q), src="spare"), "reject_unsolicited"),
@@ -356,16 +365,28 @@ FORGED = {
 @pytest.mark.parametrize("case", sorted(FORGED))
 def test_forged_responses_are_not_learnt(plab, inpath, scripted, case):
     script, reason = FORGED[case]
-    scripted.script = script
+    sent = []
+
+    def recording(q, send):
+        def send_and_keep(wire, **kw):
+            sent.append(wire)
+            send(wire, **kw)
+        script(q, send_and_keep)
+    scripted.script = recording
     rtype = "TXT" if case == "oversize" else "A"
     name = f"{case.replace('_', '-')}.forged.test"
     before = counters(plab, inpath)
     entries = cache(plab, inpath)["entries"]
-    plab.udp(scripted.addr4, make_query(name, rtype, 0x4242, 4096 if case == "oversize" else None), timeout=1.5)
+    got = plab.udp(scripted.addr4, make_query(name, rtype, 0x4242, 4096 if case == "oversize" else None), timeout=1.5)
     time.sleep(1.3 if case == "late" else 0.2)
     after = counters(plab, inpath)
     d = delta(before, after)
     assert d.get(reason, 0) >= 1, f"{case}: {d}"
+    # passed on untouched: the client's socket gets the very bytes the server sent (but the
+    # response to another port, which reaches no socket)
+    assert len(sent) == 1, f"{case}: {len(sent)} responses sent"
+    if case != "wrong_port":
+        assert got == sent[0], f"{case}: the client got {got!r:.80}, the server sent {sent[0]!r:.80}"
     assert d.get("learned", 0) == 0, f"{case}: learnt: {d}"
     assert cache(plab, inpath)["entries"] == entries
     # asked again: the server is asked (nothing was learnt)
