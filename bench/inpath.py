@@ -22,7 +22,11 @@ configured server: xdns's program passes those queries, costing dnsdist the prog
 pass path, reported as `ns/pkt` of its rounds); rounds interleave the two (order swapped
 every round). A round of a part ramps kxdpgun's rate (KX_RATES, doubling) until replies/s
 stops growing by 5% and keeps the best step: a server flooded far above what it answers
-can answer less (its CPU goes to packets it then drops), so each gets its best rate. CPU
+can answer less (its CPU goes to packets it then drops), so each gets its best rate.
+kxdpgun drops the replies in its own XDP program (-r: the client's work per reply is an XDP
+run, not a copy into its socket and a parse) and replies are counted as the packets the
+client veth received over the run (`ip -s link`; with `--kx-receive` kxdpgun takes and counts
+them itself: the two counts agree, +-1, which the JSON keeps as `client_rx`). CPU
 placement (2 CPUs): kxdpgun and the client veth's NAPI thread on CLIENT_CPU (0); the
 router's client-facing veth's NAPI thread (where xdns's program and the kernel's receive
 path of dnsdist's queries run: an XDP program on that veth gives it NAPI, so nothing of the
@@ -180,6 +184,16 @@ def pin_napi(lab: PathLab) -> tuple[list[int], list[int]]:
     return c, r
 
 
+def client_rx(lab: PathLab) -> int:
+    """Packets the client veth received (its XDP path's included: every reply, before
+    kxdpgun's program takes or drops it)."""
+    j = json.loads(lab.client_run(["ip", "-s", "-j", "link", "show", "dev", lab.client_if]).stdout)[0]
+    return int(j["stats64"]["rx"]["packets"])
+
+
+KX_DROP = True   # kxdpgun -r: it drops the replies in its XDP program; counted at the client veth
+
+
 def kx_run(lab: PathLab, addr: str, qfile: Path, seconds: int, qps: int,
            server_pids: list[int], prog_id: int | None) -> dict:
     """One kxdpgun run (pinned to CLIENT_CPU) at `qps`, with the CPU of the client side
@@ -190,6 +204,9 @@ def kx_run(lab: PathLab, addr: str, qfile: Path, seconds: int, qps: int,
     k0 = B.prog_info(prog_id) if prog_id else {}
     cmd = ["ip", "netns", "exec", lab.client_ns, "taskset", "-c", str(B.CLIENT_CPU), "kxdpgun",
            "-t", str(seconds), "-Q", str(qps), "-b", "10", "-i", str(qfile), addr]
+    if KX_DROP:
+        cmd[-3:-3] = ["-r"]
+    rx0 = client_rx(lab)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.monotonic()
     time.sleep(0.2 * seconds)
@@ -204,14 +221,22 @@ def kx_run(lab: PathLab, addr: str, qfile: Path, seconds: int, qps: int,
     except subprocess.TimeoutExpired:
         p.kill()
         out, _ = p.communicate()
+    rx = client_rx(lab) - rx0
     lab.client_xdp_pass()   # in case kxdpgun took the client veth's program away
-    queries, sent_qps, replies, replies_per_s = B.kxdpgun_summary(p.returncode, out)
+    if KX_DROP:
+        q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", out)
+        if p.returncode != 0 or not q:
+            raise RuntimeError(f"kxdpgun failed ({p.returncode}):\n{out}")
+        queries, sent_qps = int(q.group(1)), int(q.group(2))
+        replies, replies_per_s = rx, int(rx / seconds)
+    else:
+        queries, sent_qps, replies, replies_per_s = B.kxdpgun_summary(p.returncode, out)
     k1 = B.prog_info(prog_id) if prog_id else {}
     w = max(1e-9, w1 - w0)
     busy = {cpu: (j1[cpu][0] - j0[cpu][0]) / max(1, j1[cpu][1] - j0[cpu][1]) for cpu in j1 if cpu in j0}
     runs = k1.get("run_cnt", 0) - k0.get("run_cnt", 0)
     return {"qps": qps, "queries": queries, "sent_qps": sent_qps, "replies": replies,
-            "replies_per_s": replies_per_s, "reply_share": replies / max(1, queries),
+            "replies_per_s": replies_per_s, "reply_share": replies / max(1, queries), "client_rx": rx,
             "client_cpu": (c1 - c0) / 1e9 / w, "server_cpu": (s1 - s0) / 1e9 / w,
             "cpu_busy": busy, "napi_threads": [len(cn), len(rn)],
             "prog_ns": (k1.get("run_time_ns", 0) - k0.get("run_time_ns", 0)) / runs if runs > 0 else None}
@@ -303,7 +328,10 @@ def kx_summary(r: dict) -> None:
             "replies_per_s": med("replies_per_s"), "rounds": [x["replies_per_s"] for x in rounds],
             "qps": [x["qps"] for x in rounds], "reply_share": med("reply_share"),
             "client_cpu": med("client_cpu"), "server_cpu": med("server_cpu"),
-            "per_server_cpu_s": statistics.median(x["replies_per_s"] / max(1e-3, x["server_cpu"]) for x in rounds),
+            # what one fully busy server CPU would answer (left out when the server side was
+            # too idle to measure: a smoke run's 1-second steps)
+            "per_server_cpu_s": statistics.median([x["replies_per_s"] / x["server_cpu"] for x in rounds
+                                                   if x["server_cpu"] >= 0.05] or [float("nan")]),
             "cpu0": statistics.median(x["cpu_busy"].get(B.CLIENT_CPU, 0) for x in rounds),
             "cpu1": statistics.median(x["cpu_busy"].get(B.SERVER_CPU, 0) for x in rounds),
             "prog_ns": statistics.median([x["prog_ns"] for x in rounds if x["prog_ns"]] or [0]),
@@ -313,7 +341,7 @@ def kx_summary(r: dict) -> None:
     r.setdefault("ratios", {})
     r["ratios"]["kx: hits / dnsdist (goal >= 3)"] = statistics.median(per_round)
     r["ratios"]["kx: hits / dnsdist per server CPU-second"] = (
-        summ["xdns-hits-kx"]["per_server_cpu_s"] / max(1.0, summ["dnsdist-kx"]["per_server_cpu_s"]))
+        summ["xdns-hits-kx"]["per_server_cpu_s"] / summ["dnsdist-kx"]["per_server_cpu_s"])
     r["kx_round_ratios"] = per_round
     print(f"\nkxdpgun parts: median of {len(per_round)} rounds; each round's best step of a ramp "
           f"(client on CPU {B.CLIENT_CPU}, router veth NAPI and daemons on CPU {B.SERVER_CPU})")
@@ -348,11 +376,17 @@ def main() -> int:
     ap.add_argument("--kx-seconds", type=int, default=None,
                     help="seconds per kxdpgun step of a ramp (default 3, smoke 1)")
     ap.add_argument("--only-kx", action="store_true", help="run only the kxdpgun parts")
+    ap.add_argument("--kx-receive", action="store_true",
+                    help="kxdpgun receives the replies and counts them itself (default: it drops "
+                         "them in its XDP program, -r, less client work per reply, and they are "
+                         "counted at the client veth)")
     ap.add_argument("--mode", choices=["native", "generic"], default="native",
                     help="how xdns attaches on the router's veths (native: the client's and the "
                          "server's veths get an XDP_PASS program, as a veth needs one to receive "
                          "native XDP_TX and redirected frames; for every part alike)")
     a = ap.parse_args()
+    global KX_DROP
+    KX_DROP = not a.kx_receive
     dur = a.duration or (1.0 if a.smoke else 8.0)
     OUT.mkdir(parents=True, exist_ok=True)
     res: dict = {"duration_s": dur}
@@ -470,6 +504,7 @@ def main() -> int:
             kp = list(kx)
             axes[1].bar(kp, [kx[p]["replies_per_s"] for p in kp], color=["tab:blue", "tab:orange"])
             axes[1].set_ylabel("replies/s (kxdpgun, median of rounds)")
+            axes[1].set_ylim(0, 1.2 * max(kx[p]["replies_per_s"] for p in kp))
             axes[1].set_title(f"Hits, kxdpgun: xdns / dnsdist {r['ratios']['kx: hits / dnsdist (goal >= 3)']:.2f}x")
             for i, p in enumerate(kp):
                 axes[1].text(i, kx[p]["replies_per_s"],
