@@ -685,6 +685,35 @@ def test_flush(plab, inpath, knot):
     assert d.get("miss") == 1 and d.get("answered", 0) == 0, d
 
 
+def router_metrics(lab: PathLab) -> str:
+    """The Prometheus text of the router's daemon (`metrics` on 127.0.0.1:9153 there)."""
+    with lab.ns_socket(lab.router_ns, socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(3)
+        s.connect(("127.0.0.1", 9153))
+        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out.decode()
+
+
+def test_metrics_show_the_cache(plab, inpath, knot):
+    """/metrics carries what `xdns stats` shows: hits, misses, learnt, rejected by reason,
+    evictions, entries and memory, with the same values."""
+    q = make_query("mail.example.com", "A", 0x7100)
+    plab.udp(knot.addr4, q)
+    plab.udp(knot.addr4, q)
+    stats = plab.xdns_stats(inpath)
+    c, k = stats["inpath"], stats["inpath_cache"]
+    text = router_metrics(plab)
+    assert c["answered"] > 0 and c["miss"] > 0 and c["learned"] > 0 and k["entries"] > 0, (c, k)
+    for name in ("answered", "miss", "learned", "reject_unsolicited", "reject_question", "reject_late",
+                 "evicted"):
+        assert f'xdns_inpath_total{{counter="{name}"}} {c[name]}\n' in text, (name, text[-3000:])
+    for name in ("entries", "capacity", "memory_bytes"):
+        assert f'xdns_inpath_cache{{gauge="{name}"}} {k[name]}\n' in text, (name, text[-3000:])
+
+
 def test_sigterm_detaches(plab, inpath, knot):
     """SIGTERM detaches; the router forwards as before. (Module order: the tests after
     this one start their own router daemon.)"""
