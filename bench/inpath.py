@@ -219,6 +219,8 @@ def kx_run(lab: PathLab, addr: str, qfile: Path, seconds: int, qps: int,
     c0, s0, j0, w0 = task_ns([p.pid] + cn), task_ns(server_pids + rn), cpu_jiffies(), time.monotonic()
     time.sleep(max(0.0, t0 + 0.85 * seconds - time.monotonic()))
     c1, s1, j1, w1 = task_ns([p.pid] + cn), task_ns(server_pids + rn), cpu_jiffies(), time.monotonic()
+    # this process starved past the window, or kxdpgun gone before it: no CPU figures
+    sampled = w1 - w0 >= 0.3 * seconds and p.poll() is None
     try:
         out, _ = p.communicate(timeout=seconds + 30)
     except subprocess.TimeoutExpired:
@@ -240,8 +242,9 @@ def kx_run(lab: PathLab, addr: str, qfile: Path, seconds: int, qps: int,
     runs = k1.get("run_cnt", 0) - k0.get("run_cnt", 0)
     return {"qps": qps, "queries": queries, "sent_qps": sent_qps, "replies": replies,
             "replies_per_s": replies_per_s, "reply_share": replies / max(1, queries), "client_rx": rx,
-            "client_cpu": (c1 - c0) / 1e9 / w, "server_cpu": (s1 - s0) / 1e9 / w,
-            "cpu_busy": busy, "napi_threads": [len(cn), len(rn)],
+            "client_cpu": (c1 - c0) / 1e9 / w if sampled else None,
+            "server_cpu": (s1 - s0) / 1e9 / w if sampled else None,
+            "cpu_busy": busy if sampled else {}, "napi_threads": [len(cn), len(rn)],
             "prog_ns": (k1.get("run_time_ns", 0) - k0.get("run_time_ns", 0)) / runs if runs > 0 else None}
 
 
@@ -289,8 +292,10 @@ def kx_parts(lab: PathLab, knot, hot: Path, mode: str, seconds: int, rounds: int
             s1 = stats(lab, srv)
             r["xdns_answered"] = s1["answered"] - s0["answered"]
             out[part].append(r)
-            print(f"  kx round {i + 1} {part:<13} {r['replies_per_s']:>9} replies/s at {r['qps']} q/s offered, "
-                  f"client CPU {r['client_cpu']:.2f}, server CPU {r['server_cpu']:.2f}", flush=True)
+            cpu = (f"client CPU {r['client_cpu']:.2f}, server CPU {r['server_cpu']:.2f}"
+                   if r["client_cpu"] is not None else "CPU not sampled")
+            print(f"  kx round {i + 1} {part:<13} {r['replies_per_s']:>9} replies/s at {r['qps']} q/s offered, {cpu}",
+                  flush=True)
     dd.terminate()
     dd.wait(10)
     lab.stop(srv)
@@ -327,7 +332,10 @@ def kx_summary(r: dict) -> None:
     kx = r["kx"]
     summ = {}
     for part, rounds in kx.items():
-        med = lambda key: statistics.median(x[key] for x in rounds)  # noqa: E731
+        def med(key: str) -> float:
+            """Median over the rounds that have the figure (NaN: none has)."""
+            v = [x[key] for x in rounds if x[key] is not None]
+            return statistics.median(v) if v else float("nan")
         summ[part] = {
             "replies_per_s": med("replies_per_s"), "rounds": [x["replies_per_s"] for x in rounds],
             "qps": [x["qps"] for x in rounds], "reply_share": med("reply_share"),
@@ -335,9 +343,9 @@ def kx_summary(r: dict) -> None:
             # what one fully busy server CPU would answer (left out when the server side was
             # too idle to measure: a smoke run's 1-second steps)
             "per_server_cpu_s": statistics.median([x["replies_per_s"] / x["server_cpu"] for x in rounds
-                                                   if x["server_cpu"] >= 0.05] or [float("nan")]),
-            "cpu0": statistics.median(x["cpu_busy"].get(B.CLIENT_CPU, 0) for x in rounds),
-            "cpu1": statistics.median(x["cpu_busy"].get(B.SERVER_CPU, 0) for x in rounds),
+                                                   if (x["server_cpu"] or 0) >= 0.05] or [float("nan")]),
+            "cpu0": statistics.median([x["cpu_busy"][B.CLIENT_CPU] for x in rounds if x["cpu_busy"]] or [float("nan")]),
+            "cpu1": statistics.median([x["cpu_busy"][B.SERVER_CPU] for x in rounds if x["cpu_busy"]] or [float("nan")]),
             "prog_ns": statistics.median([x["prog_ns"] for x in rounds if x["prog_ns"]] or [0]),
         }
     r["kx_summary"] = summ
