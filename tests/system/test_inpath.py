@@ -83,7 +83,8 @@ def delta(before: dict, after: dict) -> dict:
 
 class Scripted:
     """A DNS server in the server namespace whose answer to each query is decided by a
-    function: `script(query_wire, send)` where send(wire, src=None, port_delta=0, delay=0)."""
+    function: `script(query_wire, send)` where send(wire, src=None, port_delta=0, delay=0,
+    dst=None)."""
 
     def __init__(self, lab: PathLab):
         self.lab = lab
@@ -110,11 +111,13 @@ class Scripted:
                 return
             self.queries += 1
 
-            def send(wire, src=None, port_delta=0, delay=0.0, peer=peer):
+            def send(wire, src=None, port_delta=0, delay=0.0, dst=None, peer=peer):
                 if delay:
                     time.sleep(delay)
                 s = self.spare if src == "spare" else self.sock
-                s.sendto(wire, (peer[0], peer[1] + port_delta))
+                # dst="other_client": another address of the client's subnet, the same port
+                to = f"{self.lab.cnet4}.101" if dst == "other_client" else peer[0]
+                s.sendto(wire, (to, peer[1] + port_delta))
             if self.script:
                 self.script(q, send)
 
@@ -350,6 +353,7 @@ FORGED = {
     "wrong_type": (lambda q, send: send(with_qtype(answer_for(q), 28)), "reject_question"),
     "wrong_id": (lambda q, send: send(bytes([q[0] ^ 0x55]) + answer_for(q)[1:]), "reject_unsolicited"),
     "wrong_port": (lambda q, send: send(answer_for(q), port_delta=1), "reject_unsolicited"),
+    "wrong_client": (lambda q, send: send(answer_for(q), dst="other_client"), "reject_unsolicited"),
     "wrong_server": (lambda q, send: send(answer_for(q), src="spare"), "reject_unsolicited"),
     "wrong_case": (lambda q, send: send(answer_for(q)[:13] + bytes([answer_for(q)[13] ^ 0x20])
                                         + answer_for(q)[14:]), "reject_question"),
@@ -383,9 +387,9 @@ def test_forged_responses_are_not_learnt(plab, inpath, scripted, case):
     d = delta(before, after)
     assert d.get(reason, 0) >= 1, f"{case}: {d}"
     # passed on untouched: the client's socket gets the very bytes the server sent (but the
-    # response to another port, which reaches no socket)
+    # responses to another port or address, which reach no socket)
     assert len(sent) == 1, f"{case}: {len(sent)} responses sent"
-    if case != "wrong_port":
+    if case not in ("wrong_port", "wrong_client"):
         assert got == sent[0], f"{case}: the client got {got!r:.80}, the server sent {sent[0]!r:.80}"
     assert d.get("learned", 0) == 0, f"{case}: learnt: {d}"
     assert cache(plab, inpath)["entries"] == entries
