@@ -83,7 +83,8 @@ def delta(before: dict, after: dict) -> dict:
 
 class Scripted:
     """A DNS server in the server namespace whose answer to each query is decided by a
-    function: `script(query_wire, send)` where send(wire, src=None, port_delta=0, delay=0)."""
+    function: `script(query_wire, send)` where send(wire, src=None, port_delta=0, delay=0,
+    dst=None)."""
 
     def __init__(self, lab: PathLab):
         self.lab = lab
@@ -110,11 +111,13 @@ class Scripted:
                 return
             self.queries += 1
 
-            def send(wire, src=None, port_delta=0, delay=0.0, peer=peer):
+            def send(wire, src=None, port_delta=0, delay=0.0, dst=None, peer=peer):
                 if delay:
                     time.sleep(delay)
                 s = self.spare if src == "spare" else self.sock
-                s.sendto(wire, (peer[0], peer[1] + port_delta))
+                # dst="other_client": another address of the client's subnet, the same port
+                to = f"{self.lab.cnet4}.101" if dst == "other_client" else peer[0]
+                s.sendto(wire, (to, peer[1] + port_delta))
             if self.script:
                 self.script(q, send)
 
@@ -337,10 +340,20 @@ def test_cookie_and_padding_queries(plab, inpath, knot):
         assert no_ttls(via) == no_ttls(direct), f"{opts}: cache {via.hex()} knot {direct.hex()}"
 
 
+def with_qtype(wire: bytes, qtype: int) -> bytes:
+    """The message with its question's type replaced (the records left as they are)."""
+    o = 12
+    while wire[o]:
+        o += wire[o] + 1
+    return wire[:o + 1] + struct.pack("!H", qtype) + wire[o + 3:]
+
+
 FORGED = {
     # name: (script, expected reject counter)
+    "wrong_type": (lambda q, send: send(with_qtype(answer_for(q), 28)), "reject_question"),
     "wrong_id": (lambda q, send: send(bytes([q[0] ^ 0x55]) + answer_for(q)[1:]), "reject_unsolicited"),
     "wrong_port": (lambda q, send: send(answer_for(q), port_delta=1), "reject_unsolicited"),
+    "wrong_client": (lambda q, send: send(answer_for(q), dst="other_client"), "reject_unsolicited"),
     "wrong_server": (lambda q, send: send(answer_for(q), src="spare"), "reject_unsolicited"),
     "wrong_case": (lambda q, send: send(answer_for(q)[:13] + bytes([answer_for(q)[13] ^ 0x20])
                                         + answer_for(q)[14:]), "reject_question"),
@@ -356,16 +369,28 @@ FORGED = {
 @pytest.mark.parametrize("case", sorted(FORGED))
 def test_forged_responses_are_not_learnt(plab, inpath, scripted, case):
     script, reason = FORGED[case]
-    scripted.script = script
+    sent = []
+
+    def recording(q, send):
+        def send_and_keep(wire, **kw):
+            sent.append(wire)
+            send(wire, **kw)
+        script(q, send_and_keep)
+    scripted.script = recording
     rtype = "TXT" if case == "oversize" else "A"
     name = f"{case.replace('_', '-')}.forged.test"
     before = counters(plab, inpath)
     entries = cache(plab, inpath)["entries"]
-    plab.udp(scripted.addr4, make_query(name, rtype, 0x4242, 4096 if case == "oversize" else None), timeout=1.5)
+    got = plab.udp(scripted.addr4, make_query(name, rtype, 0x4242, 4096 if case == "oversize" else None), timeout=1.5)
     time.sleep(1.3 if case == "late" else 0.2)
     after = counters(plab, inpath)
     d = delta(before, after)
     assert d.get(reason, 0) >= 1, f"{case}: {d}"
+    # passed on untouched: the client's socket gets the very bytes the server sent (but the
+    # responses to another port or address, which reach no socket)
+    assert len(sent) == 1, f"{case}: {len(sent)} responses sent"
+    if case not in ("wrong_port", "wrong_client"):
+        assert got == sent[0], f"{case}: the client got {got!r:.80}, the server sent {sent[0]!r:.80}"
     assert d.get("learned", 0) == 0, f"{case}: learnt: {d}"
     assert cache(plab, inpath)["entries"] == entries
     # asked again: the server is asked (nothing was learnt)
@@ -662,6 +687,35 @@ def test_flush(plab, inpath, knot):
     plab.udp(knot.addr4, q)
     d = delta(before, counters(plab, inpath))
     assert d.get("miss") == 1 and d.get("answered", 0) == 0, d
+
+
+def router_metrics(lab: PathLab) -> str:
+    """The Prometheus text of the router's daemon (`metrics` on 127.0.0.1:9153 there)."""
+    with lab.ns_socket(lab.router_ns, socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(3)
+        s.connect(("127.0.0.1", 9153))
+        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out.decode()
+
+
+def test_metrics_show_the_cache(plab, inpath, knot):
+    """/metrics carries what `xdns stats` shows: hits, misses, learnt, rejected by reason,
+    evictions, entries and memory, with the same values."""
+    q = make_query("mail.example.com", "A", 0x7100)
+    plab.udp(knot.addr4, q)
+    plab.udp(knot.addr4, q)
+    stats = plab.xdns_stats(inpath)
+    c, k = stats["inpath"], stats["inpath_cache"]
+    text = router_metrics(plab)
+    assert c["answered"] > 0 and c["miss"] > 0 and c["learned"] > 0 and k["entries"] > 0, (c, k)
+    for name in ("answered", "miss", "learned", "reject_unsolicited", "reject_question", "reject_late",
+                 "evicted"):
+        assert f'xdns_inpath_total{{counter="{name}"}} {c[name]}\n' in text, (name, text[-3000:])
+    for name in ("entries", "capacity", "memory_bytes"):
+        assert f'xdns_inpath_cache{{gauge="{name}"}} {k[name]}\n' in text, (name, text[-3000:])
 
 
 def test_sigterm_detaches(plab, inpath, knot):
