@@ -14,8 +14,10 @@ its log line's phases (`fetched_ms`: the TCP stream received and parsed into the
 `built_ms`: validated; `ms`: swapped in, kernel included) and the XDP thread's (`sized`:
 the kernel data estimated; `grow`: the program loaded again with zone maps sized for it,
 then filled, the answers compiled as they are written, and switched to; `grow_load`: the
-first part of `grow`, the load (a verifier run, the maps made); `fill`: filled into the maps
-of the day).
+first part of `grow`, the object opened and its zone maps made; `grow_verifier`: the verifier's
+run, on a thread of its own beside the fill (a binary before it: the verifier ran in
+`grow_load`, before the fill); `grow_waited`: how long the filled maps waited for the verifier;
+`fill`: filled into the maps of the day).
 Peak RSS (VmHWM) per secondary (NSD's is its first process's only: the transfer and the zone's
 load run in processes it forks, not counted).
 Each xdns run's log is kept in bench/out/axfr-xdns-RUN.log. `XDNS_BIN` picks the binary (a
@@ -124,9 +126,13 @@ def kernel_phases(log: str) -> dict:
     not a phase of its own."""
     out = {}
     for ln in log.splitlines():
-        m = re.search(r"seconds=([0-9.e-]+)", ln)
+        m = re.search(r"(?<![a-z_])seconds=([0-9.e-]+)", ln)
         if not m:
             continue
+        for field in ("verifier", "waited"):
+            f = re.search(rf"\b{field}_seconds=([0-9.e-]+)", ln)
+            if f and "XDP: grown program loaded" in ln:
+                out[f"grow_{field}_s"] = round(float(f.group(1)), 2)
         if "XDP: answers compiled" in ln and not re.search(r"names=0\b", ln):
             out["compile_s"] = round(float(m.group(1)), 2)
         elif "XDP: grown program loaded" in ln:
@@ -205,7 +211,7 @@ def table(res: dict, summary: dict) -> str:
             ph = runs[-1].get("phases_ms", {})
             notes = "last run: " + ", ".join(f"{k} {v}" for k, v in ph.items())
             kp = [r.get("kernel_phases_s") or {} for r in runs]
-            for k in ("sized_s", "grow_load_s", "grow_s", "fill_s"):
+            for k in ("sized_s", "grow_load_s", "grow_verifier_s", "grow_waited_s", "grow_s", "fill_s"):
                 if any(k in p for p in kp):
                     notes += f"; XDP {k[:-2]} " + ", ".join(f"{p[k]:.1f}" if k in p else "-" for p in kp) + " s"
             if sm.get("kernel_answered_runs") == 0:

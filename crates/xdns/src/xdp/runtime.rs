@@ -650,8 +650,9 @@ struct Seen {
     names: usize,
     answers: usize,
     bound: SoaBound,
-    /// When the loader first asked for an entry: before it, a growth loads the program again
-    /// (the verifier runs, the zone maps are made); nothing is written until then.
+    /// When the loader first asked for an entry: before it, a growth opens the program again
+    /// and makes its zone maps (the verifier then runs beside the fill); nothing is written
+    /// until then.
     first_read: Option<std::time::Instant>,
 }
 
@@ -736,9 +737,13 @@ fn grow_logged(
     tracing::info!(%from, %to, rss_mib = crate::heap::rss_mib(),
         "XDP: the new zone data does not fit in the kernel maps: loading the program again with larger zone maps (the old data answers meanwhile)");
     let seen = compiling(prog, t, |prog, src| prog.install_grown_stream(src, to), zones, expected)?;
-    // the program loaded again (verifier, zone maps made) before the first entry was asked for
-    let loaded = seen.first_read.map_or(0.0, |r| r.duration_since(t).as_secs_f32());
-    tracing::info!(seconds = loaded, "XDP: grown program loaded (verifier run, zone maps made) before its fill");
+    // the zone maps were made before the first entry was asked for; the verifier ran on a
+    // thread of its own beside the fill, which then waited for it (if it was the longer)
+    let made = seen.first_read.map_or(0.0, |r| r.duration_since(t).as_secs_f32());
+    let timing = prog.load_timing();
+    tracing::info!(seconds = made, verifier_seconds = timing.verifier.as_secs_f32(),
+        fill_seconds = timing.fill.unwrap_or_default().as_secs_f32(), waited_seconds = timing.waited.as_secs_f32(),
+        "XDP: grown program loaded (zone maps made, then the verifier run beside the fill)");
     log_filled(prog, t, &format!("XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"));
     Ok(seen.bound)
 }
