@@ -9,10 +9,13 @@
 //! installed into a second instance of the program loaded with larger zone maps: every other
 //! map (scratch and counters, resolver cache, allow lists, guard lists and state, telemetry,
 //! kernel iteration, the reply memo) is the running program's own, reused by fd before load,
-//! so nothing else notices; the new data is written into the new instance while the old one
-//! keeps answering from its own maps, then each XDP link is switched to the new program in
-//! one `BPF_LINK_UPDATE` (every packet runs the old program with the old data or the new
-//! with the new, whole), and the old instance is dropped with its zone maps. Chosen over
+//! so nothing else notices. The new instance's maps are made first (`bpf_object__prepare`),
+//! then its verifier runs on a thread of its own while the new data is written into its zone
+//! maps through duplicates of their fds (`ZoneMaps`: the loader needs nothing of the loaded
+//! program), and the old instance keeps answering from its own maps; once both are done,
+//! each XDP link is switched to the new program in one `BPF_LINK_UPDATE` (every packet runs
+//! the old program with the old data or the new with the new, whole), and the old instance
+//! is dropped with its zone maps. Chosen over
 //! inner maps of per-generation sizes (`BPF_F_INNER_MAP`), which the verifier no longer
 //! inlines, so every lookup of every packet would pay a helper call, and which would still
 //! leave the hash maps and the filter fixed: growing costs one verifier run and a second set

@@ -22,8 +22,10 @@
 //!   zone maps sized at load (a secondary's first transfer when it had no stored copy, a reload
 //!   or catalog member that adds many records) grows them in process: the program is loaded
 //!   again with zone maps sized for the new data by the start-up rule ([`Capacity::for_shape`]),
-//!   every other map reused, filled while the old program answers, and the links switched to
-//!   it atomically (`XdpProgram::install_grown`; logged "kernel maps grown from X to Y"). Only
+//!   every other map reused, filled while its verifier runs on a thread of its own and the old
+//!   program answers, and the links switched to it atomically once both are done
+//!   (`XdpProgram::install_grown`; logged "grown program loaded" with the verifier's time, then
+//!   "kernel maps grown from X to Y"). Only
 //!   if that fails (the verifier, memory) is the old data retired and userspace left to answer.
 //!
 //! [`Capacity::for_shape`]: xdns_bpf::runtime::Capacity::for_shape
