@@ -14,12 +14,16 @@ its log line's phases (`fetched_ms`: the TCP stream received and parsed into the
 `built_ms`: validated; `ms`: swapped in, kernel included) and the XDP thread's (`sized`:
 the kernel data estimated; `grow`: the program loaded again with zone maps sized for it,
 then filled, the answers compiled as they are written, and switched to; `grow_load`: the
-first part of `grow`, the load (a verifier run, the maps made); `fill`: filled into the maps
-of the day).
+first part of `grow`, the object opened and its zone maps made; `grow_verifier`: the verifier's
+run, on a thread of its own beside the fill (a binary before it: the verifier ran in
+`grow_load`, before the fill); `grow_waited`: how long the filled maps waited for the verifier;
+`fill`: filled into the maps of the day).
 Peak RSS (VmHWM) per secondary (NSD's is its first process's only: the transfer and the zone's
 load run in processes it forks, not counted).
-Each xdns run's log is kept in bench/out/axfr-xdns-RUN.log. `XDNS_BIN` picks the binary (a
-build of another commit, for before/after). Results: a table on stdout,
+Each xdns run's log is kept in bench/out/axfr-xdns-RUN.log. `XDNS_BIN` picks the binary;
+`--base BIN` runs a second one (a build of another commit, for before/after) in each run
+beside it, in alternating order, as `xdns-base` (log bench/out/axfr-xdns-base-RUN.log), with
+the ratio of the medians (`ratio_to_base`). Results: a table on stdout,
 bench/out/axfr-RECORDS[-LABEL].json and the chart bench/out/axfr-RECORDS[-LABEL].png, ratios
 to Knot's median.
 """
@@ -39,6 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 import bench as B  # noqa: E402
 from ixfr import zone_file  # noqa: E402
+import lab as L  # noqa: E402
 from lab import XDNS_BIN, Lab, write_knot_conf, write_nsd_conf  # noqa: E402
 
 import dns.message  # noqa: E402
@@ -124,9 +129,13 @@ def kernel_phases(log: str) -> dict:
     not a phase of its own."""
     out = {}
     for ln in log.splitlines():
-        m = re.search(r"seconds=([0-9.e-]+)", ln)
+        m = re.search(r"(?<![a-z_])seconds=([0-9.e-]+)", ln)
         if not m:
             continue
+        for field in ("verifier", "waited"):
+            f = re.search(rf"\b{field}_seconds=([0-9.e-]+)", ln)
+            if f and "XDP: grown program loaded" in ln:
+                out[f"grow_{field}_s"] = round(float(f.group(1)), 2)
         if "XDP: answers compiled" in ln and not re.search(r"names=0\b", ln):
             out["compile_s"] = round(float(m.group(1)), 2)
         elif "XDP: grown program loaded" in ln:
@@ -158,9 +167,11 @@ def chart(res: dict, summary: dict, records: int, path: Path) -> None:
 
     rows = [(label, key, who) for label, key, who in [
         ("xdns (userspace)", "served_s", "xdns"), ("xdns (kernel)", "kernel_s", "xdns"),
+        ("base (userspace)", "served_s", "xdns-base"), ("base (kernel)", "kernel_s", "xdns-base"),
         ("Knot DNS", "served_s", "knot"), ("NSD", "served_s", "nsd")]
         if [r[key] for r in res.get(who, []) if r.get(key) is not None]]
-    colors = {"xdns (userspace)": "navajowhite", "xdns (kernel)": "tab:orange", "Knot DNS": "dimgray", "NSD": "silver"}
+    colors = {"xdns (userspace)": "navajowhite", "xdns (kernel)": "tab:orange", "base (userspace)": "lightsteelblue",
+              "base (kernel)": "tab:blue", "Knot DNS": "dimgray", "NSD": "silver"}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [2.2, 1]})
     for i, (label, key, who) in enumerate(rows):
         vals = [r[key] for r in res[who] if r.get(key) is not None]
@@ -176,9 +187,10 @@ def chart(res: dict, summary: dict, records: int, path: Path) -> None:
     ax1.set_ylabel("seconds from process start")
     ax1.set_title(f"AXFR of {records:,} records: start to last record answered")
     ax1.set_ylim(0, max([r[k] for _, k, w in rows for r in res[w] if r.get(k) is not None] + [0.1]) * 1.3)
-    who = [w for w in ("xdns", "knot", "nsd") if res.get(w)]
+    who = [w for w in ("xdns", "xdns-base", "knot", "nsd") if res.get(w)]
     rss = [statistics.median(r["peak_rss_mb"] or 0 for r in res[w]) for w in who]
-    ax2.bar(who, rss, color=["tab:orange", "dimgray", "silver"][:len(who)])
+    shade = {"xdns": "tab:orange", "xdns-base": "tab:blue", "knot": "dimgray", "nsd": "silver"}
+    ax2.bar(who, rss, color=[shade[w] for w in who])
     for i, v in enumerate(rss):
         ax2.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
     ax2.set_title("peak RSS (MB)")
@@ -190,22 +202,22 @@ def chart(res: dict, summary: dict, records: int, path: Path) -> None:
 def table(res: dict, summary: dict) -> str:
     lines = ["| secondary | served (s, runs) | median (s) | ratio to Knot | peak RSS (MB) | notes |",
              "|---|---|---|---|---|---|"]
-    for who, label in [("xdns", "xdns"), ("knot", "Knot DNS"), ("nsd", "NSD")]:
+    for who, label in [("xdns", "xdns"), ("xdns-base", "xdns base"), ("knot", "Knot DNS"), ("nsd", "NSD")]:
         runs = res.get(who) or []
         if not runs:
             continue
         sm = summary[who]
         served = ", ".join(f"{r['served_s']:.2f}" for r in runs)
         notes = ""
-        if who == "xdns":
+        if who.startswith("xdns"):
             if any(r.get("kernel_s") is not None for r in runs):
                 served = ", ".join(f"{r['served_s']:.2f}/{r['kernel_s']:.2f}" if r.get("kernel_s") is not None
                                    else f"{r['served_s']:.2f}/-" for r in runs)
-                label = "xdns (userspace/kernel)"
+                label += " (userspace/kernel)"
             ph = runs[-1].get("phases_ms", {})
             notes = "last run: " + ", ".join(f"{k} {v}" for k, v in ph.items())
             kp = [r.get("kernel_phases_s") or {} for r in runs]
-            for k in ("sized_s", "grow_load_s", "grow_s", "fill_s"):
+            for k in ("sized_s", "grow_load_s", "grow_verifier_s", "grow_waited_s", "grow_s", "fill_s"):
                 if any(k in p for p in kp):
                     notes += f"; XDP {k[:-2]} " + ", ".join(f"{p[k]:.1f}" if k in p else "-" for p in kp) + " s"
             if sm.get("kernel_answered_runs") == 0:
@@ -230,57 +242,63 @@ def main() -> int:
     ap.add_argument("--kernel-timeout", type=float, default=120,
                     help="seconds after userspace serves for the XDP program to answer")
     ap.add_argument("--label", default="", help="added to the result files' names (before/after)")
+    ap.add_argument("--base", default="", help="also run this xdns binary (before/after), in turn with XDNS_BIN in each run")
     ap.add_argument("--perf", default="", help="record `perf record -g` of the first xdns run into this file")
     args = ap.parse_args()
     zone = zone_file(args.records, "plain")
     last = f"h{args.records - 4}.{ORIGIN}"
     timeout = args.timeout
-    res: dict[str, list] = {"xdns": [], "knot": [], "nsd": []}
+    res: dict[str, list] = {"xdns": [], "xdns-base": [], "knot": [], "nsd": []}
     B.OUT.mkdir(exist_ok=True)
     with Lab(prefix="axb") as lab:
         knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-primary")
         try:
             for run in range(args.runs):
-                # xdns
-                name = f"xdns-{run}"
-                extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\n'
-                t0 = time.monotonic()
-                srv = lab.start_xdns([], name=name, extra=extra, xdp="default" if args.xdp else None,
-                                     wait=False, timeout=timeout)
-                perf = None
-                if args.perf and run == 0:
-                    import subprocess
-                    perf = subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", args.perf, "-p", str(srv.proc.pid)],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                try:
-                    wait_record(lab, srv.addr4, last, srv.proc, timeout)
-                except (TimeoutError, RuntimeError):
-                    print(srv.stderr()[-3000:])
-                    print(knot.stderr()[-3000:])
-                    raise
-                served = time.monotonic() - t0
-                kernel = None
-                if args.xdp:
-                    k = wait_kernel(lab, srv, last, args.kernel_timeout)
-                    kernel = k and time.monotonic() - t0
-                # the log line comes right after the swap
-                line = ""
-                for _ in range(1200):  # after the kernel's reload, which takes seconds
-                    ls = [ln for ln in srv.stderr().splitlines() if "transferred and serving" in ln]
-                    if ls:
-                        line = ls[-1]
-                        break
-                    time.sleep(0.05)
-                if perf is not None:
-                    perf.send_signal(2)
-                    perf.wait(timeout=60)
-                phases = {k: int(v) for k, v in re.findall(r"\b(fetched_ms|applied_ms|built_ms|ms)=(-?\d+)", line)}
-                r = {"served_s": round(served, 3), "kernel_s": kernel and round(kernel, 3), "phases_ms": phases,
-                     "kernel_phases_s": kernel_phases(srv.stderr()), "peak_rss_mb": peak_mb(srv.proc.pid)}
-                print(f"run {run} xdns: {json.dumps(r)}", flush=True)
-                res["xdns"].append(r)
-                lab.stop(srv, timeout=60)
-                (B.OUT / f"axfr-xdns-{run}.log").write_text(srv.stderr())
+                # xdns (and the base binary, in alternating order from run to run)
+                xdns_bins = [("xdns", XDNS_BIN)] + ([("xdns-base", Path(args.base))] if args.base else [])
+                if run % 2:
+                    xdns_bins.reverse()
+                for who, xbin in xdns_bins:
+                    L.XDNS_BIN = xbin
+                    name = f"{who}-{run}"
+                    extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\n'
+                    t0 = time.monotonic()
+                    srv = lab.start_xdns([], name=name, extra=extra, xdp="default" if args.xdp else None,
+                                         wait=False, timeout=timeout)
+                    perf = None
+                    if args.perf and run == 0 and who == "xdns":
+                        import subprocess
+                        perf = subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", args.perf, "-p", str(srv.proc.pid)],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    try:
+                        wait_record(lab, srv.addr4, last, srv.proc, timeout)
+                    except (TimeoutError, RuntimeError):
+                        print(srv.stderr()[-3000:])
+                        print(knot.stderr()[-3000:])
+                        raise
+                    served = time.monotonic() - t0
+                    kernel = None
+                    if args.xdp:
+                        k = wait_kernel(lab, srv, last, args.kernel_timeout)
+                        kernel = k and time.monotonic() - t0
+                    # the log line comes right after the swap
+                    line = ""
+                    for _ in range(1200):  # after the kernel's reload, which takes seconds
+                        ls = [ln for ln in srv.stderr().splitlines() if "transferred and serving" in ln]
+                        if ls:
+                            line = ls[-1]
+                            break
+                        time.sleep(0.05)
+                    if perf is not None:
+                        perf.send_signal(2)
+                        perf.wait(timeout=60)
+                    phases = {k: int(v) for k, v in re.findall(r"\b(fetched_ms|applied_ms|built_ms|ms)=(-?\d+)", line)}
+                    r = {"served_s": round(served, 3), "kernel_s": kernel and round(kernel, 3), "phases_ms": phases,
+                         "kernel_phases_s": kernel_phases(srv.stderr()), "peak_rss_mb": peak_mb(srv.proc.pid)}
+                    print(f"run {run} {who}: {json.dumps(r)}", flush=True)
+                    res[who].append(r)
+                    lab.stop(srv, timeout=60)
+                    (B.OUT / f"axfr-{who}-{run}.log").write_text(srv.stderr())
                 # Knot DNS
                 if args.knot:
                     t0 = time.monotonic()
@@ -310,21 +328,24 @@ def main() -> int:
     def served_of(who: str, r: dict) -> float:
         # xdns with XDP serves once its kernel answers (a run whose kernel never did counts
         # its userspace time and is flagged in the table)
-        if who == "xdns" and args.xdp and r.get("kernel_s") is not None:
+        if who.startswith("xdns") and args.xdp and r.get("kernel_s") is not None:
             return r["kernel_s"]
         return r["served_s"]
 
     med = {k: statistics.median(served_of(k, r) for r in v) for k, v in res.items()}
     summary = {k: {"median_s": round(m, 3), "ratio_to_knot": round(m / med["knot"], 2) if "knot" in med else None}
                for k, m in med.items()}
-    if args.xdp and "xdns" in res:
-        summary["xdns"]["kernel_answered_runs"] = sum(r.get("kernel_s") is not None for r in res["xdns"])
+    for who in ("xdns", "xdns-base"):
+        if args.xdp and who in res:
+            summary[who]["kernel_answered_runs"] = sum(r.get("kernel_s") is not None for r in res[who])
+    if "xdns" in med and "xdns-base" in med:
+        summary["xdns"]["ratio_to_base"] = round(med["xdns"] / med["xdns-base"], 3)
     print()
     print(table(res, summary))
     print("\nsummary:", json.dumps(summary))
     stem = f"axfr-{args.records}{'-' + args.label if args.label else ''}"
     out = B.OUT / f"{stem}.json"
-    out.write_text(json.dumps({"records": args.records, "xdns_bin": str(XDNS_BIN), "xdp": args.xdp,
+    out.write_text(json.dumps({"records": args.records, "xdns_bin": str(XDNS_BIN), "base_bin": args.base, "xdp": args.xdp,
                                "runs": res, "summary": summary}, indent=1))
     try:
         chart(res, summary, args.records, B.OUT / f"{stem}.png")

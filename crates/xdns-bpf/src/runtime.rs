@@ -9,10 +9,13 @@
 //! installed into a second instance of the program loaded with larger zone maps: every other
 //! map (scratch and counters, resolver cache, allow lists, guard lists and state, telemetry,
 //! kernel iteration, the reply memo) is the running program's own, reused by fd before load,
-//! so nothing else notices; the new data is written into the new instance while the old one
-//! keeps answering from its own maps, then each XDP link is switched to the new program in
-//! one `BPF_LINK_UPDATE` (every packet runs the old program with the old data or the new
-//! with the new, whole), and the old instance is dropped with its zone maps. Chosen over
+//! so nothing else notices. The new instance's maps are made first (`bpf_object__prepare`),
+//! then its verifier runs on a thread of its own while the new data is written into its zone
+//! maps through duplicates of their fds (`ZoneMaps`: the loader needs nothing of the loaded
+//! program), and the old instance keeps answering from its own maps; once both are done,
+//! each XDP link is switched to the new program in one `BPF_LINK_UPDATE` (every packet runs
+//! the old program with the old data or the new with the new, whole), and the old instance
+//! is dropped with its zone maps. Chosen over
 //! inner maps of per-generation sizes (`BPF_F_INNER_MAP`), which the verifier no longer
 //! inlines, so every lookup of every packet would pay a helper call, and which would still
 //! leave the hash maps and the filter fixed: growing costs one verifier run and a second set
@@ -238,6 +241,8 @@ pub const ZONE_MAPS: [&str; 11] = [
 /// The XDP program with its maps, attachments and loaded data.
 pub struct XdpProgram {
     skel: XdnsSkel<'static>,
+    /// The zone maps the loader writes, by fd ([`ZoneMaps`]).
+    zone: ZoneMaps,
     loader: Loader,
     links: Vec<(String, OwnedFd)>,
     /// The cache writer, made on first use: its clones share one placement state.
@@ -256,6 +261,51 @@ pub struct XdpProgram {
     cfg: LoadConfig,
     /// What status readers read that a grown program replaces.
     live: Arc<std::sync::RwLock<Live>>,
+    /// How long its load took, part by part ([`Self::load_timing`]).
+    timing: LoadTiming,
+}
+
+/// How long a program's load took, part by part ([`XdpProgram::load_timing`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadTiming {
+    /// Opening the object and making its maps (`bpf_object__prepare`).
+    pub prepare: std::time::Duration,
+    /// The verifier (`bpf_object__load`): on a thread of its own when the maps were filled
+    /// beside it.
+    pub verifier: std::time::Duration,
+    /// The fill written beside the verifier (`None`: the program was loaded first, alone).
+    pub fill: Option<std::time::Duration>,
+    /// How long the filled maps waited for the verifier to finish.
+    pub waited: std::time::Duration,
+}
+
+/// An object opened, configured and prepared (its maps made), not loaded: the verifier has
+/// not run ([`XdpProgram::prepare`]).
+struct Prepared {
+    open: Unloaded,
+    zone: ZoneMaps,
+    seed: u64,
+    vals_entries: u32,
+    /// The templates of the answer table's inner maps (pages, index): they live until the
+    /// load, the kernel keeps their shape.
+    templates: (libbpf_rs::MapHandle, libbpf_rs::MapHandle),
+}
+
+/// The open skeleton of a prepared object, handed to the verifier's thread.
+struct Unloaded(crate::skel::OpenXdnsSkel<'static>);
+
+// SAFETY: the open skeleton is plain data over libbpf's object (pointers into memory it owns,
+// or into the leaked object storage); libbpf's objects are not tied to a thread. It is moved
+// whole to one thread, the only one that touches the object until it is loaded and returned;
+// meanwhile the other thread writes the maps only through duplicates of their fds
+// ([`ZoneMaps`]).
+unsafe impl Send for Unloaded {}
+
+impl Unloaded {
+    /// Load the program (the verifier runs).
+    fn load(self) -> libbpf_rs::Result<XdnsSkel<'static>> {
+        self.0.load()
+    }
 }
 
 /// The parts of the program a [`StatusReader`] reads that change when the zone maps grow
@@ -283,6 +333,90 @@ impl XdpProgram {
     /// depend on it), its maps are not initialised again, and the new loader continues from
     /// its generation.
     fn load_reusing(cfg: &LoadConfig, reuse: Option<&XdpProgram>) -> Result<Self> {
+        let t = std::time::Instant::now();
+        let p = Self::prepare(cfg, reuse)?;
+        let prepared = t.elapsed();
+        let skel = p.open.load().context("loading the XDP program (verifier)")?;
+        let timing = LoadTiming { prepare: prepared, verifier: t.elapsed() - prepared, ..Default::default() };
+        let loader = match reuse {
+            Some(old) => Loader::after(p.seed, old.generation()),
+            None => Loader::new(p.seed),
+        };
+        let (abandon, progress) = Self::shared_state(reuse);
+        drop(p.templates);
+        Self::finish(cfg, reuse, skel, p.zone, loader, p.seed, p.vals_entries, std::sync::Mutex::default(), abandon, progress, timing)
+    }
+
+    /// The abandon flag and fill progress of a new program: `reuse`'s own (one a grown
+    /// program replaces), so that those holding them see the new program's fill.
+    fn shared_state(reuse: Option<&XdpProgram>) -> (Arc<AtomicBool>, Arc<crate::maps::FillProgress>) {
+        (
+            reuse.map_or_else(|| Arc::new(AtomicBool::new(false)), |old| old.abandon.clone()),
+            reuse.map_or_else(Arc::default, |old| old.progress.clone()),
+        )
+    }
+
+    /// [`Self::load_reusing`] with the entries of `src` installed as its first generation,
+    /// written while the verifier runs: the object is prepared (`bpf_object__prepare`: its
+    /// maps are made, the program is not loaded), then one thread runs the verifier
+    /// (`bpf_object__load`) while this one fills the new zone maps through duplicates of their
+    /// fds ([`ZoneMaps`], which do not depend on the loaded program); the program is returned
+    /// when both are done. The new program is attached to nothing: no packet reads its maps
+    /// until the caller switches links to it. `before_verifier` runs on the verifier's thread
+    /// before it starts (tests: hold the verifier until the fill is written).
+    fn load_filled(
+        cfg: &LoadConfig,
+        reuse: Option<&XdpProgram>,
+        src: crate::maps::Stream<'_>,
+        before_verifier: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<Self> {
+        let t = std::time::Instant::now();
+        let p = Self::prepare(cfg, reuse)?;
+        let prepared = t.elapsed();
+        let mut loader = match reuse {
+            Some(old) => Loader::after(p.seed, old.generation()),
+            None => Loader::new(p.seed),
+        };
+        let (abandon, progress) = Self::shared_state(reuse);
+        let halves = std::sync::Mutex::default();
+        let Prepared { open, zone, seed, vals_entries, templates } = p;
+        let (filled, loaded, fill_time, waited) = std::thread::scope(|s| {
+            let verifier = std::thread::Builder::new().name("xdns-verifier".into()).spawn_scoped(s, move || {
+                if let Some(hook) = before_verifier {
+                    hook();
+                }
+                let t = std::time::Instant::now();
+                let skel = open.load();
+                (skel, t.elapsed())
+            });
+            let verifier = match verifier {
+                Ok(v) => v,
+                Err(e) => return (Err(anyhow::anyhow!("starting the verifier's thread: {e}")), None, Default::default(), Default::default()),
+            };
+            let mut maps = LibbpfMaps { zone: &zone, abandon: &abandon, progress: &progress, halves: &halves, vals_entries };
+            let t = std::time::Instant::now();
+            let filled = loader.install_stream(&mut maps, src);
+            let fill_time = t.elapsed();
+            let loaded = verifier.join();
+            (filled, Some(loaded), fill_time, t.elapsed() - fill_time)
+        });
+        drop(templates);
+        // the fill's error first: an abandoned fill must be seen as such by the caller
+        let (skel, verified) = match loaded {
+            Some(Ok((skel, verified))) => (skel, verified),
+            Some(Err(_)) => bail!("the verifier's thread panicked"),
+            None => return filled.map(|()| unreachable!("no verifier thread, no fill")),
+        };
+        filled?;
+        let skel = skel.context("loading the XDP program (verifier)")?;
+        let timing = LoadTiming { prepare: prepared, verifier: verified, fill: Some(fill_time), waited };
+        Self::finish(cfg, reuse, skel, zone, loader, seed, vals_entries, halves, abandon, progress, timing)
+    }
+
+    /// Open the object and configure it for `cfg` (rodata, map sizes, `reuse`'s maps by fd),
+    /// then make its maps (`bpf_object__prepare`) without loading the program: the verifier
+    /// has not run.
+    fn prepare(cfg: &LoadConfig, reuse: Option<&XdpProgram>) -> Result<Prepared> {
         if cfg.listen.len() > 8 {
             bail!("the XDP program handles at most 8 listen addresses ({} given)", cfg.listen.len());
         }
@@ -400,26 +534,54 @@ impl XdpProgram {
                 m.reuse_fd(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).with_context(|| format!("reusing map {name}"))?;
             }
         }
-        let skel = open.load().context("loading the XDP program (verifier)")?;
-        drop((vals_template, index_template));
+        {
+            use libbpf_rs::AsRawLibbpf as _;
+            let obj = open.open_object_mut().as_libbpf_object();
+            // SAFETY: `obj` is the open skeleton's object, configured and not yet prepared
+            // nor loaded; libbpf makes its maps (and relocates the programs) here.
+            let rc = unsafe { libbpf_sys::bpf_object__prepare(obj.as_ptr()) };
+            if rc != 0 {
+                bail!("making the XDP object's maps (bpf_object__prepare): {}", std::io::Error::from_raw_os_error(-rc));
+            }
+        }
+        let zone = ZoneMaps::of(open.open_object(), &cfg.capacity)?;
+        Ok(Prepared { open: Unloaded(open), zone, seed, vals_entries, templates: (vals_template, index_template) })
+    }
+
+    /// The program loaded from a prepared object (`skel`, its zone maps `zone`): what
+    /// follows the verifier (the live handles, the allow list and the guard's maps of a first
+    /// load, the program arrays of the tail calls).
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        cfg: &LoadConfig,
+        reuse: Option<&XdpProgram>,
+        skel: XdnsSkel<'static>,
+        zone: ZoneMaps,
+        loader: Loader,
+        seed: u64,
+        vals_entries: u32,
+        halves: std::sync::Mutex<[Option<TableHalf>; 2]>,
+        abandon: Arc<AtomicBool>,
+        progress: Arc<crate::maps::FillProgress>,
+        timing: LoadTiming,
+    ) -> Result<Self> {
         let live = Live {
             gen: libbpf_rs::MapHandle::try_from(&skel.maps.xdns_gen).context("duplicating the generation map's fd")?,
             prog_id: prog_info(skel.progs.xdns_xdp.as_fd().as_raw_fd())?.id,
         };
         let prog = Self {
             skel,
-            loader: match reuse {
-                Some(old) => Loader::after(seed, old.generation()),
-                None => Loader::new(seed),
-            },
+            zone,
+            loader,
             links: Vec::new(),
             cache: std::sync::OnceLock::new(),
-            abandon: reuse.map_or_else(|| Arc::new(AtomicBool::new(false)), |old| old.abandon.clone()),
-            progress: reuse.map_or_else(Arc::default, |old| old.progress.clone()),
-            halves: std::sync::Mutex::default(),
+            abandon,
+            progress,
+            halves,
             vals_entries,
             cfg: LoadConfig { seed: Some(seed), ..cfg.clone() },
             live: Arc::new(std::sync::RwLock::new(live)),
+            timing,
         };
         if reuse.is_some() {
             // the allow lists and the guard's state are the running program's, in use
@@ -585,7 +747,7 @@ impl XdpProgram {
 
     /// The maps, as the loader writes them.
     fn maps(&self) -> LibbpfMaps<'_> {
-        LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries }
+        LibbpfMaps { zone: &self.zone, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries }
     }
 
     /// A flag that makes an install under way (a fill or reload, on another thread) give up
@@ -630,7 +792,7 @@ impl XdpProgram {
     /// Install the entries of `src` as a new generation, written as they come (e.g. compiled
     /// one key at a time: [`crate::maps::Stream::compile`]).
     pub fn install_stream(&mut self, src: crate::maps::Stream<'_>) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
+        let mut maps = LibbpfMaps { zone: &self.zone, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.install_stream(&mut maps, src)
     }
 
@@ -640,6 +802,13 @@ impl XdpProgram {
     pub fn map_ids(&self) -> Result<Vec<(String, u32)>> {
         use libbpf_rs::skel::Skel as _;
         self.skel.object().maps().map(|m| Ok((m.name().to_string_lossy().into_owned(), m.info()?.info.id))).collect()
+    }
+
+    /// How long this program's load took, part by part: opening and making the maps, the
+    /// verifier, and (a program grown with its data written beside the verifier) the fill and
+    /// how long it waited for the verifier after.
+    pub fn load_timing(&self) -> LoadTiming {
+        self.timing
     }
 
     /// The sizes the zone maps were given at load ([`Capacity`]).
@@ -661,10 +830,23 @@ impl XdpProgram {
 
     /// [`Self::install_grown`] of the entries of `src`, written as they come.
     pub fn install_grown_stream(&mut self, src: crate::maps::Stream<'_>, capacity: Capacity) -> Result<()> {
+        self.install_grown_hooked(src, capacity, None)
+    }
+
+    /// [`Self::install_grown_stream`], with `before_verifier` run on the verifier's thread
+    /// before it starts (tests: the order of the fill and the verifier).
+    #[doc(hidden)]
+    pub fn install_grown_hooked(
+        &mut self,
+        src: crate::maps::Stream<'_>,
+        capacity: Capacity,
+        before_verifier: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<()> {
         let cfg = LoadConfig { capacity, ..self.cfg.clone() };
-        let mut new = Self::load_reusing(&cfg, Some(self)).context("loading the XDP program again with larger zone maps")?;
-        // not attached yet: no packet reads its maps, whatever state they are in
-        new.install_stream(src)?;
+        // the new zone maps are filled while the verifier runs; the new program is attached
+        // to nothing yet: no packet reads its maps, whatever state they are in
+        let new = Self::load_filled(&cfg, Some(self), src, before_verifier);
+        let mut new = new.map_err(|e| if e.is::<crate::maps::Abandoned>() { e } else { e.context("loading the XDP program again with larger zone maps") })?;
         let live = Live {
             gen: libbpf_rs::MapHandle::try_from(&new.skel.maps.xdns_gen).context("duplicating the generation map's fd")?,
             prog_id: new.prog_id()?,
@@ -690,14 +872,14 @@ impl XdpProgram {
     /// Update the active generation in place with one zone's change
     /// ([`crate::maps::Loader::apply`]).
     pub fn apply(&mut self, delta: &crate::delta::Delta) -> Result<crate::maps::Applied> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
+        let mut maps = LibbpfMaps { zone: &self.zone, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.apply(&mut maps, delta)
     }
 
     /// Make packets read no generation (each query passes to userspace) and delete the active
     /// one ([`crate::maps::Loader::retire`]).
     pub fn retire(&mut self) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
+        let mut maps = LibbpfMaps { zone: &self.zone, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.retire(&mut maps)
     }
 
@@ -789,7 +971,7 @@ impl XdpProgram {
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
-        let mut maps = LibbpfMaps { skel: &self.skel, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
+        let mut maps = LibbpfMaps { zone: &self.zone, abandon: &self.abandon, progress: &self.progress, halves: &self.halves, vals_entries: self.vals_entries };
         self.loader.commit(&mut maps, staged)
     }
 
@@ -945,9 +1127,61 @@ fn prog_info(fd: std::os::fd::RawFd) -> Result<libbpf_sys::bpf_prog_info> {
     }
 }
 
-/// [`KernelMaps`] over the real maps of a loaded skeleton.
+/// The zone maps ([`ZONE_MAPS`] but the program arrays) of one object, on duplicates of
+/// their fds, with the sizes the object's read-only data gives them: what the loader writes.
+/// Made once the object's maps exist (`bpf_object__prepare`), before the verifier has run:
+/// nothing here depends on the loaded program, so the maps can be filled on one thread while
+/// another runs the verifier ([`XdpProgram::install_grown_stream`]).
+struct ZoneMaps {
+    gen: libbpf_rs::MapHandle,
+    filter: libbpf_rs::MapHandle,
+    index: libbpf_rs::MapHandle,
+    vals: libbpf_rs::MapHandle,
+    nodes: libbpf_rs::MapHandle,
+    answers: libbpf_rs::MapHandle,
+    bodies_m: libbpf_rs::MapHandle,
+    bodies_l: libbpf_rs::MapHandle,
+    /// Words per half of the presence filter (`xdns_cfg.filter_mask + 1`).
+    filter_words: usize,
+    /// Buckets and record bytes per half of the answer table (`xdns_cfg.table_buckets`,
+    /// `xdns_cfg.val_pages` pages).
+    table: (usize, usize),
+}
+
+impl ZoneMaps {
+    /// The zone maps of `obj`, whose maps exist (prepared or loaded), sized by `c` (the
+    /// capacity its read-only data was given).
+    fn of(obj: &libbpf_rs::OpenObject, c: &Capacity) -> Result<Self> {
+        use libbpf_rs::AsRawLibbpf as _;
+        let handle = |name: &str| -> Result<libbpf_rs::MapHandle> {
+            let m = obj
+                .maps()
+                .find(|m| m.name().to_str() == Some(name))
+                .with_context(|| format!("the XDP object has no map {name}"))?;
+            // SAFETY: the pointer is the object's own `bpf_map`, valid while `obj` is borrowed;
+            // its fd exists (the object's maps were made), which `Map::new` checks.
+            let map = libbpf_rs::Map::new(unsafe { m.as_libbpf_object().as_ref() });
+            libbpf_rs::MapHandle::try_from(&map).with_context(|| format!("duplicating the fd of map {name}"))
+        };
+        Ok(Self {
+            gen: handle("xdns_gen")?,
+            filter: handle("xdns_filter")?,
+            index: handle("xdns_index")?,
+            vals: handle("xdns_vals")?,
+            nodes: handle("xdns_nodes")?,
+            answers: handle("xdns_answers")?,
+            bodies_m: handle("xdns_bodies_m")?,
+            bodies_l: handle("xdns_bodies_l")?,
+            filter_words: c.filter_words(),
+            table: (c.table_buckets(), c.table_pages() * crate::data::PAGE),
+        })
+    }
+}
+
+/// [`KernelMaps`] over the real zone maps of one object (loaded, or only prepared: the
+/// verifier may be running on another thread).
 struct LibbpfMaps<'a> {
-    skel: &'a XdnsSkel<'static>,
+    zone: &'a ZoneMaps,
     /// [`XdpProgram::abandon_handle`].
     abandon: &'a AtomicBool,
     /// [`XdpProgram::fill_progress`].
@@ -967,34 +1201,34 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()> {
-        self.skel.maps.xdns_nodes.update(bytes_of(key), bytes_of(node), MapFlags::ANY)?;
+        self.zone.nodes.update(bytes_of(key), bytes_of(node), MapFlags::ANY)?;
         Ok(())
     }
 
     fn delete_node(&mut self, key: &xdns_node_key) -> Result<()> {
-        self.skel.maps.xdns_nodes.delete(bytes_of(key))?;
+        self.zone.nodes.delete(bytes_of(key))?;
         Ok(())
     }
 
     fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()> {
         let k = bytes_of(key);
-        let m = &self.skel.maps;
+        let m = self.zone;
         match body {
-            BodyValue::M(b) => m.xdns_bodies_m.update(k, bytes_of(&**b), MapFlags::ANY)?,
-            BodyValue::L(b) => m.xdns_bodies_l.update(k, bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::M(b) => m.bodies_m.update(k, bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::L(b) => m.bodies_l.update(k, bytes_of(&**b), MapFlags::ANY)?,
             BodyValue::S { .. } | BodyValue::Userspace => {}
         }
-        m.xdns_answers.update(k, bytes_of(&*answer_value(answer, body)), MapFlags::ANY)?;
+        m.answers.update(k, bytes_of(&*answer_value(answer, body)), MapFlags::ANY)?;
         Ok(())
     }
 
     fn delete_body(&mut self, key: &xdns_answer_key, class: u8) -> Result<()> {
         let k = bytes_of(key);
-        let m = &self.skel.maps;
-        m.xdns_answers.delete(k)?;
+        let m = self.zone;
+        m.answers.delete(k)?;
         match xdns_body_class(u32::from(class)) {
-            xdns_body_class::XDNS_CLASS_M => m.xdns_bodies_m.delete(k)?,
-            xdns_body_class::XDNS_CLASS_L => m.xdns_bodies_l.delete(k)?,
+            xdns_body_class::XDNS_CLASS_M => m.bodies_m.delete(k)?,
+            xdns_body_class::XDNS_CLASS_L => m.bodies_l.delete(k)?,
             _ => {}
         }
         Ok(())
@@ -1003,55 +1237,55 @@ impl KernelMaps for LibbpfMaps<'_> {
     fn put_nodes(&mut self, entries: &[(xdns_node_key, xdns_node)]) -> Result<()> {
         for chunk in entries.chunks(BATCH) {
             let (k, v) = flatten(chunk.iter().map(|(k, v)| (bytes_of(k), bytes_of(v))));
-            self.skel.maps.xdns_nodes.update_batch(&k, &v, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
+            self.zone.nodes.update_batch(&k, &v, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
         }
         Ok(())
     }
 
     fn put_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
-        let m = &self.skel.maps;
+        let m = self.zone;
         for chunk in entries.chunks(BATCH) {
             // body bytes before the answer entries that point at them
             self.put_table_bodies(chunk)?;
             let values: Vec<Box<xdns_answer_s>> = chunk.iter().map(|(_, a, b)| answer_value(a, b)).collect();
-            batch_update(&m.xdns_answers, chunk.iter().zip(&values).map(|((k, _, _), v)| (bytes_of(k), bytes_of(&**v))))?;
+            batch_update(&m.answers, chunk.iter().zip(&values).map(|((k, _, _), v)| (bytes_of(k), bytes_of(&**v))))?;
         }
         Ok(())
     }
 
     fn delete_nodes(&mut self, keys: &[xdns_node_key]) {
-        batch_delete(&self.skel.maps.xdns_nodes, keys.iter().map(bytes_of));
+        batch_delete(&self.zone.nodes, keys.iter().map(bytes_of));
     }
 
     fn delete_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
-        batch_delete(&self.skel.maps.xdns_answers, keys.iter().map(|(k, _)| bytes_of(k)));
+        batch_delete(&self.zone.answers, keys.iter().map(|(k, _)| bytes_of(k)));
         self.delete_table_bodies(0, keys);
     }
 
     fn put_table_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
         // the header and the class S bytes go to the table's value (put_table_values): no
         // copy in xdns_answers, which the kernel asks only for keys the table lacks
-        let m = &self.skel.maps;
+        let m = self.zone;
         for chunk in entries.chunks(BATCH) {
             let mm = chunk.iter().filter_map(|(k, _, b)| match b {
                 BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
                 _ => None,
             });
-            batch_update(&m.xdns_bodies_m, mm)?;
+            batch_update(&m.bodies_m, mm)?;
             let l = chunk.iter().filter_map(|(k, _, b)| match b {
                 BodyValue::L(b) => Some((bytes_of(k), bytes_of(&**b))),
                 _ => None,
             });
-            batch_update(&m.xdns_bodies_l, l)?;
+            batch_update(&m.bodies_l, l)?;
         }
         Ok(())
     }
 
     fn delete_table_bodies(&mut self, _gen: u32, keys: &[(xdns_answer_key, u8)]) {
-        let m = &self.skel.maps;
+        let m = self.zone;
         for (class, map) in [
-            (xdns_body_class::XDNS_CLASS_M, &m.xdns_bodies_m),
-            (xdns_body_class::XDNS_CLASS_L, &m.xdns_bodies_l),
+            (xdns_body_class::XDNS_CLASS_M, &m.bodies_m),
+            (xdns_body_class::XDNS_CLASS_L, &m.bodies_l),
         ] {
             let ks = keys.iter().filter(|(_, c)| u32::from(*c) == class.0).map(|(k, _)| bytes_of(k));
             batch_delete(map, ks);
@@ -1059,7 +1293,7 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn filter_words(&self) -> usize {
-        self.skel.maps.rodata_data.as_ref().map_or(64, |ro| ro.xdns_cfg.filter_mask as usize + 1)
+        self.zone.filter_words
     }
 
     fn put_filter(&mut self, gen: u32, filter: &crate::maps::Filter) -> Result<()> {
@@ -1072,25 +1306,23 @@ impl KernelMaps for LibbpfMaps<'_> {
             let first = base + (i << 16) as u32;
             let keys: Vec<u8> = (first..first + chunk.len() as u32).flat_map(u32::to_ne_bytes).collect();
             let values: Vec<u8> = chunk.iter().flat_map(|w| w.to_ne_bytes()).collect();
-            let map = &self.skel.maps.xdns_filter;
+            let map = &self.zone.filter;
             map.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
         }
         Ok(())
     }
 
     fn table_shape(&self) -> (usize, usize) {
-        self.skel.maps.rodata_data.as_ref().map_or((0, 0), |ro| {
-            (ro.xdns_cfg.table_buckets as usize, ro.xdns_cfg.val_pages as usize * crate::data::PAGE)
-        })
+        self.zone.table
     }
 
     fn new_table_half(&mut self, gen: u32) -> Result<()> {
         let half = gen & 1;
         let pages = new_val_pages(self.vals_entries).context("creating a generation's answer table pages")?;
         let index = new_index(self.table_shape().0 as u32).context("creating a generation's answer table index")?;
-        let m = &self.skel.maps;
-        m.xdns_vals.update(&half.to_ne_bytes(), &pages.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table pages")?;
-        m.xdns_index.update(&half.to_ne_bytes(), &index.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table index")?;
+        let m = self.zone;
+        m.vals.update(&half.to_ne_bytes(), &pages.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table pages")?;
+        m.index.update(&half.to_ne_bytes(), &index.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table index")?;
         self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[half as usize] = Some(TableHalf { pages, index });
         Ok(())
     }
@@ -1099,8 +1331,8 @@ impl KernelMaps for LibbpfMaps<'_> {
         let half = gen & 1;
         // the kernel waits for programs running meanwhile before it returns (map-in-map
         // deletes), then frees the array once our handle is closed too
-        let _ = self.skel.maps.xdns_index.delete(&half.to_ne_bytes());
-        let _ = self.skel.maps.xdns_vals.delete(&half.to_ne_bytes());
+        let _ = self.zone.index.delete(&half.to_ne_bytes());
+        let _ = self.zone.vals.delete(&half.to_ne_bytes());
         self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[half as usize] = None;
     }
 
@@ -1184,7 +1416,7 @@ impl KernelMaps for LibbpfMaps<'_> {
             bail!("presence filter word {word} outside a map half of {n}");
         }
         let key = ((gen & 1) * n as u32 + word as u32).to_ne_bytes();
-        let v = self.skel.maps.xdns_filter.lookup(&key, MapFlags::ANY)?.context("presence filter word missing")?;
+        let v = self.zone.filter.lookup(&key, MapFlags::ANY)?.context("presence filter word missing")?;
         Ok(u64::from_ne_bytes(v.get(..8).context("presence filter word of fewer than 8 bytes")?.try_into()?))
     }
 
@@ -1195,28 +1427,28 @@ impl KernelMaps for LibbpfMaps<'_> {
                 bail!("presence filter word {i} outside a map half of {n}");
             }
             let key = ((gen & 1) * n as u32 + i as u32).to_ne_bytes();
-            self.skel.maps.xdns_filter.update(&key, &w.to_ne_bytes(), MapFlags::ANY)?;
+            self.zone.filter.update(&key, &w.to_ne_bytes(), MapFlags::ANY)?;
         }
         Ok(())
     }
 
     fn set_memo_epoch(&mut self, epoch: u32) -> Result<()> {
-        self.skel.maps.xdns_gen.update(&2u32.to_ne_bytes(), &epoch.to_ne_bytes(), MapFlags::ANY)?;
+        self.zone.gen.update(&2u32.to_ne_bytes(), &epoch.to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
     }
 
     fn flip_generation(&mut self, gen: u32) -> Result<()> {
-        self.skel.maps.xdns_gen.update(&0u32.to_ne_bytes(), &gen.to_ne_bytes(), MapFlags::ANY)?;
+        self.zone.gen.update(&0u32.to_ne_bytes(), &gen.to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
     }
 
     fn set_label_floor(&mut self, floor: u32) -> Result<()> {
-        self.skel.maps.xdns_gen.update(&1u32.to_ne_bytes(), &floor.to_ne_bytes(), MapFlags::ANY)?;
+        self.zone.gen.update(&1u32.to_ne_bytes(), &floor.to_ne_bytes(), MapFlags::ANY)?;
         Ok(())
     }
 
     fn active_generation(&self) -> Result<u32> {
-        read_generation(&self.skel.maps.xdns_gen)
+        read_generation(&self.zone.gen)
     }
 }
 
@@ -1410,7 +1642,7 @@ fn batch_update<'a, M: MapCore + ?Sized>(map: &M, it: impl Iterator<Item = (&'a 
 
 /// BPF_MAP_DELETE_BATCH in chunks; a chunk that fails (a key already gone) is retried key by
 /// key, ignoring missing keys.
-fn batch_delete<'a>(map: &libbpf_rs::MapMut<'_>, keys: impl Iterator<Item = &'a [u8]>) {
+fn batch_delete<'a, M: MapCore + ?Sized>(map: &M, keys: impl Iterator<Item = &'a [u8]>) {
     let all: Vec<&[u8]> = keys.collect();
     for chunk in all.chunks(BATCH) {
         let k: Vec<u8> = chunk.concat();

@@ -102,3 +102,57 @@ fn grown_maps_take_data_that_did_not_fit() {
     assert_eq!((act, *out.last().unwrap()), (3, 3), "a smaller zone set fits the grown maps");
     assert!(prog.capacity().holds(&need), "growing never shrinks");
 }
+
+/// A grown program's zone maps are filled while its verifier has not run
+/// (`XdpProgram::install_grown_stream`: the object's maps are made first, the verifier runs on
+/// a thread of its own beside the fill). The verifier is held here until the fill has read its
+/// last entry: an install that loads the program before it writes (the verifier, then the
+/// fill, one after the other) never lets the fill get there while the verifier waits, and the
+/// verifier is let go only after its bound, having seen no fill. Meanwhile the old program and
+/// its data go on answering; the new data answers once both are done.
+#[test]
+fn grown_maps_are_filled_beside_the_verifier() {
+    use std::sync::{mpsc, Arc, Mutex};
+    require_root("grown_maps_are_filled_beside_the_verifier");
+    let mut prog = small_program();
+    prog.install(&zone(10, 1)).unwrap();
+    let old_fd = prog.prog_fd().try_clone_to_owned().unwrap();
+    let big = zone(20_000, 2);
+    let to = prog.capacity().max(&Capacity::for_data(&big));
+
+    let (written_tx, written_rx) = mpsc::channel::<()>();
+    // what the held verifier saw: whether the fill had read every entry before it started
+    let fill_first = Arc::new(Mutex::new(None::<bool>));
+    let seen = fill_first.clone();
+    let hook: Box<dyn FnOnce() + Send> = Box::new(move || {
+        // a bound, not a measurement: an install that never fills before its verifier ends here
+        let got = written_rx.recv_timeout(std::time::Duration::from_secs(120));
+        *seen.lock().unwrap() = Some(got.is_ok());
+    });
+    // at the stream's end (every entry read by the loader), the old program still answers
+    // from its own data, then the verifier is let go
+    let old_answer = Arc::new(Mutex::new(None::<(u32, u8)>));
+    let at_end = old_answer.clone();
+    let mut tell = Some(written_tx);
+    let mut src = xdns_bpf::maps::Stream::of(&big);
+    let nodes = std::mem::replace(&mut src.nodes, Box::new(std::iter::empty()));
+    src.nodes = Box::new(nodes.chain(std::iter::from_fn(move || {
+        if let Some(tx) = tell.take() {
+            let (act, out) = xdns_bpf::runtime::test_run_fd(std::os::fd::AsFd::as_fd(&old_fd), &frame(&Net::v4(), &query(&wire("h3.example.com"), 1, None))).unwrap();
+            *at_end.lock().unwrap() = Some((act, *out.last().unwrap()));
+            let _ = tx.send(());
+        }
+        None
+    })));
+    prog.install_grown_hooked(src, to, Some(hook)).unwrap();
+
+    assert_eq!(*fill_first.lock().unwrap(), Some(true), "the verifier ran only after the fill had read every entry");
+    assert_eq!(*old_answer.lock().unwrap(), Some((3, 1)), "the old program answered from its own data during the fill");
+    assert!(prog.load_timing().fill.is_some(), "the grown program's load says it was filled beside the verifier");
+    for i in [0usize, 3, 19_999] {
+        let (act, out) = ask(&prog, &format!("h{i}.example.com"));
+        assert_eq!((act, *out.last().unwrap()), (3, 2), "h{i} answered from the grown maps");
+    }
+    let (in_table, left_out) = prog.table_counts();
+    assert_eq!(in_table + left_out, big.answers.len(), "every answer in the kernel");
+}

@@ -22,8 +22,10 @@
 //!   zone maps sized at load (a secondary's first transfer when it had no stored copy, a reload
 //!   or catalog member that adds many records) grows them in process: the program is loaded
 //!   again with zone maps sized for the new data by the start-up rule ([`Capacity::for_shape`]),
-//!   every other map reused, filled while the old program answers, and the links switched to
-//!   it atomically (`XdpProgram::install_grown`; logged "kernel maps grown from X to Y"). Only
+//!   every other map reused, filled while its verifier runs on a thread of its own and the old
+//!   program answers, and the links switched to it atomically once both are done
+//!   (`XdpProgram::install_grown`; logged "grown program loaded" with the verifier's time, then
+//!   "kernel maps grown from X to Y"). Only
 //!   if that fails (the verifier, memory) is the old data retired and userspace left to answer.
 //!
 //! [`Capacity::for_shape`]: xdns_bpf::runtime::Capacity::for_shape
@@ -658,8 +660,9 @@ struct Seen {
     names: usize,
     answers: usize,
     bound: SoaBound,
-    /// When the loader first asked for an entry: before it, a growth loads the program again
-    /// (the verifier runs, the zone maps are made); nothing is written until then.
+    /// When the loader first asked for an entry: before it, a growth opens the program again
+    /// and makes its zone maps (the verifier then runs beside the fill); nothing is written
+    /// until then.
     first_read: Option<std::time::Instant>,
 }
 
@@ -749,9 +752,13 @@ fn grow_logged(
     tracing::info!(%from, %to, rss_mib = crate::heap::rss_mib(),
         "XDP: the new zone data does not fit in the kernel maps: loading the program again with larger zone maps (the old data answers meanwhile)");
     let seen = compiling(prog, t, |prog, src| prog.install_grown_stream(src, to), zones, expected)?;
-    // the program loaded again (verifier, zone maps made) before the first entry was asked for
-    let loaded = seen.first_read.map_or(0.0, |r| r.duration_since(t).as_secs_f32());
-    tracing::info!(seconds = loaded, "XDP: grown program loaded (verifier run, zone maps made) before its fill");
+    // the zone maps were made before the first entry was asked for; the verifier ran on a
+    // thread of its own beside the fill, which then waited for it (if it was the longer)
+    let made = seen.first_read.map_or(0.0, |r| r.duration_since(t).as_secs_f32());
+    let timing = prog.load_timing();
+    tracing::info!(seconds = made, verifier_seconds = timing.verifier.as_secs_f32(),
+        fill_seconds = timing.fill.unwrap_or_default().as_secs_f32(), waited_seconds = timing.waited.as_secs_f32(),
+        "XDP: grown program loaded (zone maps made, then the verifier run beside the fill)");
     log_filled(prog, t, &format!("XDP: kernel maps grown from {from} to {to}; links switched to the new program, new data active"));
     Ok(seen.bound)
 }
