@@ -11,16 +11,21 @@ Knot DNS is the primary, with TSIG and NOTIFY; xdns transfers from it:
 - a wrong TSIG key gets nothing; NOTIFY unsigned, badly signed or from elsewhere is refused
   (NOTAUTH) and counted, signed by the primary it is accepted;
 - primary down: the stored copy is served after a restart, then after `expire` the zone
-  answers SERVFAIL, and once the primary is back it is served again;
+  answers SERVFAIL, and once the primary is back it is served again; expire counts from the
+  last contact with a primary (the stored copy's mtime) across restarts, with and without
+  XDP (the kernel stops answering an expired zone);
 - `xdns zone retransfer` does an AXFR; a 100k-record zone is transferred (timing printed);
 - xdns as a primary: NSD, Knot DNS and xdns secondaries serve its zone and follow a reload;
   refusals (address, TSIG), IXFR over UDP (SOA only), AXFR over UDP (NOTIMP);
-- a catalog zone (RFC 9432): members added, ignored on a bad schema version, removed.
+- a catalog zone (RFC 9432): members added, ignored on a bad schema version, removed; with a
+  catalog `file`, members are served from their own stored copies after a restart with the
+  primary down, and expire like any secondary zone.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import time
 from pathlib import Path
@@ -321,46 +326,169 @@ def test_notify_only_from_primary_and_signed(lab, primary):
 
 
 def expiry_zone(path: Path) -> Path:
-    path.write_text("$TTL 60\n@ SOA ns.expiry.test. h.expiry.test. 1 1 1 4 60\n@ NS ns\n"
+    path.write_text("$TTL 60\n@ SOA ns.expiry.test. h.expiry.test. 1 1 1 8 60\n@ NS ns\n"
                     "ns A 198.18.0.53\nwww A 198.18.0.80\n")
     return path
 
 
-def test_primary_down_stored_copy_then_expiry(lab):
-    src = expiry_zone(lab.dir / "expiry.test.zone")
-    knot = lab.start_knot_primary([("expiry.test.", src)], name="knot-expiry", key=KEY)
-    cache = lab.dir / "expiry-cache" / "expiry.test.zone"
+@pytest.mark.parametrize("xdp", [None, "default"], ids=["userspace", "xdp"])
+def test_primary_down_stored_copy_then_expiry(lab, xdp):
+    tag = xdp or "user"
+    src = expiry_zone(lab.dir / f"expiry-{tag}.test.zone")
+    knot = lab.start_knot_primary([("expiry.test.", src)], name=f"knot-expiry-{tag}", key=KEY)
+    cache = lab.dir / f"expiry-cache-{tag}" / "expiry.test.zone"
     extra = key_toml(KEY) + secondary_toml("expiry.test.", knot.addr4, KEY, cache)
-    srv = lab.start_xdns([], name="xdns-expiry", extra=extra, wait=False)
+    # with XDP, a zone of its own file beside it shows the kernel answering while the
+    # expired one is not
+    zones = [("example.net.", ZONES / "example.net.zone")] if xdp else []
+    srv = lab.start_xdns(zones, name=f"xdns-expiry-{tag}", extra=extra, wait=False, xdp=xdp)
     lab.wait_answering(srv.addr4, "expiry.test.", srv.proc)
     wait_for("the stored copy", cache.is_file, 10)
     assert lab.stop(srv) == 0
     assert lab.stop(knot) == 0
 
-    # Restart with the primary down: the stored copy answers at once.
-    srv = lab.start_xdns([], name="xdns-expiry", extra=extra, wait=False, addrs=(srv.addr4, srv.addr6))
+    # Restart with the primary down: the stored copy answers at once. Its expire counts
+    # from its last contact with the primary (the file's mtime): just now.
+    contact = stale_copy(cache, 0)
+    srv = lab.start_xdns(zones, name=f"xdns-expiry-{tag}-2", extra=extra, wait=False, addrs=(srv.addr4, srv.addr6),
+                         xdp=xdp)
     try:
-        started = time.monotonic()
         lab.wait_answering(srv.addr4, "expiry.test.", srv.proc)
         m = ask(lab, srv.addr4, "www.expiry.test.")
         assert answer_set(m) == {"www.expiry.test. 60 A 198.18.0.80"}, m
         t = zone_stats(lab, srv, "expiry.test.")["transfer"]
         assert t["source"] == f"file {cache}", t
         wait_for("a failed refresh", lambda: zone_stats(lab, srv, "expiry.test.")["transfer"]["failures"] >= 1, 5)
-        # expire (4 s) without contact: SERVFAIL
+        # expire (8 s) without contact: SERVFAIL
         wait_for("SERVFAIL after expire",
                  lambda: (m := ask(lab, srv.addr4, "www.expiry.test.", timeout=0.3)) is not None
-                 and m.rcode() == dns.rcode.SERVFAIL, 8, step=0.1)
-        assert time.monotonic() - started >= 3.5
+                 and m.rcode() == dns.rcode.SERVFAIL, 12, step=0.1)
+        assert time.time() - contact >= 7.5
         assert zone_stats(lab, srv, "expiry.test.")["transfer"]["expired"] is True
         assert "zone expired" in srv.stderr()
+        if xdp:
+            # the expired zone left the kernel maps: userspace answers it SERVFAIL
+            kernel_answers_only(lab, srv, "www.example.net.", "www.expiry.test.")
         # the primary is back: served again within the retry interval
-        knot = lab.start_knot_primary([("expiry.test.", src)], name="knot-expiry-2", key=KEY,
+        knot = lab.start_knot_primary([("expiry.test.", src)], name=f"knot-expiry-{tag}-2", key=KEY,
                                       addrs=(knot.addr4, knot.addr6))
         wait_for("served again", lambda: (m := ask(lab, srv.addr4, "www.expiry.test.", timeout=0.3)) is not None
                  and m.rcode() == dns.rcode.NOERROR, 5, step=0.1)
-        assert zone_stats(lab, srv, "expiry.test.")["transfer"]["expired"] is False
+        # (the stats say so once the kernel maps are refilled too: with XDP, a moment later)
+        wait_for("not expired in the stats",
+                 lambda: zone_stats(lab, srv, "expiry.test.")["transfer"]["expired"] is False, 10)
+        if xdp:
+            # ... and the kernel answers it again
+            lab.wait_xdp_data(srv)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            for _ in range(5):
+                assert rcode_now(lab, srv, "www.expiry.test.") == dns.rcode.NOERROR
+            assert lab.xdns_stats(srv)["xdp"]["answered"] - before == 5
         lab.stop(knot)
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def stale_copy(path: Path, age: float) -> float:
+    """Make the stored copy at `path` look last confirmed by a primary `age` seconds ago
+    (its mtime); that time."""
+    t = time.time() - age
+    os.utime(path, (t, t))
+    return t
+
+
+def rcode_now(lab, srv, name: str) -> int | None:
+    m = ask(lab, srv.addr4, name, timeout=0.3)
+    return None if m is None else m.rcode()
+
+
+def kernel_answers_only(lab, srv, served: str, expired: str) -> None:
+    """With XDP on: five queries for `expired` get SERVFAIL without the kernel answering any,
+    five for `served` are all answered by the kernel."""
+    lab.wait_xdp_data(srv)
+    before = lab.xdns_stats(srv)["xdp"]["answered"]
+    for _ in range(5):
+        assert rcode_now(lab, srv, expired) == dns.rcode.SERVFAIL
+    mid = lab.xdns_stats(srv)["xdp"]["answered"]
+    assert mid == before, ("the kernel answered the expired zone", before, mid)
+    for _ in range(5):
+        assert rcode_now(lab, srv, served) == dns.rcode.NOERROR
+    after = lab.xdns_stats(srv)["xdp"]["answered"]
+    assert after - mid == 5, ("the kernel did not answer the zone it serves", mid, after)
+
+
+@pytest.mark.parametrize("xdp", [None, "default"], ids=["userspace", "xdp"])
+def test_expire_counts_from_the_last_contact_across_restarts(lab, xdp):
+    """RFC 1035 §3.3.13: expire counts from the last successful check of a primary, not from
+    the daemon's start. The stored copy's mtime is that contact: every check that finds the
+    serial up to date moves it; restarted with the primary down, a copy older than expire is
+    not served (SERVFAIL; with XDP the kernel does not answer it), and one younger expires
+    when its time since the contact, not since the start, is up. A restart loop no longer
+    serves a zone whose primaries are gone forever."""
+    tag = xdp or "user"
+    src = lab.dir / f"restart-{tag}.test.zone"
+    src.write_text("$TTL 60\n@ SOA ns.restart.test. h.restart.test. 1 1 1 3600 60\n@ NS ns\n"
+                   "ns A 198.18.0.53\nwww A 198.18.0.80\n")
+    knot = lab.start_knot_primary([("restart.test.", src)], name=f"knot-restart-{tag}", key=KEY)
+    cache = lab.dir / f"restart-cache-{tag}" / "restart.test.zone"
+    extra = key_toml(KEY) + secondary_toml("restart.test.", knot.addr4, KEY, cache)
+    # a zone of its own file beside it: the kernel keeps answering that one
+    zones = [("example.net.", ZONES / "example.net.zone")]
+    srv = lab.start_xdns(zones, name=f"xdns-restart-{tag}", extra=extra, xdp=xdp)
+    www = "www.restart.test."
+    try:
+        lab.wait_answering(srv.addr4, "restart.test.", srv.proc)
+        wait_for("the stored copy", cache.is_file, 10)
+        # checks that find the serial up to date (refresh 1 s) move the copy's mtime
+        m0 = cache.stat().st_mtime
+        wait_for("the mtime moved by a check", lambda: cache.stat().st_mtime > m0 + 0.5, 5)
+        t = zone_stats(lab, srv, "restart.test.")["transfer"]
+        assert t["transfers"] == 1 and t["last_refresh"] >= int(m0), t
+    finally:
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+    assert lab.stop(knot) == 0
+
+    # last contact an hour and a minute ago, expire an hour: not served after a restart
+    stale_copy(cache, 3600 + 60)
+    srv = lab.start_xdns(zones, name=f"xdns-restart-{tag}-2", extra=extra, xdp=xdp, addrs=(srv.addr4, srv.addr6))
+    try:
+        assert rcode_now(lab, srv, www) == dns.rcode.SERVFAIL
+        t = zone_stats(lab, srv, "restart.test.")["transfer"]
+        assert t["expired"] is True and t["source"] == f"file {cache}", t
+        assert "the stored copy is older than the SOA expire time" in srv.stderr()
+        if xdp:
+            kernel_answers_only(lab, srv, "www.example.net.", www)
+        # the primary back: served again, the copy's mtime is the new contact
+        knot = lab.start_knot_primary([("restart.test.", src)], name=f"knot-restart-{tag}-2", key=KEY,
+                                      addrs=(knot.addr4, knot.addr6))
+        wait_for("served again", lambda: rcode_now(lab, srv, www) == dns.rcode.NOERROR, 5, step=0.1)
+        wait_for("not expired in the stats",
+                 lambda: zone_stats(lab, srv, "restart.test.")["transfer"]["expired"] is False, 10)
+        assert cache.stat().st_mtime > time.time() - 30
+        if xdp:
+            lab.wait_xdp_data(srv)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            for _ in range(5):
+                assert rcode_now(lab, srv, www) == dns.rcode.NOERROR
+            assert lab.xdns_stats(srv)["xdp"]["answered"] - before == 5
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+    assert lab.stop(knot) == 0
+
+    # 8 s of expire left at the restart: it expires 8 s after the restart, not an hour later
+    contact = stale_copy(cache, 3600 - 8)
+    srv = lab.start_xdns(zones, name=f"xdns-restart-{tag}-3", extra=extra, xdp=xdp, addrs=(srv.addr4, srv.addr6))
+    try:
+        t = zone_stats(lab, srv, "restart.test.")["transfer"]
+        assert abs(t["expires"] - (contact + 3600)) <= 1.5, (t, contact)
+        wait_for("SERVFAIL once expire since the contact is up",
+                 lambda: rcode_now(lab, srv, www) == dns.rcode.SERVFAIL, 20, step=0.2)
+        assert time.time() >= contact + 3600 - 0.5
+        assert zone_stats(lab, srv, "restart.test.")["transfer"]["expired"] is True
+        if xdp:
+            kernel_answers_only(lab, srv, "www.example.net.", www)
     finally:
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
         assert lab.stop(srv) == 0, srv.stderr()[-3000:]
@@ -576,6 +704,75 @@ def test_catalog_members_come_and_go(lab):
         assert serves("example.org.")
         names = {z["name"] for z in lab.xdns_stats(srv)["zones"]}
         assert names == {"catalog.invalid.", "example.org."}, names
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        lab.stop(knot)
+
+
+def test_catalog_members_served_from_their_copies_after_a_restart(lab):
+    """A catalog with a `file`: each member's last good copy is kept in FILE.members/; after a
+    restart with the primary down the members are served from those copies, a copy older than
+    its expire since the last contact answers SERVFAIL, and once the primary is back every
+    member is served again; a member removed from the catalog has its copy deleted."""
+    cat = lab.dir / "catalog2.invalid.zone"
+    cat.write_text("$TTL 0\n@ SOA invalid. invalid. 1 1 1 3600 0\n@ NS invalid.\n"
+                   "version TXT \"2\"\nm1.zones PTR one.test.\nm2.zones PTR two.test.\n")
+    members = {}
+    for m in ("one", "two"):
+        members[m] = lab.dir / f"{m}.test.zone"
+        members[m].write_text(f"$TTL 300\n@ SOA ns.{m}.test. h.{m}.test. 1 1 1 3600 60\n@ NS ns\n"
+                              f"ns A 198.18.2.1\nwww A 198.18.2.10\n")
+    zones = [("catalog2.invalid.", cat), ("one.test.", members["one"]), ("two.test.", members["two"])]
+    knot = lab.start_knot_primary(zones, name="knot-catalog-copies", key=KEY)
+    cache = lab.dir / "catalog-copies" / "catalog.zone"
+    copies = {m: Path(f"{cache}.members") / f"{m}.test.zone" for m in members}
+    extra = key_toml(KEY) + (f'\n[[catalog]]\nname = "catalog2.invalid."\nprimaries = ["{knot.addr4}@53"]\n'
+                             f'key = "{KEY[0]}"\nfile = "{cache}"\n')
+    xa = lab.new_address()
+    srv = lab.start_xdns([], name="xdns-catalog-copies", extra=extra, addrs=xa, wait=False)
+    www = {m: f"www.{m}.test." for m in members}
+    try:
+        for m in members:
+            wait_for(f"{m}.test. served", lambda: rcode_now(lab, srv, www[m]) == dns.rcode.NOERROR, 10, step=0.1)
+            wait_for(f"{m}.test.'s stored copy", copies[m].is_file, 10)
+    finally:
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+    assert lab.stop(knot) == 0
+
+    # the primary down: both members from their copies
+    srv = lab.start_xdns([], name="xdns-catalog-copies-2", extra=extra, addrs=xa, wait=False)
+    try:
+        for m in members:
+            wait_for(f"{m}.test. from its copy", lambda: rcode_now(lab, srv, www[m]) == dns.rcode.NOERROR, 10, step=0.1)
+            m_ = ask(lab, xa[0], www[m])
+            assert answer_set(m_) == {f"{www[m]} 300 A 198.18.2.10"}, m_
+            t = zone_stats(lab, srv, f"{m}.test.")["transfer"]
+            assert t["source"] == f"file {copies[m]}" and t["expired"] is False, t
+    finally:
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+    # two.test.'s last contact more than its expire ago: SERVFAIL after a restart; one.test.
+    # is served; the primary back, both are
+    stale_copy(copies["two"], 3600 + 60)
+    srv = lab.start_xdns([], name="xdns-catalog-copies-3", extra=extra, addrs=xa, wait=False)
+    try:
+        wait_for("one.test. from its copy", lambda: rcode_now(lab, srv, www["one"]) == dns.rcode.NOERROR, 10, step=0.1)
+        wait_for("two.test. listed", lambda: any(z["name"] == "two.test." for z in lab.xdns_stats(srv)["zones"]), 5)
+        assert rcode_now(lab, srv, www["two"]) == dns.rcode.SERVFAIL
+        assert zone_stats(lab, srv, "two.test.")["transfer"]["expired"] is True
+        knot = lab.start_knot_primary(zones, name="knot-catalog-copies-2", key=KEY, addrs=(knot.addr4, knot.addr6))
+        wait_for("two.test. served again", lambda: rcode_now(lab, srv, www["two"]) == dns.rcode.NOERROR, 5, step=0.1)
+        assert copies["two"].stat().st_mtime > time.time() - 30
+
+        # one.test. leaves the catalog: not served, its copy deleted
+        lab.knotc(knot, "zone-begin", "catalog2.invalid.")
+        lab.knotc(knot, "zone-unset", "catalog2.invalid.", "m1.zones", "PTR")
+        lab.knotc(knot, "zone-commit", "catalog2.invalid.")
+        wait_for("one.test. removed", lambda: rcode_now(lab, srv, www["one"]) == dns.rcode.REFUSED, 5, step=0.1)
+        wait_for("its copy deleted", lambda: not copies["one"].exists(), 5)
+        assert copies["two"].is_file()
     finally:
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
         assert lab.stop(srv) == 0, srv.stderr()[-3000:]

@@ -553,3 +553,43 @@ fn signed_zone_warnings() {
     assert!(has(8, "NSEC3PARAM at example.com. without an NSEC3 chain"), "{w:#?}");
     assert_eq!(w.len(), 6, "nothing else (no TTL warning for the RRSIGs): {w:#?}");
 }
+
+/// An NSEC3 chain (RFC 5155 §7.1) whose next hashed owners form a ring is no warning; one
+/// link that skips an owner is "NSEC3 chain broken", at that owner's line, naming the next
+/// hash it gives and the one the chain wants. NSEC3 records of other parameters are not part
+/// of the chain; when they are all there is, NSEC3PARAM has no chain.
+#[test]
+fn nsec3_chain_warnings() {
+    let later = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 30 * 86400;
+    let h = |c: char| c.to_string().repeat(32);
+    let (h0, h1, h2, h3) = (h('0'), h('1'), h('2'), h('3'));
+    let zone = |links: [&str; 4], params: &str| {
+        let mut t = format!(
+            "$TTL 3600\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n@ NS ns1\n@ NSEC3PARAM {params}\n\
+             @ RRSIG SOA 13 2 3600 {later} 1700000000 1 example.com. AAAA\nns1 A 198.18.0.1\n"
+        );
+        for (owner, next) in [&h0, &h1, &h2, &h3].iter().zip(links) {
+            t.push_str(&format!("{owner} NSEC3 1 0 0 - {next} A RRSIG\n"));
+        }
+        t
+    };
+    let d = tmpdir("nsec3");
+    let f = d.join("zone.db");
+    let warnings = |text: String| {
+        std::fs::write(&f, text).unwrap();
+        let l = load_zone_with_warnings(&src("example.com.", &f), None).expect("loads");
+        l.warnings.iter().filter(|w| w.reason.contains(" chain")).map(|w| (w.line, w.reason.clone())).collect::<Vec<_>>()
+    };
+    // a whole ring (the last points back at the first): nothing
+    let w = warnings(zone([&h1, &h2, &h3, &h0], "1 0 0 -"));
+    assert!(w.is_empty(), "{w:#?}");
+    // 1 → 3 skips 2 (line 8 holds owner 1)
+    let w = warnings(zone([&h1, &h3, &h3, &h0], "1 0 0 -"));
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert_eq!(w[0].0, Some(8), "{w:#?}");
+    assert_eq!(w[0].1, format!("NSEC3 chain broken at {h1}: next hashed owner {h3}, the next in the chain is {h2}"), "{w:#?}");
+    // NSEC3PARAM of another salt: the records are of no chain it names
+    let w = warnings(zone([&h1, &h2, &h3, &h0], "1 0 0 ab"));
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(w[0].1.contains("NSEC3PARAM at example.com. without an NSEC3 chain of its parameters"), "{w:#?}");
+}

@@ -75,7 +75,7 @@ pub const KEYS: &[Key] = &[
     k("catalog", "name", "(required)", "A catalog zone (RFC 9432): its members become secondary zones of the same primaries and key."),
     k("catalog", "primaries", "(required)", "Where the catalog is transferred from."),
     k("catalog", "key", "none", "The [[key]] of its transfers."),
-    k("catalog", "file", "none", "Where its last good copy is kept."),
+    k("catalog", "file", "none", "Where its last good copy is kept; its members' copies go to FILE.members/NAME.zone (read at start, expire from their mtime)."),
     k("resolver", "root_hints", "(required)", "Root hints file (NS at the root and their A/AAAA), relative to the configuration file."),
     k("resolver", "allow", r#"["127.0.0.0/8", "::1/128"]"#, "Client prefixes that may recurse; others get REFUSED."),
     k("resolver", "cache_entries", "100000", "Answers kept in the userspace cache."),

@@ -209,6 +209,11 @@ pub fn build(cfg: &Config, old: Option<&Served>) -> (Served, BuildReport) {
         match load_guarded(&src) {
             Ok(zone) => {
                 report.loaded += 1;
+                // older than its expire since the last contact with a primary: SERVFAIL
+                // until one answers (`crate::xfr::secondary`)
+                if crate::xfr::secondary::stored_expire_left(&zone, file) == Some(std::time::Duration::ZERO) {
+                    expired.push(zone.apex.clone());
+                }
                 loaded.push(LoadedZone { source: src, zone: Arc::new(zone), journal: Arc::default() });
             }
             Err(errs) => {

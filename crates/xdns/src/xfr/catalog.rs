@@ -3,7 +3,14 @@
 //! same primaries and key, added and removed as the catalog changes, without a configuration
 //! edit or restart. A catalog that is not schema version 2, or a member that is odd (two PTR
 //! records, a name already configured here), is logged and leaves the zones served alone.
+//!
+//! When the catalog has a `file`, each member's last good copy is kept in the directory
+//! `FILE.members/` beside it (one `NAME.zone` per member, written as a secondary zone's
+//! `file` is): after a restart the catalog's stored copy names the members, each is served
+//! from its own copy until a primary answers, and expires like any secondary zone (counted
+//! from the copy's modification time). A member removed from the catalog has its copy deleted.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use xdns_zone::load::key_to_text;
@@ -79,13 +86,33 @@ pub async fn sync(shared: &Arc<Shared>, cat: &Arc<Secondary>, zone: &Zone) {
             tracing::warn!(catalog = %cat.cfg.name, zone = %name, "catalog member is already a zone here: ignored");
             continue;
         }
-        let cfg = SecondaryConfig { name: name.clone(), primaries: cat.cfg.primaries.clone(), key: cat.cfg.key.clone(), file: None };
+        let file = cat.cfg.file.as_deref().map(|f| member_file(f, &name));
+        let cfg = SecondaryConfig { name: name.clone(), primaries: cat.cfg.primaries.clone(), key: cat.cfg.key.clone(), file };
         if let Some(sec) = Secondary::new(cfg, role.clone()) {
             if reg_add(&reg, sec) {
                 tracing::info!(catalog = %cat.cfg.name, zone = %name, "member added from the catalog");
             }
         }
     }
+}
+
+/// Where the member `name` of the catalog stored at `catalog_file` keeps its last good copy:
+/// `CATALOG_FILE.members/NAME.zone` (`name` lowercase with its final dot; a character other
+/// than a letter, digit, `-`, `_` or `.` is written `%XX`, so that no name leaves the
+/// directory or collides with another).
+pub fn member_file(catalog_file: &Path, name: &str) -> PathBuf {
+    let mut dir = catalog_file.as_os_str().to_owned();
+    dir.push(".members");
+    let mut safe = String::with_capacity(name.len() + 4);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || (b == b'.' && !safe.is_empty()) {
+            safe.push(b as char);
+        } else {
+            safe.push_str(&format!("%{b:02X}"));
+        }
+    }
+    safe.push_str("zone");
+    PathBuf::from(dir).join(safe)
 }
 
 fn reg_add(reg: &super::Registry, sec: Arc<Secondary>) -> bool {
@@ -121,5 +148,18 @@ mod tests {
         let z = load(&format!("{head}m1.zones PTR example.org.\n"));
         assert!(members(&z).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn member_files_stay_in_their_directory() {
+        let f = Path::new("/var/cache/xdns/catalog.zone");
+        let dir = Path::new("/var/cache/xdns/catalog.zone.members");
+        assert_eq!(member_file(f, "example.org."), dir.join("example.org.zone"));
+        assert_eq!(member_file(f, "a_b-c.example."), dir.join("a_b-c.example.zone"));
+        // a leading dot, a slash or other bytes are escaped: never `..`, never a subdirectory
+        assert_eq!(member_file(f, "..x."), dir.join("%2E.x.zone"));
+        assert_eq!(member_file(f, "a/b.\\."), dir.join("a%2Fb.%5C.zone"));
+        assert_eq!(member_file(f, "."), dir.join("%2Ezone"));
+        assert_eq!(member_file(f, "a%b."), dir.join("a%25b.zone"));
     }
 }

@@ -15,9 +15,16 @@
 //! zone's `file` afterwards (in the background after an IXFR applied in place). Anything that fails keeps the old version serving and is
 //! logged. After `expire` seconds without a successful check the zone answers SERVFAIL
 //! until a primary answers again.
+//!
+//! The expire clock counts from the last contact with a primary (a check that transferred a
+//! version or found ours up to date), also across restarts: that time is the stored copy's
+//! modification time, set to it on every successful check (as BIND does). A stored copy
+//! read at start is counted from its modification time: one older than `expire` is not
+//! served (SERVFAIL, out of the kernel maps) until a primary answers. An operator who puts
+//! a copy in place by hand gives it a fresh clock (its mtime is now; `touch -d` sets another).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -145,6 +152,8 @@ pub struct Secondary {
     store_lock: tokio::sync::Mutex<()>,
     /// Set by a change in place whose spare the writer holds: the write stops.
     store_cancel: Arc<AtomicBool>,
+    /// The last successful check of a primary (the stored copy's modification time).
+    contact: Mutex<Option<SystemTime>>,
 }
 
 impl std::fmt::Debug for Secondary {
@@ -159,6 +168,25 @@ fn unix(t: SystemTime) -> u64 {
 
 fn unix_in(d: Duration) -> u64 {
     unix(SystemTime::now() + d)
+}
+
+/// The last contact with a primary of the stored copy at `file`: its modification time.
+fn contact_of(file: &Path) -> Option<SystemTime> {
+    std::fs::metadata(file).ok()?.modified().ok()
+}
+
+/// Set the stored copy's modification time to `t`, the last contact with a primary.
+fn touch(file: &Path, t: SystemTime) -> std::io::Result<()> {
+    std::fs::File::open(file)?.set_modified(t)
+}
+
+/// How long the stored copy `zone`, read from `file`, has left before it expires: its SOA
+/// expire counted from the file's modification time (the last contact with a primary; a
+/// time in the future counts as now). `None` when either is unknown.
+pub fn stored_expire_left(zone: &Zone, file: &Path) -> Option<Duration> {
+    let t = Timers::from_soa(&soa_rdata(zone)?)?;
+    let age = SystemTime::now().duration_since(contact_of(file)?).unwrap_or(Duration::ZERO);
+    Some(t.expire.saturating_sub(age))
 }
 
 impl Secondary {
@@ -185,6 +213,7 @@ impl Secondary {
             storing: Mutex::new((false, false)),
             store_lock: tokio::sync::Mutex::new(()),
             store_cancel: Arc::default(),
+            contact: Mutex::new(None),
         }))
     }
 
@@ -250,18 +279,29 @@ fn soa_rdata(zone: &Zone) -> Option<Bytes> {
 
 async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver<bool>) {
     let name = sec.cfg.name.clone();
-    let start = current(&shared, &name);
+    let mut start = current(&shared, &name);
+    if start.is_none() && matches!(sec.role, Role::Member(_)) {
+        // a catalog member is not in the configuration: its stored copy is read here
+        start = load_member_copy(&shared, &sec).await;
+    }
     let mut timers = start.as_deref().and_then(soa_rdata).and_then(|s| Timers::from_soa(&s));
-    // A stored copy read at start: its age is not known, so its expire counts from now.
-    let mut expire_at = timers.map(|t| Instant::now() + t.expire);
-    let mut expired = false;
+    // A stored copy read at start: its expire counts from its last contact with a primary
+    // (the file's modification time); one already past it was marked expired when loaded.
+    let left = start.as_deref().and_then(|z| stored_expire_left(z, &z.file));
+    let mut expired = shared.served.load().expired.contains(&sec.apex);
+    let mut expire_at = if expired { None } else { timers.map(|t| Instant::now() + left.unwrap_or(t.expire)) };
     {
         let mut st = sec.status();
         if let (Some(z), Some(t)) = (&start, &timers) {
             st.source = format!("file {}", z.file.display());
             st.serial = Some(z.serial);
-            st.expires = Some(unix_in(t.expire));
+            st.expires = Some(unix_in(left.unwrap_or(t.expire)));
+            st.expired = expired;
+            st.last_refresh = contact_of(&z.file).map(unix);
         }
+    }
+    if expired {
+        tracing::error!(zone = %name, "the stored copy is older than the SOA expire time (counted from its last contact with a primary, the file's mtime): answering SERVFAIL until a primary answers");
     }
     if let Some(z) = &start {
         prepare_later(&shared, &sec, z.clone());
@@ -283,6 +323,16 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
         if sec.removed.load(Ordering::Relaxed) {
             tracing::info!(zone = %name, "no longer in its catalog: not served");
             uninstall(&shared, &name).await;
+            // its stored copy goes too (a member added again starts from a transfer)
+            let (path, keep) = target(&sec);
+            if keep {
+                let _one = sec.store_lock.lock().await;
+                if let Err(e) = std::fs::remove_file(&path) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(zone = %name, file = %path.display(), error = %e, "the removed member's stored copy could not be deleted");
+                    }
+                }
+            }
             return;
         }
         let now = Instant::now();
@@ -298,6 +348,7 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
         }
         match refresh(&shared, &sec, expired).await {
             Ok(t) => {
+                noted_contact(&sec, SystemTime::now());
                 timers = Some(t);
                 expired = false;
                 next = Instant::now() + t.refresh;
@@ -319,6 +370,40 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
             }
         }
         sec.status().next_refresh = Some(unix(SystemTime::now() + next.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// A catalog member's stored copy (its `file`, [`super::catalog::member_file`]), read and
+/// served (expired if older than its expire since the last contact), if there is a good one.
+async fn load_member_copy(shared: &Arc<Shared>, sec: &Arc<Secondary>) -> Option<Arc<Zone>> {
+    let file = sec.cfg.file.clone().filter(|f| f.is_file())?;
+    let src = ZoneSource { name: sec.cfg.name.clone(), file: file.clone() };
+    let loaded = tokio::task::spawn_blocking(move || crate::reload::load_guarded(&src)).await.ok()?;
+    let zone = match loaded {
+        Ok(z) => Arc::new(z),
+        Err(errs) => {
+            for e in &errs {
+                tracing::error!(zone = %sec.cfg.name, "stored copy not served until a transfer brings a good one: {e}");
+            }
+            return None;
+        }
+    };
+    let expired = stored_expire_left(&zone, &file) == Some(Duration::ZERO);
+    tracing::info!(zone = %sec.cfg.name, file = %file.display(), serial = zone.serial, expired, "catalog member: stored copy read");
+    install(shared, &sec.cfg.name, zone.clone(), expired).await;
+    Some(zone)
+}
+
+/// A successful check of a primary at `t`: the expire clock starts again, also for the
+/// next start (the stored copy's modification time; a copy being written gets it when
+/// renamed into place).
+fn noted_contact(sec: &Secondary, t: SystemTime) {
+    *sec.contact.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    let (path, keep) = target(sec);
+    if keep && path.is_file() {
+        if let Err(e) = touch(&path, t) {
+            tracing::warn!(zone = %sec.cfg.name, file = %path.display(), error = %e, "could not set the stored copy's modification time (the last contact, for expire after a restart)");
+        }
     }
 }
 
@@ -510,6 +595,8 @@ async fn transfer_from(
         st.last_transfer = Some(how.to_string());
         st.last_transfer_at = Some(unix(SystemTime::now()));
     };
+    // a good version: the contact the stored copy written below carries as its mtime
+    *sec.contact.lock().unwrap_or_else(|e| e.into_inner()) = Some(SystemTime::now());
     let kernel = install_change(shared, &sec.cfg.name, zone.clone(), false, change, known.as_deref(), served).await;
     let ms = t0.elapsed().as_millis() as u64;
     let since_wake_ms = sec.woken.lock().unwrap_or_else(|e| e.into_inner()).take().map(|w| w.elapsed().as_millis() as u64);
@@ -716,6 +803,7 @@ async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) -> bool {
     let name = sec.cfg.name.clone();
     let cancel = sec.store_cancel.clone();
     cancel.store(false, Ordering::Relaxed);
+    let contact = *sec.contact.lock().unwrap_or_else(|e| e.into_inner());
     let r = tokio::task::spawn_blocking(move || {
         let mut new = path.clone().into_os_string();
         new.push(".tmp");
@@ -728,6 +816,10 @@ async fn store(sec: &Arc<Secondary>, zone: Arc<Zone>) -> bool {
         if !done {
             let _ = std::fs::remove_file(&new);
             return Ok(false);
+        }
+        // the copy's mtime is its last contact with a primary (expire after a restart)
+        if let Some(t) = contact {
+            touch(&new, t)?;
         }
         std::fs::rename(&new, &path).map(|()| true)
     })
@@ -830,9 +922,23 @@ mod tests {
     const FULL: u8 = 0;
     const CUT: u8 = 1;
 
+    /// An IXFR is answered with this rcode alone (NOTIMP, FORMERR, REFUSED); AXFR as FULL.
+    const IXFR_RCODE: u8 = 2;
+
     /// A primary on 127.0.0.1 serving `served` through xdns's own transfer-out step: all
     /// messages, or (CUT) only the first one before closing.
     async fn fake_primary(served: Arc<arc_swap::ArcSwap<Served>>, mode: Arc<AtomicU8>) -> SocketAddr {
+        fake_primary_logged(served, mode, Arc::new(AtomicU8::new(0)), Arc::default()).await
+    }
+
+    /// [`fake_primary`], also answering (IXFR_RCODE) an IXFR with the rcode `rcode` alone,
+    /// and noting the QTYPE of every request in `seen`.
+    async fn fake_primary_logged(
+        served: Arc<arc_swap::ArcSwap<Served>>,
+        mode: Arc<AtomicU8>,
+        rcode: Arc<AtomicU8>,
+        seen: Arc<Mutex<Vec<u16>>>,
+    ) -> SocketAddr {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move {
@@ -840,6 +946,24 @@ mod tests {
                 let len = c.read_u16().await.unwrap() as usize;
                 let mut q = vec![0; len];
                 c.read_exact(&mut q).await.unwrap();
+                // the question ends after QNAME (uncompressed in a request), QTYPE, QCLASS
+                let mut end = 12;
+                while q[end] != 0 {
+                    end += 1 + q[end] as usize;
+                }
+                end += 5;
+                let qtype = u16::from_be_bytes([q[end - 4], q[end - 3]]);
+                seen.lock().unwrap().push(qtype);
+                if qtype == 251 && mode.load(Ordering::Relaxed) == IXFR_RCODE {
+                    // the header and question, QR set, the rcode; no other section
+                    let mut r = q[..end].to_vec();
+                    r[2] |= 0x80;
+                    r[3] = (r[3] & 0xf0) | rcode.load(Ordering::Relaxed);
+                    r[6..12].fill(0);
+                    c.write_all(&(r.len() as u16).to_be_bytes()).await.unwrap();
+                    c.write_all(&r).await.unwrap();
+                    continue;
+                }
                 let mut out = Vec::new();
                 let d = primary::outgoing(&served.load(), &q, Some(peer.ip()), Transport::Tcp, &mut out);
                 let Some(Decision::Stream(mut t)) = d else { panic!("not a transfer") };
@@ -978,6 +1102,130 @@ mod tests {
         assert_eq!(sec.info().apply_refused, 1);
         let z = shared.served.load().zones.find(apex).unwrap().clone();
         assert!(z.nodes[&b"\x02h1\x01t\x00"[..]].rrset(5).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The SOA RDATA of the primary's zone with serial `s`.
+    fn soa_with(pserved: &arc_swap::ArcSwap<Served>, s: u32) -> Bytes {
+        let mut rd = soa_rdata(&pserved.load().loaded[0].zone).unwrap().to_vec();
+        let at = rd.len() - 20;
+        rd[at..at + 4].copy_from_slice(&s.to_be_bytes());
+        Bytes::from(rd)
+    }
+
+    /// RFC 1995 §2 / RFC 5936: a primary that answers IXFR with NOTIMP or FORMERR is asked
+    /// for an AXFR; one that refuses (REFUSED) is not; differences that do not apply to our
+    /// copy (a deletion of a record we do not hold) are dropped for an AXFR.
+    #[tokio::test]
+    async fn ixfr_falls_back_to_axfr() {
+        let dir = std::env::temp_dir().join(format!("xdns-secondary-fallback-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pserved = Arc::new(arc_swap::ArcSwap::from_pointee(primary_served(&dir, &zone_text(1, 20), None)));
+        let mode = Arc::new(AtomicU8::new(FULL));
+        let rcode = Arc::new(AtomicU8::new(0));
+        let seen: Arc<Mutex<Vec<u16>>> = Arc::default();
+        let paddr = fake_primary_logged(pserved.clone(), mode.clone(), rcode.clone(), seen.clone()).await;
+        let cfg = parse(&format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\n"), &dir.join("x.toml"), &Overrides::default()).unwrap();
+        let (served, _) = build(&cfg, None);
+        let shared = Arc::new(Shared::new(served));
+        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(served_serial(&shared), Some(1));
+        assert_eq!(std::mem::take(&mut *seen.lock().unwrap()), vec![252], "nothing held: AXFR");
+
+        // NOTIMP, then FORMERR, to our IXFR: an AXFR brings the new serial
+        mode.store(IXFR_RCODE, Ordering::Relaxed);
+        for (serial, rc) in [(2u32, 4u8), (3, 1)] {
+            let next = primary_served(&dir, &zone_text(serial, 20 + serial as usize), Some(&pserved.load()));
+            pserved.store(Arc::new(next));
+            rcode.store(rc, Ordering::Relaxed);
+            refresh(&shared, &sec, false).await.unwrap();
+            assert_eq!(served_serial(&shared), Some(serial), "rcode {rc}");
+            assert_eq!(sec.info().last_transfer.as_deref(), Some("axfr"), "rcode {rc}");
+            assert_eq!(std::mem::take(&mut *seen.lock().unwrap()), vec![251, 252], "rcode {rc}: IXFR, then AXFR");
+        }
+        let z = shared.served.load().zones.find(b"\x01t\x00").unwrap().clone();
+        assert!(z.nodes.contains_key(&b"\x03h22\x01t\x00"[..]));
+        drop(z);
+
+        // REFUSED: the primary will not transfer to us at all; no AXFR is tried
+        let next = primary_served(&dir, &zone_text(4, 24), Some(&pserved.load()));
+        pserved.store(Arc::new(next));
+        rcode.store(5, Ordering::Relaxed);
+        let e = refresh(&shared, &sec, false).await.unwrap_err();
+        assert!(e.contains("REFUSED"), "{e}");
+        assert_eq!(std::mem::take(&mut *seen.lock().unwrap()), vec![251]);
+        assert_eq!(served_serial(&shared), Some(3));
+
+        // differences from our serial that delete a record our copy does not hold: they do
+        // not apply, and the whole zone is transferred instead
+        mode.store(FULL, Ordering::Relaxed);
+        let rec = |owner: &[u8], rtype, rdata: Bytes| client::Rec { owner: owner.into(), rtype, ttl: 60, rdata };
+        let apex = b"\x01t\x00";
+        let d = client::Diff {
+            from: 3,
+            to: 4,
+            deleted: vec![rec(apex, 6, soa_with(&pserved, 3)), rec(b"\x02h1\x01t\x00", 1, Bytes::from_static(&[198, 18, 9, 9]))],
+            added: vec![rec(apex, 6, soa_with(&pserved, 4))],
+        };
+        let mut v4 = primary_served(&dir, &zone_text(4, 24), None);
+        v4.loaded[0].journal = Arc::new(vec![d]);
+        pserved.store(Arc::new(v4));
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(served_serial(&shared), Some(4));
+        assert_eq!(std::mem::take(&mut *seen.lock().unwrap()), vec![251, 252], "IXFR, then AXFR");
+        assert_eq!(sec.info().last_transfer.as_deref(), Some("axfr"));
+        let how = sec.info().last_apply.unwrap_or_default();
+        assert!(how.starts_with("axfr: "), "{how}");
+        let z = shared.served.load().zones.find(apex).unwrap().clone();
+        assert!(z.nodes.contains_key(&b"\x03h23\x01t\x00"[..]));
+        drop(z);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// RFC 1996: a new serial brought by a transfer is NOTIFIED to the zone's `notify`
+    /// targets (a chain of secondaries), and a NOTIFY left unanswered is sent again until the
+    /// target answers, then no more.
+    #[tokio::test]
+    async fn a_transfer_notifies_downstream_and_retries() {
+        let dir = std::env::temp_dir().join(format!("xdns-secondary-notify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pserved = Arc::new(arc_swap::ArcSwap::from_pointee(primary_served(&dir, &zone_text(7, 5), None)));
+        let paddr = fake_primary(pserved.clone(), Arc::new(AtomicU8::new(FULL))).await;
+        let target = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let taddr = target.local_addr().unwrap();
+        let cfg = parse(
+            &format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\nnotify = [\"{taddr}\"]\n"),
+            &dir.join("x.toml"),
+            &Overrides::default(),
+        )
+        .unwrap();
+        let (served, _) = build(&cfg, None);
+        let shared = Arc::new(Shared::new(served));
+        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+        refresh(&shared, &sec, false).await.unwrap();
+        assert_eq!(served_serial(&shared), Some(7));
+
+        let mut buf = vec![0u8; 512];
+        async fn recv_within(s: &tokio::net::UdpSocket, buf: &mut [u8], secs: u64) -> Option<(usize, SocketAddr)> {
+            tokio::time::timeout(Duration::from_secs(secs), s.recv_from(buf)).await.ok().map(|r| r.unwrap())
+        }
+        let is_notify = |m: &[u8]| m.len() > 17 && (m[2] >> 3) & 0xf == 4 && m[2] & 0x80 == 0 && &m[12..15] == b"\x01t\x00";
+        // the first NOTIFY is ignored
+        let (n, from) = recv_within(&target, &mut buf, 5).await.expect("a NOTIFY after the transfer");
+        assert!(is_notify(&buf[..n]), "{:?}", &buf[..n]);
+        let first_id = [buf[0], buf[1]];
+        // it comes again; answered this time
+        let (n, from2) = recv_within(&target, &mut buf, 5).await.expect("the NOTIFY again, unanswered");
+        assert!(is_notify(&buf[..n]), "{:?}", &buf[..n]);
+        assert_eq!(from, from2, "from the same socket");
+        assert_ne!([buf[0], buf[1]], first_id, "a new ID for each try");
+        let mut r = buf[..n].to_vec();
+        r[2] |= 0x80;
+        r[3] &= 0xf0;
+        target.send_to(&r, from2).await.unwrap();
+        // answered: no third try (it would come 2.5 s after the second at the latest)
+        assert!(recv_within(&target, &mut buf, 4).await.is_none(), "a NOTIFY after the answer");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
