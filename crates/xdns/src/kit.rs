@@ -828,8 +828,42 @@ fn root_zone(hints: &str) -> KitZone {
     KitZone { name: vec![0], addrs, expires_ns: u64::MAX }
 }
 
+/// The XDP interfaces where the kernel cannot send kernel iteration's queries, with the
+/// families: `bpf_fib_lookup` refuses any lookup, as the host's own output or as a router's,
+/// from an interface whose forwarding is off (IPv4 `conf/IF/forwarding`, IPv6 likewise, under
+/// `proc_net`, normally `/proc/sys/net`). A miss that arrives there is handed to userspace
+/// (`kit.handover_fib`), a referral that arrives there is passed to the daemon
+/// (`xdp.pass_kit_no_hop`): kernel iteration then does nothing. An interface whose flag
+/// cannot be read (no such family) is left out.
+pub fn forwarding_off(interfaces: &[String], proc_net: &std::path::Path) -> Vec<String> {
+    let mut off = Vec::new();
+    for i in interfaces {
+        for (family, dir) in [("IPv4", "ipv4"), ("IPv6", "ipv6")] {
+            let flag = std::fs::read_to_string(proc_net.join(dir).join("conf").join(i).join("forwarding"));
+            if flag.is_ok_and(|f| f.trim() == "0") {
+                off.push(format!("{i} ({family})"));
+            }
+        }
+    }
+    off
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn interfaces_without_forwarding_are_named() {
+        let root = std::env::temp_dir().join(format!("xdns-kit-fwd-{}", std::process::id()));
+        for (dir, i, v) in [("ipv4", "eth0", "1\n"), ("ipv6", "eth0", "0\n"), ("ipv4", "eth1", "0\n"), ("ipv6", "eth1", "1\n")] {
+            let d = root.join(dir).join("conf").join(i);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("forwarding"), v).unwrap();
+        }
+        let names = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(super::forwarding_off(&names(&["eth0", "eth1", "gone"]), &root), names(&["eth0 (IPv6)", "eth1 (IPv4)"]));
+        assert!(super::forwarding_off(&names(&["eth1"]), &root.join("absent")).is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     use super::*;
 
     /// `/metrics`: the kit group's totals are counters, one per handover reason and use of a

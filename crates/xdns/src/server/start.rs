@@ -101,6 +101,19 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
         });
         // kernel iteration: the daemon has reserved the ports (crate::kit) before this
         fp_cfg.xdp.kit = rs.kernel_iteration.then(|| xdns_bpf::kit::KitStage { ports: rs.kit_ports, pending: rs.kit_pending, ..Default::default() });
+        let off = if rs.kernel_iteration {
+            crate::kit::forwarding_off(&cfg.xdp.interfaces, std::path::Path::new("/proc/sys/net"))
+        } else {
+            Vec::new()
+        };
+        if !off.is_empty() {
+            tracing::warn!(
+                interfaces = %off.join(", "),
+                "[resolver] kernel_iteration: forwarding is off on these XDP interfaces, so the kernel \
+                 cannot route its queries from them (misses arriving there go to userspace, referrals \
+                 arriving there are followed in userspace); turn it on there, and filter what the host forwards"
+            );
+        }
     }
     fp_cfg.xdp.keep_caps = cfg.run_as.is_some();
     fp_cfg.xdp.guard = cfg.guard.as_ref().map(|g| xdns_bpf::guard::GuardStage {
