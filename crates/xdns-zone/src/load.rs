@@ -403,14 +403,34 @@ struct Loc {
     line: u32,
 }
 
-/// Where one record came from, found again by owner hash and type (for findings only).
+/// Where one record came from, found again by owner hash and type (for findings only): one
+/// per record, so kept to 16 bytes (4-byte aligned: the hash in two halves; a file index past
+/// `u16::MAX`, of a zone with that many includes, gives findings no line).
 #[derive(Clone, Copy, Debug)]
 struct RecLoc {
     /// Hash of the owner key with the node map's hasher.
-    owner_hash: u64,
+    owner_hash: [u32; 2],
+    line: u32,
+    file: u16,
     rtype: u16,
-    loc: Loc,
 }
+
+impl RecLoc {
+    fn new(owner_hash: u64, rtype: u16, loc: Loc) -> Self {
+        RecLoc {
+            owner_hash: [owner_hash as u32, (owner_hash >> 32) as u32],
+            line: loc.line,
+            file: u16::try_from(loc.file).unwrap_or(u16::MAX),
+            rtype,
+        }
+    }
+
+    fn is(&self, owner_hash: u64, rtype: u16) -> bool {
+        self.owner_hash == [owner_hash as u32, (owner_hash >> 32) as u32] && self.rtype == rtype
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<RecLoc>() == 16);
 
 /// RRsets above this size are deduplicated at the end instead of on insertion.
 pub(crate) const LINEAR_DEDUP_MAX: usize = 32;
@@ -787,11 +807,7 @@ impl<'p> Builder<'p> {
         };
         if matches!(ok, Some(Inserted::Added | Inserted::TtlDiffers { .. })) {
             let owner_hash = self.nodes.hasher().hash_one(&key[..]);
-            self.locs.push(RecLoc {
-                owner_hash,
-                rtype,
-                loc,
-            });
+            self.locs.push(RecLoc::new(owner_hash, rtype, loc));
         }
         // RRSIGs take the TTL of the RRset each covers (RFC 4034 §3), so one node's signatures
         // differ by design: answers use the covered RRset's TTL (compile.rs), no warning.
@@ -874,13 +890,8 @@ impl ZoneView for Builder<'_> {
     }
     fn locate(&self, name: &[u8], rtype: u16, nth: usize) -> Option<(PathBuf, usize)> {
         let h = self.nodes.hasher().hash_one(name);
-        let loc = self
-            .locs
-            .iter()
-            .filter(|l| l.owner_hash == h && l.rtype == rtype)
-            .nth(nth)?
-            .loc;
-        let file = self.files.get(loc.file as usize)?.clone();
+        let loc = self.locs.iter().filter(|l| l.is(h, rtype)).nth(nth)?;
+        let file = self.files.get(usize::from(loc.file)).filter(|_| loc.file != u16::MAX)?.clone();
         (loc.line > 0).then_some((file, loc.line as usize))
     }
 }
