@@ -338,9 +338,8 @@ async fn run(shared: Arc<Shared>, sec: Arc<Secondary>, mut stop: watch::Receiver
         let now = Instant::now();
         if !expired && expire_at.is_some_and(|e| now >= e) {
             tracing::error!(zone = %name, "zone expired: no primary answered for the SOA expire time; answering SERVFAIL");
-            set_expired(&shared, &name, true).await;
+            set_expired(&shared, &sec, true).await;
             expired = true;
-            sec.status().expired = true;
             expire_at = None;
         }
         if now < next {
@@ -675,7 +674,7 @@ async fn up_to_date(
     let t = soa_rdata(&cur).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA in our copy")?;
     if expired {
         tracing::info!(zone = %sec.cfg.name, %primary, "primary reached again: the zone is served again");
-        set_expired(shared, &sec.cfg.name, false).await;
+        set_expired(shared, sec, false).await;
     }
     Ok(t)
 }
@@ -892,10 +891,11 @@ async fn uninstall(shared: &Arc<Shared>, name: &str) {
     crate::server::refill_fastpath(shared).await;
 }
 
-/// Mark the zone `name` expired (SERVFAIL, out of the kernel maps) or served again.
-async fn set_expired(shared: &Arc<Shared>, name: &str, expired: bool) {
-    if let Some(z) = current(shared, name) {
-        install(shared, name, z, expired).await;
+/// Mark the zone `name` expired (SERVFAIL, out of the kernel maps) or served again; the
+/// status shows it as soon as userspace answers so, before the kernel's maps follow.
+async fn set_expired(shared: &Arc<Shared>, sec: &Secondary, expired: bool) {
+    if let Some(z) = current(shared, &sec.cfg.name) {
+        install_change(shared, &sec.cfg.name, z, expired, None, None, || sec.status().expired = expired).await;
     }
 }
 
