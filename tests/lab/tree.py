@@ -286,18 +286,7 @@ class Tree:
     def set_record(self, owner: str, rtype: str, *rdata: str) -> None:
         """Replace the RRset (owner, rtype) in its zone (rdata empty: delete it), bump the
         serial and make every server of the zone load it; returns when all serve the new serial."""
-        owner = owner.lower()
-        origin = max((z for z in self.zones() if owner == z or owner.endswith("." + z) or z == "."),
-                     key=len)
-        self.overrides.setdefault(origin, {})[(owner, rtype.upper())] = list(rdata)
-        self.serials[origin] += 1
-        self._write_zone(origin)
-        for h in self.host_of(origin):
-            if h.software == "knot":
-                self.lab.server_run(["knotc", "-s", h.workdir / "knot.sock", "zone-reload", origin])
-            else:
-                h.proc.send_signal(signal.SIGHUP)  # NSD 4: SIGHUP re-reads changed zone files
-            self._wait(h, origin, serial=self.serials[origin])
+        self.set_records([(owner, rtype, list(rdata))])
 
     def set_records(self, records: list[tuple[str, str, list[str]]]) -> None:
         """set_record for many RRsets at once: (owner, rtype, rdata) each; every zone touched

@@ -998,6 +998,16 @@ mod tests {
         base.with(vec![LoadedZone { source: src, zone: z, journal }], vec![])
     }
 
+    /// The daemon's shared state for one secondary zone `t.` configured by `zone_toml` (its
+    /// `[[zone]]` table), and that zone's secondary.
+    fn secondary_of(dir: &std::path::Path, zone_toml: &str) -> (Arc<Shared>, Arc<Secondary>) {
+        let cfg = parse(&format!("[[zone]]\nname = \"t.\"\n{zone_toml}"), &dir.join("x.toml"), &Overrides::default()).unwrap();
+        let (served, _) = build(&cfg, None);
+        let shared = Arc::new(Shared::new(served));
+        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+        (shared, sec)
+    }
+
     fn served_serial(shared: &Shared) -> Option<u32> {
         shared.served.load().zones.find(b"\x01t\x00").map(|z| z.serial)
     }
@@ -1013,15 +1023,7 @@ mod tests {
         let mode = Arc::new(AtomicU8::new(FULL));
         let paddr = fake_primary(pserved.clone(), mode.clone()).await;
 
-        let cfg = parse(
-            &format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\nfile = \"copy/t.zone\"\n"),
-            &dir.join("x.toml"),
-            &Overrides::default(),
-        )
-        .unwrap();
-        let (served, _) = build(&cfg, None);
-        let shared = Arc::new(Shared::new(served));
-        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+        let (shared, sec) = secondary_of(&dir, &format!("primaries = [\"{paddr}\"]\nfile = \"copy/t.zone\"\n"));
 
         // first: AXFR (more than one message: 3000 records)
         let t = refresh(&shared, &sec, false).await.unwrap();
@@ -1125,10 +1127,7 @@ mod tests {
         let rcode = Arc::new(AtomicU8::new(0));
         let seen: Arc<Mutex<Vec<u16>>> = Arc::default();
         let paddr = fake_primary_logged(pserved.clone(), mode.clone(), rcode.clone(), seen.clone()).await;
-        let cfg = parse(&format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\n"), &dir.join("x.toml"), &Overrides::default()).unwrap();
-        let (served, _) = build(&cfg, None);
-        let shared = Arc::new(Shared::new(served));
-        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+        let (shared, sec) = secondary_of(&dir, &format!("primaries = [\"{paddr}\"]\n"));
         refresh(&shared, &sec, false).await.unwrap();
         assert_eq!(served_serial(&shared), Some(1));
         assert_eq!(std::mem::take(&mut *seen.lock().unwrap()), vec![252], "nothing held: AXFR");
@@ -1194,15 +1193,7 @@ mod tests {
         let paddr = fake_primary(pserved.clone(), Arc::new(AtomicU8::new(FULL))).await;
         let target = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let taddr = target.local_addr().unwrap();
-        let cfg = parse(
-            &format!("[[zone]]\nname = \"t.\"\nprimaries = [\"{paddr}\"]\nnotify = [\"{taddr}\"]\n"),
-            &dir.join("x.toml"),
-            &Overrides::default(),
-        )
-        .unwrap();
-        let (served, _) = build(&cfg, None);
-        let shared = Arc::new(Shared::new(served));
-        let sec = shared.served.load().xfr.as_ref().unwrap().list()[0].clone();
+        let (shared, sec) = secondary_of(&dir, &format!("primaries = [\"{paddr}\"]\nnotify = [\"{taddr}\"]\n"));
         refresh(&shared, &sec, false).await.unwrap();
         assert_eq!(served_serial(&shared), Some(7));
 
