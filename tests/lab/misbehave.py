@@ -36,6 +36,8 @@ import dns.rcode
 import dns.rdatatype
 import dns.rrset
 
+from tree import recv_n  # noqa: E402  (run from tests/lab: the tree's other servers' reader)
+
 MODES = ("servfail", "refused", "lame", "formerr", "tc")
 
 
@@ -152,16 +154,6 @@ class Server:
                     c.sendall(len(out).to_bytes(2, "big") + out)
             except (OSError, ValueError):
                 return
-
-
-def recv_n(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ValueError("closed")
-        buf += chunk
-    return buf
 
 
 def main(argv: list[str]) -> int:

@@ -1118,8 +1118,8 @@ def _spoofer(a4: str, a6: str, s2_4: str, s2_6: str, b4: str, b6: str) -> None:
                 if tcp:
                     s.connect((backend, 53))
                     s.sendall(len(wire).to_bytes(2, "big") + wire)
-                    n = int.from_bytes(_recv_n(s, 2), "big")
-                    return _recv_n(s, n)
+                    n = int.from_bytes(recv_n(s, 2), "big")
+                    return recv_n(s, n)
                 s.sendto(wire, (backend, 53))
                 return s.recv(65535)
             except (OSError, ValueError):
@@ -1178,8 +1178,8 @@ def _spoofer(a4: str, a6: str, s2_4: str, s2_6: str, b4: str, b6: str) -> None:
             c.settimeout(10)
             try:
                 while True:
-                    hdr = _recv_n(c, 2)
-                    wire = _recv_n(c, int.from_bytes(hdr, "big"))
+                    hdr = recv_n(c, 2)
+                    wire = recv_n(c, int.from_bytes(hdr, "big"))
                     r = relay(wire, fams[a][1], tcp=True)
                     if r is None:
                         return
@@ -1193,7 +1193,9 @@ def _spoofer(a4: str, a6: str, s2_4: str, s2_6: str, b4: str, b6: str) -> None:
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
 
-def _recv_n(s: socket.socket, n: int) -> bytes:
+def recv_n(s: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from `s` (ValueError if it closes first): the lab's DNS-over-TCP
+    servers (here and tests/lab/misbehave.py) read their length-prefixed messages with it."""
     buf = b""
     while len(buf) < n:
         chunk = s.recv(n - len(buf))
