@@ -66,7 +66,7 @@ pub struct Delta {
 /// A zone with more SOA-carrying names than a change may recompile (`limit` of [`Self::build`];
 /// a TLD's delegations without DS, whose DS NODATA bodies carry the SOA) keeps none of this:
 /// every change of a zone changes its SOA serial, so none of its changes can be made in place,
-/// and the sets would only hold memory (tens of MiB at a million records).
+/// and the sets would only hold memory (docs/perf/2026-11-29-zone-memory-1m.md).
 #[derive(Clone, Debug, Default)]
 pub struct ZoneIndex {
     pub soa_bound: HashSet<Vec<u8>>,

@@ -102,7 +102,7 @@ impl Capacity {
     /// eighth more (a reload that grows further leaves the excess in the hash map: same
     /// answers, a hash lookup each), in each of its two halves (old and new generations
     /// coexist during a reload); the hash maps three times the nodes and the bodies of class
-    /// M and L, and the answers a quarter of the table's (the keys it leaves out: ≈ 3% of a
+    /// M and L, and the answers a quarter of the table's (the keys it leaves out: a few percent of a
     /// generation's, its spilled buckets, for two generations during a reload, plus the keys
     /// IXFRs add in place until the next full generation), and twice what the table cannot
     /// hold at all. A hash map that still runs out makes the install grow the maps.

@@ -110,7 +110,7 @@ pub fn load_zone_with_warnings(
 
 /// Bytes of zone-file text one scanner is given at most, about: `domain`'s scanner works on
 /// its own copy of its text, so a whole file in one scanner is held twice while it loads
-/// (≈ 380 MB more at 10M records). A scanner ends at the first entry past this many bytes that
+/// (docs/perf/2026-11-29-zone-memory-1m.md). A scanner ends at the first entry past this many bytes that
 /// may start afresh ([`chunk_starts`]); the next one starts there.
 const SCAN_CHUNK: usize = 16 << 20;
 
