@@ -55,10 +55,13 @@ Per peer, in order:
 
 Peers: COLD_DELAY_PEERS, one line each. Issue 32's kernel iteration is the row
 
-    "xdns-kiter": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True}),
+    "xdns-kiter": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
+                                "uplink_forwarding": True}),
 
 (`uplink`: xdns's XDP program on the uplink veth too, where upstream answers arrive;
-`forwarding`: on the server veth, so the kernel's queries are redirected out of the uplink.)
+`forwarding`: on the server veth, so the kernel's queries are redirected out of the uplink;
+`uplink_forwarding`: on the uplink too, or bpf_fib_lookup finds no next hop for a referral's
+next query and only the first hop of a miss is the kernel's: bpf/README.md, "Kernel iteration".)
 
 Goals of issue 32 (reported, never asserted): xdns-kiter CPU per miss <= 0.5 x xdns-xdp's
 (today's path: XDP cache stage, misses in userspace); xdns-kiter misses/s >= 2 x Unbound's.
@@ -97,7 +100,8 @@ KITER = "xdns-kiter"
 # name -> (tree.STARTERS kind, starter options). Table and chart order.
 COLD_DELAY_PEERS: dict[str, tuple[str, dict]] = {
     "xdns-xdp": ("xdns-xdp", {}),
-    KITER: ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True}),
+    KITER: ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
+                         "uplink_forwarding": True}),
     "xdns": ("xdns", {}),
     "unbound": ("unbound", {}),
     "kresd": ("kresd", {}),
