@@ -105,7 +105,7 @@ pub fn load_zone_with_warnings(
     src: &ZoneSource,
     progress: Option<&dyn Fn(u64)>,
 ) -> Result<Loaded, Vec<LoadError>> {
-    load_with(src, progress, SCAN_CHUNK)
+    load_with(src, progress, SCAN_CHUNK, READ_SEGMENT).0
 }
 
 /// Bytes of zone-file text one scanner is given at most, about: `domain`'s scanner works on
@@ -114,42 +114,48 @@ pub fn load_zone_with_warnings(
 /// may start afresh ([`chunk_starts`]); the next one starts there.
 const SCAN_CHUNK: usize = 16 << 20;
 
-/// [`load_zone_with_warnings`] with scanners of about `scan_chunk` bytes (tests: tiny ones).
+/// Bytes of a zone file read at once, about: a file is read and scanned in segments, each
+/// ending where a scanner may start afresh ([`segment_cut`]), so that a large zone's text is
+/// never held whole beside the zone being built (docs/perf/2026-11-29-zone-file-segments.md).
+/// A file without `$TTL` has no such place and is read whole.
+const READ_SEGMENT: usize = 32 << 20;
+
+/// [`load_zone_with_warnings`] with scanners of about `scan_chunk` bytes and segments of
+/// about `read_segment` bytes (tests: tiny ones). Also returns the largest read buffer held.
 fn load_with(
     src: &ZoneSource,
     progress: Option<&dyn Fn(u64)>,
     scan_chunk: usize,
-) -> Result<Loaded, Vec<LoadError>> {
+    read_segment: usize,
+) -> (Result<Loaded, Vec<LoadError>>, usize) {
     let origin = match Name::<Bytes>::from_str(&src.name) {
         Ok(n) => n,
         Err(e) => {
-            return Err(vec![LoadError {
+            let err = LoadError {
                 file: src.file.clone(),
                 line: None,
                 reason: format!("bad zone name {:?}: {e}", src.name),
-            }])
+            };
+            return (Err(vec![err]), 0);
         }
     };
     let mut b = Builder::new(name_key(&origin), src.file.clone(), progress);
     b.scan_chunk = scan_chunk;
-    let text = match std::fs::read(&src.file) {
-        Ok(t) => t,
-        Err(e) => {
-            return Err(vec![LoadError {
-                file: src.file.clone(),
-                line: None,
-                reason: format!("cannot read zone file: {e}"),
-            }])
-        }
-    };
-    // Size the node map once: about one node per line that starts with an owner name.
-    b.nodes.reserve(estimate_owner_lines(&text));
+    b.read_segment = read_segment;
     let mut stack = Vec::new();
     if let Ok(c) = std::fs::canonicalize(&src.file) {
         stack.push(c);
     }
-    b.scan_file(&src.file, &text, Start { origin, ttl: None }, 0, &mut stack);
-    b.finish()
+    if let Err(e) = b.scan_path(&src.file, Start { origin, ttl: None }, 0, &mut stack) {
+        let err = LoadError {
+            file: src.file.clone(),
+            line: None,
+            reason: format!("cannot read zone file: {e}"),
+        };
+        return (Err(vec![err]), b.read_buffer_peak);
+    }
+    let peak = b.read_buffer_peak;
+    (b.finish(), peak)
 }
 
 /// What a zone file starts with: its origin and the `$TTL` in force (an included file inherits
@@ -455,6 +461,10 @@ struct Builder<'p> {
     gave_up: bool,
     /// Bytes of text per scanner, about ([`SCAN_CHUNK`]).
     scan_chunk: usize,
+    /// Bytes of a file read at once, about ([`READ_SEGMENT`]).
+    read_segment: usize,
+    /// The largest read buffer held (capacity), for the tests.
+    read_buffer_peak: usize,
 }
 
 impl<'p> Builder<'p> {
@@ -474,6 +484,8 @@ impl<'p> Builder<'p> {
             key_buf: Vec::with_capacity(256),
             gave_up: false,
             scan_chunk: SCAN_CHUNK,
+            read_segment: READ_SEGMENT,
+            read_buffer_peak: 0,
         }
     }
 
@@ -509,27 +521,91 @@ impl<'p> Builder<'p> {
         self.errors.len() > MAX_ERRORS
     }
 
-    /// Scans one file's text (the main file or an included one) from `start`.
-    fn scan_file(
+    /// Reads one file (the main file or an included one) in segments of about
+    /// `read_segment` bytes and scans each from the state the one before left ([`Start`]):
+    /// a segment ends where a scanner may start afresh ([`segment_cut`]), so the file is
+    /// never held whole. An error opening or reading it is returned for the caller to name.
+    fn scan_path(
         &mut self,
         path: &Path,
-        text: &[u8],
         start: Start,
         depth: usize,
         stack: &mut Vec<PathBuf>,
-    ) {
-        let Start { origin, ttl } = start;
+    ) -> std::io::Result<()> {
+        use std::io::Read;
+        let mut file = std::fs::File::open(path)?;
+        let file_len = file.metadata().map_or(0, |m| m.len());
         let file_idx = self.files.len() as u32;
         self.files.push(path.to_path_buf());
+        let mut state = start;
+        let (mut buf, mut read, mut first_line) = (Vec::new(), 0u64, 1usize);
+        let mut want = self.read_segment.max(1);
+        let mut sized = depth > 0;
+        loop {
+            let mut eof = false;
+            if buf.len() < want {
+                let need = want - buf.len();
+                // room for what is left of the file (and a byte to see its end), not more
+                let left = usize::try_from(file_len.saturating_sub(read)).unwrap_or(usize::MAX);
+                buf.reserve_exact(need.min(left.saturating_add(1)));
+                let n = (&mut file).take(need as u64).read_to_end(&mut buf)?;
+                read += n as u64;
+                eof = n < need;
+                self.read_buffer_peak = self.read_buffer_peak.max(buf.capacity());
+            }
+            let cut = if eof {
+                Some((buf.len(), first_line))
+            } else {
+                segment_cut(&buf, state.ttl.is_some(), first_line)
+            };
+            let Some((at, next_line)) = cut else {
+                // No place to end this segment yet: an entry longer than a segment (read one
+                // more), or no `$TTL` so far (a file without one is read whole: double).
+                let more = if state.ttl.is_some() { self.read_segment } else { buf.len() };
+                want = buf.len().saturating_add(more.max(1));
+                continue;
+            };
+            if !sized {
+                // Size the node map once: about one node per line that starts with an owner
+                // name, in the first segment, scaled to the file's size.
+                let lines = estimate_owner_lines(&buf[..at]);
+                let scale = if eof || at == 0 { 1.0 } else { file_len as f64 / at as f64 };
+                self.nodes.reserve((lines as f64 * scale.max(1.0)) as usize);
+                sized = true;
+            }
+            let go_on = self.scan_text(path, file_idx, &buf[..at], &mut state, first_line, depth, stack);
+            if !go_on || eof {
+                return Ok(());
+            }
+            buf.drain(..at);
+            first_line = next_line;
+            want = self.read_segment.max(buf.len() + 1);
+        }
+    }
 
+    /// Scans one segment of a file's text (the whole file when it is small) from `state`,
+    /// with `first_line` the file's line the segment starts on; leaves in `state` what the
+    /// next segment starts with. Returns false when the file must not be read further (the
+    /// scanner failed, an error could not be placed, too many errors).
+    #[allow(clippy::too_many_arguments)]
+    fn scan_text(
+        &mut self,
+        path: &Path,
+        file_idx: u32,
+        text: &[u8],
+        state: &mut Start,
+        first_line: usize,
+        depth: usize,
+        stack: &mut Vec<PathBuf>,
+    ) -> bool {
         // Where the current scanner starts: byte offset into `text`, line offset, and the
         // number of synthetic lines prepended (a `$TTL` carried over after an error).
         let mut chunk_start = 0usize;
-        let mut line_base = 0usize;
-        let mut origin = origin;
-        let mut ttl = ttl;
-        let mut spans = Spans::new(text, 0, 1).peekable();
-        let starts = chunk_starts(text, ttl.is_some(), self.scan_chunk);
+        let mut line_base = first_line - 1;
+        let mut origin = state.origin.clone();
+        let mut ttl = state.ttl;
+        let mut spans = Spans::new(text, 0, first_line).peekable();
+        let starts = chunk_starts(text, ttl.is_some(), self.scan_chunk, first_line);
 
         'chunks: loop {
             // this scanner's text ends where the next may start afresh
@@ -547,7 +623,7 @@ impl<'p> Builder<'p> {
 
             loop {
                 if self.full() {
-                    return;
+                    return false;
                 }
                 let res = catch_unwind(AssertUnwindSafe(|| zf.next_entry()));
                 let res = match res {
@@ -556,12 +632,24 @@ impl<'p> Builder<'p> {
                         // `domain` panicked on this input: report and stop this file.
                         let line = spans.peek().map(|s| s.first_line);
                         self.error(path, line, "zone file scanner failed on this entry".into());
-                        return;
+                        return false;
                     }
                 };
                 match res {
                     Ok(None) => {
-                        let Some((at, first_line)) = next else { break 'chunks };
+                        let Some((at, first_line)) = next else {
+                            // the segment's end: directives after its last record go on
+                            for s in spans.by_ref() {
+                                if s.kind == SpanKind::Ttl {
+                                    ttl = dollar_ttl(text, &s).or(ttl);
+                                }
+                            }
+                            if let Ok(o) = zf.origin() {
+                                origin = o;
+                            }
+                            *state = Start { origin, ttl };
+                            return true;
+                        };
                         // directives after this scanner's last record: the next one starts
                         // with their `$TTL` and `$ORIGIN`
                         while let Some(s) = spans.next_if(|s| s.start < at) {
@@ -651,7 +739,7 @@ impl<'p> Builder<'p> {
                             origin = o;
                         }
                         if failing.is_none() {
-                            return;
+                            return false;
                         }
                         while spans.peek().is_some_and(|s| s.indented) {
                             spans.next();
@@ -661,7 +749,10 @@ impl<'p> Builder<'p> {
                                 chunk_start = next.start;
                                 line_base = next.first_line - 1;
                             }
-                            None => return,
+                            None => {
+                                *state = Start { origin, ttl };
+                                return true;
+                            }
                         }
                         continue 'chunks;
                     }
@@ -712,19 +803,14 @@ impl<'p> Builder<'p> {
             );
             return;
         }
-        let text = match std::fs::read(&path) {
-            Ok(t) => t,
-            Err(e) => {
-                self.error(
-                    from,
-                    line,
-                    format!("cannot read $INCLUDE file {}: {e}", path.display()),
-                );
-                return;
-            }
-        };
         stack.push(canon);
-        self.scan_file(&path, &text, start, depth + 1, stack);
+        if let Err(e) = self.scan_path(&path, start, depth + 1, stack) {
+            self.error(
+                from,
+                line,
+                format!("cannot read $INCLUDE file {}: {e}", path.display()),
+            );
+        }
         stack.pop();
     }
 
@@ -903,10 +989,10 @@ impl ZoneView for Builder<'_> {
 /// without a TTL takes the previous record's (RFC 1035 §5.1), which a new scanner would not
 /// know: such a file is scanned whole. The origin is carried from scanner to scanner; the
 /// class is IN throughout (records of other classes are refused).
-fn chunk_starts(text: &[u8], ttl_known: bool, every: usize) -> Vec<(usize, usize)> {
+fn chunk_starts(text: &[u8], ttl_known: bool, every: usize, first_line: usize) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let (mut ttl, mut last) = (ttl_known, 0);
-    for s in Spans::new(text, 0, 1) {
+    for s in Spans::new(text, 0, first_line) {
         match s.kind {
             SpanKind::Ttl => ttl = true,
             SpanKind::Record if ttl && !s.indented && s.start >= last + every => {
@@ -917,6 +1003,26 @@ fn chunk_starts(text: &[u8], ttl_known: bool, every: usize) -> Vec<(usize, usize
         }
     }
     out
+}
+
+/// Where a segment of a file read so far (`text`, starting on line `first_line`) may end so
+/// that the next one starts a scanner afresh, by [`chunk_starts`]'s rule: the start of the
+/// last record past the segment's start that names its owner once a `$TTL` is known, and is
+/// followed by another entry (so its first line was read whole and is what it seems), with
+/// its line. `None`: no such place yet.
+fn segment_cut(text: &[u8], ttl_known: bool, first_line: usize) -> Option<(usize, usize)> {
+    let (mut ttl, mut cut) = (ttl_known, None);
+    let mut last: Option<(Span, bool)> = None;
+    for s in Spans::new(text, 0, first_line) {
+        if let Some((p, known)) = last {
+            if known && p.kind == SpanKind::Record && !p.indented && p.start > 0 {
+                cut = Some((p.start, p.first_line));
+            }
+        }
+        last = Some((s, ttl));
+        ttl |= s.kind == SpanKind::Ttl;
+    }
+    cut
 }
 
 /// Drops the duplicates of RRsets too big to deduplicate on insertion ([`insert_rr`]) and
@@ -1038,11 +1144,12 @@ mod tests {
     use super::*;
 
     /// A zone loaded by scanners of one entry each (every record naming its owner after the
-    /// first `$TTL` starts a new one) is the zone loaded by one scanner: same nodes, same
-    /// errors at the same lines, same warnings; for the repository's zone files, good and
-    /// bad, and for a text that changes `$TTL` and `$ORIGIN` just before a scanner ends,
-    /// continues owners on indented lines, spans entries over lines, has an error in the
-    /// middle and includes a file.
+    /// first `$TTL` starts a new one), or read in segments of one entry each, is the zone
+    /// loaded by one scanner from the whole text: same nodes, same errors at the same lines,
+    /// same warnings; for the repository's zone files, good and bad, and for a text that
+    /// changes `$TTL` and `$ORIGIN` just before a scanner ends, continues owners on indented
+    /// lines, spans entries over lines, has an error in the middle and includes a file. Read
+    /// in segments, a file with places to end one is never held whole.
     #[test]
     fn small_scanners_load_what_one_scanner_loads() {
         let dir = std::env::temp_dir().join(format!("xdns-scan-chunks-{}", std::process::id()));
@@ -1092,29 +1199,49 @@ h A 198.18.0.8
         for (name, file) in files {
             let src = ZoneSource { name, file: file.clone() };
             let text = std::fs::read(&file).unwrap();
-            if chunk_starts(&text, false, 1).len() > 1 {
+            if chunk_starts(&text, false, 1, 1).len() > 1 {
                 several += 1;
             }
-            let (one, small) = (load_with(&src, None, usize::MAX), load_with(&src, None, 1));
-            match (one, small) {
-                (Ok(a), Ok(b)) => {
-                    assert_eq!(a.zone.nodes, b.zone.nodes, "{}", file.display());
-                    assert_eq!((a.records, &a.warnings), (b.records, &b.warnings), "{}", file.display());
-                    loaded += 1;
+            let (one, whole) = load_with(&src, None, usize::MAX, usize::MAX);
+            assert!(whole > text.len(), "{}: read whole ({whole} bytes held)", file.display());
+            // small scanners in one segment; one scanner per tiny segment; both tiny
+            for (chunk, segment) in [(1, usize::MAX), (usize::MAX, 1), (1, 1)] {
+                let (small, held) = load_with(&src, None, chunk, segment);
+                match (&one, small) {
+                    (Ok(a), Ok(b)) => {
+                        assert_eq!(a.zone.nodes, b.zone.nodes, "{} {chunk} {segment}", file.display());
+                        assert_eq!((a.records, &a.warnings), (b.records, &b.warnings), "{}", file.display());
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a, &b, "{} {chunk} {segment}", file.display()),
+                    (a, b) => panic!("{}: whole {:?}, {chunk} {segment}: {:?}", file.display(), a.is_ok(), b.is_ok()),
                 }
-                (Err(a), Err(b)) => {
-                    assert_eq!(a, b, "{}", file.display());
-                    failed += 1;
-                }
-                (a, b) => panic!("{}: one scanner {:?}, small ones {:?}", file.display(), a.is_ok(), b.is_ok()),
+                let _ = held;
+            }
+            match one {
+                Ok(_) => loaded += 1,
+                Err(_) => failed += 1,
             }
         }
         assert!(loaded >= 4 && failed >= 10 && several >= 15, "{loaded} {failed} {several}");
+        // A larger file read in segments of 4 KiB is never held whole, and loads the same.
+        let mut big = String::from("$TTL 300\n@ SOA ns hostmaster 1 7200 3600 1209600 60\n  NS ns\nns A 198.18.0.1\n");
+        for i in 0..4000 {
+            big.push_str(&format!("h{i} A 198.18.{}.{}\n  TXT \"h{i}\"\n", i / 250, i % 250));
+        }
+        std::fs::write(dir.join("big.zone"), &big).unwrap();
+        let src = ZoneSource { name: "chunks.test.".into(), file: dir.join("big.zone") };
+        let ((whole, _), (parts, held)) = (load_with(&src, None, usize::MAX, usize::MAX), load_with(&src, None, 1 << 10, 4 << 10));
+        let (whole, parts) = (whole.unwrap(), parts.unwrap());
+        assert_eq!((whole.zone.nodes, whole.records), (parts.zone.nodes, parts.records));
+        assert!(held <= 8 << 10 && big.len() > 64 << 10, "{held} bytes held of {}", big.len());
         // the error's line is the file's, whichever scanner read it
-        let errs = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("chunks.zone") }, None, 1)
-            .expect_err("a bad address");
-        assert_eq!(errs.iter().map(|e| e.line).collect::<Vec<_>>(), vec![Some(15)], "{errs:?}");
-        let good = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("good.zone") }, None, 1).unwrap();
+        for segment in [1, usize::MAX] {
+            let errs = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("chunks.zone") }, None, 1, segment)
+                .0
+                .expect_err("a bad address");
+            assert_eq!(errs.iter().map(|e| e.line).collect::<Vec<_>>(), vec![Some(15)], "{errs:?}");
+        }
+        let good = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("good.zone") }, None, 1, 1).0.unwrap();
         let ttl = |n: &str, t| {
             let k = text_to_key(n).unwrap();
             good.zone.nodes[&k].rrset(t).map(|r| r.ttl)
