@@ -103,6 +103,9 @@ COLD_DELAY_PEERS: dict[str, tuple[str, dict]] = {
     KITER: ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
                          "uplink_forwarding": True}),
     "xdns": ("xdns", {}),
+    # the same with another build (XDNS_BIN_BASE), to compare two binaries in one run
+    KITER + "-base": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
+                                   "uplink_forwarding": True, "bin": os.environ.get("XDNS_BIN_BASE")}),
     "unbound": ("unbound", {}),
     "kresd": ("kresd", {}),
     "pdns": ("pdns", {}),
