@@ -19,12 +19,16 @@
  *                          server asked, to the address that asked, with the ID sent and the
  *                          question sent byte for byte (the 0x20 case included); anything
  *                          else is dropped and counted. A referral with glue is followed
- *                          (xdns_kit_follow); any other accepted response is handed over in
- *                          the ring buffer xdns_kit_events with its pending entry, which the
- *                          kernel claims (xdns_kit_hand, kit_handed); a full ring or a long
- *                          response passes to the daemon's socket on that port instead
- *                          (pass_kit_response), where userspace claims the entry. Userspace
- *                          finishes the resolution and answers the client once.
+ *                          (xdns_kit_follow); a final answer of the common shape is
+ *                          rewritten into the client's reply, the bytes userspace would send,
+ *                          and sent (xdns_kit_answer, kit_answered), and handed over too,
+ *                          marked answered, for the cache; any other accepted response is
+ *                          handed over in the ring buffer xdns_kit_events with its pending
+ *                          entry, which the kernel claims (xdns_kit_hand, kit_handed); a full
+ *                          ring or a long response passes to the daemon's socket on that
+ *                          port instead (pass_kit_response), where userspace claims the
+ *                          entry. Userspace finishes the resolution (caches it) and answers
+ *                          the client once, unless the kernel did.
  *
  * QNAME minimisation (RFC 9156) is not done here: see README.md, "Kernel iteration".
  */

@@ -1020,9 +1020,11 @@ _Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed wi
  * into xdns_kit_out_xdp, which rewrites the client's packet into a query to a server of the
  * deepest zone cut the zone map knows for the question name, records the client's state in
  * xdns_kit_pending and sends it. The answer, to a port of the reserved range, is tail-called
- * from the response stage into xdns_kit_in_xdp, which checks it against the pending query and
- * passes it to the daemon's socket on that port (or drops it, counted). bpf/README.md,
- * "Kernel iteration", is the design.
+ * from the response stage into xdns_kit_in_xdp, which checks it against the pending query
+ * (or drops it, counted), follows a referral with glue, answers the client itself for a final
+ * answer of the common shape, and hands every final response to the daemon (the ring buffer
+ * xdns_kit_events, else its socket on that port). bpf/README.md, "Kernel iteration", is the
+ * design.
  */
 #define XDNS_KIT_ADDRS 4                /* server addresses per family kept per zone cut */
 #define XDNS_KIT_SLOT_OUT 0             /* xdns_kit_prog: the miss side */
