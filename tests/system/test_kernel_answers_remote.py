@@ -36,8 +36,10 @@ CASES = [
     ("aaaa-do-mixed-case", "wWw.GoOd.LaB.", "AAAA", 1232, True, 4),
     ("txt-no-edns", "www.good.lab.", "TXT", None, False, 4),
     ("wildcard-a", "k1.wild.example.", "A", 4096, False, 4),
-    ("a-ipv6", "www.good.lab.", "A", 1232, False, 6),
+    ("a-ipv6", "k6.wild.example.", "A", 1232, False, 6),
 ]
+# Each (name, type) once: a question asked before may come back through a cache hint of the
+# CPU's memo, which kernel iteration hands over (`no_walk`: no label hashes to walk the cuts).
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,10 @@ def remote():
         srv = start_xdns_resolver(lab, tree, name="xdns-kans", xdp="native", uplink=True,
                                   forwarding=True, uplink_forwarding=True, extra=KIT)
         ref = start_xdns_resolver(lab, tree, name="xdns-kans-ref")
+        # the next hops' neighbour entries, both families: an unresolved one is a handover
+        # (`fib`: the kernel sends nothing to resolve it), not what these tests are about
+        for addr in (srv.addr4, srv.addr6):
+            assert ask(lab, addr, query("warm.wild.example.", "A", 1232, False)), addr
         yield lab, srv, ref
         for s in (srv, ref):
             assert s.alive(), s.stderr()[-3000:]
@@ -133,8 +139,8 @@ def test_the_kernels_answer_is_the_userspace_answer(remote, case):
     assert len(got) == 1, f"{name} {qtype}: {len(got)} replies"
     first = got[0]
     answered = sum(after[k] - before.get(k, 0) for k in ("kit_answered", "kit_answered_redirected"))
-    assert answered == 1, {k: (before.get(k), after[k]) for k in after if k.startswith("kit_")}
     moved = {k: kit_after[k] - kit_before.get(k, 0) for k in kit_after}
+    assert answered == 1, ({k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}, {k: v for k, v in moved.items() if v})
     assert moved["answered"] == 1 and moved["answered_other"] == 0, moved
     t0 = time.monotonic()
     # the daemon caches it from the ring record (at once, on its reader thread)
