@@ -63,6 +63,9 @@ Peers: COLD_DELAY_PEERS, one line each. Issue 32's kernel iteration is the row
 `uplink_forwarding`: on the uplink too, or bpf_fib_lookup finds no next hop for a referral's
 next query and only the first hop of a miss is the kernel's: bpf/README.md, "Kernel iteration".)
 
+`xdns-kiter-base` is the same row run with the binary in XDNS_BIN_BASE, to compare two builds
+in one run (an A/B of a kernel iteration change, both rows beside the same peers).
+
 Goals of issue 32 (reported, never asserted): xdns-kiter CPU per miss <= 0.5 x xdns-xdp's
 (today's path: XDP cache stage, misses in userspace); xdns-kiter misses/s >= 2 x Unbound's.
 Without the xdns-kiter row (`--peers` leaving it out) they print "n/a"; today's xdns-xdp /
@@ -103,6 +106,9 @@ COLD_DELAY_PEERS: dict[str, tuple[str, dict]] = {
     KITER: ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
                          "uplink_forwarding": True}),
     "xdns": ("xdns", {}),
+    # the same with another build (XDNS_BIN_BASE), to compare two binaries in one run
+    KITER + "-base": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
+                                   "uplink_forwarding": True, "bin": os.environ.get("XDNS_BIN_BASE")}),
     "unbound": ("unbound", {}),
     "kresd": ("kresd", {}),
     "pdns": ("pdns", {}),

@@ -19,12 +19,16 @@
  *                          server asked, to the address that asked, with the ID sent and the
  *                          question sent byte for byte (the 0x20 case included); anything
  *                          else is dropped and counted. A referral with glue is followed
- *                          (xdns_kit_follow); any other accepted response is handed over in
- *                          the ring buffer xdns_kit_events with its pending entry, which the
- *                          kernel claims (xdns_kit_hand, kit_handed); a full ring or a long
- *                          response passes to the daemon's socket on that port instead
- *                          (pass_kit_response), where userspace claims the entry. Userspace
- *                          finishes the resolution and answers the client once.
+ *                          (xdns_kit_follow); a final answer of the common shape is
+ *                          rewritten into the client's reply, the bytes userspace would send,
+ *                          and sent (xdns_kit_answer, kit_answered), and handed over too,
+ *                          marked answered, for the cache; any other accepted response is
+ *                          handed over in the ring buffer xdns_kit_events with its pending
+ *                          entry, which the kernel claims (xdns_kit_hand, kit_handed); a full
+ *                          ring or a long response passes to the daemon's socket on that
+ *                          port instead (pass_kit_response), where userspace claims the
+ *                          entry. Userspace finishes the resolution (caches it) and answers
+ *                          the client once, unless the kernel did.
  *
  * QNAME minimisation (RFC 9156) is not done here: see README.md, "Kernel iteration".
  */
@@ -439,6 +443,7 @@ static __always_inline enum xdns_verdict xdns_kit_out(struct xdp_md *ctx, struct
 	if ((void *)(udp + 1) > end)
 		return xdns_kit_handover(ks, XDNS_KIT_HO_LAYOUT);
 	ks->pend.cport = udp->source;
+	ks->pend.lport = udp->dest;
 
 	xdns_kit_port_id(&key);
 	dlen = xdns_kit_build(ks, sc->walk.name, qlen, key.id);
@@ -954,7 +959,7 @@ static __always_inline enum xdns_verdict xdns_kit_hand(struct xdp_md *ctx, struc
 	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
 	__builtin_memcpy(&ev->pend, p, sizeof(ev->pend));
 	ev->len = len;
-	ev->_pad = 0;
+	ev->flags = 0;
 	if (bpf_map_delete_elem(&xdns_kit_pending, key)) {
 		/* claimed since it was read (the daemon's timer): that claim answers the client */
 		bpf_ringbuf_discard(ev, 0);
@@ -963,6 +968,327 @@ static __always_inline enum xdns_verdict xdns_kit_hand(struct xdp_md *ctx, struc
 	bpf_ringbuf_submit(ev, 0);
 	ks->handed++;
 	return XDNS_KIT_HANDED;
+}
+
+/* ---- a final answer of the common shape, answered by the kernel itself ---- */
+
+#define XDNS_KIT_TYPE_A 1
+#define XDNS_KIT_TYPE_TXT 16
+#define XDNS_KIT_TYPE_AAAA 28
+#define XDNS_KIT_TYPE_OPT 41
+
+/*
+ * Answer record `i` at ans.pos in resp[] (a bpf_loop body): it must be the question's RRset
+ * as userspace writes it in the cache body, byte for byte but the TTL: owner the pointer to
+ * the question (0xc00c), the question's type, class IN, RDATA of the type's length (A 4,
+ * AAAA 16, TXT at least 1). Its TTL rewritten in resp[] as the cache stores it (RFC 2181
+ * 8: the top bit set is 0; capped to max_ttl). Anything else: ans.bad.
+ */
+static long xdns_kit_ans_record(__u64 i, void *arg)
+{
+	struct xdns_kit_in_ctx *c = arg;
+	struct xdns_kit_scratch *ks = c->ks;
+	struct xdns_kit_ans *a = &ks->ans;
+	__u32 pos = a->pos, ttl, rdlen, t = a->qtype;
+	__u8 *h = ks->resp;
+
+	if (i >= a->n)
+		return 1;
+	if (pos > XDNS_KIT_RESP_MAX || pos + 12 > a->len) {
+		a->bad = 1;
+		return 1;
+	}
+	pos &= 2047;
+	if (h[pos] != 0xc0 || h[pos + 1] != 12 || xdns_kit_be16(&h[pos + 2]) != t || xdns_kit_be16(&h[pos + 4]) != 1) {
+		a->bad = 1;
+		return 1;
+	}
+	ttl = (__u32)h[pos + 6] << 24 | (__u32)h[pos + 7] << 16 | (__u32)h[pos + 8] << 8 | h[pos + 9];
+	if (ttl & 0x80000000)
+		ttl = 0;
+	if (ttl > a->max_ttl)
+		ttl = a->max_ttl;
+	h[pos + 6] = ttl >> 24;
+	h[pos + 7] = ttl >> 16;
+	h[pos + 8] = ttl >> 8;
+	h[pos + 9] = ttl;
+	rdlen = xdns_kit_be16(&h[pos + 10]);
+	if ((t == XDNS_KIT_TYPE_A && rdlen != 4) || (t == XDNS_KIT_TYPE_AAAA && rdlen != 16) || rdlen == 0 ||
+	    pos + 12 + rdlen > a->len) {
+		a->bad = 1;
+		return 1;
+	}
+	a->pos = pos + 12 + rdlen;
+	return 0;
+}
+
+/*
+ * A final answer of the common shape answered by the kernel (kit_answered, or
+ * kit_answered_redirected), with the bytes userspace would send for it (bpf/README.md,
+ * "Kernel iteration", the shape's rule): NOERROR, AA=1, TC=0, QR, opcode 0; 1 to
+ * XDNS_KIT_ANSWERS answer records, all the question's RRset (xdns_kit_ans_record) of type A,
+ * AAAA or TXT; no authority; no additional record but the server's OPT (extended RCODE 0);
+ * nothing after it. The reply: the client's ID, QR, the client's opcode, RD and CD, RA, AA
+ * clear, RCODE 0; the question as the client sent it; the records with their TTLs capped;
+ * our OPT (our payload, the client's DO, no options) when the client sent one; not larger
+ * than the client may take (512, or max(512, min(its payload, ours))). The response goes to
+ * userspace in the ring buffer with XDNS_KIT_EV_ANSWERED, for the cache (classify and
+ * make_answer, as for any response handed over), and the entry is claimed first (a claim
+ * that fails: the daemon's timer answers, the response is dropped). Returns XDNS_CONTINUE,
+ * the frame untouched, for anything else (then handed over as before), with kernel answers
+ * off (xdns_kit_ctl), without a next hop to the client, or with the ring full.
+ */
+static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+							   struct xdns_kit_pend *p, const struct xdns_kit_pend_key *key)
+{
+	struct xdns_kit_in_ctx c = { .ks = ks };
+	struct xdns_kit_ans *a = &ks->ans;
+	struct bpf_fib_lookup f = {};
+	struct xdns_kit_event *ev;
+	struct xdns_kit_ctl *ctl;
+	__u32 zero = 0, len, qlen, flags, n, k, pos, aend, out, lim, ifindex, plen, csl, end512;
+	__u32 dns = ks->dns_off & 0xff, l4 = ks->l4_off & 0xff;
+	__u8 *h = ks->resp;
+	void *data, *end;
+	struct ethhdr *eth;
+	struct udphdr *udp;
+	__u64 sum = 0, wlen;
+	__s64 s;
+	long rc;
+
+	ctl = bpf_map_lookup_elem(&xdns_kit_ctl, &zero);
+	if (!ctl || !ctl->answer)
+		return XDNS_CONTINUE;
+	len = ks->dns_len;
+	qlen = p->qlen;
+	if (len > XDNS_KIT_RESP_MAX || qlen == 0 || qlen > 255 || len < 12 + qlen + 4 + 12)
+		return XDNS_CONTINUE;
+	if (ks->l3_off != ETH_HLEN || ks->l4_off != ETH_HLEN + (ks->ipv6 ? 40 : 20))
+		return XDNS_CONTINUE;
+	if (p->qtype != XDNS_KIT_TYPE_A && p->qtype != XDNS_KIT_TYPE_AAAA && p->qtype != XDNS_KIT_TYPE_TXT)
+		return XDNS_CONTINUE;
+	if (bpf_xdp_load_bytes(ctx, dns, ks->resp, len))
+		return XDNS_CONTINUE;
+	flags = xdns_kit_be16(&h[2]);
+	/* QR, opcode 0, AA, TC clear, RCODE 0 (the other bits are the server's: not read) */
+	if ((flags & 0xfe0f) != 0x8400)
+		return XDNS_CONTINUE;
+	n = xdns_kit_be16(&h[6]);
+	if (n == 0 || n > XDNS_KIT_ANSWERS || xdns_kit_be16(&h[8]) != 0 || xdns_kit_be16(&h[10]) > 1)
+		return XDNS_CONTINUE;
+	a->pos = 12 + qlen + 4;
+	a->len = len;
+	a->n = n;
+	a->qtype = p->qtype;
+	a->max_ttl = ctl->max_ttl;
+	a->bad = 0;
+	bpf_loop(XDNS_KIT_ANSWERS, xdns_kit_ans_record, &c, 0);
+	aend = *(volatile __u32 *)&a->pos;
+	if (*(volatile __u32 *)&a->bad || aend > XDNS_KIT_RESP_MAX)
+		return XDNS_CONTINUE;
+	if (xdns_kit_be16(&h[10]) == 1) {
+		/* the server's OPT: root owner, extended RCODE 0 (else the RCODE is not NOERROR) */
+		pos = aend & 2047;
+		if (pos + 11 > len || h[pos] != 0 || xdns_kit_be16(&h[pos + 1]) != XDNS_KIT_TYPE_OPT || h[pos + 5] != 0 ||
+		    pos + 11 + xdns_kit_be16(&h[pos + 9]) != len)
+			return XDNS_CONTINUE;
+	} else if (aend != len) {
+		return XDNS_CONTINUE;
+	}
+	out = aend + (p->payload ? XDNS_KIT_OPT_LEN : 0);
+	lim = 512;
+	if (p->payload) {
+		lim = p->payload < xdns_cfg.edns_payload ? p->payload : xdns_cfg.edns_payload;
+		if (lim < 512)
+			lim = 512;
+	}
+	if (out > lim || out > XDNS_KIT_RESP_MAX)
+		return XDNS_CONTINUE;   /* userspace sends it with TC=1 */
+	if (out < 12 + 1 + 4 + 12 + 1)
+		return XDNS_CONTINUE;   /* cannot be: header, root question, one record (a bound the verifier needs) */
+	/*
+	 * The client's state read from here on from a copy: once deleted, the entry's memory
+	 * goes back to the map's free list, where another CPU's insert may take it.
+	 */
+	__builtin_memcpy(&ks->pend, p, sizeof(ks->pend));
+	p = &ks->pend;
+
+	/* the next hop to the client, as for a query (xdns_kit_send) */
+	if (ks->ipv6) {
+		f.family = XDNS_KIT_AF_INET6;
+		__builtin_memcpy(f.ipv6_src, p->local, 16);
+		__builtin_memcpy(f.ipv6_dst, p->client, 16);
+	} else {
+		f.family = XDNS_KIT_AF_INET;
+		__builtin_memcpy(&f.ipv4_src, p->local, 4);
+		__builtin_memcpy(&f.ipv4_dst, p->client, 4);
+	}
+	plen = 8 + out;
+	f.l4_protocol = IPPROTO_UDP;
+	f.sport = p->lport;
+	f.dport = p->cport;
+	f.tot_len = plen + (ks->ipv6 ? 40 : 20);
+	f.ifindex = ctx->ingress_ifindex;
+	__builtin_memcpy(&ks->fib, &f, sizeof(f));
+	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		__builtin_memcpy(&f, &ks->fib, sizeof(f));
+		rc = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDNS_CONTINUE;
+	ifindex = f.ifindex;
+
+	/* the response to userspace for the cache, marked answered; the entry claimed */
+	ev = bpf_ringbuf_reserve(&xdns_kit_events, sizeof(*ev), 0);
+	if (!ev) {
+		ks->ring_full++;
+		return XDNS_PASS_KIT_RESPONSE;
+	}
+	if (bpf_xdp_load_bytes(ctx, dns, ev->msg, len)) {
+		bpf_ringbuf_discard(ev, 0);
+		return XDNS_PASS_KIT_RESPONSE;
+	}
+	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
+	__builtin_memcpy(&ev->pend, p, sizeof(ev->pend));
+	ev->len = len;
+	ev->flags = XDNS_KIT_EV_ANSWERED;
+	if (bpf_map_delete_elem(&xdns_kit_pending, key)) {
+		bpf_ringbuf_discard(ev, 0);
+		return XDNS_DROP_KIT_UNSOLICITED;
+	}
+
+	/* the reply in resp[]: header, the client's question, the records (TTLs done), our OPT */
+	h[0] = p->cid & 0xff;           /* network order in memory */
+	h[1] = p->cid >> 8;
+	flags = 0x8080 | (p->cflags & 0x7910);
+	h[2] = flags >> 8;
+	h[3] = flags & 0xff;
+	h[10] = 0;
+	h[11] = p->payload ? 1 : 0;
+	for (k = 0; k < 32; k++) {
+		__u32 off = k * 8;
+		__u64 w, mask;
+
+		if (off >= qlen)
+			break;
+		mask = qlen - off < 8 ? (1ULL << ((qlen - off) * 8)) - 1 : ~0ULL;
+		w = xdns_ld64(&p->cname[off & 255]) & mask;
+		w |= xdns_ld64(&h[12 + (off & 255)]) & ~mask;
+		xdns_st64(&h[12 + (off & 255)], w);
+	}
+	pos = aend & 2047;
+	if (p->payload) {
+		h[pos] = 0;
+		h[pos + 1] = 0;
+		h[pos + 2] = XDNS_KIT_TYPE_OPT;
+		h[pos + 3] = xdns_cfg.edns_payload >> 8;
+		h[pos + 4] = xdns_cfg.edns_payload & 0xff;
+		h[pos + 5] = 0;
+		h[pos + 6] = 0;
+		h[pos + 7] = p->do_bit ? 0x80 : 0;
+		h[pos + 8] = 0;
+		h[pos + 9] = 0;
+		h[pos + 10] = 0;
+		pos += XDNS_KIT_OPT_LEN;
+	}
+	/*
+	 * Zeros after the reply to the next 512 bytes: the checksum sums whole 512-byte parts
+	 * (bpf_csum_diff takes at most 512 bytes a call), and zero words add nothing to it.
+	 */
+	h[pos & 2047] = 0;
+	h[(pos + 1) & 2047] = 0;
+	h[(pos + 2) & 2047] = 0;
+	csl = (out + 3) & ~3U;
+	XDNS_KIT_OPAQUE(csl);
+	end512 = (csl + 511) & ~511U;
+	for (k = 0; k < 64; k++) {
+		__u32 o = csl + k * 8;
+
+		if (o >= end512)
+			break;
+		xdns_st64(&h[o & 2047], 0);
+	}
+	for (k = 0; k < 4; k++) {
+		if (k * 512 >= csl)
+			break;
+		sum = bpf_csum_diff(NULL, 0, (__be32 *)&ks->resp[(k * 512) & 2047], 512, sum);
+	}
+
+	/* the frame to the reply's length, the message stored, the headers rewritten */
+	wlen = out;
+	XDNS_KIT_OPAQUE(wlen);  /* its bounds checked on this register (64 bits: no zero-extended copy) */
+	s = (__s64)(dns + out) - (__s64)(ctx->data_end - ctx->data);
+	if (wlen < 30 || wlen > XDNS_KIT_RESP_MAX || (s && bpf_xdp_adjust_tail(ctx, (int)s)) ||
+	    bpf_xdp_store_bytes(ctx, dns, ks->resp, wlen)) {
+		/* nothing sent: userspace answers (the frame is dropped) */
+		ev->flags = 0;
+		bpf_ringbuf_submit(ev, 0);
+		ks->handed++;
+		return XDNS_KIT_HANDED;
+	}
+	bpf_ringbuf_submit(ev, 0);
+	ks->handed++;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDNS_DROP_REWRITE;
+	__builtin_memcpy(eth->h_dest, f.dmac, 6);
+	__builtin_memcpy(eth->h_source, f.smac, 6);
+	{
+		__u32 ph[12] = {};
+
+		if (ks->ipv6) {
+			struct ipv6hdr *ip6 = data + ETH_HLEN;
+
+			if ((void *)(ip6 + 1) > end)
+				return XDNS_DROP_REWRITE;
+			__builtin_memcpy(&ip6->saddr, p->local, 16);
+			__builtin_memcpy(&ip6->daddr, p->client, 16);
+			ip6->payload_len = bpf_htons(plen);
+			ip6->hop_limit = XDNS_KIT_TTL;
+			__builtin_memcpy(ph, &ip6->saddr, 32);
+			ph[8] = bpf_htonl(plen);
+			ph[9] = bpf_htonl(IPPROTO_UDP);
+			ph[10] = (__u32)p->lport | (__u32)p->cport << 16;
+			ph[11] = bpf_htons(plen);
+			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
+		} else {
+			struct iphdr *ip = data + ETH_HLEN;
+
+			if ((void *)(ip + 1) > end)
+				return XDNS_DROP_REWRITE;
+			__builtin_memcpy(&ip->saddr, p->local, 4);
+			__builtin_memcpy(&ip->daddr, p->client, 4);
+			ip->tot_len = bpf_htons(20 + plen);
+			ip->id = 0;
+			ip->frag_off = bpf_htons(0x4000);       /* DF */
+			ip->ttl = XDNS_KIT_TTL;
+			ip->check = 0;
+			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
+			ph[0] = ip->saddr;
+			ph[1] = ip->daddr;
+			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
+			ph[3] = (__u32)p->lport | (__u32)p->cport << 16;
+			ph[4] = bpf_htons(plen);
+			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
+		}
+		udp = data + l4;
+		if ((void *)(udp + 1) > end)
+			return XDNS_DROP_REWRITE;
+		udp->source = p->lport;
+		udp->dest = p->cport;
+		udp->len = bpf_htons(plen);
+		udp->check = xdns_kit_csum_fold(sum);
+		if (udp->check == 0)
+			udp->check = 0xffff;
+	}
+	ks->answered++;
+	if (ifindex == ctx->ingress_ifindex)
+		return XDNS_KIT_ANSWERED;
+	bpf_redirect(ifindex, 0);
+	return XDNS_KIT_ANSWERED_REDIRECTED;
 }
 
 /*
@@ -1043,9 +1369,12 @@ static __always_inline enum xdns_verdict xdns_kit_in(struct xdp_md *ctx)
 		return XDNS_DROP_KIT_QUESTION;
 	ks->responses++;
 	v = xdns_kit_follow(ctx, ks, p, &key);
-	if (v == XDNS_PASS_KIT_RESPONSE)
-		return xdns_kit_hand(ctx, ks, p, &key);
-	return v;
+	if (v != XDNS_PASS_KIT_RESPONSE)
+		return v;
+	v = xdns_kit_answer(ctx, ks, p, &key);
+	if (v != XDNS_CONTINUE)
+		return v;
+	return xdns_kit_hand(ctx, ks, p, &key);
 }
 
 #endif /* XDNS_KIT_H */

@@ -40,6 +40,15 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } xdns_kit_events SEC(".maps");
 
+/* key 0 -> struct xdns_kit_ctl: whether the kernel answers final answers itself, the TTL cap
+ * (userspace writes at start and on reload; xdns_kit_in_xdp reads). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdns_kit_ctl);
+} xdns_kit_ctl SEC(".maps");
+
 /* key 0 -> struct xdns_kit_scratch, per CPU: the programs' working memory and counters. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -69,8 +69,10 @@ static const __u8 xdns_actions[XDNS_VERDICT_SLOTS] = {
 	[XDNS_PASS_KIT_UNPARSED] = XDP_PASS,
 	[XDNS_PASS_KIT_NO_HOP] = XDP_PASS,
 	[XDNS_KIT_HANDED] = XDP_DROP,
+	[XDNS_KIT_ANSWERED] = XDP_TX,
+	[XDNS_KIT_ANSWERED_REDIRECTED] = XDP_REDIRECT,
 };
-_Static_assert(XDNS_VERDICT_MAX == XDNS_KIT_HANDED + 1, "a new verdict needs its row in xdns_actions");
+_Static_assert(XDNS_VERDICT_MAX == XDNS_KIT_ANSWERED_REDIRECTED + 1, "a new verdict needs its row in xdns_actions");
 
 /*
  * Count `v` on this CPU (in its scratch value) and return the XDP action it stands for.

@@ -78,7 +78,10 @@ enum xdns_verdict {
 	XDNS_PASS_KIT_UNPARSED = 54,  /* a response the kernel's bounded parse does not take (malformed, truncated, too long, too many records): to userspace */
 	XDNS_PASS_KIT_NO_HOP = 55,    /* a referral it would follow but cannot send (no next hop, pending map full, frame resize): to userspace untouched */
 	XDNS_KIT_HANDED = 56,         /* XDP_DROP: a final response, its pending entry claimed by the kernel, handed to userspace in the ring buffer xdns_kit_events (no socket, no claim syscall) */
-	XDNS_VERDICT_MAX = 57,        /* number of verdicts; not a verdict */
+	/* kernel iteration: a final answer of the common shape answered by the kernel itself (issue 32) */
+	XDNS_KIT_ANSWERED = 57,       /* XDP_TX: the response rewritten into the client's reply, the bytes userspace would send (out the interface it came in); handed over too, marked answered, for the cache */
+	XDNS_KIT_ANSWERED_REDIRECTED = 58, /* XDP_REDIRECT: the same, out another interface */
+	XDNS_VERDICT_MAX = 59,        /* number of verdicts; not a verdict */
 };
 #define XDNS_VERDICT_SLOTS 64           /* counters kept per CPU (a power of two >= the verdicts) */
 /*
@@ -1017,9 +1020,11 @@ _Static_assert(XDNS_VERDICT_MAX <= XDNS_VERDICT_SLOTS, "verdicts[] is indexed wi
  * into xdns_kit_out_xdp, which rewrites the client's packet into a query to a server of the
  * deepest zone cut the zone map knows for the question name, records the client's state in
  * xdns_kit_pending and sends it. The answer, to a port of the reserved range, is tail-called
- * from the response stage into xdns_kit_in_xdp, which checks it against the pending query and
- * passes it to the daemon's socket on that port (or drops it, counted). bpf/README.md,
- * "Kernel iteration", is the design.
+ * from the response stage into xdns_kit_in_xdp, which checks it against the pending query
+ * (or drops it, counted), follows a referral with glue, answers the client itself for a final
+ * answer of the common shape, and hands every final response to the daemon (the ring buffer
+ * xdns_kit_events, else its socket on that port). bpf/README.md, "Kernel iteration", is the
+ * design.
  */
 #define XDNS_KIT_ADDRS 4                /* server addresses per family kept per zone cut */
 #define XDNS_KIT_SLOT_OUT 0             /* xdns_kit_prog: the miss side */
@@ -1085,7 +1090,8 @@ struct xdns_kit_pend {
 	__u8 zone_len;          /* wire length of the cut's name */
 	__u8 hops;              /* queries sent for this client question (1 on the first) */
 	__u8 cookie;            /* the client's COOKIE option's length (0: none) */
-	__u8 _pad[4];
+	__u16 lport;            /* the listen port the client asked, network order (the reply's source port) */
+	__u8 _pad[2];
 	__u8 cname[256];        /* the question name as the client sent it */
 	__u8 qname[256];        /* the name as sent to the server, with its 0x20 case */
 };
@@ -1160,11 +1166,35 @@ struct xdns_kit_event {
 	struct xdns_kit_pend_key key;   /* the query answered: server, our port, ID */
 	struct xdns_kit_pend pend;      /* its entry, as it was when claimed */
 	__u32 len;              /* bytes of msg[] (the DNS message), 12 .. XDNS_KIT_RESP_MAX */
-	__u32 _pad;
+	__u32 flags;            /* XDNS_KIT_EV_ANSWERED: the kernel answered the client (userspace caches, never answers) */
 	__u8 msg[XDNS_KIT_RESP_MAX];    /* the response as received */
 };
 _Static_assert(__builtin_offsetof(struct xdns_kit_event, msg) == sizeof(struct xdns_kit_pend_key) + sizeof(struct xdns_kit_pend) + 8,
 	       "userspace reads the message right after the entry and its length (xdns_bpf::kit::KitEvent)");
+
+#define XDNS_KIT_EV_ANSWERED 1         /* xdns_kit_event.flags: the client has its reply from the kernel */
+
+/*
+ * Run-time settings of the kernel's own answers (array `xdns_kit_ctl`, key 0), written by the
+ * daemon when kernel iteration starts and when [resolver] settings are reloaded: the TTL cap
+ * the resolver's cache applies (its `max_ttl`). `answer` 0 (never written): no kernel answers.
+ */
+struct xdns_kit_ctl {
+	__u32 answer;           /* 1: final answers of the common shape are answered by the kernel */
+	__u32 max_ttl;          /* [resolver] max_ttl: every TTL of the answer capped to it */
+};
+
+#define XDNS_KIT_ANSWERS 32             /* answer records of a kernel-built reply, at most */
+
+/* The final answer being checked and rewritten by xdns_kit_answer (kit.h). */
+struct xdns_kit_ans {
+	__u32 pos;              /* offset of the next answer record in resp[] */
+	__u32 len;              /* bytes of the response in resp[] */
+	__u32 n;                /* answer records */
+	__u32 qtype;            /* the question's type (every record's) */
+	__u32 max_ttl;          /* the cap (xdns_kit_ctl) */
+	__u32 bad;              /* 1: a record not of the shape */
+};
 
 /* Per-CPU scratch and counters of kernel iteration (value of `xdns_kit_scratch`). */
 struct xdns_kit_scratch {
@@ -1195,6 +1225,8 @@ struct xdns_kit_scratch {
 	__u8 nb[XDNS_KIT_NAME_ROOM];    /* the name being read, decompressed and lowercased */
 	__u64 lh[128];          /* label hashes of lq (hash.h), first label first */
 	struct xdns_kit_zone zone;      /* a cut learnt, being written to xdns_kit_zones */
+	__u64 answered;         /* final answers the kernel answered itself (kit_answered, kit_answered_redirected) */
+	struct xdns_kit_ans ans;        /* the final answer being rewritten (kit.h) */
 	__u8 resp[XDNS_KIT_RESP_ROOM];  /* the response, copied from the frame */
 };
 

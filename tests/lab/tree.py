@@ -828,7 +828,8 @@ security-poll-suffix=
 def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: bool = False,
                         extra: str = "", wait: bool = True, xdp: str | None = None,
                         root_hints: Path | None = None, uplink: bool = False,
-                        forwarding: bool = False, uplink_forwarding: bool = False):
+                        forwarding: bool = False, uplink_forwarding: bool = False,
+                        bin: Path | None = None):
     """xdns as a pure resolver (no zones):
 
         listen = ["198.18.X.N:53", "[2001:db8:X::N]:53"]
@@ -852,8 +853,11 @@ def start_xdns_resolver(lab, tree: Tree, name: str = "xdns-resolver", prefetch: 
     server veth) finds no next hop, so without it every referral is passed to userspace
     (`pass_kit_no_hop`) and only the first query of a miss is the kernel's. With it, the
     forwarding lookup from the uplink finds the gateway and the kernel follows referrals
-    (`kit_referral_followed`, the `kit` group's `hops`)."""
+    (`kit_referral_followed`, the `kit` group's `hops`). `bin`: another xdns binary than
+    XDNS_BIN (two builds compared in one bench run)."""
     from lab import XDNS_BIN
+    if bin is not None:
+        XDNS_BIN = Path(bin)
     if not XDNS_BIN.exists():
         raise FileNotFoundError(f"{XDNS_BIN} not built (run cargo build --release)")
     resolver = (f'\n[resolver]\nroot_hints = "{root_hints or tree.root_hints}"\n'

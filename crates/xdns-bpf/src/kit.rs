@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::types::{xdns_kit_pend, xdns_kit_pend_key, xdns_kit_scratch, xdns_kit_zone, xdns_kit_zone_key};
+use crate::types::{xdns_kit_ctl, xdns_kit_pend, xdns_kit_pend_key, xdns_kit_scratch, xdns_kit_zone, xdns_kit_zone_key};
 
 /// Server addresses per family the kernel keeps per cut (`XDNS_KIT_ADDRS`).
 pub const ADDRS: usize = 4;
@@ -94,6 +94,9 @@ pub struct KitCounters {
     pub handed: u64,
     /// ... that found the ring full (passed to the reserved port's socket instead).
     pub ring_full: u64,
+    /// Final answers of the common shape the kernel answered itself (`kit_answered`,
+    /// `kit_answered_redirected`; handed over too, marked answered, for the cache).
+    pub answered: u64,
 }
 
 /// A response the kernel checked and handed over through the ring buffer `xdns_kit_events`,
@@ -110,6 +113,9 @@ pub struct KitEvent {
     pub id: u16,
     /// The DNS message as received.
     pub msg: Vec<u8>,
+    /// The kernel answered the client itself (`XDNS_KIT_EV_ANSWERED`): userspace caches the
+    /// response as it would its own, and never answers.
+    pub answered: bool,
 }
 
 impl KitEvent {
@@ -130,6 +136,7 @@ impl KitEvent {
             port: u16::from_be(head.key.port),
             id: u16::from_be(head.key.id),
             msg: b[off..off + len].to_vec(),
+            answered: head.flags & EV_ANSWERED != 0,
         })
     }
 }
@@ -142,8 +149,11 @@ struct KitEventHead {
     key: xdns_kit_pend_key,
     pend: xdns_kit_pend,
     len: u32,
-    _pad: u32,
+    flags: u32,
 }
+
+/// `xdns_kit_event.flags`: the kernel answered the client (`XDNS_KIT_EV_ANSWERED`).
+const EV_ANSWERED: u32 = 1;
 const _: () = assert!(std::mem::size_of::<KitEventHead>() == std::mem::size_of::<xdns_kit_pend_key>() + std::mem::size_of::<xdns_kit_pend>() + 8);
 
 fn bytes_of<T>(v: &T) -> &[u8] {
@@ -221,12 +231,22 @@ pub struct KitMaps {
     pending: MapHandle,
     scratch: MapHandle,
     events: MapHandle,
+    ctl: MapHandle,
     seed: u64,
 }
 
 impl KitMaps {
-    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, events: MapHandle, seed: u64) -> Self {
-        Self { zones, pending, scratch, events, seed }
+    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, events: MapHandle, ctl: MapHandle, seed: u64) -> Self {
+        Self { zones, pending, scratch, events, ctl, seed }
+    }
+
+    /// The kernel's own answers (`xdns_kit_ctl`): `Some(max_ttl)` turns them on with the TTL
+    /// cap the resolver's cache applies (its `max_ttl`: written again whenever it changes, or
+    /// the kernel's first answers and the cache's would differ); `None` turns them off (every
+    /// final response handed over for userspace to answer, as before).
+    pub fn set_answers(&self, max_ttl: Option<u32>) -> Result<()> {
+        let v = xdns_kit_ctl { answer: u32::from(max_ttl.is_some()), max_ttl: max_ttl.unwrap_or(0) };
+        self.ctl.update(&0u32.to_ne_bytes(), bytes_of(&v), MapFlags::ANY).context("writing xdns_kit_ctl")
     }
 
     /// Read the ring buffer `xdns_kit_events` until `stop` is set: every record to `f`, in
@@ -437,6 +457,7 @@ impl KitMaps {
             c.learnt += s.learnt;
             c.handed += s.handed;
             c.ring_full += s.ring_full;
+            c.answered += s.answered;
         }
         Ok(c)
     }

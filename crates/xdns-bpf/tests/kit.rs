@@ -695,3 +695,221 @@ fn referrals_with_glue_are_followed_in_the_kernel() {
         assert_eq!(kit.pending_len(), 0);
     });
 }
+
+const TXT: u16 = 16;
+const MAX_TTL: u32 = 3600;
+
+/// The reply userspace sends for the final answer `records` (owner, type, TTL, RDATA, as the
+/// server sent them) to the client's query `q`: the cache body as the resolver's
+/// `make_answer` compiles it (owner the question, TTLs capped to `MAX_TTL`, a TTL with the top
+/// bit set 0), replayed for the client by xdns_wire::cache::replay_into at the time it was
+/// stored, with the daemon's limits (`Limits::udp`, our payload).
+fn userspace_reply(q: &[u8], records: &[(u16, u32, Vec<u8>)]) -> Vec<u8> {
+    let query = xdns_wire::Query::parse(q).unwrap();
+    let qq = query.question.as_ref().unwrap();
+    let key = qq.qname().to_ascii_lowercase();
+    let mut w = xdns_wire::BodyWriter::new(&key).unwrap();
+    w.set_rcode(0);
+    for (t, ttl, rdata) in records {
+        let ttl = if ttl & 0x8000_0000 != 0 { 0 } else { *ttl };
+        w.write_rr(&key, true, *t, ttl.min(MAX_TTL), rdata).unwrap();
+    }
+    let a = xdns_wire::CachedAnswer {
+        qname: key,
+        qtype: qq.qtype,
+        dnssec_ok: query.edns.as_ref().is_some_and(|e| e.dnssec_ok),
+        body: w.finish(),
+        stored_at_ns: 1_000_000_000,
+        expires_at_ns: u64::MAX,
+        prefetch_at_ns: u64::MAX,
+    };
+    let mut out = Vec::new();
+    xdns_wire::cache::replay_into(&a, &query, 1_000_000_000, &xdns_wire::Limits::udp(query.edns.as_ref(), OUR_PAYLOAD), &mut out).unwrap();
+    out
+}
+
+/// The frame of message `m` from us (`base.dst`:53) to the client (`base.src`:`base.sport`),
+/// as the kernel writes it: MACs from the route, TTL 64, IPv4 ID 0 and DF.
+fn to_client(base: &Net, m: &[u8]) -> Vec<u8> {
+    let out = Net { src_mac: DEV_MAC, dst_mac: CLIENT_MAC, ..base.reply() };
+    let out = Net { frag: 0x4000, ..out };
+    let mut f = frame(&out, m);
+    if !base.v6 {
+        f[18] = 0;
+        f[19] = 0;
+        f[24] = 0;
+        f[25] = 0;
+        let c = !fold(sum16(&f[14..34], 0));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+    f
+}
+
+/// A final answer of the common shape (bpf/README.md, "Kernel iteration", the shape's rule):
+/// the kernel rewrites the response into the reply userspace would send, byte for byte
+/// (`userspace_reply`), sends it to the client (`kit_answered`, XDP_TX here: the client is
+/// behind the interface the response came in), claims the entry and hands the response over
+/// marked answered (for the cache). Every other shape, and every shape with the kernel's
+/// answers off, is handed over unanswered as before (`kit_handed`).
+#[test]
+fn final_answers_of_the_common_shape_are_answered_by_the_kernel() {
+    require_root("final_answers_of_the_common_shape_are_answered_by_the_kernel");
+    stay_on_one_cpu();
+    let ns = Ns::new("d");
+    let kd0 = ns.ifindex("kd0");
+    // the clients, behind kd0 too
+    sh(&["ip", "-n", &ns.0, "route", "add", "198.18.0.2/32", "dev", "kd0"]);
+    sh(&["ip", "-n", &ns.0, "-6", "route", "add", "2001:db8::2/128", "dev", "kd0"]);
+    sh(&["ip", "-n", &ns.0, "neigh", "add", "198.18.0.2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
+    sh(&["ip", "-n", &ns.0, "-6", "neigh", "add", "2001:db8::2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
+    ns.run(|| {
+        let prog = load_kit(1024, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+        kit.set_answers(Some(MAX_TTL)).unwrap();
+        let a4 = |x: u8| vec![198, 18, 7, x];
+        let a6 = |x: u8| [&[0x20u8, 1, 0x0d, 0xb8, 0, 7][..], &[0u8; 9], &[x]].concat();
+        let txt = |s: &str| [&[s.len() as u8][..], s.as_bytes()].concat();
+
+        // (what, client's family, name, type, client's OPT, the server's records, server OPT)
+        type Row = (&'static str, bool, &'static str, u16, Option<Opt>, Vec<(u16, u32, Vec<u8>)>, bool);
+        let rows: Vec<Row> = vec![
+            ("ipv4, A, EDNS; TTLs: one capped, one with the top bit set", false, "www.example.net", A, Opt::new(1232, false),
+             vec![(A, 86400, a4(1)), (A, 300, a4(2)), (A, 0x8000_0001, a4(3))], true),
+            ("ipv6, AAAA, the client's mixed case, DO=1, no server OPT", true, "WwW.ExAmple.NET", AAAA, Opt::new(4096, true),
+             vec![(AAAA, 600, a6(1))], false),
+            ("ipv4, TXT, no EDNS from the client", false, "t.Example.net", TXT, None,
+             vec![(TXT, 60, txt("v=spf1 -all")), (TXT, 60, [txt("two"), txt("strings")].concat())], true),
+            ("ipv6, A, a small client payload (below 512: 512)", true, "small.example.net", A, Opt::new(300, false),
+             vec![(A, 120, a4(9))], true),
+        ];
+        for (what, v6, name, qtype, copt, records, sopt) in rows {
+            let net = if v6 { Net::v6() } else { Net::v4() };
+            let server = if v6 { ROOT6.to_vec() } else { ROOT4.to_vec() };
+            let q = query(&wire(name), qtype, copt);
+            let (_, out, moved) = run(&prog, &frame(&net, &q), kd0);
+            assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
+            let (port, id) = port_id(&out, v6);
+            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
+            let mut m = message(id, 0x0400, &sent, qtype);
+            for (t, ttl, rdata) in &records {
+                add(&mut m, 1, &ptr(12), *t, *ttl, rdata);
+            }
+            if sopt {
+                opt(&mut m);
+            }
+            let resp = from_server(v6, &server, port, &m);
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &resp, kd0);
+            assert_eq!((act, moved), (3, vec!["kit_answered".to_string()]), "{what}: answered by the kernel, XDP_TX");
+            let want = userspace_reply(&q, &records);
+            assert_eq!(dns_of(&out), &want[..], "{what}: the bytes userspace sends");
+            assert_eq!(out, to_client(&net, &want), "{what}: the whole frame");
+            assert!(checksums_ok(&out), "{what}: checksums");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.answered, after.handed), (before.answered + 1, before.handed + 1), "{what}: answered, handed over");
+            let ev = kit.take_events().unwrap();
+            assert_eq!(ev.len(), 1, "{what}: one record");
+            assert!(ev[0].answered, "{what}: marked answered");
+            assert_eq!((ev[0].server, ev[0].port, ev[0].id), (ip(&server), port, id), "{what}");
+            assert_eq!(ev[0].msg, m, "{what}: the response as received, for the cache");
+            assert_eq!(ev[0].pending.qname, wire(name), "{what}: the client's state");
+            assert!(kit.peek(ip(&server), port, id).unwrap().is_none(), "{what}: the entry claimed");
+        }
+
+        // not the shape: handed over unanswered, as before
+        let edns = || Opt::new(1232, false);
+        type Bad = (&'static str, &'static str, u16, Option<Opt>, Box<dyn Fn(u16, &[u8]) -> Vec<u8>>);
+        let rows: Vec<Bad> = vec![
+            ("AA=0", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                m
+            })),
+            ("a CNAME", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), 5, 300, &wire("web.example.net"));
+                add(&mut m, 1, &wire("web.example.net"), A, 300, &[198, 18, 7, 1]);
+                m
+            })),
+            ("two RRsets (A and AAAA at the name)", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                add(&mut m, 1, &ptr(12), AAAA, 300, &ORG6);
+                m
+            })),
+            ("TC=1", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0600, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                m
+            })),
+            ("a name-bearing type (MX)", "www.example.net", 15, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, 15);
+                add(&mut m, 1, &ptr(12), 15, 300, &[&[0, 10][..], &ptr(12)].concat());
+                m
+            })),
+            ("larger than the client takes (512, no EDNS): TC=1 is userspace's", "www.example.net", TXT, None, Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, TXT);
+                add(&mut m, 1, &ptr(12), TXT, 300, &[&[255u8][..], &[b'x'; 255]].concat());
+                add(&mut m, 1, &ptr(12), TXT, 300, &[&[255u8][..], &[b'y'; 255]].concat());
+                m
+            })),
+            ("an authority section", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                add(&mut m, 2, &wire("net"), NS, 300, &wire("a.gtld.net"));
+                m
+            })),
+            ("the owner written out, not a pointer", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &wire("www.example.net"), A, 300, &[198, 18, 7, 1]);
+                m
+            })),
+            ("an extended RCODE in the server's OPT", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                opt(&mut m);
+                let n = m.len();
+                m[n - 6] = 1;
+                m
+            })),
+            ("an A record of 5 bytes", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1, 0]);
+                m
+            })),
+            ("a byte after the message", "www.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                m.push(0);
+                m
+            })),
+            ("the kernel's answers off", "off.example.net", A, edns(), Box::new(|id, s| {
+                let mut m = message(id, 0x0400, s, A);
+                add(&mut m, 1, &ptr(12), A, 300, &[198, 18, 7, 1]);
+                m
+            })),
+        ];
+        for (what, name, qtype, copt, make) in rows {
+            if name.starts_with("off.") {
+                kit.set_answers(None).unwrap();
+            }
+            let q = query(&wire(name), qtype, copt);
+            let (_, out, moved) = run(&prog, &frame(&Net::v4(), &q), kd0);
+            assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
+            let (port, id) = port_id(&out, false);
+            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
+            let m = make(id, &sent);
+            let before = kit.counters().unwrap();
+            let (act, _, moved) = run(&prog, &from_server(false, &ROOT4, port, &m), kd0);
+            assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "{what}: handed over, XDP_DROP");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.answered, after.handed), (before.answered, before.handed + 1), "{what}: not answered");
+            let ev = kit.take_events().unwrap();
+            assert_eq!(ev.len(), 1, "{what}: one record");
+            assert!(!ev[0].answered, "{what}: for userspace to answer");
+            assert_eq!(ev[0].msg, m, "{what}: the response as received");
+        }
+        assert_eq!(kit.pending_len(), 0, "every entry claimed once");
+    });
+}

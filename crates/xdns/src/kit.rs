@@ -8,7 +8,11 @@
 //!   batches: each record is a final response with the pending entry the kernel claimed for
 //!   it (the usual way), used as below, on that thread ([`finish_ring`]): the resolution
 //!   runs inline and a final answer is done at once, so the replies of one wake-up's
-//!   records go out together, one `sendmmsg` per listen socket. It also starts the tasks that read the reserved
+//!   records go out together, one `sendmmsg` per listen socket. A record marked answered
+//!   (the kernel sent the client the reply to a final answer of the common shape itself,
+//!   `kit_answered`) is resolved the same way, so it is cached exactly as the resolver caches
+//!   its own, and its reply is never sent ([`cache_answered`]); [`spawn`] turns the kernel's
+//!   answers on with the resolver's `max_ttl` ([`set_max_ttl`] on a reload). It also starts the tasks that read the reserved
 //!   ports, where a response arrives when the ring was full or it was too long: it claims
 //!   its pending entry (deletes it from `xdns_kit_pending`; only the claimer answers), is
 //!   checked again as the userspace
@@ -277,6 +281,38 @@ fn finish_ring(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: Kit
     }
 }
 
+/// A final answer the kernel answered itself (`kit_answered`): the resolution run as for any
+/// response handed over ([`finish_ring`]: the resolver's bailiwick rules, `classify`,
+/// `make_answer`, cached in userspace and pushed to the kernel cache) but its reply never
+/// sent: the client has the kernel's, which is built to be the same bytes (bpf/README.md,
+/// "Kernel iteration"). A response the resolver does not take as a final answer of its
+/// own (`answered_other`; the kernel's rule is narrower than the resolver's, so it stays 0)
+/// is resolved to its end all the same, unanswered.
+fn cache_answered(shared: &Arc<Shared>, socks: &[(SocketAddr, Arc<Socket>)], p: KitPending, handed: Option<xdns_resolver::Handed>) {
+    note(&ANSWERED);
+    let Some(h) = handed else {
+        note(&ANSWERED_OTHER);
+        return;
+    };
+    match routed(shared, socks, &p) {
+        None => note(&ANSWERED_OTHER),
+        Some(Routed::Answered(_)) => note_use(xdns_resolver::HandedUse::Joined),
+        Some(Routed::Resolve(rec, pend, _)) => {
+            let mut fut = Box::pin(async move {
+                let (r, used) = rec.resolver.resolve_handed_inline(pend.key.clone(), h).await;
+                note_use(used);
+                if !matches!(used, xdns_resolver::HandedUse::Answer | xdns_resolver::HandedUse::Joined) || r.is_err() {
+                    note(&ANSWERED_OTHER);
+                }
+            });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if fut.as_mut().poll(&mut cx).is_pending() {
+                tokio::spawn(fut);
+            }
+        }
+    }
+}
+
 /// Start reading the reserved ports and the timer for servers that never answer. Writes the
 /// root (from the hints) into the zone map first.
 pub fn spawn(
@@ -299,6 +335,7 @@ pub fn spawn(
         anyhow::bail!("kernel iteration: no root server address in {}", rs.root_hints.display());
     }
     kit.set_zone(&root)?;
+    kit.set_answers(Some(rs.resolver.max_ttl))?;
     let timeout = rs.resolver.upstream_timeout;
     let spawn_cap = (rs.max_pending as u64 / 2).max(1);
     let kit = Arc::new(kit);
@@ -351,6 +388,9 @@ pub fn spawn(
             let handle = |e: xdns_bpf::kit::KitEvent, direct: bool| {
                 note(&RING);
                 let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
+                if e.answered {
+                    return cache_answered(&shared, &socks, e.pending, handed);
+                }
                 finish(&shared, &socks, e.pending, handed, direct);
             };
             // the replies of one wake-up's records, sent together when the batch is read
@@ -358,6 +398,9 @@ pub fn spawn(
             let each = |e: xdns_bpf::kit::KitEvent| {
                 note(&RING);
                 let handed = handed_of(&kit, &e.pending, e.server, &e.msg);
+                if e.answered {
+                    return cache_answered(&shared, &socks, e.pending, handed);
+                }
                 finish_ring(&shared, &socks, e.pending, handed, &mut batch.borrow_mut(), spawn_cap);
             };
             let done = || {
@@ -715,6 +758,10 @@ static MALFORMED: AtomicU64 = AtomicU64::new(0);
 static NO_ZONE: AtomicU64 = AtomicU64::new(0);
 /// Responses read from the kernel's ring buffer (their entries claimed by the kernel).
 static RING: AtomicU64 = AtomicU64::new(0);
+/// Records of answers the kernel sent itself (`XDNS_KIT_EV_ANSWERED`): cached, not answered.
+static ANSWERED: AtomicU64 = AtomicU64::new(0);
+/// ... that the resolver did not take as a final answer (a divergence of the kernel's rule).
+static ANSWERED_OTHER: AtomicU64 = AtomicU64::new(0);
 /// Entries the timer claimed (the server never answered): resolved from scratch.
 static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 /// Wake-ups of the ring reader that sent replies, and the replies they sent (one
@@ -744,6 +791,16 @@ fn note(c: &AtomicU64) {
 pub fn note_use(u: xdns_resolver::HandedUse) {
     if let Some(i) = xdns_resolver::HandedUse::ALL.iter().position(|x| *x == u) {
         note(&USES[i]);
+    }
+}
+
+/// The resolver's `max_ttl` changed (a reload): the kernel's own answers cap their TTLs to it
+/// from now on, as the cache does.
+pub fn set_max_ttl(max_ttl: u32) {
+    if let Some(kit) = MAPS.get() {
+        if let Err(e) = kit.set_answers(Some(max_ttl)) {
+            tracing::error!(error = %e, "kernel iteration: the kernel's answers not updated to the new max_ttl");
+        }
     }
 }
 
@@ -782,6 +839,9 @@ fn counters_group(c: &xdns_bpf::kit::KitCounters) -> crate::stats::Group {
     v.push(("handed".into(), c.handed));
     v.push(("ring_full".into(), c.ring_full));
     v.push(("ring_read".into(), RING.load(Relaxed)));
+    v.push(("answered".into(), c.answered));
+    v.push(("answered_read".into(), ANSWERED.load(Relaxed)));
+    v.push(("answered_other".into(), ANSWERED_OTHER.load(Relaxed)));
     v.extend(xdns_resolver::HandedUse::ALL.iter().zip(&USES).map(|(u, n)| (format!("response_{}", u.name()), n.load(Relaxed))));
     let mal = USES[xdns_resolver::HandedUse::ALL.iter().position(|u| *u == xdns_resolver::HandedUse::Malformed).unwrap_or(0)].load(Relaxed);
     if let Some(x) = v.iter_mut().find(|(k, _)| k == "response_malformed") {
@@ -799,7 +859,7 @@ fn counters_group(c: &xdns_bpf::kit::KitCounters) -> crate::stats::Group {
     v.push(("redundant_skipped".into(), REDUNDANT_SKIPPED.load(Relaxed)));
     v.push(("held_removed".into(), HELD_REMOVED.load(Relaxed)));
     crate::stats::Group::counters(
-        "Kernel iteration: misses handed to userspace by reason (handover_<reason>), queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), what became of each response handed over (response_<use>: answer, referral, joined; resolved afresh: truncated, servfail, refused, edns_fallback (FORMERR to the kernel's EDNS query), rcode (another RCODE), lame, malformed, no_zone; taken, then more work in userspace: glueless, cname_out, dname), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed).",
+        "Kernel iteration: misses handed to userspace by reason (handover_<reason>), queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), final answers the kernel answered itself (answered; answered_read: their records read, cached and not answered by the daemon; answered_other: of those, responses the resolver did not take as a final answer, which should stay 0), what became of each response handed over (response_<use>: answer, referral, joined; resolved afresh: truncated, servfail, refused, edns_fallback (FORMERR to the kernel's EDNS query), rcode (another RCODE), lame, malformed, no_zone; taken, then more work in userspace: glueless, cname_out, dname), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed).",
         "counter",
         v,
     )
