@@ -101,7 +101,7 @@ pub const KEYS: &[Key] = &[
     k("resolver", "fetches_per_server", "1000", "Upstream queries outstanding to one server at most; the bound adapts (+1 per reply, -1/16 per timeout) down to fetches_floor. 0 = no bound."),
     k("resolver", "fetches_per_zone", "500", "Upstream queries outstanding for one zone at most, adapting the same way. 0 = no bound."),
     k("resolver", "fetches_floor", "2", "The least an adapting bound falls to: a dead server or zone still gets this many probes."),
-    k("resolver", "kernel_iteration", "false", "Cache misses iterated in the XDP program (needs `[xdp]`): the query is rewritten into a query to the deepest known zone cut's server, with a random ID, port and letter case; responses are checked in the kernel, then finished by userspace."),
+    k("resolver", "kernel_iteration", "false", "Cache misses iterated in the XDP program (needs `[xdp]`): the query is rewritten into a query to the deepest known zone cut's server, with a random ID, port and letter case; responses are checked in the kernel, referrals with glue followed there, a plain A/AAAA/TXT final answer answered there; the rest finished by userspace. Needs forwarding on the XDP interfaces (README.md, \"Resolver misses iterated in the kernel\")."),
     k("resolver", "kernel_iteration_ports", r#""61000-61255""#, "LOW-HIGH: source ports the daemon reserves for kernel iteration (binds them all, so no other socket of the host takes them); 1024 and above, at most 32768."),
     k("resolver", "kernel_iteration_pending", "16384", "Queries the kernel may have sent and not yet seen answered (the pending map's size, 1 to 1048576); a miss that finds it full goes to userspace (`kit.handover_pending_full`)."),
 ];
