@@ -432,6 +432,13 @@ struct {
 	__type(value, __u32);
 } xdns_tel_prog SEC(".maps");
 
+/* struct xdns_tel_event records (dnstap from XDP: a selected kernel answer with its query,
+ * telemetry.h); the end half writes, the daemon reads (xdns_bpf::telemetry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1024 * 1024);
+} xdns_tel_events SEC(".maps");
+
 /* kernel iteration (issue 32) */
 #include "kit_maps.h"
 

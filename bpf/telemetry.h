@@ -19,6 +19,14 @@
  *           big-endian, this host's monotonic clock.
  * The probe option itself is noticed by the walk of the OPT record (dns.h) without a
  * branch, and left in scratch.tel.probe.
+ *
+ * dnstap from XDP (the set's `dnstap` on): the begin half, once some rule may select the query
+ * by its addresses, copies the query's DNS message into scratch (xdns_tel_keep_query: one
+ * bpf_xdp_load_bytes, before any stage rewrites the frame in place); the end half, for an
+ * answer its rule selects (1 in N included), adds the answer as sent, the addresses, ports and
+ * both times, and writes the record to the ring buffer xdns_tel_events (xdns_tel_emit); a
+ * full ring or a message too long is counted (xdns_tel_hist: dtap_full, dtap_long), never
+ * waited for.
  */
 #ifndef XDNS_TELEMETRY_H
 #define XDNS_TELEMETRY_H
@@ -35,6 +43,11 @@
 				 * program calls the selection (the reply memo: the end half) */
 
 #define XDNS_TEL_GROW 20        /* option code, length, 16 bytes */
+
+/* scratch.tel.dtap: the query kept for dnstap (xdns_tel_keep_query)? */
+#define XDNS_TEL_DTAP_NONE 0    /* no: dnstap from XDP off, or not a message to keep */
+#define XDNS_TEL_DTAP_KEPT 1    /* yes: rec.data holds rec.h.qlen bytes of it */
+#define XDNS_TEL_DTAP_LONG 2    /* no: longer than XDNS_TEL_DQ_MAX (counted if selected) */
 
 /* A big-endian 8 bytes at `p` (packet or map memory), as a number. */
 static __always_inline __u64 xdns_tel_be64(const __u8 *p)
@@ -59,6 +72,128 @@ static __always_inline int xdns_tel_in(__u64 c0, __u64 c1, const __u8 *p, __u32 
 }
 
 /*
+ * dnstap from XDP: the query's DNS message (the UDP payload after the headers at `l3`, of
+ * family `fam`) into the record being built (scratch.tel.rec.data), with one
+ * bpf_xdp_load_bytes, while the frame is still the query; longer than XDNS_TEL_DQ_MAX: not
+ * copied, marked (the end half counts it if the answer is selected). A global function:
+ * verified once.
+ */
+__attribute__((noinline)) int xdns_tel_keep_query(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 l3, __u32 fam)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *ip, *u;
+	__u32 l4, len;
+
+	if (!sc)
+		return 0;
+	sc->tel.dtap = XDNS_TEL_DTAP_NONE;
+	if (l3 > 18)    /* 14 or 18 (one compare: the verifier's bound for the packet pointer) */
+		return 0;
+	ip = (__u8 *)data + l3;
+	if ((void *)(ip + 40) > data_end)
+		return 0;
+	l4 = fam == 4 ? l3 + (ip[0] & 0xf) * 4 : l3 + 40;
+	asm volatile("" : "+r"(l4));    /* keep the check: clang knows it holds, the verifier not */
+	if (l4 > 80)
+		return 0;
+	u = (__u8 *)data + l4;
+	if ((void *)(u + 8) > data_end)
+		return 0;
+	len = ((__u32)u[4] << 8) | u[5];
+	if (len < 8 + 12)
+		return 0;
+	len -= 8;
+	if (len > XDNS_TEL_DQ_MAX) {
+		sc->tel.dtap = XDNS_TEL_DTAP_LONG;
+		return 0;
+	}
+	if (bpf_xdp_load_bytes(ctx, l4 + 8, sc->tel.rec.data, len))
+		return 0;
+	sc->tel.rec.h.qlen = len;
+	sc->tel.dtap = XDNS_TEL_DTAP_KEPT;
+	return 0;
+}
+
+/*
+ * dnstap from XDP: the answer about to leave (`h`: its path's counters), with the query kept
+ * by the begin half, as one record of the ring buffer xdns_tel_events (struct xdns_tel_event,
+ * the query's bytes, the answer's); the caller has set the times and the path. A full ring:
+ * counted (dtap_full), never waited for; an answer longer than XDNS_TEL_DR_MAX: counted
+ * (dtap_long). A global function: verified once.
+ */
+__attribute__((noinline)) int xdns_tel_emit(struct xdp_md *ctx, struct xdns_scratch *sc, struct xdns_tel_hist *h)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct xdns_tel_event *e;
+	__u8 *p = data, *ip, *u;
+	__u32 l3, l4, qlen, rlen;
+	__u16 proto;
+
+	if (!sc || !h)
+		return 0;
+	e = &sc->tel.rec.h;
+	if ((void *)(p + 14) > data_end)
+		return 0;
+	proto = ((__u16)p[12] << 8) | p[13];
+	l3 = 14;
+	e->vlan = 0;
+	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+		if ((void *)(p + 18) > data_end)
+			return 0;
+		e->vlan = (((__u16)p[14] << 8) | p[15]) & 0xfff;
+		proto = ((__u16)p[16] << 8) | p[17];
+		l3 = 18;
+	}
+	ip = p + l3;
+	if ((void *)(ip + 40) > data_end)
+		return 0;
+	/* the answer's source is the server, its destination the client */
+	__builtin_memset(e->client, 0, 32);
+	if (proto == ETH_P_IP) {
+		e->family = 4;
+		__builtin_memcpy(e->server, ip + 12, 4);
+		__builtin_memcpy(e->client, ip + 16, 4);
+		l4 = l3 + (ip[0] & 0xf) * 4;
+	} else if (proto == ETH_P_IPV6) {
+		e->family = 6;
+		__builtin_memcpy(e->server, ip + 8, 16);
+		__builtin_memcpy(e->client, ip + 24, 16);
+		l4 = l3 + 40;
+	} else {
+		return 0;
+	}
+	if (l4 > 80)
+		return 0;
+	u = p + l4;
+	if ((void *)(u + 8) > data_end)
+		return 0;
+	e->server_port = ((__u16)u[0] << 8) | u[1];
+	e->client_port = ((__u16)u[2] << 8) | u[3];
+	rlen = ((__u32)u[4] << 8) | u[5];
+	if (rlen < 8 + 12)
+		return 0;
+	rlen -= 8;
+	if (rlen > XDNS_TEL_DR_MAX) {
+		h->dtap_long++;
+		return 0;
+	}
+	qlen = e->qlen;
+	if (qlen == 0 || qlen > XDNS_TEL_DQ_MAX)
+		return 0;
+	if (bpf_xdp_load_bytes(ctx, l4 + 8, sc->tel.rec.data + qlen, rlen))
+		return 0;
+	e->rlen = rlen;
+	e->_pad = 0;
+	if (bpf_ringbuf_output(&xdns_tel_events, e, sizeof(*e) + qlen + rlen, 0))
+		h->dtap_full++;
+	else
+		h->dtap_events++;
+	return 0;
+}
+
+/*
  * The rules of the active set the query's addresses allow on a kernel path (family, client
  * and server prefix, read here from the frame), as a mask in scratch.tel.mask; slot
  * XDNS_TEL_DONE when there are none, XDNS_TEL_ASK when one of them asks the question (name,
@@ -78,6 +213,7 @@ __attribute__((noinline)) int xdns_tel_by_addr(struct xdp_md *ctx, struct xdns_s
 	if (!sc || !ctl)
 		return 0;
 	sc->tel.probe = 0;      /* the reply memo answers before the OPT walk sets it */
+	sc->tel.dtap = XDNS_TEL_DTAP_NONE;
 	sc->tel.decided = 0;
 	sc->tel.mask = 0;
 	sc->tel.slot = XDNS_TEL_DONE;
@@ -138,6 +274,8 @@ __attribute__((noinline)) int xdns_tel_by_addr(struct xdp_md *ctx, struct xdns_s
 	if (!*(volatile __u32 *)&sc->tel.mask)
 		return 0;       /* slot XDNS_TEL_DONE: no clock read */
 	sc->tel.set = active;
+	if (set->dnstap)        /* dnstap from XDP: the query, before the stages rewrite it */
+		xdns_tel_keep_query(ctx, sc, l3, fam);
 	if (*(volatile __u32 *)&sc->tel.slot != XDNS_TEL_ASK) {
 		sc->tel.decided = active;
 		sc->tel.slot = XDNS_TEL_END;
@@ -561,7 +699,7 @@ static __always_inline int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
 	t1 = bpf_ktime_get_ns();
 	xdns_tel_count(h, t0, t1);
 	if (!probe)
-		return v;
+		goto tap;
 
 	/* the option after the OPT record, then the lengths and checksums that cover it */
 	data = (void *)(long)ctx->data;
@@ -608,7 +746,7 @@ static __always_inline int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
 	}
 	csum = ((__u16)u[6] << 8) | u[7];
 	if (csum == 0 && proto == ETH_P_IP)
-		return v;       /* no UDP checksum over IPv4: none to keep */
+		goto tap;       /* no UDP checksum over IPv4: none to keep */
 	/* UDP length twice (header and pseudo-header), RDLENGTH, the option's bytes */
 	s = (__u16)~csum;
 	s += 2 * ((__u64)(__u16)~old_udp + (__u16)(old_udp + XDNS_TEL_GROW));
@@ -630,6 +768,16 @@ static __always_inline int xdns_tel_end(struct xdp_md *ctx, __u32 v, __u64 t0)
 	u[7] = (__u8)csum;
 	h->probes++;
 	(void)moved;
+tap:
+	/* dnstap from XDP: the answer as it leaves, with the query the begin half kept */
+	if (sc->tel.dtap == XDNS_TEL_DTAP_KEPT) {
+		sc->tel.rec.h.rx_ns = t0;
+		sc->tel.rec.h.tx_ns = t1;
+		sc->tel.rec.h.path = path;
+		xdns_tel_emit(ctx, sc, h);
+	} else if (sc->tel.dtap == XDNS_TEL_DTAP_LONG) {
+		h->dtap_long++;
+	}
 	return v;
 }
 

@@ -823,6 +823,8 @@ enum xdns_tel_const {
 	XDNS_TEL_SFX_MAX = 64,          /* longest qname suffix of a rule (wire bytes) */
 	XDNS_TEL_OPTION = 65050,        /* EDNS option code of in-band probes (local use range) */
 	XDNS_TEL_PROBE_LEN = 16,        /* its data in answers: receive ns, transmit ns (u64 BE) */
+	XDNS_TEL_DQ_MAX = 512,          /* dnstap from XDP: longest query message kept (bytes) */
+	XDNS_TEL_DR_MAX = 2048,         /* ... and longest answer; longer: no event, counted */
 };
 
 /* Paths a rule selects and histograms are kept for (bit i of xdns_tel_rule.paths). */
@@ -853,7 +855,7 @@ struct xdns_tel_rule {
 
 struct xdns_tel_set {
 	__u32 nrules;
-	__u32 _pad;
+	__u32 dnstap;           /* 1: the answers this set selects go to dnstap too (xdns_tel_events) */
 	struct xdns_tel_rule rules[XDNS_TEL_RULES];
 };
 
@@ -876,8 +878,41 @@ struct xdns_tel_hist {
 	__u64 probe_bad;        /* probe option of another length than 0 or 16: answered without */
 	__u64 probe_room;       /* the frame could not grow by the option: answered without */
 	__u64 rx_ktime;         /* receive time from bpf_ktime_get_ns (not the NIC's) */
-	__u64 _pad[2];
+	__u64 dtap_events;      /* dnstap events written to xdns_tel_events */
+	__u64 dtap_full;        /* ... not written: the ring was full (never waited for) */
+	__u64 dtap_long;        /* ... not written: query or answer longer than kept (XDNS_TEL_DQ_MAX, _DR_MAX) */
+	__u64 _pad;
 	__u64 b[XDNS_TEL_BUCKETS];
+};
+
+/*
+ * A dnstap event (a record of the ring buffer xdns_tel_events): a kernel answer the selection
+ * table selected (its 1 in N included) while its set's `dnstap` is on, with its query as
+ * received. The record is this header, then `qlen` bytes of the query's DNS message, then
+ * `rlen` bytes of the answer's, as sent; userspace turns it into a dnstap query and response
+ * pair (crates/xdns/src/dnstap/kernel.rs).
+ */
+struct xdns_tel_event {
+	__u64 rx_ns;            /* receive time, CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 tx_ns;            /* transmit time, likewise, read just before the answer leaves */
+	__u8 client[16];        /* the query's source address (IPv4: the first 4 bytes) */
+	__u8 server[16];        /* its destination (ours) */
+	__u16 client_port;      /* host byte order */
+	__u16 server_port;
+	__u8 family;            /* 4 or 6 */
+	__u8 path;              /* enum xdns_tel_path: XDNS_TEL_KERNEL_AUTH or _CACHE */
+	__u16 qlen;             /* query bytes after this header */
+	__u16 rlen;             /* answer bytes after the query */
+	__u16 vlan;             /* the frame's VLAN ID (0: untagged) */
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct xdns_tel_event) == 64, "a dnstap event's header is 64 bytes");
+
+/* The record being built in scratch: the query is copied in by the begin half, the answer
+ * and the header by the end half, then the first 64 + qlen + rlen bytes go to the ring. */
+struct xdns_tel_rec {
+	struct xdns_tel_event h;
+	__u8 data[XDNS_TEL_DQ_MAX + XDNS_TEL_DR_MAX];
 };
 
 /* The telemetry stage's scratch (in struct xdns_scratch). */
@@ -900,7 +935,8 @@ struct xdns_tel_scratch {
 	__u32 decided;          /* mask, client, server, qlen, qtype are this packet's */
 	__u32 walked;           /* label_starts filled for this packet */
 	__u32 set;              /* the set (1, 2) the begin half's address mask is of */
-	__u32 _pad2;
+	__u32 dtap;             /* dnstap from XDP for this packet: XDNS_TEL_DTAP_* (telemetry.h) */
+	struct xdns_tel_rec rec; /* the dnstap event being built */
 };
 
 /*

@@ -1,5 +1,6 @@
 """dnstap (issue 27, `[dnstap]`): the userspace query plan's queries and responses, XDP off,
-read back by real dnstap readers and compared with the queries sent.
+read back by real dnstap readers and compared with the queries sent; with `xdp = true`, the
+answers XDP sends that a telemetry rule selects (through the kernel's ring buffer).
 
 - to a file: kdig's queries (UDP and TCP, IPv4 and IPv6) come back from `kdig -G FILE` with
   their names, types, client addresses and ports and protocols; the Frame Streams and protobuf
@@ -9,7 +10,11 @@ read back by real dnstap readers and compared with the queries sent.
   what it gets, read back with `kdig -G`; when it restarts, xdns connects again;
 - a reader that stops reading never holds answers back: every query is answered, the
   messages that do not fit are dropped and counted (`dnstap.dropped_queue_full`);
-- `xdns check` names the file and line of a bad `[dnstap]`.
+- `xdns check` names the file and line of a bad `[dnstap]`;
+- XDP: the selected answers' queries and responses byte for byte, with both ends and
+  wall-clock times, read back by kdig; an unselected kernel answer absent; the kernel's
+  counters (`telemetry.dnstap_xdp_*`) in `xdns stats` and `/metrics`. A full ring (drops
+  counted, answers unchanged) is tested with BPF_PROG_TEST_RUN (crates/xdns-bpf/tests/telemetry.rs).
 """
 
 from __future__ import annotations
@@ -395,3 +400,90 @@ def test_resolver_logs_its_clients_and_its_upstream_queries():
         # kdig reads the same file: the client's two queries and answers are there
         seen = [s for s in kdig_read(path) if s["question"] == (name, "A") and s["addr"] == lab.client_addr4]
         assert [s["dir"] for s in seen].count("From") == 2 and [s["dir"] for s in seen].count("To") == 2, seen
+
+
+def test_xdp_answers_selected_by_telemetry_rules_read_back_by_kdig(tlab: Lab):
+    """`[dnstap] xdp = true`: the answers XDP sends that a telemetry rule selects come
+    through the kernel's ring buffer as AUTH_QUERY/AUTH_RESPONSE pairs: the query's bytes as
+    sent, the answer's as received, the client's address and port, ours, UDP, wall-clock
+    times (the kernel's monotonic clock moved), read back by kdig. The kernel answered them
+    (its counters moved by exactly the queries sent). A query the rule does not select,
+    answered by XDP too, is nowhere in the file."""
+    wd = tlab.dir / "tap-xdp"
+    wd.mkdir(exist_ok=True)
+    path = wd / "xdp.dnstap"
+    extra = (config("file", str(path), "xdp = true\n")
+             + '\n[telemetry]\nrules = ["qname=example.com"]\n')
+    srv = tlab.start_xdns(name="xdns-tap-xdp", xdp="native", extra=extra)
+    sent = []  # (query bytes, answer bytes, client (addr, port), server addr, family)
+    try:
+        st0 = tlab.xdns_stats(srv)
+        answered0 = dict(st0.get("xdp", {})).get("answered", 0)
+        tel0 = st0["telemetry"]
+        sent0 = st0.get("dnstap", {}).get("sent", 0)
+        t_start = time.time()
+        asks = [("www.example.com.", "A", False, 0x1234), ("www.example.com.", "TXT", True, 0x2345),
+                ("nope.example.com.", "AAAA", False, 0x3456), ("example.net.", "SOA", False, 0x4567)]
+        for name, qtype, v6, qid in asks:
+            fam = socket.AF_INET6 if v6 else socket.AF_INET
+            q = dns.message.make_query(name, qtype, use_edns=0)
+            q.id = qid
+            wire = q.to_wire()
+            with tlab.client_socket(fam, socket.SOCK_DGRAM) as s:
+                s.settimeout(3)
+                s.bind((tlab.client_addr6 if v6 else tlab.client_addr4, 0))
+                server = srv.addr6 if v6 else srv.addr4
+                s.sendto(wire, (server, 53))
+                ans, _ = s.recvfrom(4096)
+                sent.append((wire, ans, s.getsockname()[:2], server, fam, name))
+            assert dns.message.from_wire(ans).id == qid
+        # three selected (under example.com), one not (example.net)
+        wait(lambda: tlab.xdns_stats(srv)["telemetry"]["dnstap_xdp_read"] >= tel0["dnstap_xdp_read"] + 3,
+             what="three events read")
+        wait(lambda: stats(tlab, srv).get("sent", 0) >= sent0 + 6, what="six messages written")
+        st1 = tlab.xdns_stats(srv)
+        assert dict(st1["xdp"]).get("answered", 0) - answered0 == 4, st1["xdp"]
+        tel1 = st1["telemetry"]
+        for k, want in (("dnstap_xdp_events", 3), ("dnstap_xdp_ring_full", 0), ("dnstap_xdp_too_long", 0),
+                        ("dnstap_xdp_read", 3)):
+            assert tel1[k] - tel0[k] == want, (k, tel0, tel1)
+        metrics = tlab.xdns_metrics(srv)
+        assert f'xdns_telemetry_total{{counter="dnstap_xdp_events"}} {tel1["dnstap_xdp_events"]}' in metrics
+        assert 'xdns_telemetry_total{counter="dnstap_xdp_ring_full"} 0' in metrics
+    finally:
+        assert tlab.stop(srv) == 0, srv.stderr()[-3000:]
+    assert "panicked" not in srv.stderr()
+    ours = messages(path)
+    by_query = {bytes(m[10]): m for m in ours if m[1] == AUTH_QUERY}
+    by_answer = {bytes(m[14]): m for m in ours if m[1] == AUTH_RESPONSE}
+    for wire, ans, (caddr, cport), server, fam, name in sent[:3]:
+        q, r = by_query.get(wire), by_answer.get(ans)
+        assert q is not None and r is not None, (name, len(ours))
+        for m in (q, r):
+            assert socket.inet_ntop(fam, m[4]) == caddr and m[6] == cport, m
+            assert socket.inet_ntop(fam, m[5]) == server and m[7] == 53, m
+            assert m[2] == (2 if fam == socket.AF_INET6 else 1) and m[3] == 1, m
+            assert m["identity"] == b"xdl-tap"
+        # wall-clock times: the query's within the test, the response's after it
+        assert t_start - 1 <= q[8] + q[9] / 1e9 <= time.time() + 1, (t_start, q[8])
+        assert (r[8], r[9]) == (q[8], q[9]) and (r[12], r[13]) >= (q[8], q[9])
+    wire, ans = sent[3][0], sent[3][1]
+    assert wire not in by_query and ans not in by_answer, "the unselected query was logged"
+    # a real reader: kdig reads the same file, our three questions from our client ports
+    seen = kdig_read(path)
+    for wire, ans, (caddr, cport), server, fam, name in sent[:3]:
+        qtype = dns.message.from_wire(wire).question[0].rdtype
+        qt = dns.rdatatype.to_text(qtype)
+        mine = [s for s in seen if s["addr"] == caddr and s["port"] == cport]
+        assert [(s["dir"], s["question"], s["proto"]) for s in mine] == [
+            ("From", (name, qt), "UDP"), ("To", (name, qt), "UDP")], mine
+    assert not [s for s in seen if s["question"] == ("example.net.", "SOA") and s["port"] == sent[3][2][1]]
+
+
+def test_check_names_a_bad_dnstap_xdp_value(tlab: Lab):
+    wd = tlab.dir / "tap-check-xdp"
+    wd.mkdir(exist_ok=True)
+    conf = wd / "bad.toml"
+    conf.write_text('listen = ["127.0.0.1:53"]\n[dnstap]\nfile = "x.dnstap"\nxdp = "yes"\n')
+    p = subprocess.run([XDNS_BIN, "check", "--config", conf], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 1 and f"{conf}:4:" in p.stderr and "bool" in p.stderr, p.stderr

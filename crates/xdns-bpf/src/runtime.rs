@@ -622,12 +622,13 @@ impl XdpProgram {
         Ok([c(self.skel.progs.xdns_kit_out_xdp.as_fd().as_raw_fd())?, c(self.skel.progs.xdns_kit_in_xdp.as_fd().as_raw_fd())?])
     }
 
-    /// The telemetry stage's maps (rules and histograms), on duplicated fds.
+    /// The telemetry stage's maps (rules, histograms, dnstap events), on duplicated fds.
     pub fn telemetry(&self) -> Result<crate::telemetry::TelemetryMaps> {
         let m = &self.skel.maps;
         Ok(crate::telemetry::TelemetryMaps::new(
             libbpf_rs::MapHandle::try_from(&m.xdns_tel_ctl).context("duplicating the telemetry control map's fd")?,
             libbpf_rs::MapHandle::try_from(&m.xdns_tel_hist).context("duplicating the telemetry histogram map's fd")?,
+            libbpf_rs::MapHandle::try_from(&m.xdns_tel_events).context("duplicating the telemetry events map's fd")?,
         ))
     }
 

@@ -7,15 +7,16 @@
 //!   same function as `xdns_tel_bucket` in C.
 //! - [`Rule`]: one selection rule, parsed from `src=… dst=… qname=… qtype=… path=… sample=N`,
 //!   encoded for the kernel, and matched by userspace with the kernel's semantics.
-//! - [`TelemetryMaps`]: the rule sets (`xdns_tel_ctl`, two sets, flipped whole) and the
-//!   per-CPU histograms of the kernel paths (`xdns_tel_hist`).
+//! - [`TelemetryMaps`]: the rule sets (`xdns_tel_ctl`, two sets, flipped whole), the
+//!   per-CPU histograms of the kernel paths (`xdns_tel_hist`), and the dnstap events of
+//!   selected kernel answers (`xdns_tel_events`, a ring buffer: [`TelEvent`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::types::{xdns_tel_ctl, xdns_tel_hist, xdns_tel_rule};
+use crate::types::{xdns_tel_ctl, xdns_tel_event, xdns_tel_hist, xdns_tel_rule};
 
 /// Linear buckets per power of two: 2^SUB_BITS (`XDNS_TEL_SUB_BITS`).
 pub const SUB_BITS: u32 = 6;
@@ -30,6 +31,12 @@ pub const SFX_MAX: usize = 64;
 pub const OPTION: u16 = 65050;
 /// Its data in answers: receive ns, transmit ns, u64 big-endian (`XDNS_TEL_PROBE_LEN`).
 pub const PROBE_LEN: usize = 16;
+/// dnstap from XDP: the longest query message an event carries (`XDNS_TEL_DQ_MAX`).
+pub const DQ_MAX: usize = 512;
+/// ... and the longest answer (`XDNS_TEL_DR_MAX`); longer: no event, counted `dtap_long`.
+pub const DR_MAX: usize = 2048;
+/// The size of an event's header (`struct xdns_tel_event`).
+pub const EVENT_HEADER: usize = 64;
 
 /// The histogram bucket of `ns` (the C twin is `xdns_tel_bucket`).
 pub fn bucket(ns: u64) -> usize {
@@ -343,15 +350,118 @@ fn bytes_of<T>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
 }
 
+/// One dnstap event of the kernel (`struct xdns_tel_event` and the two messages after it):
+/// a kernel answer a rule selected, with its query as received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TelEvent {
+    /// Receive time, ns of `CLOCK_MONOTONIC` (`bpf_ktime_get_ns`).
+    pub rx_ns: u64,
+    /// Transmit time, likewise (read just before the answer left).
+    pub tx_ns: u64,
+    /// The client's address and port (the query's source).
+    pub client: SocketAddr,
+    /// Ours (the query's destination).
+    pub server: SocketAddr,
+    /// [`KERNEL_AUTH`] or [`KERNEL_CACHE`].
+    pub path: usize,
+    /// The frame's VLAN ID (0: untagged).
+    pub vlan: u16,
+    /// The query's DNS message as received.
+    pub query: Vec<u8>,
+    /// The answer's DNS message as sent.
+    pub response: Vec<u8>,
+}
+
+impl TelEvent {
+    /// An event from a ring buffer record; `None` when it is not one (too short, lengths
+    /// that do not add up, an unknown family or path).
+    pub fn parse(rec: &[u8]) -> Option<Self> {
+        if rec.len() < EVENT_HEADER {
+            return None;
+        }
+        // SAFETY: `rec` holds at least the header (plain integers and byte arrays, any bit
+        // pattern valid); read_unaligned copes with any alignment.
+        let h: xdns_tel_event = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
+        let (q, r) = (usize::from(h.qlen), usize::from(h.rlen));
+        if q == 0 || q > DQ_MAX || r == 0 || r > DR_MAX || rec.len() != EVENT_HEADER + q + r {
+            return None;
+        }
+        let ip = |b: &[u8; 16]| -> Option<IpAddr> {
+            match h.family {
+                4 => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
+                6 => Some(IpAddr::V6(Ipv6Addr::from(*b))),
+                _ => None,
+            }
+        };
+        let path = usize::from(h.path);
+        if path != KERNEL_AUTH && path != KERNEL_CACHE {
+            return None;
+        }
+        Some(Self {
+            rx_ns: h.rx_ns,
+            tx_ns: h.tx_ns,
+            client: SocketAddr::new(ip(&h.client)?, h.client_port),
+            server: SocketAddr::new(ip(&h.server)?, h.server_port),
+            path,
+            vlan: h.vlan,
+            query: rec[EVENT_HEADER..EVENT_HEADER + q].to_vec(),
+            response: rec[EVENT_HEADER + q..].to_vec(),
+        })
+    }
+}
+
 /// The kernel half's maps, on duplicated fds (usable from any thread, without the program).
 pub struct TelemetryMaps {
     ctl: libbpf_rs::MapHandle,
     hist: libbpf_rs::MapHandle,
+    events: libbpf_rs::MapHandle,
 }
 
 impl TelemetryMaps {
-    pub(crate) fn new(ctl: libbpf_rs::MapHandle, hist: libbpf_rs::MapHandle) -> Self {
-        Self { ctl, hist }
+    pub(crate) fn new(ctl: libbpf_rs::MapHandle, hist: libbpf_rs::MapHandle, events: libbpf_rs::MapHandle) -> Self {
+        Self { ctl, hist, events }
+    }
+
+    /// Read the ring buffer `xdns_tel_events` until `stop` is set: every record to `f` (the
+    /// records waiting at a wake-up in one batch), then `batch_done` once per wake-up (also
+    /// after a wait that found none), waiting at most `poll` between looks at `stop`. Runs on
+    /// the caller's thread.
+    pub fn read_events(
+        &self,
+        poll: std::time::Duration,
+        stop: &std::sync::atomic::AtomicBool,
+        mut f: impl FnMut(&[u8]),
+        mut batch_done: impl FnMut(),
+    ) -> Result<()> {
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&self.events, |rec: &[u8]| {
+            f(rec);
+            0
+        })?;
+        let rb = b.build()?;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match rb.poll(poll) {
+                Ok(()) => {}
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("reading xdns_tel_events"),
+            }
+            batch_done();
+        }
+        Ok(())
+    }
+
+    /// Every record waiting in `xdns_tel_events` now, as its bytes (tests).
+    pub fn take_events(&self) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        {
+            let mut b = libbpf_rs::RingBufferBuilder::new();
+            b.add(&self.events, |rec: &[u8]| {
+                out.push(rec.to_vec());
+                0
+            })?;
+            b.build()?.consume()?;
+        }
+        Ok(out)
     }
 
     fn read_ctl(&self) -> Result<xdns_tel_ctl> {
@@ -370,6 +480,12 @@ impl TelemetryMaps {
     /// written with the active index unchanged, then the index flips: a packet sees one set,
     /// whole, and no program is reloaded.
     pub fn set_rules(&self, rules: &[Rule]) -> Result<()> {
+        self.set_rules_tap(rules, false)
+    }
+
+    /// As [`Self::set_rules`], and with `dnstap` the kernel answers the rules select (their 1
+    /// in N) go to dnstap too: events in `xdns_tel_events` ([`Self::read_events`]).
+    pub fn set_rules_tap(&self, rules: &[Rule], dnstap: bool) -> Result<()> {
         if rules.len() > MAX_RULES {
             bail!("at most {MAX_RULES} telemetry rules ({} given)", rules.len());
         }
@@ -378,6 +494,7 @@ impl TelemetryMaps {
         // SAFETY: as in `Rule::encode`.
         c.sets[idle] = unsafe { std::mem::zeroed() };
         c.sets[idle].nrules = rules.len() as u32;
+        c.sets[idle].dnstap = u32::from(dnstap);
         for (slot, r) in c.sets[idle].rules.iter_mut().zip(rules) {
             *slot = r.encode();
         }
@@ -404,6 +521,9 @@ impl TelemetryMaps {
                 o.probe_bad += word(3);
                 o.probe_room += word(4);
                 o.rx_ktime += word(5);
+                o.dtap_events += word(std::mem::offset_of!(xdns_tel_hist, dtap_events) / 8);
+                o.dtap_full += word(std::mem::offset_of!(xdns_tel_hist, dtap_full) / 8);
+                o.dtap_long += word(std::mem::offset_of!(xdns_tel_hist, dtap_long) / 8);
                 let at = std::mem::offset_of!(xdns_tel_hist, b) / 8;
                 for (b, slot) in o.hist.buckets.iter_mut().enumerate() {
                     *slot += word(at + b);
@@ -427,6 +547,12 @@ pub struct KernelHist {
     /// Answers whose receive time is `bpf_ktime_get_ns` (all of them today: the NIC's
     /// timestamp, `bpf_xdp_metadata_rx_timestamp`, needs a device-bound program).
     pub rx_ktime: u64,
+    /// dnstap events written to the ring buffer.
+    pub dtap_events: u64,
+    /// dnstap events lost: the ring buffer was full (the answer left all the same).
+    pub dtap_full: u64,
+    /// dnstap events not made: the query or the answer was longer than [`DQ_MAX`], [`DR_MAX`].
+    pub dtap_long: u64,
 }
 
 #[cfg(test)]

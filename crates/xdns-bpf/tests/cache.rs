@@ -1099,3 +1099,42 @@ fn responses_reach_the_response_stage() {
     let (act, _, moved) = verdict(&auth, &frame(&Net::v4(), &answered));
     assert_eq!((act, moved), (3, vec!["answered".to_string()]));
 }
+
+/// dnstap from XDP (bpf/telemetry.h) on the cache path: a cache answer a rule selects is one
+/// ring record of path kernel_cache with the query as sent and the answer as it left, however
+/// the stage answered it (walked, through the hint, from the reply memo, which answers before
+/// the question is known and is selected by the end half itself); a rule for the
+/// authoritative path only selects none of them.
+#[test]
+fn dnstap_events_of_cache_answers() {
+    use xdns_bpf::telemetry::{Rule, TelEvent, KERNEL_CACHE};
+    require_root("dnstap_events_of_cache_answers");
+    stay_on_one_cpu();
+    let prog = load_resolver(31);
+    let cache = prog.cache().unwrap();
+    let tel = prog.telemetry().unwrap();
+    let e = entry("t.example.org", A, false, body_a("t.example.org", 300, [198, 18, 9, 1]), 10, 300);
+    cache.insert(&e).unwrap();
+    let dns = query(&wire("t.example.org"), A, Opt::new(1232, false));
+    let f = frame(&Net::v6(), &dns);
+    tel.set_rules_tap(&[Rule::parse("path=kernel-auth").unwrap()], true).unwrap();
+    let (act, _, _) = verdict(&prog, &f);
+    assert_eq!(act, 3);
+    assert!(tel.take_events().unwrap().is_empty(), "a rule for the authoritative path only");
+    tel.set_rules_tap(&[Rule::parse("qname=example.org").unwrap()], true).unwrap();
+    let memo0 = prog.reply_counts().unwrap().0;
+    for i in 0..4 {
+        let (act, out, moved) = verdict(&prog, &f);
+        assert_eq!((act, moved.join(",")), (3, "cache_answered".to_string()), "ask {i}");
+        let recs = tel.take_events().unwrap();
+        assert_eq!(recs.len(), 1, "ask {i}: one record");
+        let ev = TelEvent::parse(&recs[0]).expect("a record");
+        assert_eq!(ev.path, KERNEL_CACHE, "ask {i}");
+        assert_eq!(ev.query, dns, "ask {i}: the query as sent");
+        assert_eq!(ev.response, dns_of(&out), "ask {i}: the answer as it left");
+        assert_eq!((ev.client.port(), ev.server.port()), (40000, 53));
+        assert_eq!(ev.client.ip().to_string(), "2001:db8::2");
+    }
+    assert!(prog.reply_counts().unwrap().0 > memo0, "the last ask came from the reply memo");
+    tel.set_rules(&[]).unwrap();
+}

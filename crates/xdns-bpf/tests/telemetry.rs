@@ -291,7 +291,8 @@ fn rule_edits_under_load_lose_no_query() {
 /// BPF_PROG_TEST_RUN; the end half's time is counted in the main program's): telemetry off,
 /// on with a rule for a userspace path only, with rules this query does not match (an
 /// address rule, a name rule), on for every
-/// answer, and with the probe option written. The states alternate in rounds; each round's
+/// answer, and with the probe option written; then with dnstap from XDP on: unselected by
+/// address, by name (the query copied, no record), and every answer to the ring. The states alternate in rounds; each round's
 /// ratio to the same round's "off" is printed, median and range, for docs/perf. Asserts only
 /// that each state answers as it should.
 #[test]
@@ -307,21 +308,26 @@ fn telemetry_perf() {
     assert!(stats_fd >= 0, "bpf_enable_stats: {stats_fd}");
     let plain = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(vec![])));
     let probed = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(probe_option(0))));
-    let states: [(&str, Vec<Rule>, &Vec<u8>); 6] = [
-        ("off", vec![], &plain),
+    // (what, rules, dnstap from XDP, frame)
+    let states: [(&str, Vec<Rule>, bool, &Vec<u8>); 9] = [
+        ("off", vec![], false, &plain),
         // what a rule for userspace paths alone would cost here (the daemon gives the kernel
         // none such: crates/xdns/src/telemetry.rs, kernel_rules; its cost is then "off")
-        ("on, userspace rule only (path=user-auth)", vec![Rule::parse("path=user-auth").unwrap()], &plain),
-        ("on, unselected (src=198.19.0.0/16)", vec![Rule::parse("src=198.19.0.0/16").unwrap()], &plain),
-        ("on, unselected (qname=nothing.invalid)", vec![Rule::parse("qname=nothing.invalid").unwrap()], &plain),
-        ("on, all selected", vec![Rule::parse("all").unwrap()], &plain),
-        ("on, all selected, probe written", vec![Rule::parse("all").unwrap()], &probed),
+        ("on, userspace rule only (path=user-auth)", vec![Rule::parse("path=user-auth").unwrap()], false, &plain),
+        ("on, unselected (src=198.19.0.0/16)", vec![Rule::parse("src=198.19.0.0/16").unwrap()], false, &plain),
+        ("on, unselected (qname=nothing.invalid)", vec![Rule::parse("qname=nothing.invalid").unwrap()], false, &plain),
+        ("on, all selected", vec![Rule::parse("all").unwrap()], false, &plain),
+        ("on, all selected, probe written", vec![Rule::parse("all").unwrap()], false, &probed),
+        // dnstap from XDP: the query copied by the begin half, the record written by the end
+        ("dnstap, unselected (src=198.19.0.0/16)", vec![Rule::parse("src=198.19.0.0/16").unwrap()], true, &plain),
+        ("dnstap, unselected (qname=nothing.invalid)", vec![Rule::parse("qname=nothing.invalid").unwrap()], true, &plain),
+        ("dnstap, all selected", vec![Rule::parse("all").unwrap()], true, &plain),
     ];
     let (rounds, runs) = (120, 400);
     let mut ns = vec![Vec::new(); states.len()];
     for _ in 0..rounds {
-        for (i, (what, rules, f)) in states.iter().enumerate() {
-            tel.set_rules(rules).unwrap();
+        for (i, (what, rules, tap, f)) in states.iter().enumerate() {
+            tel.set_rules_tap(rules, *tap).unwrap();
             assert_eq!(prog.test_run(f).unwrap().0, 3, "{what}: answered");
             let (c0, t0) = prog.run_stats().unwrap();
             for _ in 0..runs {
@@ -330,6 +336,10 @@ fn telemetry_perf() {
             let (c1, t1) = prog.run_stats().unwrap();
             assert!(c1 - c0 >= runs, "{what}: run_cnt counted");
             ns[i].push((t1 - t0) as f64 / (c1 - c0) as f64);
+            // read the ring outside the timed runs: it never fills (400 records, 64 KiB)
+            let n = tel.take_events().unwrap().len() as u64;
+            let want = if *tap && rules.len() == 1 && rules[0].to_string() == "all" { runs + 1 } else { 0 };
+            assert_eq!(n, want, "{what}: events");
         }
     }
     // SAFETY: the fd bpf_enable_stats returned, closed once.
@@ -345,11 +355,179 @@ fn telemetry_perf() {
         v[v.len() / 5]
     };
     let base = low(ns[0].clone());
-    for (i, (what, _, _)) in states.iter().enumerate() {
+    for (i, (what, _, _, _)) in states.iter().enumerate() {
         let ratios: Vec<f64> = ns[i].iter().zip(&ns[0]).map(|(a, b)| a / b).collect();
         let p20 = low(ns[i].clone());
         let (r, _, _) = median(ratios);
         println!("perf {p20:>6.1} ns/packet (p20 of rounds)  x{:.3} of off (p20)  x{r:.3} (median of round ratios)  telemetry {what}", p20 / base);
     }
+    tel.set_rules(&[]).unwrap();
+}
+
+/// The ring record the end half must write for query `q` (sent in `f`, over `net`) answered
+/// with `out`: the header (the times taken from `rec`, checked), the query's DNS message as
+/// received, the answer's as sent.
+fn want_event(net: &Net, q: &[u8], out: &[u8], rec: &[u8]) -> Result<Vec<u8>, String> {
+    if rec.len() < 64 {
+        return Err(format!("record of {} bytes", rec.len()));
+    }
+    let rx = u64::from_ne_bytes(rec[0..8].try_into().unwrap());
+    let tx = u64::from_ne_bytes(rec[8..16].try_into().unwrap());
+    if rx == 0 || tx < rx || tx - rx > 1_000_000_000 {
+        return Err(format!("rx {rx} tx {tx}"));
+    }
+    let mut w = Vec::new();
+    w.extend_from_slice(&rx.to_ne_bytes());
+    w.extend_from_slice(&tx.to_ne_bytes());
+    for a in [&net.src, &net.dst] {
+        let mut b = [0u8; 16];
+        b[..a.len()].copy_from_slice(a);
+        w.extend_from_slice(&b);
+    }
+    w.extend_from_slice(&net.sport.to_ne_bytes());
+    w.extend_from_slice(&net.dport.to_ne_bytes());
+    w.push(if net.v6 { 6 } else { 4 });
+    w.push(KERNEL_AUTH as u8);
+    let r = dns_of(out);
+    w.extend_from_slice(&(q.len() as u16).to_ne_bytes());
+    w.extend_from_slice(&(r.len() as u16).to_ne_bytes());
+    w.extend_from_slice(&net.vlan.map_or(0, |(_, tci)| tci & 0xfff).to_ne_bytes());
+    w.extend_from_slice(&[0; 4]);
+    w.extend_from_slice(q);
+    w.extend_from_slice(r);
+    Ok(w)
+}
+
+/// dnstap from XDP (bpf/telemetry.h, `xdns_tel_events`): for each row, over IPv4, IPv6, a
+/// VLAN tag, 802.1ad and IPv4 options, the exact bytes of the ring record of a selected answer
+/// (header, the query as received, the answer as sent: the probe option included), and no
+/// record for an unselected answer, for dnstap off, or for a query longer than 512 bytes
+/// (counted `dtap_long`). The answer is the same with dnstap on as off.
+#[test]
+fn dnstap_event_table() {
+    require_root("dnstap_event_table");
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    let mut long_pad = vec![0, 12];
+    long_pad.extend_from_slice(&520u16.to_be_bytes());
+    long_pad.extend(std::iter::repeat_n(0, 520));
+    #[derive(PartialEq)]
+    enum Tap {
+        Event,
+        None,
+        Long,
+    }
+    let rows: Vec<(&str, Vec<&str>, bool, Vec<u8>, Tap)> = vec![
+        ("selected, no OPT", vec!["all"], true, query(&wire("www.example.com"), A, None), Tap::Event),
+        ("selected, NODATA, OPT", vec!["qname=example.com"], true, query(&wire("WWW.example.com"), AAAA, opt_with(vec![])), Tap::Event),
+        ("selected, probe written", vec!["all"], true, query(&wire("www.example.com"), A, opt_with(probe_option(0))), Tap::Event),
+        ("selected by the second rule", vec!["qname=example.net", "qtype=A"], true, query(&wire("www.example.com"), A, None), Tap::Event),
+        ("dnstap off", vec!["all"], false, query(&wire("www.example.com"), A, None), Tap::None),
+        ("unselected: client prefix", vec!["src=198.19.0.0/16", "src=2001:db9::/32"], true, query(&wire("www.example.com"), A, None), Tap::None),
+        ("unselected: qname", vec!["qname=example.net"], true, query(&wire("www.example.com"), A, None), Tap::None),
+        ("unselected: path", vec!["path=kernel-cache"], true, query(&wire("www.example.com"), A, None), Tap::None),
+        ("query of 568 bytes", vec!["all"], true, query(&wire("www.example.com"), A, opt_with(long_pad.clone())), Tap::Long),
+    ];
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for (what, rules, tap, q, want) in &rows {
+        for (nname, net) in nets() {
+            count += 1;
+            let f = frame(&net, q);
+            tel.set_rules(&[]).unwrap();
+            let (act0, base, _) = verdict(&prog, &f);
+            let rules: Vec<Rule> = rules.iter().map(|t| Rule::parse(t).unwrap()).collect();
+            tel.set_rules_tap(&rules, *tap).unwrap();
+            let before = tel.histograms().unwrap()[KERNEL_AUTH].clone();
+            let (act, out, moved) = verdict(&prog, &f);
+            let after = tel.histograms().unwrap()[KERNEL_AUTH].clone();
+            let recs = tel.take_events().unwrap();
+            let res: Result<(), String> = (|| {
+                if act0 != 3 || act != 3 || moved != vec!["answered".to_string()] {
+                    return Err(format!("not answered: {act0} {act} {moved:?}"));
+                }
+                let probed = q.windows(2).any(|w| w == [0xfe, 0x1a]);
+                if probed && *want == Tap::Event {
+                    check_probe(&base, &out)?;
+                } else if out != base {
+                    return Err("the answer differs from dnstap off".into());
+                }
+                let (ev, long) = (after.dtap_events - before.dtap_events, after.dtap_long - before.dtap_long);
+                match want {
+                    Tap::Event => {
+                        if recs.len() != 1 || ev != 1 || long != 0 {
+                            return Err(format!("{} records, events {ev}, long {long}", recs.len()));
+                        }
+                        let w = want_event(&net, q, &out, &recs[0])?;
+                        if recs[0] != w {
+                            return Err(format!("record:\n  got  {:02x?}\n  want {w:02x?}", recs[0]));
+                        }
+                        let e = xdns_bpf::telemetry::TelEvent::parse(&recs[0]).ok_or("TelEvent::parse")?;
+                        if e.query != *q || e.response != dns_of(&out) || e.server.port() != 53 || e.client.port() != net.sport {
+                            return Err(format!("parsed: {e:?}"));
+                        }
+                    }
+                    Tap::None | Tap::Long => {
+                        if !recs.is_empty() || ev != 0 {
+                            return Err(format!("{} records, events {ev}", recs.len()));
+                        }
+                        if long != u64::from(*want == Tap::Long) {
+                            return Err(format!("dtap_long moved by {long}"));
+                        }
+                    }
+                }
+                if after.dtap_full != before.dtap_full {
+                    return Err("dtap_full moved".into());
+                }
+                Ok(())
+            })();
+            if let Err(e) = res {
+                failures.push(format!("{what} [{nname}]: {e}"));
+            }
+        }
+    }
+    tel.set_rules(&[]).unwrap();
+    println!("{count} dnstap rows, {} failures", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let (insns, verified) = prog.telemetry_insn_count().unwrap();
+    println!("telemetry end half: {insns} instructions, {verified} processed by the verifier");
+}
+
+/// dnstap from XDP with nobody reading the ring: once it is full, every further event is
+/// counted `dtap_full` and the answers leave exactly as before (never waited for); the
+/// records that fit are whole. A rule with sample=4 writes every fourth answer.
+#[test]
+fn dnstap_full_ring_counts_drops_and_answers_all() {
+    require_root("dnstap_full_ring_counts_drops_and_answers_all");
+    stay_on_one_cpu();
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    let q = query(&wire("www.example.com"), A, None);
+    let f = frame(&Net::v4(), &q);
+    let base = prog.test_run(&f).unwrap().1;
+    tel.set_rules_tap(&[Rule::parse("sample=4").unwrap()], true).unwrap();
+    for _ in 0..40 {
+        assert_eq!(prog.test_run(&f).unwrap(), (3, base.clone()));
+    }
+    assert_eq!(tel.take_events().unwrap().len(), 10, "one in four");
+    tel.set_rules_tap(&[Rule::parse("all").unwrap()], true).unwrap();
+    // 1 MiB of records of 64 + 33 + 49 bytes (160 in the ring): about 6,500 fit
+    let n = 9000u64;
+    for i in 0..n {
+        let (act, out) = prog.test_run(&f).unwrap();
+        assert!(act == 3 && out == base, "answer {i} changed by a full ring");
+    }
+    let h = tel.histograms().unwrap()[KERNEL_AUTH].clone();
+    println!("events {} ring full {}", h.dtap_events, h.dtap_full);
+    assert_eq!(h.dtap_events + h.dtap_full, n + 10);
+    assert!(h.dtap_full > 1000 && h.dtap_events > 5000, "{} written, {} dropped", h.dtap_events, h.dtap_full);
+    let recs = tel.take_events().unwrap();
+    assert_eq!(recs.len() as u64, h.dtap_events - 10);
+    assert!(recs.iter().all(|r| xdns_bpf::telemetry::TelEvent::parse(r).is_some_and(|e| e.query == q && e.response == dns_of(&base))));
+    // read: room again
+    prog.test_run(&f).unwrap();
+    assert_eq!(tel.take_events().unwrap().len(), 1);
     tel.set_rules(&[]).unwrap();
 }

@@ -112,6 +112,10 @@ pub struct Telemetry {
     tx: [AtomicU64; 4],
     /// The kernel's maps, with XDP on.
     kernel: ArcSwapOption<TelemetryMaps>,
+    /// `[dnstap] xdp`: the kernel answers the rules select go to dnstap too.
+    dnstap_xdp: std::sync::atomic::AtomicBool,
+    /// The thread reading the kernel's dnstap events (with the kernel's maps).
+    tap_reader: std::sync::Mutex<Option<crate::dnstap::kernel::Reader>>,
 }
 
 impl Default for Telemetry {
@@ -129,6 +133,8 @@ impl Default for Telemetry {
             rx_clock: AtomicU64::new(0),
             tx: Default::default(),
             kernel: ArcSwapOption::empty(),
+            dnstap_xdp: Default::default(),
+            tap_reader: Default::default(),
         }
     }
 }
@@ -171,17 +177,34 @@ impl Telemetry {
         self.upstream.clone()
     }
 
-    /// Use the kernel's maps from now on, and give them the rules.
+    /// Use the kernel's maps from now on, give them the rules, and read their dnstap events.
     pub fn attach_kernel(&self, maps: Option<TelemetryMaps>) {
-        self.kernel.store(maps.map(Arc::new));
+        let maps = maps.map(Arc::new);
+        let mut reader = self.tap_reader.lock().unwrap_or_else(|e| e.into_inner());
+        *reader = None; // the old reader stops first
+        self.kernel.store(maps.clone());
         self.push();
+        if let Some(m) = maps {
+            match crate::dnstap::kernel::Reader::start(m) {
+                Ok(r) => *reader = Some(r),
+                Err(e) => tracing::error!("dnstap from XDP: cannot start the reader thread: {e}"),
+            }
+        }
+    }
+
+    /// `[dnstap] xdp` (at start and reload): whether the kernel answers the rules select go
+    /// to dnstap too.
+    pub fn set_dnstap_xdp(&self, on: bool) {
+        if self.dnstap_xdp.swap(on, Ordering::Relaxed) != on {
+            self.push();
+        }
     }
 
     /// Give the kernel the rules that may select its answers (none: telemetry off there, one
-    /// map read per packet and no more).
+    /// map read per packet and no more), and whether their answers go to dnstap.
     fn push(&self) {
         if let Some(k) = self.kernel.load_full() {
-            if let Err(e) = k.set_rules(&kernel_rules(&self.sel.rules.load())) {
+            if let Err(e) = k.set_rules_tap(&kernel_rules(&self.sel.rules.load()), self.dnstap_xdp.load(Ordering::Relaxed)) {
                 tracing::error!("XDP telemetry rules not replaced: {e:#}");
             }
         }
@@ -277,6 +300,10 @@ impl Telemetry {
             ("tx_hardware", self.tx[TxClock::Hardware as usize].load(Ordering::Relaxed)),
             ("tx_read", self.tx[TxClock::Read as usize].load(Ordering::Relaxed)),
             ("tx_lost", self.tx[TxClock::Lost as usize].load(Ordering::Relaxed)),
+            ("dnstap_xdp_events", 0),
+            ("dnstap_xdp_ring_full", 0),
+            ("dnstap_xdp_too_long", 0),
+            ("dnstap_xdp_read", crate::dnstap::kernel::READ.load(Ordering::Relaxed)),
         ];
         if let Some(k) = self.kernel.load_full() {
             if let Ok(kh) = k.histograms() {
@@ -286,6 +313,9 @@ impl Telemetry {
                     c[2].1 += h.probe_bad;
                     c[3].1 += h.probe_room;
                     c[7].1 += h.rx_ktime;
+                    c[12].1 += h.dtap_events;
+                    c[13].1 += h.dtap_full;
+                    c[14].1 += h.dtap_long;
                 }
             }
         }
@@ -296,7 +326,7 @@ impl Telemetry {
         }
         s.groups.insert(
             "telemetry".into(),
-            crate::stats::Group::counters("Telemetry: rules set, in-band probes (written, bad option, no room), receive and transmit clocks of timed userspace answers (tx_lost: error-queue stamp never came back).", "counter", c.iter().map(|(k, v)| (k.to_string(), *v))),
+            crate::stats::Group::counters("Telemetry: rules set, in-band probes (written, bad option, no room), receive and transmit clocks of timed userspace answers (tx_lost: error-queue stamp never came back), dnstap from XDP (events the kernel wrote, lost to a full ring, not made for a message too long; read by the daemon).", "counter", c.iter().map(|(k, v)| (k.to_string(), *v))),
         );
     }
 }

@@ -18,12 +18,14 @@
 //! longer than [`IO_TIMEOUT`] gives the connection up) messages are dropped and counted
 //! (`dnstap.dropped_no_reader`), and the writer connects again every [`RETRY`]; an idle
 //! writer checks every [`RETRY`] that its reader is still there. The kernel
-//! path, or anything else, feeds the same queue through [`log`].
+//! path feeds the same queue through [`log`]: with `xdp = true`, the XDP answers a telemetry
+//! rule selects (its 1 in N), read from a ring buffer by [`kernel::Reader`].
 //!
 //! One sink per process ([`install`]): SIGHUP with changed settings stops the old writer
 //! (STOP, and FINISH awaited on a socket) and starts a new one; unchanged settings keep it.
 
 pub mod fstrm;
+pub mod kernel;
 pub mod proto;
 
 use std::io::{self, BufWriter, Write};
@@ -68,6 +70,8 @@ pub struct Settings {
     pub log_queries: bool,
     pub log_responses: bool,
     pub queue: usize,
+    /// The XDP answers the telemetry rules select go to dnstap too ([`kernel`]).
+    pub xdp: bool,
 }
 
 /// `[dnstap]` as written.
@@ -81,6 +85,7 @@ pub struct FileDnstap {
     log_queries: Option<bool>,
     log_responses: Option<bool>,
     queue: Option<Spanned<i64>>,
+    xdp: Option<bool>,
 }
 
 /// Longest unix socket path (`sun_path` less its NUL).
@@ -164,6 +169,7 @@ pub fn settings(
         log_queries,
         log_responses,
         queue,
+        xdp: f.xdp.unwrap_or(false),
     })
 }
 

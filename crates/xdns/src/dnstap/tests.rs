@@ -5,7 +5,7 @@ use std::io::Read;
 use std::os::unix::net::UnixListener;
 
 fn settings(sink: Sink, queue: usize) -> Settings {
-    Settings { sink, identity: "ns-test".into(), version: "xdns test".into(), log_queries: true, log_responses: true, queue }
+    Settings { sink, identity: "ns-test".into(), version: "xdns test".into(), log_queries: true, log_responses: true, queue, xdp: false }
 }
 
 fn msg(kind: Kind, wire: &[u8]) -> Message<'_> {
@@ -230,6 +230,12 @@ fn settings_are_validated() {
     assert_eq!(s.sink, Sink::File(dir.join("t.dnstap")));
     assert_eq!((s.identity.as_str(), s.log_queries, s.log_responses, s.queue), ("ns1", true, true, DEFAULT_QUEUE));
     assert!(s.version.starts_with("xdns "));
+    assert!(!s.xdp, "dnstap from XDP is off unless asked");
+    let on = parse("[dnstap]\nfile = \"t.dnstap\"\nxdp = true\n", &p, &Overrides::default()).unwrap();
+    assert!(on.dnstap.unwrap().xdp);
+    let errs = parse("[dnstap]\nfile = \"t.dnstap\"\n\nxdp = \"yes\"\n", &p, &Overrides::default()).unwrap_err();
+    assert_eq!(errs[0].line, Some(4), "{errs:?}");
+    assert!(errs[0].reason.contains("bool"), "{errs:?}");
     let bad = [
         ("[dnstap]\nidentity = \"x\"\n", "needs `socket`"),
         ("[dnstap]\nsocket = \"/run/a\"\nfile = \"/tmp/b\"\n", "both"),

@@ -208,6 +208,11 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     crate::progress::STARTUP.set_phase(crate::progress::Phase::Starting);
     shared.xdp_status.store(fp.as_ref().map(Fastpath::status));
     shared.telemetry.set(cfg.telemetry.clone());
+    let tap_xdp = cfg.dnstap.as_ref().is_some_and(|d| d.xdp);
+    shared.telemetry.set_dnstap_xdp(tap_xdp);
+    if tap_xdp && fp.is_none() {
+        tracing::warn!("[dnstap] xdp = true, but no XDP program is loaded: only userspace answers are logged");
+    }
     shared.telemetry.attach_kernel(fp.as_ref().and_then(|f| f.status().telemetry().ok()));
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = fp;
     push_guard_lists(&shared).await;

@@ -51,6 +51,7 @@ pub async fn reload(shared: &Arc<Shared>, current: Config, over: &Overrides) -> 
     if new_cfg.telemetry != current.telemetry {
         shared.telemetry.set(new_cfg.telemetry.clone()); // the file's rules replace live edits
     }
+    shared.telemetry.set_dnstap_xdp(new_cfg.dnstap.as_ref().is_some_and(|d| d.xdp));
     Config { zones: new_cfg.zones, edns_payload, resolver, guard: new_cfg.guard, dnstap: new_cfg.dnstap, telemetry: new_cfg.telemetry, ..current }
 }
 
