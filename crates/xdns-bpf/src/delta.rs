@@ -11,8 +11,9 @@
 //!   the additional section; CNAME targets: the chain), or a name below one whose existence
 //!   changed, and CNAMEs pointing at any of them, transitively;
 //! - when the SOA changed, every name with a stored SOA-carrying body. Names answering NODATA
-//!   from the apex's body (`XDNS_NODE_NODATA_APEX`) and NXDOMAIN (one body at the apex) need
-//!   nothing: they are rebased from the apex's bodies by the kernel.
+//!   from the apex's body (`XDNS_NODE_NODATA_APEX`), delegations without DS (their DS NODATA
+//!   is the apex's, `data::shareable`) and NXDOMAIN (one body at the apex) need nothing: they
+//!   are rebased from the apex's bodies by the kernel.
 //!
 //! It then compiles those names' keys in both versions ([`xdns_zone::lookup::keys_of_name`],
 //! the same rules as [`crate::data::compile_kernel_data`], shared NODATA included) and returns
@@ -26,7 +27,7 @@ use xdns_wire::{name, Body};
 use xdns_zone::lookup::{keys_of_name, BodyKey, BodyKind};
 use xdns_zone::{Zone, ZoneSet};
 
-use crate::data::{parent, same_when_rebased, AnswerEntry, Kind, NodeEntry};
+use crate::data::{parent, same_when_rebased, shareable, AnswerEntry, Kind, NodeEntry};
 
 /// A node's entry before and after (`None`: absent), with "has an `Other` body of its own".
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,7 +211,7 @@ fn name_state(zone: &Zone, apex_other: &Body, nm: &[u8]) -> (Option<(NodeEntry, 
     let mut answers = Vec::with_capacity(keys.len());
     for key in keys {
         let body = xdns_zone::compile::compile(zone, &key);
-        if key.kind == BodyKind::Other && key.base != zone.apex && same_when_rebased(apex_other, &body) {
+        if shareable(&key, &zone.apex) && same_when_rebased(apex_other, &body) {
             continue;
         }
         answers.push(AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body });
