@@ -12,10 +12,11 @@
 //!   brings its names along as changed owners, and no other name is looked at;
 //! - owners whose records name one of those (NS, MX, SRV, SVCB, HTTPS targets: the addresses in
 //!   the additional section; CNAME targets: the chain), or a name below one whose existence or
-//!   cut changed (a chain may now end elsewhere: NXDOMAIN, a wildcard, a referral), and CNAMEs
-//!   pointing at any of them, transitively. The zone is scanned for those owners only when the
-//!   index says some exist: an affected name pointed at by records of owners not affected
-//!   themselves (counts by target), or a moved name among the suffixes of CNAME targets;
+//!   cut changed (a chain may now end elsewhere: NXDOMAIN, a wildcard, a referral) or below
+//!   one of them that is a cut (a chain ends in its referral), and CNAMEs pointing at any of
+//!   them, transitively. The zone is scanned for those owners only when the index says some
+//!   exist: an affected name pointed at by records of owners not affected themselves (counts
+//!   by target), or a moved name or an affected cut among the suffixes of CNAME targets;
 //! - when the SOA changed, every name with a stored SOA-carrying body ([`soa_bound`]). Names
 //!   answering NODATA from the apex's body (`XDNS_NODE_NODATA_APEX`), delegations without DS
 //!   (their DS NODATA is the apex's, `data::shareable`) and NXDOMAIN (one body at the apex)
@@ -179,9 +180,39 @@ const DNAME: u16 = 39;
 const SVCB: u16 = 64;
 const HTTPS: u16 = 65;
 
-/// Does `b` carry the apex SOA (an authoritative negative answer)?
+/// Does `b` carry the apex SOA (an authoritative negative answer: an SOA record in its
+/// authority section)? A CNAME chain ending in a referral is authoritative and has NS there,
+/// no SOA. Bytes that do not parse count as carrying it.
 pub fn carries_soa(b: &Body) -> bool {
-    b.nscount > 0 && b.flags & 0x0400 != 0
+    if b.nscount == 0 || b.flags & 0x0400 == 0 {
+        return false;
+    }
+    // the type of each record of the answer and authority sections, in order
+    let mut at = 0usize;
+    let bytes = &b.bytes[..usize::from(b.an_ns_len).min(b.bytes.len())];
+    for i in 0..usize::from(b.ancount) + usize::from(b.nscount) {
+        // the owner: labels up to the root, or up to a compression pointer
+        loop {
+            match bytes.get(at) {
+                Some(0) => {
+                    at += 1;
+                    break;
+                }
+                Some(l) if l & 0xC0 == 0xC0 => {
+                    at += 2;
+                    break;
+                }
+                Some(&l) if l < 64 => at += 1 + usize::from(l),
+                _ => return true,
+            }
+        }
+        let (Some(t), Some(rdlen)) = (bytes.get(at..at + 2), bytes.get(at + 8..at + 10)) else { return true };
+        if i >= usize::from(b.ancount) && t == SOA.to_be_bytes() {
+            return true;
+        }
+        at += 10 + usize::from(u16::from_be_bytes([rdlen[0], rdlen[1]]));
+    }
+    false
 }
 
 /// The name a serial change must recompile for the stored body `a` if it carries the SOA:
@@ -369,8 +400,13 @@ pub fn zone_delta(
     moved.extend(flipped.iter().cloned());
     let mut lens = [false; 256];
     affected.iter().for_each(|n| lens[n.len().min(255)] = true);
+    // a cut in either version: a chain to a name below it ends in its referral
+    let is_cut = |n: &[u8]| n != apex && [oz, nz].iter().any(|z| z.nodes.get(n).is_some_and(|x| x.rrset(NS).is_some()));
     let depends = |t: &[u8], set: &HashSet<Vec<u8>>, lens: &[bool; 256]| -> bool {
-        (lens[t.len().min(255)] && set.contains(t)) || moved.iter().any(|e| t.len() > e.len() && name::is_subdomain(t, e))
+        let has = |n: &[u8]| lens[n.len().min(255)] && set.contains(n);
+        has(t)
+            || moved.iter().any(|e| t.len() > e.len() && name::is_subdomain(t, e))
+            || name::suffix_offsets(t).skip(1).map(|o| &t[o..]).take_while(|s| s.len() > apex.len()).any(|s| has(s) && is_cut(s))
     };
     // Scan for dependents only when some may exist: an affected name that records of owners
     // not affected point at (the index's count is more than the affected owners' own
@@ -394,7 +430,8 @@ pub fn zone_delta(
         let h = target_hash(n);
         index.targets.get(&h).copied().unwrap_or(0) > from_affected.get(&h).copied().unwrap_or(0)
     });
-    let scan = pointed_at || moved.iter().any(|e| index.cname_suffixes.contains(&target_hash(e)));
+    let scan = pointed_at
+        || moved.iter().chain(affected.iter().filter(|n| is_cut(n))).any(|e| index.cname_suffixes.contains(&target_hash(e)));
     // one pass over the new version: direct dependents, and the CNAME edges for the closure
     let mut cnames: Vec<(&[u8], Cow<'_, [u8]>)> = Vec::new();
     let mut dependents: HashSet<Vec<u8>> = HashSet::new();
@@ -752,7 +789,7 @@ mod tests {
             ("a hoster's delegation removed", Box::new(|h: &mut Hosts| tld_remove(h, 4))),
             ("a DS added", Box::new(|h: &mut Hosts| h.get_mut("d2").unwrap().push(format!("DS 1 13 2 {:064x}", 255)))),
             ("a DS removed", Box::new(|h: &mut Hosts| h.get_mut("d5").unwrap().retain(|r| !r.starts_with("DS")))),
-            ("a glue address changed", Box::new(|h: &mut Hosts| drop(h.insert("ns2.d3".into(), vec!["A 198.18.11.1".into()])))),
+            ("a glue address changed", Box::new(|h: &mut Hosts| drop(h.insert("ns2.d6".into(), vec!["A 198.18.11.1".into()])))),
         ];
         for (what, change) in cases {
             let mut h = hosts.clone();
@@ -845,6 +882,44 @@ mod tests {
             zones = new;
         }
         (in_place, scans)
+    }
+
+    /// Which compiled bodies carry the SOA: negative answers (NODATA, NXDOMAIN, a chain
+    /// ending in either), not a chain ending in a referral (authoritative, NS in authority),
+    /// a referral or a positive answer.
+    #[test]
+    fn carries_soa_reads_the_authority_section() {
+        let dir = std::env::temp_dir().join(format!("xdns-delta-soa-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut hosts = Hosts::new();
+        hosts.insert("a".into(), vec!["A 198.18.0.9".into()]);
+        hosts.insert("sub".into(), vec!["NS ns.sub".into(), "NS ns.other.".into()]);
+        hosts.insert("ns.sub".into(), vec!["A 198.18.0.10".into()]);
+        hosts.insert("toref".into(), vec!["CNAME x.sub".into()]);
+        hosts.insert("tonx".into(), vec!["CNAME nothere".into()]);
+        hosts.insert("toa".into(), vec!["CNAME a".into()]);
+        let set = load(&dir, &text(1, &hosts));
+        let z = set.zones.values().next().unwrap();
+        let body = |n: &str, kind: BodyKind| {
+            let base = xdns_wire::name::from_presentation(&format!("{n}.{APEX}")).unwrap().into_boxed_slice();
+            xdns_zone::compile::compile(z, &BodyKey { base, kind })
+        };
+        let cases = [
+            ("a", BodyKind::Other, true),
+            ("a", BodyKind::Type(1), false),
+            ("a", BodyKind::NxDomain, true),
+            ("sub", BodyKind::Other, false),
+            ("sub", BodyKind::Type(43), true),
+            ("toref", BodyKind::Type(1), false),
+            ("tonx", BodyKind::Type(1), true),
+            ("toa", BodyKind::Type(16), true),
+            ("toa", BodyKind::Type(1), false),
+        ];
+        for (n, kind, want) in cases {
+            let b = body(n, kind);
+            assert_eq!(carries_soa(&b), want, "{n} {kind:?}: {b:?}");
+        }
+        assert!(body("toref", BodyKind::Type(1)).flags & 0x0400 != 0 && body("toref", BodyKind::Type(1)).nscount > 0, "AA and NS: the old test said SOA");
     }
 
     /// What the incremental path declines, with its reason: a wildcard's change; and more
