@@ -783,7 +783,8 @@ mod tests {
         let apex = xdns_wire::name::from_presentation(APEX).unwrap();
         let data = compile_kernel_data(&old);
         let index = ZoneIndex::build(old.zones.values().next().unwrap(), soa_bound(&data.answers, &apex), 1000);
-        let cases: Vec<(&str, Box<dyn Fn(&mut Hosts)>)> = vec![
+        type Change = Box<dyn Fn(&mut Hosts)>;
+        let cases: Vec<(&str, Change)> = vec![
             ("a delegation added with glue and DS", Box::new(|h: &mut Hosts| tld_delegation(h, 60, true, true, 1))),
             ("a hoster's delegation added", Box::new(|h: &mut Hosts| tld_delegation(h, 61, false, false, 1))),
             ("a hoster's delegation removed", Box::new(|h: &mut Hosts| tld_remove(h, 4))),
