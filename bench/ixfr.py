@@ -6,7 +6,9 @@
 Needs root, knotd, knotc. The zone (bench/genzone.py's shapes, or `plain`: N `hN A` records,
 the zone the first measurements used) is generated once into bench/out/ and given to both
 Knot (primary) and xdns (the secondary's stored copy, so its kernel maps are sized for it at
-start). Each change adds one A record under a new name with `knotc zone-begin/set/commit`.
+start). Each change adds, with `knotc zone-begin/set/commit`, one A record under a new name
+(`--change a`), or a registry's change (`--change delegation`): a new delegation with two NS
+inside it, their glue (A) and a DS, answered by a referral to a query below it.
 
 Per change: **served** (the new record answered, by userspace first), **done** (xdns stats
 counts the transfer: the kernel update is part of it), the transfer's own phases from the
@@ -37,6 +39,7 @@ from lab import Lab  # noqa: E402
 
 import dns.message  # noqa: E402
 import dns.rcode  # noqa: E402
+import dns.rdatatype  # noqa: E402
 
 ORIGIN = "ixfr.test."
 
@@ -58,7 +61,7 @@ def zone_file(records: int, shape: str) -> Path:
 
 
 def ask(lab: Lab, addr: str, name: str, timeout: float = 0.2):
-    """A query from the lab's client (RD=0, as the tests ask)."""
+    """A query of type A from the lab's client (RD=0, as the tests ask)."""
     q = dns.message.make_query(name, "A")
     q.flags = 0
     wire = lab.udp(addr, q.to_wire(), timeout=timeout)
@@ -70,6 +73,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--shape", choices=["plain", "hosts", "tld"], default="plain")
     ap.add_argument("--changes", type=int, default=5)
+    ap.add_argument("--change", choices=["a", "delegation"], default="a",
+                    help="one A record at a new name, or a new delegation with NS, glue and DS")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds between the kernel holding the zone and the first change")
     ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
     args = ap.parse_args()
@@ -114,14 +119,26 @@ def main() -> int:
                 n = transfer()["transfers"]
                 name = f"ixfr-{i}-{int(time.time())}.{ORIGIN}"
                 lab.knotc(knot, "zone-begin", ORIGIN)
-                lab.knotc(knot, "zone-set", ORIGIN, name, "300", "A", "198.18.9.9")
+                if args.change == "a":
+                    lab.knotc(knot, "zone-set", ORIGIN, name, "300", "A", "198.18.9.9")
+                else:
+                    for ns, addr in (("ns1", "198.18.9.1"), ("ns2", "198.18.9.2")):
+                        lab.knotc(knot, "zone-set", ORIGIN, name, "86400", "NS", f"{ns}.{name}")
+                        lab.knotc(knot, "zone-set", ORIGIN, f"{ns}.{name}", "86400", "A", addr)
+                    lab.knotc(knot, "zone-set", ORIGIN, name, "86400", "DS", "12345", "13", "2", f"{i + 1:064x}")
+                    name = f"www.{name}"  # below the cut: the new referral
                 c = time.monotonic()
                 lab.knotc(knot, "zone-commit", ORIGIN)
+
+                def is_new(m) -> bool:
+                    if m is None or m.rcode() != dns.rcode.NOERROR:
+                        return False
+                    return bool(m.answer) if args.change == "a" else any(r.rdtype == dns.rdatatype.NS for r in m.authority)
                 served = done = None
                 while time.monotonic() - c < 120:
                     if served is None:
                         m = ask(lab, srv.addr4, name)
-                        if m is not None and m.rcode() == dns.rcode.NOERROR and m.answer:
+                        if is_new(m):
                             served = time.monotonic() - c
                     if transfer()["transfers"] > n:
                         done = time.monotonic() - c
@@ -143,9 +160,9 @@ def main() -> int:
         finally:
             lab.stop(srv)
             lab.stop(knot)
-            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
-    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.label if args.label else ''}.json"
-    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "full_at_start": full, "rss_mb_before_changes": rss_start,
+            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
+    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-' + args.label if args.label else ''}.json"
+    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "change": args.change, "full_at_start": full, "rss_mb_before_changes": rss_start,
                                "changes": results}, indent=1))
     return 0
 

@@ -12,6 +12,7 @@
 #define XDNS_HDR_LEN 12
 #define XDNS_OPT_LEN 11         /* root owner, type, class, ttl, rdlength */
 #define XDNS_TYPE_OPT 41
+#define XDNS_TYPE_DS 43
 #define XDNS_CLASS_IN 1
 #define XDNS_F_QR 0x8000
 #define XDNS_F_OPCODE 0x7800

@@ -179,7 +179,8 @@ static __always_inline struct xdns_answer_s *xdns_answer_get(struct xdns_scratch
 
 /*
  * The body for (name, qtype). Order (the engine's select): exact Type(qtype); node at/below a
- * cut -> Other at the cut; exact -> Other (the apex's, rebased, when the node says its own
+ * cut -> Other at the cut (DS at the cut itself without a Type(DS) body: the apex's Other,
+ * rebased); exact -> Other (the apex's, rebased, when the node says its own
  * would be the same bytes: XDNS_NODE_NODATA_APEX); wildcard child -> Wildcard(qtype) / WildcardOther at
  * the closest encloser; else NxDomain at the apex.
  *
@@ -224,7 +225,12 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 			goto found;
 	}
 	sc->lookup.direct = 0;
-	sc->lookup.no_direct = 0;
+	/*
+	 * A DS query the fast path did not answer walks with node lookups: at a cut itself it
+	 * is the parent's NODATA (the apex's Other, below), not the referral the cut's flag
+	 * would give without the node.
+	 */
+	sc->lookup.no_direct = q->qtype == XDNS_TYPE_DS;
 	bpf_loop(XDNS_TURNS(128), xdns_encloser_labels, &wc, 0);
 	if (sc->lookup.direct) {
 		/*
@@ -260,9 +266,16 @@ static __always_inline enum xdns_verdict xdns_select(struct xdns_scratch *sc, co
 	ce_hash = sc->lookup.ce_hash;
 	exact = sc->lookup.ce_len == q->qlen;
 
-	/* exact Type(qtype) was the fast path's lookup */
+	/*
+	 * exact Type(qtype) was the fast path's lookup. At or below a cut: the referral (Other
+	 * at the cut), except a DS query at the cut itself, which found no Type(DS) body of the
+	 * cut's own (a cut without DS whose NODATA is the apex's Other rebased, left out like a
+	 * node's NODATA_APEX body): the apex's Other.
+	 */
 	if (ce.flags & XDNS_NODE_CUT)
-		a = xdns_answer_get(sc, key, ce.cut_hash, XDNS_KIND_OTHER, 0);
+		a = xdns_answer_get(sc, key,
+				    (exact && q->qtype == XDNS_TYPE_DS && ce.cut_hash == ce_hash) ? ce.apex_hash : ce.cut_hash,
+				    XDNS_KIND_OTHER, 0);
 	else if (exact)
 		a = xdns_answer_get(sc, key, (ce.flags & XDNS_NODE_NODATA_APEX) ? ce.apex_hash : ce_hash,
 				    XDNS_KIND_OTHER, 0);

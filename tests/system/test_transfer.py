@@ -6,6 +6,8 @@ Knot DNS is the primary, with TSIG and NOTIFY; xdns transfers from it:
 - the first AXFR, then a change on Knot (`knotc zone-begin/set/commit`) → NOTIFY → IXFR → the
   new record answered by xdns within 1 s, with and without XDP (with XDP the kernel answers
   it: its answer counter grows);
+- a registry's zone (TLD-shaped): delegations added and removed with glue and DS, DS added
+  and removed, glue changed, each made in place in the kernel and answered by it;
 - the transferred zone answers the whole differential corpus as the same zone loaded from
   its file does, and a few names as Knot does;
 - a wrong TSIG key gets nothing; NOTIFY unsigned, badly signed or from elsewhere is refused
@@ -244,6 +246,101 @@ def test_secondary_axfr_notify_ixfr(lab, primary, xdp):
         assert srv.alive(), srv.stderr()[-3000:]
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
         assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+
+
+def test_tld_ixfr_in_place(lab):
+    """A registry's zone (bench/genzone.py's TLD shape, 30,000 records: about 8,000
+    delegations without DS, more than the in-place limit of names whose stored bodies would
+    carry the SOA): every change a registry makes goes live in the kernel in place, not as a
+    new generation, and the kernel answers it: a delegation added with NS, glue and DS (the
+    referral below it, its DS), a DS added to a delegation and one removed (the DS NODATA,
+    the apex's body rebased), a glue address changed, the delegation removed (NXDOMAIN)."""
+    origin = "tld.test."
+    zone = lab.dir / "tld.zone"
+    run(["/usr/bin/python3", str(REPO / "bench" / "genzone.py"), "--shape", "tld", "--records", "30000",
+         "--origin", origin, "-o", str(zone)])
+    text = zone.read_text()
+    with_ds = next(ln.split()[0] for ln in text.splitlines() if " IN DS " in ln)
+    glued = next(ln.split()[0] for ln in text.splitlines() if ln.startswith("ns1.d") and " IN A " in ln)
+    without = next(f"d{i}" for i in range(100) if f"\nd{i} IN DS " not in text)
+    sec = lab.new_address()
+    knot = lab.start_knot_primary([(origin, zone)], name="knot-tld", notify=[f"{sec[0]}@53"])
+    srv = lab.start_xdns([], name="xdns-tld", extra=secondary_toml(origin, knot.addr4), xdp="default", addrs=sec)
+    try:
+        lab.wait_answering(srv.addr4, origin, srv.proc)
+
+        def kernel_has_zone():
+            # the first AXFR reaches the kernel after userspace serves it
+            lab.wait_xdp_data(srv)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            ask(lab, srv.addr4, origin, "SOA", timeout=0.2)
+            return lab.xdns_stats(srv)["xdp"]["answered"] > before
+        wait_for("the zone in the kernel", kernel_has_zone, 30, step=0.1)
+
+        def in_kernel(qname, rtype, check):
+            """Five queries, each passing `check`, all answered by the kernel."""
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            for _ in range(5):
+                m = ask(lab, srv.addr4, qname, rtype)
+                assert check(m), (qname, rtype, m)
+            st = lab.xdns_stats(srv)
+            assert st["xdp"]["answered"] - before >= 5, (qname, rtype, {k: v for k, v in st["xdp"].items() if v})
+
+        def change(sets=(), unsets=()):
+            n = zone_stats(lab, srv, origin)["transfer"]["transfers"]
+            lab.knotc(knot, "zone-begin", origin)
+            for u in unsets:
+                lab.knotc(knot, "zone-unset", origin, *u)
+            for r in sets:
+                lab.knotc(knot, "zone-set", origin, *r)
+            lab.knotc(knot, "zone-commit", origin)
+            wait_for("the IXFR", lambda: zone_stats(lab, srv, origin)["transfer"]["transfers"] > n, 5)
+            lab.wait_xdp_data(srv)
+            t = zone_stats(lab, srv, origin)["transfer"]
+            assert t["last_transfer"] == "ixfr", t
+            assert t["last_kernel_update"].startswith("in place"), t
+            return t
+
+        def ds_nodata(m):
+            return (m.rcode() == dns.rcode.NOERROR and not m.answer and m.flags & 0x0400
+                    and [r.rdtype for r in m.authority] == [dns.rdatatype.SOA])
+
+        def referral(cut):
+            return lambda m: (m.rcode() == dns.rcode.NOERROR and not m.answer and not m.flags & 0x0400
+                              and any(r.rdtype == dns.rdatatype.NS and r.name.to_text() == cut for r in m.authority))
+
+        def has_ds(m):
+            return m.rcode() == dns.rcode.NOERROR and [r.rdtype for r in m.answer] == [dns.rdatatype.DS]
+
+        # before any change: the shared DS NODATA and a DS answer, from the kernel
+        in_kernel(f"{without}.{origin}", "DS", ds_nodata)
+        in_kernel(f"{with_ds}.{origin}", "DS", has_ds)
+        # a delegation added with NS, glue and DS
+        new = f"newreg.{origin}"
+        change(sets=[(new, "86400", "NS", f"ns1.{new}"), (new, "86400", "NS", f"ns2.{new}"),
+                     (f"ns1.{new}", "86400", "A", "198.18.40.1"), (f"ns2.{new}", "86400", "A", "198.18.40.2"),
+                     (new, "86400", "DS", "12345", "13", "2", "ab" * 32)])
+        in_kernel(f"www.{new}", "A", referral(new))
+        in_kernel(new, "DS", has_ds)
+        # a DS added, a DS removed
+        change(sets=[(f"{without}.{origin}", "86400", "DS", "4242", "13", "2", "cd" * 32)])
+        in_kernel(f"{without}.{origin}", "DS", has_ds)
+        change(unsets=[(f"{with_ds}.{origin}", "DS")])
+        in_kernel(f"{with_ds}.{origin}", "DS", ds_nodata)
+        # a glue address changed: the referral carries the new one
+        change(unsets=[(f"{glued}.{origin}", "A")], sets=[(f"{glued}.{origin}", "86400", "A", "198.18.41.1")])
+        cut = glued.split(".", 1)[1]
+        in_kernel(f"x.{cut}.{origin}", "A", lambda m: referral(f"{cut}.{origin}")(m) and any(
+            rd.to_text() == "198.18.41.1" for r in m.additional for rd in r))
+        # the new delegation removed with its glue: NXDOMAIN
+        t = change(unsets=[(new,), (f"ns1.{new}",), (f"ns2.{new}",)])
+        in_kernel(f"www.{new}", "A", lambda m: m.rcode() == dns.rcode.NXDOMAIN)
+        assert (t["kernel_in_place"], t["kernel_full"]) == (5, 0), t
+    finally:
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        lab.stop(knot)
 
 
 def test_transferred_zone_answers_as_the_loaded_one(lab, primary):

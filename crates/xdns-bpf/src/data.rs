@@ -9,7 +9,13 @@
 //! difference in name length, which is what the kernel does for NXDOMAIN bodies anyway. So
 //! [`compile_kernel_data`] leaves a name's `Other` body out when it is exactly the apex's,
 //! rebased ([`same_when_rebased`]), and [`encode`] marks every node without an `Other` body of
-//! its own `XDNS_NODE_NODATA_APEX`: the kernel then looks `Other` up at the apex.
+//! its own `XDNS_NODE_NODATA_APEX`: the kernel then looks `Other` up at the apex. The same
+//! holds for the NODATA a delegation without DS answers to a DS query (the parent's answer,
+//! AA=1, the apex SOA): its `Type(DS)` body is left out when it is the apex's `Other` rebased
+//! ([`shareable`]), and the kernel, asked for DS at the cut itself and finding no `Type(DS)`
+//! body there, takes the apex's `Other`. So no per-name body carries the SOA for such a cut,
+//! and a change of the SOA serial has nothing to rewrite there (issue 28; a TLD's
+//! delegations are mostly without DS).
 //!
 //! Signed zones (issue 28): every `Type` and `Other` key also gets its DO=1 body
 //! (`xdns_zone::compile::compile_dnssec`, the base standing for the question) as
@@ -111,9 +117,9 @@ impl From<xdns_zone::lookup::BodyKind> for Kind {
 /// Everything the kernel needs for `zones`: the nodes of [`kernel_nodes`] and, for every key
 /// of the engine's `enumerate`, the engine's compiled body (bytes never re-encoded here).
 /// Keys whose base name belongs to another (child) zone served here are left out, so a
-/// parent's referral never shadows the child's own answers. A name's `Other` body that is
-/// the apex's `Other` body rebased ([`same_when_rebased`]) is left out too: the kernel
-/// answers it from the apex's (see the module documentation).
+/// parent's referral never shadows the child's own answers. A name's `Other` body (and a
+/// cut's `Type(DS)` body) that is the apex's `Other` body rebased ([`same_when_rebased`]) is
+/// left out too: the kernel answers it from the apex's (see the module documentation).
 ///
 /// Order: zones by apex, then the engine's `enumerate` order (names sorted), so the same zones
 /// always give the same data without sorting every body.
@@ -196,7 +202,7 @@ impl<'a> ZoneCompiler<'a> {
         body.bytes.shrink_to_fit();
         body.fixups.shrink_to_fit();
         // A signed zone's nodes keep their own `Other`: its DO body is looked up beside it.
-        if !self.signed && key.kind == BodyKind::Other && key.base != self.zone.apex && self.apex.matches(&body) {
+        if !self.signed && shareable(&key, &self.zone.apex) && self.apex.matches(&body) {
             return (None, None);
         }
         let do_kind = match key.kind {
@@ -215,6 +221,17 @@ impl<'a> ZoneCompiler<'a> {
         (d, Some(AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body }))
     }
 }
+
+/// May `key`'s body be left out when it is the apex's `Other` body rebased? A name's `Other`
+/// (its NODATA; the kernel takes the apex's for a node marked `XDNS_NODE_NODATA_APEX`) and a
+/// `Type(DS)` (at a cut without DS, the NODATA the parent answers: the kernel takes the
+/// apex's `Other` when the cut itself is asked for DS and has no `Type(DS)` body, bpf/lookup.h).
+/// Never the apex's own.
+pub fn shareable(key: &BodyKey, apex: &[u8]) -> bool {
+    matches!(key.kind, BodyKind::Other | BodyKind::Type(DS)) && &key.base[..] != apex
+}
+
+const DS: u16 = 43;
 
 /// What the kernel maps must hold for a zone set, to size them before the program is loaded
 /// (`runtime::Capacity::for_shape`): exact from the data ([`Self::of`]) or estimated from the

@@ -1213,6 +1213,7 @@ mod tests {
             answers: vec![crate::delta::AnswerChange { base: name.clone(), kind: Kind::Type(1), old: None, new: Some(body) }],
             names: 1,
             soa_bound: Vec::new(),
+            scanned: false,
         };
         let applied = l.apply(&mut maps, &delta).unwrap();
         assert_eq!((applied.nodes, applied.answers), (1, 1));

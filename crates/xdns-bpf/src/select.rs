@@ -27,7 +27,7 @@ pub struct Chosen {
 /// closest encloser deepest suffix first (none with fewer labels than the label floor), each
 /// lookup only when its presence-filter bit is set, then
 /// the engine's order (an exact node marked `XDNS_NODE_NODATA_APEX` takes `Other` from its
-/// apex).
+/// apex, and so does a DS query at a cut that has no `Type(DS)` body).
 pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> Result<Chosen, Miss> {
     let get = |hash: u64, kind: Kind| {
         let (k, t) = kind.abi();
@@ -49,8 +49,9 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
     // The deepest suffix that may exist, when flagged, answers without its node: the referral
     // at a cut (the cut itself too), NXDOMAIN at an apex, Wildcard at a wildcard parent (the
     // base length guards as in the fast path).
+    // (not for DS: at a cut itself that is the parent's NODATA, which needs the node)
     let deepest = suffixes.iter().skip(floor).rev().find(|&&(_, h)| maps.maybe(r#gen, h, FILTER_NODE));
-    if let Some(&(off, hash)) = deepest {
+    if let (Some(&(off, hash)), false) = (deepest, qtype == DS) {
         let direct = if maps.maybe(r#gen, hash, FILTER_CUT) {
             // every node may have an Other body; only a cut's, the referral, is not authoritative
             get(hash, Kind::Other).filter(|c| c.answer.flags & 0x0400 == 0)
@@ -83,7 +84,9 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
     let (hash, len, node) = ce.ok_or(Miss::NoZone)?;
     let exact = len == qname.len();
     let found = if node.flags & NODE_CUT != 0 {
-        get(node.cut_hash, Kind::Other)
+        // DS at the cut itself without a Type(DS) body (the fast path's miss): the apex's NODATA
+        let ds_at_cut = exact && qtype == DS && node.cut_hash == hash;
+        get(if ds_at_cut { node.apex_hash } else { node.cut_hash }, Kind::Other)
     } else if exact {
         get(if node.flags & NODE_NODATA_APEX != 0 { node.apex_hash } else { hash }, Kind::Other)
     } else if node.flags & NODE_WILDCARD != 0 {
@@ -93,6 +96,8 @@ pub fn select(maps: &MemMaps, seed: u64, gen: u32, qname: &[u8], qtype: u16) -> 
     };
     found.ok_or(Miss::NoBody)
 }
+
+const DS: u16 = 43;
 
 /// The answer key the kernel would use for an engine body key, for comparisons.
 pub fn key_of(seed: u64, gen: u32, base: &[u8], kind: Kind) -> xdns_answer_key {

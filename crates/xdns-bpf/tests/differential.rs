@@ -11,6 +11,9 @@
 //! - `nodata_shared_select` (no root) / `nodata_shared_xdp` (root): a NODATA for a name whose
 //!   `Other` body is the apex's rebased is answered from the apex's body (no entry of its
 //!   own), one whose body differs keeps its own; both equal userspace byte for byte.
+//! - `ds_nodata_shared_select` (no root) / `ds_nodata_shared_xdp` (root): the same for DS at a
+//!   delegation without DS (the apex's `Other` body, no DS body of the cut's own), beside
+//!   NXDOMAIN, NODATA, referrals and a DS answer in the same zone.
 
 mod common;
 
@@ -130,11 +133,11 @@ fn compare_select(zones: &ZoneSet) -> usize {
                 Some(z) => {
                     let want = xdns_zone::lookup::select(z, &key, qt, Transport::Udp);
                     let got = kernel.unwrap_or_else(|e| panic!("{name:?}/{qt}: kernel {e:?}, engine {want:?}"));
-                    if want.kind == xdns_zone::BodyKind::Other
-                        && want.base != z.apex
+                    if xdns_bpf::data::shareable(&want, &z.apex)
                         && got.key.hash == key_of(loader.seed(), gen, &z.apex, Kind::Other).hash
                     {
-                        // a shared NODATA body: the apex's, which must be this name's rebased
+                        // a shared NODATA body (a name's, or a cut's DS NODATA): the apex's,
+                        // which must be this key's rebased
                         let apex = xdns_zone::BodyKey { base: z.apex.clone(), kind: xdns_zone::BodyKind::Other };
                         assert!(
                             same_when_rebased(&xdns_zone::compile(z, &apex), &xdns_zone::compile(z, &want)),
@@ -228,6 +231,104 @@ fn nodata_shared_xdp() {
         }
     }
     assert_eq!(n, 18);
+}
+
+/// A registry's zone: delegations without DS (`nods`, glue inside; `hosted`, name servers
+/// outside), one with DS (`signed`), a CNAME to a delegation, a name with data.
+fn ds_zones() -> ZoneSet {
+    // one directory per call: the tests run in parallel, and each removes its own
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("xdns-bpf-ds-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("t.zone"),
+        "$TTL 86400\n@ SOA a.nic hostmaster 7 1800 900 604800 3600\n@ NS a.nic\na.nic A 198.18.0.1\n\
+         nods NS ns1.nods\nnods NS ns2.nods\nns1.nods A 198.18.0.2\nns1.nods AAAA 2001:db8::2\nns2.nods A 198.18.0.3\n\
+         hosted NS ns1.hoster.example.\nhosted NS ns2.hoster.example.\n\
+         signed NS ns.hoster.example.\nsigned DS 12345 13 2 ddc6e2b224d0fd821669202258386936fc9ce2899e215eec6322b95f8dd96d6a\n\
+         www CNAME hosted\nplain TXT \"x\"\n",
+    )
+    .unwrap();
+    let mut set = ZoneSet::default();
+    let z = load_zone(&ZoneSource { name: "ds.test.".into(), file: dir.join("t.zone") }, None).unwrap_or_else(|e| panic!("{e:?}"));
+    set.zones.insert(z.apex.clone(), Arc::new(z));
+    std::fs::remove_dir_all(&dir).unwrap();
+    set
+}
+
+/// A delegation without DS stores no DS NODATA body (the apex's `Other`, rebased, is the
+/// same bytes); one with DS keeps its DS answer; the kernel's lookup picks the apex's
+/// `Other` for DS at the cut itself, the referral for DS below it, and the engine's key for
+/// every query of the corpus.
+#[test]
+fn ds_nodata_shared_select() {
+    let zones = ds_zones();
+    let data = compile_kernel_data(&zones);
+    let ds_body = |n: &str| data.answers.iter().any(|a| a.base == wire(n) && a.kind == Kind::Type(43));
+    for n in ["nods.ds.test", "hosted.ds.test"] {
+        assert!(!ds_body(n), "{n}: no DS NODATA body of its own");
+    }
+    assert!(ds_body("signed.ds.test"), "signed.ds.test: its DS answer");
+    let ds: Vec<_> = data.answers.iter().filter(|a| a.kind == Kind::Type(43)).collect();
+    assert_eq!(ds.len(), 1, "one DS body stored: the DS answer");
+    assert!(!xdns_bpf::delta::carries_soa(&ds[0].body), "no stored DS body carries the SOA");
+    let mut maps = MemMaps::default();
+    let mut loader = Loader::new(99);
+    loader.install(&mut maps, &data).unwrap();
+    let gen = maps.active_generation().unwrap();
+    let id = |k: xdns_bpf::types::xdns_answer_key| (k.hash, k.kind, k.qtype);
+    let pick = |n: &str, t: u16| id(select(&maps, loader.seed(), gen, &wire(n), t).unwrap().key);
+    let apex_other = id(key_of(loader.seed(), gen, &wire("ds.test"), Kind::Other));
+    assert_eq!(pick("nods.ds.test", 43), apex_other, "DS at a cut without DS: the apex's NODATA");
+    assert_eq!(pick("hosted.ds.test", 43), apex_other);
+    assert_eq!(pick("signed.ds.test", 43), id(key_of(loader.seed(), gen, &wire("signed.ds.test"), Kind::Type(43))));
+    let referral = id(key_of(loader.seed(), gen, &wire("nods.ds.test"), Kind::Other));
+    for (n, t) in [("ns1.nods.ds.test", 43), ("x.nods.ds.test", 43), ("nods.ds.test", 1), ("nods.ds.test", 2)] {
+        assert_eq!(pick(n, t), referral, "{n}/{t}: the referral");
+    }
+    assert!(compare_select(&zones) > 100);
+}
+
+/// The kernel answers DS at a delegation without DS from the apex's body, byte for byte as
+/// userspace (AA=1, the SOA with its negative TTL), with and without EDNS, in mixed case,
+/// over IPv4 and IPv6; and beside it in the same zone NXDOMAIN, NODATA, referrals (DS below
+/// a cut too) and a DS answer.
+#[test]
+fn ds_nodata_shared_xdp() {
+    require_root("ds_nodata_shared_xdp");
+    let zones = ds_zones();
+    let mut prog = load();
+    prog.install(&compile_kernel_data(&zones)).unwrap();
+    // (name, qtype, rcode, AA, answers, authority)
+    let cases: &[(&str, u16, u8, bool, u16, u16)] = &[
+        ("nods.ds.test", 43, 0, true, 0, 1),
+        ("HoStEd.ds.TEST", 43, 0, true, 0, 1),
+        ("signed.ds.test", 43, 0, true, 1, 0),
+        ("nope.ds.test", 1, 3, true, 0, 1),
+        ("nope.nods2.ds.test", 43, 3, true, 0, 1),
+        ("plain.ds.test", 1, 0, true, 0, 1),
+        ("nods.ds.test", 1, 0, false, 0, 2),
+        ("ns1.nods.ds.test", 43, 0, false, 0, 2),
+        ("x.hosted.ds.test", 43, 0, false, 0, 2),
+        ("www.ds.test", 43, 0, true, 1, 2),
+    ];
+    let mut n = 0;
+    for (i, &(name, qt, rcode, aa, an, ns)) in cases.iter().enumerate() {
+        for (j, opt) in [None, Opt::new(1232, false), Opt::new(4096, true)].into_iter().enumerate() {
+            let dns = query(&wire(name), qt, opt);
+            let net = if (i + j) % 2 == 0 { Net::v4() } else { Net::v6() };
+            let (act, out) = prog.test_run(&frame(&net, &dns)).unwrap();
+            assert_eq!(act, 3, "{name}/{qt}: answered in the kernel");
+            assert!(checksums_ok(&out), "{name}/{qt}: checksums");
+            let want = respond_udp(&zones, &dns).unwrap();
+            assert_eq!(dns_of(&out), &want[..], "{name}/{qt}: kernel and userspace differ");
+            let count = |at: usize| u16::from_be_bytes([want[at], want[at + 1]]);
+            assert_eq!((want[3] & 0x0f, want[2] & 0x04 != 0, count(6), count(8)), (rcode, aa, an, ns), "{name}/{qt}: the answer's shape");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 30);
 }
 
 #[test]

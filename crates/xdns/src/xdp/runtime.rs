@@ -443,8 +443,8 @@ impl XdpRuntime {
         let limit = zones.zones.get(apex).map_or(IN_PLACE_LIMIT, |z| in_place_limit(z));
         let delta = xdns_bpf::delta::zone_delta(&old, zones, apex, &change.changed, index, limit)?;
         let applied = self.prog.apply(&delta).map_err(|e| format!("{e:#}"))?;
-        if let (Some(ix), Some(z)) = (self.index.get_mut(apex), zones.zones.get(apex)) {
-            ix.update(z, &change.changed, &delta);
+        if let (Some(ix), Some(o), Some(z)) = (self.index.get_mut(apex), old.zones.get(apex), zones.zones.get(apex)) {
+            ix.update(o, z, &change.changed, &delta);
         }
         self.installed = Some(zones.clone());
         Ok(KernelUpdate::InPlace {
