@@ -232,6 +232,26 @@ enum xdns_kit_sent {
 };
 
 /*
+ * The next hop of the packet `f` describes (`bpf_fib_lookup`'s parameters; its outputs filled
+ * on success): first as the host's own output through the interface the packet came in (the
+ * usual case: the servers are behind the same uplink); then as a router would forward it from
+ * there, to another interface (needs forwarding on the one it came in). `ks->fib` keeps the
+ * parameters for the second try. Returns the last lookup's result.
+ */
+static __always_inline long xdns_kit_next_hop(struct xdp_md *ctx, struct xdns_kit_scratch *ks, struct bpf_fib_lookup *f)
+{
+	long rc;
+
+	__builtin_memcpy(&ks->fib, f, sizeof(*f));
+	rc = bpf_fib_lookup(ctx, f, sizeof(*f), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		__builtin_memcpy(f, &ks->fib, sizeof(*f));
+		rc = bpf_fib_lookup(ctx, f, sizeof(*f), 0);
+	}
+	return rc;
+}
+
+/*
  * Send the query in ks->msg (`dlen` bytes) to key->server from the frame in ctx (an
  * untagged IPv4 without options or IPv6 frame, its layout in ks): the next hop by
  * bpf_fib_lookup, the entry ks->pend recorded under `key` (with `old`, a response's entry,
@@ -267,17 +287,7 @@ static __always_inline enum xdns_kit_sent xdns_kit_send(struct xdp_md *ctx, stru
 	f.dport = bpf_htons(53);
 	f.tot_len = plen + (ks->ipv6 ? 40 : 20);
 	f.ifindex = ctx->ingress_ifindex;
-	__builtin_memcpy(&ks->fib, &f, sizeof(f));
-	/*
-	 * First as the host's own output through the interface the packet came in (the usual
-	 * case: the servers are behind the same uplink); then as a router would forward it from
-	 * there, to another interface (needs forwarding on the one it came in).
-	 */
-	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		__builtin_memcpy(&f, &ks->fib, sizeof(f));
-		rc = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
-	}
+	rc = xdns_kit_next_hop(ctx, ks, &f);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return XDNS_KIT_NO_FIB;
 	ifindex = f.ifindex;
@@ -930,6 +940,41 @@ static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, str
 }
 
 /*
+ * The response (the message's `len` bytes at `dns`, at most XDNS_KIT_RESP_MAX) and its pending
+ * entry `p` (under `key`) into a record of the ring buffer xdns_kit_events marked `flags`,
+ * then the entry claimed (deleted) by the kernel: XDNS_CONTINUE with the record in *evp, for
+ * the caller to submit. Else nothing is left reserved and the verdict says why:
+ * pass_kit_response (the ring full, counted, or the message unreadable: the daemon's socket
+ * on that port takes the response and claims the entry), drop_kit_unsolicited (claimed since
+ * it was read, by the daemon's timer: that claim answers the client).
+ */
+static __always_inline enum xdns_verdict xdns_kit_claim(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+							  const struct xdns_kit_pend *p, const struct xdns_kit_pend_key *key,
+							  __u32 dns, __u32 len, __u32 flags, struct xdns_kit_event **evp)
+{
+	struct xdns_kit_event *ev = bpf_ringbuf_reserve(&xdns_kit_events, sizeof(*ev), 0);
+
+	if (!ev) {
+		ks->ring_full++;
+		return XDNS_PASS_KIT_RESPONSE;
+	}
+	if (bpf_xdp_load_bytes(ctx, dns, ev->msg, len)) {
+		bpf_ringbuf_discard(ev, 0);
+		return XDNS_PASS_KIT_RESPONSE;
+	}
+	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
+	__builtin_memcpy(&ev->pend, p, sizeof(ev->pend));
+	ev->len = len;
+	ev->flags = flags;
+	if (bpf_map_delete_elem(&xdns_kit_pending, key)) {
+		bpf_ringbuf_discard(ev, 0);
+		return XDNS_DROP_KIT_UNSOLICITED;
+	}
+	*evp = ev;
+	return XDNS_CONTINUE;
+}
+
+/*
  * A final response (not a referral the kernel follows: an answer, a negative answer, or
  * anything else xdns_kit_follow leaves as pass_kit_response) handed to userspace through
  * the ring buffer: its pending entry `p` (under `key`) copied into the record, then claimed
@@ -942,29 +987,15 @@ static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, str
 static __always_inline enum xdns_verdict xdns_kit_hand(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
 						         struct xdns_kit_pend *p, const struct xdns_kit_pend_key *key)
 {
-	struct xdns_kit_event *ev;
+	struct xdns_kit_event *ev = NULL;
 	__u32 len = ks->dns_len, dns = ks->dns_off & 0xff;
+	enum xdns_verdict v;
 
 	if (len < 12 || len > XDNS_KIT_RESP_MAX)
 		return XDNS_PASS_KIT_RESPONSE;
-	ev = bpf_ringbuf_reserve(&xdns_kit_events, sizeof(*ev), 0);
-	if (!ev) {
-		ks->ring_full++;
-		return XDNS_PASS_KIT_RESPONSE;
-	}
-	if (bpf_xdp_load_bytes(ctx, dns, ev->msg, len)) {
-		bpf_ringbuf_discard(ev, 0);
-		return XDNS_PASS_KIT_RESPONSE;
-	}
-	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
-	__builtin_memcpy(&ev->pend, p, sizeof(ev->pend));
-	ev->len = len;
-	ev->flags = 0;
-	if (bpf_map_delete_elem(&xdns_kit_pending, key)) {
-		/* claimed since it was read (the daemon's timer): that claim answers the client */
-		bpf_ringbuf_discard(ev, 0);
-		return XDNS_DROP_KIT_UNSOLICITED;
-	}
+	v = xdns_kit_claim(ctx, ks, p, key, dns, len, 0, &ev);
+	if (v != XDNS_CONTINUE || !ev)
+		return v;
 	bpf_ringbuf_submit(ev, 0);
 	ks->handed++;
 	return XDNS_KIT_HANDED;
@@ -1054,6 +1085,7 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	struct udphdr *udp;
 	__u64 sum = 0, wlen;
 	__s64 s;
+	enum xdns_verdict v;
 	long rc;
 
 	ctl = bpf_map_lookup_elem(&xdns_kit_ctl, &zero);
@@ -1129,34 +1161,16 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	f.dport = p->cport;
 	f.tot_len = plen + (ks->ipv6 ? 40 : 20);
 	f.ifindex = ctx->ingress_ifindex;
-	__builtin_memcpy(&ks->fib, &f, sizeof(f));
-	rc = bpf_fib_lookup(ctx, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		__builtin_memcpy(&f, &ks->fib, sizeof(f));
-		rc = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
-	}
+	rc = xdns_kit_next_hop(ctx, ks, &f);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return XDNS_CONTINUE;
 	ifindex = f.ifindex;
 
 	/* the response to userspace for the cache, marked answered; the entry claimed */
-	ev = bpf_ringbuf_reserve(&xdns_kit_events, sizeof(*ev), 0);
-	if (!ev) {
-		ks->ring_full++;
-		return XDNS_PASS_KIT_RESPONSE;
-	}
-	if (bpf_xdp_load_bytes(ctx, dns, ev->msg, len)) {
-		bpf_ringbuf_discard(ev, 0);
-		return XDNS_PASS_KIT_RESPONSE;
-	}
-	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
-	__builtin_memcpy(&ev->pend, p, sizeof(ev->pend));
-	ev->len = len;
-	ev->flags = XDNS_KIT_EV_ANSWERED;
-	if (bpf_map_delete_elem(&xdns_kit_pending, key)) {
-		bpf_ringbuf_discard(ev, 0);
-		return XDNS_DROP_KIT_UNSOLICITED;
-	}
+	ev = NULL;
+	v = xdns_kit_claim(ctx, ks, p, key, dns, len, XDNS_KIT_EV_ANSWERED, &ev);
+	if (v != XDNS_CONTINUE || !ev)
+		return v;
 
 	/* the reply in resp[]: header, the client's question, the records (TTLs done), our OPT */
 	h[0] = p->cid & 0xff;           /* network order in memory */

@@ -287,6 +287,26 @@ class Lab:
             os.close(target)
 
     # ---------------------------------------------------------------- DNS I/O
+    def replies(self, wire: bytes, addr: str, linger: float, port: int = 53, wait: float = 8.0) -> list[bytes]:
+        """Sends `wire` once over UDP from the client namespace to `addr` and returns every
+        reply received until `linger` seconds after the first (`wait` seconds without one):
+        for tests that count the replies to one query (exactly one answer)."""
+        fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        got: list[bytes] = []
+        with self.client_socket(fam) as s:
+            s.sendto(wire, (addr, port))
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    data, _ = s.recvfrom(65535)
+                except (TimeoutError, OSError):
+                    break
+                got.append(data)
+                if len(got) == 1:
+                    deadline = min(deadline, time.monotonic() + linger)
+        return got
+
     def ask_once(self, addr: str, qname: str, linger: float = 0.3):
         """One A question (EDNS, 1232) from the client namespace: its only answer (asserted:
         nothing more comes within `linger` s; ID and question echoed) as a dns.message, and

@@ -73,22 +73,7 @@ def query(name: str, qtype: str, payload: int | None, do: bool) -> bytes:
 def ask(lab, addr: str, wire: bytes, linger: float = 0.5) -> list[bytes]:
     """`wire` from the client namespace to `addr`; every reply until `linger` s after the
     first (8 s without one)."""
-    import socket
-    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    got = []
-    with lab.ns_socket(lab.client_ns, fam, socket.SOCK_DGRAM) as s:
-        s.sendto(wire, (addr, 53))
-        deadline = time.monotonic() + 8.0
-        while time.monotonic() < deadline:
-            s.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                data, _ = s.recvfrom(65535)
-            except (TimeoutError, OSError):
-                break
-            got.append(data)
-            if len(got) == 1:
-                deadline = min(deadline, time.monotonic() + linger)
-    return got
+    return lab.replies(wire, addr, linger)
 
 
 def ttls_apart(m: bytes) -> tuple[bytes, list[int]]:

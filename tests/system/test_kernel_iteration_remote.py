@@ -76,19 +76,7 @@ def ask_all(lab, addr: str, qname: str, qtype: str, linger: float = 1.0):
     """Asks once from the client namespace; returns the query and every reply received until
     `linger` seconds after the first (or 8 s without one)."""
     q = dns.message.make_query(qname, qtype, use_edns=0, payload=1232)
-    got = []
-    with lab.client_socket() as s:
-        s.sendto(q.to_wire(), (addr, 53))
-        deadline = time.monotonic() + 8.0
-        while time.monotonic() < deadline:
-            s.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                data, _ = s.recvfrom(65535)
-            except (TimeoutError, OSError):
-                break
-            got.append(data)
-            deadline = min(deadline, time.monotonic() + linger) if len(got) == 1 else deadline
-    return q, got
+    return q, lab.replies(q.to_wire(), addr, linger)
 
 
 def one_answer(lab, addr, qname, qtype):

@@ -258,25 +258,14 @@ impl KitMaps {
         poll: std::time::Duration,
         stop: &std::sync::atomic::AtomicBool,
         mut f: impl FnMut(KitEvent),
-        mut batch_done: impl FnMut(),
+        batch_done: impl FnMut(),
     ) -> Result<()> {
-        let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&self.events, |rec: &[u8]| {
+        let each = |rec: &[u8]| {
             if let Some(e) = KitEvent::parse(rec) {
                 f(e);
             }
-            0
-        })?;
-        let rb = b.build()?;
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            match rb.poll(poll) {
-                Ok(()) => {}
-                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("reading xdns_kit_events"),
-            }
-            batch_done();
-        }
-        Ok(())
+        };
+        crate::ring::read(&self.events, "xdns_kit_events", poll, stop, each, batch_done)
     }
 
     /// Every record waiting in `xdns_kit_events` now (tests, and a stopping daemon).

@@ -49,6 +49,7 @@ pub mod inpath;
 pub mod kit;
 pub mod iface;
 pub mod maps;
+mod ring;
 pub mod runtime;
 pub mod select;
 pub mod telemetry;

@@ -430,24 +430,10 @@ impl TelemetryMaps {
         &self,
         poll: std::time::Duration,
         stop: &std::sync::atomic::AtomicBool,
-        mut f: impl FnMut(&[u8]),
-        mut batch_done: impl FnMut(),
+        f: impl FnMut(&[u8]),
+        batch_done: impl FnMut(),
     ) -> Result<()> {
-        let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&self.events, |rec: &[u8]| {
-            f(rec);
-            0
-        })?;
-        let rb = b.build()?;
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            match rb.poll(poll) {
-                Ok(()) => {}
-                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("reading xdns_tel_events"),
-            }
-            batch_done();
-        }
-        Ok(())
+        crate::ring::read(&self.events, "xdns_tel_events", poll, stop, f, batch_done)
     }
 
     /// Every record waiting in `xdns_tel_events` now, as its bytes (tests).

@@ -156,15 +156,20 @@ fn expected_query(net: &Net, server: &[u8], mac: [u8; 6], port: u16, id: u16, se
     };
     let mut f = frame(&out, &m);
     if !net.v6 {
-        // our IPv4 header has ID 0 (the frame builder writes 0x1234): fix it and its checksum
-        f[18] = 0;
-        f[19] = 0;
-        f[24] = 0;
-        f[25] = 0;
-        let c = !fold(sum16(&f[14..34], 0));
-        f[24..26].copy_from_slice(&c.to_be_bytes());
+        ipv4_id_zero(&mut f);
     }
     f
+}
+
+/// The kernel's IPv4 header has ID 0 (the frame builder writes 0x1234): set it, and the
+/// header checksum again.
+fn ipv4_id_zero(f: &mut [u8]) {
+    f[18] = 0;
+    f[19] = 0;
+    f[24] = 0;
+    f[25] = 0;
+    let c = !fold(sum16(&f[14..34], 0));
+    f[24..26].copy_from_slice(&c.to_be_bytes());
 }
 
 /// The (port, ID) of a query frame the kernel sent.
@@ -735,12 +740,7 @@ fn to_client(base: &Net, m: &[u8]) -> Vec<u8> {
     let out = Net { frag: 0x4000, ..out };
     let mut f = frame(&out, m);
     if !base.v6 {
-        f[18] = 0;
-        f[19] = 0;
-        f[24] = 0;
-        f[25] = 0;
-        let c = !fold(sum16(&f[14..34], 0));
-        f[24..26].copy_from_slice(&c.to_be_bytes());
+        ipv4_id_zero(&mut f);
     }
     f
 }
