@@ -475,8 +475,15 @@ def test_primary_down_stored_copy_then_expiry(lab, xdp):
         wait_for("not expired in the stats",
                  lambda: zone_stats(lab, srv, "expiry.test.")["transfer"]["expired"] is False, 10)
         if xdp:
-            # ... and the kernel answers it again
+            # ... and the kernel answers it again once its maps are refilled (after userspace
+            # switched back: under load a moment later)
             lab.wait_xdp_data(srv)
+
+            def kernel_answered_one() -> bool:
+                was = lab.xdns_stats(srv)["xdp"]["answered"]
+                return (rcode_now(lab, srv, "www.expiry.test.") == dns.rcode.NOERROR
+                        and lab.xdns_stats(srv)["xdp"]["answered"] - was == 1)
+            wait_for("the kernel answering it again", kernel_answered_one, 10, step=0.2)
             before = lab.xdns_stats(srv)["xdp"]["answered"]
             for _ in range(5):
                 assert rcode_now(lab, srv, "www.expiry.test.") == dns.rcode.NOERROR
