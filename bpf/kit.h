@@ -252,6 +252,75 @@ static __always_inline long xdns_kit_next_hop(struct xdp_md *ctx, struct xdns_ki
 }
 
 /*
+ * The headers of a rewritten frame (a query sent, or a client's reply): Ethernet to the next
+ * hop `f` found, IPv4 (ID 0, DF, TTL 64, its checksum) or IPv6 (hop limit 64) from ks->pend.local
+ * to `dst` with `plen` bytes of UDP, the UDP header from `sport` to `dport` and its checksum:
+ * `sum`, the message's own (bpf_csum_diff), plus the pseudo-header's. The frame (an untagged
+ * IPv4 without options or IPv6 frame, its layout in ks) already has the message at its new
+ * length. Returns 0, or -1 if the headers are not in the frame (cannot happen).
+ */
+static __always_inline int xdns_kit_headers(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+					   const struct bpf_fib_lookup *f, const __u8 *dst,
+					   __be16 sport, __be16 dport, __u32 plen, __u64 sum)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+	__u32 ph[12] = {}, l4 = ks->l4_off & 0xff;
+
+	if ((void *)(eth + 1) > end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, f->dmac, 6);
+	__builtin_memcpy(eth->h_source, f->smac, 6);
+	if (ks->ipv6) {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		__builtin_memcpy(&ip6->saddr, ks->pend.local, 16);
+		__builtin_memcpy(&ip6->daddr, dst, 16);
+		ip6->payload_len = bpf_htons(plen);
+		ip6->hop_limit = XDNS_KIT_TTL;
+		__builtin_memcpy(ph, &ip6->saddr, 32);
+		ph[8] = bpf_htonl(plen);
+		ph[9] = bpf_htonl(IPPROTO_UDP);
+		ph[10] = (__u32)sport | (__u32)dport << 16;
+		ph[11] = bpf_htons(plen);
+		sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
+	} else {
+		struct iphdr *ip = data + ETH_HLEN;
+
+		if ((void *)(ip + 1) > end)
+			return -1;
+		__builtin_memcpy(&ip->saddr, ks->pend.local, 4);
+		__builtin_memcpy(&ip->daddr, dst, 4);
+		ip->tot_len = bpf_htons(20 + plen);
+		ip->id = 0;
+		ip->frag_off = bpf_htons(0x4000);       /* DF */
+		ip->ttl = XDNS_KIT_TTL;
+		ip->check = 0;
+		ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
+		ph[0] = ip->saddr;
+		ph[1] = ip->daddr;
+		ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
+		ph[3] = (__u32)sport | (__u32)dport << 16;
+		ph[4] = bpf_htons(plen);
+		sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
+	}
+	udp = data + l4;
+	if ((void *)(udp + 1) > end)
+		return -1;
+	udp->source = sport;
+	udp->dest = dport;
+	udp->len = bpf_htons(plen);
+	udp->check = xdns_kit_csum_fold(sum);
+	if (udp->check == 0)
+		udp->check = 0xffff;
+	return 0;
+}
+
+/*
  * Send the query in ks->msg (`dlen` bytes) to key->server from the frame in ctx (an
  * untagged IPv4 without options or IPv6 frame, its layout in ks): the next hop by
  * bpf_fib_lookup, the entry ks->pend recorded under `key` (with `old`, a response's entry,
@@ -265,10 +334,7 @@ static __always_inline enum xdns_kit_sent xdns_kit_send(struct xdp_md *ctx, stru
 							  const struct xdns_kit_pend_key *old)
 {
 	struct bpf_fib_lookup f = {};
-	__u32 plen = 8 + dlen, ifindex, l4 = ks->l4_off & 0xff, dns = ks->dns_off & 0xff;
-	void *data, *end;
-	struct ethhdr *eth;
-	struct udphdr *udp;
+	__u32 plen = 8 + dlen, ifindex, dns = ks->dns_off & 0xff;
 	long rc;
 	__s64 s;
 
@@ -317,64 +383,9 @@ static __always_inline enum xdns_kit_sent xdns_kit_send(struct xdp_md *ctx, stru
 	if (bpf_xdp_store_bytes(ctx, dns, ks->msg, dlen & 0x1ff))
 		return XDNS_KIT_BROKEN;         /* cannot fail: the frame has these bytes now */
 
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > end)
+	if (xdns_kit_headers(ctx, ks, &f, key->server, key->port, bpf_htons(53), plen,
+			     bpf_csum_diff(NULL, 0, (__be32 *)ks->msg, (dlen + 3) & 0x1fc, 0)))
 		return XDNS_KIT_BROKEN;
-	__builtin_memcpy(eth->h_dest, f.dmac, 6);
-	__builtin_memcpy(eth->h_source, f.smac, 6);
-	{
-		/* the pseudo-header and UDP header, summed with the message (bpf_csum_diff) */
-		__u32 ph[12] = {};
-		__u64 sum;
-
-		sum = bpf_csum_diff(NULL, 0, (__be32 *)ks->msg, (dlen + 3) & 0x1fc, 0);
-		if (ks->ipv6) {
-			struct ipv6hdr *ip6 = data + ETH_HLEN;
-
-			if ((void *)(ip6 + 1) > end)
-				return XDNS_KIT_BROKEN;
-			__builtin_memcpy(&ip6->saddr, ks->pend.local, 16);
-			__builtin_memcpy(&ip6->daddr, key->server, 16);
-			ip6->payload_len = bpf_htons(plen);
-			ip6->hop_limit = XDNS_KIT_TTL;
-			__builtin_memcpy(ph, &ip6->saddr, 32);
-			ph[8] = bpf_htonl(plen);
-			ph[9] = bpf_htonl(IPPROTO_UDP);
-			ph[10] = (__u32)key->port | (__u32)bpf_htons(53) << 16;
-			ph[11] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
-		} else {
-			struct iphdr *ip = data + ETH_HLEN;
-
-			if ((void *)(ip + 1) > end)
-				return XDNS_KIT_BROKEN;
-			__builtin_memcpy(&ip->saddr, ks->pend.local, 4);
-			__builtin_memcpy(&ip->daddr, key->server, 4);
-			ip->tot_len = bpf_htons(20 + plen);
-			ip->id = 0;
-			ip->frag_off = bpf_htons(0x4000);       /* DF */
-			ip->ttl = XDNS_KIT_TTL;
-			ip->check = 0;
-			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
-			ph[0] = ip->saddr;
-			ph[1] = ip->daddr;
-			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
-			ph[3] = (__u32)key->port | (__u32)bpf_htons(53) << 16;
-			ph[4] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
-		}
-		udp = data + l4;
-		if ((void *)(udp + 1) > end)
-			return XDNS_KIT_BROKEN;
-		udp->source = key->port;
-		udp->dest = bpf_htons(53);
-		udp->len = bpf_htons(plen);
-		udp->check = xdns_kit_csum_fold(sum);
-		if (udp->check == 0)
-			udp->check = 0xffff;
-	}
 	if (ifindex == ctx->ingress_ifindex)
 		return XDNS_KIT_TX;
 	bpf_redirect(ifindex, 0);
@@ -1078,11 +1089,8 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	struct xdns_kit_event *ev;
 	struct xdns_kit_ctl *ctl;
 	__u32 zero = 0, len, qlen, flags, n, k, pos, aend, out, lim, ifindex, plen, csl, end512;
-	__u32 dns = ks->dns_off & 0xff, l4 = ks->l4_off & 0xff;
+	__u32 dns = ks->dns_off & 0xff;
 	__u8 *h = ks->resp;
-	void *data, *end;
-	struct ethhdr *eth;
-	struct udphdr *udp;
 	__u64 sum = 0, wlen;
 	__s64 s;
 	enum xdns_verdict v;
@@ -1243,61 +1251,8 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	}
 	bpf_ringbuf_submit(ev, 0);
 	ks->handed++;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > end)
+	if (xdns_kit_headers(ctx, ks, &f, p->client, p->lport, p->cport, plen, sum))
 		return XDNS_DROP_REWRITE;
-	__builtin_memcpy(eth->h_dest, f.dmac, 6);
-	__builtin_memcpy(eth->h_source, f.smac, 6);
-	{
-		__u32 ph[12] = {};
-
-		if (ks->ipv6) {
-			struct ipv6hdr *ip6 = data + ETH_HLEN;
-
-			if ((void *)(ip6 + 1) > end)
-				return XDNS_DROP_REWRITE;
-			__builtin_memcpy(&ip6->saddr, p->local, 16);
-			__builtin_memcpy(&ip6->daddr, p->client, 16);
-			ip6->payload_len = bpf_htons(plen);
-			ip6->hop_limit = XDNS_KIT_TTL;
-			__builtin_memcpy(ph, &ip6->saddr, 32);
-			ph[8] = bpf_htonl(plen);
-			ph[9] = bpf_htonl(IPPROTO_UDP);
-			ph[10] = (__u32)p->lport | (__u32)p->cport << 16;
-			ph[11] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
-		} else {
-			struct iphdr *ip = data + ETH_HLEN;
-
-			if ((void *)(ip + 1) > end)
-				return XDNS_DROP_REWRITE;
-			__builtin_memcpy(&ip->saddr, p->local, 4);
-			__builtin_memcpy(&ip->daddr, p->client, 4);
-			ip->tot_len = bpf_htons(20 + plen);
-			ip->id = 0;
-			ip->frag_off = bpf_htons(0x4000);       /* DF */
-			ip->ttl = XDNS_KIT_TTL;
-			ip->check = 0;
-			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
-			ph[0] = ip->saddr;
-			ph[1] = ip->daddr;
-			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
-			ph[3] = (__u32)p->lport | (__u32)p->cport << 16;
-			ph[4] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
-		}
-		udp = data + l4;
-		if ((void *)(udp + 1) > end)
-			return XDNS_DROP_REWRITE;
-		udp->source = p->lport;
-		udp->dest = p->cport;
-		udp->len = bpf_htons(plen);
-		udp->check = xdns_kit_csum_fold(sum);
-		if (udp->check == 0)
-			udp->check = 0xffff;
-	}
 	ks->answered++;
 	if (ifindex == ctx->ingress_ifindex)
 		return XDNS_KIT_ANSWERED;
