@@ -15,7 +15,11 @@ the XDP program itself, and
   reply but the ID and the TTLs (aged by at most the time between them).
 
 Names: leaf1's (Knot) A, AAAA and TXT of good.lab. and a wildcard of wild.example., with
-and without EDNS, DO=1, the client's mixed case, over IPv4 and IPv6.
+and without EDNS, DO=1, the client's mixed case, over IPv4 and IPv6; and negative answers
+of the shape the kernel answers (bpf/README.md, "Kernel answers", negative answers), the
+SOA in authority: NXDOMAIN in good.lab., NODATA for mail.good.lab.'s AAAA (it has an A) and
+for sub.wild.example.'s A (it has a TXT and blocks the wildcard), whose SOA's RNAME
+(hostmaster.nic.lab.) is written out in full.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ CASES = [
     ("txt-no-edns", "www.good.lab.", "TXT", None, False, 4),
     ("wildcard-a", "k1.wild.example.", "A", 4096, False, 4),
     ("a-ipv6", "k6.wild.example.", "A", 1232, False, 6),
+    # negative answers (NXDOMAIN, NODATA: the SOA in authority, its negative TTL)
+    ("nxdomain-a", "nosuch.good.lab.", "A", 1232, False, 4),
+    ("nodata-aaaa-ipv6-do-mixed-case", "MaiL.gOOd.lab.", "AAAA", 1232, True, 6),
+    ("nodata-a-no-edns", "sub.wild.example.", "A", None, False, 4),
 ]
 # Each (name, type) once: a question asked before may come back through a cache hint of the
 # CPU's memo, which kernel iteration hands over (`no_walk`: no label hashes to walk the cuts).
