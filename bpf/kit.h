@@ -19,7 +19,8 @@
  *                          server asked, to the address that asked, with the ID sent and the
  *                          question sent byte for byte (the 0x20 case included); anything
  *                          else is dropped and counted. A referral with glue is followed
- *                          (xdns_kit_follow); a final answer of the common shape is
+ *                          (xdns_kit_follow); a final answer of the common shape (data,
+ *                          or a negative answer: NXDOMAIN or NODATA with its SOA) is
  *                          rewritten into the client's reply, the bytes userspace would send,
  *                          and sent (xdns_kit_answer, kit_answered), and handed over too,
  *                          marked answered, for the cache; any other accepted response is
@@ -1068,11 +1069,13 @@ static long xdns_kit_ans_record(__u64 i, void *arg)
 
 /*
  * One label of a name of a negative answer's SOA record at ans.npos in resp[] (a bpf_loop
- * body): a label written out counted in ans.nlit (its start in ans.nlast); the name's end, a
- * compression pointer to a label start of the question other than its root, or the root
- * label, gives ans.nj (the pointer's target - 12, or the question's root, qlen - 1) and ends
- * the loop. A pointer anywhere else, a label type other than 0 or 3, a name over 255 bytes or
- * past the message: ans.nj = ~0. The question's label starts are in ref.qbits.
+ * body): a label written out counted in ans.nlit (its start in ans.nlast; reading MNAME,
+ * marked in ans.mbits too); the name's end, a compression pointer to a label start of the
+ * question other than its root, or the root label, gives ans.nj (the pointer's target - 12,
+ * or the question's root, qlen - 1) and ends the loop; reading RNAME, a pointer to a label
+ * start of MNAME's part written out also ends it (ans.nin the target, ans.nj MNAME's end). A
+ * pointer anywhere else, a label type other than 0 or 3, a name over 255 bytes or past the
+ * message: ans.nj = ~0. The question's label starts are in ref.qbits.
  */
 static long xdns_kit_neg_label(__u64 i, void *arg)
 {
@@ -1096,6 +1099,13 @@ static long xdns_kit_neg_label(__u64 i, void *arg)
 		if (pos + 1 >= a->len)
 			goto bad;
 		t = (b & 0x3f) << 8 | ks->resp[(pos + 1) & 2047];
+		if (a->mode == 2 && t >= a->mfrom && t < a->mfrom + a->mlit && a->mj < a->qlen &&
+		    xdns_kit_bit(a->mbits, t - a->mfrom)) {
+			a->nin = t;
+			a->nj = a->mj;
+			a->npos = pos + 2;
+			return 1;
+		}
 		if (t < 12 || t - 12 + 1 >= a->qlen || !xdns_kit_bit(ks->ref.qbits, t - 12))
 			goto bad;
 		a->nj = t - 12;
@@ -1104,6 +1114,11 @@ static long xdns_kit_neg_label(__u64 i, void *arg)
 	}
 	if (b > 63 || pos + 1 + b >= a->len || a->nlit + 1 + b > 254)
 		goto bad;
+	if (a->mode == 1 && pos >= a->mfrom && pos - a->mfrom < 256) {
+		t = pos - a->mfrom;
+		XDNS_KIT_OPAQUE(t);     /* keep the mask: clang drops it after the bound, the verifier needs it */
+		a->mbits[(t >> 6) & 3] |= 1ULL << (t & 63);
+	}
 	a->nlast = pos;
 	a->nlit += 1 + b;
 	a->npos = pos + 1 + b;
@@ -1143,27 +1158,44 @@ static __always_inline int xdns_kit_label_eq(struct xdns_kit_scratch *ks, __u32 
  * the question (not its root) or in the root label, and the last label written out is not
  * the question's label before that end (else a longer suffix is the question's: the server
  * compressed less than userspace does). The question's label is the one ending where the
- * name's end starts, if one of the same length starts there (lq[] has the question
- * lowercased; resp[12..] has it too, as sent). Returns the position after the name, or 0.
+ * name's end starts, if one of the same length starts there (resp[12..] has the question,
+ * as sent). RNAME may end in a pointer into MNAME's labels written out instead (ans.mode 2),
+ * with the same rule for MNAME's label before its target. Returns the position after the
+ * name, or 0.
  */
-static __always_inline __u32 xdns_kit_neg_name(struct xdns_kit_in_ctx *c, __u32 pos)
+static __always_inline __u32 xdns_kit_neg_name(struct xdns_kit_in_ctx *c, __u32 pos, __u32 mode)
 {
 	struct xdns_kit_scratch *ks = c->ks;
 	struct xdns_kit_ans *a = &ks->ans;
-	__u32 j, b, s, last;
+	__u32 j, b, s, last, in, tail;
 
 	a->npos = pos;
 	a->nlit = 0;
 	a->nlast = 0;
+	a->nin = 0;
 	a->nj = ~0U;
+	a->mode = mode;
 	bpf_loop(128, xdns_kit_neg_label, c, 0);
 	j = *(volatile __u32 *)&a->nj;
-	if (j >= a->qlen || a->qlen > 255 || a->nlit + a->qlen - j > 255)
+	in = *(volatile __u32 *)&a->nin;
+	if (j >= a->qlen || a->qlen > 255)
+		return 0;
+	/* the name's length, decompressed: its labels, MNAME's from the pointer's target, the question's */
+	tail = a->qlen - j;
+	if (in)
+		tail += a->mfrom + a->mlit - in;
+	if (a->nlit + tail > 255)
 		return 0;
 	if (a->nlit) {
 		last = a->nlast & 2047;
 		b = ks->resp[last];
-		if (j >= 1 + b) {
+		if (in) {
+			if (in >= a->mfrom + 1 + b) {
+				s = in - 1 - b;
+				if (xdns_kit_bit(a->mbits, s - a->mfrom) && xdns_kit_label_eq(ks, last, s))
+					return 0;
+			}
+		} else if (j >= 1 + b) {
 			s = j - 1 - b;
 			if (xdns_kit_bit(ks->ref.qbits, s) && xdns_kit_label_eq(ks, last, 12 + s))
 				return 0;
@@ -1178,9 +1210,10 @@ static __always_inline __u32 xdns_kit_neg_name(struct xdns_kit_in_ctx *c, __u32 
  * one SOA record of class IN, its owner a pointer to the question (0xc00c, the whole name,
  * included) or the root label, a suffix of the question name at or below the zone asked
  * (the resolver's bailiwick rule; the root only when the root was asked); its two names as
- * xdns_kit_neg_name accepts them (MNAME, then RNAME, which also must not end where MNAME
- * ends with the same last label written out: MNAME's written-out suffixes are pointer
- * targets too), then the 20 bytes of numbers, the RDATA's length exact. Its TTL rewritten in
+ * xdns_kit_neg_name accepts them (MNAME, then RNAME, which may point into MNAME's labels
+ * written out, and otherwise must not end where MNAME ends with the same last label written
+ * out: MNAME's written-out suffixes are pointer targets too), then the 20 bytes of numbers,
+ * the RDATA's length exact. Its TTL rewritten in
  * resp[] as the cache stores it (RFC 2308 5: min(TTL, MINIMUM), a TTL with the top bit set
  * 0, capped to max_neg_ttl). Returns the position after the record, or 0.
  */
@@ -1217,7 +1250,7 @@ static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struc
 	a->qlen = qlen;
 
 	/* the owner: nothing written out, at or below the zone asked */
-	pos = xdns_kit_neg_name(c, 12 + qlen + 4);
+	pos = xdns_kit_neg_name(c, 12 + qlen + 4, 0);
 	if (!pos || a->nlit || qlen - a->nj < zl || pos + 10 > len || pos > XDNS_KIT_RESP_MAX)
 		return 0;
 	pos &= 2047;
@@ -1228,16 +1261,23 @@ static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struc
 	if (rd + rdlen > len)
 		return 0;
 	/* MNAME, then RNAME */
-	k = xdns_kit_neg_name(c, rd);
+	a->mfrom = rd;
+	a->mbits[0] = 0;
+	a->mbits[1] = 0;
+	a->mbits[2] = 0;
+	a->mbits[3] = 0;
+	k = xdns_kit_neg_name(c, rd, 1);
 	if (!k)
 		return 0;
 	mj = a->nj;
 	mlast = a->nlast;
 	mlit = a->nlit;
-	k = xdns_kit_neg_name(c, k);
+	a->mj = mj;
+	a->mlit = mlit;
+	k = xdns_kit_neg_name(c, k, 2);
 	if (!k || k + 20 != rd + rdlen)
 		return 0;
-	if (mlit && a->nlit && a->nj == mj && xdns_kit_label_eq(ks, mlast, a->nlast))
+	if (mlit && a->nlit && !a->nin && a->nj == mj && xdns_kit_label_eq(ks, mlast, a->nlast))
 		return 0;
 	/* the negative TTL */
 	k &= 2047;
@@ -1259,11 +1299,13 @@ static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struc
 /*
  * A final answer of the common shape answered by the kernel (kit_answered, or
  * kit_answered_redirected), with the bytes userspace would send for it (bpf/README.md,
- * "Kernel iteration", the shape's rule): NOERROR, AA=1, TC=0, QR, opcode 0; 1 to
+ * "Kernel answers", the shape's rule): NOERROR, AA=1, TC=0, QR, opcode 0; 1 to
  * XDNS_KIT_ANSWERS answer records, all the question's RRset (xdns_kit_ans_record) of type A,
  * AAAA or TXT; no authority; no additional record but the server's OPT (extended RCODE 0);
- * nothing after it. The reply: the client's ID, QR, the client's opcode, RD and CD, RA, AA
- * clear, RCODE 0; the question as the client sent it; the records with their TTLs capped;
+ * nothing after it. Or, with ctl->negative, a negative answer to a question of those types
+ * (NOERROR or NXDOMAIN, no answer record, the SOA alone in authority: xdns_kit_neg). The
+ * reply: the client's ID, QR, the client's opcode, RD and CD, RA, AA clear, the RCODE; the
+ * question as the client sent it; the records with their TTLs capped;
  * our OPT (our payload, the client's DO, no options) when the client sent one; not larger
  * than the client may take (512, or max(512, min(its payload, ours))). The response goes to
  * userspace in the ring buffer with XDNS_KIT_EV_ANSWERED, for the cache (classify and

@@ -1238,6 +1238,12 @@ struct xdns_kit_ans {
 	__u32 nlit;             /* bytes of the name's labels written out (before its pointer or root) */
 	__u32 nlast;            /* start of its last label written out, in resp[] */
 	__u32 nj;               /* where it ends in the question: the pointer's target - 12, or the question's root; ~0 malformed */
+	__u32 nin;              /* RNAME's pointer into MNAME's labels written out (its target), else 0 */
+	__u32 mode;             /* 0 the owner, 1 MNAME (its label starts to mbits), 2 RNAME (may point into MNAME) */
+	__u32 mfrom;            /* MNAME's start in resp[] */
+	__u32 mlit;             /* MNAME's bytes written out */
+	__u32 mj;               /* MNAME's end (nj) */
+	__u64 mbits[4];         /* label starts of MNAME's part written out, from mfrom (bit per offset) */
 };
 
 /* Per-CPU scratch and counters of kernel iteration (value of `xdns_kit_scratch`). */

@@ -19,7 +19,8 @@ and without EDNS, DO=1, the client's mixed case, over IPv4 and IPv6; and negativ
 of the shape the kernel answers (bpf/README.md, "Kernel answers", negative answers), the
 SOA in authority: NXDOMAIN in good.lab., NODATA for mail.good.lab.'s AAAA (it has an A) and
 for sub.wild.example.'s A (it has a TXT and blocks the wildcard), whose SOA's RNAME
-(hostmaster.nic.lab.) is written out in full.
+(hostmaster.nic.lab.) is written out in full; NXDOMAIN from lab.'s server (NSD) and from the
+root (Knot or NSD), whose RNAME points into MNAME.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ CASES = [
     ("nxdomain-a", "nosuch.good.lab.", "A", 1232, False, 4),
     ("nodata-aaaa-ipv6-do-mixed-case", "MaiL.gOOd.lab.", "AAAA", 1232, True, 6),
     ("nodata-a-no-edns", "sub.wild.example.", "A", None, False, 4),
+    # RNAME hostmaster.nic.lab. a pointer into MNAME (ns1.nic.lab., a.root-servers.lab.)
+    ("nxdomain-tld-nsd", "nosuch.lab.", "A", 1232, False, 4),
+    ("nxdomain-root-ipv6", "nosuchtld.", "AAAA", 1232, False, 6),
 ]
 # Each (name, type) once: a question asked before may come back through a cache hint of the
 # CPU's memo, which kernel iteration hands over (`no_walk`: no label hashes to walk the cuts).

@@ -1013,7 +1013,8 @@ fn add_soa(m: &mut Vec<u8>, sent: &[u8], s: &Soa) -> (Vec<u8>, Vec<u8>) {
 
 /// Negative final answers (NXDOMAIN, NODATA) of the shape the kernel answers (bpf/README.md,
 /// "Kernel answers"): the SOA alone in authority, owned by a suffix of the question at or
-/// below the zone asked, its names compressed as userspace's body writer compresses them.
+/// below the zone asked, its names compressed as userspace's body writer compresses them
+/// (pointers to the question, or RNAME's into MNAME).
 /// The kernel rewrites the response into the reply userspace sends, byte for byte
 /// (`userspace_negative`: the negative TTL, the compression, the client's question, OPT, DO,
 /// RCODE), sends it (`kit_answered`), claims the entry and hands the response over marked
@@ -1055,6 +1056,12 @@ fn negative_final_answers_of_the_common_shape_are_answered_by_the_kernel() {
             ("NODATA from example.org's server (the cut asked, owner at it); two labels written out before each pointer",
              false, "host.example.org", A, edns(), ORG4, 0,
              Soa { owner: ("", End::Q("example.org")), mname: ("ns.dns", End::Q("example.org")), rname: ("admin.mail", End::Q("example.org")), ttl: 600, minimum: 60 }, true),
+            ("NXDOMAIN, ipv4, A: MNAME written out (another TLD), RNAME a label and a pointer into MNAME (provider.org)",
+             false, "nx.example.net", A, edns(), ROOT4, 3,
+             Soa { mname: ("ns.provider.org", End::Root), rname: ("hostmaster", End::InMname(1)), ..net_soa }, true),
+            ("NODATA, ipv6, TXT: RNAME two labels and a pointer to MNAME's TLD (a hosted zone's SOA)",
+             true, "www.example.net", TXT, edns(), ROOT4, 0,
+             Soa { owner: ("", End::Q("example.net")), mname: ("ns-1.awsdns-2.com", End::Root), rname: ("awsdns-hostmaster.amazon", End::InMname(2)), ttl: 900, minimum: 86400 }, true),
         ];
         for (what, v6, name, qtype, copt, server4, rcode, soa, sopt) in rows {
             let net = if v6 { Net::v6() } else { Net::v4() };
@@ -1131,7 +1138,8 @@ fn negative_final_answers_of_the_common_shape_are_answered_by_the_kernel() {
              neg(0x0403, Soa { mname: ("ns1.example.net", End::Root), ..net_soa })),
             ("MNAME compressed less than userspace does (example written out)", "nx.example.net", ROOT4,
              neg(0x0403, Soa { mname: ("ns1.example", End::Q("net")), ..net_soa })),
-            ("RNAME a pointer into MNAME", "nx.example.net", ROOT4, neg(0x0403, other(("hostmaster", End::InMname(1))))),
+            ("RNAME a pointer into MNAME, compressed less than userspace does (provider written out)",
+             "nx.example.net", ROOT4, neg(0x0403, other(("hostmaster.provider", End::InMname(2))))),
             ("RNAME ending where MNAME ends, the same last label written out (userspace points into MNAME)",
              "nx.example.net", ROOT4, neg(0x0403, other(("hostmaster.provider.org", End::Root)))),
             ("AA=0", "nx.example.net", ROOT4, neg(0x0003, net_soa)),
