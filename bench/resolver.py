@@ -8,6 +8,7 @@ against Unbound, Knot Resolver and PowerDNS Recursor on the lab's fake DNS tree.
                                        [--peers xdns-xdp,unbound,...] [--duration S] [--qps N]
                                        [--rounds N] [--samples N] [--nice N]
                                        [--delay-samples N] [--delay-rates R1,R2,...|none]
+                                       [--delay-misses wildcard|nxdomain]
 
 Needs root, clang, kxdpgun, knotd, nsd, unbound, kresd, pdns_recursor, bpftool, 2 CPUs.
 Everything runs in one lab (tests/lab/lab.py) on the tree of tests/lab/tree.py: ~10
@@ -66,7 +67,8 @@ Four measurements, in this order:
    chart (bench/out/resolver-delay.png); `relay-ceiling` (not in the default parts) measures
    the relay alone. `--delay-samples` times more (or fewer) resolutions one at a time than
    the 120 of a run (cold latency per shape is printed too: where a slow tail comes from),
-   `--delay-rates none` leaves the misses/s ramp out.
+   `--delay-rates none` leaves the misses/s ramp out, `--delay-misses nxdomain` makes the
+   ramp's names NXDOMAIN (under good.lab.: negative answers) instead of wildcard A records.
 
 Goals of issue 4, reported next to the numbers and never asserted: xdns-xdp cache-hit
 replies/s >= 2.5x Unbound's, >= 0.8x the ceiling; kernel ns per hit <= 3.5x the no-op's;
@@ -662,12 +664,16 @@ def main() -> int:
     ap.add_argument("--delay-rates",
                     help="cold-delay: offered rates of the misses/s ramp, comma-separated "
                          "(\"none\": latency only)")
+    ap.add_argument("--delay-misses", choices=sorted(D.MISS_NAMES), default="wildcard",
+                    help="cold-delay: names of the misses/s ramp: wildcard (NOERROR, "
+                         "wild.example.) or nxdomain (NXDOMAIN, good.lab.)")
     ap.add_argument("--nice", type=int, default=0,
                     help="cold-delay: niceness of the resolver, tree, relay, kxdpgun and NAPI "
                          "threads (e.g. -10 on a shared machine)")
     a = ap.parse_args()
     smoke = a.smoke
     D.NICE = a.nice
+    D.MISSES = a.delay_misses
     duration = a.duration or (1 if smoke else 10)
     qps = a.qps or (20_000 if smoke else 4_000_000)
     rounds = a.rounds or (1 if smoke else 5)

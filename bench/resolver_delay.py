@@ -36,7 +36,9 @@ Per peer, in order:
    own exchange, `resolver.upstream_timeouts`).
 2. Misses per second: kxdpgun sends unique names under wild.example. (delegation cached, so
    each query is exactly one upstream query) at increasing rates (RATES, DURATION seconds
-   each); a step is sustained when >= 99% of the queries are resolved (a NOERROR reply:
+   each; `--delay-misses nxdomain`: unique names under good.lab., each an NXDOMAIN, the
+   NXDOMAIN replies counted as resolutions instead of the NOERROR ones below); a step is
+   sustained when >= 99% of the queries are resolved (a NOERROR reply:
    every name is a wildcard; a SERVFAIL for a full pending queue or the per-zone fetch quota
    is a reply but no resolution, and at 20k/s it was most of xdns-xdp's replies); the rate
    reported is the highest sustained step, in NOERROR replies/s. A step below 99% is tried once more (with new names); the
@@ -163,6 +165,11 @@ def background(seconds: float = 1.0) -> float:
     return (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
 
 
+# --delay-misses: the misses/s ramp's names. "wildcard": new names under wild.example. (a
+# wildcard A: NOERROR); "nxdomain": new names under good.lab. (NXDOMAIN, the SOA in authority:
+# negative answers). Both one upstream query to leaf1 (Knot) each, delegation cached.
+MISSES = "wildcard"
+MISS_NAMES = {"wildcard": ("wild.example.", "NOERROR"), "nxdomain": ("good.lab.", "NXDOMAIN")}
 NICE = 0  # --nice: niceness of everything the part runs (resolver, tree, relay, kxdpgun, NAPI)
 
 
@@ -297,7 +304,7 @@ def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
         out, _ = p.communicate()
     queries, _, replies, rps = B.kxdpgun_summary(p.returncode, out)
     rcodes = kxdpgun_rcodes(out)
-    resolved = rcodes.get("NOERROR", 0)
+    resolved = rcodes.get(MISS_NAMES[MISSES][1], 0)
     hz = os.sysconf("SC_CLK_TCK")
     window = w1 - w0
     raw = (b1[0] - b0[0]) / hz
@@ -306,7 +313,7 @@ def miss_step(lab: Lab, addr: str, qfile: Path, duration: float, rate: int,
     proc = sum(part.values())
     # misses resolved in the window, at the run's average reply rate times the NOERROR share
     # (every name is a wildcard: anything else, SERVFAIL of a full queue or quota, is no
-    # resolution)
+    # resolution; with MISSES "nxdomain", the NXDOMAIN share)
     rps = int(rps * resolved / max(1, replies))
     misses = rps * window
     return {"rate": rate, "queries": queries, "replies": resolved, "all_replies": replies,
@@ -337,7 +344,8 @@ def misses_per_s(lab: Lab, srv, pids: dict, rates: list[int], duration: float,
     for j, rate in enumerate(rates):
         qfile = lab.dir / f"delay-{tag}-{j}.txt"
         n = int(rate * duration * 1.1) + 100
-        qfile.write_text("".join(f"{tag}{j}x{i}.wild.example. A\n" for i in range(n)))
+        zone = MISS_NAMES[MISSES][0]
+        qfile.write_text("".join(f"{tag}{j}x{i}.{zone} A\n" for i in range(n)))
         st = miss_step(lab, srv.addr4, qfile, duration, rate, pids, bg)
         if st["answered"] < ANSWERED_MIN:
             # once more with new names: a step lost to someone else's burst on the shared
@@ -346,7 +354,7 @@ def misses_per_s(lab: Lab, srv, pids: dict, rates: list[int], duration: float,
                   f"({100 * st['any_reply']:5.1f}% any reply); again",
                   flush=True)
             time.sleep(1.0)
-            qfile.write_text("".join(f"{tag}{j}y{i}.wild.example. A\n" for i in range(n)))
+            qfile.write_text("".join(f"{tag}{j}y{i}.{zone} A\n" for i in range(n)))
             st = miss_step(lab, srv.addr4, qfile, duration, rate, pids, bg)
         qfile.unlink()
         if not srv.alive():

@@ -19,7 +19,8 @@
  *                          server asked, to the address that asked, with the ID sent and the
  *                          question sent byte for byte (the 0x20 case included); anything
  *                          else is dropped and counted. A referral with glue is followed
- *                          (xdns_kit_follow); a final answer of the common shape is
+ *                          (xdns_kit_follow); a final answer of the common shape (data,
+ *                          or a negative answer: NXDOMAIN or NODATA with its SOA) is
  *                          rewritten into the client's reply, the bytes userspace would send,
  *                          and sent (xdns_kit_answer, kit_answered), and handed over too,
  *                          marked answered, for the cache; any other accepted response is
@@ -252,6 +253,75 @@ static __always_inline long xdns_kit_next_hop(struct xdp_md *ctx, struct xdns_ki
 }
 
 /*
+ * The headers of a rewritten frame (a query sent, or a client's reply): Ethernet to the next
+ * hop `f` found, IPv4 (ID 0, DF, TTL 64, its checksum) or IPv6 (hop limit 64) from ks->pend.local
+ * to `dst` with `plen` bytes of UDP, the UDP header from `sport` to `dport` and its checksum:
+ * `sum`, the message's own (bpf_csum_diff), plus the pseudo-header's. The frame (an untagged
+ * IPv4 without options or IPv6 frame, its layout in ks) already has the message at its new
+ * length. Returns 0, or -1 if the headers are not in the frame (cannot happen).
+ */
+static __always_inline int xdns_kit_headers(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
+					   const struct bpf_fib_lookup *f, const __u8 *dst,
+					   __be16 sport, __be16 dport, __u32 plen, __u64 sum)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+	__u32 ph[12] = {}, l4 = ks->l4_off & 0xff;
+
+	if ((void *)(eth + 1) > end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, f->dmac, 6);
+	__builtin_memcpy(eth->h_source, f->smac, 6);
+	if (ks->ipv6) {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		__builtin_memcpy(&ip6->saddr, ks->pend.local, 16);
+		__builtin_memcpy(&ip6->daddr, dst, 16);
+		ip6->payload_len = bpf_htons(plen);
+		ip6->hop_limit = XDNS_KIT_TTL;
+		__builtin_memcpy(ph, &ip6->saddr, 32);
+		ph[8] = bpf_htonl(plen);
+		ph[9] = bpf_htonl(IPPROTO_UDP);
+		ph[10] = (__u32)sport | (__u32)dport << 16;
+		ph[11] = bpf_htons(plen);
+		sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
+	} else {
+		struct iphdr *ip = data + ETH_HLEN;
+
+		if ((void *)(ip + 1) > end)
+			return -1;
+		__builtin_memcpy(&ip->saddr, ks->pend.local, 4);
+		__builtin_memcpy(&ip->daddr, dst, 4);
+		ip->tot_len = bpf_htons(20 + plen);
+		ip->id = 0;
+		ip->frag_off = bpf_htons(0x4000);       /* DF */
+		ip->ttl = XDNS_KIT_TTL;
+		ip->check = 0;
+		ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
+		ph[0] = ip->saddr;
+		ph[1] = ip->daddr;
+		ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
+		ph[3] = (__u32)sport | (__u32)dport << 16;
+		ph[4] = bpf_htons(plen);
+		sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
+	}
+	udp = data + l4;
+	if ((void *)(udp + 1) > end)
+		return -1;
+	udp->source = sport;
+	udp->dest = dport;
+	udp->len = bpf_htons(plen);
+	udp->check = xdns_kit_csum_fold(sum);
+	if (udp->check == 0)
+		udp->check = 0xffff;
+	return 0;
+}
+
+/*
  * Send the query in ks->msg (`dlen` bytes) to key->server from the frame in ctx (an
  * untagged IPv4 without options or IPv6 frame, its layout in ks): the next hop by
  * bpf_fib_lookup, the entry ks->pend recorded under `key` (with `old`, a response's entry,
@@ -265,10 +335,7 @@ static __always_inline enum xdns_kit_sent xdns_kit_send(struct xdp_md *ctx, stru
 							  const struct xdns_kit_pend_key *old)
 {
 	struct bpf_fib_lookup f = {};
-	__u32 plen = 8 + dlen, ifindex, l4 = ks->l4_off & 0xff, dns = ks->dns_off & 0xff;
-	void *data, *end;
-	struct ethhdr *eth;
-	struct udphdr *udp;
+	__u32 plen = 8 + dlen, ifindex, dns = ks->dns_off & 0xff;
 	long rc;
 	__s64 s;
 
@@ -317,64 +384,9 @@ static __always_inline enum xdns_kit_sent xdns_kit_send(struct xdp_md *ctx, stru
 	if (bpf_xdp_store_bytes(ctx, dns, ks->msg, dlen & 0x1ff))
 		return XDNS_KIT_BROKEN;         /* cannot fail: the frame has these bytes now */
 
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > end)
+	if (xdns_kit_headers(ctx, ks, &f, key->server, key->port, bpf_htons(53), plen,
+			     bpf_csum_diff(NULL, 0, (__be32 *)ks->msg, (dlen + 3) & 0x1fc, 0)))
 		return XDNS_KIT_BROKEN;
-	__builtin_memcpy(eth->h_dest, f.dmac, 6);
-	__builtin_memcpy(eth->h_source, f.smac, 6);
-	{
-		/* the pseudo-header and UDP header, summed with the message (bpf_csum_diff) */
-		__u32 ph[12] = {};
-		__u64 sum;
-
-		sum = bpf_csum_diff(NULL, 0, (__be32 *)ks->msg, (dlen + 3) & 0x1fc, 0);
-		if (ks->ipv6) {
-			struct ipv6hdr *ip6 = data + ETH_HLEN;
-
-			if ((void *)(ip6 + 1) > end)
-				return XDNS_KIT_BROKEN;
-			__builtin_memcpy(&ip6->saddr, ks->pend.local, 16);
-			__builtin_memcpy(&ip6->daddr, key->server, 16);
-			ip6->payload_len = bpf_htons(plen);
-			ip6->hop_limit = XDNS_KIT_TTL;
-			__builtin_memcpy(ph, &ip6->saddr, 32);
-			ph[8] = bpf_htonl(plen);
-			ph[9] = bpf_htonl(IPPROTO_UDP);
-			ph[10] = (__u32)key->port | (__u32)bpf_htons(53) << 16;
-			ph[11] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
-		} else {
-			struct iphdr *ip = data + ETH_HLEN;
-
-			if ((void *)(ip + 1) > end)
-				return XDNS_KIT_BROKEN;
-			__builtin_memcpy(&ip->saddr, ks->pend.local, 4);
-			__builtin_memcpy(&ip->daddr, key->server, 4);
-			ip->tot_len = bpf_htons(20 + plen);
-			ip->id = 0;
-			ip->frag_off = bpf_htons(0x4000);       /* DF */
-			ip->ttl = XDNS_KIT_TTL;
-			ip->check = 0;
-			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
-			ph[0] = ip->saddr;
-			ph[1] = ip->daddr;
-			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
-			ph[3] = (__u32)key->port | (__u32)bpf_htons(53) << 16;
-			ph[4] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
-		}
-		udp = data + l4;
-		if ((void *)(udp + 1) > end)
-			return XDNS_KIT_BROKEN;
-		udp->source = key->port;
-		udp->dest = bpf_htons(53);
-		udp->len = bpf_htons(plen);
-		udp->check = xdns_kit_csum_fold(sum);
-		if (udp->check == 0)
-			udp->check = 0xffff;
-	}
 	if (ifindex == ctx->ingress_ifindex)
 		return XDNS_KIT_TX;
 	bpf_redirect(ifindex, 0);
@@ -1053,14 +1065,247 @@ static long xdns_kit_ans_record(__u64 i, void *arg)
 	return 0;
 }
 
+#define XDNS_KIT_TYPE_SOA 6
+
+/*
+ * One label of a name of a negative answer's SOA record at ans.npos in resp[] (a bpf_loop
+ * body): a label written out counted in ans.nlit (its start in ans.nlast; reading MNAME,
+ * marked in ans.mbits too); the name's end, a compression pointer to a label start of the
+ * question other than its root, or the root label, gives ans.nj (the pointer's target - 12,
+ * or the question's root, qlen - 1) and ends the loop; reading RNAME, a pointer to a label
+ * start of MNAME's part written out also ends it (ans.nin the target, ans.nj MNAME's end). A
+ * pointer anywhere else, a label type other than 0 or 3, a name over 255 bytes or past the
+ * message: ans.nj = ~0. The question's label starts are in ref.qbits.
+ */
+static long xdns_kit_neg_label(__u64 i, void *arg)
+{
+	struct xdns_kit_scratch *ks = ((struct xdns_kit_in_ctx *)arg)->ks;
+	struct xdns_kit_ans *a;
+	__u32 pos, b, t;
+
+	if (!ks)
+		return 1;
+	a = &ks->ans;
+	pos = a->npos;
+	if (pos >= a->len || pos > XDNS_KIT_RESP_MAX || a->qlen == 0 || a->qlen > 255)
+		goto bad;
+	b = ks->resp[pos & 2047];
+	if (b == 0) {
+		a->nj = a->qlen - 1;
+		a->npos = pos + 1;
+		return 1;
+	}
+	if (b >= 0xc0) {
+		if (pos + 1 >= a->len)
+			goto bad;
+		t = (b & 0x3f) << 8 | ks->resp[(pos + 1) & 2047];
+		if (a->mode == 2 && t >= a->mfrom && t < a->mfrom + a->mlit && a->mj < a->qlen &&
+		    xdns_kit_bit(a->mbits, t - a->mfrom)) {
+			a->nin = t;
+			a->nj = a->mj;
+			a->npos = pos + 2;
+			return 1;
+		}
+		if (t < 12 || t - 12 + 1 >= a->qlen || !xdns_kit_bit(ks->ref.qbits, t - 12))
+			goto bad;
+		a->nj = t - 12;
+		a->npos = pos + 2;
+		return 1;
+	}
+	if (b > 63 || pos + 1 + b >= a->len || a->nlit + 1 + b > 254)
+		goto bad;
+	if (a->mode == 1 && pos >= a->mfrom && pos - a->mfrom < 256) {
+		t = pos - a->mfrom;
+		XDNS_KIT_OPAQUE(t);     /* keep the mask: clang drops it after the bound, the verifier needs it */
+		a->mbits[(t >> 6) & 3] |= 1ULL << (t & 63);
+	}
+	a->nlast = pos;
+	a->nlit += 1 + b;
+	a->npos = pos + 1 + b;
+	return 0;
+bad:
+	a->nj = ~0U;
+	return 1;
+}
+
+/* Label at resp[x] == label at resp[y] (length and bytes, letters of any case). */
+static __always_inline int xdns_kit_label_eq(struct xdns_kit_scratch *ks, __u32 x, __u32 y)
+{
+	__u32 b = ks->resp[x & 2047], k;
+
+	if (b != ks->resp[y & 2047] || b > 63)
+		return 0;
+	for (k = 0; k < 8; k++) {
+		__u64 d;
+
+		if (k * 8 > b)
+			break;
+		d = xdns_lower8(xdns_ld64(&ks->resp[(x & 2047) + k * 8])) ^ xdns_lower8(xdns_ld64(&ks->resp[(y & 2047) + k * 8]));
+		if (b + 1 - k * 8 < 8)
+			d &= (1ULL << ((b + 1 - k * 8) * 8)) - 1;
+		if (d)
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Read a name of the SOA record at `pos` of resp[] (xdns_kit_neg_label) and check that
+ * userspace's body writer writes it with the same bytes (xdns_wire::BodyWriter: the
+ * longest suffix of the name already in the message, among the question's suffixes other
+ * than the root and the names written before in the record, becomes a pointer to its first
+ * place; the labels before it are written out as they came): the name ends in a pointer to
+ * the question (not its root) or in the root label, and the last label written out is not
+ * the question's label before that end (else a longer suffix is the question's: the server
+ * compressed less than userspace does). The question's label is the one ending where the
+ * name's end starts, if one of the same length starts there (resp[12..] has the question,
+ * as sent). RNAME may end in a pointer into MNAME's labels written out instead (ans.mode 2),
+ * with the same rule for MNAME's label before its target. Returns the position after the
+ * name, or 0.
+ */
+static __always_inline __u32 xdns_kit_neg_name(struct xdns_kit_in_ctx *c, __u32 pos, __u32 mode)
+{
+	struct xdns_kit_scratch *ks = c->ks;
+	struct xdns_kit_ans *a = &ks->ans;
+	__u32 j, b, s, last, in, tail;
+
+	a->npos = pos;
+	a->nlit = 0;
+	a->nlast = 0;
+	a->nin = 0;
+	a->nj = ~0U;
+	a->mode = mode;
+	bpf_loop(128, xdns_kit_neg_label, c, 0);
+	j = *(volatile __u32 *)&a->nj;
+	in = *(volatile __u32 *)&a->nin;
+	if (j >= a->qlen || a->qlen > 255)
+		return 0;
+	/* the name's length, decompressed: its labels, MNAME's from the pointer's target, the question's */
+	tail = a->qlen - j;
+	if (in)
+		tail += a->mfrom + a->mlit - in;
+	if (a->nlit + tail > 255)
+		return 0;
+	if (a->nlit) {
+		last = a->nlast & 2047;
+		b = ks->resp[last];
+		if (in) {
+			if (in >= a->mfrom + 1 + b) {
+				s = in - 1 - b;
+				if (xdns_kit_bit(a->mbits, s - a->mfrom) && xdns_kit_label_eq(ks, last, s))
+					return 0;
+			}
+		} else if (j >= 1 + b) {
+			s = j - 1 - b;
+			if (xdns_kit_bit(ks->ref.qbits, s) && xdns_kit_label_eq(ks, last, 12 + s))
+				return 0;
+		}
+	}
+	return a->npos;
+}
+
+/*
+ * A negative answer (NXDOMAIN or NODATA) of the shape the kernel answers, at 12 + qlen + 4
+ * in resp[] (no answer record; one authority record; the header checked by the caller):
+ * one SOA record of class IN, its owner a pointer to the question (0xc00c, the whole name,
+ * included) or the root label, a suffix of the question name at or below the zone asked
+ * (the resolver's bailiwick rule; the root only when the root was asked); its two names as
+ * xdns_kit_neg_name accepts them (MNAME, then RNAME, which may point into MNAME's labels
+ * written out, and otherwise must not end where MNAME ends with the same last label written
+ * out: MNAME's written-out suffixes are pointer targets too), then the 20 bytes of numbers,
+ * the RDATA's length exact. Its TTL rewritten in
+ * resp[] as the cache stores it (RFC 2308 5: min(TTL, MINIMUM), a TTL with the top bit set
+ * 0, capped to max_neg_ttl). Returns the position after the record, or 0.
+ */
+static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struct xdns_kit_pend *p, __u32 max_neg)
+{
+	struct xdns_kit_scratch *ks = c->ks;
+	struct xdns_kit_ans *a = &ks->ans;
+	struct xdns_kit_ref *r = &ks->ref;
+	__u32 qlen = p->qlen, zl = p->zone_len, len = a->len, n, k, off, pos, rd, rdlen, mj, mlast, mlit, ttl, min;
+	__u8 *h = ks->resp;
+
+	if (qlen == 0 || qlen > 255 || zl == 0 || zl > qlen || len > XDNS_KIT_RESP_MAX)
+		return 0;
+	/* the question lowercased and its label starts (ref.qbits), as for a referral */
+	r->qlen = qlen;
+	r->hoff = 0;
+	r->hn = 0;
+	r->qbits[0] = 0;
+	r->qbits[1] = 0;
+	r->qbits[2] = 0;
+	r->qbits[3] = 0;
+	n = qlen;
+	XDNS_KIT_OPAQUE(n);
+	for (k = 0; k < 33; k++) {
+		off = k * 8;
+		if (off >= n + 8)
+			break;
+		xdns_st64(&ks->lq[off & 255], off < n ? xdns_lower8(xdns_ld64(&p->cname[off & 255])) &
+			  (n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL) : 0);
+	}
+	bpf_loop(128, xdns_kit_label_hash, c, 0);
+	if (r->hoff != qlen)
+		return 0;
+	a->qlen = qlen;
+
+	/* the owner: nothing written out, at or below the zone asked */
+	pos = xdns_kit_neg_name(c, 12 + qlen + 4, 0);
+	if (!pos || a->nlit || qlen - a->nj < zl || pos + 10 > len || pos > XDNS_KIT_RESP_MAX)
+		return 0;
+	pos &= 2047;
+	if (xdns_kit_be16(&h[pos]) != XDNS_KIT_TYPE_SOA || xdns_kit_be16(&h[pos + 2]) != 1)
+		return 0;
+	rdlen = xdns_kit_be16(&h[pos + 8]);
+	rd = pos + 10;
+	if (rd + rdlen > len)
+		return 0;
+	/* MNAME, then RNAME */
+	a->mfrom = rd;
+	a->mbits[0] = 0;
+	a->mbits[1] = 0;
+	a->mbits[2] = 0;
+	a->mbits[3] = 0;
+	k = xdns_kit_neg_name(c, rd, 1);
+	if (!k)
+		return 0;
+	mj = a->nj;
+	mlast = a->nlast;
+	mlit = a->nlit;
+	a->mj = mj;
+	a->mlit = mlit;
+	k = xdns_kit_neg_name(c, k, 2);
+	if (!k || k + 20 != rd + rdlen)
+		return 0;
+	if (mlit && a->nlit && !a->nin && a->nj == mj && xdns_kit_label_eq(ks, mlast, a->nlast))
+		return 0;
+	/* the negative TTL */
+	k &= 2047;
+	min = (__u32)h[k + 16] << 24 | (__u32)h[k + 17] << 16 | (__u32)h[k + 18] << 8 | h[k + 19];
+	ttl = (__u32)h[pos + 4] << 24 | (__u32)h[pos + 5] << 16 | (__u32)h[pos + 6] << 8 | h[pos + 7];
+	if (ttl & 0x80000000)
+		ttl = 0;
+	if (ttl > min)
+		ttl = min;
+	if (ttl > max_neg)
+		ttl = max_neg;
+	h[pos + 4] = ttl >> 24;
+	h[pos + 5] = ttl >> 16;
+	h[pos + 6] = ttl >> 8;
+	h[pos + 7] = ttl;
+	return rd + rdlen;
+}
+
 /*
  * A final answer of the common shape answered by the kernel (kit_answered, or
  * kit_answered_redirected), with the bytes userspace would send for it (bpf/README.md,
- * "Kernel iteration", the shape's rule): NOERROR, AA=1, TC=0, QR, opcode 0; 1 to
+ * "Kernel answers", the shape's rule): NOERROR, AA=1, TC=0, QR, opcode 0; 1 to
  * XDNS_KIT_ANSWERS answer records, all the question's RRset (xdns_kit_ans_record) of type A,
  * AAAA or TXT; no authority; no additional record but the server's OPT (extended RCODE 0);
- * nothing after it. The reply: the client's ID, QR, the client's opcode, RD and CD, RA, AA
- * clear, RCODE 0; the question as the client sent it; the records with their TTLs capped;
+ * nothing after it. Or, with ctl->negative, a negative answer to a question of those types
+ * (NOERROR or NXDOMAIN, no answer record, the SOA alone in authority: xdns_kit_neg). The
+ * reply: the client's ID, QR, the client's opcode, RD and CD, RA, AA clear, the RCODE; the
+ * question as the client sent it; the records with their TTLs capped;
  * our OPT (our payload, the client's DO, no options) when the client sent one; not larger
  * than the client may take (512, or max(512, min(its payload, ours))). The response goes to
  * userspace in the ring buffer with XDNS_KIT_EV_ANSWERED, for the cache (classify and
@@ -1077,12 +1322,9 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	struct bpf_fib_lookup f = {};
 	struct xdns_kit_event *ev;
 	struct xdns_kit_ctl *ctl;
-	__u32 zero = 0, len, qlen, flags, n, k, pos, aend, out, lim, ifindex, plen, csl, end512;
-	__u32 dns = ks->dns_off & 0xff, l4 = ks->l4_off & 0xff;
+	__u32 zero = 0, len, qlen, flags, rcode, n, k, pos, aend, out, lim, ifindex, plen, csl, end512;
+	__u32 dns = ks->dns_off & 0xff;
 	__u8 *h = ks->resp;
-	void *data, *end;
-	struct ethhdr *eth;
-	struct udphdr *udp;
 	__u64 sum = 0, wlen;
 	__s64 s;
 	enum xdns_verdict v;
@@ -1102,22 +1344,34 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	if (bpf_xdp_load_bytes(ctx, dns, ks->resp, len))
 		return XDNS_CONTINUE;
 	flags = xdns_kit_be16(&h[2]);
-	/* QR, opcode 0, AA, TC clear, RCODE 0 (the other bits are the server's: not read) */
-	if ((flags & 0xfe0f) != 0x8400)
-		return XDNS_CONTINUE;
+	rcode = flags & 0xf;
 	n = xdns_kit_be16(&h[6]);
-	if (n == 0 || n > XDNS_KIT_ANSWERS || xdns_kit_be16(&h[8]) != 0 || xdns_kit_be16(&h[10]) > 1)
+	if (xdns_kit_be16(&h[10]) > 1)
 		return XDNS_CONTINUE;
-	a->pos = 12 + qlen + 4;
 	a->len = len;
-	a->n = n;
-	a->qtype = p->qtype;
-	a->max_ttl = ctl->max_ttl;
-	a->bad = 0;
-	bpf_loop(XDNS_KIT_ANSWERS, xdns_kit_ans_record, &c, 0);
-	aend = *(volatile __u32 *)&a->pos;
-	if (*(volatile __u32 *)&a->bad || aend > XDNS_KIT_RESP_MAX)
+	/* QR, opcode 0, AA, TC clear (the other bits are the server's: not read) */
+	if ((flags & 0xfe0f) == 0x8400 && n != 0) {
+		/* data: RCODE 0, the answer records, no authority */
+		if (n > XDNS_KIT_ANSWERS || xdns_kit_be16(&h[8]) != 0)
+			return XDNS_CONTINUE;
+		a->pos = 12 + qlen + 4;
+		a->n = n;
+		a->qtype = p->qtype;
+		a->max_ttl = ctl->max_ttl;
+		a->bad = 0;
+		bpf_loop(XDNS_KIT_ANSWERS, xdns_kit_ans_record, &c, 0);
+		aend = *(volatile __u32 *)&a->pos;
+		if (*(volatile __u32 *)&a->bad || aend > XDNS_KIT_RESP_MAX)
+			return XDNS_CONTINUE;
+	} else if (((flags & 0xfe0f) == 0x8400 || (flags & 0xfe0f) == 0x8403) && n == 0 &&
+		   xdns_kit_be16(&h[8]) == 1 && ctl->negative) {
+		/* NODATA (RCODE 0) or NXDOMAIN (3): the SOA alone in authority */
+		aend = xdns_kit_neg(&c, p, ctl->max_neg_ttl);
+		if (aend == 0 || aend > XDNS_KIT_RESP_MAX)
+			return XDNS_CONTINUE;
+	} else {
 		return XDNS_CONTINUE;
+	}
 	if (xdns_kit_be16(&h[10]) == 1) {
 		/* the server's OPT: root owner, extended RCODE 0 (else the RCODE is not NOERROR) */
 		pos = aend & 2047;
@@ -1175,7 +1429,7 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	/* the reply in resp[]: header, the client's question, the records (TTLs done), our OPT */
 	h[0] = p->cid & 0xff;           /* network order in memory */
 	h[1] = p->cid >> 8;
-	flags = 0x8080 | (p->cflags & 0x7910);
+	flags = 0x8080 | (p->cflags & 0x7910) | rcode;
 	h[2] = flags >> 8;
 	h[3] = flags & 0xff;
 	h[10] = 0;
@@ -1243,61 +1497,8 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	}
 	bpf_ringbuf_submit(ev, 0);
 	ks->handed++;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > end)
+	if (xdns_kit_headers(ctx, ks, &f, p->client, p->lport, p->cport, plen, sum))
 		return XDNS_DROP_REWRITE;
-	__builtin_memcpy(eth->h_dest, f.dmac, 6);
-	__builtin_memcpy(eth->h_source, f.smac, 6);
-	{
-		__u32 ph[12] = {};
-
-		if (ks->ipv6) {
-			struct ipv6hdr *ip6 = data + ETH_HLEN;
-
-			if ((void *)(ip6 + 1) > end)
-				return XDNS_DROP_REWRITE;
-			__builtin_memcpy(&ip6->saddr, p->local, 16);
-			__builtin_memcpy(&ip6->daddr, p->client, 16);
-			ip6->payload_len = bpf_htons(plen);
-			ip6->hop_limit = XDNS_KIT_TTL;
-			__builtin_memcpy(ph, &ip6->saddr, 32);
-			ph[8] = bpf_htonl(plen);
-			ph[9] = bpf_htonl(IPPROTO_UDP);
-			ph[10] = (__u32)p->lport | (__u32)p->cport << 16;
-			ph[11] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 48, sum);
-		} else {
-			struct iphdr *ip = data + ETH_HLEN;
-
-			if ((void *)(ip + 1) > end)
-				return XDNS_DROP_REWRITE;
-			__builtin_memcpy(&ip->saddr, p->local, 4);
-			__builtin_memcpy(&ip->daddr, p->client, 4);
-			ip->tot_len = bpf_htons(20 + plen);
-			ip->id = 0;
-			ip->frag_off = bpf_htons(0x4000);       /* DF */
-			ip->ttl = XDNS_KIT_TTL;
-			ip->check = 0;
-			ip->check = xdns_kit_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, 20, 0));
-			ph[0] = ip->saddr;
-			ph[1] = ip->daddr;
-			ph[2] = (__u32)bpf_htons(IPPROTO_UDP) | (__u32)bpf_htons(plen) << 16;
-			ph[3] = (__u32)p->lport | (__u32)p->cport << 16;
-			ph[4] = bpf_htons(plen);
-			sum = bpf_csum_diff(NULL, 0, ph, 20, sum);
-		}
-		udp = data + l4;
-		if ((void *)(udp + 1) > end)
-			return XDNS_DROP_REWRITE;
-		udp->source = p->lport;
-		udp->dest = p->cport;
-		udp->len = bpf_htons(plen);
-		udp->check = xdns_kit_csum_fold(sum);
-		if (udp->check == 0)
-			udp->check = 0xffff;
-	}
 	ks->answered++;
 	if (ifindex == ctx->ingress_ifindex)
 		return XDNS_KIT_ANSWERED;

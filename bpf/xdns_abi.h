@@ -1218,6 +1218,8 @@ _Static_assert(__builtin_offsetof(struct xdns_kit_event, msg) == sizeof(struct x
 struct xdns_kit_ctl {
 	__u32 answer;           /* 1: final answers of the common shape are answered by the kernel */
 	__u32 max_ttl;          /* [resolver] max_ttl: every TTL of the answer capped to it */
+	__u32 negative;         /* 1: negative answers of the common shape too (needs answer) */
+	__u32 max_neg_ttl;      /* [resolver] max_negative_ttl: the SOA's negative TTL capped to it */
 };
 
 #define XDNS_KIT_ANSWERS 32             /* answer records of a kernel-built reply, at most */
@@ -1230,6 +1232,18 @@ struct xdns_kit_ans {
 	__u32 qtype;            /* the question's type (every record's) */
 	__u32 max_ttl;          /* the cap (xdns_kit_ctl) */
 	__u32 bad;              /* 1: a record not of the shape */
+	/* a negative answer's SOA names (xdns_kit_neg_label) */
+	__u32 qlen;             /* wire length of the question name */
+	__u32 npos;             /* where the name reader's next label is, in resp[] */
+	__u32 nlit;             /* bytes of the name's labels written out (before its pointer or root) */
+	__u32 nlast;            /* start of its last label written out, in resp[] */
+	__u32 nj;               /* where it ends in the question: the pointer's target - 12, or the question's root; ~0 malformed */
+	__u32 nin;              /* RNAME's pointer into MNAME's labels written out (its target), else 0 */
+	__u32 mode;             /* 0 the owner, 1 MNAME (its label starts to mbits), 2 RNAME (may point into MNAME) */
+	__u32 mfrom;            /* MNAME's start in resp[] */
+	__u32 mlit;             /* MNAME's bytes written out */
+	__u32 mj;               /* MNAME's end (nj) */
+	__u64 mbits[4];         /* label starts of MNAME's part written out, from mfrom (bit per offset) */
 };
 
 /* Per-CPU scratch and counters of kernel iteration (value of `xdns_kit_scratch`). */

@@ -15,7 +15,12 @@ the XDP program itself, and
   reply but the ID and the TTLs (aged by at most the time between them).
 
 Names: leaf1's (Knot) A, AAAA and TXT of good.lab. and a wildcard of wild.example., with
-and without EDNS, DO=1, the client's mixed case, over IPv4 and IPv6.
+and without EDNS, DO=1, the client's mixed case, over IPv4 and IPv6; and negative answers
+of the shape the kernel answers (bpf/README.md, "Kernel answers", negative answers), the
+SOA in authority: NXDOMAIN in good.lab., NODATA for mail.good.lab.'s AAAA (it has an A) and
+for sub.wild.example.'s A (it has a TXT and blocks the wildcard), whose SOA's RNAME
+(hostmaster.nic.lab.) is written out in full; NXDOMAIN from lab.'s server (NSD) and from the
+root (Knot or NSD), whose RNAME points into MNAME.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 
 import dns.flags
 import dns.message
+import dns.rcode
 import pytest
 
 from lab import Lab
@@ -37,6 +43,13 @@ CASES = [
     ("txt-no-edns", "www.good.lab.", "TXT", None, False, 4),
     ("wildcard-a", "k1.wild.example.", "A", 4096, False, 4),
     ("a-ipv6", "k6.wild.example.", "A", 1232, False, 6),
+    # negative answers (NXDOMAIN, NODATA: the SOA in authority, its negative TTL)
+    ("nxdomain-a", "nosuch.good.lab.", "A", 1232, False, 4),
+    ("nodata-aaaa-ipv6-do-mixed-case", "MaiL.gOOd.lab.", "AAAA", 1232, True, 6),
+    ("nodata-a-no-edns", "sub.wild.example.", "A", None, False, 4),
+    # RNAME hostmaster.nic.lab. a pointer into MNAME (ns1.nic.lab., a.root-servers.lab.)
+    ("nxdomain-tld-nsd", "nosuch.lab.", "A", 1232, False, 4),
+    ("nxdomain-root-ipv6", "nosuchtld.", "AAAA", 1232, False, 6),
 ]
 # Each (name, type) once: a question asked before may come back through a cache hint of the
 # CPU's memo, which kernel iteration hands over (`no_walk`: no label hashes to walk the cuts).
@@ -160,3 +173,46 @@ def test_the_kernels_answer_is_the_userspace_answer(remote, case):
     assert hit == mine, (first.hex(), again[0].hex())
     waited = time.monotonic() - t0 + (time.monotonic() - t1)
     assert all(0 <= m - h <= int(waited) + 1 for m, h in zip(my_ttls, hit_ttls)), (my_ttls, hit_ttls)
+
+
+def test_a_reload_caps_the_kernels_negative_ttl(remote):
+    """`max_negative_ttl` changed by a reload (SIGHUP) reaches the kernel's answers: an
+    NXDOMAIN answered by the kernel afterwards carries the new cap as its SOA's TTL (the lab's
+    SOAs: MINIMUM 60, so min(TTL, MINIMUM) is 60 and a cap of 20 shows), as the cache stores
+    it (the later hit's TTL is at most the cap too). Put back afterwards."""
+    import signal
+
+    lab, srv, _ = remote
+    conf = srv.extra["conf"]
+    before_text = conf.read_text()
+    assert "[resolver]\n" in before_text and "max_negative_ttl" not in before_text
+    wire = query("nosuch-reload.good.lab.", "A", 1232, False)
+
+    def reload(text: str, marker: int) -> None:
+        conf.write_text(text)
+        srv.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while srv.stderr().count("resolver settings replaced") <= marker:
+            assert time.monotonic() < deadline, srv.stderr()[-3000:]
+            time.sleep(0.05)
+
+    marker = srv.stderr().count("resolver settings replaced")
+    reload(before_text.replace("[resolver]\n", "[resolver]\nmax_negative_ttl = 20\n", 1), marker)
+    try:
+        flush(lab, srv)
+        before = xdp(lab, srv)
+        got = ask(lab, srv.addr4, wire)
+        after = xdp(lab, srv)
+        assert len(got) == 1, got
+        answered = sum(after[k] - before.get(k, 0) for k in ("kit_answered", "kit_answered_redirected"))
+        assert answered == 1, {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+        m = dns.message.from_wire(got[0])
+        assert m.rcode() == dns.rcode.NXDOMAIN and len(m.authority) == 1, m
+        assert m.authority[0].ttl == 20, m.authority[0]
+        time.sleep(0.05)
+        again = ask(lab, srv.addr4, wire)
+        assert len(again) == 1
+        hit = dns.message.from_wire(again[0])
+        assert hit.authority[0].ttl <= 20, hit.authority[0]
+    finally:
+        reload(before_text, srv.stderr().count("resolver settings replaced"))

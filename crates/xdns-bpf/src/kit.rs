@@ -225,6 +225,17 @@ pub struct PendKey {
     pub id: u16,
 }
 
+/// The TTL caps of the kernel's own answers ([`KitMaps::set_answers`]): the resolver cache's,
+/// so that a kernel answer and a later cache hit carry the same TTLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerCaps {
+    /// `[resolver] max_ttl`: every TTL of a data answer capped to it.
+    pub max_ttl: u32,
+    /// `[resolver] max_negative_ttl`: the negative TTL of an NXDOMAIN or NODATA answer's SOA
+    /// capped to it; `None`: negative answers are handed to userspace to answer.
+    pub max_negative_ttl: Option<u32>,
+}
+
 /// Kernel iteration's maps, on duplicated fds.
 pub struct KitMaps {
     zones: MapHandle,
@@ -240,12 +251,22 @@ impl KitMaps {
         Self { zones, pending, scratch, events, ctl, seed }
     }
 
-    /// The kernel's own answers (`xdns_kit_ctl`): `Some(max_ttl)` turns them on with the TTL
-    /// cap the resolver's cache applies (its `max_ttl`: written again whenever it changes, or
-    /// the kernel's first answers and the cache's would differ); `None` turns them off (every
-    /// final response handed over for userspace to answer, as before).
-    pub fn set_answers(&self, max_ttl: Option<u32>) -> Result<()> {
-        let v = xdns_kit_ctl { answer: u32::from(max_ttl.is_some()), max_ttl: max_ttl.unwrap_or(0) };
+    /// The kernel's own answers (`xdns_kit_ctl`): `Some(caps)` turns them on with the TTL caps
+    /// the resolver's cache applies (its `max_ttl`, and its `max_negative_ttl` for negative
+    /// answers, which `caps.max_negative_ttl: None` leaves to userspace: written again
+    /// whenever they change, or the kernel's first answers and the cache's would differ);
+    /// `None` turns them off (every final response handed over for userspace to answer, as
+    /// before).
+    pub fn set_answers(&self, caps: Option<AnswerCaps>) -> Result<()> {
+        let v = match caps {
+            None => xdns_kit_ctl::default(),
+            Some(c) => xdns_kit_ctl {
+                answer: 1,
+                max_ttl: c.max_ttl,
+                negative: u32::from(c.max_negative_ttl.is_some()),
+                max_neg_ttl: c.max_negative_ttl.unwrap_or(0),
+            },
+        };
         self.ctl.update(&0u32.to_ne_bytes(), bytes_of(&v), MapFlags::ANY).context("writing xdns_kit_ctl")
     }
 

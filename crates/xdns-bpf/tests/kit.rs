@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::process::Command;
 
 use common::*;
-use xdns_bpf::kit::{KitMaps, KitStage, KitZone};
+use xdns_bpf::kit::{AnswerCaps, KitMaps, KitStage, KitZone};
 use xdns_bpf::runtime::{Capacity, LoadConfig, ResolverStage, XdpProgram};
 
 const A: u16 = 1;
@@ -703,6 +703,8 @@ fn referrals_with_glue_are_followed_in_the_kernel() {
 
 const TXT: u16 = 16;
 const MAX_TTL: u32 = 3600;
+const MAX_NEG_TTL: u32 = 900;
+const CAPS: AnswerCaps = AnswerCaps { max_ttl: MAX_TTL, max_negative_ttl: Some(MAX_NEG_TTL) };
 
 /// The reply userspace sends for the final answer `records` (owner, type, TTL, RDATA, as the
 /// server sent them) to the client's query `q`: the cache body as the resolver's
@@ -719,18 +721,44 @@ fn userspace_reply(q: &[u8], records: &[(u16, u32, Vec<u8>)]) -> Vec<u8> {
         let ttl = if ttl & 0x8000_0000 != 0 { 0 } else { *ttl };
         w.write_rr(&key, true, *t, ttl.min(MAX_TTL), rdata).unwrap();
     }
+    replay(&query, w.finish())
+}
+
+/// `body` stored in the cache for `query` and replayed for it by xdns_wire::cache::replay_into
+/// at the time it was stored, with the daemon's limits (`Limits::udp`, our payload).
+fn replay(query: &xdns_wire::Query, body: xdns_wire::Body) -> Vec<u8> {
+    let qq = query.question.as_ref().unwrap();
     let a = xdns_wire::CachedAnswer {
-        qname: key,
+        qname: qq.qname().to_ascii_lowercase(),
         qtype: qq.qtype,
         dnssec_ok: query.edns.as_ref().is_some_and(|e| e.dnssec_ok),
-        body: w.finish(),
+        body,
         stored_at_ns: 1_000_000_000,
         expires_at_ns: u64::MAX,
         prefetch_at_ns: u64::MAX,
     };
     let mut out = Vec::new();
-    xdns_wire::cache::replay_into(&a, &query, 1_000_000_000, &xdns_wire::Limits::udp(query.edns.as_ref(), OUR_PAYLOAD), &mut out).unwrap();
+    xdns_wire::cache::replay_into(&a, query, 1_000_000_000, &xdns_wire::Limits::udp(query.edns.as_ref(), OUR_PAYLOAD), &mut out).unwrap();
     out
+}
+
+/// The reply userspace sends for a negative answer (RCODE `rcode`, NXDOMAIN or NODATA) whose
+/// SOA has owner `owner` (lowercased), TTL `ttl` and RDATA `rdata` with its names
+/// decompressed (as xdns_resolver::msg reads them, case kept), to the client's query `q`: the
+/// cache body as the resolver's `make_answer` compiles it (the SOA in authority, owner the
+/// pointer to the question when it is the question, its TTL min(TTL, MINIMUM) capped to
+/// `MAX_NEG_TTL`, a TTL with the top bit set 0), replayed for the client ([`replay`]).
+fn userspace_negative(q: &[u8], rcode: u8, owner: &[u8], ttl: u32, rdata: &[u8]) -> Vec<u8> {
+    let query = xdns_wire::Query::parse(q).unwrap();
+    let key = query.question.as_ref().unwrap().qname().to_ascii_lowercase();
+    let mut w = xdns_wire::BodyWriter::new(&key).unwrap();
+    w.set_rcode(rcode);
+    w.set_section(xdns_wire::Section::Authority).unwrap();
+    let ttl = if ttl & 0x8000_0000 != 0 { 0 } else { ttl };
+    let m = &rdata[rdata.len() - 4..];
+    let ttl = ttl.min(u32::from_be_bytes([m[0], m[1], m[2], m[3]])).min(MAX_NEG_TTL);
+    w.write_rr(owner, owner == &key[..], SOA, ttl, rdata).unwrap();
+    replay(&query, w.finish())
 }
 
 /// The frame of message `m` from us (`base.dst`:53) to the client (`base.src`:`base.sport`),
@@ -766,7 +794,7 @@ fn final_answers_of_the_common_shape_are_answered_by_the_kernel() {
         let prog = load_kit(1024, None);
         let kit = prog.kit().unwrap();
         zones(&kit);
-        kit.set_answers(Some(MAX_TTL)).unwrap();
+        kit.set_answers(Some(CAPS)).unwrap();
         let a4 = |x: u8| vec![198, 18, 7, x];
         let a6 = |x: u8| [&[0x20u8, 1, 0x0d, 0xb8, 0, 7][..], &[0u8; 9], &[x]].concat();
         let txt = |s: &str| [&[s.len() as u8][..], s.as_bytes()].concat();
@@ -902,6 +930,241 @@ fn final_answers_of_the_common_shape_are_answered_by_the_kernel() {
             let m = make(id, &sent);
             let before = kit.counters().unwrap();
             let (act, _, moved) = run(&prog, &from_server(false, &ROOT4, port, &m), kd0);
+            assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "{what}: handed over, XDP_DROP");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.answered, after.handed), (before.answered, before.handed + 1), "{what}: not answered");
+            let ev = kit.take_events().unwrap();
+            assert_eq!(ev.len(), 1, "{what}: one record");
+            assert!(!ev[0].answered, "{what}: for userspace to answer");
+            assert_eq!(ev[0].msg, m, "{what}: the response as received");
+        }
+        assert_eq!(kit.pending_len(), 0, "every entry claimed once");
+    });
+}
+
+const SOA: u16 = 6;
+
+/// Where a name of an SOA record ends as a server writes it: the root label, a pointer to
+/// this suffix of the question, or a pointer into MNAME after its first `n` labels.
+#[derive(Clone, Copy)]
+enum End {
+    Root,
+    Q(&'static str),
+    InMname(usize),
+}
+
+/// An SOA record as a server writes it: each name as (labels written out, its end).
+#[derive(Clone, Copy)]
+struct Soa {
+    owner: (&'static str, End),
+    mname: (&'static str, End),
+    rname: (&'static str, End),
+    ttl: u32,
+    minimum: u32,
+}
+
+/// A name written as `n` says, for a message whose question name is `sent`, with MNAME at
+/// `mname` (its offset, its decompressed form): (its bytes, its decompressed form).
+fn enc(sent: &[u8], n: (&str, End), mname: Option<(usize, &[u8])>) -> (Vec<u8>, Vec<u8>) {
+    let mut lit = wire(n.0);
+    lit.pop();
+    let (p, tail) = match n.1 {
+        End::Root => (vec![0], vec![0]),
+        End::Q(sfx) => {
+            let w = wire(sfx);
+            let j = (0..sent.len()).find(|&j| sent[j..].eq_ignore_ascii_case(&w)).expect("a suffix of the question");
+            (ptr(12 + j), sent[j..].to_vec())
+        }
+        End::InMname(k) => {
+            let (at, mu) = mname.expect("MNAME written before");
+            let mut off = 0;
+            for _ in 0..k {
+                off += 1 + mu[off] as usize;
+            }
+            (ptr(at + off), mu[off..].to_vec())
+        }
+    };
+    ([&lit[..], &p].concat(), [&lit[..], &tail].concat())
+}
+
+/// Append SOA `s` to the authority section of `m` (question name `sent`): (its owner
+/// lowercased, its RDATA with the names decompressed).
+fn add_soa(m: &mut Vec<u8>, sent: &[u8], s: &Soa) -> (Vec<u8>, Vec<u8>) {
+    let n = u16::from_be_bytes([m[8], m[9]]) + 1;
+    m[8..10].copy_from_slice(&n.to_be_bytes());
+    let (ob, ou) = enc(sent, s.owner, None);
+    m.extend_from_slice(&ob);
+    m.extend_from_slice(&SOA.to_be_bytes());
+    m.extend_from_slice(&[0, 1]);
+    m.extend_from_slice(&s.ttl.to_be_bytes());
+    let len_at = m.len();
+    m.extend_from_slice(&[0, 0]);
+    let (mb, mu) = enc(sent, s.mname, None);
+    let at = m.len();
+    m.extend_from_slice(&mb);
+    let (rb, ru) = enc(sent, s.rname, Some((at, &mu)));
+    m.extend_from_slice(&rb);
+    let nums = [&2026113001u32.to_be_bytes()[..], &7200u32.to_be_bytes(), &900u32.to_be_bytes(), &1209600u32.to_be_bytes(), &s.minimum.to_be_bytes()].concat();
+    m.extend_from_slice(&nums);
+    let rdlen = (m.len() - len_at - 2) as u16;
+    m[len_at..len_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+    (ou.to_ascii_lowercase(), [&mu[..], &ru, &nums].concat())
+}
+
+/// Negative final answers (NXDOMAIN, NODATA) of the shape the kernel answers (bpf/README.md,
+/// "Kernel answers"): the SOA alone in authority, owned by a suffix of the question at or
+/// below the zone asked, its names compressed as userspace's body writer compresses them
+/// (pointers to the question, or RNAME's into MNAME).
+/// The kernel rewrites the response into the reply userspace sends, byte for byte
+/// (`userspace_negative`: the negative TTL, the compression, the client's question, OPT, DO,
+/// RCODE), sends it (`kit_answered`), claims the entry and hands the response over marked
+/// answered (for the cache). Every other shape, and negatives with their answers off, is
+/// handed over unanswered as before.
+#[test]
+fn negative_final_answers_of_the_common_shape_are_answered_by_the_kernel() {
+    require_root("negative_final_answers_of_the_common_shape_are_answered_by_the_kernel");
+    stay_on_one_cpu();
+    let ns = Ns::new("n");
+    let kd0 = ns.ifindex("kd0");
+    sh(&["ip", "-n", &ns.0, "route", "add", "198.18.0.2/32", "dev", "kd0"]);
+    sh(&["ip", "-n", &ns.0, "-6", "route", "add", "2001:db8::2/128", "dev", "kd0"]);
+    sh(&["ip", "-n", &ns.0, "neigh", "add", "198.18.0.2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
+    sh(&["ip", "-n", &ns.0, "-6", "neigh", "add", "2001:db8::2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
+    ns.run(|| {
+        let prog = load_kit(1024, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+        kit.set_answers(Some(CAPS)).unwrap();
+        let edns = || Opt::new(1232, false);
+        let net_soa = Soa { owner: ("", End::Q("example.net")), mname: ("ns1", End::Q("example.net")), rname: ("hostmaster", End::Q("example.net")), ttl: 3600, minimum: 300 };
+
+        // (what, client's family, name, type, client's OPT, the server (ipv4: root or
+        // example.org's), RCODE, the SOA, server OPT)
+        type Row = (&'static str, bool, &'static str, u16, Option<Opt>, [u8; 4], u8, Soa, bool);
+        let rows: Vec<Row> = vec![
+            ("NXDOMAIN, ipv4, A, EDNS; the SOA of example.net, both names a label and a pointer; TTL above MINIMUM",
+             false, "nx.example.net", A, edns(), ROOT4, 3, net_soa, true),
+            ("NODATA, ipv6, AAAA, the client's mixed case, DO=1, no server OPT; owner the question; MNAME written out (another TLD); TTL below MINIMUM",
+             true, "WwW.Example.NET", AAAA, Opt::new(4096, true), ROOT4, 0,
+             Soa { owner: ("", End::Q("www.example.net")), mname: ("ns.Provider.ORG", End::Root), rname: ("Hostmaster", End::Q("example.net")), ttl: 120, minimum: 3600 }, false),
+            ("NXDOMAIN from the root, TXT, no EDNS: owner the root, both names written out; TTL and MINIMUM over the cap",
+             false, "x.nonexistent", TXT, None, ROOT4, 3,
+             Soa { owner: ("", End::Root), mname: ("a.root-servers.net", End::Root), rname: ("nstld.verisign-grs.com", End::Root), ttl: 86400, minimum: 86400 }, true),
+            ("NXDOMAIN, ipv6: a TTL with the top bit set (0); owner a suffix two labels up; RNAME a pointer alone",
+             true, "a.b.example.net", A, edns(), ROOT4, 3,
+             Soa { owner: ("", End::Q("b.example.net")), mname: ("ns1", End::Q("example.net")), rname: ("", End::Q("example.net")), ttl: 0x8000_0010, minimum: 300 }, true),
+            ("NODATA from example.org's server (the cut asked, owner at it); two labels written out before each pointer",
+             false, "host.example.org", A, edns(), ORG4, 0,
+             Soa { owner: ("", End::Q("example.org")), mname: ("ns.dns", End::Q("example.org")), rname: ("admin.mail", End::Q("example.org")), ttl: 600, minimum: 60 }, true),
+            ("NXDOMAIN, ipv4, A: MNAME written out (another TLD), RNAME a label and a pointer into MNAME (provider.org)",
+             false, "nx.example.net", A, edns(), ROOT4, 3,
+             Soa { mname: ("ns.provider.org", End::Root), rname: ("hostmaster", End::InMname(1)), ..net_soa }, true),
+            ("NODATA, ipv6, TXT: RNAME two labels and a pointer to MNAME's TLD (a hosted zone's SOA)",
+             true, "www.example.net", TXT, edns(), ROOT4, 0,
+             Soa { owner: ("", End::Q("example.net")), mname: ("ns-1.awsdns-2.com", End::Root), rname: ("awsdns-hostmaster.amazon", End::InMname(2)), ttl: 900, minimum: 86400 }, true),
+        ];
+        for (what, v6, name, qtype, copt, server4, rcode, soa, sopt) in rows {
+            let net = if v6 { Net::v6() } else { Net::v4() };
+            let server = if v6 { ROOT6.to_vec() } else { server4.to_vec() };
+            let q = query(&wire(name), qtype, copt);
+            let (_, out, moved) = run(&prog, &frame(&net, &q), kd0);
+            assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
+            let (port, id) = port_id(&out, v6);
+            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
+            let mut m = message(id, 0x0400 | u16::from(rcode), &sent, qtype);
+            let (owner, rdata) = add_soa(&mut m, &sent, &soa);
+            if sopt {
+                opt(&mut m);
+            }
+            let resp = from_server(v6, &server, port, &m);
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &resp, kd0);
+            assert_eq!((act, moved), (3, vec!["kit_answered".to_string()]), "{what}: answered by the kernel, XDP_TX");
+            let want = userspace_negative(&q, rcode, &owner, soa.ttl, &rdata);
+            assert_eq!(dns_of(&out), &want[..], "{what}: the bytes userspace sends");
+            assert_eq!(out, to_client(&net, &want), "{what}: the whole frame");
+            assert!(checksums_ok(&out), "{what}: checksums");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.answered, after.handed), (before.answered + 1, before.handed + 1), "{what}: answered, handed over");
+            let ev = kit.take_events().unwrap();
+            assert_eq!(ev.len(), 1, "{what}: one record");
+            assert!(ev[0].answered, "{what}: marked answered");
+            assert_eq!(ev[0].msg, m, "{what}: the response as received, for the cache");
+            assert!(kit.peek(ip(&server), port, id).unwrap().is_none(), "{what}: the entry claimed");
+        }
+
+        // not the shape: handed over unanswered, as before
+        let other = |rname: (&'static str, End)| Soa { mname: ("ns.provider.org", End::Root), rname, ..net_soa };
+        type Bad = (&'static str, &'static str, [u8; 4], Box<dyn Fn(u16, &[u8]) -> Vec<u8>>);
+        let neg = |flags: u16, soa: Soa| -> Box<dyn Fn(u16, &[u8]) -> Vec<u8>> {
+            Box::new(move |id, s| {
+                let mut m = message(id, flags, s, A);
+                add_soa(&mut m, s, &soa);
+                opt(&mut m);
+                m
+            })
+        };
+        let rows: Vec<Bad> = vec![
+            ("two SOAs", "nx.example.net", ROOT4, Box::new(move |id, s| {
+                let mut m = message(id, 0x0403, s, A);
+                add_soa(&mut m, s, &net_soa);
+                add_soa(&mut m, s, &net_soa);
+                m
+            })),
+            ("the SOA of a name not a suffix of the question", "nx.example.net", ROOT4,
+             neg(0x0403, Soa { owner: ("other", End::Q("example.net")), ..net_soa })),
+            ("the SOA of a zone above the one asked (org, example.org asked)", "x.nx.example.org", ORG4,
+             neg(0x0403, Soa { owner: ("", End::Q("org")), mname: ("ns1", End::Q("example.org")), rname: ("hostmaster", End::Q("example.org")), ..net_soa })),
+            ("an NSEC and its RRSIG in authority (a signed negative)", "nx.example.net", ROOT4, Box::new(move |id, s| {
+                let mut m = message(id, 0x0403, s, A);
+                add_soa(&mut m, s, &net_soa);
+                add(&mut m, 2, &ptr(12), 47, 300, &[&wire("zz.example.net")[..], &[0, 6, 0x40, 0, 0, 0, 0, 3]].concat());
+                add(&mut m, 2, &ptr(12), 46, 300, &[0, 47, 8, 3, 0, 0, 1, 44, 0, 0, 0, 1, 0, 0, 0, 0, 0x12, 0x34, 7, b'e', b'x', b'a', b'm', b'p', b'l', b'e', 3, b'n', b'e', b't', 0, 1, 2, 3]);
+                m
+            })),
+            ("an A record in additional", "nx.example.net", ROOT4, Box::new(move |id, s| {
+                let mut m = message(id, 0x0403, s, A);
+                add_soa(&mut m, s, &net_soa);
+                add(&mut m, 3, &wire("ns1.example.net"), A, 300, &[198, 18, 7, 1]);
+                m
+            })),
+            ("a CNAME in answer, then NXDOMAIN", "nx.example.net", ROOT4, Box::new(move |id, s| {
+                let mut m = message(id, 0x0403, s, A);
+                add(&mut m, 1, &ptr(12), 5, 300, &wire("gone.example.net"));
+                add_soa(&mut m, s, &net_soa);
+                m
+            })),
+            ("MNAME written out where userspace points to the question (net)", "nx.example.net", ROOT4,
+             neg(0x0403, Soa { mname: ("ns1.example.net", End::Root), ..net_soa })),
+            ("MNAME compressed less than userspace does (example written out)", "nx.example.net", ROOT4,
+             neg(0x0403, Soa { mname: ("ns1.example", End::Q("net")), ..net_soa })),
+            ("RNAME a pointer into MNAME, compressed less than userspace does (provider written out)",
+             "nx.example.net", ROOT4, neg(0x0403, other(("hostmaster.provider", End::InMname(2))))),
+            ("RNAME ending where MNAME ends, the same last label written out (userspace points into MNAME)",
+             "nx.example.net", ROOT4, neg(0x0403, other(("hostmaster.provider.org", End::Root)))),
+            ("AA=0", "nx.example.net", ROOT4, neg(0x0003, net_soa)),
+            ("SERVFAIL with an SOA", "nx.example.net", ROOT4, neg(0x0402, net_soa)),
+            ("TC=1", "nx.example.net", ROOT4, neg(0x0603, net_soa)),
+            ("a byte after the message", "nx.example.net", ROOT4, Box::new(move |id, s| {
+                let mut m = message(id, 0x0403, s, A);
+                add_soa(&mut m, s, &net_soa);
+                m.push(0);
+                m
+            })),
+            ("negative answers off", "off.example.net", ROOT4, neg(0x0403, net_soa)),
+        ];
+        for (what, name, server, make) in rows {
+            if name.starts_with("off.") {
+                kit.set_answers(Some(AnswerCaps { max_negative_ttl: None, ..CAPS })).unwrap();
+            }
+            let q = query(&wire(name), A, edns());
+            let (_, out, moved) = run(&prog, &frame(&Net::v4(), &q), kd0);
+            assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
+            let (port, id) = port_id(&out, false);
+            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
+            let m = make(id, &sent);
+            let before = kit.counters().unwrap();
+            let (act, _, moved) = run(&prog, &from_server(false, &server, port, &m), kd0);
             assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "{what}: handed over, XDP_DROP");
             let after = kit.counters().unwrap();
             assert_eq!((after.answered, after.handed), (before.answered, before.handed + 1), "{what}: not answered");

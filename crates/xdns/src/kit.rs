@@ -12,7 +12,7 @@
 //!   (the kernel sent the client the reply to a final answer of the common shape itself,
 //!   `kit_answered`) is resolved the same way, so it is cached exactly as the resolver caches
 //!   its own, and its reply is never sent ([`cache_answered`]); [`spawn`] turns the kernel's
-//!   answers on with the resolver's `max_ttl` ([`set_max_ttl`] on a reload). It also starts the tasks that read the reserved
+//!   answers on with the resolver's `max_ttl` and `max_negative_ttl` ([`set_ttl_caps`] on a reload). It also starts the tasks that read the reserved
 //!   ports, where a response arrives when the ring was full or it was too long: it claims
 //!   its pending entry (deletes it from `xdns_kit_pending`; only the claimer answers), is
 //!   checked again as the userspace
@@ -335,7 +335,7 @@ pub fn spawn(
         anyhow::bail!("kernel iteration: no root server address in {}", rs.root_hints.display());
     }
     kit.set_zone(&root)?;
-    kit.set_answers(Some(rs.resolver.max_ttl))?;
+    kit.set_answers(Some(caps(rs.resolver.max_ttl, rs.resolver.max_negative_ttl)))?;
     let timeout = rs.resolver.upstream_timeout;
     let spawn_cap = (rs.max_pending as u64 / 2).max(1);
     let kit = Arc::new(kit);
@@ -794,12 +794,18 @@ pub fn note_use(u: xdns_resolver::HandedUse) {
     }
 }
 
-/// The resolver's `max_ttl` changed (a reload): the kernel's own answers cap their TTLs to it
-/// from now on, as the cache does.
-pub fn set_max_ttl(max_ttl: u32) {
+/// The kernel's answer caps for the resolver's `max_ttl` and `max_negative_ttl`: negative
+/// answers (NXDOMAIN, NODATA) answered by the kernel too.
+fn caps(max_ttl: u32, max_negative_ttl: u32) -> xdns_bpf::kit::AnswerCaps {
+    xdns_bpf::kit::AnswerCaps { max_ttl, max_negative_ttl: Some(max_negative_ttl) }
+}
+
+/// The resolver's `max_ttl` or `max_negative_ttl` changed (a reload): the kernel's own answers
+/// cap their TTLs to them from now on, as the cache does.
+pub fn set_ttl_caps(max_ttl: u32, max_negative_ttl: u32) {
     if let Some(kit) = MAPS.get() {
-        if let Err(e) = kit.set_answers(Some(max_ttl)) {
-            tracing::error!(error = %e, "kernel iteration: the kernel's answers not updated to the new max_ttl");
+        if let Err(e) = kit.set_answers(Some(caps(max_ttl, max_negative_ttl))) {
+            tracing::error!(error = %e, "kernel iteration: the kernel's answers not updated to the new TTL caps");
         }
     }
 }

@@ -195,8 +195,8 @@ async fn resolver(shared: &Arc<Shared>, current: &Config, new_cfg: &Config) -> O
     let before = rec.resolver.config();
     rec.resolver.reconfigure(&new.resolver);
     let now = rec.resolver.config();
-    if now.max_ttl != before.max_ttl {
-        crate::kit::set_max_ttl(now.max_ttl);
+    if now.max_ttl != before.max_ttl || now.max_negative_ttl != before.max_negative_ttl {
+        crate::kit::set_ttl_caps(now.max_ttl, now.max_negative_ttl);
     }
     if now != before {
         tracing::info!(settings = ?now, "resolver settings replaced");
