@@ -4,17 +4,22 @@ thread by then; Knot DNS until it answers, as the goal's yardstick.
 
     /usr/bin/python3 bench/loadtime.py --base OLD/target/release/xdns [--new target/release/xdns]
                                        [--records 1000000] [--pairs 3] [--no-knot] [--perf DIR]
+                                       [--label L]
 
 Needs root. The zone is bench/genzone.py's `tld` shape (bench/out/tld-N.zone, as
 bench/scale.py makes it). The builds alternate which goes first in each pair. Printed per run:
 wall seconds until the kernel answers, the process's CPU seconds by then (user + system,
 every thread, ended ones included), and the CPU seconds of each named thread (`xdns-rt`
 loads the zones, `xdns-xdp` sizes the maps, runs the verifier and writes the fill,
-`xdns-compile` compiles the answers beside it), and the phases the daemon logs with their
-seconds. Then new / base of the medians. On a shared machine the wall seconds measure the
+`xdns-compile` compiles the answers beside it, `xdns-estimate` compiles half the sizing's
+sample), and the phases the daemon logs with their
+seconds (each run's log: bench/out/loadtime-{base,new}-PAIR.log). Then new / base of the
+medians. On a shared machine the wall seconds measure the
 wait for a core as much as the work: note `uptime` beside the run.
 
-`--perf DIR` records `perf record -F 499 -g` of each run into DIR (for `perf report`).
+`--perf DIR` records `perf record -F 499 -g` of each run into DIR (for `perf report`;
+`LOADTIME_PERF_G="--call-graph dwarf,16384"` for call graphs through inlined code). Results:
+bench/out/loadtime-RECORDS[-LABEL].json.
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--no-knot", action="store_true")
     ap.add_argument("--perf", type=Path)
+    ap.add_argument("--label", default="", help="results in bench/out/loadtime-RECORDS[-LABEL].json")
     a = ap.parse_args()
     zone = S.zone_file(a.records)
     timeout = max(60.0, a.records / 10_000)
@@ -152,7 +158,7 @@ def main() -> int:
         for w in ("base", "new"):
             print(f"{w} / knot: wall {med[w]['wall_s'] / med['knot']['wall_s']:.2f}x, "
                   f"cpu {med[w]['cpu_s'] / med['knot']['cpu_s']:.2f}x")
-    out = S.B.OUT / f"loadtime-{a.records}.json"
+    out = S.B.OUT / f"loadtime-{a.records}{'-' + a.label if a.label else ''}.json"
     out.write_text(json.dumps(res, indent=1))
     print(f"results: {out}")
     return 0
