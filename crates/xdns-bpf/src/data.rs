@@ -288,9 +288,9 @@ impl Shape {
     /// name when the zones have at most [`Self::EXACT_NAMES`]; else the names whose hash falls
     /// in one bucket of [`Self::SAMPLE`], so the same names are picked by every estimate of a
     /// zone), scaled to every name. A few percent off at worst for zones of millions of
-    /// names; the maps get headroom on top (`Capacity::for_shape`). The sample is compiled by
-    /// two threads, each taking every other sampled name (the start-up runs nothing else
-    /// meanwhile); the sums do not depend on how the names are shared out.
+    /// names; the maps get headroom on top (`Capacity::for_shape`). Two threads share the
+    /// names, each taking every other one of the zone's node map (the start-up runs nothing
+    /// else meanwhile); the sums do not depend on how the names are shared out.
     pub fn estimate(zones: &ZoneSet) -> Self {
         let names: usize = zones.zones.values().map(|z| z.nodes.len()).sum();
         let every = if names <= Self::EXACT_NAMES { 1 } else { Self::SAMPLE as u64 };
@@ -322,20 +322,20 @@ impl Shape {
         }
     }
 
-    /// Part `part` of `parts` of [`Self::estimate`] with one name in `every` sampled: the
-    /// sampled names whose turn (their hash over `every`) falls to `part` compiled; part 0
-    /// also counts the nodes and the apexes' NXDOMAIN bodies exactly.
-    fn estimate_part(zones: &ZoneSet, every: u64, part: u64, parts: u64) -> EstimatePart {
+    /// Part `part` of `parts` of [`Self::estimate`] with one name in `every` sampled: of the
+    /// names whose turn (their place in the zone's node map) falls to `part`, the nodes
+    /// counted and the sampled ones (by name hash) compiled; part 0 also counts the apexes'
+    /// NXDOMAIN bodies.
+    fn estimate_part(zones: &ZoneSet, every: u64, part: usize, parts: usize) -> EstimatePart {
         let mut out = EstimatePart::default();
         let mut keys = Vec::new();
         for zone in zones_in_order(zones) {
             let mut c = ZoneCompiler::new(zones, zone);
-            for (nm, node) in &zone.nodes {
-                if part == 0 && kernel_node(&c.owned, nm, node) {
+            for (nm, node) in zone.nodes.iter().skip(part).step_by(parts) {
+                if kernel_node(&c.owned, nm, node) {
                     out.exact.nodes += 1;
                 }
-                let h = crate::hash::name_hash(0x5a3b_1e57, nm);
-                if !h.is_multiple_of(every) || (h / every) % parts != part {
+                if !crate::hash::name_hash(0x5a3b_1e57, nm).is_multiple_of(every) {
                     continue;
                 }
                 out.picked += 1;
