@@ -159,8 +159,26 @@ pub fn answers(zones: &ZoneSet) -> impl Iterator<Item = AnswerEntry> + '_ {
 /// `Other` bodies (see [`compile_kernel_data`]) are skipped; a signed zone's `Type` and
 /// `Other` keys give their DO body first, then the plain one.
 pub fn zone_answers<'a>(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> impl Iterator<Item = AnswerEntry> + 'a {
+    compiled(zones, zone, xdns_zone::compile::keys_in_order(zone))
+}
+
+/// [`zone_answers`] with the zone's names given, sorted ([`answers_then_nodes`]).
+fn zone_answers_of<'a>(
+    zones: &'a ZoneSet,
+    zone: &'a xdns_zone::Zone,
+    names: impl IntoIterator<Item = &'a [u8]> + 'a,
+) -> impl Iterator<Item = AnswerEntry> + 'a {
+    compiled(zones, zone, xdns_zone::compile::keys_of_names(zone, names))
+}
+
+/// The entries of `keys` of `zone`, compiled one key at a time ([`ZoneCompiler::key`]).
+fn compiled<'a>(
+    zones: &'a ZoneSet,
+    zone: &'a xdns_zone::Zone,
+    keys: impl Iterator<Item = BodyKey> + 'a,
+) -> impl Iterator<Item = AnswerEntry> + 'a {
     let mut c = ZoneCompiler::new(zones, zone);
-    xdns_zone::compile::keys_in_order(zone).flat_map(move |key| {
+    keys.flat_map(move |key| {
         let (d, p) = c.key(key);
         d.into_iter().chain(p)
     })
@@ -270,33 +288,30 @@ impl Shape {
     /// name when the zones have at most [`Self::EXACT_NAMES`]; else the names whose hash falls
     /// in one bucket of [`Self::SAMPLE`], so the same names are picked by every estimate of a
     /// zone), scaled to every name. A few percent off at worst for zones of millions of
-    /// names; the maps get headroom on top (`Capacity::for_shape`).
+    /// names; the maps get headroom on top (`Capacity::for_shape`). Two threads share the
+    /// names, each taking every other one of the zone's node map (the start-up runs nothing
+    /// else meanwhile); the sums do not depend on how the names are shared out.
     pub fn estimate(zones: &ZoneSet) -> Self {
         let names: usize = zones.zones.values().map(|z| z.nodes.len()).sum();
         let every = if names <= Self::EXACT_NAMES { 1 } else { Self::SAMPLE as u64 };
-        let (mut sampled, mut exact, mut picked) = (Shape::default(), Shape::default(), 0u64);
-        let mut keys = Vec::new();
-        for zone in zones_in_order(zones) {
-            let mut c = ZoneCompiler::new(zones, zone);
-            for nm in zone.nodes.keys() {
-                if (c.owned)(nm) && zone.node(nm).is_some() {
-                    exact.nodes += 1;
+        let (a, b) = std::thread::scope(|s| {
+            let other = std::thread::Builder::new().name("xdns-estimate".into()).spawn_scoped(s, || {
+                // created by the XDP thread: none of its capabilities, now or after the switch of user
+                crate::threads::no_caps_after_switch();
+                Self::estimate_part(zones, every, 1, 2)
+            });
+            match other {
+                Ok(h) => {
+                    let a = Self::estimate_part(zones, every, 0, 2);
+                    // a panic there is a bug of the compile: the same one as on this thread
+                    let b = h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                    (a, b)
                 }
-                if every > 1 && !crate::hash::name_hash(0x5a3b_1e57, nm).is_multiple_of(every) {
-                    continue;
-                }
-                picked += 1;
-                keys.clear();
-                xdns_zone::lookup::keys_of_name(zone, nm, &mut keys);
-                for key in keys.drain(..) {
-                    let (d, p) = c.key(key);
-                    d.iter().chain(&p).for_each(|a| sampled.add(&a.body));
-                }
+                // no thread to be had: this one compiles every sampled name
+                Err(_) => (Self::estimate_part(zones, every, 0, 1), EstimatePart::default()),
             }
-            // the apex's NXDOMAIN body: one per zone, counted as is
-            let (d, p) = c.key(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
-            d.iter().chain(&p).for_each(|a| exact.add(&a.body));
-        }
+        });
+        let (sampled, exact, picked) = (a.sampled.sum(&b.sampled), a.exact.sum(&b.exact), a.picked + b.picked);
         let scale = |v: u64| if picked == 0 { 0 } else { (v as u128 * names as u128).div_ceil(picked as u128) as u64 };
         Shape {
             nodes: exact.nodes,
@@ -307,10 +322,62 @@ impl Shape {
         }
     }
 
+    /// Part `part` of `parts` of [`Self::estimate`] with one name in `every` sampled: of the
+    /// names whose turn (their place in the zone's node map) falls to `part`, the nodes
+    /// counted and the sampled ones (by name hash) compiled; part 0 also counts the apexes'
+    /// NXDOMAIN bodies.
+    fn estimate_part(zones: &ZoneSet, every: u64, part: usize, parts: usize) -> EstimatePart {
+        let mut out = EstimatePart::default();
+        let mut keys = Vec::new();
+        for zone in zones_in_order(zones) {
+            let mut c = ZoneCompiler::new(zones, zone);
+            for (nm, node) in zone.nodes.iter().skip(part).step_by(parts) {
+                if kernel_node(&c.owned, nm, node) {
+                    out.exact.nodes += 1;
+                }
+                if !crate::hash::name_hash(0x5a3b_1e57, nm).is_multiple_of(every) {
+                    continue;
+                }
+                out.picked += 1;
+                keys.clear();
+                xdns_zone::lookup::keys_of_name(zone, nm, &mut keys);
+                for key in keys.drain(..) {
+                    let (d, p) = c.key(key);
+                    d.iter().chain(&p).for_each(|a| out.sampled.add(&a.body));
+                }
+            }
+            if part == 0 {
+                // the apex's NXDOMAIN body: one per zone, counted as is
+                let (d, p) = c.key(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
+                d.iter().chain(&p).for_each(|a| out.exact.add(&a.body));
+            }
+        }
+        out
+    }
+
+    fn sum(&self, o: &Shape) -> Shape {
+        Shape {
+            nodes: self.nodes + o.nodes,
+            answers: self.answers + o.answers,
+            class_m: self.class_m + o.class_m,
+            class_l: self.class_l + o.class_l,
+            record_bytes: self.record_bytes + o.record_bytes,
+        }
+    }
+
     /// Zone sets of at most this many names are measured exactly (every body compiled once).
     pub const EXACT_NAMES: usize = 1 << 16;
     /// One name in this many is compiled for the estimate of larger zone sets.
     pub const SAMPLE: usize = 16;
+}
+
+/// What one part of [`Shape::estimate`] counted: the sampled names' bodies, what is counted
+/// exactly (nodes, the apexes' NXDOMAIN bodies), and how many names were sampled.
+#[derive(Default)]
+struct EstimatePart {
+    sampled: Shape,
+    exact: Shape,
+    picked: u64,
 }
 
 /// Would the kernel send exactly `own` when it answers with `shared` (compiled against a
@@ -392,45 +459,85 @@ pub fn kernel_nodes(zones: &ZoneSet) -> Vec<NodeEntry> {
     nodes(zones).collect()
 }
 
-/// The names of each zone (by apex) that are its nodes in the kernel, sorted.
-fn node_names(zones: &ZoneSet) -> impl Iterator<Item = (&xdns_zone::Zone, Vec<&[u8]>)> + '_ {
-    zones_in_order(zones).into_iter().map(move |zone| {
-        let owned = owned_by(zones, zone);
-        // NSEC3-only names are outside the name space (the engine's `Zone::node`).
-        let mut names: Vec<&[u8]> =
-            zone.nodes.keys().map(|k| &k[..]).filter(|n| owned(n) && zone.node(n).is_some()).collect();
-        names.sort_unstable();
-        (zone, names)
-    })
+/// Is `(name, node)` of `zone` one of its nodes in the kernel: answered by `zone` (`owned`,
+/// see [`owned_by`]) and in its name space (NSEC3-only names are not: the engine's
+/// `Zone::node`)? Read from the node itself, without looking the name up again.
+fn kernel_node(owned: &dyn Fn(&[u8]) -> bool, name: &[u8], node: &xdns_zone::Node) -> bool {
+    owned(name) && !xdns_zone::dnssec::is_nsec3_only(node)
+}
+
+/// Each zone of `zones` (by apex) with all its names sorted: the order of its answers
+/// (`keys_in_order`) and of its nodes.
+fn sorted_names(zones: &ZoneSet) -> Vec<(&xdns_zone::Zone, Vec<&[u8]>)> {
+    zones_in_order(zones)
+        .into_iter()
+        .map(|zone| {
+            let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).collect();
+            names.sort_unstable();
+            (zone, names)
+        })
+        .collect()
+}
+
+/// The names of `zone` that have a wildcard child (`*.<name>` exists): a zone has few
+/// wildcards, so this small set answers for every name what a lookup of `*.<name>` would.
+fn wildcard_parents(zone: &xdns_zone::Zone) -> std::collections::HashSet<&[u8]> {
+    zone.nodes.keys().filter(|k| k.starts_with(b"\x01*")).filter_map(|k| parent(k)).collect()
 }
 
 /// [`kernel_nodes`], made one node at a time as the iterator is advanced (each zone's sorted
 /// name references are held, not the entries).
 pub fn nodes(zones: &ZoneSet) -> impl Iterator<Item = NodeEntry> + '_ {
-    node_names(zones).flat_map(|(zone, names)| {
-        // Without a delegation in the zone no name is at or below a cut: no walk up.
-        let has_cut = zone.nodes.iter().any(|(n, node)| n[..] != zone.apex[..] && node.rrset(2).is_some());
-        names.into_iter().map(move |name| {
-            // The highest zone cut between the apex (excluded) and the name (included).
-            let mut cut = None;
-            let mut cur: &[u8] = name;
-            while has_cut && cur != &zone.apex[..] {
-                if zone.nodes.get(cur).is_some_and(|n| n.rrset(2).is_some()) {
-                    cut = Some(cur.to_vec());
-                }
-                match parent(cur) {
-                    Some(p) => cur = p,
-                    None => break,
-                }
+    sorted_names(zones).into_iter().flat_map(move |(zone, names)| zone_nodes(zones, zone, names))
+}
+
+/// The nodes of `zone` in the kernel, of its sorted `names` (all of them: the names of a
+/// served child zone and NSEC3-only names are left out here).
+fn zone_nodes<'a>(
+    zones: &'a ZoneSet,
+    zone: &'a xdns_zone::Zone,
+    names: impl IntoIterator<Item = &'a [u8]> + 'a,
+) -> impl Iterator<Item = NodeEntry> + 'a {
+    let owned = owned_by(zones, zone);
+    // Without a delegation in the zone no name is at or below a cut: no walk up.
+    let has_cut = zone.nodes.iter().any(|(n, node)| n[..] != zone.apex[..] && node.rrset(2).is_some());
+    let wild = wildcard_parents(zone);
+    let apex = &zone.apex[..];
+    names.into_iter().filter_map(move |name| {
+        let node = zone.nodes.get(name)?;
+        if !kernel_node(&owned, name, node) {
+            return None;
+        }
+        // The highest zone cut between the apex (excluded) and the name (included): the name
+        // itself from its node, its ancestors looked up.
+        let mut cut = (has_cut && name != apex && node.rrset(2).is_some()).then_some(name);
+        let mut cur = parent(name).filter(|_| has_cut && name != apex);
+        while let Some(c) = cur.filter(|c| *c != apex) {
+            if zone.nodes.get(c).is_some_and(|n| n.rrset(2).is_some()) {
+                cut = Some(c);
             }
-            let mut wild = Vec::with_capacity(name.len() + 2);
-            wild.extend_from_slice(b"\x01*");
-            wild.extend_from_slice(name);
-            NodeEntry { name: name.to_vec(), apex: zone.apex.to_vec(), cut, wildcard: zone.nodes.contains_key(&wild[..]) }
-        })
+            cur = parent(c);
+        }
+        Some(NodeEntry { name: name.to_vec(), apex: apex.to_vec(), cut: cut.map(<[u8]>::to_vec), wildcard: wild.contains(name) })
     })
 }
 
+/// [`answers`] and then [`nodes`] (the same entries in the same order) for one consumer that
+/// takes every answer before the first node: each zone's names are sorted once for both.
+#[allow(clippy::type_complexity)]
+pub fn answers_then_nodes(zones: &ZoneSet) -> (impl Iterator<Item = AnswerEntry> + '_, impl Iterator<Item = NodeEntry> + '_) {
+    type Sorted<'a> = std::rc::Rc<Vec<(&'a xdns_zone::Zone, Vec<&'a [u8]>)>>;
+    /// The sorted names of the `i`-th zone, read from the shared lists.
+    fn names<'a>(s: &Sorted<'a>, i: usize) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let s = s.clone();
+        (0..s[i].1.len()).map(move |j| s[i].1[j])
+    }
+    let sorted: Sorted<'_> = std::rc::Rc::new(sorted_names(zones));
+    let (s, t) = (sorted.clone(), sorted);
+    let answers = (0..s.len()).flat_map(move |i| zone_answers_of(zones, s[i].0, names(&s, i)));
+    let nodes = (0..t.len()).flat_map(move |i| zone_nodes(zones, t[i].0, names(&t, i)));
+    (answers, nodes)
+}
 /// Folded one's-complement sum of `bytes` as big-endian 16-bit words (odd tail padded).
 pub fn csum16(bytes: &[u8]) -> u16 {
     let mut s: u64 = 0;
@@ -714,6 +821,76 @@ mod tests {
         let u = load(unsigned);
         assert!(u.answers.iter().all(|a| !a.body.dnssec && !matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)));
         assert!(u.answers.iter().all(|a| !(a.base == www && a.kind == Kind::Other)), "www's NODATA is the apex's");
+    }
+
+    /// The nodes as the kernel needs them, found the plain way: every name looked up, each
+    /// ancestor up to the apex looked up for the highest cut, `*.<name>` looked up for the
+    /// wildcard flag (the loader's walk before the names were sorted once for the answers and
+    /// the nodes: `zone_nodes` must give exactly these).
+    fn nodes_by_lookups(zones: &ZoneSet) -> Vec<NodeEntry> {
+        let mut out = Vec::new();
+        for zone in zones_in_order(zones) {
+            let owned = owned_by(zones, zone);
+            let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).filter(|n| owned(n) && zone.node(n).is_some()).collect();
+            names.sort_unstable();
+            for name in names {
+                let mut cut = None;
+                let mut cur = name;
+                while cur != &zone.apex[..] {
+                    if zone.nodes.get(cur).is_some_and(|n| n.rrset(2).is_some()) {
+                        cut = Some(cur.to_vec());
+                    }
+                    cur = parent(cur).unwrap();
+                }
+                let wild = [&b"\x01*"[..], name].concat();
+                out.push(NodeEntry { name: name.to_vec(), apex: zone.apex.to_vec(), cut, wildcard: zone.nodes.contains_key(&wild[..]) });
+            }
+        }
+        out
+    }
+
+    /// `nodes` (and the nodes of `answers_then_nodes`, whose names are sorted once for both)
+    /// give exactly the nodes found by looking every name and ancestor up, on zones with cuts
+    /// at and below the first level, glue and names below cuts, an empty non-terminal above a
+    /// cut, wildcards (one below a cut), a served child zone whose names the parent holds too,
+    /// an NSEC3-only name (not a node) and a zone without any delegation; and
+    /// `answers_then_nodes`' answers are `answers`' (same entries, same order).
+    #[test]
+    fn nodes_from_sorted_names_match_lookups() {
+        let dir = std::env::temp_dir().join(format!("xdns-bpf-nodes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut set = ZoneSet::default();
+        let mut add = |apex: &str, text: &str, nsec3_only: Option<&str>| {
+            let f = dir.join(format!("{apex}zone"));
+            std::fs::write(&f, text).unwrap();
+            let mut z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: apex.into(), file: f }, None).unwrap();
+            if let Some(n) = nsec3_only {
+                let rdata = [&[1u8, 0, 0, 1, 0, 0, 20][..], &[7; 20], &[0, 2, 0, 1]].concat();
+                let rrsets = vec![xdns_zone::Rrset { rtype: 50, ttl: 300, rdata: xdns_zone::Rdatas::one(&rdata) }];
+                z.nodes.insert(xdns_wire::name::from_presentation(n).unwrap().into_boxed_slice(), xdns_zone::Node { rrsets });
+            }
+            set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
+        };
+        add(
+            "tld.",
+            "$TTL 300\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 198.18.0.1\n\
+             d1 NS ns.d1\nns.d1 A 198.18.0.2\nx.ns.d1 A 198.18.0.3\nd2 NS ns1\nd2 DS 1 13 2 ddc6e2b224d0fd821669202258386936fc9ce2899e215eec6322b95f8dd96d6a\n\
+             a.ent NS ns1\nb.a.ent A 198.18.0.4\n*.w A 198.18.0.5\n*.d1 A 198.18.0.6\nw2 TXT x\n\
+             *.w2 TXT y\nchild NS ns1\nwww.child A 198.18.0.7\nc CNAME d1\n",
+            Some("0p9mhaveqvm6t7vbl5lop2u3t2rp3tom.tld."),
+        );
+        add("child.tld.", "$TTL 60\n@ SOA ns1.tld. h 1 7200 3600 1209600 300\n@ NS ns1.tld.\nwww A 198.18.1.1\nsub.x A 198.18.1.2\n", None);
+        add("flat.test.", "$TTL 60\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 198.18.2.1\n*.w A 198.18.2.2\n", None);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let want = nodes_by_lookups(&set);
+        assert!(want.iter().any(|n| n.cut.is_some() && n.cut.as_deref() != Some(&n.name[..])), "a name below a cut");
+        assert!(want.iter().filter(|n| n.wildcard).count() >= 3, "names with wildcard children");
+        assert_eq!(nodes(&set).collect::<Vec<_>>(), want);
+        let (answers, nodes_after) = answers_then_nodes(&set);
+        assert_eq!(answers.collect::<Vec<_>>(), super::answers(&set).collect::<Vec<_>>());
+        assert_eq!(nodes_after.collect::<Vec<_>>(), want);
+        let nsec3 = xdns_wire::name::from_presentation("0p9mhaveqvm6t7vbl5lop2u3t2rp3tom.tld.").unwrap();
+        assert!(want.iter().all(|n| n.name != nsec3), "an NSEC3-only name is no node");
     }
 
     /// An answer record (the table's, packed): the header, the class S bytes at once after

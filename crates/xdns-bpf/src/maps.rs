@@ -694,14 +694,12 @@ impl<'a> Stream<'a> {
     }
 
     /// The entries of `compile_kernel_data(zones)`, in its order, compiled as they are written
-    /// ([`crate::data::answers`], [`crate::data::nodes`]); `expected` entries (an estimate,
-    /// e.g. from [`crate::data::Shape::estimate`]).
+    /// ([`crate::data::answers_then_nodes`]: the entries of [`crate::data::answers`], then of
+    /// [`crate::data::nodes`]); `expected` entries (an estimate, e.g. from
+    /// [`crate::data::Shape::estimate`]).
     pub fn compile(zones: &'a xdns_zone::ZoneSet, expected: usize) -> Self {
-        Self {
-            answers: Box::new(crate::data::answers(zones).map(Cow::Owned)),
-            nodes: Box::new(crate::data::nodes(zones).map(Cow::Owned)),
-            expected,
-        }
+        let (answers, nodes) = crate::data::answers_then_nodes(zones);
+        Self { answers: Box::new(answers.map(Cow::Owned)), nodes: Box::new(nodes.map(Cow::Owned)), expected }
     }
 }
 

@@ -567,6 +567,12 @@ pub fn compile_all(zone: &Zone) -> impl Iterator<Item = (BodyKey, Body)> + '_ {
 pub fn keys_in_order(zone: &Zone) -> impl Iterator<Item = BodyKey> + '_ {
     let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).collect();
     names.sort_unstable();
+    keys_of_names(zone, names)
+}
+
+/// [`keys_in_order`] with the zone's names given, sorted (a caller that needs them sorted
+/// for more than the keys sorts them once).
+pub fn keys_of_names<'a>(zone: &'a Zone, names: impl IntoIterator<Item = &'a [u8]> + 'a) -> impl Iterator<Item = BodyKey> + 'a {
     let mut buf = Vec::new();
     names
         .into_iter()

@@ -91,7 +91,26 @@ fn has_ns(node: &Node) -> bool {
 ///
 /// Nodes borrow from the zone, names (suffixes of `name`) from `name`.
 pub fn find<'z, 'n>(zone: &'z Zone, name: &'n [u8]) -> Found<'z, 'n> {
-    let offsets: Vec<usize> = name::suffix_offsets(name).collect();
+    // The label offsets, on the stack: a name of at most 255 bytes has at most 128 labels
+    // and the root (every name of a zone and every question; anything longer takes the heap).
+    // The compile and every userspace answer call this: no allocation per call.
+    let mut stack = [0usize; 130];
+    let (mut n, mut heap) = (0usize, Vec::new());
+    for o in name::suffix_offsets(name) {
+        match stack.get_mut(n) {
+            Some(s) if heap.is_empty() => {
+                *s = o;
+                n += 1;
+            }
+            _ => {
+                if heap.is_empty() {
+                    heap.extend_from_slice(&stack[..n]);
+                }
+                heap.push(o);
+            }
+        }
+    }
+    let offsets: &[usize] = if heap.is_empty() { &stack[..n] } else { &heap };
     let Some(apex_idx) = offsets.iter().position(|&o| name[o..] == *zone.apex) else {
         return Found::OutOfZone;
     };
@@ -110,10 +129,21 @@ pub fn find<'z, 'n>(zone: &'z Zone, name: &'n [u8]) -> Found<'z, 'n> {
             }
             None => {
                 let ce = &name[offsets[i + 1]..];
-                let mut wild = Vec::with_capacity(ce.len() + 2);
-                wild.extend_from_slice(b"\x01*");
-                wild.extend_from_slice(ce);
-                return match zone.nodes.get(wild.as_slice()) {
+                // `*.<ce>`, on the stack for any name of at most 255 bytes
+                let (mut buf, long);
+                let wild: &[u8] = match ce.len() {
+                    l if l <= 255 => {
+                        buf = [0u8; 257];
+                        buf[..2].copy_from_slice(b"\x01*");
+                        buf[2..2 + l].copy_from_slice(ce);
+                        &buf[..2 + l]
+                    }
+                    _ => {
+                        long = [&b"\x01*"[..], ce].concat();
+                        &long
+                    }
+                };
+                return match zone.nodes.get(wild) {
                     Some(w) => Found::Wildcard { ce, node: w },
                     None => Found::NxDomain,
                 };
@@ -419,6 +449,27 @@ mod tests {
             let got = select(&z, &qk, *t, Transport::Udp);
             assert_eq!(got, BodyKey { base: n(base), kind: *kind }, "{q} {t}");
             assert_eq!(select(&z, &qk, *t, Transport::Tcp), got, "{q} {t} tcp");
+        }
+    }
+
+    /// `find` keeps a name's label offsets on the stack up to 130 of them (every name of at
+    /// most 255 bytes) and on the heap beyond: names of 2 to 300 labels land where their
+    /// suffixes say (the wildcard of their closest encloser, the cut above them, NXDOMAIN),
+    /// either way.
+    #[test]
+    fn find_with_many_labels() {
+        let z = zone();
+        for k in [1usize, 120, 125, 126, 127, 128, 129, 200, 300] {
+            let under = |suffix: &str| [&b"\x01a"[..].repeat(k)[..], &n(suffix)[..]].concat();
+            let w = under("w.t.");
+            assert!(matches!(find(&z, &w), Found::Wildcard { ce, .. } if ce == &n("w.t.")[..]), "{k} labels below w.t.");
+            let e = under("e.t.");
+            assert!(matches!(find(&z, &e), Found::Wildcard { ce, .. } if ce == &n("e.t.")[..]), "{k} labels below e.t.");
+            let cut = under("ns.sub.t.");
+            assert!(matches!(find(&z, &cut), Found::BelowCut(c) if c == &n("sub.t.")[..]), "{k} labels below sub.t.");
+            let nx = under("www.t.");
+            assert!(matches!(find(&z, &nx), Found::NxDomain), "{k} labels below www.t.");
+            assert!(matches!(find(&z, &under("org.")), Found::OutOfZone), "{k} labels below org.");
         }
     }
 

@@ -728,8 +728,10 @@ fn compiler<'s, 'z: 's>(scope: &'s std::thread::Scope<'s, '_>, zones: &'z ZoneSe
             }
             buf.is_empty() || tx.send(buf).is_ok()
         }
-        if send(xdns_bpf::data::answers(zones), chunk, atx) {
-            send(xdns_bpf::data::nodes(zones), chunk, ntx);
+        // `data::answers` then `data::nodes`, each zone's names sorted once for both
+        let (answers, nodes) = xdns_bpf::data::answers_then_nodes(zones);
+        if send(answers, chunk, atx) {
+            send(nodes, chunk, ntx);
         }
     })?;
     Ok(Compiled { answers, nodes })
