@@ -130,8 +130,12 @@ pub struct ResolverSettings {
     pub max_pending: usize,
     /// The resolver's own settings.
     pub resolver: xdns_resolver::Config,
-    /// Cache misses iterated in the kernel (`bpf/kit.h`, issue 32; with `[xdp]` only).
+    /// Cache misses iterated in the kernel (`bpf/kit.h`, issue 32; with `[xdp]` only): as
+    /// written, or when unset on without forwarders (the kernel does not forward). A start
+    /// that finds a reserved port taken turns an unset one off (`kit_setting` None).
     pub kernel_iteration: bool,
+    /// `kernel_iteration` as the file says it (`None`: unset, the default applies).
+    pub kit_setting: Option<bool>,
     /// The source ports the daemon reserves for them (inclusive).
     pub kit_ports: (u16, u16),
     /// Queries the kernel may have outstanding (`xdns_kit_pending`'s size).
@@ -150,7 +154,7 @@ impl ResolverSettings {
         if self.max_pending != other.max_pending {
             v.push("resolver.max_pending".to_string());
         }
-        if self.kernel_iteration != other.kernel_iteration {
+        if self.kit_setting != other.kit_setting {
             v.push("resolver.kernel_iteration".to_string());
         }
         if self.kit_ports != other.kit_ports {
@@ -314,7 +318,9 @@ pub fn parse_section(
             )),
         }
     }
-    let kernel_iteration = r.kernel_iteration.unwrap_or(false);
+    // unset: on without forwarders (with `[xdp]` interfaces only, as when set: see
+    // crate::server); with forwarders silently off, since the kernel does not forward
+    let kernel_iteration = r.kernel_iteration.unwrap_or(cfg.forwarders.is_empty());
     let mut kit_ports = xdns_bpf::kit::KitStage::default().ports;
     if let Some(p) = &r.kernel_iteration_ports {
         match xdns_bpf::kit::parse_ports(p.get_ref()) {
@@ -334,6 +340,7 @@ pub fn parse_section(
         max_pending,
         resolver: cfg,
         kernel_iteration,
+        kit_setting: r.kernel_iteration,
         kit_ports,
         kit_pending,
     })
