@@ -84,6 +84,7 @@ def test_misses_are_iterated_in_the_kernel_without_forwarding(nofwd, family):
     diffs = corpus_round(lab, srv, addr, CASE_IDS)
     assert not diffs, diffs
     m = moved(before, kit(lab, srv))
+    print(family, {k: m[k] for k in ("sent", "hops", "hop_table", "hop_miss", "handover_fib", "timeout")})
     assert m["sent"] >= len(CASE_IDS) // 2, m
     assert m["hops"] >= 2, f"referrals followed in the kernel: {m}"
     assert m["hop_table"] >= m["sent"], f"every query the kernel sent had its next hop from the table: {m}"

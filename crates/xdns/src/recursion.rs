@@ -881,6 +881,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// `kernel_iteration` unset: on without forwarders, silently off with them; set, as set
+    /// (`true` with forwarders an error); a change of the setting as written needs a restart.
+    #[test]
+    fn kernel_iteration_default() {
+        use crate::config::{parse, Overrides};
+        let d = std::env::temp_dir().join(format!("xdns-kit-default-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("root.hints"), ". 3600000 NS a.root.\na.root. 3600000 A 192.0.2.1\n").unwrap();
+        let file = d.join("xdns.toml");
+        let head = "[resolver]\nroot_hints = \"root.hints\"\n";
+        let get = |extra: &str| parse(&format!("{head}{extra}"), &file, &Overrides::default()).map(|c| c.resolver.unwrap());
+        let fwd = "forwarders = [\"192.0.2.53\"]\n";
+        let on = get("").unwrap();
+        assert_eq!((on.kernel_iteration, on.kit_setting), (true, None), "unset, no forwarders: on");
+        let off = get(fwd).unwrap();
+        assert_eq!((off.kernel_iteration, off.kit_setting), (false, None), "unset, forwarders: off, no error");
+        let set_off = get("kernel_iteration = false\n").unwrap();
+        assert_eq!((set_off.kernel_iteration, set_off.kit_setting), (false, Some(false)));
+        let set_on = get("kernel_iteration = true\n").unwrap();
+        assert_eq!((set_on.kernel_iteration, set_on.kit_setting), (true, Some(true)));
+        let errs = get(&format!("kernel_iteration = true\n{fwd}")).expect_err("true with forwarders");
+        assert!(errs[0].reason.contains("kernel_iteration with forwarders"), "{}", errs[0]);
+        assert_eq!(on.restart_fields(&set_on), vec!["resolver.kernel_iteration"], "written out now: a restart");
+        assert!(on.restart_fields(&on).is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     /// The fairness rule: (max, total pending, this prefix's, other prefixes waiting) → verdict.
     #[test]
     fn fairness_rule_table() {
