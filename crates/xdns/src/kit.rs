@@ -39,6 +39,9 @@
 //!   kernel adds the cuts of the referrals it follows itself, where the map has no live entry
 //!   of that name; every 5 s [`ZoneWriter::sweep`] removes those once expired (the kernel
 //!   never deletes one).
+//! - The next-hop table (`xdns_kit_hops`, [`crate::kit_hops`]): where forwarding is off (the
+//!   default), `bpf_fib_lookup` gives the kernel no next hop; a thread refreshes, every
+//!   second, the route and neighbour of each server of the zone map for it.
 //! - The stats group `kit`: the kernel's counters (`handed`, `ring_full` among them), the
 //!   records read from the ring (`ring_read`), what became of each response handed over
 //!   (`response_<use>`) and of entries the timer claimed (`timeout`); the group `kit_state`
@@ -931,13 +934,14 @@ fn root_zone(hints: &str) -> KitZone {
     KitZone { name: vec![0], addrs, expires_ns: u64::MAX }
 }
 
-/// The XDP interfaces where the kernel cannot send kernel iteration's queries, with the
-/// families: `bpf_fib_lookup` refuses any lookup, as the host's own output or as a router's,
-/// from an interface whose forwarding is off (IPv4 `conf/IF/forwarding`, IPv6 likewise, under
-/// `proc_net`, normally `/proc/sys/net`). A miss that arrives there is handed to userspace
-/// (`kit.handover_fib`), a referral that arrives there is passed to the daemon
-/// (`xdp.pass_kit_no_hop`): kernel iteration then does nothing. An interface whose flag
-/// cannot be read (no such family) is left out.
+/// The XDP interfaces where `bpf_fib_lookup` gives kernel iteration no next hop, with the
+/// families: it refuses any lookup, as the host's own output or as a router's, from an
+/// interface whose forwarding is off (IPv4 `conf/IF/forwarding`, IPv6 likewise, under
+/// `proc_net`, normally `/proc/sys/net`). There the kernel takes its next hops from the
+/// daemon's table instead ([`crate::kit_hops`]); a server not in it yet is handed to userspace
+/// (`kit.handover_fib`, `xdp.pass_kit_no_hop`), and so is the kernel's own answer to a client
+/// (the table holds servers only). Logged at start. An interface whose flag cannot be read (no
+/// such family) is left out.
 pub fn forwarding_off(interfaces: &[String], proc_net: &std::path::Path) -> Vec<String> {
     let mut off = Vec::new();
     for i in interfaces {
