@@ -57,13 +57,15 @@ Per peer, in order:
 
 Peers: COLD_DELAY_PEERS, one line each. Issue 32's kernel iteration is the row
 
-    "xdns-kiter": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
-                                "uplink_forwarding": True}),
+    "xdns-kiter": ("xdns-xdp", {"uplink": True}),
 
 (`uplink`: xdns's XDP program on the uplink veth too, where upstream answers arrive;
-`forwarding`: on the server veth, so the kernel's queries are redirected out of the uplink;
-`uplink_forwarding`: on the uplink too, or bpf_fib_lookup finds no next hop for a referral's
-next query and only the first hop of a miss is the kernel's: bpf/README.md, "Kernel iteration".)
+`kernel_iteration` unset: on by default; forwarding off on every interface, as on a default
+host, so the kernel's next hops come from the daemon's next-hop table: bpf/README.md,
+"Next hops without forwarding".) `xdns-kiter-fwd` is the same with forwarding on the server
+veth and the uplink (tree.py's `forwarding`, `uplink_forwarding`): next hops from
+`bpf_fib_lookup`, as before the table. `xdns-xdp` is today's path without kernel iteration
+(`kernel_iteration = false`: on by default, it would take that row's misses too).
 
 `xdns-kiter-base` is the same row run with the binary in XDNS_BIN_BASE, to compare two builds
 in one run (an A/B of a kernel iteration change, both rows beside the same peers).
@@ -104,9 +106,14 @@ KITER = "xdns-kiter"
 
 # name -> (tree.STARTERS kind, starter options). Table and chart order.
 COLD_DELAY_PEERS: dict[str, tuple[str, dict]] = {
-    "xdns-xdp": ("xdns-xdp", {}),
-    KITER: ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
-                         "uplink_forwarding": True}),
+    # today's path: the XDP cache stage, misses resolved in userspace (kernel iteration is
+    # on by default: off here, explicitly)
+    "xdns-xdp": ("xdns-xdp", {"extra": "kernel_iteration = false"}),
+    # kernel iteration on by default, forwarding off: next hops from the daemon's table
+    KITER: ("xdns-xdp", {"uplink": True}),
+    # the same with forwarding on: next hops from bpf_fib_lookup
+    KITER + "-fwd": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,
+                                  "uplink_forwarding": True}),
     "xdns": ("xdns", {}),
     # the same with another build (XDNS_BIN_BASE), to compare two binaries in one run
     KITER + "-base": ("xdns-xdp", {"extra": "kernel_iteration = true", "uplink": True, "forwarding": True,

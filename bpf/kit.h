@@ -236,11 +236,18 @@ enum xdns_kit_sent {
  * The next hop of the packet `f` describes (`bpf_fib_lookup`'s parameters; its outputs filled
  * on success): first as the host's own output through the interface the packet came in (the
  * usual case: the servers are behind the same uplink); then as a router would forward it from
- * there, to another interface (needs forwarding on the one it came in). `ks->fib` keeps the
- * parameters for the second try. Returns the last lookup's result.
+ * there, to another interface (needs forwarding on the one it came in); then, when neither
+ * gives one (forwarding off there, the default on every host: the helper refuses any lookup
+ * from such an interface), the destination's entry in xdns_kit_hops, the next hop the daemon
+ * resolved (route and neighbour): a live entry fills the outputs (ifindex, smac, dmac) as a
+ * lookup would. `ks->fib` keeps the parameters for the later tries. Returns the last
+ * lookup's result (BPF_FIB_LKUP_RET_SUCCESS from the table).
  */
 static __always_inline long xdns_kit_next_hop(struct xdp_md *ctx, struct xdns_kit_scratch *ks, struct bpf_fib_lookup *f)
 {
+	struct bpf_fib_lookup *asked = (struct bpf_fib_lookup *)ks->fib;
+	struct xdns_kit_hop_key hk = {};
+	struct xdns_kit_hop *h;
 	long rc;
 
 	__builtin_memcpy(&ks->fib, f, sizeof(*f));
@@ -249,7 +256,26 @@ static __always_inline long xdns_kit_next_hop(struct xdp_md *ctx, struct xdns_ki
 		__builtin_memcpy(f, &ks->fib, sizeof(*f));
 		rc = bpf_fib_lookup(ctx, f, sizeof(*f), 0);
 	}
-	return rc;
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		return rc;
+	/* the destination as asked (a failed lookup may have put the gateway in its place) */
+	if (asked->family == XDNS_KIT_AF_INET6) {
+		hk.family = 6;
+		__builtin_memcpy(hk.addr, asked->ipv6_dst, 16);
+	} else {
+		hk.family = 4;
+		__builtin_memcpy(hk.addr, &asked->ipv4_dst, 4);
+	}
+	h = bpf_map_lookup_elem(&xdns_kit_hops, &hk);
+	if (!h || h->expires_ns <= bpf_ktime_get_ns()) {
+		ks->hop_miss++;
+		return rc;
+	}
+	f->ifindex = h->ifindex;
+	__builtin_memcpy(f->smac, h->smac, 6);
+	__builtin_memcpy(f->dmac, h->dmac, 6);
+	ks->hop_table++;
+	return BPF_FIB_LKUP_RET_SUCCESS;
 }
 
 /*

@@ -40,6 +40,17 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } xdns_kit_events SEC(".maps");
 
+/* server address -> struct xdns_kit_hop: its next hop (out interface, our MAC, the next
+ * hop's MAC, expiry); userspace writes (routes and neighbours of the zone map's servers),
+ * xdns_kit_next_hop reads when bpf_fib_lookup finds none. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct xdns_kit_hop_key);
+	__type(value, struct xdns_kit_hop);
+} xdns_kit_hops SEC(".maps");
+
 /* key 0 -> struct xdns_kit_ctl: whether the kernel answers final answers itself, the TTL cap
  * (userspace writes at start and on reload; xdns_kit_in_xdp reads). */
 struct {

@@ -1222,6 +1222,29 @@ struct xdns_kit_ctl {
 	__u32 max_neg_ttl;      /* [resolver] max_negative_ttl: the SOA's negative TTL capped to it */
 };
 
+/*
+ * Key of `xdns_kit_hops`: a server the kernel may send a query to, by address. Written by
+ * userspace (xdns_bpf::kit::KitMaps::set_hop), read by xdns_kit_next_hop (kit.h).
+ */
+struct xdns_kit_hop_key {
+	__u8 family;            /* 4 or 6 */
+	__u8 _pad[3];
+	__u8 addr[16];          /* IPv4 in the first 4 bytes (the rest 0), network order */
+};
+
+/*
+ * Value of `xdns_kit_hops`: how to reach that server, as the daemon resolved it (the route's
+ * out interface, gateway or on-link, and the neighbour's MAC; crates/xdns/src/kit_hops.rs):
+ * used when bpf_fib_lookup gives no next hop (forwarding off on the interface, the default
+ * on every host). Ignored once `expires_ns` (CLOCK_MONOTONIC) has passed.
+ */
+struct xdns_kit_hop {
+	__u64 expires_ns;
+	__u32 ifindex;          /* the route's out interface (an XDP interface of ours) */
+	__u8 smac[6];           /* its MAC */
+	__u8 dmac[6];           /* the next hop's MAC (the gateway's, or the server's on-link) */
+};
+
 #define XDNS_KIT_ANSWERS 32             /* answer records of a kernel-built reply, at most */
 
 /* The final answer being checked and rewritten by xdns_kit_answer (kit.h). */
@@ -1278,6 +1301,9 @@ struct xdns_kit_scratch {
 	__u64 answered;         /* final answers the kernel answered itself (kit_answered, kit_answered_redirected) */
 	struct xdns_kit_ans ans;        /* the final answer being rewritten (kit.h) */
 	__u8 resp[XDNS_KIT_RESP_ROOM];  /* the response, copied from the frame */
+	/* next hops when bpf_fib_lookup gives none (xdns_kit_next_hop) */
+	__u64 hop_table;        /* ... taken from xdns_kit_hops (a live entry) */
+	__u64 hop_miss;         /* ... not there either (no entry, or expired): no next hop */
 };
 
 /*

@@ -72,6 +72,12 @@ pub fn veth_peer(ifname: &str) -> io::Result<PeerXdp> {
     })
 }
 
+/// The MAC of interface `ifindex` (`RTM_GETLINK`'s `IFLA_ADDRESS`); `None` for a link
+/// without a six-byte address.
+pub fn link_mac(ifindex: u32) -> io::Result<Option<[u8; 6]>> {
+    Ok(get_link(ifindex, None)?.address)
+}
+
 /// The index of interface `ifname`.
 pub fn ifindex(ifname: &str) -> io::Result<u32> {
     let cname = std::ffi::CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -95,9 +101,12 @@ struct Link {
     link_netnsid: Option<i32>,
     /// The id of the native (driver mode) XDP program, 0 for none.
     xdp_drv_prog: u32,
+    /// `IFLA_ADDRESS`: its MAC (an Ethernet-like link's six bytes).
+    address: Option<[u8; 6]>,
 }
 
 // rtnetlink numbers (include/uapi/linux/if_link.h, netlink.h): stable kernel ABI.
+const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_LINK: u16 = 5;
 const IFLA_LINKINFO: u16 = 18;
@@ -112,7 +121,7 @@ const IFLA_XDP_DRV_PROG_ID: u16 = 5;
 const XDP_ATTACHED_DRV: u8 = 1;
 const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
 const NLA_TYPE_MASK: u16 = 0x3fff;
-const NLMSG_HDRLEN: usize = 16;
+pub(crate) const NLMSG_HDRLEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
 
 /// One `RTM_GETLINK` for `ifindex`, in this namespace or (`target`) the one our namespace
@@ -168,7 +177,7 @@ fn get_link(ifindex: u32, target: Option<i32>) -> io::Result<Link> {
 }
 
 /// Append one netlink attribute (type, value, padding to 4 bytes).
-fn push_attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
+pub(crate) fn push_attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
     out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
     out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(value);
@@ -176,7 +185,7 @@ fn push_attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
 }
 
 /// The attributes in `buf` as `(type, value)` pairs; a truncated one ends the list.
-fn attrs(mut buf: &[u8]) -> Vec<(u16, &[u8])> {
+pub(crate) fn attrs(mut buf: &[u8]) -> Vec<(u16, &[u8])> {
     let mut out = Vec::new();
     while buf.len() >= 4 {
         let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
@@ -190,7 +199,7 @@ fn attrs(mut buf: &[u8]) -> Vec<(u16, &[u8])> {
     out
 }
 
-fn u32_of(v: &[u8]) -> Option<u32> {
+pub(crate) fn u32_of(v: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
 }
 
@@ -217,6 +226,7 @@ fn parse_link_reply(buf: &[u8]) -> io::Result<Link> {
     for (t, v) in attrs(msg.get(NLMSG_HDRLEN + IFINFOMSG_LEN..).ok_or_else(bad)?) {
         match t {
             IFLA_IFNAME => link.name = str_of(v),
+            IFLA_ADDRESS => link.address = v.try_into().ok(),
             IFLA_LINK => link.link = u32_of(v),
             IFLA_LINK_NETNSID => link.link_netnsid = u32_of(v).map(|x| x as i32),
             IFLA_LINKINFO => {

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::types::{xdns_kit_ctl, xdns_kit_pend, xdns_kit_pend_key, xdns_kit_scratch, xdns_kit_zone, xdns_kit_zone_key};
+use crate::types::{xdns_kit_ctl, xdns_kit_hop, xdns_kit_hop_key, xdns_kit_pend, xdns_kit_pend_key, xdns_kit_scratch, xdns_kit_zone, xdns_kit_zone_key};
 
 /// Server addresses per family the kernel keeps per cut (`XDNS_KIT_ADDRS`).
 pub const ADDRS: usize = 4;
@@ -97,6 +97,26 @@ pub struct KitCounters {
     /// Final answers of the common shape the kernel answered itself (`kit_answered`,
     /// `kit_answered_redirected`; handed over too, marked answered, for the cache).
     pub answered: u64,
+    /// Next hops taken from the daemon's table `xdns_kit_hops` when `bpf_fib_lookup` gave
+    /// none (forwarding off on the interface).
+    pub hop_table: u64,
+    /// ... not found there either (no entry or an expired one: the query is handed over
+    /// with `fib`, a referral passed with `pass_kit_no_hop`, a kernel answer left to
+    /// userspace; the table holds servers only, so a client is always a miss).
+    pub hop_miss: u64,
+}
+
+/// A server's next hop as the kernel keeps it (`struct xdns_kit_hop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KitHop {
+    /// The route's out interface.
+    pub ifindex: u32,
+    /// Its MAC (the frame's source).
+    pub smac: [u8; 6],
+    /// The next hop's MAC: the gateway's, or the server's when on-link (the frame's destination).
+    pub dmac: [u8; 6],
+    /// CLOCK_MONOTONIC nanoseconds after which the kernel ignores it.
+    pub expires_ns: u64,
 }
 
 /// A response the kernel checked and handed over through the ring buffer `xdns_kit_events`,
@@ -243,12 +263,66 @@ pub struct KitMaps {
     scratch: MapHandle,
     events: MapHandle,
     ctl: MapHandle,
+    hops: MapHandle,
     seed: u64,
 }
 
+fn hop_key(addr: IpAddr) -> xdns_kit_hop_key {
+    let mut k = xdns_kit_hop_key::default();
+    match addr {
+        IpAddr::V4(a) => {
+            k.family = 4;
+            k.addr[..4].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            k.family = 6;
+            k.addr.copy_from_slice(&a.octets());
+        }
+    }
+    k
+}
+
 impl KitMaps {
-    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, events: MapHandle, ctl: MapHandle, seed: u64) -> Self {
-        Self { zones, pending, scratch, events, ctl, seed }
+    pub(crate) fn new(zones: MapHandle, pending: MapHandle, scratch: MapHandle, events: MapHandle, ctl: MapHandle, hops: MapHandle, seed: u64) -> Self {
+        Self { zones, pending, scratch, events, ctl, hops, seed }
+    }
+
+    /// Write (or replace) the next hop of server `addr` in `xdns_kit_hops`.
+    pub fn set_hop(&self, addr: IpAddr, h: &KitHop) -> Result<()> {
+        let v = xdns_kit_hop { expires_ns: h.expires_ns, ifindex: h.ifindex, smac: h.smac, dmac: h.dmac };
+        self.hops.update(bytes_of(&hop_key(addr)), bytes_of(&v), MapFlags::ANY).context("writing a next hop")
+    }
+
+    /// Forget the next hop of `addr` (absent: nothing to do).
+    pub fn remove_hop(&self, addr: IpAddr) -> Result<()> {
+        match self.hops.delete(bytes_of(&hop_key(addr))) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).context("deleting a next hop"),
+        }
+    }
+
+    /// The next hop of `addr` as the kernel would find it; `None` when absent.
+    pub fn hop(&self, addr: IpAddr) -> Result<Option<KitHop>> {
+        let Some(v) = self.hops.lookup(bytes_of(&hop_key(addr)), MapFlags::ANY)? else { return Ok(None) };
+        let v: xdns_kit_hop = from_bytes(&v)?;
+        Ok(Some(KitHop { ifindex: v.ifindex, smac: v.smac, dmac: v.dmac, expires_ns: v.expires_ns }))
+    }
+
+    /// Every server address the zone map names (each cut's servers, the root's and the
+    /// cuts the kernel learnt included), read in batches.
+    pub fn zone_servers(&self) -> Result<Vec<IpAddr>> {
+        let mut out = Vec::new();
+        let mut vals: Vec<Vec<u8>> = self.zones.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)?.map(|(_, v)| v).collect();
+        if vals.is_empty() && self.zones.keys().next().is_some() {
+            vals = self.zones.keys().filter_map(|k| self.zones.lookup(&k, MapFlags::ANY).ok().flatten()).collect();
+        }
+        for v in vals {
+            out.extend(zone_of_value(&from_bytes(&v)?).addrs);
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     /// The kernel's own answers (`xdns_kit_ctl`): `Some(caps)` turns them on with the TTL caps
@@ -468,6 +542,8 @@ impl KitMaps {
             c.handed += s.handed;
             c.ring_full += s.ring_full;
             c.answered += s.answered;
+            c.hop_table += s.hop_table;
+            c.hop_miss += s.hop_miss;
         }
         Ok(c)
     }

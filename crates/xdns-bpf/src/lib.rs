@@ -50,6 +50,7 @@ pub mod kit;
 pub mod iface;
 pub mod maps;
 mod ring;
+pub mod route;
 pub mod runtime;
 pub mod select;
 pub mod telemetry;

@@ -478,6 +478,7 @@ impl XdpProgram {
         } else {
             open.maps.xdns_kit_pending.set_max_entries(1)?;
             open.maps.xdns_kit_zones.set_max_entries(1)?;
+            open.maps.xdns_kit_hops.set_max_entries(1)?;
             // no handover without the stage: one page instead of 4 MiB
             open.maps.xdns_kit_events.set_max_entries(4096)?;
         }
@@ -609,7 +610,7 @@ impl XdpProgram {
     pub fn kit(&self) -> Result<crate::kit::KitMaps> {
         let m = &self.skel.maps;
         let dup = |map: &libbpf_rs::Map<'_>| libbpf_rs::MapHandle::try_from(map).context("duplicating a kernel iteration map's fd");
-        Ok(crate::kit::KitMaps::new(dup(&m.xdns_kit_zones)?, dup(&m.xdns_kit_pending)?, dup(&m.xdns_kit_scratch)?, dup(&m.xdns_kit_events)?, dup(&m.xdns_kit_ctl)?, self.loader.seed()))
+        Ok(crate::kit::KitMaps::new(dup(&m.xdns_kit_zones)?, dup(&m.xdns_kit_pending)?, dup(&m.xdns_kit_scratch)?, dup(&m.xdns_kit_events)?, dup(&m.xdns_kit_ctl)?, dup(&m.xdns_kit_hops)?, self.loader.seed()))
     }
 
     /// `(translated instructions, instructions the verifier processed)` of kernel

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::process::Command;
 
 use common::*;
-use xdns_bpf::kit::{AnswerCaps, KitMaps, KitStage, KitZone};
+use xdns_bpf::kit::{AnswerCaps, KitHop, KitMaps, KitStage, KitZone};
 use xdns_bpf::runtime::{Capacity, LoadConfig, ResolverStage, XdpProgram};
 
 const A: u16 = 1;
@@ -40,6 +40,15 @@ struct Ns(String);
 
 impl Ns {
     fn new(tag: &str) -> Self {
+        let n = Self::without_forwarding(tag);
+        // forwarding, for the row that comes in on kd1 and leaves on kd0 (bpf_redirect)
+        sh(&["ip", "netns", "exec", &n.0, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]);
+        n
+    }
+
+    /// The namespace with forwarding off, as on any host by default: bpf_fib_lookup refuses
+    /// every lookup from its interfaces (BPF_FIB_LKUP_RET_FWD_DISABLED).
+    fn without_forwarding(tag: &str) -> Self {
         let ns = format!("xdnskit{tag}{}", std::process::id());
         sh(&["ip", "netns", "add", &ns]);
         let n = Ns(ns);
@@ -58,8 +67,6 @@ impl Ns {
         ip(&["neigh", "add", "198.18.5.54", "lladdr", "02:00:00:00:00:54", "dev", "kd0", "nud", "permanent"]);
         ip(&["-6", "neigh", "add", "2001:db8:5::53", "lladdr", "02:00:00:00:00:53", "dev", "kd0", "nud", "permanent"]);
         ip(&["-6", "neigh", "add", "2001:db8:5::54", "lladdr", "02:00:00:00:00:54", "dev", "kd0", "nud", "permanent"]);
-        // forwarding, for the row that comes in on kd1 and leaves on kd0 (bpf_redirect)
-        sh(&["ip", "netns", "exec", &n.0, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]);
         n
     }
 
@@ -380,6 +387,79 @@ fn misses_are_rewritten_into_queries_and_responses_checked() {
         let (port, id) = port_id(&out, false);
         let p = kit.claim(ip(&ROOT4), port, id).unwrap().expect("pending");
         assert_eq!(out, expected_query(&net, &ROOT4, ROOT_MAC, port, id, &p.sent_name, A), "exact bytes, redirected");
+    });
+}
+
+/// Forwarding off (the default of every host): both bpf_fib_lookup tries fail, so the next
+/// hop comes from the daemon's table `xdns_kit_hops`: a live entry gives the interface and
+/// both MACs (the frame carries exactly the MACs written, not the neighbour table's), XDP_TX
+/// out of the interface the query came in or a redirect to another; no entry or an expired
+/// one hands the miss over untouched (`fib`), as before the table.
+#[test]
+fn without_forwarding_the_next_hop_comes_from_the_daemons_table() {
+    require_root("without_forwarding_the_next_hop_comes_from_the_daemons_table");
+    stay_on_one_cpu();
+    let ns = Ns::without_forwarding("h");
+    let (kd0, kd1) = (ns.ifindex("kd0"), ns.ifindex("kd1"));
+    let ours: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa1];
+    let gw: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+    ns.run(|| {
+        let prog = load_kit(1024, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+        let fib = |v6: bool, what: &str| {
+            let net = if v6 { Net::v6() } else { Net::v4() };
+            let f = frame(&net, &query(&wire("www.example.net"), A, None));
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &f, kd0);
+            assert_eq!((act, moved), (2, vec!["pass_kit_handover".to_string()]), "{what}");
+            assert_eq!(out, f, "{what}: untouched");
+            let after = kit.counters().unwrap();
+            assert_eq!(after.handover[5], before.handover[5] + 1, "{what}: reason fib");
+            assert_eq!((after.hop_miss, after.hop_table), (before.hop_miss + 1, before.hop_table), "{what}: a table miss");
+        };
+        for v6 in [false, true] {
+            fib(v6, &format!("no entry (ipv6 {v6})"));
+        }
+        let now = {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        for (v6, server) in [(false, ROOT4.to_vec()), (true, ROOT6.to_vec())] {
+            let net = if v6 { Net::v6() } else { Net::v4() };
+            // expired: as if absent
+            kit.set_hop(ip(&server), &KitHop { ifindex: kd0, smac: ours, dmac: gw, expires_ns: now.saturating_sub(1) }).unwrap();
+            fib(v6, &format!("an expired entry (ipv6 {v6})"));
+            // live, out of the interface the query came in: XDP_TX with the MACs written
+            kit.set_hop(ip(&server), &KitHop { ifindex: kd0, smac: ours, dmac: gw, expires_ns: u64::MAX }).unwrap();
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &frame(&net, &query(&wire("www.example.net"), A, None)), kd0);
+            assert_eq!((act, moved), (3, vec!["kit_sent".to_string()]), "ipv6 {v6}: XDP_TX");
+            let (port, id) = port_id(&out, v6);
+            let p = kit.claim(ip(&server), port, id).unwrap().expect("pending");
+            let mut want = expected_query(&net, &server, gw, port, id, &p.sent_name, A);
+            want[6..12].copy_from_slice(&ours);
+            assert_eq!(out, want, "ipv6 {v6}: exact bytes, the table's MACs");
+            assert!(checksums_ok(&out));
+            let after = kit.counters().unwrap();
+            assert_eq!((after.hop_table, after.hop_miss, after.sent), (before.hop_table + 1, before.hop_miss, before.sent + 1), "ipv6 {v6}");
+            // live, out of another interface: redirected there
+            kit.set_hop(ip(&server), &KitHop { ifindex: kd1, smac: ours, dmac: gw, expires_ns: u64::MAX }).unwrap();
+            let (act, out, moved) = run(&prog, &frame(&net, &query(&wire("www.example.net"), A, None)), kd0);
+            assert_eq!((act, moved), (4, vec!["kit_redirected".to_string()]), "ipv6 {v6}: XDP_REDIRECT");
+            let (port, id) = port_id(&out, v6);
+            let p = kit.claim(ip(&server), port, id).unwrap().expect("pending");
+            let mut want = expected_query(&net, &server, gw, port, id, &p.sent_name, A);
+            want[6..12].copy_from_slice(&ours);
+            assert_eq!(out, want, "ipv6 {v6}: exact bytes, redirected");
+            assert_eq!(kit.hop(ip(&server)).unwrap().map(|h| h.ifindex), Some(kd1));
+            kit.remove_hop(ip(&server)).unwrap();
+            assert_eq!(kit.hop(ip(&server)).unwrap(), None);
+            fib(v6, &format!("the entry removed (ipv6 {v6})"));
+        }
+        assert_eq!(kit.pending_len(), 0, "every entry claimed, none left by a handover");
     });
 }
 

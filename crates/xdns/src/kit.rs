@@ -39,6 +39,9 @@
 //!   kernel adds the cuts of the referrals it follows itself, where the map has no live entry
 //!   of that name; every 5 s [`ZoneWriter::sweep`] removes those once expired (the kernel
 //!   never deletes one).
+//! - The next-hop table (`xdns_kit_hops`, [`crate::kit_hops`]): where forwarding is off (the
+//!   default), `bpf_fib_lookup` gives the kernel no next hop; a thread refreshes, every
+//!   second, the route and neighbour of each server of the zone map for it.
 //! - The stats group `kit`: the kernel's counters (`handed`, `ring_full` among them), the
 //!   records read from the ring (`ring_read`), what became of each response handed over
 //!   (`response_<use>`) and of entries the timer claimed (`timeout`); the group `kit_state`
@@ -90,6 +93,27 @@ pub fn reserve(ports: (u16, u16), inherited: &mut Vec<(u16, std::os::fd::OwnedFd
     // ports no longer in the range: closed with `inherited`
     inherited.clear();
     Ok(Reserved(v))
+}
+
+/// Bind every port of `ports` as [`reserve`] would, before the XDP program is loaded: the
+/// sockets (handed to [`reserve`] as if inherited), or the first port that is taken with the
+/// error. For kernel iteration on by default, which a port taken turns off (with a warning)
+/// instead of failing the start.
+pub fn probe_ports(ports: (u16, u16)) -> Result<Vec<(u16, std::os::fd::OwnedFd)>, (u16, std::io::Error)> {
+    let mut v = Vec::new();
+    for p in ports.0..=ports.1 {
+        let bind = || -> std::io::Result<Socket> {
+            let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+            s.set_only_v6(false)?;
+            s.bind(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), p).into())?;
+            Ok(s)
+        };
+        match bind() {
+            Ok(s) => v.push((p, s.into())),
+            Err(e) => return Err((p, e)),
+        }
+    }
+    Ok(v)
 }
 
 /// Claims the pending query a response on `port` from `from` answers, if it is the one sent:
@@ -342,6 +366,18 @@ pub fn spawn(
     let _ = MAPS.set(kit.clone());
     let socks = Arc::new(socks);
     let mut tasks = Vec::new();
+    // the next-hop table (crate::kit_hops): the routes and neighbours of the zone map's
+    // servers, for the kernel when bpf_fib_lookup gives none (forwarding off)
+    {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = crate::kit_hops::spawn(kit.clone(), &cfg.xdp.interfaces, flag.clone())?;
+        let mut stop_h = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            crate::server::stopped(&mut stop_h).await;
+            flag.store(true, Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }));
+    }
     // the zone map writer: the resolver's delegations, as they change and expire
     let cap = (xdns_bpf::kit::KitStage::default().zones as usize).saturating_sub(1);
     let (kit_w, shared_w, mut stop_w) = (kit.clone(), shared.clone(), stop.clone());
@@ -827,9 +863,14 @@ pub fn snapshot(s: &mut crate::stats::Snapshot) {
 /// The `kit_state` group: `pending` entries, `zones` cuts.
 fn state_group(pending: u64, zones: u64) -> crate::stats::Group {
     let mut state = crate::stats::Group::counters(
-        "Kernel iteration now: queries the kernel sent that wait for their response (pending), zone cuts the daemon holds in the kernel's zone map besides the root (zones).",
+        "Kernel iteration now: queries the kernel sent that wait for their response (pending), zone cuts the daemon holds in the kernel's zone map besides the root (zones), servers with a next hop in the kernel's table (hops) and servers routed out of an XDP interface whose next hop has no neighbour entry yet (hops_unresolved).",
         "gauge",
-        [("pending".to_string(), pending), ("zones".to_string(), zones)],
+        [
+            ("pending".to_string(), pending),
+            ("zones".to_string(), zones),
+            ("hops".to_string(), crate::kit_hops::HELD.load(Relaxed)),
+            ("hops_unresolved".to_string(), crate::kit_hops::UNRESOLVED.load(Relaxed)),
+        ],
     );
     state.meta.gauge = true;
     state
@@ -864,14 +905,19 @@ fn counters_group(c: &xdns_bpf::kit::KitCounters) -> crate::stats::Group {
     v.push(("redundant_lost".into(), REDUNDANT_LOST.load(Relaxed)));
     v.push(("redundant_skipped".into(), REDUNDANT_SKIPPED.load(Relaxed)));
     v.push(("held_removed".into(), HELD_REMOVED.load(Relaxed)));
+    v.push(("hop_table".into(), c.hop_table));
+    v.push(("hop_miss".into(), c.hop_miss));
+    v.push(("hop_routes_asked".into(), crate::kit_hops::ROUTES_ASKED.load(Relaxed)));
+    v.push(("hops_written".into(), crate::kit_hops::WRITTEN.load(Relaxed)));
+    v.push(("hops_removed".into(), crate::kit_hops::REMOVED.load(Relaxed)));
     crate::stats::Group::counters(
-        "Kernel iteration: misses handed to userspace by reason (handover_<reason>), queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), final answers the kernel answered itself (answered; answered_read: their records read, cached and not answered by the daemon; answered_other: of those, responses the resolver did not take as a final answer, which should stay 0), what became of each response handed over (response_<use>: answer, referral, joined; resolved afresh: truncated, servfail, refused, edns_fallback (FORMERR to the kernel's EDNS query), rcode (another RCODE), lame, malformed, no_zone; taken, then more work in userspace: glueless, cname_out, dname), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed).",
+        "Kernel iteration: misses handed to userspace by reason (handover_<reason>), queries sent, responses accepted, referrals followed in the kernel (hops) and the cuts it learnt from them, responses handed over in the ring buffer (handed; ring_full: to the socket instead; ring_read: read by the daemon), final answers the kernel answered itself (answered; answered_read: their records read, cached and not answered by the daemon; answered_other: of those, responses the resolver did not take as a final answer, which should stay 0), what became of each response handed over (response_<use>: answer, referral, joined; resolved afresh: truncated, servfail, refused, edns_fallback (FORMERR to the kernel's EDNS query), rcode (another RCODE), lame, malformed, no_zone; taken, then more work in userspace: glueless, cname_out, dname), entries timed out, the ring reader's replies (reply_batches: sendmmsg wake-ups, replies_batched: replies they sent, replies_spawned: resolutions not done at once, answered from a task), redundant queries to another server of the cut (redundant_sent; _failed: no valid reply; _won: used, the kernel's entry claimed; _lost: the kernel's response came first, dropped; _skipped: not sent, too many late at once or in flight), server addresses taken out of the kernel's cuts as held down (held_removed), next hops the kernel took from the daemon's table when bpf_fib_lookup gave none (hop_table; hop_miss: not there either, a server without an entry yet or a client, whose reply then goes through userspace), and the table's upkeep (hop_routes_asked: RTM_GETROUTE lookups, hops_written, hops_removed).",
         "counter",
         v,
     )
 }
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -894,13 +940,14 @@ fn root_zone(hints: &str) -> KitZone {
     KitZone { name: vec![0], addrs, expires_ns: u64::MAX }
 }
 
-/// The XDP interfaces where the kernel cannot send kernel iteration's queries, with the
-/// families: `bpf_fib_lookup` refuses any lookup, as the host's own output or as a router's,
-/// from an interface whose forwarding is off (IPv4 `conf/IF/forwarding`, IPv6 likewise, under
-/// `proc_net`, normally `/proc/sys/net`). A miss that arrives there is handed to userspace
-/// (`kit.handover_fib`), a referral that arrives there is passed to the daemon
-/// (`xdp.pass_kit_no_hop`): kernel iteration then does nothing. An interface whose flag
-/// cannot be read (no such family) is left out.
+/// The XDP interfaces where `bpf_fib_lookup` gives kernel iteration no next hop, with the
+/// families: it refuses any lookup, as the host's own output or as a router's, from an
+/// interface whose forwarding is off (IPv4 `conf/IF/forwarding`, IPv6 likewise, under
+/// `proc_net`, normally `/proc/sys/net`). There the kernel takes its next hops from the
+/// daemon's table instead ([`crate::kit_hops`]); a server not in it yet is handed to userspace
+/// (`kit.handover_fib`, `xdp.pass_kit_no_hop`), and so is the kernel's own answer to a client
+/// (the table holds servers only). Logged at start. An interface whose flag cannot be read (no
+/// such family) is left out.
 pub fn forwarding_off(interfaces: &[String], proc_net: &std::path::Path) -> Vec<String> {
     let mut off = Vec::new();
     for i in interfaces {
@@ -939,7 +986,7 @@ mod tests {
     #[test]
     fn kit_metrics_are_counters_and_its_levels_gauges() {
         let mut s = crate::stats::Snapshot::default();
-        s.groups.insert("kit".into(), counters_group(&xdns_bpf::kit::KitCounters { sent: 5, ..Default::default() }));
+        s.groups.insert("kit".into(), counters_group(&xdns_bpf::kit::KitCounters { sent: 5, hop_table: 9, hop_miss: 2, ..Default::default() }));
         s.groups.insert("kit_state".into(), state_group(3, 7));
         let text = crate::metrics::render(&s);
         for want in [
@@ -948,6 +995,9 @@ mod tests {
             "# TYPE xdns_kit_state gauge",
             "xdns_kit_state{gauge=\"pending\"} 3",
             "xdns_kit_state{gauge=\"zones\"} 7",
+            "xdns_kit_total{counter=\"hop_table\"} 9",
+            "xdns_kit_total{counter=\"hop_miss\"} 2",
+            "xdns_kit_state{gauge=\"hops\"}",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }

@@ -21,6 +21,7 @@ mod guard;
 mod heap;
 mod inpath;
 mod kit;
+mod kit_hops;
 mod metrics;
 mod privilege;
 mod query;

@@ -130,8 +130,12 @@ pub struct ResolverSettings {
     pub max_pending: usize,
     /// The resolver's own settings.
     pub resolver: xdns_resolver::Config,
-    /// Cache misses iterated in the kernel (`bpf/kit.h`, issue 32; with `[xdp]` only).
+    /// Cache misses iterated in the kernel (`bpf/kit.h`, issue 32; with `[xdp]` only): as
+    /// written, or when unset on without forwarders (the kernel does not forward). A start
+    /// that finds a reserved port taken turns an unset one off (`kit_setting` None).
     pub kernel_iteration: bool,
+    /// `kernel_iteration` as the file says it (`None`: unset, the default applies).
+    pub kit_setting: Option<bool>,
     /// The source ports the daemon reserves for them (inclusive).
     pub kit_ports: (u16, u16),
     /// Queries the kernel may have outstanding (`xdns_kit_pending`'s size).
@@ -150,7 +154,7 @@ impl ResolverSettings {
         if self.max_pending != other.max_pending {
             v.push("resolver.max_pending".to_string());
         }
-        if self.kernel_iteration != other.kernel_iteration {
+        if self.kit_setting != other.kit_setting {
             v.push("resolver.kernel_iteration".to_string());
         }
         if self.kit_ports != other.kit_ports {
@@ -314,7 +318,9 @@ pub fn parse_section(
             )),
         }
     }
-    let kernel_iteration = r.kernel_iteration.unwrap_or(false);
+    // unset: on without forwarders (with `[xdp]` interfaces only, as when set: see
+    // crate::server); with forwarders silently off, since the kernel does not forward
+    let kernel_iteration = r.kernel_iteration.unwrap_or(cfg.forwarders.is_empty());
     let mut kit_ports = xdns_bpf::kit::KitStage::default().ports;
     if let Some(p) = &r.kernel_iteration_ports {
         match xdns_bpf::kit::parse_ports(p.get_ref()) {
@@ -334,6 +340,7 @@ pub fn parse_section(
         max_pending,
         resolver: cfg,
         kernel_iteration,
+        kit_setting: r.kernel_iteration,
         kit_ports,
         kit_pending,
     })
@@ -871,6 +878,33 @@ mod tests {
             assert_eq!(errs[0].line, Some(line), "{extra}: {}", errs[0]);
             assert!(errs[0].reason.contains(key), "{}", errs[0]);
         }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// `kernel_iteration` unset: on without forwarders, silently off with them; set, as set
+    /// (`true` with forwarders an error); a change of the setting as written needs a restart.
+    #[test]
+    fn kernel_iteration_default() {
+        use crate::config::{parse, Overrides};
+        let d = std::env::temp_dir().join(format!("xdns-kit-default-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("root.hints"), ". 3600000 NS a.root.\na.root. 3600000 A 192.0.2.1\n").unwrap();
+        let file = d.join("xdns.toml");
+        let head = "[resolver]\nroot_hints = \"root.hints\"\n";
+        let get = |extra: &str| parse(&format!("{head}{extra}"), &file, &Overrides::default()).map(|c| c.resolver.unwrap());
+        let fwd = "forwarders = [\"192.0.2.53\"]\n";
+        let on = get("").unwrap();
+        assert_eq!((on.kernel_iteration, on.kit_setting), (true, None), "unset, no forwarders: on");
+        let off = get(fwd).unwrap();
+        assert_eq!((off.kernel_iteration, off.kit_setting), (false, None), "unset, forwarders: off, no error");
+        let set_off = get("kernel_iteration = false\n").unwrap();
+        assert_eq!((set_off.kernel_iteration, set_off.kit_setting), (false, Some(false)));
+        let set_on = get("kernel_iteration = true\n").unwrap();
+        assert_eq!((set_on.kernel_iteration, set_on.kit_setting), (true, Some(true)));
+        let errs = get(&format!("kernel_iteration = true\n{fwd}")).expect_err("true with forwarders");
+        assert!(errs[0].reason.contains("kernel_iteration with forwarders"), "{}", errs[0]);
+        assert_eq!(on.restart_fields(&set_on), vec!["resolver.kernel_iteration"], "written out now: a restart");
+        assert!(on.restart_fields(&on).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
 

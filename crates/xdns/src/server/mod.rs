@@ -201,6 +201,28 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     }
     crate::dnstap::install(cfg.dnstap.as_ref());
     crate::progress::STARTUP.set_phase(crate::progress::Phase::CompilingAnswers);
+    // Kernel iteration on by default (`kernel_iteration` unset) needs its port range free:
+    // bound here, before the program is loaded, and kept for crate::kit::reserve; a port
+    // taken turns it off with a warning (set explicitly, the reservation's error stops the
+    // start instead). A takeover inherits the running server's sockets for them.
+    let mut cfg = cfg;
+    let mut kit_probed = Vec::new();
+    let xdp_on = !cfg.xdp.interfaces.is_empty();
+    if let Some(rs) = cfg.resolver.as_mut().filter(|rs| rs.kernel_iteration && rs.kit_setting.is_none() && xdp_on && !takeover) {
+        match crate::kit::probe_ports(rs.kit_ports) {
+            Ok(socks) => kit_probed = socks,
+            Err((port, e)) => {
+                tracing::warn!(
+                    port,
+                    error = %e,
+                    "[resolver] kernel_iteration (on by default) is off: port {port} of kernel_iteration_ports is taken; \
+                     free it or choose another range, or set kernel_iteration = false to silence this"
+                );
+                rs.kernel_iteration = false;
+            }
+        }
+    }
+    let cfg = cfg;
     let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
         return Ok(());
     };
@@ -225,6 +247,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     let mut session = if takeover { start::take_over(&cfg).await? } else { None };
     let mut inherited = session.as_mut().map(|s| std::mem::take(&mut s.inherited)).unwrap_or_default();
     let mut kit_inherited = std::mem::take(&mut inherited.kit);
+    kit_inherited.extend(kit_probed);
     let listeners = start::Listeners::bind(&cfg, inherited, &shared).await?;
     // kernel iteration's source ports, reserved before the program can send from them (taken
     // from the running server on a takeover)

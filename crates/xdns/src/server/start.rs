@@ -107,11 +107,12 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
             Vec::new()
         };
         if !off.is_empty() {
-            tracing::warn!(
+            tracing::info!(
                 interfaces = %off.join(", "),
-                "[resolver] kernel_iteration: forwarding is off on these XDP interfaces, so the kernel \
-                 cannot route its queries from them (misses arriving there go to userspace, referrals \
-                 arriving there are followed in userspace); turn it on there, and filter what the host forwards"
+                "[resolver] kernel_iteration: forwarding is off on these XDP interfaces, so bpf_fib_lookup gives \
+                 the kernel no next hop from them: the kernel uses the daemon's next-hop table (routes and \
+                 neighbours of the zone map's servers, refreshed every second); a server not in it yet is \
+                 asked from userspace"
             );
         }
     }
