@@ -802,6 +802,28 @@ static long xdns_kit_label_hash(__u64 i, void *arg)
 }
 
 /*
+ * The question as the client sent it (p->cname, `qlen` bytes, 1 to 255) lowercased into
+ * ks->lq, the word after it zeroed; then its labels hashed and their starts recorded
+ * (xdns_kit_label_hash, in c's ks->ref: the caller sets hoff, hn and qbits first).
+ * Shared by a referral followed (xdns_kit_follow) and a negative answer (xdns_kit_neg).
+ */
+static __always_inline void xdns_kit_lower_question(struct xdns_kit_in_ctx *c, const struct xdns_kit_pend *p, __u32 qlen)
+{
+	struct xdns_kit_scratch *ks = c->ks;
+	__u32 k, off, n = qlen;
+
+	XDNS_KIT_OPAQUE(n);
+	for (k = 0; k < 33; k++) {
+		off = k * 8;
+		if (off >= n + 8)
+			break;
+		xdns_st64(&ks->lq[off & 255], off < n ? xdns_lower8(xdns_ld64(&p->cname[off & 255])) &
+			  (n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL) : 0);
+	}
+	bpf_loop(128, xdns_kit_label_hash, c, 0);
+}
+
+/*
  * The cut learnt from a followed referral into xdns_kit_zones, as userspace writes one
  * (xdns_bpf::kit::KitMaps::set_zone): its lowercased name, the glue of both families, the
  * expiry from the NS RRset's TTL (at most XDNS_KIT_LEARN_TTL). Written only where no
@@ -856,7 +878,7 @@ static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, str
 	struct xdns_kit_in_ctx c = { .ks = ks };
 	struct xdns_kit_pend_key key = {};
 	struct xdns_kit_ref *r = &ks->ref;
-	__u32 flags, len, qlen, k, off, nlab, jc, dlen, n, x;
+	__u32 flags, len, qlen, k, nlab, jc, dlen, n, x;
 	__u64 s;
 	__u8 *h = ks->resp;
 
@@ -885,16 +907,7 @@ static __always_inline enum xdns_verdict xdns_kit_follow(struct xdp_md *ctx, str
 	if (r->total > XDNS_KIT_RECORDS)
 		return XDNS_PASS_KIT_UNPARSED;
 	/* the question name lowercased; its label hashes and starts */
-	n = qlen;
-	XDNS_KIT_OPAQUE(n);
-	for (k = 0; k < 33; k++) {
-		off = k * 8;
-		if (off >= n + 8)
-			break;
-		xdns_st64(&ks->lq[off & 255], off < n ? xdns_lower8(xdns_ld64(&p->cname[off & 255])) &
-			  (n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL) : 0);
-	}
-	bpf_loop(128, xdns_kit_label_hash, &c, 0);
+	xdns_kit_lower_question(&c, p, qlen);
 	nlab = r->hn;
 	if (nlab == 0 || nlab > 128 || r->hoff != qlen)
 		return XDNS_PASS_KIT_UNPARSED;
@@ -1248,7 +1261,7 @@ static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struc
 	struct xdns_kit_scratch *ks = c->ks;
 	struct xdns_kit_ans *a = &ks->ans;
 	struct xdns_kit_ref *r = &ks->ref;
-	__u32 qlen = p->qlen, zl = p->zone_len, len = a->len, n, k, off, pos, rd, rdlen, mj, mlast, mlit, ttl, min;
+	__u32 qlen = p->qlen, zl = p->zone_len, len = a->len, k, pos, rd, rdlen, mj, mlast, mlit, ttl, min;
 	__u8 *h = ks->resp;
 
 	if (qlen == 0 || qlen > 255 || zl == 0 || zl > qlen || len > XDNS_KIT_RESP_MAX)
@@ -1261,16 +1274,7 @@ static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struc
 	r->qbits[1] = 0;
 	r->qbits[2] = 0;
 	r->qbits[3] = 0;
-	n = qlen;
-	XDNS_KIT_OPAQUE(n);
-	for (k = 0; k < 33; k++) {
-		off = k * 8;
-		if (off >= n + 8)
-			break;
-		xdns_st64(&ks->lq[off & 255], off < n ? xdns_lower8(xdns_ld64(&p->cname[off & 255])) &
-			  (n - off < 8 ? (1ULL << ((n - off) * 8)) - 1 : ~0ULL) : 0);
-	}
-	bpf_loop(128, xdns_kit_label_hash, c, 0);
+	xdns_kit_lower_question(c, p, qlen);
 	if (r->hoff != qlen)
 		return 0;
 	a->qlen = qlen;

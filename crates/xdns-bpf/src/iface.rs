@@ -137,43 +137,7 @@ fn get_link(ifindex: u32, target: Option<i32>) -> io::Result<Link> {
     if let Some(id) = target {
         push_attr(&mut req, IFLA_TARGET_NETNSID, &id.to_ne_bytes());
     }
-    let len = req.len() as u32;
-    req[0..4].copy_from_slice(&len.to_ne_bytes());
-    req[4..6].copy_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
-    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
-
-    // SAFETY: plain socket(2) call; the result is checked before use.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new socket owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: an all-zero sockaddr_nl addressed to the kernel (pid 0) is valid.
-    let mut to: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    to.nl_family = libc::AF_NETLINK as u16;
-    // SAFETY: `req` and `to` are valid for the lengths given during the call.
-    let sent = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&to as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    // SAFETY: `buf` is valid for writes of its length during the call.
-    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    parse_link_reply(&buf[..n as usize])
+    parse_link_reply(&crate::route::talk(req, libc::RTM_GETLINK, false)?)
 }
 
 /// Append one netlink attribute (type, value, padding to 4 bytes).
@@ -209,21 +173,16 @@ fn str_of(v: &[u8]) -> String {
         .unwrap_or_else(|_| String::from_utf8_lossy(v).into_owned())
 }
 
-/// The link in an `RTM_GETLINK` reply, or the error it carries.
-fn parse_link_reply(buf: &[u8]) -> io::Result<Link> {
+/// The link in an `RTM_GETLINK` reply's messages (an error reply is already the error:
+/// `route::talk`).
+fn parse_link_reply(msgs: &[(u16, Vec<u8>)]) -> io::Result<Link> {
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed rtnetlink reply");
-    let len = u32_of(buf).ok_or_else(bad)? as usize;
-    let kind = u16::from_ne_bytes(buf.get(4..6).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-    let msg = buf.get(..len).ok_or_else(bad)?;
-    if kind == libc::NLMSG_ERROR as u16 {
-        let errno = i32::from_ne_bytes(msg.get(16..20).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-        return Err(io::Error::from_raw_os_error(-errno));
-    }
-    if kind != libc::RTM_NEWLINK {
+    let (kind, body) = msgs.first().ok_or_else(bad)?;
+    if *kind != libc::RTM_NEWLINK {
         return Err(bad());
     }
     let mut link = Link::default();
-    for (t, v) in attrs(msg.get(NLMSG_HDRLEN + IFINFOMSG_LEN..).ok_or_else(bad)?) {
+    for (t, v) in attrs(body.get(IFINFOMSG_LEN..).ok_or_else(bad)?) {
         match t {
             IFLA_IFNAME => link.name = str_of(v),
             IFLA_ADDRESS => link.address = v.try_into().ok(),
@@ -447,9 +406,12 @@ mod tests {
         msg[0..4].copy_from_slice(&36u32.to_ne_bytes());
         msg[4..6].copy_from_slice(&(libc::NLMSG_ERROR as u16).to_ne_bytes());
         msg[16..20].copy_from_slice(&(-libc::ENODEV).to_ne_bytes());
-        let e = parse_link_reply(&msg).unwrap_err();
+        let e = crate::route::split(&msg, &mut Vec::new()).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENODEV));
-        assert!(parse_link_reply(&msg[..10]).is_err());
+        let mut short = Vec::new();
+        assert!(!crate::route::split(&msg[..10], &mut short).unwrap(), "a truncated reply holds nothing");
+        assert!(parse_link_reply(&short).is_err(), "no link in it");
+        assert!(parse_link_reply(&[(libc::RTM_NEWLINK, vec![0; 4])]).is_err(), "a link message cut short");
     }
 
     #[test]

@@ -127,7 +127,7 @@ fn addr_of(family: u8, v: &[u8]) -> Option<IpAddr> {
 /// Send one request (`req`: room for the header, then the body) and read the replies: the
 /// messages (type, body) of one datagram, or of every datagram up to `NLMSG_DONE` for a dump.
 /// An `NLMSG_ERROR` with an errno is that error.
-fn talk(mut req: Vec<u8>, kind: u16, dump: bool) -> io::Result<Vec<(u16, Vec<u8>)>> {
+pub(crate) fn talk(mut req: Vec<u8>, kind: u16, dump: bool) -> io::Result<Vec<(u16, Vec<u8>)>> {
     let len = req.len() as u32;
     req[0..4].copy_from_slice(&len.to_ne_bytes());
     req[4..6].copy_from_slice(&kind.to_ne_bytes());
@@ -174,7 +174,7 @@ fn talk(mut req: Vec<u8>, kind: u16, dump: bool) -> io::Result<Vec<(u16, Vec<u8>
 }
 
 /// The messages of one datagram into `out`; true at `NLMSG_DONE`.
-fn split(mut b: &[u8], out: &mut Vec<(u16, Vec<u8>)>) -> io::Result<bool> {
+pub(crate) fn split(mut b: &[u8], out: &mut Vec<(u16, Vec<u8>)>) -> io::Result<bool> {
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed rtnetlink reply");
     while b.len() >= NLMSG_HDRLEN {
         let len = u32_of(b).ok_or_else(bad)? as usize;

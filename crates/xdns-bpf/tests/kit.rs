@@ -843,6 +843,39 @@ fn userspace_negative(q: &[u8], rcode: u8, owner: &[u8], ttl: u32, rdata: &[u8])
 
 /// The frame of message `m` from us (`base.dst`:53) to the client (`base.src`:`base.sport`),
 /// as the kernel writes it: MACs from the route, TTL 64, IPv4 ID 0 and DF.
+/// A response the kernel must not answer: `name`'s miss (`qtype`, the client's EDNS `copt`)
+/// sent by the kernel, then `make`'s response to it (built for the ID and the question as
+/// sent) from `server`: handed over (XDP_DROP, `kit_handed`), not answered, and put in the
+/// ring unchanged for userspace to answer.
+#[allow(clippy::too_many_arguments)]
+fn handed_over(
+    prog: &XdpProgram,
+    kit: &KitMaps,
+    ifindex: u32,
+    what: &str,
+    name: &str,
+    qtype: u16,
+    copt: Option<Opt>,
+    server: &[u8],
+    make: &dyn Fn(u16, &[u8]) -> Vec<u8>,
+) {
+    let q = query(&wire(name), qtype, copt);
+    let (_, out, moved) = run(prog, &frame(&Net::v4(), &q), ifindex);
+    assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
+    let (port, id) = port_id(&out, false);
+    let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
+    let m = make(id, &sent);
+    let before = kit.counters().unwrap();
+    let (act, _, moved) = run(prog, &from_server(false, server, port, &m), ifindex);
+    assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "{what}: handed over, XDP_DROP");
+    let after = kit.counters().unwrap();
+    assert_eq!((after.answered, after.handed), (before.answered, before.handed + 1), "{what}: not answered");
+    let ev = kit.take_events().unwrap();
+    assert_eq!(ev.len(), 1, "{what}: one record");
+    assert!(!ev[0].answered, "{what}: for userspace to answer");
+    assert_eq!(ev[0].msg, m, "{what}: the response as received");
+}
+
 fn to_client(base: &Net, m: &[u8]) -> Vec<u8> {
     let out = Net { src_mac: DEV_MAC, dst_mac: CLIENT_MAC, ..base.reply() };
     let out = Net { frag: 0x4000, ..out };
@@ -1002,21 +1035,7 @@ fn final_answers_of_the_common_shape_are_answered_by_the_kernel() {
             if name.starts_with("off.") {
                 kit.set_answers(None).unwrap();
             }
-            let q = query(&wire(name), qtype, copt);
-            let (_, out, moved) = run(&prog, &frame(&Net::v4(), &q), kd0);
-            assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
-            let (port, id) = port_id(&out, false);
-            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
-            let m = make(id, &sent);
-            let before = kit.counters().unwrap();
-            let (act, _, moved) = run(&prog, &from_server(false, &ROOT4, port, &m), kd0);
-            assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "{what}: handed over, XDP_DROP");
-            let after = kit.counters().unwrap();
-            assert_eq!((after.answered, after.handed), (before.answered, before.handed + 1), "{what}: not answered");
-            let ev = kit.take_events().unwrap();
-            assert_eq!(ev.len(), 1, "{what}: one record");
-            assert!(!ev[0].answered, "{what}: for userspace to answer");
-            assert_eq!(ev[0].msg, m, "{what}: the response as received");
+            handed_over(&prog, &kit, kd0, what, name, qtype, copt, &ROOT4, &*make);
         }
         assert_eq!(kit.pending_len(), 0, "every entry claimed once");
     });
@@ -1237,21 +1256,7 @@ fn negative_final_answers_of_the_common_shape_are_answered_by_the_kernel() {
             if name.starts_with("off.") {
                 kit.set_answers(Some(AnswerCaps { max_negative_ttl: None, ..CAPS })).unwrap();
             }
-            let q = query(&wire(name), A, edns());
-            let (_, out, moved) = run(&prog, &frame(&Net::v4(), &q), kd0);
-            assert_eq!(moved, vec!["kit_sent".to_string()], "{what}: sent by the kernel");
-            let (port, id) = port_id(&out, false);
-            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
-            let m = make(id, &sent);
-            let before = kit.counters().unwrap();
-            let (act, _, moved) = run(&prog, &from_server(false, &server, port, &m), kd0);
-            assert_eq!((act, moved), (1, vec!["kit_handed".to_string()]), "{what}: handed over, XDP_DROP");
-            let after = kit.counters().unwrap();
-            assert_eq!((after.answered, after.handed), (before.answered, before.handed + 1), "{what}: not answered");
-            let ev = kit.take_events().unwrap();
-            assert_eq!(ev.len(), 1, "{what}: one record");
-            assert!(!ev[0].answered, "{what}: for userspace to answer");
-            assert_eq!(ev[0].msg, m, "{what}: the response as received");
+            handed_over(&prog, &kit, kd0, what, name, A, edns(), &server, &*make);
         }
         assert_eq!(kit.pending_len(), 0, "every entry claimed once");
     });
