@@ -148,7 +148,7 @@ def test_final_answers_are_answered_by_the_kernel_without_forwarding(nofwd, case
     # a name of the same zone first, so that the kernel knows the cut and its server's next
     # hop (the table's next pass) and sends the final query itself: a referral to glue it
     # learnt meanwhile is followed in userspace ("misses the table once"), and so answered
-    one_answer(lab, srv.addr4, "kcli-warm." + name.lower().split(".", 1)[1], "A")
+    one_answer(lab, addr, "kcli-warm." + name.lower().split(".", 1)[1], "A")
     settled(lab, srv)
     x0, k0 = lab.xdns_stats(srv)["xdp"], kit(lab, srv)
     got = ask(lab, addr, wire)
