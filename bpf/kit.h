@@ -488,10 +488,14 @@ static __always_inline enum xdns_verdict xdns_kit_out(struct xdp_md *ctx, struct
 		key.family = 4;
 	}
 	udp = data + l4;
-	if ((void *)(udp + 1) > end)
+	if ((void *)(udp + 1) > end || data + ETH_HLEN > end)
 		return xdns_kit_handover(ks, XDNS_KIT_HO_LAYOUT);
 	ks->pend.cport = udp->source;
 	ks->pend.lport = udp->dest;
+	/* the way the query came: the kernel's answer goes back that way (xdns_kit_answer) */
+	__builtin_memcpy(ks->pend.cmac, ((struct ethhdr *)data)->h_source, 6);
+	__builtin_memcpy(ks->pend.lmac, ((struct ethhdr *)data)->h_dest, 6);
+	ks->pend.ifindex = ctx->ingress_ifindex;
 
 	xdns_kit_port_id(&key);
 	dlen = xdns_kit_build(ks, sc->walk.name, qlen, key.id);
@@ -1340,9 +1344,11 @@ static __always_inline __u32 xdns_kit_neg(struct xdns_kit_in_ctx *c, const struc
  * than the client may take (512, or max(512, min(its payload, ours))). The response goes to
  * userspace in the ring buffer with XDNS_KIT_EV_ANSWERED, for the cache (classify and
  * make_answer, as for any response handed over), and the entry is claimed first (a claim
- * that fails: the daemon's timer answers, the response is dropped). Returns XDNS_CONTINUE,
- * the frame untouched, for anything else (then handed over as before), with kernel answers
- * off (xdns_kit_ctl), without a next hop to the client, or with the ring full.
+ * that fails: the daemon's timer answers, the response is dropped). The reply goes back the
+ * way the query came (the interface and MACs the miss recorded in the entry, swapped): no
+ * route lookup, so forwarding off on the host does not matter. Returns XDNS_CONTINUE, the
+ * frame untouched, for anything else (then handed over as before), with kernel answers off
+ * (xdns_kit_ctl), or with the ring full.
  */
 static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, struct xdns_kit_scratch *ks,
 							   struct xdns_kit_pend *p, const struct xdns_kit_pend_key *key)
@@ -1358,7 +1364,6 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	__u64 sum = 0, wlen;
 	__s64 s;
 	enum xdns_verdict v;
-	long rc;
 
 	ctl = bpf_map_lookup_elem(&xdns_kit_ctl, &zero);
 	if (!ctl || !ctl->answer)
@@ -1429,25 +1434,16 @@ static __always_inline enum xdns_verdict xdns_kit_answer(struct xdp_md *ctx, str
 	__builtin_memcpy(&ks->pend, p, sizeof(ks->pend));
 	p = &ks->pend;
 
-	/* the next hop to the client, as for a query (xdns_kit_send) */
-	if (ks->ipv6) {
-		f.family = XDNS_KIT_AF_INET6;
-		__builtin_memcpy(f.ipv6_src, p->local, 16);
-		__builtin_memcpy(f.ipv6_dst, p->client, 16);
-	} else {
-		f.family = XDNS_KIT_AF_INET;
-		__builtin_memcpy(&f.ipv4_src, p->local, 4);
-		__builtin_memcpy(&f.ipv4_dst, p->client, 4);
-	}
+	/*
+	 * Back the way the query came (no route lookup: the path of the query, and one helper
+	 * call fewer): out of the interface it came in on, from the MAC it was sent to, to the
+	 * MAC it came from (the client's, or its router's). bpf_fib_lookup would refuse with
+	 * forwarding off, and the daemon's next-hop table holds servers only.
+	 */
 	plen = 8 + out;
-	f.l4_protocol = IPPROTO_UDP;
-	f.sport = p->lport;
-	f.dport = p->cport;
-	f.tot_len = plen + (ks->ipv6 ? 40 : 20);
-	f.ifindex = ctx->ingress_ifindex;
-	rc = xdns_kit_next_hop(ctx, ks, &f);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return XDNS_CONTINUE;
+	f.ifindex = p->ifindex;
+	__builtin_memcpy(f.smac, p->lmac, 6);
+	__builtin_memcpy(f.dmac, p->cmac, 6);
 	ifindex = f.ifindex;
 
 	/* the response to userspace for the cache, marked answered; the entry claimed */

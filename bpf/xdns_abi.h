@@ -1130,7 +1130,13 @@ struct xdns_kit_pend {
 	__u8 _pad[2];
 	__u8 cname[256];        /* the question name as the client sent it */
 	__u8 qname[256];        /* the name as sent to the server, with its 0x20 case */
+	/* the way the query came, for the kernel's own answer (xdns_kit_answer: MACs swapped) */
+	__u32 ifindex;          /* the interface it came in on */
+	__u8 cmac[6];           /* its Ethernet source: the client's MAC, or its router's */
+	__u8 lmac[6];           /* its Ethernet destination: our MAC as the client addressed it */
+	__u8 _pad2[4];
 };
+_Static_assert(sizeof(struct xdns_kit_pend) == 600, "no padding the compiler adds (userspace reads it as bytes)");
 
 /* Why a miss was handed to userspace untouched (xdns_kit_scratch.handover[]). */
 enum xdns_kit_handover {

@@ -101,8 +101,8 @@ pub struct KitCounters {
     /// none (forwarding off on the interface).
     pub hop_table: u64,
     /// ... not found there either (no entry or an expired one: the query is handed over
-    /// with `fib`, a referral passed with `pass_kit_no_hop`, a kernel answer left to
-    /// userspace; the table holds servers only, so a client is always a miss).
+    /// with `fib`, a referral passed with `pass_kit_no_hop`). The kernel's answer to a client
+    /// asks for no next hop: it goes back the way the query came.
     pub hop_miss: u64,
 }
 

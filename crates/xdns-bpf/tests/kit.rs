@@ -841,8 +841,6 @@ fn userspace_negative(q: &[u8], rcode: u8, owner: &[u8], ttl: u32, rdata: &[u8])
     replay(&query, w.finish())
 }
 
-/// The frame of message `m` from us (`base.dst`:53) to the client (`base.src`:`base.sport`),
-/// as the kernel writes it: MACs from the route, TTL 64, IPv4 ID 0 and DF.
 /// A response the kernel must not answer: `name`'s miss (`qtype`, the client's EDNS `copt`)
 /// sent by the kernel, then `make`'s response to it (built for the ID and the question as
 /// sent) from `server`: handed over (XDP_DROP, `kit_handed`), not answered, and put in the
@@ -876,9 +874,12 @@ fn handed_over(
     assert_eq!(ev[0].msg, m, "{what}: the response as received");
 }
 
+/// The frame of message `m` from us (`base.dst`:53) to the client (`base.src`:`base.sport`),
+/// as the kernel writes it: the query frame's MACs swapped (back the way it came; not the
+/// route's: the interface's own MAC is DEV_MAC, the query was sent to SERVER_MAC), TTL 64,
+/// IPv4 ID 0 and DF.
 fn to_client(base: &Net, m: &[u8]) -> Vec<u8> {
-    let out = Net { src_mac: DEV_MAC, dst_mac: CLIENT_MAC, ..base.reply() };
-    let out = Net { frag: 0x4000, ..out };
+    let out = Net { frag: 0x4000, ..base.reply() };
     let mut f = frame(&out, m);
     if !base.v6 {
         ipv4_id_zero(&mut f);
@@ -898,11 +899,6 @@ fn final_answers_of_the_common_shape_are_answered_by_the_kernel() {
     stay_on_one_cpu();
     let ns = Ns::new("d");
     let kd0 = ns.ifindex("kd0");
-    // the clients, behind kd0 too
-    sh(&["ip", "-n", &ns.0, "route", "add", "198.18.0.2/32", "dev", "kd0"]);
-    sh(&["ip", "-n", &ns.0, "-6", "route", "add", "2001:db8::2/128", "dev", "kd0"]);
-    sh(&["ip", "-n", &ns.0, "neigh", "add", "198.18.0.2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
-    sh(&["ip", "-n", &ns.0, "-6", "neigh", "add", "2001:db8::2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
     ns.run(|| {
         let prog = load_kit(1024, None);
         let kit = prog.kit().unwrap();
@@ -1041,6 +1037,66 @@ fn final_answers_of_the_common_shape_are_answered_by_the_kernel() {
     });
 }
 
+/// With forwarding off (the default host): bpf_fib_lookup refuses every lookup and the
+/// daemon's next-hop table holds servers only, yet the kernel's own answer reaches the client,
+/// back the way the query came: out of the interface the query came in on (XDP_TX, or
+/// redirected there when the response came in on another), from the MAC the query was sent
+/// to, to the MAC it came from (here a router's). No lookup for the client (`hop_miss` stays).
+#[test]
+fn without_forwarding_kernel_answers_go_back_the_way_the_query_came() {
+    require_root("without_forwarding_kernel_answers_go_back_the_way_the_query_came");
+    stay_on_one_cpu();
+    let ns = Ns::without_forwarding("w");
+    let (kd0, kd1) = (ns.ifindex("kd0"), ns.ifindex("kd1"));
+    let ours: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa1];
+    let router: [u8; 6] = [0x02, 0, 0, 0, 0, 0xc1];
+    ns.run(|| {
+        let prog = load_kit(1024, None);
+        let kit = prog.kit().unwrap();
+        zones(&kit);
+        kit.set_answers(Some(CAPS)).unwrap();
+        for server in [ip(&ROOT4), ip(&ROOT6)] {
+            kit.set_hop(server, &KitHop { ifindex: kd0, smac: DEV_MAC, dmac: ROOT_MAC, expires_ns: u64::MAX }).unwrap();
+        }
+        // (client's family, the query's interface, its verdict, the answer's XDP action and verdict)
+        let rows = [
+            (false, kd0, "kit_sent", 3, "kit_answered"),
+            (true, kd0, "kit_sent", 3, "kit_answered"),
+            (false, kd1, "kit_redirected", 4, "kit_answered_redirected"),
+            (true, kd1, "kit_redirected", 4, "kit_answered_redirected"),
+        ];
+        for (v6, qin, sent_v, act_want, verdict) in rows {
+            let what = format!("ipv6 {v6}, the query in on {}", if qin == kd0 { "kd0" } else { "kd1" });
+            let net = Net { src_mac: router, dst_mac: ours, ..if v6 { Net::v6() } else { Net::v4() } };
+            let server = if v6 { ROOT6.to_vec() } else { ROOT4.to_vec() };
+            let name = "www.example.net";
+            let q = query(&wire(name), A, Opt::new(1232, false));
+            let (_, out, moved) = run(&prog, &frame(&net, &q), qin);
+            assert_eq!(moved, vec![sent_v.to_string()], "{what}: sent by the kernel (the table's next hop)");
+            let (port, id) = port_id(&out, v6);
+            let sent = dns_of(&out)[12..12 + wire(name).len()].to_vec();
+            let records = vec![(A, 300, vec![198, 18, 7, 1])];
+            let mut m = message(id, 0x0400, &sent, A);
+            add(&mut m, 1, &ptr(12), A, 300, &records[0].2);
+            opt(&mut m);
+            let before = kit.counters().unwrap();
+            let (act, out, moved) = run(&prog, &from_server(v6, &server, port, &m), kd0);
+            assert_eq!((act, moved), (act_want, vec![verdict.to_string()]), "{what}: answered by the kernel");
+            let want = userspace_reply(&q, &records);
+            assert_eq!(out, to_client(&net, &want), "{what}: the whole frame");
+            assert_eq!((&out[0..6], &out[6..12]), (&router[..], &ours[..]), "{what}: the query's MACs, swapped");
+            assert!(checksums_ok(&out), "{what}: checksums");
+            let after = kit.counters().unwrap();
+            assert_eq!((after.answered, after.handed, after.hop_miss), (before.answered + 1, before.handed + 1, before.hop_miss),
+                       "{what}: answered, handed over for the cache, no next-hop lookup for the client");
+            let ev = kit.take_events().unwrap();
+            assert_eq!(ev.len(), 1, "{what}: one record");
+            assert!(ev[0].answered, "{what}: marked answered");
+        }
+        assert_eq!(kit.pending_len(), 0, "every entry claimed once");
+    });
+}
+
 const SOA: u16 = 6;
 
 /// Where a name of an SOA record ends as a server writes it: the root label, a pointer to
@@ -1125,10 +1181,6 @@ fn negative_final_answers_of_the_common_shape_are_answered_by_the_kernel() {
     stay_on_one_cpu();
     let ns = Ns::new("n");
     let kd0 = ns.ifindex("kd0");
-    sh(&["ip", "-n", &ns.0, "route", "add", "198.18.0.2/32", "dev", "kd0"]);
-    sh(&["ip", "-n", &ns.0, "-6", "route", "add", "2001:db8::2/128", "dev", "kd0"]);
-    sh(&["ip", "-n", &ns.0, "neigh", "add", "198.18.0.2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
-    sh(&["ip", "-n", &ns.0, "-6", "neigh", "add", "2001:db8::2", "lladdr", "02:00:00:00:00:02", "dev", "kd0", "nud", "permanent"]);
     ns.run(|| {
         let prog = load_kit(1024, None);
         let kit = prog.kit().unwrap();
