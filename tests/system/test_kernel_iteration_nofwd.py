@@ -152,11 +152,14 @@ def test_final_answers_are_answered_by_the_kernel_without_forwarding(nofwd, case
     wire = query(name, qtype, payload, do)
     addr = srv.addr4 if fam == 4 else srv.addr6
     flush(lab, srv)
-    # a name of the same zone first, so that the kernel knows the cut and its server's next
+    # names of the same zone first, so that the kernel knows the cut and its server's next
     # hop (the table's next pass) and sends the final query itself: a referral to glue it
-    # learnt meanwhile is followed in userspace ("misses the table once"), and so answered
-    one_answer(lab, addr, "kcli-warm." + name.lower().split(".", 1)[1], "A")
-    settled(lab, srv)
+    # learnt meanwhile is followed in userspace ("misses the table once"), and so answered.
+    # Twice: a CI run found the first warm-up's referral glue still without its entry
+    # (`pass_kit_no_hop`) when the case was asked; the second finds the table written
+    for warm in ("kcli-warm.", "kcli-warm2."):
+        one_answer(lab, addr, warm + name.lower().split(".", 1)[1], "A")
+        settled(lab, srv)
     x0, k0 = lab.xdns_stats(srv)["xdp"], kit(lab, srv)
     got = ask(lab, addr, wire)
     x1, k1 = lab.xdns_stats(srv)["xdp"], kit(lab, srv)
