@@ -8,7 +8,8 @@ the zone the first measurements used) is generated once into bench/out/ and give
 Knot (primary) and xdns (the secondary's stored copy, so its kernel maps are sized for it at
 start). Each change adds, with `knotc zone-begin/set/commit`, one A record under a new name
 (`--change a`), or a registry's change (`--change delegation`): a new delegation with two NS
-inside it, their glue (A) and a DS, answered by a referral to a query below it.
+inside it, their glue (A) and a DS, answered by a referral to a query below it; or a wildcard
+A record under a new name (`--change wildcard`), answered for a name below it.
 
 Per change: **served** (the new record answered, by userspace first), **done** (xdns stats
 counts the transfer: the kernel update is part of it), the transfer's own phases from the
@@ -73,8 +74,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--shape", choices=["plain", "hosts", "tld"], default="plain")
     ap.add_argument("--changes", type=int, default=5)
-    ap.add_argument("--change", choices=["a", "delegation"], default="a",
-                    help="one A record at a new name, or a new delegation with NS, glue and DS")
+    ap.add_argument("--change", choices=["a", "delegation", "wildcard"], default="a",
+                    help="one A record at a new name, a new delegation with NS, glue and DS, or a wildcard A under a new name")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds between the kernel holding the zone and the first change")
     ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
     args = ap.parse_args()
@@ -121,6 +122,9 @@ def main() -> int:
                 lab.knotc(knot, "zone-begin", ORIGIN)
                 if args.change == "a":
                     lab.knotc(knot, "zone-set", ORIGIN, name, "300", "A", "198.18.9.9")
+                elif args.change == "wildcard":
+                    lab.knotc(knot, "zone-set", ORIGIN, f"*.{name}", "300", "A", "198.18.9.9")
+                    name = f"x.{name}"  # synthesised from the new wildcard
                 else:
                     for ns, addr in (("ns1", "198.18.9.1"), ("ns2", "198.18.9.2")):
                         lab.knotc(knot, "zone-set", ORIGIN, name, "86400", "NS", f"{ns}.{name}")
@@ -133,7 +137,7 @@ def main() -> int:
                 def is_new(m) -> bool:
                     if m is None or m.rcode() != dns.rcode.NOERROR:
                         return False
-                    return bool(m.answer) if args.change == "a" else any(r.rdtype == dns.rdatatype.NS for r in m.authority)
+                    return bool(m.answer) if args.change != "delegation" else any(r.rdtype == dns.rdatatype.NS for r in m.authority)
                 served = done = None
                 while time.monotonic() - c < 120:
                     if served is None:

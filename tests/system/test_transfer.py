@@ -7,7 +7,8 @@ Knot DNS is the primary, with TSIG and NOTIFY; xdns transfers from it:
   new record answered by xdns within 1 s, with and without XDP (with XDP the kernel answers
   it: its answer counter grows);
 - a registry's zone (TLD-shaped): delegations added and removed with glue and DS, DS added
-  and removed, glue changed, each made in place in the kernel and answered by it;
+  and removed, glue changed, a wildcard added, changed and removed, each made in place in
+  the kernel and answered by it;
 - the transferred zone answers the whole differential corpus as the same zone loaded from
   its file does, and a few names as Knot does;
 - a wrong TSIG key gets nothing; NOTIFY unsigned, badly signed or from elsewhere is refused
@@ -254,7 +255,8 @@ def test_tld_ixfr_in_place(lab):
     carry the SOA): every change a registry makes goes live in the kernel in place, not as a
     new generation, and the kernel answers it: a delegation added with NS, glue and DS (the
     referral below it, its DS), a DS added to a delegation and one removed (the DS NODATA,
-    the apex's body rebased), a glue address changed, the delegation removed (NXDOMAIN)."""
+    the apex's body rebased), a glue address changed, the delegation removed (NXDOMAIN); a
+    wildcard added, changed and removed (its synthesised answers and NODATA)."""
     origin = "tld.test."
     zone = lab.dir / "tld.zone"
     run(["/usr/bin/python3", str(REPO / "bench" / "genzone.py"), "--shape", "tld", "--records", "30000",
@@ -336,6 +338,21 @@ def test_tld_ixfr_in_place(lab):
         t = change(unsets=[(new,), (f"ns1.{new}",), (f"ns2.{new}",)])
         in_kernel(f"www.{new}", "A", lambda m: m.rcode() == dns.rcode.NXDOMAIN)
         assert (t["kernel_in_place"], t["kernel_full"]) == (5, 0), t
+        # a wildcard added under a new name (an empty non-terminal), its address changed, its
+        # NODATA for another type, then removed: each in place, answered by the kernel
+        wild, below = f"*.wildtest.{origin}", f"x.y.wildtest.{origin}"
+
+        def synthesised(addr):
+            return lambda m: m.rcode() == dns.rcode.NOERROR and answer_set(m) == {f"{below} 86400 A {addr}"}
+        change(sets=[(wild, "86400", "A", "198.18.42.1")])
+        in_kernel(below, "A", synthesised("198.18.42.1"))
+        change(unsets=[(wild, "A")], sets=[(wild, "86400", "A", "198.18.42.2")])
+        in_kernel(below, "A", synthesised("198.18.42.2"))
+        in_kernel(below, "TXT", lambda m: m.rcode() == dns.rcode.NOERROR and not m.answer
+                  and [r.rdtype for r in m.authority] == [dns.rdatatype.SOA])
+        t = change(unsets=[(wild,)])
+        in_kernel(below, "A", lambda m: m.rcode() == dns.rcode.NXDOMAIN)
+        assert (t["kernel_in_place"], t["kernel_full"]) == (8, 0), t
     finally:
         assert srv.alive(), srv.stderr()[-3000:]
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
