@@ -9,6 +9,8 @@ Knot DNS is the primary, with TSIG and NOTIFY; xdns transfers from it:
 - a registry's zone (TLD-shaped): delegations added and removed with glue and DS, DS added
   and removed, glue changed, a wildcard added, changed and removed, each made in place in
   the kernel and answered by it;
+- nested zones (a parent and a served child below it): a change of either made in place, what
+  the parent holds below the child's apex never answered;
 - the transferred zone answers the whole differential corpus as the same zone loaded from
   its file does, and a few names as Knot does;
 - a wrong TSIG key gets nothing; NOTIFY unsigned, badly signed or from elsewhere is refused
@@ -353,6 +355,71 @@ def test_tld_ixfr_in_place(lab):
         t = change(unsets=[(wild,)])
         in_kernel(below, "A", lambda m: m.rcode() == dns.rcode.NXDOMAIN)
         assert (t["kernel_in_place"], t["kernel_full"]) == (8, 0), t
+    finally:
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        lab.stop(knot)
+
+
+def test_nested_zones_ixfr_in_place(lab):
+    """A parent zone and a served child zone below it, both transferred from Knot: a change of
+    either goes live in the kernel in place (no new generation of the zone set), the child's
+    new name is answered by the kernel, and what the parent holds below the child's apex (a
+    name the child answers NXDOMAIN for) never reaches the kernel's answers."""
+    parent, child = "nest.test.", "child.nest.test."
+    head = "$TTL 300\n@ SOA ns1 h 1 7200 3600 1209600 60\n@ NS ns1\nns1 A 198.18.44.1\n"
+    pz, cz = lab.dir / "nest.zone", lab.dir / "child.nest.zone"
+    pz.write_text(f"$ORIGIN {parent}\n{head}www A 198.18.44.2\nchild NS ns.child\nns.child A 198.18.44.3\n")
+    cz.write_text(f"$ORIGIN {child}\n{head}www A 198.18.44.4\n")
+    sec = lab.new_address()
+    knot = lab.start_knot_primary([(parent, pz), (child, cz)], name="knot-nest", notify=[f"{sec[0]}@53"])
+    srv = lab.start_xdns([], name="xdns-nest", extra=secondary_toml(parent, knot.addr4) + secondary_toml(child, knot.addr4),
+                         xdp="default", addrs=sec)
+    try:
+        lab.wait_answering(srv.addr4, parent, srv.proc)
+        lab.wait_answering(srv.addr4, child, srv.proc)
+
+        def by_kernel(qname, check):
+            lab.wait_xdp_data(srv)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            for _ in range(5):
+                m = ask(lab, srv.addr4, qname, timeout=0.2)
+                if m is None or not check(m):
+                    return False
+            return lab.xdns_stats(srv)["xdp"]["answered"] - before >= 5
+
+        def has(addr):
+            return lambda m: m.rcode() == dns.rcode.NOERROR and {rd.to_text() for r in m.answer for rd in r} == {addr}
+
+        def nxdomain(m):
+            return m.rcode() == dns.rcode.NXDOMAIN and [r.name.to_text() for r in m.authority] == [child]
+
+        wait_for("both zones in the kernel", lambda: by_kernel(f"www.{child}", has("198.18.44.4"))
+                 and by_kernel(f"www.{parent}", has("198.18.44.2")), 30, step=0.1)
+
+        def change(zone, *sets):
+            n = zone_stats(lab, srv, zone)["transfer"]["transfers"]
+            lab.knotc(knot, "zone-begin", zone)
+            for r in sets:
+                lab.knotc(knot, "zone-set", zone, *r)
+            lab.knotc(knot, "zone-commit", zone)
+            wait_for("the IXFR", lambda: zone_stats(lab, srv, zone)["transfer"]["transfers"] > n, 5)
+            t = zone_stats(lab, srv, zone)["transfer"]
+            assert t["last_transfer"] == "ixfr", t
+            assert t["last_kernel_update"].startswith("in place"), t
+            return t
+
+        # the child's new name
+        change(child, (f"new.{child}", "300", "A", "198.18.44.5"))
+        wait_for("the child's new name from the kernel", lambda: by_kernel(f"new.{child}", has("198.18.44.5")), 2)
+        # the parent: a new name of its own, and a name below the child's apex it does not answer
+        t = change(parent, (f"www2.{parent}", "300", "A", "198.18.44.6"), (f"x.{child}", "300", "A", "198.18.44.7"))
+        wait_for("the parent's change from the kernel", lambda: by_kernel(f"www2.{parent}", has("198.18.44.6")), 2)
+        assert by_kernel(f"x.{child}", nxdomain), ask(lab, srv.addr4, f"x.{child}")
+        assert (t["kernel_in_place"], t["kernel_full"]) == (1, 0), t
+        c = zone_stats(lab, srv, child)["transfer"]
+        assert (c["kernel_in_place"], c["kernel_full"]) == (1, 0), c
     finally:
         assert srv.alive(), srv.stderr()[-3000:]
         assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]

@@ -143,7 +143,7 @@ fn zones_in_order(zones: &ZoneSet) -> Vec<&xdns_zone::Zone> {
 /// Is `name` (a name of `zone`) answered by `zone`, i.e. not by a served child zone below it
 /// (`ZoneSet::find` picks the longest apex)? Without a served zone below `zone`'s apex, every
 /// name of it is, and no lookup is needed.
-fn owned_by<'a>(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> impl Fn(&[u8]) -> bool + 'a {
+pub(crate) fn owned_by<'a>(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> impl Fn(&[u8]) -> bool + 'a {
     let has_child = zones.zones.keys().any(|a| a.len() > zone.apex.len() && xdns_wire::name::is_subdomain(a, &zone.apex));
     move |name: &[u8]| !has_child || zones.find(name).is_some_and(|z| z.apex == zone.apex)
 }
