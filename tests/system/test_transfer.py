@@ -104,6 +104,18 @@ def zone_stats(lab, srv, zone: str) -> dict:
     raise AssertionError(f"{zone} not in xdns stats")
 
 
+def stop_checked(lab, srv, *also) -> None:
+    """Stop `srv`, which must still run, must not have panicked and must exit 0; then stop the
+    servers in `also` whatever happened."""
+    try:
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+    finally:
+        for other in also:
+            lab.stop(other)
+
+
 def send_notify(lab, target: str, zone: str, source: str | None, key=None) -> bytes | None:
     """A NOTIFY for `zone` to `target`, from `source` (an address of the server namespace,
     e.g. the primary's) or from the client namespace; TSIG-signed with `key` if given."""
@@ -246,9 +258,7 @@ def test_secondary_axfr_notify_ixfr(lab, primary, xdp):
         p = run([XDNS_BIN, "zone", "--control", srv.extra["control"], "refresh", "nosuch.org."], check=False)
         assert p.returncode == 1 and "not a secondary zone" in p.stderr, p
     finally:
-        assert srv.alive(), srv.stderr()[-3000:]
-        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
-        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        stop_checked(lab, srv)
 
 
 def test_tld_ixfr_in_place(lab):
@@ -356,10 +366,7 @@ def test_tld_ixfr_in_place(lab):
         in_kernel(below, "A", lambda m: m.rcode() == dns.rcode.NXDOMAIN)
         assert (t["kernel_in_place"], t["kernel_full"]) == (8, 0), t
     finally:
-        assert srv.alive(), srv.stderr()[-3000:]
-        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
-        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
-        lab.stop(knot)
+        stop_checked(lab, srv, knot)
 
 
 def test_nested_zones_ixfr_in_place(lab):
@@ -421,10 +428,7 @@ def test_nested_zones_ixfr_in_place(lab):
         c = zone_stats(lab, srv, child)["transfer"]
         assert (c["kernel_in_place"], c["kernel_full"]) == (1, 0), c
     finally:
-        assert srv.alive(), srv.stderr()[-3000:]
-        assert "panicked" not in srv.stderr(), srv.stderr()[-3000:]
-        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
-        lab.stop(knot)
+        stop_checked(lab, srv, knot)
 
 
 def test_transferred_zone_answers_as_the_loaded_one(lab, primary):

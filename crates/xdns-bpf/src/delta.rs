@@ -934,7 +934,7 @@ mod tests {
     /// `fresh_data` (a full compile of the new version) writes (module tests' oracle).
     fn same_as_full_encode(maps: &MemMaps, fresh_data: &crate::data::KernelData, seed: u64, round: u64) {
         let mut fresh = shaped();
-        Loader::new(seed).install(&mut fresh, &fresh_data).unwrap();
+        Loader::new(seed).install(&mut fresh, fresh_data).unwrap();
         assert_eq!(maps.gen, fresh.gen);
         let raw = |m: &HashMap<Vec<u8>, _>| -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
             m.iter().map(|(k, v)| (k.clone(), bytes_of(v).to_vec())).collect()
@@ -949,7 +949,7 @@ mod tests {
             let raw = unsafe { std::slice::from_raw_parts_mut((&mut key as *mut xdns_answer_key).cast::<u8>(), std::mem::size_of::<xdns_answer_key>()) };
             raw.copy_from_slice(k);
             let want = found(&fresh, &key);
-            let got = found(&maps, &key);
+            let got = found(maps, &key);
             let fmt = |f: &Option<(xdns_answer, Option<Vec<u8>>)>| f.as_ref().map(|(a, b)| (bytes_of(a).to_vec(), b.clone()));
             assert_eq!(fmt(&got), fmt(&want), "round {round}: answer {key:?}");
         }
