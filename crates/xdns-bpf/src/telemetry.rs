@@ -763,4 +763,171 @@ mod tests {
             assert!(Rule::parse(bad).is_err(), "{bad}");
         }
     }
+
+    /// A set of `rules` (the kernel's form) with its summary compiled.
+    fn set_of(rules: &[&str]) -> Box<xdns_tel_set> {
+        // SAFETY: plain data, all-zero is valid; on the heap (33 KiB).
+        let mut s: Box<xdns_tel_set> = unsafe { Box::new_zeroed().assume_init() };
+        s.nrules = rules.len() as u32;
+        for (slot, r) in s.rules.iter_mut().zip(rules) {
+            *slot = Rule::parse(r).unwrap().encode();
+        }
+        summarize(&mut s);
+        s
+    }
+
+    /// Bits set in bitmap `m` (family * 2 + side).
+    fn ones(s: &xdns_tel_set, m: usize) -> u32 {
+        s.sum.bits[m * SUM_WORDS..(m + 1) * SUM_WORDS].iter().map(|w| w.count_ones()).sum()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// Prefix lengths 0, under the window (16 bits), at it, past it, and past the key's 64
+    /// bits (IPv6), on both families and both sides: the bits each sets, the window's end
+    /// (`shift`), what is admitted and what is not; a false positive where two addresses share
+    /// the window's bits, never a false negative.
+    #[test]
+    fn summary_by_prefix_length() {
+        let (v4s, v6s) = (ip("198.18.0.1"), ip("2001:db8::1"));
+        let full = 1 << SUM_BITS;
+        // length 0: every bit of the family (both sides), none of the other
+        let s = set_of(&["src=0.0.0.0/0"]);
+        assert_eq!([ones(&s, 0), ones(&s, 1), ones(&s, 2), ones(&s, 3)], [full, full, 0, 0]);
+        assert!(sum_admits(&s.sum, ip("203.0.113.9"), v4s) && !sum_admits(&s.sum, ip("2001:db8::2"), v6s));
+        let s = set_of(&["all"]);
+        assert_eq!([ones(&s, 0), ones(&s, 1), ones(&s, 2), ones(&s, 3)], [full; 4]);
+        assert!(sum_admits(&s.sum, ip("2001:db8::2"), v6s));
+        // at the window's width: one bit, the /16 itself
+        let s = set_of(&["src=198.19.0.0/16"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0), ones(&s, 1), ones(&s, 2)), (48, 1, full, 0));
+        assert!(sum_admits(&s.sum, ip("198.19.250.7"), v4s));
+        assert!(!sum_admits(&s.sum, ip("198.18.0.2"), v4s) && !sum_admits(&s.sum, ip("198.20.0.2"), v4s));
+        assert!(!sum_admits(&s.sum, ip("2001:db8::2"), v6s), "no IPv6 rule: no IPv6 bit");
+        // under it: every /16 it covers, window still ending at bit 16
+        let s = set_of(&["src=10.0.0.0/8"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (48, 256));
+        assert!(sum_admits(&s.sum, ip("10.255.3.4"), v4s) && !sum_admits(&s.sum, ip("11.0.0.1"), v4s) && !sum_admits(&s.sum, ip("9.255.255.255"), v4s));
+        let s = set_of(&["src=2000::/3"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (48, 1 << 13));
+        assert!(sum_admits(&s.sum, ip("3fff::1"), v6s) && !sum_admits(&s.sum, ip("4000::1"), v6s));
+        // past it: the window ends at the prefix, one bit; a shared window is a false positive
+        let s = set_of(&["src=198.19.0.128/25"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (64 - 25, 1));
+        assert!(sum_admits(&s.sum, ip("198.19.0.200"), v4s));
+        assert!(!sum_admits(&s.sum, ip("198.19.0.2"), v4s) && !sum_admits(&s.sum, ip("198.19.1.130"), v4s));
+        assert!(sum_admits(&s.sum, ip("199.19.0.130"), v4s) && !set_allows(&s, ip("199.19.0.130"), v4s), "bits 0..8 are outside the window");
+        let s = set_of(&["src=2001:db8::/32"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (32, 1));
+        assert!(sum_admits(&s.sum, ip("2001:db8:ffff::1"), v6s) && !sum_admits(&s.sum, ip("2001:db9::1"), v6s));
+        // past the key's 64 bits: the window ends at 64, the rest is the call's
+        let s = set_of(&["src=2001:db8:1:2:3::/80"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (0, 1));
+        assert!(sum_admits(&s.sum, ip("2001:db8:1:2:3::9"), v6s) && set_allows(&s, ip("2001:db8:1:2:3::9"), v6s));
+        assert!(sum_admits(&s.sum, ip("2001:db8:1:2::9"), v6s) && !set_allows(&s, ip("2001:db8:1:2::9"), v6s));
+        assert!(sum_admits(&s.sum, ip("2001:db9:7:2::"), v6s), "only bits 48..63 in the window");
+        assert!(!sum_admits(&s.sum, ip("2001:db8:1:3::"), v6s));
+        // the server's side, its own window
+        let s = set_of(&["dst=198.18.0.9/32"]);
+        assert_eq!((s.sum.shift[1], ones(&s, 0), ones(&s, 1)), (32, full, 1));
+        assert!(sum_admits(&s.sum, ip("198.18.0.2"), ip("198.18.0.9")) && !sum_admits(&s.sum, ip("198.18.0.2"), v4s));
+        let s = set_of(&["dst=2001:db8::1/128"]);
+        assert_eq!((s.sum.shift[3], ones(&s, 2), ones(&s, 3)), (0, full, 1));
+        assert!(sum_admits(&s.sum, ip("2001:db8::2"), v6s) && !sum_admits(&s.sum, ip("2001:db8::2"), ip("2001:db8:0:1::1")));
+        assert!(sum_admits(&s.sum, ip("2001:db8::2"), ip("2001:db9::1")), "another /64 with the same bits 48..63: a false positive");
+        // mixed lengths: the window ends at the shortest (at least 16)
+        let s = set_of(&["src=10.0.0.0/8", "src=198.19.0.0/24"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (48, 257));
+        let s = set_of(&["src=198.19.0.0/24", "src=192.0.2.0/24"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (40, 2));
+        assert!(sum_admits(&s.sum, ip("192.0.2.77"), v4s) && !sum_admits(&s.sum, ip("192.0.3.1"), v4s));
+        // rules the kernel never applies (userspace paths alone) set nothing
+        let s = set_of(&["path=user-auth", "src=198.19.0.0/16 path=resolver-hit"]);
+        assert_eq!([ones(&s, 0), ones(&s, 1), ones(&s, 2), ones(&s, 3)], [0; 4]);
+        let s = set_of(&["src=198.19.0.0/16 path=kernel-cache,user-auth"]);
+        assert_eq!(ones(&s, 0), 1);
+    }
+
+    /// Random rule sets (prefixes of every length, both families, both sides, some for
+    /// userspace paths) against random addresses, half of them under some rule's prefix: the
+    /// summary admits every pair a rule allows (`set_allows`, which agrees with
+    /// [`Rule::matches`] on a kernel path); what it admits beyond is the false positives.
+    #[test]
+    fn summary_never_rules_out_a_match() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut allowed, mut admitted, mut pairs) = (0u64, 0u64, 0u64);
+        for _ in 0..3000 {
+            let v6 = rnd() % 2 == 1;
+            let addr = |r: u64, r2: u64| -> IpAddr {
+                if v6 {
+                    IpAddr::V6(Ipv6Addr::from((u128::from(r) << 64) | u128::from(r2)))
+                } else {
+                    IpAddr::V4(Ipv4Addr::from(r as u32))
+                }
+            };
+            let max = if v6 { 128 } else { 32 };
+            let mut rules = Vec::new();
+            let mut texts = Vec::new();
+            for _ in 0..1 + rnd() % 8 {
+                let mut t = Vec::new();
+                for side in ["src", "dst"] {
+                    if rnd() % 3 != 0 {
+                        // lengths bunched where the window's edges are
+                        let len = [0, 1, 8, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 127, 128][(rnd() % 16) as usize].min(max);
+                        t.push(format!("{side}={}/{len}", addr(rnd(), rnd())));
+                    }
+                }
+                if rnd() % 5 == 0 {
+                    t.push(["path=user-auth", "path=kernel-cache", "path=kernel-auth,resolver-miss"][(rnd() % 3) as usize].to_string());
+                }
+                let text = if t.is_empty() { "all".to_string() } else { t.join(" ") };
+                rules.push(Rule::parse(&text).unwrap());
+                texts.push(text);
+            }
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let set = set_of(&refs);
+            for _ in 0..40 {
+                // half the time under a rule's prefix (its bits, then random ones past them)
+                let pick = |p: Option<Prefix>, r: u64, r2: u64, coin: u64| -> IpAddr {
+                    match (p, addr(r, r2)) {
+                        (Some(p), a) if p.addr.is_ipv4() != v6 && coin % 2 == 0 => {
+                            let keep = |bits: u32, w: u32| if bits == 0 { 0 } else { u128::MAX << (w - bits) };
+                            match (p.addr, a) {
+                                (IpAddr::V4(pa), IpAddr::V4(aa)) => {
+                                    let m = keep(u32::from(p.len), 32) as u32;
+                                    IpAddr::V4(Ipv4Addr::from((u32::from(pa) & m) | (u32::from(aa) & !m)))
+                                }
+                                (IpAddr::V6(pa), IpAddr::V6(aa)) => {
+                                    let m = keep(u32::from(p.len), 128);
+                                    IpAddr::V6(Ipv6Addr::from((u128::from(pa) & m) | (u128::from(aa) & !m)))
+                                }
+                                (_, a) => a,
+                            }
+                        }
+                        (_, a) => a,
+                    }
+                };
+                let r = &rules[(rnd() % rules.len() as u64) as usize];
+                let (client, server) = (pick(r.src, rnd(), rnd(), rnd()), pick(r.dst, rnd(), rnd(), rnd()));
+                let by_rule = rules.iter().any(|r| r.matches(KERNEL_AUTH, client, server, &[0], 1) || r.matches(KERNEL_CACHE, client, server, &[0], 1));
+                let allows = set_allows(&set, client, server);
+                assert_eq!(allows, by_rule, "{texts:?} {client} {server}: the kernel's address check and Rule::matches");
+                let admits = sum_admits(&set.sum, client, server);
+                assert!(admits || !allows, "{texts:?}: {client} -> {server} allowed by a rule, ruled out by the summary");
+                pairs += 1;
+                allowed += u64::from(allows);
+                admitted += u64::from(admits);
+            }
+        }
+        println!("{pairs} pairs: {allowed} allowed by a rule, {admitted} admitted by the summary");
+        assert!(allowed > pairs / 10 && admitted < pairs, "both kinds of pairs drawn: {allowed} allowed, {admitted} admitted of {pairs}");
+    }
 }
