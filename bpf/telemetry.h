@@ -332,8 +332,9 @@ static __always_inline int xdns_tel_pre(struct xdp_md *ctx, const struct xdns_te
 
 /*
  * The begin half, before the parse stage. Telemetry off: one array read, nothing more (no
- * store, no clock). On: the active set's summary first (xdns_tel_pre, inline); it rules the
- * addresses out: slot done, and nothing more (no call, no clock). Else the rules the query's
+ * store, no clock). On: the active set's summary first (xdns_tel_pre, inline; skipped when it
+ * admits every address, `any`); it rules the addresses out: slot done, and nothing more (no
+ * call, no clock). Else the rules the query's
  * addresses allow (xdns_tel_by_addr); none: no clock read. Some, none of them asking the
  * question: decided there (no selection call later). Else the main program's selection
  * (xdns_tel_select) checks the question against the rules left. Returns the receive time
@@ -343,13 +344,15 @@ static __always_inline __u64 xdns_tel_begin(struct xdp_md *ctx, struct xdns_scra
 {
 	__u32 zero = 0, active;
 	struct xdns_tel_ctl *ctl = bpf_map_lookup_elem(&xdns_tel_ctl, &zero);
+	struct xdns_tel_sum *sum;
 
 	if (!ctl)
 		return 0;
 	active = ctl->active;
 	if (!active)
 		return 0;
-	if (!xdns_tel_pre(ctx, &ctl->sets[(active - 1) & 1].sum)) {
+	sum = &ctl->sets[(active - 1) & 1].sum;
+	if (!sum->any && !xdns_tel_pre(ctx, sum)) {
 		/* volatile: clang must not carry the known slot into the stages (their code would
 		 * be split in two, as a store on the "off" way once did) */
 		*(volatile __u32 *)&sc->tel.slot = XDNS_TEL_DONE;

@@ -825,8 +825,8 @@ enum xdns_tel_const {
 	XDNS_TEL_PROBE_LEN = 16,        /* its data in answers: receive ns, transmit ns (u64 BE) */
 	XDNS_TEL_DQ_MAX = 512,          /* dnstap from XDP: longest query message kept (bytes) */
 	XDNS_TEL_DR_MAX = 2048,         /* ... and longest answer; longer: no event, counted */
-	XDNS_TEL_SUM_BITS = 16,         /* a summary bitmap is indexed by 16 bits of an address */
-	XDNS_TEL_SUM_WORDS = 1024,      /* ... so it is 2^16 bits: 1024 words */
+	XDNS_TEL_SUM_BITS = 12,         /* a summary bitmap is indexed by 12 bits of an address */
+	XDNS_TEL_SUM_WORDS = 64,        /* ... so it is 2^12 bits: 64 words */
 };
 
 /* Paths a rule selects and histograms are kept for (bit i of xdns_tel_rule.paths). */
@@ -862,16 +862,16 @@ struct xdns_tel_rule {
  * begin half before the call to xdns_tel_by_addr (telemetry.h, xdns_tel_pre). Per family
  * (0: IPv4, 1: IPv6) and side (0: client, 1: server), at m = family * 2 + side, a bitmap of
  * 2^XDNS_TEL_SUM_BITS bits: the address's first 64 bits as a big-endian number (IPv4's 32 in the top half) shifted
- * right by `shift`, masked to 16 bits, is the bit. Clear: no rule of the set allows that
+ * right by `shift`, masked to 12 bits, is the bit. Clear: no rule of the set allows that
  * address on that side, so the packet is not selected (no call, no clock). Set: maybe (a bit
  * shared by other addresses is a false positive, never a false negative: the call decides).
- * Userspace ends the window at the set's shortest prefix on that side, at least 16 bits in:
- * a prefix at least that long sets one bit, a shorter one (under 16) every bit it covers, a
+ * Userspace ends the window at the set's shortest prefix on that side, at least 12 bits in:
+ * a prefix at least that long sets one bit, a shorter one (under 12) every bit it covers, a
  * rule without a prefix there all of them; no rule of the family: none.
  */
 struct xdns_tel_sum {
 	__u8 shift[4];          /* [family * 2 + side]: 64 - the window's end, in bits of the address */
-	__u32 _pad;
+	__u32 any;              /* 1: every bit of the four is set (a rule without prefixes): no check */
 	__u64 bits[4 * XDNS_TEL_SUM_WORDS]; /* [family * 2 + side]: the bitmaps, one after the other
 					      * (one dimension: the generated Rust type derives Default) */
 };
@@ -884,8 +884,12 @@ struct xdns_tel_set {
 	struct xdns_tel_rule rules[XDNS_TEL_RULES];
 	struct xdns_tel_sum sum; /* the rules' addresses, summed up for the begin half */
 };
-_Static_assert(__builtin_offsetof(struct xdns_tel_set, sum) == 904 && sizeof(struct xdns_tel_set) == 904 + 32776,
+_Static_assert(__builtin_offsetof(struct xdns_tel_set, sum) == 904 && sizeof(struct xdns_tel_set) == 904 + 2056,
 	       "a rule set with its summary (its Rust twin asserts the same)");
+/* The whole value stays small enough for the kernel to kmalloc it (at most 32 KiB), in the
+ * direct map's large pages: a vmalloc'ed value of 66 KiB (16-bit windows) cost every timed
+ * answer ~10 ns, its 4 KiB pages missing the TLB (docs/perf/2026-11-30-telemetry-prefilter.md). */
+_Static_assert(2 * (904 + 2056) + 8 <= 8192, "xdns_tel_ctl fits an 8 KiB kmalloc");
 
 /*
  * Value of xdns_tel_ctl[0]. `active` last: userspace writes the idle set (its summary inside
