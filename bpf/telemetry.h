@@ -334,8 +334,8 @@ static __always_inline int xdns_tel_pre(struct xdp_md *ctx, const struct xdns_te
  * The begin half, before the parse stage. Telemetry off: one array read, nothing more (no
  * store, no clock). On: the active set's summary first (xdns_tel_pre, inline; skipped when it
  * admits every address, `any`); it rules the addresses out: slot done, and nothing more (no
- * call, no clock). Else the rules the query's
- * addresses allow (xdns_tel_by_addr); none: no clock read. Some, none of them asking the
+ * call, no clock). Else the rules the query's addresses allow (xdns_tel_by_addr); none: no
+ * clock read. Some, none of them asking the
  * question: decided there (no selection call later). Else the main program's selection
  * (xdns_tel_select) checks the question against the rules left. Returns the receive time
  * (bpf_ktime_get_ns) when some rule may select the query, else 0.
@@ -360,7 +360,7 @@ static __always_inline __u64 xdns_tel_begin(struct xdp_md *ctx, struct xdns_scra
 		 * The time 0, read back from memory: unknown to the verifier. clang lays this way
 		 * out as the fall-through, which the verifier walks first; a known 0 here had it
 		 * verify the stages twice, with 0 and then with the clock's unknown time, which a
-		 * known 0 does not subsume (authoritative + guard 462k -> 883k steps). Unknown
+		 * known 0 does not subsume (docs/perf/2026-11-30-telemetry-prefilter.md). Unknown
 		 * here, every later way (the clock's time, the known 0s) is pruned.
 		 */
 		*(volatile __u64 *)&sc->tel.t0 = 0;

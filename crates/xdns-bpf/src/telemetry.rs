@@ -426,7 +426,7 @@ pub fn set_allows(set: &xdns_tel_set, client: IpAddr, server: IpAddr) -> bool {
 /// addresses may be equal where the addresses differ (the window is 12 bits of them): a false
 /// positive the call then decides, never a false negative ([`set_allows`] ⇒ [`sum_admits`]).
 /// All four bitmaps full (a rule with no prefix, on a kernel path): `any`, and the kernel
-/// skips the check (it would cost a packet every rule may select ~8 ns for nothing).
+/// skips the check (which every packet would pass, for nothing).
 pub fn summarize(set: &mut xdns_tel_set) {
     let n = (set.nrules as usize).min(MAX_RULES);
     // SAFETY: plain data (integers), all-zero is valid.
