@@ -915,7 +915,7 @@ mod tests {
                 // half the time under a rule's prefix (its bits, then random ones past them)
                 let pick = |p: Option<Prefix>, r: u64, r2: u64, coin: u64| -> IpAddr {
                     match (p, addr(r, r2)) {
-                        (Some(p), a) if p.addr.is_ipv4() != v6 && coin % 2 == 0 => {
+                        (Some(p), a) if p.addr.is_ipv4() != v6 && coin.is_multiple_of(2) => {
                             let keep = |bits: u32, w: u32| if bits == 0 { 0 } else { u128::MAX << (w - bits) };
                             match (p.addr, a) {
                                 (IpAddr::V4(pa), IpAddr::V4(aa)) => {
