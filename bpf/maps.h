@@ -405,7 +405,7 @@ struct {
 	__type(value, struct xdns_guard_feat);
 } xdns_guard_feat SEC(".maps");
 
-/* 0 -> struct xdns_tel_ctl: the telemetry selection rules (two sets, one active); userspace
+/* 0 -> struct xdns_tel_ctl: the telemetry selection rules (two sets with their summaries, one active); userspace
  * writes (xdns_bpf::telemetry), the program reads once per packet. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -825,6 +825,8 @@ enum xdns_tel_const {
 	XDNS_TEL_PROBE_LEN = 16,        /* its data in answers: receive ns, transmit ns (u64 BE) */
 	XDNS_TEL_DQ_MAX = 512,          /* dnstap from XDP: longest query message kept (bytes) */
 	XDNS_TEL_DR_MAX = 2048,         /* ... and longest answer; longer: no event, counted */
+	XDNS_TEL_SUM_BITS = 12,         /* a summary bitmap is indexed by 12 bits of an address */
+	XDNS_TEL_SUM_WORDS = 64,        /* ... so it is 2^12 bits: 64 words */
 };
 
 /* Paths a rule selects and histograms are kept for (bit i of xdns_tel_rule.paths). */
@@ -853,16 +855,46 @@ struct xdns_tel_rule {
 	__u8 sfx[XDNS_TEL_SFX_MAX]; /* qname suffix, wire form, lowercase, root label included */
 };
 
+/*
+ * The summary of a rule set (xdns_tel_set.sum), compiled by userspace from the set's rules and
+ * written with them (xdns_bpf::telemetry::summarize): a necessary condition for "some rule of
+ * the set may select this packet on a kernel path by its addresses", checked inline by the
+ * begin half before the call to xdns_tel_by_addr (telemetry.h, xdns_tel_pre). Per family
+ * (0: IPv4, 1: IPv6) and side (0: client, 1: server), at m = family * 2 + side, a bitmap of
+ * 2^XDNS_TEL_SUM_BITS bits: the address's first 64 bits as a big-endian number (IPv4's 32 in the top half) shifted
+ * right by `shift`, masked to 12 bits, is the bit. Clear: no rule of the set allows that
+ * address on that side, so the packet is not selected (no call, no clock). Set: maybe (a bit
+ * shared by other addresses is a false positive, never a false negative: the call decides).
+ * Userspace ends the window at the set's shortest prefix on that side, at least 12 bits in:
+ * a prefix at least that long sets one bit, a shorter one (under 12) every bit it covers, a
+ * rule without a prefix there all of them; no rule of the family: none.
+ */
+struct xdns_tel_sum {
+	__u8 shift[4];          /* [family * 2 + side]: 64 - the window's end, in bits of the address */
+	__u32 any;              /* 1: every bit of the four is set (a rule without prefixes): no check */
+	__u64 bits[4 * XDNS_TEL_SUM_WORDS]; /* [family * 2 + side]: the bitmaps, one after the other
+					      * (one dimension: the generated Rust type derives Default) */
+};
+_Static_assert(sizeof(struct xdns_tel_sum) == 8 + 4 * 8 * XDNS_TEL_SUM_WORDS && XDNS_TEL_SUM_WORDS * 64 == 1 << XDNS_TEL_SUM_BITS,
+	       "the summary's layout (its Rust twin asserts the same)");
+
 struct xdns_tel_set {
 	__u32 nrules;
 	__u32 dnstap;           /* 1: the answers this set selects go to dnstap too (xdns_tel_events) */
 	struct xdns_tel_rule rules[XDNS_TEL_RULES];
+	struct xdns_tel_sum sum; /* the rules' addresses, summed up for the begin half */
 };
+_Static_assert(__builtin_offsetof(struct xdns_tel_set, sum) == 904 && sizeof(struct xdns_tel_set) == 904 + 2056,
+	       "a rule set with its summary (its Rust twin asserts the same)");
+/* The whole value stays small enough for the kernel to kmalloc it (at most 32 KiB), in the
+ * direct map's large pages: a vmalloc'ed value (16-bit windows, 66 KiB) slowed every timed
+ * answer, its 4 KiB pages missing the TLB (docs/perf/2026-11-30-telemetry-prefilter.md). */
+_Static_assert(2 * (904 + 2056) + 8 <= 8192, "xdns_tel_ctl fits an 8 KiB kmalloc");
 
 /*
- * Value of xdns_tel_ctl[0]. `active` last: userspace writes the idle set with `active`
- * unchanged, then the same value with `active` flipped (bytes rewritten with themselves do not
- * tear), so a packet reads one set, whole.
+ * Value of xdns_tel_ctl[0]. `active` last: userspace writes the idle set (its summary inside
+ * it) with `active` unchanged, then the same value with `active` flipped (bytes rewritten
+ * with themselves do not tear), so a packet reads one set and its summary, whole.
  */
 struct xdns_tel_ctl {
 	struct xdns_tel_set sets[2];

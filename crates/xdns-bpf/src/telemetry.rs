@@ -7,6 +7,9 @@
 //!   same function as `xdns_tel_bucket` in C.
 //! - [`Rule`]: one selection rule, parsed from `src=… dst=… qname=… qtype=… path=… sample=N`,
 //!   encoded for the kernel, and matched by userspace with the kernel's semantics.
+//! - [`summarize`], [`sum_admits`]: a set's summary (`struct xdns_tel_sum`), the bitmaps of
+//!   address bits the kernel checks inline before it calls the rules' address check: a
+//!   necessary condition, so traffic no rule can select by address skips the call.
 //! - [`TelemetryMaps`]: the rule sets (`xdns_tel_ctl`, two sets, flipped whole), the
 //!   per-CPU histograms of the kernel paths (`xdns_tel_hist`), and the dnstap events of
 //!   selected kernel answers (`xdns_tel_events`, a ring buffer: [`TelEvent`]).
@@ -16,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::types::{xdns_tel_ctl, xdns_tel_event, xdns_tel_hist, xdns_tel_rule};
+use crate::types::{xdns_tel_ctl, xdns_tel_event, xdns_tel_hist, xdns_tel_rule, xdns_tel_set, xdns_tel_sum};
 
 /// Linear buckets per power of two: 2^SUB_BITS (`XDNS_TEL_SUB_BITS`).
 pub const SUB_BITS: u32 = 6;
@@ -37,6 +40,23 @@ pub const DQ_MAX: usize = 512;
 pub const DR_MAX: usize = 2048;
 /// The size of an event's header (`struct xdns_tel_event`).
 pub const EVENT_HEADER: usize = 64;
+
+/// Address bits a summary bitmap is indexed by (`XDNS_TEL_SUM_BITS`): 2^12 bits each.
+pub const SUM_BITS: u32 = 12;
+/// 64-bit words of one summary bitmap (`XDNS_TEL_SUM_WORDS`).
+pub const SUM_WORDS: usize = 1 << (SUM_BITS - 6);
+
+// The summary's layout, as bpf/xdns_abi.h pins it with _Static_assert (the Rust types are
+// generated from the program's BTF; these say the two agree).
+const _: () = {
+    assert!(std::mem::size_of::<xdns_tel_sum>() == 8 + 4 * 8 * SUM_WORDS);
+    assert!(std::mem::offset_of!(xdns_tel_sum, shift) == 0);
+    assert!(std::mem::offset_of!(xdns_tel_sum, any) == 4);
+    assert!(std::mem::offset_of!(xdns_tel_sum, bits) == 8);
+    assert!(std::mem::offset_of!(xdns_tel_set, sum) == 904);
+    assert!(std::mem::size_of::<xdns_tel_set>() == 904 + 8 + 4 * 8 * SUM_WORDS);
+    assert!(std::mem::offset_of!(xdns_tel_ctl, active) == 2 * std::mem::size_of::<xdns_tel_set>());
+};
 
 /// The histogram bucket of `ns` (the C twin is `xdns_tel_bucket`).
 pub fn bucket(ns: u64) -> usize {
@@ -345,6 +365,109 @@ impl std::fmt::Display for Rule {
     }
 }
 
+/// Paths of the kernel (`xdns_tel_by_addr` skips a rule for none of them).
+const KERNEL_PATHS: u8 = 1 << KERNEL_AUTH | 1 << KERNEL_CACHE;
+
+/// The summary's family index (0 IPv4, 1 IPv6) of `a`, and its first 64 bits as the kernel
+/// reads them (a big-endian number; IPv4's 32 bits in the top half).
+fn sum_key(a: IpAddr) -> (usize, u64) {
+    match a {
+        IpAddr::V4(a) => (0, u64::from(u32::from(a)) << 32),
+        IpAddr::V6(a) => (1, (u128::from(a) >> 64) as u64),
+    }
+}
+
+/// Does `sum` admit `client` and `server` (one family)? The kernel's inline check
+/// (`xdns_tel_pre`, bpf/telemetry.h): `any` admits all; else each address's window of
+/// [`SUM_BITS`] bits is a bit of its family's and side's bitmap; both must be set.
+pub fn sum_admits(sum: &xdns_tel_sum, client: IpAddr, server: IpAddr) -> bool {
+    if sum.any != 0 {
+        return true;
+    }
+    let bit = |side: usize, a: IpAddr| {
+        let (f, k) = sum_key(a);
+        let m = f * 2 + side;
+        let i = ((k >> (sum.shift[m] & 63)) & ((1 << SUM_BITS) - 1)) as usize;
+        sum.bits[m * SUM_WORDS + (i >> 6)] >> (i & 63) & 1 == 1
+    };
+    bit(0, client) && bit(1, server)
+}
+
+/// Does some rule of `set` allow `client` and `server` on a kernel path by their addresses
+/// alone? The kernel's `xdns_tel_by_addr` over the kernel's form of the rules (family,
+/// prefixes masked by their length, rules for userspace paths alone skipped): what the
+/// summary must never rule out.
+pub fn set_allows(set: &xdns_tel_set, client: IpAddr, server: IpAddr) -> bool {
+    let bits = |a: IpAddr| -> u128 {
+        match a {
+            IpAddr::V4(a) => u128::from(u32::from(a)) << 96,
+            IpAddr::V6(a) => u128::from(a),
+        }
+    };
+    let under = |a: IpAddr, p: &[u8; 16], len: u8| {
+        let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len).min(128)) };
+        (bits(a) ^ u128::from_be_bytes(*p)) & m == 0
+    };
+    let fam = if client.is_ipv4() { 4 } else { 6 };
+    set.rules.iter().take((set.nrules as usize).min(MAX_RULES)).any(|r| {
+        (r.paths == 0 || r.paths & KERNEL_PATHS != 0)
+            && (r.family == 0 || r.family == fam)
+            && (r.src_len == 0 || under(client, &r.src, r.src_len))
+            && (r.dst_len == 0 || under(server, &r.dst, r.dst_len))
+    })
+}
+
+/// Compile `set.sum` from the set's rules (`set.rules[..nrules]`, the kernel's form): for each
+/// family and side, the window of [`SUM_BITS`] address bits ends at the shortest prefix of the
+/// rules that may apply there (rules for the family or for any, on a kernel path), but never
+/// before bit 12; a rule with a prefix at least that long sets the one bit its prefix gives, a
+/// shorter prefix every bit it covers (2^(12 - len)), a rule without one there every bit. No
+/// such rule: no bit, so that family is never selected by this set. The window's bits of two
+/// addresses may be equal where the addresses differ (the window is 12 bits of them): a false
+/// positive the call then decides, never a false negative ([`set_allows`] ⇒ [`sum_admits`]).
+/// All four bitmaps full (a rule with no prefix, on a kernel path): `any`, and the kernel
+/// skips the check (which every packet would pass, for nothing).
+pub fn summarize(set: &mut xdns_tel_set) {
+    let n = (set.nrules as usize).min(MAX_RULES);
+    // SAFETY: plain data (integers), all-zero is valid.
+    set.sum = unsafe { std::mem::zeroed() };
+    for (f, (fam, width)) in [(4u8, 32u32), (6, 64)].into_iter().enumerate() {
+        for side in 0..2 {
+            // (the prefix's first 64 bits, its length, at most the key's width)
+            let prefixes: Vec<(u64, u32)> = set.rules[..n]
+                .iter()
+                .filter(|r| (r.paths == 0 || r.paths & KERNEL_PATHS != 0) && (r.family == 0 || r.family == fam))
+                .map(|r| {
+                    let (p, len) = if side == 0 { (&r.src, r.src_len) } else { (&r.dst, r.dst_len) };
+                    let k = u64::from_be_bytes(p[..8].try_into().unwrap());
+                    let k = if f == 0 { k & !0xffff_ffff } else { k };
+                    (k, u32::from(len).min(width))
+                })
+                .collect();
+            let m = f * 2 + side;
+            let Some(shortest) = prefixes.iter().map(|&(_, l)| l).min() else {
+                set.sum.shift[m] = (64 - SUM_BITS) as u8;
+                continue;
+            };
+            let end = shortest.clamp(SUM_BITS, width);
+            let shift = 64 - end;
+            set.sum.shift[m] = shift as u8;
+            let map = &mut set.sum.bits[m * SUM_WORDS..(m + 1) * SUM_WORDS];
+            for (k, len) in prefixes {
+                // the window's bits the prefix fixes (its first ones); the rest are free
+                let fixed = (len + SUM_BITS).saturating_sub(end).min(SUM_BITS);
+                let free = SUM_BITS - fixed;
+                let first = ((k >> shift) as usize & ((1 << SUM_BITS) - 1)) & !((1usize << free) - 1);
+                for i in first..first + (1 << free) {
+                    map[i >> 6] |= 1 << (i & 63);
+                }
+            }
+        }
+    }
+    // every bit set (a rule without prefixes): the kernel skips the check
+    set.sum.any = u32::from(set.sum.bits.iter().all(|&w| w == !0));
+}
+
 fn bytes_of<T>(v: &T) -> &[u8] {
     // SAFETY: T is one of the plain-data ABI structs; reading its bytes is always valid.
     unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
@@ -450,16 +573,21 @@ impl TelemetryMaps {
         Ok(out)
     }
 
-    fn read_ctl(&self) -> Result<xdns_tel_ctl> {
+    fn read_ctl(&self) -> Result<Box<xdns_tel_ctl>> {
         let raw = self.ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("telemetry control value missing")?;
-        // SAFETY: as in `Rule::encode`; the value has the struct's size (checked).
-        let mut c: xdns_tel_ctl = unsafe { std::mem::zeroed() };
         if raw.len() != std::mem::size_of::<xdns_tel_ctl>() {
             bail!("telemetry control value of {} bytes", raw.len());
         }
+        // SAFETY: as in `Rule::encode` (all-zero is a valid value); on the heap, it is 66 KiB.
+        let mut c: Box<xdns_tel_ctl> = unsafe { Box::new_zeroed().assume_init() };
         // SAFETY: `c` is plain data of exactly raw.len() bytes.
-        unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), &mut c as *mut _ as *mut u8, raw.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), &mut *c as *mut xdns_tel_ctl as *mut u8, raw.len()) };
         Ok(c)
+    }
+
+    /// The control value as the kernel reads it now (tests: the sets and their summaries).
+    pub fn ctl(&self) -> Result<Box<xdns_tel_ctl>> {
+        self.read_ctl()
     }
 
     /// Replace the rules (empty: telemetry off, no clock read per packet). The idle set is
@@ -472,21 +600,40 @@ impl TelemetryMaps {
     /// As [`Self::set_rules`], and with `dnstap` the kernel answers the rules select (their 1
     /// in N) go to dnstap too: events in `xdns_tel_events` ([`Self::read_events`]).
     pub fn set_rules_tap(&self, rules: &[Rule], dnstap: bool) -> Result<()> {
+        self.write_rules(rules, dnstap, |_| {}, true)
+    }
+
+    /// Tests only: as [`Self::set_rules`], with the idle set handed to `edit` after it is
+    /// compiled (to stage a summary the writer never makes), and the flip left out when `flip`
+    /// is false (the new set and its summary written, the old one still active).
+    #[doc(hidden)]
+    pub fn set_rules_staged(&self, rules: &[Rule], edit: impl FnOnce(&mut xdns_tel_set), flip: bool) -> Result<()> {
+        self.write_rules(rules, false, edit, flip)
+    }
+
+    /// Write the idle set (the rules, `dnstap`, the rules' summary: one value, `active`
+    /// unchanged), then the same value with `active` flipped: the summary flips with its set.
+    fn write_rules(&self, rules: &[Rule], dnstap: bool, edit: impl FnOnce(&mut xdns_tel_set), flip: bool) -> Result<()> {
         if rules.len() > MAX_RULES {
             bail!("at most {MAX_RULES} telemetry rules ({} given)", rules.len());
         }
         let mut c = self.read_ctl()?;
         let idle = if c.active == 1 { 1 } else { 0 };
-        // SAFETY: as in `Rule::encode`.
-        c.sets[idle] = unsafe { std::mem::zeroed() };
-        c.sets[idle].nrules = rules.len() as u32;
-        c.sets[idle].dnstap = u32::from(dnstap);
-        for (slot, r) in c.sets[idle].rules.iter_mut().zip(rules) {
+        let set = &mut c.sets[idle];
+        // SAFETY: as in `Rule::encode`; written in place (the set is 33 KiB).
+        unsafe { std::ptr::write_bytes(set as *mut xdns_tel_set, 0, 1) };
+        set.nrules = rules.len() as u32;
+        set.dnstap = u32::from(dnstap);
+        for (slot, r) in set.rules.iter_mut().zip(rules) {
             *slot = r.encode();
         }
-        self.ctl.update(&0u32.to_ne_bytes(), bytes_of(&c), MapFlags::ANY)?;
-        c.active = if rules.is_empty() { 0 } else { idle as u32 + 1 };
-        self.ctl.update(&0u32.to_ne_bytes(), bytes_of(&c), MapFlags::ANY)?;
+        summarize(set);
+        edit(set);
+        self.ctl.update(&0u32.to_ne_bytes(), bytes_of(&*c), MapFlags::ANY)?;
+        if flip {
+            c.active = if rules.is_empty() { 0 } else { idle as u32 + 1 };
+            self.ctl.update(&0u32.to_ne_bytes(), bytes_of(&*c), MapFlags::ANY)?;
+        }
         Ok(())
     }
 
@@ -623,5 +770,181 @@ mod tests {
         for bad in ["src=1.2.3.4/33", "qtype=BOGUS", "path=nowhere", "sample=0", "color=red", "src=1.2.3.0/24 dst=2001:db8::/32", "oops"] {
             assert!(Rule::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A set of `rules` (the kernel's form) with its summary compiled.
+    fn set_of(rules: &[&str]) -> Box<xdns_tel_set> {
+        // SAFETY: plain data, all-zero is valid; on the heap (33 KiB).
+        let mut s: Box<xdns_tel_set> = unsafe { Box::new_zeroed().assume_init() };
+        s.nrules = rules.len() as u32;
+        for (slot, r) in s.rules.iter_mut().zip(rules) {
+            *slot = Rule::parse(r).unwrap().encode();
+        }
+        summarize(&mut s);
+        s
+    }
+
+    /// Bits set in bitmap `m` (family * 2 + side).
+    fn ones(s: &xdns_tel_set, m: usize) -> u32 {
+        s.sum.bits[m * SUM_WORDS..(m + 1) * SUM_WORDS].iter().map(|w| w.count_ones()).sum()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// Prefix lengths 0, under the window (12 bits), at it, past it, and past the key's 64
+    /// bits (IPv6), on both families and both sides: the bits each sets, the window's end
+    /// (`shift`), what is admitted and what is not; a false positive where two addresses share
+    /// the window's bits, never a false negative.
+    #[test]
+    fn summary_by_prefix_length() {
+        let (v4s, v6s) = (ip("198.18.0.1"), ip("2001:db8::1"));
+        let full = 1 << SUM_BITS;
+        // length 0: every bit of the family (both sides), none of the other
+        let s = set_of(&["src=0.0.0.0/0"]);
+        assert_eq!([ones(&s, 0), ones(&s, 1), ones(&s, 2), ones(&s, 3)], [full, full, 0, 0]);
+        assert!(sum_admits(&s.sum, ip("203.0.113.9"), v4s) && !sum_admits(&s.sum, ip("2001:db8::2"), v6s));
+        assert_eq!(s.sum.any, 0, "not every bitmap full");
+        let s = set_of(&["all"]);
+        assert_eq!([ones(&s, 0), ones(&s, 1), ones(&s, 2), ones(&s, 3)], [full; 4]);
+        assert_eq!(s.sum.any, 1, "every bitmap full: no check");
+        assert_eq!(set_of(&["src=198.19.0.0/16", "qname=example.com"]).sum.any, 1, "a rule of any address");
+        assert!(sum_admits(&s.sum, ip("2001:db8::2"), v6s));
+        // at the window's width: one bit, the /12 itself
+        let s = set_of(&["src=198.16.0.0/12"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0), ones(&s, 1), ones(&s, 2)), (52, 1, full, 0));
+        assert!(sum_admits(&s.sum, ip("198.31.0.1"), v4s) && !sum_admits(&s.sum, ip("198.32.0.1"), v4s));
+        let s = set_of(&["src=2001::/12"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (52, 1));
+        // past it by four bits: the window ends at the /16
+        let s = set_of(&["src=198.19.0.0/16"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0), ones(&s, 1), ones(&s, 2)), (48, 1, full, 0));
+        assert!(sum_admits(&s.sum, ip("198.19.250.7"), v4s));
+        assert!(!sum_admits(&s.sum, ip("198.18.0.2"), v4s) && !sum_admits(&s.sum, ip("198.20.0.2"), v4s));
+        assert!(!sum_admits(&s.sum, ip("2001:db8::2"), v6s), "no IPv6 rule: no IPv6 bit");
+        // under it: every /12 it covers, the window ending at bit 12
+        let s = set_of(&["src=10.0.0.0/8"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (52, 16));
+        assert!(sum_admits(&s.sum, ip("10.255.3.4"), v4s) && !sum_admits(&s.sum, ip("11.0.0.1"), v4s) && !sum_admits(&s.sum, ip("9.255.255.255"), v4s));
+        let s = set_of(&["src=2000::/3"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (52, 1 << 9));
+        assert!(sum_admits(&s.sum, ip("3fff::1"), v6s) && !sum_admits(&s.sum, ip("4000::1"), v6s));
+        // past it: the window ends at the prefix, one bit; a shared window is a false positive
+        let s = set_of(&["src=198.19.0.128/25"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (64 - 25, 1));
+        assert!(sum_admits(&s.sum, ip("198.19.0.200"), v4s));
+        assert!(!sum_admits(&s.sum, ip("198.19.0.2"), v4s) && !sum_admits(&s.sum, ip("198.19.1.130"), v4s));
+        assert!(sum_admits(&s.sum, ip("199.19.0.130"), v4s) && !set_allows(&s, ip("199.19.0.130"), v4s), "bits 0..12 are outside the window");
+        let s = set_of(&["src=2001:db8::/32"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (32, 1));
+        assert!(sum_admits(&s.sum, ip("2001:db8:ffff::1"), v6s) && !sum_admits(&s.sum, ip("2001:db9::1"), v6s));
+        // past the key's 64 bits: the window ends at 64, the rest is the call's
+        let s = set_of(&["src=2001:db8:1:2:3::/80"]);
+        assert_eq!((s.sum.shift[2], ones(&s, 2)), (0, 1));
+        assert!(sum_admits(&s.sum, ip("2001:db8:1:2:3::9"), v6s) && set_allows(&s, ip("2001:db8:1:2:3::9"), v6s));
+        assert!(sum_admits(&s.sum, ip("2001:db8:1:2::9"), v6s) && !set_allows(&s, ip("2001:db8:1:2::9"), v6s));
+        assert!(sum_admits(&s.sum, ip("2001:db9:7:2::"), v6s), "only bits 52..63 in the window");
+        assert!(!sum_admits(&s.sum, ip("2001:db8:1:3::"), v6s));
+        // the server's side, its own window
+        let s = set_of(&["dst=198.18.0.9/32"]);
+        assert_eq!((s.sum.shift[1], ones(&s, 0), ones(&s, 1)), (32, full, 1));
+        assert!(sum_admits(&s.sum, ip("198.18.0.2"), ip("198.18.0.9")) && !sum_admits(&s.sum, ip("198.18.0.2"), v4s));
+        let s = set_of(&["dst=2001:db8::1/128"]);
+        assert_eq!((s.sum.shift[3], ones(&s, 2), ones(&s, 3)), (0, full, 1));
+        assert!(sum_admits(&s.sum, ip("2001:db8::2"), v6s) && !sum_admits(&s.sum, ip("2001:db8::2"), ip("2001:db8:0:1::1")));
+        assert!(sum_admits(&s.sum, ip("2001:db8::2"), ip("2001:db9::1")), "another /64 with the same bits 52..63: a false positive");
+        // mixed lengths: the window ends at the shortest (at least 12)
+        let s = set_of(&["src=10.0.0.0/8", "src=198.19.0.0/24"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (52, 17));
+        let s = set_of(&["src=198.19.0.0/24", "src=192.0.2.0/24"]);
+        assert_eq!((s.sum.shift[0], ones(&s, 0)), (40, 2));
+        assert!(sum_admits(&s.sum, ip("192.0.2.77"), v4s) && !sum_admits(&s.sum, ip("192.0.3.1"), v4s));
+        // rules the kernel never applies (userspace paths alone) set nothing
+        let s = set_of(&["path=user-auth", "src=198.19.0.0/16 path=resolver-hit"]);
+        assert_eq!([ones(&s, 0), ones(&s, 1), ones(&s, 2), ones(&s, 3)], [0; 4]);
+        let s = set_of(&["src=198.19.0.0/16 path=kernel-cache,user-auth"]);
+        assert_eq!(ones(&s, 0), 1);
+    }
+
+    /// Random rule sets (prefixes of every length, both families, both sides, some for
+    /// userspace paths) against random addresses, half of them under some rule's prefix: the
+    /// summary admits every pair a rule allows (`set_allows`, which agrees with
+    /// [`Rule::matches`] on a kernel path); what it admits beyond is the false positives.
+    #[test]
+    fn summary_never_rules_out_a_match() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut allowed, mut admitted, mut pairs) = (0u64, 0u64, 0u64);
+        for _ in 0..3000 {
+            let v6 = rnd() % 2 == 1;
+            let addr = |r: u64, r2: u64| -> IpAddr {
+                if v6 {
+                    IpAddr::V6(Ipv6Addr::from((u128::from(r) << 64) | u128::from(r2)))
+                } else {
+                    IpAddr::V4(Ipv4Addr::from(r as u32))
+                }
+            };
+            let max = if v6 { 128 } else { 32 };
+            let mut rules = Vec::new();
+            let mut texts = Vec::new();
+            for _ in 0..1 + rnd() % 8 {
+                let mut t = Vec::new();
+                for side in ["src", "dst"] {
+                    if rnd() % 3 != 0 {
+                        // lengths bunched where the window's edges are
+                        let len = [0, 1, 8, 11, 12, 13, 16, 24, 31, 32, 33, 48, 63, 64, 65, 127, 128][(rnd() % 17) as usize].min(max);
+                        t.push(format!("{side}={}/{len}", addr(rnd(), rnd())));
+                    }
+                }
+                if rnd() % 5 == 0 {
+                    t.push(["path=user-auth", "path=kernel-cache", "path=kernel-auth,resolver-miss"][(rnd() % 3) as usize].to_string());
+                }
+                let text = if t.is_empty() { "all".to_string() } else { t.join(" ") };
+                rules.push(Rule::parse(&text).unwrap());
+                texts.push(text);
+            }
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let set = set_of(&refs);
+            for _ in 0..40 {
+                // half the time under a rule's prefix (its bits, then random ones past them)
+                let pick = |p: Option<Prefix>, r: u64, r2: u64, coin: u64| -> IpAddr {
+                    match (p, addr(r, r2)) {
+                        (Some(p), a) if p.addr.is_ipv4() != v6 && coin.is_multiple_of(2) => {
+                            let keep = |bits: u32, w: u32| if bits == 0 { 0 } else { u128::MAX << (w - bits) };
+                            match (p.addr, a) {
+                                (IpAddr::V4(pa), IpAddr::V4(aa)) => {
+                                    let m = keep(u32::from(p.len), 32) as u32;
+                                    IpAddr::V4(Ipv4Addr::from((u32::from(pa) & m) | (u32::from(aa) & !m)))
+                                }
+                                (IpAddr::V6(pa), IpAddr::V6(aa)) => {
+                                    let m = keep(u32::from(p.len), 128);
+                                    IpAddr::V6(Ipv6Addr::from((u128::from(pa) & m) | (u128::from(aa) & !m)))
+                                }
+                                (_, a) => a,
+                            }
+                        }
+                        (_, a) => a,
+                    }
+                };
+                let r = &rules[(rnd() % rules.len() as u64) as usize];
+                let (client, server) = (pick(r.src, rnd(), rnd(), rnd()), pick(r.dst, rnd(), rnd(), rnd()));
+                let by_rule = rules.iter().any(|r| r.matches(KERNEL_AUTH, client, server, &[0], 1) || r.matches(KERNEL_CACHE, client, server, &[0], 1));
+                let allows = set_allows(&set, client, server);
+                assert_eq!(allows, by_rule, "{texts:?} {client} {server}: the kernel's address check and Rule::matches");
+                let admits = sum_admits(&set.sum, client, server);
+                assert!(admits || !allows, "{texts:?}: {client} -> {server} allowed by a rule, ruled out by the summary");
+                pairs += 1;
+                allowed += u64::from(allows);
+                admitted += u64::from(admits);
+            }
+        }
+        println!("{pairs} pairs: {allowed} allowed by a rule, {admitted} admitted by the summary");
+        assert!(allowed > pairs / 10 && admitted < pairs, "both kinds of pairs drawn: {allowed} allowed, {admitted} admitted of {pairs}");
     }
 }

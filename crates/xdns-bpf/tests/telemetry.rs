@@ -290,7 +290,7 @@ fn rule_edits_under_load_lose_no_query() {
 /// In-kernel ns per answered query (run_time_ns / run_cnt with BPF stats on, over
 /// BPF_PROG_TEST_RUN; the end half's time is counted in the main program's): telemetry off,
 /// on with a rule for a userspace path only, with rules this query does not match (an
-/// address rule, a name rule), on for every
+/// address rule the set's summary rules out, one it admits, a name rule), on for every
 /// answer, and with the probe option written; then with dnstap from XDP on: unselected by
 /// address, by name (the query copied, no record), and every answer to the ring. The states alternate in rounds; each round's
 /// ratio to the same round's "off" is printed, median and range, for docs/perf. Asserts only
@@ -309,7 +309,7 @@ fn telemetry_perf() {
     let plain = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(vec![])));
     let probed = frame(&Net::v4(), &query(&wire("www.example.com"), A, opt_with(probe_option(0))));
     // (what, rules, dnstap from XDP, frame)
-    let states: [(&str, Vec<Rule>, bool, &Vec<u8>); 9] = [
+    let states: [(&str, Vec<Rule>, bool, &Vec<u8>); 10] = [
         ("off", vec![], false, &plain),
         // what a rule for userspace paths alone would cost here (the daemon gives the kernel
         // none such: crates/xdns/src/telemetry.rs, kernel_rules; its cost is then "off")
@@ -322,6 +322,10 @@ fn telemetry_perf() {
         ("dnstap, unselected (src=198.19.0.0/16)", vec![Rule::parse("src=198.19.0.0/16").unwrap()], true, &plain),
         ("dnstap, unselected (qname=nothing.invalid)", vec![Rule::parse("qname=nothing.invalid").unwrap()], true, &plain),
         ("dnstap, all selected", vec![Rule::parse("all").unwrap()], true, &plain),
+        // the summary admits the client (the window, bits 20..31, is 0.2 for both): the
+        // address call decides, as every unselected packet paid before the summary (last:
+        // the states before keep their order and their set, 1 or 2, as before it)
+        ("on, unselected, summary's window shared (src=198.19.0.2/32)", vec![Rule::parse("src=198.19.0.2/32").unwrap()], false, &plain),
     ];
     let (rounds, runs) = (120, 400);
     let mut ns = vec![Vec::new(); states.len()];
@@ -529,5 +533,183 @@ fn dnstap_full_ring_counts_drops_and_answers_all() {
     // read: room again
     prog.test_run(&f).unwrap();
     assert_eq!(tel.take_events().unwrap().len(), 1);
+    tel.set_rules(&[]).unwrap();
+}
+
+/// `scratch.tel.slot` on this CPU (the test stays on one), read from the map: telemetry.h's
+/// XDNS_TEL_END 0 (on to the end half), _DONE 1 (no rule selects the query), _ASK 2.
+fn slot_here(prog: &xdns_bpf::runtime::XdpProgram) -> u32 {
+    use libbpf_rs::MapCore;
+    use xdns_bpf::types::{xdns_scratch, xdns_tel_scratch};
+    let id = prog.map_ids().unwrap().into_iter().find(|(n, _)| n == "xdns_scratch").expect("the scratch map").1;
+    let m = libbpf_rs::MapHandle::from_map_id(id).unwrap();
+    let cpus = m.lookup_percpu(&0u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY).unwrap().expect("scratch[0]");
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    let at = std::mem::offset_of!(xdns_scratch, tel) + std::mem::offset_of!(xdns_tel_scratch, slot);
+    u32::from_ne_bytes(cpus[cpu as usize][at..at + 4].try_into().unwrap())
+}
+const SLOT_END: u32 = 0;
+const SLOT_DONE: u32 = 1;
+const SLOT_ASK: u32 = 2;
+
+/// Leave `scratch.tel.slot` at "ask" on this CPU, as a query whose question is then refused
+/// leaves it (a name rule, a compression pointer for a name): the next packet must not find
+/// it there unless its own begin half put it there.
+fn leave_slot_asking(prog: &xdns_bpf::runtime::XdpProgram, tel: &xdns_bpf::telemetry::TelemetryMaps, net: &Net) {
+    tel.set_rules(&[Rule::parse("qname=example.com").unwrap()]).unwrap();
+    let mut bad = query(&[0], A, None);
+    bad.truncate(12);
+    bad.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+    let (act, _) = prog.test_run(&frame(net, &bad)).unwrap();
+    assert_eq!((act, slot_here(prog)), (2, SLOT_ASK), "the setup: a refused question leaves the slot asking");
+}
+
+/// The summary's pre-filter (bpf/telemetry.h `xdns_tel_pre`, inline before the address call):
+/// over IPv4, IPv6, a VLAN tag, 802.1ad and IPv4 options. A summary that admits every address
+/// (`any`) is not checked. Addresses whose bits are clear (a
+/// summary edited to say so while a rule would time every answer; another client /16, another
+/// server, the other family's rules) are not timed, and the slot is "done" even where the
+/// packet before left it "ask"; bits set with no rule matching (a shared window, a summary
+/// edited full) are not timed either (the call decides); a matching rule is timed. The
+/// summary the kernel reads back admits exactly what the row says, and the answer is the same
+/// as with telemetry off.
+#[test]
+fn pre_filter_table() {
+    require_root("pre_filter_table");
+    stay_on_one_cpu();
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    type Edit = fn(&mut xdns_bpf::types::xdns_tel_set);
+    let clear_all: Edit = |s| {
+        s.sum.any = 0;
+        s.sum.bits.iter_mut().for_each(|w| *w = 0);
+    };
+    let any_but_clear: Edit = |s| {
+        s.sum.any = 1;
+        s.sum.bits.iter_mut().for_each(|w| *w = 0);
+    };
+    let clear_servers: Edit = |s| {
+        s.sum.any = 0;
+        let w = xdns_bpf::telemetry::SUM_WORDS;
+        for m in [1, 3] {
+            s.sum.bits[m * w..(m + 1) * w].iter_mut().for_each(|w| *w = 0);
+        }
+    };
+    let fill_all: Edit = |s| s.sum.bits.iter_mut().for_each(|w| *w = !0);
+    let keep: Edit = |_| {};
+    // (what, rules for an IPv4 and for an IPv6 packet, edit of the summary, admitted, timed)
+    let rows: Vec<(&str, [&[&str]; 2], Edit, Option<bool>, bool)> = vec![
+        ("bits clear (edited), a rule for every answer", [&["all"], &["all"]], clear_all, Some(false), false),
+        ("server bits clear (edited), a rule for every answer", [&["all"], &["all"]], clear_servers, Some(false), false),
+        ("client bits clear: another prefix", [&["src=198.19.0.0/16", "src=2001:db9::/32"]; 2], keep, Some(false), false),
+        ("server bits clear: another server", [&["dst=198.18.0.9/32", "dst=2001:db8:0:9::1/128"]; 2], keep, Some(false), false),
+        ("bits clear: rules of the other family only", [&["src=2001:db8::/32"], &["src=198.18.0.0/15"]], keep, Some(false), false),
+        ("bits set by a shared window, no rule matches", [&["src=198.19.0.2/32", "src=2001:db9::/64"]; 2], keep, Some(true), false),
+        ("bits set (edited), no rule matches", [&["src=198.19.0.0/16", "src=2001:db9::/32"]; 2], fill_all, Some(true), false),
+        ("`any` (edited, the bits clear): no check, a client rule matches", [&["src=198.18.0.0/15", "src=2001:db8::/32"]; 2], any_but_clear, Some(true), true),
+        ("bits set, a client rule matches", [&["src=198.18.0.0/15", "src=2001:db8::/32"]; 2], keep, Some(true), true),
+        ("bits set, a server rule matches", [&["dst=198.18.0.1/32", "dst=2001:db8::1/128"]; 2], keep, Some(true), true),
+        ("bits set, a /16 and a host: the host matches", [&["src=198.19.0.0/16", "src=198.18.0.2/32", "src=2001:db8::2/128"]; 2], keep, Some(true), true),
+        ("every bit, a name rule matches", [&["qname=example.com"]; 2], keep, Some(true), true),
+        ("every bit, a name rule does not", [&["qname=example.net"]; 2], keep, Some(true), false),
+    ];
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for (what, rules, edit, admit, want_timed) in &rows {
+        for (nname, net) in nets() {
+            count += 1;
+            let f = frame(&net, &query(&wire("www.example.com"), A, None));
+            tel.set_rules(&[]).unwrap();
+            let (_, base, _) = verdict(&prog, &f);
+            leave_slot_asking(&prog, &tel, &net);
+            let rules: Vec<Rule> = rules[usize::from(net.v6)].iter().map(|t| Rule::parse(t).unwrap()).collect();
+            tel.set_rules_staged(&rules, *edit, true).unwrap();
+            let before = tel.histograms().unwrap()[KERNEL_AUTH].clone();
+            let (act, out, moved) = verdict(&prog, &f);
+            let after = tel.histograms().unwrap()[KERNEL_AUTH].clone();
+            let slot = slot_here(&prog);
+            let res: Result<(), String> = (|| {
+                let ctl = tel.ctl().map_err(|e| e.to_string())?;
+                let ip = |b: &[u8]| -> std::net::IpAddr {
+                    if b.len() == 4 {
+                        std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]).into()
+                    } else {
+                        std::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap()).into()
+                    }
+                };
+                let set = &ctl.sets[(ctl.active as usize + 1) & 1];
+                if ctl.active == 0 || set.nrules as usize != rules.len() {
+                    return Err(format!("active {} with {} rules", ctl.active, set.nrules));
+                }
+                let admits = xdns_bpf::telemetry::sum_admits(&set.sum, ip(&net.src), ip(&net.dst));
+                if admit.is_some_and(|a| a != admits) {
+                    return Err(format!("the summary admits: {admits}"));
+                }
+                if act != 3 || moved != vec!["answered".to_string()] || out != base {
+                    return Err(format!("not the answer of telemetry off: {act} {moved:?}"));
+                }
+                let (timed, clock) = (after.hist.count - before.hist.count, after.rx_ktime - before.rx_ktime);
+                if (timed, clock) != (u64::from(*want_timed), u64::from(*want_timed)) {
+                    return Err(format!("timed {timed}, clock {clock}"));
+                }
+                let want_slot = if *want_timed { SLOT_END } else { SLOT_DONE };
+                if slot != want_slot {
+                    return Err(format!("slot {slot}, want {want_slot}"));
+                }
+                Ok(())
+            })();
+            if let Err(e) = res {
+                failures.push(format!("{what} [{nname}]: {e}"));
+            }
+        }
+    }
+    tel.set_rules(&[]).unwrap();
+    println!("{count} pre-filter rows, {} failures", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The summary flips with its set: a new set written but not yet active (the first of the
+/// writer's two writes) changes nothing a packet sees, even when its summary rules the packet
+/// out or in; the flip changes rules and summary together. IPv4 and IPv6, VLAN-tagged.
+#[test]
+fn pre_filter_summary_flips_with_its_set() {
+    require_root("pre_filter_summary_flips_with_its_set");
+    stay_on_one_cpu();
+    let mut prog = load();
+    prog.install(&zone()).unwrap();
+    let tel = prog.telemetry().unwrap();
+    let selects: Vec<Rule> = ["src=198.18.0.0/15", "src=2001:db8::/32"].iter().map(|t| Rule::parse(t).unwrap()).collect();
+    let misses: Vec<Rule> = ["src=198.19.0.0/16", "src=2001:db9::/32"].iter().map(|t| Rule::parse(t).unwrap()).collect();
+    let mut v4vlan = Net::v4();
+    v4vlan.vlan = Some((0x8100, 42));
+    for (nname, net) in [("ipv4", Net::v4()), ("ipv6", Net::v6()), ("ipv4+vlan", v4vlan)] {
+        let f = frame(&net, &query(&wire("www.example.com"), A, None));
+        let timed = || {
+            let before = tel.histograms().unwrap()[KERNEL_AUTH].hist.count;
+            assert_eq!(prog.test_run(&f).unwrap().0, 3, "[{nname}] answered");
+            tel.histograms().unwrap()[KERNEL_AUTH].hist.count - before == 1
+        };
+        let idle_admits = || {
+            let c = tel.ctl().unwrap();
+            let (client, server) = if net.v6 { ("2001:db8::2", "2001:db8::1") } else { ("198.18.0.2", "198.18.0.1") };
+            xdns_bpf::telemetry::sum_admits(&c.sets[(c.active as usize) & 1].sum, client.parse().unwrap(), server.parse().unwrap())
+        };
+        tel.set_rules(&selects).unwrap();
+        assert!(timed(), "[{nname}] the selecting set");
+        // written, not flipped: the staged summary (clear for this client) is not read
+        tel.set_rules_staged(&misses, |_| {}, false).unwrap();
+        assert!(!idle_admits(), "[{nname}] the staged set's summary rules the client out");
+        assert!(timed(), "[{nname}] staged, not active: the old set and its summary still decide");
+        tel.set_rules(&misses).unwrap();
+        assert!(!timed(), "[{nname}] flipped: the new set and its summary");
+        // and back: staged, the selecting summary (set for this client) is not read either
+        tel.set_rules_staged(&selects, |_| {}, false).unwrap();
+        assert!(idle_admits(), "[{nname}] the staged set's summary admits the client");
+        assert!(!timed(), "[{nname}] staged, not active");
+        tel.set_rules(&selects).unwrap();
+        assert!(timed(), "[{nname}] flipped back");
+    }
     tel.set_rules(&[]).unwrap();
 }

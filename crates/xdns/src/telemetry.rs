@@ -332,9 +332,10 @@ impl Telemetry {
 }
 
 /// The rules that may select an answer of a kernel path (kernel_auth, kernel_cache), in
-/// their order. A rule for userspace paths or upstream queries only never selects one, and
-/// the kernel would still check it against every packet's addresses: left out, a set of
-/// such rules alone leaves the kernel's telemetry off.
+/// their order. A rule for userspace paths or upstream queries only never selects one (the
+/// set's summary, `xdns_bpf::telemetry::summarize`, gives it no address bit, but the kernel
+/// would still check every packet against that summary): left out, a set of such rules alone
+/// leaves the kernel's telemetry off (one map read per packet).
 fn kernel_rules(rules: &[Rule]) -> Vec<Rule> {
     const KERNEL: u8 = 1 << KERNEL_AUTH | 1 << KERNEL_CACHE;
     rules.iter().filter(|r| r.paths == 0 || r.paths & KERNEL != 0).cloned().collect()
