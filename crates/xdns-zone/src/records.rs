@@ -314,6 +314,10 @@ mod tests {
         for order in [[2, 3, 4, 5, 0, 1], [5, 2, 0, 3, 1, 4], [4, 0, 5, 1, 3, 2]] {
             assert_eq!(nodes(&order), want, "{order:?}");
         }
+        // no record at the apex (yet): the apex is an empty non-terminal
+        let below = nodes(&[2, 3, 4, 5]);
+        assert_eq!(below.iter().find(|(n, _)| *n == k("test.")).map(|(_, t)| t.clone()), Some(vec![]), "{below:?}");
+        assert_eq!(below.len(), 7);
     }
 
     /// The narrowed validation finds what the whole one finds, with and without cuts and
