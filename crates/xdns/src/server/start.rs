@@ -153,9 +153,10 @@ pub fn defers_fastpath(cfg: &Config, served: &Served, takeover: bool) -> bool {
 }
 
 /// Load the XDP program deferred at start ([`defers_fastpath`]) with the zones served now,
-/// attach it, and fill its maps (on the XDP thread, after this returns, while userspace
-/// answers), as a fresh start does. Called by the first swap of zones, with the swap lock
-/// held (the zones it loads are those served). `false` when nothing was deferred or the
+/// attach it and fill its maps, as a fresh start does (userspace answers meanwhile). Called
+/// by the first swap of zones, with the swap lock held; returns once the fill is done (or
+/// abandoned at shutdown), as the reload it replaces would: what follows a swap, such as a
+/// secondary's spare copy, does not run beside the fill. `false` when nothing was deferred or the
 /// zone set is still empty (the caller refills as usual); `true` once it took the load
 /// (also when the load failed: logged, userspace keeps answering every query).
 pub async fn load_deferred(shared: &Arc<Shared>) -> bool {
@@ -177,7 +178,8 @@ pub async fn load_deferred(shared: &Arc<Shared>) -> bool {
         Ok(Some(fp)) => fp,
         Ok(None) => return true,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "XDP: the deferred program load failed; userspace answers every query");
+            tracing::error!(error = %format!("{e:#}"), "XDP: the deferred program load failed; userspace answers every query (the next swap of zones tries again)");
+            *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg);
             return true;
         }
     };
@@ -185,8 +187,16 @@ pub async fn load_deferred(shared: &Arc<Shared>) -> bool {
     shared.telemetry.attach_kernel(fp.status().telemetry().ok());
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = Some(fp);
     match attach(shared, Vec::new()).await {
-        Ok(()) => tracing::info!(seconds = t.elapsed().as_secs_f32(),
-            "XDP: program loaded with the first zone data and attached; its maps fill while userspace answers"),
+        Ok(()) => {
+            tracing::info!(seconds = t.elapsed().as_secs_f32(), "XDP: program loaded with the first zone data and attached; filling its maps");
+            // the fill runs on the XDP thread after the attach: wait for it (a failed fill is
+            // logged there, and the next swap's reload tries again)
+            let sh = shared.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Fastpath::idle)
+            })
+            .await;
+        }
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "XDP: the deferred program did not attach; userspace answers every query");
             shared.xdp_status.store(None);
