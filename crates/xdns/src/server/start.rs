@@ -160,14 +160,13 @@ pub fn defers_fastpath(cfg: &Config, served: &Served, takeover: bool) -> bool {
 /// zone set is still empty (the caller refills as usual); `true` once it took the load
 /// (also when the load failed: logged, userspace keeps answering every query).
 pub async fn load_deferred(shared: &Arc<Shared>) -> bool {
+    // left in place until the program's status is published, so that `xdns stats` says
+    // `xdp_data_active: false` throughout (the swap lock keeps a second call out)
     let cfg = {
-        let mut d = shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner());
-        if d.is_none() || shared.served.load().zones.zones.is_empty() {
-            return false;
-        }
-        match d.take() {
-            Some(c) => c,
-            None => return false,
+        let d = shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner());
+        match d.as_ref() {
+            Some(c) if !shared.served.load().zones.zones.is_empty() => c.clone(),
+            _ => return false,
         }
     };
     if shared.shutdown.load(Ordering::Relaxed) {
@@ -176,14 +175,17 @@ pub async fn load_deferred(shared: &Arc<Shared>) -> bool {
     let t = std::time::Instant::now();
     let fp = match fastpath(&cfg, shared, false).await {
         Ok(Some(fp)) => fp,
-        Ok(None) => return true,
+        Ok(None) => {
+            *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            return true;
+        }
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "XDP: the deferred program load failed; userspace answers every query (the next swap of zones tries again)");
-            *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg);
             return true;
         }
     };
     shared.xdp_status.store(Some(fp.status()));
+    *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
     shared.telemetry.attach_kernel(fp.status().telemetry().ok());
     *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = Some(fp);
     match attach(shared, Vec::new()).await {
