@@ -25,7 +25,8 @@ Each xdns run's log is kept in bench/out/axfr-xdns-RUN.log. `XDNS_BIN` picks the
 beside it, in alternating order, as `xdns-base` (log bench/out/axfr-xdns-base-RUN.log), with
 the ratio of the medians (`ratio_to_base`). Results: a table on stdout,
 bench/out/axfr-RECORDS[-LABEL].json and the chart bench/out/axfr-RECORDS[-LABEL].png, ratios
-to Knot's median.
+to Knot's median. With XDP, the summary also gives each xdns's userspace median and its
+ratios to Knot and to the base (`userspace_ratio_to_knot`, `userspace_ratio_to_base`).
 """
 
 from __future__ import annotations
@@ -220,6 +221,8 @@ def table(res: dict, summary: dict) -> str:
             for k in ("sized_s", "grow_load_s", "grow_verifier_s", "grow_waited_s", "grow_s", "fill_s"):
                 if any(k in p for p in kp):
                     notes += f"; XDP {k[:-2]} " + ", ".join(f"{p[k]:.1f}" if k in p else "-" for p in kp) + " s"
+            if sm.get("userspace_ratio_to_knot") is not None:
+                notes += f"; userspace median {sm['userspace_median_s']:.2f} s, {sm['userspace_ratio_to_knot']}x Knot"
             if sm.get("kernel_answered_runs") == 0:
                 notes += "; the XDP program never answered the zone"
         if who == "knot":
@@ -340,6 +343,17 @@ def main() -> int:
             summary[who]["kernel_answered_runs"] = sum(r.get("kernel_s") is not None for r in res[who])
     if "xdns" in med and "xdns-base" in med:
         summary["xdns"]["ratio_to_base"] = round(med["xdns"] / med["xdns-base"], 3)
+    # with XDP, `median_s` is the kernel's: userspace serving has its own median and ratios
+    if args.xdp:
+        for who in ("xdns", "xdns-base"):
+            if who in res:
+                um = statistics.median(r["served_s"] for r in res[who])
+                summary[who]["userspace_median_s"] = round(um, 3)
+                if "knot" in med:
+                    summary[who]["userspace_ratio_to_knot"] = round(um / med["knot"], 2)
+        if "xdns" in res and "xdns-base" in res:
+            summary["xdns"]["userspace_ratio_to_base"] = round(
+                summary["xdns"]["userspace_median_s"] / summary["xdns-base"]["userspace_median_s"], 3)
     print()
     print(table(res, summary))
     print("\nsummary:", json.dumps(summary))

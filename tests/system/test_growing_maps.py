@@ -5,9 +5,14 @@ stored copy. Zone data that outgrows them is installed into the program loaded a
 larger zone maps (every other map reused) and the XDP link switched to it atomically, while
 the old data answers: no restart, no query lost, and the kernel answers the new data.
 
-- a secondary of a Knot DNS primary, without a stored copy, transfers a zone of 60,000
-  records: after the transfer the kernel answers it (its `answered` counter rises by the
-  queries asked) with the bytes userspace gives over TCP;
+- a secondary of a Knot DNS primary, without a stored copy, beside a small zone file (so
+  that the program is loaded at start, its maps sized for that small zone), transfers a zone
+  of 60,000 records: after the transfer the kernel answers it (its `answered` counter rises
+  by the queries asked) with the bytes userspace gives over TCP;
+- a secondary with no zone at all at start (no stored copy, no zone file) does not load the
+  program at start: nothing is attached and userspace answers until the first transfer is
+  served; then the program is loaded once, sized for that zone (no growth), and the kernel
+  answers it;
 - a file-backed zone reloaded (SIGHUP) from a few records to 60,000 while a client queries
   throughout: no query is lost, every answer is the old data or the new, and afterwards the
   kernel answers the new names.
@@ -96,7 +101,11 @@ def test_secondary_without_stored_copy_grows_the_maps(lab, tmp_path):
     big_zone(zone, "grow.test.", 1, RECORDS)
     knot = lab.start_knot_primary([("grow.test.", zone)], name="knot-grow")
     extra = f'\n[[zone]]\nname = "grow.test."\nprimaries = ["{knot.addr4}@53"]\n'
-    srv = lab.start_xdns([], name="xdns-grow-sec", wait=False, xdp="default", extra=extra)
+    # a zone at start: the program is loaded then (a zone set of nothing at all defers it:
+    # test_secondary_with_nothing_at_start_loads_the_program_with_its_first_zone)
+    small = tmp_path / "small.test.zone"
+    big_zone(small, "small.test.", 1, 3)
+    srv = lab.start_xdns([("small.test.", small)], name="xdns-grow-sec", wait=False, xdp="default", extra=extra)
     try:
         lab.wait_answering(srv.addr4, "grow.test.", srv.proc, timeout=60)
         wait_for("the grown maps", lambda: "kernel maps grown from" in srv.stderr(), 60)
@@ -116,6 +125,51 @@ def test_secondary_without_stored_copy_grows_the_maps(lab, tmp_path):
         assert "panicked" not in srv.stderr()
         assert lab.stop(srv) == 0, srv.stderr()[-3000:]
         lab.stop(knot)
+
+
+def test_secondary_with_nothing_at_start_loads_the_program_with_its_first_zone(lab, tmp_path):
+    """Nothing for the kernel at start (a secondary without a stored copy, no zone file):
+    no program is loaded or attached and userspace answers; the first transfer served loads
+    it, sized for that zone (one verifier run, no growth), and the kernel answers the zone."""
+    from lab import XDNS_BIN, run
+    zone = tmp_path / "first.test.zone"
+    big_zone(zone, "first.test.", 1, RECORDS)
+    # the primary's address, on which nothing listens until the checks below are done
+    paddr = lab.new_address()
+    extra = f'\n[[zone]]\nname = "first.test."\nprimaries = ["{paddr[0]}@53"]\n'
+    srv = lab.start_xdns([], name="xdns-first-sec", wait=False, xdp="default", extra=extra)
+    knot = None
+    try:
+        wait_for("the start", lambda: "xdns started" in srv.stderr(), 30)
+        wait_for("the first check's failure", lambda: "refresh failed" in srv.stderr(), 30)
+        err = srv.stderr()
+        assert "XDP: program load deferred until the first zone data" in err, err[-3000:]
+        assert "XDP: program loaded (verifier)" not in err, err[-3000:]
+        st = lab.xdns_stats(srv)
+        assert st.get("xdp_data_active") is False, st
+        assert not st.get("xdp_attached"), st
+        # userspace answers (no zone yet: REFUSED), and no XDP counter exists to count it
+        m = dns.message.from_wire(lab.udp(srv.addr4, query("h1.first.test.")))
+        assert m.rcode() == dns.rcode.REFUSED, m
+        assert not st.get("xdp"), st
+        knot = lab.start_knot_primary([("first.test.", zone)], name="knot-first", addrs=paddr)
+        p = run([XDNS_BIN, "zone", "--control", srv.extra["control"], "refresh", "first.test."])
+        assert p.stdout.strip() == "ok refresh first.test.", p.stdout
+        lab.wait_answering(srv.addr4, "first.test.", srv.proc, timeout=60)
+        lab.wait_xdp_data(srv, timeout=60)
+        err = srv.stderr()
+        assert "XDP: program loaded with the first zone data and attached" in err, err[-3000:]
+        assert err.count("XDP: program loaded (verifier)") == 1, err[-3000:]
+        assert "kernel maps grown from" not in err and "could not grow" not in err, err[-3000:]
+        assert lab.xdns_stats(srv).get("xdp_attached"), lab.xdns_stats(srv)
+        assert_kernel_answers(lab, srv, [(f"h{i}.first.test.", address(i))
+                                         for i in (0, 1, 23_456, RECORDS - 1)])
+    finally:
+        assert srv.alive(), srv.stderr()[-3000:]
+        assert "panicked" not in srv.stderr()
+        assert lab.stop(srv) == 0, srv.stderr()[-3000:]
+        if knot is not None:
+            lab.stop(knot)
 
 
 def test_reload_that_outgrows_the_maps_loses_no_query(lab, tmp_path):

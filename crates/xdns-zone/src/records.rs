@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 
+use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
 
 use crate::load::{insert_rr, key_to_text, settle_rrsets, Inserted, LoadError, MAX_ERRORS, MAX_WARNINGS};
@@ -36,6 +37,8 @@ pub struct RecordBuilder {
     notable: Vec<NameKey>,
     /// A cut (NS below the apex) or a signature arrived: validation must see every node.
     whole: bool,
+    /// The apex has a node (made by its own record or as an ancestor).
+    apex_present: bool,
 }
 
 /// What [`RecordBuilder::build`] made: the zone (validated only when `errors` is empty).
@@ -64,6 +67,7 @@ impl RecordBuilder {
             records: 0,
             notable: Vec::new(),
             whole: false,
+            apex_present: false,
         }
     }
 
@@ -91,26 +95,21 @@ impl RecordBuilder {
             SOA | CNAME | DS if owner != &self.apex[..] && !self.whole => self.notable.push(owner.into()),
             _ => {}
         }
-        let inserted = if let Some(node) = self.nodes.get_mut(owner) {
-            insert_rr(node, rtype, ttl, rdata)
-        } else if !validate::in_zone(&self.apex, owner) {
-            let reason = validate::out_of_zone_reason(owner, &self.apex);
-            self.refuse(reason);
-            return;
-        } else {
-            let mut node = Node { rrsets: Vec::with_capacity(1) };
-            let r = insert_rr(&mut node, rtype, ttl, rdata);
-            self.nodes.insert(owner.into(), node);
-            // empty non-terminals up to the apex (ancestors of an existing node exist)
-            let mut pos = 0usize;
-            while owner.len() - pos > self.apex.len() {
-                pos += 1 + owner[pos] as usize;
-                if self.nodes.contains_key(&owner[pos..]) {
-                    break;
-                }
-                self.nodes.insert(owner[pos..].into(), Node::default());
+        // one hash of the owner, whether its node exists or is made here
+        let inserted = match self.nodes.entry_ref(owner) {
+            EntryRef::Occupied(mut node) => insert_rr(node.get_mut(), rtype, ttl, rdata),
+            EntryRef::Vacant(_) if !validate::in_zone(&self.apex, owner) => {
+                let reason = validate::out_of_zone_reason(owner, &self.apex);
+                self.refuse(reason);
+                return;
             }
-            r
+            EntryRef::Vacant(vacant) => {
+                let mut node = Node { rrsets: Vec::with_capacity(1) };
+                let r = insert_rr(&mut node, rtype, ttl, rdata);
+                vacant.insert_with_key(owner.into(), node);
+                self.ancestors(owner);
+                r
+            }
         };
         // RRSIGs take the TTL of the RRset each covers (RFC 4034 §3): no warning, as the loader
         if let (Inserted::TtlDiffers { old, new }, false) = (inserted, rtype == xdns_wire::rtype::RRSIG) {
@@ -121,6 +120,33 @@ impl RecordBuilder {
                     key_to_text(owner),
                     old.min(new)
                 ));
+            }
+        }
+    }
+
+    /// The empty non-terminals above the new node `owner` (in the zone), up to the first
+    /// ancestor that exists (whose ancestors exist too). The apex, once present, is known
+    /// without a hash.
+    fn ancestors(&mut self, owner: &[u8]) {
+        if owner.len() == self.apex.len() {
+            self.apex_present = true;
+            return;
+        }
+        let mut pos = 0usize;
+        while owner.len() - pos > self.apex.len() {
+            pos += 1 + owner[pos] as usize;
+            let name = &owner[pos..];
+            if name.len() == self.apex.len() && self.apex_present {
+                break;
+            }
+            match self.nodes.entry_ref(name) {
+                EntryRef::Occupied(_) => break,
+                EntryRef::Vacant(v) => {
+                    v.insert_with_key(name.into(), Node::default());
+                }
+            }
+            if name.len() == self.apex.len() {
+                self.apex_present = true;
             }
         }
     }
@@ -249,6 +275,49 @@ mod tests {
         assert!(zone.nodes[&k("b.c.test.")].rrsets.is_empty());
         assert!(zone.nodes[&k("c.test.")].rrsets.is_empty());
         assert_eq!(zone.nodes.len(), 5);
+    }
+
+    /// The nodes (with the empty non-terminals and the apex) do not depend on the order the
+    /// records arrive in: the apex first (an AXFR), last, or made as an ancestor first.
+    #[test]
+    fn nodes_do_not_depend_on_arrival_order() {
+        let recs: Vec<(&str, u16, Vec<u8>)> = vec![
+            ("test.", 6, soa(7)),
+            ("test.", 2, b"\x02ns\x04test\x00".to_vec()),
+            ("a.b.c.test.", 1, vec![198, 18, 0, 1]),
+            ("d.c.test.", 1, vec![198, 18, 0, 2]),
+            ("e.test.", 1, vec![198, 18, 0, 3]),
+            ("f.e.test.", 16, b"\x01x".to_vec()),
+        ];
+        let nodes = |order: &[usize]| {
+            let mut b = RecordBuilder::new(k("test."));
+            for &i in order {
+                let (owner, t, rd) = &recs[i];
+                b.add(&k(owner), *t, 60, rd);
+            }
+            let types = |node: &Node| {
+                let mut t: Vec<u16> = node.rrsets.iter().map(|r| r.rtype).collect();
+                t.sort_unstable();
+                t
+            };
+            let mut v: Vec<(NameKey, Vec<u16>)> = b.nodes.iter().map(|(n, node)| (n.clone(), types(node))).collect();
+            v.sort();
+            v
+        };
+        let want = nodes(&[0, 1, 2, 3, 4, 5]);
+        let names: Vec<NameKey> = want.iter().map(|(n, _)| n.clone()).collect();
+        let mut expect: Vec<NameKey> =
+            ["test.", "c.test.", "b.c.test.", "a.b.c.test.", "d.c.test.", "e.test.", "f.e.test."].iter().map(|n| k(n)).collect();
+        expect.sort();
+        assert_eq!(names, expect);
+        assert_eq!(want.iter().find(|(n, _)| *n == k("test.")).map(|(_, t)| t.clone()), Some(vec![2, 6]));
+        for order in [[2, 3, 4, 5, 0, 1], [5, 2, 0, 3, 1, 4], [4, 0, 5, 1, 3, 2]] {
+            assert_eq!(nodes(&order), want, "{order:?}");
+        }
+        // no record at the apex (yet): the apex is an empty non-terminal
+        let below = nodes(&[2, 3, 4, 5]);
+        assert_eq!(below.iter().find(|(n, _)| *n == k("test.")).map(|(_, t)| t.clone()), Some(vec![]), "{below:?}");
+        assert_eq!(below.len(), 7);
     }
 
     /// The narrowed validation finds what the whole one finds, with and without cuts and

@@ -56,6 +56,10 @@ pub struct Shared {
     /// What the fast path offers without its lock (`Fastpath::status`): counters, and telling
     /// a fill or reload under way to give up at shutdown. Set and cleared with `fastpath`.
     pub xdp_status: ArcSwapOption<XdpStatus>,
+    /// The configuration to load the XDP program with once the first zone data is served, when
+    /// start-up deferred it ([`start::defers_fastpath`]: nothing for the kernel to hold yet);
+    /// taken by the first swap of zones (`refill_fastpath`), which loads, attaches and fills it.
+    pub fastpath_deferred: Mutex<Option<Config>>,
     /// The recursive resolver, when `[resolver]` is configured (set before workers start).
     pub recursion: OnceLock<Arc<Recursion>>,
     /// Listening sockets kept for a new process taking over.
@@ -86,6 +90,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             fastpath: Mutex::new(None),
             xdp_status: ArcSwapOption::empty(),
+            fastpath_deferred: Mutex::new(None),
             recursion: OnceLock::new(),
             takeover: Default::default(),
             tcp_slots: OnceLock::new(),
@@ -119,6 +124,9 @@ impl Shared {
         }
         if let Some(status) = self.xdp_status.load_full() {
             status.snapshot(&mut s);
+        } else if self.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            // XDP configured, its program not loaded yet: the kernel holds no zone data
+            s.xdp_data_active = Some(false);
         }
         crate::progress::STARTUP.snapshot(&mut s);
         if let Some(r) = self.recursion.get() {
@@ -223,8 +231,19 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         }
     }
     let cfg = cfg;
-    let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
-        return Ok(());
+    // A secondary with nothing to serve yet (no stored copy) gives the kernel nothing to
+    // hold: the program is loaded once the first zone data is swapped in, so that its
+    // verifier run does not take a core from the transfer; userspace answers meanwhile.
+    let deferred = start::defers_fastpath(&cfg, &shared.served.load(), takeover);
+    let fp = if deferred {
+        tracing::info!("XDP: program load deferred until the first zone data (secondary zones with no stored copy); userspace answers meanwhile");
+        *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg.clone());
+        Ok(None)
+    } else {
+        let Some(fp) = signals.unless_stopped(start::fastpath(&cfg, &shared, takeover)).await else {
+            return Ok(());
+        };
+        fp
     };
     let fp = fp?;
     crate::progress::STARTUP.set_phase(crate::progress::Phase::Starting);
@@ -232,7 +251,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     shared.telemetry.set(cfg.telemetry.clone());
     let tap_xdp = cfg.dnstap.as_ref().is_some_and(|d| d.xdp);
     shared.telemetry.set_dnstap_xdp(tap_xdp);
-    if tap_xdp && fp.is_none() {
+    if tap_xdp && fp.is_none() && !deferred {
         tracing::warn!("[dnstap] xdp = true, but no XDP program is loaded: only userspace answers are logged");
     }
     shared.telemetry.attach_kernel(fp.as_ref().and_then(|f| f.status().telemetry().ok()));
@@ -351,6 +370,7 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
         control = %control_path.display(),
         metrics = ?cfg.metrics,
         xdp = shared.fastpath.lock().map(|f| f.is_some()).unwrap_or(false),
+        xdp_deferred = deferred,
         zones = ?reconfigure::zone_list(&shared),
         resolver = cfg.resolver.is_some(),
         inpath = cfg.inpath.is_some(),

@@ -146,6 +146,10 @@ pub fn zone_list(shared: &Shared) -> Vec<String> {
 /// The served zones into the kernel's maps (a new generation, flipped in when complete; if it
 /// does not fit, the old data is retired rather than left answering: `XdpRuntime::reload`).
 pub async fn fastpath(shared: &Arc<Shared>) {
+    // the program deferred at start is loaded with these zones (and filled) instead
+    if super::start::load_deferred(shared).await {
+        return;
+    }
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.reload(zones)).await {
         Some(Err(e)) => tracing::error!(error = %format!("{e:#}"), "XDP reload failed"),
@@ -160,6 +164,9 @@ pub async fn fastpath(shared: &Arc<Shared>) {
 /// place when the kernel can (`XdpRuntime::update`), else as [`fastpath`]. `None` without
 /// XDP or when the kernel update failed (logged).
 pub async fn fastpath_change(shared: &Arc<Shared>, change: crate::xdp::ZoneChange) -> Option<crate::xdp::KernelUpdate> {
+    if super::start::load_deferred(shared).await {
+        return Some(crate::xdp::KernelUpdate::Full { reason: "the program deferred at start loaded with these zones".into() });
+    }
     let zones = shared.served.load().zones.clone();
     match with_fastpath(shared, move |fp| fp.update(zones, change)).await {
         Some(Err(e)) => {

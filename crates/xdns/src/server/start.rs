@@ -133,6 +133,82 @@ pub async fn fastpath(cfg: &Config, shared: &Shared, takeover: bool) -> anyhow::
     .context("loading the XDP fast path")
 }
 
+/// Whether start-up leaves the XDP program unloaded until the first zone data is served
+/// ([`load_deferred`]): a fresh start (no takeover) with `[xdp] interfaces` whose zone set is
+/// empty at start while secondary zones (or catalogs) are to bring it: a secondary with no
+/// stored copy, say. Its verifier run would otherwise take a core from the first transfer,
+/// for maps sized for nothing, that the first transfer outgrows at once. Userspace answers
+/// every query meanwhile (no program attached: no packet is passed or answered by XDP).
+/// Kept at start whenever the program serves something without zones or must be loaded
+/// with privileges the process gives up: `[resolver]` (the kernel cache, kernel iteration),
+/// `[guard]`, `user`.
+pub fn defers_fastpath(cfg: &Config, served: &Served, takeover: bool) -> bool {
+    !takeover
+        && !cfg.xdp.interfaces.is_empty()
+        && served.zones.zones.is_empty()
+        && (!cfg.secondaries.is_empty() || !cfg.catalogs.is_empty())
+        && cfg.resolver.is_none()
+        && cfg.guard.is_none()
+        && cfg.run_as.is_none()
+}
+
+/// Load the XDP program deferred at start ([`defers_fastpath`]) with the zones served now,
+/// attach it and fill its maps, as a fresh start does (userspace answers meanwhile). Called
+/// by the first swap of zones, with the swap lock held; returns once the fill is done (or
+/// abandoned at shutdown), as the reload it replaces would: what follows a swap, such as a
+/// secondary's spare copy, does not run beside the fill. `false` when nothing was deferred or the
+/// zone set is still empty (the caller refills as usual); `true` once it took the load
+/// (also when the load failed: logged, userspace keeps answering every query).
+pub async fn load_deferred(shared: &Arc<Shared>) -> bool {
+    // left in place until the program's status is published, so that `xdns stats` says
+    // `xdp_data_active: false` throughout (the swap lock keeps a second call out)
+    let cfg = {
+        let d = shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner());
+        match d.as_ref() {
+            Some(c) if !shared.served.load().zones.zones.is_empty() => c.clone(),
+            _ => return false,
+        }
+    };
+    if shared.shutdown.load(Ordering::Relaxed) {
+        return true;
+    }
+    let t = std::time::Instant::now();
+    let fp = match fastpath(&cfg, shared, false).await {
+        Ok(Some(fp)) => fp,
+        Ok(None) => {
+            *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            return true;
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "XDP: the deferred program load failed; userspace answers every query (the next swap of zones tries again)");
+            return true;
+        }
+    };
+    shared.xdp_status.store(Some(fp.status()));
+    *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    shared.telemetry.attach_kernel(fp.status().telemetry().ok());
+    *shared.fastpath.lock().unwrap_or_else(|e| e.into_inner()) = Some(fp);
+    match attach(shared, Vec::new()).await {
+        Ok(()) => {
+            tracing::info!(seconds = t.elapsed().as_secs_f32(), "XDP: program loaded with the first zone data and attached; filling its maps");
+            // the fill runs on the XDP thread after the attach: wait for it (a failed fill is
+            // logged there, and the next swap's reload tries again)
+            let sh = shared.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Fastpath::idle)
+            })
+            .await;
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "XDP: the deferred program did not attach; userspace answers every query");
+            shared.xdp_status.store(None);
+            let sh = shared.clone();
+            let _ = tokio::task::spawn_blocking(move || drop(sh.fastpath.lock().unwrap_or_else(|e| e.into_inner()).take())).await;
+        }
+    }
+    true
+}
+
 /// The sockets the server answers on, bound (or inherited) before anything is served, so
 /// that a bad address fails start-up cleanly.
 pub struct Listeners {

@@ -40,6 +40,8 @@ enum Cmd {
         Vec<(std::net::IpAddr, u8)>,
         mpsc::Sender<anyhow::Result<()>>,
     ),
+    /// Nothing: answered once every command before it is done (a fill after an attach too).
+    Idle(mpsc::Sender<anyhow::Result<()>>),
 }
 
 /// What `xdns stats` and `/metrics` show of the fast path.
@@ -371,6 +373,9 @@ impl Fastpath {
                         Cmd::SetAllow(allow, reply) => {
                             let _ = reply.send(rt.set_allow(&allow));
                         }
+                        Cmd::Idle(reply) => {
+                            let _ = reply.send(Ok(()));
+                        }
                     }
                 }
             })?;
@@ -413,6 +418,12 @@ impl Fastpath {
     /// `data_active` in the counters tells when the data is in.
     pub fn attach(&self, inherited: Vec<InheritedLink>) -> anyhow::Result<()> {
         self.call(|reply| Cmd::Attach(inherited, reply))
+    }
+
+    /// Return once the XDP thread has done every command sent before (the fill that follows
+    /// an attach included), however long that takes (blocking).
+    pub fn idle(&self) -> anyhow::Result<()> {
+        self.call_within(None, Cmd::Idle)
     }
 
     /// Duplicates of the attached links, to hand to a new process (blocking).

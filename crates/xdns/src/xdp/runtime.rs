@@ -19,7 +19,9 @@
 //!   takeover, switches the links handed over by the previous process to this program
 //!   (`link_fds` is the other side of that hand-over).
 //! - `reload` swaps the kernel's data atomically for a new zone set. Data that outgrows the
-//!   zone maps sized at load (a secondary's first transfer when it had no stored copy, a reload
+//!   zone maps sized at load (a secondary's first transfer when it had no stored copy beside
+//!   zones loaded at start (with none at all, start-up defers the load to the first transfer:
+//!   `server::start::defers_fastpath`), a reload
 //!   or catalog member that adds many records) grows them in process: the program is loaded
 //!   again with zone maps sized for the new data by the start-up rule ([`Capacity::for_shape`]),
 //!   every other map reused, filled while its verifier runs on a thread of its own and the old

@@ -2,7 +2,9 @@
 //!
 //! The task checks the primary at start (the tasks start with the daemon, beside the XDP
 //! program's load; a version they bring is swapped in once start-up is done: the server
-//! holds the swap lock until then), then every SOA refresh interval (retry interval
+//! holds the swap lock until then; with nothing to serve at start the program is loaded by
+//! the first version swapped in instead: `server::start::defers_fastpath`), then every SOA
+//! refresh interval (retry interval
 //! after a failure), and at once on an accepted NOTIFY or `xdns zone refresh`. A check is an
 //! IXFR from our serial over TCP (AXFR when we have nothing, on `xdns zone retransfer`, and
 //! as the fallback when the primary cannot answer IXFR or its differences do not apply to
