@@ -127,6 +127,22 @@ def test_secondary_without_stored_copy_grows_the_maps(lab, tmp_path):
         lab.stop(knot)
 
 
+def test_deferred_load_still_refuses_a_missing_interface(lab, tmp_path):
+    """The program's load is deferred for a secondary with nothing at start, but a
+    configured interface that does not exist still fails the start, naming it."""
+    from lab import XDNS_BIN
+    a4, _ = lab.new_address()
+    conf = tmp_path / "xdns.toml"
+    conf.write_text(f'listen = ["{a4}:53"]\ncontrol = "{tmp_path}/control.sock"\n'
+                    f'[xdp]\ninterfaces = ["xdnsnosuch9"]\n'
+                    f'[[zone]]\nname = "first.test."\nprimaries = ["{a4}@5353"]\n')
+    proc = lab.server([XDNS_BIN, "serve", "--config", str(conf)], name="xdns-nosuch-if")
+    assert proc.wait(timeout=30) != 0
+    err = (lab.dir / "xdns-nosuch-if.stderr").read_text()
+    assert "xdnsnosuch9" in err and "no interface" in err, err[-2000:]
+    assert "program load deferred" not in err, err[-2000:]
+
+
 def test_secondary_with_nothing_at_start_loads_the_program_with_its_first_zone(lab, tmp_path):
     """Nothing for the kernel at start (a secondary without a stored copy, no zone file):
     no program is loaded or attached and userspace answers; the first transfer served loads

@@ -236,6 +236,11 @@ pub async fn run(cfg: Config, over: Overrides, takeover: bool) -> anyhow::Result
     // verifier run does not take a core from the transfer; userspace answers meanwhile.
     let deferred = start::defers_fastpath(&cfg, &shared.served.load(), takeover);
     let fp = if deferred {
+        // what the load would refuse first: an interface that does not exist fails the start
+        // now, not the first transfer's swap
+        for i in &cfg.xdp.interfaces {
+            xdns_bpf::iface::ifindex(i).with_context(|| format!("loading the XDP fast path: [xdp] interfaces: {i}"))?;
+        }
         tracing::info!("XDP: program load deferred until the first zone data (secondary zones with no stored copy); userspace answers meanwhile");
         *shared.fastpath_deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg.clone());
         Ok(None)
