@@ -26,6 +26,16 @@
 //!   are dropped (RFC 2181 §5).
 //! - Each RRset's RDATA is packed into one buffer ([`crate::tree::Rdatas`]), shrunk to size at
 //!   the end, so a record costs no allocation of its own.
+//! - Two threads: the `Scanner` (reading the file in segments, `domain`'s scanner, each
+//!   record's owner and RDATA in wire form, `$INCLUDE`) runs on a thread of its own,
+//!   `xdns-scan`, and hands what it finds, in file order, to the `Builder` on the calling
+//!   thread (the node map, duplicates, TTL warnings, progress reports, then validation) in
+//!   batches of `BATCH_RECORDS` records through a queue of `BATCH_QUEUE` batches, so the
+//!   scan runs at most a few hundred KiB ahead. Every finding is made where it was made on one
+//!   thread and applied in the same order: records, errors, warnings and lines are those of
+//!   the one-thread load (which the tests run beside it: `Sink` is the one place the two
+//!   differ). A builder that gives up (too many errors) stops taking batches, and the scan
+//!   ends at its next one.
 
 use std::collections::HashSet as StdHashSet;
 use std::hash::BuildHasher;
