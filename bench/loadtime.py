@@ -9,8 +9,9 @@ thread by then; Knot DNS until it answers, as the goal's yardstick.
 Needs root. The zone is bench/genzone.py's `tld` shape (bench/out/tld-N.zone, as
 bench/scale.py makes it). The builds alternate which goes first in each pair. Printed per run:
 wall seconds until the kernel answers, the process's CPU seconds by then (user + system,
-every thread, ended ones included), and the CPU seconds of each named thread (`xdns-rt`
-loads the zones, `xdns-xdp` sizes the maps, runs the verifier and writes the fill,
+every thread, ended ones included), the seconds until the log says the zones are loaded,
+and the CPU seconds of each named thread (`xdns-rt` builds and validates the zones from
+what `xdns-scan` reads and scans beside it, `xdns-xdp` sizes the maps, runs the verifier and writes the fill,
 `xdns-compile` compiles the answers beside it, `xdns-estimate` compiles half the sizing's
 sample), and the phases the daemon logs with their
 seconds (each run's log: bench/out/loadtime-{base,new}-PAIR.log). Then new / base of the
@@ -25,6 +26,7 @@ bench/out/loadtime-RECORDS[-LABEL].json.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -71,10 +73,24 @@ def phases(log: str) -> list[tuple[str, float]]:
     return out
 
 
+def zones_loaded_at(log: str, t0_wall: float) -> float | None:
+    """Seconds from the start until the log says the zones are loaded (the heap trim after
+    "loading the zones", logged once every zone is read, built and validated)."""
+    for line in log.splitlines():
+        if 'after="loading the zones"' in line:
+            ts = line.split()[0].rstrip("Z")
+            try:
+                t = datetime.datetime.fromisoformat(ts).replace(tzinfo=datetime.timezone.utc).timestamp()
+            except ValueError:
+                return None
+            return t - t0_wall
+    return None
+
+
 def run_xdns(binary: Path, zone: Path, timeout: float, perf_out: Path | None) -> dict:
     L.XDNS_BIN = Path(binary)
     with L.Lab(prefix="load") as lab:
-        t0 = time.monotonic()
+        t0, t0_wall = time.monotonic(), time.time()
         srv = lab.start_xdns([(S.ORIGIN, zone)], name=f"xdns-load-{int(t0)}", xdp="native", wait=False)
         perf = None
         if perf_out:
@@ -103,7 +119,8 @@ def run_xdns(binary: Path, zone: Path, timeout: float, perf_out: Path | None) ->
             by_name[name] = by_name.get(name, 0.0) + s
         log = srv.stderr()
         lab.stop(srv, timeout=max(60.0, timeout))
-    return {"wall_s": wall, "cpu_s": cpu, "threads": by_name, "phases": phases(log), "log": log}
+    return {"wall_s": wall, "cpu_s": cpu, "zone_s": zones_loaded_at(log, t0_wall), "threads": by_name,
+            "phases": phases(log), "log": log}
 
 
 def run_knot(zone: Path, timeout: float) -> dict:
@@ -140,7 +157,8 @@ def main() -> int:
             (S.B.OUT / f"loadtime-{which}-{i}.log").write_text(r.pop("log"))
             res[which].append(r)
             th = " ".join(f"{k}={v:.2f}" for k, v in sorted(r["threads"].items(), key=lambda kv: -kv[1]) if v >= 0.05)
-            print(f"pair {i} {which:4}: kernel {r['wall_s']:6.2f} s, cpu {r['cpu_s']:6.2f} s (load {r['load']:.1f}) {th}",
+            zs = f"zones {r['zone_s']:6.2f} s, " if r["zone_s"] is not None else ""
+            print(f"pair {i} {which:4}: {zs}kernel {r['wall_s']:6.2f} s, cpu {r['cpu_s']:6.2f} s (load {r['load']:.1f}) {th}",
                   flush=True)
             for msg, s in r["phases"]:
                 print(f"      {s:8.2f} s  {msg}")
@@ -149,9 +167,18 @@ def main() -> int:
             res["knot"].append(k)
             print(f"pair {i} knot: answering {k['wall_s']:6.2f} s, cpu {k['cpu_s']:6.2f} s", flush=True)
     med = {w: {m: statistics.median(r[m] for r in rs) for m in ("wall_s", "cpu_s")} for w, rs in res.items() if rs}
-    print(f"\n{'':6} {'wall s (median)':>16} {'cpu s (median)':>15}")
+    for w in ("base", "new"):
+        zs = [r["zone_s"] for r in res[w] if r["zone_s"] is not None]
+        # the zone load's CPU: the loading thread and, where there is one, the scanning thread
+        zc = [r["threads"].get("xdns-rt", 0.0) + r["threads"].get("xdns-scan", 0.0) for r in res[w]]
+        med[w]["zone_s"] = statistics.median(zs) if zs else float("nan")
+        med[w]["zone_cpu_s"] = statistics.median(zc)
+    print(f"\n{'':6} {'wall s (median)':>16} {'cpu s (median)':>15} {'zones s':>8} {'zone cpu s':>11}")
     for w, m in med.items():
-        print(f"{w:6} {m['wall_s']:16.2f} {m['cpu_s']:15.2f}")
+        extra = f" {m['zone_s']:8.2f} {m['zone_cpu_s']:11.2f}" if "zone_s" in m else ""
+        print(f"{w:6} {m['wall_s']:16.2f} {m['cpu_s']:15.2f}{extra}")
+    print(f"new / base: zones loaded {med['new']['zone_s'] / med['base']['zone_s']:.3f} "
+          f"(zone cpu {med['new']['zone_cpu_s'] / med['base']['zone_cpu_s']:.3f})")
     print(f"new / base: wall {med['new']['wall_s'] / med['base']['wall_s']:.3f}, "
           f"cpu {med['new']['cpu_s'] / med['base']['cpu_s']:.3f}")
     if "knot" in med:

@@ -26,6 +26,16 @@
 //!   are dropped (RFC 2181 §5).
 //! - Each RRset's RDATA is packed into one buffer ([`crate::tree::Rdatas`]), shrunk to size at
 //!   the end, so a record costs no allocation of its own.
+//! - Two threads: the `Scanner` (reading the file in segments, `domain`'s scanner, each
+//!   record's owner and RDATA in wire form, `$INCLUDE`) runs on a thread of its own,
+//!   `xdns-scan`, and hands what it finds, in file order, to the `Builder` on the calling
+//!   thread (the node map, duplicates, TTL warnings, progress reports, then validation) in
+//!   batches of `BATCH_RECORDS` records through a queue of `BATCH_QUEUE` batches, so the
+//!   scan runs at most a few hundred KiB ahead. Every finding is made where it was made on one
+//!   thread and applied in the same order: records, errors, warnings and lines are those of
+//!   the one-thread load (which the tests run beside it: `Sink` is the one place the two
+//!   differ). A builder that gives up (too many errors) stops taking batches, and the scan
+//!   ends at its next one.
 
 use std::collections::HashSet as StdHashSet;
 use std::hash::BuildHasher;
@@ -105,7 +115,7 @@ pub fn load_zone_with_warnings(
     src: &ZoneSource,
     progress: Option<&dyn Fn(u64)>,
 ) -> Result<Loaded, Vec<LoadError>> {
-    load_with(src, progress, SCAN_CHUNK, READ_SEGMENT).0
+    load_with(src, progress, Plan::DEFAULT).0
 }
 
 /// Bytes of zone-file text one scanner is given at most, about: `domain`'s scanner works on
@@ -120,13 +130,38 @@ const SCAN_CHUNK: usize = 16 << 20;
 /// A file without `$TTL` has no such place and is read whole.
 const READ_SEGMENT: usize = 32 << 20;
 
-/// [`load_zone_with_warnings`] with scanners of about `scan_chunk` bytes and segments of
-/// about `read_segment` bytes (tests: tiny ones). Also returns the largest read buffer held.
+/// How a load runs: scanners of about `scan_chunk` bytes, segments of about `read_segment`
+/// bytes, and the scan on a thread of its own handing the building thread batches of about
+/// `batch` records, or on the building thread (`batch` 0). Tests vary all three.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    scan_chunk: usize,
+    read_segment: usize,
+    batch: usize,
+}
+
+impl Plan {
+    const DEFAULT: Plan = Plan {
+        scan_chunk: SCAN_CHUNK,
+        read_segment: READ_SEGMENT,
+        batch: BATCH_RECORDS,
+    };
+}
+
+/// Records the scanning thread hands the building thread at once, about (a batch also ends
+/// at [`BATCH_BYTES`] of owners and RDATA).
+const BATCH_RECORDS: usize = 4096;
+/// Bytes of owners and RDATA in one batch, about.
+const BATCH_BYTES: usize = 256 << 10;
+/// Batches scanned ahead of the building thread at most: the scan runs ahead by a few
+/// hundred KiB, never by a parsed copy of the zone.
+const BATCH_QUEUE: usize = 4;
+
+/// [`load_zone_with_warnings`] by `plan`. Also returns the largest read buffer held.
 fn load_with(
     src: &ZoneSource,
     progress: Option<&dyn Fn(u64)>,
-    scan_chunk: usize,
-    read_segment: usize,
+    plan: Plan,
 ) -> (Result<Loaded, Vec<LoadError>>, usize) {
     let origin = match Name::<Bytes>::from_str(&src.name) {
         Ok(n) => n,
@@ -140,26 +175,85 @@ fn load_with(
         }
     };
     let mut b = Builder::new(name_key(&origin), src.file.clone(), progress);
-    b.scan_chunk = scan_chunk;
-    b.read_segment = read_segment;
     let mut stack = Vec::new();
     if let Ok(c) = std::fs::canonicalize(&src.file) {
         stack.push(c);
     }
-    if let Err(e) = b.scan_path(&src.file, Start { origin, ttl: None }, 0, &mut stack) {
+    let start = Start { origin, ttl: None };
+    let (scanned, peak) = if plan.batch == 0 {
+        scan_here(&mut b, &src.file, start, stack, plan)
+    } else {
+        scan_beside(&mut b, &src.file, start, stack, plan)
+    };
+    if let Err(e) = scanned {
         let err = LoadError {
             file: src.file.clone(),
             line: None,
             reason: format!("cannot read zone file: {e}"),
         };
-        return (Err(vec![err]), b.read_buffer_peak);
+        return (Err(vec![err]), peak);
     }
-    let peak = b.read_buffer_peak;
     (b.finish(), peak)
+}
+
+/// Scans `file` on this thread straight into `b`. Returns the main file's read error, if
+/// any, and the largest read buffer held.
+fn scan_here(b: &mut Builder<'_>, file: &Path, start: Start, mut stack: Vec<PathBuf>, plan: Plan) -> (std::io::Result<()>, usize) {
+    let mut sc = Scanner::new(b, plan.scan_chunk, plan.read_segment);
+    let r = sc.scan_path(file, start, 0, &mut stack);
+    (r, sc.read_buffer_peak)
+}
+
+/// Scans `file` on a thread of its own (`xdns-scan`: reading, `domain`'s scanner, each
+/// record's RDATA and owner in wire form) while this thread builds `b` from the batches it
+/// hands over, in file order; what `b` ends with is what [`scan_here`] gives. A scan that
+/// cannot get its thread runs here.
+fn scan_beside(b: &mut Builder<'_>, file: &Path, start: Start, stack: Vec<PathBuf>, plan: Plan) -> (std::io::Result<()>, usize) {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(BATCH_QUEUE);
+        let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<Batch>(BATCH_QUEUE + 2);
+        let fallback = (start.clone(), stack.clone());
+        let scanning = std::thread::Builder::new().name("xdns-scan".into()).spawn_scoped(s, move || {
+            let mut stack = stack;
+            let sink = Batches {
+                tx,
+                back: back_rx,
+                cur: Batch::default(),
+                batch: plan.batch,
+                closed: false,
+            };
+            let mut sc = Scanner::new(sink, plan.scan_chunk, plan.read_segment);
+            let r = sc.scan_path(file, start, 0, &mut stack);
+            sc.sink.flush();
+            (r, sc.read_buffer_peak)
+        });
+        let Ok(scanning) = scanning else {
+            drop(rx);
+            let (start, stack) = fallback;
+            return scan_here(b, file, start, stack, plan);
+        };
+        let mut stopped = false;
+        while let Ok(mut batch) = rx.recv() {
+            if !batch.apply(b) {
+                stopped = true;
+                break;
+            }
+            let _ = back_tx.try_send(batch);
+        }
+        // a builder that stopped (too many errors) ends the scan at its next batch
+        drop(rx);
+        let (r, peak) = match scanning.join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        // what the scan read after the builder stopped is not the zone's concern
+        (if stopped { Ok(()) } else { r }, peak)
+    })
 }
 
 /// What a zone file starts with: its origin and the `$TTL` in force (an included file inherits
 /// the includer's).
+#[derive(Clone)]
 struct Start {
     origin: Name<Bytes>,
     ttl: Option<u32>,
@@ -441,7 +535,8 @@ const _: () = assert!(std::mem::size_of::<RecLoc>() == 16);
 /// RRsets above this size are deduplicated at the end instead of on insertion.
 pub(crate) const LINEAR_DEDUP_MAX: usize = 32;
 
-/// Accumulates a zone while its files are scanned.
+/// Accumulates a zone from the records a scan hands it ([`Sink`]), in file order: the node
+/// map, where each record came from, the errors, warnings and progress reports.
 struct Builder<'p> {
     apex: NameKey,
     main_file: PathBuf,
@@ -454,17 +549,8 @@ struct Builder<'p> {
     warnings_dropped: u64,
     records: u64,
     progress: Option<&'p dyn Fn(u64)>,
-    /// Scratch buffer each record's RDATA is composed into.
-    scratch: BytesMut,
-    key_buf: Vec<u8>,
     /// Whether the error cap was hit.
     gave_up: bool,
-    /// Bytes of text per scanner, about ([`SCAN_CHUNK`]).
-    scan_chunk: usize,
-    /// Bytes of a file read at once, about ([`READ_SEGMENT`]).
-    read_segment: usize,
-    /// The largest read buffer held (capacity), for the tests.
-    read_buffer_peak: usize,
 }
 
 impl<'p> Builder<'p> {
@@ -480,12 +566,7 @@ impl<'p> Builder<'p> {
             warnings_dropped: 0,
             records: 0,
             progress,
-            scratch: BytesMut::with_capacity(65_536),
-            key_buf: Vec::with_capacity(256),
             gave_up: false,
-            scan_chunk: SCAN_CHUNK,
-            read_segment: READ_SEGMENT,
-            read_buffer_peak: 0,
         }
     }
 
@@ -517,8 +598,224 @@ impl<'p> Builder<'p> {
         self.warnings.push(w);
     }
 
+    /// The file of index `file_idx` (in the order [`Sink::file`] named them), for a finding.
+    fn file_at(&self, file_idx: u32) -> PathBuf {
+        self.files.get(file_idx as usize).cloned().unwrap_or_else(|| self.main_file.clone())
+    }
+
+    /// Adds one scanned record, or the reason the scan refused it.
+    fn add_record(&mut self, file_idx: u32, line: Option<usize>, rr: Result<Rr<'_>, String>) {
+        self.records += 1;
+        if self.records.is_multiple_of(PROGRESS_EVERY) {
+            if let Some(p) = self.progress {
+                p(self.records);
+            }
+        }
+        let Rr { owner: key, rtype, ttl, rdata } = match rr {
+            Ok(rr) => rr,
+            Err(reason) => {
+                let path = self.file_at(file_idx);
+                self.error(&path, line, reason);
+                return;
+            }
+        };
+        let loc = Loc {
+            file: file_idx,
+            line: line.unwrap_or(0) as u32,
+        };
+        let ok = if let Some(node) = self.nodes.get_mut(key) {
+            Some(insert_rr(node, rtype, ttl, rdata))
+        } else if !validate::in_zone(&self.apex, key) {
+            let reason = validate::out_of_zone_reason(key, &self.apex);
+            let path = self.file_at(file_idx);
+            self.error(&path, line, reason);
+            None
+        } else {
+            let mut node = Node {
+                rrsets: Vec::with_capacity(1),
+            };
+            let r = insert_rr(&mut node, rtype, ttl, rdata);
+            self.nodes.insert(key.into(), node);
+            // Empty non-terminals up to the apex (ancestors of an existing node exist).
+            let mut pos = 0usize;
+            while key.len() - pos > self.apex.len() {
+                pos += 1 + key[pos] as usize;
+                if self.nodes.contains_key(&key[pos..]) {
+                    break;
+                }
+                self.nodes.insert(key[pos..].into(), Node::default());
+            }
+            Some(r)
+        };
+        if matches!(ok, Some(Inserted::Added | Inserted::TtlDiffers { .. })) {
+            let owner_hash = self.nodes.hasher().hash_one(key);
+            self.locs.push(RecLoc::new(owner_hash, rtype, loc));
+        }
+        // RRSIGs take the TTL of the RRset each covers (RFC 4034 §3), so one node's signatures
+        // differ by design: answers use the covered RRset's TTL (compile.rs), no warning.
+        if let (Some(Inserted::TtlDiffers { old, new }), false) = (ok, rtype == xdns_wire::rtype::RRSIG) {
+            let w = LoadError {
+                file: self.file_at(file_idx),
+                line,
+                reason: format!(
+                    "TTL {new} differs from TTL {old} of the {} RRset at {}; using {}",
+                    validate::type_name(rtype),
+                    key_to_text(key),
+                    old.min(new)
+                ),
+            };
+            self.warning(w);
+        }
+    }
+
+    /// Deduplicates big RRsets, validates, and builds the [`Zone`].
+    fn finish(mut self) -> Result<Loaded, Vec<LoadError>> {
+        let records = settle_rrsets(&mut self.nodes);
+        let findings = validate::validate(&self);
+        for w in findings.warnings {
+            self.warning(w);
+        }
+        if self.warnings_dropped > 0 {
+            tracing::warn!(
+                "{}: {} more warnings not shown",
+                self.main_file.display(),
+                self.warnings_dropped
+            );
+        }
+        let mut errors = std::mem::take(&mut self.errors);
+        if !self.gave_up {
+            for e in findings.errors {
+                if errors.len() >= MAX_ERRORS {
+                    break;
+                }
+                errors.push(e);
+            }
+        }
+        if !errors.is_empty() {
+            // Scan errors come first, validation errors after; show them in file order.
+            let gave_up = if self.gave_up { errors.pop() } else { None };
+            errors.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+            errors.extend(gave_up);
+            return Err(errors);
+        }
+        let serial = self
+            .nodes
+            .get(&self.apex)
+            .and_then(|n| n.rrset(xdns_wire::rtype::SOA))
+            .and_then(|s| s.rdata.first())
+            .and_then(soa_serial)
+            .unwrap_or(0);
+        Ok(Loaded {
+            zone: Zone::new(self.apex, self.nodes, self.main_file, serial).counted(records),
+            warnings: self.warnings,
+            records: self.records,
+        })
+    }
+}
+
+impl Sink for Builder<'_> {
+    fn file(&mut self, path: &Path) {
+        self.files.push(path.to_path_buf());
+    }
+    fn reserve(&mut self, nodes: usize) {
+        self.nodes.reserve(nodes);
+    }
+    fn record(&mut self, file_idx: u32, line: Option<usize>, rr: Result<Rr<'_>, String>) {
+        self.add_record(file_idx, line, rr);
+    }
+    fn error(&mut self, file: &Path, line: Option<usize>, reason: String) {
+        Builder::error(self, file, line, reason);
+    }
     fn full(&self) -> bool {
         self.errors.len() > MAX_ERRORS
+    }
+}
+
+//------------ Scanner ----------------------------------------------------------
+
+/// What a scan hands the zone being built, in file order: the [`Builder`] itself when one
+/// thread loads, [`Batches`] for the building thread when two do.
+trait Sink {
+    /// A file is being read: the next file index (0 for the main file).
+    fn file(&mut self, path: &Path);
+    /// About this many nodes are coming (from the main file's first segment).
+    fn reserve(&mut self, nodes: usize);
+    /// One record of file `file_idx`, on `line`: its owner, type, TTL and RDATA in wire form,
+    /// or why it is refused (its class, RDATA that does not encode).
+    fn record(&mut self, file_idx: u32, line: Option<usize>, rr: Result<Rr<'_>, String>);
+    /// A problem the scan found (syntax, `$INCLUDE`), where it was.
+    fn error(&mut self, file: &Path, line: Option<usize>, reason: String);
+    /// Whether the scan should stop (too many errors, or no one builds any more).
+    fn full(&self) -> bool;
+}
+
+/// One record as a scan hands it on: the owner's lowercased wire form and the uncompressed
+/// RDATA.
+struct Rr<'a> {
+    owner: &'a [u8],
+    rtype: u16,
+    ttl: u32,
+    rdata: &'a [u8],
+}
+
+/// Reads zone files (following `$INCLUDE`), runs `domain`'s scanner over them and hands each
+/// record in wire form, and each problem, to its [`Sink`].
+struct Scanner<S> {
+    sink: S,
+    /// Files opened so far (the next one's index).
+    files: u32,
+    /// Scratch buffer each record's RDATA is composed into.
+    scratch: BytesMut,
+    key_buf: Vec<u8>,
+    /// Bytes of text per scanner, about ([`SCAN_CHUNK`]).
+    scan_chunk: usize,
+    /// Bytes of a file read at once, about ([`READ_SEGMENT`]).
+    read_segment: usize,
+    /// The largest read buffer held (capacity), for the tests.
+    read_buffer_peak: usize,
+}
+
+impl<S: Sink> Scanner<S> {
+    fn new(sink: S, scan_chunk: usize, read_segment: usize) -> Self {
+        Scanner {
+            sink,
+            files: 0,
+            scratch: BytesMut::with_capacity(65_536),
+            key_buf: Vec::with_capacity(256),
+            scan_chunk,
+            read_segment,
+            read_buffer_peak: 0,
+        }
+    }
+
+    /// Hands one scanned record on in wire form (or the reason it is refused).
+    fn record(&mut self, file_idx: u32, line: Option<usize>, rec: &domain::zonefile::inplace::ScannedRecord) {
+        let refused = |s: &mut Self, reason: String| s.sink.record(file_idx, line, Err(reason));
+        if rec.class() != Class::IN {
+            return refused(self, format!("class {} is not supported (only IN)", rec.class()));
+        }
+        let data = rec.data();
+        if let ZoneRecordData::Unknown(u) = data {
+            if let Err(reason) = check_generic(rec.rtype(), u.data().as_ref()) {
+                return refused(self, reason);
+            }
+        }
+        self.scratch.clear();
+        if data.compose_rdata(&mut self.scratch).is_err() {
+            return refused(self, "cannot encode RDATA".into());
+        }
+        if self.scratch.len() > 65_535 {
+            return refused(self, "RDATA longer than 65535 octets".into());
+        }
+        self.key_buf.clear();
+        push_name_key(&mut self.key_buf, rec.owner());
+        let rr = Rr {
+            owner: &self.key_buf,
+            rtype: rec.rtype().to_int(),
+            ttl: rec.ttl().as_secs(),
+            rdata: &self.scratch,
+        };
+        self.sink.record(file_idx, line, Ok(rr));
     }
 
     /// Reads one file (the main file or an included one) in segments of about
@@ -535,8 +832,9 @@ impl<'p> Builder<'p> {
         use std::io::Read;
         let mut file = std::fs::File::open(path)?;
         let file_len = file.metadata().map_or(0, |m| m.len());
-        let file_idx = self.files.len() as u32;
-        self.files.push(path.to_path_buf());
+        let file_idx = self.files;
+        self.files += 1;
+        self.sink.file(path);
         let mut state = start;
         let (mut buf, mut read, mut first_line) = (Vec::new(), 0u64, 1usize);
         let mut want = self.read_segment.max(1);
@@ -570,7 +868,7 @@ impl<'p> Builder<'p> {
                 // name, in the first segment, scaled to the file's size.
                 let lines = estimate_owner_lines(&buf[..at]);
                 let scale = if eof || at == 0 { 1.0 } else { file_len as f64 / at as f64 };
-                self.nodes.reserve((lines as f64 * scale.max(1.0)) as usize);
+                self.sink.reserve((lines as f64 * scale.max(1.0)) as usize);
                 sized = true;
             }
             let go_on = self.scan_text(path, file_idx, &buf[..at], &mut state, first_line, depth, stack);
@@ -622,7 +920,7 @@ impl<'p> Builder<'p> {
             zf.set_default_class(Class::IN);
 
             loop {
-                if self.full() {
+                if self.sink.full() {
                     return false;
                 }
                 let res = catch_unwind(AssertUnwindSafe(|| zf.next_entry()));
@@ -631,7 +929,7 @@ impl<'p> Builder<'p> {
                     Err(_) => {
                         // `domain` panicked on this input: report and stop this file.
                         let line = spans.peek().map(|s| s.first_line);
-                        self.error(path, line, "zone file scanner failed on this entry".into());
+                        self.sink.error(path, line, "zone file scanner failed on this entry".into());
                         return false;
                     }
                 };
@@ -680,7 +978,7 @@ impl<'p> Builder<'p> {
                         let line = span.map(|s| s.first_line);
                         match entry {
                             Entry::Record(rec) => {
-                                self.add_record(path, file_idx, line, &rec);
+                                self.record(file_idx, line, &rec);
                             }
                             Entry::Include {
                                 path: inc,
@@ -732,7 +1030,7 @@ impl<'p> Builder<'p> {
                             Some(c) if c > 1 && line == eline => format!("{reason} (column {c})"),
                             _ => reason,
                         };
-                        self.error(path, line, reason);
+                        self.sink.error(path, line, reason);
                         // Restart after the failing entry, skipping the indented entries that
                         // follow it (they would inherit a broken owner).
                         if let Ok(o) = zf.origin() {
@@ -777,7 +1075,7 @@ impl<'p> Builder<'p> {
             None => PathBuf::from(target),
         };
         if depth + 1 > MAX_INCLUDE_DEPTH {
-            self.error(
+            self.sink.error(
                 from,
                 line,
                 format!("$INCLUDE {target}: nested deeper than {MAX_INCLUDE_DEPTH} levels"),
@@ -787,7 +1085,7 @@ impl<'p> Builder<'p> {
         let canon = match std::fs::canonicalize(&path) {
             Ok(c) => c,
             Err(e) => {
-                self.error(
+                self.sink.error(
                     from,
                     line,
                     format!("cannot open $INCLUDE file {}: {e}", path.display()),
@@ -796,7 +1094,7 @@ impl<'p> Builder<'p> {
             }
         };
         if stack.contains(&canon) {
-            self.error(
+            self.sink.error(
                 from,
                 line,
                 format!("$INCLUDE loop: {} is already being read", path.display()),
@@ -805,7 +1103,7 @@ impl<'p> Builder<'p> {
         }
         stack.push(canon);
         if let Err(e) = self.scan_path(&path, start, depth + 1, stack) {
-            self.error(
+            self.sink.error(
                 from,
                 line,
                 format!("cannot read $INCLUDE file {}: {e}", path.display()),
@@ -813,149 +1111,164 @@ impl<'p> Builder<'p> {
         }
         stack.pop();
     }
+}
 
-    /// Adds one scanned record.
-    fn add_record(
-        &mut self,
-        path: &Path,
+impl<T: Sink + ?Sized> Sink for &mut T {
+    fn file(&mut self, path: &Path) {
+        (**self).file(path)
+    }
+    fn reserve(&mut self, nodes: usize) {
+        (**self).reserve(nodes)
+    }
+    fn record(&mut self, file_idx: u32, line: Option<usize>, rr: Result<Rr<'_>, String>) {
+        (**self).record(file_idx, line, rr)
+    }
+    fn error(&mut self, file: &Path, line: Option<usize>, reason: String) {
+        (**self).error(file, line, reason)
+    }
+    fn full(&self) -> bool {
+        (**self).full()
+    }
+}
+
+//------------ Scanning beside the builder -------------------------------------
+
+/// What the scanning thread hands the building thread at once: [`Sink`] calls in order, each
+/// record's owner and RDATA one after the other in `bytes`.
+#[derive(Default)]
+struct Batch {
+    events: Vec<Event>,
+    bytes: Vec<u8>,
+}
+
+/// One [`Sink`] call.
+enum Event {
+    File(PathBuf),
+    Reserve(usize),
+    /// A record: its owner (`owner` bytes) and RDATA (`rdata` bytes) are next in `bytes`.
+    Record {
         file_idx: u32,
         line: Option<usize>,
-        rec: &domain::zonefile::inplace::ScannedRecord,
-    ) {
-        self.records += 1;
-        if self.records.is_multiple_of(PROGRESS_EVERY) {
-            if let Some(p) = self.progress {
-                p(self.records);
-            }
-        }
-        if rec.class() != Class::IN {
-            self.error(
-                path,
-                line,
-                format!("class {} is not supported (only IN)", rec.class()),
-            );
-            return;
-        }
-        let rtype = rec.rtype().to_int();
-        let data = rec.data();
-        if let ZoneRecordData::Unknown(u) = data {
-            if let Err(reason) = check_generic(rec.rtype(), u.data().as_ref()) {
-                self.error(path, line, reason);
-                return;
-            }
-        }
-        // RDATA into the scratch buffer (copied into its RRset's buffer below).
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        if data.compose_rdata(&mut scratch).is_err() {
-            self.scratch = scratch;
-            self.error(path, line, "cannot encode RDATA".into());
-            return;
-        }
-        if scratch.len() > 65_535 {
-            self.scratch = scratch;
-            self.error(path, line, "RDATA longer than 65535 octets".into());
-            return;
-        }
-        let rdata = &scratch[..];
+        rtype: u16,
+        ttl: u32,
+        owner: u32,
+        rdata: u32,
+    },
+    Refused(u32, Option<usize>, String),
+    Error(Box<(PathBuf, Option<usize>, String)>),
+}
 
-        // Owner key.
-        let mut key = std::mem::take(&mut self.key_buf);
-        key.clear();
-        push_name_key(&mut key, rec.owner());
-        let loc = Loc {
-            file: file_idx,
-            line: line.unwrap_or(0) as u32,
-        };
-        let ttl = rec.ttl().as_secs();
-        let ok = if let Some(node) = self.nodes.get_mut(&key[..]) {
-            Some(insert_rr(node, rtype, ttl, rdata))
-        } else if !validate::in_zone(&self.apex, &key) {
-            let reason = validate::out_of_zone_reason(&key, &self.apex);
-            self.error(path, line, reason);
-            None
-        } else {
-            let mut node = Node {
-                rrsets: Vec::with_capacity(1),
-            };
-            let r = insert_rr(&mut node, rtype, ttl, rdata);
-            self.nodes.insert(key.as_slice().into(), node);
-            // Empty non-terminals up to the apex (ancestors of an existing node exist).
-            let mut pos = 0usize;
-            while key.len() - pos > self.apex.len() {
-                pos += 1 + key[pos] as usize;
-                if self.nodes.contains_key(&key[pos..]) {
-                    break;
-                }
-                self.nodes.insert(key[pos..].into(), Node::default());
+impl Batch {
+    /// Makes every call of the batch on `b`, in order. False when `b` wants no more (too
+    /// many errors: the one-thread scan would have stopped there).
+    fn apply(&mut self, b: &mut Builder<'_>) -> bool {
+        let mut at = 0usize;
+        for ev in self.events.drain(..) {
+            if b.full() {
+                return false;
             }
-            Some(r)
-        };
-        if matches!(ok, Some(Inserted::Added | Inserted::TtlDiffers { .. })) {
-            let owner_hash = self.nodes.hasher().hash_one(&key[..]);
-            self.locs.push(RecLoc::new(owner_hash, rtype, loc));
+            match ev {
+                Event::File(path) => b.files.push(path),
+                Event::Reserve(n) => b.nodes.reserve(n),
+                Event::Record {
+                    file_idx,
+                    line,
+                    rtype,
+                    ttl,
+                    owner,
+                    rdata,
+                } => {
+                    let (o, r) = (owner as usize, rdata as usize);
+                    let rr = Rr {
+                        owner: &self.bytes[at..at + o],
+                        rtype,
+                        ttl,
+                        rdata: &self.bytes[at + o..at + o + r],
+                    };
+                    at += o + r;
+                    b.add_record(file_idx, line, Ok(rr));
+                }
+                Event::Refused(file_idx, line, reason) => b.add_record(file_idx, line, Err(reason)),
+                Event::Error(e) => {
+                    let (file, line, reason) = *e;
+                    b.error(&file, line, reason);
+                }
+            }
         }
-        // RRSIGs take the TTL of the RRset each covers (RFC 4034 §3), so one node's signatures
-        // differ by design: answers use the covered RRset's TTL (compile.rs), no warning.
-        if let (Some(Inserted::TtlDiffers { old, new }), false) = (ok, rtype == xdns_wire::rtype::RRSIG) {
-            let w = LoadError {
-                file: path.to_path_buf(),
-                line,
-                reason: format!(
-                    "TTL {new} differs from TTL {old} of the {} RRset at {}; using {}",
-                    validate::type_name(rtype),
-                    key_to_text(&key),
-                    old.min(new)
-                ),
-            };
-            self.warning(w);
+        self.bytes.clear();
+        true
+    }
+}
+
+/// The scanning thread's [`Sink`]: fills a batch and sends it when it holds `batch` records
+/// (or [`BATCH_BYTES`]) on a queue of [`BATCH_QUEUE`] batches; the building thread sends the
+/// emptied ones back to be filled again.
+struct Batches {
+    tx: std::sync::mpsc::SyncSender<Batch>,
+    back: std::sync::mpsc::Receiver<Batch>,
+    cur: Batch,
+    batch: usize,
+    /// The building thread stopped taking batches.
+    closed: bool,
+}
+
+impl Batches {
+    fn push(&mut self, ev: Event) {
+        if self.closed {
+            return;
         }
-        self.key_buf = key;
-        self.scratch = scratch;
+        self.cur.events.push(ev);
+        if self.cur.events.len() >= self.batch || self.cur.bytes.len() >= BATCH_BYTES {
+            self.flush();
+        }
     }
 
-    /// Deduplicates big RRsets, validates, and builds the [`Zone`].
-    fn finish(mut self) -> Result<Loaded, Vec<LoadError>> {
-        let records = settle_rrsets(&mut self.nodes);
-        let findings = validate::validate(&self);
-        for w in findings.warnings {
-            self.warning(w);
+    /// Sends what the batch holds.
+    fn flush(&mut self) {
+        if self.closed || self.cur.events.is_empty() {
+            return;
         }
-        if self.warnings_dropped > 0 {
-            tracing::warn!(
-                "{}: {} more warnings not shown",
-                self.main_file.display(),
-                self.warnings_dropped
-            );
+        let next = self.back.try_recv().unwrap_or_default();
+        let full = std::mem::replace(&mut self.cur, next);
+        if self.tx.send(full).is_err() {
+            self.closed = true;
         }
-        let mut errors = std::mem::take(&mut self.errors);
-        if !self.gave_up {
-            for e in findings.errors {
-                if errors.len() >= MAX_ERRORS {
-                    break;
+    }
+}
+
+impl Sink for Batches {
+    fn file(&mut self, path: &Path) {
+        self.push(Event::File(path.to_path_buf()));
+    }
+    fn reserve(&mut self, nodes: usize) {
+        self.push(Event::Reserve(nodes));
+    }
+    fn record(&mut self, file_idx: u32, line: Option<usize>, rr: Result<Rr<'_>, String>) {
+        let ev = match rr {
+            Ok(rr) => {
+                if !self.closed {
+                    self.cur.bytes.extend_from_slice(rr.owner);
+                    self.cur.bytes.extend_from_slice(rr.rdata);
                 }
-                errors.push(e);
+                Event::Record {
+                    file_idx,
+                    line,
+                    rtype: rr.rtype,
+                    ttl: rr.ttl,
+                    // an owner is at most 255 bytes, RDATA at most 65,535 (checked before)
+                    owner: rr.owner.len() as u32,
+                    rdata: rr.rdata.len() as u32,
+                }
             }
-        }
-        if !errors.is_empty() {
-            // Scan errors come first, validation errors after; show them in file order.
-            let gave_up = if self.gave_up { errors.pop() } else { None };
-            errors.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
-            errors.extend(gave_up);
-            return Err(errors);
-        }
-        let serial = self
-            .nodes
-            .get(&self.apex)
-            .and_then(|n| n.rrset(xdns_wire::rtype::SOA))
-            .and_then(|s| s.rdata.first())
-            .and_then(soa_serial)
-            .unwrap_or(0);
-        Ok(Loaded {
-            zone: Zone::new(self.apex, self.nodes, self.main_file, serial).counted(records),
-            warnings: self.warnings,
-            records: self.records,
-        })
+            Err(reason) => Event::Refused(file_idx, line, reason),
+        };
+        self.push(ev);
+    }
+    fn error(&mut self, file: &Path, line: Option<usize>, reason: String) {
+        self.push(Event::Error(Box::new((file.to_path_buf(), line, reason))));
+    }
+    fn full(&self) -> bool {
+        self.closed
     }
 }
 
@@ -1143,6 +1456,27 @@ fn split_scan_error(msg: &str) -> (Option<usize>, Option<usize>, String) {
 mod tests {
     use super::*;
 
+    fn plan(scan_chunk: usize, read_segment: usize, batch: usize) -> Plan {
+        Plan {
+            scan_chunk,
+            read_segment,
+            batch,
+        }
+    }
+
+    /// Two loads gave the same: the same nodes, records and warnings (files, lines, reasons,
+    /// order), or the same errors.
+    fn same(a: &Result<Loaded, Vec<LoadError>>, b: &Result<Loaded, Vec<LoadError>>, what: &str) {
+        match (a, b) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.zone.nodes, b.zone.nodes, "{what}");
+                assert_eq!((a.records, a.zone.serial, &a.warnings), (b.records, b.zone.serial, &b.warnings), "{what}");
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "{what}"),
+            (a, b) => panic!("{what}: {:?} against {:?}", a.as_ref().err(), b.as_ref().err()),
+        }
+    }
+
     /// A zone loaded by scanners of one entry each (every record naming its owner after the
     /// first `$TTL` starts a new one), or read in segments of one entry each, is the zone
     /// loaded by one scanner from the whole text: same nodes, same errors at the same lines,
@@ -1202,20 +1536,16 @@ h A 198.18.0.8
             if chunk_starts(&text, false, 1, 1).len() > 1 {
                 several += 1;
             }
-            let (one, whole) = load_with(&src, None, usize::MAX, usize::MAX);
+            let (one, whole) = load_with(&src, None, plan(usize::MAX, usize::MAX, 0));
             assert!(whole > text.len(), "{}: read whole ({whole} bytes held)", file.display());
-            // small scanners in one segment; one scanner per tiny segment; both tiny
-            for (chunk, segment) in [(1, usize::MAX), (usize::MAX, 1), (1, 1)] {
-                let (small, held) = load_with(&src, None, chunk, segment);
-                match (&one, small) {
-                    (Ok(a), Ok(b)) => {
-                        assert_eq!(a.zone.nodes, b.zone.nodes, "{} {chunk} {segment}", file.display());
-                        assert_eq!((a.records, &a.warnings), (b.records, &b.warnings), "{}", file.display());
-                    }
-                    (Err(a), Err(b)) => assert_eq!(a, &b, "{} {chunk} {segment}", file.display()),
-                    (a, b) => panic!("{}: whole {:?}, {chunk} {segment}: {:?}", file.display(), a.is_ok(), b.is_ok()),
+            // small scanners in one segment; one scanner per tiny segment; both tiny; each
+            // on the building thread and beside it in batches of 1, 3 and the default records
+            for (chunk, segment) in [(usize::MAX, usize::MAX), (1, usize::MAX), (usize::MAX, 1), (1, 1)] {
+                for batch in [0, 1, 3, BATCH_RECORDS] {
+                    let (small, held) = load_with(&src, None, plan(chunk, segment, batch));
+                    same(&one, &small, &format!("{} {chunk} {segment} {batch}", file.display()));
+                    let _ = held;
                 }
-                let _ = held;
             }
             match one {
                 Ok(_) => loaded += 1,
@@ -1230,18 +1560,21 @@ h A 198.18.0.8
         }
         std::fs::write(dir.join("big.zone"), &big).unwrap();
         let src = ZoneSource { name: "chunks.test.".into(), file: dir.join("big.zone") };
-        let ((whole, _), (parts, held)) = (load_with(&src, None, usize::MAX, usize::MAX), load_with(&src, None, 1 << 10, 4 << 10));
-        let (whole, parts) = (whole.unwrap(), parts.unwrap());
-        assert_eq!((whole.zone.nodes, whole.records), (parts.zone.nodes, parts.records));
+        let ((whole, _), (parts, held)) = (load_with(&src, None, plan(usize::MAX, usize::MAX, 0)), load_with(&src, None, plan(1 << 10, 4 << 10, 0)));
+        let (beside, held_beside) = load_with(&src, None, plan(1 << 10, 4 << 10, 3));
+        let (whole, parts, beside) = (whole.unwrap(), parts.unwrap(), beside.unwrap());
+        assert_eq!((&whole.zone.nodes, whole.records), (&parts.zone.nodes, parts.records));
+        assert_eq!((&whole.zone.nodes, whole.records), (&beside.zone.nodes, beside.records));
         assert!(held <= 8 << 10 && big.len() > 64 << 10, "{held} bytes held of {}", big.len());
+        assert_eq!(held_beside, held, "the scanning thread reads as the building one does");
         // the error's line is the file's, whichever scanner read it
         for segment in [1, usize::MAX] {
-            let errs = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("chunks.zone") }, None, 1, segment)
+            let errs = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("chunks.zone") }, None, plan(1, segment, 0))
                 .0
                 .expect_err("a bad address");
             assert_eq!(errs.iter().map(|e| e.line).collect::<Vec<_>>(), vec![Some(15)], "{errs:?}");
         }
-        let good = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("good.zone") }, None, 1, 1).0.unwrap();
+        let good = load_with(&ZoneSource { name: "chunks.test.".into(), file: dir.join("good.zone") }, None, plan(1, 1, 0)).0.unwrap();
         let ttl = |n: &str, t| {
             let k = text_to_key(n).unwrap();
             good.zone.nodes[&k].rrset(t).map(|r| r.ttl)
@@ -1252,6 +1585,110 @@ h A 198.18.0.8
         assert_eq!(ttl("d.sub.chunks.test.", xdns_wire::rtype::MX), Some(900), "an indented record keeps its owner");
         assert_eq!(ttl("inc1.sub.chunks.test.", xdns_wire::rtype::AAAA), Some(900));
         assert_eq!(ttl("h.chunks.test.", xdns_wire::rtype::A), Some(900));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The zone built beside a scanning thread is the zone built by the thread that scans:
+    /// for files with an error in the first and in the last record, `$TTL`, `$ORIGIN` and
+    /// `$INCLUDE` changes where a scanner and a batch end, includes that are missing or loop,
+    /// more errors than are kept (the scan runs ahead of a builder that gave up), more
+    /// warnings than are kept, a file smaller than one scanner's text, and the progress
+    /// reports of a file of 250,000 records; with scanners of one entry and of the default
+    /// size, segments of one entry and whole, batches of 1, 2, 7 records and the default.
+    #[test]
+    fn scanned_beside_the_builder_as_on_it() {
+        let dir = std::env::temp_dir().join(format!("xdns-scan-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let head = "$TTL 300\n@ SOA ns hostmaster 1 7200 3600 1209600 60\n  NS ns\nns A 198.18.0.1\n";
+        std::fs::write(dir.join("inc.zone"), "$TTL 60\ni1 A 198.18.1.1\n  120 A 198.18.1.2\n$ORIGIN deeper.beside.test.\ni2 TXT \"x\"\n").unwrap();
+        std::fs::write(dir.join("loop.zone"), "l1 A 198.18.2.1\n$INCLUDE loop.zone\n").unwrap();
+        let mut files = vec![
+            ("first-last", "$TTL 300\nbad A 198.18.0.256\n@ SOA ns hostmaster 1 7200 3600 1209600 60\n  NS ns\nns A 198.18.0.1\na A 198.18.0.2\nz A 198.18.0.300\n".to_string()),
+            ("directives", format!("{head}$ORIGIN sub.beside.test.\na A 198.18.0.2\n$TTL 900\nb A 198.18.0.3\n  AAAA 2001:db8::3\n$INCLUDE inc.zone\nc A 198.18.0.4\n$ORIGIN beside.test.\n$INCLUDE inc.zone other.beside.test.\nd ( A\n 198.18.0.5 )\ne 30 A 198.18.0.6\n")),
+            ("includes", format!("{head}$INCLUDE missing.zone\nm A 198.18.0.7\n$INCLUDE loop.zone\nn CH A 198.18.0.8\no A 198.18.0.9\n")),
+            ("small", format!("{head}www A 198.18.0.10\n")),
+            ("cname", format!("{head}c CNAME www\nc A 198.18.0.11\nout.of.zone. A 198.18.0.12\nwww A 198.18.0.10\n")),
+        ];
+        // 150 errors, then records, an include and more errors the builder never sees
+        let mut many = String::from(head);
+        for i in 0..150 {
+            many.push_str(&format!("e{i} A 198.18.0.{}\nok{i} A 198.18.1.{}\n", 256 + i, i % 250));
+        }
+        many.push_str("$INCLUDE missing.zone\nlast A 1.2.3.999\n");
+        files.push(("errors", many));
+        // 150 TTL warnings, 100 kept
+        let mut warned = String::from(head);
+        for i in 0..150 {
+            warned.push_str(&format!("w{i} 60 A 198.18.0.1\nw{i} 120 A 198.18.0.2\n"));
+        }
+        files.push(("warnings", warned));
+        let mut several = 0;
+        for (name, text) in &files {
+            let file = dir.join(format!("{name}.zone"));
+            std::fs::write(&file, text).unwrap();
+            if chunk_starts(text.as_bytes(), false, 1, 1).len() > 2 {
+                several += 1;
+            }
+            let src = ZoneSource { name: "beside.test.".into(), file };
+            let (one, _) = load_with(&src, None, plan(usize::MAX, usize::MAX, 0));
+            for (chunk, segment) in [(SCAN_CHUNK, READ_SEGMENT), (1, usize::MAX), (usize::MAX, 1), (1, 1)] {
+                for batch in [1, 2, 7, BATCH_RECORDS] {
+                    let (two, _) = load_with(&src, None, plan(chunk, segment, batch));
+                    same(&one, &two, &format!("{name} {chunk} {segment} {batch}"));
+                }
+            }
+            // what each file is for
+            match *name {
+                "first-last" => {
+                    let lines: Vec<_> = one.as_ref().unwrap_err().iter().map(|e| e.line).collect();
+                    assert_eq!(lines, vec![Some(2), Some(7)], "{one:?}");
+                }
+                "errors" => {
+                    let errs = one.as_ref().unwrap_err();
+                    assert_eq!(errs.len(), MAX_ERRORS + 1);
+                    assert!(errs[MAX_ERRORS].reason.contains("giving up"), "{errs:?}");
+                }
+                "includes" => assert_eq!(one.as_ref().unwrap_err().len(), 3, "{one:?}"),
+                "warnings" => {
+                    let l = one.as_ref().unwrap();
+                    assert_eq!(l.warnings.len(), MAX_WARNINGS);
+                    assert_eq!(l.warnings.last().and_then(|w| w.line), Some(4 + 2 * MAX_WARNINGS));
+                }
+                "directives" => {
+                    let l = one.as_ref().unwrap();
+                    let ttl = |n: &str, t| l.zone.nodes[&text_to_key(n).unwrap()].rrset(t).map(|r| r.ttl);
+                    assert_eq!(ttl("b.sub.beside.test.", xdns_wire::rtype::AAAA), Some(900));
+                    assert_eq!(ttl("i1.sub.beside.test.", xdns_wire::rtype::A), Some(60));
+                    assert_eq!(ttl("i2.deeper.beside.test.", xdns_wire::rtype::TXT), Some(60));
+                    assert_eq!(ttl("c.sub.beside.test.", xdns_wire::rtype::A), Some(900), "the include's $TTL stays in it");
+                    assert_eq!(ttl("i1.other.beside.test.", xdns_wire::rtype::A), Some(60));
+                    assert_eq!(ttl("d.beside.test.", xdns_wire::rtype::A), Some(900));
+                    let w: Vec<_> = l.warnings.iter().map(|w| (w.file.file_name().unwrap().to_str().unwrap(), w.line)).collect();
+                    assert_eq!(w, vec![("inc.zone", Some(3)), ("inc.zone", Some(3))], "a finding in an included file names it");
+                }
+                _ => assert!(one.is_ok() || *name == "cname", "{name}: {one:?}"),
+            }
+        }
+        assert!(several >= 6, "{several}");
+        // progress every 100,000 records, from the building thread, the same either way
+        let mut text = String::from(head);
+        for i in 0..250_000u32 {
+            text.push_str(&format!("h{i} A 198.18.{}.{}\n", (i >> 8) & 255, i & 255));
+        }
+        let file = dir.join("progress.zone");
+        std::fs::write(&file, &text).unwrap();
+        let src = ZoneSource { name: "beside.test.".into(), file };
+        let calls = |p: Plan| {
+            let seen = std::cell::RefCell::new(Vec::new());
+            let report = |n: u64| seen.borrow_mut().push(n);
+            let (l, _) = load_with(&src, Some(&report), p);
+            (l, seen.into_inner())
+        };
+        let (one, one_calls) = calls(plan(SCAN_CHUNK, READ_SEGMENT, 0));
+        let (two, two_calls) = calls(plan(64 << 10, 256 << 10, BATCH_RECORDS));
+        same(&one, &two, "progress");
+        assert_eq!(one_calls, vec![100_000, 200_000]);
+        assert_eq!(one_calls, two_calls);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
