@@ -123,7 +123,7 @@ enum xdns_body_class {
 /* xdns_node.flags */
 #define XDNS_NODE_APEX 0x1      /* this name is a zone apex */
 #define XDNS_NODE_CUT 0x2       /* at or below a zone cut (cut_hash/cut_len valid) */
-#define XDNS_NODE_WILDCARD 0x4  /* `*.<this name>` exists */
+#define XDNS_NODE_WILDCARD 0x4  /* `*.<this name>` exists, or a DNAME here (no Wildcard bodies: handed over) */
 #define XDNS_NODE_NODATA_APEX 0x8 /* this name's Other body is its apex's, rebased by delta:
                                    * the exact lookup of Other uses apex_hash (no per-name copy) */
 

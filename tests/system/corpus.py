@@ -112,6 +112,18 @@ EXAMPLE_COM = [
     ("ent-blocked", "y.ent", "A", "y.ent exists (ENT): wildcard blocked, NODATA"),
     ("ent-below-blocked", "foo.y.ent", "A", "closest encloser y.ent has no wildcard: NXDOMAIN"),
     ("ent-x", "x.y.ent", "A", "exact below an ENT"),
+    # DNAME (RFC 6672)
+    ("dname-below", "www.dn", "A", "below a DNAME: the DNAME and the synthesised CNAME"),
+    ("dname-deep", "a.b.dn", "AAAA", "several labels below a DNAME"),
+    ("dname-mixed", "WwW.Dn", "A", "below a DNAME, mixed-case question"),
+    ("dname-qtype", "www.dn", "DNAME", "qtype DNAME below a DNAME: substituted too"),
+    ("dname-owner", "dn", "DNAME", "the DNAME's owner: ordinary data"),
+    ("dname-owner-a", "dn", "A", "the DNAME's owner: NODATA"),
+    ("dname-in", "api.dnin", "A", "DNAME into this zone: the new name's answer follows"),
+    ("dname-in-nodata", "api.dnin", "MX", "DNAME into this zone, the new name has no MX"),
+    ("dname-in-nx", "nosuch.dnin", "A", "DNAME into this zone, the new name does not exist"),
+    ("dname-in-apex", "dnin", "A", "owner of a DNAME into this zone: NODATA"),
+    ("dname-too-long", "l123456789012345678901234567890123456789012345678901234567890.l123456789012345678901234567890123456789012345678901234567890.dlong", "A", "the substitution would exceed 255 bytes: YXDOMAIN"),
     # NXDOMAIN
     ("nx-a", "nx", "A", "NXDOMAIN"),
     ("nx-aaaa", "nx", "AAAA", "NXDOMAIN"),

@@ -57,6 +57,11 @@ CHOSEN_WHEN_PEERS_DIFFER: dict[str, tuple[str, str]] = {
     # xdns precompiles bodies per zone (DESIGN-NOTES: the chain ends inside the zone), like
     # Knot; RFC 1034 4.3.2 allows both, and resolvers re-query the target anyway.
     "cname-out": ("knot", "bodies are per zone; no cross-zone chasing"),
+    # A DNAME substituting into another zone served here: the same (Knot stops at the
+    # synthesised CNAME, NSD follows it into example.net.).
+    "dname-below": ("knot", "as cname-out: no cross-zone chasing after a DNAME"),
+    "dname-deep": ("knot", "as cname-out: no cross-zone chasing after a DNAME"),
+    "dname-mixed": ("knot", "as cname-out: no cross-zone chasing after a DNAME"),
     # QCLASS ANY: Knot sets AA, NSD does not (RFC 1035 leaves it open).
     "class-any": ("either", "AA on QCLASS ANY is not specified"),
     # Meta/reserved QTYPE 0: Knot NOTIMP, NSD NODATA.

@@ -81,7 +81,9 @@ pub struct NodeEntry {
     pub apex: Vec<u8>,
     /// The zone cut at or above this name (never the apex), if any.
     pub cut: Option<Vec<u8>>,
-    /// `*.name` exists.
+    /// `*.name` exists, or the name owns a DNAME: the names below it that are not nodes are
+    /// answered per question (`Wildcard` bodies at the name; none at a DNAME's owner, so the
+    /// kernel hands those questions to userspace, which substitutes).
     pub wildcard: bool,
 }
 
@@ -110,6 +112,8 @@ impl From<xdns_zone::lookup::BodyKind> for Kind {
             B::Wildcard(t) => Kind::Wildcard(t),
             B::WildcardOther => Kind::WildcardOther,
             B::NxDomain => Kind::NxDomain,
+            // the engine's `enumerate` never lists it (the body depends on the question)
+            B::Dname(_) => unreachable!("DNAME substitutions are not compiled for the kernel"),
         }
     }
 }
@@ -479,6 +483,11 @@ fn sorted_names(zones: &ZoneSet) -> Vec<(&xdns_zone::Zone, Vec<&[u8]>)> {
         .collect()
 }
 
+/// Does `node` own a DNAME (RFC 6672: every name below it is substituted)?
+pub(crate) fn owns_dname(node: &xdns_zone::Node) -> bool {
+    node.rrset(xdns_zone::lookup::rtype::DNAME).is_some()
+}
+
 /// The names of `zone` that have a wildcard child (`*.<name>` exists): a zone has few
 /// wildcards, so this small set answers for every name what a lookup of `*.<name>` would.
 fn wildcard_parents(zone: &xdns_zone::Zone) -> std::collections::HashSet<&[u8]> {
@@ -518,7 +527,7 @@ fn zone_nodes<'a>(
             }
             cur = parent(c);
         }
-        Some(NodeEntry { name: name.to_vec(), apex: apex.to_vec(), cut: cut.map(<[u8]>::to_vec), wildcard: wild.contains(name) })
+        Some(NodeEntry { name: name.to_vec(), apex: apex.to_vec(), cut: cut.map(<[u8]>::to_vec), wildcard: wild.contains(name) || owns_dname(node) })
     })
 }
 
@@ -843,7 +852,7 @@ mod tests {
                     cur = parent(cur).unwrap();
                 }
                 let wild = [&b"\x01*"[..], name].concat();
-                out.push(NodeEntry { name: name.to_vec(), apex: zone.apex.to_vec(), cut, wildcard: zone.nodes.contains_key(&wild[..]) });
+                out.push(NodeEntry { name: name.to_vec(), apex: zone.apex.to_vec(), cut, wildcard: zone.nodes.contains_key(&wild[..]) || zone.nodes.get(name).is_some_and(owns_dname) });
             }
         }
         out

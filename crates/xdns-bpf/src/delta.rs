@@ -41,7 +41,7 @@ use xdns_wire::{name, Body};
 use xdns_zone::lookup::{keys_of_name, BodyKey, BodyKind};
 use xdns_zone::{Zone, ZoneSet};
 
-use crate::data::{owned_by, parent, same_when_rebased, shareable, AnswerEntry, Kind, NodeEntry};
+use crate::data::{owned_by, owns_dname, parent, same_when_rebased, shareable, AnswerEntry, Kind, NodeEntry};
 
 /// A node's entry before and after (`None`: absent), with "has an `Other` body of its own".
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -329,7 +329,7 @@ fn name_state(
             name: nm.to_vec(),
             apex: zone.apex.to_vec(),
             cut: cut_of(zone, nm),
-            wildcard: zone.nodes.contains_key(&wild[..]),
+            wildcard: zone.nodes.contains_key(&wild[..]) || zone.nodes.get(nm).is_some_and(owns_dname),
         };
         (n, own)
     });

@@ -25,6 +25,9 @@ pub mod rcode {
     pub const NOTIMP: u16 = 4;
     /// Refused.
     pub const REFUSED: u16 = 5;
+    /// A name that should not exist does (RFC 2136; RFC 6672 §2.2: a DNAME substitution
+    /// longer than a domain name may be).
+    pub const YXDOMAIN: u16 = 6;
     /// Bad EDNS version (extended RCODE, needs an OPT record).
     pub const BADVERS: u16 = 16;
 }

@@ -49,7 +49,15 @@ use xdns_wire::{name, Body};
 /// Builds the body for `key` (without DNSSEC records). Never panics; a key that no longer
 /// matches the zone compiles to an NXDOMAIN body.
 pub fn compile(zone: &Zone, key: &BodyKey) -> Body {
-    let mut b = build(zone, key, &mut Sec { qname: None, written: Vec::new() });
+    let mut b = build(zone, key, &mut Sec { qname: None, dnssec: false, written: Vec::new() });
+    b.dnssec = is_signed(zone);
+    b
+}
+
+/// [`compile`] for the question `qname` (lowercased wire): the same body for every kind but
+/// [`BodyKind::Dname`], whose synthesised CNAME depends on the question.
+pub fn compile_for(zone: &Zone, key: &BodyKey, qname: &[u8]) -> Body {
+    let mut b = build(zone, key, &mut Sec { qname: Some(qname), dnssec: false, written: Vec::new() });
     b.dnssec = is_signed(zone);
     b
 }
@@ -61,9 +69,9 @@ pub fn compile(zone: &Zone, key: &BodyKey) -> Body {
 /// the wildcard kinds the proofs depend on the question name (userspace only).
 pub fn compile_dnssec(zone: &Zone, key: &BodyKey, qname: &[u8]) -> Body {
     if !is_signed(zone) {
-        return compile(zone, key);
+        return compile_for(zone, key, qname);
     }
-    let mut b = build(zone, key, &mut Sec { qname: Some(qname), written: Vec::new() });
+    let mut b = build(zone, key, &mut Sec { qname: Some(qname), dnssec: true, written: Vec::new() });
     b.dnssec = true;
     b
 }
@@ -89,15 +97,17 @@ fn build(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Body {
 
 /// DNSSEC state of one compilation.
 struct Sec<'q> {
-    /// The question (lowercased): DNSSEC records are written; `None`: they are not.
+    /// The question (lowercased), when the body is compiled for one.
     qname: Option<&'q [u8]>,
+    /// DNSSEC records are written (the DO bit, a signed zone).
+    dnssec: bool,
     /// Owners (lowercased) and types of the denial records already written (each once).
     written: Vec<(Box<[u8]>, u16)>,
 }
 
 impl Sec<'_> {
     fn on(&self) -> bool {
-        self.qname.is_some()
+        self.dnssec
     }
 }
 
@@ -136,6 +146,7 @@ fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, Bo
             Found::BelowCut(cut) => referral(zone, &mut w, sec, cut)?,
             _ => nxdomain(zone, &mut w, sec, &qname)?,
         },
+        BodyKind::Dname(t) => dname(zone, &mut w, sec, base, &qname, t)?,
         BodyKind::Wildcard(_) | BodyKind::WildcardOther => {
             let want = match key.kind {
                 BodyKind::Wildcard(t) => Want::Type(t),
@@ -148,7 +159,7 @@ fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, Bo
                 Found::Exact(node) => {
                     let res = resolve(zone, node, None, want);
                     let nodata = res.chain.is_empty() && matches!(res.end, End::NoData);
-                    write_resolution_wild(zone, &mut w, sec, base, node, &res)?;
+                    write_resolution_wild(zone, &mut w, sec, (base, true), node, &res)?;
                     if sec.on() {
                         wildcard_proof(zone, &mut w, sec, &qname, base, nodata.then_some(&wild[..]))?;
                     }
@@ -445,6 +456,62 @@ fn last_name(res: &Resolution<'_>, start: &[u8]) -> Vec<u8> {
     }
 }
 
+/// RFC 6672 §3.2 substitution below the DNAME at `owner`: the DNAME (with its RRSIGs), the
+/// CNAME synthesised for the question (TTL of the DNAME, unsigned, RFC 6672 §3.3), then, when
+/// the new name lies in the zone, its answer as a CNAME target's (data, NODATA, NXDOMAIN with
+/// the SOA, a referral, a wildcard's synthesis; another DNAME ends the answer there). YXDOMAIN
+/// when the new name would exceed 255 bytes (RFC 6672 §2.2). A base without a DNAME (a stale
+/// key) or a question not below it compiles to NXDOMAIN.
+fn dname(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, owner: &[u8], qname: &[u8], qtype: u16) -> Result<(), BodyError> {
+    let node = zone.nodes.get(owner);
+    let set = node.and_then(|n| n.rrset(rtype::DNAME));
+    let Some((set, target)) = set.and_then(|s| s.rdata.first().filter(|t| name::is_valid(t)).map(|t| (s, t))) else {
+        return nxdomain(zone, w, sec, qname);
+    };
+    if qname.len() <= owner.len() || !name::is_subdomain(qname, owner) {
+        return nxdomain(zone, w, sec, qname);
+    }
+    w.set_aa(true);
+    write_rrset(w, sec, owner, false, set, node)?;
+    let prefix = &qname[..qname.len() - owner.len()];
+    if prefix.len() + target.len() > 255 {
+        w.set_rcode(rcode::YXDOMAIN as u8);
+        return Ok(());
+    }
+    let new = name::to_key(&[prefix, target].concat());
+    w.write_rr(&[], true, rtype::CNAME, set.ttl, &new)?;
+    let want = Want::Type(qtype);
+    match find(zone, &new) {
+        Found::Exact(n) => {
+            let res = resolve(zone, n, Some(&new), want);
+            write_chain(zone, w, sec, (&new, false), n, &res)?;
+            let last = last_name(&res, &new);
+            match &res.end {
+                End::NoData => {
+                    soa_authority(zone, w, sec)?;
+                    nodata_proof(zone, w, sec, &last)?;
+                }
+                End::NxDomain => nxdomain(zone, w, sec, &last)?,
+                _ => {}
+            }
+        }
+        Found::Wildcard { ce, node: n } => {
+            let res = resolve(zone, n, None, want);
+            let nodata = res.chain.is_empty() && matches!(res.end, End::NoData);
+            write_resolution_wild(zone, w, sec, (&new, false), n, &res)?;
+            if sec.on() {
+                let wild = wildcard_of(ce);
+                wildcard_proof(zone, w, sec, &new, ce, nodata.then_some(&wild[..]))?;
+            }
+        }
+        Found::Cut(_) => referral(zone, w, sec, &new)?,
+        Found::BelowCut(cut) => referral(zone, w, sec, cut)?,
+        Found::NxDomain => nxdomain(zone, w, sec, &new)?,
+        Found::BelowDname { .. } | Found::OutOfZone => {}
+    }
+    Ok(())
+}
+
 /// Writes a CNAME chain and its end, starting at the exact node `start` (`base`).
 fn write_resolution(
     zone: &Zone,
@@ -454,7 +521,7 @@ fn write_resolution(
     start: &Node,
     res: &Resolution<'_>,
 ) -> Result<(), BodyError> {
-    write_chain(zone, w, sec, base, start, res)?;
+    write_chain(zone, w, sec, (base, true), start, res)?;
     let last = last_name(res, base);
     match &res.end {
         End::NoData => {
@@ -473,11 +540,12 @@ fn write_resolution_wild(
     zone: &Zone,
     w: &mut BodyWriter,
     sec: &mut Sec<'_>,
-    base: &[u8],
+    base: (&[u8], bool),
     start: &Node,
     res: &Resolution<'_>,
 ) -> Result<(), BodyError> {
     write_chain(zone, w, sec, base, start, res)?;
+    let base = base.0;
     match &res.end {
         End::NoData => {
             soa_authority(zone, w, sec)?;
@@ -495,33 +563,34 @@ fn write_resolution_wild(
     Ok(())
 }
 
-/// The CNAMEs of `res`, the end's data or referral (negative ends are the callers').
+/// The CNAMEs of `res`, the end's data or referral (negative ends are the callers'). The
+/// start's records are owned by `base`, written as the question's pointer when `base.1`.
 fn write_chain(
     zone: &Zone,
     w: &mut BodyWriter,
     sec: &mut Sec<'_>,
-    base: &[u8],
+    (base, base_is_qname): (&[u8], bool),
     start: &Node,
     res: &Resolution<'_>,
 ) -> Result<(), BodyError> {
     w.set_aa(true);
     for step in &res.chain {
         match &step.owner {
-            None => write_rrset(w, sec, base, true, step.cname, Some(start))?,
+            None => write_rrset(w, sec, base, base_is_qname, step.cname, Some(start))?,
             Some(o) => write_rrset(w, sec, o, false, step.cname, node_of(zone, o))?,
         }
     }
     match &res.end {
         End::Data(rrset) if rrset.rtype == rtype::RRSIG => {
             let (owner, is_qname, node) = match &res.end_owner {
-                None => (base, true, Some(start)),
+                None => (base, base_is_qname, Some(start)),
                 Some(o) => (&o[..], false, node_of(zone, o)),
             };
             write_rrsig_answer(w, owner, is_qname, rrset, node)?;
         }
         End::Data(rrset) => {
             match &res.end_owner {
-                None => write_rrset(w, sec, base, true, rrset, Some(start))?,
+                None => write_rrset(w, sec, base, base_is_qname, rrset, Some(start))?,
                 Some(o) => write_rrset(w, sec, o, false, rrset, node_of(zone, o))?,
             }
             additional_for(zone, w, sec, rrset, None, &mut Vec::new())?;

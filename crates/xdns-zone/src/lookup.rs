@@ -20,7 +20,12 @@
 //! - ANY (RFC 8482): one RRset, the one with the lowest type (Knot, over UDP and TCP alike;
 //!   NSD answers the SOA at the apex instead). `transport` is accepted so this policy can
 //!   differ per transport later; today it does not.
-//! - DNAME is not interpreted (no synthesis); it is served as ordinary data.
+//! - DNAME (RFC 6672): a name below a DNAME owner is answered by substitution, keyed at the
+//!   owner ([`BodyKind::Dname`]: the DNAME, the CNAME synthesised for the question, then the
+//!   new name's answer when it lies in the zone, as Knot and NSD follow it). The body depends
+//!   on the question name: userspace compiles it per query; the kernel never holds it. The
+//!   owner itself is ordinary data. A CNAME chain reaching a name below a DNAME ends there
+//!   (the client asks again for the target).
 
 use crate::respond::Transport;
 use crate::tree::{NameKey, Node, Rrset, Zone};
@@ -49,6 +54,9 @@ pub enum BodyKind {
     WildcardOther,
     /// NXDOMAIN (base is the apex).
     NxDomain,
+    /// DNAME substitution for this qtype, the base being the DNAME's owner (RFC 6672): the
+    /// body depends on the question name, so it is never enumerated (userspace only).
+    Dname(u16),
 }
 
 /// The key of a precompiled body: the base name (lowercased wire) and which body.
@@ -77,6 +85,14 @@ pub enum Found<'z, 'n> {
         /// The wildcard node `*.ce`.
         node: &'z Node,
     },
+    /// The name is below `owner` (a suffix of the name), which owns a DNAME (RFC 6672):
+    /// the name is substituted, whether or not it exists.
+    BelowDname {
+        /// The DNAME's owner.
+        owner: &'n [u8],
+        /// Its node.
+        node: &'z Node,
+    },
     /// The name does not exist and no wildcard applies.
     NxDomain,
     /// The name is not at or below the apex.
@@ -85,6 +101,10 @@ pub enum Found<'z, 'n> {
 
 fn has_ns(node: &Node) -> bool {
     node.rrset(rtype::NS).is_some()
+}
+
+fn has_dname(node: &Node) -> bool {
+    node.rrset(rtype::DNAME).is_some()
 }
 
 /// Looks up one lowercased wire name in `zone` (RFC 1034 §4.3.2 step 3, without CNAMEs).
@@ -117,6 +137,9 @@ pub fn find<'z, 'n>(zone: &'z Zone, name: &'n [u8]) -> Found<'z, 'n> {
     let Some(mut node) = zone.nodes.get(&*zone.apex) else {
         return Found::NxDomain;
     };
+    if apex_idx > 0 && has_dname(node) {
+        return Found::BelowDname { owner: &name[offsets[apex_idx]..], node };
+    }
     // Walk down from the apex, one label at a time.
     for i in (0..apex_idx).rev() {
         let here = &name[offsets[i]..];
@@ -125,6 +148,9 @@ pub fn find<'z, 'n>(zone: &'z Zone, name: &'n [u8]) -> Found<'z, 'n> {
                 node = n;
                 if has_ns(n) {
                     return if i == 0 { Found::Cut(n) } else { Found::BelowCut(here) };
+                }
+                if i > 0 && has_dname(n) {
+                    return Found::BelowDname { owner: here, node: n };
                 }
             }
             None => {
@@ -175,7 +201,7 @@ pub enum End<'z> {
     NxDomain,
     /// The last CNAME points out of the zone.
     OutOfZone,
-    /// The chain was cut (loop or too long).
+    /// The chain was cut (loop, too long, or its target substituted by a DNAME).
     ChainCut,
 }
 
@@ -265,6 +291,11 @@ pub fn resolve<'z>(
                 res.end = End::NxDomain;
                 return res;
             }
+            // substituted by a DNAME: the chain stops at its CNAME (module docs)
+            Found::BelowDname { .. } => {
+                res.end = End::ChainCut;
+                return res;
+            }
             Found::OutOfZone => {
                 res.end = End::OutOfZone;
                 return res;
@@ -291,6 +322,7 @@ pub fn select(zone: &Zone, qname: &[u8], qtype: u16, transport: Transport) -> Bo
             End::Data(_) => key(ce, BodyKind::Wildcard(qtype)),
             _ => key(ce, BodyKind::WildcardOther),
         },
+        Found::BelowDname { owner, .. } => key(owner, BodyKind::Dname(qtype)),
         Found::NxDomain | Found::OutOfZone => key(&zone.apex, BodyKind::NxDomain),
     }
 }
@@ -450,6 +482,44 @@ mod tests {
             assert_eq!(got, BodyKey { base: n(base), kind: *kind }, "{q} {t}");
             assert_eq!(select(&z, &qk, *t, Transport::Tcp), got, "{q} {t} tcp");
         }
+    }
+
+    /// DNAME (RFC 6672): every name below an owner is substituted, whether it exists or not
+    /// (occluded data, a would-be wildcard), the owner itself is ordinary data; an apex DNAME
+    /// substitutes every name below the apex; a CNAME chain stops at a name below a DNAME;
+    /// `enumerate` lists no key for substituted names (the kernel never holds them).
+    #[test]
+    fn dname_substitutes_every_name_below_its_owner() {
+        let mut z = zone();
+        let dn = |t: &str| rr(39, &[&n(t)]);
+        z.nodes.insert(n("dn.t."), Node { rrsets: vec![dn("other.example.")] });
+        z.nodes.insert(n("hidden.dn.t."), Node { rrsets: vec![rr(1, &[&[198, 18, 0, 9]])] });
+        z.nodes.insert(n("*.dn.t."), Node { rrsets: vec![rr(1, &[&[198, 18, 0, 8]])] });
+        z.nodes.insert(n("to.t."), Node { rrsets: vec![rr(5, &[&n("x.dn.t.")])] });
+        use BodyKind::*;
+        for (q, t, base, kind) in [
+            ("x.dn.t.", 1, "dn.t.", Dname(1)),
+            ("a.b.dn.t.", 28, "dn.t.", Dname(28)),
+            ("hidden.dn.t.", 1, "dn.t.", Dname(1)),
+            ("y.dn.t.", 39, "dn.t.", Dname(39)),
+            ("dn.t.", 39, "dn.t.", Type(39)),
+            ("dn.t.", 1, "dn.t.", Other),
+            ("to.t.", 1, "to.t.", Other),
+        ] {
+            assert_eq!(select(&z, &n(q), t, Transport::Udp), BodyKey { base: n(base), kind }, "{q} {t}");
+        }
+        assert!(matches!(find(&z, &n("x.dn.t.")), Found::BelowDname { owner, .. } if owner == &n("dn.t.")[..]));
+        let to = z.nodes.get(&n("to.t.")[..]).unwrap();
+        assert!(matches!(resolve(&z, to, Some(&n("to.t.")), Want::Type(1)).end, End::ChainCut));
+        assert!(enumerate(&z).all(|k| !matches!(k.kind, Dname(_)) && k.base[..] != n("hidden.dn.t.")[..]));
+        // at the apex: every name below it, existing or not
+        let apex = z.nodes.get_mut(&n("t.")[..]).unwrap();
+        apex.rrsets.push(dn("example."));
+        apex.rrsets.sort_by_key(|r| r.rtype);
+        for q in ["www.t.", "nope.t.", "a.b.sub.t."] {
+            assert_eq!(select(&z, &n(q), 1, Transport::Udp), BodyKey { base: n("t."), kind: Dname(1) }, "{q}");
+        }
+        assert_eq!(select(&z, &n("t."), 2, Transport::Udp), BodyKey { base: n("t."), kind: Type(2) });
     }
 
     /// `find` keeps a name's label offsets on the stack up to 130 of them (every name of at

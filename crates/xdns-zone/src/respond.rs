@@ -14,7 +14,7 @@
 //! AXFR over TCP and IXFR get REFUSED (Knot and NSD answer NOTAUTH when transfers are not
 //! allowed; REFUSED is what RFC 5936 §4.2 suggests). TSIG records are ignored (no keys).
 
-use crate::compile::{compile, compile_dnssec};
+use crate::compile::{compile, compile_dnssec, compile_for};
 use crate::lookup::{rtype, select, BodyKind};
 use crate::tree::ZoneSet;
 use xdns_wire::response::{assemble, error_response, rcode, Limits};
@@ -117,6 +117,8 @@ pub fn respond(
             _ => qq.key(),
         };
         compile_dnssec(zone, &key, qname)
+    } else if matches!(key.kind, BodyKind::Dname(_)) {
+        compile_for(zone, &key, qq.key())
     } else {
         compile(zone, &key)
     };

@@ -1,6 +1,6 @@
 //! Zone validation (owner: loader): one SOA at the apex, apex NS present, CNAME beside other
-//! data rejected, DS only at zone cuts, data below zone cuts reported, out-of-zone records
-//! rejected.
+//! data rejected, DS only at zone cuts, data below zone cuts reported, nothing below a DNAME,
+//! out-of-zone records rejected.
 //!
 //! Validation looks at a zone through [`ZoneView`], so it runs both on the loader's
 //! intermediate form (which knows the file and line of every record) and on a finished
@@ -18,6 +18,9 @@
 //! | more than one CNAME record at a name | error | RFC 2181 §10.1 |
 //! | DS at the apex or at a name that is not a cut | error | RFC 4034 §5, RFC 3658 |
 //! | owner outside the zone | error | RFC 1034 §4.2.1 (checked by the loader per record) |
+//! | more than one DNAME record at a name | error | RFC 6672 §2.4 |
+//! | DNAME beside NS below the apex | error | RFC 6672 §2.3 (Knot refuses it too) |
+//! | any record below a DNAME's owner (NSEC3 owners excepted) | error | RFC 6672 §2.4 |
 //! | data below a cut other than glue (A/AAAA) | warning | occluded, never answered |
 //! | data at a cut other than NS/DS/RRSIG/NSEC | warning | occluded, never answered |
 //!
@@ -189,9 +192,47 @@ pub fn validate(z: &dyn ZoneView) -> Findings {
         None
     };
 
+    // DNAME owners (the apex included): nothing may exist below them.
+    let mut dname_keys: Vec<Box<[u8]>> = Vec::new();
+    z.for_each_node(&mut |name, node| {
+        if node.rrset(rtype::DNAME).is_some() {
+            dname_keys.push(name.into());
+        }
+    });
+    let dnames: HashSet<&[u8]> = dname_keys.iter().map(|k| &k[..]).collect();
+    // The closest DNAME owner strictly above `name` (up to the apex, included), as an offset.
+    let dname_above = |name: &[u8]| -> Option<usize> {
+        if dnames.is_empty() {
+            return None;
+        }
+        let mut pos = 1 + *name.first()? as usize;
+        while name.len().saturating_sub(pos) >= apex.len() {
+            if dnames.contains(name.get(pos..)?) {
+                return Some(pos);
+            }
+            pos += 1 + *name.get(pos)? as usize;
+        }
+        None
+    };
+
     z.for_each_node(&mut |name, node| {
         let is_apex = name == apex;
         let is_cut = !is_apex && node.rrset(rtype::NS).is_some();
+        if let Some(owner) = dname_above(name).filter(|_| !crate::dnssec::is_nsec3_only(node)).map(|p| &name[p..]) {
+            if let Some(rr) = node.rrsets.first() {
+                f.errors.push(finding(
+                    name,
+                    rr.rtype,
+                    0,
+                    format!(
+                        "{} record at {} is below the DNAME at {} (nothing may exist below a DNAME)",
+                        type_name(rr.rtype),
+                        key_to_text(name),
+                        key_to_text(owner)
+                    ),
+                ));
+            }
+        }
         let above = if is_apex {
             None
         } else {
@@ -220,6 +261,18 @@ pub fn validate(z: &dyn ZoneView) -> Findings {
                         "DS record at {}, which is not a zone cut",
                         key_to_text(name)
                     ),
+                )),
+                rtype::DNAME if rr.rdata.len() > 1 => f.errors.push(finding(
+                    name,
+                    rtype::DNAME,
+                    1,
+                    format!("more than one DNAME record at {}", key_to_text(name)),
+                )),
+                rtype::DNAME if is_cut => f.errors.push(finding(
+                    name,
+                    rtype::DNAME,
+                    0,
+                    format!("DNAME beside NS at {}, which is not the zone apex", key_to_text(name)),
                 )),
                 rtype::CNAME => {
                     if rr.rdata.len() > 1 {
