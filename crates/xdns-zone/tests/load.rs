@@ -99,6 +99,13 @@ fn bad_zones_fail_with_file_line_reason() {
         ("out-of-zone.zone", "out-of-zone.zone", Some(7), "out-of-zone record: www.example.org. is not in zone example.com."),
         ("ds-at-apex.zone", "ds-at-apex.zone", Some(7), "DS record at the zone apex (DS belongs to the parent zone)"),
         (
+            "below-dname.zone",
+            "below-dname.zone",
+            Some(8),
+            "A record at www.old.example.com. is below the DNAME at old.example.com. (nothing may exist below a DNAME)",
+        ),
+        ("two-dname.zone", "two-dname.zone", Some(8), "more than one DNAME record at old.example.com."),
+        (
             "include-missing.zone",
             "include-missing.zone",
             Some(7),
