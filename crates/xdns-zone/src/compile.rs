@@ -121,7 +121,7 @@ fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, Bo
         BodyKind::Type(t) => match find(zone, base) {
             Found::Exact(node) => {
                 let res = resolve(zone, node, Some(base), Want::Type(t));
-                write_resolution(zone, &mut w, sec, base, node, &res)?;
+                write_resolution(zone, &mut w, sec, (base, true), node, &res)?;
             }
             Found::Cut(node) if t == rtype::DS => {
                 w.set_aa(true);
@@ -140,7 +140,7 @@ fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, Bo
         BodyKind::Other => match find(zone, base) {
             Found::Exact(node) => {
                 let res = resolve(zone, node, Some(base), Want::Other);
-                write_resolution(zone, &mut w, sec, base, node, &res)?;
+                write_resolution(zone, &mut w, sec, (base, true), node, &res)?;
             }
             Found::Cut(_) => referral(zone, &mut w, sec, base)?,
             Found::BelowCut(cut) => referral(zone, &mut w, sec, cut)?,
@@ -484,16 +484,7 @@ fn dname(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, owner: &[u8], qname
     match find(zone, &new) {
         Found::Exact(n) => {
             let res = resolve(zone, n, Some(&new), want);
-            write_chain(zone, w, sec, (&new, false), n, &res)?;
-            let last = last_name(&res, &new);
-            match &res.end {
-                End::NoData => {
-                    soa_authority(zone, w, sec)?;
-                    nodata_proof(zone, w, sec, &last)?;
-                }
-                End::NxDomain => nxdomain(zone, w, sec, &last)?,
-                _ => {}
-            }
+            write_resolution(zone, w, sec, (&new, false), n, &res)?;
         }
         Found::Wildcard { ce, node: n } => {
             let res = resolve(zone, n, None, want);
@@ -512,17 +503,18 @@ fn dname(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, owner: &[u8], qname
     Ok(())
 }
 
-/// Writes a CNAME chain and its end, starting at the exact node `start` (`base`).
+/// Writes a CNAME chain and its end, starting at the exact node `start` (`base.0`, written as
+/// the question's pointer when `base.1`).
 fn write_resolution(
     zone: &Zone,
     w: &mut BodyWriter,
     sec: &mut Sec<'_>,
-    base: &[u8],
+    base: (&[u8], bool),
     start: &Node,
     res: &Resolution<'_>,
 ) -> Result<(), BodyError> {
-    write_chain(zone, w, sec, (base, true), start, res)?;
-    let last = last_name(res, base);
+    write_chain(zone, w, sec, base, start, res)?;
+    let last = last_name(res, base.0);
     match &res.end {
         End::NoData => {
             soa_authority(zone, w, sec)?;
