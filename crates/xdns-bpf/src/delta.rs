@@ -18,7 +18,9 @@
 //!   dependent itself) counts as every name below `X` that does not exist, which its
 //!   synthesis answers: chains to such a name are dependents too (and its own keys, the
 //!   `Wildcard` ones at `X`, and `X`'s node with its wildcard flag are compiled as a changed
-//!   owner's). The zone is scanned for those owners only when the index says some exist: an
+//!   owner's). A DNAME's owner added, removed or changed counts the same way (a chain to a
+//!   name below it stops at the DNAME: lookup's module docs). The zone is scanned for those
+//!   owners only when the index says some exist: an
 //!   affected name pointed at by records of owners not affected themselves (counts by
 //!   target), or a moved name, an affected cut or a changed wildcard's parent among the
 //!   suffixes of CNAME targets (always for a wildcard at the apex);
@@ -30,7 +32,7 @@
 //! It then compiles those names' keys in both versions ([`xdns_zone::lookup::keys_of_name`],
 //! the same rules as [`crate::data::compile_kernel_data`], shared NODATA included) and returns
 //! the differences. What it does not handle returns the reason (the caller falls back to a
-//! full generation): signed zones, DNAME, and more affected names than `limit`. Names (and
+//! full generation): signed zones and more affected names than `limit`. Names (and
 //! keys) of a served zone nested below the one changed are that zone's, as in the full
 //! compile: left out.
 
@@ -78,7 +80,7 @@ pub struct Delta {
 /// every name: the names with stored SOA-carrying bodies ([`soa_bound`]); for every name inside
 /// the zone that records point at (NS, MX, SRV, SVCB, HTTPS, CNAME targets), by hash, how many
 /// records do; the hashes of every suffix inside the zone of every CNAME target; whether the
-/// zone has wildcards, and DNAME (no in-place updates).
+/// zone has wildcards, and DNAME records.
 ///
 /// A zone with more SOA-carrying names than a change may recompile (`limit` of [`Self::build`])
 /// keeps none of this: every change of a zone changes its SOA serial, so none of its changes
@@ -351,9 +353,6 @@ pub fn zone_delta(
     limit: usize,
 ) -> Result<Delta, String> {
     let soa_bound = &index.soa_bound;
-    if index.dname {
-        return Err("the zone has DNAME records".into());
-    }
     if let Some(n) = index.soa_bound_over {
         return Err(format!("more than {n} names have stored bodies carrying the SOA, which every change changes"));
     }
@@ -377,9 +376,6 @@ pub fn zone_delta(
         }
         let (on, nn) = (oz.nodes.get(&c[..]), nz.nodes.get(&c[..]));
         let has = |n: Option<&xdns_zone::Node>, t| n.is_some_and(|n| n.rrset(t).is_some());
-        if has(on, DNAME) || has(nn, DNAME) {
-            return Err("DNAME".into());
-        }
         if c != apex && has(on, NS) != has(nn, NS) && oz.node(&c).is_some() && nz.node(&c).is_some() {
             flipped.push(c.clone());
         }
@@ -414,9 +410,12 @@ pub fn zone_delta(
     affected.iter().for_each(|n| lens[n.len().min(255)] = true);
     // a cut in either version: a chain to a name below it ends in its referral
     let is_cut = |n: &[u8]| n != apex && [oz, nz].iter().any(|z| z.nodes.get(n).is_some_and(|x| x.rrset(NS).is_some()));
-    // `*.X` in a set: a chain to a name below X that does not exist is synthesised from it
+    // `*.X` in a set: a chain to a name below X that does not exist is synthesised from it;
+    // a DNAME's owner X in a set (either version): a chain to any name below X stops there
+    let owns = |n: &[u8]| [oz, nz].iter().any(|z| z.nodes.get(n).is_some_and(owns_dname));
     let wild_parents = |set: &HashSet<Vec<u8>>| -> Vec<Vec<u8>> {
-        set.iter().filter(|n| n.starts_with(b"\x01*")).filter_map(|n| parent(n)).map(<[u8]>::to_vec).collect()
+        let wild = set.iter().filter(|n| n.starts_with(b"\x01*")).filter_map(|n| parent(n)).map(<[u8]>::to_vec);
+        wild.chain(set.iter().filter(|n| owns(n)).cloned()).collect()
     };
     let depends = |t: &[u8], set: &HashSet<Vec<u8>>, wilds: &[Vec<u8>], lens: &[bool; 256]| -> bool {
         let has = |n: &[u8]| lens[n.len().min(255)] && set.contains(n);
@@ -458,9 +457,6 @@ pub fn zone_delta(
     let to_scan = if scan { Some(&nz.nodes) } else { None };
     for (owner, node) in to_scan.into_iter().flatten() {
         for rr in &node.rrsets {
-            if rr.rtype == DNAME {
-                return Err("the zone has DNAME records".into());
-            }
             for rd in &rr.rdata {
                 let Some(t) = in_zone_target(rr.rtype, rd, apex) else { continue };
                 if depends(&t[..], &affected, &wilds, &lens) {
@@ -615,7 +611,8 @@ mod tests {
     /// TXT, the apex's own data (a CNAME points at the apex), and the serial of every
     /// version; in the zone with wildcards, wildcard owners added, removed and changed (their
     /// data, their types, a wildcard CNAME's target), a wildcard at the apex and one under a
-    /// new empty non-terminal, with CNAME chains through them. The index's target counts stay
+    /// new empty non-terminal, a DNAME added, removed and retargeted, with CNAME chains
+    /// through them. The index's target counts stay
     /// those of a fresh build.
     #[test]
     fn random_changes_in_place_equal_a_full_encode() {
@@ -650,7 +647,7 @@ mod tests {
         let rounds: u64 = if wildcard { 120 } else { 60 };
         let (in_place, _) = changes_in_place(&format!("h{wildcard}{serial_step}"), hosts, rounds, serial_step, |hosts, next, _| {
             let h = format!("h{}", next(45));
-            match next(if wildcard { 13 } else { 9 }) {
+            match next(if wildcard { 14 } else { 9 }) {
                 0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
                 1 => {
                     hosts.remove(&h);
@@ -710,13 +707,24 @@ mod tests {
                         hosts.insert("*".into(), vec![format!("A 198.18.12.{}", next(250))]);
                     }
                 }
-                _ => {
+                12 => {
                     // a wildcard under a name that does not exist yet (an empty non-terminal
                     // comes with it), and a chain to a name below it
                     if hosts.remove("*.n.e2").is_none() {
                         hosts.insert("*.n.e2".into(), vec![format!("TXT \"e{}\"", next(9))]);
                     }
                     hosts.insert("wc".into(), vec!["CNAME z.n.e2".into()]);
+                }
+                _ => {
+                    // a DNAME's owner comes and goes, its name staying (TXT instead) or not
+                    // (wd's chain stops at the DNAME, or ends in NXDOMAIN), or its target changes
+                    let dname = hosts.get("dn").is_some_and(|r| r[0].starts_with("DNAME"));
+                    match next(3) {
+                        0 if dname => drop(hosts.remove("dn")),
+                        1 if dname => drop(hosts.insert("dn".into(), vec!["TXT \"plain\"".into()])),
+                        _ => drop(hosts.insert("dn".into(), vec![format!("DNAME t{}.example.", next(9))])),
+                    }
+                    hosts.insert("wd".into(), vec!["CNAME q.dn".into()]);
                 }
             }
         });
