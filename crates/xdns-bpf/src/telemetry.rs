@@ -578,7 +578,7 @@ impl TelemetryMaps {
         if raw.len() != std::mem::size_of::<xdns_tel_ctl>() {
             bail!("telemetry control value of {} bytes", raw.len());
         }
-        // SAFETY: as in `Rule::encode` (all-zero is a valid value); on the heap, it is 66 KiB.
+        // SAFETY: as in `Rule::encode` (all-zero is a valid value); on the heap (kilobytes).
         let mut c: Box<xdns_tel_ctl> = unsafe { Box::new_zeroed().assume_init() };
         // SAFETY: `c` is plain data of exactly raw.len() bytes.
         unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), &mut *c as *mut xdns_tel_ctl as *mut u8, raw.len()) };
@@ -620,7 +620,7 @@ impl TelemetryMaps {
         let mut c = self.read_ctl()?;
         let idle = if c.active == 1 { 1 } else { 0 };
         let set = &mut c.sets[idle];
-        // SAFETY: as in `Rule::encode`; written in place (the set is 33 KiB).
+        // SAFETY: as in `Rule::encode`; written in place (kilobytes: not on the stack).
         unsafe { std::ptr::write_bytes(set as *mut xdns_tel_set, 0, 1) };
         set.nrules = rules.len() as u32;
         set.dnstap = u32::from(dnstap);
@@ -774,7 +774,7 @@ mod tests {
 
     /// A set of `rules` (the kernel's form) with its summary compiled.
     fn set_of(rules: &[&str]) -> Box<xdns_tel_set> {
-        // SAFETY: plain data, all-zero is valid; on the heap (33 KiB).
+        // SAFETY: plain data, all-zero is valid; on the heap (kilobytes).
         let mut s: Box<xdns_tel_set> = unsafe { Box::new_zeroed().assume_init() };
         s.nrules = rules.len() as u32;
         for (slot, r) in s.rules.iter_mut().zip(rules) {
