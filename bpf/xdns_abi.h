@@ -886,9 +886,10 @@ struct xdns_tel_set {
 };
 _Static_assert(__builtin_offsetof(struct xdns_tel_set, sum) == 904 && sizeof(struct xdns_tel_set) == 904 + 2056,
 	       "a rule set with its summary (its Rust twin asserts the same)");
-/* The whole value stays small enough for the kernel to kmalloc it (at most 32 KiB), in the
- * direct map's large pages: a vmalloc'ed value (16-bit windows, 66 KiB) slowed every timed
- * answer, its 4 KiB pages missing the TLB (docs/perf/2026-11-30-telemetry-prefilter.md). */
+/* The whole value stays small enough for the kernel to kmalloc it (an array map's area is
+ * kmalloc'ed up to 32 KiB, vmalloc'ed above), in the direct map's large pages: a vmalloc'ed
+ * value (the first design's 16-bit windows) slowed every timed answer, its small pages missing
+ * the TLB (docs/perf/2026-11-30-telemetry-prefilter.md). The assert keeps it in 8 KiB. */
 _Static_assert(2 * (904 + 2056) + 8 <= 8192, "xdns_tel_ctl fits an 8 KiB kmalloc");
 
 /*
