@@ -169,8 +169,8 @@ zone:
         knotc = ["knotc", "-c", str(conf), "-t", str(int(timeout))]
         try:
             deadline = t0 + timeout
-            # zone-read of the apex SOA answers once the zone is loaded, which (automatic
-            # signing) is once it is signed
+            # zone-read of the apex's RRSIGs finds some once the zone is loaded, which
+            # (automatic signing) is once it is signed
             while subprocess.run(knotc + ["zone-read", origin, "@", "RRSIG"],
                                  capture_output=True, text=True).stdout.count(" RRSIG ") == 0:
                 if proc.poll() is not None or time.monotonic() > deadline:
