@@ -13,7 +13,9 @@ size into bench/out/ and reused. `--variant nsec3-optout` (or `nsec`) serves the
 signed by Knot DNS (genzone.py --sign: ECDSA P-256, NSEC3 with opt-out, 0 extra iterations and
 no salt as RFC 9276 asks, or NSEC), also made once into bench/out/ (`tld-N-VARIANT.zone`, the
 signing's seconds beside it in `.signing.json`); every peer serves that file, and half the
-queries carry DO=1 (kxdpgun's `D` flag).
+queries carry DO=1 (kxdpgun's `D` flag). Knot runs with the lab's `semantic-checks: on`, under
+which Knot 3.2 verifies every RRSIG of a signed zone as it loads it; `--knot-checks off` gives
+Knot's default, the fair load time for a pre-signed zone.
 
 For each size, every peer is started in turn in the lab's server namespace:
 - **until answering**: from start until the zone's SOA is answered (xdns answers from
