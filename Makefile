@@ -21,7 +21,8 @@ SHELL := /bin/bash
 #   make bench-latency round-trip p50/p90/p99/p99.9 at a few loads: xdns (XDP native, generic,
 #                    userspace) vs Knot DNS (XDP, UDP) vs NSD, xdns's server time, no-op baselines,
 #                    telemetry cost; bench/out/latency.png
-#   make bench-scale large zones: load time, memory, replies/s at 100k and 1M records vs Knot, NSD
+#   make bench-scale large zones: load time, memory, replies/s at 100k and 1M records vs Knot, NSD;
+#                    VARIANT=nsec3-optout (or nsec) the same zone signed by Knot DNS
 #   make deps        only install packages and build
 #   make package     the Debian package (binary, systemd unit, default config, man pages)
 # The system Python is used on purpose: its apt modules (dnspython, pytest, matplotlib)
@@ -71,6 +72,7 @@ bench: deps bench-resolver
 bench-smoke: build bench-resolver-smoke
 	$(PYTHON) bench/bench.py --smoke
 	$(PYTHON) bench/scale.py --smoke
+	$(PYTHON) bench/scale.py --smoke --variant nsec3-optout
 	$(PYTHON) bench/guard.py --smoke
 	$(PYTHON) bench/inpath.py --smoke --no-kernel
 	$(PYTHON) bench/latency.py --smoke
@@ -81,9 +83,12 @@ bench-guard: deps
 
 # Large zones: a TLD-like zone at 100k and 1M records, xdns vs Knot DNS vs NSD (load time,
 # memory, replies/s), chart in bench/out/scale.png. SIZES=100000,1000000,10000000 for more.
+# VARIANT=nsec3-optout (NSEC3 with opt-out, as a TLD) or nsec: the zone signed by Knot DNS
+# (bench/genzone.py --sign, once per size into bench/out/), chart in bench/out/scale-VARIANT.png.
 SIZES ?= 100000,1000000
+VARIANT ?= unsigned
 bench-scale: deps
-	$(PYTHON) bench/scale.py --sizes $(SIZES)
+	$(PYTHON) bench/scale.py --sizes $(SIZES) --variant $(VARIANT)
 
 # Latency (issue 27): round-trip percentiles at a few offered loads, bench/out/latency.png.
 bench-latency: deps

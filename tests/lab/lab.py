@@ -381,7 +381,7 @@ class Lab:
 
     # ---------------------------------------------------------------- servers
     def start_knot(self, zones=DEFAULT_ZONES, name: str = "knot", xdp: bool = False,
-                   timeout: float = 20.0) -> Server:
+                   timeout: float = 20.0, semantic_checks: str = "on") -> Server:
         """Start knotd. `xdp=True` adds Knot's XDP mode on the server veth (`xdp: listen:
         <veth>@53`): its AF_XDP workers answer UDP port 53 for *every* address of the veth, so
         no other DNS peer of the lab can be reached over UDP while it runs."""
@@ -390,7 +390,7 @@ class Lab:
         wd = self.dir / name
         (wd / "db").mkdir(parents=True)
         conf = write_knot_conf(wd, a4, a6, [(o, Path(p).resolve()) for o, p in zones],
-                               extra=xdp_cfg)
+                               extra=xdp_cfg, semantic_checks=semantic_checks)
         proc, err = self._spawn(self.server_ns, ["knotd", "-c", conf], name)
         srv = Server(name, a4, a6, proc, wd, err, {"conf": conf})
         self._wait_all(srv, zones, timeout)
@@ -670,10 +670,11 @@ remote-control:
 def write_knot_conf(wd: Path, a4: str, a6: str, zones, extra: str = "",
                     log_level: str = "info", primary: str | None = None,
                     key: tuple[str, str, str] | None = None, allow_notify: str | None = None,
-                    journal: str = "none") -> Path:
+                    journal: str = "none", semantic_checks: str = "on") -> Path:
     """Write `wd/knot.conf` for a knotd answering on port 53 of a4/a6 with `zones`, control
     socket `wd/knot.sock`, one worker of each kind, zone files never written back, the
-    journal's content `journal` (none | changes | all). Without `primary`, `zones` are
+    journal's content `journal` (none | changes | all), `semantic-checks` as given (on: Knot
+    3.2 also verifies every RRSIG of a signed zone as it loads it; off: Knot's default). Without `primary`, `zones` are
     (origin, absolute zone file) pairs, read whole; with `primary` (an address), they are
     origins that knotd transfers from it (a secondary: TSIG with `key` = (name, algorithm,
     base64 secret) when given, NOTIFY accepted from the `allow_notify` prefix). `extra` is
@@ -709,7 +710,7 @@ log:
 template:
   - id: default
     storage: "{wd}"
-    semantic-checks: on
+    semantic-checks: {semantic_checks}
     zonefile-sync: -1
     zonefile-load: whole
     journal-content: {journal}
