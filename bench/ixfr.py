@@ -1,7 +1,7 @@
 """One-record IXFR on a large zone (issue 28): from `knotc zone-commit` on a Knot DNS primary
 (NOTIFY, then IXFR) until xdns's kernel maps hold the change, with XDP on.
 
-    /usr/bin/python3 bench/ixfr.py [--records 1000000] [--shape plain|hosts|tld] [--changes 5]
+    /usr/bin/python3 bench/ixfr.py [--records 1000000] [--shape plain|hosts|tld] [--changes 5] [--signed]
 
 Needs root, knotd, knotc. The zone (bench/genzone.py's shapes, or `plain`: N `hN A` records,
 the zone the first measurements used) is generated once into bench/out/ and given to both
@@ -10,6 +10,9 @@ start). Each change adds, with `knotc zone-begin/set/commit`, one A record under
 (`--change a`), or a registry's change (`--change delegation`): a new delegation with two NS
 inside it, their glue (A) and a DS, answered by a referral to a query below it; or a wildcard
 A record under a new name (`--change wildcard`), answered for a name below it.
+`--signed`: Knot signs the zone (ECDSA P-256, NSEC) and re-signs what each change touches
+(the new RRSIGs, the NSEC neighbours, the SOA); xdns has no stored copy (it transfers the
+signed zone at start), and the kernel's answer is asked for with DO=1.
 
 Per change: **served** (the new record answered, by userspace first), **done** (xdns stats
 counts the transfer: the kernel update is part of it), the transfer's own phases from the
@@ -61,9 +64,9 @@ def zone_file(records: int, shape: str) -> Path:
     return path
 
 
-def ask(lab: Lab, addr: str, name: str, timeout: float = 0.2):
-    """A query of type A from the lab's client (RD=0, as the tests ask)."""
-    q = dns.message.make_query(name, "A")
+def ask(lab: Lab, addr: str, name: str, timeout: float = 0.2, do: bool = False):
+    """A query of type A from the lab's client (RD=0, as the tests ask); `do`: with EDNS and DO=1."""
+    q = dns.message.make_query(name, "A", want_dnssec=do, payload=1232) if do else dns.message.make_query(name, "A")
     q.flags = 0
     wire = lab.udp(addr, q.to_wire(), timeout=timeout)
     return None if wire is None else dns.message.from_wire(wire)
@@ -78,15 +81,18 @@ def main() -> int:
                     help="one A record at a new name, a new delegation with NS, glue and DS, or a wildcard A under a new name")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds between the kernel holding the zone and the first change")
     ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
+    ap.add_argument("--signed", action="store_true", help="Knot signs the zone (NSEC) and re-signs each change")
     args = ap.parse_args()
     zone = zone_file(args.records, args.shape)
     results = []
     with Lab(prefix="ixb") as lab:
         sec = lab.new_address()
-        knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-ixfr", notify=[f"{sec[0]}@53"])
-        copy = lab.dir / "copy.zone"
-        copy.write_bytes(zone.read_bytes())
-        extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\nfile = "{copy}"\n'
+        knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-ixfr", notify=[f"{sec[0]}@53"], signing=args.signed)
+        extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\n'
+        if not args.signed:
+            copy = lab.dir / "copy.zone"
+            copy.write_bytes(zone.read_bytes())
+            extra += f'file = "{copy}"\n'
         t0 = time.monotonic()
         srv = lab.start_xdns([], name="xdns-ixfr", extra=extra, xdp="default", addrs=sec, wait=False, timeout=600)
         lab.wait_answering(srv.addr4, ORIGIN, srv.proc, timeout=600)
@@ -141,7 +147,7 @@ def main() -> int:
                 served = done = None
                 while time.monotonic() - c < 120:
                     if served is None:
-                        m = ask(lab, srv.addr4, name)
+                        m = ask(lab, srv.addr4, name, do=args.signed)
                         if is_new(m):
                             served = time.monotonic() - c
                     if transfer()["transfers"] > n:
@@ -153,7 +159,7 @@ def main() -> int:
                 phases = {k: int(v) for k, v in re.findall(r"\b(fetched_ms|applied_ms|built_ms|since_wake_ms|ms)=(-?\d+)", line)}
                 before = lab.xdns_stats(srv)["xdp"]["answered"]
                 for _ in range(5):
-                    ask(lab, srv.addr4, name)
+                    ask(lab, srv.addr4, name, do=args.signed)
                 kernel = lab.xdns_stats(srv)["xdp"]["answered"] - before
                 r = {"served_s": served, "done_s": done, "phases_ms": phases,
                      "kernel_update": t.get("last_kernel_update"), "userspace_apply": t.get("last_apply"),
@@ -164,9 +170,9 @@ def main() -> int:
         finally:
             lab.stop(srv)
             lab.stop(knot)
-            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
-    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-' + args.label if args.label else ''}.json"
-    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "change": args.change, "full_at_start": full, "rss_mb_before_changes": rss_start,
+            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-signed' if args.signed else ''}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
+    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-signed' if args.signed else ''}{'-' + args.label if args.label else ''}.json"
+    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "change": args.change, "signed": args.signed, "full_at_start": full, "rss_mb_before_changes": rss_start,
                                "changes": results}, indent=1))
     return 0
 

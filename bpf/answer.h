@@ -239,17 +239,19 @@ struct xdns_body_ref {
 
 /*
  * Find the body bytes of `a` before the frame is touched: class S bytes are in `a`'s record;
- * M and L are looked up, and if a reload deleted them meanwhile, the packet still goes to
- * userspace intact. (A value found stays valid until the program returns.) Separate typed
- * pointers let the verifier know each one's size.
+ * M and L are looked up (under the answer's body_ver, xdns_abi.h), and if a reload or an
+ * in-place change deleted them meanwhile, the packet still goes to userspace intact. (A value
+ * found stays valid until the program returns.) Separate typed pointers let the verifier know
+ * each one's size.
  */
-static __always_inline int xdns_body_get(const struct xdns_answer_key *key, struct xdns_answer_s *a,
+static __always_inline int xdns_body_get(struct xdns_answer_key *key, struct xdns_answer_s *a,
 					 struct xdns_body_ref *ref)
 {
 	if (a->ans.class == XDNS_CLASS_S) {
 		ref->s = a;
 		return 0;
 	}
+	key->_pad = a->ans.body_ver;
 	if (a->ans.class == XDNS_CLASS_M) {
 		ref->m = bpf_map_lookup_elem(&xdns_bodies_m, key);
 		return ref->m ? 0 : -1;
@@ -589,7 +591,7 @@ static __always_inline enum xdns_verdict xdns_put_slip(struct xdp_md *ctx, struc
  */
 static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, struct xdns_scratch *sc,
 							    struct xdns_pkt *pkt, const struct xdns_query *q,
-							    const struct xdns_answer_key *key, __u32 vi)
+							    struct xdns_answer_key *key, __u32 vi)
 {
 	struct xdns_reply r = {};
 	struct xdns_body_ref body = {};

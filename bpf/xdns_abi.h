@@ -152,6 +152,12 @@ struct xdns_answer_key {
 	__u32 gen;              /* data generation */
 	__u16 qtype;            /* for XDNS_KIND_TYPE / XDNS_KIND_WILDCARD, else 0 */
 	__u8 kind;              /* enum xdns_body_kind */
+	/*
+	 * 0 in xdns_answers. In xdns_bodies_{m,l}: the answer's body_ver. A class M or L body
+	 * changed in place (an IXFR, crates/xdns-bpf/src/delta.rs) is written under the other
+	 * value before its answer is replaced, and the old bytes deleted after: a packet holding
+	 * either answer reads its own bytes, or none (it passes).
+	 */
 	__u8 _pad;
 };
 
@@ -244,7 +250,7 @@ struct xdns_answer {
 	__u8 ar_required;       /* 1: additional section must not be dropped (TC=1 instead) */
 	__u8 class;             /* enum xdns_body_class: which body map holds the bytes */
 	__u8 dnssec;            /* 1: a signed zone's DO=0 body: DO=1 takes the DO kind, else passes (XDNS_PASS_DNSSEC) */
-	__u8 _pad;
+	__u8 body_ver;          /* class M/L: the `_pad` of its bytes' key in xdns_bodies_{m,l} (0 or 1; below) */
 };
 
 /*

@@ -369,6 +369,100 @@ def test_tld_ixfr_in_place(lab):
         stop_checked(lab, srv, knot)
 
 
+def test_signed_ixfr_in_place(lab):
+    """A signed zone's change goes live in the kernel in place (issue 28): Knot signs the zone
+    (NSEC) as primary and re-signs what each change touches (the new RRSIGs, the NSEC
+    neighbours, the SOA and its RRSIG); the IXFR is applied to the kernel's maps in place (the
+    zone, 2,000 names, is below the in-place limit, though every name's DO=1 NODATA carries
+    the SOA), not as a new generation. The kernel answers the new record with DO=1 (its RRSIG)
+    and DO=0, and its NODATA with DO=1 (the new serial, the new name's NSEC), byte for byte
+    as userspace does over TCP; the record removed, the name is NXDOMAIN again."""
+    origin = "signed.test."
+    zone = lab.dir / "signed.zone"
+    with zone.open("w") as f:
+        f.write(f"$ORIGIN {origin}\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 198.18.0.1\n")
+        for i in range(2000):
+            f.write(f"h{i} A 198.18.{(i >> 8) & 255}.{i & 255}\n")
+    sec = lab.new_address()
+    knot = lab.start_knot_primary([(origin, zone)], name="knot-signed", notify=[f"{sec[0]}@53"], signing=True)
+    srv = lab.start_xdns([], name="xdns-signed", extra=secondary_toml(origin, knot.addr4), xdp="default", addrs=sec)
+    try:
+        lab.wait_answering(srv.addr4, origin, srv.proc)
+
+        def query(qname, rtype, do):
+            q = dns.message.make_query(qname, rtype, want_dnssec=do, payload=1232)
+            q.flags = 0
+            q.id = 4242
+            return q.to_wire()
+
+        def kernel_answers(qname, rtype, do=True):
+            """Five UDP answers, all from the kernel and the same bytes as userspace's TCP
+            answer (the header's TC and the OPT record aside: none differ here)."""
+            wire = query(qname, rtype, do)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            got = [lab.udp(srv.addr4, wire, timeout=1.0) for _ in range(5)]
+            st = lab.xdns_stats(srv)
+            assert st["xdp"]["answered"] - before >= 5, (qname, rtype, do, {k: v for k, v in st["xdp"].items() if v})
+            user = lab.tcp(srv.addr4, wire)
+            assert user is not None and all(g == user for g in got), (qname, rtype, do, got[0], user)
+            return dns.message.from_wire(user)
+
+        def kernel_has_zone():
+            lab.wait_xdp_data(srv)
+            before = lab.xdns_stats(srv)["xdp"]["answered"]
+            lab.udp(srv.addr4, query(origin, "SOA", False), timeout=0.2)
+            return lab.xdns_stats(srv)["xdp"]["answered"] > before
+        wait_for("the zone in the kernel", kernel_has_zone, 30, step=0.1)
+
+        def change(sets=(), unsets=()):
+            n = zone_stats(lab, srv, origin)["transfer"]["transfers"]
+            lab.knotc(knot, "zone-begin", origin)
+            for u in unsets:
+                lab.knotc(knot, "zone-unset", origin, *u)
+            for r in sets:
+                lab.knotc(knot, "zone-set", origin, *r)
+            lab.knotc(knot, "zone-commit", origin)
+            wait_for("the IXFR", lambda: zone_stats(lab, srv, origin)["transfer"]["transfers"] > n, 10)
+            lab.wait_xdp_data(srv)
+            t = zone_stats(lab, srv, origin)["transfer"]
+            assert t["last_transfer"] == "ixfr", t
+            assert t["last_kernel_update"].startswith("in place"), t
+            return t
+
+        def types(section):
+            return sorted(dns.rdatatype.to_text(r.rdtype) for r in section)
+
+        # before: a positive DO=1 answer from the kernel
+        m = kernel_answers(f"h7.{origin}", "A")
+        assert types(m.answer) == ["A", "RRSIG"], m
+        new = f"newhost.{origin}"
+        serial = ask(lab, srv.addr4, origin, "SOA").answer[0][0].serial
+        change(sets=[(new, "300", "A", "198.18.9.9")])
+        m = kernel_answers(new, "A")
+        assert types(m.answer) == ["A", "RRSIG"] and m.answer[0][0].to_text() == "198.18.9.9", m
+        m = kernel_answers(new, "A", do=False)
+        assert types(m.answer) == ["A"], m
+        # its NODATA with DO=1: the new serial, the new name's NSEC and their RRSIGs
+        m = kernel_answers(new, "TXT")
+        assert not m.answer and types(m.authority) == ["NSEC", "RRSIG", "RRSIG", "SOA"], m
+        soa = next(r for r in m.authority if r.rdtype == dns.rdatatype.SOA)
+        assert soa[0].serial > serial, m
+        nsec = next(r for r in m.authority if r.rdtype == dns.rdatatype.NSEC)
+        assert nsec.name.to_text() == new, m
+        # an old name's NODATA carries the new serial too (its body recompiled in place)
+        m = kernel_answers(f"h7.{origin}", "TXT")
+        assert next(r for r in m.authority if r.rdtype == dns.rdatatype.SOA)[0].serial == soa[0].serial, m
+        # removed: NXDOMAIN (DO=0 from the kernel; DO=1's proof is userspace's)
+        t = change(unsets=[(new,)])
+        m = kernel_answers(new, "A", do=False)
+        assert m.rcode() == dns.rcode.NXDOMAIN, m
+        m = ask(lab, srv.addr4, new, "A")
+        assert m.rcode() == dns.rcode.NXDOMAIN, m
+        assert (t["kernel_in_place"], t["kernel_full"]) == (2, 0), t
+    finally:
+        stop_checked(lab, srv, knot)
+
+
 def test_nested_zones_ixfr_in_place(lab):
     """A parent zone and a served child zone below it, both transferred from Knot: a change of
     either goes live in the kernel in place (no new generation of the zone set), the child's

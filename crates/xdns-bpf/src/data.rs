@@ -188,8 +188,9 @@ fn compiled<'a>(
     })
 }
 
-/// The per-key rules of [`zone_answers`], shared with the size estimate ([`Shape::estimate`]).
-struct ZoneCompiler<'a> {
+/// The per-key rules of [`zone_answers`], shared with the size estimate ([`Shape::estimate`])
+/// and with the in-place changes (`delta::zone_delta`, which compiles a name's keys by them).
+pub(crate) struct ZoneCompiler<'a> {
     zone: &'a xdns_zone::Zone,
     apex: Rebased,
     owned: Box<dyn Fn(&[u8]) -> bool + 'a>,
@@ -197,7 +198,7 @@ struct ZoneCompiler<'a> {
 }
 
 impl<'a> ZoneCompiler<'a> {
-    fn new(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> Self {
+    pub(crate) fn new(zones: &'a ZoneSet, zone: &'a xdns_zone::Zone) -> Self {
         let apex_key = BodyKey { base: zone.apex.clone(), kind: BodyKind::Other };
         Self {
             zone,
@@ -214,7 +215,7 @@ impl<'a> ZoneCompiler<'a> {
 
     /// The entries of one key: its DO body (signed zones), its plain body (`None` when
     /// another zone owns the key or the body is the apex's NODATA, rebased).
-    fn key(&mut self, key: BodyKey) -> (Option<AnswerEntry>, Option<AnswerEntry>) {
+    pub(crate) fn key(&mut self, key: BodyKey) -> (Option<AnswerEntry>, Option<AnswerEntry>) {
         if !self.owns(&key) {
             return (None, None);
         }
@@ -638,7 +639,7 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
         ar_required: u8::from(body.ar_required),
         class: class.0 as u8,
         dnssec: u8::from(body.dnssec),
-        _pad: 0,
+        body_ver: 0,
     };
     (a, value)
 }

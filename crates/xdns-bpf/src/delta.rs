@@ -29,12 +29,30 @@
 //!   (their DS NODATA is the apex's, `data::shareable`) and NXDOMAIN (one body at the apex)
 //!   need nothing: they are rebased from the apex's bodies by the kernel.
 //!
+//!
+//! Signed zones (NSEC). A signed zone's DO=1 bodies are compiled beside the plain ones
+//! (`data::ZoneCompiler`), and none of its NODATA is shared with the apex: every name's DO=1
+//! NODATA carries the SOA and its RRSIG besides its own NSEC, so every name with such a body
+//! is SOA-bound, and a signed zone has about as many SOA-bound names as names. Those are
+//! recompiled at every change, the SOA changed or not; that also covers the proofs that are
+//! another owner's NSEC (an empty non-terminal's NODATA: the NSEC covering it), which a
+//! name added or removed moves. What is not SOA-bound changes only with its owner's records,
+//! which the transfer brings (a signing primary sends the new RRSIGs and the NSEC records of
+//! the neighbours): a referral with DS (and its RRSIG) or with the cut's NSEC proving none,
+//! a positive answer and its RRSIGs. A CNAME chain through a wildcard's synthesis carries no
+//! proof of its own (`compile` writes the wildcard proofs of the question's own synthesis
+//! only, whose keys have no DO body); the oracle test has one ending in a referral, whose
+//! owner carries no SOA, with names coming and going beside the wildcard. So a signed zone is changed in place only when it has no more SOA-bound names than
+//! `limit` (a small zone); a large one falls back to a full generation with the reason
+//! ([`ZoneIndex::build`] keeps only the count). An NSEC3-signed zone is refused: a name's
+//! proofs are NSEC3 records at hashed owners, which the transfer names instead of it.
+//!
 //! It then compiles those names' keys in both versions ([`xdns_zone::lookup::keys_of_name`],
-//! the same rules as [`crate::data::compile_kernel_data`], shared NODATA included) and returns
-//! the differences. What it does not handle returns the reason (the caller falls back to a
-//! full generation): signed zones and more affected names than `limit`. Names (and
-//! keys) of a served zone nested below the one changed are that zone's, as in the full
-//! compile: left out.
+//! by the full compile's per-key rules, `data::ZoneCompiler`: shared NODATA and DO=1 bodies
+//! included) and returns the differences. What it does not handle returns the reason (the
+//! caller falls back to a full generation): NSEC3-signed zones and more affected names than
+//! `limit`. Names (and keys) of a served zone nested below the one changed are that zone's,
+//! as in the full compile: left out.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -43,7 +61,7 @@ use xdns_wire::{name, Body};
 use xdns_zone::lookup::{keys_of_name, BodyKey, BodyKind};
 use xdns_zone::{Zone, ZoneSet};
 
-use crate::data::{owned_by, owns_dname, parent, same_when_rebased, shareable, AnswerEntry, Kind, NodeEntry};
+use crate::data::{owned_by, owns_dname, parent, AnswerEntry, Kind, NodeEntry, ZoneCompiler};
 
 /// A node's entry before and after (`None`: absent), with "has an `Other` body of its own".
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,6 +203,7 @@ const SOA: u16 = 6;
 const MX: u16 = 15;
 const SRV: u16 = 33;
 const DNAME: u16 = 39;
+const NSEC3PARAM: u16 = 51;
 const SVCB: u16 = 64;
 const HTTPS: u16 = 65;
 
@@ -296,13 +315,14 @@ fn cut_of(zone: &Zone, name: &[u8]) -> Option<Vec<u8>> {
     cut
 }
 
-/// One name's node and stored bodies in `zone` (sharing NODATA with `apex_other` as
-/// `data::zone_answers` does; none for names and keys `owned` says a served child zone
-/// answers), and whether one of them carries the SOA.
+/// One name's node and stored bodies in `zone`, compiled by the full compile's per-key rules
+/// (`data::ZoneCompiler`: NODATA shared with the apex's, a signed zone's DO bodies; none for
+/// names and keys `owned` says a served child zone answers), and whether one of them carries
+/// the SOA.
 fn name_state(
     zone: &Zone,
     owned: &dyn Fn(&[u8]) -> bool,
-    apex_other: &Body,
+    compiler: &mut ZoneCompiler<'_>,
     nm: &[u8],
 ) -> (Option<(NodeEntry, bool)>, Vec<AnswerEntry>, bool) {
     if !owned(nm) {
@@ -314,12 +334,9 @@ fn name_state(
         keys.push(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
     }
     let mut answers = Vec::with_capacity(keys.len());
-    for key in keys.into_iter().filter(|k| owned(&k.base)) {
-        let body = xdns_zone::compile::compile(zone, &key);
-        if shareable(&key, &zone.apex) && same_when_rebased(apex_other, &body) {
-            continue;
-        }
-        answers.push(AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body });
+    for key in keys {
+        let (d, p) = compiler.key(key);
+        answers.extend(d.into_iter().chain(p));
     }
     let bound = nm != &zone.apex[..] && answers.iter().any(|a| carries_soa(&a.body));
     let node = zone.node(nm).map(|_| {
@@ -362,8 +379,11 @@ pub fn zone_delta(
     if old.zones.len() != new.zones.len() || new.zones.keys().any(|a| !old.zones.contains_key(a)) {
         return Err("the served zones changed".into());
     }
-    if xdns_zone::compile::is_signed(oz) || xdns_zone::compile::is_signed(nz) {
-        return Err("signed zone".into());
+    // A signed zone: every name whose stored bodies carry the SOA is recompiled at every
+    // change, the SOA changed or not (module docs, "Signed zones").
+    let signed = xdns_zone::compile::is_signed(oz) || xdns_zone::compile::is_signed(nz);
+    if signed && [oz, nz].iter().any(|z| z.nodes.get(&z.apex[..]).is_some_and(|n| n.rrset(NSEC3PARAM).is_some())) {
+        return Err("an NSEC3-signed zone (a name's proofs are NSEC3 records of other, hashed owners)".into());
     }
     // the changed owners and their ancestors up to the apex; names that stay but become or
     // stop being a delegation
@@ -487,7 +507,7 @@ pub fn zone_delta(
         all.extend(more);
     }
     let soa_changed = oz.nodes.get(apex).and_then(|n| n.rrset(SOA)) != nz.nodes.get(apex).and_then(|n| n.rrset(SOA));
-    if soa_changed {
+    if soa_changed || signed {
         if soa_bound.len() > limit {
             return Err(format!("the SOA changed and {} names have stored bodies carrying it", soa_bound.len()));
         }
@@ -497,16 +517,15 @@ pub fn zone_delta(
         return Err(format!("{} names to recompile (limit {limit})", all.len()));
     }
     // compile both versions of every affected name and compare
-    let apex_key = BodyKey { base: apex.into(), kind: BodyKind::Other };
-    let (o_apex, n_apex) = (xdns_zone::compile::compile(oz, &apex_key), xdns_zone::compile::compile(nz, &apex_key));
+    let (mut o_comp, mut n_comp) = (ZoneCompiler::new(old, oz), ZoneCompiler::new(new, nz));
     let mut names: Vec<Vec<u8>> = all.into_iter().collect();
     names.sort_unstable();
     let mut d = Delta { names: names.len(), scanned: scan, ..Default::default() };
     // names of a served zone nested below this one are that zone's (the same zones in both)
     let (o_owned, n_owned) = (owned_by(old, oz), owned_by(new, nz));
     for nm in &names {
-        let (on, oa, _) = name_state(oz, &o_owned, &o_apex, nm);
-        let (nn, na, bound) = name_state(nz, &n_owned, &n_apex, nm);
+        let (on, oa, _) = name_state(oz, &o_owned, &mut o_comp, nm);
+        let (nn, na, bound) = name_state(nz, &n_owned, &mut n_comp, nm);
         d.soa_bound.push((nm.clone(), bound));
         if on != nn {
             d.nodes.push(NodeChange { name: nm.clone(), old: on, new: nn });
@@ -581,11 +600,14 @@ mod tests {
 
     /// What the kernel finds for `key` in `maps` (the table, then the hash map where the
     /// bucket is spilled), with the body bytes.
+    /// The answer's `body_ver` is left out (0): which version an in-place change left is the
+    /// kernel's business, the bytes found under it are what counts.
     fn found(maps: &MemMaps, key: &xdns_answer_key) -> Option<(xdns_answer, Option<Vec<u8>>)> {
         let half = &maps.table[(key.gen & 1) as usize];
-        let body = || maps.bodies.get(bytes_of(key)).map(|b| b.1.clone());
+        let body = |a: &xdns_answer| maps.bodies.get(bytes_of(&crate::maps::body_key(key, a))).map(|b| b.1.clone());
+        let with = |a: &xdns_answer| (xdns_answer { body_ver: 0, ..*a }, body(a));
         if half.index.is_empty() {
-            return maps.answer(key).map(|a| (*a, body()));
+            return maps.answer(key).map(with);
         }
         let b = crate::hash::table_bucket(key.hash, key.kind, key.qtype, half.index.len() as u32) as usize;
         let meta = table_meta(key.kind, key.qtype, key.gen);
@@ -593,10 +615,10 @@ mod tests {
         if let Some(e) = bucket.e.iter().find(|e| e.hash == key.hash && e.meta == meta) {
             let a = half.vals[&(e.idx & !crate::hash::TABLE_SPILLED)];
             // class S bytes are inline in the value; the test keeps them in `bodies` too
-            return Some((a, body()));
+            return Some(with(&a));
         }
         if bucket.e[0].idx & crate::hash::TABLE_SPILLED != 0 {
-            return maps.answer(key).map(|a| (*a, body()));
+            return maps.answer(key).map(with);
         }
         None
     }
@@ -887,6 +909,18 @@ mod tests {
     /// many scanned the zone.
     fn changes_in_place(
         tag: &str,
+        hosts: std::collections::BTreeMap<String, Vec<String>>,
+        rounds: u64,
+        serial_step: u32,
+        change: impl FnMut(&mut std::collections::BTreeMap<String, Vec<String>>, &mut dyn FnMut(u64) -> u64, u64),
+    ) -> (usize, usize) {
+        changes_in_place_as(text, tag, hosts, rounds, serial_step, change)
+    }
+
+    /// [`changes_in_place`] with the zone's text made by `render` (serial, hosts).
+    fn changes_in_place_as(
+        render: fn(u32, &Hosts) -> String,
+        tag: &str,
         mut hosts: std::collections::BTreeMap<String, Vec<String>>,
         rounds: u64,
         serial_step: u32,
@@ -904,7 +938,7 @@ mod tests {
         let wildcard = hosts.keys().any(|k| k.starts_with("*."));
         let seed = 77;
         let mut serial = 1;
-        let mut zones = load(&dir, &text(serial, &hosts));
+        let mut zones = load(&dir, &render(serial, &hosts));
         let mut maps = shaped();
         let mut loader = Loader::new(seed);
         let data = compile_kernel_data(&zones);
@@ -917,7 +951,7 @@ mod tests {
         for round in 0..rounds {
             change(&mut hosts, &mut next, round);
             serial += serial_step;
-            let new = load(&dir, &text(serial, &hosts));
+            let new = load(&dir, &render(serial, &hosts));
             let changed = owners(&zones, &new);
             let delta = zone_delta(&zones, &new, &apex, &changed, &index, 1000).unwrap_or_else(|e| panic!("round {round}: {e}"));
             scans += usize::from(delta.scanned);
@@ -936,6 +970,22 @@ mod tests {
             zones = new;
         }
         (in_place, scans)
+    }
+
+    std::thread_local! {
+        /// Bodies found at version 1 by [`same_as_full_encode`] on this test's thread.
+        static VERSIONED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// The `xdns_answer_key` whose bytes are `k`.
+    fn key_of(k: &[u8]) -> xdns_answer_key {
+        let mut key = xdns_answer_key::default();
+        // SAFETY: `k` is the bytes of an `xdns_answer_key` (`bytes_of` wrote them), a plain
+        // `#[repr(C)]` struct whose every bit pattern is valid; the slice covers exactly
+        // `key`, which it borrows mutably for this copy only.
+        let raw = unsafe { std::slice::from_raw_parts_mut((&mut key as *mut xdns_answer_key).cast::<u8>(), std::mem::size_of::<xdns_answer_key>()) };
+        raw.copy_from_slice(k);
+        key
     }
 
     /// The oracle's comparison: `maps`, updated in place, hold what a fresh install of
@@ -962,12 +1012,139 @@ mod tests {
             assert_eq!(fmt(&got), fmt(&want), "round {round}: answer {key:?}");
         }
         let rawa = |m: &HashMap<Vec<u8>, xdns_answer>| -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
-            m.iter().map(|(k, v)| (k.clone(), bytes_of(v).to_vec())).collect()
+            m.iter().map(|(k, v)| (k.clone(), bytes_of(&xdns_answer { body_ver: 0, ..*v }).to_vec())).collect()
         };
         assert_eq!(rawa(&maps.answers), rawa(&fresh.answers), "round {round}: the hash map holds every answer, no old one");
-        assert_eq!(maps.bodies, fresh.bodies, "round {round}: body bytes");
+        // the bytes of each answer at its version, none at the other (the old ones deleted)
+        let versioned = maps.bodies.keys().filter(|k| k[15] != 0).count();
+        let at_zero: HashMap<Vec<u8>, _> = maps
+            .bodies
+            .iter()
+            .map(|(k, v)| {
+                let mut k = k.clone();
+                k[15] = 0;
+                (k, v.clone())
+            })
+            .collect();
+        assert_eq!(at_zero.len(), maps.bodies.len(), "round {round}: one version of each body's bytes ({versioned} at 1)");
+        VERSIONED.with(|v| v.set(v.get() + versioned));
+        assert_eq!(at_zero, fresh.bodies, "round {round}: body bytes");
+        for (k, a) in &maps.answers {
+            assert!(maps.bodies.contains_key(bytes_of(&crate::maps::body_key(&key_of(k), a))) || a.class == 3, "round {round}: bytes at the answer's version");
+        }
         let (f, g) = (fresh.filter[1].as_ref().unwrap(), maps.filter[1].as_ref().unwrap());
         assert!(f.words().iter().zip(g.words()).all(|(a, b)| a & b == *a), "round {round}: every fresh presence bit set");
+    }
+
+    /// [`text`] signed the way a signer leaves it (the signatures are not valid, which the
+    /// server does not check): an RRSIG for every authoritative RRset (at a cut only DS), an
+    /// NSEC chain in canonical order over the names with records (glue below a cut left
+    /// out), the SOA's RRSIG made anew at every serial (its key tag field is the serial).
+    fn signed_text(serial: u32, hosts: &Hosts) -> String {
+        let mut t = text(serial, hosts);
+        t.push_str("@ DNSKEY 257 3 13 AAAA\n");
+        // owner (absolute) → types, from the records written
+        let mut types: std::collections::BTreeMap<Vec<u8>, std::collections::BTreeSet<String>> = Default::default();
+        for line in t.lines().skip(2) {
+            let mut f = line.split_whitespace();
+            let (Some(owner), Some(ty)) = (f.next(), f.next()) else { continue };
+            let abs = if owner == "@" { APEX.to_string() } else { format!("{owner}.{APEX}") };
+            types.entry(name::from_presentation(&abs).unwrap().to_ascii_lowercase()).or_default().insert(ty.to_string());
+        }
+        let apex = name::from_presentation(APEX).unwrap();
+        let cuts: Vec<Vec<u8>> = types.iter().filter(|(o, ts)| **o != apex && ts.contains("NS")).map(|(o, _)| o.clone()).collect();
+        let mut owners: Vec<Vec<u8>> =
+            types.keys().filter(|o| !cuts.iter().any(|c| o.len() > c.len() && name::is_subdomain(o, c))).cloned().collect();
+        owners.sort_by(|a, b| xdns_zone::dnssec::canonical_cmp(a, b));
+        for (i, o) in owners.iter().enumerate() {
+            let own = name::to_presentation(o);
+            let labels = name::label_count(o) - usize::from(o.starts_with(b"\x01*"));
+            let cut = cuts.contains(o);
+            let ts = &types[o];
+            for ty in ts.iter().filter(|ty| !cut || *ty == "DS").chain(std::iter::once(&"NSEC".to_string())) {
+                let tag = if ty == "SOA" { serial } else { 4711 };
+                t.push_str(&format!("{own} RRSIG {ty} 13 {labels} 300 20300101000000 20200101000000 {tag} {APEX} AAAA\n"));
+            }
+            let next = name::to_presentation(&owners[(i + 1) % owners.len()]);
+            let bitmap: Vec<&str> = ts.iter().map(String::as_str).chain(["RRSIG", "NSEC"]).collect();
+            t.push_str(&format!("{own} NSEC {next} {}\n", bitmap.join(" ")));
+        }
+        t
+    }
+
+    /// The oracle on an NSEC-signed zone (issue 28): records added and removed with their
+    /// RRSIGs and the NSEC neighbours that change with them, names several labels deep
+    /// (empty non-terminals, whose NODATA proof is another owner's NSEC), CNAMEs retargeted
+    /// and chains through a wildcard (whose proof of no closer name is the NSEC covering the
+    /// question), the wildcard's data, the apex's data, a delegation's DS added and removed
+    /// and a delegation added and removed with its glue, the SOA re-signed at every change
+    /// and once kept: every change is made in place (the zone is below the limit) and leaves
+    /// the maps, the DO=1 bodies included, as a full encode writes them.
+    #[test]
+    fn signed_changes_in_place_equal_a_full_encode() {
+        for serial_step in [1, 0] {
+            let mut hosts = Hosts::new();
+            for i in 0..30 {
+                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
+            }
+            hosts.insert("mail".into(), vec!["MX 10 h1".into()]);
+            hosts.insert("alias".into(), vec!["CNAME h4".into()]);
+            hosts.insert("dangling".into(), vec!["CNAME x.y.gone".into()]);
+            hosts.insert("*.wild".into(), vec!["A 198.18.2.1".into()]);
+            hosts.insert("wa".into(), vec!["CNAME q.r.wild".into()]);
+            // a chain through a wildcard ending in a referral: no SOA in wr's bodies
+            hosts.insert("*.w2".into(), vec!["CNAME x.sub".into()]);
+            hosts.insert("wr".into(), vec!["CNAME q.w2".into()]);
+            hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
+            hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
+            let rounds = 80;
+            let (in_place, _) = changes_in_place_as(signed_text, &format!("signed{serial_step}"), hosts, rounds, serial_step, |hosts, next, _| {
+                let h = format!("h{}", next(35));
+                match next(10) {
+                    0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
+                    1 => drop(hosts.remove(&h)),
+                    2 => hosts.entry(h).or_default().push(format!("AAAA 2001:db8::{}", next(999))),
+                    3 => {
+                        let deep = format!("a{}.b{}.c", next(3), next(3));
+                        if hosts.remove(&deep).is_none() {
+                            hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
+                        }
+                    }
+                    4 => drop(hosts.insert("alias".into(), vec![format!("CNAME {h}")])),
+                    5 => {
+                        // names in the wildcard's range come and go: wa's chain is
+                        // synthesised, its proof the NSEC of the name before q.r.wild
+                        let n = ["p.wild", "r.wild", "a.wild", "x.y.gone", "p.w2", "r.w2"][next(6) as usize];
+                        if hosts.remove(n).is_none() {
+                            hosts.insert(n.into(), vec!["TXT \"n\"".into()]);
+                        }
+                    }
+                    6 => drop(hosts.insert("*.wild".into(), vec![format!("A 198.18.2.{}", next(250))])),
+                    7 => drop(hosts.insert("@".into(), vec![format!("A 198.18.6.{}", next(250))])),
+                    8 => {
+                        // the delegation's DS comes and goes (a referral with DS, or the NSEC
+                        // proving there is none)
+                        let r = hosts.get_mut("sub").unwrap();
+                        if r.len() > 1 {
+                            r.truncate(1);
+                        } else {
+                            r.push(format!("DS 1 13 2 {:064X}", next(1 << 30)));
+                        }
+                    }
+                    _ => {
+                        // a delegation added or removed with its glue
+                        if hosts.remove("sub2").is_some() {
+                            hosts.remove("ns.sub2");
+                        } else {
+                            hosts.insert("sub2".into(), vec!["NS ns.sub2".into()]);
+                            hosts.insert("ns.sub2".into(), vec!["A 198.18.7.2".into()]);
+                        }
+                    }
+                }
+            });
+            assert_eq!(in_place as u64, rounds);
+        }
+        assert!(VERSIONED.with(|v| v.get()) > 0, "class M bodies changed in place, under the other version");
     }
 
     /// Nested zones: a parent `t.`, a served child `sub.t.` below it and a grandchild

@@ -32,10 +32,15 @@ use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xd
 pub trait KernelMaps {
     fn put_node(&mut self, key: &xdns_node_key, node: &xdns_node) -> Result<()>;
     fn delete_node(&mut self, key: &xdns_node_key) -> Result<()>;
-    /// Store the body bytes (in their class map), then the answer entry.
+    /// Store the body bytes (in their class map, under [`body_key`]), then the answer entry
+    /// (`key`, whose `_pad` is 0).
     fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()>;
-    /// Delete the answer entry, then the body bytes of class `class`.
+    /// Delete the answer entry (at `key` with `_pad` 0), then the body bytes of class `class`
+    /// (at `key`: its `_pad` is the bytes' version). So are the `(key, class)` lists below.
     fn delete_body(&mut self, key: &xdns_answer_key, class: u8) -> Result<()>;
+    /// Delete only the class M or L bytes at each key (`_pad`: their version), ignoring
+    /// missing ones and other classes: the old bytes of a body changed in place.
+    fn delete_body_bytes(&mut self, keys: &[(xdns_answer_key, u8)]);
     /// Write many nodes; the default writes them one by one.
     fn put_nodes(&mut self, entries: &[(xdns_node_key, xdns_node)]) -> Result<()> {
         entries.iter().try_for_each(|(k, v)| self.put_node(k, v))
@@ -175,7 +180,22 @@ struct Installed {
     /// more key there would copy the whole list (16 MiB of node keys for a 1M-record zone:
     /// tens of milliseconds, the first in-place update after every full install).
     added_nodes: Vec<xdns_node_key>,
+    /// (With the body's version in `_pad`, [`body_key`].)
     added_answers: Vec<(xdns_answer_key, u8)>,
+    /// Answers whose class M or L bytes an in-place update wrote under version 1 (their
+    /// `answer_key`s, `_pad` 0); every other body of the generation is at version 0.
+    ver1: HashSet<[u8; std::mem::size_of::<xdns_answer_key>()]>,
+}
+
+/// The key of `answer`'s class M or L bytes in `xdns_bodies_{m,l}`: its answer key with
+/// `_pad` = the answer's `body_ver` (bpf/xdns_abi.h).
+pub fn body_key(key: &xdns_answer_key, answer: &xdns_answer) -> xdns_answer_key {
+    xdns_answer_key { _pad: answer.body_ver, ..*key }
+}
+
+/// `key` with `_pad` 0: the key of its answer in `xdns_answers`.
+pub fn answer_key_of(key: &xdns_answer_key) -> xdns_answer_key {
+    xdns_answer_key { _pad: 0, ..*key }
 }
 
 /// The presence filter of one generation (`xdns_filter`, maps.h): one bit per node and per
@@ -540,34 +560,49 @@ impl Loader {
     ///    table, which now holds no changed key;
     /// 7. removed bodies deleted.
     ///
-    /// `Err` before anything is written when the change cannot be made in place: no active
-    /// generation, or a body of class M or L replaced in place (its bytes sit in a map of
-    /// their own, which a packet holding the old answer would read). An error while writing
-    /// leaves the generation partly updated: the caller must write a full generation then.
+    /// A class M or L body that changes is written under the other version of its key
+    /// ([`body_key`]) in step 1, and its old bytes deleted in step 7: a packet holding the old
+    /// answer (from the table, the hash map or the spill slot) reads the old bytes, or finds
+    /// none and passes.
+    ///
+    /// `Err` before anything is written when there is no active generation. An error while
+    /// writing leaves the generation partly updated: the caller must write a full generation
+    /// then.
     pub fn apply(&mut self, maps: &mut dyn KernelMaps, delta: &crate::delta::Delta) -> Result<Applied> {
         use crate::data::{encode_body, encode_node, answer_key};
         use crate::types::xdns_body_class;
         let seed = self.seed;
         let cur = self.current.as_mut().ok_or_else(|| anyhow::anyhow!("no active generation to update"))?;
         let gen = cur.gen;
-        let s_class = xdns_body_class::XDNS_CLASS_S.0 as u8;
-        for a in &delta.answers {
-            if let (Some(o), Some(_)) = (&a.old, &a.new) {
-                if encode_body(o).0.class != s_class {
-                    anyhow::bail!("a body larger than class S changes in place");
-                }
-            }
-        }
+        let has_bytes = |c: u8| c == xdns_body_class::XDNS_CLASS_M.0 as u8 || c == xdns_body_class::XDNS_CLASS_L.0 as u8;
+        let raw = |k: &xdns_answer_key| -> [u8; std::mem::size_of::<xdns_answer_key>()] {
+            bytes_of(k).try_into().expect("the key's size")
+        };
         let mut done = Applied::default();
-        // 1. bodies
+        // 1. bodies (a changed M or L body under its other version); the old bytes of changed
+        // bodies, for step 7
         let mut puts = Vec::new();
+        let mut old_bytes = Vec::new();
         for a in delta.answers.iter().filter(|a| a.new.is_some()) {
             let body = a.new.as_ref().expect("filtered");
-            let (v, b) = encode_body(body);
-            puts.push((answer_key(seed, gen, &a.base, a.kind), v, b));
+            let (mut v, b) = encode_body(body);
+            let k = answer_key(seed, gen, &a.base, a.kind);
+            let was_ver1 = cur.ver1.contains(&raw(&k));
+            let old_class = a.old.as_ref().map(|o| encode_body(o).0.class).filter(|c| has_bytes(*c));
+            if let Some(c) = old_class {
+                old_bytes.push((xdns_answer_key { _pad: u8::from(was_ver1), ..k }, c));
+            }
+            let ver1 = has_bytes(v.class) && old_class.is_some() && !was_ver1;
+            v.body_ver = u8::from(ver1);
+            if ver1 {
+                cur.ver1.insert(raw(&k));
+            } else if was_ver1 {
+                cur.ver1.remove(&raw(&k));
+            }
+            puts.push((k, v, b));
         }
         maps.put_bodies(&puts)?;
-        cur.added_answers.extend(puts.iter().map(|(k, a, _)| (*k, a.class)));
+        cur.added_answers.extend(puts.iter().map(|(k, a, _)| (body_key(k, a), a.class)));
         done.answers += puts.len();
         // 2. nodes
         let nodes: Vec<_> = delta
@@ -652,14 +687,16 @@ impl Loader {
         // 6. the memo forgets
         self.epoch = self.epoch.wrapping_add(1);
         maps.set_memo_epoch(self.epoch)?;
-        // 7. removed bodies
-        let gone: Vec<_> = delta
-            .answers
-            .iter()
-            .filter(|a| a.new.is_none())
-            .filter_map(|a| a.old.as_ref().map(|b| (answer_key(seed, gen, &a.base, a.kind), encode_body(b).0.class)))
-            .collect();
+        // 7. removed bodies, and the old bytes of changed ones
+        let mut gone = Vec::new();
+        for a in delta.answers.iter().filter(|a| a.new.is_none()) {
+            let Some(b) = &a.old else { continue };
+            let k = answer_key(seed, gen, &a.base, a.kind);
+            let ver1 = cur.ver1.remove(&raw(&k));
+            gone.push((xdns_answer_key { _pad: u8::from(ver1), ..k }, encode_body(b).0.class));
+        }
         maps.delete_bodies(&gone);
+        maps.delete_body_bytes(&old_bytes);
         done.answers += gone.len();
         done.nodes += delta.nodes.iter().filter(|n| n.new.is_none()).count();
         Ok(done)
@@ -930,16 +967,29 @@ impl KernelMaps for MemMaps {
             BodyValue::Userspace => None,
         };
         if let Some((bytes, fixups)) = stored {
-            self.bodies.insert(bytes_of(key).to_vec(), (answer.class, bytes, fixups));
+            // class S bytes are the record's own: kept at version 0 (the test reads them so)
+            let at = if matches!(body, BodyValue::S { .. }) { *key } else { body_key(key, answer) };
+            self.bodies.insert(bytes_of(&at).to_vec(), (answer.class, bytes, fixups));
         }
         self.answers.insert(bytes_of(key).to_vec(), *answer);
         Ok(())
     }
 
     fn delete_body(&mut self, key: &xdns_answer_key, _class: u8) -> Result<()> {
-        self.answers.remove(bytes_of(key));
+        self.answers.remove(bytes_of(&answer_key_of(key)));
         self.bodies.remove(bytes_of(key));
         Ok(())
+    }
+
+    fn delete_body_bytes(&mut self, keys: &[(xdns_answer_key, u8)]) {
+        // class S bytes share the key of version 0 here (the real maps have none outside
+        // the record): only bytes of class M or L go
+        let s = crate::types::xdns_body_class::XDNS_CLASS_S.0 as u8;
+        for (k, c) in keys {
+            if *c != s && self.bodies.get(bytes_of(k)).is_some_and(|b| b.0 != s) {
+                self.bodies.remove(bytes_of(k));
+            }
+        }
     }
 
     fn filter_words(&self) -> usize {

@@ -1214,10 +1214,11 @@ impl KernelMaps for LibbpfMaps<'_> {
 
     fn put_body(&mut self, key: &xdns_answer_key, answer: &xdns_answer, body: &BodyValue) -> Result<()> {
         let k = bytes_of(key);
+        let bk = crate::maps::body_key(key, answer);
         let m = self.zone;
         match body {
-            BodyValue::M(b) => m.bodies_m.update(k, bytes_of(&**b), MapFlags::ANY)?,
-            BodyValue::L(b) => m.bodies_l.update(k, bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::M(b) => m.bodies_m.update(bytes_of(&bk), bytes_of(&**b), MapFlags::ANY)?,
+            BodyValue::L(b) => m.bodies_l.update(bytes_of(&bk), bytes_of(&**b), MapFlags::ANY)?,
             BodyValue::S { .. } | BodyValue::Userspace => {}
         }
         m.answers.update(k, bytes_of(&*answer_value(answer, body)), MapFlags::ANY)?;
@@ -1227,7 +1228,7 @@ impl KernelMaps for LibbpfMaps<'_> {
     fn delete_body(&mut self, key: &xdns_answer_key, class: u8) -> Result<()> {
         let k = bytes_of(key);
         let m = self.zone;
-        m.answers.delete(k)?;
+        m.answers.delete(bytes_of(&crate::maps::answer_key_of(key)))?;
         match xdns_body_class(u32::from(class)) {
             xdns_body_class::XDNS_CLASS_M => m.bodies_m.delete(k)?,
             xdns_body_class::XDNS_CLASS_L => m.bodies_l.delete(k)?,
@@ -1260,7 +1261,12 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn delete_bodies(&mut self, keys: &[(xdns_answer_key, u8)]) {
-        batch_delete(&self.zone.answers, keys.iter().map(|(k, _)| bytes_of(k)));
+        let answers: Vec<xdns_answer_key> = keys.iter().map(|(k, _)| crate::maps::answer_key_of(k)).collect();
+        batch_delete(&self.zone.answers, answers.iter().map(bytes_of));
+        self.delete_table_bodies(0, keys);
+    }
+
+    fn delete_body_bytes(&mut self, keys: &[(xdns_answer_key, u8)]) {
         self.delete_table_bodies(0, keys);
     }
 
@@ -1269,12 +1275,14 @@ impl KernelMaps for LibbpfMaps<'_> {
         // copy in xdns_answers, which the kernel asks only for keys the table lacks
         let m = self.zone;
         for chunk in entries.chunks(BATCH) {
-            let mm = chunk.iter().filter_map(|(k, _, b)| match b {
+            // under each answer's body_ver (bpf/xdns_abi.h)
+            let keys: Vec<xdns_answer_key> = chunk.iter().map(|(k, a, _)| crate::maps::body_key(k, a)).collect();
+            let mm = chunk.iter().zip(&keys).filter_map(|((_, _, b), k)| match b {
                 BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
                 _ => None,
             });
             batch_update(&m.bodies_m, mm)?;
-            let l = chunk.iter().filter_map(|(k, _, b)| match b {
+            let l = chunk.iter().zip(&keys).filter_map(|((_, _, b), k)| match b {
                 BodyValue::L(b) => Some((bytes_of(k), bytes_of(&**b))),
                 _ => None,
             });

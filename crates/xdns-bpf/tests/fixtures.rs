@@ -917,3 +917,46 @@ fn expected_for(dns_query: &[u8], body: &Body) -> Vec<u8> {
     assemble(&q, body, &Limits::udp(q.edns.as_ref(), OUR_PAYLOAD), &mut out).expect("assemble");
     out
 }
+
+/// Class M and L bodies changed in place (an IXFR of a signed zone changes its DO=1 NODATA
+/// bodies, which the SOA's RRSIG makes larger than class S): each change writes the new bytes
+/// under the other version of the body's key (`body_ver`, bpf/xdns_abi.h) before the answer,
+/// and the old bytes are deleted after. The kernel answers the new bytes after every change,
+/// over IPv4 and IPv6, back and forth between the versions; without EDNS the answer is TC=1.
+#[test]
+fn larger_bodies_change_in_place() {
+    require_root("larger_bodies_change_in_place");
+    let mut prog = load();
+    let data = zone();
+    prog.install(&data).unwrap();
+    let body_of = |base: &str| data.answers.iter().find(|a| a.base == wire(base) && a.kind == Kind::Type(TXT)).unwrap().body.clone();
+    let (mut mid, mut big) = (body_of("mid.example.com"), body_of("big.example.com"));
+    for (round, each) in [190usize, 180, 170, 199].into_iter().enumerate() {
+        let (new_mid, new_big) = (txt_body("mid.example.com", 2, each), txt_body("big.example.com", 3, each));
+        assert!(new_mid.bytes.len() > 128 && new_mid.bytes.len() <= 512 && new_big.bytes.len() > 512, "class M and L");
+        let change = |base: &str, old: &Body, new: &Body| xdns_bpf::delta::AnswerChange {
+            base: wire(base),
+            kind: Kind::Type(TXT),
+            old: Some(old.clone()),
+            new: Some(new.clone()),
+        };
+        let delta = xdns_bpf::delta::Delta {
+            answers: vec![change("mid.example.com", &mid, &new_mid), change("big.example.com", &big, &new_big)],
+            ..Default::default()
+        };
+        prog.apply(&delta).unwrap_or_else(|e| panic!("round {round}: {e:#}"));
+        (mid, big) = (new_mid, new_big);
+        for (net_name, net) in [("ipv4", Net::v4()), ("ipv6", Net::v6())] {
+            for (name, body) in [("mid.example.com", &mid), ("big.example.com", &big)] {
+                let q = query(&wire(name), TXT, Opt::new(1232, false));
+                let (act, out, moved) = verdict(&prog, &frame(&net, &q));
+                assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "round {round} {net_name} {name}");
+                assert_eq!(dns_of(&out), expected_for(&q, body), "round {round} {net_name} {name}: the new bytes");
+                let q = query(&wire(name), TXT, None);
+                let (act, out, moved) = verdict(&prog, &frame(&net, &q));
+                assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "round {round} {net_name} {name} TC");
+                assert_eq!(dns_of(&out), expected_for(&q, body), "round {round} {net_name} {name}: TC=1");
+            }
+        }
+    }
+}
