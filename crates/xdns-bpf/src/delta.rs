@@ -97,8 +97,7 @@ pub struct Delta {
 /// What [`zone_delta`] keeps of a zone between changes, so that a change need not look at
 /// every name: the names with stored SOA-carrying bodies ([`soa_bound`]); for every name inside
 /// the zone that records point at (NS, MX, SRV, SVCB, HTTPS, CNAME targets), by hash, how many
-/// records do; the hashes of every suffix inside the zone of every CNAME target; whether the
-/// zone has wildcards, and DNAME records.
+/// records do; the hashes of every suffix inside the zone of every CNAME target.
 ///
 /// A zone with more SOA-carrying names than a change may recompile (`limit` of [`Self::build`])
 /// keeps none of this: every change of a zone changes its SOA serial, so none of its changes
@@ -113,8 +112,6 @@ pub struct ZoneIndex {
     /// Every suffix below the apex of every CNAME target (the target included), by
     /// [`target_hash`]; only added to (a stale one costs a scan, never an answer).
     pub cname_suffixes: HashSet<u64>,
-    pub wildcards: bool,
-    pub dname: bool,
     /// `Some(limit)`: more names than `limit` carry the SOA; the sets above are left empty.
     pub soa_bound_over: Option<usize>,
 }
@@ -132,21 +129,15 @@ impl ZoneIndex {
             return ZoneIndex { soa_bound_over: Some(limit), ..Default::default() };
         }
         let mut ix = ZoneIndex { soa_bound, ..Default::default() };
-        for (owner, node) in &zone.nodes {
-            ix.count_node(&zone.apex, owner, node, true);
+        for node in zone.nodes.values() {
+            ix.count_node(&zone.apex, node, true);
         }
         ix
     }
 
     /// Count the records of `node` at `owner` in (`add`) or out.
-    fn count_node(&mut self, apex: &[u8], owner: &[u8], node: &xdns_zone::Node, add: bool) {
-        if add {
-            self.wildcards |= owner.starts_with(b"\x01*");
-        }
+    fn count_node(&mut self, apex: &[u8], node: &xdns_zone::Node, add: bool) {
         for rr in &node.rrsets {
-            if add {
-                self.dname |= rr.rtype == DNAME;
-            }
             for rd in &rr.rdata {
                 let Some(t) = in_zone_target(rr.rtype, rd, apex) else { continue };
                 let h = target_hash(&t);
@@ -188,10 +179,10 @@ impl ZoneIndex {
                 continue;
             }
             if let Some(node) = old.nodes.get(&c[..]) {
-                self.count_node(&old.apex, &c, node, false);
+                self.count_node(&old.apex, node, false);
             }
             if let Some(node) = new.nodes.get(&c[..]) {
-                self.count_node(&new.apex, &c, node, true);
+                self.count_node(&new.apex, node, true);
             }
         }
     }
@@ -202,7 +193,6 @@ const CNAME: u16 = 5;
 const SOA: u16 = 6;
 const MX: u16 = 15;
 const SRV: u16 = 33;
-const DNAME: u16 = 39;
 const NSEC3PARAM: u16 = 51;
 const SVCB: u16 = 64;
 const HTTPS: u16 = 65;
@@ -935,7 +925,6 @@ mod tests {
             rng ^= rng << 17;
             rng % n
         };
-        let wildcard = hosts.keys().any(|k| k.starts_with("*."));
         let seed = 77;
         let mut serial = 1;
         let mut zones = load(&dir, &render(serial, &hosts));
@@ -944,7 +933,6 @@ mod tests {
         let data = compile_kernel_data(&zones);
         let first = zones.zones.values().next().unwrap().clone();
         let mut index = ZoneIndex::build(&first, soa_bound(&data.answers, &first.apex), 1000);
-        assert_eq!(index.wildcards, wildcard);
         loader.install(&mut maps, &data).unwrap();
         let apex = xdns_wire::name::from_presentation(APEX).unwrap();
         let (mut in_place, mut scans) = (0, 0);
