@@ -87,10 +87,12 @@ struct {
  * generation gen. One bit per node and per Type(qtype) answer of the generation (hash.h,
  * xdns_filter_pos); a clear bit means the key is absent and its hash lookup is skipped.
  * Userspace sizes the map before load and writes the staged generation's half before the
- * flip. An array lookup is inlined by the verifier (no call).
+ * flip, through a mapping (mmapable; in-place updates write single words by syscall). An
+ * array lookup is inlined by the verifier (no call), mmapable or not.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 128);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -106,7 +108,8 @@ struct {
  * generation's two maps when it stages the generation, writes them before the flip, and
  * drops those of the generation the flip retired: between reloads only one of each exists.
  * Each has its template's size (no BPF_F_INNER_MAP), so every lookup, the outer and the
- * inner, is an inlined array read (no call).
+ * inner, is an inlined array read (no call). Templates and inner arrays are BPF_F_MMAPABLE
+ * (runtime.rs table_map_opts): the fill writes them through a mapping.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);

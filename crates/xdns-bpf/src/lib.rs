@@ -24,6 +24,8 @@
 //!   the counters.
 //! - [`threads`]: a thread created by the daemon's XDP thread gives up the capabilities it
 //!   inherits.
+//! - `window`: the fill's writes into mmapable array maps (answer table, presence filter)
+//!   through a window of them mapped into the process.
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, unused_imports)]
 mod skel {
@@ -55,6 +57,7 @@ pub mod runtime;
 pub mod select;
 pub mod telemetry;
 pub mod threads;
+mod window;
 
 include!(concat!(env!("OUT_DIR"), "/verdicts.rs"));
 

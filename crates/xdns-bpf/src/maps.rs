@@ -8,7 +8,8 @@
 //! one stays active.
 //!
 //! Entries are encoded and written a chunk at a time ([`CHUNK`]; the real maps write each
-//! chunk with one `BPF_MAP_UPDATE_BATCH` per map), so the ABI form of a whole generation never
+//! chunk with one `BPF_MAP_UPDATE_BATCH` per hash map, and the answer table's records in place
+//! through a mapping of its page array), so the ABI form of a whole generation never
 //! sits in memory; only the keys are kept, to delete the generation later (batched too).
 //! The entries come from a [`Stream`]: a [`KernelData`] held whole, or the zones compiled one
 //! key at a time as the chunks are written ([`Stream::compile`]), so that the compiled bodies

@@ -316,9 +316,14 @@ struct Live {
 }
 
 /// One generation's answer table in the kernel: its page array (`xdns_vals`) and its index
-/// (`xdns_index`), each a map of its own held in the outer map's slot of its parity.
+/// (`xdns_index`), each a map of its own held in the outer map's slot of its parity. Both are
+/// mmapable: the fill writes the records through a window of `pages` as the chunks come, and
+/// the index at the end, instead of a batch syscall per chunk (in-place updates still use
+/// syscalls, a bucket at a time).
 struct TableHalf {
-    pages: libbpf_rs::MapHandle,
+    /// The page array, held by the fd of its window: the part the fill is writing is mapped
+    /// (unmapped once the index is written).
+    pages: crate::window::ArrayWindow,
     index: libbpf_rs::MapHandle,
 }
 
@@ -1311,13 +1316,15 @@ impl KernelMaps for LibbpfMaps<'_> {
         if words.len() != self.filter_words() {
             bail!("presence filter of {} words for a map half of {}", words.len(), self.filter_words());
         }
-        let base = (gen & 1) * words.len() as u32;
-        for (i, chunk) in words.chunks(1 << 16).enumerate() {
-            let first = base + (i << 16) as u32;
-            let keys: Vec<u8> = (first..first + chunk.len() as u32).flat_map(u32::to_ne_bytes).collect();
-            let values: Vec<u8> = chunk.iter().flat_map(|w| w.to_ne_bytes()).collect();
-            let map = &self.zone.filter;
-            map.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
+        // written whole through a window of the (mmapable) map, a window's worth at a time:
+        // word `i` of the half is array value (gen & 1) * words + i, eight bytes each
+        let base = (gen & 1) as usize * words.len() * 8;
+        let mut window = crate::window::ArrayWindow::new(self.zone.filter.as_fd(), 2 * words.len(), 8)?;
+        for (n, chunk) in words.chunks(crate::window::WINDOW / 8).enumerate() {
+            let dst = window.bytes(base + n * crate::window::WINDOW, chunk.len() * 8)?;
+            for (d, w) in dst.chunks_exact_mut(8).zip(chunk) {
+                d.copy_from_slice(&w.to_ne_bytes());
+            }
         }
         Ok(())
     }
@@ -1330,10 +1337,12 @@ impl KernelMaps for LibbpfMaps<'_> {
         let half = gen & 1;
         let pages = new_val_pages(self.vals_entries).context("creating a generation's answer table pages")?;
         let index = new_index(self.table_shape().0 as u32).context("creating a generation's answer table index")?;
+        // the page array is held by its window's fd from here on
+        let window = crate::window::ArrayWindow::new(pages.as_fd(), self.vals_entries as usize, PAGE_VALUE)?;
         let m = self.zone;
         m.vals.update(&half.to_ne_bytes(), &pages.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table pages")?;
         m.index.update(&half.to_ne_bytes(), &index.as_fd().as_raw_fd().to_ne_bytes(), MapFlags::ANY).context("setting a generation's answer table index")?;
-        self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[half as usize] = Some(TableHalf { pages, index });
+        self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[half as usize] = Some(TableHalf { pages: window, index });
         Ok(())
     }
 
@@ -1348,32 +1357,19 @@ impl KernelMaps for LibbpfMaps<'_> {
 
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
         use crate::data::{record_len, write_record, PAGE, PAGE_SLACK};
-        // records are packed into pages: each page touched is read, patched and written back
-        // (a chunk's records are consecutive; the page it shares with the chunk before keeps
-        // that chunk's records)
+        // each record written in place through the mapped window of the page array: page
+        // `p` is array value `p`, whose bytes start at `p` * PAGE_VALUE in the value area
         let (_, half_bytes) = self.table_shape();
-        let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.pages;
-        let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = std::collections::BTreeMap::new();
+        let mut halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let half = halves[(gen & 1) as usize].as_mut().context("no answer table for this generation")?;
         for (addr, a, b) in values {
             let at = 4 * *addr as usize;
-            let (page, off) = ((at / PAGE) as u32, at % PAGE);
+            let (page, off) = (at / PAGE, at % PAGE);
             let len = record_len(b);
             if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
                 bail!("answer record at {addr} of {len} bytes outside a table half of {half_bytes}");
             }
-            let buf = match pages.entry(page) {
-                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    let old = map.lookup(&page.to_ne_bytes(), MapFlags::ANY)?.context("answer table page missing")?;
-                    e.insert(old)
-                }
-            };
-            write_record(&mut buf[off..off + len], a, b);
-        }
-        let keys: Vec<[u8; 4]> = pages.keys().map(|p| p.to_ne_bytes()).collect();
-        for (ks, vs) in keys.chunks(64).zip(pages.values().collect::<Vec<_>>().chunks(64)) {
-            batch_update(map, ks.iter().zip(vs).map(|(k, v)| (&k[..], &v[..])))?;
+            write_record(half.pages.bytes(page * PAGE_VALUE + off, len)?, a, b);
         }
         Ok(())
     }
@@ -1383,14 +1379,15 @@ impl KernelMaps for LibbpfMaps<'_> {
         if index.len() != buckets {
             bail!("answer table index of {} buckets for a map half of {buckets}", index.len());
         }
-        let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.index;
-        for (n, chunk) in index.chunks(BATCH).enumerate() {
-            let first = (n * BATCH) as u32;
-            let keys: Vec<[u8; 4]> = (first..first + chunk.len() as u32).map(u32::to_ne_bytes).collect();
-            batch_update(map, keys.iter().zip(chunk).map(|(k, b)| (&k[..], bytes_of(b))))?;
-        }
-        Ok(())
+        let mut halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let half = halves[(gen & 1) as usize].as_mut().context("no answer table for this generation")?;
+        // the last write of the half's fill: its pages' window goes
+        half.pages.unmap();
+        // SAFETY: `xdns_bucket` is plain integers without padding (the ABI's explicit layout,
+        // a multiple of 8 bytes: the array's stride); the slice covers exactly `index`.
+        let raw = unsafe { std::slice::from_raw_parts(index.as_ptr().cast::<u8>(), std::mem::size_of_val(index)) };
+        let size = std::mem::size_of::<xdns_bucket>();
+        crate::window::ArrayWindow::new(half.index.as_fd(), buckets, size)?.write(0, raw)
     }
 
     fn put_table_bucket(&mut self, gen: u32, bucket: usize, value: &xdns_bucket) -> Result<()> {
@@ -1626,17 +1623,33 @@ fn flatten<'a>(it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> (Vec<u8>, Vec<
     (ks, vs)
 }
 
+/// The bytes of one value of an answer table page array (`xdns_vals`): a page and its slack,
+/// a multiple of 8 (so also the array's stride).
+const PAGE_VALUE: usize = crate::data::PAGE + crate::data::PAGE_SLACK;
+const _: () = assert!(PAGE_VALUE.is_multiple_of(8) && std::mem::size_of::<xdns_bucket>().is_multiple_of(8));
+
+/// Creation options of the answer table's inner arrays: mmapable, so that the fill writes
+/// them through a mapping (templates and per-generation arrays alike: the outer map checks
+/// that an inner map's flags are its template's).
+fn table_map_opts() -> libbpf_sys::bpf_map_create_opts {
+    libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_sys::BPF_F_MMAPABLE,
+        ..Default::default()
+    }
+}
+
 /// An answer table index of `buckets` buckets (`xdns_index`, maps.h), empty.
 fn new_index(buckets: u32) -> Result<libbpf_rs::MapHandle> {
-    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+    let opts = table_map_opts();
     let size = std::mem::size_of::<xdns_bucket>() as u32;
     Ok(libbpf_rs::MapHandle::create(libbpf_rs::MapType::Array, Some("xdns_index_gen"), 4, size, buckets.max(1), &opts)?)
 }
 
 /// An answer table page array of `entries` pages (`xdns_vals`, maps.h), zeroed.
 fn new_val_pages(entries: u32) -> Result<libbpf_rs::MapHandle> {
-    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
-    let size = (crate::data::PAGE + crate::data::PAGE_SLACK) as u32;
+    let opts = table_map_opts();
+    let size = PAGE_VALUE as u32;
     Ok(libbpf_rs::MapHandle::create(libbpf_rs::MapType::Array, Some("xdns_vals_gen"), 4, size, entries, &opts)?)
 }
 

@@ -160,3 +160,66 @@ fn install_and_reload_100k_names() {
     assert_eq!(act, 3, "XDP_TX");
     assert_eq!(out[out.len() - 4..], (n - 1).to_be_bytes(), "the A record of the last name");
 }
+
+/// The fill writes the answer table (its records, then its index) and the presence filter
+/// through a window of each array mapped into the process, a few MiB at a time
+/// (`xdns_bpf::window`): a zone whose records, index and filter span several windows (records
+/// of many lengths, so they straddle window and page boundaries at every offset) answers every
+/// name with its own bytes, in both parities (the second install writes the other half of the
+/// filter, at its offset, and new arrays), and the page arrays it writes are mmapable.
+#[test]
+fn fill_through_mapped_windows_answers_every_name() {
+    require_root("fill_through_mapped_windows_answers_every_name");
+    const SEED: u64 = 0x0dd5_eed5_0f11_1111;
+    let apex = wire("example.com");
+    let n = 150_000u32;
+    let text = |i: u32, tag: u8| vec![b'a' + (i as u8).wrapping_add(tag) % 26; ((i + u32::from(tag)) % 90) as usize];
+    let zone = |tag: u8| {
+        let mut data = KernelData {
+            nodes: vec![NodeEntry { name: apex.clone(), apex: apex.clone(), cut: None, wildcard: false }],
+            answers: vec![],
+        };
+        for i in 0..n {
+            let name = wire(&format!("t{i}.example.com"));
+            let t = text(i, tag);
+            let mut w = BodyWriter::new(&name).unwrap();
+            w.set_aa(true);
+            w.write_rr(&name, true, 16, 300, &[&[t.len() as u8][..], &t].concat()).unwrap();
+            data.nodes.push(NodeEntry { name: name.clone(), apex: apex.clone(), cut: None, wildcard: false });
+            data.answers.push(AnswerEntry { base: name, kind: Kind::Type(16), body: w.finish() });
+        }
+        data
+    };
+    let cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap()],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(SEED),
+        capacity: xdns_bpf::runtime::Capacity::for_data(&zone(0)),
+        resolver: None,
+        guard: None,
+        kit: None,
+    };
+    let mut prog = xdns_bpf::runtime::XdpProgram::load(&cfg).unwrap();
+    let (buckets, bytes) = prog.table_shape();
+    let window = 1 << 20; // the fill's window (xdns_bpf::window::WINDOW)
+    assert!(bytes > 3 * window && buckets * 64 > window, "the table spans several windows: {buckets} buckets, {bytes} bytes");
+    for (gen, tag) in [(1u32, 0x11u8), (2, 0x22)] {
+        prog.install(&zone(tag)).unwrap();
+        let (in_table, left_out) = prog.table_counts();
+        assert!(in_table + left_out == n as usize && left_out < n as usize / 20, "{in_table} + {left_out}");
+        let filter = prog.filter(gen).unwrap();
+        for i in 0..n {
+            let name = wire(&format!("t{i}.example.com"));
+            assert!(filter.maybe(xdns_bpf::hash::name_hash(SEED, &name), xdns_bpf::hash::FILTER_NODE), "generation {gen}: node bit of t{i}");
+            let (act, out) = prog.test_run(&frame(&Net::v4(), &query(&name, 16, None))).unwrap();
+            let t = text(i, tag);
+            assert_eq!(act, 3, "generation {gen}: t{i} answered (XDP_TX)");
+            assert_eq!(out[out.len() - t.len() - 1..], [&[t.len() as u8][..], &t].concat()[..], "generation {gen}: the TXT of t{i}");
+        }
+    }
+    for id in prog.val_page_arrays().unwrap().into_iter().flatten() {
+        use libbpf_rs::MapCore as _;
+        let info = libbpf_rs::MapHandle::from_map_id(id).unwrap().info().unwrap();
+        assert_ne!(info.info.map_flags & libbpf_sys::BPF_F_MMAPABLE, 0, "page array {id} is mmapable");
+    }
+}
