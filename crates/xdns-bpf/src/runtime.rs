@@ -1326,6 +1326,8 @@ impl KernelMaps for LibbpfMaps<'_> {
                 d.copy_from_slice(&w.to_ne_bytes());
             }
         }
+        // every word stored before the flip that makes the half active
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -1387,7 +1389,10 @@ impl KernelMaps for LibbpfMaps<'_> {
         // a multiple of 8 bytes: the array's stride); the slice covers exactly `index`.
         let raw = unsafe { std::slice::from_raw_parts(index.as_ptr().cast::<u8>(), std::mem::size_of_val(index)) };
         let size = std::mem::size_of::<xdns_bucket>();
-        crate::window::ArrayWindow::new(half.index.as_fd(), buckets, size)?.write(0, raw)
+        crate::window::ArrayWindow::new(half.index.as_fd(), buckets, size)?.write(0, raw)?;
+        // every store of the half (pages, index) before the flip that makes it active
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     fn put_table_bucket(&mut self, gen: u32, bucket: usize, value: &xdns_bucket) -> Result<()> {
@@ -1397,6 +1402,9 @@ impl KernelMaps for LibbpfMaps<'_> {
         }
         let halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let map = &halves[(gen & 1) as usize].as_ref().context("no answer table for this generation")?.index;
+        // the records this bucket names were stored through the mapping (plain stores): they
+        // are visible before the bucket that publishes them, on any CPU's memory order
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         map.update(&(bucket as u32).to_ne_bytes(), bytes_of(value), MapFlags::ANY)?;
         Ok(())
     }
