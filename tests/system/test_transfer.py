@@ -104,6 +104,25 @@ def zone_stats(lab, srv, zone: str) -> dict:
     raise AssertionError(f"{zone} not in xdns stats")
 
 
+def change_in_place(lab, knot, srv, zone: str, sets=(), unsets=(), timeout: float = 5.0) -> dict:
+    """Change `zone` on the Knot primary `knot` in one transaction (`zone-unset` each of
+    `unsets`, then `zone-set` each of `sets`), wait until `srv` has transferred it, and check
+    that it came by IXFR and went into the kernel in place. Returns the zone's transfer stats."""
+    n = zone_stats(lab, srv, zone)["transfer"]["transfers"]
+    lab.knotc(knot, "zone-begin", zone)
+    for u in unsets:
+        lab.knotc(knot, "zone-unset", zone, *u)
+    for r in sets:
+        lab.knotc(knot, "zone-set", zone, *r)
+    lab.knotc(knot, "zone-commit", zone)
+    wait_for("the IXFR", lambda: zone_stats(lab, srv, zone)["transfer"]["transfers"] > n, timeout)
+    lab.wait_xdp_data(srv)
+    t = zone_stats(lab, srv, zone)["transfer"]
+    assert t["last_transfer"] == "ixfr", t
+    assert t["last_kernel_update"].startswith("in place"), t
+    return t
+
+
 def stop_checked(lab, srv, *also) -> None:
     """Stop `srv`, which must still run, must not have panicked and must exit 0; then stop the
     servers in `also` whatever happened."""
@@ -301,19 +320,7 @@ def test_tld_ixfr_in_place(lab):
             assert st["xdp"]["answered"] - before >= 5, (qname, rtype, {k: v for k, v in st["xdp"].items() if v})
 
         def change(sets=(), unsets=()):
-            n = zone_stats(lab, srv, origin)["transfer"]["transfers"]
-            lab.knotc(knot, "zone-begin", origin)
-            for u in unsets:
-                lab.knotc(knot, "zone-unset", origin, *u)
-            for r in sets:
-                lab.knotc(knot, "zone-set", origin, *r)
-            lab.knotc(knot, "zone-commit", origin)
-            wait_for("the IXFR", lambda: zone_stats(lab, srv, origin)["transfer"]["transfers"] > n, 5)
-            lab.wait_xdp_data(srv)
-            t = zone_stats(lab, srv, origin)["transfer"]
-            assert t["last_transfer"] == "ixfr", t
-            assert t["last_kernel_update"].startswith("in place"), t
-            return t
+            return change_in_place(lab, knot, srv, origin, sets, unsets)
 
         def ds_nodata(m):
             return (m.rcode() == dns.rcode.NOERROR and not m.answer and m.flags & 0x0400
@@ -415,19 +422,7 @@ def test_signed_ixfr_in_place(lab):
         wait_for("the zone in the kernel", kernel_has_zone, 30, step=0.1)
 
         def change(sets=(), unsets=()):
-            n = zone_stats(lab, srv, origin)["transfer"]["transfers"]
-            lab.knotc(knot, "zone-begin", origin)
-            for u in unsets:
-                lab.knotc(knot, "zone-unset", origin, *u)
-            for r in sets:
-                lab.knotc(knot, "zone-set", origin, *r)
-            lab.knotc(knot, "zone-commit", origin)
-            wait_for("the IXFR", lambda: zone_stats(lab, srv, origin)["transfer"]["transfers"] > n, 10)
-            lab.wait_xdp_data(srv)
-            t = zone_stats(lab, srv, origin)["transfer"]
-            assert t["last_transfer"] == "ixfr", t
-            assert t["last_kernel_update"].startswith("in place"), t
-            return t
+            return change_in_place(lab, knot, srv, origin, sets, unsets, timeout=10)
 
         def types(section):
             return sorted(dns.rdatatype.to_text(r.rdtype) for r in section)
@@ -500,16 +495,7 @@ def test_nested_zones_ixfr_in_place(lab):
                  and by_kernel(f"www.{parent}", has("198.18.44.2")), 30, step=0.1)
 
         def change(zone, *sets):
-            n = zone_stats(lab, srv, zone)["transfer"]["transfers"]
-            lab.knotc(knot, "zone-begin", zone)
-            for r in sets:
-                lab.knotc(knot, "zone-set", zone, *r)
-            lab.knotc(knot, "zone-commit", zone)
-            wait_for("the IXFR", lambda: zone_stats(lab, srv, zone)["transfer"]["transfers"] > n, 5)
-            t = zone_stats(lab, srv, zone)["transfer"]
-            assert t["last_transfer"] == "ixfr", t
-            assert t["last_kernel_update"].startswith("in place"), t
-            return t
+            return change_in_place(lab, knot, srv, zone, sets)
 
         # the child's new name
         change(child, (f"new.{child}", "300", "A", "198.18.44.5"))
