@@ -164,7 +164,7 @@ impl RecordBuilder {
         for (owner, node) in &self.nodes {
             for rr in &node.rrsets {
                 for rd in &rr.rdata {
-                    f(owner, rr.rtype, rr.ttl, rd);
+                    f(owner, rr.rtype, node.record_ttl(rr, rd), rd);
                 }
             }
         }

@@ -169,6 +169,19 @@ impl Node {
             .ok()
             .map(|i| &self.rrsets[i])
     }
+
+    /// The TTL record `rd` of this node's `rr` is written with, one record at a time (a
+    /// transfer, the journal, a stored copy): the RRset's, except for an RRSIG, which takes
+    /// the TTL of the RRset it covers here (RFC 4034 §3). A node's RRSIGs are one RRset whose
+    /// TTL is the smallest of them (the loader's rule for any RRset), which would otherwise
+    /// write every signature with the shortest TTL of the node (an A's with the NSEC's). An
+    /// RRSIG covering a type absent here keeps the RRSIG set's TTL.
+    pub fn record_ttl(&self, rr: &Rrset, rd: &[u8]) -> u32 {
+        if rr.rtype != xdns_wire::rtype::RRSIG {
+            return rr.ttl;
+        }
+        crate::dnssec::covered(rd).and_then(|t| self.rrset(t)).map_or(rr.ttl, |c| c.ttl)
+    }
 }
 
 /// A loaded, validated zone.

@@ -24,7 +24,7 @@ pub fn records_of(zone: &Zone) -> RecordSet {
     for (owner, node) in &zone.nodes {
         for rr in &node.rrsets {
             for rd in &rr.rdata {
-                set.insert((owner.clone(), rr.rtype, Bytes::copy_from_slice(rd)), rr.ttl);
+                set.insert((owner.clone(), rr.rtype, Bytes::copy_from_slice(rd)), node.record_ttl(rr, rd));
             }
         }
     }
@@ -130,7 +130,7 @@ pub fn write_zone(path: &Path, zone: &Zone, stop: &std::sync::atomic::AtomicBool
                 continue;
             }
             for rd in &rr.rdata {
-                rec(&mut f, owner, rr.rtype, rr.ttl, rd)?;
+                rec(&mut f, owner, rr.rtype, node.record_ttl(rr, rd), rd)?;
             }
         }
     }
@@ -287,6 +287,38 @@ mod tests {
         let mut outside = set.clone();
         outside.insert((b"\x01b\x00"[..].into(), 1, Bytes::from_static(&[198, 18, 0, 1])), 60);
         assert!(build_zone(&z.apex, &out, &outside).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An RRSIG is written with the TTL of the RRset it covers (RFC 4034 §3), not the node's
+    /// RRSIG set's (the smallest of them): in the journal's records and in a stored copy, as
+    /// a transfer out writes it (`Node::record_ttl`).
+    #[test]
+    fn signatures_keep_their_rrsets_ttl() {
+        let dir = std::env::temp_dir().join(format!("xdns-journal-s-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sig = "20300101000000 20250101000000 4242 a. AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw==";
+        let text = format!(
+            "$TTL 300\n@ IN SOA ns.a. host.a. 7 60 30 600 60\n@ NS ns\nns 3600 A 198.18.0.1\n\
+             ns 3600 RRSIG A 13 2 3600 {sig}\nns 60 NSEC a. A RRSIG NSEC\nns 60 RRSIG NSEC 13 2 60 {sig}\n"
+        );
+        let z = load(&dir, "a", &text);
+        let ttl_of = |set: &RecordSet, covered: u16| {
+            set.iter()
+                .find(|((o, t, rd), _)| &o[..] == b"\x02ns\x01a\x00" && *t == 46 && rd[..2] == covered.to_be_bytes())
+                .map(|(_, ttl)| *ttl)
+        };
+        let set = records_of(&z);
+        assert_eq!((ttl_of(&set, 1), ttl_of(&set, 47)), (Some(3600), Some(60)), "{set:?}");
+        let out = dir.join("signed.zone");
+        let go = std::sync::atomic::AtomicBool::new(false);
+        assert!(write_zone(&out, &z, &go).unwrap());
+        let written = std::fs::read_to_string(&out).unwrap();
+        // (RRSIG in the generic form: RDATA starting with the type covered)
+        assert!(written.lines().any(|l| l.starts_with("ns.a. 3600 IN TYPE46 \\# 85 00 01 ")), "{written}");
+        assert!(written.lines().any(|l| l.starts_with("ns.a. 60 IN TYPE46 \\# 85 00 2f ")), "{written}");
+        let back = load_zone(&ZoneSource { name: "a.".into(), file: out }, None).unwrap();
+        assert_eq!(records_of(&back), set);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -162,7 +162,7 @@ impl Outgoing {
                             let skip = rr.rtype == SOA && *owner == self.zone.apex;
                             if let (false, Some(rd)) = (skip, rr.rdata.get(*rdata)) {
                                 *rdata += 1;
-                                return Some((owner.clone(), rr.rtype, rr.ttl, Bytes::copy_from_slice(rd)));
+                                return Some((owner.clone(), rr.rtype, n.record_ttl(rr, rd), Bytes::copy_from_slice(rd)));
                             }
                             *rrset += 1;
                             *rdata = 0;
