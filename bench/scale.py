@@ -270,8 +270,8 @@ def measure_size(lab: Lab, records: int, peers: list[str], duration: float, relo
     zones = [(ORIGIN, zone)]
     qfile = lab.dir / f"queries-{records}.txt"
     query_file(qfile, records, dnssec=variant != "unsigned")
-    # Knot with semantic checks verifies every RRSIG of a signed zone as it loads (8-22x the
-    # unsigned zone's time): more room for the signed variants
+    # Knot with semantic checks verifies every RRSIG of a signed zone as it loads (far slower
+    # than the unsigned zone: docs/perf/2026-11-30-signed-scale.md): more room for the signed variants
     timeout = max(60.0, records / 10_000) * (1 if variant == "unsigned" else 8)
     # per record: of the file served (a signed zone has its RRSIGs, NSEC3s, DNSKEYs too), the
     # same count for every peer
