@@ -649,7 +649,8 @@ fn exact_shape_logged(zones: &ZoneSet) -> xdns_bpf::data::Shape {
             _ => shape.class_l += 1,
         }
         shape.answers += 1;
-        shape.record_bytes += record_len(&encode_body(&a.body).1) as u64;
+        let (ans, v) = encode_body(&a.body);
+        shape.record_bytes += record_len(&ans, &v) as u64;
     }
     tracing::info!(names = shape.nodes, answers = shape.answers, record_bytes = shape.record_bytes,
         seconds = t.elapsed().as_secs_f32(), "XDP: kernel data measured exactly");
