@@ -970,7 +970,7 @@ mod tests {
         // the kernel reads a record's fixups at up to 254 bytes into its data (class S), 512
         // (inline class M): the page's slack
         assert!(HEADER_LEN + 254 + 2 * MAX_FIXUPS <= PAGE_SLACK && record_len(&sa, &s) <= SPILL_SLOT);
-        assert!(HEADER_LEN + CLASS_M_LEN + 2 * MAX_FIXUPS <= PAGE_SLACK);
+        const { assert!(HEADER_LEN + CLASS_M_LEN + 2 * MAX_FIXUPS <= PAGE_SLACK) }
     }
 
     /// Checksums of bodies: odd lengths pad with zero, sums fold.

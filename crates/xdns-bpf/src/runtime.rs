@@ -106,7 +106,8 @@ impl Capacity {
     /// generation's, its spilled buckets, for two generations during a reload, plus the keys
     /// IXFRs add in place until the next full generation), and twice what the table cannot
     /// hold at all; the class M bodies as many of theirs (a class M body of the table is in
-    /// its record: only those left out, or changed in place, have bytes in `xdns_bodies_m`).
+    /// its record: only those left out, or changed in place, have bytes in `xdns_bodies_m`),
+    /// and at least twice those of the names one in-place update may change.
     /// A hash map that still runs out makes the install grow the maps.
     pub fn for_data(data: &KernelData) -> Self {
         Self::for_shape(&crate::data::Shape::of(data))
@@ -122,10 +123,15 @@ impl Capacity {
         // for both generations of a reload
         let over = bytes.saturating_sub(TABLE_MAX_BYTES as u64) * n as u64 / bytes.max(1);
         let over_m = over * shape.class_m as u64 / (n as u64).max(1);
+        // a class M body changed in place leaves the table for xdns_bodies_m, under a version
+        // (two for a moment when it changes again): room for the bodies of as many names as
+        // one update may change in place (IN_PLACE_MIN_NAMES, or an eighth of the names),
+        // three each (a signed name's DO=1 NODATA, referral, DS answer), twice
+        let in_place = 2 * shape.class_m.min(3 * IN_PLACE_MIN_NAMES.max(shape.nodes / 8));
         Self {
             nodes: room(shape.nodes),
             answers: ((n / 4) as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
-            bodies_m: ((shape.class_m / 4) as u32).saturating_add((over_m as u32).saturating_mul(2)).max(1024),
+            bodies_m: ((shape.class_m / 4).max(in_place) as u32).saturating_add((over_m as u32).saturating_mul(2)).max(1024),
             bodies_l: room(shape.class_l),
             table_vals: (n + n / 8) as u32,
             table_bytes: bytes + bytes / 8,
@@ -167,6 +173,10 @@ impl Capacity {
         self.table_answers().div_ceil(2).clamp(TABLE_MIN_BUCKETS, TABLE_MAX_BYTES / 64)
     }
 }
+
+/// Fewest names an in-place update may change (the daemon's limit: this, or an eighth of the
+/// zone's names, whichever is more); `xdns_bodies_m` has room for their class M bodies.
+pub const IN_PLACE_MIN_NAMES: usize = 4096;
 
 /// Most bytes of answer records per half of the answer table; answers beyond them are found
 /// in `xdns_answers` (a hash-map lookup each). 3.75 GiB: a record's address is 30 bits of
@@ -1824,6 +1834,24 @@ mod tests {
         assert!(grown.holds(&big) && grown.holds(&empty));
         assert_eq!(grown.table_buckets(), big.table_buckets());
         assert_eq!(grown.table_bytes(), big.table_bytes());
+    }
+
+    /// `xdns_bodies_m` holds only class M bodies outside the answer table: a quarter of them
+    /// (left out), but room twice over for those of the names one in-place update may change
+    /// (a small signed zone changes all of them, again and again: `test_signed_ixfr_in_place`
+    /// ran out of a quarter), and twice what the table cannot hold at all.
+    #[test]
+    fn class_m_body_room() {
+        let shape = |nodes: usize, class_m: usize, answers: usize, record_bytes: u64| crate::data::Shape { nodes, answers, class_m, class_l: 0, record_bytes };
+        // small: every class M body changed in place, two versions at once
+        assert_eq!(Capacity::for_shape(&shape(2_000, 3_000, 6_000, 1 << 20)).bodies_m, 6_000);
+        // large: a quarter, or twice three bodies of an eighth of the names, whichever is more
+        assert_eq!(Capacity::for_shape(&shape(5_400_000, 6_800_000, 13_600_000, 3 << 30)).bodies_m, 2 * 3 * 675_000);
+        assert_eq!(Capacity::for_shape(&shape(100_000, 8_000_000, 9_000_000, 3 << 30)).bodies_m, 2_000_000);
+        // past the table's largest size, the share of class M bodies it cannot hold, twice
+        let over = Capacity::for_shape(&shape(100_000, 8_000_000, 9_000_000, 2 * TABLE_MAX_BYTES as u64));
+        assert_eq!(over.bodies_m, 2_000_000 + 2 * 4_000_000);
+        assert_eq!(Capacity::for_shape(&shape(10, 0, 10, 1000)).bodies_m, 1024);
     }
 
     #[test]

@@ -105,8 +105,8 @@ impl std::fmt::Display for KernelUpdate {
 }
 
 /// Most names an in-place update compiles (or an eighth of the zone's names, if more);
-/// beyond, a full generation is written.
-const IN_PLACE_LIMIT: usize = 4096;
+/// beyond, a full generation is written. (`Capacity::for_shape` sizes `xdns_bodies_m` by it.)
+const IN_PLACE_LIMIT: usize = xdns_bpf::runtime::IN_PLACE_MIN_NAMES;
 
 impl XdpRuntime {
     /// Size the kernel's data for `zones` ([`xdns_bpf::data::Shape::estimate`]) and load the
