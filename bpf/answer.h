@@ -238,16 +238,21 @@ struct xdns_body_ref {
 };
 
 /*
- * Find the body bytes of `a` before the frame is touched: class S bytes are in `a`'s record;
- * M and L are looked up (under the answer's body_ver, xdns_abi.h), and if a reload or an
+ * Find the body bytes of `a` before the frame is touched: class S bytes are in `a`'s record,
+ * and so are those of a class M answer of the answer table (body_ver XDNS_BODY_INLINE: `s`
+ * then points at a struct xdns_answer_m, which xdns_put_dns tells by the class); other M and
+ * L bodies are looked up (under the answer's body_ver, xdns_abi.h), and if a reload or an
  * in-place change deleted them meanwhile, the packet still goes to userspace intact. (A value
- * found stays valid until the program returns.) Separate typed pointers let the verifier know
- * each one's size.
+ * found stays valid until the program returns; a table record is never rewritten while its
+ * generation is readable.) Separate typed pointers let the verifier know each one's size;
+ * an inline M record shares `s` with class S, so both reach the gate and the resize as one
+ * verifier state (a record pointer into the same page array).
  */
 static __always_inline int xdns_body_get(struct xdns_answer_key *key, struct xdns_answer_s *a,
 					 struct xdns_body_ref *ref)
 {
-	if (a->ans.class == XDNS_CLASS_S) {
+	if (a->ans.class == XDNS_CLASS_S ||
+	    (a->ans.class == XDNS_CLASS_M && a->ans.body_ver == XDNS_BODY_INLINE)) {
 		ref->s = a;
 		return 0;
 	}
@@ -338,9 +343,17 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 	if (r->blen) {
 		const __u16 *fixups;
 
-		if (ref->s) {
+		if (ref->s && a->class == XDNS_CLASS_S) {
 			err = xdns_put_body(ctx, at, ref->s->data, XDNS_CLASS_S_LEN, r);
 			fixups = (const __u16 *)(ref->s->data + XDNS_FIX_AT(a->len));
+		} else if (ref->s) {
+			/* an inline class M record (xdns_body_get): fixups after its bytes */
+			__u32 fix = XDNS_FIX_AT_M(a->len);
+
+			if (fix > XDNS_CLASS_M_LEN)
+				return -1;
+			err = xdns_put_body(ctx, at, ref->s->data, XDNS_CLASS_M_LEN, r);
+			fixups = (const __u16 *)(ref->s->data + fix);
 		} else if (ref->m) {
 			err = xdns_put_body(ctx, at, ref->m->bytes, XDNS_CLASS_M_LEN, r);
 			fixups = ref->m->fixups;

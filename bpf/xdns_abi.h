@@ -250,16 +250,25 @@ struct xdns_answer {
 	__u8 ar_required;       /* 1: additional section must not be dropped (TC=1 instead) */
 	__u8 class;             /* enum xdns_body_class: which body map holds the bytes */
 	__u8 dnssec;            /* 1: a signed zone's DO=0 body: DO=1 takes the DO kind, else passes (XDNS_PASS_DNSSEC) */
-	__u8 body_ver;          /* class M/L: the `_pad` of its bytes' key in xdns_bodies_{m,l} (0 or 1; below) */
+	__u8 body_ver;          /* class M/L: the `_pad` of its bytes' key in xdns_bodies_{m,l} (0 or 1; below);
+				 * XDNS_BODY_INLINE: a class M record of the answer table, bytes inline */
 };
+/*
+ * body_ver of a class M answer placed in the answer table: its bytes and fixups follow the
+ * header in the record (as a class S record's, fixups at XDNS_FIX_AT_M), not in xdns_bodies_m.
+ * Only the table's records carry it: xdns_answers values (and so the spill slot) never do.
+ */
+#define XDNS_BODY_INLINE 2
 
 /*
  * An answer record: the header fields, then for class S the body bytes and, at the next even
  * offset (XDNS_FIX_AT), the offsets of its first XDNS_MAX_FIXUPS pointers. The answer table
- * (xdns_vals) stores only the record's first XDNS_REC_SIZE bytes, packed; a value of
- * `xdns_answers` is the whole struct (and the spill slot it is copied to). Classes M and L
- * keep bytes and fixups in `xdns_bodies_{m,l}` (the record is the header alone); class
- * USERSPACE has none in the kernel.
+ * (xdns_vals) stores only the record's bytes in use, packed; a value of `xdns_answers` is the
+ * whole struct (and the spill slot it is copied to). A class M answer in the answer table has
+ * its bytes and fixups inline the same way (body_ver XDNS_BODY_INLINE, struct xdns_answer_m;
+ * fixups at XDNS_FIX_AT_M); elsewhere (xdns_answers) classes M and L keep bytes and fixups in
+ * `xdns_bodies_{m,l}` (the record is the header alone), and so does class L in the table;
+ * class USERSPACE has none in the kernel.
  */
 struct xdns_answer_s {
 	struct xdns_answer ans;
@@ -267,11 +276,18 @@ struct xdns_answer_s {
 };
 /* Offset in data[] of a class S record's fixups: after its bytes, even. */
 #define XDNS_FIX_AT(len) (((__u32)(len) + 1) & 0xfe)
+/* The same for an inline class M record (the kernel refuses one past XDNS_CLASS_M_LEN). */
+#define XDNS_FIX_AT_M(len) (((__u32)(len) + 1) & 0x3fe)
+/* The longest record: an inline class M answer of the answer table (only there). */
+struct xdns_answer_m {
+	struct xdns_answer ans;
+	__u8 data[XDNS_CLASS_M_LEN + 2 * XDNS_MAX_FIXUPS];
+};
 /*
  * The answer table's values (xdns_vals): pages of XDNS_PAGE bytes, each followed by
  * XDNS_PAGE_SLACK bytes so that a record starting anywhere in the page fits whole (the
- * largest read from a record start: the header, fixups at XDNS_FIX_AT(len) <= 254 bytes into
- * data[], 32 of them). A record's address is its byte offset in the table / 4 (records start
+ * largest read from a record start: an inline class M record's, the header, fixups at
+ * XDNS_FIX_AT_M(len) <= XDNS_CLASS_M_LEN bytes into data[], 32 of them). A record's address is its byte offset in the table / 4 (records start
  * on four-byte boundaries): page (address >> (XDNS_PAGE_SHIFT - 2)), offset ((address << 2)
  * & (XDNS_PAGE - 1)). The spill slots follow the generation's pages in its page array,
  * XDNS_SPILL_SLOT bytes per CPU. An address as the program passes it on (xdns_val, the memo's
@@ -282,12 +298,15 @@ struct xdns_answer_s {
 #define XDNS_VAL_ADDR 0x3fffffffu
 #define XDNS_PAGE_SHIFT 15
 #define XDNS_PAGE (1u << XDNS_PAGE_SHIFT)
-#define XDNS_PAGE_SLACK 384
+#define XDNS_PAGE_SLACK 640
 #define XDNS_SPILL_SLOT 256
 struct xdns_val_page {
 	__u8 b[XDNS_PAGE + XDNS_PAGE_SLACK];
 };
 _Static_assert(sizeof(struct xdns_answer) + 254 + 2 * XDNS_MAX_FIXUPS <= XDNS_PAGE_SLACK, "a record fits in a page's slack");
+_Static_assert(sizeof(struct xdns_answer_m) <= XDNS_PAGE_SLACK &&
+	       sizeof(struct xdns_answer) + XDNS_CLASS_M_LEN + 2 * XDNS_MAX_FIXUPS <= XDNS_PAGE_SLACK,
+	       "an inline class M record fits in a page's slack");
 _Static_assert(sizeof(struct xdns_answer_s) <= XDNS_SPILL_SLOT, "a spilled answer fits its slot");
 struct xdns_body_m {
 	__u16 fixups[XDNS_MAX_FIXUPS];

@@ -278,7 +278,8 @@ impl Shape {
             _ => self.class_l += 1,
         }
         self.answers += 1;
-        self.record_bytes += record_len(&encode_body(body).1) as u64;
+        let (a, v) = encode_body(body);
+        self.record_bytes += record_len(&a, &v) as u64;
     }
 
     /// The exact shape of `data`.
@@ -585,7 +586,10 @@ pub const MAX_KERNEL_BODY: usize = CLASS_L_LEN;
 /// Answer-table pages (`XDNS_PAGE`, `XDNS_PAGE_SLACK` of `bpf/xdns_abi.h`): records start in
 /// the first `PAGE` bytes of a page value and end in its slack at the latest.
 pub const PAGE: usize = 1 << 15;
-pub const PAGE_SLACK: usize = 384;
+pub const PAGE_SLACK: usize = 640;
+/// `body_ver` of a class M answer placed in the answer table (`XDNS_BODY_INLINE`): its bytes
+/// and fixups are in its record ([`write_record`]), not in `xdns_bodies_m`.
+pub const BODY_INLINE: u8 = 2;
 /// Bytes per CPU of the spill slots after the table's two halves (`XDNS_SPILL_SLOT`).
 pub const SPILL_SLOT: usize = 256;
 
@@ -599,6 +603,12 @@ fn fill<const N: usize>(fixups: &mut [u16; MAX_FIXUPS], bytes: &mut [u8; N], bod
 /// Offset in the record's data of a class S body's fixups (`XDNS_FIX_AT`): after the bytes, even.
 pub fn fix_at(len: usize) -> usize {
     (len + 1) & 0xfe
+}
+
+/// Offset in an inline class M record's data of its fixups (`XDNS_FIX_AT_M`): after the
+/// bytes, even.
+pub fn fix_at_m(len: usize) -> usize {
+    (len + 1) & 0x3fe
 }
 
 /// The answer value and body bytes of one body.
@@ -645,25 +655,35 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
 }
 
 /// Bytes of the answer table's record of one body (`struct xdns_answer_s`, packed): the
-/// header, then for class S the bytes and, at [`fix_at`], the fixups; a multiple of four.
-pub fn record_len(body: &BodyValue) -> usize {
+/// header, then for class S the bytes and, at [`fix_at`], the fixups; for class M the same
+/// (`struct xdns_answer_m`, `answer.body_ver` [`BODY_INLINE`]: fixups at [`fix_at_m`], the
+/// first [`MAX_FIXUPS`]); class L the header alone; a multiple of four.
+pub fn record_len(answer: &xdns_answer, body: &BodyValue) -> usize {
     let data = match body {
         BodyValue::S { bytes, fixups } => fix_at(bytes.len()) + 2 * fixups.len(),
+        BodyValue::M(_) => fix_at_m(usize::from(answer.len)) + 2 * usize::from(answer.nfixups).min(MAX_FIXUPS),
         _ => 0,
     };
     (HEADER_LEN + data).next_multiple_of(4)
 }
 
-/// Write the record of one body into `out` (at least [`record_len`] bytes long).
+/// Write the record of one body into `out` (at least [`record_len`] bytes long): a class M
+/// body's bytes and fixups only when `answer` says they are inline ([`BODY_INLINE`], the
+/// answer table's records), else the header alone (an `xdns_answers` value's).
 pub fn write_record(out: &mut [u8], answer: &xdns_answer, body: &BodyValue) {
     out[..HEADER_LEN].copy_from_slice(crate::maps::bytes_of(answer));
-    if let BodyValue::S { bytes, fixups } = body {
-        let data = &mut out[HEADER_LEN..];
-        data[..bytes.len()].copy_from_slice(bytes);
-        let at = fix_at(bytes.len());
-        for (i, f) in fixups.iter().enumerate() {
-            data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&f.to_ne_bytes());
+    let (bytes, fixups, at): (&[u8], &[u16], usize) = match body {
+        BodyValue::S { bytes, fixups } => (bytes, fixups, fix_at(bytes.len())),
+        BodyValue::M(b) if answer.body_ver == BODY_INLINE => {
+            let n = usize::from(answer.len);
+            (&b.bytes[..n], &b.fixups[..usize::from(answer.nfixups).min(MAX_FIXUPS)], fix_at_m(n))
         }
+        _ => return,
+    };
+    let data = &mut out[HEADER_LEN..];
+    data[..bytes.len()].copy_from_slice(bytes);
+    for (i, f) in fixups.iter().enumerate() {
+        data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&f.to_ne_bytes());
     }
 }
 
@@ -905,14 +925,15 @@ mod tests {
 
     /// An answer record (the table's, packed): the header, the class S bytes at once after
     /// it, the fixups at the next even offset, the length a multiple of four; the hash map's
-    /// value is the same record padded with zeros. Classes M and L are the header alone.
+    /// value is the same record padded with zeros. A class M record of the table is laid out
+    /// as class S's ([`BODY_INLINE`]); its hash-map value, and class L, are the header alone.
     #[test]
     fn record_layout() {
         let body = Body { flags: 0x0400, ancount: 1, bytes: vec![0xab; 7], fixups: vec![0x0102, 0x0304], an_ns_len: 7, base_len: 5, ..Default::default() };
         let (a, v) = encode_body(&body);
         assert_eq!((HEADER_LEN, fix_at(7), fix_at(8)), (24, 8, 8));
-        assert_eq!(record_len(&v), 24 + 8 + 4);
-        let mut rec = vec![0xee; record_len(&v)];
+        assert_eq!(record_len(&a, &v), 24 + 8 + 4);
+        let mut rec = vec![0xee; record_len(&a, &v)];
         write_record(&mut rec, &a, &v);
         assert_eq!(&rec[..HEADER_LEN], crate::maps::bytes_of(&a));
         assert_eq!(&rec[24..31], &[0xab; 7]);
@@ -924,14 +945,32 @@ mod tests {
             r
         }[..]);
         assert!(crate::maps::bytes_of(&*full)[36..].iter().all(|&b| b == 0));
-        let big = Body { bytes: vec![1; CLASS_S_LEN + 1], ..Default::default() };
-        let (_, m) = encode_body(&big);
-        assert!(matches!(m, BodyValue::M(_)) && record_len(&m) == HEADER_LEN);
+        let big = Body { bytes: (0..=CLASS_S_LEN as u8).collect(), fixups: vec![0x0506, 0x0708, 0x090a], ..Default::default() };
+        let (mut ma, m) = encode_body(&big);
+        assert!(matches!(m, BodyValue::M(_)));
+        assert_eq!((fix_at_m(129), fix_at_m(130), fix_at_m(512)), (130, 130, 512));
+        assert_eq!(record_len(&ma, &m), 24 + 130 + 6, "bytes, fixups at the next even offset, a multiple of four");
+        let (ma2, m2) = encode_body(&Body { bytes: vec![7; 130], fixups: vec![1, 2, 3, 4], ..Default::default() });
+        assert_eq!(record_len(&ma2, &m2), 24 + 130 + 8 + 2, "rounded up to four");
+        // the hash map's value: the header alone (the bytes are in xdns_bodies_m)
+        assert!(crate::maps::bytes_of(&*answer_value(&ma, &m))[HEADER_LEN..].iter().all(|&b| b == 0));
+        ma.body_ver = BODY_INLINE;
+        let mut rec = vec![0xee; record_len(&ma, &m)];
+        write_record(&mut rec, &ma, &m);
+        assert_eq!(&rec[..HEADER_LEN], crate::maps::bytes_of(&ma));
+        assert_eq!(&rec[24..24 + 129], &big.bytes[..]);
+        let fix: Vec<u8> = [0x0506u16, 0x0708, 0x090a].iter().flat_map(|f| f.to_ne_bytes()).collect();
+        assert_eq!(&rec[24 + 130..24 + 136], &fix[..]);
         let longest = Body { bytes: vec![1; CLASS_S_LEN], fixups: vec![0; MAX_FIXUPS + 5], ..Default::default() };
-        let (_, s) = encode_body(&longest);
-        assert_eq!(record_len(&s), std::mem::size_of::<xdns_answer_s>(), "the largest record is the whole struct");
-        // the kernel reads a record's fixups at up to 254 bytes into its data: the page's slack
-        assert!(HEADER_LEN + 254 + 2 * MAX_FIXUPS <= PAGE_SLACK && record_len(&s) <= SPILL_SLOT);
+        let (sa, s) = encode_body(&longest);
+        assert_eq!(record_len(&sa, &s), std::mem::size_of::<xdns_answer_s>(), "the largest class S record is the whole struct");
+        let longest_m = Body { bytes: vec![1; CLASS_M_LEN], fixups: vec![0; MAX_FIXUPS + 5], ..Default::default() };
+        let (la, l) = encode_body(&longest_m);
+        assert_eq!(record_len(&la, &l), HEADER_LEN + CLASS_M_LEN + 2 * MAX_FIXUPS, "the largest record is an inline M (struct xdns_answer_m)");
+        // the kernel reads a record's fixups at up to 254 bytes into its data (class S), 512
+        // (inline class M): the page's slack
+        assert!(HEADER_LEN + 254 + 2 * MAX_FIXUPS <= PAGE_SLACK && record_len(&sa, &s) <= SPILL_SLOT);
+        const { assert!(HEADER_LEN + CLASS_M_LEN + 2 * MAX_FIXUPS <= PAGE_SLACK) }
     }
 
     /// Checksums of bodies: odd lengths pad with zero, sums fold.

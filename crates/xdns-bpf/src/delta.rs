@@ -1016,7 +1016,17 @@ mod tests {
             .collect();
         assert_eq!(at_zero.len(), maps.bodies.len(), "round {round}: one version of each body's bytes ({versioned} at 1)");
         VERSIONED.with(|v| v.set(v.get() + versioned));
-        assert_eq!(at_zero, fresh.bodies, "round {round}: body bytes");
+        // (a fresh install keeps the bytes of its inline class M records at `BODY_INLINE`)
+        let fresh_at_zero: HashMap<Vec<u8>, _> = fresh
+            .bodies
+            .iter()
+            .map(|(k, v)| {
+                let mut k = k.clone();
+                k[15] = 0;
+                (k, v.clone())
+            })
+            .collect();
+        assert_eq!(at_zero, fresh_at_zero, "round {round}: body bytes");
         for (k, a) in &maps.answers {
             assert!(maps.bodies.contains_key(bytes_of(&crate::maps::body_key(&key_of(k), a))) || a.class == 3, "round {round}: bytes at the answer's version");
         }

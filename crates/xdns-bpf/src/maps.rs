@@ -24,7 +24,7 @@ use anyhow::Result;
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::data::{encode_answer, encode_node_hashed, name_shape, record_len, AnswerEntry, BodyValue, Kind, KernelData, NodeEntry};
+use crate::data::{encode_answer, encode_node_hashed, name_shape, record_len, AnswerEntry, BodyValue, Kind, KernelData, NodeEntry, BODY_INLINE};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
 use crate::hash::{filter_pos, table_bucket, table_meta, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
@@ -63,7 +63,8 @@ pub trait KernelMaps {
         }
     }
     /// Write the bodies of answers placed in the answer table: the table's value holds the
-    /// header and the class S bytes, so only class M and L bytes go to their maps and no
+    /// header and the class S and M bytes (class M: `body_ver` [`BODY_INLINE`]), so only
+    /// class L bytes go to their map and no
     /// `xdns_answers` entry is written (the kernel asks the hash map only for keys of a
     /// spilled bucket that the table lacks). Default: [`Self::put_bodies`], as the in-memory
     /// maps do: their `answers` is every answer, what the table and the hash map hold together.
@@ -71,8 +72,8 @@ pub trait KernelMaps {
         self.put_bodies(entries)
     }
     /// Delete what [`Self::put_table_bodies`] wrote for generation `gen`: `keys` are its
-    /// answers placed in the table whose bytes are of class M or L (the real maps: those
-    /// bytes; class S answers have nothing outside the table, and the loader does not keep
+    /// answers placed in the table whose bytes are of class L (the real maps: those bytes;
+    /// class S and M answers have nothing outside the table, and the loader does not keep
     /// their keys), ignoring missing entries.
     fn delete_table_bodies(&mut self, gen: u32, keys: &[(xdns_answer_key, u8)]);
     /// Words in each half of the presence filter (a power of two).
@@ -170,9 +171,9 @@ struct Installed {
     nodes: Vec<xdns_node_key>,
     /// Answers written to `xdns_answers` (with their body class).
     answers: Vec<(xdns_answer_key, u8)>,
-    /// Answers placed in the answer table whose bytes are of class M or L (in their own
-    /// maps), for [`KernelMaps::delete_table_bodies`]; class S answers live in the table
-    /// alone, and their keys are not kept.
+    /// Answers placed in the answer table whose bytes are of class L (in their own map),
+    /// for [`KernelMaps::delete_table_bodies`]; class S and M answers live in the table
+    /// alone (their records hold the bytes), and their keys are not kept.
     table_bodies: Vec<(xdns_answer_key, u8)>,
     /// Answers in the answer table, and answers left out of it (found in the hash map).
     table: (usize, usize),
@@ -579,6 +580,9 @@ impl Loader {
         let raw = |k: &xdns_answer_key| -> [u8; std::mem::size_of::<xdns_answer_key>()] {
             bytes_of(k).try_into().expect("the key's size")
         };
+        let m_class = xdns_body_class::XDNS_CLASS_M.0 as u8;
+        // keys whose old answer was an inline class M record of the table (step 5)
+        let mut inline = HashSet::new();
         let mut done = Applied::default();
         // 1. bodies (a changed M or L body under its other version); the old bytes of changed
         // bodies, for step 7
@@ -668,6 +672,11 @@ impl Loader {
                     }
                     continue;
                 };
+                // a class M answer of the table has its bytes in its record (`BODY_INLINE`),
+                // which stays as it is for the packets holding it: no bytes of version 0
+                if a.old.as_ref().is_some_and(|o| encode_body(o).0.class == m_class) {
+                    inline.insert(raw(&k));
+                }
                 cur.table.0 = cur.table.0.saturating_sub(1);
                 if a.new.is_some() {
                     cur.table.1 += 1;
@@ -688,13 +697,21 @@ impl Loader {
         // 6. the memo forgets
         self.epoch = self.epoch.wrapping_add(1);
         maps.set_memo_epoch(self.epoch)?;
-        // 7. removed bodies, and the old bytes of changed ones
+        // 7. removed bodies, and the old bytes of changed ones (an inline record's: at
+        // `BODY_INLINE`, where the in-memory maps keep them; the real maps have none)
+        let at_ver = |k: &xdns_answer_key, ver1: bool| {
+            let v = if inline.contains(&raw(&answer_key_of(k))) { BODY_INLINE } else { u8::from(ver1) };
+            xdns_answer_key { _pad: v, ..*k }
+        };
         let mut gone = Vec::new();
         for a in delta.answers.iter().filter(|a| a.new.is_none()) {
             let Some(b) = &a.old else { continue };
             let k = answer_key(seed, gen, &a.base, a.kind);
             let ver1 = cur.ver1.remove(&raw(&k));
-            gone.push((xdns_answer_key { _pad: u8::from(ver1), ..k }, encode_body(b).0.class));
+            gone.push((at_ver(&k, ver1), encode_body(b).0.class));
+        }
+        for (k, _) in &mut old_bytes {
+            *k = at_ver(k, k._pad == 1);
         }
         maps.delete_bodies(&gone);
         maps.delete_body_bytes(&old_bytes);
@@ -773,7 +790,8 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
     let mut own: HashSet<u64, std::hash::BuildHasherDefault<IdHasher>> = HashSet::default();
     let other = Kind::Other.abi();
     let mut written = 0;
-    let s_class = crate::types::xdns_body_class::XDNS_CLASS_S.0 as u8;
+    let m_class = crate::types::xdns_body_class::XDNS_CLASS_M.0 as u8;
+    let l_class = crate::types::xdns_body_class::XDNS_CLASS_L.0 as u8;
     let mut chunk: Vec<Cow<'_, AnswerEntry>> = Vec::with_capacity(CHUNK);
     loop {
         if maps.abandoned() {
@@ -784,18 +802,22 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
         if chunk.is_empty() {
             break;
         }
-        // Answers placed in the table are written there only (with their M and L bytes);
-        // the hash map gets the ones left out.
+        // Answers placed in the table are written there only (class S and M bytes in their
+        // record, `BODY_INLINE`; class L bytes in their map); the hash map gets the ones
+        // left out.
         let (mut in_table, mut left_out, mut idx) = (Vec::new(), Vec::new(), Vec::new());
-        for (k, a, b) in chunk.iter().map(|a| encode_answer(a, seed, gen)) {
+        for (k, mut a, b) in chunk.iter().map(|a| encode_answer(a, seed, gen)) {
             if (k.kind, k.qtype) == other {
                 own.insert(k.hash);
             }
             if let Some(tag) = answer_filter_tag(&k) {
                 filter.insert(k.hash, tag);
             }
-            match table.place(&k, record_len(&b)) {
+            match table.place(&k, record_len(&a, &b)) {
                 Some(i) => {
+                    if a.class == m_class {
+                        a.body_ver = BODY_INLINE;
+                    }
                     idx.push(i);
                     in_table.push((k, a, b));
                 }
@@ -804,7 +826,7 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
         }
         // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
         done.answers.extend(left_out.iter().map(|(k, a, _)| (*k, a.class)));
-        done.table_bodies.extend(in_table.iter().filter(|(_, a, _)| a.class != s_class).map(|(k, a, _)| (*k, a.class)));
+        done.table_bodies.extend(in_table.iter().filter(|(_, a, _)| a.class == l_class).map(|(k, a, _)| (*k, a.class)));
         maps.put_bodies(&left_out)?;
         maps.put_table_bodies(&in_table)?;
         let placed: Vec<_> = idx.iter().zip(&in_table).map(|(i, (_, a, b))| (*i, a, b)).collect();

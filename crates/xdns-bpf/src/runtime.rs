@@ -102,10 +102,13 @@ impl Capacity {
     /// eighth more (a reload that grows further leaves the excess in the hash map: same
     /// answers, a hash lookup each), in each of its two halves (old and new generations
     /// coexist during a reload); the hash maps three times the nodes and the bodies of class
-    /// M and L, and the answers a quarter of the table's (the keys it leaves out: a few percent of a
+    /// L, and the answers a quarter of the table's (the keys it leaves out: a few percent of a
     /// generation's, its spilled buckets, for two generations during a reload, plus the keys
     /// IXFRs add in place until the next full generation), and twice what the table cannot
-    /// hold at all. A hash map that still runs out makes the install grow the maps.
+    /// hold at all; the class M bodies as many of theirs (a class M body of the table is in
+    /// its record: only those left out, or changed in place, have bytes in `xdns_bodies_m`),
+    /// and at least twice those of the names one in-place update may change.
+    /// A hash map that still runs out makes the install grow the maps.
     pub fn for_data(data: &KernelData) -> Self {
         Self::for_shape(&crate::data::Shape::of(data))
     }
@@ -119,10 +122,16 @@ impl Capacity {
         // answers the table cannot hold at all (past its largest size) go to the hash map,
         // for both generations of a reload
         let over = bytes.saturating_sub(TABLE_MAX_BYTES as u64) * n as u64 / bytes.max(1);
+        let over_m = over * shape.class_m as u64 / (n as u64).max(1);
+        // a class M body changed in place leaves the table for xdns_bodies_m, under a version
+        // (two for a moment when it changes again): room for the bodies of as many names as
+        // one update may change in place (IN_PLACE_MIN_NAMES, or an eighth of the names),
+        // three each (a signed name's DO=1 NODATA, referral, DS answer), twice
+        let in_place = 2 * shape.class_m.min(3 * IN_PLACE_MIN_NAMES.max(shape.nodes / 8));
         Self {
             nodes: room(shape.nodes),
             answers: ((n / 4) as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
-            bodies_m: room(shape.class_m),
+            bodies_m: ((shape.class_m / 4).max(in_place) as u32).saturating_add((over_m as u32).saturating_mul(2)).max(1024),
             bodies_l: room(shape.class_l),
             table_vals: (n + n / 8) as u32,
             table_bytes: bytes + bytes / 8,
@@ -165,9 +174,19 @@ impl Capacity {
     }
 }
 
+/// Fewest names an in-place update may change (the daemon's limit: this, or an eighth of the
+/// zone's names, whichever is more); `xdns_bodies_m` has room for their class M bodies.
+pub const IN_PLACE_MIN_NAMES: usize = 4096;
+
 /// Most bytes of answer records per half of the answer table; answers beyond them are found
-/// in `xdns_answers` (a hash-map lookup each).
-pub const TABLE_MAX_BYTES: usize = 1 << 30;
+/// in `xdns_answers` (a hash-map lookup each). 3.75 GiB: a record's address is 30 bits of
+/// four-byte units (`XDNS_VAL_ADDR`), which must also reach the spill slots after the pages,
+/// and the page array (pages with their slack) stays below 4 GiB.
+pub const TABLE_MAX_BYTES: usize = 15 << 28;
+const _: () = assert!(
+    (TABLE_MAX_BYTES / crate::data::PAGE + 1) * PAGE_VALUE < 1 << 32
+        && (TABLE_MAX_BYTES + crate::data::PAGE) / 4 <= 0x3fff_ffff
+);
 
 /// Fewest buckets per half of the answer table's index (64 KiB of index: 4,096 entries).
 pub const TABLE_MIN_BUCKETS: usize = 1024;
@@ -1277,13 +1296,15 @@ impl KernelMaps for LibbpfMaps<'_> {
 
     fn put_table_bodies(&mut self, entries: &[(xdns_answer_key, xdns_answer, BodyValue)]) -> Result<()> {
         // the header and the class S bytes go to the table's value (put_table_values): no
-        // copy in xdns_answers, which the kernel asks only for keys the table lacks
+        // copy in xdns_answers, which the kernel asks only for keys the table lacks; so do
+        // the class M bytes of a table record (body_ver BODY_INLINE). (`put_bodies` comes
+        // here too, for answers outside the table: their M bytes go to the map.)
         let m = self.zone;
         for chunk in entries.chunks(BATCH) {
             // under each answer's body_ver (bpf/xdns_abi.h)
             let keys: Vec<xdns_answer_key> = chunk.iter().map(|(k, a, _)| crate::maps::body_key(k, a)).collect();
-            let mm = chunk.iter().zip(&keys).filter_map(|((_, _, b), k)| match b {
-                BodyValue::M(b) => Some((bytes_of(k), bytes_of(&**b))),
+            let mm = chunk.iter().zip(&keys).filter_map(|((_, a, b), k)| match b {
+                BodyValue::M(b) if a.body_ver != crate::data::BODY_INLINE => Some((bytes_of(k), bytes_of(&**b))),
                 _ => None,
             });
             batch_update(&m.bodies_m, mm)?;
@@ -1367,7 +1388,7 @@ impl KernelMaps for LibbpfMaps<'_> {
         for (addr, a, b) in values {
             let at = 4 * *addr as usize;
             let (page, off) = (at / PAGE, at % PAGE);
-            let len = record_len(b);
+            let len = record_len(a, b);
             if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
                 bail!("answer record at {addr} of {len} bytes outside a table half of {half_bytes}");
             }
@@ -1813,6 +1834,24 @@ mod tests {
         assert!(grown.holds(&big) && grown.holds(&empty));
         assert_eq!(grown.table_buckets(), big.table_buckets());
         assert_eq!(grown.table_bytes(), big.table_bytes());
+    }
+
+    /// `xdns_bodies_m` holds only class M bodies outside the answer table: a quarter of them
+    /// (left out), but room twice over for those of the names one in-place update may change
+    /// (a small signed zone changes all of them, again and again: `test_signed_ixfr_in_place`
+    /// ran out of a quarter), and twice what the table cannot hold at all.
+    #[test]
+    fn class_m_body_room() {
+        let shape = |nodes: usize, class_m: usize, answers: usize, record_bytes: u64| crate::data::Shape { nodes, answers, class_m, class_l: 0, record_bytes };
+        // small: every class M body changed in place, two versions at once
+        assert_eq!(Capacity::for_shape(&shape(2_000, 3_000, 6_000, 1 << 20)).bodies_m, 6_000);
+        // large: a quarter, or twice three bodies of an eighth of the names, whichever is more
+        assert_eq!(Capacity::for_shape(&shape(5_400_000, 6_800_000, 13_600_000, 3 << 30)).bodies_m, 2 * 3 * 675_000);
+        assert_eq!(Capacity::for_shape(&shape(100_000, 8_000_000, 9_000_000, 3 << 30)).bodies_m, 2_000_000);
+        // past the table's largest size, the share of class M bodies it cannot hold, twice
+        let over = Capacity::for_shape(&shape(100_000, 8_000_000, 9_000_000, 2 * TABLE_MAX_BYTES as u64));
+        assert_eq!(over.bodies_m, 2_000_000 + 2 * 4_000_000);
+        assert_eq!(Capacity::for_shape(&shape(10, 0, 10, 1000)).bodies_m, 1024);
     }
 
     #[test]

@@ -960,3 +960,137 @@ fn larger_bodies_change_in_place() {
         }
     }
 }
+
+/// Class M answers placed in the answer table carry their bytes and fixups inline in their
+/// record (`XDNS_BODY_INLINE`, bpf/xdns_abi.h), at their length: after an install
+/// `xdns_bodies_m` is empty, and every class M answer is sent byte for byte as userspace
+/// assembles it, over IPv4 and IPv6: delta 0, delta > 0 with its fixups shifted, TC=1 when
+/// it does not fit (no EDNS), and one whose record starts in the last four bytes of a page,
+/// so that its bytes and fixups are read from the page's slack. Changed in place, the answer
+/// leaves the table for the hash maps under its version (new bytes answered) while its old
+/// record stays as it was: pointed at again (what a packet that found it before the change
+/// still holds), it answers the old bytes. A reload (the other half) answers them all again
+/// from the table.
+#[test]
+fn inline_m_bodies() {
+    use xdns_bpf::data::{answer_key, encode_body, record_len, PAGE};
+    require_root("inline_m_bodies");
+    let mut prog = load();
+    let apex = wire("example.com");
+    let node = |n: &str, cut: bool| NodeEntry { name: wire(n), apex: apex.clone(), cut: cut.then(|| wire(n)), wildcard: false };
+    let ans = |n: &str, kind: Kind, body: Body| AnswerEntry { base: wire(n), kind, body };
+    let mut data = KernelData { nodes: vec![node("example.com", false)], answers: vec![ans("example.com", Kind::NxDomain, negative("example.com", 3))] };
+    // class S padding first, so that the edge referral's record starts at the page's last
+    // four bytes: placed as the loader places (the same keys, buckets and record lengths)
+    let (buckets, bytes) = prog.table_shape();
+    let (seed, gen) = (prog.seed(), prog.generation() + 1);
+    let mut model = xdns_bpf::maps::Table::new(buckets, bytes);
+    let len_of = |b: &Body| {
+        let (a, v) = encode_body(b);
+        record_len(&a, &v)
+    };
+    let pad_body = |name: &str, n: usize| {
+        let mut w = BodyWriter::new(&wire(name)).unwrap();
+        w.set_aa(true);
+        let mut t = vec![n as u8];
+        t.extend(std::iter::repeat_n(b'p', n));
+        w.write_rr(&wire(name), true, TXT, 300, &t).unwrap();
+        w.finish()
+    };
+    let place = |model: &mut xdns_bpf::maps::Table, base: &str, kind: Kind, b: &Body| {
+        let k = answer_key(seed, gen, &wire(base), kind);
+        model.place(&k, len_of(b))
+    };
+    for a in &data.answers {
+        let k = answer_key(seed, gen, &a.base, a.kind);
+        model.place(&k, len_of(&a.body)).expect("placed");
+    }
+    let lens: Vec<usize> = (0..=110).map(|n| len_of(&pad_body("pad0.example.com", n))).collect();
+    let (min, max) = (lens[0], lens[110]);
+    let target = PAGE - 4;
+    for i in 0.. {
+        let rem = target - model.bytes_used();
+        if rem == 0 {
+            break;
+        }
+        let want = if rem >= max + min { max } else if lens.contains(&rem) { rem } else { rem - min };
+        let n = lens.iter().position(|&l| l == want).unwrap_or_else(|| panic!("a pad of {want} bytes ({rem} left)"));
+        let name = format!("pad{i}.example.com");
+        let b = pad_body(&name, n);
+        if place(&mut model, &name, Kind::Type(TXT), &b).is_some() {
+            data.nodes.push(node(&name, false));
+            data.answers.push(ans(&name, Kind::Type(TXT), b));
+        }
+    }
+    let edge = referral("edge.example.com", 100);
+    let mtxt = txt_body("mtxt.example.com", 2, 150);
+    let mbig = txt_body("mbig.example.com", 2, 240);
+    let mcut = referral("mcut.example.com", 60);
+    for (n, b) in [("edge", &edge), ("mtxt", &mtxt), ("mbig", &mbig), ("mcut", &mcut)] {
+        assert!(b.bytes.len() > 128 && b.bytes.len() <= 512, "{n}: class M ({} bytes)", b.bytes.len());
+    }
+    assert!(!edge.fixups.is_empty() && !mcut.fixups.is_empty(), "referrals have fixups");
+    let m_answers = [("edge.example.com", Kind::Other, &edge), ("mtxt.example.com", Kind::Type(TXT), &mtxt), ("mbig.example.com", Kind::Type(TXT), &mbig), ("mcut.example.com", Kind::Other, &mcut)];
+    for (i, (base, kind, b)) in m_answers.iter().enumerate() {
+        let at = place(&mut model, base, *kind, b).expect("placed");
+        if i == 0 {
+            assert_eq!(4 * at as usize, PAGE - 4, "the edge record starts in the page's last four bytes");
+        }
+        data.answers.push(ans(base, *kind, (*b).clone()));
+    }
+    data.nodes.extend([node("edge.example.com", true), node("mtxt.example.com", false), node("mbig.example.com", false), node("mcut.example.com", true)]);
+    prog.install(&data).unwrap();
+    assert_eq!(prog.generation(), gen);
+    assert_eq!(prog.table_counts(), (data.answers.len(), 0), "every answer in the table");
+    let (_, answers, bodies) = prog.map_entries();
+    assert_eq!((answers, bodies), (0, 0), "no hash-map answer, no class M bytes in xdns_bodies_m");
+    // (question, type, EDNS, body, TC expected)
+    let asks = |edge: &Body| -> Vec<(&'static str, u16, Option<Opt>, Body, bool)> {
+        vec![
+            ("edge.example.com", NS, Opt::new(1232, true), edge.clone(), false),
+            ("a.b.edge.example.com", A, Opt::new(1232, false), edge.clone(), false),
+            ("mtxt.example.com", TXT, None, mtxt.clone(), false),
+            ("MTXT.example.com", TXT, Opt::new(4096, true), mtxt.clone(), false),
+            ("mbig.example.com", TXT, Opt::new(1232, false), mbig.clone(), false),
+            ("mbig.example.com", TXT, None, mbig.clone(), true),
+            ("host.mcut.example.com", A, None, mcut.clone(), false),
+            ("x.y.host.mcut.example.com", AAAA, Opt::new(1232, false), mcut.clone(), false),
+        ]
+    };
+    let check = |prog: &xdns_bpf::runtime::XdpProgram, what: &str, edge: &Body| {
+        for (net_name, net) in [("ipv4", Net::v4()), ("ipv6", Net::v6())] {
+            for (name, t, opt, body, tc) in asks(edge) {
+                let q = query(&wire(name), t, opt);
+                let (act, out, moved) = verdict(prog, &frame(&net, &q));
+                assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{what} {net_name} {name}");
+                assert!(checksums_ok(&out), "{what} {net_name} {name}: checksums");
+                assert_eq!(out, frame(&net.reply(), &expected_for(&q, &body)), "{what} {net_name} {name}: the bytes");
+                assert_eq!(dns_of(&out)[2] & 2 != 0, tc, "{what} {net_name} {name}: TC");
+            }
+        }
+    };
+    check(&prog, "installed", &edge);
+
+    // the edge referral changed in place: to the hash maps, under version 1
+    let new_edge = referral("edge.example.com", 90);
+    let delta = xdns_bpf::delta::Delta {
+        answers: vec![xdns_bpf::delta::AnswerChange { base: wire("edge.example.com"), kind: Kind::Other, old: Some(edge.clone()), new: Some(new_edge.clone()) }],
+        ..Default::default()
+    };
+    prog.apply(&delta).unwrap();
+    assert_eq!(prog.table_counts(), (data.answers.len() - 1, 1));
+    let (_, answers, bodies) = prog.map_entries();
+    assert_eq!((answers, bodies), (1, 1), "the changed answer and its class M bytes in the hash maps");
+    check(&prog, "changed in place", &new_edge);
+    // the old record is untouched: the index as installed finds it again, old bytes
+    prog.put_table_index(gen, model.buckets()).unwrap();
+    check(&prog, "old record", &edge);
+
+    // a reload: the other half, every class M answer inline again
+    prog.install(&data).unwrap();
+    assert_eq!(prog.generation(), gen + 1);
+    assert_eq!(prog.table_counts(), (data.answers.len(), 0));
+    let (_, answers, bodies) = prog.map_entries();
+    assert_eq!((answers, bodies), (0, 0), "after the reload: no class M bytes outside the table");
+    check(&prog, "reloaded", &edge);
+}

@@ -105,8 +105,8 @@ impl std::fmt::Display for KernelUpdate {
 }
 
 /// Most names an in-place update compiles (or an eighth of the zone's names, if more);
-/// beyond, a full generation is written.
-const IN_PLACE_LIMIT: usize = 4096;
+/// beyond, a full generation is written. (`Capacity::for_shape` sizes `xdns_bodies_m` by it.)
+const IN_PLACE_LIMIT: usize = xdns_bpf::runtime::IN_PLACE_MIN_NAMES;
 
 impl XdpRuntime {
     /// Size the kernel's data for `zones` ([`xdns_bpf::data::Shape::estimate`]) and load the
@@ -649,7 +649,8 @@ fn exact_shape_logged(zones: &ZoneSet) -> xdns_bpf::data::Shape {
             _ => shape.class_l += 1,
         }
         shape.answers += 1;
-        shape.record_bytes += record_len(&encode_body(&a.body).1) as u64;
+        let (ans, v) = encode_body(&a.body);
+        shape.record_bytes += record_len(&ans, &v) as u64;
     }
     tracing::info!(names = shape.nodes, answers = shape.answers, record_bytes = shape.record_bytes,
         seconds = t.elapsed().as_secs_f32(), "XDP: kernel data measured exactly");
