@@ -416,10 +416,8 @@ __attribute__((noinline)) int xdns_prefix_load(struct xdns_scratch *sc, __u32 ql
 	sc->pre.key.gen = gen;
 	sc->pre.key._pad = 0;
 	p = xdns_answer_get(sc, &sc->pre.key, sc->lookup.ce.apex_hash, XDNS_KIND_APEX_DO, 0);
-	/* the own part's address stays the answer's: a spilled one (not in the table) shares
-	 * this CPU's spill slot with a spilled apex part, which then overwrote it */
-	if (!table && !sc->memo.last_table)
-		return XDNS_PASS_NO_BODY;
+	/* the own part's address stays the answer's (a spilled own part, which a spilled apex
+	 * part overwrote in this CPU's spill slot, the caller looks up again) */
 	sc->memo.last_v = vi;
 	sc->memo.last_table = table;
 	if (!p || p->ans.base_len > qlen || (p->ans.class != XDNS_CLASS_M && p->ans.class != XDNS_CLASS_L))

@@ -174,6 +174,13 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 					v = xdns_prefix_load(sc, q.qlen, key.gen);
 					if (v != XDNS_CONTINUE)
 						return v;
+					/* not from the table (an in-place change puts its answers in the
+					 * hash map): the apex part's copy may have taken the spill slot */
+					if (!sc->memo.last_table) {
+						a = xdns_answer_get(sc, &key, key.hash, key.kind, key.qtype);
+						if (!a || a->ans.dnssec != XDNS_DNSSEC_NAME_PART)
+							return XDNS_PASS_NO_BODY;
+					}
 				}
 			}
 		} else if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S) {
