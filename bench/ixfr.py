@@ -87,7 +87,8 @@ def main() -> int:
     results = []
     with Lab(prefix="ixb") as lab:
         sec = lab.new_address()
-        knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-ixfr", notify=[f"{sec[0]}@53"], signing=args.signed)
+        knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-ixfr", notify=[f"{sec[0]}@53"], signing=args.signed,
+                                       timeout=600 if args.signed else 20.0)
         extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\n'
         if not args.signed:
             copy = lab.dir / "copy.zone"

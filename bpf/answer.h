@@ -184,8 +184,13 @@ static __always_inline int xdns_put_fixups(struct xdp_md *ctx, struct xdns_scrat
 }
 
 /* Pick the part of the body that fits (DESIGN-NOTES.md, truncation) and the header fields. */
+/*
+ * `pre`, `pre_ns`: bytes and records of an apex part written before the body (a signed zone's
+ * DO=1 NODATA, xdns_put_prefix; 0 for every other answer): the body follows it, and the whole
+ * fits or the reply is truncated (such a body has no additional section to drop).
+ */
 static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, const struct xdns_answer *a,
-						    struct xdns_reply *r)
+						    struct xdns_reply *r, __u32 pre, __u16 pre_ns)
 {
 	__u32 limit = 512, optlen = q->has_opt ? XDNS_OPT_LEN : 0;
 	__u16 part;
@@ -198,11 +203,12 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 	}
 	if (q->qlen < a->base_len)
 		return XDNS_PASS_NO_BODY;
-	/* a signed zone's DO=1 answer carries RRSIGs and proofs chosen per name: userspace's */
-	if (q->do_bit && a->dnssec)
+	/* a signed zone's DO=1 answer carries RRSIGs and proofs chosen per name: userspace's
+	 * (not a DO body: a NODATA's own part, XDNS_DNSSEC_NAME_PART, is one) */
+	if (q->do_bit && a->dnssec == 1)
 		return XDNS_PASS_DNSSEC;
 	r->delta = q->qlen - a->base_len;
-	r->body_at = XDNS_HDR_LEN + q->qlen + 4;
+	r->body_at = XDNS_HDR_LEN + q->qlen + 4 + pre;
 	r->flags = XDNS_F_QR | (q->flags & (XDNS_F_RD | XDNS_F_CD)) | (a->flags & XDNS_BODY_FLAGS);
 	r->opt = q->has_opt;
 	r->an = a->ancount;
@@ -210,12 +216,14 @@ static __always_inline enum xdns_verdict xdns_plan(const struct xdns_query *q, c
 	r->ar = a->arcount;
 	if (r->body_at + a->len + optlen <= limit) {
 		r->blen = a->len;
+		r->ns += pre_ns;
 		part = a->csum;
 	} else if (!a->ar_required && r->body_at + a->an_ns_len + optlen <= limit) {
 		r->blen = a->an_ns_len;
 		r->ar = 0;
 		part = a->csum_an_ns;
 	} else {
+		r->body_at -= pre;
 		r->blen = 0;
 		r->an = r->ns = r->ar = 0;
 		r->flags |= XDNS_F_TC;
@@ -366,6 +374,140 @@ static __always_inline int xdns_put_dns(struct xdp_md *ctx, struct xdns_scratch 
 			return -1;
 	}
 	return xdns_put_head(ctx, sc, pkt, q, r);
+}
+
+/*
+ * Copy the first `len` bytes of an apex part (len checked against its class's length: the
+ * blocks past it are never read) and its first XDNS_PRE_FIXUPS pointers.
+ */
+static __always_inline void xdns_prefix_copy(struct xdns_scratch *sc, const __u16 *fix, const __u8 *bytes, __u32 len)
+{
+	__u64 *dst = (__u64 *)sc->pre.fix;
+	const __u64 *src = (const __u64 *)fix;
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < XDNS_PRE_FIXUPS / 4; i++)
+		dst[i] = src[i];
+	dst = (__u64 *)sc->pre.bytes;
+	src = (const __u64 *)bytes;
+	for (i = 0; i < XDNS_CLASS_L_LEN / 64; i++) {      /* a bounded loop: the verifier walks it */
+		if (i * 64 >= len)
+			break;
+		dst[i * 8] = src[i * 8];
+		dst[i * 8 + 1] = src[i * 8 + 1];
+		dst[i * 8 + 2] = src[i * 8 + 2];
+		dst[i * 8 + 3] = src[i * 8 + 3];
+		dst[i * 8 + 4] = src[i * 8 + 4];
+		dst[i * 8 + 5] = src[i * 8 + 5];
+		dst[i * 8 + 6] = src[i * 8 + 6];
+		dst[i * 8 + 7] = src[i * 8 + 7];
+	}
+}
+
+/*
+ * A signed zone's DO=1 NODATA whose body, just found for the question of `qlen` bytes in
+ * generation `gen`, is the name's own part (XDNS_DNSSEC_NAME_PART, xdns_abi.h; the caller
+ * checked that it is for this exact name and has no additional records): find the apex part (XDNS_KIND_APEX_DO at the apex
+ * of the closest encloser the walk found) and copy it, bytes and pointers, into sc->pre, so
+ * that the frame is written from one place whatever the map (xdns_put_prefix). Anything
+ * missing leaves the packet intact for userspace: the walk found no node (no apex hash), the
+ * apex part is gone (a reload or an in-place change), not of class M or L, longer than the
+ * question's name, or has more pointers than XDNS_PRE_FIXUPS. A global function: verified
+ * once. Returns XDNS_CONTINUE or the pass verdict.
+ */
+__attribute__((noinline)) int xdns_prefix_load(struct xdns_scratch *sc, __u32 qlen, __u32 gen)
+{
+	struct xdns_body_ref ref = {};
+	struct xdns_answer_s *p;
+	__u32 vi, table, len;
+
+	if (!sc || !sc->lookup.ce_found || qlen > 255)
+		return XDNS_PASS_NO_BODY;
+	vi = sc->memo.last_v;
+	table = sc->memo.last_table;
+	sc->pre.key.gen = gen;
+	sc->pre.key._pad = 0;
+	p = xdns_answer_get(sc, &sc->pre.key, sc->lookup.ce.apex_hash, XDNS_KIND_APEX_DO, 0);
+	/* the own part's address stays the answer's (a spilled own part, which a spilled apex
+	 * part overwrote in this CPU's spill slot, the caller looks up again) */
+	sc->memo.last_v = vi;
+	sc->memo.last_table = table;
+	if (!p || p->ans.base_len > qlen || (p->ans.class != XDNS_CLASS_M && p->ans.class != XDNS_CLASS_L))
+		return XDNS_PASS_NO_BODY;
+	if (p->ans.nfixups > XDNS_PRE_FIXUPS)
+		return XDNS_PASS_FIXUPS;
+	if (xdns_body_get(&sc->pre.key, p, &ref))
+		return XDNS_PASS_NO_BODY;
+	len = p->ans.len;
+	if (ref.s && p->ans.class == XDNS_CLASS_M && len <= XDNS_CLASS_M_LEN) {
+		/* an inline class M record of the answer table (xdns_body_get): fixups after its bytes */
+		__u32 fix = XDNS_FIX_AT_M(len);
+
+		if (fix > XDNS_CLASS_M_LEN)
+			return XDNS_PASS_NO_BODY;
+		xdns_prefix_copy(sc, (const __u16 *)(ref.s->data + fix), ref.s->data, len);
+	} else if (ref.m && len <= XDNS_CLASS_M_LEN)
+		xdns_prefix_copy(sc, ref.m->fixups, ref.m->bytes, len);
+	else if (ref.l && len <= XDNS_CLASS_L_LEN)
+		xdns_prefix_copy(sc, ref.l->fixups, ref.l->bytes, len);
+	else
+		return XDNS_PASS_NO_BODY;
+	sc->pre.len = len;
+	sc->pre.ns = p->ans.nscount;
+	sc->pre.csum = p->ans.csum;
+	sc->pre.nfix = p->ans.nfixups;
+	sc->pre.delta = qlen - p->ans.base_len;
+	return XDNS_CONTINUE;
+}
+
+/*
+ * The apex part of a signed zone's DO=1 NODATA (xdns_prefix_load: copied into sc->pre before
+ * the frame was touched; none when sc->pre.len is 0) at the end of the question of `qlen`
+ * bytes (the DNS message at frame offset `dns_off`), its pointers shifted by sc->pre.delta
+ * (question length - apex length) by direct packet access, as an NXDOMAIN body's. Leaves the
+ * checksum of what it wrote, at its own parity, in sc->pre.sum. The name's own part (after
+ * it) is xdns_put_dns's. A global function: verified once. Returns 0, or -1 when the frame
+ * could not be written.
+ */
+__attribute__((noinline)) int xdns_put_prefix(struct xdp_md *ctx, struct xdns_scratch *sc, __u32 dns_off, __u32 qlen)
+{
+	__u32 len, qend = XDNS_HDR_LEN + qlen + 4, delta, k;
+	__u16 part;
+	int rc = 0;
+
+	if (!sc)
+		return -1;
+	sc->pre.sum = 0;
+	len = *(volatile __u16 *)&sc->pre.len;
+	if (len == 0)
+		return 0;
+	if (len > XDNS_CLASS_L_LEN || qlen > 255 || dns_off > XDNS_DNS_OFF_MAX)
+		return -1;
+	if (bpf_xdp_store_bytes(ctx, dns_off + qend, sc->pre.bytes, len))
+		return -1;
+	part = sc->pre.csum;
+	sc->pre.sum = (qend & 1) ? xdns_csum_swap(part) : part;
+	delta = sc->pre.delta;
+	if (delta == 0)
+		return 0;
+	sc->answer.n = sc->pre.nfix < XDNS_PRE_FIXUPS ? sc->pre.nfix : XDNS_PRE_FIXUPS;
+	sc->answer.at = dns_off + qend;
+	sc->answer.body_at = qend;
+	sc->answer.blen = len;
+	sc->answer.delta = delta;
+	sc->answer.done = 0;
+	sc->answer.odd = 0;
+#pragma unroll
+	for (k = 0; k < XDNS_PRE_FIXUPS; k++) {
+		rc = xdns_fixup_direct(ctx, sc, sc->pre.fix, k);
+		if (rc)
+			break;
+	}
+	if (rc < 0)
+		return -1;
+	sc->pre.sum += xdns_csum_grown((__u64)delta * (sc->answer.done - sc->answer.odd), (__u64)delta * sc->answer.odd);
+	return 0;
 }
 
 /*
@@ -617,7 +759,7 @@ static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, s
 	a = xdns_val(vi);
 	if (!a)
 		return XDNS_PASS_NO_BODY;
-	v = xdns_plan(q, &a->ans, &r);
+	v = xdns_plan(q, &a->ans, &r, *(volatile __u16 *)&sc->pre.len, sc->pre.ns);
 	if (v != XDNS_CONTINUE)
 		return v;
 	if (r.blen) {
@@ -632,9 +774,15 @@ static __always_inline enum xdns_verdict xdns_answer_stage(struct xdp_md *ctx, s
 		r.dns_out += sc->guard.echo_len & XDNS_COOKIE_OPT_LEN;  /* an echoed COOKIE (rrl.h) */
 	frame = ctx->data_end - ctx->data;
 	grow = (long)(pkt->dns_off + r.dns_out) - (long)frame;
-	moved = xdns_resize(ctx, pkt->dns_off + r.body_at, grow);
+	moved = xdns_resize(ctx, pkt->dns_off + XDNS_HDR_LEN + q->qlen + 4, grow);
 	if (moved)
 		return moved > 0 ? XDNS_PASS_TAIL : XDNS_DROP_REWRITE;
+	if (!(r.flags & XDNS_F_TC) && sc->pre.len) {
+		/* a signed zone's DO=1 NODATA: the apex part first */
+		if (xdns_put_prefix(ctx, sc, pkt->dns_off, q->qlen))
+			return XDNS_DROP_REWRITE;
+		r.sum += sc->pre.sum;
+	}
 	if (xdns_put_dns(ctx, sc, pkt, q, &body, &a->ans, &r))
 		return XDNS_DROP_REWRITE;
 	if (xdns_strip_ip_options(ctx, pkt))

@@ -437,7 +437,7 @@ static __always_inline enum xdns_verdict xdns_cache_answer(struct xdp_md *ctx, s
 	el = now > mt->stored_ns ? (now - mt->stored_ns) / XDNS_NS_PER_S : 0;
 	sub = el > 0xffffffffULL ? 0xffffffff : (__u32)el;
 
-	v = xdns_plan(q, &mt->ans, &r);
+	v = xdns_plan(q, &mt->ans, &r, 0, 0);
 	if (v != XDNS_CONTINUE)
 		return v == XDNS_PASS_NO_BODY ? XDNS_PASS_CACHE_MISS : v;
 	r.flags = (r.flags & ~XDNS_F_AA) | XDNS_F_RA;

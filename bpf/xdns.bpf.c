@@ -130,6 +130,9 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 	if (gen == 0)
 		return XDNS_PASS_NOT_LOADED;
 
+	/* no apex part (answer.h, xdns_prefix_load) unless found below */
+	sc->pre.len = 0;
+	sc->pre.ns = 0;
 	if (memo >= 0 && !xdns_cfg.resolver) {
 		vi = (__u32)memo;       /* a class S answer: its body needs no key */
 		sc->memo_hits++;
@@ -157,9 +160,29 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		 * (memo.h), and a DO=1 question must not meet a DO=0 answer there.
 		 */
 		if (a && a->ans.dnssec) {
-			if (q.do_bit && (key.kind == XDNS_KIND_TYPE || key.kind == XDNS_KIND_OTHER))
-				xdns_answer_get(sc, &key, key.hash, key.kind + (XDNS_KIND_TYPE_DO - XDNS_KIND_TYPE),
-						key.qtype);
+			if (q.do_bit && (key.kind == XDNS_KIND_TYPE || key.kind == XDNS_KIND_OTHER)) {
+				/* a node answering NODATA with its apex's: its DO body is its own */
+				if (key.kind == XDNS_KIND_OTHER && sc->lookup.ce_found && sc->lookup.ce_len == q.qlen &&
+				    (sc->lookup.ce.flags & XDNS_NODE_NODATA_APEX))
+					key.hash = sc->lookup.ce_hash;
+				a = xdns_answer_get(sc, &key, key.hash, key.kind + (XDNS_KIND_TYPE_DO - XDNS_KIND_TYPE),
+						    key.qtype);
+				if (a && a->ans.dnssec == XDNS_DNSSEC_NAME_PART) {
+					/* a NODATA's own part: the apex part goes first (answer.h) */
+					if (a->ans.base_len != q.qlen || a->ans.arcount)
+						return XDNS_PASS_NO_BODY;
+					v = xdns_prefix_load(sc, q.qlen, key.gen);
+					if (v != XDNS_CONTINUE)
+						return v;
+					/* not from the table (an in-place change puts its answers in the
+					 * hash map): the apex part's copy may have taken the spill slot */
+					if (!sc->memo.last_table) {
+						a = xdns_answer_get(sc, &key, key.hash, key.kind, key.qtype);
+						if (!a || a->ans.dnssec != XDNS_DNSSEC_NAME_PART)
+							return XDNS_PASS_NO_BODY;
+					}
+				}
+			}
 		} else if (!xdns_cfg.resolver && a && a->ans.class == XDNS_CLASS_S) {
 			xdns_memo_learn(sc, q.qlen, q.nlab, q.qsum);
 		}

@@ -102,6 +102,7 @@ enum xdns_body_kind {
 	/* a signed zone's DO=1 bodies, where the proofs depend on the base only (issue 28) */
 	XDNS_KIND_TYPE_DO = 6,        /* Type(qtype) with RRSIGs and proofs */
 	XDNS_KIND_OTHER_DO = 7,       /* Other with RRSIGs and proofs (NODATA, referral, chain) */
+	XDNS_KIND_APEX_DO = 8,        /* at the apex: the SOA + RRSIG(SOA) part of DO=1 NODATA (class L) */
 };
 
 /* Body size classes: each class is one hash map whose value holds that many body bytes. */
@@ -249,7 +250,8 @@ struct xdns_answer {
 	__u16 nfixups;          /* entries in the body's fixups[] (> XDNS_MAX_FIXUPS: see PASS_FIXUPS) */
 	__u8 ar_required;       /* 1: additional section must not be dropped (TC=1 instead) */
 	__u8 class;             /* enum xdns_body_class: which body map holds the bytes */
-	__u8 dnssec;            /* 1: a signed zone's DO=0 body: DO=1 takes the DO kind, else passes (XDNS_PASS_DNSSEC) */
+	__u8 dnssec;            /* 1: a signed zone's DO=0 body: DO=1 takes the DO kind, else passes (XDNS_PASS_DNSSEC);
+	                         * XDNS_DNSSEC_NAME_PART: a DO=1 NODATA's own part (below) */
 	__u8 body_ver;          /* class M/L: the `_pad` of its bytes' key in xdns_bodies_{m,l} (0 or 1; below);
 				 * XDNS_BODY_INLINE: a class M record of the answer table, bytes inline */
 };
@@ -259,6 +261,15 @@ struct xdns_answer {
  * Only the table's records carry it: xdns_answers values (and so the spill slot) never do.
  */
 #define XDNS_BODY_INLINE 2
+
+/*
+ * `dnssec` of a signed zone's DO=1 NODATA body that holds the name's own part only (its NSEC
+ * or NSEC3 and their RRSIGs, pointing into the question only, no additional section): the
+ * apex's XDNS_KIND_APEX_DO body (SOA and RRSIG(SOA), compiled against the apex, class L,
+ * at most XDNS_PRE_FIXUPS pointers) is written before it, rebased like an NXDOMAIN body.
+ */
+#define XDNS_DNSSEC_NAME_PART 2
+#define XDNS_PRE_FIXUPS 8
 
 /*
  * An answer record: the header fields, then for class S the body bytes and, at the next even
@@ -1046,6 +1057,23 @@ struct xdns_answer_scratch {    /* the answer (answer.h): fixup pass; the cache'
 	__u32 _pad3;
 };
 
+/*
+ * The apex part of a signed zone's DO=1 NODATA (XDNS_DNSSEC_NAME_PART, answer.h): copied
+ * here from its class L body before the frame is touched, written before the name's part.
+ */
+struct xdns_prefix_scratch {
+	__u16 len;              /* bytes; 0: no apex part for this packet */
+	__u16 ns;               /* its records (authority) */
+	__u16 csum;             /* folded sum of its bytes (as compiled, before the fixups) */
+	__u16 nfix;             /* pointers to shift (<= XDNS_PRE_FIXUPS) */
+	__u16 delta;            /* question length - apex length */
+	__u16 _pad[3];
+	__u64 sum;              /* what xdns_put_prefix wrote, summed at its parity */
+	__u16 fix[XDNS_MAX_FIXUPS];
+	__u8 bytes[XDNS_CLASS_L_LEN];
+	struct xdns_answer_key key;     /* the apex part's key */
+};
+
 struct xdns_cache_scratch {     /* the cache stage (cache.h) */
 	/* TTL pass (uses the answer's at, body_at, blen, err) */
 	__u32 ttl_n;            /* entries of ttl[] */
@@ -1098,6 +1126,7 @@ struct xdns_scratch {
 	__u64 reply_kept;       /* replies written into it */
 	struct xdns_guard_scratch guard; /* the guard stage's counters (guard.h) */
 	struct xdns_tel_scratch tel;    /* the telemetry stage (telemetry.h) */
+	struct xdns_prefix_scratch pre; /* a DO=1 NODATA's apex part (answer.h) */
 	/*
 	 * Packets by enum xdns_verdict (bpf/stats.h). Here rather than in a map of their own:
 	 * the program has this value in hand already, and a separate per-CPU array costs one

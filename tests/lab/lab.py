@@ -444,7 +444,8 @@ class Lab:
 
     def start_knot_primary(self, zones, name: str, key: tuple[str, str, str] | None = None,
                            notify: list[str] = (), via: str | None = None,
-                           allow: str = "198.18.0.0/15", addrs=None, signing: bool = False) -> Server:
+                           allow: str = "198.18.0.0/15", addrs=None, signing: bool = False,
+                           timeout: float = 20.0) -> Server:
         """Start knotd as a primary of `zones` ((origin, zone file) pairs; the files are
         copied into its directory, so tests may edit them): transfers (AXFR, and IXFR from
         its journal of `knotc zone-begin/set/commit` changes) allowed from `allow`, TSIG
@@ -506,7 +507,7 @@ template:
 {zone_cfg}""")
         proc, err = self._spawn(self.server_ns, ["knotd", "-c", conf], name)
         srv = Server(name, a4, a6, proc, wd, err, {"conf": conf, "zones": copied})
-        self._wait_all(srv, zones)
+        self._wait_all(srv, zones, timeout)
         self.servers[name] = srv
         return srv
 

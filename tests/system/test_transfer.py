@@ -379,16 +379,18 @@ def test_tld_ixfr_in_place(lab):
 def test_signed_ixfr_in_place(lab):
     """A signed zone's change goes live in the kernel in place (issue 28): Knot signs the zone
     (NSEC) as primary and re-signs what each change touches (the new RRSIGs, the NSEC
-    neighbours, the SOA and its RRSIG); the IXFR is applied to the kernel's maps in place (the
-    zone, 2,000 names, is below the in-place limit, though every name's DO=1 NODATA carries
-    the SOA), not as a new generation. The kernel answers the new record with DO=1 (its RRSIG)
-    and DO=0, and its NODATA with DO=1 (the new serial, the new name's NSEC), byte for byte
-    as userspace does over TCP; the record removed, the name is NXDOMAIN again."""
+    neighbours, the SOA and its RRSIG); the IXFR is applied to the kernel's maps in place, not
+    as a new generation. The zone, 6,000 names, is above the in-place limit (4,096 names): it
+    changes in place because no name's stored DO=1 NODATA carries the SOA any more (the kernel
+    writes the apex's SOA part before each name's own NSEC part). The kernel answers the new
+    record with DO=1 (its RRSIG) and DO=0, and its NODATA with DO=1 (the new serial, the new
+    name's NSEC), byte for byte as userspace does over TCP; the record removed, the name is
+    NXDOMAIN again."""
     origin = "signed.test."
     zone = lab.dir / "signed.zone"
     with zone.open("w") as f:
         f.write(f"$ORIGIN {origin}\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 198.18.0.1\n")
-        for i in range(2000):
+        for i in range(6000):
             f.write(f"h{i} A 198.18.{(i >> 8) & 255}.{i & 255}\n")
     sec = lab.new_address()
     knot = lab.start_knot_primary([(origin, zone)], name="knot-signed", notify=[f"{sec[0]}@53"], signing=True)
@@ -444,7 +446,7 @@ def test_signed_ixfr_in_place(lab):
         assert soa[0].serial > serial, m
         nsec = next(r for r in m.authority if r.rdtype == dns.rdatatype.NSEC)
         assert nsec.name.to_text() == new, m
-        # an old name's NODATA carries the new serial too (its body recompiled in place)
+        # an old name's NODATA carries the new serial too (the apex part, changed in place)
         m = kernel_answers(f"h7.{origin}", "TXT")
         assert next(r for r in m.authority if r.rdtype == dns.rdatatype.SOA)[0].serial == soa[0].serial, m
         # removed: NXDOMAIN (DO=0 from the kernel; DO=1's proof is userspace's)

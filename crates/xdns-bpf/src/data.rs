@@ -19,9 +19,13 @@
 //!
 //! Signed zones (issue 28): every `Type` and `Other` key also gets its DO=1 body
 //! (`xdns_zone::compile::compile_dnssec`, the base standing for the question) as
-//! [`Kind::TypeDo`] / [`Kind::OtherDo`]; their NODATA bodies are not shared (each name's DO
-//! body proves its own name), and NXDOMAIN and wildcard keys get none (the kernel passes
-//! those DO=1 queries, bpf/README.md "Signed zones").
+//! [`Kind::TypeDo`] / [`Kind::OtherDo`], and NXDOMAIN and wildcard keys get none (the kernel
+//! passes those DO=1 queries, bpf/README.md "Signed zones"). A DO=1 NODATA whose first record
+//! is the SOA is stored as the name's own part only (`compile::nodata_own_part`,
+//! `Body::after_apex`); the apex part comes once, with the apex's `NxDomain` key
+//! ([`Kind::ApexDo`]), and the kernel writes it before the own part. A signed zone's DO=0
+//! NODATA is shared with the apex's as an unsigned zone's (not its DS at a delegation: the
+//! kernel finds that one's DO body beside it).
 
 use std::collections::{HashMap, HashSet};
 
@@ -45,8 +49,12 @@ pub enum Kind {
     NxDomain,
     /// A signed zone's `Type` body for DO=1 queries (RRSIGs and proofs).
     TypeDo(u16),
-    /// A signed zone's `Other` body for DO=1 queries.
+    /// A signed zone's `Other` body for DO=1 queries (for a NODATA: the name's own part,
+    /// [`Body::after_apex`], after the apex's [`Kind::ApexDo`]).
     OtherDo,
+    /// At a signed zone's apex: the first part of every DO=1 NODATA that is split (the SOA
+    /// and its RRSIGs, `xdns_zone::compile::apex_part`).
+    ApexDo,
 }
 
 impl Kind {
@@ -60,6 +68,7 @@ impl Kind {
             Kind::NxDomain => (xdns_body_kind::XDNS_KIND_NXDOMAIN, 0),
             Kind::TypeDo(t) => (xdns_body_kind::XDNS_KIND_TYPE_DO, t),
             Kind::OtherDo => (xdns_body_kind::XDNS_KIND_OTHER_DO, 0),
+            Kind::ApexDo => (xdns_body_kind::XDNS_KIND_APEX_DO, 0),
         };
         (k.0 as u8, t)
     }
@@ -71,6 +80,9 @@ pub const NODE_CUT: u16 = 0x2;
 pub const NODE_WILDCARD: u16 = 0x4;
 /// The node's `Other` body is its apex's, rebased (no entry of its own).
 pub const NODE_NODATA_APEX: u16 = 0x8;
+/// `xdns_answer.dnssec` of a DO=1 NODATA's own part ([`Body::after_apex`]): the kernel writes
+/// the apex's [`Kind::ApexDo`] part before it (`XDNS_DNSSEC_NAME_PART`).
+pub const DNSSEC_NAME_PART: u8 = 2;
 
 /// One existing name, as the kernel's lookup sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,10 +194,7 @@ fn compiled<'a>(
     keys: impl Iterator<Item = BodyKey> + 'a,
 ) -> impl Iterator<Item = AnswerEntry> + 'a {
     let mut c = ZoneCompiler::new(zones, zone);
-    keys.flat_map(move |key| {
-        let (d, p) = c.key(key);
-        d.into_iter().chain(p)
-    })
+    keys.flat_map(move |key| c.key(key).into_iter().flatten())
 }
 
 /// The per-key rules of [`zone_answers`], shared with the size estimate ([`Shape::estimate`])
@@ -213,35 +222,53 @@ impl<'a> ZoneCompiler<'a> {
         (self.owned)(&key.base)
     }
 
-    /// The entries of one key: its DO body (signed zones), its plain body (`None` when
-    /// another zone owns the key or the body is the apex's NODATA, rebased).
-    pub(crate) fn key(&mut self, key: BodyKey) -> (Option<AnswerEntry>, Option<AnswerEntry>) {
+    /// The entries of one key: its DO body (signed zones; for a NODATA whose first record is
+    /// the SOA, the name's own part only), its plain body (`None` when another zone owns the
+    /// key or the body is the apex's NODATA, rebased); at a signed zone's apex, with its
+    /// `NxDomain` key, first the apex part of the split NODATA bodies ([`Kind::ApexDo`]).
+    pub(crate) fn key(&mut self, key: BodyKey) -> [Option<AnswerEntry>; 3] {
         if !self.owns(&key) {
-            return (None, None);
+            return [None, None, None];
         }
         let mut body = xdns_zone::compile::compile(self.zone, &key);
         // The writer grew the bytes by doubling: up to half of them spare (≈ 48 bytes an
         // answer, 2026-11-29-large-zone-peak.md), for as long as the entry is held.
         body.bytes.shrink_to_fit();
         body.fixups.shrink_to_fit();
-        // A signed zone's nodes keep their own `Other`: its DO body is looked up beside it.
-        if !self.signed && shareable(&key, &self.zone.apex) && self.apex.matches(&body) {
-            return (None, None);
-        }
+        // A signed zone's node answering NODATA with the apex's body keeps its own DO body:
+        // the kernel looks it up at the node's hash. Not a signed zone's DS at a delegation:
+        // its DO body is found beside its own `Type(DS)`, which must exist.
+        let share = shareable(&key, &self.zone.apex) && (!self.signed || key.kind == BodyKind::Other);
+        let share = share && self.apex.matches(&body);
+        let apex_part = (self.signed && key.kind == BodyKind::NxDomain && key.base == self.zone.apex)
+            .then(|| xdns_zone::compile::apex_part(self.zone).ok())
+            .flatten()
+            .map(|mut b| {
+                b.bytes.shrink_to_fit();
+                b.fixups.shrink_to_fit();
+                AnswerEntry { base: key.base.to_vec(), kind: Kind::ApexDo, body: b }
+            });
         let do_kind = match key.kind {
             BodyKind::Type(t) if self.signed => Some(Kind::TypeDo(t)),
             BodyKind::Other if self.signed => Some(Kind::OtherDo),
             _ => None,
         };
         let d = do_kind.map(|k| {
-            // The base stands for the question: these kinds' proofs depend on it alone.
-            let mut b = xdns_zone::compile::compile_dnssec(self.zone, &key, &key.base);
+            // The base stands for the question: these kinds' proofs depend on it alone. A
+            // NODATA's own part is stored alone (the kernel writes the apex part before it);
+            // not a delegation's DS NODATA, found without the walk that gives the apex.
+            let split = (k == Kind::OtherDo).then(|| xdns_zone::compile::nodata_own_part(self.zone, &key)).flatten();
+            let mut b = match split {
+                Some(own) if !own.bytes.is_empty() => own,
+                _ => xdns_zone::compile::compile_dnssec(self.zone, &key, &key.base),
+            };
             b.dnssec = false; // it is the DO=1 answer: the kernel sends it
             b.bytes.shrink_to_fit();
             b.fixups.shrink_to_fit();
             AnswerEntry { base: key.base.clone().into_vec(), kind: k, body: b }
         });
-        (d, Some(AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body }))
+        let p = (!share).then(|| AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body });
+        [apex_part, d, p]
     }
 }
 
@@ -348,14 +375,13 @@ impl Shape {
                 keys.clear();
                 xdns_zone::lookup::keys_of_name(zone, nm, &mut keys);
                 for key in keys.drain(..) {
-                    let (d, p) = c.key(key);
-                    d.iter().chain(&p).for_each(|a| out.sampled.add(&a.body));
+                    c.key(key).iter().flatten().for_each(|a| out.sampled.add(&a.body));
                 }
             }
             if part == 0 {
                 // the apex's NXDOMAIN body: one per zone, counted as is
-                let (d, p) = c.key(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
-                d.iter().chain(&p).for_each(|a| out.exact.add(&a.body));
+                let apex = c.key(BodyKey { base: zone.apex.clone(), kind: BodyKind::NxDomain });
+                apex.iter().flatten().for_each(|a| out.exact.add(&a.body));
             }
         }
         out
@@ -648,7 +674,7 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
         nfixups: body.fixups.len().min(u16::MAX as usize) as u16,
         ar_required: u8::from(body.ar_required),
         class: class.0 as u8,
-        dnssec: u8::from(body.dnssec),
+        dnssec: if body.after_apex { DNSSEC_NAME_PART } else { u8::from(body.dnssec) },
         body_ver: 0,
     };
     (a, value)
@@ -812,8 +838,10 @@ mod tests {
 
     /// A signed zone's kernel data: every `Type` and `Other` key has its DO body (marked not
     /// `dnssec`: the kernel sends it), the DO=0 bodies are marked, NXDOMAIN and wildcard keys
-    /// have no DO body, and no NODATA body is shared with the apex (each proves its own name).
-    /// The same zone unsigned: no DO kinds, nothing marked, NODATA bodies shared.
+    /// have no DO body. A name's DO=0 NODATA is the apex's (left out, the node flagged); its
+    /// DO=1 NODATA is its own part only (NSEC and RRSIG, `after_apex`), the apex part (SOA and
+    /// its RRSIG) stored once at the apex: the two joined are the userspace answer. The same
+    /// zone unsigned: no DO kinds, nothing marked, NODATA bodies shared.
     #[test]
     fn signed_zone_kernel_data() {
         let sig = |t: &str, l: u8| format!("RRSIG {t} 13 {l} 3600 20300101000000 20200101000000 1 s.test. AAAA");
@@ -841,16 +869,44 @@ mod tests {
         let do_a = has(&www, Kind::TypeDo(1)).expect("www A has its DO body");
         assert!(!do_a.body.dnssec && do_a.body.ancount == 2, "A and its RRSIG, sent by the kernel");
         assert!(has(&www, Kind::Type(1)).unwrap().body.dnssec, "the DO=0 body is marked");
-        assert!(has(&www, Kind::OtherDo).is_some() && has(&www, Kind::Other).is_some(), "NODATA not shared");
+        assert!(has(&www, Kind::Other).is_none(), "www's DO=0 NODATA is the apex's");
+        let own_part = &has(&www, Kind::OtherDo).expect("www's DO=1 NODATA").body;
+        assert!(own_part.after_apex && !own_part.dnssec && (own_part.ancount, own_part.nscount) == (0, 2), "NSEC and RRSIG");
+        assert_eq!(&own_part.bytes[..2], &[0xC0, 0x0C], "owner: the question");
+        assert_eq!(encode_body(own_part).0.dnssec, DNSSEC_NAME_PART);
+        let apex = xdns_wire::name::from_presentation("s.test.").unwrap();
+        let apex_part = &has(&apex, Kind::ApexDo).expect("the apex part").body;
+        assert_eq!((apex_part.flags, apex_part.ancount, apex_part.nscount, apex_part.base_len), (0x0400, 0, 2, apex.len() as u16), "SOA and RRSIG");
+        assert!(!apex_part.after_apex && d.answers.iter().filter(|a| a.kind == Kind::ApexDo).count() == 1);
+        // joined, the two parts are what userspace answers
+        let zones = self::signed_zones(&dir, &signed);
+        let z = zones.zones.values().next().unwrap();
+        let key = BodyKey { base: www.clone().into_boxed_slice(), kind: BodyKind::Other };
+        let mut whole = xdns_zone::compile::compile_dnssec(z, &key, &www);
+        whole.dnssec = false;
+        assert_eq!(xdns_zone::compile::join(apex_part, own_part), whole);
         assert!(d.answers.iter().all(|a| !matches!(a.kind, Kind::NxDomain | Kind::Wildcard(_) | Kind::WildcardOther) || a.body.dnssec));
-        let do_kinds = d.answers.iter().filter(|a| matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)).count();
-        let plain_kinds = d.answers.iter().filter(|a| matches!(a.kind, Kind::Type(_) | Kind::Other)).count();
-        assert_eq!(do_kinds, plain_kinds, "one DO body per Type and Other key");
+        let type_do = d.answers.iter().filter(|a| matches!(a.kind, Kind::TypeDo(_))).count();
+        let types = d.answers.iter().filter(|a| matches!(a.kind, Kind::Type(_))).count();
+        assert_eq!(type_do, types, "one DO body per Type key");
+        let other_do = d.answers.iter().filter(|a| a.kind == Kind::OtherDo).count();
+        assert_eq!(other_do, d.nodes.len(), "one DO=1 NODATA (or referral) per node");
         let own = own_other(&d.answers);
-        assert!(d.nodes.iter().all(|n| !shares_apex_nodata(n, own.contains(&n.name[..]))));
+        let www_node = d.nodes.iter().find(|n| n.name == www).unwrap();
+        assert!(shares_apex_nodata(www_node, own.contains(&www[..])));
         let u = load(unsigned);
         assert!(u.answers.iter().all(|a| !a.body.dnssec && !matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)));
         assert!(u.answers.iter().all(|a| !(a.base == www && a.kind == Kind::Other)), "www's NODATA is the apex's");
+    }
+
+    /// The zone set of one zone `s.test.` of `text`, loaded from a file in `dir`.
+    fn signed_zones(dir: &std::path::Path, text: &str) -> ZoneSet {
+        let f = dir.join("z2.zone");
+        std::fs::write(&f, text).unwrap();
+        let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "s.test.".into(), file: f }, None).unwrap();
+        let mut set = ZoneSet::default();
+        set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
+        set
     }
 
     /// The nodes as the kernel needs them, found the plain way: every name looked up, each

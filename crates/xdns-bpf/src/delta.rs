@@ -26,26 +26,34 @@
 //!   suffixes of CNAME targets (always for a wildcard at the apex);
 //! - when the SOA changed, every name with a stored SOA-carrying body ([`soa_bound`]). Names
 //!   answering NODATA from the apex's body (`XDNS_NODE_NODATA_APEX`), delegations without DS
-//!   (their DS NODATA is the apex's, `data::shareable`) and NXDOMAIN (one body at the apex)
-//!   need nothing: they are rebased from the apex's bodies by the kernel.
+//!   (their DS NODATA is the apex's, `data::shareable`; not in a signed zone), NXDOMAIN (one
+//!   body at the apex) and a signed zone's DO=1 NODATA (the apex part written before each
+//!   name's own) need nothing: they are rebased from the apex's bodies by the kernel.
 //!
 //!
 //! Signed zones (NSEC). A signed zone's DO=1 bodies are compiled beside the plain ones
-//! (`data::ZoneCompiler`), and none of its NODATA is shared with the apex: every name's DO=1
-//! NODATA carries the SOA and its RRSIG besides its own NSEC, so every name with such a body
-//! is SOA-bound, and a signed zone has about as many SOA-bound names as names. Those are
-//! recompiled at every change, the SOA changed or not; that also covers the proofs that are
-//! another owner's NSEC (an empty non-terminal's NODATA: the NSEC covering it), which a
-//! name added or removed moves. What is not SOA-bound changes only with its owner's records,
-//! which the transfer brings (a signing primary sends the new RRSIGs and the NSEC records of
-//! the neighbours): a referral with DS (and its RRSIG) or with the cut's NSEC proving none,
-//! a positive answer and its RRSIGs. A CNAME chain through a wildcard's synthesis carries no
-//! proof of its own (`compile` writes the wildcard proofs of the question's own synthesis
-//! only, whose keys have no DO body); the oracle test has one ending in a referral, whose
-//! owner carries no SOA, with names coming and going beside the wildcard. So a signed zone is changed in place only when it has no more SOA-bound names than
-//! `limit` (a small zone); a large one falls back to a full generation with the reason
-//! ([`ZoneIndex::build`] keeps only the count). An NSEC3-signed zone is refused: a name's
-//! proofs are NSEC3 records at hashed owners, which the transfer names instead of it.
+//! (`data::ZoneCompiler`). A DO=1 NODATA whose first record is the SOA is stored in two parts
+//! (bpf/README.md "Signed zones"): the apex's SOA part once (`Kind::ApexDo`, at the apex,
+//! recompiled at every change) and each name's own proof; a DO=0 NODATA that is the apex's,
+//! rebased, is shared as in unsigned zones. So the SOA-bound names of a signed zone are those
+//! of an unsigned one (a CNAME chain ending in NODATA or NXDOMAIN) plus the delegations
+//! without DS (their DO=1 DS NODATA is stored whole) and the names whose own part is a proof
+//! of another owner ([`proof_elsewhere`]: an empty non-terminal's NODATA is the NSEC covering
+//! it, which a name added or removed beside it moves without the transfer naming it); those
+//! are recompiled at every change, the SOA changed or not. What is not SOA-bound changes only
+//! with its owner's records, which the transfer brings (a signing primary sends the new
+//! RRSIGs and the NSEC records of the neighbours): a name's own NSEC and its RRSIG, a referral
+//! with DS (and its RRSIG) or with the cut's NSEC proving none, a positive answer and its
+//! RRSIGs. A CNAME chain through a wildcard's synthesis carries no proof of its own
+//! (`compile` writes the wildcard proofs of the question's own synthesis only, whose keys
+//! have no DO body); the oracle test has one ending in a referral, whose owner carries no
+//! SOA, with names coming and going beside the wildcard. A one-record change of a large
+//! signed zone then recompiles the changed owners, their NSEC neighbours, their ancestors
+//! and the apex (`signed_zone_above_the_limit_changes_in_place`: 400 names, limit 64). An
+//! NSEC3-signed zone is refused: a name's own part is the NSEC3 record at its hashed owner,
+//! which the transfer names instead of it; taking it would need the hashed owners mapped back
+//! to the names whose proofs they are (the hash of every name, or of the changed NSEC3
+//! owners' ranges: an opt-out chain's closest provable encloser proofs name other ranges).
 //!
 //! It then compiles those names' keys in both versions ([`xdns_zone::lookup::keys_of_name`],
 //! by the full compile's per-key rules, `data::ZoneCompiler`: shared NODATA and DO=1 bodies
@@ -232,10 +240,18 @@ pub fn carries_soa(b: &Body) -> bool {
     false
 }
 
-/// The name a serial change must recompile for the stored body `a` if it carries the SOA:
-/// its base, or for a wildcard body the wildcard's name (`*.base`), whose keys give it.
+/// Is `b` a DO=1 NODATA's own part ([`Body::after_apex`]) whose proof is not the name's own
+/// NSEC (first owner not the question, `0xC00C`): an empty non-terminal's, the NSEC covering
+/// it, which a name added or removed beside it changes without the transfer naming it.
+pub fn proof_elsewhere(b: &Body) -> bool {
+    b.after_apex && b.bytes.get(..2) != Some(&[0xC0, 0x0C][..])
+}
+
+/// The name a serial change must recompile for the stored body `a` if it carries the SOA
+/// (or is a proof of another owner's, [`proof_elsewhere`]): its base, or for a wildcard body
+/// the wildcard's name (`*.base`), whose keys give it.
 fn bound_name(a: &AnswerEntry) -> Option<Vec<u8>> {
-    carries_soa(&a.body).then(|| match a.kind {
+    (carries_soa(&a.body) || proof_elsewhere(&a.body)).then(|| match a.kind {
         Kind::Wildcard(_) | Kind::WildcardOther => [&b"\x01*"[..], &a.base].concat(),
         _ => a.base.clone(),
     })
@@ -325,10 +341,9 @@ fn name_state(
     }
     let mut answers = Vec::with_capacity(keys.len());
     for key in keys {
-        let (d, p) = compiler.key(key);
-        answers.extend(d.into_iter().chain(p));
+        answers.extend(compiler.key(key).into_iter().flatten());
     }
-    let bound = nm != &zone.apex[..] && answers.iter().any(|a| carries_soa(&a.body));
+    let bound = nm != &zone.apex[..] && answers.iter().any(|a| carries_soa(&a.body) || proof_elsewhere(&a.body));
     let node = zone.node(nm).map(|_| {
         let mut wild = Vec::with_capacity(nm.len() + 2);
         wild.extend_from_slice(b"\x01*");
@@ -911,9 +926,22 @@ mod tests {
     fn changes_in_place_as(
         render: fn(u32, &Hosts) -> String,
         tag: &str,
+        hosts: std::collections::BTreeMap<String, Vec<String>>,
+        rounds: u64,
+        serial_step: u32,
+        change: impl FnMut(&mut std::collections::BTreeMap<String, Vec<String>>, &mut dyn FnMut(u64) -> u64, u64),
+    ) -> (usize, usize) {
+        changes_in_place_limit(render, tag, hosts, rounds, serial_step, 1000, change)
+    }
+
+    /// [`changes_in_place_as`] with the in-place limit `limit` (names a change may recompile).
+    fn changes_in_place_limit(
+        render: fn(u32, &Hosts) -> String,
+        tag: &str,
         mut hosts: std::collections::BTreeMap<String, Vec<String>>,
         rounds: u64,
         serial_step: u32,
+        limit: usize,
         mut change: impl FnMut(&mut std::collections::BTreeMap<String, Vec<String>>, &mut dyn FnMut(u64) -> u64, u64),
     ) -> (usize, usize) {
         let dir = std::env::temp_dir().join(format!("xdns-delta-{}-{tag}", std::process::id()));
@@ -932,7 +960,7 @@ mod tests {
         let mut loader = Loader::new(seed);
         let data = compile_kernel_data(&zones);
         let first = zones.zones.values().next().unwrap().clone();
-        let mut index = ZoneIndex::build(&first, soa_bound(&data.answers, &first.apex), 1000);
+        let mut index = ZoneIndex::build(&first, soa_bound(&data.answers, &first.apex), limit);
         loader.install(&mut maps, &data).unwrap();
         let apex = xdns_wire::name::from_presentation(APEX).unwrap();
         let (mut in_place, mut scans) = (0, 0);
@@ -941,7 +969,7 @@ mod tests {
             serial += serial_step;
             let new = load(&dir, &render(serial, &hosts));
             let changed = owners(&zones, &new);
-            let delta = zone_delta(&zones, &new, &apex, &changed, &index, 1000).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            let delta = zone_delta(&zones, &new, &apex, &changed, &index, limit).unwrap_or_else(|e| panic!("round {round}: {e}"));
             scans += usize::from(delta.scanned);
             let epoch = maps.epoch;
             loader.apply(&mut maps, &delta).unwrap_or_else(|e| panic!("round {round}: {e}"));
@@ -1143,6 +1171,38 @@ mod tests {
             assert_eq!(in_place as u64, rounds);
         }
         assert!(VERSIONED.with(|v| v.get()) > 0, "class M bodies changed in place, under the other version");
+    }
+
+    /// A signed zone (NSEC) of 400 names changed in place with an in-place limit of 64 names
+    /// (issue 28): no name's stored DO=1 NODATA carries the SOA (the apex part is stored
+    /// once, `Kind::ApexDo`), so a change recompiles the changed owners, their NSEC
+    /// neighbours and the apex only, the SOA re-signed or not; the empty non-terminals that
+    /// come and go have proofs of other owners (recompiled at every change, few). Every change
+    /// leaves the maps as a full encode writes them.
+    #[test]
+    fn signed_zone_above_the_limit_changes_in_place() {
+        for serial_step in [1, 0] {
+            let mut hosts = Hosts::new();
+            for i in 0..400 {
+                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{}", i % 250)]);
+            }
+            let rounds = 30;
+            let (in_place, _) = changes_in_place_limit(signed_text, &format!("signed-large{serial_step}"), hosts, rounds, serial_step, 64, |hosts, next, _| {
+                let h = format!("h{}", next(420));
+                match next(4) {
+                    0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
+                    1 => drop(hosts.remove(&h)),
+                    2 => {
+                        let deep = format!("a{}.b{}.c", next(3), next(3));
+                        if hosts.remove(&deep).is_none() {
+                            hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
+                        }
+                    }
+                    _ => drop(hosts.insert("@".into(), vec![format!("A 198.18.6.{}", next(250))])),
+                }
+            });
+            assert_eq!(in_place as u64, rounds);
+        }
     }
 
     /// Nested zones: a parent `t.`, a served child `sub.t.` below it and a grandchild

@@ -1093,4 +1093,80 @@ fn inline_m_bodies() {
     let (_, answers, bodies) = prog.map_entries();
     assert_eq!((answers, bodies), (0, 0), "after the reload: no class M bytes outside the table");
     check(&prog, "reloaded", &edge);
+/// A signed zone `s.test.` (NSEC), loaded from text: the kernel data of the full compile,
+/// and the zone set (for userspace's answers). `soa_sigs` RRSIGs over the SOA (255-byte
+/// signatures): one makes the apex part class M, two class L.
+fn signed_zone(soa_sigs: usize) -> (KernelData, xdns_zone::ZoneSet) {
+    let sig = |t: &str, l: u8, k: usize| format!("RRSIG {t} 8 {l} 3600 20300101000000 20200101000000 {k} s.test. {}", "A".repeat(340));
+    let mut text = String::from("$TTL 3600\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\n@ DNSKEY 257 3 8 AAAA\n");
+    for k in 0..soa_sigs {
+        text += &format!("@ {}\n", sig("SOA", 2, k + 1));
+    }
+    text += &format!("@ {}\n@ {}\n@ NSEC ns1 NS SOA RRSIG NSEC DNSKEY\n@ {}\n", sig("NS", 2, 1), sig("DNSKEY", 2, 1), sig("NSEC", 2, 1));
+    for (n, next) in [("ns1", "www"), ("www", "s.test.")] {
+        text += &format!("{n} A 198.18.0.1\n{n} {}\n{n} NSEC {next} A RRSIG NSEC\n{n} {}\n", sig("A", 3, 1), sig("NSEC", 3, 1));
+    }
+    let dir = std::env::temp_dir().join(format!("xdns-fixtures-signed-{}-{soa_sigs}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("s.zone");
+    std::fs::write(&f, text).unwrap();
+    let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "s.test.".into(), file: f }, None).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut set = xdns_zone::ZoneSet::default();
+    set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
+    (xdns_bpf::data::compile_kernel_data(&set), set)
+}
+
+/// A signed zone's DO=1 NODATA written by the kernel from two stored parts (issue 28): the
+/// apex's SOA + RRSIG(SOA) part (`Kind::ApexDo`, class M or L), rebased by the question's extra
+/// length, then the name's own NSEC + RRSIG part. Over IPv4 and IPv6, at the apex (delta 0)
+/// and below it (delta > 0, the question in capitals too), the frame is userspace's answer
+/// (`compile_dnssec`, assembled) byte for byte with valid checksums; with a 512-byte EDNS
+/// payload the whole does not fit: TC=1, no records. DO=0 gets the apex's NODATA rebased (the
+/// node shares it). Without the apex part the query passes intact (`pass_no_body`).
+#[test]
+fn signed_nodata_from_two_parts() {
+    require_root("signed_nodata_from_two_parts");
+    use xdns_zone::lookup::{BodyKey, BodyKind};
+    let mut prog = load();
+    for soa_sigs in [1, 2] {
+        let (data, zones) = signed_zone(soa_sigs);
+        let z = zones.zones.values().next().unwrap();
+        let apex_part = &data.answers.iter().find(|a| a.kind == Kind::ApexDo).expect("the apex part").body;
+        let own = &data.answers.iter().find(|a| a.kind == Kind::OtherDo && a.base == wire("www.s.test")).unwrap().body;
+        assert!(own.after_apex && own.bytes.len() > 128, "www's own part, class M");
+        assert_eq!(apex_part.bytes.len() > 512, soa_sigs == 2, "the apex part: class M, or L");
+        prog.install(&data).unwrap();
+        for net in [Net::v4(), Net::v6()] {
+            for (name, payload, tc) in [("www.s.test", 1232, false), ("WWW.s.test", 1232, false), ("s.test", 1232, false), ("www.s.test", 512, true)] {
+                let what = format!("{} SOA RRSIGs, {} {name} payload {payload}", soa_sigs, if net.v6 { "IPv6" } else { "IPv4" });
+                let q = query(&wire(name), TXT, Opt::new(payload, true));
+                let base = wire(name).to_ascii_lowercase();
+                let want_body = xdns_zone::compile::compile_dnssec(z, &BodyKey { base: base.clone().into(), kind: BodyKind::Other }, &base);
+                let (act, out, moved) = verdict(&prog, &frame(&net, &q));
+                assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{what}");
+                let want = expected_for(&q, &want_body);
+                assert_eq!(want[2] & 0x02 != 0, tc, "{what}: TC as userspace");
+                assert_eq!(dns_of(&out), &want[..], "{what}: userspace's bytes");
+                assert_eq!(out, frame(&net.reply(), &want), "{what}: the frame");
+                assert!(checksums_ok(&out), "{what}: checksums");
+            }
+            // DO=0: the apex's NODATA, rebased
+            let q = query(&wire("www.s.test"), TXT, Opt::new(1232, false));
+            let base = wire("www.s.test");
+            let plain = xdns_zone::compile::compile(z, &BodyKey { base: base.into(), kind: BodyKind::Other });
+            let (act, out, moved) = verdict(&prog, &frame(&net, &q));
+            assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "DO=0");
+            assert_eq!(out, frame(&net.reply(), &expected_for(&q, &plain)), "DO=0: the apex's NODATA");
+        }
+        // the apex part missing: the DO=1 NODATA passes intact, DO=1 positive answers do not
+        let mut without = data.clone();
+        without.answers.retain(|a| a.kind != Kind::ApexDo);
+        prog.install(&without).unwrap();
+        let f = frame(&Net::v4(), &query(&wire("www.s.test"), TXT, Opt::new(1232, true)));
+        let (act, out, moved) = verdict(&prog, &f);
+        assert_eq!((act, moved.join(","), out == f), (2, "pass_no_body".to_string(), true), "{soa_sigs}: no apex part");
+        let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire("www.s.test"), A, Opt::new(1232, true))));
+        assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{soa_sigs}: www A DO=1");
+    }
 }

@@ -33,6 +33,11 @@ pub struct Body {
     /// body, with signatures and proofs (the kernel's DO kinds where they depend on the base
     /// only; else built per question in userspace, the kernel passing with `XDNS_PASS_DNSSEC`).
     pub dnssec: bool,
+    /// The body is the name's own part of a signed zone's DO=1 NODATA (its NSEC or NSEC3
+    /// records and their RRSIGs, pointing into the question only): the whole answer is the
+    /// apex's SOA part first, then these bytes (the kernel writes the two parts; bpf/README.md
+    /// "Signed zones").
+    pub after_apex: bool,
 }
 
 use crate::name;
@@ -94,6 +99,8 @@ pub struct BodyWriter {
     /// Known names (lowercased) and the message offset where they start, at delta 0.
     dict: Vec<(Box<[u8]>, u16)>,
     additional_started: bool,
+    /// Names written become pointer targets (else only the base name's suffixes are).
+    new_targets: bool,
 }
 
 impl BodyWriter {
@@ -114,7 +121,16 @@ impl BodyWriter {
             section: Section::Answer,
             dict,
             additional_started: false,
+            new_targets: true,
         })
+    }
+
+    /// [`Self::new`] for a body whose bytes may be sent after other bytes than the question
+    /// (a part of an answer): names compress only against the base name's suffixes in the
+    /// question, never against names written in the body, so no pointer depends on where the
+    /// body lands.
+    pub fn new_part(base: &[u8]) -> Result<Self, BodyError> {
+        Ok(BodyWriter { new_targets: false, ..Self::new(base)? })
     }
 
     /// Sets the AA bit.
@@ -191,7 +207,7 @@ impl BodyWriter {
             }
             // Only targets that stay addressable whatever the real question length is.
             let off = self.msg_offset(start + j) + (MAX_QNAME - self.body.base_len as usize);
-            if off <= MAX_PTR_TARGET {
+            if off <= MAX_PTR_TARGET && self.new_targets {
                 let at = self.msg_offset(start + j) as u16;
                 self.dict.push((name::to_key(&nm[j..]), at));
             }

@@ -112,6 +112,11 @@ impl Sec<'_> {
 }
 
 fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, BodyError> {
+    if sec.on() {
+        if let Some((apex, own)) = nodata_split(zone, key)? {
+            return Ok(join(&apex, &own));
+        }
+    }
     let mut w = BodyWriter::new(&key.base)?;
     let base: &[u8] = &key.base;
     // The name the question is about: the real question when known, else the base.
@@ -169,6 +174,103 @@ fn try_compile(zone: &Zone, key: &BodyKey, sec: &mut Sec<'_>) -> Result<Body, Bo
         }
     }
     Ok(w.finish())
+}
+
+/// Is `key`'s DO=1 body a NODATA whose first record is the apex SOA: an existing name
+/// without the type (no CNAME in front), or DS asked at a delegation without DS?
+fn starts_with_soa(zone: &Zone, key: &BodyKey) -> bool {
+    let want = match key.kind {
+        BodyKind::Type(t) => Want::Type(t),
+        BodyKind::Other => Want::Other,
+        _ => return false,
+    };
+    match find(zone, &key.base) {
+        Found::Exact(node) => {
+            let res = resolve(zone, node, Some(&key.base), want);
+            res.chain.is_empty() && matches!(res.end, End::NoData)
+        }
+        Found::Cut(node) => key.kind == BodyKind::Type(rtype::DS) && node.rrset(rtype::DS).is_none(),
+        _ => false,
+    }
+}
+
+/// A signed zone's DO=1 NODATA (`starts_with_soa`) in its two parts: [`apex_part`], and the
+/// name's own proof (its NSEC, the NSEC covering an empty non-terminal, the NSEC3 matching
+/// it or the closest provable encloser proof, each with its RRSIGs) compiled against `key`'s
+/// base with pointers into the question only ([`BodyWriter::new_part`]), marked
+/// `after_apex`. `None` for every other key. The answer is the apex part rebased, then the
+/// own part ([`join`]): the kernel writes them so (bpf/README.md "Signed zones"), userspace
+/// joins them, the same bytes.
+fn nodata_split(zone: &Zone, key: &BodyKey) -> Result<Option<(Body, Body)>, BodyError> {
+    match own_part(zone, key)? {
+        Some(own) => Ok(Some((apex_part(zone)?, own))),
+        None => Ok(None),
+    }
+}
+
+/// The second part of [`nodata_split`] (`None` when `key`'s body is not split).
+fn own_part(zone: &Zone, key: &BodyKey) -> Result<Option<Body>, BodyError> {
+    if !starts_with_soa(zone, key) {
+        return Ok(None);
+    }
+    let mut w = BodyWriter::new_part(&key.base)?;
+    w.set_aa(true);
+    let mut sec = Sec { qname: Some(&key.base), dnssec: true, written: Vec::new() };
+    nodata_proof(zone, &mut w, &mut sec, &key.base)?;
+    let mut own = w.finish();
+    own.after_apex = true;
+    Ok(Some(own))
+}
+
+/// The name's own part of `key`'s DO=1 NODATA in a signed zone ([`nodata_split`]; `None` for
+/// an unsigned zone, a key whose DO=1 body is not such a NODATA, or one that cannot be
+/// built): what the kernel stores for the key, writing [`apex_part`] before it.
+pub fn nodata_own_part(zone: &Zone, key: &BodyKey) -> Option<Body> {
+    if !is_signed(zone) {
+        return None;
+    }
+    own_part(zone, key).ok().flatten()
+}
+
+/// The first part of a signed zone's DO=1 NODATA: the apex SOA with the negative TTL and its
+/// RRSIGs, in authority, AA=1, compiled against the apex (its pointers shift by the question's
+/// extra length, as an NXDOMAIN body's).
+pub fn apex_part(zone: &Zone) -> Result<Body, BodyError> {
+    let mut w = BodyWriter::new(&zone.apex)?;
+    w.set_aa(true);
+    soa_authority(zone, &mut w, &Sec { qname: None, dnssec: true, written: Vec::new() })?;
+    Ok(w.finish())
+}
+
+/// The answer of the two parts of [`nodata_split`]: `apex` rebased to `own`'s base (every
+/// pointer it lists shifted by the difference in length), then `own`'s bytes, its pointers
+/// listed after `apex`'s.
+pub fn join(apex: &Body, own: &Body) -> Body {
+    let delta = own.base_len.wrapping_sub(apex.base_len);
+    let mut bytes = apex.bytes.clone();
+    for &f in &apex.fixups {
+        if let Some(p) = bytes.get_mut(usize::from(f)..usize::from(f) + 2) {
+            let v = u16::from_be_bytes([p[0], p[1]]).wrapping_add(delta);
+            p.copy_from_slice(&v.to_be_bytes());
+        }
+    }
+    let at = bytes.len() as u16;
+    bytes.extend_from_slice(&own.bytes);
+    let mut fixups = apex.fixups.clone();
+    fixups.extend(own.fixups.iter().map(|f| f + at));
+    Body {
+        flags: own.flags | apex.flags,
+        ancount: 0,
+        nscount: apex.nscount + own.nscount,
+        arcount: 0,
+        an_ns_len: bytes.len() as u16,
+        bytes,
+        fixups,
+        ar_required: false,
+        base_len: own.base_len,
+        dnssec: false,
+        after_apex: false,
+    }
 }
 
 /// Writes every record of `rrset` with owner `owner` (or the question name), then, with
