@@ -1093,6 +1093,8 @@ fn inline_m_bodies() {
     let (_, answers, bodies) = prog.map_entries();
     assert_eq!((answers, bodies), (0, 0), "after the reload: no class M bytes outside the table");
     check(&prog, "reloaded", &edge);
+}
+
 /// A signed zone `s.test.` (NSEC), loaded from text: the kernel data of the full compile,
 /// and the zone set (for userspace's answers). `soa_sigs` RRSIGs over the SOA (255-byte
 /// signatures): one makes the apex part class M, two class L.
