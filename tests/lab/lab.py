@@ -507,7 +507,8 @@ template:
 {zone_cfg}""")
         proc, err = self._spawn(self.server_ns, ["knotd", "-c", conf], name)
         srv = Server(name, a4, a6, proc, wd, err, {"conf": conf, "zones": copied})
-        self._wait_all(srv, zones)
+        # Knot answers a zone it signs once it is signed: 1M records take about a minute
+        self._wait_all(srv, zones, timeout=300.0 if signing else 20.0)
         self.servers[name] = srv
         return srv
 
