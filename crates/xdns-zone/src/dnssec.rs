@@ -5,7 +5,9 @@
 //! NSEC or NSEC3 records that prove a name or a type absent (see [`crate::compile`]). This
 //! module keeps what those proofs need, built once per zone on first use ([`Denial`]):
 //! the NSEC owners in canonical order (RFC 4034 §6.1) and the NSEC3 owners in hash order
-//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4).
+//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4). A version made
+//! by an IXFR in place gets the previous version's data updated for the names it changed
+//! ([`Denial::update`], [`DenialCell::with`]), not built again from every node.
 //!
 //! Record data is read through `domain`'s types (`Rrsig`, `Nsec3`, `Nsec3param`).
 

@@ -4,7 +4,10 @@
 //!
 //! Validation looks at a zone through [`ZoneView`], so it runs both on the loader's
 //! intermediate form (which knows the file and line of every record) and on a finished
-//! [`Zone`] (which does not; findings then carry no line).
+//! [`Zone`] (which does not; findings then carry no line). A view may show only the names a
+//! change touched (an IXFR applied in place); a signed zone's NSEC/NSEC3 chains are then
+//! checked around those names against the whole zone's owners ([`ZoneView::chains`],
+//! [`LocalChains`]), with the findings a whole check gives there.
 //!
 //! What is an error and what is a warning:
 //!

@@ -18,13 +18,30 @@
 //! |---|---|
 //! | a deletion of a record the zone does not have; a difference that does not start at our serial; the last serial not the new SOA's | [`ApplyError::Mismatch`]: the copy and the primary's history disagree (the caller transfers the whole zone) |
 //! | an owner outside the zone; the new version fails validation (CNAME beside other data, SOA or DS misplaced, no SOA or NS at the apex); the new serial not newer than ours | [`ApplyError::Invalid`]: the old version keeps serving |
-//! | an added record whose TTL differs from its RRset's (the whole path keeps the smallest TTL per RRset over records the copy no longer knows) | [`ApplyError::Fallback`]: the caller builds the zone whole |
-//! | a signed zone (NSEC/NSEC3 chain checks are whole-zone); a delegation removed with names below it (DS below it may now stand at no cut) | applied in place, validated whole ([`Applied::validation`] says why) |
+//! | an added record whose TTL differs from its RRset's (the whole path keeps the smallest TTL per RRset over records the copy no longer knows), an RRSIG excepted | [`ApplyError::Fallback`]: the caller builds the zone whole |
+//! | an added RRSIG whose TTL differs from the node's RRSIG set's (a signer gives each signature its covered RRset's TTL) | applied in place: the set's TTL becomes the smallest of its signatures' covered RRsets' TTLs, as a full load of a signer's records gives it; writers give each signature its covered TTL again ([`Node::record_ttl`]) |
+//! | a signed zone | applied in place, validated where it changed, its NSEC/NSEC3 chains around the changed names (below) |
+//! | a signed zone that became unsigned or the reverse, RRSIGs in a zone whose apex SOA is unsigned, a new NSEC3PARAM, a delegation added above names that were there (they leave the chain), no denial data of the version served; a delegation removed with names below it (DS below it may now stand at no cut) | applied in place, validated whole ([`Applied::validation`] says why) |
 //! | no spare (first change after a full transfer, or the old version still in use) | the version served is copied first ([`Applied::copied`] says why) |
 //!
 //! Validation in place runs the loader's [`validate`] on a view of the zone that holds the
 //! touched names and their ancestors: a zone that was valid can only gain errors at a name
 //! whose records changed or, for DS, below a cut that went away (the whole-zone case above).
+//! A signed zone's chains are checked around the changed names ([`LocalChains`]): an
+//! owner's link can only break where its own NSEC/NSEC3 changed or the owner after it came or
+//! went, so the changed owners and the owner before each changed name (canonical order; NSEC3:
+//! hash order) are checked against their successors in the whole chain, which the new
+//! version's denial data gives. The findings are a whole validation's at those owners; as
+//! there, a broken chain is a warning (the zone is served, [`Applied::warnings`]), and errors
+//! (CNAME beside signed data, ...) refuse the change.
+//!
+//! The denial data (NSEC owners in canonical order, NSEC3 owners in hash order, which DO=1
+//! answers' proofs and the chain checks look up) is not rebuilt for each version: the spare
+//! keeps its own copy (made with the spare), brought level with the version served for the
+//! names the last change touched and then with the new version for the names this one
+//! touched ([`Denial::update`]: a binary search and at most one insert or removal per name),
+//! and the new version is installed with it built. A refused change puts it back level with
+//! the version served with the nodes.
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
@@ -75,7 +92,7 @@ pub struct Applied {
     pub copied: Option<String>,
     /// Why the new version was validated whole, if it was.
     pub validation: Option<String>,
-    /// The validation's warnings (where it changed; logged, the first 100).
+    /// The validation's warnings (where it changed; the caller logs them).
     pub warnings: Vec<LoadError>,
 }
 
@@ -432,9 +449,6 @@ impl Tx<'_> {
             d.update(self.zone, &names);
         }
         let findings = self.validate(served, denial.as_deref())?;
-        for w in findings.0.warnings.iter().take(100) {
-            tracing::warn!("{w}");
-        }
         if !findings.0.errors.is_empty() {
             return Err(ApplyError::Invalid(findings.0.errors));
         }
