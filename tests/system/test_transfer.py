@@ -379,13 +379,14 @@ def test_tld_ixfr_in_place(lab):
 def test_signed_ixfr_in_place(lab):
     """A signed zone's change goes live in the kernel in place (issue 28): Knot signs the zone
     (NSEC) as primary and re-signs what each change touches (the new RRSIGs, the NSEC
-    neighbours, the SOA and its RRSIG); the IXFR is applied to the kernel's maps in place, not
-    as a new generation. The zone, 6,000 names, is above the in-place limit (4,096 names): it
-    changes in place because no name's stored DO=1 NODATA carries the SOA any more (the kernel
-    writes the apex's SOA part before each name's own NSEC part). The kernel answers the new
-    record with DO=1 (its RRSIG) and DO=0, and its NODATA with DO=1 (the new serial, the new
-    name's NSEC), byte for byte as userspace does over TCP; the record removed, the name is
-    NXDOMAIN again."""
+    neighbours, the SOA and its RRSIG); userspace applies the IXFR in place (the added RRSIGs
+    with their covered TTL, the NSEC chain checked around the change, not validated whole),
+    and so does the kernel to its maps, not as a new generation. The zone, 6,000 names, is
+    above the kernel's in-place limit (4,096 names): it changes in place because no name's
+    stored DO=1 NODATA carries the SOA any more (the kernel writes the apex's SOA part before
+    each name's own NSEC part). The kernel answers the new record with DO=1 (its RRSIG) and
+    DO=0, and its NODATA with DO=1 (the new serial, the new name's NSEC), byte for byte as
+    userspace does over TCP; the record removed, the name is NXDOMAIN again."""
     origin = "signed.test."
     zone = lab.dir / "signed.zone"
     with zone.open("w") as f:
@@ -424,7 +425,10 @@ def test_signed_ixfr_in_place(lab):
         wait_for("the zone in the kernel", kernel_has_zone, 30, step=0.1)
 
         def change(sets=(), unsets=()):
-            return change_in_place(lab, knot, srv, origin, sets, unsets, timeout=10)
+            t = change_in_place(lab, knot, srv, origin, sets, unsets, timeout=10)
+            # userspace too: in place, the chain checked around the change, not the whole zone
+            assert t["last_apply"].startswith("in place") and "whole" not in t["last_apply"], t
+            return t
 
         def types(section):
             return sorted(dns.rdatatype.to_text(r.rdtype) for r in section)

@@ -5,7 +5,9 @@
 //! NSEC or NSEC3 records that prove a name or a type absent (see [`crate::compile`]). This
 //! module keeps what those proofs need, built once per zone on first use ([`Denial`]):
 //! the NSEC owners in canonical order (RFC 4034 §6.1) and the NSEC3 owners in hash order
-//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4).
+//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4). A version made
+//! by an IXFR in place gets the previous version's data updated for the names it changed
+//! ([`Denial::update`], [`DenialCell::with`]), not built again from every node.
 //!
 //! Record data is read through `domain`'s types (`Rrsig`, `Nsec3`, `Nsec3param`).
 
@@ -27,6 +29,22 @@ impl DenialCell {
     pub fn get(&self, zone: &Zone) -> &Denial {
         self.0.get_or_init(|| Arc::new(Denial::build(zone)))
     }
+
+    /// A cell holding `d` already (the data of the zone it will belong to: an IXFR applied in
+    /// place updates the previous version's data, [`Denial::update`]).
+    pub fn with(d: Arc<Denial>) -> DenialCell {
+        DenialCell(OnceLock::from(d))
+    }
+
+    /// The data, if built.
+    pub fn built(&self) -> Option<&Arc<Denial>> {
+        self.0.get()
+    }
+
+    /// The data, if built, leaving the cell empty.
+    pub fn take(&mut self) -> Option<Arc<Denial>> {
+        self.0.take()
+    }
 }
 
 /// NSEC3 chain parameters (RFC 5155 §4.1: hash algorithm 1 = SHA-1).
@@ -38,7 +56,7 @@ pub struct Nsec3Params {
 }
 
 /// What denial proofs need, per zone.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Denial {
     /// The apex holds an RRSIG covering the SOA: DO=1 answers carry DNSSEC records.
     pub signed: bool,
@@ -155,7 +173,8 @@ pub fn sigs_covering(sigs: Option<&Rrset>, rtype: u16) -> impl Iterator<Item = &
 }
 
 impl Denial {
-    fn build(zone: &Zone) -> Denial {
+    /// The data of `zone`, from every node.
+    pub fn build(zone: &Zone) -> Denial {
         let apex = zone.nodes.get(&*zone.apex);
         let signed = apex
             .and_then(|n| n.rrset(rtype::RRSIG))
@@ -177,6 +196,48 @@ impl Denial {
         nsec.sort_unstable_by(|a, b| canonical_cmp(a, b));
         nsec3_owners.sort_unstable();
         Denial { signed, nsec, nsec3, nsec3_owners }
+    }
+
+    /// Bring the data of a version of `zone` level with `zone`, where the two differ only at
+    /// `names` (lowercased; an IXFR's touched names): each is put in or taken out of the
+    /// NSEC and NSEC3 owners as its node now says, in place (a binary search and one insert or
+    /// remove each), not rebuilt from every node. A changed NSEC3PARAM at the apex (another
+    /// chain) rebuilds it whole. Gives whether it was rebuilt.
+    pub fn update<N: AsRef<[u8]>>(&mut self, zone: &Zone, names: &[N]) -> bool {
+        let apex = zone.nodes.get(&*zone.apex);
+        let nsec3 = apex.and_then(|n| n.rrset(rtype::NSEC3PARAM)).and_then(|p| p.rdata.first()).and_then(nsec3param);
+        if nsec3 != self.nsec3 {
+            *self = Denial::build(zone);
+            return true;
+        }
+        self.signed = apex
+            .and_then(|n| n.rrset(rtype::RRSIG))
+            .is_some_and(|s| s.rdata.iter().any(|d| covered(d) == Some(rtype::SOA)));
+        for n in names {
+            let n = n.as_ref();
+            let node = zone.nodes.get(n);
+            let has = node.is_some_and(|x| x.rrset(rtype::NSEC).is_some());
+            match self.nsec.binary_search_by(|o| canonical_cmp(o, n)) {
+                Ok(i) if !has => {
+                    self.nsec.remove(i);
+                }
+                Err(i) if has => self.nsec.insert(i, n.into()),
+                _ => {}
+            }
+            let (Some(p), Some(label)) = (&self.nsec3, name::labels(n).next()) else { continue };
+            let label = label.to_ascii_lowercase();
+            let has = node
+                .and_then(|x| x.rrset(rtype::NSEC3))
+                .is_some_and(|s| s.rdata.iter().any(|d| nsec3_record_params(d).as_ref() == Some(p)));
+            match self.nsec3_owners.binary_search_by(|(l, o)| (&l[..], &o[..]).cmp(&(&label[..], n))) {
+                Ok(i) if !has => {
+                    self.nsec3_owners.remove(i);
+                }
+                Err(i) if has => self.nsec3_owners.insert(i, (label.into_boxed_slice(), n.into())),
+                _ => {}
+            }
+        }
+        false
     }
 
     /// The NSEC owner that covers or matches `qname` (the greatest owner not after it in

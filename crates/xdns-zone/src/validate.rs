@@ -4,7 +4,10 @@
 //!
 //! Validation looks at a zone through [`ZoneView`], so it runs both on the loader's
 //! intermediate form (which knows the file and line of every record) and on a finished
-//! [`Zone`] (which does not; findings then carry no line).
+//! [`Zone`] (which does not; findings then carry no line). A view may show only the names a
+//! change touched (an IXFR applied in place); a signed zone's NSEC/NSEC3 chains are then
+//! checked around those names against the whole zone's owners ([`ZoneView::chains`],
+//! [`LocalChains`]), with the findings a whole check gives there.
 //!
 //! What is an error and what is a warning:
 //!
@@ -56,6 +59,28 @@ pub trait ZoneView {
     fn file(&self) -> &Path;
     /// Where the `nth` record (0-based, in file order) of type `rtype` at `name` came from.
     fn locate(&self, name: &[u8], rtype: u16, nth: usize) -> Option<(PathBuf, usize)>;
+    /// For a view of part of a zone (the names a change touched, [`Self::for_each_node`]):
+    /// the whole zone's NSEC/NSEC3 owners, up to date, and every name the change touched
+    /// (names it removed included). The chains are then checked around those names only
+    /// ([`LocalChains`]); `None` (the default) checks them whole.
+    fn chains(&self) -> Option<LocalChains<'_>> {
+        None
+    }
+}
+
+/// What checking the NSEC/NSEC3 chains around changed names needs ([`ZoneView::chains`]).
+///
+/// A link (an owner's NSEC next name, an NSEC3's next hashed owner) can only break where the
+/// owner's record changed or where the owner's successor in the chain changed, that is, where
+/// a name right after it came or went. So the owners checked are the changed names that are in
+/// a chain and, for every changed name, the owner before it (canonical order; NSEC3: hash
+/// order of its first label); each is checked against its successor in the whole chain. The
+/// findings are those of a whole check at these owners; elsewhere nothing changed.
+pub struct LocalChains<'a> {
+    /// The zone's NSEC and NSEC3 owners ([`crate::dnssec::Denial`]), of the version checked.
+    pub denial: &'a crate::dnssec::Denial,
+    /// Every name whose node changed, came or went.
+    pub changed: &'a [&'a [u8]],
 }
 
 impl ZoneView for Zone {
@@ -445,25 +470,17 @@ fn dnssec_warnings(
                 out.push(finding(name, rr.rtype, 0, format!("{} RRset at {} has no RRSIG", type_name(rr.rtype), key_to_text(name))));
             }
         }
-        if let Some(n) = node.rrset(rtype::NSEC).and_then(|s| s.rdata.first()) {
-            if let Ok(len) = xdns_wire::name::name_len(n) {
-                nsec.push((name.into(), n[..len].to_ascii_lowercase()));
-            }
+        if let Some(next) = nsec_next(node) {
+            nsec.push((name.into(), next));
         }
-        if let (Some(p), Some(n3)) = (&param, node.rrset(rtype::NSEC3)) {
-            for rd in &n3.rdata {
-                let salt_len = usize::from(*rd.get(4).unwrap_or(&0));
-                let same = rd.first() == Some(&p.algorithm)
-                    && rd.get(2..4) == Some(&p.iterations.to_be_bytes()[..])
-                    && rd.get(5..5 + salt_len) == Some(&p.salt[..]);
-                let hash_len = usize::from(*rd.get(5 + salt_len).unwrap_or(&0));
-                if let (true, Some(next), Some(label)) = (same, rd.get(6 + salt_len..6 + salt_len + hash_len), xdns_wire::name::labels(name).next()) {
-                    let next = domain::utils::base32::encode_string_hex(next).to_ascii_lowercase().into_bytes();
-                    nsec3.push((label.to_ascii_lowercase().into_boxed_slice(), name.into(), next));
-                }
-            }
+        if let Some(p) = &param {
+            nsec3.extend(nsec3_links(name, node, p).into_iter().map(|(l, next)| (l, name.into(), next)));
         }
     });
+    if let Some(local) = z.chains() {
+        local_chain_warnings(z, &local, param.as_ref(), out, finding);
+        return;
+    }
     nsec.sort_by(|a, b| canonical_cmp(&a.0, &b.0));
     for (i, (owner, next)) in nsec.iter().enumerate() {
         let want: &[u8] = &nsec[(i + 1) % nsec.len()].0;
@@ -491,6 +508,150 @@ fn dnssec_warnings(
                         format!("NSEC3 chain broken at {}: next hashed owner {}, the next in the chain is {}", String::from_utf8_lossy(label), String::from_utf8_lossy(next), String::from_utf8_lossy(want)),
                     ));
                 }
+            }
+        }
+    }
+}
+
+/// The next name of `node`'s NSEC (lowercased), if it has one that parses: its link in the
+/// NSEC chain.
+fn nsec_next(node: &Node) -> Option<Vec<u8>> {
+    let n = node.rrset(rtype::NSEC)?.rdata.first()?;
+    let len = xdns_wire::name::name_len(n).ok()?;
+    Some(n[..len].to_ascii_lowercase())
+}
+
+/// The links of `name`'s NSEC3 records of the chain `p`: (its first label, lowercased;
+/// the next hashed owner as lowercase base32hex), one per record.
+fn nsec3_links(name: &[u8], node: &Node, p: &crate::dnssec::Nsec3Params) -> Vec<(Box<[u8]>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let (Some(n3), Some(label)) = (node.rrset(rtype::NSEC3), xdns_wire::name::labels(name).next()) else { return out };
+    for rd in &n3.rdata {
+        let salt_len = usize::from(*rd.get(4).unwrap_or(&0));
+        let same = rd.first() == Some(&p.algorithm)
+            && rd.get(2..4) == Some(&p.iterations.to_be_bytes()[..])
+            && rd.get(5..5 + salt_len) == Some(&p.salt[..]);
+        let hash_len = usize::from(*rd.get(5 + salt_len).unwrap_or(&0));
+        if let (true, Some(next)) = (same, rd.get(6 + salt_len..6 + salt_len + hash_len)) {
+            let next = domain::utils::base32::encode_string_hex(next).to_ascii_lowercase().into_bytes();
+            out.push((label.to_ascii_lowercase().into_boxed_slice(), next));
+        }
+    }
+    out
+}
+
+/// The chain warnings of a whole check, at the owners [`LocalChains`] says can have changed.
+fn local_chain_warnings(
+    z: &dyn ZoneView,
+    local: &LocalChains<'_>,
+    param: Option<&crate::dnssec::Nsec3Params>,
+    out: &mut Vec<LoadError>,
+    finding: &dyn Fn(&[u8], u16, usize, String) -> LoadError,
+) {
+    use crate::dnssec::canonical_cmp;
+    use std::cmp::Ordering;
+    let apex = z.apex();
+    let d = local.denial;
+    // as the whole check: names below a cut are in no chain (occluded)
+    let below_cut = |name: &[u8]| {
+        let mut pos = match name.first() {
+            Some(&l) if l > 0 => 1 + usize::from(l),
+            _ => return false,
+        };
+        while name.len().saturating_sub(pos) > apex.len() {
+            if z.node(&name[pos..]).is_some_and(|n| n.rrset(rtype::NS).is_some()) {
+                return true;
+            }
+            pos += 1 + usize::from(name[pos]);
+        }
+        false
+    };
+
+    // NSEC: owners in the chain, in canonical order (the denial data's, less the occluded and
+    // those whose next name does not parse, which a whole check leaves out too)
+    let in_nsec = |o: &[u8]| !below_cut(o) && z.node(o).and_then(nsec_next).is_some();
+    let n = d.nsec.len();
+    // the index of the first chain owner at or after `i` going forward (`step` 1) or back
+    // (`step` n - 1), wrapping; None when the chain is empty
+    let walk = |mut i: usize, step: usize, ok: &dyn Fn(usize) -> bool, len: usize| -> Option<usize> {
+        for _ in 0..len {
+            if ok(i) {
+                return Some(i);
+            }
+            i = (i + step) % len;
+        }
+        None
+    };
+    if n > 0 {
+        let ok = |i: usize| in_nsec(&d.nsec[i]);
+        let mut check: Vec<usize> = Vec::new();
+        for &c in local.changed {
+            let at = d.nsec.partition_point(|o| canonical_cmp(o, c) == Ordering::Less);
+            if at < n && d.nsec[at][..] == *c && ok(at) {
+                check.push(at);
+            }
+            if let Some(p) = walk((at + n - 1) % n, n - 1, &ok, n) {
+                check.push(p);
+            }
+        }
+        check.sort_unstable();
+        check.dedup();
+        for i in check {
+            let owner = &d.nsec[i][..];
+            let Some(next) = z.node(owner).and_then(nsec_next) else { continue };
+            let Some(s) = walk((i + 1) % n, 1, &ok, n) else { continue };
+            let want = &d.nsec[s][..];
+            if next[..] != *want {
+                out.push(finding(
+                    owner,
+                    rtype::NSEC,
+                    0,
+                    format!("NSEC chain broken at {}: next name {}, the next owner in the chain is {}", key_to_text(owner), key_to_text(&next), key_to_text(want)),
+                ));
+            }
+        }
+    }
+
+    // NSEC3, in hash order: the same, on the chain of the NSEC3PARAM's parameters
+    let Some(p) = param else { return };
+    let owners = &d.nsec3_owners;
+    let n = owners.len();
+    let ok = |i: usize| !below_cut(&owners[i].1) && z.node(&owners[i].1).is_some_and(|node| !nsec3_links(&owners[i].1, node, p).is_empty());
+    if walk(0, 1, &ok, n).is_none() {
+        out.push(finding(apex, rtype::NSEC3PARAM, 0, format!("NSEC3PARAM at {} without an NSEC3 chain of its parameters", key_to_text(apex))));
+        return;
+    }
+    let mut check: Vec<usize> = Vec::new();
+    for &c in local.changed {
+        let Some(label) = xdns_wire::name::labels(c).next() else { continue };
+        let label = label.to_ascii_lowercase();
+        let at = owners.partition_point(|(l, o)| (&l[..], &o[..]) < (&label[..], c));
+        if at < n && owners[at].1[..] == *c && ok(at) {
+            check.push(at);
+        }
+        if let Some(p) = walk((at + n - 1) % n, n - 1, &ok, n) {
+            check.push(p);
+        }
+    }
+    check.sort_unstable();
+    check.dedup();
+    for i in check {
+        let owner = &owners[i].1[..];
+        let Some(node) = z.node(owner) else { continue };
+        let mut links = nsec3_links(owner, node, p);
+        links.sort();
+        let Some(s) = walk((i + 1) % n, 1, &ok, n) else { continue };
+        for (j, (label, next)) in links.iter().enumerate() {
+            // several records of the chain at one owner follow each other (a whole check
+            // sorts them by their next hashed owner)
+            let want: &[u8] = if j + 1 < links.len() { &links[j + 1].0 } else { &owners[s].0 };
+            if next[..] != *want {
+                out.push(finding(
+                    owner,
+                    rtype::NSEC3,
+                    0,
+                    format!("NSEC3 chain broken at {}: next hashed owner {}, the next in the chain is {}", String::from_utf8_lossy(label), String::from_utf8_lossy(next), String::from_utf8_lossy(want)),
+                ));
             }
         }
     }

@@ -18,20 +18,38 @@
 //! |---|---|
 //! | a deletion of a record the zone does not have; a difference that does not start at our serial; the last serial not the new SOA's | [`ApplyError::Mismatch`]: the copy and the primary's history disagree (the caller transfers the whole zone) |
 //! | an owner outside the zone; the new version fails validation (CNAME beside other data, SOA or DS misplaced, no SOA or NS at the apex); the new serial not newer than ours | [`ApplyError::Invalid`]: the old version keeps serving |
-//! | an added record whose TTL differs from its RRset's (the whole path keeps the smallest TTL per RRset over records the copy no longer knows) | [`ApplyError::Fallback`]: the caller builds the zone whole |
-//! | a signed zone (NSEC/NSEC3 chain checks are whole-zone); a delegation removed with names below it (DS below it may now stand at no cut) | applied in place, validated whole ([`Applied::validation`] says why) |
+//! | an added record whose TTL differs from its RRset's (the whole path keeps the smallest TTL per RRset over records the copy no longer knows), an RRSIG excepted | [`ApplyError::Fallback`]: the caller builds the zone whole |
+//! | an added RRSIG whose TTL differs from the node's RRSIG set's (a signer gives each signature its covered RRset's TTL) | applied in place: the set's TTL becomes the smallest of its signatures' covered RRsets' TTLs, as a full load of a signer's records gives it; writers give each signature its covered TTL again ([`Node::record_ttl`]) |
+//! | a signed zone | applied in place, validated where it changed, its NSEC/NSEC3 chains around the changed names (below) |
+//! | a signed zone that became unsigned or the reverse, RRSIGs in a zone whose apex SOA is unsigned, a new NSEC3PARAM, a delegation added above names that were there (they leave the chain), no denial data of the version served; a delegation removed with names below it (DS below it may now stand at no cut) | applied in place, validated whole ([`Applied::validation`] says why) |
 //! | no spare (first change after a full transfer, or the old version still in use) | the version served is copied first ([`Applied::copied`] says why) |
 //!
 //! Validation in place runs the loader's [`validate`] on a view of the zone that holds the
 //! touched names and their ancestors: a zone that was valid can only gain errors at a name
 //! whose records changed or, for DS, below a cut that went away (the whole-zone case above).
+//! A signed zone's chains are checked around the changed names ([`LocalChains`]): an
+//! owner's link can only break where its own NSEC/NSEC3 changed or the owner after it came or
+//! went, so the changed owners and the owner before each changed name (canonical order; NSEC3:
+//! hash order) are checked against their successors in the whole chain, which the new
+//! version's denial data gives. The findings are a whole validation's at those owners; as
+//! there, a broken chain is a warning (the zone is served, [`Applied::warnings`]), and errors
+//! (CNAME beside signed data, ...) refuse the change.
+//!
+//! The denial data (NSEC owners in canonical order, NSEC3 owners in hash order, which DO=1
+//! answers' proofs and the chain checks look up) is not rebuilt for each version: the spare
+//! keeps its own copy (made with the spare), brought level with the version served for the
+//! names the last change touched and then with the new version for the names this one
+//! touched ([`Denial::update`]: a binary search and at most one insert or removal per name),
+//! and the new version is installed with it built. A refused change puts it back level with
+//! the version served with the nodes.
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use hashbrown::{HashMap, HashSet};
+use xdns_zone::dnssec::{covered, Denial, DenialCell};
 use xdns_zone::load::key_to_text;
-use xdns_zone::validate::{in_zone, out_of_zone_reason, type_name, validate, Findings, ZoneView};
+use xdns_zone::validate::{in_zone, out_of_zone_reason, type_name, validate, Findings, LocalChains, ZoneView};
 use xdns_zone::{LoadError, NameKey, Node, Rrset, Zone};
 
 use super::client::{Diff, Rec, SOA};
@@ -39,6 +57,7 @@ use super::serial;
 
 const NS: u16 = 2;
 const RRSIG: u16 = 46;
+const NSEC3PARAM: u16 = 51;
 
 /// Why differences were not applied in place.
 #[derive(Debug)]
@@ -73,6 +92,8 @@ pub struct Applied {
     pub copied: Option<String>,
     /// Why the new version was validated whole, if it was.
     pub validation: Option<String>,
+    /// The validation's warnings (where it changed; the caller logs them).
+    pub warnings: Vec<LoadError>,
 }
 
 /// The previous version and the names where it differs from the version served.
@@ -124,7 +145,9 @@ impl State {
             return;
         }
         let mut copy = (**served).clone();
-        copy.denial = Default::default();
+        // its own denial data (the version served's, built now if nobody asked for it yet),
+        // which the next change updates in place
+        copy.denial = DenialCell::with(Arc::new(served.dnssec().clone()));
         self.children = child_counts(served);
         self.spare = Some(Spare { zone: Arc::new(copy), stale: Vec::new() });
         self.version = Arc::downgrade(served);
@@ -142,8 +165,11 @@ impl State {
         self.spare.as_ref().is_some_and(|s| Arc::strong_count(&s.zone) > 1)
     }
 
-    /// A private copy equal to `served`, and why it had to be copied whole (if it had).
-    fn take_copy(&mut self, served: &Arc<Zone>) -> (Zone, Option<String>) {
+    /// A private copy equal to `served` (its denial data taken out, level with `served`'s
+    /// when there is some), and why it had to be copied whole (if it had).
+    fn take_copy(&mut self, served: &Arc<Zone>) -> (Zone, Option<String>, Option<Denial>) {
+        // the version served's denial data, copied (only when the spare has none of its own)
+        let served_denial = || served.denial.built().map(|d| (**d).clone());
         let known = self.version.upgrade().is_some_and(|v| Arc::ptr_eq(&v, served));
         let reason = match self.spare.take() {
             _ if !known => "no copy of the version served was kept",
@@ -162,8 +188,14 @@ impl State {
                     }
                     z.serial = served.serial;
                     z.file = served.file.clone();
-                    z.denial = Default::default();
-                    return (z, None);
+                    let denial = match z.denial.take().map(Arc::try_unwrap) {
+                        Some(Ok(mut d)) => {
+                            d.update(&z, &sp.stale);
+                            Some(d)
+                        }
+                        _ => served_denial(),
+                    };
+                    return (z, None, denial);
                 }
                 Err(_) => "the previous version is still in use",
             },
@@ -174,31 +206,39 @@ impl State {
         }
         let mut z = (**served).clone();
         z.denial = Default::default();
-        (z, Some(reason.to_string()))
+        (z, Some(reason.to_string()), served_denial())
     }
 
     /// Apply `diffs` (in order, from `served`'s serial) to a copy of `served`: the new version,
     /// or why not (module docs). On any error the state still describes `served`.
     pub fn apply(&mut self, served: &Arc<Zone>, diffs: &[Diff]) -> Result<Applied, ApplyError> {
-        let (mut zone, copied) = self.take_copy(served);
+        let (mut zone, copied, mut denial) = self.take_copy(served);
         let mut tx = Tx { zone: &mut zone, children: &mut self.children, saved: HashMap::new(), saved_children: HashMap::new() };
-        let r = tx.run(served, diffs);
+        let r = tx.run(served, diffs, denial.as_mut());
         let out = match r {
-            Ok(validation) => {
+            Ok(checked) => {
                 let mut touched: Vec<NameKey> = tx.saved.into_keys().collect();
                 touched.sort_unstable();
-                Ok((touched, validation))
+                Ok((touched, checked))
             }
             Err(e) => {
+                let names: Vec<NameKey> = tx.saved.keys().cloned().collect();
                 tx.rollback();
+                // the denial data follows the nodes back to the version served
+                if let Some(d) = denial.as_mut() {
+                    d.update(&zone, &names);
+                }
                 Err(e)
             }
         };
+        if let Some(d) = denial {
+            zone.denial = DenialCell::with(Arc::new(d));
+        }
         match out {
-            Ok((touched, validation)) => {
+            Ok((touched, (validation, warnings))) => {
                 let soa = zone.nodes.get(&zone.apex).and_then(|n| n.rrset(SOA)).and_then(|s| s.rdata.first());
                 zone.serial = soa.and_then(serial::soa_serial).unwrap_or(0);
-                Ok(Applied { zone, touched, copied, validation })
+                Ok(Applied { zone, touched, copied, validation, warnings })
             }
             Err(e) => {
                 // the copy is the version served again: the spare of the next change
@@ -313,7 +353,10 @@ impl Tx<'_> {
             return Err(ApplyError::Invalid(vec![LoadError { file, line: None, reason: out_of_zone_reason(&r.owner, &self.zone.apex) }]));
         }
         if let Some(set) = self.zone.nodes.get(&r.owner[..]).and_then(|n| n.rrset(r.rtype)) {
-            if set.ttl != r.ttl {
+            // a signature carries the TTL of the RRset it covers (RFC 4034 §3), not one TTL
+            // per node: the RRSIG set's own is set again once all records are in
+            // ([`Self::rrsig_ttls`])
+            if set.ttl != r.ttl && r.rtype != RRSIG {
                 return Err(ApplyError::Fallback(format!(
                     "an added {} record at {} has TTL {}, its RRset {}",
                     type_name(r.rtype),
@@ -328,10 +371,34 @@ impl Tx<'_> {
         }
         let node = self.node_mut(&r.owner);
         match node.rrsets.binary_search_by_key(&r.rtype, |s| s.rtype) {
-            Ok(i) => node.rrsets[i].rdata.push(&r.rdata),
+            Ok(i) => {
+                let set = &mut node.rrsets[i];
+                set.ttl = set.ttl.min(r.ttl);
+                set.rdata.push(&r.rdata)
+            }
             Err(i) => node.rrsets.insert(i, Rrset { rtype: r.rtype, ttl: r.ttl, rdata: xdns_zone::Rdatas::one(&r.rdata) }),
         }
         Ok(())
+    }
+
+    /// The RRSIG set of every touched node takes the TTL the loader gives it from a signer's
+    /// records, each with its covered RRset's TTL: the smallest of its signatures' covered
+    /// RRsets' TTLs (a signature covering no RRset here counts with the set's own). Writers
+    /// give each signature its covered TTL again ([`Node::record_ttl`]).
+    fn rrsig_ttls(&mut self) {
+        let names: Vec<NameKey> = self.saved.keys().cloned().collect();
+        for name in names {
+            let Some(node) = self.zone.nodes.get_mut(&name) else { continue };
+            let Ok(i) = node.rrsets.binary_search_by_key(&RRSIG, |s| s.rtype) else { continue };
+            let own = node.rrsets[i].ttl;
+            let ttl = node.rrsets[i]
+                .rdata
+                .iter()
+                .map(|rd| covered(rd).and_then(|t| node.rrset(t)).map_or(own, |c| c.ttl))
+                .min()
+                .unwrap_or(own);
+            node.rrsets[i].ttl = ttl;
+        }
     }
 
     /// Nodes left without records and without children go, and so, in turn, may their
@@ -358,8 +425,10 @@ impl Tx<'_> {
         }
     }
 
-    /// Apply and validate; `Ok(Some(reason))` when validated whole.
-    fn run(&mut self, served: &Zone, diffs: &[Diff]) -> Result<Option<String>, ApplyError> {
+    /// Apply and validate (`denial`: the copy's denial data, level with `served`'s, brought
+    /// level with the new version); `Ok` with the reason it was validated whole (if it was)
+    /// and the warnings.
+    fn run(&mut self, served: &Zone, diffs: &[Diff], mut denial: Option<&mut Denial>) -> Result<(Option<String>, Vec<LoadError>), ApplyError> {
         let mut at = served.serial;
         for d in diffs {
             if d.from != at {
@@ -374,10 +443,12 @@ impl Tx<'_> {
             at = d.to;
         }
         self.prune();
-        let findings = self.validate(served)?;
-        for w in findings.0.warnings.iter().take(100) {
-            tracing::warn!("{w}");
+        self.rrsig_ttls();
+        if let Some(d) = denial.as_deref_mut() {
+            let names: Vec<&[u8]> = self.saved.keys().map(|k| &k[..]).collect();
+            d.update(self.zone, &names);
         }
+        let findings = self.validate(served, denial.as_deref())?;
         if !findings.0.errors.is_empty() {
             return Err(ApplyError::Invalid(findings.0.errors));
         }
@@ -392,27 +463,41 @@ impl Tx<'_> {
             let reason = format!("the new serial {at} is not newer than the one served ({})", served.serial);
             return Err(ApplyError::Invalid(vec![LoadError { file, line: None, reason }]));
         }
-        Ok(findings.1)
+        Ok((findings.1, findings.0.warnings))
     }
 
     /// The findings of the new version where it changed (or whole, with the reason).
-    fn validate(&self, served: &Zone) -> Result<(Findings, Option<String>), ApplyError> {
+    /// `denial`: the new version's NSEC/NSEC3 owners, for a signed zone's chains.
+    fn validate(&self, served: &Zone, denial: Option<&Denial>) -> Result<(Findings, Option<String>), ApplyError> {
         let has = |n: &Option<Node>, t: u16| n.as_ref().is_some_and(|n| n.rrset(t).is_some());
-        let signed = xdns_zone::compile::is_signed(served)
-            || xdns_zone::compile::is_signed(self.zone)
-            || self.saved.iter().any(|(k, old)| has(old, RRSIG) || self.zone.nodes.get(k).is_some_and(|n| n.rrset(RRSIG).is_some()));
-        let whole = if signed {
-            Some("a signed zone (its NSEC/NSEC3 chains are checked whole)".to_string())
-        } else {
+        let now = |k: &[u8], t: u16| self.zone.nodes.get(k).is_some_and(|n| n.rrset(t).is_some());
+        let (was_signed, signed) = (xdns_zone::compile::is_signed(served), xdns_zone::compile::is_signed(self.zone));
+        let apex_set = |z: &Zone, t: u16| z.nodes.get(&z.apex).and_then(|n| n.rrset(t)).map(|s| s.rdata.clone());
+        let cut_gone = self.saved.iter().find(|(k, old)| {
+            k[..] != self.zone.apex[..] && has(old, NS) && !now(k, NS) && self.children.get(&k[..]).copied().unwrap_or(0) > 0
+        });
+        let whole = if was_signed != signed {
+            Some(format!("the zone became {} (the apex SOA's signature came or went)", if signed { "signed" } else { "unsigned" }))
+        } else if !signed && self.saved.iter().any(|(k, old)| has(old, RRSIG) || now(k, RRSIG)) {
+            Some("RRSIGs in a zone whose apex SOA is not signed".to_string())
+        } else if signed && denial.is_none() {
+            Some("a signed zone without NSEC/NSEC3 owners of the version served to check its chains against".to_string())
+        } else if signed && apex_set(served, NSEC3PARAM) != apex_set(self.zone, NSEC3PARAM) {
+            Some("the NSEC3PARAM changed (another NSEC3 chain)".to_string())
+        } else if let Some((k, _)) = cut_gone {
+            Some(format!("the delegation at {} went away with names below it", key_to_text(k)))
+        } else if signed {
+            // names that were below a new cut leave the chains: their neighbours' links change
+            let had_children = |k: &[u8]| match self.saved_children.get(k) {
+                Some(before) => before.unwrap_or(0) > 0,
+                None => self.children.get(k).copied().unwrap_or(0) > 0,
+            };
             self.saved
                 .iter()
-                .find(|(k, old)| {
-                    k[..] != self.zone.apex[..]
-                        && has(old, NS)
-                        && self.zone.nodes.get(&k[..]).is_none_or(|n| n.rrset(NS).is_none())
-                        && self.children.get(&k[..]).copied().unwrap_or(0) > 0
-                })
-                .map(|(k, _)| format!("the delegation at {} went away with names below it", key_to_text(k)))
+                .find(|(k, old)| k[..] != self.zone.apex[..] && !has(old, NS) && now(k, NS) && had_children(k))
+                .map(|(k, _)| format!("a delegation at {} came above names below it (they leave the NSEC/NSEC3 chain)", key_to_text(k)))
+        } else {
+            None
         };
         if let Some(why) = whole {
             return Ok((validate(&*self.zone), Some(why)));
@@ -428,7 +513,8 @@ impl Tx<'_> {
             }
         }
         names.insert(&self.zone.apex);
-        let view = Touched { zone: self.zone, names: names.into_iter().collect() };
+        let changed: Vec<&[u8]> = self.saved.keys().map(|k| &k[..]).collect();
+        let view = Touched { zone: self.zone, names: names.into_iter().collect(), changed, denial: denial.filter(|_| signed) };
         Ok((validate(&view), None))
     }
 }
@@ -438,6 +524,10 @@ impl Tx<'_> {
 struct Touched<'a> {
     zone: &'a Zone,
     names: Vec<&'a [u8]>,
+    /// The names themselves changed (no ancestors), for the chains.
+    changed: Vec<&'a [u8]>,
+    /// A signed zone's NSEC/NSEC3 owners (its chains are checked around `changed`).
+    denial: Option<&'a Denial>,
 }
 
 impl ZoneView for Touched<'_> {
@@ -459,6 +549,9 @@ impl ZoneView for Touched<'_> {
     }
     fn locate(&self, _name: &[u8], _rtype: u16, _nth: usize) -> Option<(std::path::PathBuf, usize)> {
         None
+    }
+    fn chains(&self) -> Option<LocalChains<'_>> {
+        self.denial.map(|denial| LocalChains { denial, changed: &self.changed })
     }
 }
 
@@ -742,5 +835,465 @@ mod tests {
         };
         assert_eq!(without_apex(&got.zone), without_apex(&served));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A signer of the test zones, signing as Knot does (its rules, not its keys): an RRSIG
+    /// for every authoritative RRset (at a cut: DS and NSEC only; glue and NS at a cut
+    /// unsigned) with the TTL of the RRset it covers; NSEC at every authoritative name (TTL the
+    /// SOA minimum), or NSEC3 opt-out (SHA-1, no salt, no extra iterations: every name but
+    /// glue and insecure cuts, empty non-terminals included) with NSEC3PARAM at the apex; a
+    /// DNSKEY. The signature bytes stand in for ECDSA P-256's (64 bytes, a hash of the signed
+    /// RRset: the same RRset keeps its signature, a changed one gets a new one, as a signer
+    /// re-signs what changed); nothing here verifies them.
+    mod signer {
+        use super::*;
+        use crate::xfr::journal::RecordSet;
+        use std::collections::{BTreeMap, BTreeSet};
+        use std::hash::{Hash, Hasher};
+        use xdns_zone::dnssec::{canonical_cmp, nsec3_label, Nsec3Params};
+
+        pub const NSEC: u16 = 47;
+        pub const NSEC3: u16 = 50;
+        const DNSKEY: u16 = 48;
+        const DS: u16 = 43;
+
+        fn bitmap(types: &BTreeSet<u16>) -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut win: BTreeMap<u8, [u8; 32]> = BTreeMap::new();
+            for t in types {
+                let w = win.entry((t >> 8) as u8).or_insert([0; 32]);
+                w[usize::from(*t as u8 / 8)] |= 0x80 >> (*t as u8 % 8);
+            }
+            for (n, bits) in win {
+                let len = bits.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+                out.push(n);
+                out.push(len as u8);
+                out.extend_from_slice(&bits[..len]);
+            }
+            out
+        }
+
+        fn labels(name: &[u8]) -> u8 {
+            let n = xdns_wire::name::label_count(name) as u8;
+            if name.get(..2) == Some(b"\x01*") { n - 1 } else { n }
+        }
+
+        /// `set` (an unsigned zone's records) signed; `nsec3`: opt-out NSEC3, else NSEC.
+        pub fn sign(set: &RecordSet, apex: &[u8], nsec3: bool) -> RecordSet {
+            let mut nodes: BTreeMap<NameKey, BTreeMap<u16, (u32, Vec<Bytes>)>> = BTreeMap::new();
+            for ((o, t, rd), ttl) in set {
+                let e = nodes.entry(o.clone()).or_default().entry(*t).or_insert((*ttl, Vec::new()));
+                e.0 = e.0.min(*ttl);
+                e.1.push(rd.clone());
+            }
+            let soa = &nodes[apex][&SOA].1[0];
+            let minimum = u32::from_be_bytes(soa[soa.len() - 4..].try_into().unwrap());
+            let neg_ttl = minimum.min(nodes[apex][&SOA].0);
+            nodes.get_mut(apex).unwrap().insert(DNSKEY, (3600, vec![Bytes::from([&[1u8, 1, 3, 13][..], &[7u8; 64][..]].concat())]));
+            let cut = |n: &[u8], nodes: &BTreeMap<NameKey, BTreeMap<u16, (u32, Vec<Bytes>)>>| n != apex && nodes.get(n).is_some_and(|x| x.contains_key(&NS));
+            // names with an ancestor cut below the apex: glue, occluded
+            let below = |n: &[u8], nodes: &BTreeMap<NameKey, BTreeMap<u16, (u32, Vec<Bytes>)>>| {
+                let mut cur = parent(n);
+                while let Some(p) = cur {
+                    if p == apex {
+                        return false;
+                    }
+                    if cut(p, nodes) {
+                        return true;
+                    }
+                    cur = parent(p);
+                }
+                false
+            };
+            let mut all: BTreeSet<NameKey> = BTreeSet::new();
+            for o in nodes.keys() {
+                let mut cur: &[u8] = o;
+                while all.insert(cur.into()) && cur != apex {
+                    cur = parent(cur).unwrap();
+                }
+            }
+            let mut chain: Vec<NameKey> = Vec::new();
+            for n in &all {
+                let has = nodes.contains_key(n);
+                let insecure = cut(n, &nodes) && !nodes[n].contains_key(&DS);
+                if below(n, &nodes) || (!nsec3 && !has) || (nsec3 && insecure) {
+                    continue;
+                }
+                chain.push(n.clone());
+            }
+            let mut out: BTreeMap<NameKey, BTreeMap<u16, (u32, Vec<Bytes>)>> = nodes.clone();
+            let mut sign_at: Vec<(NameKey, u16)> = Vec::new();
+            for (n, sets) in &nodes {
+                if below(n, &nodes) {
+                    continue;
+                }
+                let is_cut = cut(n, &nodes);
+                for t in sets.keys() {
+                    if !is_cut || *t == DS {
+                        sign_at.push((n.clone(), *t));
+                    }
+                }
+            }
+            if !nsec3 {
+                chain.sort_by(|a, b| canonical_cmp(a, b));
+                for (i, n) in chain.iter().enumerate() {
+                    let next = &chain[(i + 1) % chain.len()];
+                    let mut types: BTreeSet<u16> = nodes[n].keys().copied().collect();
+                    types.extend([RRSIG, NSEC]);
+                    let rd = [&next[..], &bitmap(&types)[..]].concat();
+                    out.get_mut(n).unwrap().insert(NSEC, (neg_ttl, vec![Bytes::from(rd)]));
+                    sign_at.push((n.clone(), NSEC));
+                }
+            } else {
+                let p = Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+                out.get_mut(apex).unwrap().insert(NSEC3PARAM, (0, vec![Bytes::from_static(&[1, 0, 0, 0, 0])]));
+                sign_at.push((apex.into(), NSEC3PARAM));
+                let mut hashed: Vec<(Box<[u8]>, NameKey)> = chain.iter().map(|n| (nsec3_label(n, &p).unwrap(), n.clone())).collect();
+                hashed.sort();
+                for (i, (h, n)) in hashed.iter().enumerate() {
+                    let next = &hashed[(i + 1) % hashed.len()].0;
+                    let raw: Vec<u8> = domain::utils::base32::decode_hex(std::str::from_utf8(next).unwrap()).unwrap();
+                    let mut types: BTreeSet<u16> = nodes.get(n).map(|s| s.keys().copied().collect()).unwrap_or_default();
+                    if !types.is_empty() {
+                        types.insert(RRSIG);
+                    }
+                    if n[..] == *apex {
+                        types.extend([NSEC3PARAM, DNSKEY]);
+                    }
+                    let mut rd = vec![1u8, 1, 0, 0, 0, raw.len() as u8];
+                    rd.extend_from_slice(&raw);
+                    rd.extend_from_slice(&bitmap(&types));
+                    let owner: NameKey = [&[h.len() as u8][..], h, apex].concat().into();
+                    out.entry(owner.clone()).or_default().insert(NSEC3, (neg_ttl, vec![Bytes::from(rd)]));
+                    sign_at.push((owner, NSEC3));
+                }
+            }
+            let mut signed = RecordSet::new();
+            for (n, sets) in &out {
+                for (t, (ttl, rds)) in sets {
+                    for rd in rds {
+                        signed.insert((n.clone(), *t, rd.clone()), *ttl);
+                    }
+                }
+            }
+            for (n, t) in sign_at {
+                let (ttl, rds) = &out[&n][&t];
+                let mut sorted = rds.clone();
+                sorted.sort();
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (&n, t, ttl, &sorted).hash(&mut h);
+                let mut sig = Vec::with_capacity(64);
+                for i in 0..8u64 {
+                    (h.finish(), i).hash(&mut h);
+                    sig.extend_from_slice(&h.finish().to_be_bytes());
+                }
+                let mut rd = Vec::new();
+                rd.extend_from_slice(&t.to_be_bytes());
+                rd.extend_from_slice(&[13, labels(&n)]);
+                rd.extend_from_slice(&ttl.to_be_bytes());
+                rd.extend_from_slice(&1_900_000_000u32.to_be_bytes());
+                rd.extend_from_slice(&1_700_000_000u32.to_be_bytes());
+                rd.extend_from_slice(&4711u16.to_be_bytes());
+                rd.extend_from_slice(apex);
+                rd.extend_from_slice(&sig);
+                signed.insert((n, RRSIG, Bytes::from(rd)), *ttl);
+            }
+            signed
+        }
+    }
+
+    /// A signed version of `hosts` (NSEC, or NSEC3 opt-out): its records, and the zone a full
+    /// load of them written as a zone file gives.
+    fn signed_version(dir: &Path, serial: u32, hosts: &BTreeMap<String, Vec<String>>, nsec3: bool) -> (journal::RecordSet, Zone) {
+        let plain = load(dir, &text(serial, hosts)).unwrap_or_else(|e| panic!("{e:?}"));
+        let set = signer::sign(&journal::records_of(&plain), &key(APEX), nsec3);
+        let f = dir.join("signed.zone");
+        journal::write(&f, &key(APEX), &set).unwrap();
+        let zone = load_zone(&ZoneSource { name: APEX.into(), file: f }, None).unwrap_or_else(|e| panic!("{e:?}"));
+        (set, zone)
+    }
+
+    /// The chain warnings a validation found.
+    fn chain_warnings(w: &[LoadError]) -> Vec<String> {
+        let mut v: Vec<String> = w.iter().map(|e| e.reason.clone()).filter(|r| r.contains("chain broken")).collect();
+        v.sort();
+        v
+    }
+
+    /// The oracle for signed zones, NSEC and NSEC3 opt-out: each change re-signed as a signer
+    /// does (the new RRSIGs, the NSEC/NSEC3 neighbours, the SOA) and sent as the difference of
+    /// the two signed versions, applied in place, equals a full load of the signed zone file
+    /// record for record, with the kernel's data, and with denial data equal to the loaded
+    /// zone's (updated in place, not rebuilt); validated where it changed (never whole), no
+    /// chain warning, nothing copied. Changes: names added (with an added RRSIG whose TTL,
+    /// 300, is not the node's RRSIG set's, the NSEC's 60) and removed, names several labels
+    /// deep (NSEC3: empty non-terminals hashed), records added to existing names, secure and
+    /// insecure delegations (opt-out: no NSEC3 for those) with glue.
+    #[test]
+    fn signed_ixfrs_in_place_equal_a_full_load() {
+        for nsec3 in [false, true] {
+            let dir = std::env::temp_dir().join(format!("xdns-incremental-signed-{nsec3}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut rng = 0x2545_f491_4f6c_dd1du64;
+            let mut next = |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let mut hosts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for i in 0..20 {
+                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
+            }
+            hosts.insert("sec".into(), vec!["NS ns.sec".into(), "DS 1 13 2 aabbccdd".into()]);
+            hosts.insert("ns.sec".into(), vec!["A 198.18.5.1".into()]);
+            let mut serial = 1;
+            let (mut set, first) = signed_version(&dir, serial, &hosts, nsec3);
+            let mut served = Arc::new(first);
+            let mut state = State::default();
+            state.prepare(&served);
+            let mut rounds = 0;
+            for round in 0..40 {
+                let before = hosts.clone();
+                let h = format!("h{}", next(26));
+                match next(6) {
+                    0 | 1 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
+                    2 => {
+                        hosts.remove(&h);
+                    }
+                    3 => {
+                        let deep = format!("a{}.b{}.c", next(3), next(3));
+                        if hosts.remove(&deep).is_none() {
+                            hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
+                        }
+                    }
+                    4 => {
+                        let d = format!("d{}", next(3));
+                        if hosts.remove(&d).is_some() {
+                            hosts.remove(&format!("ns.{d}"));
+                        } else {
+                            let mut recs = vec![format!("NS ns.{d}")];
+                            if next(2) == 0 {
+                                recs.push("DS 2 13 2 ddeeff00".into());
+                            }
+                            hosts.insert(d.clone(), recs);
+                            hosts.insert(format!("ns.{d}"), vec![format!("A 198.18.6.{}", next(250))]);
+                        }
+                    }
+                    _ => hosts.entry(h).or_default().push(format!("TXT \"r{round}\"")),
+                }
+                if load(&dir, &text(serial + 1, &hosts)).is_err() {
+                    hosts = before;
+                    continue;
+                }
+                serial += 1;
+                let (new_set, new_zone) = signed_version(&dir, serial, &hosts, nsec3);
+                let diffs = vec![journal::diff(&set, &new_set, serial - 1, serial)];
+                assert!(diffs[0].added.iter().any(|r| r.rtype == RRSIG), "round {round}: the change is re-signed");
+                let want = whole(&served, &diffs).unwrap_or_else(|e| panic!("round {round}: the whole path refused: {e}"));
+                assert_eq!(sorted(&want), sorted(&new_zone), "round {round}: the whole path and a full load agree");
+                let a = state.apply(&served, &diffs).unwrap_or_else(|e| panic!("nsec3 {nsec3} round {round}: {e}"));
+                assert!(a.copied.is_none(), "round {round}: {:?}", a.copied);
+                assert_eq!(a.validation, None, "round {round}: validated where it changed");
+                assert_eq!(chain_warnings(&a.warnings), Vec::<String>::new(), "round {round}");
+                assert_eq!(sorted(&a.zone), sorted(&new_zone), "nsec3 {nsec3} round {round}: in place equals a full load");
+                let d = a.zone.denial.built().expect("denial data carried over");
+                assert_eq!(**d, *new_zone.dnssec(), "round {round}: the denial data a full load builds");
+                assert!(d.signed && (d.nsec3.is_some() == nsec3) && (d.nsec.is_empty() == nsec3), "round {round}");
+                assert_eq!(kernel(&a.zone), kernel(&new_zone), "round {round}: the kernel's data");
+                // written out (a transfer, the journal, the stored copy) each RRSIG has its
+                // covered RRset's TTL: the records of the full load
+                assert_eq!(journal::records_of(&a.zone), new_set, "round {round}: the records written");
+                let new = Arc::new(a.zone);
+                let old = std::mem::replace(&mut served, new.clone());
+                state.installed(old, &new, a.touched);
+                set = new_set;
+                rounds += 1;
+            }
+            assert!(rounds > 30, "{rounds}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// An added RRSIG whose TTL (its covered RRset's, 300) is not the node's RRSIG set's (the
+    /// NSEC's, 60) is applied in place (the whole path once), and written back with its
+    /// covered TTL, the NSEC's signature with 60.
+    #[test]
+    fn an_added_rrsig_keeps_its_covered_ttl() {
+        let dir = std::env::temp_dir().join(format!("xdns-incremental-rrsig-ttl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut hosts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        hosts.insert("h1".into(), vec!["A 198.18.0.9".into()]);
+        let (set, first) = signed_version(&dir, 1, &hosts, false);
+        let served = Arc::new(first);
+        hosts.get_mut("h1").unwrap().push("AAAA 2001:db8::9".into());
+        let (new_set, new_zone) = signed_version(&dir, 2, &hosts, false);
+        let diffs = vec![journal::diff(&set, &new_set, 1, 2)];
+        let h1 = key("h1.t.");
+        assert_eq!(served.nodes[&h1].rrset(RRSIG).unwrap().ttl, 60, "the RRSIG set has the NSEC's TTL");
+        let sig = diffs[0].added.iter().find(|r| r.rtype == RRSIG && r.owner == h1 && covered(&r.rdata) == Some(28)).expect("AAAA signed");
+        assert_eq!(sig.ttl, 300);
+        let mut state = State::default();
+        state.prepare(&served);
+        let a = state.apply(&served, &diffs).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sorted(&a.zone), sorted(&new_zone));
+        let recs = journal::records_of(&a.zone);
+        let ttl_of = |t: u16| recs.iter().find(|((o, rt, rd), _)| *o == h1 && *rt == RRSIG && covered(rd) == Some(t)).map(|(_, ttl)| *ttl);
+        assert_eq!((ttl_of(1), ttl_of(28), ttl_of(signer::NSEC)), (Some(300), Some(300), Some(60)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Bad differences to a signed zone (NSEC, NSEC3 opt-out): a name added or removed without
+    /// the link of the name before it re-signed breaks the chain: validated where it changed,
+    /// the change gives the chain warnings a whole validation of the new version gives (the
+    /// loader's rule: a warning, the zone is served), and only those; CNAME beside signed data
+    /// is refused with the whole path's error and the old version keeps serving, its copy and
+    /// denial data left as they were (the next good change applies in place and equals a
+    /// full load).
+    #[test]
+    fn signed_chains_broken_or_bad_changes_as_a_whole_validation() {
+        for nsec3 in [false, true] {
+            let dir = std::env::temp_dir().join(format!("xdns-incremental-signed-bad-{nsec3}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut hosts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for i in 0..12 {
+                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
+            }
+            let (set, first) = signed_version(&dir, 10, &hosts, nsec3);
+            let served = Arc::new(first);
+            let mut state = State::default();
+            state.prepare(&served);
+            let chain_type = if nsec3 { signer::NSEC3 } else { signer::NSEC };
+            // the difference to `hosts2`, less the chain's changes at names other than `keep`
+            // (and, NSEC3, its hashed owner)
+            let broken = |hosts2: &BTreeMap<String, Vec<String>>, keep: &str| {
+                let (new_set, _) = signed_version(&dir, 11, hosts2, nsec3);
+                let mut d = journal::diff(&set, &new_set, 10, 11);
+                let keep = key(keep);
+                let p = xdns_zone::dnssec::Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+                let hashed = xdns_zone::dnssec::nsec3_label(&keep, &p).unwrap();
+                let mine = |o: &NameKey| *o == keep || o.get(1..1 + hashed.len()) == Some(&hashed[..]);
+                let chain = |r: &Rec| r.rtype == chain_type || (r.rtype == RRSIG && covered(&r.rdata) == Some(chain_type));
+                d.deleted.retain(|r| !chain(r) || mine(&r.owner));
+                d.added.retain(|r| !chain(r) || mine(&r.owner));
+                vec![d]
+            };
+            let mut added = hosts.clone();
+            added.insert("new".into(), vec!["A 198.18.2.1".into()]);
+            let mut removed = hosts.clone();
+            removed.remove("h5");
+            for (what, diffs) in [("a name added", broken(&added, "new.t.")), ("a name removed", broken(&removed, "h5.t."))] {
+                let want = whole(&served, &diffs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let whole_warnings = chain_warnings(&xdns_zone::validate::validate(&want).warnings);
+                assert!(!whole_warnings.is_empty(), "nsec3 {nsec3} {what}: the chain is broken");
+                let a = state.apply(&served, &diffs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(a.validation, None, "{what}: validated where it changed");
+                assert_eq!(chain_warnings(&a.warnings), whole_warnings, "nsec3 {nsec3} {what}: the whole validation's warnings");
+                assert_eq!(sorted(&a.zone), sorted(&want), "{what}");
+                assert_eq!(**a.zone.denial.built().unwrap(), *want.dnssec(), "{what}");
+                // not installed: the next apply starts from the version served again
+                state = State::default();
+                state.prepare(&served);
+            }
+            // CNAME beside signed data: refused as the whole path refuses it
+            let h3 = key("h3.t.");
+            let mut cname = hosts.clone();
+            cname.get_mut("h3").unwrap().push("CNAME h4".into());
+            let (cname_set, _) = {
+                // the loader refuses the zone file: sign the records directly
+                let plain = load(&dir, &text(11, &hosts)).unwrap();
+                let mut recs = journal::records_of(&plain);
+                recs.insert((h3.clone(), 5, Bytes::from(key("h4.t.").to_vec())), 300);
+                (signer::sign(&recs, &key(APEX), nsec3), ())
+            };
+            let diffs = vec![journal::diff(&set, &cname_set, 10, 11)];
+            let before = sorted(&served);
+            let whole_err = whole(&served, &diffs).expect_err("the whole path refuses it");
+            match state.apply(&served, &diffs) {
+                Err(ApplyError::Invalid(errs)) => {
+                    assert!(errs.iter().any(|e| e.reason.contains("CNAME beside other data") && whole_err.contains(&e.reason)), "{errs:?} / {whole_err}")
+                }
+                other => panic!("nsec3 {nsec3}: {:?}", other.map(|a| a.touched)),
+            }
+            assert_eq!(sorted(&served), before, "the version served is untouched");
+            // the good change after it: in place on the copy left level, denial data included
+            let (good_set, good) = signed_version(&dir, 11, &added, nsec3);
+            let a = state.apply(&served, &[journal::diff(&set, &good_set, 10, 11)]).unwrap_or_else(|e| panic!("{e}"));
+            assert!(a.copied.is_none() && a.validation.is_none(), "{:?} {:?}", a.copied, a.validation);
+            assert_eq!(sorted(&a.zone), sorted(&good));
+            assert_eq!(**a.zone.denial.built().unwrap(), *good.dnssec(), "nsec3 {nsec3}: the denial data after a refusal");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// Bench (prints a table and a chart; no timed assertion): the userspace apply of a
+    /// one-record change (a name added, re-signed as a signer does) to a signed zone of
+    /// `XDNS_BENCH_RECORDS` hosts (default 2,000; 1,000,000 for issue 28), NSEC and NSEC3
+    /// opt-out: in place (the spare prepared, the version served's denial data built, as the
+    /// kernel's compile builds it), against the whole path the secondary took before (every
+    /// record, the differences applied, built and validated, its denial data built on first
+    /// use). Both give the same zone and denial data.
+    ///
+    /// `XDNS_BENCH_RECORDS=1000000 cargo test --release -p xdns --bin xdns signed_one_record_apply_bench -- --nocapture`
+    #[test]
+    fn signed_one_record_apply_bench() {
+        let n: usize = std::env::var("XDNS_BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000);
+        let mut rows: Vec<(&str, f64, f64)> = Vec::new();
+        for nsec3 in [false, true] {
+            let dir = std::env::temp_dir().join(format!("xdns-incremental-bench-{nsec3}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut hosts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for i in 0..n {
+                hosts.insert(format!("h{i}"), vec![format!("A 198.18.{}.{}", (i >> 8) & 255, i & 255)]);
+            }
+            let plain = load(&dir, &text(1, &hosts)).unwrap();
+            drop(hosts);
+            let unsigned1 = journal::records_of(&plain);
+            drop(plain);
+            let mut unsigned2 = unsigned1.clone();
+            let soa = unsigned2.keys().find(|k| k.1 == SOA).unwrap().clone();
+            let ttl = unsigned2.remove(&soa).unwrap();
+            let mut rd = soa.2.to_vec();
+            let at = rd.len() - 20;
+            rd[at..at + 4].copy_from_slice(&2u32.to_be_bytes());
+            unsigned2.insert((soa.0.clone(), SOA, Bytes::from(rd)), ttl);
+            unsigned2.insert((key("new-host.t."), 1, Bytes::from_static(&[198, 18, 9, 9])), 300);
+            let s1 = signer::sign(&unsigned1, &key(APEX), nsec3);
+            let s2 = signer::sign(&unsigned2, &key(APEX), nsec3);
+            let diffs = vec![journal::diff(&s1, &s2, 1, 2)];
+            drop((unsigned1, unsigned2, s2));
+            let served = Arc::new(journal::build_zone(&key(APEX), &dir.join("z.zone"), &s1).unwrap());
+            drop(s1);
+            let _ = served.dnssec();
+            let mut state = State::default();
+            state.prepare(&served);
+            let t = std::time::Instant::now();
+            let a = state.apply(&served, &diffs).unwrap_or_else(|e| panic!("{e}"));
+            let in_place = t.elapsed().as_secs_f64() * 1e3;
+            assert!(a.copied.is_none() && a.validation.is_none(), "{:?} {:?}", a.copied, a.validation);
+            let t = std::time::Instant::now();
+            let w = whole(&served, &diffs).unwrap();
+            let _ = w.dnssec();
+            let whole_ms = t.elapsed().as_secs_f64() * 1e3;
+            assert_eq!(**a.zone.denial.built().unwrap(), *w.dnssec());
+            assert_eq!(a.zone.nodes.len(), w.nodes.len());
+            for (k, node) in &w.nodes {
+                let mut x = a.zone.nodes[k].clone();
+                let mut y = node.clone();
+                x.rrsets.iter_mut().chain(y.rrsets.iter_mut()).for_each(|r| r.rdata.sort());
+                assert_eq!(x, y, "{}", key_to_text(k));
+            }
+            rows.push((if nsec3 { "NSEC3 opt-out" } else { "NSEC" }, in_place, whole_ms));
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        println!("\nsigned zone of {n} hosts, one name added (re-signed): userspace apply");
+        println!("| chain | in place ms | whole ms | whole / in place |\n|---|---:|---:|---:|");
+        for (c, i, w) in &rows {
+            println!("| {c} | {i:.1} | {w:.1} | {:.0}x |", w / i);
+        }
+        for (c, i, w) in &rows {
+            let bar = |v: f64| "#".repeat(((v / w) * 50.0).ceil() as usize);
+            println!("{c:>14} in place {:<50} {i:.1} ms\n{c:>14} whole    {:<50} {w:.1} ms", bar(*i), bar(*w));
+        }
     }
 }

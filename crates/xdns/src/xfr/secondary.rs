@@ -512,6 +512,9 @@ async fn transfer_from(
             })?;
             let whole = match applied {
                 Ok(a) => {
+                    for w in a.warnings.iter().take(100) {
+                        tracing::warn!(zone = %name, "{w}");
+                    }
                     tracing::debug!(zone = %name, serial, differences = n, touched = a.touched.len(), "IXFR applied in place");
                     in_place = Some(a);
                     known = Some(diffs);
