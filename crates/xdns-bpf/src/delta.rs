@@ -1033,27 +1033,22 @@ mod tests {
         assert_eq!(rawa(&maps.answers), rawa(&fresh.answers), "round {round}: the hash map holds every answer, no old one");
         // the bytes of each answer at its version, none at the other (the old ones deleted)
         let versioned = maps.bodies.keys().filter(|k| k[15] != 0).count();
-        let at_zero: HashMap<Vec<u8>, _> = maps
-            .bodies
-            .iter()
-            .map(|(k, v)| {
-                let mut k = k.clone();
-                k[15] = 0;
-                (k, v.clone())
-            })
-            .collect();
+        // each body's bytes keyed at version 0 (the key's last byte)
+        let at_version_zero = |bodies: &HashMap<Vec<u8>, _>| -> HashMap<Vec<u8>, _> {
+            bodies
+                .iter()
+                .map(|(k, v)| {
+                    let mut k: Vec<u8> = k.clone();
+                    k[15] = 0;
+                    (k, Clone::clone(v))
+                })
+                .collect()
+        };
+        let at_zero = at_version_zero(&maps.bodies);
         assert_eq!(at_zero.len(), maps.bodies.len(), "round {round}: one version of each body's bytes ({versioned} at 1)");
         VERSIONED.with(|v| v.set(v.get() + versioned));
         // (a fresh install keeps the bytes of its inline class M records at `BODY_INLINE`)
-        let fresh_at_zero: HashMap<Vec<u8>, _> = fresh
-            .bodies
-            .iter()
-            .map(|(k, v)| {
-                let mut k = k.clone();
-                k[15] = 0;
-                (k, v.clone())
-            })
-            .collect();
+        let fresh_at_zero = at_version_zero(&fresh.bodies);
         assert_eq!(at_zero, fresh_at_zero, "round {round}: body bytes");
         for (k, a) in &maps.answers {
             assert!(maps.bodies.contains_key(bytes_of(&crate::maps::body_key(&key_of(k), a))) || a.class == 3, "round {round}: bytes at the answer's version");
