@@ -679,6 +679,10 @@ async fn up_to_date(
     let t = soa_rdata(&cur).and_then(|s| Timers::from_soa(&s)).ok_or("no SOA in our copy")?;
     if expired {
         tracing::info!(zone = %sec.cfg.name, %primary, "primary reached again: the zone is served again");
+        // the contact first (the stored copy's mtime), then served: never served again while
+        // the copy still carries the contact that expired it (a restart in between would
+        // find it expired again)
+        noted_contact(sec, SystemTime::now());
         set_expired(shared, sec, false).await;
     }
     Ok(t)
