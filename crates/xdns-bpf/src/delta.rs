@@ -672,7 +672,7 @@ mod tests {
             hosts.insert("wb".into(), vec!["CNAME q.w2".into()]);
         }
         let rounds: u64 = if wildcard { 120 } else { 60 };
-        let (in_place, _) = changes_in_place(&format!("h{wildcard}{serial_step}"), hosts, rounds, serial_step, |hosts, next, _| {
+        let (in_place, _) = changes_in_place(text, &format!("h{wildcard}{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, _| {
             let h = format!("h{}", next(45));
             match next(if wildcard { 14 } else { 9 }) {
                 0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
@@ -805,7 +805,7 @@ mod tests {
     /// scan the zone.
     #[test]
     fn tld_changes_in_place_equal_a_full_encode() {
-        let (in_place, scans) = changes_in_place("tld", tld_hosts(), 80, 1, |hosts, next, round| {
+        let (in_place, scans) = changes_in_place(text, "tld", tld_hosts(), 80, 1, LIMIT, |hosts, next, round| {
             let i = 30 + next(20);
             let d = format!("d{i}");
             match next(9) {
@@ -908,34 +908,15 @@ mod tests {
         }
     }
 
+    /// The in-place limit (names a change may recompile) of most tests here.
+    const LIMIT: usize = 1000;
+
     /// Apply `rounds` changes made by `change(hosts, random, round)` to the zone of `hosts`
-    /// in place, each checked against a full encode of the result (the oracle above), the
-    /// serial moved on by `serial_step` each time. Returns the changes made in place and how
-    /// many scanned the zone.
+    /// (its text made by `render(serial, hosts)`) in place, each checked against a full encode
+    /// of the result (the oracle above), the serial moved on by `serial_step` each time, with
+    /// the in-place limit `limit`. Returns the changes made in place and how many scanned the
+    /// zone.
     fn changes_in_place(
-        tag: &str,
-        hosts: std::collections::BTreeMap<String, Vec<String>>,
-        rounds: u64,
-        serial_step: u32,
-        change: impl FnMut(&mut std::collections::BTreeMap<String, Vec<String>>, &mut dyn FnMut(u64) -> u64, u64),
-    ) -> (usize, usize) {
-        changes_in_place_as(text, tag, hosts, rounds, serial_step, change)
-    }
-
-    /// [`changes_in_place`] with the zone's text made by `render` (serial, hosts).
-    fn changes_in_place_as(
-        render: fn(u32, &Hosts) -> String,
-        tag: &str,
-        hosts: std::collections::BTreeMap<String, Vec<String>>,
-        rounds: u64,
-        serial_step: u32,
-        change: impl FnMut(&mut std::collections::BTreeMap<String, Vec<String>>, &mut dyn FnMut(u64) -> u64, u64),
-    ) -> (usize, usize) {
-        changes_in_place_limit(render, tag, hosts, rounds, serial_step, 1000, change)
-    }
-
-    /// [`changes_in_place_as`] with the in-place limit `limit` (names a change may recompile).
-    fn changes_in_place_limit(
         render: fn(u32, &Hosts) -> String,
         tag: &str,
         mut hosts: std::collections::BTreeMap<String, Vec<String>>,
@@ -1119,7 +1100,7 @@ mod tests {
             hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
             hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
             let rounds = 80;
-            let (in_place, _) = changes_in_place_as(signed_text, &format!("signed{serial_step}"), hosts, rounds, serial_step, |hosts, next, _| {
+            let (in_place, _) = changes_in_place(signed_text, &format!("signed{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, _| {
                 let h = format!("h{}", next(35));
                 match next(10) {
                     0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
@@ -1182,7 +1163,7 @@ mod tests {
                 hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{}", i % 250)]);
             }
             let rounds = 30;
-            let (in_place, _) = changes_in_place_limit(signed_text, &format!("signed-large{serial_step}"), hosts, rounds, serial_step, 64, |hosts, next, _| {
+            let (in_place, _) = changes_in_place(signed_text, &format!("signed-large{serial_step}"), hosts, rounds, serial_step, 64, |hosts, next, _| {
                 let h = format!("h{}", next(420));
                 match next(4) {
                     0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
