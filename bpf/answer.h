@@ -407,16 +407,17 @@ static __always_inline void xdns_prefix_copy(struct xdns_scratch *sc, const __u1
 
 /*
  * A signed zone's DO=1 NODATA whose body, just found for the question of `qlen` bytes in
- * generation `gen`, is the name's own part (XDNS_DNSSEC_NAME_PART, xdns_abi.h; the caller
- * checked that it is for this exact name and has no additional records): find the apex part (XDNS_KIND_APEX_DO at the apex
- * of the closest encloser the walk found) and copy it, bytes and pointers, into sc->pre, so
+ * generation `gen`, is the name's own part (XDNS_DNSSEC_NAME_PART or XDNS_DNSSEC_PROOF_PART,
+ * xdns_abi.h; the caller checked that it is for this exact name and has no additional
+ * records): find the apex part (`kind`: XDNS_KIND_APEX_DO or XDNS_KIND_APEX_PROOF_DO, at the
+ * apex of the closest encloser the walk found) and copy it, bytes and pointers, into sc->pre, so
  * that the frame is written from one place whatever the map (xdns_put_prefix). Anything
  * missing leaves the packet intact for userspace: the walk found no node (no apex hash), the
  * apex part is gone (a reload or an in-place change), not of class M or L, longer than the
  * question's name, or has more pointers than XDNS_PRE_FIXUPS. A global function: verified
  * once. Returns XDNS_CONTINUE or the pass verdict.
  */
-__attribute__((noinline)) int xdns_prefix_load(struct xdns_scratch *sc, __u32 qlen, __u32 gen)
+__attribute__((noinline)) int xdns_prefix_load(struct xdns_scratch *sc, __u32 qlen, __u32 gen, __u32 kind)
 {
 	struct xdns_body_ref ref = {};
 	struct xdns_answer_s *p;
@@ -428,7 +429,7 @@ __attribute__((noinline)) int xdns_prefix_load(struct xdns_scratch *sc, __u32 ql
 	table = sc->memo.last_table;
 	sc->pre.key.gen = gen;
 	sc->pre.key._pad = 0;
-	p = xdns_answer_get(sc, &sc->pre.key, sc->lookup.ce.apex_hash, XDNS_KIND_APEX_DO, 0);
+	p = xdns_answer_get(sc, &sc->pre.key, sc->lookup.ce.apex_hash, kind, 0);
 	/* the own part's address stays the answer's (a spilled own part, which a spilled apex
 	 * part overwrote in this CPU's spill slot, the caller looks up again) */
 	sc->memo.last_v = vi;

@@ -161,24 +161,38 @@ static __always_inline enum xdns_verdict xdns_handle(struct xdp_md *ctx, struct 
 		 */
 		if (a && a->ans.dnssec) {
 			if (q.do_bit && (key.kind == XDNS_KIND_TYPE || key.kind == XDNS_KIND_OTHER)) {
-				/* a node answering NODATA with its apex's: its DO body is its own */
-				if (key.kind == XDNS_KIND_OTHER && sc->lookup.ce_found && sc->lookup.ce_len == q.qlen &&
-				    (sc->lookup.ce.flags & XDNS_NODE_NODATA_APEX))
-					key.hash = sc->lookup.ce_hash;
-				a = xdns_answer_get(sc, &key, key.hash, key.kind + (XDNS_KIND_TYPE_DO - XDNS_KIND_TYPE),
-						    key.qtype);
-				if (a && a->ans.dnssec == XDNS_DNSSEC_NAME_PART) {
-					/* a NODATA's own part: the apex part goes first (answer.h) */
-					if (a->ans.base_len != q.qlen || a->ans.arcount)
+				__u8 dkind = key.kind + (XDNS_KIND_TYPE_DO - XDNS_KIND_TYPE), part;
+				__u16 dtype = key.qtype;
+
+				if (key.kind == XDNS_KIND_OTHER && sc->lookup.ce_found && sc->lookup.ce_len == q.qlen) {
+					if (sc->lookup.ce.flags & XDNS_NODE_NODATA_APEX) {
+						/* a node answering NODATA with its apex's: its DO body is its own */
+						key.hash = sc->lookup.ce_hash;
+					} else if (q.qtype == XDNS_TYPE_DS && (sc->lookup.ce.flags & XDNS_NODE_CUT) &&
+						   sc->lookup.ce.cut_hash == sc->lookup.ce_hash) {
+						/* DS at a delegation without DS (the apex's NODATA, lookup.h):
+						 * its DO body is the delegation's Type(DS) */
+						key.hash = sc->lookup.ce_hash;
+						dkind = XDNS_KIND_TYPE_DO;
+						dtype = XDNS_TYPE_DS;
+					}
+				}
+				a = xdns_answer_get(sc, &key, key.hash, dkind, dtype);
+				part = a ? a->ans.dnssec : 0;
+				if (part == XDNS_DNSSEC_NAME_PART || part == XDNS_DNSSEC_PROOF_PART) {
+					/* a NODATA's own part: the apex part goes first (answer.h), with the
+					 * apex's NSEC3 when the own part's proof begins there */
+					if (!a || a->ans.base_len != q.qlen || a->ans.arcount)
 						return XDNS_PASS_NO_BODY;
-					v = xdns_prefix_load(sc, q.qlen, key.gen);
+					v = xdns_prefix_load(sc, q.qlen, key.gen,
+							     part == XDNS_DNSSEC_PROOF_PART ? XDNS_KIND_APEX_PROOF_DO : XDNS_KIND_APEX_DO);
 					if (v != XDNS_CONTINUE)
 						return v;
 					/* not from the table (an in-place change puts its answers in the
 					 * hash map): the apex part's copy may have taken the spill slot */
 					if (!sc->memo.last_table) {
 						a = xdns_answer_get(sc, &key, key.hash, key.kind, key.qtype);
-						if (!a || a->ans.dnssec != XDNS_DNSSEC_NAME_PART)
+						if (!a || a->ans.dnssec != part)
 							return XDNS_PASS_NO_BODY;
 					}
 				}

@@ -102,7 +102,8 @@ enum xdns_body_kind {
 	/* a signed zone's DO=1 bodies, where the proofs depend on the base only (issue 28) */
 	XDNS_KIND_TYPE_DO = 6,        /* Type(qtype) with RRSIGs and proofs */
 	XDNS_KIND_OTHER_DO = 7,       /* Other with RRSIGs and proofs (NODATA, referral, chain) */
-	XDNS_KIND_APEX_DO = 8,        /* at the apex: the SOA + RRSIG(SOA) part of DO=1 NODATA (class L) */
+	XDNS_KIND_APEX_DO = 8,        /* at the apex: the SOA + RRSIG(SOA) part of DO=1 NODATA (class M or L) */
+	XDNS_KIND_APEX_PROOF_DO = 9,  /* at an NSEC3 zone's apex: that part + the apex's NSEC3 and its RRSIGs */
 };
 
 /* Body size classes: each class is one hash map whose value holds that many body bytes. */
@@ -269,6 +270,13 @@ struct xdns_answer {
  * at most XDNS_PRE_FIXUPS pointers) is written before it, rebased like an NXDOMAIN body.
  */
 #define XDNS_DNSSEC_NAME_PART 2
+/*
+ * `dnssec` of an own part whose proof begins with the apex's NSEC3 (an NSEC3 zone's closest
+ * provable encloser proof with the apex as the encloser: an opt-out delegation's DS NODATA,
+ * an empty non-terminal's NODATA), which it leaves out: the apex's XDNS_KIND_APEX_PROOF_DO
+ * body (the SOA, the apex's NSEC3, their RRSIGs) is written before it, the same way.
+ */
+#define XDNS_DNSSEC_PROOF_PART 3
 #define XDNS_PRE_FIXUPS 8
 
 /*

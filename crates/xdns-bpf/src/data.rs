@@ -23,9 +23,14 @@
 //! passes those DO=1 queries, bpf/README.md "Signed zones"). A DO=1 NODATA whose first record
 //! is the SOA is stored as the name's own part only (`compile::nodata_own_part`,
 //! `Body::after_apex`); the apex part comes once, with the apex's `NxDomain` key
-//! ([`Kind::ApexDo`]), and the kernel writes it before the own part. A signed zone's DO=0
-//! NODATA is shared with the apex's as an unsigned zone's (not its DS at a delegation: the
-//! kernel finds that one's DO body beside it).
+//! ([`Kind::ApexDo`]), and the kernel writes it before the own part. In an NSEC3 zone a proof
+//! that begins with the apex's NSEC3 (the closest provable encloser proof of an opt-out
+//! delegation's DS NODATA or an empty non-terminal directly below the apex) leaves that record
+//! to a second apex part ([`Kind::ApexProofDo`]: the SOA, the apex's NSEC3, their RRSIGs;
+//! `Body::apex_nsec3`), so that such an own part is the covering NSEC3 alone. A signed zone's
+//! DO=0 NODATA is shared with the apex's as an unsigned zone's, its DS at a delegation without
+//! DS too: the kernel finds the delegation's DO body (`TypeDo(DS)`, an own part) at the node
+//! its walk found (bpf/README.md "Signed zones").
 
 use std::collections::{HashMap, HashSet};
 
@@ -55,6 +60,10 @@ pub enum Kind {
     /// At a signed zone's apex: the first part of every DO=1 NODATA that is split (the SOA
     /// and its RRSIGs, `xdns_zone::compile::apex_part`).
     ApexDo,
+    /// At an NSEC3 zone's apex: the first part of the DO=1 NODATA whose proof begins with the
+    /// apex's NSEC3 (`Body::apex_nsec3`): [`Kind::ApexDo`]'s records, then that NSEC3 and its
+    /// RRSIGs (`xdns_zone::compile::apex_proof_part`).
+    ApexProofDo,
 }
 
 impl Kind {
@@ -69,6 +78,7 @@ impl Kind {
             Kind::TypeDo(t) => (xdns_body_kind::XDNS_KIND_TYPE_DO, t),
             Kind::OtherDo => (xdns_body_kind::XDNS_KIND_OTHER_DO, 0),
             Kind::ApexDo => (xdns_body_kind::XDNS_KIND_APEX_DO, 0),
+            Kind::ApexProofDo => (xdns_body_kind::XDNS_KIND_APEX_PROOF_DO, 0),
         };
         (k.0 as u8, t)
     }
@@ -83,6 +93,9 @@ pub const NODE_NODATA_APEX: u16 = 0x8;
 /// `xdns_answer.dnssec` of a DO=1 NODATA's own part ([`Body::after_apex`]): the kernel writes
 /// the apex's [`Kind::ApexDo`] part before it (`XDNS_DNSSEC_NAME_PART`).
 pub const DNSSEC_NAME_PART: u8 = 2;
+/// `xdns_answer.dnssec` of an own part after the apex's NSEC3 (`Body::apex_nsec3`): the
+/// kernel writes the apex's [`Kind::ApexProofDo`] part before it (`XDNS_DNSSEC_PROOF_PART`).
+pub const DNSSEC_PROOF_PART: u8 = 3;
 
 /// One existing name, as the kernel's lookup sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,10 +238,11 @@ impl<'a> ZoneCompiler<'a> {
     /// The entries of one key: its DO body (signed zones; for a NODATA whose first record is
     /// the SOA, the name's own part only), its plain body (`None` when another zone owns the
     /// key or the body is the apex's NODATA, rebased); at a signed zone's apex, with its
-    /// `NxDomain` key, first the apex part of the split NODATA bodies ([`Kind::ApexDo`]).
-    pub(crate) fn key(&mut self, key: BodyKey) -> [Option<AnswerEntry>; 3] {
+    /// `NxDomain` key, first the apex parts of the split NODATA bodies ([`Kind::ApexDo`],
+    /// and in an NSEC3 zone [`Kind::ApexProofDo`]).
+    pub(crate) fn key(&mut self, key: BodyKey) -> [Option<AnswerEntry>; 4] {
         if !self.owns(&key) {
-            return [None, None, None];
+            return [None, None, None, None];
         }
         let mut body = xdns_zone::compile::compile(self.zone, &key);
         // The writer grew the bytes by doubling: up to half of them spare (≈ 48 bytes an
@@ -236,18 +250,23 @@ impl<'a> ZoneCompiler<'a> {
         body.bytes.shrink_to_fit();
         body.fixups.shrink_to_fit();
         // A signed zone's node answering NODATA with the apex's body keeps its own DO body:
-        // the kernel looks it up at the node's hash. Not a signed zone's DS at a delegation:
-        // its DO body is found beside its own `Type(DS)`, which must exist.
-        let share = shareable(&key, &self.zone.apex) && (!self.signed || key.kind == BodyKind::Other);
-        let share = share && self.apex.matches(&body);
-        let apex_part = (self.signed && key.kind == BodyKind::NxDomain && key.base == self.zone.apex)
+        // the kernel looks it up at the node's hash, and a delegation's DS NODATA at the
+        // delegation's (its `TypeDo(DS)`, bpf/xdns.bpf.c).
+        let share = shareable(&key, &self.zone.apex) && self.apex.matches(&body);
+        let at_apex = self.signed && key.kind == BodyKind::NxDomain && key.base == self.zone.apex;
+        let apex_entry = |kind: Kind, mut b: Body| {
+            b.bytes.shrink_to_fit();
+            b.fixups.shrink_to_fit();
+            AnswerEntry { base: key.base.to_vec(), kind, body: b }
+        };
+        let apex_part = at_apex
             .then(|| xdns_zone::compile::apex_part(self.zone).ok())
             .flatten()
-            .map(|mut b| {
-                b.bytes.shrink_to_fit();
-                b.fixups.shrink_to_fit();
-                AnswerEntry { base: key.base.to_vec(), kind: Kind::ApexDo, body: b }
-            });
+            .map(|b| apex_entry(Kind::ApexDo, b));
+        let apex_proof = at_apex
+            .then(|| xdns_zone::compile::apex_proof_part(self.zone).ok().flatten())
+            .flatten()
+            .map(|b| apex_entry(Kind::ApexProofDo, b));
         let do_kind = match key.kind {
             BodyKind::Type(t) if self.signed => Some(Kind::TypeDo(t)),
             BodyKind::Other if self.signed => Some(Kind::OtherDo),
@@ -255,9 +274,11 @@ impl<'a> ZoneCompiler<'a> {
         };
         let d = do_kind.map(|k| {
             // The base stands for the question: these kinds' proofs depend on it alone. A
-            // NODATA's own part is stored alone (the kernel writes the apex part before it);
-            // not a delegation's DS NODATA, found without the walk that gives the apex.
-            let split = (k == Kind::OtherDo).then(|| xdns_zone::compile::nodata_own_part(self.zone, &key)).flatten();
+            // NODATA's own part is stored alone (the kernel writes the apex part before it),
+            // a delegation's DS NODATA too.
+            let split = matches!(k, Kind::OtherDo | Kind::TypeDo(DS))
+                .then(|| xdns_zone::compile::nodata_own_part(self.zone, &key))
+                .flatten();
             let mut b = match split {
                 Some(own) if !own.bytes.is_empty() => own,
                 _ => xdns_zone::compile::compile_dnssec(self.zone, &key, &key.base),
@@ -268,7 +289,7 @@ impl<'a> ZoneCompiler<'a> {
             AnswerEntry { base: key.base.clone().into_vec(), kind: k, body: b }
         });
         let p = (!share).then(|| AnswerEntry { base: key.base.into_vec(), kind: key.kind.into(), body });
-        [apex_part, d, p]
+        [apex_part, apex_proof, d, p]
     }
 }
 
@@ -674,7 +695,11 @@ pub fn encode_body(body: &Body) -> (xdns_answer, BodyValue) {
         nfixups: body.fixups.len().min(u16::MAX as usize) as u16,
         ar_required: u8::from(body.ar_required),
         class: class.0 as u8,
-        dnssec: if body.after_apex { DNSSEC_NAME_PART } else { u8::from(body.dnssec) },
+        dnssec: match (body.after_apex, body.apex_nsec3) {
+            (true, true) => DNSSEC_PROOF_PART,
+            (true, false) => DNSSEC_NAME_PART,
+            _ => u8::from(body.dnssec),
+        },
         body_ver: 0,
     };
     (a, value)
@@ -897,6 +922,65 @@ mod tests {
         let u = load(unsigned);
         assert!(u.answers.iter().all(|a| !a.body.dnssec && !matches!(a.kind, Kind::TypeDo(_) | Kind::OtherDo)));
         assert!(u.answers.iter().all(|a| !(a.base == www && a.kind == Kind::Other)), "www's NODATA is the apex's");
+    }
+
+    /// A delegation without DS in a signed zone (issue 30): its DO=0 DS NODATA is the apex's
+    /// (no `Type(DS)` stored), its DO=1 DS NODATA an own part (`TypeDo(DS)`, no SOA), so it is
+    /// not SOA-bound (NSEC). NSEC: the cut's NSEC (owner: the question), after the apex's SOA part.
+    /// NSEC3 with opt-out: the NSEC3 covering it and its RRSIG, after the apex's second part
+    /// (`ApexProofDo`: the SOA, the apex's NSEC3, their RRSIGs), stored once; joined, the parts
+    /// are userspace's answer.
+    #[test]
+    fn signed_delegation_ds_nodata_is_split() {
+        use xdns_zone::dnssec::{nsec3_label, Nsec3Params};
+        let sig = |t: &str, l: u8| format!("RRSIG {t} 13 {l} 3600 20300101000000 20200101000000 1 s.test. AAAA");
+        let head = format!(
+            "$TTL 3600\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\n@ DNSKEY 257 3 13 AAAA\n@ {}\n@ {}\n@ {}\n\
+             ns1 A 198.18.0.1\nns1 {}\nd NS ns.other.\n",
+            sig("SOA", 2), sig("NS", 2), sig("DNSKEY", 2), sig("A", 3)
+        );
+        let nsec = format!(
+            "{head}@ NSEC d NS SOA RRSIG NSEC DNSKEY\n@ {}\nd NSEC ns1 NS RRSIG NSEC\nd {}\nns1 NSEC s.test. A RRSIG NSEC\nns1 {}\n",
+            sig("NSEC", 2), sig("NSEC", 3), sig("NSEC", 3)
+        );
+        let p = Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+        let h = |n: &str| String::from_utf8(nsec3_label(&xdns_wire::name::from_presentation(n).unwrap(), &p).unwrap().into_vec()).unwrap();
+        let (ha, hn) = (h("s.test."), h("ns1.s.test."));
+        let nsec3 = format!(
+            "{head}@ NSEC3PARAM 1 0 0 -\n@ {}\n{ha} NSEC3 1 1 0 - {} NS SOA RRSIG DNSKEY NSEC3PARAM\n{ha} {}\n{hn} NSEC3 1 1 0 - {} A RRSIG\n{hn} {}\n",
+            sig("NSEC3PARAM", 2), hn.to_ascii_uppercase(), sig("NSEC3", 3), ha.to_ascii_uppercase(), sig("NSEC3", 3)
+        );
+        let dir = std::env::temp_dir().join(format!("xdns-bpf-signed-ds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let apex = xdns_wire::name::from_presentation("s.test.").unwrap();
+        let d = xdns_wire::name::from_presentation("d.s.test.").unwrap();
+        for (what, text, with_nsec3) in [("NSEC", &nsec, false), ("NSEC3 opt-out", &nsec3, true)] {
+            let zones = signed_zones(&dir, text);
+            let data = compile_kernel_data(&zones);
+            let has = |base: &[u8], k: Kind| data.answers.iter().find(|a| a.base == base && a.kind == k).map(|a| &a.body);
+            assert!(has(&d, Kind::Type(DS)).is_none(), "{what}: d's DO=0 DS NODATA is the apex's");
+            let own = has(&d, Kind::TypeDo(DS)).expect("d's DO=1 DS NODATA");
+            assert!(own.after_apex && !crate::delta::carries_soa(own), "{what}: its own part, no SOA");
+            assert_eq!((own.apex_nsec3, own.nscount), (with_nsec3, 2), "{what}: one proof record and its RRSIG");
+            assert_eq!(&own.bytes[..2] == [0xC0, 0x0C], !with_nsec3, "{what}: NSEC: the cut's own");
+            let first = if with_nsec3 { Kind::ApexProofDo } else { Kind::ApexDo };
+            let apex_part = has(&apex, first).expect("the apex part");
+            assert_eq!(apex_part.nscount, if with_nsec3 { 4 } else { 2 }, "{what}: the apex part");
+            assert_eq!(has(&apex, Kind::ApexProofDo).is_some(), with_nsec3, "{what}: the NSEC3 part, only there");
+            assert_eq!(encode_body(own).0.dnssec, if with_nsec3 { DNSSEC_PROOF_PART } else { DNSSEC_NAME_PART });
+            let z = zones.zones.values().next().unwrap();
+            let key = BodyKey { base: d.clone().into_boxed_slice(), kind: BodyKind::Type(DS) };
+            let mut whole = xdns_zone::compile::compile_dnssec(z, &key, &d);
+            whole.dnssec = false;
+            assert_eq!(whole.nscount, 2 + own.nscount + if with_nsec3 { 2 } else { 0 }, "{what}");
+            assert_eq!(xdns_zone::compile::join(apex_part, own), whole, "{what}: joined, userspace's answer");
+            // (an NSEC3 own part is another owner's record: which names it proves is the NSEC3
+            // mapping's of delta.rs, not the SOA's; it carries no SOA, checked above)
+            if !with_nsec3 {
+                assert!(!crate::delta::soa_bound(&data.answers, &apex).contains(&d[..]), "{what}: d is not SOA-bound");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The zone set of one zone `s.test.` of `text`, loaded from a file in `dir`.

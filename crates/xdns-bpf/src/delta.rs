@@ -26,9 +26,10 @@
 //!   suffixes of CNAME targets (always for a wildcard at the apex);
 //! - when the SOA changed, every name with a stored SOA-carrying body ([`soa_bound`]). Names
 //!   answering NODATA from the apex's body (`XDNS_NODE_NODATA_APEX`), delegations without DS
-//!   (their DS NODATA is the apex's, `data::shareable`; not in a signed zone), NXDOMAIN (one
-//!   body at the apex) and a signed zone's DO=1 NODATA (the apex part written before each
-//!   name's own) need nothing: they are rebased from the apex's bodies by the kernel.
+//!   (their DS NODATA is the apex's, `data::shareable`, in a signed zone too), NXDOMAIN (one
+//!   body at the apex) and a signed zone's DO=1 NODATA, a delegation's DS NODATA included
+//!   (the apex part written before each name's own) need nothing: they are rebased from the
+//!   apex's bodies by the kernel.
 //!
 //!
 //! Signed zones (NSEC). A signed zone's DO=1 bodies are compiled beside the plain ones
@@ -36,9 +37,8 @@
 //! (bpf/README.md "Signed zones"): the apex's SOA part once (`Kind::ApexDo`, at the apex,
 //! recompiled at every change) and each name's own proof; a DO=0 NODATA that is the apex's,
 //! rebased, is shared as in unsigned zones. So the SOA-bound names of a signed zone are those
-//! of an unsigned one (a CNAME chain ending in NODATA or NXDOMAIN) plus the delegations
-//! without DS (their DO=1 DS NODATA is stored whole) and the names whose own part is a proof
-//! of another owner ([`proof_elsewhere`]: an empty non-terminal's NODATA is the NSEC covering
+//! of an unsigned one (a CNAME chain ending in NODATA or NXDOMAIN) plus the names whose own
+//! part is a proof of another owner ([`proof_elsewhere`]: an empty non-terminal's NODATA is the NSEC covering
 //! it, which a name added or removed beside it moves without the transfer naming it); those
 //! are recompiled at every change, the SOA changed or not. What is not SOA-bound changes only
 //! with its owner's records, which the transfer brings (a signing primary sends the new

@@ -1172,3 +1172,92 @@ fn signed_nodata_from_two_parts() {
         assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{soa_sigs}: www A DO=1");
     }
 }
+
+/// An NSEC3 zone with opt-out, `o.test.`, loaded from text: an insecure delegation `d`
+/// (opt-out: no NSEC3 of its own, glue), a secure one `s` (DS), `www`; the chain hashed with
+/// the zone's parameters, every RRset "signed" (64-byte signatures).
+fn optout_zone() -> (KernelData, xdns_zone::ZoneSet) {
+    use xdns_zone::dnssec::{nsec3_label, Nsec3Params};
+    let sig = |t: &str, l: u8| format!("RRSIG {t} 13 {l} 3600 20300101000000 20200101000000 7 o.test. {}", "A".repeat(88));
+    let p = Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+    // (name, types): the names that have an NSEC3 (opt-out: not the insecure delegation `d`)
+    let chained = [("o.test", "SOA NS DNSKEY NSEC3PARAM RRSIG"), ("www.o.test", "A RRSIG"), ("s.o.test", "NS DS RRSIG")];
+    let mut hashed: Vec<(String, &str)> = chained
+        .iter()
+        .map(|(n, t)| (String::from_utf8(nsec3_label(&wire(n), &p).unwrap().into_vec()).unwrap(), *t))
+        .collect();
+    hashed.sort();
+    let mut text = String::from("$TTL 3600\n@ SOA ns1.o.test. h 1 7200 3600 1209600 300\n@ NS ns1.o.test.\n");
+    text += &format!("@ DNSKEY 257 3 13 AAAA\n@ NSEC3PARAM 1 0 0 -\n@ {}\n@ {}\n@ {}\n@ {}\n", sig("SOA", 2), sig("NS", 2), sig("DNSKEY", 2), sig("NSEC3PARAM", 2));
+    text += &format!("www A 198.18.0.1\nwww {}\n", sig("A", 3));
+    text += "d NS ns.d\nns.d A 198.18.0.2\n";
+    text += &format!("s NS ns.other.\ns DS 7 13 2 {}\ns {}\n", "AB".repeat(32), sig("DS", 3));
+    for (i, (h, types)) in hashed.iter().enumerate() {
+        let next = &hashed[(i + 1) % hashed.len()].0;
+        text += &format!("{h} NSEC3 1 1 0 - {} {types}\n{h} {}\n", next.to_ascii_uppercase(), sig("NSEC3", 3));
+    }
+    let dir = std::env::temp_dir().join(format!("xdns-fixtures-optout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("o.zone");
+    std::fs::write(&f, text).unwrap();
+    let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "o.test.".into(), file: f }, None).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut set = xdns_zone::ZoneSet::default();
+    set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
+    (xdns_bpf::data::compile_kernel_data(&set), set)
+}
+
+/// The DO=1 DS NODATA of an insecure delegation in an NSEC3 zone with opt-out, written by
+/// the kernel from two stored parts (issue 30): the apex's SOA + the apex's NSEC3 part
+/// (`Kind::ApexProofDo`: SOA, RRSIG, the NSEC3 matching the apex, RRSIG), rebased, then the
+/// delegation's own part (the opt-out NSEC3 covering it, RRSIG), found at the delegation's
+/// node by the walk (no `Type(DS)` body at the cut: DO=0 is the apex's NODATA, rebased). Over
+/// IPv4 and IPv6, the question in capitals too, the frame is userspace's answer byte for byte;
+/// a 512-byte payload: TC=1 as userspace. The secure delegation's DS is answered as before.
+/// Without the apex part the query passes intact (`pass_no_body`).
+#[test]
+fn optout_ds_nodata_from_two_parts() {
+    require_root("optout_ds_nodata_from_two_parts");
+    use xdns_zone::lookup::{BodyKey, BodyKind};
+    const DS: u16 = 43;
+    let mut prog = load();
+    let (data, zones) = optout_zone();
+    let z = zones.zones.values().next().unwrap();
+    let at = |base: &str, kind: Kind| data.answers.iter().find(|a| a.kind == kind && a.base == wire(base)).map(|a| &a.body);
+    let apex_part = at("o.test", Kind::ApexProofDo).expect("the apex's SOA + NSEC3 part");
+    assert_eq!((apex_part.nscount, apex_part.ancount), (4, 0), "SOA, RRSIG, the apex's NSEC3, RRSIG");
+    let own = at("d.o.test", Kind::TypeDo(DS)).expect("d's DS NODATA, its own part");
+    assert!(own.after_apex && own.apex_nsec3 && own.nscount == 2, "the covering NSEC3 and its RRSIG alone");
+    assert!(at("d.o.test", Kind::Type(DS)).is_none(), "DO=0: the apex's NODATA, rebased");
+    prog.install(&data).unwrap();
+    for net in [Net::v4(), Net::v6()] {
+        for (name, qtype, payload) in [("d.o.test", DS, 1232), ("D.O.test", DS, 1232), ("d.o.test", DS, 512), ("s.o.test", DS, 1232)] {
+            let what = format!("{} {name} {qtype} payload {payload}", if net.v6 { "IPv6" } else { "IPv4" });
+            let q = query(&wire(name), qtype, Opt::new(payload, true));
+            let base = wire(name).to_ascii_lowercase();
+            let want_body = xdns_zone::compile::compile_dnssec(z, &BodyKey { base: base.clone().into(), kind: BodyKind::Type(qtype) }, &base);
+            let (act, out, moved) = verdict(&prog, &frame(&net, &q));
+            assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{what}");
+            let want = expected_for(&q, &want_body);
+            assert_eq!(want[2] & 0x02 != 0, payload == 512, "{what}: TC as userspace");
+            assert_eq!(dns_of(&out), &want[..], "{what}: userspace's bytes");
+            assert_eq!(out, frame(&net.reply(), &want), "{what}: the frame");
+            assert!(checksums_ok(&out), "{what}: checksums");
+        }
+        // DO=0: the apex's NODATA, rebased
+        let q = query(&wire("d.o.test"), DS, Opt::new(1232, false));
+        let plain = xdns_zone::compile::compile(z, &BodyKey { base: wire("d.o.test").into(), kind: BodyKind::Type(DS) });
+        let (act, out, moved) = verdict(&prog, &frame(&net, &q));
+        assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "DO=0");
+        assert_eq!(out, frame(&net.reply(), &expected_for(&q, &plain)), "DO=0: the apex's NODATA");
+    }
+    // the apex part missing: the DO=1 DS NODATA passes intact, the secure delegation's DS does not
+    let mut without = data.clone();
+    without.answers.retain(|a| a.kind != Kind::ApexProofDo);
+    prog.install(&without).unwrap();
+    let f = frame(&Net::v4(), &query(&wire("d.o.test"), DS, Opt::new(1232, true)));
+    let (act, out, moved) = verdict(&prog, &f);
+    assert_eq!((act, moved.join(","), out == f), (2, "pass_no_body".to_string(), true), "no apex part");
+    let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire("s.o.test"), DS, Opt::new(1232, true))));
+    assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "s DS DO=1");
+}

@@ -38,6 +38,11 @@ pub struct Body {
     /// apex's SOA part first, then these bytes (the kernel writes the two parts; bpf/README.md
     /// "Signed zones").
     pub after_apex: bool,
+    /// With `after_apex`: the part written first also holds the apex's NSEC3 and its RRSIGs
+    /// (the own part's proof is the closest provable encloser proof of RFC 5155 §7.2.4 with
+    /// the apex as that encloser: an opt-out delegation's DS NODATA, an empty non-terminal's
+    /// NODATA), which the own part then leaves out.
+    pub apex_nsec3: bool,
 }
 
 use crate::name;

@@ -194,18 +194,43 @@ fn starts_with_soa(zone: &Zone, key: &BodyKey) -> bool {
     }
 }
 
-/// A signed zone's DO=1 NODATA (`starts_with_soa`) in its two parts: [`apex_part`], and the
-/// name's own proof (its NSEC, the NSEC covering an empty non-terminal, the NSEC3 matching
-/// it or the closest provable encloser proof, each with its RRSIGs) compiled against `key`'s
-/// base with pointers into the question only ([`BodyWriter::new_part`]), marked
-/// `after_apex`. `None` for every other key. The answer is the apex part rebased, then the
-/// own part ([`join`]): the kernel writes them so (bpf/README.md "Signed zones"), userspace
-/// joins them, the same bytes.
+/// A signed zone's DO=1 NODATA (`starts_with_soa`) in its two parts: [`apex_part`] (or
+/// [`apex_proof_part`] when the proof begins with the apex's NSEC3), and the name's own proof
+/// (its NSEC, the NSEC covering an empty non-terminal, the NSEC3 matching it or the closest
+/// provable encloser proof, each with its RRSIGs; the apex's NSEC3 left to the first part)
+/// compiled against `key`'s base with pointers into the question only
+/// ([`BodyWriter::new_part`]), marked `after_apex` (and `apex_nsec3`). `None` for every other
+/// key. The answer is the apex part rebased, then the own part ([`join`]): the kernel writes
+/// them so (bpf/README.md "Signed zones"), userspace joins them, the same bytes.
 fn nodata_split(zone: &Zone, key: &BodyKey) -> Result<Option<(Body, Body)>, BodyError> {
     match own_part(zone, key)? {
+        Some(own) if own.apex_nsec3 => match apex_proof_part(zone)? {
+            Some(apex) => Ok(Some((apex, own))),
+            None => Ok(None),
+        },
         Some(own) => Ok(Some((apex_part(zone)?, own))),
         None => Ok(None),
     }
+}
+
+/// The owner of the apex's NSEC3 when the NSEC3 proof that `at` (not the apex) has no such
+/// type ([`nodata_proof`]) begins with it: `at` has no NSEC3 of its own and the apex is its
+/// closest provable encloser (an opt-out delegation directly below the apex, an empty
+/// non-terminal there). The same record, with its RRSIGs, begins every such proof of the zone:
+/// it goes with the SOA into the apex's part ([`apex_proof_part`]), stored once.
+fn apex_nsec3_first(zone: &Zone, at: &[u8]) -> Option<Box<[u8]>> {
+    let d = zone.dnssec();
+    d.nsec3.as_ref()?;
+    if at == &zone.apex[..] || d.nsec3_matching(at).is_some() {
+        return None;
+    }
+    let apex = d.nsec3_matching(&zone.apex)?;
+    let first = name::suffix_offsets(at)
+        .skip(1)
+        .map(|o| &at[o..])
+        .take_while(|anc| name::is_subdomain(anc, &zone.apex))
+        .find_map(|anc| d.nsec3_matching(anc))?;
+    (first == apex).then(|| apex.clone())
 }
 
 /// The second part of [`nodata_split`] (`None` when `key`'s body is not split).
@@ -216,9 +241,15 @@ fn own_part(zone: &Zone, key: &BodyKey) -> Result<Option<Body>, BodyError> {
     let mut w = BodyWriter::new_part(&key.base)?;
     w.set_aa(true);
     let mut sec = Sec { qname: Some(&key.base), dnssec: true, written: Vec::new() };
+    // the apex's NSEC3 first: the apex's part holds it (counted as written, left out here)
+    let apex_nsec3 = apex_nsec3_first(zone, &key.base);
+    if let Some(o) = &apex_nsec3 {
+        sec.written.push((o.clone(), rtype::NSEC3));
+    }
     nodata_proof(zone, &mut w, &mut sec, &key.base)?;
     let mut own = w.finish();
     own.after_apex = true;
+    own.apex_nsec3 = apex_nsec3.is_some();
     Ok(Some(own))
 }
 
@@ -240,6 +271,22 @@ pub fn apex_part(zone: &Zone) -> Result<Body, BodyError> {
     w.set_aa(true);
     soa_authority(zone, &mut w, &Sec { qname: None, dnssec: true, written: Vec::new() })?;
     Ok(w.finish())
+}
+
+/// The first part of a signed zone's DO=1 NODATA whose proof begins with the apex's NSEC3
+/// (`Body::apex_nsec3`): [`apex_part`], then that NSEC3 and its RRSIGs, compiled against the
+/// apex. `None` when the zone has no NSEC3 at the apex.
+pub fn apex_proof_part(zone: &Zone) -> Result<Option<Body>, BodyError> {
+    let d = zone.dnssec();
+    let Some(owner) = d.nsec3.as_ref().and_then(|_| d.nsec3_matching(&zone.apex)).cloned() else {
+        return Ok(None);
+    };
+    let mut w = BodyWriter::new(&zone.apex)?;
+    w.set_aa(true);
+    let mut sec = Sec { qname: None, dnssec: true, written: Vec::new() };
+    soa_authority(zone, &mut w, &sec)?;
+    denial_at(zone, &mut w, &mut sec, &owner, rtype::NSEC3)?;
+    Ok(Some(w.finish()))
 }
 
 /// The answer of the two parts of [`nodata_split`]: `apex` rebased to `own`'s base (every
@@ -270,6 +317,7 @@ pub fn join(apex: &Body, own: &Body) -> Body {
         base_len: own.base_len,
         dnssec: false,
         after_apex: false,
+        apex_nsec3: false,
     }
 }
 
