@@ -6,6 +6,8 @@
     /usr/bin/python3 bench/ab.py --resolver --query "nosuch.good.lab. A E" OLD NEW  # one shape
     /usr/bin/python3 bench/ab.py --b-extra $'[guard]\nrrl = { rate = 1000000000 }\ncookies = true' X X
                                                                    # one build, B with the guard on
+    /usr/bin/python3 bench/ab.py --zone tld.=bench/out/tld-10000-nsec3-optout.zone \
+        --query "d0.tld. DS D" OLD NEW                             # a zone of one's own, one shape
 
 A and B are paths to `xdns` binaries (copy target/release/xdns aside before rebuilding), or
 `noop` for bench/noop_xdp.bpf.c. Needs what bench.py needs (root, clang, kxdpgun, bpftool).
@@ -36,9 +38,10 @@ import bench as B  # noqa: E402
 import lab as L  # noqa: E402
 
 
-def start(lab: L.Lab, build: str, tag: str, tree, extra: str = "") -> B.Target:
+def start(lab: L.Lab, build: str, tag: str, tree, extra: str = "", zones=None) -> B.Target:
     """Start `build` (an xdns binary, or "noop") in `lab`; with a tree, as the resolver, warmed.
-    `extra`: TOML added to the authoritative server's configuration (`--a-extra`, `--b-extra`)."""
+    `extra`: TOML added to the authoritative server's configuration (`--a-extra`, `--b-extra`);
+    `zones`: (origin, file) served instead of the lab's (`--zone`)."""
     if build == "noop":
         return B.start_noop(lab, tag)
     L.XDNS_BIN = Path(build)  # the lab's starters read it at call time
@@ -48,7 +51,7 @@ def start(lab: L.Lab, build: str, tag: str, tree, extra: str = "") -> B.Target:
         srv = T.STARTERS["xdns-xdp"](lab, tree, name=tag)
         R.warm(lab, srv.addr4, tag)
     else:
-        srv = lab.start_xdns(L.DEFAULT_ZONES, name=tag, xdp="native", extra=extra)
+        srv = lab.start_xdns(zones or L.DEFAULT_ZONES, name=tag, xdp="native", extra=extra)
     return B.Target(tag, srv.addr4, srv)
 
 
@@ -58,12 +61,12 @@ def prog_counters(prog_id: int) -> tuple[int, int]:
 
 
 def one_round(labs: list, builds: list[str], qfiles: list[Path], trees: list, tag: str,
-              seconds: float, qps: int, extras=("", "")) -> list[float]:
+              seconds: float, qps: int, extras=("", ""), zones=None) -> list[float]:
     """Both builds at once, builds[i] in labs[i]; ns per packet of each."""
     targets, gens = [], []
     try:
         for lab, build, tree, extra in zip(labs, builds, trees, extras):
-            targets.append(start(lab, build, tag, tree, extra))
+            targets.append(start(lab, build, tag, tree, extra, zones))
         prog_ids = []
         for lab, tgt in zip(labs, targets):
             if tgt.pid():
@@ -111,8 +114,11 @@ def main() -> int:
     ap.add_argument("--qps", type=int, default=2_000_000, help="offered by each generator")
     ap.add_argument("--a-extra", default="", help="TOML added to A's configuration (authoritative)")
     ap.add_argument("--b-extra", default="", help="TOML added to B's configuration (authoritative)")
+    ap.add_argument("--zone", action="append", default=[], metavar="ORIGIN=FILE",
+                    help="serve this zone file instead of the lab's zones (authoritative); repeatable")
     B.add_query_option(ap)
     a = ap.parse_args()
+    zones = [(o, Path(f).resolve()) for o, f in (z.split("=", 1) for z in a.zone)] or None
     builds = [a.a, a.b]
     for b in builds:
         if b != "noop" and not Path(b).is_file():
@@ -141,7 +147,7 @@ def main() -> int:
             order = [0, 1] if rnd % 2 == 0 else [1, 0]  # order[i]: the build in labs[i]
             extras = [a.a_extra, a.b_extra]
             got = one_round(labs, [builds[k] for k in order], qfiles, trees, f"r{rnd}", a.seconds, a.qps,
-                            [extras[k] for k in order])
+                            [extras[k] for k in order], zones)
             by_build = {order[i]: got[i] for i in range(2)}
             ns[0].append(by_build[0])
             ns[1].append(by_build[1])

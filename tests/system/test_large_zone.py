@@ -141,9 +141,11 @@ def test_signed_tld_is_nsec3_opt_out(tmp_path):
 def test_signed_tld_answers_from_the_kernel(rlab: Lab, tmp_path):
     """The signed TLD zone with XDP: every answer compiled for the kernel is in its maps
     (the answer table, or the hash map for the few left out: under 5%), DO=0 and DO=1
-    referrals (secure: DS and its RRSIG; insecure: the opt-out NSEC3 proof) are found in the
-    kernel and answered byte for byte as userspace answers them; DO=1 NXDOMAIN passes to
-    userspace as `pass_dnssec` (its NSEC3 proof depends on the question's name)."""
+    referrals (secure: DS and its RRSIG; insecure: the opt-out NSEC3 proof) and the DS NODATA
+    of insecure delegations (DO=1: the SOA and the closest provable encloser proof, written
+    from the apex's part and the delegation's own) are found in the kernel and answered byte
+    for byte as userspace answers them; DO=1 NXDOMAIN passes to userspace as `pass_dnssec`
+    (its NSEC3 proof depends on the question's name)."""
     import dns.flags
     import dns.message
     import dns.rdatatype
@@ -161,11 +163,11 @@ def test_signed_tld_answers_from_the_kernel(rlab: Lab, tmp_path):
     assert table["answers_in_table"] + table["answers_left_out"] == answers, (table, answers)
     assert table["answers_left_out"] <= 0.05 * answers, table
 
-    def ask(names, do, prefix=""):
+    def ask(names, do, prefix="", qtype="A"):
         before = rlab.xdns_stats(xdp)["xdp"]
         got = []
         for n in names:
-            q = dns.message.make_query(prefix + n, "A", want_dnssec=do, use_edns=0, payload=1232)
+            q = dns.message.make_query(prefix + n, qtype, want_dnssec=do, use_edns=0, payload=1232)
             a = rlab.udp(user.addr4, q.to_wire(), timeout=1.0)
             b = rlab.udp(xdp.addr4, q.to_wire(), timeout=1.0)
             assert a is not None and a == b, (n, do)
@@ -193,6 +195,19 @@ def test_signed_tld_answers_from_the_kernel(rlab: Lab, tmp_path):
                 else:
                     assert auth == {dns.rdatatype.NS, dns.rdatatype.NSEC3, dns.rdatatype.RRSIG}, m
                     assert all(rr[0].flags & 1 for rr in m.authority if rr.rdtype == dns.rdatatype.NSEC3), m
+    for do in (False, True):
+        got, delta = ask(insecure, do, qtype="DS")
+        assert delta.get("answered", 0) + delta.get("pass_tail", 0) == len(insecure), (do, delta)
+        print(f"DO={int(do)} DS at insecure delegations: XDP verdicts {delta}")
+        for m in got:
+            assert m.rcode() == 0 and m.flags & dns.flags.AA and not m.answer, m
+            types = [rr.rdtype for rr in m.authority]
+            if not do:
+                assert types == [dns.rdatatype.SOA], m
+            else:
+                # the SOA and the apex's NSEC3 first (the apex's part), then the covering one
+                assert types == [dns.rdatatype.SOA, dns.rdatatype.RRSIG, dns.rdatatype.NSEC3,
+                                 dns.rdatatype.RRSIG, dns.rdatatype.NSEC3, dns.rdatatype.RRSIG], m
     got, delta = ask([f"absent{i}.tld." for i in range(15)], True)
     assert delta == {"pass_dnssec": 15}, delta
     assert all(m.rcode() == 3 and m.flags & dns.flags.AA for m in got)

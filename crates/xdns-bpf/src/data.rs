@@ -962,7 +962,7 @@ mod tests {
             let own = has(&d, Kind::TypeDo(DS)).expect("d's DO=1 DS NODATA");
             assert!(own.after_apex && !crate::delta::carries_soa(own), "{what}: its own part, no SOA");
             assert_eq!((own.apex_nsec3, own.nscount), (with_nsec3, 2), "{what}: one proof record and its RRSIG");
-            assert_eq!(&own.bytes[..2] == [0xC0, 0x0C], !with_nsec3, "{what}: NSEC: the cut's own");
+            assert_eq!(own.bytes[..2] == [0xC0, 0x0C], !with_nsec3, "{what}: NSEC: the cut's own");
             let first = if with_nsec3 { Kind::ApexProofDo } else { Kind::ApexDo };
             let apex_part = has(&apex, first).expect("the apex part");
             assert_eq!(apex_part.nscount, if with_nsec3 { 4 } else { 2 }, "{what}: the apex part");

@@ -1174,8 +1174,9 @@ fn signed_nodata_from_two_parts() {
 }
 
 /// An NSEC3 zone with opt-out, `o.test.`, loaded from text: an insecure delegation `d`
-/// (opt-out: no NSEC3 of its own, glue), a secure one `s` (DS), `www`; the chain hashed with
-/// the zone's parameters, every RRset "signed" (64-byte signatures).
+/// (opt-out: no NSEC3 of its own, glue), another below an empty non-terminal (`a.e`, `e`
+/// without an NSEC3 too), a secure one `s` (DS), `www`; the chain hashed with the zone's
+/// parameters, every RRset "signed" (64-byte signatures).
 fn optout_zone() -> (KernelData, xdns_zone::ZoneSet) {
     use xdns_zone::dnssec::{nsec3_label, Nsec3Params};
     let sig = |t: &str, l: u8| format!("RRSIG {t} 13 {l} 3600 20300101000000 20200101000000 7 o.test. {}", "A".repeat(88));
@@ -1190,7 +1191,7 @@ fn optout_zone() -> (KernelData, xdns_zone::ZoneSet) {
     let mut text = String::from("$TTL 3600\n@ SOA ns1.o.test. h 1 7200 3600 1209600 300\n@ NS ns1.o.test.\n");
     text += &format!("@ DNSKEY 257 3 13 AAAA\n@ NSEC3PARAM 1 0 0 -\n@ {}\n@ {}\n@ {}\n@ {}\n", sig("SOA", 2), sig("NS", 2), sig("DNSKEY", 2), sig("NSEC3PARAM", 2));
     text += &format!("www A 198.18.0.1\nwww {}\n", sig("A", 3));
-    text += "d NS ns.d\nns.d A 198.18.0.2\n";
+    text += "d NS ns.d\nns.d A 198.18.0.2\na.e NS ns.other.\n";
     text += &format!("s NS ns.other.\ns DS 7 13 2 {}\ns {}\n", "AB".repeat(32), sig("DS", 3));
     for (i, (h, types)) in hashed.iter().enumerate() {
         let next = &hashed[(i + 1) % hashed.len()].0;
@@ -1260,4 +1261,57 @@ fn optout_ds_nodata_from_two_parts() {
     assert_eq!((act, moved.join(","), out == f), (2, "pass_no_body".to_string(), true), "no apex part");
     let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire("s.o.test"), DS, Opt::new(1232, true))));
     assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "s DS DO=1");
+}
+
+/// Every answer the kernel gives for the NSEC3 opt-out zone is userspace's, byte for byte:
+/// each name (the apex, data, the delegations and names below them, the empty non-terminal,
+/// an absent name) and type, DO=0 and DO=1, with a 1232- and a 512-byte payload and without
+/// EDNS; what it passes is a DO=1 NXDOMAIN (`pass_dnssec`). The DS NODATA of both insecure
+/// delegations and the empty non-terminal's NODATA (own parts after the apex's NSEC3 part)
+/// are answered by the kernel.
+#[test]
+fn optout_zone_kernel_equals_userspace() {
+    require_root("optout_zone_kernel_equals_userspace");
+    use xdns_zone::{respond, Outcome, RespondConfig, Transport};
+    const DS: u16 = 43;
+    let mut prog = load();
+    let (data, zones) = optout_zone();
+    for (base, kind) in [("d.o.test", Kind::TypeDo(DS)), ("a.e.o.test", Kind::TypeDo(DS)), ("e.o.test", Kind::OtherDo)] {
+        let own = data.answers.iter().find(|a| a.kind == kind && a.base == wire(base)).map(|a| &a.body);
+        assert!(own.is_some_and(|b| b.after_apex && b.apex_nsec3), "{base}: an own part after the apex's NSEC3 part");
+    }
+    prog.install(&data).unwrap();
+    let names = ["o.test", "www.o.test", "d.o.test", "ns.d.o.test", "x.d.o.test", "s.o.test", "x.s.o.test", "e.o.test", "a.e.o.test", "nx.o.test"];
+    let opts = [Opt::new(1232, true), Opt::new(512, true), Opt::new(1232, false), None];
+    let (mut answered, mut passed) = (Vec::new(), Vec::new());
+    for (i, name) in names.iter().enumerate() {
+        for qt in [A, NS, DS, TXT, SOA] {
+            for (j, opt) in opts.iter().enumerate() {
+                let dns = query(&wire(name), qt, opt.clone());
+                let net = if (i + j) % 2 == 0 { Net::v4() } else { Net::v6() };
+                let f = frame(&net, &dns);
+                let (act, out, moved) = verdict(&prog, &f);
+                let what = format!("{name}/{qt} {opt:?}");
+                let mut want = Vec::new();
+                let cfg = RespondConfig { edns_payload: OUR_PAYLOAD };
+                assert!(matches!(respond(&zones, &dns, Transport::Udp, &cfg, &mut want), Outcome::Answered { .. }), "{what}");
+                match act {
+                    3 => {
+                        assert_eq!(dns_of(&out), &want[..], "{what}: kernel and userspace differ");
+                        assert!(checksums_ok(&out), "{what}: checksums");
+                        answered.push(format!("{name}/{qt}/{j}"));
+                    }
+                    _ => {
+                        assert_eq!((act, out == f), (2, true), "{what}: passed intact");
+                        assert_eq!(moved.join(","), "pass_dnssec", "{what}: only name-dependent proofs pass");
+                        passed.push(format!("{name}/{qt}/{j}"));
+                    }
+                }
+            }
+        }
+    }
+    for must in ["d.o.test/43/0", "a.e.o.test/43/0", "e.o.test/16/0", "d.o.test/43/2"] {
+        assert!(answered.iter().any(|a| a == must), "{must} answered by the kernel: {passed:?}");
+    }
+    assert!(passed.iter().all(|p| p.starts_with("nx.") && !p.ends_with("/2") && !p.ends_with("/3")), "{passed:?}");
 }
