@@ -22,6 +22,7 @@ const CNAME: u16 = 5;
 const SOA: u16 = 6;
 const MX: u16 = 15;
 const TXT: u16 = 16;
+const DS: u16 = 43;
 
 fn soa_rdata() -> Vec<u8> {
     let mut r = wire("ns1.example.com");
@@ -1108,11 +1109,29 @@ fn signed_zone(soa_sigs: usize) -> (KernelData, xdns_zone::ZoneSet) {
     for (n, next) in [("ns1", "www"), ("www", "s.test.")] {
         text += &format!("{n} A 198.18.0.1\n{n} {}\n{n} NSEC {next} A RRSIG NSEC\n{n} {}\n", sig("A", 3, 1), sig("NSEC", 3, 1));
     }
-    let dir = std::env::temp_dir().join(format!("xdns-fixtures-signed-{}-{soa_sigs}", std::process::id()));
+    zone_from_text("s.test.", &format!("signed-{soa_sigs}"), &text)
+}
+
+/// The query `q` over `net` is answered by the kernel with userspace's answer of `body`, byte
+/// for byte (TC=1 as `tc`), in a frame with valid checksums.
+fn answered_as(prog: &xdns_bpf::runtime::XdpProgram, net: &Net, q: &[u8], body: &Body, tc: bool, what: &str) {
+    let (act, out, moved) = verdict(prog, &frame(net, q));
+    assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{what}");
+    let want = expected_for(q, body);
+    assert_eq!(want[2] & 0x02 != 0, tc, "{what}: TC as userspace");
+    assert_eq!(dns_of(&out), &want[..], "{what}: userspace's bytes");
+    assert_eq!(out, frame(&net.reply(), &want), "{what}: the frame");
+    assert!(checksums_ok(&out), "{what}: checksums");
+}
+
+/// The zone `origin` of `text`, loaded from a file (in a directory named by `tag`): the kernel
+/// data of the full compile, and the zone set (for userspace's answers).
+fn zone_from_text(origin: &str, tag: &str, text: &str) -> (KernelData, xdns_zone::ZoneSet) {
+    let dir = std::env::temp_dir().join(format!("xdns-fixtures-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("s.zone");
+    let f = dir.join("zone");
     std::fs::write(&f, text).unwrap();
-    let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "s.test.".into(), file: f }, None).unwrap();
+    let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: origin.into(), file: f }, None).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let mut set = xdns_zone::ZoneSet::default();
     set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
@@ -1145,32 +1164,30 @@ fn signed_nodata_from_two_parts() {
                 let q = query(&wire(name), TXT, Opt::new(payload, true));
                 let base = wire(name).to_ascii_lowercase();
                 let want_body = xdns_zone::compile::compile_dnssec(z, &BodyKey { base: base.clone().into(), kind: BodyKind::Other }, &base);
-                let (act, out, moved) = verdict(&prog, &frame(&net, &q));
-                assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{what}");
-                let want = expected_for(&q, &want_body);
-                assert_eq!(want[2] & 0x02 != 0, tc, "{what}: TC as userspace");
-                assert_eq!(dns_of(&out), &want[..], "{what}: userspace's bytes");
-                assert_eq!(out, frame(&net.reply(), &want), "{what}: the frame");
-                assert!(checksums_ok(&out), "{what}: checksums");
+                answered_as(&prog, &net, &q, &want_body, tc, &what);
             }
             // DO=0: the apex's NODATA, rebased
             let q = query(&wire("www.s.test"), TXT, Opt::new(1232, false));
             let base = wire("www.s.test");
             let plain = xdns_zone::compile::compile(z, &BodyKey { base: base.into(), kind: BodyKind::Other });
-            let (act, out, moved) = verdict(&prog, &frame(&net, &q));
-            assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "DO=0");
-            assert_eq!(out, frame(&net.reply(), &expected_for(&q, &plain)), "DO=0: the apex's NODATA");
+            answered_as(&prog, &net, &q, &plain, false, "DO=0: the apex's NODATA");
         }
         // the apex part missing: the DO=1 NODATA passes intact, DO=1 positive answers do not
-        let mut without = data.clone();
-        without.answers.retain(|a| a.kind != Kind::ApexDo);
-        prog.install(&without).unwrap();
-        let f = frame(&Net::v4(), &query(&wire("www.s.test"), TXT, Opt::new(1232, true)));
-        let (act, out, moved) = verdict(&prog, &f);
-        assert_eq!((act, moved.join(","), out == f), (2, "pass_no_body".to_string(), true), "{soa_sigs}: no apex part");
-        let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire("www.s.test"), A, Opt::new(1232, true))));
-        assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{soa_sigs}: www A DO=1");
+        apex_part_missing(&mut prog, &data, Kind::ApexDo, ("www.s.test", TXT), ("www.s.test", A));
     }
+}
+
+/// `data` installed without its apex part of `kind`: `split`'s DO=1 question passes intact
+/// (`pass_no_body`), `whole`'s is still answered.
+fn apex_part_missing(prog: &mut xdns_bpf::runtime::XdpProgram, data: &KernelData, kind: Kind, split: (&str, u16), whole: (&str, u16)) {
+    let mut without = data.clone();
+    without.answers.retain(|a| a.kind != kind);
+    prog.install(&without).unwrap();
+    let f = frame(&Net::v4(), &query(&wire(split.0), split.1, Opt::new(1232, true)));
+    let (act, out, moved) = verdict(prog, &f);
+    assert_eq!((act, moved.join(","), out == f), (2, "pass_no_body".to_string(), true), "{split:?}: no apex part");
+    let (act, _, moved) = verdict(prog, &frame(&Net::v4(), &query(&wire(whole.0), whole.1, Opt::new(1232, true))));
+    assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{whole:?} DO=1");
 }
 
 /// An NSEC3 zone with opt-out, `o.test.`, loaded from text: an insecure delegation `d`
@@ -1197,15 +1214,7 @@ fn optout_zone() -> (KernelData, xdns_zone::ZoneSet) {
         let next = &hashed[(i + 1) % hashed.len()].0;
         text += &format!("{h} NSEC3 1 1 0 - {} {types}\n{h} {}\n", next.to_ascii_uppercase(), sig("NSEC3", 3));
     }
-    let dir = std::env::temp_dir().join(format!("xdns-fixtures-optout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("o.zone");
-    std::fs::write(&f, text).unwrap();
-    let z = xdns_zone::load_zone(&xdns_zone::ZoneSource { name: "o.test.".into(), file: f }, None).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let mut set = xdns_zone::ZoneSet::default();
-    set.zones.insert(z.apex.clone(), std::sync::Arc::new(z));
-    (xdns_bpf::data::compile_kernel_data(&set), set)
+    zone_from_text("o.test.", "optout", &text)
 }
 
 /// The DO=1 DS NODATA of an insecure delegation in an NSEC3 zone with opt-out, written by
@@ -1220,7 +1229,6 @@ fn optout_zone() -> (KernelData, xdns_zone::ZoneSet) {
 fn optout_ds_nodata_from_two_parts() {
     require_root("optout_ds_nodata_from_two_parts");
     use xdns_zone::lookup::{BodyKey, BodyKind};
-    const DS: u16 = 43;
     let mut prog = load();
     let (data, zones) = optout_zone();
     let z = zones.zones.values().next().unwrap();
@@ -1237,30 +1245,15 @@ fn optout_ds_nodata_from_two_parts() {
             let q = query(&wire(name), qtype, Opt::new(payload, true));
             let base = wire(name).to_ascii_lowercase();
             let want_body = xdns_zone::compile::compile_dnssec(z, &BodyKey { base: base.clone().into(), kind: BodyKind::Type(qtype) }, &base);
-            let (act, out, moved) = verdict(&prog, &frame(&net, &q));
-            assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{what}");
-            let want = expected_for(&q, &want_body);
-            assert_eq!(want[2] & 0x02 != 0, payload == 512, "{what}: TC as userspace");
-            assert_eq!(dns_of(&out), &want[..], "{what}: userspace's bytes");
-            assert_eq!(out, frame(&net.reply(), &want), "{what}: the frame");
-            assert!(checksums_ok(&out), "{what}: checksums");
+            answered_as(&prog, &net, &q, &want_body, payload == 512, &what);
         }
         // DO=0: the apex's NODATA, rebased
         let q = query(&wire("d.o.test"), DS, Opt::new(1232, false));
         let plain = xdns_zone::compile::compile(z, &BodyKey { base: wire("d.o.test").into(), kind: BodyKind::Type(DS) });
-        let (act, out, moved) = verdict(&prog, &frame(&net, &q));
-        assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "DO=0");
-        assert_eq!(out, frame(&net.reply(), &expected_for(&q, &plain)), "DO=0: the apex's NODATA");
+        answered_as(&prog, &net, &q, &plain, false, "DO=0: the apex's NODATA");
     }
     // the apex part missing: the DO=1 DS NODATA passes intact, the secure delegation's DS does not
-    let mut without = data.clone();
-    without.answers.retain(|a| a.kind != Kind::ApexProofDo);
-    prog.install(&without).unwrap();
-    let f = frame(&Net::v4(), &query(&wire("d.o.test"), DS, Opt::new(1232, true)));
-    let (act, out, moved) = verdict(&prog, &f);
-    assert_eq!((act, moved.join(","), out == f), (2, "pass_no_body".to_string(), true), "no apex part");
-    let (act, _, moved) = verdict(&prog, &frame(&Net::v4(), &query(&wire("s.o.test"), DS, Opt::new(1232, true))));
-    assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "s DS DO=1");
+    apex_part_missing(&mut prog, &data, Kind::ApexProofDo, ("d.o.test", DS), ("s.o.test", DS));
 }
 
 /// Every answer the kernel gives for the NSEC3 opt-out zone is userspace's, byte for byte:
@@ -1273,7 +1266,6 @@ fn optout_ds_nodata_from_two_parts() {
 fn optout_zone_kernel_equals_userspace() {
     require_root("optout_zone_kernel_equals_userspace");
     use xdns_zone::{respond, Outcome, RespondConfig, Transport};
-    const DS: u16 = 43;
     let mut prog = load();
     let (data, zones) = optout_zone();
     for (base, kind) in [("d.o.test", Kind::TypeDo(DS)), ("a.e.o.test", Kind::TypeDo(DS)), ("e.o.test", Kind::OtherDo)] {
