@@ -275,8 +275,9 @@ impl<'a> ZoneCompiler<'a> {
         let d = do_kind.map(|k| {
             // The base stands for the question: these kinds' proofs depend on it alone. A
             // NODATA's own part is stored alone (the kernel writes the apex part before it),
-            // a delegation's DS NODATA too.
-            let split = matches!(k, Kind::OtherDo | Kind::TypeDo(DS))
+            // a delegation's DS NODATA too when its DO=0 body is the apex's (else the fast
+            // path finds that body, without the walk that gives the apex: stored whole).
+            let split = (k == Kind::OtherDo || (k == Kind::TypeDo(DS) && share))
                 .then(|| xdns_zone::compile::nodata_own_part(self.zone, &key))
                 .flatten();
             let mut b = match split {
