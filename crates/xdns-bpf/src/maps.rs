@@ -416,6 +416,20 @@ impl BucketsRead {
         }))
     }
 
+    /// Take `key`, entry `i` of bucket `b`, out of the table, writing the bucket to the map: a
+    /// changed key's bucket spilled first (the kernel then finds its new value in the hash
+    /// map), then the entry emptied. The bucket writes made.
+    fn give_up(&mut self, maps: &mut dyn KernelMaps, key: &xdns_answer_key, (b, i): (usize, usize), changed: bool) -> Result<usize> {
+        let mut writes = 0;
+        if changed && self.spill(&*maps, key)?.is_some() {
+            maps.put_table_bucket(key.gen, b, &self.read[&b])?;
+            writes += 1;
+        }
+        let v = self.clear(b, i);
+        maps.put_table_bucket(key.gen, b, &v)?;
+        Ok(writes + 1)
+    }
+
     /// Empty entry `i` of bucket `b` (read before; keeping the bucket's spilled mark).
     fn clear(&mut self, b: usize, i: usize) -> xdns_bucket {
         let bk = self.read.get_mut(&b).expect("bucket read by entry_of");
@@ -726,17 +740,8 @@ impl Loader {
                     inline.insert(raw(&k));
                 }
                 cur.table.0 = cur.table.0.saturating_sub(1);
-                if a.new.is_some() {
-                    cur.table.1 += 1;
-                    if table.spill(&*maps, &k)?.is_some() {
-                        let v = table.read[&b];
-                        maps.put_table_bucket(gen, b, &v)?;
-                        done.table_writes += 1;
-                    }
-                }
-                let v = table.clear(b, i);
-                maps.put_table_bucket(gen, b, &v)?;
-                done.table_writes += 1;
+                cur.table.1 += usize::from(a.new.is_some());
+                done.table_writes += table.give_up(maps, &k, (b, i), a.new.is_some())?;
             }
             cur.table.1 += delta.answers.iter().filter(|a| a.old.is_none() && a.new.is_some()).count();
             // and changed and removed nodes (a changed one is in xdns_nodes since step 2)
@@ -753,17 +758,8 @@ impl Loader {
                     continue;
                 };
                 cur.node_table.0 = cur.node_table.0.saturating_sub(1);
-                if n.new.is_some() {
-                    cur.node_table.1 += 1;
-                    if table.spill(&*maps, &k)?.is_some() {
-                        let v = table.read[&b];
-                        maps.put_table_bucket(gen, b, &v)?;
-                        done.table_writes += 1;
-                    }
-                }
-                let v = table.clear(b, i);
-                maps.put_table_bucket(gen, b, &v)?;
-                done.table_writes += 1;
+                cur.node_table.1 += usize::from(n.new.is_some());
+                done.table_writes += table.give_up(maps, &k, (b, i), n.new.is_some())?;
             }
             Ok(())
         })();

@@ -148,12 +148,11 @@ impl Capacity {
         }
     }
 
-    /// Words per half of the presence filter: 32 bits per key the answer table can hold and
-    /// 16 per node of the hash map (so about 40 per key of the first zone set: a false
-    /// positive in ≈3% of the lookups of absent keys), a power of two between 64 words
-    /// (512 B) and 2^22 (32 MiB).
+    /// Words per half of the presence filter: 16 bits per key the answer table can hold and
+    /// per node of the hash map (so about 20 per key of the first zone set before the
+    /// rounding up), a power of two between 64 words (512 B) and 2^22 (32 MiB).
     pub fn filter_words(&self) -> usize {
-        let keys = u64::from(self.nodes) + 2 * self.table_keys().max(self.answers as usize) as u64;
+        let keys = u64::from(self.nodes) + self.table_keys().max(self.answers as usize) as u64;
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
 
@@ -1008,24 +1007,14 @@ impl XdpProgram {
     /// the answer table). Returns how many there were.
     #[doc(hidden)]
     pub fn clear_answer_map(&mut self) -> Result<usize> {
-        let map = &self.skel.maps.xdns_answers;
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for k in &keys {
-            map.delete(k)?;
-        }
-        Ok(keys.len())
+        clear_map(&self.skel.maps.xdns_answers)
     }
 
     /// Delete every entry of the `xdns_nodes` hash map (tests: the nodes left out of the
     /// answer table come from there); how many there were.
     #[doc(hidden)]
     pub fn clear_node_map(&mut self) -> Result<usize> {
-        let map = &self.skel.maps.xdns_nodes;
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for k in &keys {
-            map.delete(k)?;
-        }
-        Ok(keys.len())
+        clear_map(&self.skel.maps.xdns_nodes)
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
@@ -1709,6 +1698,15 @@ const _: () = assert!(PAGE_VALUE.is_multiple_of(8) && std::mem::size_of::<xdns_b
 /// Creation options of the answer table's inner arrays: mmapable, so that the fill writes
 /// them through a mapping (templates and per-generation arrays alike: the outer map checks
 /// that an inner map's flags are its template's).
+/// Delete every entry of a hash map; how many there were.
+fn clear_map(map: &impl libbpf_rs::MapCore) -> Result<usize> {
+    let keys: Vec<Vec<u8>> = map.keys().collect();
+    for k in &keys {
+        map.delete(k)?;
+    }
+    Ok(keys.len())
+}
+
 fn table_map_opts() -> libbpf_sys::bpf_map_create_opts {
     libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,

@@ -33,11 +33,16 @@ fn soa_rdata() -> Vec<u8> {
 }
 
 fn negative(base: &str, rcode: u8) -> Body {
+    negative_ttl(base, rcode, 300)
+}
+
+/// A negative answer whose SOA has this TTL.
+fn negative_ttl(base: &str, rcode: u8, ttl: u32) -> Body {
     let mut w = BodyWriter::new(&wire(base)).unwrap();
     w.set_aa(true);
     w.set_rcode(rcode);
     w.set_section(Section::Authority).unwrap();
-    w.write_rr(&wire("example.com"), false, SOA, 300, &soa_rdata()).unwrap();
+    w.write_rr(&wire("example.com"), false, SOA, ttl, &soa_rdata()).unwrap();
     w.finish()
 }
 
@@ -1268,13 +1273,7 @@ fn nodes_change_in_place() {
     let apex = wire("example.com");
     let node = |n: &str| NodeEntry { name: wire(n), apex: apex.clone(), cut: None, wildcard: false };
     // a NODATA body of big's own, unlike the apex's (a shorter negative TTL)
-    let own_other = |base: &str| {
-        let mut w = BodyWriter::new(&wire(base)).unwrap();
-        w.set_aa(true);
-        w.set_section(Section::Authority).unwrap();
-        w.write_rr(&wire("example.com"), false, SOA, 60, &soa_rdata()).unwrap();
-        w.finish()
-    };
+    let own_other = |base: &str| negative_ttl(base, 0, 60);
     let mid = data.answers.iter().find(|a| a.base == wire("mid.example.com")).unwrap().body.clone();
     let delta = Delta {
         nodes: vec![

@@ -155,9 +155,10 @@ fn install_and_reload_100k_names() {
     // the hash map holds the answers left out of the table (full buckets) only
     let (in_table, left_out) = prog.table_counts();
     assert!(in_table + left_out == n as usize && left_out < n as usize / 20, "{in_table} + {left_out}");
-    // so does `xdns_nodes` the nodes
+    // so does `xdns_nodes` the nodes (written after the answers, they meet the fuller buckets:
+    // more of them are left out)
     let (nodes_in_table, nodes_left_out) = prog.node_counts();
-    assert!(nodes_in_table + nodes_left_out == names && nodes_left_out < names / 20, "{nodes_in_table} + {nodes_left_out}");
+    assert!(nodes_in_table + nodes_left_out == names && nodes_left_out < names / 10, "{nodes_in_table} + {nodes_left_out}");
     assert_eq!(prog.map_entries(), (nodes_left_out, left_out, left_out), "only the new generation is left");
     let last = frame(&Net::v4(), &query(&wire(&format!("h{}.example.com", n - 1)), 1, None));
     let (act, out) = prog.test_run(&last).unwrap();
