@@ -610,7 +610,7 @@ impl Loader {
     /// entry (bpf/README.md "Generations"):
     /// 1. new and changed bodies into the hash maps (a changed body in the answer table is
     ///    still served from there);
-    /// 2. new and changed nodes (their bodies are in);
+    /// 2. new and changed nodes into `xdns_nodes` (their bodies are in);
     /// 3. buckets of new keys (answers and nodes) marked spilled (the table has no room kept
     ///    for them: they live in the hash maps, as keys left out of the table do), then the
     ///    presence bits of new nodes and `Type` keys: now they are found;

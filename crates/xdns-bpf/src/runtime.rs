@@ -1400,37 +1400,24 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
-        use crate::data::{record_len, write_record, PAGE, PAGE_SLACK};
-        // each record written in place through the mapped window of the page array: page
-        // `p` is array value `p`, whose bytes start at `p` * PAGE_VALUE in the value area
+        use crate::data::{record_len, write_record};
+        // each record written in place through the mapped window of the page array
         let (_, half_bytes) = self.table_shape();
         let mut halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let half = halves[(gen & 1) as usize].as_mut().context("no answer table for this generation")?;
         for (addr, a, b) in values {
-            let at = 4 * *addr as usize;
-            let (page, off) = (at / PAGE, at % PAGE);
-            let len = record_len(a, b);
-            if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
-                bail!("answer record at {addr} of {len} bytes outside a table half of {half_bytes}");
-            }
-            write_record(half.pages.bytes(page * PAGE_VALUE + off, len)?, a, b);
+            write_record(record_bytes(&mut half.pages, half_bytes, *addr, record_len(a, b))?, a, b);
         }
         Ok(())
     }
 
     fn put_table_nodes(&mut self, gen: u32, nodes: &[(u32, xdns_node_key, xdns_node)]) -> Result<()> {
-        use crate::data::PAGE;
         // as `put_table_values`: each record in place through the page array's window
         let (_, half_bytes) = self.table_shape();
         let mut halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let half = halves[(gen & 1) as usize].as_mut().context("no answer table for this generation")?;
         for (addr, _, n) in nodes {
-            let at = 4 * *addr as usize;
-            let (page, off) = (at / PAGE, at % PAGE);
-            if at + NODE_RECORD > half_bytes {
-                bail!("node record at {addr} outside a table half of {half_bytes}");
-            }
-            half.pages.bytes(page * PAGE_VALUE + off, NODE_RECORD)?.copy_from_slice(bytes_of(n));
+            record_bytes(&mut half.pages, half_bytes, *addr, NODE_RECORD)?.copy_from_slice(bytes_of(n));
         }
         Ok(())
     }
@@ -1698,6 +1685,20 @@ const _: () = assert!(PAGE_VALUE.is_multiple_of(8) && std::mem::size_of::<xdns_b
 /// Creation options of the answer table's inner arrays: mmapable, so that the fill writes
 /// them through a mapping (templates and per-generation arrays alike: the outer map checks
 /// that an inner map's flags are its template's).
+/// The `len` bytes of the record at address `addr` (bytes / 4) of a table half of
+/// `half_bytes` bytes, through the window of its page array: page `p` is array value `p`,
+/// whose bytes start at `p` * PAGE_VALUE in the value area; a record runs at most into its
+/// page's slack.
+fn record_bytes(pages: &mut crate::window::ArrayWindow, half_bytes: usize, addr: u32, len: usize) -> Result<&mut [u8]> {
+    use crate::data::{PAGE, PAGE_SLACK};
+    let at = 4 * addr as usize;
+    let (page, off) = (at / PAGE, at % PAGE);
+    if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
+        bail!("table record at {addr} of {len} bytes outside a table half of {half_bytes}");
+    }
+    pages.bytes(page * PAGE_VALUE + off, len)
+}
+
 /// Delete every entry of a hash map; how many there were.
 fn clear_map(map: &impl libbpf_rs::MapCore) -> Result<usize> {
     let keys: Vec<Vec<u8>> = map.keys().collect();
