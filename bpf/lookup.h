@@ -48,15 +48,78 @@ static __always_inline void xdns_suffix_hashes(struct xdns_scratch *sc)
 }
 
 /*
+ * idx + 1 of the entry of a four-way bucket (the answer table's or the resolver cache's,
+ * xdns_abi.h) whose hash and meta are the key's, idx masked by `idx_mask`; 0 when none is.
+ * The entries are compared without a branch (the matching one's idx + 1 is or-ed in; at most
+ * one matches): this is inlined at every lookup, and a branch per entry doubled the verifier's
+ * work. The empty asm keeps clang from turning x | -x back into a comparison (a branch in BPF).
+ */
+static __always_inline __u64 xdns_ways_match(const struct xdns_table_entry *e, __u64 hash, __u32 meta,
+					     __u32 idx_mask)
+{
+	__u64 found = 0, x, nx;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < XDNS_TABLE_WAYS; i++) {
+		x = (e[i].hash ^ hash) | (e[i].meta ^ meta);
+		nx = -x;
+		asm volatile("" : "+r"(nx));
+		/* (x | -x) >> 63 is 0 for the match, 1 otherwise */
+		found |= (((x | nx) >> 63) - 1) & ((__u64)(e[i].idx & idx_mask) + 1);
+	}
+	return found;
+}
+
+/*
+ * The node of the suffix `hash` in generation sc->lookup.gen, if its wire length is `len`:
+ * copied to sc->lookup.ce, and 1; else 0. Looked up in the generation's answer table (xdns_abi.h
+ * XDNS_TABLE_NODE: two inlined array reads, four compares, the record read from its page),
+ * and in xdns_nodes only when the bucket has no entry for it and is spilled. A global function:
+ * the verifier walks it once, not in every state of the walk's loop body that calls it.
+ */
+__attribute__((noinline)) int xdns_node_find(struct xdns_scratch *sc, __u64 hash, __u32 len)
+{
+	struct xdns_node_key nk = {};
+	struct xdns_node *n = NULL;
+	struct xdns_bucket *bk;
+	__u32 gen, half, b;
+	void *index;
+	__u64 found;
+
+	if (!sc)
+		return 0;
+	gen = sc->lookup.gen;
+	half = gen & 1;
+	b = xdns_table_bucket(hash, XDNS_TABLE_NODE, 0, xdns_cfg.table_buckets);
+	index = bpf_map_lookup_elem(&xdns_index, &half);
+	bk = index ? bpf_map_lookup_elem(index, &b) : NULL;
+	if (bk) {
+		found = xdns_ways_match(bk->e, hash, XDNS_TABLE_META(XDNS_TABLE_NODE, 0, gen), XDNS_TABLE_IDX);
+		if (found)
+			n = (struct xdns_node *)xdns_val(half * XDNS_VAL_HALF | (__u32)(found - 1));
+		else if (!(bk->e[0].idx & XDNS_TABLE_SPILLED))
+			return 0;
+	}
+	if (!n) {
+		nk.hash = hash;
+		nk.gen = gen;
+		n = bpf_map_lookup_elem(&xdns_nodes, &nk);
+	}
+	if (!n || n->name_len != len)
+		return 0;
+	sc->lookup.ce = *n;
+	return 1;
+}
+
+/*
  * Closest encloser, deepest suffix first (step of a batched bpf_loop body, `index` = labels removed from the
- * question): the first suffix found in xdns_nodes (with the right length) is the deepest
+ * question): the first suffix whose node exists (xdns_node_find: with the right length) is the deepest
  * existing one, so the walk stops there. State lives in the scratch map.
  */
 static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 {
-	struct xdns_node_key nk = {};
 	struct xdns_scratch *sc = ((struct xdns_walk_ctx *)arg)->sc;
-	struct xdns_node *n;
 	__u32 i, start;
 
 	if (!sc || index >= sc->lookup.nsfx || sc->lookup.nsfx > 128 || sc->lookup.nsfx > sc->walk.nlab)
@@ -83,12 +146,8 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 			return 1;
 		}
 	}
-	nk.hash = sc->lookup.sfx[i];
-	nk.gen = sc->lookup.gen;
-	n = bpf_map_lookup_elem(&xdns_nodes, &nk);
-	if (n && n->name_len == sc->walk.qlen - start) {
-		sc->lookup.ce = *n;
-		sc->lookup.ce_hash = nk.hash;
+	if (xdns_node_find(sc, sc->lookup.sfx[i], sc->walk.qlen - start)) {
+		sc->lookup.ce_hash = sc->lookup.sfx[i];
 		sc->lookup.ce_len = sc->walk.qlen - start;
 		sc->lookup.ce_found = 1;
 		return 1;
@@ -97,30 +156,6 @@ static __always_inline long xdns_encloser_label(__u64 index, void *arg)
 }
 
 XDNS_BATCHED(xdns_encloser_labels, xdns_encloser_label)
-
-/*
- * idx + 1 of the entry of a four-way bucket (the answer table's or the resolver cache's,
- * xdns_abi.h) whose hash and meta are the key's, idx masked by `idx_mask`; 0 when none is.
- * The entries are compared without a branch (the matching one's idx + 1 is or-ed in; at most
- * one matches): this is inlined at every lookup, and a branch per entry doubled the verifier's
- * work. The empty asm keeps clang from turning x | -x back into a comparison (a branch in BPF).
- */
-static __always_inline __u64 xdns_ways_match(const struct xdns_table_entry *e, __u64 hash, __u32 meta,
-					     __u32 idx_mask)
-{
-	__u64 found = 0, x, nx;
-	int i;
-
-#pragma unroll
-	for (i = 0; i < XDNS_TABLE_WAYS; i++) {
-		x = (e[i].hash ^ hash) | (e[i].meta ^ meta);
-		nx = -x;
-		asm volatile("" : "+r"(nx));
-		/* (x | -x) >> 63 is 0 for the match, 1 otherwise */
-		found |= (((x | nx) >> 63) - 1) & ((__u64)(e[i].idx & idx_mask) + 1);
-	}
-	return found;
-}
 
 /*
  * Look up one body key (`key` gets it: the M and L body maps are keyed by it) in the answer

@@ -145,7 +145,9 @@ static __always_inline struct xdns_answer_s *xdns_val(__u32 v)
 	return (struct xdns_answer_s *)(p + ((v << 2) & (XDNS_PAGE - 1)));
 }
 
-/* (name hash, gen) -> struct xdns_node for every name that exists; userspace writes. */
+/* (name hash, gen) -> struct xdns_node for the names that exist and are not in their
+ * generation's answer table (its bucket was full or its bytes ran out, or an in-place update
+ * added or changed the node: xdns_abi.h XDNS_TABLE_NODE); userspace writes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);

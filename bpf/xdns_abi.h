@@ -129,14 +129,15 @@ enum xdns_body_class {
 #define XDNS_NODE_NODATA_APEX 0x8 /* this name's Other body is its apex's, rebased by delta:
                                    * the exact lookup of Other uses apex_hash (no per-name copy) */
 
-/* Key of `xdns_nodes`: a suffix of the lowercased question name. */
+/* Key of `xdns_nodes` (the nodes the answer table lacks): a suffix of the lowercased question name. */
 struct xdns_node_key {
 	__u64 hash;             /* xdns_name_hash() of the lowercased wire name */
 	__u32 gen;              /* data generation (see xdns_gen) */
 	__u32 _pad;
 };
 
-/* Value of `xdns_nodes`: what the lookup needs to know about one existing name. */
+/* Value of `xdns_nodes`, and a node's record in the answer table: what the lookup needs to
+ * know about one existing name. */
 struct xdns_node {
 	__u64 cut_hash;         /* hash of the zone cut at or above this name (XDNS_NODE_CUT) */
 	__u64 apex_hash;        /* hash of the apex of the zone that owns this name */
@@ -182,6 +183,15 @@ struct xdns_answer_key {
 #define XDNS_TABLE_IDX 0x7fffffffu
 #define XDNS_TABLE_META(kind, qtype, gen) \
 	((__u32)(qtype) | (__u32)(kind) << 16 | (0x80u | ((__u32)(gen) & 0x7f)) << 24)
+/*
+ * Nodes share their generation's answer table (lookup.h, xdns_node_find): a node is an entry of
+ * the pseudo kind XDNS_TABLE_NODE (qtype 0: bucket xdns_table_bucket(hash, XDNS_TABLE_NODE, 0,
+ * table_buckets), meta XDNS_TABLE_META(XDNS_TABLE_NODE, 0, gen)) whose idx is the address of
+ * its struct xdns_node in the page array (eight-byte aligned). A node that found no free entry
+ * or bytes, or that an in-place update added or changed, is in xdns_nodes instead, its bucket
+ * spilled as an answer's would be.
+ */
+#define XDNS_TABLE_NODE 0x7f
 /* An entry of a four-way bucket: the answer table's, and the resolver cache's below. */
 struct xdns_table_entry {
 	__u64 hash;             /* the key's hash */

@@ -86,6 +86,10 @@ pub fn cache_pos(hash: u64, qtype: u16, dnssec_ok: bool) -> u32 {
 /// in the table, so a miss there must look in the hash map.
 pub const TABLE_SPILLED: u32 = 0x8000_0000;
 
+/// The pseudo kind of a node in the answer table (`XDNS_TABLE_NODE`, xdns_abi.h): its key is
+/// (name hash, this kind, qtype 0, gen), its record a `struct xdns_node`.
+pub const TABLE_NODE: u8 = 0x7f;
+
 /// The `meta` word of a table entry (`XDNS_TABLE_META`, xdns_abi.h); never 0 (an empty entry).
 pub fn table_meta(kind: u8, qtype: u16, gen: u32) -> u32 {
     u32::from(qtype) | u32::from(kind) << 16 | (0x80 | (gen & 0x7f)) << 24

@@ -15,7 +15,9 @@
 //! key at a time as the chunks are written ([`Stream::compile`]), so that the compiled bodies
 //! of a whole zone set are never held at once either (issue 30). Answers are written first,
 //! then the nodes: a node's `XDNS_NODE_NODATA_APEX` flag depends on whether an `Other` body of
-//! its own was among the answers.
+//! its own was among the answers. Nodes go to the answer table too (after the answers, pseudo
+//! kind [`TABLE_NODE`], their `xdns_node` as the record), and to `xdns_nodes` only when their
+//! bucket is full or the table's bytes ran out: the fill inserts few hash-map elements.
 
 use std::collections::HashMap;
 
@@ -26,7 +28,7 @@ use std::collections::HashSet;
 
 use crate::data::{encode_answer, encode_node_hashed, name_shape, record_len, AnswerEntry, BodyValue, Kind, KernelData, NodeEntry, BODY_INLINE};
 use crate::data::{NODE_APEX, NODE_CUT, NODE_WILDCARD};
-use crate::hash::{filter_pos, table_bucket, table_meta, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_SPILLED};
+use crate::hash::{filter_pos, table_bucket, table_meta, FILTER_APEX_NX, FILTER_CUT, FILTER_NODE, FILTER_WILDCARD, TABLE_NODE, TABLE_SPILLED};
 use crate::types::{xdns_answer, xdns_answer_key, xdns_body_kind, xdns_bucket, xdns_node, xdns_node_key};
 
 /// The operations the loader needs; implemented by the real maps and by [`MemMaps`].
@@ -42,6 +44,13 @@ pub trait KernelMaps {
     /// Delete only the class M or L bytes at each key (`_pad`: their version), ignoring
     /// missing ones and other classes: the old bytes of a body changed in place.
     fn delete_body_bytes(&mut self, keys: &[(xdns_answer_key, u8)]);
+    /// Write nodes placed in the answer table: their records at their addresses (bytes / 4,
+    /// [`Table::place_node`]) into generation `gen`'s half. Default: [`Self::put_nodes`], as
+    /// the in-memory maps do: their `nodes` is every node, of the table or of the hash map.
+    fn put_table_nodes(&mut self, _gen: u32, nodes: &[(u32, xdns_node_key, xdns_node)]) -> Result<()> {
+        let entries: Vec<_> = nodes.iter().map(|(_, k, v)| (*k, *v)).collect();
+        self.put_nodes(&entries)
+    }
     /// Write many nodes; the default writes them one by one.
     fn put_nodes(&mut self, entries: &[(xdns_node_key, xdns_node)]) -> Result<()> {
         entries.iter().try_for_each(|(k, v)| self.put_node(k, v))
@@ -168,6 +177,7 @@ struct Installed {
     gen: u32,
     /// Fewest labels of any node of this generation ([`NO_NODES_FLOOR`] when it has none).
     floor: u32,
+    /// Nodes written to `xdns_nodes` (left out of the answer table: the table's go with it).
     nodes: Vec<xdns_node_key>,
     /// Answers written to `xdns_answers` (with their body class).
     answers: Vec<(xdns_answer_key, u8)>,
@@ -177,6 +187,8 @@ struct Installed {
     table_bodies: Vec<(xdns_answer_key, u8)>,
     /// Answers in the answer table, and answers left out of it (found in the hash map).
     table: (usize, usize),
+    /// The same for nodes (left out: in `xdns_nodes`).
+    node_table: (usize, usize),
     /// Node and hash-map answer keys that in-place updates ([`Loader::apply`]) added to this
     /// generation. Kept apart from `nodes` and `answers`, which an install sizes exactly: one
     /// more key there would copy the whole list (16 MiB of node keys for a 1M-record zone:
@@ -269,6 +281,8 @@ pub struct Table {
     used: usize,
     placed: usize,
     left_out: usize,
+    /// Nodes placed and left out.
+    nodes: (usize, usize),
     /// A record found no room: no later one is placed (whichever its size), so the keys in
     /// the table are the first ones written.
     full: bool,
@@ -277,7 +291,7 @@ pub struct Table {
 impl Table {
     /// An empty table of `buckets` buckets (0: no table) and `bytes` bytes of records.
     pub fn new(buckets: usize, bytes: usize) -> Self {
-        Self { buckets: vec![xdns_bucket::default(); buckets], bytes, used: 0, placed: 0, left_out: 0, full: false }
+        Self { buckets: vec![xdns_bucket::default(); buckets], bytes, used: 0, placed: 0, left_out: 0, nodes: (0, 0), full: false }
     }
 
     fn bucket_of(&self, key: &xdns_answer_key) -> usize {
@@ -287,27 +301,42 @@ impl Table {
     /// Place `key`, whose record takes `len` bytes (a multiple of four); its record's address
     /// (bytes / 4 into the half), or `None` when there is no room for it.
     pub fn place(&mut self, key: &xdns_answer_key, len: usize) -> Option<u32> {
+        let at = self.place_at(key, len, 4);
+        let n = if at.is_some() { &mut self.placed } else { &mut self.left_out };
+        *n += 1;
+        at
+    }
+
+    /// Place node `key` (after every answer: [`node_table_key`]), its record an `xdns_node`
+    /// on an eight-byte boundary; its address, or `None` (the node goes to `xdns_nodes`).
+    pub fn place_node(&mut self, key: &xdns_node_key) -> Option<u32> {
+        let at = self.place_at(&node_table_key(key), std::mem::size_of::<xdns_node>(), 8);
+        let n = if at.is_some() { &mut self.nodes.0 } else { &mut self.nodes.1 };
+        *n += 1;
+        at
+    }
+
+    /// Place a record of `len` bytes starting on a multiple of `align` bytes.
+    fn place_at(&mut self, key: &xdns_answer_key, len: usize, align: usize) -> Option<u32> {
         if self.buckets.is_empty() {
-            self.left_out += 1;
             return None;
         }
         let b = self.bucket_of(key);
         let free = self.buckets[b].e.iter().position(|e| e.meta == 0);
-        self.full |= self.used + len > self.bytes;
+        let start = self.used.next_multiple_of(align);
+        self.full |= start + len > self.bytes;
         let (Some(i), false) = (free, self.full) else {
             self.buckets[b].e[0].idx |= TABLE_SPILLED;
-            self.left_out += 1;
             return None;
         };
-        let at = (self.used / 4) as u32;
+        let at = (start / 4) as u32;
         let e = &mut self.buckets[b].e[i];
         e.hash = key.hash;
         e.meta = table_meta(key.kind, key.qtype, key.gen);
         // plain: the spilled bit lives in e[0], set only once the bucket is full or the bytes
         // ran out, so never before an entry of it is written here
         e.idx = at;
-        self.used += len;
-        self.placed += 1;
+        self.used = start + len;
         Some(at)
     }
 
@@ -326,9 +355,14 @@ impl Table {
         self.buckets.is_empty() || self.buckets[self.bucket_of(key)].e[0].idx & TABLE_SPILLED != 0
     }
 
-    /// Keys placed and keys left out.
+    /// Answer keys placed and left out.
     pub fn counts(&self) -> (usize, usize) {
         (self.placed, self.left_out)
+    }
+
+    /// Nodes placed and left out.
+    pub fn node_counts(&self) -> (usize, usize) {
+        self.nodes
     }
 
     /// Record bytes used in the half.
@@ -382,6 +416,20 @@ impl BucketsRead {
         }))
     }
 
+    /// Take `key`, entry `i` of bucket `b`, out of the table, writing the bucket to the map: a
+    /// changed key's bucket spilled first (the kernel then finds its new value in the hash
+    /// map), then the entry emptied. The bucket writes made.
+    fn give_up(&mut self, maps: &mut dyn KernelMaps, key: &xdns_answer_key, (b, i): (usize, usize), changed: bool) -> Result<usize> {
+        let mut writes = 0;
+        if changed && self.spill(&*maps, key)?.is_some() {
+            maps.put_table_bucket(key.gen, b, &self.read[&b])?;
+            writes += 1;
+        }
+        let v = self.clear(b, i);
+        maps.put_table_bucket(key.gen, b, &v)?;
+        Ok(writes + 1)
+    }
+
     /// Empty entry `i` of bucket `b` (read before; keeping the bucket's spilled mark).
     fn clear(&mut self, b: usize, i: usize) -> xdns_bucket {
         let bk = self.read.get_mut(&b).expect("bucket read by entry_of");
@@ -392,6 +440,12 @@ impl BucketsRead {
         e.idx = if i == 0 { spilled } else { 0 };
         *bk
     }
+}
+
+/// The answer-table key of node `key` (pseudo kind [`TABLE_NODE`], qtype 0): its bucket and
+/// meta are this key's (`xdns_node_find`, lookup.h).
+pub fn node_table_key(key: &xdns_node_key) -> xdns_answer_key {
+    xdns_answer_key { hash: key.hash, r#gen: key.r#gen, qtype: 0, kind: TABLE_NODE, _pad: 0 }
 }
 
 /// The presence-filter tag of an answer key, if the kernel consults the filter for it
@@ -455,6 +509,12 @@ impl Loader {
     /// found no room there (each of those costs the kernel a hash-map lookup).
     pub fn table_counts(&self) -> (usize, usize) {
         self.current.as_ref().map_or((0, 0), |c| c.table)
+    }
+
+    /// Of the active generation's nodes: how many are in the answer table, and how many are
+    /// in `xdns_nodes` (left out of the table, or added or changed in place).
+    pub fn node_counts(&self) -> (usize, usize) {
+        self.current.as_ref().map_or((0, 0), |c| c.node_table)
     }
 
     /// The generation the next install will write. Never 0 (nothing loaded), and always of
@@ -550,13 +610,14 @@ impl Loader {
     /// entry (bpf/README.md "Generations"):
     /// 1. new and changed bodies into the hash maps (a changed body in the answer table is
     ///    still served from there);
-    /// 2. new and changed nodes (their bodies are in);
-    /// 3. buckets of new keys marked spilled (the table has no room kept for them: they live
-    ///    in the hash map, as keys left out of the table do), then the presence bits of new
-    ///    nodes and `Type` keys: now they are found;
-    /// 4. removed nodes deleted;
-    /// 5. the table entries of changed keys given up (bucket spilled first, then the entry
-    ///    emptied: the kernel finds the new body in the hash map) and of removed keys emptied;
+    /// 2. new and changed nodes into `xdns_nodes` (their bodies are in);
+    /// 3. buckets of new keys (answers and nodes) marked spilled (the table has no room kept
+    ///    for them: they live in the hash maps, as keys left out of the table do), then the
+    ///    presence bits of new nodes and `Type` keys: now they are found;
+    /// 4. removed nodes deleted from `xdns_nodes`;
+    /// 5. the table entries of changed keys, answers and nodes, given up (bucket spilled
+    ///    first, then the entry emptied: the kernel finds the new body or node in the hash
+    ///    map) and of removed keys emptied;
     /// 6. the question memo's epoch bumped: no memo entry learnt before (whose answer index
     ///    may name an old body) matches again; entries learnt after can only come from the
     ///    table, which now holds no changed key;
@@ -622,8 +683,9 @@ impl Loader {
         // the buckets and filter words touched are read back from the maps (no copy is kept)
         let mut table = BucketsRead::new(maps.table_shape().0);
         let result = (|| -> Result<()> {
-            for a in delta.answers.iter().filter(|a| a.old.is_none()) {
-                let k = answer_key(seed, gen, &a.base, a.kind);
+            let new_nodes = delta.nodes.iter().filter(|n| n.old.is_none()).filter_map(|n| n.new.as_ref());
+            let node_keys = new_nodes.map(|(e, own)| node_table_key(&encode_node(e, *own, seed, gen).0));
+            for k in delta.answers.iter().filter(|a| a.old.is_none()).map(|a| answer_key(seed, gen, &a.base, a.kind)).chain(node_keys) {
                 if let Some(b) = table.spill(&*maps, &k)? {
                     let v = table.read[&b];
                     maps.put_table_bucket(gen, b, &v)?;
@@ -678,19 +740,27 @@ impl Loader {
                     inline.insert(raw(&k));
                 }
                 cur.table.0 = cur.table.0.saturating_sub(1);
-                if a.new.is_some() {
-                    cur.table.1 += 1;
-                    if table.spill(&*maps, &k)?.is_some() {
-                        let v = table.read[&b];
-                        maps.put_table_bucket(gen, b, &v)?;
-                        done.table_writes += 1;
-                    }
-                }
-                let v = table.clear(b, i);
-                maps.put_table_bucket(gen, b, &v)?;
-                done.table_writes += 1;
+                cur.table.1 += usize::from(a.new.is_some());
+                done.table_writes += table.give_up(maps, &k, (b, i), a.new.is_some())?;
             }
             cur.table.1 += delta.answers.iter().filter(|a| a.old.is_none() && a.new.is_some()).count();
+            // and changed and removed nodes (a changed one is in xdns_nodes since step 2)
+            for n in &delta.nodes {
+                let Some((e, own)) = &n.old else {
+                    cur.node_table.1 += usize::from(n.new.is_some());
+                    continue;
+                };
+                let k = node_table_key(&encode_node(e, *own, seed, gen).0);
+                let Some((b, i)) = table.entry_of(&*maps, &k)? else {
+                    if n.new.is_none() {
+                        cur.node_table.1 = cur.node_table.1.saturating_sub(1);
+                    }
+                    continue;
+                };
+                cur.node_table.0 = cur.node_table.0.saturating_sub(1);
+                cur.node_table.1 += usize::from(n.new.is_some());
+                done.table_writes += table.give_up(maps, &k, (b, i), n.new.is_some())?;
+            }
             Ok(())
         })();
         result?;
@@ -861,15 +931,22 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
             })
             .collect();
         done.floor = chunk.iter().map(|n| name_shape(&n.name).1 as u32).fold(done.floor, u32::min);
-        // Keys are recorded before writing: after a failure, cleanup deletes whatever got in.
-        done.nodes.extend(enc.iter().map(|(k, _)| *k));
-        enc.iter().for_each(|(k, n)| {
+        let (mut in_table, mut left_out) = (Vec::new(), Vec::new());
+        for (k, n) in enc {
             filter.insert(k.hash, FILTER_NODE);
-            if let Some(tag) = node_filter_tag(k.hash, n) {
+            if let Some(tag) = node_filter_tag(k.hash, &n) {
                 filter.insert(k.hash, tag);
             }
-        });
-        maps.put_nodes(&enc)?;
+            match table.place_node(&k) {
+                Some(at) => in_table.push((at, k, n)),
+                None => left_out.push((k, n)),
+            }
+        }
+        // Keys are recorded before writing: after a failure, cleanup deletes whatever got in
+        // (the table's nodes go with the table).
+        done.nodes.extend(left_out.iter().map(|(k, _)| *k));
+        maps.put_nodes(&left_out)?;
+        maps.put_table_nodes(gen, &in_table)?;
         written += chunk.len();
         total = total.max(written);
         maps.progress(written, total);
@@ -877,6 +954,7 @@ fn write(maps: &mut dyn KernelMaps, mut src: Stream<'_>, seed: u64, done: &mut I
     // The other halves are the active generation's: these are read only after the flip.
     maps.put_table_index(gen, table.buckets())?;
     done.table = table.counts();
+    done.node_table = table.node_counts();
     maps.put_filter(gen, &filter)?;
     maps.progress(written, written);
     Ok(())
@@ -902,6 +980,7 @@ pub(crate) fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// In-memory maps: the same keys and values as the kernel, for tests without root.
 #[derive(Default)]
 pub struct MemMaps {
+    /// Every node, of the answer table or of `xdns_nodes` (as `answers` below).
     pub nodes: HashMap<Vec<u8>, xdns_node>,
     pub answers: HashMap<Vec<u8>, xdns_answer>,
     /// Body bytes by answer key (class `XDNS_CLASS_USERSPACE` has none).
@@ -1065,6 +1144,9 @@ impl KernelMaps for MemMaps {
 
     fn free_table_half(&mut self, gen: u32) {
         self.table[(gen & 1) as usize] = MemTable::default();
+        // `nodes` holds every node, of the table or not: the generation's nodes of the table,
+        // whose keys the loader does not keep, go by their gen
+        self.nodes.retain(|k, _| k[8..12] != gen.to_ne_bytes());
     }
 
     fn table_bucket(&self, gen: u32, bucket: usize) -> Result<xdns_bucket> {

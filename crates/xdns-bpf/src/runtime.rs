@@ -84,31 +84,36 @@ pub struct ResolverStage {
 /// Entries each map may hold; a reload needs room for two generations.
 #[derive(Clone, Copy, Debug)]
 pub struct Capacity {
+    /// Nodes of the `xdns_nodes` hash map: the nodes left out of the answer table, and
+    /// those in-place updates add or change.
     pub nodes: u32,
     /// Answers of the `xdns_answers` hash map (header + class S body inline): the answers
     /// left out of the answer table.
     pub answers: u32,
     pub bodies_m: u32,
     pub bodies_l: u32,
-    /// Answers per half of the answer table (its index; 0: as many as `answers`).
+    /// Keys (answers and nodes) per half of the answer table (its index; 0: as many as
+    /// `answers`).
     pub table_vals: u32,
-    /// Bytes of answer records per half of the answer table (preallocated; 0: 128 per answer
-    /// of `table_vals`).
+    /// Bytes of answer and node records per half of the answer table (preallocated; 0: 128
+    /// per key of `table_vals`).
     pub table_bytes: u64,
 }
 
 impl Capacity {
-    /// Room for `data`: the answer table holds every answer of the first zone set and an
-    /// eighth more (a reload that grows further leaves the excess in the hash map: same
-    /// answers, a hash lookup each), in each of its two halves (old and new generations
-    /// coexist during a reload); the hash maps three times the nodes and the bodies of class
-    /// L, and the answers a quarter of the table's (the keys it leaves out: a few percent of a
+    /// Room for `data`: the answer table holds every answer and node of the first zone set
+    /// and an eighth more (a reload that grows further leaves the excess in the hash maps:
+    /// same answers, a hash lookup each), in each of its two halves (old and new generations
+    /// coexist during a reload); the hash maps three times the bodies of class L, the answers
+    /// and the nodes a quarter of the table's (the keys it leaves out: a few percent of a
     /// generation's, its spilled buckets, for two generations during a reload, plus the keys
-    /// IXFRs add in place until the next full generation), and twice what the table cannot
-    /// hold at all; the class M bodies as many of theirs (a class M body of the table is in
-    /// its record: only those left out, or changed in place, have bytes in `xdns_bodies_m`),
-    /// and at least twice those of the names one in-place update may change.
-    /// A hash map that still runs out makes the install grow the maps.
+    /// IXFRs add in place until the next full generation; for the nodes at least twice those
+    /// one in-place update may add or change), and twice what the table cannot hold at all
+    /// (nodes come last in the fill: they are the first left out); the class M bodies as many of
+    /// theirs (a class M body of the table is in its record: only those left out, or changed
+    /// in place, have bytes in `xdns_bodies_m`), and at least twice those of the names one
+    /// in-place update may change. A hash map that still runs out makes the install grow the
+    /// maps.
     pub fn for_data(data: &KernelData) -> Self {
         Self::for_shape(&crate::data::Shape::of(data))
     }
@@ -116,37 +121,42 @@ impl Capacity {
     /// [`Self::for_data`] of data of this shape (exact, or estimated from the zones without
     /// compiling them whole: [`crate::data::Shape::estimate`]).
     pub fn for_shape(shape: &crate::data::Shape) -> Self {
-        let bytes = shape.record_bytes;
         let room = |n: usize| ((n as u32).saturating_mul(3)).max(1024);
         let n = shape.answers;
-        // answers the table cannot hold at all (past its largest size) go to the hash map,
-        // for both generations of a reload
-        let over = bytes.saturating_sub(TABLE_MAX_BYTES as u64) * n as u64 / bytes.max(1);
+        // nodes' records follow the answers', the first on an eight-byte boundary
+        let node_bytes = (NODE_RECORD * shape.nodes) as u64;
+        let bytes = shape.record_bytes + node_bytes + if shape.nodes > 0 { 4 } else { 0 };
+        // keys the table cannot hold at all (past its largest size) go to the hash maps, for
+        // both generations of a reload: the nodes first (written last), then answers
+        let past = bytes.saturating_sub(TABLE_MAX_BYTES as u64);
+        let over_nodes = past.min(node_bytes) / NODE_RECORD as u64;
+        let over = past.saturating_sub(node_bytes) * n as u64 / shape.record_bytes.max(1);
         let over_m = over * shape.class_m as u64 / (n as u64).max(1);
         // a class M body changed in place leaves the table for xdns_bodies_m, under a version
         // (two for a moment when it changes again): room for the bodies of as many names as
         // one update may change in place (IN_PLACE_MIN_NAMES, or an eighth of the names),
         // three each (a signed name's DO=1 NODATA, referral, DS answer), twice
         let in_place = 2 * shape.class_m.min(3 * IN_PLACE_MIN_NAMES.max(shape.nodes / 8));
+        let in_place_nodes = 2 * IN_PLACE_MIN_NAMES.max(shape.nodes / 8);
         Self {
-            nodes: room(shape.nodes),
+            nodes: ((shape.nodes / 4).max(in_place_nodes) as u32).saturating_add((over_nodes as u32).saturating_mul(2)).max(1024),
             answers: ((n / 4) as u32).saturating_add((over as u32).saturating_mul(2)).max(1024),
             bodies_m: ((shape.class_m / 4).max(in_place) as u32).saturating_add((over_m as u32).saturating_mul(2)).max(1024),
             bodies_l: room(shape.class_l),
-            table_vals: (n + n / 8) as u32,
+            table_vals: ((n + shape.nodes) + (n + shape.nodes) / 8) as u32,
             table_bytes: bytes + bytes / 8,
         }
     }
 
-    /// Words per half of the presence filter: 16 bits per node and answer the maps can hold
-    /// (so about 48 per key of the first zone set: a false positive in ≈2% of the lookups of
-    /// absent keys), a power of two between 64 words (512 B) and 2^22 (32 MiB).
+    /// Words per half of the presence filter: 16 bits per key the answer table can hold and
+    /// per node of the hash map (so about 20 per key of the first zone set before the
+    /// rounding up), a power of two between 64 words (512 B) and 2^22 (32 MiB).
     pub fn filter_words(&self) -> usize {
-        let keys = u64::from(self.nodes) + self.table_answers().max(self.answers as usize) as u64;
+        let keys = u64::from(self.nodes) + self.table_keys().max(self.answers as usize) as u64;
         ((keys * 16 / 64) as usize).next_power_of_two().clamp(64, 1 << 22)
     }
 
-    fn table_answers(&self) -> usize {
+    fn table_keys(&self) -> usize {
         (if self.table_vals == 0 { self.answers } else { self.table_vals }) as usize
     }
 
@@ -155,7 +165,7 @@ impl Capacity {
     /// (arrays): each record takes what it needs (`data::record_len`: 24 bytes of header,
     /// then a class S body's bytes and fixups).
     pub fn table_bytes(&self) -> usize {
-        let want = if self.table_bytes == 0 { 128 * self.table_answers() as u64 } else { self.table_bytes };
+        let want = if self.table_bytes == 0 { 128 * self.table_keys() as u64 } else { self.table_bytes };
         (want as usize).next_multiple_of(crate::data::PAGE).clamp(crate::data::PAGE, TABLE_MAX_BYTES)
     }
 
@@ -165,14 +175,17 @@ impl Capacity {
     }
 
     /// Buckets per half of the answer table's index: four entries each, twice as many
-    /// entries as answers (so a bucket that overflows, and spills a key to the hash map, is
+    /// entries as keys (answers and nodes) (so a bucket that overflows, and spills a key to the hash map, is
     /// rare: the measured share is in docs/perf/2026-11-29-streamed-fill.md), and at least
     /// [`TABLE_MIN_BUCKETS`], so that a small zone set (a few hundred answers, where one full
     /// bucket is a larger share) practically never leaves an answer out.
     pub fn table_buckets(&self) -> usize {
-        self.table_answers().div_ceil(2).clamp(TABLE_MIN_BUCKETS, TABLE_MAX_BYTES / 64)
+        self.table_keys().div_ceil(2).clamp(TABLE_MIN_BUCKETS, TABLE_MAX_BYTES / 64)
     }
 }
+
+/// Bytes of a node's record in the answer table (`struct xdns_node`).
+pub const NODE_RECORD: usize = std::mem::size_of::<xdns_node>();
 
 /// Fewest names an in-place update may change (the daemon's limit: this, or an eighth of the
 /// zone's names, whichever is more); `xdns_bodies_m` has room for their class M bodies.
@@ -213,7 +226,7 @@ impl Capacity {
             answers: self.answers.max(need.answers),
             bodies_m: self.bodies_m.max(need.bodies_m),
             bodies_l: self.bodies_l.max(need.bodies_l),
-            table_vals: self.table_answers().max(need.table_answers()) as u32,
+            table_vals: self.table_keys().max(need.table_keys()) as u32,
             table_bytes: self.table_bytes().max(need.table_bytes()) as u64,
         }
     }
@@ -225,12 +238,12 @@ impl std::fmt::Display for Capacity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} nodes, {} hashed answers, {}/{} M/L bodies, a table of {} answers in {} KiB",
+            "{} hashed nodes, {} hashed answers, {}/{} M/L bodies, a table of {} keys in {} KiB",
             self.nodes,
             self.answers,
             self.bodies_m,
             self.bodies_l,
-            self.table_answers(),
+            self.table_keys(),
             self.table_bytes() >> 10
         )
     }
@@ -747,6 +760,12 @@ impl XdpProgram {
         self.loader.table_counts()
     }
 
+    /// Of the active generation's nodes: how many are in the answer table, and how many are
+    /// in the `xdns_nodes` hash map (no room in the table, or changed in place).
+    pub fn node_counts(&self) -> (usize, usize) {
+        self.loader.node_counts()
+    }
+
     /// The question memo's counters summed over CPUs (`bpf/memo.h`): questions answered
     /// through it, and questions written into it (a resolver program: cache hits through a
     /// hint, and hints written).
@@ -988,12 +1007,14 @@ impl XdpProgram {
     /// the answer table). Returns how many there were.
     #[doc(hidden)]
     pub fn clear_answer_map(&mut self) -> Result<usize> {
-        let map = &self.skel.maps.xdns_answers;
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for k in &keys {
-            map.delete(k)?;
-        }
-        Ok(keys.len())
+        clear_map(&self.skel.maps.xdns_answers)
+    }
+
+    /// Delete every entry of the `xdns_nodes` hash map (tests: the nodes left out of the
+    /// answer table come from there); how many there were.
+    #[doc(hidden)]
+    pub fn clear_node_map(&mut self) -> Result<usize> {
+        clear_map(&self.skel.maps.xdns_nodes)
     }
 
     pub fn commit(&mut self, staged: crate::maps::Staged) -> Result<()> {
@@ -1379,20 +1400,24 @@ impl KernelMaps for LibbpfMaps<'_> {
     }
 
     fn put_table_values(&mut self, gen: u32, values: &[(u32, &xdns_answer, &BodyValue)]) -> Result<()> {
-        use crate::data::{record_len, write_record, PAGE, PAGE_SLACK};
-        // each record written in place through the mapped window of the page array: page
-        // `p` is array value `p`, whose bytes start at `p` * PAGE_VALUE in the value area
+        use crate::data::{record_len, write_record};
+        // each record written in place through the mapped window of the page array
         let (_, half_bytes) = self.table_shape();
         let mut halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let half = halves[(gen & 1) as usize].as_mut().context("no answer table for this generation")?;
         for (addr, a, b) in values {
-            let at = 4 * *addr as usize;
-            let (page, off) = (at / PAGE, at % PAGE);
-            let len = record_len(a, b);
-            if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
-                bail!("answer record at {addr} of {len} bytes outside a table half of {half_bytes}");
-            }
-            write_record(half.pages.bytes(page * PAGE_VALUE + off, len)?, a, b);
+            write_record(record_bytes(&mut half.pages, half_bytes, *addr, record_len(a, b))?, a, b);
+        }
+        Ok(())
+    }
+
+    fn put_table_nodes(&mut self, gen: u32, nodes: &[(u32, xdns_node_key, xdns_node)]) -> Result<()> {
+        // as `put_table_values`: each record in place through the page array's window
+        let (_, half_bytes) = self.table_shape();
+        let mut halves = self.halves.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let half = halves[(gen & 1) as usize].as_mut().context("no answer table for this generation")?;
+        for (addr, _, n) in nodes {
+            record_bytes(&mut half.pages, half_bytes, *addr, NODE_RECORD)?.copy_from_slice(bytes_of(n));
         }
         Ok(())
     }
@@ -1660,6 +1685,29 @@ const _: () = assert!(PAGE_VALUE.is_multiple_of(8) && std::mem::size_of::<xdns_b
 /// Creation options of the answer table's inner arrays: mmapable, so that the fill writes
 /// them through a mapping (templates and per-generation arrays alike: the outer map checks
 /// that an inner map's flags are its template's).
+/// The `len` bytes of the record at address `addr` (bytes / 4) of a table half of
+/// `half_bytes` bytes, through the window of its page array: page `p` is array value `p`,
+/// whose bytes start at `p` * PAGE_VALUE in the value area; a record runs at most into its
+/// page's slack.
+fn record_bytes(pages: &mut crate::window::ArrayWindow, half_bytes: usize, addr: u32, len: usize) -> Result<&mut [u8]> {
+    use crate::data::{PAGE, PAGE_SLACK};
+    let at = 4 * addr as usize;
+    let (page, off) = (at / PAGE, at % PAGE);
+    if at + len > half_bytes || off + len > PAGE + PAGE_SLACK {
+        bail!("table record at {addr} of {len} bytes outside a table half of {half_bytes}");
+    }
+    pages.bytes(page * PAGE_VALUE + off, len)
+}
+
+/// Delete every entry of a hash map; how many there were.
+fn clear_map(map: &impl libbpf_rs::MapCore) -> Result<usize> {
+    let keys: Vec<Vec<u8>> = map.keys().collect();
+    for k in &keys {
+        map.delete(k)?;
+    }
+    Ok(keys.len())
+}
+
 fn table_map_opts() -> libbpf_sys::bpf_map_create_opts {
     libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
@@ -1825,12 +1873,13 @@ mod tests {
         assert!(empty.holds(&Capacity::for_data(&data(100))), "small zones fit the smallest maps");
         let big = Capacity::for_data(&data(50_000));
         assert!(!empty.holds(&big));
-        // grown maps get the start-up sizing of the new data: three times its nodes, its
-        // answers and an eighth more in the table, a quarter of them in the hash map
+        // grown maps get the start-up sizing of the new data: its answers and nodes and an
+        // eighth more in the table, a quarter of them in the hash maps (the nodes' at least
+        // twice what one in-place update may change)
         let grown = empty.max(&big);
-        assert_eq!(grown.nodes, 150_000);
+        assert_eq!(grown.nodes, 50_000 / 4);
         assert_eq!(grown.answers, 50_000 / 4);
-        assert_eq!(grown.table_answers(), 50_000 + 50_000 / 8);
+        assert_eq!(grown.table_keys(), 100_000 + 100_000 / 8);
         assert!(grown.holds(&big) && grown.holds(&empty));
         assert_eq!(grown.table_buckets(), big.table_buckets());
         assert_eq!(grown.table_bytes(), big.table_bytes());
@@ -1854,6 +1903,21 @@ mod tests {
         assert_eq!(Capacity::for_shape(&shape(10, 0, 10, 1000)).bodies_m, 1024);
     }
 
+    /// The answer table has room for the nodes' records after the answers'; past its largest
+    /// size the nodes (written last) are the first left out: `xdns_nodes` gets twice them.
+    #[test]
+    fn node_room() {
+        let shape = |nodes: usize, answers: usize, record_bytes: u64| crate::data::Shape { nodes, answers, class_m: 0, class_l: 0, record_bytes };
+        let c = Capacity::for_shape(&shape(1_000_000, 2_000_000, 100 << 20));
+        let bytes = (100 << 20) + NODE_RECORD as u64 * 1_000_000 + 4;
+        assert_eq!(c.table_bytes, bytes + bytes / 8);
+        assert_eq!(c.nodes, 250_000);
+        assert_eq!(Capacity::for_shape(&shape(10_000, 20_000, 1 << 20)).nodes, 2 * IN_PLACE_MIN_NAMES as u32, "one update's, twice");
+        let past = Capacity::for_shape(&shape(1_000_000, 2_000_000, TABLE_MAX_BYTES as u64));
+        assert_eq!(past.nodes, 250_000 + 2 * 1_000_000, "every node past the table, twice");
+        assert_eq!(past.answers, 500_000, "no answer past it");
+    }
+
     #[test]
     fn growing_never_shrinks_a_map() {
         let a = Capacity { nodes: 10, answers: 5000, bodies_m: 7, bodies_l: 9, table_vals: 100, table_bytes: 1 << 20 };
@@ -1861,12 +1925,12 @@ mod tests {
         let m = a.max(&b);
         assert_eq!((m.nodes, m.answers, m.bodies_m, m.bodies_l), (9000, 5000, 70, 9));
         // table_vals 0 means "as many as answers": 10 for b, 100 for a
-        assert_eq!(m.table_answers(), 100);
+        assert_eq!(m.table_keys(), 100);
         assert_eq!(m.table_bytes(), 1 << 20);
         assert!(m.holds(&a) && m.holds(&b));
         assert!(!a.holds(&b) && !b.holds(&a));
         assert_eq!(m.max(&a).table_bytes(), m.table_bytes(), "max is idempotent");
         let shown = m.to_string();
-        assert!(shown.contains("9000 nodes") && shown.contains("table of 100 answers"), "{shown}");
+        assert!(shown.contains("9000 hashed nodes") && shown.contains("table of 100 keys"), "{shown}");
     }
 }

@@ -34,11 +34,16 @@ fn soa_rdata() -> Vec<u8> {
 }
 
 fn negative(base: &str, rcode: u8) -> Body {
+    negative_ttl(base, rcode, 300)
+}
+
+/// A negative answer whose SOA has this TTL.
+fn negative_ttl(base: &str, rcode: u8, ttl: u32) -> Body {
     let mut w = BodyWriter::new(&wire(base)).unwrap();
     w.set_aa(true);
     w.set_rcode(rcode);
     w.set_section(Section::Authority).unwrap();
-    w.write_rr(&wire("example.com"), false, SOA, 300, &soa_rdata()).unwrap();
+    w.write_rr(&wire("example.com"), false, SOA, ttl, &soa_rdata()).unwrap();
     w.finish()
 }
 
@@ -718,10 +723,10 @@ fn presence_filter_is_consulted() {
 /// Answers come from the answer table (xdns_abi.h), and an answer placed there has no copy
 /// in the `xdns_answers` hash map: after an install the hash map is empty and every kind of
 /// answer is sent, byte for byte; with every bucket marked spilled the program asks the hash
-/// map, which holds none of them (pass). Answers left out of a full table are in the hash map
-/// only, and come from there (copied to the CPU's spill value) byte for byte the same. With
-/// the table's index emptied and nothing marked spilled, the program believes the empty
-/// table and passes.
+/// maps, which hold none of them, nor the nodes, which are in the table too (pass: no zone).
+/// Answers and nodes left out of a full table are in the hash maps only, and come from there
+/// (an answer copied to the CPU's spill value) byte for byte the same. With the table's index
+/// emptied and nothing marked spilled, the program believes the empty table and passes.
 #[test]
 fn answer_table_is_consulted() {
     require_root("answer_table_is_consulted");
@@ -775,6 +780,9 @@ fn answer_table_is_consulted() {
     assert_eq!(in_table + left_out, padded.answers.len());
     assert!(in_table > 500 && in_table < 1000, "the page holds some of the padding only: {in_table}");
     assert_eq!(small.map_entries().1, left_out, "the hash map holds the answers left out, no others");
+    // the nodes come after the answers: no room is left for any
+    assert_eq!(small.node_counts(), (0, padded.nodes.len()), "every node in xdns_nodes");
+    assert_eq!(small.map_entries().0, padded.nodes.len());
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(verdict(&small, f), want[i], "{:?} from the hash map", asks[i]);
     }
@@ -793,12 +801,12 @@ fn answer_table_is_consulted() {
     prog.put_table_index(gen, &spilled).unwrap();
     for (i, f) in frames.iter().enumerate() {
         let (act, _, moved) = verdict(&prog, f);
-        assert_eq!((act, moved.join(",")), (2, "pass_no_body".into()), "{:?}: spilled, not in the hash map", asks[i]);
+        assert_eq!((act, moved.join(",")), (2, "pass_no_zone".into()), "{:?}: spilled, not in the hash maps", asks[i]);
     }
     prog.put_table_index(gen, &empty).unwrap();
     for (i, f) in frames.iter().enumerate() {
         let (act, _, moved) = verdict(&prog, f);
-        assert_eq!((act, moved.join(",")), (2, "pass_no_body".into()), "{:?}: an empty table, nothing spilled", asks[i]);
+        assert_eq!((act, moved.join(",")), (2, "pass_no_zone".into()), "{:?}: an empty table, nothing spilled", asks[i]);
     }
 }
 
@@ -1306,4 +1314,141 @@ fn optout_zone_kernel_equals_userspace() {
         assert!(answered.iter().any(|a| a == must), "{must} answered by the kernel: {passed:?}");
     }
     assert!(passed.iter().all(|p| p.starts_with("nx.") && !p.ends_with("/2") && !p.ends_with("/3")), "{passed:?}");
+}
+
+/// The program with the fixtures' seed and listen addresses, and maps of capacity `c`.
+fn load_sized(c: xdns_bpf::runtime::Capacity) -> xdns_bpf::runtime::XdpProgram {
+    let cfg = xdns_bpf::runtime::LoadConfig {
+        listen: vec!["198.18.0.1:53".parse().unwrap(), "[2001:db8::1]:53".parse().unwrap()],
+        edns_payload: OUR_PAYLOAD,
+        seed: Some(0x5eed_0123_4567_89ab),
+        capacity: c,
+        resolver: None,
+        guard: None,
+        kit: None,
+    };
+    xdns_bpf::runtime::XdpProgram::load(&cfg).expect("load (verifier)")
+}
+
+/// Nodes share the answer table (xdns_abi.h `XDNS_TABLE_NODE`); those that find no room (here:
+/// the table's one page of records runs out, so the last nodes written, the zone's own, are
+/// left out and their buckets spilled) are in `xdns_nodes` only, and the lookup
+/// (`xdns_node_find`) finds them there: every question is answered byte for byte as by a
+/// program whose table holds every node, whether its node is in the table or spilled (NODATA
+/// at a name, below a cut, an empty non-terminal's NODATA, NXDOMAIN below a name).
+#[test]
+fn nodes_left_out_of_the_table_come_from_the_hash_map() {
+    require_root("nodes_left_out_of_the_table_come_from_the_hash_map");
+    let apex = wire("example.com");
+    let z = zone();
+    // 1500 empty non-terminals written before the zone's nodes: a page holds about 1300 node
+    // records, after the zone's answers
+    let mut data = KernelData { nodes: Vec::new(), answers: z.answers.clone() };
+    for i in 0..1500 {
+        data.nodes.push(NodeEntry { name: wire(&format!("pad{i}.example.com")), apex: apex.clone(), cut: None, wildcard: false });
+    }
+    data.nodes.extend(z.nodes.iter().cloned());
+    // the reference: a sparse index (16 entries per key), where no bucket fills
+    let mut full = load_sized(xdns_bpf::runtime::Capacity { table_vals: 1 << 16, ..xdns_bpf::runtime::Capacity::for_data(&data) });
+    full.install(&data).unwrap();
+    assert_eq!(full.node_counts(), (data.nodes.len(), 0), "every node in the large table");
+    assert_eq!(full.map_entries().0, 0, "no node in xdns_nodes");
+    let mut small = load_sized(xdns_bpf::runtime::Capacity { nodes: 4096, answers: 4096, bodies_m: 4096, bodies_l: 1024, table_vals: 4096, table_bytes: 1 });
+    small.install(&data).unwrap();
+    assert_eq!(small.table_counts(), (data.answers.len(), 0), "every answer in the small table");
+    let (in_table, left_out) = small.node_counts();
+    assert_eq!(in_table + left_out, data.nodes.len());
+    assert!(in_table > 1000 && left_out > z.nodes.len(), "the zone's nodes are left out: {in_table} + {left_out}");
+    assert_eq!(small.map_entries().0, left_out, "xdns_nodes holds the nodes left out, no others");
+    let asks = [
+        ("www.example.com", MX),
+        ("WWW.example.com", SOA),
+        ("ns.sub.example.com", A),
+        ("x.ns.sub.example.com", A),
+        ("sub.example.com", 43),
+        ("big.example.com", MX),
+        ("y.x.wild.example.com", MX),
+        ("pad0.example.com", A),
+        ("pad1499.example.com", AAAA),
+        ("a.pad1499.example.com", A),
+        ("nx.example.com", A),
+    ];
+    for (name, qtype) in asks {
+        for (net_name, net) in [("ipv4", Net::v4()), ("ipv6", Net::v6())] {
+            let f = frame(&net, &query(&wire(name), qtype, Opt::new(1232, false)));
+            let want = verdict(&full, &f);
+            assert_eq!((want.0, want.2.join(",")), (3, "answered".to_string()), "{net_name} {name} {qtype}: the large table answers");
+            assert_eq!(verdict(&small, &f), want, "{net_name} {name} {qtype}: the same bytes with its node spilled");
+        }
+    }
+    // and the spilled nodes are the hash map's: without it a left-out name is not found (its
+    // apex's NXDOMAIN, where it exists: NODATA)
+    assert!(small.clear_node_map().unwrap() > 0);
+    let f = frame(&Net::v4(), &query(&wire("pad1499.example.com"), TXT, None));
+    let rcode = |out: &[u8]| dns_of(out)[3] & 0xf;
+    let (act, out, _) = verdict(&full, &f);
+    assert_eq!((act, rcode(&out)), (3, 0), "NODATA from the table that holds the node");
+    let (act, out, _) = verdict(&small, &f);
+    assert_eq!((act, rcode(&out)), (3, 3), "pad1499's node was in xdns_nodes only");
+}
+
+/// In-place updates (`Loader::apply`) add nodes to `xdns_nodes` with their bucket spilled,
+/// move a changed node there (bucket spilled, then its table entry emptied) and empty a removed
+/// node's entry: after the change a new name's NODATA and NXDOMAIN below it are answered, a
+/// changed node's NODATA is its own new body (no longer its apex's), and a removed name is
+/// NXDOMAIN, each byte for byte.
+#[test]
+fn nodes_change_in_place() {
+    require_root("nodes_change_in_place");
+    use xdns_bpf::delta::{AnswerChange, Delta, NodeChange};
+    let mut prog = load();
+    let data = zone();
+    prog.install(&data).unwrap();
+    assert_eq!(prog.node_counts(), (data.nodes.len(), 0));
+    let apex = wire("example.com");
+    let node = |n: &str| NodeEntry { name: wire(n), apex: apex.clone(), cut: None, wildcard: false };
+    // a NODATA body of big's own, unlike the apex's (a shorter negative TTL)
+    let own_other = |base: &str| negative_ttl(base, 0, 60);
+    let mid = data.answers.iter().find(|a| a.base == wire("mid.example.com")).unwrap().body.clone();
+    let delta = Delta {
+        nodes: vec![
+            NodeChange { name: wire("new.example.com"), old: None, new: Some((node("new.example.com"), true)) },
+            NodeChange { name: wire("big.example.com"), old: Some((node("big.example.com"), false)), new: Some((node("big.example.com"), true)) },
+            NodeChange { name: wire("mid.example.com"), old: Some((node("mid.example.com"), false)), new: None },
+        ],
+        answers: vec![
+            AnswerChange { base: wire("new.example.com"), kind: Kind::Type(A), old: None, new: Some(a_body("new.example.com", true)) },
+            AnswerChange { base: wire("new.example.com"), kind: Kind::Other, old: None, new: Some(own_other("new.example.com")) },
+            AnswerChange { base: wire("big.example.com"), kind: Kind::Other, old: None, new: Some(own_other("big.example.com")) },
+            AnswerChange { base: wire("mid.example.com"), kind: Kind::Type(TXT), old: Some(mid), new: None },
+        ],
+        ..Default::default()
+    };
+    let q = |name: &str, qtype: u16| query(&wire(name), qtype, Opt::new(1232, false));
+    let before = verdict(&prog, &frame(&Net::v4(), &q("big.example.com", MX)));
+    prog.apply(&delta).unwrap();
+    assert_eq!(prog.node_counts(), (data.nodes.len() - 2, 2), "the new and the changed node in xdns_nodes");
+    assert_eq!(prog.map_entries().0, 2);
+    let mut after = data.clone();
+    after.answers.push(AnswerEntry { base: wire("new.example.com"), kind: Kind::Type(A), body: a_body("new.example.com", true) });
+    after.answers.push(AnswerEntry { base: wire("new.example.com"), kind: Kind::Other, body: own_other("new.example.com") });
+    after.answers.push(AnswerEntry { base: wire("big.example.com"), kind: Kind::Other, body: own_other("big.example.com") });
+    let rows = [
+        ("new.example.com", A, "new.example.com", Kind::Type(A)),
+        ("new.example.com", MX, "new.example.com", Kind::Other),
+        ("x.new.example.com", A, "example.com", Kind::NxDomain),
+        ("big.example.com", MX, "big.example.com", Kind::Other),
+        ("mid.example.com", TXT, "example.com", Kind::NxDomain),
+        ("x.mid.example.com", TXT, "example.com", Kind::NxDomain),
+        ("www.example.com", MX, "www.example.com", Kind::Other),
+    ];
+    for (name, qtype, base, kind) in rows {
+        for (net_name, net) in [("ipv4", Net::v4()), ("ipv6", Net::v6())] {
+            let dq = q(name, qtype);
+            let (act, out, moved) = verdict(&prog, &frame(&net, &dq));
+            assert_eq!((act, moved.join(",")), (3, "answered".to_string()), "{net_name} {name} {qtype}");
+            assert_eq!(out, frame(&net.reply(), &expected_dns(&after, &dq, base, kind)), "{net_name} {name} {qtype}: the bytes");
+        }
+    }
+    assert_ne!(verdict(&prog, &frame(&Net::v4(), &q("big.example.com", MX))).1, before.1, "big's NODATA changed");
 }
