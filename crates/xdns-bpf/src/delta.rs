@@ -182,10 +182,9 @@ fn hash_key(label: &[u8]) -> u64 {
     (0..12).fold(0u64, |k, i| k << 5 | u64::from(digit(label.get(i).copied().unwrap_or(b'0')))) << 4
 }
 
-/// The label of `nm`'s NSEC3 hash when the chain of `d` has an owner of that hash.
-fn matched_label(d: &Denial, p: &Nsec3Params, nm: &[u8]) -> Option<Box<[u8]>> {
-    let h = nsec3_label(nm, p)?;
-    d.nsec3_owners.binary_search_by(|(l, _)| l[..].cmp(&h[..])).is_ok().then_some(h)
+/// Has the chain of `d` an owner of the hash `label` (base32hex, lowercase)?
+fn matched(d: &Denial, label: &[u8]) -> bool {
+    d.nsec3_owners.binary_search_by(|(l, _)| l[..].cmp(label)).is_ok()
 }
 
 impl Nsec3Index {
@@ -198,16 +197,29 @@ impl Nsec3Index {
         let params = d.nsec3.clone()?;
         nsec3_label(&zone.apex, &params)?;
         let mut ix = Nsec3Index { params, matched: BTreeSet::new(), covered: BTreeSet::new(), enclosers: HashMap::new() };
+        // a hash per name: on two threads
+        let names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).collect();
+        let proofs: Vec<Vec<(Proof, &[u8])>> = std::thread::scope(|s| {
+            let ix = &ix;
+            let parts: Vec<_> = names
+                .chunks(names.len().div_ceil(2).max(1))
+                .map(|part| {
+                    s.spawn(move || {
+                        let mut memo = HashMap::new();
+                        part.iter().filter_map(|nm| Some((ix.proof(zone, d, nm, &mut memo)?, *nm))).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            parts.into_iter().map(|p| p.join().unwrap_or_default()).collect()
+        });
         let (mut matched, mut covered) = (Vec::new(), Vec::new());
-        let mut memo = HashMap::new();
-        for nm in zone.nodes.keys() {
-            match ix.proof(zone, d, nm, &mut memo) {
-                Some(Proof::Matched(k)) => matched.push((k, nm.clone())),
-                Some(Proof::Covered(k, e)) => {
-                    covered.push((k, nm.clone()));
+        for (proof, nm) in proofs.into_iter().flatten() {
+            match proof {
+                Proof::Matched(k) => matched.push((k, nm.into())),
+                Proof::Covered(k, e) => {
+                    covered.push((k, nm.into()));
                     *ix.enclosers.entry(e).or_default() += 1;
                 }
-                None => {}
             }
         }
         (ix.matched, ix.covered) = (matched.into_iter().collect(), covered.into_iter().collect());
@@ -221,7 +233,8 @@ impl Nsec3Index {
         if !matches!(find(zone, nm), Found::Exact(_) | Found::Cut(_)) {
             return None;
         }
-        if let Some(h) = matched_label(d, &self.params, nm) {
+        let h = nsec3_label(nm, &self.params)?;
+        if matched(d, &h) {
             return Some(Proof::Matched(hash_key(&h)));
         }
         for o in name::suffix_offsets(nm).skip(1) {
@@ -229,10 +242,17 @@ impl Nsec3Index {
             if !name::is_subdomain(anc, &zone.apex) {
                 break;
             }
-            let has = *memo.entry(anc.to_vec()).or_insert_with(|| matched_label(d, &self.params, anc).map(|_| target_hash(anc)));
+            let has = match memo.get(anc) {
+                Some(has) => *has,
+                None => {
+                    let has = nsec3_label(anc, &self.params).filter(|a| matched(d, a)).map(|_| target_hash(anc));
+                    *memo.entry(anc.to_vec()).or_insert(has)
+                }
+            };
             if let Some(e) = has {
                 let nc = next_closer(nm, anc)?;
-                return Some(Proof::Covered(hash_key(&nsec3_label(nc, &self.params)?), e));
+                let k = if nc == nm { hash_key(&h) } else { hash_key(&nsec3_label(nc, &self.params)?) };
+                return Some(Proof::Covered(k, e));
             }
         }
         None
@@ -1366,6 +1386,24 @@ mod tests {
         t
     }
 
+    /// The changes the signed oracles share, by `arm` (0 to 4): an address added at host `h`
+    /// (the host with it), the host removed, an AAAA added (a type at an existing name), a
+    /// name several labels deep added or removed (empty non-terminals), `alias` retargeted.
+    fn host_change(hosts: &mut Hosts, next: &mut dyn FnMut(u64) -> u64, h: String, arm: u64) {
+        match arm {
+            0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
+            1 => drop(hosts.remove(&h)),
+            2 => hosts.entry(h).or_default().push(format!("AAAA 2001:db8::{}", next(999))),
+            3 => {
+                let deep = format!("a{}.b{}.c", next(3), next(3));
+                if hosts.remove(&deep).is_none() {
+                    hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
+                }
+            }
+            _ => drop(hosts.insert("alias".into(), vec![format!("CNAME {h}")])),
+        }
+    }
+
     /// The oracle on an NSEC-signed zone (issue 28): records added and removed with their
     /// RRSIGs and the NSEC neighbours that change with them, names several labels deep
     /// (empty non-terminals, whose NODATA proof is another owner's NSEC), CNAMEs retargeted
@@ -1395,16 +1433,7 @@ mod tests {
             let (in_place, _) = changes_in_place(signed_text, &format!("signed{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, _| {
                 let h = format!("h{}", next(35));
                 match next(10) {
-                    0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
-                    1 => drop(hosts.remove(&h)),
-                    2 => hosts.entry(h).or_default().push(format!("AAAA 2001:db8::{}", next(999))),
-                    3 => {
-                        let deep = format!("a{}.b{}.c", next(3), next(3));
-                        if hosts.remove(&deep).is_none() {
-                            hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
-                        }
-                    }
-                    4 => drop(hosts.insert("alias".into(), vec![format!("CNAME {h}")])),
+                    arm @ 0..=4 => host_change(hosts, next, h, arm),
                     5 => {
                         // names in the wildcard's range come and go: wa's chain is
                         // synthesised, its proof the NSEC of the name before q.r.wild
@@ -1518,17 +1547,7 @@ mod tests {
                 let (in_place, _) = changes_in_place(render, &format!("{tag}{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, round| {
                     let h = format!("h{}", next(35));
                     match next(12) {
-                        0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
-                        1 => drop(hosts.remove(&h)),
-                        // a type added at a name (or the name with it)
-                        2 => hosts.entry(h).or_default().push(format!("AAAA 2001:db8::{}", next(999))),
-                        3 => {
-                            let deep = format!("a{}.b{}.c", next(3), next(3));
-                            if hosts.remove(&deep).is_none() {
-                                hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
-                            }
-                        }
-                        4 => drop(hosts.insert("alias".into(), vec![format!("CNAME {h}")])),
+                        arm @ 0..=4 => host_change(hosts, next, h, arm),
                         5 => {
                             let n = ["p.wild", "r.wild", "x.y.gone"][next(3) as usize];
                             if hosts.remove(n).is_none() {
