@@ -1386,6 +1386,24 @@ mod tests {
         t
     }
 
+    /// The zone the signed oracles start from: 30 hosts, an MX and a CNAME to them, a CNAME
+    /// to a name that does not exist, a wildcard and a CNAME synthesised from it, a delegation
+    /// with glue.
+    fn signed_hosts() -> Hosts {
+        let mut hosts = Hosts::new();
+        for i in 0..30 {
+            hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
+        }
+        hosts.insert("mail".into(), vec!["MX 10 h1".into()]);
+        hosts.insert("alias".into(), vec!["CNAME h4".into()]);
+        hosts.insert("dangling".into(), vec!["CNAME x.y.gone".into()]);
+        hosts.insert("*.wild".into(), vec!["A 198.18.2.1".into()]);
+        hosts.insert("wa".into(), vec!["CNAME q.r.wild".into()]);
+        hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
+        hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
+        hosts
+    }
+
     /// The changes the signed oracles share, by `arm` (0 to 4): an address added at host `h`
     /// (the host with it), the host removed, an AAAA added (a type at an existing name), a
     /// name several labels deep added or removed (empty non-terminals), `alias` retargeted.
@@ -1415,20 +1433,10 @@ mod tests {
     #[test]
     fn signed_changes_in_place_equal_a_full_encode() {
         for serial_step in [1, 0] {
-            let mut hosts = Hosts::new();
-            for i in 0..30 {
-                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
-            }
-            hosts.insert("mail".into(), vec!["MX 10 h1".into()]);
-            hosts.insert("alias".into(), vec!["CNAME h4".into()]);
-            hosts.insert("dangling".into(), vec!["CNAME x.y.gone".into()]);
-            hosts.insert("*.wild".into(), vec!["A 198.18.2.1".into()]);
-            hosts.insert("wa".into(), vec!["CNAME q.r.wild".into()]);
+            let mut hosts = signed_hosts();
             // a chain through a wildcard ending in a referral: no SOA in wr's bodies
             hosts.insert("*.w2".into(), vec!["CNAME x.sub".into()]);
             hosts.insert("wr".into(), vec!["CNAME q.w2".into()]);
-            hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
-            hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
             let rounds = 80;
             let (in_place, _) = changes_in_place(signed_text, &format!("signed{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, _| {
                 let h = format!("h{}", next(35));
@@ -1521,17 +1529,7 @@ mod tests {
     fn nsec3_changes_in_place_equal_a_full_encode() {
         for (render, tag) in [(nsec3_text as fn(u32, &Hosts) -> String, "nsec3"), (nsec3_optout_text, "nsec3-optout")] {
             for serial_step in [1, 0] {
-                let mut hosts = Hosts::new();
-                for i in 0..30 {
-                    hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
-                }
-                hosts.insert("mail".into(), vec!["MX 10 h1".into()]);
-                hosts.insert("alias".into(), vec!["CNAME h4".into()]);
-                hosts.insert("dangling".into(), vec!["CNAME x.y.gone".into()]);
-                hosts.insert("*.wild".into(), vec!["A 198.18.2.1".into()]);
-                hosts.insert("wa".into(), vec!["CNAME q.r.wild".into()]);
-                hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
-                hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
+                let mut hosts = signed_hosts();
                 for i in 0..6 {
                     hosts.insert(format!("d{i}"), vec![format!("NS ns{}.hoster.example.", i % 2)]);
                 }
