@@ -197,27 +197,31 @@ impl Nsec3Index {
         let params = d.nsec3.clone()?;
         nsec3_label(&zone.apex, &params)?;
         let mut ix = Nsec3Index { params, matched: BTreeSet::new(), covered: BTreeSet::new(), enclosers: HashMap::new() };
-        // a hash per name: on two threads
+        // a hash per name: half of them on a second thread when there is one
         let names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).collect();
-        let proofs: Vec<Vec<(Proof, &[u8])>> = std::thread::scope(|s| {
-            let ix = &ix;
-            let parts: Vec<_> = names
-                .chunks(names.len().div_ceil(2).max(1))
-                .map(|part| {
-                    s.spawn(move || {
-                        let mut memo = HashMap::new();
-                        part.iter().filter_map(|nm| Some((ix.proof(zone, d, nm, &mut memo)?, *nm))).collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            parts.into_iter().map(|p| p.join().unwrap_or_default()).collect()
+        let proofs = |part: &[&'_ [u8]]| -> Vec<(Proof, Box<[u8]>)> {
+            let mut memo = HashMap::new();
+            part.iter().filter_map(|nm| Some((ix.proof(zone, d, nm, &mut memo)?, Box::from(*nm)))).collect()
+        };
+        let (a, b) = names.split_at(names.len() / 2);
+        let (a, b) = std::thread::scope(|s| {
+            let other = std::thread::Builder::new().name("xdns-nsec3-index".into()).spawn_scoped(s, || {
+                // created by the XDP thread: none of its capabilities, now or after the switch of user
+                crate::threads::no_caps_after_switch();
+                proofs(b)
+            });
+            match other {
+                // a panic there is a bug of the hashing: the same one as on this thread
+                Ok(h) => (proofs(a), h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+                Err(_) => (proofs(&names), Vec::new()),
+            }
         });
         let (mut matched, mut covered) = (Vec::new(), Vec::new());
-        for (proof, nm) in proofs.into_iter().flatten() {
+        for (proof, nm) in a.into_iter().chain(b) {
             match proof {
-                Proof::Matched(k) => matched.push((k, nm.into())),
+                Proof::Matched(k) => matched.push((k, nm)),
                 Proof::Covered(k, e) => {
-                    covered.push((k, nm.into()));
+                    covered.push((k, nm));
                     *ix.enclosers.entry(e).or_default() += 1;
                 }
             }
