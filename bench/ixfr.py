@@ -174,9 +174,10 @@ def main() -> int:
                 results.append(r)
             print("RSS after the changes (MB):", rss_mb())
         finally:
+            # the log first: a 1M-name daemon may outlast the lab's stop timeout
+            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{signed}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
             lab.stop(srv)
             lab.stop(knot)
-            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{signed}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
     out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{signed}{'-' + args.label if args.label else ''}.json"
     out.write_text(json.dumps({"records": args.records, "shape": args.shape, "change": args.change, "signed": args.signed, "denial": args.denial if args.signed else None, "full_at_start": full, "rss_mb_before_changes": rss_start,
                                "changes": results}, indent=1))
