@@ -478,9 +478,9 @@ def test_nsec3_ixfr_in_place(lab):
     the zone with NSEC3 opt-out, as a TLD publishes it, and re-signs what each change touches
     (the new name's NSEC3, the NSEC3 before it in hash order, whose next hashed owner changes,
     the SOA). The IXFR names those hashed owners, not the names whose stored proofs carry
-    them: the kernel finds those by their hashes. Each new name is picked to hash just before
-    an insecure delegation (no NSEC3 of its own under opt-out), so that its NSEC3 becomes the
-    one covering that delegation in its DO=1 referral. After each change the kernel answers,
+    them: the kernel finds those by their hashes. The new host's name is picked to hash just
+    before an insecure delegation (no NSEC3 of its own under opt-out), so that its NSEC3
+    becomes the one covering that delegation in its DO=1 referral. After each change the kernel answers,
     byte for byte as userspace over TCP: the new name (DO=1 and DO=0) and its NODATA (its
     NSEC3); the NODATA of the name hashing before it (its NSEC3 now points at the new hash);
     the referral of the insecure delegation (the new NSEC3 covering it, then the old one
