@@ -200,7 +200,7 @@ fn matched(zone: &Zone, p: &Nsec3Params, label: &[u8]) -> bool {
             && d.get(2..4) == Some(&p.iterations.to_be_bytes()[..])
             && salt.and_then(|n| d.get(5..5 + n)) == Some(&p.salt[..])
     };
-    zone.nodes.get(&owner[..len]).and_then(|n| n.rrset(NSEC3)).is_some_and(|s| s.rdata.iter().any(|d| same(d)))
+    zone.nodes.get(&owner[..len]).and_then(|n| n.rrset(NSEC3)).is_some_and(|s| s.rdata.iter().any(same))
 }
 
 impl Nsec3Index {
