@@ -125,7 +125,8 @@ pub struct Delta {
 /// What [`zone_delta`] keeps of a zone between changes, so that a change need not look at
 /// every name: the names with stored SOA-carrying bodies ([`soa_bound`]); for every name inside
 /// the zone that records point at (NS, MX, SRV, SVCB, HTTPS, CNAME targets), by hash, how many
-/// records do; the hashes of every suffix inside the zone of every CNAME target.
+/// records do; the hashes of every suffix inside the zone of every CNAME target; an
+/// NSEC3-signed zone's names by the hashes of their proofs ([`Nsec3Index`]).
 ///
 /// A zone with more SOA-carrying names than a change may recompile (`limit` of [`Self::build`])
 /// keeps none of this: every change of a zone changes its SOA serial, so none of its changes
