@@ -1,7 +1,8 @@
 """One-record IXFR on a large zone (issue 28): from `knotc zone-commit` on a Knot DNS primary
 (NOTIFY, then IXFR) until xdns's kernel maps hold the change, with XDP on.
 
-    /usr/bin/python3 bench/ixfr.py [--records 1000000] [--shape plain|hosts|tld] [--changes 5] [--signed]
+    /usr/bin/python3 bench/ixfr.py [--records 1000000] [--shape plain|hosts|tld] [--changes 5]
+        [--signed [--denial nsec|nsec3-optout]]
 
 Needs root, knotd, knotc. The zone (bench/genzone.py's shapes, or `plain`: N `hN A` records,
 the zone the first measurements used) is generated once into bench/out/ and given to both
@@ -10,9 +11,10 @@ start). Each change adds, with `knotc zone-begin/set/commit`, one A record under
 (`--change a`), or a registry's change (`--change delegation`): a new delegation with two NS
 inside it, their glue (A) and a DS, answered by a referral to a query below it; or a wildcard
 A record under a new name (`--change wildcard`), answered for a name below it.
-`--signed`: Knot signs the zone (ECDSA P-256, NSEC) and re-signs what each change touches
-(the new RRSIGs, the NSEC neighbours, the SOA); xdns has no stored copy (it transfers the
-signed zone at start), and the kernel's answer is asked for with DO=1.
+`--signed`: Knot signs the zone (ECDSA P-256; `--denial`: NSEC, or NSEC3 with opt-out, as
+bench/genzone.py signs) and re-signs what each change touches (the new RRSIGs, the NSEC or
+NSEC3 neighbours, the SOA); xdns has no stored copy (it transfers the signed zone at start),
+and the kernel's answer is asked for with DO=1.
 
 Per change: **served** (the new record answered, by userspace first), **done** (xdns stats
 counts the transfer: the kernel update is part of it), the transfer's own phases from the
@@ -39,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 import bench as B  # noqa: E402
+from genzone import SIGNED  # noqa: E402
 from lab import Lab  # noqa: E402
 
 import dns.message  # noqa: E402
@@ -81,14 +84,16 @@ def main() -> int:
                     help="one A record at a new name, a new delegation with NS, glue and DS, or a wildcard A under a new name")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds between the kernel holding the zone and the first change")
     ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
-    ap.add_argument("--signed", action="store_true", help="Knot signs the zone (NSEC) and re-signs each change")
+    ap.add_argument("--signed", action="store_true", help="Knot signs the zone and re-signs each change")
+    ap.add_argument("--denial", choices=list(SIGNED), default="nsec", help="with --signed: how Knot proves names absent")
     args = ap.parse_args()
+    signed = ("-signed" + ("" if args.denial == "nsec" else f"-{args.denial}")) if args.signed else ""
     zone = zone_file(args.records, args.shape)
     results = []
     with Lab(prefix="ixb") as lab:
         sec = lab.new_address()
         knot = lab.start_knot_primary([(ORIGIN, zone)], name="knot-ixfr", notify=[f"{sec[0]}@53"], signing=args.signed,
-                                       timeout=600 if args.signed else 20.0)
+                                       policy=SIGNED[args.denial], timeout=600 if args.signed else 20.0)
         extra = f'\n[[zone]]\nname = "{ORIGIN}"\nprimaries = ["{knot.addr4}@53"]\n'
         if not args.signed:
             copy = lab.dir / "copy.zone"
@@ -169,11 +174,12 @@ def main() -> int:
                 results.append(r)
             print("RSS after the changes (MB):", rss_mb())
         finally:
+            # the log first: a 1M-name daemon may outlast the lab's stop timeout
+            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{signed}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
             lab.stop(srv)
             lab.stop(knot)
-            (B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-signed' if args.signed else ''}{'-' + args.label if args.label else ''}.log").write_text(srv.stderr())
-    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{'-signed' if args.signed else ''}{'-' + args.label if args.label else ''}.json"
-    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "change": args.change, "signed": args.signed, "full_at_start": full, "rss_mb_before_changes": rss_start,
+    out = B.OUT / f"ixfr-{args.shape}-{args.records}{'-' + args.change if args.change != 'a' else ''}{signed}{'-' + args.label if args.label else ''}.json"
+    out.write_text(json.dumps({"records": args.records, "shape": args.shape, "change": args.change, "signed": args.signed, "denial": args.denial if args.signed else None, "full_at_start": full, "rss_mb_before_changes": rss_start,
                                "changes": results}, indent=1))
     return 0
 

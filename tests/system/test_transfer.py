@@ -35,6 +35,7 @@ import socket
 import time
 from pathlib import Path
 
+import dns.dnssec
 import dns.message
 import dns.name
 import dns.opcode
@@ -47,7 +48,7 @@ import dns.tsigkeyring
 import pytest
 
 import corpus
-from lab import REPO, XDNS_BIN, Lab, run, write_knot_conf, write_nsd_conf
+from lab import KNOT_NSEC3_OPTOUT, REPO, XDNS_BIN, Lab, run, write_knot_conf, write_nsd_conf
 from test_differential import summarize
 
 ZONES = REPO / "tests" / "zones"
@@ -376,6 +377,37 @@ def test_tld_ixfr_in_place(lab):
         stop_checked(lab, srv, knot)
 
 
+def do_query(qname: str, rtype: str, do: bool) -> bytes:
+    """A query (RD=0, EDNS with a 1232-byte payload, DO as given) in wire format."""
+    q = dns.message.make_query(qname, rtype, want_dnssec=do, payload=1232)
+    q.flags = 0
+    q.id = 4242
+    return q.to_wire()
+
+
+def kernel_answers(lab, srv, qname: str, rtype: str, do: bool = True):
+    """Five UDP answers of `srv`, all from the kernel and the same bytes as userspace's TCP
+    answer (the header's TC and the OPT record aside: none differ here); the answer."""
+    wire = do_query(qname, rtype, do)
+    before = lab.xdns_stats(srv)["xdp"]["answered"]
+    got = [lab.udp(srv.addr4, wire, timeout=1.0) for _ in range(5)]
+    st = lab.xdns_stats(srv)
+    assert st["xdp"]["answered"] - before >= 5, (qname, rtype, do, {k: v for k, v in st["xdp"].items() if v})
+    user = lab.tcp(srv.addr4, wire)
+    assert user is not None and all(g == user for g in got), (qname, rtype, do, got[0], user)
+    return dns.message.from_wire(user)
+
+
+def wait_kernel_zone(lab, srv, origin: str) -> None:
+    """Wait until `srv`'s kernel answers `origin`'s SOA."""
+    def kernel_has_zone():
+        lab.wait_xdp_data(srv)
+        before = lab.xdns_stats(srv)["xdp"]["answered"]
+        lab.udp(srv.addr4, do_query(origin, "SOA", False), timeout=0.2)
+        return lab.xdns_stats(srv)["xdp"]["answered"] > before
+    wait_for("the zone in the kernel", kernel_has_zone, 30, step=0.1)
+
+
 def test_signed_ixfr_in_place(lab):
     """A signed zone's change goes live in the kernel in place (issue 28): Knot signs the zone
     (NSEC) as primary and re-signs what each change touches (the new RRSIGs, the NSEC
@@ -399,30 +431,7 @@ def test_signed_ixfr_in_place(lab):
     try:
         lab.wait_answering(srv.addr4, origin, srv.proc)
 
-        def query(qname, rtype, do):
-            q = dns.message.make_query(qname, rtype, want_dnssec=do, payload=1232)
-            q.flags = 0
-            q.id = 4242
-            return q.to_wire()
-
-        def kernel_answers(qname, rtype, do=True):
-            """Five UDP answers, all from the kernel and the same bytes as userspace's TCP
-            answer (the header's TC and the OPT record aside: none differ here)."""
-            wire = query(qname, rtype, do)
-            before = lab.xdns_stats(srv)["xdp"]["answered"]
-            got = [lab.udp(srv.addr4, wire, timeout=1.0) for _ in range(5)]
-            st = lab.xdns_stats(srv)
-            assert st["xdp"]["answered"] - before >= 5, (qname, rtype, do, {k: v for k, v in st["xdp"].items() if v})
-            user = lab.tcp(srv.addr4, wire)
-            assert user is not None and all(g == user for g in got), (qname, rtype, do, got[0], user)
-            return dns.message.from_wire(user)
-
-        def kernel_has_zone():
-            lab.wait_xdp_data(srv)
-            before = lab.xdns_stats(srv)["xdp"]["answered"]
-            lab.udp(srv.addr4, query(origin, "SOA", False), timeout=0.2)
-            return lab.xdns_stats(srv)["xdp"]["answered"] > before
-        wait_for("the zone in the kernel", kernel_has_zone, 30, step=0.1)
+        wait_kernel_zone(lab, srv, origin)
 
         def change(sets=(), unsets=()):
             t = change_in_place(lab, knot, srv, origin, sets, unsets, timeout=10)
@@ -434,32 +443,137 @@ def test_signed_ixfr_in_place(lab):
             return sorted(dns.rdatatype.to_text(r.rdtype) for r in section)
 
         # before: a positive DO=1 answer from the kernel
-        m = kernel_answers(f"h7.{origin}", "A")
+        m = kernel_answers(lab, srv, f"h7.{origin}", "A")
         assert types(m.answer) == ["A", "RRSIG"], m
         new = f"newhost.{origin}"
         serial = ask(lab, srv.addr4, origin, "SOA").answer[0][0].serial
         change(sets=[(new, "300", "A", "198.18.9.9")])
-        m = kernel_answers(new, "A")
+        m = kernel_answers(lab, srv, new, "A")
         assert types(m.answer) == ["A", "RRSIG"] and m.answer[0][0].to_text() == "198.18.9.9", m
-        m = kernel_answers(new, "A", do=False)
+        m = kernel_answers(lab, srv, new, "A", do=False)
         assert types(m.answer) == ["A"], m
         # its NODATA with DO=1: the new serial, the new name's NSEC and their RRSIGs
-        m = kernel_answers(new, "TXT")
+        m = kernel_answers(lab, srv, new, "TXT")
         assert not m.answer and types(m.authority) == ["NSEC", "RRSIG", "RRSIG", "SOA"], m
         soa = next(r for r in m.authority if r.rdtype == dns.rdatatype.SOA)
         assert soa[0].serial > serial, m
         nsec = next(r for r in m.authority if r.rdtype == dns.rdatatype.NSEC)
         assert nsec.name.to_text() == new, m
         # an old name's NODATA carries the new serial too (the apex part, changed in place)
-        m = kernel_answers(f"h7.{origin}", "TXT")
+        m = kernel_answers(lab, srv, f"h7.{origin}", "TXT")
         assert next(r for r in m.authority if r.rdtype == dns.rdatatype.SOA)[0].serial == soa[0].serial, m
         # removed: NXDOMAIN (DO=0 from the kernel; DO=1's proof is userspace's)
         t = change(unsets=[(new,)])
-        m = kernel_answers(new, "A", do=False)
+        m = kernel_answers(lab, srv, new, "A", do=False)
         assert m.rcode() == dns.rcode.NXDOMAIN, m
         m = ask(lab, srv.addr4, new, "A")
         assert m.rcode() == dns.rcode.NXDOMAIN, m
         assert (t["kernel_in_place"], t["kernel_full"]) == (2, 0), t
+    finally:
+        stop_checked(lab, srv, knot)
+
+
+def test_nsec3_ixfr_in_place(lab):
+    """An NSEC3-signed zone's change goes live in the kernel in place (issue 28): Knot signs
+    the zone with NSEC3 opt-out, as a TLD publishes it, and re-signs what each change touches
+    (the new name's NSEC3, the NSEC3 before it in hash order, whose next hashed owner changes,
+    the SOA). The IXFR names those hashed owners, not the names whose stored proofs carry
+    them: the kernel finds those by their hashes. The new host's name is picked to hash just
+    before an insecure delegation (no NSEC3 of its own under opt-out), so that its NSEC3
+    becomes the one covering that delegation in its DO=1 referral. After each change the kernel answers,
+    byte for byte as userspace over TCP: the new name (DO=1 and DO=0) and its NODATA (its
+    NSEC3); the NODATA of the name hashing before it (its NSEC3 now points at the new hash);
+    the referral of the insecure delegation (the new NSEC3 covering it, then the old one
+    again when the name goes); a new insecure delegation's referral (the apex's NSEC3 and
+    the one covering it; the chain does not change) and a new secure one's (DS). Every
+    change is made in place."""
+    origin = "nsec3.test."
+    zone = lab.dir / "nsec3.zone"
+    hosts = [f"h{i}" for i in range(3000)]
+    delegations = [f"d{i}" for i in range(20)]
+    with zone.open("w") as f:
+        f.write(f"$ORIGIN {origin}\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 198.18.0.1\n")
+        for i, h in enumerate(hosts):
+            f.write(f"{h} A 198.18.{(i >> 8) & 255}.{i & 255}\n")
+        for d in delegations:
+            f.write(f"{d} NS ns.hoster.example.\n")
+    sec = lab.new_address()
+    knot = lab.start_knot_primary([(origin, zone)], name="knot-nsec3", notify=[f"{sec[0]}@53"], signing=True,
+                                  policy=KNOT_NSEC3_OPTOUT)
+    srv = lab.start_xdns([], name="xdns-nsec3", extra=secondary_toml(origin, knot.addr4), xdp="default", addrs=sec)
+
+    def hashed(n: str) -> str:
+        return dns.dnssec.nsec3_hash(n if n.endswith(".") else f"{n}.{origin}", "", 0, 1).lower()
+    # the chain (opt-out: the apex and every name but the insecure delegations), by hash
+    chain = sorted(hashed(n) for n in [origin, "ns1", *hosts])
+
+    def before(h: str) -> str:
+        """The owner of the chain before hash `h` (the one whose interval holds it)."""
+        below = [c for c in chain if c < h]
+        return below[-1] if below else chain[-1]
+
+    def name_before(d: str, prefix: str) -> str:
+        """A new name `prefix<k>` hashing between `d`'s covering NSEC3 and `d` itself."""
+        lo, hi = before(hashed(d)), hashed(d)
+        return next(f"{prefix}{k}" for k in range(1_000_000) if lo < hashed(f"{prefix}{k}") < hi)
+    try:
+        lab.wait_answering(srv.addr4, origin, srv.proc)
+
+        wait_kernel_zone(lab, srv, origin)
+
+        def change(sets=(), unsets=()):
+            t = change_in_place(lab, knot, srv, origin, sets, unsets, timeout=10)
+            assert t["last_apply"].startswith("in place"), t
+            return t
+
+        def nsec3s(m) -> dict[str, str]:
+            """The NSEC3 records of the authority section: hashed owner -> next hashed owner."""
+            return {r.name.labels[0].decode().lower(): r[0].to_text().split()[4].lower()
+                    for r in m.authority if r.rdtype == dns.rdatatype.NSEC3}
+
+        def types(section):
+            return sorted(dns.rdatatype.to_text(r.rdtype) for r in section)
+
+        d = delegations[0]
+        # a new name hashing before d: its NSEC3 covers d from now on, and the NSEC3 before
+        # it (the name hashing there is not in the transfer) points at it
+        new = name_before(d, "newhost")
+        prev = next(n for n in [origin, "ns1", *hosts] if hashed(n) == before(hashed(new)))
+        m = kernel_answers(lab, srv, f"www.{d}.{origin}", "A")
+        assert before(hashed(d)) in nsec3s(m), m
+        change(sets=[(f"{new}.{origin}", "300", "A", "198.18.9.9")])
+        chain = sorted(chain + [hashed(new)])
+        m = kernel_answers(lab, srv, f"{new}.{origin}", "A")
+        assert types(m.answer) == ["A", "RRSIG"] and m.answer[0][0].to_text() == "198.18.9.9", m
+        m = kernel_answers(lab, srv, f"{new}.{origin}", "A", do=False)
+        assert types(m.answer) == ["A"], m
+        m = kernel_answers(lab, srv, f"{new}.{origin}", "TXT")
+        assert not m.answer and types(m.authority) == ["NSEC3", "RRSIG", "RRSIG", "SOA"], m
+        assert list(nsec3s(m)) == [hashed(new)], m
+        m = kernel_answers(lab, srv, prev if prev.endswith(".") else f"{prev}.{origin}", "TXT")
+        assert nsec3s(m)[hashed(prev)] == hashed(new), m
+        m = kernel_answers(lab, srv, f"www.{d}.{origin}", "A")
+        assert m.authority and hashed(new) in nsec3s(m), m
+        # an insecure delegation added: no NSEC3 of its own (opt-out), the chain unchanged;
+        # its referral carries the apex's NSEC3 and the one covering it
+        change(sets=[(f"newdel.{origin}", "86400", "NS", "ns.hoster.example.")])
+        m = kernel_answers(lab, srv, f"www.newdel.{origin}", "A")
+        assert types(m.authority) == ["NS", "NSEC3", "NSEC3", "RRSIG", "RRSIG"], m
+        assert set(nsec3s(m)) == {hashed(origin), before(hashed("newdel"))}, m
+        # a secure one added (its NSEC3 enters the chain): its referral carries its DS
+        change(sets=[(f"secdel.{origin}", "86400", "NS", "ns.hoster.example."),
+                     (f"secdel.{origin}", "86400", "DS", "12345", "13", "2", "ab" * 32)])
+        chain = sorted(chain + [hashed("secdel")])
+        m = kernel_answers(lab, srv, f"www.secdel.{origin}", "A")
+        assert types(m.authority) == ["DS", "NS", "RRSIG"], m
+        # the new name removed: NXDOMAIN, and d is covered by the NSEC3 before it again
+        t = change(unsets=[(f"{new}.{origin}",)])
+        chain.remove(hashed(new))
+        m = kernel_answers(lab, srv, f"{new}.{origin}", "A", do=False)
+        assert m.rcode() == dns.rcode.NXDOMAIN, m
+        m = kernel_answers(lab, srv, f"www.{d}.{origin}", "A")
+        assert before(hashed(d)) in nsec3s(m) and hashed(new) not in nsec3s(m), m
+        assert (t["kernel_in_place"], t["kernel_full"]) == (4, 0), t
     finally:
         stop_checked(lab, srv, knot)
 

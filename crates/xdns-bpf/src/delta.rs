@@ -49,24 +49,44 @@
 //! have no DO body); the oracle test has one ending in a referral, whose owner carries no
 //! SOA, with names coming and going beside the wildcard. A one-record change of a large
 //! signed zone then recompiles the changed owners, their NSEC neighbours, their ancestors
-//! and the apex (`signed_zone_above_the_limit_changes_in_place`: 400 names, limit 64). An
-//! NSEC3-signed zone is refused: a name's own part is the NSEC3 record at its hashed owner,
-//! which the transfer names instead of it; taking it would need the hashed owners mapped back
-//! to the names whose proofs they are (the hash of every name, or of the changed NSEC3
-//! owners' ranges: an opt-out chain's closest provable encloser proofs name other ranges).
+//! and the apex (`signed_zone_above_the_limit_changes_in_place`: 400 names, limit 64).
+//!
+//! Signed zones (NSEC3). The same holds, but a name's proof is NSEC3 records at hashed owners,
+//! which the transfer names instead of the name; [`Nsec3Index`] maps them back. A name with an
+//! NSEC3 of its own is proved by it (its DO=1 NODATA's own part; a delegation's referral
+//! without DS): it is found by its hash. A name without one (opt-out: an insecure delegation,
+//! an empty non-terminal above insecure delegations only) is proved by the closest provable
+//! encloser proof (its DO=1 referral or DS NODATA, an empty non-terminal's NODATA): the NSEC3
+//! of its nearest ancestor that has one (its encloser) and the NSEC3 covering its next closer
+//! name: it is found by that name's hash, and through its encloser. So for every changed NSEC3
+//! owner of the chain (added, removed, its bitmap or its next hashed owner changed, re-signed)
+//! the names whose stored bodies can carry it are: the name hashing to it; the names without an
+//! NSEC3 of their own whose next closer name hashes into its interval, in either version (from
+//! its owner up to the next owner of that version's chain: a record coming or going splits or
+//! joins its neighbour's); and when the name hashing to it is an encloser, every name it
+//! encloses (the apex's NSEC3 is in the proof of every opt-out delegation below the apex: more
+//! of them than the limit fall back). Those names are compiled as changed owners are; a
+//! delegation among them counts as an affected cut (a chain to a name below it ends in its
+//! referral, which carries its proof). A NODATA's own part is NSEC3 records only, never another
+//! owner's NSEC: no name is recompiled at every change for its proof ([`proof_elsewhere`] is
+//! NSEC's). The index holds every name of the zone once (a sorted set of 60-bit hash prefixes
+//! and names: a prefix shared by two names recompiles both) and a count per encloser; a change
+//! hashes only the names it compiles. A chain whose parameters change (NSEC3PARAM: every
+//! hashed owner moves) and a hash algorithm other than SHA-1 are not handled.
 //!
 //! It then compiles those names' keys in both versions ([`xdns_zone::lookup::keys_of_name`],
 //! by the full compile's per-key rules, `data::ZoneCompiler`: shared NODATA and DO=1 bodies
 //! included) and returns the differences. What it does not handle returns the reason (the
-//! caller falls back to a full generation): NSEC3-signed zones and more affected names than
-//! `limit`. Names (and keys) of a served zone nested below the one changed are that zone's,
-//! as in the full compile: left out.
+//! caller falls back to a full generation): more affected names than `limit`, an NSEC3 chain
+//! whose parameters changed. Names (and keys) of a served zone nested below the one changed
+//! are that zone's, as in the full compile: left out.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use xdns_wire::{name, Body};
-use xdns_zone::lookup::{keys_of_name, BodyKey, BodyKind};
+use xdns_zone::dnssec::{next_closer, nsec3_label, Nsec3Params};
+use xdns_zone::lookup::{find, keys_of_name, BodyKey, BodyKind, Found};
 use xdns_zone::{Zone, ZoneSet};
 
 use crate::data::{owned_by, owns_dname, parent, AnswerEntry, Kind, NodeEntry, ZoneCompiler};
@@ -105,7 +125,8 @@ pub struct Delta {
 /// What [`zone_delta`] keeps of a zone between changes, so that a change need not look at
 /// every name: the names with stored SOA-carrying bodies ([`soa_bound`]); for every name inside
 /// the zone that records point at (NS, MX, SRV, SVCB, HTTPS, CNAME targets), by hash, how many
-/// records do; the hashes of every suffix inside the zone of every CNAME target.
+/// records do; the hashes of every suffix inside the zone of every CNAME target; an
+/// NSEC3-signed zone's names by the hashes of their proofs ([`Nsec3Index`]).
 ///
 /// A zone with more SOA-carrying names than a change may recompile (`limit` of [`Self::build`])
 /// keeps none of this: every change of a zone changes its SOA serial, so none of its changes
@@ -122,6 +143,212 @@ pub struct ZoneIndex {
     pub cname_suffixes: HashSet<u64>,
     /// `Some(limit)`: more names than `limit` carry the SOA; the sets above are left empty.
     pub soa_bound_over: Option<usize>,
+    /// An NSEC3-signed zone's names by the hashes of their proofs (module docs).
+    pub nsec3: Option<Nsec3Index>,
+}
+
+/// The names of an NSEC3-signed zone by the NSEC3 records their stored proofs carry (module
+/// docs, "Signed zones (NSEC3)"): every name that has keys (not glue, not a hashed owner),
+/// the apex included, in one of two sorted sets by [`hash_key`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nsec3Index {
+    /// The chain the hashes are of (the NSEC3PARAM at the apex).
+    pub params: Nsec3Params,
+    /// Names with an NSEC3 of their own, by their hash.
+    pub matched: BTreeSet<(u64, Box<[u8]>)>,
+    /// Names without one (opt-out), by the hash of their next closer name.
+    pub covered: BTreeSet<(u64, Box<[u8]>)>,
+    /// For each encloser of names in `covered` (by [`target_hash`]): how many it encloses.
+    pub enclosers: HashMap<u64, u32>,
+}
+
+/// Where a name's stored proofs find their NSEC3 records ([`Nsec3Index`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proof {
+    /// The NSEC3 matching the name, by [`hash_key`].
+    Matched(u64),
+    /// The closest provable encloser proof: the NSEC3 covering the next closer name (its
+    /// [`hash_key`]) and the NSEC3 matching the encloser (its [`target_hash`]).
+    Covered(u64, u64),
+}
+
+/// The first 60 bits of the hash an NSEC3 owner's label (base32hex, lowercase) spells, in
+/// the top of a `u64`: ordered as the hashes are (equal for hashes sharing those bits).
+fn hash_key(label: &[u8]) -> u64 {
+    let digit = |c: u8| match c.to_ascii_lowercase() {
+        c @ b'0'..=b'9' => c - b'0',
+        c @ b'a'..=b'v' => c - b'a' + 10,
+        _ => 0,
+    };
+    (0..12).fold(0u64, |k, i| k << 5 | u64::from(digit(label.get(i).copied().unwrap_or(b'0')))) << 4
+}
+
+/// Has the chain of `p` in `zone` an owner of the hash `label` (base32hex, lowercase): an
+/// NSEC3 record of these parameters at `label.<apex>`? (One node lookup: a binary search of
+/// the zone's NSEC3 owners costs a cache miss a step.)
+fn matched(zone: &Zone, p: &Nsec3Params, label: &[u8]) -> bool {
+    let mut owner = [0u8; 256];
+    let len = 1 + label.len() + zone.apex.len();
+    if label.len() > 63 || len > 255 {
+        return false;
+    }
+    owner[0] = label.len() as u8;
+    owner[1..1 + label.len()].copy_from_slice(label);
+    owner[1 + label.len()..len].copy_from_slice(&zone.apex);
+    let same = |d: &[u8]| {
+        let salt = d.get(4).map(|&n| usize::from(n));
+        d.first() == Some(&p.algorithm)
+            && d.get(2..4) == Some(&p.iterations.to_be_bytes()[..])
+            && salt.and_then(|n| d.get(5..5 + n)) == Some(&p.salt[..])
+    };
+    zone.nodes.get(&owner[..len]).and_then(|n| n.rrset(NSEC3)).is_some_and(|s| s.rdata.iter().any(same))
+}
+
+impl Nsec3Index {
+    /// The index of `zone` when it is signed with NSEC3 of a known hash algorithm.
+    fn build(zone: &Zone) -> Option<Self> {
+        if !xdns_zone::compile::is_signed(zone) {
+            return None;
+        }
+        let params = zone.dnssec().nsec3.clone()?;
+        nsec3_label(&zone.apex, &params)?;
+        let mut ix = Nsec3Index { params, matched: BTreeSet::new(), covered: BTreeSet::new(), enclosers: HashMap::new() };
+        // a hash per name: half of them on a second thread when there is one
+        let names: Vec<&[u8]> = zone.nodes.iter().filter(|(_, n)| !xdns_zone::dnssec::is_nsec3_only(n)).map(|(k, _)| &k[..]).collect();
+        let proofs = |part: &[&'_ [u8]]| -> Vec<(Proof, Box<[u8]>)> {
+            let mut memo = HashMap::new();
+            part.iter().filter_map(|nm| Some((ix.proof(zone, nm, &mut memo)?, Box::from(*nm)))).collect()
+        };
+        let (a, b) = names.split_at(names.len() / 2);
+        let (a, b) = std::thread::scope(|s| {
+            let other = std::thread::Builder::new().name("xdns-nsec3-index".into()).spawn_scoped(s, || {
+                // created by the XDP thread: none of its capabilities, now or after the switch of user
+                crate::threads::no_caps_after_switch();
+                proofs(b)
+            });
+            match other {
+                // a panic there is a bug of the hashing: the same one as on this thread
+                Ok(h) => (proofs(a), h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+                Err(_) => (proofs(&names), Vec::new()),
+            }
+        });
+        let (mut matched, mut covered) = (Vec::new(), Vec::new());
+        for (proof, nm) in a.into_iter().chain(b) {
+            match proof {
+                Proof::Matched(k) => matched.push((k, nm)),
+                Proof::Covered(k, e) => {
+                    covered.push((k, nm));
+                    *ix.enclosers.entry(e).or_default() += 1;
+                }
+            }
+        }
+        (ix.matched, ix.covered) = (matched.into_iter().collect(), covered.into_iter().collect());
+        Some(ix)
+    }
+
+    /// Where the stored proofs of `nm` in `zone` find their NSEC3
+    /// records, `None` for a name without keys (glue, a hashed owner) or without a proof (a
+    /// broken chain); `memo`: whether an ancestor has an NSEC3, across calls.
+    fn proof(&self, zone: &Zone, nm: &[u8], memo: &mut HashMap<Vec<u8>, Option<u64>>) -> Option<Proof> {
+        if !matches!(find(zone, nm), Found::Exact(_) | Found::Cut(_)) {
+            return None;
+        }
+        let h = nsec3_label(nm, &self.params)?;
+        if matched(zone, &self.params, &h) {
+            return Some(Proof::Matched(hash_key(&h)));
+        }
+        for o in name::suffix_offsets(nm).skip(1) {
+            let anc = &nm[o..];
+            if !name::is_subdomain(anc, &zone.apex) {
+                break;
+            }
+            let has = match memo.get(anc) {
+                Some(has) => *has,
+                None => {
+                    let has = nsec3_label(anc, &self.params).filter(|a| matched(zone, &self.params, a)).map(|_| target_hash(anc));
+                    *memo.entry(anc.to_vec()).or_insert(has)
+                }
+            };
+            if let Some(e) = has {
+                let nc = next_closer(nm, anc)?;
+                let k = if nc == nm { hash_key(&h) } else { hash_key(&nsec3_label(nc, &self.params)?) };
+                return Some(Proof::Covered(k, e));
+            }
+        }
+        None
+    }
+
+    /// Take `nm` out of the sets as `zone` proves it, or put it in.
+    fn count(&mut self, zone: &Zone, nm: &[u8], add: bool) {
+        let proof = self.proof(zone, nm, &mut HashMap::new());
+        let (set, k) = match proof {
+            Some(Proof::Matched(k)) => (&mut self.matched, k),
+            Some(Proof::Covered(k, e)) => {
+                let n = self.enclosers.entry(e).or_default();
+                *n = if add { *n + 1 } else { n.saturating_sub(1) };
+                if *n == 0 {
+                    self.enclosers.remove(&e);
+                }
+                (&mut self.covered, k)
+            }
+            None => return,
+        };
+        let entry = (k, Box::<[u8]>::from(nm));
+        if add {
+            set.insert(entry);
+        } else {
+            set.remove(&entry);
+        }
+    }
+
+    /// The names whose stored proofs can carry an NSEC3 record of an owner in `changed`, in
+    /// `old` or in `new` (module docs), or why there are too many.
+    fn proved_by(&self, old: &Zone, new: &Zone, changed: &[Vec<u8>], limit: usize) -> Result<HashSet<Vec<u8>>, String> {
+        let mut out: HashSet<Vec<u8>> = HashSet::new();
+        let range = |set: &BTreeSet<(u64, Box<[u8]>)>, from: u64, to: u64, out: &mut HashSet<Vec<u8>>| {
+            let lo = (from, Box::<[u8]>::default());
+            let names: Vec<&Box<[u8]>> = match to.checked_add(1) {
+                Some(hi) if to >= from => set.range(lo..(hi, Box::default())).map(|e| &e.1).collect(),
+                _ => set.range(lo..).chain(set.range(..(to.saturating_add(1), Box::default()))).map(|e| &e.1).collect(),
+            };
+            out.extend(names.into_iter().map(|n| n.to_vec()));
+        };
+        for c in changed {
+            let c = lower(c);
+            if parent(&c) != Some(&old.apex[..]) {
+                continue;
+            }
+            let Some(label) = name::labels(&c).next() else { continue };
+            let k = hash_key(label);
+            let mut in_chain = false;
+            for z in [old, new] {
+                let owners = &z.dnssec().nsec3_owners;
+                let Ok(i) = owners.binary_search_by(|(l, o)| (&l[..], &o[..]).cmp(&(label, &c[..]))) else { continue };
+                in_chain = true;
+                // the names covered by its interval in this version
+                range(&self.covered, k, hash_key(&owners[(i + 1) % owners.len()].0), &mut out);
+            }
+            if !in_chain {
+                continue;
+            }
+            let mut matched = HashSet::new();
+            range(&self.matched, k, k, &mut matched);
+            for e in &matched {
+                let n = self.enclosers.get(&target_hash(e)).copied().unwrap_or(0) as usize;
+                if n > limit {
+                    return Err(format!("the NSEC3 of {}, in the proofs of {n} names without their own, changed", name::to_presentation(e)));
+                }
+                if n > 0 {
+                    out.extend(self.covered.iter().filter(|(_, x)| x.len() > e.len() && name::is_subdomain(x, e)).map(|(_, x)| x.to_vec()));
+                }
+            }
+            out.extend(matched);
+            if out.len() > limit {
+                return Err(format!("more than {limit} names' NSEC3 proofs changed"));
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Target hashes: any fixed hash of the lowercased name `n` (only compared with itself).
@@ -136,7 +363,7 @@ impl ZoneIndex {
         if soa_bound.len() > limit {
             return ZoneIndex { soa_bound_over: Some(limit), ..Default::default() };
         }
-        let mut ix = ZoneIndex { soa_bound, ..Default::default() };
+        let mut ix = ZoneIndex { soa_bound, nsec3: Nsec3Index::build(zone), ..Default::default() };
         for node in zone.nodes.values() {
             ix.count_node(&zone.apex, node, true);
         }
@@ -193,6 +420,13 @@ impl ZoneIndex {
                 self.count_node(&new.apex, node, true);
             }
         }
+        // every name whose proof can have moved was compiled (module docs)
+        if let Some(ix) = &mut self.nsec3 {
+            for (n, _) in &delta.soa_bound {
+                ix.count(old, n, false);
+                ix.count(new, n, true);
+            }
+        }
     }
 }
 
@@ -201,6 +435,7 @@ const CNAME: u16 = 5;
 const SOA: u16 = 6;
 const MX: u16 = 15;
 const SRV: u16 = 33;
+const NSEC3: u16 = 50;
 const NSEC3PARAM: u16 = 51;
 const SVCB: u16 = 64;
 const HTTPS: u16 = 65;
@@ -242,9 +477,26 @@ pub fn carries_soa(b: &Body) -> bool {
 
 /// Is `b` a DO=1 NODATA's own part ([`Body::after_apex`]) whose proof is not the name's own
 /// NSEC (first owner not the question, `0xC00C`): an empty non-terminal's, the NSEC covering
-/// it, which a name added or removed beside it changes without the transfer naming it.
+/// it, which a name added or removed beside it changes without the transfer naming it. Not
+/// NSEC3 records, which are all at other (hashed) owners: [`Nsec3Index`] finds the names
+/// they prove.
 pub fn proof_elsewhere(b: &Body) -> bool {
-    b.after_apex && b.bytes.get(..2) != Some(&[0xC0, 0x0C][..])
+    b.after_apex && b.bytes.get(..2) != Some(&[0xC0, 0x0C][..]) && first_type(&b.bytes) != Some(NSEC3)
+}
+
+/// The type of the first record of `bytes` (after its owner: labels up to the root, or up to
+/// a compression pointer); `None` when they do not parse.
+fn first_type(bytes: &[u8]) -> Option<u16> {
+    let mut at = 0usize;
+    loop {
+        match *bytes.get(at)? {
+            0 => break at += 1,
+            l if l & 0xC0 == 0xC0 => break at += 2,
+            l if l < 64 => at += 1 + usize::from(l),
+            _ => return None,
+        }
+    }
+    bytes.get(at..at + 2).map(|t| u16::from_be_bytes([t[0], t[1]]))
 }
 
 /// The name a serial change must recompile for the stored body `a` if it carries the SOA
@@ -387,9 +639,15 @@ pub fn zone_delta(
     // A signed zone: every name whose stored bodies carry the SOA is recompiled at every
     // change, the SOA changed or not (module docs, "Signed zones").
     let signed = xdns_zone::compile::is_signed(oz) || xdns_zone::compile::is_signed(nz);
-    if signed && [oz, nz].iter().any(|z| z.nodes.get(&z.apex[..]).is_some_and(|n| n.rrset(NSEC3PARAM).is_some())) {
-        return Err("an NSEC3-signed zone (a name's proofs are NSEC3 records of other, hashed owners)".into());
-    }
+    let nsec3 = if signed && [oz, nz].iter().any(|z| z.nodes.get(&z.apex[..]).is_some_and(|n| n.rrset(NSEC3PARAM).is_some())) {
+        match &index.nsec3 {
+            Some(ix) if [oz, nz].iter().all(|z| z.dnssec().nsec3.as_ref() == Some(&ix.params)) => Some(ix),
+            Some(_) => return Err("the NSEC3 chain's parameters changed (every hashed owner moves)".into()),
+            None => return Err("an NSEC3-signed zone whose names are not indexed by hash (the chain is new, or of an unknown hash)".into()),
+        }
+    } else {
+        None
+    };
     // the changed owners and their ancestors up to the apex; names that stay but become or
     // stop being a delegation
     let mut affected: HashSet<Vec<u8>> = HashSet::new();
@@ -424,6 +682,18 @@ pub fn zone_delta(
             }
             if affected.len() > limit {
                 return Err(format!("more than {limit} names below a changed delegation"));
+            }
+        }
+    }
+    // names whose proofs carry a changed NSEC3 record (module docs): a cut among them is
+    // affected (chains end in its referral, which carries its proof), the others are compiled
+    let mut proved: Vec<Vec<u8>> = Vec::new();
+    if let Some(ix) = nsec3 {
+        for n in ix.proved_by(oz, nz, changed, limit)? {
+            if n != apex && [oz, nz].iter().any(|z| z.nodes.get(&n[..]).is_some_and(|x| x.rrset(NS).is_some())) {
+                affected.insert(n);
+            } else {
+                proved.push(n);
             }
         }
     }
@@ -511,6 +781,7 @@ pub fn zone_delta(
         }
         all.extend(more);
     }
+    all.extend(proved);
     let soa_changed = oz.nodes.get(apex).and_then(|n| n.rrset(SOA)) != nz.nodes.get(apex).and_then(|n| n.rrset(SOA));
     if soa_changed || signed {
         if soa_bound.len() > limit {
@@ -963,6 +1234,7 @@ mod tests {
             let full = ZoneIndex::build(new.zones.values().next().unwrap(), HashSet::new(), 1000);
             assert_eq!(full.targets, index.targets, "round {round}: the target counts kept exact");
             assert!(full.cname_suffixes.is_subset(&index.cname_suffixes), "round {round}: every CNAME target suffix kept");
+            assert_eq!(full.nsec3, index.nsec3, "round {round}: the names by NSEC3 hash kept exact");
             same_as_full_encode(&maps, &fresh_data, seed, round);
             zones = new;
         }
@@ -1038,13 +1310,42 @@ mod tests {
         assert!(f.words().iter().zip(g.words()).all(|(a, b)| a & b == *a), "round {round}: every fresh presence bit set");
     }
 
+    /// How [`sign`] proves names absent.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Chain {
+        Nsec,
+        /// SHA-1, no salt, no extra iterations; `opt_out`: insecure delegations and the empty
+        /// non-terminals above insecure delegations only have no NSEC3 (RFC 5155 §7.1).
+        Nsec3 { opt_out: bool },
+    }
+
+    /// [`text`] signed with NSEC ([`sign`]).
+    fn signed_text(serial: u32, hosts: &Hosts) -> String {
+        sign(serial, hosts, Chain::Nsec)
+    }
+
+    /// [`text`] signed with NSEC3 ([`sign`]).
+    fn nsec3_text(serial: u32, hosts: &Hosts) -> String {
+        sign(serial, hosts, Chain::Nsec3 { opt_out: false })
+    }
+
+    /// [`text`] signed with NSEC3 opt-out ([`sign`]).
+    fn nsec3_optout_text(serial: u32, hosts: &Hosts) -> String {
+        sign(serial, hosts, Chain::Nsec3 { opt_out: true })
+    }
+
     /// [`text`] signed the way a signer leaves it (the signatures are not valid, which the
     /// server does not check): an RRSIG for every authoritative RRset (at a cut only DS), an
     /// NSEC chain in canonical order over the names with records (glue below a cut left
-    /// out), the SOA's RRSIG made anew at every serial (its key tag field is the serial).
-    fn signed_text(serial: u32, hosts: &Hosts) -> String {
+    /// out) or an NSEC3 chain in hash order over the names and empty non-terminals (with
+    /// NSEC3PARAM at the apex), the SOA's RRSIG made anew at every serial (its key tag field
+    /// is the serial).
+    fn sign(serial: u32, hosts: &Hosts, chain: Chain) -> String {
         let mut t = text(serial, hosts);
         t.push_str("@ DNSKEY 257 3 13 AAAA\n");
+        if chain != Chain::Nsec {
+            t.push_str("@ NSEC3PARAM 1 0 0 -\n");
+        }
         // owner (absolute) → types, from the records written
         let mut types: std::collections::BTreeMap<Vec<u8>, std::collections::BTreeSet<String>> = Default::default();
         for line in t.lines().skip(2) {
@@ -1058,20 +1359,87 @@ mod tests {
         let mut owners: Vec<Vec<u8>> =
             types.keys().filter(|o| !cuts.iter().any(|c| o.len() > c.len() && name::is_subdomain(o, c))).cloned().collect();
         owners.sort_by(|a, b| xdns_zone::dnssec::canonical_cmp(a, b));
+        let nsec = (chain == Chain::Nsec).then(|| "NSEC".to_string());
+        let sig = |t: &mut String, own: &str, labels: usize, ty: &str| {
+            let tag = if ty == "SOA" { serial } else { 4711 };
+            t.push_str(&format!("{own} RRSIG {ty} 13 {labels} 300 20300101000000 20200101000000 {tag} {APEX} AAAA\n"));
+        };
         for (i, o) in owners.iter().enumerate() {
             let own = name::to_presentation(o);
             let labels = name::label_count(o) - usize::from(o.starts_with(b"\x01*"));
             let cut = cuts.contains(o);
             let ts = &types[o];
-            for ty in ts.iter().filter(|ty| !cut || *ty == "DS").chain(std::iter::once(&"NSEC".to_string())) {
-                let tag = if ty == "SOA" { serial } else { 4711 };
-                t.push_str(&format!("{own} RRSIG {ty} 13 {labels} 300 20300101000000 20200101000000 {tag} {APEX} AAAA\n"));
+            for ty in ts.iter().filter(|ty| !cut || *ty == "DS").chain(nsec.iter()) {
+                sig(&mut t, &own, labels, ty);
             }
-            let next = name::to_presentation(&owners[(i + 1) % owners.len()]);
-            let bitmap: Vec<&str> = ts.iter().map(String::as_str).chain(["RRSIG", "NSEC"]).collect();
-            t.push_str(&format!("{own} NSEC {next} {}\n", bitmap.join(" ")));
+            if chain == Chain::Nsec {
+                let next = name::to_presentation(&owners[(i + 1) % owners.len()]);
+                let bitmap: Vec<&str> = ts.iter().map(String::as_str).chain(["RRSIG", "NSEC"]).collect();
+                t.push_str(&format!("{own} NSEC {next} {}\n", bitmap.join(" ")));
+            }
+        }
+        let Chain::Nsec3 { opt_out } = chain else { return t };
+        // the names of the chain: the owners (with opt-out not the insecure cuts) and their
+        // ancestors (empty non-terminals)
+        let insecure = |o: &Vec<u8>| cuts.contains(o) && !types[o].contains("DS");
+        let mut names: std::collections::BTreeSet<Vec<u8>> = Default::default();
+        for o in owners.iter().filter(|o| !opt_out || !insecure(o)) {
+            let mut cur = &o[..];
+            while names.insert(cur.to_vec()) && cur != &apex[..] {
+                cur = parent(cur).unwrap();
+            }
+        }
+        let p = xdns_zone::dnssec::Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+        let mut hashed: Vec<(String, &Vec<u8>)> =
+            names.iter().map(|n| (String::from_utf8(xdns_zone::dnssec::nsec3_label(n, &p).unwrap().into_vec()).unwrap(), n)).collect();
+        hashed.sort();
+        for (i, (h, n)) in hashed.iter().enumerate() {
+            let own = format!("{h}.{APEX}");
+            let next = hashed[(i + 1) % hashed.len()].0.to_ascii_uppercase();
+            let mut bitmap: Vec<&str> = types.get(*n).map(|ts| ts.iter().map(String::as_str).collect()).unwrap_or_default();
+            if !bitmap.is_empty() {
+                bitmap.push("RRSIG");
+            }
+            t.push_str(&format!("{own} NSEC3 1 {} 0 - {next} {}\n", u8::from(opt_out), bitmap.join(" ")));
+            sig(&mut t, &own, 2, "NSEC3");
         }
         t
+    }
+
+    /// The zone the signed oracles start from: 30 hosts, an MX and a CNAME to them, a CNAME
+    /// to a name that does not exist, a wildcard and a CNAME synthesised from it, a delegation
+    /// with glue.
+    fn signed_hosts() -> Hosts {
+        let mut hosts = Hosts::new();
+        for i in 0..30 {
+            hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
+        }
+        hosts.insert("mail".into(), vec!["MX 10 h1".into()]);
+        hosts.insert("alias".into(), vec!["CNAME h4".into()]);
+        hosts.insert("dangling".into(), vec!["CNAME x.y.gone".into()]);
+        hosts.insert("*.wild".into(), vec!["A 198.18.2.1".into()]);
+        hosts.insert("wa".into(), vec!["CNAME q.r.wild".into()]);
+        hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
+        hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
+        hosts
+    }
+
+    /// The changes the signed oracles share, by `arm` (0 to 4): an address added at host `h`
+    /// (the host with it), the host removed, an AAAA added (a type at an existing name), a
+    /// name several labels deep added or removed (empty non-terminals), `alias` retargeted.
+    fn host_change(hosts: &mut Hosts, next: &mut dyn FnMut(u64) -> u64, h: String, arm: u64) {
+        match arm {
+            0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
+            1 => drop(hosts.remove(&h)),
+            2 => hosts.entry(h).or_default().push(format!("AAAA 2001:db8::{}", next(999))),
+            3 => {
+                let deep = format!("a{}.b{}.c", next(3), next(3));
+                if hosts.remove(&deep).is_none() {
+                    hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
+                }
+            }
+            _ => drop(hosts.insert("alias".into(), vec![format!("CNAME {h}")])),
+        }
     }
 
     /// The oracle on an NSEC-signed zone (issue 28): records added and removed with their
@@ -1085,34 +1453,15 @@ mod tests {
     #[test]
     fn signed_changes_in_place_equal_a_full_encode() {
         for serial_step in [1, 0] {
-            let mut hosts = Hosts::new();
-            for i in 0..30 {
-                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{i}")]);
-            }
-            hosts.insert("mail".into(), vec!["MX 10 h1".into()]);
-            hosts.insert("alias".into(), vec!["CNAME h4".into()]);
-            hosts.insert("dangling".into(), vec!["CNAME x.y.gone".into()]);
-            hosts.insert("*.wild".into(), vec!["A 198.18.2.1".into()]);
-            hosts.insert("wa".into(), vec!["CNAME q.r.wild".into()]);
+            let mut hosts = signed_hosts();
             // a chain through a wildcard ending in a referral: no SOA in wr's bodies
             hosts.insert("*.w2".into(), vec!["CNAME x.sub".into()]);
             hosts.insert("wr".into(), vec!["CNAME q.w2".into()]);
-            hosts.insert("sub".into(), vec!["NS ns.sub".into()]);
-            hosts.insert("ns.sub".into(), vec!["A 198.18.7.1".into()]);
             let rounds = 80;
             let (in_place, _) = changes_in_place(signed_text, &format!("signed{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, _| {
                 let h = format!("h{}", next(35));
                 match next(10) {
-                    0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
-                    1 => drop(hosts.remove(&h)),
-                    2 => hosts.entry(h).or_default().push(format!("AAAA 2001:db8::{}", next(999))),
-                    3 => {
-                        let deep = format!("a{}.b{}.c", next(3), next(3));
-                        if hosts.remove(&deep).is_none() {
-                            hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
-                        }
-                    }
-                    4 => drop(hosts.insert("alias".into(), vec![format!("CNAME {h}")])),
+                    arm @ 0..=4 => host_change(hosts, next, h, arm),
                     5 => {
                         // names in the wildcard's range come and go: wa's chain is
                         // synthesised, its proof the NSEC of the name before q.r.wild
@@ -1179,6 +1528,170 @@ mod tests {
             });
             assert_eq!(in_place as u64, rounds);
         }
+    }
+
+    /// The oracle on an NSEC3-signed zone, opt-out and not (issue 28): a name's proofs are
+    /// NSEC3 records at hashed owners, which the transfer names instead of the name. Names
+    /// added and removed (their neighbours' next hashed owners change: the names hashing to
+    /// them are found by hash), a type added at an existing name (its NSEC3's bitmap), names
+    /// several labels deep (empty non-terminals), a delegation's DS added and removed (under
+    /// opt-out it enters and leaves the chain), secure delegations added and removed with
+    /// glue (the chain changes), insecure ones (under opt-out the chain does not: their
+    /// referral's closest provable encloser proof covers them), an insecure delegation below
+    /// an empty non-terminal that a secure sibling brings into the chain and takes out again
+    /// (the first one's encloser moves), CNAMEs to names below a delegation of each kind
+    /// (their chains end in its referral, which carries its proof), the wildcard, the apex's
+    /// data (its NSEC3, in every opt-out proof below the apex), the SOA re-signed at every
+    /// change and once kept: every change is made in place and leaves the maps, the DO=1
+    /// bodies included, as a full encode writes them; the index by hash stays that of a
+    /// fresh build.
+    #[test]
+    fn nsec3_changes_in_place_equal_a_full_encode() {
+        for (render, tag) in [(nsec3_text as fn(u32, &Hosts) -> String, "nsec3"), (nsec3_optout_text, "nsec3-optout")] {
+            for serial_step in [1, 0] {
+                let mut hosts = signed_hosts();
+                for i in 0..6 {
+                    hosts.insert(format!("d{i}"), vec![format!("NS ns{}.hoster.example.", i % 2)]);
+                }
+                hosts.insert("s0".into(), vec!["NS ns.hoster.example.".into(), format!("DS 1 13 2 {:064X}", 7)]);
+                // an insecure delegation below an empty non-terminal (under opt-out not in
+                // the chain: the apex is the encloser, `ent` the next closer name)
+                hosts.insert("x.ent".into(), vec!["NS ns.hoster.example.".into()]);
+                // chains ending in referrals: an insecure delegation's, a secure one's
+                hosts.insert("toins".into(), vec!["CNAME q.d1".into()]);
+                hosts.insert("tosec".into(), vec!["CNAME q.s0".into()]);
+                hosts.insert("toent".into(), vec!["CNAME q.x.ent".into()]);
+                let rounds = 90;
+                let (in_place, _) = changes_in_place(render, &format!("{tag}{serial_step}"), hosts, rounds, serial_step, LIMIT, |hosts, next, round| {
+                    let h = format!("h{}", next(35));
+                    match next(12) {
+                        arm @ 0..=4 => host_change(hosts, next, h, arm),
+                        5 => {
+                            let n = ["p.wild", "r.wild", "x.y.gone"][next(3) as usize];
+                            if hosts.remove(n).is_none() {
+                                hosts.insert(n.into(), vec!["TXT \"n\"".into()]);
+                            }
+                        }
+                        6 => drop(hosts.insert("@".into(), vec![format!("A 198.18.6.{}", next(250))])),
+                        7 => {
+                            // sub's DS comes and goes (under opt-out sub enters and leaves the chain)
+                            let r = hosts.get_mut("sub").unwrap();
+                            if r.len() > 1 {
+                                r.truncate(1);
+                            } else {
+                                r.push(format!("DS 1 13 2 {:064X}", next(1 << 30)));
+                            }
+                        }
+                        8 => {
+                            // a secure delegation added or removed with its glue
+                            let s = format!("s{}", 1 + next(4));
+                            if hosts.remove(&s).is_some() {
+                                hosts.remove(&format!("ns.{s}"));
+                            } else {
+                                hosts.insert(s.clone(), vec![format!("NS ns.{s}"), format!("DS 2 13 2 {:064X}", round + 1)]);
+                                hosts.insert(format!("ns.{s}"), vec!["A 198.18.7.2".into()]);
+                            }
+                        }
+                        9 => {
+                            // an insecure delegation added or removed
+                            let d = format!("d{}", next(10));
+                            if hosts.remove(&d).is_none() {
+                                hosts.insert(d, vec!["NS ns.hoster.example.".into()]);
+                            }
+                        }
+                        10 => {
+                            // a secure sibling below `ent`: ent enters the chain (the
+                            // encloser of x.ent) and leaves it again
+                            if hosts.remove("y.ent").is_none() {
+                                hosts.insert("y.ent".into(), vec!["NS ns.hoster.example.".into(), format!("DS 3 13 2 {:064X}", round + 1)]);
+                            }
+                        }
+                        _ => {
+                            // an insecure delegation below a new empty non-terminal
+                            if hosts.remove("z.e3").is_none() {
+                                hosts.insert("z.e3".into(), vec!["NS ns.hoster.example.".into()]);
+                            }
+                        }
+                    }
+                });
+                assert_eq!(in_place as u64, rounds);
+            }
+        }
+    }
+
+    /// An NSEC3-signed zone (opt-out) of 400 names and a few insecure delegations, changed in
+    /// place with an in-place limit of 64 names (issue 28): a change recompiles the changed
+    /// owners (the hashed owners among them), the names hashing to the changed NSEC3 records
+    /// (a new name's neighbour in hash order), the opt-out delegations their intervals cover,
+    /// the SOA-bound names (the delegations' DS NODATA) and the apex, the SOA re-signed or
+    /// not. Every change leaves the maps as a full encode writes them.
+    #[test]
+    fn nsec3_zone_above_the_limit_changes_in_place() {
+        for serial_step in [1, 0] {
+            let mut hosts = Hosts::new();
+            for i in 0..400 {
+                hosts.insert(format!("h{i}"), vec![format!("A 198.18.1.{}", i % 250)]);
+            }
+            for i in 0..8 {
+                hosts.insert(format!("d{i}"), vec!["NS ns.hoster.example.".into()]);
+            }
+            let rounds = 30;
+            let (in_place, _) = changes_in_place(nsec3_optout_text, &format!("nsec3-large{serial_step}"), hosts, rounds, serial_step, 64, |hosts, next, _| {
+                let h = format!("h{}", next(420));
+                match next(4) {
+                    0 => hosts.entry(h).or_default().push(format!("A 198.18.3.{}", next(250))),
+                    1 => drop(hosts.remove(&h)),
+                    2 => {
+                        let d = format!("d{}", next(12));
+                        if hosts.remove(&d).is_none() {
+                            hosts.insert(d, vec!["NS ns.hoster.example.".into()]);
+                        }
+                    }
+                    _ => {
+                        let deep = format!("a{}.b{}.c", next(3), next(3));
+                        if hosts.remove(&deep).is_none() {
+                            hosts.insert(deep, vec![format!("TXT \"v{}\"", next(9))]);
+                        }
+                    }
+                }
+            });
+            assert_eq!(in_place as u64, rounds);
+        }
+    }
+
+    /// What an NSEC3-signed zone's in-place path declines, with its reason: a new chain (the
+    /// salt changed: every hashed owner moves); the apex's NSEC3 changed (a type added at the
+    /// apex) when more names than the limit carry it in their proofs (under opt-out, insecure
+    /// delegations below empty non-terminals not in the chain, and those non-terminals). Below
+    /// the limit the same change is made, every name the apex encloses recompiled: the empty
+    /// non-terminals too, which nothing else brings (they carry no SOA).
+    #[test]
+    fn nsec3_fallbacks_say_why() {
+        let dir = std::env::temp_dir().join(format!("xdns-delta-n3fb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut hosts = Hosts::new();
+        for i in 0..10 {
+            hosts.insert(format!("x.e{i}"), vec!["NS ns.hoster.example.".into()]);
+        }
+        let old = load(&dir, &nsec3_optout_text(1, &hosts));
+        let apex = xdns_wire::name::from_presentation(APEX).unwrap();
+        let zone = old.zones.values().next().unwrap();
+        let index = ZoneIndex::build(zone, soa_bound(&compile_kernel_data(&old).answers, &apex), 1000);
+        let n3 = index.nsec3.as_ref().unwrap();
+        assert_eq!((n3.matched.len(), n3.covered.len()), (2, 20), "the apex and ns1 matched, the delegations and their parents covered");
+        let mut h = hosts.clone();
+        h.insert("@".into(), vec!["TXT \"apex\"".into()]);
+        let new = load(&dir, &nsec3_optout_text(2, &h));
+        let d = zone_delta(&old, &new, &apex, &owners(&old, &new), &index, 1000).unwrap();
+        for i in 0..10 {
+            let ent = xdns_wire::name::from_presentation(&format!("e{i}.{APEX}")).unwrap();
+            assert!(d.soa_bound.iter().any(|(n, _)| *n == ent), "e{i} recompiled: the apex's NSEC3 is in its proof");
+        }
+        let e = zone_delta(&old, &new, &apex, &owners(&old, &new), &index, 19).unwrap_err();
+        assert!(e.contains("in the proofs of 20 names"), "{e}");
+        let salted = load(&dir, &nsec3_optout_text(2, &hosts).replace("NSEC3PARAM 1 0 0 -", "NSEC3PARAM 1 0 0 AB"));
+        let e = zone_delta(&old, &salted, &apex, &owners(&old, &salted), &index, 1000).unwrap_err();
+        assert!(e.contains("parameters changed"), "{e}");
     }
 
     /// Nested zones: a parent `t.`, a served child `sub.t.` below it and a grandchild
