@@ -630,60 +630,86 @@ fn rrl_table_collisions_ways_and_eviction() {
     assert_eq!(xdns_bpf::guard::rrl_sets(262_144), 65_536);
     let mut failed = Vec::new();
     for (shape, _, _) in shapes() {
-        // a fresh table for each shape: one set of four ways
-        let p = prog_with(GuardStage { rrl_accounts: 4, ..stage(false) }, rrl(1, 0, false));
-        let g = p.guard().unwrap();
-        let q = query(&wire("www.example.com"), 1, None);
-        let client = |i: u32| {
-            let src = if shape == "ipv6" { format!("2001:db8:{i:x}::7") } else { format!("198.18.{i}.7") };
-            frame(&net(shape, &src), &q)
-        };
-        // the action alone (a rate-1 bucket refills in a second: reading the verdict counters
-        // around every run made the test slow enough, on a loaded machine, for one to refill);
-        // the verdicts are checked in total at the end
-        let frames: Vec<_> = (0..=5).map(client).collect();
-        let count = |name: &str| p.counters().unwrap().into_iter().find(|(n, _)| n == name).map_or(0, |(_, c)| c);
-        let (answered0, limited0) = (count("answered"), count("drop_rrl"));
-        let ask = |i: u32| match p.test_run(&frames[i as usize]).unwrap().0 {
-            XDP_TX => "answered".to_string(),
-            XDP_DROP => "drop_rrl".to_string(),
-            a => format!("action {a}"),
-        };
-        // four prefixes, a tick or more apart (the account's clock is the coarse one): each
-        // gets its answer, then is limited (rate 1: a token a second, so that a slow run
-        // does not refill a bucket before the checks below); the ways hold four buckets
-        for i in 1..=4 {
-            let got: Vec<_> = (0..2).map(|_| ask(i)).collect();
-            if got != ["answered", "drop_rrl"] {
-                failed.push(format!("{shape}: account {i} in a shared set: {got:?}"));
+        // Rate 1 refills a bucket a second after its last update, so the sequence below decides
+        // only when it runs within that second. The tests of this binary share one CPU and CI
+        // runs them beside each other: a run that took longer is repeated (up to five times, a
+        // fresh table each), a run that was quick enough and failed is a failure.
+        for attempt in 1..=5 {
+            let started = std::time::Instant::now();
+            let got = collisions_ways_and_eviction(shape);
+            let took = started.elapsed();
+            if got.is_empty() {
+                break;
             }
-            std::thread::sleep(std::time::Duration::from_millis(30));
-        }
-        // each still limited: no account overwrote another's way
-        let again: Vec<_> = (1..=4).map(&ask).collect();
-        if again != ["drop_rrl"; 4] {
-            failed.push(format!("{shape}: the four accounts after filling the set: {again:?}"));
-        }
-        let full = g.counters().unwrap().rrl_full;
-        // a fifth: it takes the way of account 1 (updated longest ago), which restarts full
-        let fifth: Vec<_> = (0..2).map(|_| ask(5)).collect();
-        if fifth != ["answered", "drop_rrl"] {
-            failed.push(format!("{shape}: the fifth account: {fifth:?}"));
-        }
-        if g.counters().unwrap().rrl_full != full + 1 {
-            failed.push(format!("{shape}: rrl_full {} -> {}, want one eviction", full, g.counters().unwrap().rrl_full));
-        }
-        let after: Vec<_> = (1..=4).map(&ask).collect();
-        if after != ["answered", "drop_rrl", "drop_rrl", "drop_rrl"] {
-            failed.push(format!("{shape}: after the eviction: {after:?}, want account 1 alone restarted"));
-        }
-        // 4 + 1 + 1 answered, 4 + 4 + 1 + 3 limited, each counted under its verdict
-        let (answered, limited) = (count("answered") - answered0, count("drop_rrl") - limited0);
-        if (answered, limited) != (6, 12) {
-            failed.push(format!("{shape}: verdicts counted: answered {answered}, drop_rrl {limited}; want 6, 12"));
+            if took < std::time::Duration::from_millis(900) {
+                failed.extend(got);
+                break;
+            }
+            eprintln!("{shape}: attempt {attempt} took {took:?}, past the refill period: {got:?}");
+            if attempt == 5 {
+                failed.push(format!("{shape}: five attempts each took a second or more; the last: {got:?}"));
+            }
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// One run of `rrl_table_collisions_ways_and_eviction` on a fresh table: what went wrong.
+fn collisions_ways_and_eviction(shape: &str) -> Vec<String> {
+    let mut failed = Vec::new();
+    // a fresh table for each shape: one set of four ways
+    let p = prog_with(GuardStage { rrl_accounts: 4, ..stage(false) }, rrl(1, 0, false));
+    let g = p.guard().unwrap();
+    let q = query(&wire("www.example.com"), 1, None);
+    let client = |i: u32| {
+        let src = if shape == "ipv6" { format!("2001:db8:{i:x}::7") } else { format!("198.18.{i}.7") };
+        frame(&net(shape, &src), &q)
+    };
+    // the action alone (a rate-1 bucket refills in a second: reading the verdict counters
+    // around every run made the test slow enough, on a loaded machine, for one to refill);
+    // the verdicts are checked in total at the end
+    let frames: Vec<_> = (0..=5).map(client).collect();
+    let count = |name: &str| p.counters().unwrap().into_iter().find(|(n, _)| n == name).map_or(0, |(_, c)| c);
+    let (answered0, limited0) = (count("answered"), count("drop_rrl"));
+    let ask = |i: u32| match p.test_run(&frames[i as usize]).unwrap().0 {
+        XDP_TX => "answered".to_string(),
+        XDP_DROP => "drop_rrl".to_string(),
+        a => format!("action {a}"),
+    };
+    // four prefixes, a tick or more apart (the account's clock is the coarse one): each
+    // gets its answer, then is limited (rate 1: a token a second, so that a slow run
+    // does not refill a bucket before the checks below); the ways hold four buckets
+    for i in 1..=4 {
+        let got: Vec<_> = (0..2).map(|_| ask(i)).collect();
+        if got != ["answered", "drop_rrl"] {
+            failed.push(format!("{shape}: account {i} in a shared set: {got:?}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    // each still limited: no account overwrote another's way
+    let again: Vec<_> = (1..=4).map(&ask).collect();
+    if again != ["drop_rrl"; 4] {
+        failed.push(format!("{shape}: the four accounts after filling the set: {again:?}"));
+    }
+    let full = g.counters().unwrap().rrl_full;
+    // a fifth: it takes the way of account 1 (updated longest ago), which restarts full
+    let fifth: Vec<_> = (0..2).map(|_| ask(5)).collect();
+    if fifth != ["answered", "drop_rrl"] {
+        failed.push(format!("{shape}: the fifth account: {fifth:?}"));
+    }
+    if g.counters().unwrap().rrl_full != full + 1 {
+        failed.push(format!("{shape}: rrl_full {} -> {}, want one eviction", full, g.counters().unwrap().rrl_full));
+    }
+    let after: Vec<_> = (1..=4).map(&ask).collect();
+    if after != ["answered", "drop_rrl", "drop_rrl", "drop_rrl"] {
+        failed.push(format!("{shape}: after the eviction: {after:?}, want account 1 alone restarted"));
+    }
+    // 4 + 1 + 1 answered, 4 + 4 + 1 + 3 limited, each counted under its verdict
+    let (answered, limited) = (count("answered") - answered0, count("drop_rrl") - limited0);
+    if (answered, limited) != (6, 12) {
+        failed.push(format!("{shape}: verdicts counted: answered {answered}, drop_rrl {limited}; want 6, 12"));
+    }
+    failed
 }
 
 /// The paths `examples/rrl_gate.rs` times (the bench of the <= 1.15x goal: `bench/guard.py
