@@ -44,6 +44,10 @@ use clap::{Args, Parser, Subcommand};
 
 use config::{Config, Overrides};
 
+/// glibc's allocator with large blocks on transparent huge pages (heap.rs).
+#[global_allocator]
+static ALLOCATOR: heap::HugePages = heap::HugePages;
+
 /// `xdns --version`: the version, the git revision built from and the BPF program's build
 /// id (`xdns_bpf::build_id`).
 fn version_line() -> &'static str {
