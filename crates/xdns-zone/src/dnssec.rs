@@ -67,6 +67,10 @@ pub struct Denial {
     /// NSEC3 owners whose parameters are the chain's: (first label, lowercase base32hex, which
     /// sorts as the hash does; owner), sorted.
     pub nsec3_owners: Vec<(Box<[u8]>, NameKey)>,
+    /// The zone's apex and the NSEC3 owner matching it, found once: the apex is the closest
+    /// provable encloser of every opt-out delegation directly below it, so most proofs of a
+    /// TLD's zone ask for it ([`Denial::nsec3_matching`] answers from here).
+    apex: (NameKey, Option<NameKey>),
 }
 
 /// Does `node` hold only NSEC3 records (and their signatures)? Such names are not part of
@@ -195,7 +199,15 @@ impl Denial {
         }
         nsec.sort_unstable_by(|a, b| canonical_cmp(a, b));
         nsec3_owners.sort_unstable();
-        Denial { signed, nsec, nsec3, nsec3_owners }
+        let mut d = Denial { signed, nsec, nsec3, nsec3_owners, apex: (zone.apex.clone(), None) };
+        d.find_apex();
+        d
+    }
+
+    /// Find the NSEC3 owner matching the apex again (after the owners changed).
+    fn find_apex(&mut self) {
+        let found = self.nsec3_search(&self.apex.0).and_then(|(o, m)| m.then(|| o.clone()));
+        self.apex.1 = found;
     }
 
     /// Bring the data of a version of `zone` level with `zone`, where the two differ only at
@@ -237,6 +249,7 @@ impl Denial {
                 _ => {}
             }
         }
+        self.find_apex();
         false
     }
 
@@ -252,13 +265,21 @@ impl Denial {
 
     /// The NSEC3 owner whose hash is `qname`'s, if any.
     pub fn nsec3_matching(&self, qname: &[u8]) -> Option<&NameKey> {
-        let p = self.nsec3.as_ref()?;
-        let h = nsec3_label(qname, p)?;
-        self.nsec3_owners.binary_search_by(|(l, _)| l[..].cmp(&h[..])).ok().map(|i| &self.nsec3_owners[i].1)
+        if qname == &self.apex.0[..] {
+            return self.apex.1.as_ref();
+        }
+        self.nsec3_search(qname).and_then(|(o, matched)| matched.then_some(o))
     }
 
     /// The NSEC3 owner whose interval covers `qname`'s hash (or matches it).
     pub fn nsec3_covering(&self, qname: &[u8]) -> Option<&NameKey> {
+        self.nsec3_search(qname).map(|(o, _)| o)
+    }
+
+    /// Where `qname`'s hash falls in the chain, with one hash and one search: the owner whose
+    /// interval covers it or that matches it (as [`Denial::nsec3_covering`]), and whether it
+    /// matches. `None` without a usable chain.
+    pub fn nsec3_search(&self, qname: &[u8]) -> Option<(&NameKey, bool)> {
         let p = self.nsec3.as_ref()?;
         let h = nsec3_label(qname, p)?;
         if self.nsec3_owners.is_empty() {
@@ -266,7 +287,8 @@ impl Denial {
         }
         let i = self.nsec3_owners.partition_point(|(l, _)| l[..] <= h[..]);
         let i = if i == 0 { self.nsec3_owners.len() - 1 } else { i - 1 };
-        Some(&self.nsec3_owners[i].1)
+        let (l, o) = &self.nsec3_owners[i];
+        Some((o, l[..] == h[..]))
     }
 }
 
@@ -286,9 +308,68 @@ pub fn next_closer<'n>(name: &'n [u8], ancestor: &[u8]) -> Option<&'n [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tree::Rdatas;
+    use hashbrown::HashMap;
 
     fn n(text: &str) -> Vec<u8> {
         name::from_presentation(text).unwrap().to_ascii_lowercase()
+    }
+
+    /// `t.` with NSEC3PARAM 1 0 0 - and an NSEC3 (of those parameters) at the hash of each
+    /// of `chained`; `a.t.`, `b.t.`, `c.d.t.` exist (TXT).
+    fn nsec3_zone(chained: &[&str]) -> Zone {
+        let p = Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+        let rrset = |rtype: u16, rd: &[u8]| Rrset { rtype, ttl: 60, rdata: Rdatas::one(rd) };
+        let mut nodes: HashMap<NameKey, Node> = HashMap::new();
+        nodes.insert(n("t.").into(), Node { rrsets: vec![rrset(rtype::NSEC3PARAM, &[1, 0, 0, 0, 0])] });
+        for x in ["a.t.", "b.t.", "c.d.t."] {
+            nodes.insert(n(x).into(), Node { rrsets: vec![rrset(16, b"\x01x")] });
+        }
+        for c in chained {
+            let owner = [&[32u8][..], &nsec3_label(&n(c), &p).unwrap(), &n("t.")].concat();
+            let rd = [&[1u8, 1, 0, 0, 0, 20][..], &[0; 20], &[0, 1, 0x40]].concat();
+            nodes.insert(owner.into(), Node { rrsets: vec![rrset(rtype::NSEC3, &rd)] });
+        }
+        Zone::new(n("t.").into(), nodes, "t.zone".into(), 1)
+    }
+
+    /// What the chain says of `q` by a walk over every owner: the matching owner, and the
+    /// covering one (the greatest label not after the hash, the last before the first).
+    fn by_walk<'d>(d: &'d Denial, q: &[u8]) -> (Option<&'d NameKey>, Option<&'d NameKey>) {
+        let h = nsec3_label(q, d.nsec3.as_ref().unwrap()).unwrap();
+        let m = d.nsec3_owners.iter().find(|(l, _)| l[..] == h[..]).map(|(_, o)| o);
+        let c = d.nsec3_owners.iter().rev().find(|(l, _)| l[..] <= h[..]).or(d.nsec3_owners.last()).map(|(_, o)| o);
+        (m, c)
+    }
+
+    /// One search gives the matching and the covering owner, the apex's found once and found
+    /// again when an in-place update changes the chain (without that, the apex would keep the
+    /// NSEC3 the update took away).
+    #[test]
+    fn nsec3_search_matches_a_walk_and_follows_updates() {
+        let names = ["t.", "a.t.", "b.t.", "d.t.", "c.d.t.", "x.t."];
+        let z = nsec3_zone(&["t.", "a.t.", "d.t.", "c.d.t."]);
+        let mut d = Denial::build(&z);
+        assert_eq!(d.nsec3_owners.len(), 4);
+        for q in names {
+            let q = n(q);
+            let (m, c) = by_walk(&d, &q);
+            assert_eq!(d.nsec3_matching(&q), m, "{q:?}");
+            assert_eq!(d.nsec3_covering(&q), c, "{q:?}");
+            assert_eq!(d.nsec3_search(&q), c.map(|c| (c, m.is_some())), "{q:?}");
+        }
+        assert!(d.nsec3_matching(&n("t.")).is_some());
+        assert!(d.nsec3_matching(&n("b.t.")).is_none());
+        // the apex's NSEC3 taken away, and given back, in place
+        let p = d.nsec3.clone().unwrap();
+        let apex_owner = [&[32u8][..], &nsec3_label(&n("t."), &p).unwrap(), &n("t.")].concat();
+        let z2 = nsec3_zone(&["a.t.", "d.t.", "c.d.t."]);
+        assert!(!d.update(&z2, &[&apex_owner]));
+        assert_eq!(d.nsec3_owners.len(), 3);
+        assert_eq!(d.nsec3_matching(&n("t.")), None);
+        assert_eq!(d.nsec3_matching(&n("t.")), by_walk(&d, &n("t.")).0);
+        assert!(!d.update(&z, &[&apex_owner]));
+        assert_eq!(d.nsec3_matching(&n("t.")).map(|o| &o[..]), Some(&apex_owner[..]));
     }
 
     #[test]
