@@ -5,7 +5,8 @@
 //! NSEC or NSEC3 records that prove a name or a type absent (see [`crate::compile`]). This
 //! module keeps what those proofs need, built once per zone on first use ([`Denial`]):
 //! the NSEC owners in canonical order (RFC 4034 §6.1) and the NSEC3 owners in hash order
-//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4). A version made
+//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4), searched by the
+//! first eight bytes of their labels, the apex's own found once. A version made
 //! by an IXFR in place gets the previous version's data updated for the names it changed
 //! ([`Denial::update`], [`DenialCell::with`]), not built again from every node.
 //!
@@ -65,7 +66,8 @@ pub struct Denial {
     /// The NSEC3 chain of the NSEC3PARAM at the apex, if there is one.
     pub nsec3: Option<Nsec3Params>,
     /// NSEC3 owners whose parameters are the chain's: (first label, lowercase base32hex, which
-    /// sorts as the hash does; owner), sorted.
+    /// sorts as the hash does; owner), sorted. Changed only by [`Denial::build`] and
+    /// [`Denial::update`], which keep `nsec3_prefixes` and the apex's owner level with it.
     pub nsec3_owners: Vec<(Box<[u8]>, NameKey)>,
     /// The first eight bytes of each label of `nsec3_owners`, in its order ([`label_prefix`]):
     /// the chain's searches run over this compact array, eight to a cache line, where one
