@@ -3,11 +3,13 @@ from process start until its kernel answers (`xdp_data_active`), with the CPU se
 thread by then; Knot DNS until it answers, as the goal's yardstick.
 
     /usr/bin/python3 bench/loadtime.py --base OLD/target/release/xdns [--new target/release/xdns]
-                                       [--records 1000000] [--pairs 3] [--no-knot] [--perf DIR]
-                                       [--label L]
+                                       [--records 1000000] [--variant unsigned|nsec3-optout|nsec]
+                                       [--pairs 3] [--no-knot] [--knot-checks on|off]
+                                       [--perf DIR] [--label L]
 
 Needs root. The zone is bench/genzone.py's `tld` shape (bench/out/tld-N.zone, as
-bench/scale.py makes it). The builds alternate which goes first in each pair. Printed per run:
+bench/scale.py makes it; `--variant nsec3-optout` the same zone Knot-signed,
+bench/out/tld-N-nsec3-optout.zone, signed once by bench/scale.py's `zone_file`). The builds alternate which goes first in each pair. Printed per run:
 wall seconds until the kernel answers, the process's CPU seconds by then (user + system,
 every thread, ended ones included), the seconds until the log says the zones are loaded,
 and the CPU seconds of each named thread (`xdns-rt` builds and validates the zones from
@@ -20,7 +22,7 @@ wait for a core as much as the work: note `uptime` beside the run.
 
 `--perf DIR` records `perf record -F 499 -g` of each run into DIR (for `perf report`;
 `LOADTIME_PERF_G="--call-graph dwarf,16384"` for call graphs through inlined code). Results:
-bench/out/loadtime-RECORDS[-LABEL].json.
+bench/out/loadtime-RECORDS[-VARIANT][-LABEL].json.
 """
 
 from __future__ import annotations
@@ -123,10 +125,11 @@ def run_xdns(binary: Path, zone: Path, timeout: float, perf_out: Path | None) ->
             "phases": phases(log), "log": log}
 
 
-def run_knot(zone: Path, timeout: float) -> dict:
+def run_knot(zone: Path, timeout: float, checks: str) -> dict:
     with L.Lab(prefix="load") as lab:
         t0 = time.monotonic()
-        srv = lab.start_knot([(S.ORIGIN, zone)], name=f"knot-load-{int(t0)}", timeout=timeout)
+        srv = lab.start_knot([(S.ORIGIN, zone)], name=f"knot-load-{int(t0)}", timeout=timeout,
+                             semantic_checks=checks)
         wall = time.monotonic() - t0
         cpu = S.group_cpu_s(srv.proc.pid)
         lab.stop(srv, timeout=max(60.0, timeout))
@@ -138,12 +141,16 @@ def main() -> int:
     ap.add_argument("--base", required=True, type=Path)
     ap.add_argument("--new", type=Path, default=HERE.parent / "target" / "release" / "xdns")
     ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--variant", default="unsigned", choices=["unsigned", "nsec3-optout", "nsec"])
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--no-knot", action="store_true")
+    ap.add_argument("--knot-checks", choices=["on", "off"], default="on",
+                    help="Knot's semantic-checks (on, as the lab; for a signed zone Knot 3.2 then "
+                         "verifies every RRSIG as it loads, which xdns does not: off for the yardstick)")
     ap.add_argument("--perf", type=Path)
-    ap.add_argument("--label", default="", help="results in bench/out/loadtime-RECORDS[-LABEL].json")
+    ap.add_argument("--label", default="", help="results in bench/out/loadtime-RECORDS[-VARIANT][-LABEL].json")
     a = ap.parse_args()
-    zone = S.zone_file(a.records)
+    zone = S.zone_file(a.records, a.variant)
     timeout = max(60.0, a.records / 10_000)
     if a.perf:
         a.perf.mkdir(parents=True, exist_ok=True)
@@ -163,7 +170,7 @@ def main() -> int:
             for msg, s in r["phases"]:
                 print(f"      {s:8.2f} s  {msg}")
         if not a.no_knot:
-            k = run_knot(zone, timeout)
+            k = run_knot(zone, timeout, a.knot_checks)
             res["knot"].append(k)
             print(f"pair {i} knot: answering {k['wall_s']:6.2f} s, cpu {k['cpu_s']:6.2f} s", flush=True)
     med = {w: {m: statistics.median(r[m] for r in rs) for m in ("wall_s", "cpu_s")} for w, rs in res.items() if rs}
@@ -185,7 +192,8 @@ def main() -> int:
         for w in ("base", "new"):
             print(f"{w} / knot: wall {med[w]['wall_s'] / med['knot']['wall_s']:.2f}x, "
                   f"cpu {med[w]['cpu_s'] / med['knot']['cpu_s']:.2f}x")
-    out = S.B.OUT / f"loadtime-{a.records}{'-' + a.label if a.label else ''}.json"
+    variant = "" if a.variant == "unsigned" else f"-{a.variant}"
+    out = S.B.OUT / f"loadtime-{a.records}{variant}{'-' + a.label if a.label else ''}.json"
     out.write_text(json.dumps(res, indent=1))
     print(f"results: {out}")
     return 0

@@ -41,7 +41,7 @@
 
 use crate::dnssec::{next_closer, sigs_covering};
 use crate::lookup::{self, find, resolve, rtype, BodyKey, BodyKind, End, Found, Resolution, Want};
-use crate::tree::{Node, Rrset, Zone};
+use crate::tree::{NameKey, Node, Rrset, Zone};
 use xdns_wire::body::{BodyError, BodyWriter, Section};
 use xdns_wire::response::rcode;
 use xdns_wire::{name, Body};
@@ -446,10 +446,13 @@ fn nodata_proof(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, at: &[u8]) -
     }
     let d = zone.dnssec();
     if d.nsec3.is_some() {
-        if let Some(m) = d.nsec3_matching(at).cloned() {
-            return denial_at(zone, w, sec, &m, rtype::NSEC3);
-        }
-        return closest_provable_proof(zone, w, sec, at);
+        // one search tells whether `at` has an NSEC3 and, if not, which one covers it (the
+        // next closer name's when its parent is the closest provable encloser)
+        return match d.nsec3_search(at) {
+            Some((m, true)) => denial_at(zone, w, sec, m, rtype::NSEC3),
+            Some((cover, false)) => closest_provable_proof(zone, w, sec, at, cover),
+            None => Ok(()),
+        };
     }
     let has_own = zone.nodes.get(at).is_some_and(|n| n.rrset(rtype::NSEC).is_some());
     let o = if has_own { Some(at.into()) } else { d.nsec_covering(at).cloned() };
@@ -461,19 +464,29 @@ fn nodata_proof(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, at: &[u8]) -
 
 /// The closest provable encloser proof of `at` (RFC 5155 §7.2.1, for a name without an NSEC3
 /// of its own: an opt-out delegation): the NSEC3 matching the nearest ancestor that has one
-/// and the NSEC3 covering the next closer name.
-fn closest_provable_proof(zone: &Zone, w: &mut BodyWriter, sec: &mut Sec<'_>, at: &[u8]) -> Result<(), BodyError> {
+/// and the NSEC3 covering the next closer name. `at_cover` is the NSEC3 covering `at` (the
+/// next closer name when the parent has an NSEC3).
+fn closest_provable_proof(
+    zone: &Zone,
+    w: &mut BodyWriter,
+    sec: &mut Sec<'_>,
+    at: &[u8],
+    at_cover: &NameKey,
+) -> Result<(), BodyError> {
     let d = zone.dnssec();
     for o in name::suffix_offsets(at).skip(1) {
         let anc = &at[o..];
         if !name::is_subdomain(anc, &zone.apex) {
             break;
         }
-        if let Some(m) = d.nsec3_matching(anc).cloned() {
-            let nc = next_closer(at, anc).and_then(|nc| d.nsec3_covering(nc)).cloned();
-            denial_at(zone, w, sec, &m, rtype::NSEC3)?;
+        if let Some(m) = d.nsec3_matching(anc) {
+            let nc = match next_closer(at, anc) {
+                Some(nc) if nc.len() == at.len() => Some(at_cover),
+                nc => nc.and_then(|nc| d.nsec3_covering(nc)),
+            };
+            denial_at(zone, w, sec, m, rtype::NSEC3)?;
             if let Some(nc) = nc {
-                denial_at(zone, w, sec, &nc, rtype::NSEC3)?;
+                denial_at(zone, w, sec, nc, rtype::NSEC3)?;
             }
             break;
         }

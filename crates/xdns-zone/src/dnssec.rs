@@ -5,7 +5,8 @@
 //! NSEC or NSEC3 records that prove a name or a type absent (see [`crate::compile`]). This
 //! module keeps what those proofs need, built once per zone on first use ([`Denial`]):
 //! the NSEC owners in canonical order (RFC 4034 §6.1) and the NSEC3 owners in hash order
-//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4). A version made
+//! with the chain's parameters (from NSEC3PARAM at the apex, RFC 5155 §4), searched by the
+//! first eight bytes of their labels, the apex's own found once. A version made
 //! by an IXFR in place gets the previous version's data updated for the names it changed
 //! ([`Denial::update`], [`DenialCell::with`]), not built again from every node.
 //!
@@ -65,8 +66,27 @@ pub struct Denial {
     /// The NSEC3 chain of the NSEC3PARAM at the apex, if there is one.
     pub nsec3: Option<Nsec3Params>,
     /// NSEC3 owners whose parameters are the chain's: (first label, lowercase base32hex, which
-    /// sorts as the hash does; owner), sorted.
+    /// sorts as the hash does; owner), sorted. Changed only by [`Denial::build`] and
+    /// [`Denial::update`], which keep `nsec3_prefixes` and the apex's owner level with it.
     pub nsec3_owners: Vec<(Box<[u8]>, NameKey)>,
+    /// The first eight bytes of each label of `nsec3_owners`, in its order ([`label_prefix`]):
+    /// the chain's searches run over this compact array, eight to a cache line, where one
+    /// over the owners reads a label apart from its entry at every step; whole labels are
+    /// compared only among equal prefixes.
+    nsec3_prefixes: Vec<u64>,
+    /// The zone's apex and the NSEC3 owner matching it, found once: the apex is the closest
+    /// provable encloser of every opt-out delegation directly below it, so most proofs of a
+    /// TLD's zone ask for it ([`Denial::nsec3_matching`] answers from here).
+    apex: (NameKey, Option<NameKey>),
+}
+
+/// The first eight bytes of `label` as a big-endian number, zeros after a shorter label:
+/// labels in order have their prefixes in order (equal ones where the first eight bytes are).
+fn label_prefix(label: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = label.len().min(8);
+    b[..n].copy_from_slice(&label[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// Does `node` hold only NSEC3 records (and their signatures)? Such names are not part of
@@ -195,7 +215,16 @@ impl Denial {
         }
         nsec.sort_unstable_by(|a, b| canonical_cmp(a, b));
         nsec3_owners.sort_unstable();
-        Denial { signed, nsec, nsec3, nsec3_owners }
+        let nsec3_prefixes = nsec3_owners.iter().map(|(l, _)| label_prefix(l)).collect();
+        let mut d = Denial { signed, nsec, nsec3, nsec3_owners, nsec3_prefixes, apex: (zone.apex.clone(), None) };
+        d.find_apex();
+        d
+    }
+
+    /// Find the NSEC3 owner matching the apex again (after the owners changed).
+    fn find_apex(&mut self) {
+        let found = self.nsec3_search(&self.apex.0).and_then(|(o, m)| m.then(|| o.clone()));
+        self.apex.1 = found;
     }
 
     /// Bring the data of a version of `zone` level with `zone`, where the two differ only at
@@ -232,11 +261,16 @@ impl Denial {
             match self.nsec3_owners.binary_search_by(|(l, o)| (&l[..], &o[..]).cmp(&(&label[..], n))) {
                 Ok(i) if !has => {
                     self.nsec3_owners.remove(i);
+                    self.nsec3_prefixes.remove(i);
                 }
-                Err(i) if has => self.nsec3_owners.insert(i, (label.into_boxed_slice(), n.into())),
+                Err(i) if has => {
+                    self.nsec3_prefixes.insert(i, label_prefix(&label));
+                    self.nsec3_owners.insert(i, (label.into_boxed_slice(), n.into()));
+                }
                 _ => {}
             }
         }
+        self.find_apex();
         false
     }
 
@@ -252,21 +286,39 @@ impl Denial {
 
     /// The NSEC3 owner whose hash is `qname`'s, if any.
     pub fn nsec3_matching(&self, qname: &[u8]) -> Option<&NameKey> {
-        let p = self.nsec3.as_ref()?;
-        let h = nsec3_label(qname, p)?;
-        self.nsec3_owners.binary_search_by(|(l, _)| l[..].cmp(&h[..])).ok().map(|i| &self.nsec3_owners[i].1)
+        if qname == &self.apex.0[..] {
+            return self.apex.1.as_ref();
+        }
+        self.nsec3_search(qname).and_then(|(o, matched)| matched.then_some(o))
     }
 
     /// The NSEC3 owner whose interval covers `qname`'s hash (or matches it).
     pub fn nsec3_covering(&self, qname: &[u8]) -> Option<&NameKey> {
+        self.nsec3_search(qname).map(|(o, _)| o)
+    }
+
+    /// Where `qname`'s hash falls in the chain, with one hash and one search: the owner whose
+    /// interval covers it or that matches it (as [`Denial::nsec3_covering`]), and whether it
+    /// matches. `None` without a usable chain.
+    pub fn nsec3_search(&self, qname: &[u8]) -> Option<(&NameKey, bool)> {
         let p = self.nsec3.as_ref()?;
         let h = nsec3_label(qname, p)?;
         if self.nsec3_owners.is_empty() {
             return None;
         }
-        let i = self.nsec3_owners.partition_point(|(l, _)| l[..] <= h[..]);
-        let i = if i == 0 { self.nsec3_owners.len() - 1 } else { i - 1 };
-        Some(&self.nsec3_owners[i].1)
+        let owners = &self.nsec3_owners;
+        let i = if self.nsec3_prefixes.len() == owners.len() {
+            // the owners before `lo` sort before the hash, those from `hi` on after it
+            let hp = label_prefix(&h);
+            let lo = self.nsec3_prefixes.partition_point(|&p| p < hp);
+            let hi = lo + self.nsec3_prefixes[lo..].partition_point(|&p| p == hp);
+            lo + owners[lo..hi].partition_point(|(l, _)| l[..] <= h[..])
+        } else {
+            owners.partition_point(|(l, _)| l[..] <= h[..])
+        };
+        let i = if i == 0 { owners.len() - 1 } else { i - 1 };
+        let (l, o) = &owners[i];
+        Some((o, l[..] == h[..]))
     }
 }
 
@@ -286,9 +338,99 @@ pub fn next_closer<'n>(name: &'n [u8], ancestor: &[u8]) -> Option<&'n [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tree::Rdatas;
+    use hashbrown::HashMap;
 
     fn n(text: &str) -> Vec<u8> {
         name::from_presentation(text).unwrap().to_ascii_lowercase()
+    }
+
+    /// `t.` with NSEC3PARAM 1 0 0 - and an NSEC3 (of those parameters) at the hash of each
+    /// of `chained`; `a.t.`, `b.t.`, `c.d.t.` exist (TXT).
+    fn nsec3_zone(chained: &[&str]) -> Zone {
+        let p = Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+        let rrset = |rtype: u16, rd: &[u8]| Rrset { rtype, ttl: 60, rdata: Rdatas::one(rd) };
+        let mut nodes: HashMap<NameKey, Node> = HashMap::new();
+        nodes.insert(n("t.").into(), Node { rrsets: vec![rrset(rtype::NSEC3PARAM, &[1, 0, 0, 0, 0])] });
+        for x in ["a.t.", "b.t.", "c.d.t."] {
+            nodes.insert(n(x).into(), Node { rrsets: vec![rrset(16, b"\x01x")] });
+        }
+        for c in chained {
+            let owner = [&[32u8][..], &nsec3_label(&n(c), &p).unwrap(), &n("t.")].concat();
+            let rd = [&[1u8, 1, 0, 0, 0, 20][..], &[0; 20], &[0, 1, 0x40]].concat();
+            nodes.insert(owner.into(), Node { rrsets: vec![rrset(rtype::NSEC3, &rd)] });
+        }
+        Zone::new(n("t.").into(), nodes, "t.zone".into(), 1)
+    }
+
+    /// What the chain says of `q` by a walk over every owner: the matching owner, and the
+    /// covering one (the greatest label not after the hash, the last before the first).
+    fn by_walk<'d>(d: &'d Denial, q: &[u8]) -> (Option<&'d NameKey>, Option<&'d NameKey>) {
+        let h = nsec3_label(q, d.nsec3.as_ref().unwrap()).unwrap();
+        let m = d.nsec3_owners.iter().find(|(l, _)| l[..] == h[..]).map(|(_, o)| o);
+        let c = d.nsec3_owners.iter().rev().find(|(l, _)| l[..] <= h[..]).or(d.nsec3_owners.last()).map(|(_, o)| o);
+        (m, c)
+    }
+
+    /// One search gives the matching and the covering owner, the apex's found once and found
+    /// again when an in-place update changes the chain (without that, the apex would keep the
+    /// NSEC3 the update took away).
+    #[test]
+    fn nsec3_search_matches_a_walk_and_follows_updates() {
+        let names = ["t.", "a.t.", "b.t.", "d.t.", "c.d.t.", "x.t."];
+        let z = nsec3_zone(&["t.", "a.t.", "d.t.", "c.d.t."]);
+        let mut d = Denial::build(&z);
+        assert_eq!(d.nsec3_owners.len(), 4);
+        for q in names {
+            let q = n(q);
+            let (m, c) = by_walk(&d, &q);
+            assert_eq!(d.nsec3_matching(&q), m, "{q:?}");
+            assert_eq!(d.nsec3_covering(&q), c, "{q:?}");
+            assert_eq!(d.nsec3_search(&q), c.map(|c| (c, m.is_some())), "{q:?}");
+        }
+        assert!(d.nsec3_matching(&n("t.")).is_some());
+        assert!(d.nsec3_matching(&n("b.t.")).is_none());
+        // the apex's NSEC3 taken away, and given back, in place
+        let p = d.nsec3.clone().unwrap();
+        let apex_owner = [&[32u8][..], &nsec3_label(&n("t."), &p).unwrap(), &n("t.")].concat();
+        let z2 = nsec3_zone(&["a.t.", "d.t.", "c.d.t."]);
+        assert!(!d.update(&z2, &[&apex_owner]));
+        assert_eq!(d.nsec3_owners.len(), 3);
+        assert_eq!(d.nsec3_matching(&n("t.")), None);
+        assert_eq!(d.nsec3_matching(&n("t.")), by_walk(&d, &n("t.")).0);
+        assert!(!d.update(&z, &[&apex_owner]));
+        assert_eq!(d.nsec3_matching(&n("t.")).map(|o| &o[..]), Some(&apex_owner[..]));
+        // the prefixes follow the owners through the updates
+        let want: Vec<u64> = d.nsec3_owners.iter().map(|(l, _)| label_prefix(l)).collect();
+        assert_eq!(d.nsec3_prefixes, want);
+    }
+
+    /// Labels that share their first eight bytes, or are shorter than eight (not hashes: a
+    /// zone may hold such NSEC3 owners), are told apart by the whole label.
+    #[test]
+    fn nsec3_search_with_equal_prefixes() {
+        let p = Nsec3Params { algorithm: 1, iterations: 0, salt: Vec::new() };
+        let h = |q: &str| nsec3_label(&n(q), &p).unwrap();
+        let (ha, hb) = (h("a.t."), h("b.t."));
+        let mut labels: Vec<Box<[u8]>> = vec![
+            ha.clone(),
+            [&ha[..8], &b"0"[..]].concat().into(),
+            [&ha[..8], &b"zzzz"[..]].concat().into(),
+            ha[..3].into(),
+            [&ha[..3], &b"\0"[..]].concat().into(),
+            hb.clone(),
+        ];
+        labels.sort_unstable();
+        let nsec3_owners: Vec<(Box<[u8]>, NameKey)> = labels.iter().map(|l| (l.clone(), [&[l.len() as u8][..], l, &n("t.")].concat().into())).collect();
+        let nsec3_prefixes = nsec3_owners.iter().map(|(l, _)| label_prefix(l)).collect();
+        let d = Denial { signed: true, nsec: Vec::new(), nsec3: Some(p), nsec3_owners, nsec3_prefixes, apex: (n("t.").into(), None) };
+        for q in ["a.t.", "b.t.", "c.t.", "d.t.", "e.t.", "f.t.", "g.t."] {
+            let q = n(q);
+            let (m, c) = by_walk(&d, &q);
+            assert_eq!(d.nsec3_search(&q), c.map(|c| (c, m.is_some())), "{q:?}");
+        }
+        assert!(d.nsec3_search(&n("a.t.")).unwrap().1);
+        assert!(d.nsec3_search(&n("b.t.")).unwrap().1);
     }
 
     #[test]
