@@ -21,6 +21,16 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds of the process so far, every thread (the machine may be busy: wall time
+/// then says little).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(u.ru_utime) + s(u.ru_stime)
+}
+
 /// The resident set once the allocator has given back what it can (`malloc_trim`).
 fn trimmed_rss_kib() -> u64 {
     // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
@@ -48,14 +58,14 @@ fn main() {
     eprintln!("loaded {} nodes in {:.1} s", zone.nodes.len(), t.elapsed().as_secs_f64());
     for round in 0..rounds {
         let before = trimmed_rss_kib();
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), cpu_seconds());
         let ix = ZoneIndex::build(&zone, HashSet::new(), usize::MAX);
-        let secs = t.elapsed().as_secs_f64();
+        let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu);
         // what the index holds, its build's garbage given back
         let grown = trimmed_rss_kib().saturating_sub(before);
         let (matched, covered, enclosers) = ix.nsec3.as_ref().map_or((0, 0, 0), |n| (n.matched.len(), n.covered.len(), n.enclosers.len()));
         println!(
-            "{{\"round\": {round}, \"seconds\": {secs:.3}, \"rss_held_mib\": {:.1}, \"matched\": {matched}, \"covered\": {covered}, \"enclosers\": {enclosers}, \"targets\": {}}}",
+            "{{\"round\": {round}, \"seconds\": {secs:.3}, \"cpu_seconds\": {cpu:.3}, \"rss_held_mib\": {:.1}, \"matched\": {matched}, \"covered\": {covered}, \"enclosers\": {enclosers}, \"targets\": {}}}",
             grown as f64 / 1024.0,
             ix.targets.len()
         );
