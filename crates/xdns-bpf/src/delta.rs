@@ -461,9 +461,7 @@ impl Nsec3Index {
         let owned = |h: &[u8; 20]| {
             matched(zone, &self.params, &digest_label(h))
         };
-        if zone.node(nm).is_none() {
-            return None;
-        }
+        zone.node(nm)?;
         self.proof_with(zone, &owned, apex_has(zone, DNAME), nm, memo)
     }
 
@@ -2007,6 +2005,18 @@ mod tests {
     /// Which compiled bodies carry the SOA: negative answers (NODATA, NXDOMAIN, a chain
     /// ending in either), not a chain ending in a referral (authoritative, NS in authority),
     /// a referral or a positive answer.
+    #[test]
+    fn digest_key_and_label_are_the_owner_labels() {
+        let p = Nsec3Params { algorithm: 1, iterations: 12, salt: vec![0xaa, 0xbb, 0xcc, 0xdd] };
+        for owner in ["example.", "a.example.", "*.w.example."] {
+            let wire = xdns_wire::name::from_presentation(owner).unwrap();
+            let label = xdns_zone::dnssec::nsec3_label(&wire, &p).unwrap();
+            let d = nsec3_digest(&wire, &p).unwrap();
+            assert_eq!(&digest_label(&d)[..], &label[..], "{owner}");
+            assert_eq!(digest_key(&d), hash_key(&label), "{owner}: the key the owner's label gives");
+        }
+    }
+
     #[test]
     fn proof_set_takes_out_puts_back_merges_and_wraps() {
         let n = |s: &str| xdns_wire::name::from_presentation(s).unwrap();

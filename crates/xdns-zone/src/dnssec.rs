@@ -307,6 +307,18 @@ mod tests {
     }
 
     #[test]
+    fn nsec3_hashes_of_rfc5155_appendix_a() {
+        let p = Nsec3Params { algorithm: 1, iterations: 12, salt: vec![0xaa, 0xbb, 0xcc, 0xdd] };
+        for (owner, label) in [("example.", "0p9mhaveqvm6t7vbl5lop2u3t2rp3tom"), ("a.example.", "35mthgpgcu1qg68fab165klnsnk3dpvl")] {
+            assert_eq!(&nsec3_label(&n(owner), &p).unwrap()[..], label.as_bytes(), "{owner}");
+            assert_eq!(nsec3_label_digest(label.as_bytes()), nsec3_digest(&n(owner), &p), "{owner}: the label spells the hash");
+            assert_eq!(nsec3_label_digest(label.to_ascii_uppercase().as_bytes()), nsec3_digest(&n(owner), &p));
+        }
+        assert_eq!(nsec3_label_digest(b"0p9mhaveqvm6t7vbl5lop2u3t2rp3to"), None, "31 digits spell no SHA-1 hash");
+        assert_eq!(nsec3_digest(&n("example."), &Nsec3Params { algorithm: 2, ..p }), None);
+    }
+
+    #[test]
     fn canonical_order_is_rfc4034_example() {
         // RFC 4034 §6.1's example, in order.
         let names = ["example.", "a.example.", "yljkjljk.a.example.", "z.a.example.", "zabc.a.example.", "z.example.", "\\001.z.example.", "*.z.example.", "\\200.z.example."];
