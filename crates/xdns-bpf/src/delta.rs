@@ -169,7 +169,7 @@ pub struct Nsec3Index {
 /// Names by a 60-bit hash prefix ([`hash_key`]), a prefix shared by several names holding
 /// each: what [`Nsec3Index`] keeps, built once for a whole zone and changed a few names at a
 /// time. The bulk is one sorted array of (prefix, where the name starts in one buffer of
-/// wire names): 12 bytes and the name's own bytes a name, no allocation of its own. A name
+/// wire names): 16 bytes and the name's own bytes a name, no allocation of its own. A name
 /// taken out is marked in place ([`GONE`]: a binary search, nothing moved) and a name put
 /// back (a name recompiled keeps its proof) loses the mark; a name new to the array joins a
 /// small ordered set beside it. When that set outgrows a sixteenth of the array the two are
@@ -458,9 +458,7 @@ impl Nsec3Index {
     /// without keys (glue, a hashed owner) or without a proof (a broken chain); `memo`: whether
     /// an ancestor has an NSEC3, across calls. Each hash is looked for as an owner's node.
     fn proof<'n>(&self, zone: &Zone, nm: &'n [u8], memo: &mut HashMap<&'n [u8], Option<u64>>) -> Option<Proof> {
-        let owned = |h: &[u8; 20]| {
-            matched(zone, &self.params, &digest_label(h))
-        };
+        let owned = |h: &[u8; 20]| matched(zone, &self.params, &digest_label(h));
         zone.node(nm)?;
         self.proof_with(zone, &owned, apex_has(zone, DNAME), nm, memo)
     }
