@@ -9,7 +9,9 @@ the zone the first measurements used) is generated once into bench/out/ and give
 Knot (primary) and xdns (the secondary's stored copy, so its kernel maps are sized for it at
 start). Each change adds, with `knotc zone-begin/set/commit`, one A record under a new name
 (`--change a`), or a registry's change (`--change delegation`): a new delegation with two NS
-inside it, their glue (A) and a DS, answered by a referral to a query below it; or a wildcard
+inside it, their glue (A) and a DS, answered by a referral to a query below it (`--change
+insecure-delegation`: the same without the DS, the most common registration, which an NSEC3
+opt-out chain leaves without an NSEC3 of its own); or a wildcard
 A record under a new name (`--change wildcard`), answered for a name below it.
 `--signed`: Knot signs the zone (ECDSA P-256; `--denial`: NSEC, or NSEC3 with opt-out, as
 bench/genzone.py signs) and re-signs what each change touches (the new RRSIGs, the NSEC or
@@ -80,8 +82,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--shape", choices=["plain", "hosts", "tld"], default="plain")
     ap.add_argument("--changes", type=int, default=5)
-    ap.add_argument("--change", choices=["a", "delegation", "wildcard"], default="a",
-                    help="one A record at a new name, a new delegation with NS, glue and DS, or a wildcard A under a new name")
+    ap.add_argument("--change", choices=["a", "delegation", "insecure-delegation", "wildcard"], default="a",
+                    help="one A record at a new name, a new delegation with NS, glue and DS (or without the DS), or a wildcard A under a new name")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds between the kernel holding the zone and the first change")
     ap.add_argument("--label", default="", help="added to the result file's name (before/after)")
     ap.add_argument("--signed", action="store_true", help="Knot signs the zone and re-signs each change")
@@ -141,7 +143,8 @@ def main() -> int:
                     for ns, addr in (("ns1", "198.18.9.1"), ("ns2", "198.18.9.2")):
                         lab.knotc(knot, "zone-set", ORIGIN, name, "86400", "NS", f"{ns}.{name}")
                         lab.knotc(knot, "zone-set", ORIGIN, f"{ns}.{name}", "86400", "A", addr)
-                    lab.knotc(knot, "zone-set", ORIGIN, name, "86400", "DS", "12345", "13", "2", f"{i + 1:064x}")
+                    if args.change == "delegation":
+                        lab.knotc(knot, "zone-set", ORIGIN, name, "86400", "DS", "12345", "13", "2", f"{i + 1:064x}")
                     name = f"www.{name}"  # below the cut: the new referral
                 c = time.monotonic()
                 lab.knotc(knot, "zone-commit", ORIGIN)
@@ -149,7 +152,7 @@ def main() -> int:
                 def is_new(m) -> bool:
                     if m is None or m.rcode() != dns.rcode.NOERROR:
                         return False
-                    return bool(m.answer) if args.change != "delegation" else any(r.rdtype == dns.rdatatype.NS for r in m.authority)
+                    return bool(m.answer) if not args.change.endswith("delegation") else any(r.rdtype == dns.rdatatype.NS for r in m.authority)
                 served = done = None
                 while time.monotonic() - c < 120:
                     if served is None:

@@ -69,10 +69,14 @@
 //! delegation among them counts as an affected cut (a chain to a name below it ends in its
 //! referral, which carries its proof). A NODATA's own part is NSEC3 records only, never another
 //! owner's NSEC: no name is recompiled at every change for its proof ([`proof_elsewhere`] is
-//! NSEC's). The index holds every name of the zone once (a sorted set of 60-bit hash prefixes
-//! and names: a prefix shared by two names recompiles both) and a count per encloser; a change
-//! hashes only the names it compiles. A chain whose parameters change (NSEC3PARAM: every
-//! hashed owner moves) and a hash algorithm other than SHA-1 are not handled.
+//! NSEC's). The index holds every name of the zone once (60-bit hash prefixes and names, in a
+//! sorted array over one buffer of names, [`ProofSet`]: a prefix shared by two names
+//! recompiles both) and a count per encloser. It is built after each full generation: a
+//! SHA-1 per name (no text, no allocation), whether the hash is an NSEC3 owner's by a binary
+//! search of the owners' hashes (decoded once), the name's ancestors below the apex looked up
+//! for a cut (none for a TLD's delegations); a change hashes only the names it compiles. A
+//! chain whose parameters change (NSEC3PARAM: every hashed owner moves) and a hash algorithm
+//! other than SHA-1 are not handled.
 //!
 //! It then compiles those names' keys in both versions ([`xdns_zone::lookup::keys_of_name`],
 //! by the full compile's per-key rules, `data::ZoneCompiler`: shared NODATA and DO=1 bodies
@@ -85,8 +89,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use xdns_wire::{name, Body};
-use xdns_zone::dnssec::{next_closer, nsec3_label, Nsec3Params};
-use xdns_zone::lookup::{find, keys_of_name, BodyKey, BodyKind, Found};
+use xdns_zone::dnssec::{next_closer, nsec3_digest, nsec3_label_digest, Nsec3Params};
+use xdns_zone::lookup::{keys_of_name, BodyKey, BodyKind};
 use xdns_zone::{Zone, ZoneSet};
 
 use crate::data::{owned_by, owns_dname, parent, AnswerEntry, Kind, NodeEntry, ZoneCompiler};
@@ -149,18 +153,161 @@ pub struct ZoneIndex {
 
 /// The names of an NSEC3-signed zone by the NSEC3 records their stored proofs carry (module
 /// docs, "Signed zones (NSEC3)"): every name that has keys (not glue, not a hashed owner),
-/// the apex included, in one of two sorted sets by [`hash_key`].
+/// the apex included, in one of two [`ProofSet`]s by [`hash_key`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nsec3Index {
     /// The chain the hashes are of (the NSEC3PARAM at the apex).
     pub params: Nsec3Params,
     /// Names with an NSEC3 of their own, by their hash.
-    pub matched: BTreeSet<(u64, Box<[u8]>)>,
+    pub matched: ProofSet,
     /// Names without one (opt-out), by the hash of their next closer name.
-    pub covered: BTreeSet<(u64, Box<[u8]>)>,
+    pub covered: ProofSet,
     /// For each encloser of names in `covered` (by [`target_hash`]): how many it encloses.
     pub enclosers: HashMap<u64, u32>,
 }
+
+/// Names by a 60-bit hash prefix ([`hash_key`]), a prefix shared by several names holding
+/// each: what [`Nsec3Index`] keeps, built once for a whole zone and changed a few names at a
+/// time. The bulk is one sorted array of (prefix, where the name starts in one buffer of
+/// wire names): 16 bytes and the name's own bytes a name, no allocation of its own. A name
+/// taken out is marked in place ([`GONE`]: a binary search, nothing moved) and a name put
+/// back (a name recompiled keeps its proof) loses the mark; a name new to the array joins a
+/// small ordered set beside it. When that set outgrows a sixteenth of the array the two are
+/// merged into a new array (once per many changes: a pass over the index).
+#[derive(Clone, Debug, Default)]
+pub struct ProofSet {
+    /// (prefix, start of the name in `names`, with [`GONE`] when taken out), by prefix then name.
+    sorted: Vec<(u64, u32)>,
+    /// The names of `sorted`, one after another (wire names end themselves).
+    names: Vec<u8>,
+    /// Names put in since the last merge, not in `sorted`.
+    added: BTreeSet<(u64, Box<[u8]>)>,
+    /// Entries of `sorted` marked [`GONE`].
+    gone: usize,
+}
+
+/// The mark of a name taken out of a [`ProofSet`]'s array (its bytes stay in the buffer, so
+/// that it can be put back).
+const GONE: u32 = 1 << 31;
+
+/// Below this many names put in, [`ProofSet::insert`] never merges (a few in tests, so that
+/// the oracle tests merge too).
+const PROOF_SET_SPARE: usize = if cfg!(test) { 4 } else { 1024 };
+
+impl ProofSet {
+    /// The set of `entries` (any order, no duplicates).
+    fn from_entries(mut entries: Vec<(u64, &[u8])>) -> Self {
+        entries.sort_unstable();
+        let mut set = ProofSet { sorted: Vec::with_capacity(entries.len()), ..Default::default() };
+        set.names.reserve_exact(entries.iter().map(|(_, n)| n.len()).sum());
+        for (k, n) in entries {
+            set.push(k, n);
+        }
+        set
+    }
+
+    /// Append (the caller keeps the order); names past 2 GiB of names (never a zone's)
+    /// go to `added`.
+    fn push(&mut self, k: u64, n: &[u8]) {
+        if self.names.len() + n.len() < GONE as usize {
+            self.sorted.push((k, self.names.len() as u32));
+            self.names.extend_from_slice(n);
+        } else {
+            self.added.insert((k, n.into()));
+        }
+    }
+
+    /// The wire name starting at `at` (without the mark) of the buffer.
+    fn name_at(&self, at: u32) -> &[u8] {
+        let rest = &self.names[(at & !GONE) as usize..];
+        &rest[..name::name_len(rest).unwrap_or(rest.len())]
+    }
+
+    /// The index in `sorted` of (`k`, `n`), marked or not.
+    fn position(&self, k: u64, n: &[u8]) -> Option<usize> {
+        let from = self.sorted.partition_point(|e| e.0 < k);
+        (from..self.sorted.len()).take_while(|&i| self.sorted[i].0 == k).find(|&i| self.name_at(self.sorted[i].1) == n)
+    }
+
+    /// How many names the set holds.
+    pub fn len(&self) -> usize {
+        self.sorted.len() - self.gone + self.added.len()
+    }
+
+    /// Does the set hold no name?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Put (`k`, `n`) in.
+    fn insert(&mut self, k: u64, n: &[u8]) {
+        match self.position(k, n) {
+            Some(i) => {
+                if self.sorted[i].1 & GONE != 0 {
+                    self.sorted[i].1 &= !GONE;
+                    self.gone -= 1;
+                }
+            }
+            None => {
+                self.added.insert((k, n.into()));
+                if self.added.len() > PROOF_SET_SPARE.max(self.sorted.len() / 16) {
+                    self.merge();
+                }
+            }
+        }
+    }
+
+    /// Take (`k`, `n`) out.
+    fn remove(&mut self, k: u64, n: &[u8]) {
+        if let Some(i) = self.position(k, n) {
+            if self.sorted[i].1 & GONE == 0 {
+                self.sorted[i].1 |= GONE;
+                self.gone += 1;
+            }
+        } else {
+            self.added.remove(&(k, Box::from(n)));
+        }
+    }
+
+    /// One array again, without the marked names.
+    fn merge(&mut self) {
+        let all: Vec<(u64, Vec<u8>)> = self.iter().map(|(k, n)| (k, n.to_vec())).collect();
+        *self = ProofSet::from_entries(all.iter().map(|(k, n)| (*k, &n[..])).collect());
+    }
+
+    /// Every (prefix, name), in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let sorted = self.sorted.iter().filter(|e| e.1 & GONE == 0).map(|&(k, at)| (k, self.name_at(at)));
+        sorted.chain(self.added.iter().map(|(k, n)| (*k, &n[..])))
+    }
+
+    /// The names whose prefix is in `from..=to`, wrapping past the greatest prefix when
+    /// `to < from` (the last NSEC3 owner's interval), into `out`.
+    fn range_into(&self, from: u64, to: u64, out: &mut HashSet<Vec<u8>>) {
+        let spans: [(u64, u64); 2] = if from <= to { [(from, to), (1, 0)] } else { [(from, u64::MAX), (0, to)] };
+        for (lo, hi) in spans.into_iter().filter(|(lo, hi)| lo <= hi) {
+            let start = self.sorted.partition_point(|e| e.0 < lo);
+            for &(_, at) in self.sorted[start..].iter().take_while(|e| e.0 <= hi).filter(|e| e.1 & GONE == 0) {
+                out.insert(self.name_at(at).to_vec());
+            }
+            out.extend(self.added.range((lo, Box::<[u8]>::default())..).take_while(|(k, _)| *k <= hi).map(|(_, n)| n.to_vec()));
+        }
+    }
+}
+
+/// The same names: how the array, the marks and the set beside it hold them does not count.
+impl PartialEq for ProofSet {
+    fn eq(&self, other: &Self) -> bool {
+        fn sorted(s: &ProofSet) -> Vec<(u64, &[u8])> {
+            let mut v: Vec<(u64, &[u8])> = s.iter().collect();
+            v.sort_unstable();
+            v
+        }
+        self.len() == other.len() && sorted(self) == sorted(other)
+    }
+}
+
+impl Eq for ProofSet {}
 
 /// Where a name's stored proofs find their NSEC3 records ([`Nsec3Index`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,6 +328,13 @@ fn hash_key(label: &[u8]) -> u64 {
         _ => 0,
     };
     (0..12).fold(0u64, |k, i| k << 5 | u64::from(digit(label.get(i).copied().unwrap_or(b'0')))) << 4
+}
+
+/// [`hash_key`] of the label that spells `digest`: its first 60 bits.
+fn digest_key(digest: &[u8; 20]) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first) & !0xf
 }
 
 /// Has the chain of `p` in `zone` an owner of the hash `label` (base32hex, lowercase): an
@@ -204,20 +358,74 @@ fn matched(zone: &Zone, p: &Nsec3Params, label: &[u8]) -> bool {
     zone.nodes.get(&owner[..len]).and_then(|n| n.rrset(NSEC3)).is_some_and(|s| s.rdata.iter().any(same))
 }
 
+/// Has the apex of `zone` an RRset of `rtype`?
+fn apex_has(zone: &Zone, rtype: u16) -> bool {
+    zone.nodes.get(&zone.apex[..]).is_some_and(|n| n.rrset(rtype).is_some())
+}
+
+/// Has `nm`, a name of `zone` (a node, not a hashed owner), keys of its own: is it at or
+/// above every zone cut and DNAME on its way from the apex (`lookup::find` gives `Exact` or
+/// `Cut`)? Only its ancestors below the apex are looked up (none for a TLD's delegation);
+/// `apex_dname`: the apex holds a DNAME.
+fn keyed(zone: &Zone, nm: &[u8], apex_dname: bool) -> bool {
+    if nm == &zone.apex[..] {
+        return true;
+    }
+    if apex_dname || !name::is_subdomain(nm, &zone.apex) {
+        return false;
+    }
+    name::suffix_offsets(nm)
+        .skip(1)
+        .map(|o| &nm[o..])
+        .take_while(|a| a.len() > zone.apex.len())
+        .all(|a| zone.node(a).is_some_and(|n| n.rrset(NS).is_none() && n.rrset(DNAME).is_none()))
+}
+
+/// The NSEC3 owner label (base32hex, lowercase: RFC 4648 §7) spelling `digest`.
+fn digest_label(digest: &[u8; 20]) -> [u8; 32] {
+    const DIGITS: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
+    let mut out = [0u8; 32];
+    // five bytes are eight digits
+    for (group, digits) in digest.chunks_exact(5).zip(out.chunks_exact_mut(8)) {
+        let bits = group.iter().fold(0u64, |b, &x| b << 8 | u64::from(x));
+        for (i, d) in digits.iter_mut().enumerate() {
+            *d = DIGITS[(bits >> (35 - 5 * i) & 31) as usize];
+        }
+    }
+    out
+}
+
+/// The hashes of a zone's NSEC3 owners of the chain (`Denial::nsec3_owners`, whose labels
+/// spell them in base32hex), as bytes, sorted: one binary search tells whether a name has an
+/// NSEC3 of its own (labels that spell no SHA-1 hash match no name).
+fn owner_digests(zone: &Zone) -> Vec<[u8; 20]> {
+    let mut out: Vec<[u8; 20]> = zone
+        .dnssec()
+        .nsec3_owners
+        .iter()
+        .filter_map(|(label, _)| nsec3_label_digest(label))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 impl Nsec3Index {
     /// The index of `zone` when it is signed with NSEC3 of a known hash algorithm.
-    fn build(zone: &Zone) -> Option<Self> {
+    fn build<'z>(zone: &'z Zone) -> Option<Self> {
         if !xdns_zone::compile::is_signed(zone) {
             return None;
         }
         let params = zone.dnssec().nsec3.clone()?;
-        nsec3_label(&zone.apex, &params)?;
-        let mut ix = Nsec3Index { params, matched: BTreeSet::new(), covered: BTreeSet::new(), enclosers: HashMap::new() };
+        nsec3_digest(&zone.apex, &params)?;
+        let owners = owner_digests(zone);
+        let ix = Nsec3Index { params, matched: ProofSet::default(), covered: ProofSet::default(), enclosers: HashMap::new() };
         // a hash per name: half of them on a second thread when there is one
-        let names: Vec<&[u8]> = zone.nodes.iter().filter(|(_, n)| !xdns_zone::dnssec::is_nsec3_only(n)).map(|(k, _)| &k[..]).collect();
-        let proofs = |part: &[&'_ [u8]]| -> Vec<(Proof, Box<[u8]>)> {
+        let names: Vec<&'z [u8]> = zone.nodes.iter().filter(|(_, n)| !xdns_zone::dnssec::is_nsec3_only(n)).map(|(k, _)| &k[..]).collect();
+        let owned = |h: &[u8; 20]| owners.binary_search(h).is_ok();
+        let apex_dname = apex_has(zone, DNAME);
+        let proofs = |part: &[&'z [u8]]| -> Vec<(Proof, &'z [u8])> {
             let mut memo = HashMap::new();
-            part.iter().filter_map(|nm| Some((ix.proof(zone, nm, &mut memo)?, Box::from(*nm)))).collect()
+            part.iter().filter_map(|nm| Some((ix.proof_with(zone, &owned, apex_dname, nm, &mut memo)?, *nm))).collect()
         };
         let (a, b) = names.split_at(names.len() / 2);
         let (a, b) = std::thread::scope(|s| {
@@ -232,30 +440,45 @@ impl Nsec3Index {
                 Err(_) => (proofs(&names), Vec::new()),
             }
         });
-        let (mut matched, mut covered) = (Vec::new(), Vec::new());
+        let (mut matched, mut covered, mut enclosers) = (Vec::new(), Vec::new(), HashMap::new());
         for (proof, nm) in a.into_iter().chain(b) {
             match proof {
                 Proof::Matched(k) => matched.push((k, nm)),
                 Proof::Covered(k, e) => {
                     covered.push((k, nm));
-                    *ix.enclosers.entry(e).or_default() += 1;
+                    *enclosers.entry(e).or_default() += 1;
                 }
             }
         }
-        (ix.matched, ix.covered) = (matched.into_iter().collect(), covered.into_iter().collect());
-        Some(ix)
+        let (matched, covered) = (ProofSet::from_entries(matched), ProofSet::from_entries(covered));
+        Some(Nsec3Index { matched, covered, enclosers, ..ix })
     }
 
-    /// Where the stored proofs of `nm` in `zone` find their NSEC3
-    /// records, `None` for a name without keys (glue, a hashed owner) or without a proof (a
-    /// broken chain); `memo`: whether an ancestor has an NSEC3, across calls.
-    fn proof(&self, zone: &Zone, nm: &[u8], memo: &mut HashMap<Vec<u8>, Option<u64>>) -> Option<Proof> {
-        if !matches!(find(zone, nm), Found::Exact(_) | Found::Cut(_)) {
+    /// Where the stored proofs of `nm` in `zone` find their NSEC3 records, `None` for a name
+    /// without keys (glue, a hashed owner) or without a proof (a broken chain); `memo`: whether
+    /// an ancestor has an NSEC3, across calls. Each hash is looked for as an owner's node.
+    fn proof<'n>(&self, zone: &Zone, nm: &'n [u8], memo: &mut HashMap<&'n [u8], Option<u64>>) -> Option<Proof> {
+        let owned = |h: &[u8; 20]| matched(zone, &self.params, &digest_label(h));
+        zone.node(nm)?;
+        self.proof_with(zone, &owned, apex_has(zone, DNAME), nm, memo)
+    }
+
+    /// [`Self::proof`], `owned` telling whether a hash is an NSEC3 owner's of the chain.
+    /// `apex_dname`: the apex holds a DNAME (no name below it has keys).
+    fn proof_with<'n>(
+        &self,
+        zone: &Zone,
+        owned: &dyn Fn(&[u8; 20]) -> bool,
+        apex_dname: bool,
+        nm: &'n [u8],
+        memo: &mut HashMap<&'n [u8], Option<u64>>,
+    ) -> Option<Proof> {
+        if !keyed(zone, nm, apex_dname) {
             return None;
         }
-        let h = nsec3_label(nm, &self.params)?;
-        if matched(zone, &self.params, &h) {
-            return Some(Proof::Matched(hash_key(&h)));
+        let h = nsec3_digest(nm, &self.params)?;
+        if owned(&h) {
+            return Some(Proof::Matched(digest_key(&h)));
         }
         for o in name::suffix_offsets(nm).skip(1) {
             let anc = &nm[o..];
@@ -265,13 +488,13 @@ impl Nsec3Index {
             let has = match memo.get(anc) {
                 Some(has) => *has,
                 None => {
-                    let has = nsec3_label(anc, &self.params).filter(|a| matched(zone, &self.params, a)).map(|_| target_hash(anc));
-                    *memo.entry(anc.to_vec()).or_insert(has)
+                    let has = nsec3_digest(anc, &self.params).filter(|a| owned(a)).map(|_| target_hash(anc));
+                    *memo.entry(anc).or_insert(has)
                 }
             };
             if let Some(e) = has {
                 let nc = next_closer(nm, anc)?;
-                let k = if nc == nm { hash_key(&h) } else { hash_key(&nsec3_label(nc, &self.params)?) };
+                let k = if nc == nm { digest_key(&h) } else { digest_key(&nsec3_digest(nc, &self.params)?) };
                 return Some(Proof::Covered(k, e));
             }
         }
@@ -293,11 +516,10 @@ impl Nsec3Index {
             }
             None => return,
         };
-        let entry = (k, Box::<[u8]>::from(nm));
         if add {
-            set.insert(entry);
+            set.insert(k, nm);
         } else {
-            set.remove(&entry);
+            set.remove(k, nm);
         }
     }
 
@@ -305,14 +527,6 @@ impl Nsec3Index {
     /// `old` or in `new` (module docs), or why there are too many.
     fn proved_by(&self, old: &Zone, new: &Zone, changed: &[Vec<u8>], limit: usize) -> Result<HashSet<Vec<u8>>, String> {
         let mut out: HashSet<Vec<u8>> = HashSet::new();
-        let range = |set: &BTreeSet<(u64, Box<[u8]>)>, from: u64, to: u64, out: &mut HashSet<Vec<u8>>| {
-            let lo = (from, Box::<[u8]>::default());
-            let names: Vec<&Box<[u8]>> = match to.checked_add(1) {
-                Some(hi) if to >= from => set.range(lo..(hi, Box::default())).map(|e| &e.1).collect(),
-                _ => set.range(lo..).chain(set.range(..(to.saturating_add(1), Box::default()))).map(|e| &e.1).collect(),
-            };
-            out.extend(names.into_iter().map(|n| n.to_vec()));
-        };
         for c in changed {
             let c = lower(c);
             if parent(&c) != Some(&old.apex[..]) {
@@ -326,13 +540,13 @@ impl Nsec3Index {
                 let Ok(i) = owners.binary_search_by(|(l, o)| (&l[..], &o[..]).cmp(&(label, &c[..]))) else { continue };
                 in_chain = true;
                 // the names covered by its interval in this version
-                range(&self.covered, k, hash_key(&owners[(i + 1) % owners.len()].0), &mut out);
+                self.covered.range_into(k, hash_key(&owners[(i + 1) % owners.len()].0), &mut out);
             }
             if !in_chain {
                 continue;
             }
             let mut matched = HashSet::new();
-            range(&self.matched, k, k, &mut matched);
+            self.matched.range_into(k, k, &mut matched);
             for e in &matched {
                 let n = self.enclosers.get(&target_hash(e)).copied().unwrap_or(0) as usize;
                 if n > limit {
@@ -436,6 +650,7 @@ const SOA: u16 = 6;
 const MX: u16 = 15;
 const SRV: u16 = 33;
 const NSEC3: u16 = 50;
+const DNAME: u16 = 39;
 const NSEC3PARAM: u16 = 51;
 const SVCB: u16 = 64;
 const HTTPS: u16 = 65;
@@ -1788,6 +2003,51 @@ mod tests {
     /// Which compiled bodies carry the SOA: negative answers (NODATA, NXDOMAIN, a chain
     /// ending in either), not a chain ending in a referral (authoritative, NS in authority),
     /// a referral or a positive answer.
+    #[test]
+    fn digest_key_and_label_are_the_owner_labels() {
+        let p = Nsec3Params { algorithm: 1, iterations: 12, salt: vec![0xaa, 0xbb, 0xcc, 0xdd] };
+        for owner in ["example.", "a.example.", "*.w.example."] {
+            let wire = xdns_wire::name::from_presentation(owner).unwrap();
+            let label = xdns_zone::dnssec::nsec3_label(&wire, &p).unwrap();
+            let d = nsec3_digest(&wire, &p).unwrap();
+            assert_eq!(&digest_label(&d)[..], &label[..], "{owner}");
+            assert_eq!(digest_key(&d), hash_key(&label), "{owner}: the key the owner's label gives");
+        }
+    }
+
+    #[test]
+    fn proof_set_takes_out_puts_back_merges_and_wraps() {
+        let n = |s: &str| xdns_wire::name::from_presentation(s).unwrap();
+        let (a, b, c, d) = (n("a.test."), n("b.test."), n("c.test."), n("d.test."));
+        let mut set = ProofSet::from_entries(vec![(0x30, &b[..]), (0x10, &a[..]), (0x30, &c[..])]);
+        let range = |set: &ProofSet, from, to| {
+            let mut out = HashSet::new();
+            set.range_into(from, to, &mut out);
+            let mut v: Vec<Vec<u8>> = out.into_iter().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(range(&set, 0x30, 0x30), vec![b.clone(), c.clone()], "a prefix shared by two names gives both");
+        assert_eq!(range(&set, 0x20, 0x10), vec![a.clone(), b.clone(), c.clone()], "wrapping past the greatest prefix");
+        assert_eq!(range(&set, 0x20, 0x20), Vec::<Vec<u8>>::new());
+        set.remove(0x30, &b);
+        set.remove(0x30, &b);
+        assert_eq!((set.len(), range(&set, 0x30, 0x30)), (2, vec![c.clone()]), "taken out once, whatever the calls");
+        set.insert(0x30, &b);
+        assert_eq!((set.len(), set.added.len()), (3, 0), "put back where it was marked");
+        set.insert(0x20, &d);
+        set.remove(0x10, &a);
+        assert_eq!(range(&set, 0x10, 0x20), vec![d.clone()], "a new name beside the array, a marked one left out");
+        let fresh = ProofSet::from_entries(vec![(0x20, &d[..]), (0x30, &b[..]), (0x30, &c[..])]);
+        assert_eq!(set, fresh, "the same names as a set built afresh");
+        for i in 0..=PROOF_SET_SPARE as u64 {
+            set.insert(0x40 + (i << 4), &a);
+        }
+        assert!(set.gone == 0 && set.added.len() <= PROOF_SET_SPARE, "merged past the spare room (the marks dropped)");
+        assert_eq!(set.len(), 3 + PROOF_SET_SPARE + 1);
+        assert_eq!(range(&set, 0x30, 0x40), vec![a.clone(), b.clone(), c.clone()]);
+    }
+
     #[test]
     fn carries_soa_reads_the_authority_section() {
         let dir = std::env::temp_dir().join(format!("xdns-delta-soa-{}", std::process::id()));

@@ -133,21 +133,36 @@ pub fn canonical_cmp(a: &[u8], b: &[u8]) -> Ordering {
 /// The NSEC3 hash of `owner` (lowercased wire) with `p` (RFC 5155 §5), as the lowercase
 /// base32hex label of NSEC3 owners; `None` for an unknown hash algorithm.
 pub fn nsec3_label(owner: &[u8], p: &Nsec3Params) -> Option<Box<[u8]>> {
-    if p.algorithm != 1 {
+    let h = nsec3_digest(owner, p)?;
+    let text = domain::utils::base32::encode_string_hex(&h).to_ascii_lowercase();
+    Some(text.into_bytes().into_boxed_slice())
+}
+
+/// [`nsec3_label`]'s hash as bytes, computed without allocating (an index hashes every name
+/// of a zone); `None` for an unknown hash algorithm or a name or salt too long to be one.
+pub fn nsec3_digest(owner: &[u8], p: &Nsec3Params) -> Option<[u8; 20]> {
+    if p.algorithm != 1 || owner.len() > 255 || p.salt.len() > 255 {
         return None;
     }
-    let mut buf = Vec::with_capacity(owner.len() + p.salt.len());
-    buf.extend_from_slice(owner);
-    buf.extend_from_slice(&p.salt);
-    let mut h = digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, &buf);
+    let mut buf = [0u8; 255 + 255];
+    let len = owner.len() + p.salt.len();
+    buf[..owner.len()].copy_from_slice(owner);
+    buf[owner.len()..len].copy_from_slice(&p.salt);
+    let mut h = [0u8; 20];
+    h.copy_from_slice(digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, &buf[..len]).as_ref());
     for _ in 0..p.iterations {
-        buf.clear();
-        buf.extend_from_slice(h.as_ref());
-        buf.extend_from_slice(&p.salt);
-        h = digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, &buf);
+        buf[..20].copy_from_slice(&h);
+        buf[20..20 + p.salt.len()].copy_from_slice(&p.salt);
+        h.copy_from_slice(digest::digest(&digest::SHA1_FOR_LEGACY_USE_ONLY, &buf[..20 + p.salt.len()]).as_ref());
     }
-    let text = domain::utils::base32::encode_string_hex(h.as_ref()).to_ascii_lowercase();
-    Some(text.into_bytes().into_boxed_slice())
+    Some(h)
+}
+
+/// The SHA-1 hash an NSEC3 owner's first label spells (base32hex, either case), `None` if it
+/// spells none.
+pub fn nsec3_label_digest(label: &[u8]) -> Option<[u8; 20]> {
+    let bytes: Vec<u8> = domain::utils::base32::decode_hex(std::str::from_utf8(label).ok()?).ok()?;
+    <[u8; 20]>::try_from(&bytes[..]).ok()
 }
 
 /// NSEC3PARAM RDATA → parameters.
@@ -431,6 +446,18 @@ mod tests {
         }
         assert!(d.nsec3_search(&n("a.t.")).unwrap().1);
         assert!(d.nsec3_search(&n("b.t.")).unwrap().1);
+    }
+
+    #[test]
+    fn nsec3_hashes_of_rfc5155_appendix_a() {
+        let p = Nsec3Params { algorithm: 1, iterations: 12, salt: vec![0xaa, 0xbb, 0xcc, 0xdd] };
+        for (owner, label) in [("example.", "0p9mhaveqvm6t7vbl5lop2u3t2rp3tom"), ("a.example.", "35mthgpgcu1qg68fab165klnsnk3dpvl")] {
+            assert_eq!(&nsec3_label(&n(owner), &p).unwrap()[..], label.as_bytes(), "{owner}");
+            assert_eq!(nsec3_label_digest(label.as_bytes()), nsec3_digest(&n(owner), &p), "{owner}: the label spells the hash");
+            assert_eq!(nsec3_label_digest(label.to_ascii_uppercase().as_bytes()), nsec3_digest(&n(owner), &p));
+        }
+        assert_eq!(nsec3_label_digest(b"0p9mhaveqvm6t7vbl5lop2u3t2rp3to"), None, "31 digits spell no SHA-1 hash");
+        assert_eq!(nsec3_digest(&n("example."), &Nsec3Params { algorithm: 2, ..p }), None);
     }
 
     #[test]
