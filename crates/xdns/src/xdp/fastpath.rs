@@ -80,8 +80,9 @@ pub struct XdpStatus {
     /// The configured interfaces.
     interfaces: Vec<String>,
     /// The answer table's counts for the active data: userspace state of the loader, which
-    /// the XDP thread publishes here after each fill or reload.
-    table: Mutex<(usize, usize)>,
+    /// the XDP thread publishes here after each fill or reload (`None` until data is first
+    /// active: `data_active` waits for them, so that it never shows with the counts of none).
+    table: Mutex<Option<(usize, usize)>>,
     /// The delivery guard's report, written by the XDP thread.
     delivery: DeliveryReport,
     /// Each interface's `XDP_TX` error counters (`None`: its driver shows none), read on
@@ -105,12 +106,13 @@ impl XdpStatus {
     /// Every counter, read now. A failed map read (none expected while the maps exist) gives
     /// that part's default.
     pub fn counters(&self) -> XdpCounters {
+        let table = *self.table.lock().unwrap_or_else(|e| e.into_inner());
         XdpCounters {
             verdicts: self.reader.counters().unwrap_or_default(),
-            table: *self.table.lock().unwrap_or_else(|e| e.into_inner()),
+            table: table.unwrap_or_default(),
             memo: self.reader.memo_counts().unwrap_or_default(),
             reply: self.reader.reply_counts().unwrap_or_default(),
-            data_active: self.reader.generation().is_ok_and(|g| g != 0),
+            data_active: table.is_some() && self.reader.generation().is_ok_and(|g| g != 0),
             attached: self
                 .interfaces
                 .iter()
@@ -204,7 +206,11 @@ impl XdpStatus {
     }
 
     fn publish_table(&self, rt: &XdpRuntime) {
-        *self.table.lock().unwrap_or_else(|e| e.into_inner()) = rt.table_counts();
+        let counts = rt.table_counts();
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if rt.data_active() || table.is_some() {
+            *table = Some(counts);
+        }
     }
 }
 
@@ -279,7 +285,7 @@ impl Fastpath {
                         fill: rt.fill_progress(),
                         telemetry: Mutex::new(rt.telemetry().ok()),
                         interfaces: cfg.interfaces.clone(),
-                        table: Mutex::new(rt.table_counts()),
+                        table: Mutex::new(rt.data_active().then(|| rt.table_counts())),
                         delivery: rt.delivery_report(),
                         guard: rt.guard_maps().ok(),
                         tx: Mutex::new(
@@ -292,8 +298,9 @@ impl Fastpath {
                     Ok(Some((rt, Arc::new(status))))
                 };
                 let (mut rt, status) = match start() {
-                    Ok(Some((rt, status))) => {
+                    Ok(Some((mut rt, status))) => {
                         let _ = started_tx.send(Ok(Some(status.clone())));
+                        rt.index_zones();
                         (rt, status)
                     }
                     Ok(None) => {
@@ -330,6 +337,7 @@ impl Fastpath {
                                 tracing::info!("XDP: reload abandoned: stopping");
                             }
                             status.publish_table(&rt);
+                            rt.index_zones();
                             let _ = reply.send(done);
                         }
                         Cmd::Update(z, change, reply) => {
@@ -356,6 +364,7 @@ impl Fastpath {
                                     Ok(()) => {}
                                 }
                                 status.publish_table(&rt);
+                                rt.index_zones();
                             }
                         }
                         Cmd::Links(reply) => {

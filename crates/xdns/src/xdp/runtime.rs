@@ -72,6 +72,9 @@ pub struct XdpRuntime {
     /// ([`Self::update`]) starts from.
     installed: Option<Arc<ZoneSet>>,
     index: HashMap<Vec<u8>, xdns_bpf::delta::ZoneIndex>,
+    /// The SOA-bound names of the last full install whose `index` is not built yet
+    /// ([`Self::index_zones`]).
+    unindexed: Option<SoaBound>,
 }
 
 /// One zone's new version as a transfer brought it: the owners its records changed (an
@@ -183,6 +186,7 @@ impl XdpRuntime {
             report: std::sync::Arc::new(std::sync::Mutex::new(report)),
             installed: Some(Arc::new(zones.clone())),
             index: HashMap::new(),
+            unindexed: None,
         })
     }
 
@@ -207,7 +211,8 @@ impl XdpRuntime {
         let filled = filled.context("filling the XDP maps");
         let out = match filled {
             Ok(bound) => {
-                self.index = zone_indexes(&zones, bound);
+                self.index.clear();
+                self.unindexed = Some(bound);
                 Ok(())
             }
             Err(e) => {
@@ -218,6 +223,17 @@ impl XdpRuntime {
         self.pending = false;
         crate::heap::release_freed("filling the XDP maps");
         out
+    }
+
+    /// Build the in-place indexes ([`zone_indexes`]) of the zones the last fill or reload
+    /// installed, if not built yet. Apart from the install, so that the XDP thread publishes the
+    /// new data's table counts the moment it is active (`xdns stats` never shows the data
+    /// active with the counts of none) and builds these after; an in-place update builds
+    /// them first if it comes before.
+    pub fn index_zones(&mut self) {
+        if let (Some(bound), Some(zones)) = (self.unindexed.take(), self.installed.clone()) {
+            self.index = zone_indexes(&zones, bound);
+        }
     }
 
     /// Zone data is in the maps: a generation is active (none until the first fill or reload
@@ -399,11 +415,13 @@ impl XdpRuntime {
         let installed = match installed {
             Ok(bound) => {
                 self.installed = Some(zones.clone());
-                self.index = zone_indexes(zones, bound);
+                self.index.clear();
+                self.unindexed = Some(bound);
                 Ok(())
             }
             Err(e) => {
                 self.installed = None;
+                self.unindexed = None;
                 Err(e)
             }
         };
@@ -434,6 +452,7 @@ impl XdpRuntime {
         if self.pending || self.prog.generation() == 0 {
             return Err("no zone data active in the kernel".into());
         }
+        self.index_zones();
         let old = self.installed.clone().ok_or("the kernel's zones are not known (an install failed)")?;
         let apex = &change.apex[..];
         let others_same = old.zones.len() == zones.zones.len()
@@ -876,6 +895,8 @@ mod tests {
         assert_eq!(rt.prog.map_entries().0, nodes_left_out, "the hash map holds the nodes the table lacks");
         let (in_table, left_out) = rt.table_counts();
         assert_eq!(in_table + left_out, exact.answers, "every answer in the kernel");
+        assert!(rt.index.is_empty(), "the index waits until the counts are published");
+        rt.index_zones();
         assert!(rt.index.contains_key(&b"\x04grow\x04test\x00"[..]), "the zone's index for in-place updates is built");
     }
 }
