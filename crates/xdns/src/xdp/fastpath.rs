@@ -343,6 +343,8 @@ impl Fastpath {
                         Cmd::Update(z, change, reply) => {
                             let done = rt.update(&z, &change);
                             status.publish_table(&rt);
+                            // after a full reload in its place (in place, built already)
+                            rt.index_zones();
                             let _ = reply.send(done);
                         }
                         Cmd::Attach(links, reply) => {
