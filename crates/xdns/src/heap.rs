@@ -138,7 +138,6 @@ mod tests {
         unsafe {
             let p = a.alloc(big);
             let z = a.alloc_zeroed(big);
-            let s = a.alloc(small);
             let g = a.realloc(a.alloc(small), small, 16 << 20);
             for (what, ptr, len) in [("alloc", p, 8 << 20), ("alloc_zeroed", z, 8 << 20), ("realloc", g, 16 << 20)] {
                 assert!(!ptr.is_null(), "{what}");
@@ -149,7 +148,6 @@ mod tests {
             }
             a.dealloc(p, big);
             a.dealloc(z, big);
-            a.dealloc(s, small);
             a.dealloc(g, Layout::from_size_align(16 << 20, 8).expect("layout"));
         }
     }
